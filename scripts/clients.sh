@@ -1,0 +1,305 @@
+#!/usr/bin/env bash
+# Usage: scripts/clients.sh [--only STAGE[,STAGE...]] [--no-build] [--server-cmd CMD]
+#                           [--py-auto-era legacy|modern|any] [--help]
+#
+# Runs real MCP clients against tidemark: the official TypeScript SDK (tests/clients/ts_client.mjs)
+# and the official Python SDK (tests/clients/py_client.py, in `legacy` and `auto` connect modes).
+# Installs Node 22, the npm deps (.cache/ts-clients) and a Python venv with tests/clients/
+# requirements.txt (.cache/venv), idempotently; builds tidemark (cargo build --release); then:
+#   basic    one server (--tools demo): each client once per legacy protocol version
+#            (2025-03-26, 2025-06-18, 2025-11-25), and the Python client in `auto` mode; every
+#            run also checks through get_counter that slow_counter ran exactly once
+#   cut      same server, each client through tests/clients/cut_proxy.py, which drops the
+#            tools/call response stream mid-call (on-cut close, drain and stall; and 3 drops in
+#            one call for TS): the client must resume by itself (GET + Last-Event-ID) and end
+#            with the full result, every progress notification once, no re-POST, one execution
+#   threads  a server with --threads 2: 4 TS + 4 Python clients and 2 cut-proxy runs at once
+#            (many connections, so requests land on both cores), then the global counter must
+#            equal the number of slow_counter calls
+#
+#   --only STAGES       run only these stages (comma-separated: basic,cut,threads)
+#   --no-build          do not run cargo build (use the existing target/release/tidemark)
+#   --server-cmd CMD    start CMD instead of target/release/tidemark (the tidemark flags are
+#                       appended; CMD must print tidemark's first line); for stand-in servers
+#   --py-auto-era ERA   era the Python client's `auto` mode must end in (default legacy): it
+#                       probes server/discover and falls back to initialize unless the server
+#                       answers with a DiscoverResult naming 2026-07-28 (then: modern)
+#
+# Prints one PASS/FAIL line per client run and a final `clients: N passed, M failed`; logs are in
+# .cache/clients-results/. Exit 0 only when every run passed. Servers and proxies are killed on
+# exit.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="$ROOT/.cache"
+CLIENTS="$ROOT/tests/clients"
+RESULTS="$CACHE/clients-results"
+TS_DIR="$CACHE/ts-clients"
+VENV="$CACHE/venv"
+ALL_STAGES="basic,cut,threads"
+START_TIMEOUT_S=30
+CLIENT_TIMEOUT_S=120
+
+usage() { sed -n '2,32s/^# \{0,1\}//p' "$0"; }
+
+only="$ALL_STAGES"
+build=1
+server_cmd=""
+py_auto_era="legacy"
+while [ "$#" -gt 0 ]; do
+    case "$1" in
+        --only) only="${2:?--only needs a value}"; shift 2 ;;
+        --no-build) build=0; shift ;;
+        --server-cmd) server_cmd="${2:?--server-cmd needs a value}"; shift 2 ;;
+        --py-auto-era) py_auto_era="${2:?--py-auto-era needs a value}"; shift 2 ;;
+        --help) usage; exit 0 ;;
+        *) echo "clients.sh: unknown argument: $1" >&2; usage >&2; exit 2 ;;
+    esac
+done
+case "$py_auto_era" in legacy|modern|any) ;; *) echo "clients.sh: bad --py-auto-era" >&2; exit 2 ;; esac
+IFS=',' read -r -a stages <<<"$only"
+for s in "${stages[@]}"; do
+    case ",$ALL_STAGES," in
+        *",$s,"*) ;;
+        *) echo "clients.sh: unknown stage '$s' (known: $ALL_STAGES)" >&2; exit 2 ;;
+    esac
+done
+want_stage() { case ",$only," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+
+# ---- installs (idempotent) ----------------------------------------------------------------
+# shellcheck source=setup-node.sh
+source "$ROOT/scripts/setup-node.sh"
+
+mkdir -p "$TS_DIR"
+if ! cmp -s "$CLIENTS/package-lock.json" "$TS_DIR/package-lock.json" \
+    || [ ! -d "$TS_DIR/node_modules/@modelcontextprotocol/sdk" ]; then
+    cp "$CLIENTS/package.json" "$CLIENTS/package-lock.json" "$TS_DIR/"
+    (cd "$TS_DIR" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+fi
+# ESM resolves imports next to the script, so the client runs from the install directory.
+cp "$CLIENTS/ts_client.mjs" "$TS_DIR/ts_client.mjs"
+
+if [ ! -x "$VENV/bin/python" ]; then
+    python3 -m venv "$VENV"
+fi
+if ! cmp -s "$CLIENTS/requirements.txt" "$VENV/tidemark-requirements.txt"; then
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        -r "$CLIENTS/requirements.txt"
+    cp "$CLIENTS/requirements.txt" "$VENV/tidemark-requirements.txt"
+fi
+PY="$VENV/bin/python"
+
+if [ -z "$server_cmd" ]; then
+    if [ "$build" = 1 ]; then
+        (cd "$ROOT" && cargo build --release --quiet)
+    fi
+    server_cmd="$ROOT/target/release/tidemark"
+fi
+
+# ---- process bookkeeping ------------------------------------------------------------------
+rm -rf "$RESULTS"
+mkdir -p "$RESULTS"
+pids=()
+cleanup() {
+    local p
+    for p in "${pids[@]}"; do
+        if kill -0 "$p" 2>/dev/null; then
+            kill "$p" 2>/dev/null || true
+            wait "$p" 2>/dev/null || true
+        fi
+    done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# wait_for_url FILE PID WHAT: prints the first http:// URL of FILE's first line.
+wait_for_url() {
+    local file="$1" pid="$2" what="$3" url=""
+    for _ in $(seq $((START_TIMEOUT_S * 10))); do
+        if [ -s "$file" ]; then
+            url="$(head -n 1 "$file" | grep -o 'http://[^ ]*' || true)"
+            if [ -n "$url" ]; then
+                echo "$url"
+                return 0
+            fi
+        fi
+        if ! kill -0 "$pid" 2>/dev/null; then
+            echo "clients.sh: $what exited before printing its URL" >&2
+            return 1
+        fi
+        sleep 0.1
+    done
+    echo "clients.sh: $what printed no URL within ${START_TIMEOUT_S}s" >&2
+    return 1
+}
+
+# start_server NAME FLAGS...: starts the server, sets server_pid and server_url.
+start_server() {
+    local name="$1"
+    shift
+    # shellcheck disable=SC2086  # server_cmd is a command line by design
+    $server_cmd --listen 127.0.0.1:0 "$@" >"$RESULTS/server-$name.stdout" 2>"$RESULTS/server-$name.stderr" &
+    server_pid=$!
+    pids+=("$server_pid")
+    if ! server_url="$(wait_for_url "$RESULTS/server-$name.stdout" "$server_pid" "server $name")"; then
+        tail -n 20 "$RESULTS/server-$name.stderr" >&2
+        exit 1
+    fi
+    echo "clients: server $name: $(head -n 1 "$RESULTS/server-$name.stdout")"
+}
+
+stop_server() {
+    if kill -0 "$server_pid" 2>/dev/null; then
+        kill "$server_pid" 2>/dev/null || true
+        wait "$server_pid" 2>/dev/null || true
+    else
+        echo "clients: server $1 had died; stderr tail:" >&2
+        tail -n 20 "$RESULTS/server-$1.stderr" >&2
+        failed=$((failed + 1))
+        failed_names+=("server-$1-died")
+    fi
+}
+
+passed=0
+failed=0
+failed_names=()
+
+# run_client NAME KIND URL ARGS...: one client run (KIND ts or py) in the background; its verdict
+# file is RESULTS/NAME.rc. A cut run is `run_client NAME KIND proxy:K:N:ON_CUT ARGS...`.
+run_client() {
+    local name="$1" kind="$2" target="$3"
+    shift 3
+    (
+        set +e
+        local url="$target" proxy_pid=""
+        if [[ "$target" == proxy:* ]]; then
+            IFS=':' read -r _ k n on_cut <<<"$target"
+            local up="${server_url#http://}"
+            up="${up%%/*}"
+            python3 "$CLIENTS/cut_proxy.py" --upstream "$up" --cut-after-events "$k" \
+                --cut-streams "$n" --on-cut "$on_cut" --log-file "$RESULTS/$name.proxy.log" \
+                >"$RESULTS/$name.proxy.out" 2>&1 &
+            proxy_pid=$!
+            local purl
+            if ! purl="$(wait_for_url "$RESULTS/$name.proxy.out" "$proxy_pid" "cut_proxy")"; then
+                echo 1 >"$RESULTS/$name.rc"
+                exit 0
+            fi
+            url="${purl%/}/${server_url#http://*/}"
+        fi
+        local start=$SECONDS cmd
+        case "$kind" in
+            ts) cmd=(node "$TS_DIR/ts_client.mjs") ;;
+            py) cmd=("$PY" "$CLIENTS/py_client.py") ;;
+        esac
+        timeout "$CLIENT_TIMEOUT_S" "${cmd[@]}" --url "$url" --label "$name" "$@" \
+            >"$RESULTS/$name.log" 2>&1
+        local rc=$?
+        [ "$rc" = 124 ] && echo "[$name] TIMEOUT after ${CLIENT_TIMEOUT_S}s" >>"$RESULTS/$name.log"
+        if [ -n "$proxy_pid" ]; then
+            kill "$proxy_pid" 2>/dev/null
+            wait "$proxy_pid" 2>/dev/null
+            # A cut run that cut nothing proved nothing.
+            if [ "$rc" = 0 ] && ! grep -q '^cut_proxy cut ' "$RESULTS/$name.proxy.out"; then
+                echo "[$name] FAILED: the proxy never cut a stream" >>"$RESULTS/$name.log"
+                rc=1
+            fi
+        fi
+        echo "$((SECONDS - start))" >"$RESULTS/$name.secs"
+        echo "$rc" >"$RESULTS/$name.rc"
+    ) &
+    bg_jobs+=("$!")
+    bg_names+=("$name")
+}
+
+# collect: waits for the background client runs and prints one verdict line each.
+collect() {
+    local i name rc
+    for i in "${!bg_jobs[@]}"; do
+        wait "${bg_jobs[$i]}" || true
+        name="${bg_names[$i]}"
+        rc="$(cat "$RESULTS/$name.rc" 2>/dev/null || echo 1)"
+        if [ "$rc" = 0 ]; then
+            passed=$((passed + 1))
+            echo "clients: PASS $name ($(cat "$RESULTS/$name.secs")s) $(grep -m1 '\] ok:' "$RESULTS/$name.log" | sed 's/^\[[^]]*\] ok: //')"
+        else
+            failed=$((failed + 1))
+            failed_names+=("$name")
+            echo "clients: FAIL $name"
+            tail -n 15 "$RESULTS/$name.log" | sed 's/^/    /'
+            if [ -f "$RESULTS/$name.proxy.out" ]; then
+                sed 's/^/    proxy: /' "$RESULTS/$name.proxy.out"
+            fi
+        fi
+    done
+    bg_jobs=()
+    bg_names=()
+}
+bg_jobs=()
+bg_names=()
+
+# sequential NAME KIND TARGET ARGS...: one run, waited for (so --check-counter holds).
+sequential() {
+    run_client "$@"
+    collect
+}
+
+CUT_ARGS=(--steps 10 --delay-ms 50)
+
+if want_stage basic || want_stage cut; then
+    start_server single --tools demo
+    if want_stage basic; then
+        sequential ts-2025-11-25 ts "$server_url" --check-counter
+        sequential ts-2025-06-18 ts "$server_url" --check-counter --protocol-version 2025-06-18
+        sequential ts-2025-03-26 ts "$server_url" --check-counter --protocol-version 2025-03-26
+        sequential py-legacy-2025-11-25 py "$server_url" --check-counter --mode legacy
+        sequential py-legacy-2025-06-18 py "$server_url" --check-counter --mode legacy \
+            --protocol-version 2025-06-18
+        sequential py-legacy-2025-03-26 py "$server_url" --check-counter --mode legacy \
+            --protocol-version 2025-03-26
+        sequential py-auto py "$server_url" --check-counter --mode auto --expect-era "$py_auto_era"
+    fi
+    if want_stage cut; then
+        for on_cut in close drain stall; do
+            sequential "ts-cut-$on_cut" ts "proxy:3:1:$on_cut" "${CUT_ARGS[@]}" --check-counter \
+                --min-resumes 1
+        done
+        sequential ts-cut-3-streams ts "proxy:2:3:close" "${CUT_ARGS[@]}" --check-counter \
+            --min-resumes 3
+        # The Python SDK (2.3.0) survives one drop per call: on a second drop it resumes from a
+        # stale Last-Event-ID (duplicates) and gives up after two, so one cut per call here.
+        for on_cut in close drain stall; do
+            sequential "py-cut-$on_cut" py "proxy:3:1:$on_cut" "${CUT_ARGS[@]}" --check-counter \
+                --min-resumes 1 --mode legacy
+        done
+    fi
+    stop_server single
+fi
+
+if want_stage threads; then
+    start_server threads --tools demo --threads 2
+    for i in 1 2 3 4; do
+        run_client "threads-ts-$i" ts "$server_url"
+        run_client "threads-py-$i" py "$server_url" --mode legacy
+    done
+    run_client threads-ts-cut ts "proxy:3:1:close" "${CUT_ARGS[@]}" --min-resumes 1
+    run_client threads-py-cut py "proxy:3:1:close" "${CUT_ARGS[@]}" --min-resumes 1 --mode legacy
+    collect
+    # Every run above called slow_counter exactly once, so the global counter must say 10.
+    counter="$(timeout 60 node "$TS_DIR/ts_client.mjs" --url "$server_url" --get-counter 2>&1 || true)"
+    if [ "$counter" = 10 ]; then
+        passed=$((passed + 1))
+        echo "clients: PASS threads-counter (counter=10 after 10 slow_counter calls on 2 threads)"
+    else
+        failed=$((failed + 1))
+        failed_names+=("threads-counter")
+        echo "clients: FAIL threads-counter: expected 10, got: $counter"
+    fi
+    stop_server threads
+fi
+
+if [ "$failed" -gt 0 ]; then
+    echo "clients: failed: ${failed_names[*]}"
+fi
+echo "clients: $passed passed, $failed failed"
+[ "$failed" = 0 ]

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Usage: scripts/test.sh [--only SUITE[,SUITE...]] [--help]
+#
+# The project's test command. Runs, in order, and keeps going when one fails:
+#   cargo        cargo test --workspace --all-targets (unit, integration, proptest, benches in
+#                test mode)
+#   clients      scripts/clients.sh: the official TypeScript and Python SDK clients against the
+#                release binary, including mid-call stream drops (cut proxy) and --threads 2
+#   conformance  scripts/conformance.sh: the official MCP conformance suite (0.1.16 active,
+#                pending, all; 0.2.0-alpha.12 --requirements 2025-11-25)
+#   --only SUITES  run only these (comma-separated: cargo,clients,conformance)
+#
+# Needs cargo, python3 (with venv), node/npm (any version npm runs on; Node 22 is installed from
+# npm into .cache/); installs everything else into .cache/. Prints one line per suite and a final
+# `suites: N passed, M failed`; exit 0 only when all selected suites passed.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ALL_SUITES="cargo,clients,conformance"
+
+only="$ALL_SUITES"
+while [ "$#" -gt 0 ]; do
+    case "$1" in
+        --only) only="${2:?--only needs a value}"; shift 2 ;;
+        --help) sed -n '2,18s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        *) echo "test.sh: unknown argument: $1" >&2; exit 2 ;;
+    esac
+done
+IFS=',' read -r -a selected <<<"$only"
+for s in "${selected[@]}"; do
+    case ",$ALL_SUITES," in
+        *",$s,"*) ;;
+        *) echo "test.sh: unknown suite '$s' (known: $ALL_SUITES)" >&2; exit 2 ;;
+    esac
+done
+
+passed=0
+failed=0
+summary=()
+cd "$ROOT"
+for s in "${selected[@]}"; do
+    echo "=== $s ==="
+    start=$SECONDS
+    rc=0
+    case "$s" in
+        cargo) cargo test --workspace --all-targets || rc=$? ;;
+        clients) scripts/clients.sh || rc=$? ;;
+        conformance) scripts/conformance.sh || rc=$? ;;
+    esac
+    secs=$((SECONDS - start))
+    if [ "$rc" = 0 ]; then
+        passed=$((passed + 1))
+        summary+=("PASS $s (${secs}s)")
+    else
+        failed=$((failed + 1))
+        summary+=("FAIL $s (${secs}s, exit $rc)")
+    fi
+done
+echo "=== summary ==="
+printf '%s\n' "${summary[@]}"
+echo "suites: $passed passed, $failed failed"
+[ "$failed" = 0 ]

@@ -1,0 +1,251 @@
+//! Every limit and tunable of the server: each bound is a documented `pub const` with a long
+//! flag in `main.rs`, and `Config` carries the values checked once at start-up.
+//!
+//! Owns: the defaults, the relations between limits (checked at compile time), and
+//! `Config::validate`. Never: reads the environment or touches I/O.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Default listen address: loopback, so DNS-rebinding protection is on (MCP 2025-11-25
+/// transports §security: servers SHOULD bind to localhost when local).
+pub const LISTEN_DEFAULT: &str = "127.0.0.1:8080";
+/// Default MCP endpoint path.
+pub const PATH_DEFAULT: &str = "/mcp";
+
+/// Bytes of one request head (request line + headers). Over it: 431, connection closed.
+pub const HEADER_BYTES_MAX: usize = 16 * 1024;
+/// Header lines in one request. Over it: 431, connection closed.
+pub const HEADERS_MAX: usize = 64;
+/// Bytes of one POST body. Over it: 413 with a JSON-RPC error; the connection is closed
+/// after the answer so the unread body never reaches the parser.
+pub const BODY_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Nesting depth of a JSON body. Deeper: 400, -32700 (a parser stack bomb is the peer's fault).
+pub const JSON_DEPTH_MAX: usize = 64;
+/// Time to receive a whole request head once its first byte arrived. Over it: 408, closed.
+pub const HEADER_TIMEOUT_MS: u64 = 10_000;
+/// Time an idle keep-alive connection is kept between requests. Over it: closed silently.
+pub const IDLE_TIMEOUT_SECS: u64 = 60;
+/// Open connections on one core. Over it: new connections get 503 and are closed.
+pub const CONNECTIONS_PER_CORE_MAX: usize = 16 * 1024;
+/// Live sessions on one core. Over it: `initialize` gets 503 with -32603.
+pub const SESSIONS_PER_CORE_MAX: usize = 100_000;
+/// Request streams retained per session (running, owed or completed-and-retained). Over it,
+/// when none can be evicted: 429 with -32603.
+pub const STREAMS_PER_SESSION_MAX: usize = 256;
+/// Events held per session ring (power of two: slot = seq & mask).
+pub const REPLAY_EVENTS_MAX: usize = 4096;
+/// Payload bytes held per session ring.
+pub const REPLAY_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// How long a completed, delivered request stream stays resumable and deduplicable.
+pub const STREAM_RETENTION_SECS: u64 = 300;
+/// Idle time after which a session expires (then 404).
+pub const SESSION_IDLE_SECS: u64 = 600;
+/// `retry:` field of every priming event (SEP-1699), in milliseconds.
+pub const SSE_RETRY_MS: u64 = 1000;
+/// Keep-alive comment interval on an SSE connection; a dead peer shows up as a failed write.
+pub const SSE_KEEPALIVE_SECS: u64 = 15;
+/// How long a POST is held while the session owes a stream before 409 -31004.
+pub const OWED_WAIT_MS: u64 = 2000;
+/// How long an owed stream waits for a resume before it is abandoned (counted).
+pub const OWED_TIMEOUT_SECS: u64 = 60;
+/// Connections queued in one core's hand-off inbox. Full: the sender answers 503.
+pub const HANDOFF_INBOX_MAX: usize = 1024;
+/// Cores the server may run on; session ids carry the owner core in 16 bits.
+pub const THREADS_MAX: usize = 1024;
+
+const _: () = assert!(REPLAY_EVENTS_MAX.is_power_of_two());
+const _: () = assert!(HEADER_BYTES_MAX >= 1024);
+const _: () = assert!(THREADS_MAX <= u16::MAX as usize);
+const _: () = assert!(OWED_WAIT_MS < OWED_TIMEOUT_SECS * 1000);
+
+/// Which io driver a worker runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DriverChoice {
+    /// io_uring with the best ring flags the kernel takes, else epoll.
+    Auto,
+    /// io_uring only (fails if the kernel refuses).
+    Uring,
+    /// epoll (monoio's legacy driver).
+    Epoll,
+}
+
+/// How a request POST is answered (CONTRACT §3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResponseMode {
+    /// `tools/call` as SSE (it may emit progress, logs, server→client requests), the rest JSON.
+    Auto,
+    /// Every request as SSE.
+    Sse,
+    /// Every request as one JSON body.
+    Json,
+}
+
+/// Whether the migration boundary (CONTRACT §4 steps 2–4) is enforced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MigrationPolicy {
+    /// Enforced (default).
+    Strict,
+    /// Skipped: what the official SDK servers do today; for comparison runs only.
+    Off,
+}
+
+/// Everything a worker needs to know, checked once by `validate`.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub path: String,
+    pub threads: usize,
+    pub driver: DriverChoice,
+    pub response_mode: ResponseMode,
+    pub migration_policy: MigrationPolicy,
+    /// Extra `Origin` values accepted besides loopback ones (exact match, e.g. `https://app`).
+    pub allowed_origins: Vec<String>,
+    /// Extra `Host` values accepted besides loopback ones (exact match, with port if any).
+    pub allowed_hosts: Vec<String>,
+    pub header_bytes_max: usize,
+    pub headers_max: usize,
+    pub body_bytes_max: usize,
+    pub header_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub connections_per_core_max: usize,
+    pub sessions_per_core_max: usize,
+    pub streams_per_session_max: usize,
+    pub replay_events_max: usize,
+    pub replay_bytes_max: usize,
+    pub stream_retention: Duration,
+    pub session_idle: Duration,
+    pub sse_retry_ms: u64,
+    pub sse_keepalive: Duration,
+    pub owed_wait: Duration,
+    pub owed_timeout: Duration,
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: LISTEN_DEFAULT.parse().expect("invariant: constant address parses"),
+            path: PATH_DEFAULT.to_owned(),
+            threads: 1,
+            driver: DriverChoice::Auto,
+            response_mode: ResponseMode::Auto,
+            migration_policy: MigrationPolicy::Strict,
+            allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            header_bytes_max: HEADER_BYTES_MAX,
+            headers_max: HEADERS_MAX,
+            body_bytes_max: BODY_BYTES_MAX,
+            header_timeout: Duration::from_millis(HEADER_TIMEOUT_MS),
+            idle_timeout: Duration::from_secs(IDLE_TIMEOUT_SECS),
+            connections_per_core_max: CONNECTIONS_PER_CORE_MAX,
+            sessions_per_core_max: SESSIONS_PER_CORE_MAX,
+            streams_per_session_max: STREAMS_PER_SESSION_MAX,
+            replay_events_max: REPLAY_EVENTS_MAX,
+            replay_bytes_max: REPLAY_BYTES_MAX,
+            stream_retention: Duration::from_secs(STREAM_RETENTION_SECS),
+            session_idle: Duration::from_secs(SESSION_IDLE_SECS),
+            sse_retry_ms: SSE_RETRY_MS,
+            sse_keepalive: Duration::from_secs(SSE_KEEPALIVE_SECS),
+            owed_wait: Duration::from_millis(OWED_WAIT_MS),
+            owed_timeout: Duration::from_secs(OWED_TIMEOUT_SECS),
+            metrics_listen: None,
+        }
+    }
+}
+
+/// A flag value the server cannot run with (the operator's mistake).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("--{0} must be greater than zero (zero never means unlimited)")]
+    Zero(&'static str),
+    #[error("--replay-events must be a power of two, got {0}")]
+    NotPowerOfTwo(usize),
+    #[error("--threads must be at most {THREADS_MAX}, got {0}")]
+    TooManyThreads(usize),
+    #[error("--path must start with '/', got {0:?}")]
+    BadPath(String),
+    #[error("--owed-wait-ms must be shorter than --owed-timeout-secs")]
+    OwedWaitTooLong,
+}
+
+impl Config {
+    /// Smallest sensible limits, for tests that probe behaviour at the limits.
+    pub fn test_min() -> Config {
+        Config {
+            listen: "127.0.0.1:0".parse().expect("invariant: constant address parses"),
+            header_bytes_max: 1024,
+            headers_max: 16,
+            body_bytes_max: 4096,
+            sessions_per_core_max: 4,
+            streams_per_session_max: 4,
+            replay_events_max: 16,
+            replay_bytes_max: 4096,
+            ..Config::default()
+        }
+    }
+
+    /// Checks every value once, so workers can rely on them.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let nonzero: [(&'static str, u128); 14] = [
+            ("threads", self.threads as u128),
+            ("max-header-bytes", self.header_bytes_max as u128),
+            ("max-headers", self.headers_max as u128),
+            ("max-body-bytes", self.body_bytes_max as u128),
+            ("header-timeout-ms", self.header_timeout.as_millis()),
+            ("idle-timeout-secs", self.idle_timeout.as_millis()),
+            ("max-connections-per-core", self.connections_per_core_max as u128),
+            ("max-sessions-per-core", self.sessions_per_core_max as u128),
+            ("max-streams-per-session", self.streams_per_session_max as u128),
+            ("replay-bytes", self.replay_bytes_max as u128),
+            ("session-idle-secs", self.session_idle.as_millis()),
+            ("sse-keepalive-secs", self.sse_keepalive.as_millis()),
+            ("owed-wait-ms", self.owed_wait.as_millis()),
+            ("owed-timeout-secs", self.owed_timeout.as_millis()),
+        ];
+        for (name, value) in nonzero {
+            if value == 0 {
+                return Err(ConfigError::Zero(name));
+            }
+        }
+        if !self.replay_events_max.is_power_of_two() {
+            return Err(ConfigError::NotPowerOfTwo(self.replay_events_max));
+        }
+        if self.threads > THREADS_MAX {
+            return Err(ConfigError::TooManyThreads(self.threads));
+        }
+        if !self.path.starts_with('/') {
+            return Err(ConfigError::BadPath(self.path.clone()));
+        }
+        if self.owed_wait >= self.owed_timeout {
+            return Err(ConfigError::OwedWaitTooLong);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_test_min_are_valid() {
+        assert_eq!(Config::default().validate(), Ok(()));
+        assert_eq!(Config::test_min().validate(), Ok(()));
+    }
+
+    #[test]
+    fn zero_and_bad_values_are_rejected() {
+        let d = Config::default;
+        let c = Config { replay_events_max: 3, ..d() };
+        assert_eq!(c.validate(), Err(ConfigError::NotPowerOfTwo(3)));
+        let c = Config { body_bytes_max: 0, ..d() };
+        assert_eq!(c.validate(), Err(ConfigError::Zero("max-body-bytes")));
+        let c = Config { threads: THREADS_MAX + 1, ..d() };
+        assert_eq!(c.validate(), Err(ConfigError::TooManyThreads(THREADS_MAX + 1)));
+        let c = Config { path: "mcp".into(), ..d() };
+        assert!(matches!(c.validate(), Err(ConfigError::BadPath(_))));
+        let c = Config { owed_wait: d().owed_timeout, ..d() };
+        assert_eq!(c.validate(), Err(ConfigError::OwedWaitTooLong));
+    }
+}

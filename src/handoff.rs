@@ -1,0 +1,74 @@
+//! Per-core inbox for connections whose session lives on another core (runtime-notes §5): the
+//! receiving core pushes the socket (as a std `TcpStream`) plus the bytes it already read into
+//! the owner's bounded queue and wakes the owner's drain task, which adopts the connection.
+//! After that every event of the session is written locally, with no per-event hop.
+//!
+//! Never: blocks; a full inbox is reported to the sender, which answers 503.
+
+use std::future::poll_fn;
+use std::sync::Arc;
+use std::task::Poll;
+
+use atomic_waker::AtomicWaker;
+use crossbeam_queue::ArrayQueue;
+
+/// A connection on its way to its session's owner core.
+pub struct Moved {
+    pub socket: std::net::TcpStream,
+    /// Bytes read but not yet handled (the request that named the session, and any pipelined
+    /// after it).
+    pub pending: Vec<u8>,
+}
+
+/// One core's inbox.
+pub struct Inbox {
+    queue: ArrayQueue<Moved>,
+    waker: AtomicWaker,
+}
+
+impl Inbox {
+    pub fn new(capacity: usize) -> Inbox {
+        Inbox { queue: ArrayQueue::new(capacity), waker: AtomicWaker::new() }
+    }
+
+    /// From another core. `Err` gives the connection back when the inbox is full.
+    pub fn send(&self, moved: Moved) -> Result<(), Moved> {
+        self.queue.push(moved)?;
+        self.waker.wake();
+        Ok(())
+    }
+
+    /// On the owner core: the next moved connection.
+    pub async fn recv(&self) -> Moved {
+        poll_fn(|cx| {
+            if let Some(m) = self.queue.pop() {
+                return Poll::Ready(m);
+            }
+            self.waker.register(cx.waker());
+            match self.queue.pop() {
+                Some(m) => Poll::Ready(m),
+                None => Poll::Pending,
+            }
+        })
+        .await
+    }
+}
+
+/// All cores' inboxes, indexed by core.
+pub type Inboxes = Arc<Vec<Inbox>>;
+
+/// Turns a monoio socket into a std one for the trip to another core: the fd is duplicated
+/// (same open socket, same kernel buffers) and the monoio handle is dropped. Must be called
+/// with no operation in flight on `socket` (the connection loop only hands off between
+/// requests).
+#[allow(unsafe_code)]
+pub fn detach_socket(socket: monoio::net::TcpStream) -> std::io::Result<std::net::TcpStream> {
+    use std::os::fd::{AsRawFd, BorrowedFd};
+    let raw = socket.as_raw_fd();
+    // SAFETY: `raw` is the open fd owned by `socket`, which is alive (borrowed) for the whole
+    // scope of `borrowed`; we only duplicate it and never close it through this borrow.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(raw) };
+    let owned = borrowed.try_clone_to_owned()?;
+    drop(socket);
+    Ok(std::net::TcpStream::from(owned))
+}

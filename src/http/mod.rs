@@ -1,0 +1,279 @@
+//! HTTP/1.1 by hand (RFC 9112): a request head → byte ranges into the caller's read buffer, and a
+//! status line + headers → the caller's write `Vec`. Knows nothing about MCP.
+//!
+//! Called by `conn` (parse) and `transport` (encode). Never allocates on the parse path, never
+//! panics on peer bytes, never reads past the head it was given.
+
+use std::ops::Range;
+
+/// Hard cap of header lines httparse gets room for; `--max-headers` may only lower it.
+pub const HEADERS_CAP: usize = 128;
+
+/// The methods the MCP endpoint distinguishes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Post,
+    Delete,
+    Other,
+}
+
+/// A parsed request head: every string is a range into the buffer it was parsed from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequestHead {
+    pub method: Option<Method>,
+    pub path: Range<usize>,
+    /// Bytes of the head including the blank line; the body starts here.
+    pub head_len: usize,
+    /// `Content-Length`, when present and valid.
+    pub content_length: Option<usize>,
+    /// `Transfer-Encoding` present (we do not take chunked request bodies: 411).
+    pub chunked: bool,
+    /// False for `Connection: close` or HTTP/1.0 without keep-alive.
+    pub keep_alive: bool,
+    pub content_type: Option<Range<usize>>,
+    pub accept: Option<Range<usize>>,
+    pub session_id: Option<Range<usize>>,
+    pub protocol_version: Option<Range<usize>>,
+    pub last_event_id: Option<Range<usize>>,
+    pub origin: Option<Range<usize>>,
+    pub host: Option<Range<usize>>,
+    pub idempotency_key: Option<Range<usize>>,
+}
+
+impl RequestHead {
+    pub fn method(&self) -> Method {
+        self.method.unwrap_or(Method::Other)
+    }
+}
+
+/// Why a request head was refused. Every variant is the peer's fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    /// The head is larger than `--max-header-bytes` → 431.
+    #[error("request head too large")]
+    HeadTooLarge,
+    /// More header lines than `--max-headers` → 431.
+    #[error("too many headers")]
+    TooManyHeaders,
+    /// Not HTTP/1.x syntax → 400.
+    #[error("malformed request head")]
+    Malformed,
+    /// `Content-Length` not a number, or given twice with different values → 400.
+    #[error("bad Content-Length")]
+    BadContentLength,
+}
+
+/// Parses the head at the start of `buf`. `Ok(None)` means more bytes are needed.
+pub fn parse_head(
+    buf: &[u8],
+    header_bytes_max: usize,
+    headers_max: usize,
+) -> Result<Option<RequestHead>, ParseError> {
+    let mut headers = [httparse::EMPTY_HEADER; HEADERS_CAP];
+    let mut req = httparse::Request::new(&mut headers);
+    let status = match req.parse(buf) {
+        Ok(s) => s,
+        Err(httparse::Error::TooManyHeaders) => return Err(ParseError::TooManyHeaders),
+        Err(_) => return Err(ParseError::Malformed),
+    };
+    let head_len = match status {
+        httparse::Status::Complete(n) => n,
+        httparse::Status::Partial => {
+            if buf.len() > header_bytes_max {
+                return Err(ParseError::HeadTooLarge);
+            }
+            return Ok(None);
+        }
+    };
+    if head_len > header_bytes_max {
+        return Err(ParseError::HeadTooLarge);
+    }
+    if req.headers.len() > headers_max {
+        return Err(ParseError::TooManyHeaders);
+    }
+    let base = buf.as_ptr() as usize;
+    let range_of = |s: &[u8]| -> Range<usize> {
+        let start = s.as_ptr() as usize - base;
+        start..start + s.len()
+    };
+    let method = req.method.ok_or(ParseError::Malformed)?;
+    let path = req.path.ok_or(ParseError::Malformed)?;
+    let version = req.version.ok_or(ParseError::Malformed)?;
+    let mut head = RequestHead {
+        method: Some(match method {
+            "GET" => Method::Get,
+            "POST" => Method::Post,
+            "DELETE" => Method::Delete,
+            _ => Method::Other,
+        }),
+        path: range_of(path.as_bytes()),
+        head_len,
+        keep_alive: version == 1,
+        ..RequestHead::default()
+    };
+    for h in req.headers.iter() {
+        let name = h.name.as_bytes();
+        let value = trim(h.value);
+        let slot = if name.eq_ignore_ascii_case(b"content-length") {
+            let n = parse_decimal(value).ok_or(ParseError::BadContentLength)?;
+            if head.content_length.is_some_and(|old| old != n) {
+                return Err(ParseError::BadContentLength);
+            }
+            head.content_length = Some(n);
+            continue;
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            head.chunked = true;
+            continue;
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            if value.eq_ignore_ascii_case(b"close") {
+                head.keep_alive = false;
+            } else if value.eq_ignore_ascii_case(b"keep-alive") {
+                head.keep_alive = true;
+            }
+            continue;
+        } else if name.eq_ignore_ascii_case(b"content-type") {
+            &mut head.content_type
+        } else if name.eq_ignore_ascii_case(b"accept") {
+            &mut head.accept
+        } else if name.eq_ignore_ascii_case(b"mcp-session-id") {
+            &mut head.session_id
+        } else if name.eq_ignore_ascii_case(b"mcp-protocol-version") {
+            &mut head.protocol_version
+        } else if name.eq_ignore_ascii_case(b"last-event-id") {
+            &mut head.last_event_id
+        } else if name.eq_ignore_ascii_case(b"origin") {
+            &mut head.origin
+        } else if name.eq_ignore_ascii_case(b"host") {
+            &mut head.host
+        } else if name.eq_ignore_ascii_case(b"idempotency-key") {
+            &mut head.idempotency_key
+        } else {
+            continue;
+        };
+        *slot = Some(range_of(value));
+    }
+    Ok(Some(head))
+}
+
+fn trim(mut v: &[u8]) -> &[u8] {
+    while let [first, rest @ ..] = v {
+        if first.is_ascii_whitespace() {
+            v = rest;
+        } else {
+            break;
+        }
+    }
+    while let [rest @ .., last] = v {
+        if last.is_ascii_whitespace() {
+            v = rest;
+        } else {
+            break;
+        }
+    }
+    v
+}
+
+/// A decimal without sign or spaces, at most 18 digits (so it cannot overflow).
+pub fn parse_decimal(v: &[u8]) -> Option<usize> {
+    if v.is_empty() || v.len() > 18 {
+        return None;
+    }
+    let mut n: usize = 0;
+    for &b in v {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        n = n * 10 + usize::from(b - b'0');
+    }
+    Some(n)
+}
+
+/// True when a header value (e.g. `Accept`) lists `media` as one of its comma-separated types,
+/// ignoring parameters and case; `*/*` counts.
+pub fn lists_media_type(value: &[u8], media: &[u8]) -> bool {
+    value.split(|&b| b == b',').any(|item| {
+        let ty = trim(item.split(|&b| b == b';').next().unwrap_or(&[]));
+        ty.eq_ignore_ascii_case(media) || ty == b"*/*"
+    })
+}
+
+/// True when `Content-Type` is `media` (parameters such as charset allowed).
+pub fn is_media_type(value: &[u8], media: &[u8]) -> bool {
+    trim(value.split(|&b| b == b';').next().unwrap_or(&[])).eq_ignore_ascii_case(media)
+}
+
+/// The reason phrase of every status we send.
+pub fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        202 => "Accepted",
+        204 => "No Content",
+        400 => "Bad Request",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        406 => "Not Acceptable",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        411 => "Length Required",
+        413 => "Content Too Large",
+        415 => "Unsupported Media Type",
+        422 => "Unprocessable Content",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        _ => "Unknown",
+    }
+}
+
+/// Appends `HTTP/1.1 <status> <reason>\r\n` to `out`.
+pub fn write_status(out: &mut Vec<u8>, status: u16) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    push_decimal(out, u64::from(status));
+    out.push(b' ');
+    out.extend_from_slice(reason(status).as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends one header line.
+pub fn write_header(out: &mut Vec<u8>, name: &str, value: &[u8]) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends `n` in decimal without allocating.
+pub fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
+/// Appends `n` in lower-case hex without allocating (chunk sizes, event ids).
+pub fn push_hex(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 16];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b"0123456789abcdef"[(n & 15) as usize];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,332 @@
+//! JSON-RPC 2.0 envelope: decodes a POST body into messages (simd-json, in place) and encodes
+//! responses, errors and notifications into caller-supplied buffers.
+//!
+//! Called by `transport` and `stream`. Never: interprets MCP methods (that is `transport`).
+
+use simd_json::prelude::*;
+use simd_json::OwnedValue as Value;
+
+/// JSON-RPC's own error codes.
+pub const PARSE_ERROR: i64 = -32700;
+pub const INVALID_REQUEST: i64 = -32600;
+pub const METHOD_NOT_FOUND: i64 = -32601;
+pub const INVALID_PARAMS: i64 = -32602;
+pub const INTERNAL_ERROR: i64 = -32603;
+
+/// A request id as the client wrote it (JSON text: a number or a quoted string), so it is
+/// echoed back byte-for-byte and compared exactly.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RawId(pub String);
+
+/// One JSON-RPC message.
+#[derive(Debug)]
+pub enum Message {
+    Request {
+        id: RawId,
+        method: String,
+        params: Value,
+    },
+    Notification {
+        method: String,
+        params: Value,
+    },
+    /// An answer to a server→client request (sampling, elicitation): `result` or `error`.
+    Response {
+        id: RawId,
+        outcome: Result<Value, Value>,
+    },
+}
+
+/// A decoded POST body.
+#[derive(Debug)]
+pub enum Body {
+    Single(Message),
+    Batch(Vec<Message>),
+}
+
+/// Why a body is not JSON-RPC. Every variant is the peer's fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// Not JSON (or not UTF-8, or nested deeper than the limit) → -32700.
+    #[error("parse error")]
+    Parse,
+    /// JSON, but not a JSON-RPC 2.0 message → -32600.
+    #[error("invalid request")]
+    Invalid,
+}
+
+/// Nesting depth of `bytes` counting `[`/`{` outside strings; stops early past `max`.
+fn depth_exceeds(bytes: &[u8], max: usize) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in bytes {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Decodes a body in place (simd-json rewrites the buffer).
+pub fn decode(body: &mut [u8], depth_max: usize) -> Result<Body, DecodeError> {
+    if depth_exceeds(body, depth_max) {
+        return Err(DecodeError::Parse);
+    }
+    let value = simd_json::to_owned_value(body).map_err(|_| DecodeError::Parse)?;
+    match value {
+        Value::Array(items) => {
+            if items.is_empty() {
+                return Err(DecodeError::Invalid);
+            }
+            let msgs = items.into_iter().map(message).collect::<Result<Vec<_>, _>>()?;
+            Ok(Body::Batch(msgs))
+        }
+        v => Ok(Body::Single(message(v)?)),
+    }
+}
+
+fn message(v: Value) -> Result<Message, DecodeError> {
+    let Value::Object(mut obj) = v else {
+        return Err(DecodeError::Invalid);
+    };
+    if obj.get("jsonrpc").and_then(|v| v.as_str()) != Some("2.0") {
+        return Err(DecodeError::Invalid);
+    }
+    let id = match obj.remove("id") {
+        None => None,
+        Some(v) => Some(raw_id(&v)?),
+    };
+    let method = match obj.remove("method") {
+        None => None,
+        Some(Value::String(m)) => Some(m),
+        Some(_) => return Err(DecodeError::Invalid),
+    };
+    let params = obj.remove("params").unwrap_or_else(Value::object);
+    if !(params.is_object() || params.is_array()) {
+        return Err(DecodeError::Invalid);
+    }
+    match (id, method) {
+        (Some(id), Some(method)) => Ok(Message::Request { id, method, params }),
+        (None, Some(method)) => Ok(Message::Notification { method, params }),
+        (Some(id), None) => match (obj.remove("result"), obj.remove("error")) {
+            (Some(r), None) => Ok(Message::Response { id, outcome: Ok(r) }),
+            (None, Some(e)) => Ok(Message::Response { id, outcome: Err(e) }),
+            _ => Err(DecodeError::Invalid),
+        },
+        (None, None) => Err(DecodeError::Invalid),
+    }
+}
+
+/// Ids are strings or integers; `null`, fractions, objects and arrays are refused (MCP: "MUST
+/// NOT be null").
+fn raw_id(v: &Value) -> Result<RawId, DecodeError> {
+    if v.is_str() || v.is_i64() || v.is_u64() {
+        Ok(RawId(v.encode()))
+    } else {
+        Err(DecodeError::Invalid)
+    }
+}
+
+/// Appends `{"jsonrpc":"2.0","id":<id>,"result":<result>}`.
+pub fn push_result(out: &mut Vec<u8>, id: &RawId, result_json: &[u8]) {
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    out.extend_from_slice(id.0.as_bytes());
+    out.extend_from_slice(b",\"result\":");
+    out.extend_from_slice(result_json);
+    out.push(b'}');
+}
+
+/// Appends a JSON-RPC error response; `id` None is written as `null` only where JSON-RPC
+/// requires an id member, i.e. always (the spec allows the id-less body in HTTP errors, but
+/// clients parse `"id":null` more reliably than a missing member).
+pub fn push_error(
+    out: &mut Vec<u8>,
+    id: Option<&RawId>,
+    code: i64,
+    message: &str,
+    data: Option<&str>,
+) {
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    match id {
+        Some(id) => out.extend_from_slice(id.0.as_bytes()),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"error\":{\"code\":");
+    if code < 0 {
+        out.push(b'-');
+    }
+    crate::http::push_decimal(out, code.unsigned_abs());
+    out.extend_from_slice(b",\"message\":");
+    out.extend_from_slice(Value::from(message).encode().as_bytes());
+    if let Some(data) = data {
+        out.extend_from_slice(b",\"data\":");
+        out.extend_from_slice(data.as_bytes());
+    }
+    out.extend_from_slice(b"}}");
+}
+
+/// Appends `{"jsonrpc":"2.0","method":<method>,"params":<params>}`.
+pub fn push_notification(out: &mut Vec<u8>, method: &str, params_json: &[u8]) {
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":\"");
+    out.extend_from_slice(method.as_bytes());
+    out.extend_from_slice(b"\",\"params\":");
+    out.extend_from_slice(params_json);
+    out.push(b'}');
+}
+
+/// Appends a server→client request `{"jsonrpc":"2.0","id":<id>,"method":..,"params":..}`.
+pub fn push_request(out: &mut Vec<u8>, id: u64, method: &str, params_json: &[u8]) {
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    crate::http::push_decimal(out, id);
+    out.extend_from_slice(b",\"method\":\"");
+    out.extend_from_slice(method.as_bytes());
+    out.extend_from_slice(b"\",\"params\":");
+    out.extend_from_slice(params_json);
+    out.push(b'}');
+}
+
+/// Canonical JSON: object keys sorted at every level, so two params that differ only in key
+/// order encode to the same text (CONTRACT §4 fingerprints). `_meta` at the top level is left
+/// out: it carries per-attempt data (the SDKs set `progressToken` to the request id).
+pub fn canonical_params(params: &Value, out: &mut String) {
+    canonical(params, out, true);
+}
+
+fn canonical(v: &Value, out: &mut String, top: bool) {
+    match v {
+        Value::Object(obj) => {
+            let mut keys: Vec<&String> = obj.keys().filter(|k| !(top && *k == "_meta")).collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::from(k.as_str()).encode());
+                out.push(':');
+                if let Some(child) = obj.get(k.as_str()) {
+                    canonical(child, out, false);
+                }
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical(item, out, false);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.encode()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dec(s: &str) -> Result<Body, DecodeError> {
+        let mut b = s.as_bytes().to_vec();
+        decode(&mut b, 8)
+    }
+
+    #[test]
+    fn classifies_messages() {
+        let table: [(&str, &str); 7] = [
+            (r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, "request"),
+            (r#"{"jsonrpc":"2.0","id":"a","method":"x","params":{}}"#, "request"),
+            (r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#, "notification"),
+            (r#"{"jsonrpc":"2.0","id":5,"result":{}}"#, "response"),
+            (r#"{"jsonrpc":"2.0","id":5,"error":{"code":1,"message":"m"}}"#, "response"),
+            (r#"[{"jsonrpc":"2.0","method":"a"}]"#, "batch"),
+            (r#"{"jsonrpc":"2.0","id":1,"method":"m","params":[1]}"#, "request"),
+        ];
+        for (body, kind) in table {
+            let got = match dec(body).unwrap() {
+                Body::Single(Message::Request { .. }) => "request",
+                Body::Single(Message::Notification { .. }) => "notification",
+                Body::Single(Message::Response { .. }) => "response",
+                Body::Batch(_) => "batch",
+            };
+            assert_eq!(got, kind, "{body}");
+        }
+    }
+
+    #[test]
+    fn refuses_what_is_not_json_rpc() {
+        let table: [(&[u8], DecodeError); 10] = [
+            (b"{", DecodeError::Parse),
+            (b"\xff\xfe", DecodeError::Parse),
+            (b"[[[[[[[[[[1]]]]]]]]]]", DecodeError::Parse),
+            (b"[]", DecodeError::Invalid),
+            (b"42", DecodeError::Invalid),
+            (br#"{"id":1,"method":"x"}"#, DecodeError::Invalid),
+            (br#"{"jsonrpc":"1.0","id":1,"method":"x"}"#, DecodeError::Invalid),
+            (br#"{"jsonrpc":"2.0","id":null,"method":"x"}"#, DecodeError::Invalid),
+            (br#"{"jsonrpc":"2.0","id":1.5,"method":"x"}"#, DecodeError::Invalid),
+            (br#"{"jsonrpc":"2.0","id":1,"method":"x","params":3}"#, DecodeError::Invalid),
+        ];
+        for (body, want) in table {
+            let mut b = body.to_vec();
+            assert_eq!(decode(&mut b, 8).err(), Some(want), "{:?}", String::from_utf8_lossy(body));
+        }
+    }
+
+    #[test]
+    fn ids_echo_exactly() {
+        let Body::Single(Message::Request { id, .. }) =
+            dec(r#"{"jsonrpc":"2.0","id":"x\"y","method":"m"}"#).unwrap()
+        else {
+            panic!("not a request")
+        };
+        let mut out = Vec::new();
+        push_result(&mut out, &id, b"{}");
+        assert_eq!(out, br#"{"jsonrpc":"2.0","id":"x\"y","result":{}}"#);
+    }
+
+    #[test]
+    fn error_encoding() {
+        let mut out = Vec::new();
+        push_error(&mut out, None, -32700, "parse \"error\"", None);
+        assert_eq!(
+            out,
+            br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse \"error\""}}"#
+        );
+    }
+
+    #[test]
+    fn canonical_ignores_key_order_and_top_meta() {
+        let mut a =
+            br#"{"b":{"y":1,"x":[2,{"q":1,"p":2}]},"a":"s","_meta":{"progressToken":1}}"#.to_vec();
+        let mut b = br#"{"a":"s","b":{"x":[2,{"p":2,"q":1}],"y":1}}"#.to_vec();
+        let (va, vb) = (
+            simd_json::to_owned_value(&mut a).unwrap(),
+            simd_json::to_owned_value(&mut b).unwrap(),
+        );
+        let (mut ca, mut cb) = (String::new(), String::new());
+        canonical_params(&va, &mut ca);
+        canonical_params(&vb, &mut cb);
+        assert_eq!(ca, cb);
+        assert_eq!(ca, r#"{"a":"s","b":{"x":[2,{"p":2,"q":1}],"y":1}}"#);
+    }
+}

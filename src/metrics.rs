@@ -1,0 +1,103 @@
+//! Counters, one set per core, written only by their core (a relaxed load + store, no
+//! read-modify-write on the hot path) and summed by the `/metrics` thread into the Prometheus
+//! text format.
+//!
+//! Never: blocks a worker; the exporter only reads.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+macro_rules! counters {
+    ($($name:ident => $prom:literal, $help:literal;)*) => {
+        /// One core's counters.
+        #[derive(Default)]
+        pub struct CoreMetrics { $(pub $name: Counter,)* }
+
+        impl CoreMetrics {
+            /// Appends every counter, summed over `cores`, in the Prometheus text format.
+            #[allow(unused_assignments)]
+            pub fn render(cores: &[std::sync::Arc<CoreMetrics>], out: &mut String) {
+                use std::fmt::Write;
+                let mut last_family = "";
+                $(
+                    let total: u64 = cores.iter().map(|c| c.$name.get()).sum();
+                    let family = $prom.split('{').next().unwrap_or($prom);
+                    if family != last_family {
+                        let _ = writeln!(out, "# HELP {} {}", family, $help);
+                        let kind = if family.ends_with("_total") { "counter" } else { "gauge" };
+                        let _ = writeln!(out, "# TYPE {} {}", family, kind);
+                        last_family = family;
+                    }
+                    let _ = writeln!(out, "{} {}", $prom, total);
+                )*
+            }
+        }
+    };
+}
+
+counters! {
+    requests_total => "tidemark_requests_total", "HTTP requests parsed.";
+    sessions_created_total => "tidemark_sessions_created_total", "Sessions created by initialize.";
+    sessions_expired_total => "tidemark_sessions_expired_total", "Sessions ended by idle expiry.";
+    sessions_deleted_total => "tidemark_sessions_deleted_total", "Sessions ended by DELETE.";
+    sessions_active => "tidemark_sessions_active", "Live sessions.";
+    connections_active => "tidemark_connections_active", "Open connections.";
+    handoffs_total => "tidemark_handoffs_total", "Connections moved to the core owning their session.";
+    rejected_owed => "migrations_rejected_total{reason=\"retry_of_owed\"}", "POSTs refused by the migration boundary.";
+    rejected_id_reused => "migrations_rejected_total{reason=\"id_reused\"}", "POSTs refused by the migration boundary.";
+    rejected_held_too_long => "migrations_rejected_total{reason=\"held_too_long\"}", "POSTs refused by the migration boundary.";
+    rejected_key_reused => "migrations_rejected_total{reason=\"idempotency_key_reused\"}", "POSTs refused by the migration boundary.";
+    posts_held_total => "posts_held_total", "POSTs held until owed streams were resumed.";
+    dedup_hits_total => "dedup_hits_total", "POSTs answered from an earlier stream by Idempotency-Key.";
+    replays_total => "replays_total", "Resumes with Last-Event-ID that replayed a stream.";
+    gaps_total => "gaps_total", "Resumes that found evicted events (-31003).";
+    owed_abandoned_total => "owed_abandoned_total", "Owed streams nobody resumed in time.";
+    limit_header => "tidemark_limit_hits_total{limit=\"header\"}", "Requests refused at a limit.";
+    limit_body => "tidemark_limit_hits_total{limit=\"body\"}", "Requests refused at a limit.";
+    limit_sessions => "tidemark_limit_hits_total{limit=\"sessions\"}", "Requests refused at a limit.";
+    limit_streams => "tidemark_limit_hits_total{limit=\"streams\"}", "Requests refused at a limit.";
+    limit_connections => "tidemark_limit_hits_total{limit=\"connections\"}", "Requests refused at a limit.";
+    limit_timeout => "tidemark_limit_hits_total{limit=\"header_timeout\"}", "Requests refused at a limit.";
+}
+
+/// A counter written by one core only.
+#[derive(Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    pub fn inc(&self) {
+        self.add(1);
+    }
+
+    pub fn add(&self, n: u64) {
+        // Single writer: a load and a store, not an atomic read-modify-write.
+        self.0.store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    }
+
+    pub fn sub(&self, n: u64) {
+        self.0.store(self.0.load(Ordering::Relaxed).wrapping_sub(n), Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn sums_cores_and_groups_families() {
+        let a = Arc::new(CoreMetrics::default());
+        let b = Arc::new(CoreMetrics::default());
+        a.rejected_owed.inc();
+        b.rejected_owed.add(2);
+        b.rejected_id_reused.inc();
+        let mut out = String::new();
+        CoreMetrics::render(&[a, b], &mut out);
+        assert!(out.contains("migrations_rejected_total{reason=\"retry_of_owed\"} 3\n"));
+        assert!(out.contains("migrations_rejected_total{reason=\"id_reused\"} 1\n"));
+        assert_eq!(out.matches("# TYPE migrations_rejected_total counter").count(), 1);
+    }
+}

@@ -1,0 +1,416 @@
+//! The slot array, FIFO eviction and per-stream chains behind [`Ring`], plus the [`Replay`]
+//! iterator that walks one stream's chain.
+//!
+//! Held events always form the contiguous range `head..tail` of sequence numbers (every append
+//! takes `tail`, every eviction removes `head`), and that range is never longer than the slot
+//! array, so `seq & mask` never collides and a lookup is a range check plus one index.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::iter::FusedIterator;
+use std::num::NonZeroU64;
+
+use bytes::Bytes;
+
+use super::{Event, EventSeq, Evicted, ReplayError, StreamKey};
+
+/// Slots allocated by the first append (fewer when `events_max` is smaller). An idle session
+/// allocates none; a session that has emitted a handful of events holds 16 × 56 bytes; the array
+/// then doubles up to `events_max` as events accumulate, so memory follows the high-water mark of
+/// held events, never the configured capacity (100k idle sessions at `events_max` = 2^20 must not
+/// cost 2^20 slots each).
+pub const SLOTS_INITIAL: usize = 16;
+
+/// One held event. 56 bytes: the payload handle, two sequence numbers and the stream key.
+struct Slot {
+    /// This event's sequence number, kept to assert that the slot matches the lookup.
+    seq: NonZeroU64,
+    stream: StreamKey,
+    /// `Some` exactly when the stream's next event has been appended (see [`Event`]).
+    next: Option<NonZeroU64>,
+    payload: Bytes,
+}
+
+// The memory per held event that the docs and the bench quote; `None` uses a niche, no tag.
+const _: () = assert!(std::mem::size_of::<Option<Slot>>() <= 56);
+
+/// The replay buffer of one session; see the module doc of `replay`.
+pub struct Ring {
+    /// Length 0 (nothing appended yet) or a power of two ≤ `events_max`. The event `seq` lives in
+    /// `slots[seq & (slots.len() - 1)]` exactly when `head <= seq < tail`; every other slot is
+    /// `None`.
+    slots: Vec<Option<Slot>>,
+    /// Oldest held sequence number; equals `tail` when the ring is empty. 1 ≤ head ≤ tail.
+    head: u64,
+    /// Sequence number the next append receives. Starts at 1 and only grows.
+    tail: u64,
+    /// Sum of held payload lengths; ≤ `bytes_max`.
+    bytes: usize,
+    /// Bound on held events (`--replay-events`); a power of two ≥ 1.
+    events_max: usize,
+    /// Bound on held payload bytes (`--replay-bytes`); ≥ 1.
+    bytes_max: usize,
+    /// Newest held event of each stream that has any held event, so an append links its
+    /// predecessor in O(1). Entries leave when a stream's newest event is evicted, so the map
+    /// never outgrows the held events.
+    stream_newest: HashMap<StreamKey, NonZeroU64, BuildHasherDefault<StreamKeyHasher>>,
+}
+
+impl Ring {
+    /// An empty ring bounded to `events_max` events and `bytes_max` payload bytes. Allocates
+    /// nothing until the first append.
+    ///
+    /// Panics unless `events_max` is a power of two and `bytes_max` ≥ 1: `config` validates the
+    /// flags, so a bad value here is our bug.
+    pub fn new(events_max: usize, bytes_max: usize) -> Ring {
+        assert!(events_max.is_power_of_two(), "events_max must be a power of two ≥ 1");
+        assert!(bytes_max >= 1, "bytes_max must be ≥ 1");
+        Ring {
+            slots: Vec::new(),
+            head: 1,
+            tail: 1,
+            bytes: 0,
+            events_max,
+            bytes_max,
+            stream_newest: HashMap::default(),
+        }
+    }
+
+    /// Appends `payload` as the newest event of `stream` and returns its sequence number.
+    ///
+    /// First evicts oldest-first, reporting each removed event to `on_evict` in sequence order,
+    /// until one more event fits within `events_max` and `payload.len()` more bytes fit within
+    /// `bytes_max`; then stores the event and links it from the stream's previous held event.
+    /// A payload longer than `bytes_max` is refused with the ring unchanged.
+    pub fn try_append(
+        &mut self,
+        stream: StreamKey,
+        payload: Bytes,
+        on_evict: impl FnMut(Evicted),
+    ) -> Result<EventSeq, ReplayError> {
+        if payload.len() > self.bytes_max {
+            return Err(ReplayError::PayloadTooLarge {
+                len: payload.len(),
+                bytes_max: self.bytes_max,
+            });
+        }
+        Ok(self.append_assume_fits(stream, payload, on_evict))
+    }
+
+    /// [`Ring::try_append`] for a payload the caller knows fits (e.g. an empty priming event).
+    ///
+    /// Panics if `payload.len() > bytes_max`.
+    pub fn append_assume_fits(
+        &mut self,
+        stream: StreamKey,
+        payload: Bytes,
+        mut on_evict: impl FnMut(Evicted),
+    ) -> EventSeq {
+        assert!(payload.len() <= self.bytes_max, "payload longer than bytes_max");
+        // Terminates: an empty ring holds 0 bytes, and both bounds admit one fitting event.
+        while self.len() == self.events_max || self.bytes_max - self.bytes < payload.len() {
+            on_evict(self.evict_oldest());
+        }
+        if self.len() == self.slots.len() {
+            self.grow();
+        }
+        let seq = NonZeroU64::new(self.tail).expect("invariant: tail starts at 1 and only grows");
+        self.tail = self.tail.checked_add(1).expect("invariant: 2^64 events are never appended");
+        if let Some(prev) = self.stream_newest.insert(stream, seq) {
+            let index = self.index(prev.get());
+            let prev_slot =
+                self.slots[index].as_mut().expect("invariant: a stream's newest is held");
+            assert!(prev_slot.seq == prev, "invariant: slot holds the stream's newest event");
+            assert!(prev_slot.next.is_none(), "invariant: a stream's newest has no successor");
+            assert!(prev < seq, "invariant: sequence numbers strictly increase");
+            prev_slot.next = Some(seq);
+        }
+        self.bytes += payload.len();
+        assert!(self.bytes <= self.bytes_max, "invariant: bytes within bytes_max");
+        let index = self.index(seq.get());
+        let free = &mut self.slots[index];
+        assert!(free.is_none(), "invariant: the slot of tail is free");
+        *free = Some(Slot { seq, stream, next: None, payload });
+        assert!(self.head <= self.tail, "invariant: head ≤ tail");
+        assert!(self.len() <= self.slots.len(), "invariant: held events fit the slots");
+        EventSeq(seq.get())
+    }
+
+    /// The held event `seq`, in O(1) at any capacity; `None` if it was never appended (including
+    /// `EventSeq(0)`) or has been evicted.
+    pub fn get(&self, seq: EventSeq) -> Option<Event<'_>> {
+        if seq.0 < self.head || seq.0 >= self.tail {
+            return None;
+        }
+        let slot = self.slots[self.index(seq.0)]
+            .as_ref()
+            .expect("invariant: every seq in head..tail has a slot");
+        assert!(slot.seq.get() == seq.0, "invariant: slot holds the looked-up event");
+        Some(Event {
+            stream: slot.stream,
+            seq,
+            payload: &slot.payload,
+            next_in_stream: slot.next.map(|next| EventSeq(next.get())),
+        })
+    }
+
+    /// The sequence number the next append receives.
+    pub fn next_seq(&self) -> EventSeq {
+        EventSeq(self.tail)
+    }
+
+    /// The oldest held event's sequence number; `None` when empty.
+    pub fn oldest(&self) -> Option<EventSeq> {
+        (self.head < self.tail).then_some(EventSeq(self.head))
+    }
+
+    /// The newest held event of `stream`; `None` if the stream holds none (never appended to,
+    /// or all its events evicted). O(1).
+    pub fn newest_in_stream(&self, stream: StreamKey) -> Option<EventSeq> {
+        self.stream_newest.get(&stream).map(|seq| EventSeq(seq.get()))
+    }
+
+    /// Number of held events.
+    pub fn len(&self) -> usize {
+        // Lossless: tail - head ≤ slots.len(), a usize.
+        (self.tail - self.head) as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.head == self.tail
+    }
+
+    /// Sum of held payload lengths.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The bound on held events this ring was created with.
+    pub fn events_max(&self) -> usize {
+        self.events_max
+    }
+
+    /// The bound on held payload bytes this ring was created with.
+    pub fn bytes_max(&self) -> usize {
+        self.bytes_max
+    }
+
+    /// Slots currently allocated: 0 before the first append, then a power of two between
+    /// `min(SLOTS_INITIAL, events_max)` and `events_max`. For memory tests.
+    pub fn capacity_slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// `stream`'s held events with a sequence number greater than `after`, in order.
+    ///
+    /// Starts from `after`'s successor when `after` is held and belongs to `stream`. Otherwise
+    /// (evicted, never appended, `EventSeq(0)`, or another stream's event) the iterator yields
+    /// nothing and reports [`Replay::start_unknown`]: the `stream` layer then decides between its
+    /// own first-held pointer and a gap report.
+    pub fn replay_after(&self, stream: StreamKey, after: EventSeq) -> Replay<'_> {
+        match self.get(after) {
+            Some(event) if event.stream == stream => {
+                Replay { ring: self, stream, next: event.next_in_stream, start_unknown: false }
+            }
+            _ => Replay::unknown(self, stream),
+        }
+    }
+
+    /// The chain of `first`'s stream starting at `first` (inclusive). When `first` is not held the
+    /// iterator yields nothing and reports [`Replay::start_unknown`].
+    pub fn iter_from(&self, first: EventSeq) -> Replay<'_> {
+        match self.get(first) {
+            Some(event) => {
+                Replay { ring: self, stream: event.stream, next: Some(first), start_unknown: false }
+            }
+            None => Replay::unknown(self, StreamKey(0)),
+        }
+    }
+
+    /// Removes the oldest event. Caller ensures the ring is not empty.
+    fn evict_oldest(&mut self) -> Evicted {
+        assert!(self.head < self.tail, "invariant: evict only from a non-empty ring");
+        let index = self.index(self.head);
+        let slot = self.slots[index].take().expect("invariant: every seq in head..tail has a slot");
+        assert!(slot.seq.get() == self.head, "invariant: slot of head holds head");
+        self.head += 1;
+        self.bytes = self
+            .bytes
+            .checked_sub(slot.payload.len())
+            .expect("invariant: bytes counts every held payload");
+        if slot.next.is_none() {
+            let newest = self.stream_newest.remove(&slot.stream);
+            assert!(newest == Some(slot.seq), "invariant: a chain's end is its stream's newest");
+        }
+        Evicted {
+            stream: slot.stream,
+            seq: EventSeq(slot.seq.get()),
+            next_in_stream: slot.next.map(|next| EventSeq(next.get())),
+        }
+    }
+
+    /// Doubles the slot array (or makes the first one), re-placing held events by the new mask.
+    /// Called only when every slot is in use, so doubling keeps appends amortized O(1).
+    fn grow(&mut self) {
+        let slots_len = if self.slots.is_empty() {
+            SLOTS_INITIAL.min(self.events_max)
+        } else {
+            self.slots.len() * 2
+        };
+        assert!(slots_len <= self.events_max, "invariant: grow only below events_max");
+        let mut slots = Vec::with_capacity(slots_len);
+        slots.resize_with(slots_len, || None);
+        let mask = slots_len as u64 - 1;
+        for seq in self.head..self.tail {
+            let old = self.index(seq);
+            let slot = self.slots[old].take();
+            debug_assert!(slot.as_ref().is_some_and(|s| s.seq.get() == seq));
+            // Lossless: masked below slots_len, a usize.
+            slots[(seq & mask) as usize] = slot;
+        }
+        self.slots = slots;
+    }
+
+    /// Slot index of `seq`. Only called with a non-empty slot array.
+    fn index(&self, seq: u64) -> usize {
+        // Lossless: masked below slots.len(), a usize.
+        (seq & (self.slots.len() as u64 - 1)) as usize
+    }
+
+    /// O(n) check of every invariant; tests call it after each operation.
+    #[cfg(test)]
+    pub(super) fn check_invariants(&self) {
+        assert!(1 <= self.head && self.head <= self.tail);
+        assert!(self.len() <= self.slots.len());
+        assert!(self.slots.len() <= self.events_max);
+        assert!(self.slots.is_empty() || self.slots.len().is_power_of_two());
+        assert!(self.bytes <= self.bytes_max);
+        let mut bytes = 0;
+        let mut newest: HashMap<StreamKey, NonZeroU64> = HashMap::new();
+        for seq in self.head..self.tail {
+            let slot = self.slots[self.index(seq)].as_ref().expect("held slot");
+            assert_eq!(slot.seq.get(), seq);
+            bytes += slot.payload.len();
+            newest.insert(slot.stream, slot.seq);
+            if let Some(next) = slot.next {
+                assert!(next > slot.seq && next.get() < self.tail);
+                let successor = self.slots[self.index(next.get())].as_ref().expect("held");
+                assert_eq!(successor.stream, slot.stream);
+                // No event of the same stream between the two.
+                for between in seq + 1..next.get() {
+                    let other = self.slots[self.index(between)].as_ref().expect("held");
+                    assert_ne!(other.stream, slot.stream);
+                }
+            }
+        }
+        assert_eq!(bytes, self.bytes);
+        let held = self.slots.iter().filter(|slot| slot.is_some()).count();
+        assert_eq!(held, self.len());
+        assert_eq!(newest.len(), self.stream_newest.len());
+        for (stream, seq) in &newest {
+            assert_eq!(self.stream_newest.get(stream), Some(seq));
+            let slot = self.slots[self.index(seq.get())].as_ref().expect("held");
+            assert!(slot.next.is_none());
+        }
+    }
+}
+
+/// Counters only: payloads are never logged (STYLE, logging).
+impl fmt::Debug for Ring {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ring")
+            .field("head", &self.head)
+            .field("tail", &self.tail)
+            .field("bytes", &self.bytes)
+            .field("slots", &self.slots.len())
+            .field("streams", &self.stream_newest.len())
+            .field("events_max", &self.events_max)
+            .field("bytes_max", &self.bytes_max)
+            .finish()
+    }
+}
+
+/// Iterator over one stream's held events, oldest first, following `next_in_stream`; from
+/// [`Ring::replay_after`] or [`Ring::iter_from`]. Each step is O(1).
+#[derive(Clone, Debug)]
+pub struct Replay<'a> {
+    ring: &'a Ring,
+    /// The stream being walked (meaningless when `start_unknown`).
+    stream: StreamKey,
+    /// The event the next call to `next` yields; `None` once the chain is exhausted.
+    next: Option<EventSeq>,
+    /// True when the requested starting point was not held, so nothing is yielded.
+    start_unknown: bool,
+}
+
+impl<'a> Replay<'a> {
+    fn unknown(ring: &'a Ring, stream: StreamKey) -> Replay<'a> {
+        Replay { ring, stream, next: None, start_unknown: true }
+    }
+
+    /// True when the starting point was not held (evicted, never appended, `EventSeq(0)`, or
+    /// another stream's event): the iterator is empty and the caller must find the start itself.
+    pub fn start_unknown(&self) -> bool {
+        self.start_unknown
+    }
+
+    /// The sequence number the next call to `next` yields, if any. A writer that must release
+    /// the ring mid-replay (to await a socket write) resumes later with [`Ring::iter_from`] at
+    /// this value.
+    pub fn peek_seq(&self) -> Option<EventSeq> {
+        self.next
+    }
+}
+
+impl<'a> Iterator for Replay<'a> {
+    type Item = Event<'a>;
+
+    fn next(&mut self) -> Option<Event<'a>> {
+        let seq = self.next?;
+        let event = self
+            .ring
+            .get(seq)
+            .expect("invariant: a held event's successor is held (eviction is oldest-first)");
+        assert!(event.stream == self.stream, "invariant: a chain never crosses streams");
+        debug_assert!(event.next_in_stream.is_none_or(|next| next > seq));
+        self.next = event.next_in_stream;
+        Some(event)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match self.next {
+            None => (0, Some(0)),
+            Some(seq) => {
+                // Lossless: bounded by the held range, ≤ slots.len().
+                let upper = (self.ring.tail.saturating_sub(seq.0)) as usize;
+                (1, Some(upper))
+            }
+        }
+    }
+}
+
+impl FusedIterator for Replay<'_> {}
+
+/// Hasher for [`StreamKey`] in `stream_newest`: one multiply (Fibonacci hashing) instead of
+/// SipHash's rounds on every append. Flooding resistance is not needed: stream keys are
+/// assigned by the `stream` module, never chosen by a peer, and the map only ever sees them on
+/// append and eviction.
+#[derive(Default)]
+struct StreamKeyHasher(u64);
+
+impl Hasher for StreamKeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.write_u32(u32::from(byte));
+        }
+    }
+}

@@ -1,0 +1,629 @@
+//! Unit tests of every `Ring` function at its limits (events_max and bytes_max at N and N+1, a
+//! refused payload, growth, chains across evictions), and a proptest of the ring against a
+//! `VecDeque` model with the same eviction rule.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+use proptest::prelude::*;
+
+use super::{EventSeq, Evicted, ReplayError, Ring, StreamKey, SLOTS_INITIAL};
+
+const A: StreamKey = StreamKey(1);
+const B: StreamKey = StreamKey(2);
+
+/// A payload of `len` bytes whose content identifies `tag`, so a lookup returning the wrong
+/// event is caught even when lengths match.
+fn payload(tag: u64, len: usize) -> Bytes {
+    Bytes::from(vec![tag as u8; len])
+}
+
+/// Appends and returns the new seq plus everything evicted by this append.
+fn append(ring: &mut Ring, stream: StreamKey, len: usize) -> (EventSeq, Vec<Evicted>) {
+    let mut evicted = Vec::new();
+    let tag = ring.next_seq().0;
+    let seq =
+        ring.try_append(stream, payload(tag, len), |e| evicted.push(e)).expect("payload fits");
+    ring.check_invariants();
+    (seq, evicted)
+}
+
+fn seqs(replay: super::Replay<'_>) -> Vec<u64> {
+    replay.map(|event| event.seq.0).collect()
+}
+
+// Goal: a fresh ring is empty and allocates nothing. Method: query every accessor.
+#[test]
+fn new_ring_is_empty_and_unallocated() {
+    let ring = Ring::new(1 << 20, 1 << 30);
+    ring.check_invariants();
+    assert_eq!(ring.len(), 0);
+    assert!(ring.is_empty());
+    assert_eq!(ring.bytes(), 0);
+    assert_eq!(ring.next_seq(), EventSeq(1));
+    assert_eq!(ring.oldest(), None);
+    assert_eq!(ring.capacity_slots(), 0);
+    assert_eq!(ring.events_max(), 1 << 20);
+    assert_eq!(ring.bytes_max(), 1 << 30);
+    assert!(ring.get(EventSeq(0)).is_none());
+    assert!(ring.get(EventSeq(1)).is_none());
+    assert_eq!(ring.newest_in_stream(A), None);
+}
+
+// Goal: 100k idle sessions at events_max = 2^20 cost only their `Ring` headers. Method: build
+// them and sum the allocated slots; bound the header size.
+#[test]
+fn idle_rings_allocate_no_slots() {
+    let rings: Vec<Ring> = (0..100_000).map(|_| Ring::new(1 << 20, 1 << 30)).collect();
+    assert_eq!(rings.iter().map(Ring::capacity_slots).sum::<usize>(), 0);
+    assert!(std::mem::size_of::<Ring>() <= 128);
+}
+
+// Goal: constructor rejects what `config` must have rejected. Method: each bad argument panics.
+#[test]
+#[should_panic(expected = "power of two")]
+fn new_rejects_zero_events_max() {
+    let _ = Ring::new(0, 1);
+}
+
+#[test]
+#[should_panic(expected = "power of two")]
+fn new_rejects_non_power_of_two_events_max() {
+    let _ = Ring::new(12, 1);
+}
+
+#[test]
+#[should_panic(expected = "bytes_max")]
+fn new_rejects_zero_bytes_max() {
+    let _ = Ring::new(16, 0);
+}
+
+// Goal: seqs start at 1 and increase by one across streams; get returns what was appended.
+// Method: interleave two streams and read every event back.
+#[test]
+fn append_assigns_consecutive_seqs_and_get_returns_them() {
+    let mut ring = Ring::new(16, 1024);
+    for i in 1..=10u64 {
+        let stream = if i % 2 == 0 { B } else { A };
+        let (seq, evicted) = append(&mut ring, stream, i as usize);
+        assert_eq!(seq, EventSeq(i));
+        assert!(evicted.is_empty());
+        assert_eq!(ring.next_seq(), EventSeq(i + 1));
+    }
+    assert_eq!(ring.len(), 10);
+    assert_eq!(ring.bytes(), (1..=10).sum::<usize>());
+    assert_eq!(ring.oldest(), Some(EventSeq(1)));
+    for i in 1..=10u64 {
+        let event = ring.get(EventSeq(i)).expect("held");
+        assert_eq!(event.seq, EventSeq(i));
+        assert_eq!(event.stream, if i % 2 == 0 { B } else { A });
+        assert_eq!(*event.payload, payload(i, i as usize));
+    }
+    assert!(ring.get(EventSeq(0)).is_none());
+    assert!(ring.get(EventSeq(11)).is_none());
+    assert!(ring.get(EventSeq(u64::MAX)).is_none());
+}
+
+// Goal: events_max at N fits, N+1 evicts exactly the oldest one. Method: for several N, append
+// N events, then one more, and check the eviction report and the held range.
+#[test]
+fn events_max_at_n_and_n_plus_one() {
+    for n in [1usize, 2, 4, 16, 64] {
+        let mut ring = Ring::new(n, usize::MAX);
+        for _ in 0..n {
+            let (_, evicted) = append(&mut ring, A, 1);
+            assert!(evicted.is_empty(), "n = {n}");
+        }
+        assert_eq!(ring.len(), n);
+        let (seq, evicted) = append(&mut ring, B, 1);
+        assert_eq!(seq, EventSeq(n as u64 + 1));
+        let expected_next = (n > 1).then_some(EventSeq(2));
+        assert_eq!(
+            evicted,
+            vec![Evicted { stream: A, seq: EventSeq(1), next_in_stream: expected_next }],
+            "n = {n}"
+        );
+        assert_eq!(ring.len(), n);
+        assert_eq!(ring.oldest(), Some(EventSeq(2)));
+        assert!(ring.get(EventSeq(1)).is_none());
+        assert_eq!(ring.capacity_slots(), n);
+    }
+}
+
+// Goal: bytes_max at the limit fits, one byte over evicts oldest-first until it fits. Method:
+// fill to exactly bytes_max, then add one byte, then add a payload equal to bytes_max.
+#[test]
+fn bytes_max_at_limit_and_one_over() {
+    let mut ring = Ring::new(64, 10);
+    append(&mut ring, A, 4);
+    let (_, evicted) = append(&mut ring, B, 6);
+    assert!(evicted.is_empty());
+    assert_eq!(ring.bytes(), 10);
+    let (seq, evicted) = append(&mut ring, A, 1);
+    assert_eq!(seq, EventSeq(3));
+    assert_eq!(
+        evicted,
+        vec![Evicted { stream: A, seq: EventSeq(1), next_in_stream: None }],
+        "seq 3 of A is stored after the eviction report"
+    );
+    assert_eq!(ring.bytes(), 7);
+    assert_eq!(ring.len(), 2);
+    // A payload of exactly bytes_max empties the ring, reporting in seq order.
+    let (seq, evicted) = append(&mut ring, B, 10);
+    let evicted_seqs: Vec<u64> = evicted.iter().map(|e| e.seq.0).collect();
+    assert_eq!(evicted_seqs, vec![2, 3]);
+    assert_eq!(ring.len(), 1);
+    assert_eq!(ring.bytes(), 10);
+    assert_eq!(ring.oldest(), Some(seq));
+}
+
+// Goal: a payload larger than bytes_max is refused and leaves the ring exactly as it was, and
+// the assuming variant panics on it. Method: snapshot every accessor before and after.
+#[test]
+fn payload_too_large_is_refused_with_ring_unchanged() {
+    let mut ring = Ring::new(4, 8);
+    for _ in 0..5 {
+        append(&mut ring, A, 2);
+    }
+    let snapshot = |ring: &Ring| {
+        let held: Vec<(u64, u32, Bytes, Option<EventSeq>)> = (0..8)
+            .filter_map(|seq| ring.get(EventSeq(seq)))
+            .map(|e| (e.seq.0, e.stream.0, e.payload.clone(), e.next_in_stream))
+            .collect();
+        (ring.len(), ring.bytes(), ring.next_seq(), ring.oldest(), ring.capacity_slots(), held)
+    };
+    let before = snapshot(&ring);
+    let mut evictions = 0;
+    let result = ring.try_append(B, payload(0, 9), |_| evictions += 1);
+    assert_eq!(result, Err(ReplayError::PayloadTooLarge { len: 9, bytes_max: 8 }));
+    assert_eq!(evictions, 0);
+    ring.check_invariants();
+    assert_eq!(snapshot(&ring), before);
+    assert_eq!(ring.newest_in_stream(B), None);
+    // Refusal before the first append allocates nothing either.
+    let mut fresh = Ring::new(4, 1);
+    assert!(fresh.try_append(A, payload(0, 2), |_| {}).is_err());
+    assert_eq!(fresh.capacity_slots(), 0);
+    assert_eq!(fresh.next_seq(), EventSeq(1));
+}
+
+#[test]
+#[should_panic(expected = "bytes_max")]
+fn append_assume_fits_panics_on_oversized_payload() {
+    let mut ring = Ring::new(4, 1);
+    ring.append_assume_fits(A, payload(0, 2), |_| {});
+}
+
+// Goal: the assuming variant behaves like try_append for fitting payloads. Method: priming
+// (empty) events through it, with evictions by count.
+#[test]
+fn append_assume_fits_appends_and_evicts() {
+    let mut ring = Ring::new(2, 1);
+    let mut evicted = Vec::new();
+    for expected in 1..=3 {
+        let seq = ring.append_assume_fits(A, Bytes::new(), |e| evicted.push(e.seq.0));
+        assert_eq!(seq, EventSeq(expected));
+    }
+    ring.check_invariants();
+    assert_eq!(evicted, vec![1]);
+}
+
+// Goal: empty payloads (priming events) count against events_max but not bytes_max. Method:
+// bytes_max 1, append 10 empty events into events_max 4.
+#[test]
+fn empty_payloads_count_as_events_not_bytes() {
+    let mut ring = Ring::new(4, 1);
+    let mut evicted_total = 0;
+    for _ in 0..10 {
+        let (_, evicted) = append(&mut ring, A, 0);
+        evicted_total += evicted.len();
+    }
+    assert_eq!(ring.len(), 4);
+    assert_eq!(ring.bytes(), 0);
+    assert_eq!(evicted_total, 6);
+    assert_eq!(ring.get(EventSeq(10)).expect("held").payload.len(), 0);
+}
+
+// Goal: the slot array starts small, doubles only when full, stops at events_max, and every
+// lookup stays right across each growth and after wrapping. Method: append 3 × events_max events
+// over three streams, checking capacity and all held events after each append.
+#[test]
+fn growth_keeps_every_lookup_right() {
+    let events_max = 256;
+    let mut ring = Ring::new(events_max, usize::MAX);
+    let stream_of = |seq: u64| StreamKey((seq % 3) as u32);
+    for seq in 1..=3 * events_max as u64 {
+        let (got, _) = append(&mut ring, stream_of(seq), (seq % 7) as usize);
+        assert_eq!(got, EventSeq(seq));
+        let held = seq.min(events_max as u64) as usize;
+        let expected_slots = held.next_power_of_two().max(SLOTS_INITIAL).min(events_max);
+        assert_eq!(ring.capacity_slots(), expected_slots, "after seq {seq}");
+        if seq.is_power_of_two() || seq > events_max as u64 {
+            let oldest = ring.oldest().expect("non-empty").0;
+            for held_seq in oldest..=seq {
+                let event = ring.get(EventSeq(held_seq)).expect("held");
+                assert_eq!(event.stream, stream_of(held_seq));
+                assert_eq!(*event.payload, payload(held_seq, (held_seq % 7) as usize));
+                let next = held_seq + 3;
+                assert_eq!(event.next_in_stream, (next <= seq).then_some(EventSeq(next)));
+            }
+        }
+    }
+}
+
+// Goal: events_max below the initial slot count allocates only events_max slots.
+#[test]
+fn small_events_max_allocates_only_events_max_slots() {
+    for events_max in [1usize, 2, 4, 8] {
+        let mut ring = Ring::new(events_max, 64);
+        append(&mut ring, A, 1);
+        assert_eq!(ring.capacity_slots(), events_max);
+    }
+}
+
+// Goal: next_in_stream links each event to its stream's next one, and newest_in_stream follows
+// appends. Method: interleave A and B and read the links.
+#[test]
+fn chains_link_events_of_the_same_stream() {
+    let mut ring = Ring::new(16, 1024);
+    for stream in [A, B, A, A, B] {
+        append(&mut ring, stream, 1);
+    }
+    let next = |seq| ring.get(EventSeq(seq)).expect("held").next_in_stream;
+    assert_eq!(next(1), Some(EventSeq(3)));
+    assert_eq!(next(2), Some(EventSeq(5)));
+    assert_eq!(next(3), Some(EventSeq(4)));
+    assert_eq!(next(4), None);
+    assert_eq!(next(5), None);
+    assert_eq!(ring.newest_in_stream(A), Some(EventSeq(4)));
+    assert_eq!(ring.newest_in_stream(B), Some(EventSeq(5)));
+    assert_eq!(ring.newest_in_stream(StreamKey(9)), None);
+}
+
+// Goal: replay_after yields exactly the stream's later events in order, and reports an unknown
+// start for every id it cannot start from. Method: one table of (stream, after) cases.
+#[test]
+fn replay_after_yields_only_its_stream_in_order() {
+    let mut ring = Ring::new(16, 1024);
+    for stream in [A, B, A, B, B, A, A] {
+        append(&mut ring, stream, 1);
+    }
+    let cases: [(StreamKey, u64, &[u64], bool); 9] = [
+        (A, 1, &[3, 6, 7], false),
+        (A, 3, &[6, 7], false),
+        (A, 7, &[], false),
+        (B, 2, &[4, 5], false),
+        (B, 5, &[], false),
+        (A, 2, &[], true), // another stream's event
+        (A, 0, &[], true), // "none"
+        (A, 8, &[], true), // not appended yet
+        (StreamKey(9), 1, &[], true),
+    ];
+    for (stream, after, expected, unknown) in cases {
+        let replay = ring.replay_after(stream, EventSeq(after));
+        assert_eq!(replay.start_unknown(), unknown, "{stream:?} after {after}");
+        assert_eq!(seqs(replay), expected, "{stream:?} after {after}");
+    }
+}
+
+// Goal: iter_from starts at its argument (inclusive) and follows that event's stream; an unheld
+// start is unknown. Method: table of starts.
+#[test]
+fn iter_from_walks_the_chain_inclusive() {
+    let mut ring = Ring::new(16, 1024);
+    for stream in [A, B, A, B, A] {
+        append(&mut ring, stream, 1);
+    }
+    let cases: [(u64, &[u64], bool); 5] = [
+        (1, &[1, 3, 5], false),
+        (2, &[2, 4], false),
+        (5, &[5], false),
+        (0, &[], true),
+        (6, &[], true),
+    ];
+    for (first, expected, unknown) in cases {
+        let replay = ring.iter_from(EventSeq(first));
+        assert_eq!(replay.start_unknown(), unknown, "from {first}");
+        assert_eq!(seqs(replay), expected, "from {first}");
+    }
+}
+
+// Goal: a replay interrupted after some events can be resumed at peek_seq with iter_from,
+// without repeating or skipping. Method: take two, then resume.
+#[test]
+fn replay_resumes_at_peek_seq() {
+    let mut ring = Ring::new(16, 1024);
+    for stream in [A, B, A, B, A, A] {
+        append(&mut ring, stream, 1);
+    }
+    let mut replay = ring.replay_after(A, EventSeq(1));
+    assert_eq!(replay.peek_seq(), Some(EventSeq(3)));
+    assert_eq!(replay.size_hint().0, 1);
+    let first: Vec<u64> = replay.by_ref().take(2).map(|e| e.seq.0).collect();
+    assert_eq!(first, vec![3, 5]);
+    let resume = replay.peek_seq().expect("one left");
+    assert_eq!(seqs(ring.iter_from(resume)), vec![6]);
+    assert_eq!(seqs(replay.clone()), vec![6]);
+    replay.next();
+    assert_eq!(replay.peek_seq(), None);
+    assert_eq!(replay.next(), None);
+    assert_eq!(replay.size_hint(), (0, Some(0)));
+}
+
+// Goal: chains stay right across evictions: an evicted event reports its successor, the
+// survivors still link, an evicted `after` reports an unknown start, and a stream whose events
+// were all evicted starts a fresh chain. Method: events_max 4 with A/B interleaved.
+#[test]
+fn chains_survive_evictions() {
+    let mut ring = Ring::new(4, 1024);
+    for stream in [A, B, A, B] {
+        append(&mut ring, stream, 1);
+    }
+    let (_, evicted) = append(&mut ring, A, 1); // seq 5 evicts seq 1 (A → 3)
+    assert_eq!(
+        evicted,
+        vec![Evicted { stream: A, seq: EventSeq(1), next_in_stream: Some(EventSeq(3)) }]
+    );
+    assert_eq!(ring.get(EventSeq(3)).expect("held").next_in_stream, Some(EventSeq(5)));
+    assert_eq!(seqs(ring.replay_after(A, EventSeq(3))), vec![5]);
+    assert_eq!(seqs(ring.iter_from(EventSeq(3))), vec![3, 5]);
+    let gone = ring.replay_after(A, EventSeq(1));
+    assert!(gone.start_unknown());
+    assert_eq!(seqs(gone), Vec::<u64>::new());
+    assert!(ring.iter_from(EventSeq(1)).start_unknown());
+
+    // Evict all of B (seqs 2 and 4) by appending A three more times.
+    let mut evicted_all = Vec::new();
+    for _ in 0..3 {
+        evicted_all.extend(append(&mut ring, A, 1).1);
+    }
+    let b_reports: Vec<Evicted> = evicted_all.into_iter().filter(|e| e.stream == B).collect();
+    assert_eq!(b_reports.len(), 2);
+    assert_eq!(b_reports[0].next_in_stream, Some(EventSeq(4)));
+    assert_eq!(b_reports[1].next_in_stream, None);
+    assert_eq!(ring.newest_in_stream(B), None);
+    let (seq, _) = append(&mut ring, B, 1);
+    assert_eq!(ring.newest_in_stream(B), Some(seq));
+    assert_eq!(seqs(ring.iter_from(seq)), vec![seq.0]);
+}
+
+// Goal: one append that must evict several events reports them in seq order, each with the
+// successor it had at that moment. Method: a byte-bound eviction of three events.
+#[test]
+fn evictions_are_reported_in_seq_order() {
+    let mut ring = Ring::new(16, 6);
+    for stream in [A, B, A] {
+        append(&mut ring, stream, 2);
+    }
+    let (_, evicted) = append(&mut ring, B, 6);
+    assert_eq!(
+        evicted,
+        vec![
+            Evicted { stream: A, seq: EventSeq(1), next_in_stream: Some(EventSeq(3)) },
+            Evicted { stream: B, seq: EventSeq(2), next_in_stream: None },
+            Evicted { stream: A, seq: EventSeq(3), next_in_stream: None },
+        ]
+    );
+    assert_eq!(ring.oldest(), Some(EventSeq(4)));
+    assert_eq!(ring.newest_in_stream(A), None);
+}
+
+// Goal: Debug output names counters, never payload bytes (STYLE: never log payloads).
+#[test]
+fn debug_omits_payloads() {
+    let mut ring = Ring::new(4, 64);
+    ring.try_append(A, Bytes::from_static(b"secret"), |_| {}).expect("fits");
+    let text = format!("{ring:?} {:?}", ring.replay_after(A, EventSeq(0)));
+    assert!(text.contains("head"));
+    assert!(!text.contains("secret"));
+}
+
+/// The model: held events in order, evicted by the same rule as the ring.
+struct Model {
+    events: VecDeque<(StreamKey, EventSeq, Bytes)>,
+    next_seq: u64,
+    bytes: usize,
+    events_max: usize,
+    bytes_max: usize,
+}
+
+impl Model {
+    fn new(events_max: usize, bytes_max: usize) -> Model {
+        Model { events: VecDeque::new(), next_seq: 1, bytes: 0, events_max, bytes_max }
+    }
+
+    fn append(&mut self, stream: StreamKey, payload: Bytes) -> Result<Vec<Evicted>, ReplayError> {
+        if payload.len() > self.bytes_max {
+            return Err(ReplayError::PayloadTooLarge {
+                len: payload.len(),
+                bytes_max: self.bytes_max,
+            });
+        }
+        let mut evicted = Vec::new();
+        while self.events.len() == self.events_max || self.bytes + payload.len() > self.bytes_max {
+            let (old_stream, old_seq, old_payload) = self.events.pop_front().expect("non-empty");
+            self.bytes -= old_payload.len();
+            evicted.push(Evicted {
+                stream: old_stream,
+                seq: old_seq,
+                next_in_stream: self.stream_from(old_stream, old_seq.0 + 1).first().copied(),
+            });
+        }
+        self.bytes += payload.len();
+        self.events.push_back((stream, EventSeq(self.next_seq), payload));
+        self.next_seq += 1;
+        Ok(evicted)
+    }
+
+    fn get(&self, seq: EventSeq) -> Option<&(StreamKey, EventSeq, Bytes)> {
+        self.events.iter().find(|event| event.1 == seq)
+    }
+
+    /// Held seqs of `stream` that are ≥ `from`.
+    fn stream_from(&self, stream: StreamKey, from: u64) -> Vec<EventSeq> {
+        self.events
+            .iter()
+            .filter(|event| event.0 == stream && event.1 .0 >= from)
+            .map(|event| event.1)
+            .collect()
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Append { stream: u32, len: usize },
+    Get { pick: u64 },
+    ReplayAfter { stream: u32, pick: u64 },
+    IterFrom { pick: u64 },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (1u32..=5, 0usize..=64).prop_map(|(stream, len)| Op::Append { stream, len }),
+        1 => any::<u64>().prop_map(|pick| Op::Get { pick }),
+        2 => (1u32..=5, any::<u64>()).prop_map(|(stream, pick)| Op::ReplayAfter { stream, pick }),
+        1 => any::<u64>().prop_map(|pick| Op::IterFrom { pick }),
+    ]
+}
+
+/// A seq in 0..=next_seq: "none", every ever-appended seq, and one not yet appended.
+fn pick_seq(model: &Model, pick: u64) -> EventSeq {
+    EventSeq(pick % (model.next_seq + 1))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    // Goal: the ring is observably the model. Method: random capacities and operation
+    // sequences; after each operation compare every result, the eviction reports, the counters,
+    // the allocation bound, and run the O(n) invariant check.
+    #[test]
+    fn ring_matches_model(
+        events_max in (0u32..=6).prop_map(|k| 1usize << k),
+        bytes_max in 1usize..=512,
+        ops in proptest::collection::vec(op(), 0..300),
+    ) {
+        let mut ring = Ring::new(events_max, bytes_max);
+        let mut model = Model::new(events_max, bytes_max);
+        let mut len_max_seen = 0usize;
+        for op in ops {
+            match op {
+                Op::Append { stream, len } => check_append(&mut ring, &mut model, stream, len)?,
+                Op::Get { pick } => check_get(&ring, &model, pick_seq(&model, pick))?,
+                Op::ReplayAfter { stream, pick } => {
+                    check_replay_after(&ring, &model, StreamKey(stream), pick_seq(&model, pick))?
+                }
+                Op::IterFrom { pick } => check_iter_from(&ring, &model, pick_seq(&model, pick))?,
+            }
+            len_max_seen = len_max_seen.max(ring.len());
+            check_counters(&ring, &model, len_max_seen)?;
+        }
+    }
+}
+
+fn check_append(
+    ring: &mut Ring,
+    model: &mut Model,
+    stream: u32,
+    len: usize,
+) -> Result<(), TestCaseError> {
+    let stream = StreamKey(stream);
+    let content = payload(model.next_seq, len);
+    let mut evicted = Vec::new();
+    let got = ring.try_append(stream, content.clone(), |e| evicted.push(e));
+    let next_before = model.next_seq;
+    match model.append(stream, content) {
+        Ok(expected) => {
+            prop_assert_eq!(got, Ok(EventSeq(next_before)));
+            prop_assert_eq!(evicted, expected);
+        }
+        Err(expected) => {
+            prop_assert_eq!(got, Err(expected));
+            prop_assert!(evicted.is_empty());
+        }
+    }
+    Ok(())
+}
+
+fn check_get(ring: &Ring, model: &Model, seq: EventSeq) -> Result<(), TestCaseError> {
+    let got = ring.get(seq);
+    match model.get(seq) {
+        None => prop_assert!(got.is_none()),
+        Some((stream, _, content)) => {
+            let got = got.expect("held in model");
+            prop_assert_eq!(got.seq, seq);
+            prop_assert_eq!(got.stream, *stream);
+            prop_assert_eq!(got.payload, content);
+            let next = model.stream_from(*stream, seq.0 + 1).first().copied();
+            prop_assert_eq!(got.next_in_stream, next);
+        }
+    }
+    Ok(())
+}
+
+fn check_replay_after(
+    ring: &Ring,
+    model: &Model,
+    stream: StreamKey,
+    after: EventSeq,
+) -> Result<(), TestCaseError> {
+    let replay = ring.replay_after(stream, after);
+    let unknown = replay.start_unknown();
+    let got: Vec<(StreamKey, EventSeq, Bytes)> =
+        replay.map(|e| (e.stream, e.seq, e.payload.clone())).collect();
+    match model.get(after) {
+        Some((held_stream, _, _)) if *held_stream == stream => {
+            prop_assert!(!unknown);
+            let expected: Vec<(StreamKey, EventSeq, Bytes)> = model
+                .stream_from(stream, after.0 + 1)
+                .into_iter()
+                .map(|seq| model.get(seq).expect("held").clone())
+                .collect();
+            prop_assert_eq!(got, expected);
+        }
+        _ => {
+            prop_assert!(unknown);
+            prop_assert!(got.is_empty());
+        }
+    }
+    Ok(())
+}
+
+fn check_iter_from(ring: &Ring, model: &Model, first: EventSeq) -> Result<(), TestCaseError> {
+    let replay = ring.iter_from(first);
+    let unknown = replay.start_unknown();
+    let got: Vec<EventSeq> = replay.map(|e| e.seq).collect();
+    match model.get(first) {
+        Some((stream, _, _)) => {
+            prop_assert!(!unknown);
+            prop_assert_eq!(got, model.stream_from(*stream, first.0));
+        }
+        None => {
+            prop_assert!(unknown);
+            prop_assert!(got.is_empty());
+        }
+    }
+    Ok(())
+}
+
+/// Counters, per-stream newest, the O(n) invariants, and the allocation bound: slots follow the
+/// high-water mark of held events, never events_max.
+fn check_counters(ring: &Ring, model: &Model, len_max_seen: usize) -> Result<(), TestCaseError> {
+    ring.check_invariants();
+    prop_assert_eq!(ring.len(), model.events.len());
+    prop_assert_eq!(ring.is_empty(), model.events.is_empty());
+    prop_assert_eq!(ring.bytes(), model.bytes);
+    prop_assert_eq!(ring.next_seq(), EventSeq(model.next_seq));
+    prop_assert_eq!(ring.oldest(), model.events.front().map(|e| e.1));
+    for stream in (1..=5).map(StreamKey) {
+        let newest = model.events.iter().rev().find(|e| e.0 == stream).map(|e| e.1);
+        prop_assert_eq!(ring.newest_in_stream(stream), newest);
+    }
+    if len_max_seen == 0 {
+        prop_assert_eq!(ring.capacity_slots(), 0);
+    } else {
+        let bound = (2 * len_max_seen).max(SLOTS_INITIAL.min(model.events_max));
+        prop_assert!(ring.capacity_slots() <= bound);
+    }
+    Ok(())
+}

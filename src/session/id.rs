@@ -1,0 +1,105 @@
+//! Session ids: the owner core in 16 bits plus 128 bits from the OS CSPRNG, written as 36
+//! lower-case hex digits (visible ASCII, MCP 2025-11-25 §session management), so finding the
+//! owner is a parse of the first four digits, with no shared map.
+
+/// An `Mcp-Session-Id`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SessionId {
+    pub core: u16,
+    pub random: u128,
+}
+
+/// Length of the header value.
+pub const SESSION_ID_LEN: usize = 36;
+
+/// The OS refused random bytes (our environment's fault; the request gets 503).
+#[derive(Debug, thiserror::Error)]
+#[error("OS random source failed")]
+pub struct RandomError;
+
+impl SessionId {
+    /// A fresh id owned by `core`.
+    pub fn generate(core: u16) -> Result<SessionId, RandomError> {
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes).map_err(|_| RandomError)?;
+        Ok(SessionId { core, random: u128::from_le_bytes(bytes) })
+    }
+
+    /// Parses a header value; `None` for anything that is not exactly our format.
+    pub fn parse(text: &[u8]) -> Option<SessionId> {
+        if text.len() != SESSION_ID_LEN {
+            return None;
+        }
+        let core = u16::try_from(parse_hex(&text[..4])?).ok()?;
+        let random = parse_hex(&text[4..])?;
+        Some(SessionId { core, random })
+    }
+
+    /// The header value.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        push_fixed_hex(out, u128::from(self.core), 4);
+        push_fixed_hex(out, self.random, 32);
+    }
+
+    pub fn to_header(&self) -> String {
+        let mut v = Vec::with_capacity(SESSION_ID_LEN);
+        self.encode(&mut v);
+        String::from_utf8(v).unwrap_or_default()
+    }
+}
+
+/// Lower-case hex only (the ids we mint); at most 32 digits.
+pub fn parse_hex(text: &[u8]) -> Option<u128> {
+    if text.is_empty() || text.len() > 32 {
+        return None;
+    }
+    let mut n: u128 = 0;
+    for &b in text {
+        let d = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            _ => return None,
+        };
+        n = (n << 4) | u128::from(d);
+    }
+    Some(n)
+}
+
+fn push_fixed_hex(out: &mut Vec<u8>, n: u128, digits: u32) {
+    for i in (0..digits).rev() {
+        out.push(b"0123456789abcdef"[((n >> (i * 4)) & 15) as usize]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn generated_ids_are_visible_ascii_and_distinct() {
+        let a = SessionId::generate(3).unwrap();
+        let b = SessionId::generate(3).unwrap();
+        assert_ne!(a, b);
+        let text = a.to_header();
+        assert_eq!(text.len(), SESSION_ID_LEN);
+        assert!(text.bytes().all(|c| (0x21..=0x7e).contains(&c)));
+        assert_eq!(SessionId::parse(text.as_bytes()), Some(a));
+    }
+
+    #[test]
+    fn foreign_text_is_not_an_id() {
+        for bad in ["", "abc", &"g".repeat(36), &"A".repeat(36), &"0".repeat(37)] {
+            assert_eq!(SessionId::parse(bad.as_bytes()), None, "{bad}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn owner_bits_round_trip(core in any::<u16>(), random in any::<u128>()) {
+            let id = SessionId { core, random };
+            let text = id.to_header();
+            prop_assert_eq!(SessionId::parse(text.as_bytes()), Some(id));
+        }
+    }
+}

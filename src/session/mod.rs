@@ -1,0 +1,646 @@
+//! Sessions of the legacy era (MCP 2025-03-26 … 2025-11-25): per-session state, its request
+//! streams and the bookkeeping the migration boundary reads (CONTRACT §4).
+//!
+//! Owns: `Session` (negotiated version, log level, replay ring, streams, the request-id,
+//! fingerprint and idempotency-key maps, the owed count and replaying count) and `SessionTable`
+//! (one per core). Every stream transition goes through `Session::refresh`, which keeps the
+//! owed count exact, so the POST decision reads counters in O(1) and never scans.
+//! Never: does I/O or awaits; callers hold a `RefCell` borrow only between awaits.
+
+pub mod id;
+pub mod signal;
+
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::jsonrpc::RawId;
+use crate::replay::{EventSeq, Evicted, Ring, StreamKey};
+use crate::tool::LogLevel;
+pub use id::SessionId;
+use signal::Signal;
+
+/// Protocol revisions of the legacy era that we serve, newest first.
+pub const LEGACY_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
+
+/// What kind of stream this is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StreamKind {
+    /// The answer stream of one POSTed request.
+    Request,
+    /// The session's standalone GET stream; never owed.
+    Standalone,
+}
+
+/// Whether a connection is writing a stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attachment {
+    Detached,
+    /// A writer with this epoch owns the stream; an older epoch must stop writing.
+    Attached {
+        epoch: u64,
+    },
+}
+
+/// One stream's state (CONTRACT §4: produced, delivered, attached, in_flight).
+pub struct StreamState {
+    pub key: StreamKey,
+    pub kind: StreamKind,
+    /// The request's id (`Request` streams).
+    pub request_id: Option<RawId>,
+    /// Hash of method + canonical params (without `_meta`).
+    pub fingerprint: u64,
+    pub idempotency_key: Option<Box<str>>,
+    /// `_meta.progressToken` as JSON text, when the request had one.
+    pub progress_token: Option<Box<str>>,
+    /// The stream's first event (its priming event).
+    pub first: EventSeq,
+    /// Last event appended.
+    pub produced: EventSeq,
+    /// Last event the client is known to hold.
+    pub delivered: EventSeq,
+    /// Last event a connection finished sending (the 409 hint).
+    pub written: EventSeq,
+    /// The event carrying the final JSON-RPC response, once appended.
+    pub final_seq: Option<EventSeq>,
+    /// Offset in the final response payload where `,"result"`/`,"error"` starts (id rewrite).
+    pub final_body_offset: usize,
+    pub in_flight: bool,
+    pub attachment: Attachment,
+    next_epoch: u64,
+    /// The server closed the connection on purpose (SEP-1699 polling): not owed.
+    pub parked: bool,
+    /// Cancelled or abandoned: the tail is dropped, nothing more is owed.
+    pub dropped: bool,
+    /// A tool asked to close the connection (SEP-1699); the writer acts on it.
+    pub close_requested: bool,
+    /// Last event of this stream evicted from the ring (0 = none).
+    pub evicted_through: EventSeq,
+    /// Oldest event of this stream still in the ring.
+    pub first_held: Option<EventSeq>,
+    owed_counted: bool,
+    /// When it became owed (for `--owed-timeout-secs`).
+    pub owed_since: Option<Instant>,
+    /// When it completed and was delivered (for `--stream-retention-secs`).
+    pub settled_at: Option<Instant>,
+    /// A writer of this stream has a backlog to replay (counted in `Session::replaying`).
+    pub replaying: bool,
+    /// New events or state: the writer wakes on it.
+    pub signal: Rc<Signal>,
+    /// Set by `notifications/cancelled`: the running tool stops.
+    pub cancel: Rc<Signal>,
+    pub cancelled: bool,
+}
+
+impl StreamState {
+    /// CONTRACT §4: not attached and (in flight or not fully delivered); parked, dropped and
+    /// standalone streams never owe.
+    pub fn is_owed(&self) -> bool {
+        self.kind == StreamKind::Request
+            && self.attachment == Attachment::Detached
+            && !self.parked
+            && !self.dropped
+            && (self.in_flight || self.delivered < self.produced)
+    }
+
+    /// Finished: the final response was appended (or the stream was dropped) and nothing is
+    /// owed on it.
+    pub fn is_settled(&self) -> bool {
+        !self.in_flight && (self.dropped || self.delivered >= self.produced)
+    }
+
+    pub fn is_attached(&self) -> bool {
+        matches!(self.attachment, Attachment::Attached { .. })
+    }
+}
+
+/// Where a resume of a stream starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResumeStart {
+    /// Write events from this one (inclusive).
+    From(EventSeq),
+    /// Nothing after the cursor yet; wait for the next append.
+    Caught,
+    /// Events after the cursor were evicted: report a gap.
+    Gap { lost_to: EventSeq },
+}
+
+/// Why a resume cursor is refused (the peer's fault) → 400.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CursorError {
+    /// Not an event of this stream (malformed, another stream's or before it began).
+    Foreign,
+    /// Beyond the last event the stream produced.
+    Future,
+}
+
+/// Counters a worker reads to tell what changed (see `metrics`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SessionEvents {
+    pub gaps: u64,
+}
+
+/// One session, owned by one core.
+pub struct Session {
+    pub id: SessionId,
+    /// Random tag in every event id, so an id of another session is recognised as foreign.
+    pub tag: u32,
+    pub version: &'static str,
+    pub log_level: LogLevel,
+    pub last_active: Instant,
+    pub ring: Ring,
+    streams: HashMap<StreamKey, StreamState>,
+    next_stream: u32,
+    by_request_id: HashMap<RawId, StreamKey>,
+    by_fingerprint: HashMap<u64, StreamKey>,
+    by_idempotency_key: HashMap<Box<str>, StreamKey>,
+    owed_count: usize,
+    replaying_count: usize,
+    /// Woken whenever the owed or replaying count changes (held POSTs wait on it).
+    pub owed_signal: Rc<Signal>,
+    standalone: Option<StreamKey>,
+    /// Server→client requests awaiting the client's POSTed answer: id → (stream, slot).
+    pub pending_client: HashMap<u64, PendingClientRequest>,
+    next_client_request: u64,
+    /// DELETEd or expired: writers end, tools stop.
+    pub closed: bool,
+    pub streams_max: usize,
+}
+
+/// A server→client request waiting for its answer.
+pub struct PendingClientRequest {
+    pub stream: StreamKey,
+    pub answer: Rc<std::cell::RefCell<Option<Result<crate::tool::Value, crate::tool::Value>>>>,
+    pub signal: Rc<Signal>,
+}
+
+/// Why a stream could not be opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenError {
+    /// `--max-streams-per-session` reached and no settled stream to evict → 429.
+    TooManyStreams,
+}
+
+impl Session {
+    pub fn new(
+        id: SessionId,
+        tag: u32,
+        version: &'static str,
+        cfg: &crate::config::Config,
+    ) -> Session {
+        Session {
+            id,
+            tag,
+            version,
+            log_level: LogLevel::Info,
+            last_active: Instant::now(),
+            ring: Ring::new(cfg.replay_events_max, cfg.replay_bytes_max),
+            streams: HashMap::new(),
+            next_stream: 1,
+            by_request_id: HashMap::new(),
+            by_fingerprint: HashMap::new(),
+            by_idempotency_key: HashMap::new(),
+            owed_count: 0,
+            replaying_count: 0,
+            owed_signal: Rc::new(Signal::default()),
+            standalone: None,
+            pending_client: HashMap::new(),
+            next_client_request: 1,
+            closed: false,
+            streams_max: cfg.streams_per_session_max,
+        }
+    }
+
+    pub fn owed_count(&self) -> usize {
+        self.owed_count
+    }
+
+    pub fn replaying_count(&self) -> usize {
+        self.replaying_count
+    }
+
+    /// True when a new request must wait (CONTRACT §4 step 4).
+    pub fn owes(&self) -> bool {
+        self.owed_count > 0 || self.replaying_count > 0
+    }
+
+    pub fn stream(&self, key: StreamKey) -> Option<&StreamState> {
+        self.streams.get(&key)
+    }
+
+    pub fn stream_mut(&mut self, key: StreamKey) -> Option<&mut StreamState> {
+        self.streams.get_mut(&key)
+    }
+
+    pub fn streams(&self) -> impl Iterator<Item = &StreamState> {
+        self.streams.values()
+    }
+
+    /// The stream a request id names, if retained.
+    pub fn by_request_id(&self, id: &RawId) -> Option<&StreamState> {
+        self.by_request_id.get(id).and_then(|k| self.streams.get(k))
+    }
+
+    pub fn by_fingerprint(&self, fp: u64) -> Option<&StreamState> {
+        self.by_fingerprint.get(&fp).and_then(|k| self.streams.get(k))
+    }
+
+    pub fn by_idempotency_key(&self, key: &str) -> Option<&StreamState> {
+        self.by_idempotency_key.get(key).and_then(|k| self.streams.get(k))
+    }
+
+    /// Opens a stream and appends its priming event. Evicts the oldest settled stream when the
+    /// table is full.
+    pub fn open_stream(
+        &mut self,
+        kind: StreamKind,
+        request_id: Option<RawId>,
+        fingerprint: u64,
+        idempotency_key: Option<Box<str>>,
+        progress_token: Option<Box<str>>,
+    ) -> Result<StreamKey, OpenError> {
+        if self.streams.len() >= self.streams_max && !self.evict_one_settled() {
+            return Err(OpenError::TooManyStreams);
+        }
+        let key = StreamKey(self.next_stream);
+        self.next_stream = self.next_stream.wrapping_add(1).max(1);
+        if let Some(id) = &request_id {
+            self.by_request_id.insert(id.clone(), key);
+        }
+        if kind == StreamKind::Request {
+            self.by_fingerprint.insert(fingerprint, key);
+        }
+        if let Some(k) = &idempotency_key {
+            self.by_idempotency_key.insert(k.clone(), key);
+        }
+        if kind == StreamKind::Standalone {
+            self.standalone = Some(key);
+        }
+        self.streams.insert(
+            key,
+            StreamState {
+                key,
+                kind,
+                request_id,
+                fingerprint,
+                idempotency_key,
+                progress_token,
+                first: EventSeq(0),
+                produced: EventSeq(0),
+                delivered: EventSeq(0),
+                written: EventSeq(0),
+                final_seq: None,
+                final_body_offset: 0,
+                in_flight: true,
+                attachment: Attachment::Detached,
+                next_epoch: 1,
+                parked: false,
+                dropped: false,
+                close_requested: false,
+                evicted_through: EventSeq(0),
+                first_held: None,
+                owed_counted: false,
+                owed_since: None,
+                settled_at: None,
+                replaying: false,
+                signal: Rc::new(Signal::default()),
+                cancel: Rc::new(Signal::default()),
+                cancelled: false,
+            },
+        );
+        let priming = self.append(key, Bytes::new()).unwrap_or(EventSeq(0));
+        if let Some(s) = self.streams.get_mut(&key) {
+            s.first = priming;
+        }
+        Ok(key)
+    }
+
+    pub fn standalone(&self) -> Option<StreamKey> {
+        self.standalone
+    }
+
+    fn evict_one_settled(&mut self) -> bool {
+        let victim = self
+            .streams
+            .values()
+            .filter(|s| s.is_settled() && !s.is_attached() && s.kind == StreamKind::Request)
+            .min_by_key(|s| s.key.0)
+            .map(|s| s.key);
+        match victim {
+            Some(k) => {
+                self.remove_stream(k);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Forgets a stream and its map entries (retention over, or evicted for room).
+    pub fn remove_stream(&mut self, key: StreamKey) {
+        let Some(s) = self.streams.remove(&key) else { return };
+        if s.owed_counted {
+            self.owed_count -= 1;
+        }
+        if s.replaying {
+            self.replaying_count -= 1;
+        }
+        if let Some(id) = &s.request_id {
+            if self.by_request_id.get(id) == Some(&key) {
+                self.by_request_id.remove(id);
+            }
+        }
+        if self.by_fingerprint.get(&s.fingerprint) == Some(&key) {
+            self.by_fingerprint.remove(&s.fingerprint);
+        }
+        if let Some(k) = &s.idempotency_key {
+            if self.by_idempotency_key.get(k) == Some(&key) {
+                self.by_idempotency_key.remove(k);
+            }
+        }
+        if self.standalone == Some(key) {
+            self.standalone = None;
+        }
+        self.pending_client.retain(|_, p| p.stream != key);
+        s.signal.notify_all();
+        s.cancel.notify_all();
+        self.owed_signal.notify_all();
+    }
+
+    /// Appends an event to a stream; records evictions on the streams they hit. `None` when the
+    /// stream is gone or dropped, or the payload alone exceeds the ring's byte budget.
+    pub fn append(&mut self, key: StreamKey, payload: Bytes) -> Option<EventSeq> {
+        if self.streams.get(&key).is_none_or(|s| s.dropped) {
+            return None;
+        }
+        let streams = &mut self.streams;
+        let seq = self
+            .ring
+            .try_append(key, payload, |ev: Evicted| {
+                if let Some(s) = streams.get_mut(&ev.stream) {
+                    s.evicted_through = ev.seq;
+                    s.first_held = ev.next_in_stream;
+                }
+            })
+            .ok()?;
+        let s = self.streams.get_mut(&key)?;
+        s.produced = seq;
+        if s.first_held.is_none() {
+            s.first_held = Some(seq);
+        }
+        s.signal.notify_all();
+        self.refresh(key);
+        Some(seq)
+    }
+
+    /// Appends the final response and ends the request (`in_flight` false).
+    pub fn finish(&mut self, key: StreamKey, payload: Bytes, body_offset: usize) {
+        let seq = self.append(key, payload);
+        if let Some(s) = self.streams.get_mut(&key) {
+            s.in_flight = false;
+            s.final_seq = seq;
+            s.final_body_offset = body_offset;
+            s.signal.notify_all();
+        }
+        self.refresh(key);
+    }
+
+    /// Recomputes whether a stream is owed and keeps the session's counters exact. Every
+    /// transition calls this; it is O(1).
+    pub fn refresh(&mut self, key: StreamKey) {
+        let now = Instant::now();
+        let Some(s) = self.streams.get_mut(&key) else { return };
+        let owed = s.is_owed();
+        if owed != s.owed_counted {
+            s.owed_counted = owed;
+            if owed {
+                self.owed_count += 1;
+                s.owed_since = Some(now);
+            } else {
+                self.owed_count -= 1;
+                s.owed_since = None;
+            }
+            self.owed_signal.notify_all();
+        }
+        if s.is_settled() && !s.is_attached() {
+            s.settled_at.get_or_insert(now);
+        } else {
+            s.settled_at = None;
+        }
+    }
+
+    /// A writer takes over a stream; any older writer sees its epoch superseded and stops.
+    pub fn attach(&mut self, key: StreamKey) -> Option<u64> {
+        let s = self.streams.get_mut(&key)?;
+        let epoch = s.next_epoch;
+        s.next_epoch += 1;
+        s.attachment = Attachment::Attached { epoch };
+        s.parked = false;
+        s.signal.notify_all();
+        self.refresh(key);
+        Some(epoch)
+    }
+
+    /// The writer with `epoch` let go (connection lost, parked or done).
+    pub fn detach(&mut self, key: StreamKey, epoch: u64) {
+        let Some(s) = self.streams.get_mut(&key) else { return };
+        if s.attachment == (Attachment::Attached { epoch }) {
+            s.attachment = Attachment::Detached;
+        }
+        self.set_replaying(key, false);
+        self.refresh(key);
+    }
+
+    /// Marks whether a writer of `key` is flushing a replay backlog (CONTRACT §4 step 4).
+    pub fn set_replaying(&mut self, key: StreamKey, on: bool) {
+        let Some(s) = self.streams.get_mut(&key) else { return };
+        if s.replaying != on {
+            s.replaying = on;
+            if on {
+                self.replaying_count += 1;
+            } else {
+                self.replaying_count -= 1;
+            }
+            self.owed_signal.notify_all();
+        }
+    }
+
+    /// The client holds everything up to `seq` of this stream.
+    pub fn mark_delivered(&mut self, key: StreamKey, seq: EventSeq) {
+        if let Some(s) = self.streams.get_mut(&key) {
+            if seq > s.delivered {
+                s.delivered = seq;
+            }
+        }
+        self.refresh(key);
+    }
+
+    /// Drops a stream's tail and stops its tool (cancelled, abandoned or session end).
+    pub fn drop_stream(&mut self, key: StreamKey) {
+        let Some(s) = self.streams.get_mut(&key) else { return };
+        s.dropped = true;
+        s.cancelled = true;
+        s.in_flight = false;
+        s.cancel.notify_all();
+        s.signal.notify_all();
+        self.refresh(key);
+    }
+
+    /// Where a writer (or a resume) whose client holds everything up to `after` continues.
+    pub fn resume_start(
+        &self,
+        key: StreamKey,
+        after: EventSeq,
+    ) -> Result<ResumeStart, CursorError> {
+        let s = self.streams.get(&key).ok_or(CursorError::Foreign)?;
+        if after < s.first || self.ring.get(after).is_some_and(|ev| ev.stream != key) {
+            return Err(CursorError::Foreign);
+        }
+        if after > s.produced {
+            return Err(CursorError::Future);
+        }
+        if after < s.evicted_through {
+            return Ok(ResumeStart::Gap { lost_to: s.evicted_through });
+        }
+        let next = match self.ring.get(after) {
+            Some(ev) if ev.stream == key => ev.next_in_stream,
+            Some(_) => return Err(CursorError::Foreign),
+            // Evicted (after == evicted_through): everything later of this stream is held.
+            None if after == s.evicted_through => s.first_held,
+            None => return Err(CursorError::Foreign),
+        };
+        Ok(match next {
+            Some(seq) => ResumeStart::From(seq),
+            None => ResumeStart::Caught,
+        })
+    }
+
+    /// Allocates the id of a server→client request.
+    pub fn next_client_request_id(&mut self) -> u64 {
+        let id = self.next_client_request;
+        self.next_client_request += 1;
+        id
+    }
+
+    /// Ends everything: writers stop, tools are cancelled (DELETE or expiry).
+    pub fn close(&mut self) {
+        self.closed = true;
+        let keys: Vec<StreamKey> = self.streams.keys().copied().collect();
+        for k in keys {
+            if let Some(s) = self.streams.get_mut(&k) {
+                s.cancelled = true;
+                s.cancel.notify_all();
+                s.signal.notify_all();
+            }
+        }
+        self.owed_signal.notify_all();
+    }
+
+    /// Keys of streams to act on at a reaper tick: (owed too long, settled past retention).
+    pub fn overdue(
+        &self,
+        now: Instant,
+        owed_timeout: std::time::Duration,
+        retention: std::time::Duration,
+    ) -> (Vec<StreamKey>, Vec<StreamKey>) {
+        let mut abandoned = Vec::new();
+        let mut expired = Vec::new();
+        for s in self.streams.values() {
+            if s.owed_since.is_some_and(|t| now.duration_since(t) >= owed_timeout) {
+                abandoned.push(s.key);
+            }
+            if s.kind == StreamKind::Request
+                && s.settled_at.is_some_and(|t| now.duration_since(t) >= retention)
+            {
+                expired.push(s.key);
+            }
+        }
+        (abandoned, expired)
+    }
+
+    /// No connection is writing any of its streams.
+    pub fn is_idle(&self) -> bool {
+        !self.streams.values().any(|s| s.is_attached() || s.in_flight)
+    }
+
+    /// Encodes the wire event id of `seq` on `stream`: `<tag>-<stream>-<seq>` in hex.
+    pub fn push_event_id(&self, out: &mut Vec<u8>, stream: StreamKey, seq: EventSeq) {
+        push_event_id(out, self.tag, stream, seq);
+    }
+}
+
+/// `<tag:8 hex>-<stream hex>-<seq hex>`.
+pub fn push_event_id(out: &mut Vec<u8>, tag: u32, stream: StreamKey, seq: EventSeq) {
+    for i in (0..8).rev() {
+        out.push(b"0123456789abcdef"[((tag >> (i * 4)) & 15) as usize]);
+    }
+    out.push(b'-');
+    crate::http::push_hex(out, u64::from(stream.0));
+    out.push(b'-');
+    crate::http::push_hex(out, seq.0);
+}
+
+/// Parses a wire event id into (tag, stream, seq); `None` when malformed.
+pub fn parse_event_id(text: &[u8]) -> Option<(u32, StreamKey, EventSeq)> {
+    let mut parts = text.split(|&b| b == b'-');
+    let tag = parts.next().filter(|p| p.len() == 8).and_then(id::parse_hex)?;
+    let stream = parts.next().filter(|p| p.len() <= 8).and_then(id::parse_hex)?;
+    let seq = parts.next().filter(|p| p.len() <= 16).and_then(id::parse_hex)?;
+    if parts.next().is_some() {
+        return None;
+    }
+    Some((
+        u32::try_from(tag).ok()?,
+        StreamKey(u32::try_from(stream).ok()?),
+        EventSeq(u64::try_from(seq).ok()?),
+    ))
+}
+
+/// The sessions of one core.
+pub struct SessionTable {
+    sessions: HashMap<u128, Rc<std::cell::RefCell<Session>>>,
+    pub max: usize,
+}
+
+impl SessionTable {
+    pub fn new(max: usize) -> SessionTable {
+        SessionTable { sessions: HashMap::new(), max }
+    }
+
+    pub fn len(&self) -> usize {
+        self.sessions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty()
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.sessions.len() >= self.max
+    }
+
+    pub fn insert(&mut self, session: Session) -> Rc<std::cell::RefCell<Session>> {
+        let key = session.id.random;
+        let rc = Rc::new(std::cell::RefCell::new(session));
+        self.sessions.insert(key, rc.clone());
+        rc
+    }
+
+    pub fn get(&self, id: &SessionId) -> Option<Rc<std::cell::RefCell<Session>>> {
+        self.sessions.get(&id.random).filter(|s| s.borrow().id == *id).cloned()
+    }
+
+    pub fn remove(&mut self, id: &SessionId) -> Option<Rc<std::cell::RefCell<Session>>> {
+        let s = self.sessions.remove(&id.random)?;
+        s.borrow_mut().close();
+        Some(s)
+    }
+
+    pub fn all(&self) -> Vec<Rc<std::cell::RefCell<Session>>> {
+        self.sessions.values().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

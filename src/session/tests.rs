@@ -1,0 +1,133 @@
+//! Goal: the owed/replaying counters stay exact through every stream transition, and resume
+//! positions are right across evictions. Method: drive `Session` directly, no I/O.
+use super::*;
+use crate::config::Config;
+
+fn session() -> Session {
+    let cfg = Config::test_min();
+    Session::new(SessionId { core: 0, random: 7 }, 0xabcd, LEGACY_VERSIONS[0], &cfg)
+}
+
+fn open(s: &mut Session, id: &str) -> StreamKey {
+    s.open_stream(StreamKind::Request, Some(RawId(id.into())), 1, None, None).unwrap()
+}
+
+#[test]
+fn detached_in_flight_stream_is_owed_until_resumed_and_delivered() {
+    let mut s = session();
+    let k = open(&mut s, "1");
+    let e = s.attach(k).unwrap();
+    assert_eq!(s.owed_count(), 0);
+    s.append(k, Bytes::from_static(b"progress"));
+    s.detach(k, e);
+    assert_eq!(s.owed_count(), 1, "dropped mid-call: owed");
+    s.finish(k, Bytes::from_static(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}"), 22);
+    assert_eq!(s.owed_count(), 1, "complete but undelivered: still owed");
+    let e2 = s.attach(k).unwrap();
+    assert_eq!(s.owed_count(), 0, "attached: not owed");
+    let produced = s.stream(k).unwrap().produced;
+    s.mark_delivered(k, produced);
+    s.detach(k, e2);
+    assert_eq!(s.owed_count(), 0);
+    assert!(s.stream(k).unwrap().is_settled());
+}
+
+#[test]
+fn parked_dropped_and_standalone_streams_never_owe() {
+    let mut s = session();
+    let k = open(&mut s, "1");
+    s.stream_mut(k).unwrap().parked = true;
+    s.refresh(k);
+    assert_eq!(s.owed_count(), 0);
+    let k2 = open(&mut s, "2");
+    assert_eq!(s.owed_count(), 1);
+    s.drop_stream(k2);
+    assert_eq!(s.owed_count(), 0);
+    let g = s.open_stream(StreamKind::Standalone, None, 0, None, None).unwrap();
+    s.append(g, Bytes::from_static(b"note"));
+    assert_eq!(s.owed_count(), 0);
+    s.remove_stream(k);
+    s.remove_stream(k2);
+    assert_eq!(s.owed_count(), 0);
+}
+
+#[test]
+fn replaying_counter_follows_the_flag() {
+    let mut s = session();
+    let k = open(&mut s, "1");
+    let e = s.attach(k).unwrap();
+    s.set_replaying(k, true);
+    s.set_replaying(k, true);
+    assert_eq!(s.replaying_count(), 1);
+    assert!(s.owes());
+    s.detach(k, e);
+    assert_eq!(s.replaying_count(), 0);
+}
+
+#[test]
+fn superseded_writer_cannot_detach_the_new_one() {
+    let mut s = session();
+    let k = open(&mut s, "1");
+    let old = s.attach(k).unwrap();
+    let new = s.attach(k).unwrap();
+    s.detach(k, old);
+    assert_eq!(s.stream(k).unwrap().attachment, Attachment::Attached { epoch: new });
+    assert_eq!(s.owed_count(), 0);
+}
+
+#[test]
+fn resume_start_exact_then_gap_after_eviction() {
+    let mut s = session();
+    let k = open(&mut s, "1");
+    let first = s.stream(k).unwrap().first;
+    let a = s.append(k, Bytes::from_static(b"a")).unwrap();
+    assert_eq!(s.resume_start(k, first), Ok(ResumeStart::From(a)));
+    assert_eq!(s.resume_start(k, a), Ok(ResumeStart::Caught));
+    assert_eq!(s.resume_start(k, EventSeq(a.0 + 1)), Err(CursorError::Future));
+    // test_min holds 16 events: push the stream's early events out.
+    for _ in 0..20 {
+        s.append(k, Bytes::from_static(b"x")).unwrap();
+    }
+    match s.resume_start(k, first) {
+        Ok(ResumeStart::Gap { lost_to }) => assert!(lost_to > a),
+        other => panic!("expected a gap, got {other:?}"),
+    }
+    let last = s.stream(k).unwrap().produced;
+    assert_eq!(s.resume_start(k, last), Ok(ResumeStart::Caught));
+}
+
+#[test]
+fn foreign_stream_cursor_is_refused() {
+    let mut s = session();
+    let k1 = open(&mut s, "1");
+    let k2 = open(&mut s, "2");
+    let a2 = s.append(k2, Bytes::from_static(b"a")).unwrap();
+    assert_eq!(s.resume_start(k1, a2), Err(CursorError::Foreign));
+}
+
+#[test]
+fn stream_table_limit_evicts_settled_first_then_refuses() {
+    let mut s = session();
+    let keys: Vec<StreamKey> = (0..4).map(|i| open(&mut s, &i.to_string())).collect();
+    assert_eq!(open_err(&mut s), Some(OpenError::TooManyStreams), "all in flight: refused at N+1");
+    s.drop_stream(keys[0]);
+    assert!(open_err(&mut s).is_none(), "a settled stream makes room");
+    assert!(s.stream(keys[0]).is_none());
+}
+
+fn open_err(s: &mut Session) -> Option<OpenError> {
+    s.open_stream(StreamKind::Request, Some(RawId("x".into())), 2, None, None).err()
+}
+
+#[test]
+fn event_ids_round_trip_and_reject_garbage() {
+    let mut out = Vec::new();
+    push_event_id(&mut out, 0xdeadbeef, StreamKey(5), EventSeq(0x1234));
+    assert_eq!(out, b"deadbeef-5-1234");
+    assert_eq!(parse_event_id(&out), Some((0xdeadbeef, StreamKey(5), EventSeq(0x1234))));
+    for bad in
+        ["", "x", "deadbeef-5", "deadbeef-5-1-2", "DEADBEEF-5-1", "deadbee-5-1", "deadbeef--1"]
+    {
+        assert_eq!(parse_event_id(bad.as_bytes()), None, "{bad}");
+    }
+}

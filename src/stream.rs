@@ -1,0 +1,326 @@
+//! One SSE stream's producer and consumer halves, over the session's replay ring.
+//!
+//! Owns: running a request as a monoio task (`spawn_job`) whose messages are appended to the
+//! session ring through `Emitter` (the `tool::Emit` implementation), and `fill_batch`, which a
+//! connection's writer calls to encode everything ready after its cursor as SSE frames in one
+//! buffer (one chunk, one send). Resume positions come from `Session::resume_start` in O(1).
+//! Never: touches a socket (the writer loop lives in `conn`), or sends a message of one stream
+//! on another (MCP 2025-11-25 transports §multiple connections).
+
+use std::cell::RefCell;
+use std::rc::{Rc, Weak};
+
+use bytes::Bytes;
+use simd_json::prelude::*;
+
+use crate::jsonrpc::{self, RawId};
+use crate::replay::{EventSeq, StreamKey};
+use crate::session::{Attachment, ResumeStart, Session};
+use crate::tool::{Emit, LocalBoxFuture, LogLevel, ToolError, Value};
+
+/// JSON-RPC code for "events after your cursor were evicted" (CONTRACT §6).
+pub const EVENTS_LOST: i64 = -31003;
+
+/// Where a writer is in its stream.
+#[derive(Clone, Copy, Debug)]
+pub struct Cursor {
+    /// Last event written to this connection.
+    pub after: EventSeq,
+    /// Start here (inclusive) instead of after `after`: a new stream's priming event, or the
+    /// first event for a deduplicated retry.
+    pub from: Option<EventSeq>,
+}
+
+/// What `fill_batch` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Batch {
+    /// Frames were appended (maybe none); the stream goes on.
+    More,
+    /// The final response is in the buffer: end the HTTP response.
+    Ended,
+    /// The stream was cancelled or abandoned: end the response without a result.
+    Dropped,
+    /// A gap error is in the buffer: end the response.
+    Gap,
+    /// Another connection took the stream over, or the session ended: stop writing, close.
+    Superseded,
+    /// A tool asked to close the connection (SEP-1699): end the response, close, park.
+    Park,
+}
+
+/// Encodes everything ready after the cursor into `out` (at most about `budget` bytes), for the
+/// writer holding `epoch`. Called with the session borrowed; it does not await.
+#[allow(clippy::too_many_arguments)]
+pub fn fill_batch(
+    session: &mut Session,
+    key: StreamKey,
+    epoch: u64,
+    cursor: &mut Cursor,
+    id_override: Option<&RawId>,
+    retry_ms: u64,
+    out: &mut Vec<u8>,
+    budget: usize,
+) -> Batch {
+    let Some(s) = session.stream(key) else { return Batch::Superseded };
+    if session.closed || s.attachment != (Attachment::Attached { epoch }) {
+        return Batch::Superseded;
+    }
+    let (final_seq, dropped, body_offset) = (s.final_seq, s.dropped, s.final_body_offset);
+    let request_id = s.request_id.clone();
+    let start = match cursor.from.take() {
+        Some(seq) => ResumeStart::From(seq),
+        None => match session.resume_start(key, cursor.after) {
+            Ok(start) => start,
+            Err(_) => ResumeStart::Caught,
+        },
+    };
+    match start {
+        ResumeStart::Gap { lost_to } => {
+            push_gap(session, out, key, request_id.as_ref(), cursor.after, lost_to);
+            return Batch::Gap;
+        }
+        ResumeStart::Caught => {}
+        ResumeStart::From(first) => {
+            let tag = session.tag;
+            for ev in session.ring.iter_from(first) {
+                if ev.stream != key {
+                    break;
+                }
+                let mut id = [0u8; 48];
+                let id_len = {
+                    let mut v = Vec::with_capacity(0);
+                    crate::session::push_event_id(&mut v, tag, key, ev.seq);
+                    let n = v.len().min(id.len());
+                    id[..n].copy_from_slice(&v[..n]);
+                    n
+                };
+                if ev.payload.is_empty() {
+                    crate::sse::push_event(out, Some(&id[..id_len]), Some(retry_ms), b"");
+                } else if Some(ev.seq) == final_seq && id_override.is_some() {
+                    let mut rewritten = Vec::with_capacity(ev.payload.len() + 16);
+                    rewritten.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+                    rewritten
+                        .extend_from_slice(id_override.map(|i| i.0.as_bytes()).unwrap_or(b"null"));
+                    rewritten.extend_from_slice(&ev.payload[body_offset.min(ev.payload.len())..]);
+                    crate::sse::push_event(out, Some(&id[..id_len]), None, &rewritten);
+                } else {
+                    crate::sse::push_event(out, Some(&id[..id_len]), None, ev.payload);
+                }
+                cursor.after = ev.seq;
+                if out.len() >= budget {
+                    break;
+                }
+            }
+        }
+    }
+    if final_seq.is_some_and(|f| cursor.after >= f) {
+        return Batch::Ended;
+    }
+    if dropped {
+        return Batch::Dropped;
+    }
+    if let Some(s) = session.stream_mut(key) {
+        if s.close_requested {
+            s.close_requested = false;
+            return Batch::Park;
+        }
+    }
+    Batch::More
+}
+
+fn push_gap(
+    session: &Session,
+    out: &mut Vec<u8>,
+    key: StreamKey,
+    request_id: Option<&RawId>,
+    after: EventSeq,
+    lost_to: EventSeq,
+) {
+    let mut data = Vec::with_capacity(96);
+    data.extend_from_slice(b"{\"lostFrom\":\"");
+    session.push_event_id(&mut data, key, after);
+    data.extend_from_slice(b"\",\"lostTo\":\"");
+    session.push_event_id(&mut data, key, lost_to);
+    data.extend_from_slice(b"\"}");
+    let mut msg = Vec::with_capacity(160);
+    let data = String::from_utf8_lossy(&data).into_owned();
+    jsonrpc::push_error(
+        &mut msg,
+        request_id,
+        EVENTS_LOST,
+        "events after Last-Event-ID were evicted from the replay buffer",
+        Some(&data),
+    );
+    crate::sse::push_event(out, None, None, &msg);
+}
+
+/// Runs a request's work as a task on this core; its outcome becomes the stream's final
+/// response. The task outlives the connection: a dropped connection is not a cancellation (MCP
+/// 2025-11-25 transports: "Disconnection SHOULD NOT be interpreted as the client cancelling").
+pub fn spawn_job(
+    session: Rc<RefCell<Session>>,
+    key: StreamKey,
+    request_id: RawId,
+    work: LocalBoxFuture<'static, Result<Value, ToolError>>,
+) {
+    monoio::spawn(async move {
+        let cancel = session.borrow().stream(key).map(|s| s.cancel.clone());
+        let Some(cancel) = cancel else { return };
+        let cancelled = {
+            let session = session.clone();
+            async move {
+                loop {
+                    let notified = cancel.notified();
+                    if session.borrow().stream(key).is_none_or(|s| s.cancelled) {
+                        return;
+                    }
+                    notified.await;
+                }
+            }
+        };
+        let outcome = monoio::select! {
+            r = work => Some(r),
+            _ = cancelled => None,
+        };
+        let Some(outcome) = outcome else { return };
+        let mut payload = Vec::with_capacity(128);
+        match outcome {
+            Ok(result) => {
+                jsonrpc::push_result(&mut payload, &request_id, result.encode().as_bytes())
+            }
+            Err(ToolError::Cancelled) => return,
+            Err(e) => push_tool_error(&mut payload, &request_id, &e),
+        }
+        let offset = b"{\"jsonrpc\":\"2.0\",\"id\":".len() + request_id.0.len();
+        session.borrow_mut().finish(key, Bytes::from(payload), offset);
+    });
+}
+
+/// A `ToolError` as a JSON-RPC error response.
+pub fn push_tool_error(out: &mut Vec<u8>, id: &RawId, e: &ToolError) {
+    let (code, message) = match e {
+        ToolError::InvalidParams(m) => (jsonrpc::INVALID_PARAMS, m.as_str()),
+        ToolError::NotFound(m) => (jsonrpc::INVALID_PARAMS, m.as_str()),
+        ToolError::ClientError { message, .. } => (jsonrpc::INTERNAL_ERROR, message.as_str()),
+        ToolError::Cancelled => (jsonrpc::INTERNAL_ERROR, "cancelled"),
+        ToolError::Internal(m) => (jsonrpc::INTERNAL_ERROR, m.as_str()),
+    };
+    jsonrpc::push_error(out, Some(id), code, message, None);
+}
+
+/// `tool::Emit` for one request stream: every message is appended to the session ring on this
+/// stream, then the attached writer (if any) is woken.
+pub struct Emitter {
+    pub session: Weak<RefCell<Session>>,
+    pub key: StreamKey,
+}
+
+impl Emitter {
+    fn append_notification(&self, method: &str, params: &Value) {
+        let Some(session) = self.session.upgrade() else { return };
+        let mut payload = Vec::with_capacity(96);
+        jsonrpc::push_notification(&mut payload, method, params.encode().as_bytes());
+        session.borrow_mut().append(self.key, Bytes::from(payload));
+    }
+}
+
+impl Emit for Emitter {
+    fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
+        let Some(session) = self.session.upgrade() else { return };
+        let token = session.borrow().stream(self.key).and_then(|s| s.progress_token.clone());
+        let Some(token) = token else { return };
+        let mut params = Vec::with_capacity(96);
+        params.extend_from_slice(b"{\"progressToken\":");
+        params.extend_from_slice(token.as_bytes());
+        params.extend_from_slice(b",\"progress\":");
+        params.extend_from_slice(Value::from(progress).encode().as_bytes());
+        if let Some(t) = total {
+            params.extend_from_slice(b",\"total\":");
+            params.extend_from_slice(Value::from(t).encode().as_bytes());
+        }
+        if let Some(m) = message {
+            params.extend_from_slice(b",\"message\":");
+            params.extend_from_slice(Value::from(m).encode().as_bytes());
+        }
+        params.push(b'}');
+        let mut payload = Vec::with_capacity(params.len() + 64);
+        jsonrpc::push_notification(&mut payload, "notifications/progress", &params);
+        session.borrow_mut().append(self.key, Bytes::from(payload));
+    }
+
+    fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
+        let Some(session) = self.session.upgrade() else { return };
+        if level < session.borrow().log_level {
+            return;
+        }
+        let mut params = simd_json::json!({ "level": level.as_str(), "data": data });
+        if let (Some(l), Some(obj)) = (logger, params.as_object_mut()) {
+            obj.insert("logger".into(), Value::from(l));
+        }
+        self.append_notification("notifications/message", &params);
+    }
+
+    fn request(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> LocalBoxFuture<'static, Result<Value, ToolError>> {
+        let Some(session) = self.session.upgrade() else {
+            return Box::pin(async { Err(ToolError::Cancelled) });
+        };
+        let key = self.key;
+        let answer = Rc::new(RefCell::new(None));
+        let signal = Rc::new(crate::session::signal::Signal::default());
+        {
+            let mut s = session.borrow_mut();
+            let id = s.next_client_request_id();
+            s.pending_client.insert(
+                id,
+                crate::session::PendingClientRequest {
+                    stream: key,
+                    answer: answer.clone(),
+                    signal: signal.clone(),
+                },
+            );
+            let mut payload = Vec::with_capacity(128);
+            jsonrpc::push_request(&mut payload, id, method, params.encode().as_bytes());
+            s.append(key, Bytes::from(payload));
+        }
+        let weak = Rc::downgrade(&session);
+        Box::pin(async move {
+            loop {
+                let notified = signal.notified();
+                if let Some(outcome) = answer.borrow_mut().take() {
+                    return outcome.map_err(|e: Value| ToolError::ClientError {
+                        code: e
+                            .get("code")
+                            .and_then(|c| c.as_i64())
+                            .unwrap_or(jsonrpc::INTERNAL_ERROR),
+                        message: e
+                            .get("message")
+                            .and_then(|m| m.as_str())
+                            .unwrap_or("client error")
+                            .to_owned(),
+                    });
+                }
+                let gone = weak.upgrade().is_none_or(|s| {
+                    let s = s.borrow();
+                    s.closed || s.stream(key).is_none_or(|st| st.cancelled)
+                });
+                if gone {
+                    return Err(ToolError::Cancelled);
+                }
+                notified.await;
+            }
+        })
+    }
+
+    fn close_connection(&self) {
+        let Some(session) = self.session.upgrade() else { return };
+        let mut s = session.borrow_mut();
+        if let Some(st) = s.stream_mut(self.key) {
+            st.close_requested = true;
+            st.signal.notify_all();
+        }
+    }
+}

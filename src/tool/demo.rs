@@ -1,0 +1,347 @@
+//! The `demo` tool set (`--tools demo`): `echo`, `slow_counter` and `get_counter`.
+//!
+//! Owns: the server-global execution counter `EXECUTIONS` that `slow_counter` bumps once per
+//! execution. It is the observable side effect that shows whether a retried, non-idempotent
+//! call ran twice (CONTRACT §4); clients read it through `get_counter`.
+//! Called by: `Registry::new` (through `tools`). Never: retries, or bumps the counter for a
+//! call whose arguments were rejected.
+
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::{argument, fn_tool, required_str, text_result, Annotations, Emit, Tool, ToolError};
+use super::{expect_arguments_object, ToolSpec, Value};
+use simd_json::prelude::*;
+
+/// Executions of `slow_counter` since the process started, across all cores. The one atomic in
+/// `tool`, and off the hot path: only the demo tools touch it. Relaxed ordering is enough: the
+/// counter publishes no other memory, it only has to count each start once.
+pub static EXECUTIONS: AtomicU64 = AtomicU64::new(0);
+
+/// Most progress steps one `slow_counter` call may ask for. Bounds the notifications (and so the
+/// replay-buffer events) one call produces; a larger `steps` gets JSON-RPC -32602.
+pub const SLOW_COUNTER_STEPS_MAX: u64 = 1000;
+
+/// Longest pause before each `slow_counter` step, in ms. 10 s is longer than any resume a test
+/// needs to fit in; a larger `delay_ms` gets -32602. With `SLOW_COUNTER_STEPS_MAX` a call may
+/// still run for hours; the server's tool run-time limit, not this one, bounds a whole call.
+pub const SLOW_COUNTER_DELAY_MS_MAX: u64 = 10_000;
+
+/// `steps` when the call does not say (documented in the input schema).
+pub const SLOW_COUNTER_STEPS_DEFAULT: u64 = 5;
+
+/// `delay_ms` when the call does not say (documented in the input schema).
+pub const SLOW_COUNTER_DELAY_MS_DEFAULT: u64 = 0;
+
+const ECHO: ToolSpec = ToolSpec {
+    name: "echo",
+    description: "Returns the given text unchanged.",
+    input_schema: concat!(
+        r#"{"type":"object","#,
+        r#""properties":{"text":{"type":"string","description":"The text to return."}},"#,
+        r#""required":["text"]}"#
+    ),
+    annotations: Annotations { read_only: true, idempotent: true },
+};
+
+const SLOW_COUNTER: ToolSpec = ToolSpec {
+    name: "slow_counter",
+    description: "Increments the server-wide execution counter once, then sends `steps` \
+                  progress notifications, waiting `delay_ms` before each, and returns the \
+                  counter value after its own increment. Not idempotent: every execution counts.",
+    input_schema: concat!(
+        r#"{"type":"object","properties":{"#,
+        r#""steps":{"type":"integer","minimum":0,"maximum":1000,"default":5,"#,
+        r#""description":"Progress notifications to send (0 to 1000, default 5)."},"#,
+        r#""delay_ms":{"type":"integer","minimum":0,"maximum":10000,"default":0,"#,
+        r#""description":"Milliseconds to wait before each notification "#,
+        r#"(0 to 10000, default 0: no wait)."}}}"#
+    ),
+    annotations: Annotations { read_only: false, idempotent: false },
+};
+
+const GET_COUNTER: ToolSpec = ToolSpec {
+    name: "get_counter",
+    description: "Returns how many times slow_counter has started executing since the server \
+                  started, across all cores.",
+    input_schema: r#"{"type":"object","properties":{}}"#,
+    annotations: Annotations { read_only: true, idempotent: false },
+};
+
+/// The demo set's tools, bound to the process-wide `EXECUTIONS` counter.
+pub fn tools() -> Vec<Rc<dyn Tool>> {
+    vec![
+        fn_tool(ECHO, echo),
+        fn_tool(SLOW_COUNTER, |arguments, emit| slow_counter(&EXECUTIONS, arguments, emit)),
+        fn_tool(GET_COUNTER, |arguments, _emit| get_counter(&EXECUTIONS, arguments)),
+    ]
+}
+
+async fn echo(arguments: Value, _emit: Rc<dyn Emit>) -> Result<Value, ToolError> {
+    let text = required_str(&arguments, "text")?;
+    Ok(text_result(text))
+}
+
+/// Validates both arguments before counting, so a rejected call leaves no trace; counts at the
+/// start, so a call cancelled half-way (dropped stream, `notifications/cancelled`) still counts.
+async fn slow_counter(
+    counter: &'static AtomicU64,
+    arguments: Value,
+    emit: Rc<dyn Emit>,
+) -> Result<Value, ToolError> {
+    let steps =
+        bounded_integer(&arguments, "steps", SLOW_COUNTER_STEPS_DEFAULT, SLOW_COUNTER_STEPS_MAX)?;
+    let delay_ms = bounded_integer(
+        &arguments,
+        "delay_ms",
+        SLOW_COUNTER_DELAY_MS_DEFAULT,
+        SLOW_COUNTER_DELAY_MS_MAX,
+    )?;
+    let executions = counter.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+    // `step` and `steps` are at most SLOW_COUNTER_STEPS_MAX, so the f64 conversions are exact.
+    let total = steps as f64;
+    for step in 1..=steps {
+        if delay_ms > 0 {
+            monoio::time::sleep(Duration::from_millis(delay_ms)).await;
+        }
+        emit.progress(step as f64, Some(total), None);
+    }
+    Ok(text_result(executions.to_string()))
+}
+
+async fn get_counter(counter: &'static AtomicU64, arguments: Value) -> Result<Value, ToolError> {
+    expect_arguments_object(&arguments)?;
+    Ok(text_result(counter.load(Ordering::Relaxed).to_string()))
+}
+
+/// Optional integer argument `name` in `0..=max`, `default` when absent. A float with no
+/// fractional part (`5.0`) counts as an integer, as JSON Schema's `integer` type says.
+fn bounded_integer(
+    arguments: &Value,
+    name: &str,
+    default: u64,
+    max: u64,
+) -> Result<u64, ToolError> {
+    let Some(value) = argument(arguments, name)? else {
+        return Ok(default);
+    };
+    match non_negative_integer(value) {
+        Some(number) if number <= max => Ok(number),
+        Some(_) => {
+            Err(ToolError::InvalidParams(format!("argument `{name}` must be at most {max}")))
+        }
+        None => Err(ToolError::InvalidParams(format!(
+            "argument `{name}` must be a non-negative integer"
+        ))),
+    }
+}
+
+fn non_negative_integer(value: &Value) -> Option<u64> {
+    if let Some(number) = value.as_u64() {
+        return Some(number);
+    }
+    let number = value.as_f64()?;
+    // 2^64 is exact as an f64; an integral value below it converts to u64 exactly.
+    let integral = number.fract() == 0.0 && (0.0..18_446_744_073_709_551_616.0).contains(&number);
+    integral.then_some(number as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{first_text, parse, run, Call, RecordingEmit};
+    use super::*;
+    use simd_json::json;
+    use std::time::Instant;
+
+    fn call_slow_counter(
+        counter: &'static AtomicU64,
+        arguments: Value,
+    ) -> (Result<Value, ToolError>, Vec<Call>) {
+        let emit = Rc::new(RecordingEmit::default());
+        let result = run(slow_counter(counter, arguments, emit.clone()));
+        (result, emit.calls())
+    }
+
+    fn is_invalid_params(result: &Result<Value, ToolError>) -> bool {
+        matches!(result, Err(ToolError::InvalidParams(_)))
+    }
+
+    #[test]
+    fn echo_returns_its_text() {
+        // Goal: echo answers one text item with the argument. Method: call it directly.
+        let emit = Rc::new(RecordingEmit::default());
+        let result = run(echo(json!({ "text": "héllo \"x\"" }), emit.clone())).expect("ok");
+        assert_eq!(result, json!({ "content": [{ "type": "text", "text": "héllo \"x\"" }] }));
+        assert!(emit.calls().is_empty());
+    }
+
+    #[test]
+    fn echo_rejects_missing_or_non_string_text() {
+        // Goal: every malformed argument shape is -32602, never a panic. Method: table of cases.
+        let cases = [
+            json!({}),
+            json!(null),
+            json!({ "text": 5 }),
+            json!({ "text": null }),
+            json!({ "text": ["a"] }),
+            json!(["text"]),
+            json!("text"),
+        ];
+        for arguments in cases {
+            let emit = Rc::new(RecordingEmit::default());
+            let result = run(echo(arguments.clone(), emit));
+            assert!(is_invalid_params(&result), "{arguments:?} → {result:?}");
+        }
+    }
+
+    #[test]
+    fn slow_counter_counts_once_and_reports_each_step_in_order() {
+        // Goal: one increment per execution, `steps` progress notifications 1..=steps of
+        // `steps`, and the result is the counter after the call's own increment. Method: a
+        // private counter, two calls in a row.
+        static COUNTER: AtomicU64 = AtomicU64::new(41);
+        let (result, calls) = call_slow_counter(&COUNTER, json!({ "steps": 4, "delay_ms": 0 }));
+        assert_eq!(first_text(&result.expect("ok")), "42");
+        assert_eq!(COUNTER.load(Ordering::Relaxed), 42);
+        let expected: Vec<Call> = (1..=4)
+            .map(|i| Call::Progress { progress: f64::from(i), total: Some(4.0), message: None })
+            .collect();
+        assert_eq!(calls, expected);
+
+        let (result, _) = call_slow_counter(&COUNTER, json!({ "steps": 1 }));
+        assert_eq!(first_text(&result.expect("ok")), "43");
+        assert_eq!(COUNTER.load(Ordering::Relaxed), 43);
+    }
+
+    #[test]
+    fn slow_counter_defaults_and_zero_steps() {
+        // Goal: absent arguments mean steps 5 / delay 0; steps 0 still counts the execution
+        // but sends nothing. Method: null, {} and {"steps":0}.
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        for arguments in [json!(null), json!({})] {
+            let (result, calls) = call_slow_counter(&COUNTER, arguments);
+            assert!(result.is_ok());
+            assert_eq!(calls.len() as u64, SLOW_COUNTER_STEPS_DEFAULT);
+        }
+        let (result, calls) = call_slow_counter(&COUNTER, json!({ "steps": 0 }));
+        assert_eq!(first_text(&result.expect("ok")), "3");
+        assert!(calls.is_empty());
+    }
+
+    #[test]
+    fn slow_counter_waits_delay_ms_before_each_step() {
+        // Goal: delay_ms is honoured per step. Method: 3 steps of 20 ms take at least 60 ms and
+        // the notifications are at least 20 ms apart.
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let emit = Rc::new(RecordingEmit::default());
+        let start = Instant::now();
+        let result =
+            run(slow_counter(&COUNTER, json!({ "steps": 3, "delay_ms": 20 }), emit.clone()));
+        assert!(result.is_ok());
+        assert!(start.elapsed() >= Duration::from_millis(60));
+        let times: Vec<Instant> = emit.calls.borrow().iter().map(|(at, _)| *at).collect();
+        assert_eq!(times.len(), 3);
+        assert!(times.windows(2).all(|w| w[1] - w[0] >= Duration::from_millis(20)));
+    }
+
+    #[test]
+    fn slow_counter_limits_at_n_and_n_plus_one() {
+        // Goal: each cap accepts N and rejects N+1 with -32602 and no increment. Method: steps
+        // at 1000/1001 with no delay; delay_ms at 10000/10001 with zero steps (so no sleep).
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let (result, calls) =
+            call_slow_counter(&COUNTER, json!({ "steps": SLOW_COUNTER_STEPS_MAX, "delay_ms": 0 }));
+        assert_eq!(first_text(&result.expect("ok")), "1");
+        assert_eq!(calls.len() as u64, SLOW_COUNTER_STEPS_MAX);
+        let (result, calls) =
+            call_slow_counter(&COUNTER, json!({ "steps": SLOW_COUNTER_STEPS_MAX + 1 }));
+        assert!(is_invalid_params(&result));
+        assert!(calls.is_empty());
+
+        let max_delay = json!({ "steps": 0, "delay_ms": SLOW_COUNTER_DELAY_MS_MAX });
+        let (result, _) = call_slow_counter(&COUNTER, max_delay);
+        assert_eq!(first_text(&result.expect("ok")), "2");
+        let over_delay = json!({ "steps": 0, "delay_ms": SLOW_COUNTER_DELAY_MS_MAX + 1 });
+        let (result, _) = call_slow_counter(&COUNTER, over_delay);
+        assert!(is_invalid_params(&result));
+        assert_eq!(COUNTER.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn slow_counter_rejects_non_integers_without_counting() {
+        // Goal: negative, fractional, non-numeric and null values are -32602 and leave the
+        // counter alone; an integral float is an integer. Method: table over both arguments.
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let bad = [
+            json!(-1),
+            json!(1.5),
+            json!("3"),
+            json!(null),
+            json!(true),
+            json!(-0.5),
+            json!(1e300),
+        ];
+        for value in bad {
+            for name in ["steps", "delay_ms"] {
+                let mut arguments = json!({ "steps": 0, "delay_ms": 0 });
+                arguments.insert(name, value.clone()).expect("object");
+                let (result, _) = call_slow_counter(&COUNTER, arguments.clone());
+                assert!(is_invalid_params(&result), "{arguments:?} → {result:?}");
+            }
+        }
+        let (result, _) = call_slow_counter(&COUNTER, json!([1, 2]));
+        assert!(is_invalid_params(&result));
+        assert_eq!(COUNTER.load(Ordering::Relaxed), 0);
+
+        let (result, calls) = call_slow_counter(&COUNTER, json!({ "steps": 2.0 }));
+        assert_eq!(first_text(&result.expect("ok")), "1");
+        assert_eq!(calls.len(), 2);
+    }
+
+    #[test]
+    fn get_counter_reads_without_counting() {
+        // Goal: get_counter reports the counter and never changes it. Method: private counter.
+        static COUNTER: AtomicU64 = AtomicU64::new(7);
+        for _ in 0..2 {
+            let result = run(get_counter(&COUNTER, json!({}))).expect("ok");
+            assert_eq!(first_text(&result), "7");
+        }
+        assert!(matches!(run(get_counter(&COUNTER, json!(3))), Err(ToolError::InvalidParams(_))));
+    }
+
+    #[test]
+    fn registered_tools_share_the_global_counter() {
+        // Goal: the registered slow_counter and get_counter use EXECUTIONS. Method: through the
+        // Tool trait; other tests may bump EXECUTIONS concurrently, so compare monotonically.
+        let tools = tools();
+        let by_name = |name: &str| tools.iter().find(|t| t.spec().name == name).expect("tool");
+        let emit: Rc<dyn Emit> = Rc::new(RecordingEmit::default());
+        let read = |emit: Rc<dyn Emit>| -> u64 {
+            let result = run(by_name("get_counter").call(json!({}), emit)).expect("ok");
+            first_text(&result).parse().expect("decimal")
+        };
+        let before = read(emit.clone());
+        let result = run(by_name("slow_counter").call(json!({ "steps": 1 }), emit.clone()));
+        let own: u64 = first_text(&result.expect("ok")).parse().expect("decimal");
+        assert!(own > before);
+        assert!(read(emit) >= own);
+    }
+
+    #[test]
+    fn specs_document_the_limits_and_annotations() {
+        // Goal: the schema text tells clients the same caps and defaults the code enforces, and
+        // only slow_counter is unsafe to repeat. Method: parse each schema.
+        let schema = parse(SLOW_COUNTER.input_schema);
+        let steps = &schema["properties"]["steps"];
+        assert_eq!(steps["maximum"].as_u64(), Some(SLOW_COUNTER_STEPS_MAX));
+        assert_eq!(steps["default"].as_u64(), Some(SLOW_COUNTER_STEPS_DEFAULT));
+        let delay = &schema["properties"]["delay_ms"];
+        assert_eq!(delay["maximum"].as_u64(), Some(SLOW_COUNTER_DELAY_MS_MAX));
+        assert_eq!(delay["default"].as_u64(), Some(SLOW_COUNTER_DELAY_MS_DEFAULT));
+        assert_eq!(parse(ECHO.input_schema)["required"], json!(["text"]));
+        assert!(ECHO.annotations.safe_to_repeat());
+        assert!(GET_COUNTER.annotations.safe_to_repeat());
+        assert!(!SLOW_COUNTER.annotations.safe_to_repeat());
+    }
+}

@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""Real-client check of tidemark with the official Python SDK (`mcp`, streamable HTTP).
+
+Goal: prove that an unmodified Python SDK client completes a whole session against the server in
+both of its connect modes: `legacy` (the initialize handshake) and `auto` (the default: probe
+`server/discover` first, fall back to initialize when the server is not a 2026-07-28 server).
+Sequence: connect, tools/list, a progress-emitting tools/call (each notification exactly once,
+in order), echo, then DELETE on close; a dropped response stream must be resumed by the SDK
+itself (GET + Last-Event-ID), never re-POSTed.
+Method: drive `mcp.Client` as an application would; httpx event hooks only count what went on
+the wire. `--protocol-version` patches the version the SDK offers in `initialize` (it always
+offers its latest handshake version otherwise).
+
+Usage: py_client.py --url URL [--mode legacy|auto] [--expect-era legacy|modern|any]
+           [--protocol-version V] [--steps N] [--delay-ms N] [--check-counter]
+           [--min-resumes N] [--timeout-s N] [--label TEXT]
+       py_client.py --url URL --get-counter      prints the counter and exits
+Exit status: 0 when every check passed, 1 on the first mismatch (message on stderr), 2 on usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+import anyio
+import httpx2
+
+import mcp.client.session as mcp_client_session
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+
+
+class CheckFailed(Exception):
+    """A behaviour of the server (or SDK) that this test does not accept."""
+
+
+def check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise CheckFailed(msg)
+
+
+class Wire:
+    """What went over HTTP, recorded by httpx event hooks (observation only)."""
+
+    def __init__(self) -> None:
+        self.posts: Counter[str] = Counter()
+        self.resume_gets = 0
+        self.gets = 0
+        self.deletes = 0
+        self.statuses: list[str] = []
+        self.session_id: str | None = None
+        self.discover_answer: str | None = None
+
+    async def on_request(self, request: httpx2.Request) -> None:
+        if request.method == "POST":
+            try:
+                msg = json.loads(request.content)
+            except ValueError:
+                return
+            for m in msg if isinstance(msg, list) else [msg]:
+                key = m.get("method") or ("(response)" if "result" in m or "error" in m else "?")
+                self.posts[key] += 1
+        elif request.method == "GET":
+            self.gets += 1
+            if "last-event-id" in request.headers:
+                self.resume_gets += 1
+        elif request.method == "DELETE":
+            self.deletes += 1
+
+    async def on_response(self, response: httpx2.Response) -> None:
+        req = response.request
+        self.statuses.append(f"{req.method} {response.status_code}")
+        sid = response.headers.get("mcp-session-id")
+        if sid and req.method == "POST" and self.session_id is None:
+            self.session_id = sid
+        if req.method == "POST" and req.headers.get("mcp-method") == "server/discover":
+            self.discover_answer = f"{response.status_code} {response.headers.get('content-type', '')}"
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
+    p.add_argument("--url", required=True)
+    p.add_argument("--mode", choices=["legacy", "auto"], default="legacy")
+    p.add_argument("--expect-era", choices=["legacy", "modern", "any"], default="legacy")
+    p.add_argument("--protocol-version", choices=list(HANDSHAKE_PROTOCOL_VERSIONS))
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--delay-ms", type=int, default=20)
+    p.add_argument("--check-counter", action="store_true")
+    p.add_argument("--min-resumes", type=int, default=0)
+    p.add_argument("--timeout-s", type=float, default=60.0)
+    p.add_argument("--label", default="py")
+    p.add_argument("--get-counter", action="store_true")
+    args = p.parse_args()
+    for name in ("steps", "delay_ms", "min_resumes"):
+        if getattr(args, name) < 0:
+            p.error(f"--{name.replace('_', '-')} must be >= 0")
+    return args
+
+
+def text_of(result: Any, what: str) -> str:
+    check(bool(result.content), f"{what}: result has no content: {result!r}")
+    first = result.content[0]
+    check(getattr(first, "type", None) == "text", f"{what}: first content item is not text: {first!r}")
+    check(not result.is_error, f"{what}: isError is true: {result!r}")
+    return first.text
+
+
+async def counter_value(client: Client, timeout_s: float) -> int:
+    text = text_of(await client.call_tool("get_counter", {}, read_timeout_seconds=timeout_s), "get_counter")
+    check(re.fullmatch(r"\d+", text.strip()) is not None, f"get_counter: text is not a number: {text!r}")
+    return int(text.strip())
+
+
+async def run_sequence(client: Client, args: argparse.Namespace, wire: Wire) -> dict[str, Any]:
+    version = client.protocol_version
+    era = "modern" if version in MODERN_PROTOCOL_VERSIONS else "legacy"
+    if args.expect_era != "any":
+        check(
+            era == args.expect_era,
+            f"connect: mode={args.mode} ended in the {era} era (version {version}); expected {args.expect_era}; "
+            f"server/discover was answered {wire.discover_answer}",
+        )
+    if args.protocol_version:
+        check(version == args.protocol_version, f"initialize: asked {args.protocol_version}, got {version}")
+    if era == "legacy":
+        sid = wire.session_id
+        check(bool(sid), "initialize: the response carried no Mcp-Session-Id")
+        check(re.fullmatch(r"[\x21-\x7e]+", sid or "") is not None, f"session id is not visible ASCII: {sid!r}")
+
+    tools = await client.list_tools()
+    names = [t.name for t in tools.tools]
+    for want in ("echo", "slow_counter", "get_counter"):
+        check(want in names, f"tools/list: missing {want}; got {names}")
+
+    before = await counter_value(client, args.timeout_s) if args.check_counter else None
+    posts_before = wire.posts["tools/call"]
+    progress: list[tuple[float, float | None]] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append((value, total))
+
+    result = await client.call_tool(
+        "slow_counter",
+        {"steps": args.steps, "delay_ms": args.delay_ms},
+        read_timeout_seconds=args.timeout_s,
+        progress_callback=on_progress,
+    )
+    posts_for_call = wire.posts["tools/call"] - posts_before
+    text = text_of(result, "slow_counter")
+    check(re.fullmatch(r"\d+", text.strip()) is not None, f"slow_counter: result is not a number: {text!r}")
+    # Progress notifications are dispatched to the callback asynchronously; give stragglers a moment
+    # so a late duplicate is caught rather than missed.
+    await anyio.sleep(0.05)
+    values = [v for v, _ in progress]
+    check(
+        len(progress) == args.steps,
+        f"slow_counter: expected {args.steps} progress notifications, got {len(progress)}: {values}",
+    )
+    check(
+        all(b > a for a, b in zip(values, values[1:])),
+        f"slow_counter: progress not strictly increasing (duplicate or out of order): {values}",
+    )
+    for _, total in progress:
+        check(total is None or total == args.steps, f"slow_counter: progress total {total}, expected {args.steps}")
+    check(posts_for_call == 1, f"slow_counter: the SDK POSTed tools/call {posts_for_call} times (re-POST)")
+    if args.check_counter:
+        after = await counter_value(client, args.timeout_s)
+        value = int(text.strip())
+        check(
+            value == before + 1 and after == before + 1,
+            f"slow_counter ran more than once or not at all: before {before}, result {value}, after {after}",
+        )
+    check(
+        wire.resume_gets >= args.min_resumes,
+        f"expected at least {args.min_resumes} resume GET(s) with Last-Event-ID, saw {wire.resume_gets}",
+    )
+
+    echo = text_of(await client.call_tool("echo", {"text": "hi"}, read_timeout_seconds=args.timeout_s), "echo")
+    check(echo == "hi", f"echo: expected 'hi', got {echo!r}")
+    return {"version": version, "era": era, "values": values, "result": text.strip()}
+
+
+async def check_terminated(url: str, session_id: str, version: str, wire: Wire) -> None:
+    check(wire.deletes == 1, f"close: expected 1 DELETE, saw {wire.deletes}")
+    async with httpx2.AsyncClient(timeout=10) as http:
+        r = await http.post(
+            url,
+            headers={
+                "content-type": "application/json",
+                "accept": "application/json, text/event-stream",
+                "mcp-session-id": session_id,
+                "mcp-protocol-version": version,
+            },
+            content=json.dumps({"jsonrpc": "2.0", "id": 9999, "method": "tools/list"}),
+        )
+    check(r.status_code == 404, f"after DELETE: POST with the old session id got {r.status_code}, expected 404")
+
+
+async def main(args: argparse.Namespace, wire: Wire) -> None:
+    if args.protocol_version:
+        # The SDK offers LATEST_HANDSHAKE_VERSION, read from this module at call time.
+        mcp_client_session.LATEST_HANDSHAKE_VERSION = args.protocol_version
+    http = httpx2.AsyncClient(
+        timeout=httpx2.Timeout(30.0, read=300.0),
+        event_hooks={"request": [wire.on_request], "response": [wire.on_response]},
+    )
+    started = time.monotonic()
+    async with http:
+        transport = streamable_http_client(args.url, http_client=http)
+        async with Client(transport, mode=args.mode, read_timeout_seconds=args.timeout_s) as client:
+            if args.get_counter:
+                print(await counter_value(client, args.timeout_s))
+                return
+            r = await run_sequence(client, args, wire)
+        # Leaving the Client context sends the DELETE (terminate_on_close).
+        if r["era"] == "legacy":
+            await check_terminated(args.url, wire.session_id or "", r["version"], wire)
+    elapsed_ms = int((time.monotonic() - started) * 1000)
+    print(
+        f"[{args.label}] ok: mode={args.mode} era={r['era']} version={r['version']} result={r['result']} "
+        f"progress={[int(v) if float(v).is_integer() else v for v in r['values']]} resumes={wire.resume_gets} "
+        f"discover={wire.discover_answer!r} posts={dict(wire.posts)} {elapsed_ms}ms"
+    )
+
+
+def run() -> int:
+    args = parse_args()
+    wire = Wire()
+    try:
+        anyio.run(main, args, wire)
+        return 0
+    except BaseException as e:  # noqa: BLE001 - report any SDK/transport error as a failure
+        while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
+            e = e.exceptions[0]
+        kind = "FAILED" if isinstance(e, CheckFailed) else f"ERROR ({type(e).__name__})"
+        print(f"[{args.label}] {kind}: {e}", file=sys.stderr)
+        print(f"[{args.label}] wire: statuses={wire.statuses} discover={wire.discover_answer!r}", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(run())
