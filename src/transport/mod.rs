@@ -528,7 +528,8 @@ fn inline_answer(
     }
 }
 
-fn fingerprint(method: &str, params: &Value) -> u64 {
+/// Hash of method + canonical params (key order and top-level `_meta` ignored).
+pub fn fingerprint(method: &str, params: &Value) -> u64 {
     let mut canon = String::with_capacity(64);
     jsonrpc::canonical_params(params, &mut canon);
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -538,8 +539,8 @@ fn fingerprint(method: &str, params: &Value) -> u64 {
 }
 
 /// Gathers the facts for the decision from the session's maps and counters (all O(1)).
-fn facts(
-    core: &Core,
+pub fn facts(
+    policy: MigrationPolicy,
     s: &Session,
     id: &RawId,
     fp: u64,
@@ -558,7 +559,7 @@ fn facts(
         .filter(|st| st.is_owed() || (st.parked && !st.is_settled()))
         .map(|st| st.key);
     Facts {
-        strict: core.cfg.migration_policy == MigrationPolicy::Strict,
+        strict: policy == MigrationPolicy::Strict,
         key,
         retry_of: retry_by_id.or(retry_by_fp),
         reused_id_of: by_id.filter(|st| st.is_settled()).map(|st| st.key),
@@ -620,7 +621,14 @@ async fn request(
     loop {
         let decision = {
             let s = session.borrow();
-            migration::decide(facts(core, &s, &id, fp, idempotency_key.as_deref(), idempotent))
+            migration::decide(facts(
+                core.cfg.migration_policy,
+                &s,
+                &id,
+                fp,
+                idempotency_key.as_deref(),
+                idempotent,
+            ))
         };
         match decision {
             Decision::Fresh => break,
@@ -708,7 +716,13 @@ async fn request(
         }
     }
     if core.cfg.response_mode == ResponseMode::Json {
-        return json_when_done(session, key, out, keep_alive).await;
+        // The waiting connection is this stream's writer: the stream is attached, not owed.
+        let epoch = session.borrow_mut().attach(key);
+        let outcome = json_when_done(session, key, out, keep_alive).await;
+        if let Some(epoch) = epoch {
+            session.borrow_mut().detach(key, epoch);
+        }
+        return outcome;
     }
     let (epoch, first) = {
         let mut s = session.borrow_mut();

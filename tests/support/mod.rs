@@ -1,0 +1,626 @@
+//! Shared helpers for the black-box integration tests: start the real `tidemark` binary on
+//! 127.0.0.1:0, speak raw HTTP/1.1 over blocking `TcpStream`s, read chunked SSE incrementally.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// Both io drivers: every wire test runs on each (many hosts disable io_uring).
+pub const DRIVERS: [&str; 2] = ["uring", "epoll"];
+
+/// A running server; killed on drop.
+pub struct Server {
+    child: Child,
+    pub addr: SocketAddr,
+    pub path: String,
+}
+
+impl Server {
+    /// Starts the binary with `--listen 127.0.0.1:0` plus `args`.
+    pub fn start(args: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tidemark"))
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn tidemark");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).expect("read banner");
+        // "tidemark listening on http://127.0.0.1:PORT/mcp driver=... threads=N tools=..."
+        let url = line.split_whitespace().nth(3).unwrap_or_else(|| panic!("banner: {line:?}"));
+        let rest = url.strip_prefix("http://").expect("http url");
+        let slash = rest.find('/').expect("path");
+        Server { child, addr: rest[..slash].parse().expect("addr"), path: rest[slash..].to_owned() }
+    }
+
+    /// Starts on a given driver (`uring` or `epoll`) with more args.
+    pub fn on(driver: &str, args: &[&str]) -> Server {
+        let mut all = vec!["--driver", driver];
+        all.extend_from_slice(args);
+        Server::start(&all)
+    }
+
+    pub fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(self.addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+        s.set_nodelay(true).expect("nodelay");
+        s
+    }
+
+    /// Host header value for this server.
+    pub fn host(&self) -> String {
+        self.addr.to_string()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A whole HTTP response.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// The body as JSON (JSON responses only).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("json body: {e}: {}", self.text()))
+    }
+
+    /// All SSE events of a complete SSE body.
+    pub fn events(&self) -> Vec<Event> {
+        parse_events(&self.body)
+    }
+}
+
+/// One SSE event.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Event {
+    pub id: Option<String>,
+    pub retry: Option<u64>,
+    pub data: String,
+}
+
+impl Event {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.data)
+            .unwrap_or_else(|e| panic!("event json: {e}: {}", self.data))
+    }
+    pub fn is_priming(&self) -> bool {
+        self.data.is_empty()
+    }
+}
+
+pub fn parse_events(body: &[u8]) -> Vec<Event> {
+    let text = String::from_utf8_lossy(body);
+    let mut out = Vec::new();
+    for block in text.split("\n\n") {
+        if block.trim().is_empty() || block.starts_with(':') {
+            continue;
+        }
+        let mut ev = Event { id: None, retry: None, data: String::new() };
+        let mut datas = Vec::new();
+        for line in block.lines() {
+            if let Some(v) = line.strip_prefix("id: ") {
+                ev.id = Some(v.to_owned());
+            } else if let Some(v) = line.strip_prefix("retry: ") {
+                ev.retry = v.parse().ok();
+            } else if let Some(v) = line.strip_prefix("data: ") {
+                datas.push(v.to_owned());
+            } else if line == "data:" {
+                datas.push(String::new());
+            }
+        }
+        ev.data = datas.join("\n");
+        out.push(ev);
+    }
+    out
+}
+
+/// Writes a raw request.
+pub fn send(stream: &mut TcpStream, raw: &[u8]) {
+    stream.write_all(raw).expect("write request");
+}
+
+/// Builds a request: method, path, headers, body (Content-Length added when body is Some).
+pub fn request(
+    method: &str,
+    path: &str,
+    host: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> Vec<u8> {
+    let mut r = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\n");
+    for (n, v) in headers {
+        r.push_str(&format!("{n}: {v}\r\n"));
+    }
+    if let Some(b) = body {
+        r.push_str(&format!("Content-Length: {}\r\n", b.len()));
+    }
+    r.push_str("\r\n");
+    let mut bytes = r.into_bytes();
+    if let Some(b) = body {
+        bytes.extend_from_slice(b.as_bytes());
+    }
+    bytes
+}
+
+/// The headers every MCP POST carries.
+pub const POST_HEADERS: [(&str, &str); 2] =
+    [("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")];
+
+/// Reads one whole response (Content-Length or chunked body).
+pub fn read_response(stream: &mut TcpStream) -> Response {
+    let mut reader = ByteReader { stream, buf: Vec::new() };
+    let (status, headers) = reader.head();
+    let mut resp = Response { status, headers, body: Vec::new() };
+    if resp.header("Transfer-Encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+        while let Some(chunk) = reader.chunk() {
+            resp.body.extend_from_slice(&chunk);
+        }
+    } else {
+        let n: usize = resp.header("Content-Length").and_then(|v| v.parse().ok()).unwrap_or(0);
+        resp.body = reader.exact(n);
+    }
+    resp
+}
+
+/// One request, one response, on a fresh connection.
+pub fn exchange(server: &Server, raw: &[u8]) -> Response {
+    let mut s = server.connect();
+    send(&mut s, raw);
+    read_response(&mut s)
+}
+
+/// POST a JSON-RPC body with the standard headers plus `extra`.
+pub fn post(server: &Server, extra: &[(&str, &str)], body: &str) -> Response {
+    let mut h: Vec<(&str, &str)> = POST_HEADERS.to_vec();
+    h.extend_from_slice(extra);
+    exchange(server, &request("POST", &server.path, &server.host(), &h, Some(body)))
+}
+
+pub const INIT: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+
+/// initialize + notifications/initialized; returns the session id.
+pub fn open_session(server: &Server) -> String {
+    let r = post(server, &[], INIT);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let sid = r.header("Mcp-Session-Id").expect("session id").to_owned();
+    let n = post(
+        server,
+        &[("Mcp-Session-Id", &sid)],
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    );
+    assert_eq!(n.status, 202);
+    sid
+}
+
+/// A `tools/call` body.
+pub fn call(id: u64, tool: &str, args: &str, progress: bool) -> String {
+    let meta =
+        if progress { format!(r#","_meta":{{"progressToken":{id}}}"#) } else { String::new() };
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{args}{meta}}}}}"#
+    )
+}
+
+/// An SSE response read event by event, so a test can stop (and drop the connection) after k.
+pub struct SseStream {
+    reader: ByteReader<TcpStream>,
+    pending: Vec<u8>,
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    done: bool,
+}
+
+struct ByteReader<S: Read> {
+    stream: S,
+    buf: Vec<u8>,
+}
+
+impl<S: Read> ByteReader<S> {
+    fn fill(&mut self) -> bool {
+        let mut tmp = [0u8; 8192];
+        match self.stream.read(&mut tmp) {
+            Ok(0) | Err(_) => false,
+            Ok(n) => {
+                self.buf.extend_from_slice(&tmp[..n]);
+                true
+            }
+        }
+    }
+    fn line(&mut self) -> Option<String> {
+        loop {
+            if let Some(p) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                let line = String::from_utf8_lossy(&self.buf[..p]).into_owned();
+                self.buf.drain(..p + 2);
+                return Some(line);
+            }
+            if !self.fill() {
+                return None;
+            }
+        }
+    }
+    fn exact(&mut self, n: usize) -> Vec<u8> {
+        while self.buf.len() < n {
+            if !self.fill() {
+                break;
+            }
+        }
+        let n = n.min(self.buf.len());
+        self.buf.drain(..n).collect()
+    }
+    fn head(&mut self) -> (u16, Vec<(String, String)>) {
+        let status_line = self.line().expect("status line");
+        let status =
+            status_line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).expect("status");
+        let mut headers = Vec::new();
+        while let Some(l) = self.line() {
+            if l.is_empty() {
+                break;
+            }
+            if let Some((n, v)) = l.split_once(':') {
+                headers.push((n.trim().to_owned(), v.trim().to_owned()));
+            }
+        }
+        (status, headers)
+    }
+    /// Next chunk's payload; None at the last chunk or EOF.
+    fn chunk(&mut self) -> Option<Vec<u8>> {
+        let size_line = self.line()?;
+        let size = usize::from_str_radix(size_line.trim(), 16).ok()?;
+        if size == 0 {
+            let _ = self.line();
+            return None;
+        }
+        let data = self.exact(size);
+        let _ = self.exact(2);
+        Some(data)
+    }
+}
+
+impl SseStream {
+    /// Sends `raw` on a fresh connection and reads the response head.
+    pub fn open(server: &Server, raw: &[u8]) -> SseStream {
+        let mut stream = server.connect();
+        send(&mut stream, raw);
+        SseStream::from_stream(stream)
+    }
+
+    pub fn from_stream(stream: TcpStream) -> SseStream {
+        let mut reader = ByteReader { stream, buf: Vec::new() };
+        let (status, headers) = reader.head();
+        SseStream { reader, pending: Vec::new(), status, headers, done: false }
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    /// The next event (comments skipped); None when the response ended.
+    pub fn next_event(&mut self) -> Option<Event> {
+        loop {
+            if let Some(p) = self.pending.windows(2).position(|w| w == b"\n\n") {
+                let block: Vec<u8> = self.pending.drain(..p + 2).collect();
+                let evs = parse_events(&block);
+                if let Some(ev) = evs.into_iter().next() {
+                    return Some(ev);
+                }
+                continue;
+            }
+            if self.done {
+                return None;
+            }
+            match self.reader.chunk() {
+                Some(c) => self.pending.extend_from_slice(&c),
+                None => self.done = true,
+            }
+        }
+    }
+
+    /// Every remaining event until the response ends.
+    pub fn rest(&mut self) -> Vec<Event> {
+        let mut v = Vec::new();
+        while let Some(e) = self.next_event() {
+            v.push(e);
+        }
+        v
+    }
+
+    /// True once the terminating chunk was read.
+    pub fn ended(&self) -> bool {
+        self.done
+    }
+
+    /// Closes the connection (the client "drops" the stream).
+    pub fn cut(self) {
+        let _ = self.reader.stream.shutdown(std::net::Shutdown::Both);
+    }
+
+    /// The underlying socket, for reuse after the response ended (keep-alive).
+    pub fn into_stream(self) -> TcpStream {
+        self.reader.stream
+    }
+}
+
+/// GET + Last-Event-ID on a fresh connection.
+pub fn resume(server: &Server, sid: &str, last_event_id: &str) -> SseStream {
+    let raw = request(
+        "GET",
+        &server.path,
+        &server.host(),
+        &[
+            ("Accept", "text/event-stream"),
+            ("Mcp-Session-Id", sid),
+            ("Last-Event-ID", last_event_id),
+        ],
+        None,
+    );
+    SseStream::open(server, &raw)
+}
+
+/// POST a tools/call and return the open SSE stream.
+pub fn call_stream(server: &Server, sid: &str, body: &str, extra: &[(&str, &str)]) -> SseStream {
+    let mut h: Vec<(&str, &str)> = POST_HEADERS.to_vec();
+    h.push(("Mcp-Session-Id", sid));
+    h.extend_from_slice(extra);
+    SseStream::open(server, &request("POST", &server.path, &server.host(), &h, Some(body)))
+}
+
+/// Reads `get_counter` through a fresh session (the counter is server-global).
+pub fn counter(server: &Server) -> u64 {
+    let sid = open_session(server);
+    let mut s = call_stream(server, &sid, &call(99, "get_counter", "{}", false), &[]);
+    let evs = s.rest();
+    let last = evs.last().expect("result event").json();
+    last["result"]["content"][0]["text"].as_str().expect("text").parse().expect("number")
+}
+
+// ---- Added for http_conformance / session_lifecycle / limits ----
+
+/// Like `request`, with a body of arbitrary bytes (e.g. invalid UTF-8).
+pub fn request_bytes(
+    method: &str,
+    path: &str,
+    host: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Vec<u8> {
+    let mut r = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\n");
+    for (n, v) in headers {
+        r.push_str(&format!("{n}: {v}\r\n"));
+    }
+    r.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+    let mut bytes = r.into_bytes();
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+/// Reads `n` responses that arrive back to back (pipelining) through one buffer, so bytes of a
+/// later response that came in the same read as an earlier one are kept (`read_response` drops
+/// them).
+pub fn read_responses(stream: &mut TcpStream, n: usize) -> Vec<Response> {
+    let mut reader = ByteReader { stream, buf: Vec::new() };
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let (status, headers) = reader.head();
+        let mut resp = Response { status, headers, body: Vec::new() };
+        if resp.header("Transfer-Encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+            while let Some(chunk) = reader.chunk() {
+                resp.body.extend_from_slice(&chunk);
+            }
+        } else {
+            let len: usize =
+                resp.header("Content-Length").and_then(|v| v.parse().ok()).unwrap_or(0);
+            resp.body = reader.exact(len);
+        }
+        out.push(resp);
+    }
+    out
+}
+
+/// How a connection ended when the client waited for the server to close it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// Orderly FIN (read returned 0).
+    Closed,
+    /// The server reset the connection.
+    Reset,
+    /// Still open when the read timeout fired: the server hung on to it.
+    StillOpen,
+}
+
+/// Reads everything until the server closes the connection or `bound` passes; returns the bytes
+/// and how it ended. For "answered and closed, never hangs" checks.
+pub fn read_until_closed(stream: &mut TcpStream, bound: Duration) -> (Vec<u8>, Ending) {
+    stream.set_read_timeout(Some(bound)).expect("timeout");
+    let mut all = Vec::new();
+    let mut tmp = [0u8; 8192];
+    loop {
+        match stream.read(&mut tmp) {
+            Ok(0) => return (all, Ending::Closed),
+            Ok(n) => all.extend_from_slice(&tmp[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return (all, Ending::StillOpen)
+            }
+            Err(_) => return (all, Ending::Reset),
+        }
+    }
+}
+
+// ---- Helpers added for sse_resume.rs and migration.rs ----
+
+/// A loopback port that was free a moment ago (bind :0, read it, drop the listener).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind :0");
+    l.local_addr().expect("local addr").port()
+}
+
+/// Starts a server on `driver` with `--metrics-listen` on a free port; returns it and the
+/// metrics address.
+pub fn server_with_metrics(driver: &str, args: &[&str]) -> (Server, String) {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut all: Vec<&str> = vec!["--metrics-listen", &addr];
+    all.extend_from_slice(args);
+    let server = Server::on(driver, &all);
+    (server, addr)
+}
+
+/// The Prometheus text of `GET /metrics` at `addr`.
+pub fn scrape(addr: &str) -> String {
+    let mut s = TcpStream::connect(addr).expect("connect metrics");
+    s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").expect("write metrics request");
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    assert!(text.starts_with("HTTP/1.1 200"), "metrics: {text}");
+    text
+}
+
+/// The value of one sample (`name` or `name{labels}`, exactly as rendered) in `scrape` text.
+pub fn metric(text: &str, sample: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(sample).and_then(|rest| rest.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("no sample {sample} in:\n{text}"))
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("sample {sample}: {e}"))
+}
+
+/// Splits a wire event id `<tag>-<stream>-<seq>` (hex) into its parts.
+pub fn split_event_id(id: &str) -> Option<(String, u64, u64)> {
+    let mut parts = id.split('-');
+    let tag = parts.next().filter(|t| t.len() == 8)?.to_owned();
+    let stream = u64::from_str_radix(parts.next()?, 16).ok()?;
+    let seq = u64::from_str_radix(parts.next()?, 16).ok()?;
+    parts.next().is_none().then_some((tag, stream, seq))
+}
+
+/// The `progress` value of a `notifications/progress` event, else `None`.
+pub fn progress_of(ev: &Event) -> Option<u64> {
+    if ev.is_priming() {
+        return None;
+    }
+    let v = ev.json();
+    if v["method"] != "notifications/progress" {
+        return None;
+    }
+    v["params"]["progress"].as_f64().map(|p| p as u64)
+}
+
+/// Parses a whole response from raw bytes; `None` while incomplete (for non-blocking readers).
+pub fn parse_complete(bytes: &[u8]) -> Option<Response> {
+    let end = bytes.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&bytes[..end]);
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    let mut resp = Response { status, headers, body: Vec::new() };
+    let mut rest = &bytes[end + 4..];
+    if resp.header("Transfer-Encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+        loop {
+            let line_end = rest.windows(2).position(|w| w == b"\r\n")?;
+            let size_text = String::from_utf8_lossy(&rest[..line_end]).into_owned();
+            let size = usize::from_str_radix(size_text.trim(), 16).ok()?;
+            rest = &rest[line_end + 2..];
+            if size == 0 {
+                return (rest.len() >= 2).then_some(resp);
+            }
+            if rest.len() < size + 2 {
+                return None;
+            }
+            resp.body.extend_from_slice(&rest[..size]);
+            rest = &rest[size + 2..];
+        }
+    }
+    let n: usize = resp.header("Content-Length").and_then(|v| v.parse().ok()).unwrap_or(0);
+    (rest.len() >= n).then(|| {
+        resp.body = rest[..n].to_vec();
+        resp
+    })
+}
+
+/// The message events (priming events, which carry no message, left out).
+pub fn messages(evs: &[Event]) -> Vec<Event> {
+    evs.iter().filter(|e| !e.is_priming()).cloned().collect()
+}
+
+/// Reads the priming event of a fresh call stream and checks it; returns its id.
+pub fn read_priming(s: &mut SseStream, ctx: &str) -> String {
+    assert_eq!(s.status, 200, "{ctx}");
+    let ev = s.next_event().unwrap_or_else(|| panic!("{ctx}: no priming event"));
+    assert!(ev.is_priming(), "{ctx}: first event is not priming: {ev:?}");
+    ev.id.unwrap_or_else(|| panic!("{ctx}: priming without id"))
+}
+
+/// Reads `k` message events, which must be progress 1..=k; returns the last id held.
+pub fn read_progress(s: &mut SseStream, k: u64, mut last: String, ctx: &str) -> String {
+    let mut got = 0;
+    while got < k {
+        let ev = s.next_event().unwrap_or_else(|| panic!("{ctx}: stream ended after {got}"));
+        if ev.is_priming() {
+            continue;
+        }
+        got += 1;
+        assert_eq!(progress_of(&ev), Some(got), "{ctx}: {ev:?}");
+        last = ev.id.unwrap_or_else(|| panic!("{ctx}: event without id"));
+    }
+    last
+}
+
+/// Asserts `evs` carry exactly progress `from..=steps` and then the result of request `id`,
+/// each once, in order, with ids of the stream of `cursor` strictly after it. Returns the
+/// result's text.
+pub fn assert_rest(
+    evs: &[Event],
+    cursor: &str,
+    from: u64,
+    steps: u64,
+    id: u64,
+    ctx: &str,
+) -> String {
+    let msgs = messages(evs);
+    let (tag, stream, mut seq) = split_event_id(cursor).expect("cursor id");
+    let want: Vec<u64> = (from..=steps).collect();
+    let got: Vec<u64> = msgs.iter().filter_map(progress_of).collect();
+    assert_eq!(got, want, "{ctx}: progress values of {msgs:#?}");
+    assert_eq!(msgs.len(), want.len() + 1, "{ctx}: exactly the rest and the result: {msgs:#?}");
+    for ev in &msgs {
+        let evid = ev.id.as_deref().unwrap_or_else(|| panic!("{ctx}: event without id"));
+        let (t, st, sq) = split_event_id(evid).unwrap_or_else(|| panic!("{ctx}: id {evid}"));
+        assert_eq!((t.as_str(), st), (tag.as_str(), stream), "{ctx}: id of another stream");
+        assert!(sq > seq, "{ctx}: ids not strictly after the cursor / increasing: {evid}");
+        seq = sq;
+    }
+    let last = msgs.last().expect("result").json();
+    assert_eq!(last["id"], id, "{ctx}: result is the last message: {last}");
+    last["result"]["content"][0]["text"].as_str().expect("result text").to_owned()
+}
