@@ -6,7 +6,7 @@
 //! leaves a read buffer inside a dropped I/O future (timeouts cancel and take the buffer back).
 
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use monoio::buf::IoBufMut;
 use monoio::io::{AsyncWriteRentExt, CancelableAsyncReadRent, Canceller};
@@ -73,7 +73,8 @@ pub async fn serve(core: Rc<Core>, inboxes: Inboxes, mut socket: TcpStream, mut 
     core.metrics.connections_active.inc();
     let mut out: Vec<u8> = Vec::with_capacity(4096);
     let handed = loop {
-        let head = match next_head(&core, &mut socket, &mut buf).await {
+        let mut deadline: Option<Instant> = None;
+        let head = match next_head(&core, &mut socket, &mut buf, &mut deadline).await {
             Ok(Some(h)) => h,
             Ok(None) => break false,
             Err(refusal) => {
@@ -87,11 +88,15 @@ pub async fn serve(core: Rc<Core>, inboxes: Inboxes, mut socket: TcpStream, mut 
             Err(refusal) => {
                 reply::refuse(&mut out, refusal, None, false);
                 let _ = write_out(&mut socket, out).await;
+                let got = buf.len() - head.head_len;
+                let unread = head.content_length.unwrap_or(0).saturating_sub(got);
+                linger_close(&mut socket, &mut buf, unread).await;
                 break false;
             }
         };
         while buf.len() < head.head_len + body_len {
-            match read_some(&mut socket, &mut buf, core.cfg.header_timeout).await {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            match read_some(&mut socket, &mut buf, left.unwrap_or(core.cfg.header_timeout)).await {
                 ReadEnd::Data => {}
                 ReadEnd::Closed | ReadEnd::TimedOut => {
                     core.metrics.limit_timeout.inc();
@@ -135,12 +140,19 @@ pub async fn serve(core: Rc<Core>, inboxes: Inboxes, mut socket: TcpStream, mut 
     core.metrics.connections_active.sub(1);
 }
 
-/// Reads until a whole request head is buffered. `Ok(None)`: closed or idle too long.
+/// Reads until a whole request head is buffered. `Ok(None)`: closed or idle too long. The
+/// head (and then the body) must arrive within `--header-timeout-ms` of the request's first
+/// byte: a deadline, not a per-read timeout, so a peer dripping one byte at a time cannot hold
+/// the connection (slowloris).
 async fn next_head(
     core: &Core,
     socket: &mut TcpStream,
     buf: &mut Vec<u8>,
+    deadline: &mut Option<Instant>,
 ) -> Result<Option<http::RequestHead>, Refusal> {
+    if !buf.is_empty() {
+        *deadline = Some(Instant::now() + core.cfg.header_timeout);
+    }
     loop {
         match http::parse_head(buf, core.cfg.header_bytes_max, core.cfg.headers_max) {
             Ok(Some(h)) => return Ok(Some(h)),
@@ -149,13 +161,18 @@ async fn next_head(
                 core.metrics.limit_header.inc();
                 return Err(Refusal::HeaderTooLarge);
             }
-            Err(http::ParseError::Malformed) | Err(http::ParseError::BadContentLength) => {
-                return Err(Refusal::InvalidRequest)
-            }
+            Err(http::ParseError::Malformed)
+            | Err(http::ParseError::BadContentLength)
+            | Err(http::ParseError::BadHost) => return Err(Refusal::InvalidRequest),
         }
-        let timeout = if buf.is_empty() { core.cfg.idle_timeout } else { core.cfg.header_timeout };
+        let timeout = match deadline {
+            Some(d) => d.saturating_duration_since(Instant::now()),
+            None => core.cfg.idle_timeout,
+        };
         match read_some(socket, buf, timeout).await {
-            ReadEnd::Data => {}
+            ReadEnd::Data => {
+                deadline.get_or_insert_with(|| Instant::now() + core.cfg.header_timeout);
+            }
             ReadEnd::Closed => return Ok(None),
             ReadEnd::TimedOut if buf.is_empty() => return Ok(None),
             ReadEnd::TimedOut => {
@@ -179,6 +196,26 @@ fn body_length(core: &Core, head: &http::RequestHead) -> Result<usize, Refusal> 
         (_, Some(n)) => Ok(n),
         (Method::Post, None) => Err(Refusal::LengthRequired),
         (_, None) => Ok(0),
+    }
+}
+
+/// How long a refused connection is drained before it is closed.
+const LINGER: Duration = Duration::from_secs(1);
+
+/// Closes after a refusal without a TCP reset: stops sending, then reads and discards up to
+/// `unread` announced body bytes (bounded by `LINGER`), so the refusal is not destroyed by an
+/// RST for unread data (RFC 9112 §9.6).
+async fn linger_close(socket: &mut TcpStream, buf: &mut Vec<u8>, unread: usize) {
+    use monoio::io::AsyncWriteRent;
+    let _ = socket.shutdown().await;
+    let deadline = Instant::now() + LINGER;
+    let mut drained = 0usize;
+    while drained < unread {
+        buf.clear();
+        match read_some(socket, buf, deadline.saturating_duration_since(Instant::now())).await {
+            ReadEnd::Data => drained += buf.len(),
+            ReadEnd::Closed | ReadEnd::TimedOut => break,
+        }
     }
 }
 

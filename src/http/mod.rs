@@ -15,6 +15,8 @@ pub enum Method {
     Get,
     Post,
     Delete,
+    /// Answered without a body (RFC 9112 §6.3).
+    Head,
     Other,
 }
 
@@ -62,6 +64,9 @@ pub enum ParseError {
     /// `Content-Length` not a number, or given twice with different values → 400.
     #[error("bad Content-Length")]
     BadContentLength,
+    /// HTTP/1.1 without `Host`, or `Host`/`Origin` given twice (RFC 9112 §3.2) → 400.
+    #[error("missing or repeated Host, or repeated Origin")]
+    BadHost,
 }
 
 /// Parses the head at the start of `buf`. `Ok(None)` means more bytes are needed.
@@ -105,6 +110,7 @@ pub fn parse_head(
             "GET" => Method::Get,
             "POST" => Method::Post,
             "DELETE" => Method::Delete,
+            "HEAD" => Method::Head,
             _ => Method::Other,
         }),
         path: range_of(path.as_bytes()),
@@ -143,8 +149,14 @@ pub fn parse_head(
         } else if name.eq_ignore_ascii_case(b"last-event-id") {
             &mut head.last_event_id
         } else if name.eq_ignore_ascii_case(b"origin") {
+            if head.origin.is_some() {
+                return Err(ParseError::BadHost);
+            }
             &mut head.origin
         } else if name.eq_ignore_ascii_case(b"host") {
+            if head.host.is_some() {
+                return Err(ParseError::BadHost);
+            }
             &mut head.host
         } else if name.eq_ignore_ascii_case(b"idempotency-key") {
             &mut head.idempotency_key
@@ -152,6 +164,9 @@ pub fn parse_head(
             continue;
         };
         *slot = Some(range_of(value));
+    }
+    if version == 1 && head.host.is_none() {
+        return Err(ParseError::BadHost);
     }
     Ok(Some(head))
 }

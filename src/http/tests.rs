@@ -27,8 +27,8 @@ fn partial_head_needs_more_bytes() {
 
 #[test]
 fn limits_at_n_and_n_plus_one() {
-    let mut ok = String::from("GET / HTTP/1.1\r\n");
-    for i in 0..16 {
+    let mut ok = String::from("GET / HTTP/1.1\r\nHost: h\r\n");
+    for i in 0..15 {
         ok.push_str(&format!("X-{i}: v\r\n"));
     }
     ok.push_str("\r\n");
@@ -36,7 +36,7 @@ fn limits_at_n_and_n_plus_one() {
     let over = ok.replacen("GET / HTTP/1.1\r\n", "GET / HTTP/1.1\r\nX-extra: v\r\n", 1);
     assert_eq!(parse(&over), Err(ParseError::TooManyHeaders));
 
-    let filler = |n: usize| format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(n));
+    let filler = |n: usize| format!("GET / HTTP/1.1\r\nHost: h\r\nX: {}\r\n\r\n", "a".repeat(n));
     let base = filler(0).len();
     assert!(parse(&filler(1024 - base)).unwrap().is_some());
     assert_eq!(parse(&filler(1025 - base)), Err(ParseError::HeadTooLarge));
@@ -50,18 +50,29 @@ fn limits_at_n_and_n_plus_one() {
 #[test]
 fn bad_content_length_is_refused() {
     for raw in [
-        "POST / HTTP/1.1\r\nContent-Length: x\r\n\r\n",
-        "POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
-        "POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
-        "POST / HTTP/1.1\r\nContent-Length: 9999999999999999999\r\n\r\n",
+        "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: x\r\n\r\n",
+        "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: -1\r\n\r\n",
+        "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+        "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 9999999999999999999\r\n\r\n",
     ] {
         assert_eq!(parse(raw), Err(ParseError::BadContentLength), "{raw}");
     }
 }
 
 #[test]
+fn host_must_be_present_once_and_origin_once() {
+    for raw in [
+        "GET / HTTP/1.1\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: a\r\nOrigin: x\r\nOrigin: y\r\n\r\n",
+    ] {
+        assert_eq!(parse(raw), Err(ParseError::BadHost), "{raw}");
+    }
+}
+
+#[test]
 fn connection_close_and_http10() {
-    let head = parse("GET / HTTP/1.1\r\nConnection: close\r\n\r\n").unwrap().unwrap();
+    let head = parse("GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n").unwrap().unwrap();
     assert!(!head.keep_alive);
     let head = parse("GET / HTTP/1.0\r\n\r\n").unwrap().unwrap();
     assert!(!head.keep_alive);
@@ -97,7 +108,7 @@ proptest! {
 
     #[test]
     fn round_trips_generated_heads(path in "/[a-z]{0,20}", value in "[a-zA-Z0-9-]{1,40}") {
-        let raw = format!("POST {path} HTTP/1.1\r\nMcp-Session-Id: {value}\r\n\r\n");
+        let raw = format!("POST {path} HTTP/1.1\r\nHost: h\r\nMcp-Session-Id: {value}\r\n\r\n");
         let head = parse_head(raw.as_bytes(), 1024, 16).unwrap().unwrap();
         prop_assert_eq!(&raw[head.path.clone()], path.as_str());
         prop_assert_eq!(&raw[head.session_id.clone().unwrap()], value.as_str());

@@ -99,6 +99,10 @@ pub async fn handle(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -> Out
         Method::Post => post(core, req, out).await,
         Method::Get => get(core, req, out),
         Method::Delete => delete(core, req, out),
+        Method::Head => {
+            reply::head_not_allowed(out, keep_alive);
+            Outcome::Reply { keep_alive }
+        }
         Method::Other => reply(out, Refusal::MethodNotAllowed, None, keep_alive),
     }
 }
@@ -166,9 +170,22 @@ fn find_session(
         return Err(Outcome::HandOff(id.core));
     }
     let found = core.sessions.borrow().get(&id);
+    let now = Instant::now();
     match found {
         Some(s) if !s.borrow().closed => {
-            s.borrow_mut().last_active = Instant::now();
+            // Expired but not yet reaped: the reaper's tick must not decide whether it lives.
+            let expired = {
+                let b = s.borrow();
+                b.is_idle() && now.duration_since(b.last_active) >= core.cfg.session_idle
+            };
+            if expired {
+                if core.sessions.borrow_mut().remove(&id).is_some() {
+                    core.metrics.sessions_expired_total.inc();
+                    core.metrics.sessions_active.sub(1);
+                }
+                return Err(reply(out, Refusal::SessionNotFound, None, keep_alive));
+            }
+            s.borrow_mut().last_active = now;
             Ok(s)
         }
         _ => Err(reply(out, Refusal::SessionNotFound, None, keep_alive)),
@@ -188,6 +205,9 @@ fn delete(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
         Ok(s) => s,
         Err(o) => return o,
     };
+    if !version_ok(&req) {
+        return reply(out, Refusal::BadProtocolVersion, None, keep_alive);
+    }
     let id = session.borrow().id;
     if core.sessions.borrow_mut().remove(&id).is_some() {
         core.metrics.sessions_deleted_total.inc();

@@ -140,6 +140,16 @@ pub fn json(
     out.extend_from_slice(body);
 }
 
+/// 405 to a HEAD request: the head only (RFC 9112 §6.3), so the connection stays in sync.
+pub fn head_not_allowed(out: &mut Vec<u8>, keep_alive: bool) {
+    write_status(out, 405);
+    out.extend_from_slice(b"Allow: GET, POST, DELETE\r\nContent-Length: 0\r\n");
+    if !keep_alive {
+        out.extend_from_slice(b"Connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
 /// A response without a body (202 Accepted, 200 on DELETE).
 pub fn empty(out: &mut Vec<u8>, status: u16, keep_alive: bool) {
     write_status(out, status);
