@@ -61,8 +61,10 @@ pub struct StreamState {
     pub produced: EventSeq,
     /// Last event the client is known to hold.
     pub delivered: EventSeq,
-    /// Last event a connection finished sending (the 409 hint).
+    /// Last event a connection finished sending.
     pub written: EventSeq,
+    /// Last event before the final response (so a hint can still fetch the final response).
+    pub before_final: EventSeq,
     /// The event carrying the final JSON-RPC response, once appended.
     pub final_seq: Option<EventSeq>,
     /// Offset in the final response payload where `,"result"`/`,"error"` starts (id rewrite).
@@ -113,6 +115,17 @@ impl StreamState {
 
     pub fn is_attached(&self) -> bool {
         matches!(self.attachment, Attachment::Attached { .. })
+    }
+
+    /// The `Last-Event-ID` to hint in a 409 (CONTRACT §4): the last event written to a client,
+    /// but never the final response itself, so a GET with the hint always gets at least the
+    /// answer (a connection may have died with the final response in flight).
+    pub fn resume_hint(&self) -> EventSeq {
+        let hint = self.written.max(self.first);
+        match self.final_seq {
+            Some(f) if hint >= f => self.before_final.max(self.first),
+            _ => hint,
+        }
     }
 }
 
@@ -291,6 +304,7 @@ impl Session {
                 produced: EventSeq(0),
                 delivered: EventSeq(0),
                 written: EventSeq(0),
+                before_final: EventSeq(0),
                 final_seq: None,
                 final_body_offset: 0,
                 in_flight: true,
@@ -396,6 +410,9 @@ impl Session {
 
     /// Appends the final response and ends the request (`in_flight` false).
     pub fn finish(&mut self, key: StreamKey, payload: Bytes, body_offset: usize) {
+        if let Some(s) = self.streams.get_mut(&key) {
+            s.before_final = s.produced;
+        }
         let seq = self.append(key, payload);
         if let Some(s) = self.streams.get_mut(&key) {
             s.in_flight = false;

@@ -842,7 +842,7 @@ fn conflict(
             data.push(',');
         }
         let mut last = Vec::new();
-        s.push_event_id(&mut last, st.key, st.written.max(st.first));
+        s.push_event_id(&mut last, st.key, st.resume_hint());
         let mut first = Vec::new();
         s.push_event_id(&mut first, st.key, st.first);
         if hint.is_empty() {
