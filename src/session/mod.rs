@@ -7,10 +7,11 @@
 //! owed count exact, so the POST decision reads counters in O(1) and never scans.
 //! Never: does I/O or awaits; callers hold a `RefCell` borrow only between awaits.
 
+pub mod fasthash;
 pub mod id;
 pub mod signal;
 
-use std::collections::HashMap;
+use fasthash::FastMap;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -164,18 +165,18 @@ pub struct Session {
     pub log_level: LogLevel,
     pub last_active: Instant,
     pub ring: Ring,
-    streams: HashMap<StreamKey, StreamState>,
+    streams: FastMap<StreamKey, StreamState>,
     next_stream: u32,
-    by_request_id: HashMap<RawId, StreamKey>,
-    by_fingerprint: HashMap<u64, StreamKey>,
-    by_idempotency_key: HashMap<Box<str>, StreamKey>,
+    by_request_id: FastMap<RawId, StreamKey>,
+    by_fingerprint: FastMap<u64, StreamKey>,
+    by_idempotency_key: FastMap<Box<str>, StreamKey>,
     owed_count: usize,
     replaying_count: usize,
     /// Woken whenever the owed or replaying count changes (held POSTs wait on it).
     pub owed_signal: Rc<Signal>,
     standalone: Option<StreamKey>,
     /// Server→client requests awaiting the client's POSTed answer: id → (stream, slot).
-    pub pending_client: HashMap<u64, PendingClientRequest>,
+    pub pending_client: FastMap<u64, PendingClientRequest>,
     next_client_request: u64,
     /// DELETEd or expired: writers end, tools stop.
     pub closed: bool,
@@ -210,16 +211,16 @@ impl Session {
             log_level: LogLevel::Info,
             last_active: Instant::now(),
             ring: Ring::new(cfg.replay_events_max, cfg.replay_bytes_max),
-            streams: HashMap::new(),
+            streams: FastMap::default(),
             next_stream: 1,
-            by_request_id: HashMap::new(),
-            by_fingerprint: HashMap::new(),
-            by_idempotency_key: HashMap::new(),
+            by_request_id: FastMap::default(),
+            by_fingerprint: FastMap::default(),
+            by_idempotency_key: FastMap::default(),
             owed_count: 0,
             replaying_count: 0,
             owed_signal: Rc::new(Signal::default()),
             standalone: None,
-            pending_client: HashMap::new(),
+            pending_client: FastMap::default(),
             next_client_request: 1,
             closed: false,
             streams_max: cfg.streams_per_session_max,
@@ -616,13 +617,13 @@ pub fn parse_event_id(text: &[u8]) -> Option<(u32, StreamKey, EventSeq)> {
 
 /// The sessions of one core.
 pub struct SessionTable {
-    sessions: HashMap<u128, Rc<std::cell::RefCell<Session>>>,
+    sessions: FastMap<u128, Rc<std::cell::RefCell<Session>>>,
     pub max: usize,
 }
 
 impl SessionTable {
     pub fn new(max: usize) -> SessionTable {
-        SessionTable { sessions: HashMap::new(), max }
+        SessionTable { sessions: FastMap::default(), max }
     }
 
     pub fn len(&self) -> usize {
