@@ -13,11 +13,13 @@
 #            tools/call response stream mid-call (on-cut close, drain and stall; and 3 drops in
 #            one call for TS): the client must resume by itself (GET + Last-Event-ID) and end
 #            with the full result, every progress notification once, no re-POST, one execution
+#   epoll    a server with --driver epoll (hosts without io_uring): each client once directly
+#            and once through the cut proxy
 #   threads  a server with --threads 2: 4 TS + 4 Python clients and 2 cut-proxy runs at once
 #            (many connections, so requests land on both cores), then the global counter must
 #            equal the number of slow_counter calls
 #
-#   --only STAGES       run only these stages (comma-separated: basic,cut,threads)
+#   --only STAGES       run only these stages (comma-separated: basic,cut,epoll,threads)
 #   --no-build          do not run cargo build (use the existing target/release/tidemark)
 #   --server-cmd CMD    start CMD instead of target/release/tidemark (the tidemark flags are
 #                       appended; CMD must print tidemark's first line); for stand-in servers
@@ -36,11 +38,11 @@ CLIENTS="$ROOT/tests/clients"
 RESULTS="$CACHE/clients-results"
 TS_DIR="$CACHE/ts-clients"
 VENV="$CACHE/venv"
-ALL_STAGES="basic,cut,threads"
+ALL_STAGES="basic,cut,epoll,threads"
 START_TIMEOUT_S=30
 CLIENT_TIMEOUT_S=120
 
-usage() { sed -n '2,32s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,34s/^# \{0,1\}//p' "$0"; }
 
 only="$ALL_STAGES"
 build=1
@@ -67,7 +69,7 @@ done
 want_stage() { case ",$only," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
 # ---- installs (idempotent) ----------------------------------------------------------------
-# shellcheck source=setup-node.sh
+# shellcheck source=SCRIPTDIR/setup-node.sh
 source "$ROOT/scripts/setup-node.sh"
 
 mkdir -p "$TS_DIR"
@@ -274,6 +276,16 @@ if want_stage basic || want_stage cut; then
         done
     fi
     stop_server single
+fi
+
+if want_stage epoll; then
+    start_server epoll --tools demo --driver epoll
+    sequential epoll-ts ts "$server_url" --check-counter
+    sequential epoll-py py "$server_url" --check-counter --mode legacy
+    sequential epoll-ts-cut ts "proxy:3:1:close" "${CUT_ARGS[@]}" --check-counter --min-resumes 1
+    sequential epoll-py-cut py "proxy:3:1:close" "${CUT_ARGS[@]}" --check-counter \
+        --min-resumes 1 --mode legacy
+    stop_server epoll
 fi
 
 if want_stage threads; then

@@ -53,7 +53,7 @@ for s in "${selected[@]}"; do
     esac
 done
 
-# shellcheck source=setup-node.sh
+# shellcheck source=SCRIPTDIR/setup-node.sh
 source "$ROOT/scripts/setup-node.sh"
 
 # install_suite VERSION: npm-installs the suite into .cache/conformance-VERSION once.

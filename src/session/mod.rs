@@ -86,7 +86,7 @@ pub struct StreamState {
     owed_counted: bool,
     /// When it became owed (for `--owed-timeout-secs`).
     pub owed_since: Option<Instant>,
-    /// When it completed and was delivered (for `--stream-retention-secs`).
+    /// When it first completed and was delivered (for `--stream-retention-secs`).
     pub settled_at: Option<Instant>,
     /// A writer of this stream has a backlog to replay (counted in `Session::replaying`).
     pub replaying: bool,
@@ -441,10 +441,10 @@ impl Session {
             }
             self.owed_signal.notify_all();
         }
-        if s.is_settled() && !s.is_attached() {
+        // Settling is permanent (delivered never goes back), so retention counts from the first
+        // time; a later resume of the settled stream does not extend it.
+        if s.is_settled() {
             s.settled_at.get_or_insert(now);
-        } else {
-            s.settled_at = None;
         }
     }
 
@@ -569,6 +569,7 @@ impl Session {
                 abandoned.push(s.key);
             }
             if s.kind == StreamKind::Request
+                && !s.is_attached()
                 && s.settled_at.is_some_and(|t| now.duration_since(t) >= retention)
             {
                 expired.push(s.key);

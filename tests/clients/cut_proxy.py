@@ -354,7 +354,7 @@ class Connection:
 async def serve(cfg: Config, listen_host: str, listen_port: int) -> None:
     state = State()
     if cfg.log_file:
-        state.log = open(cfg.log_file, "a", buffering=1)  # noqa: SIM115 - lives as long as the proxy
+        state.log = open(cfg.log_file, "a", buffering=1)  # noqa: SIM115, ASYNC230 - once, at startup
     conn_counter = 0
 
     async def on_client(cr, cw) -> None:

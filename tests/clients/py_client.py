@@ -21,6 +21,7 @@ Exit status: 0 when every check passed, 1 on the first mismatch (message on stde
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import re
 import sys
@@ -30,7 +31,6 @@ from typing import Any
 
 import anyio
 import httpx2
-
 import mcp.client.session as mcp_client_session
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -164,7 +164,7 @@ async def run_sequence(client: Client, args: argparse.Namespace, wire: Wire) -> 
         f"slow_counter: expected {args.steps} progress notifications, got {len(progress)}: {values}",
     )
     check(
-        all(b > a for a, b in zip(values, values[1:])),
+        all(b > a for a, b in itertools.pairwise(values)),
         f"slow_counter: progress not strictly increasing (duplicate or out of order): {values}",
     )
     for _, total in progress:

@@ -1,0 +1,67 @@
+//! Goal: the two stream timers a client can observe. `--sse-keepalive-secs` puts a comment on an
+//! idle SSE connection (so a dead peer shows up as a failed write), and
+//! `--stream-retention-secs` bounds how long a completed stream stays resumable (400 after).
+//! Method: the real binary with one-second timers, raw HTTP over loopback, both drivers.
+mod support;
+
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+#[test]
+fn idle_sse_connection_gets_keepalive_comments() {
+    for driver in DRIVERS {
+        let server = Server::on(driver, &["--sse-keepalive-secs", "1"]);
+        let sid = open_session(&server);
+        let raw = request(
+            "GET",
+            &server.path,
+            &server.host(),
+            &[("Accept", "text/event-stream"), ("Mcp-Session-Id", &sid)],
+            None,
+        );
+        let mut conn = server.connect();
+        send(&mut conn, &raw);
+        let started = Instant::now();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 1024];
+        while started.elapsed() < Duration::from_secs(5) {
+            let n = conn.read(&mut buf).expect("read");
+            assert!(n > 0, "{driver}: the server closed an idle GET stream");
+            seen.extend_from_slice(&buf[..n]);
+            if String::from_utf8_lossy(&seen).contains(": keep-alive") {
+                break;
+            }
+        }
+        let text = String::from_utf8_lossy(&seen);
+        assert!(text.contains(": keep-alive"), "{driver}: no keep-alive comment in {text:?}");
+        assert!(started.elapsed() >= Duration::from_millis(900), "{driver}: comment came early");
+    }
+}
+
+#[test]
+fn completed_stream_is_resumable_until_retention_then_400() {
+    for driver in DRIVERS {
+        let server = Server::on(driver, &["--stream-retention-secs", "1"]);
+        let sid = open_session(&server);
+        let mut s = call_stream(&server, &sid, &call(1, "echo", r#"{"text":"kept"}"#, false), &[]);
+        let events = s.rest();
+        let priming = events[0].id.clone().expect("priming id");
+        // Within retention: the answer can be fetched again from the priming id.
+        let mut again = resume(&server, &sid, &priming);
+        assert_eq!(again.status, 200, "{driver}");
+        let replayed = again.rest();
+        assert!(replayed.iter().any(|e| e.data.contains("\"kept\"")), "{driver}: {replayed:?}");
+        // After retention (plus the reaper's tick) the stream is forgotten.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let late = resume(&server, &sid, &priming);
+            if late.status == 400 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{driver}: stream still resumable after retention");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
