@@ -32,6 +32,8 @@ pub const STREAM_OWED: i64 = -31001;
 pub const REQUEST_ID_REUSED: i64 = -31002;
 pub const HELD_TOO_LONG: i64 = -31004;
 pub const KEY_REUSED: i64 = -31005;
+/// MCP 2026-07-28 `UnsupportedProtocolVersionError`.
+pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 
 /// One core's view of the server.
 pub struct Core {
@@ -347,6 +349,8 @@ async fn post(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
         (Body::Single(Message::Request { id, method, params }), None) => {
             if method == "initialize" {
                 initialize(core, id, &params, out, keep_alive)
+            } else if !version_ok(&req) {
+                unsupported_version(&req, &id, out, keep_alive)
             } else {
                 reply(out, Refusal::SessionRequired, Some(&id), keep_alive)
             }
@@ -372,6 +376,33 @@ async fn post(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
         }
         (Body::Batch(msgs), Some(s)) => batch(core, &s, msgs, out, keep_alive),
     }
+}
+
+/// A sessionless request naming a revision we do not serve (e.g. a 2026-07-28 client probing
+/// with `server/discover`): 400 with the spec's UnsupportedProtocolVersion error listing our
+/// revisions, so the client falls back to the `initialize` handshake (the Python SDK's default
+/// mode does exactly that).
+fn unsupported_version(
+    req: &Request<'_>,
+    id: &RawId,
+    out: &mut Vec<u8>,
+    keep_alive: bool,
+) -> Outcome {
+    let requested = req.header(&req.head.protocol_version).map(String::from_utf8_lossy);
+    let data = simd_json::json!({
+        "supported": LEGACY_VERSIONS.to_vec(),
+        "requested": requested.as_deref().unwrap_or(""),
+    });
+    let mut body = Vec::with_capacity(160);
+    jsonrpc::push_error(
+        &mut body,
+        Some(id),
+        UNSUPPORTED_PROTOCOL_VERSION,
+        "unsupported protocol version: this endpoint serves the initialize handshake",
+        Some(&data.encode()),
+    );
+    reply::json(out, 400, &[], &body, keep_alive);
+    Outcome::Reply { keep_alive }
 }
 
 /// `initialize` without a session: creates one on this core (MCP lifecycle: echo a supported
