@@ -86,14 +86,8 @@ pub fn fill_batch(
                 if ev.stream != key {
                     break;
                 }
-                let mut id = [0u8; 48];
-                let id_len = {
-                    let mut v = Vec::with_capacity(0);
-                    crate::session::push_event_id(&mut v, tag, key, ev.seq);
-                    let n = v.len().min(id.len());
-                    id[..n].copy_from_slice(&v[..n]);
-                    n
-                };
+                let mut id = [0u8; crate::session::EVENT_ID_LEN_MAX];
+                let id_len = crate::session::event_id_into(&mut id, tag, key, ev.seq);
                 if ev.payload.is_empty() {
                     crate::sse::push_event(out, Some(&id[..id_len]), Some(retry_ms), b"");
                 } else if Some(ev.seq) == final_seq && id_override.is_some() {

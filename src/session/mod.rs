@@ -589,15 +589,40 @@ impl Session {
     }
 }
 
+/// Longest wire event id: 8 + 1 + 8 + 1 + 16 hex digits and dashes.
+pub const EVENT_ID_LEN_MAX: usize = 34;
+
 /// `<tag:8 hex>-<stream hex>-<seq hex>`.
 pub fn push_event_id(out: &mut Vec<u8>, tag: u32, stream: StreamKey, seq: EventSeq) {
+    let mut id = [0u8; EVENT_ID_LEN_MAX];
+    let n = event_id_into(&mut id, tag, stream, seq);
+    out.extend_from_slice(&id[..n]);
+}
+
+/// Writes the wire event id into a stack buffer (no allocation on the SSE write path); returns
+/// its length.
+pub fn event_id_into(
+    out: &mut [u8; EVENT_ID_LEN_MAX],
+    tag: u32,
+    stream: StreamKey,
+    seq: EventSeq,
+) -> usize {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut n = 0;
     for i in (0..8).rev() {
-        out.push(b"0123456789abcdef"[((tag >> (i * 4)) & 15) as usize]);
+        out[n] = HEX[((tag >> (i * 4)) & 15) as usize];
+        n += 1;
     }
-    out.push(b'-');
-    crate::http::push_hex(out, u64::from(stream.0));
-    out.push(b'-');
-    crate::http::push_hex(out, seq.0);
+    for value in [u64::from(stream.0), seq.0] {
+        out[n] = b'-';
+        n += 1;
+        let digits = (64 - value.leading_zeros()).div_ceil(4).max(1);
+        for i in (0..digits).rev() {
+            out[n] = HEX[((value >> (i * 4)) & 15) as usize];
+            n += 1;
+        }
+    }
+    n
 }
 
 /// Parses a wire event id into (tag, stream, seq); `None` when malformed.

@@ -124,6 +124,12 @@ fn event_ids_round_trip_and_reject_garbage() {
     let mut out = Vec::new();
     push_event_id(&mut out, 0xdeadbeef, StreamKey(5), EventSeq(0x1234));
     assert_eq!(out, b"deadbeef-5-1234");
+    let mut widest = Vec::new();
+    push_event_id(&mut widest, u32::MAX, StreamKey(u32::MAX), EventSeq(u64::MAX));
+    assert_eq!(widest.len(), EVENT_ID_LEN_MAX);
+    let mut zero = Vec::new();
+    push_event_id(&mut zero, 0, StreamKey(0), EventSeq(0));
+    assert_eq!(zero, b"00000000-0-0");
     assert_eq!(parse_event_id(&out), Some((0xdeadbeef, StreamKey(5), EventSeq(0x1234))));
     for bad in
         ["", "x", "deadbeef-5", "deadbeef-5-1-2", "DEADBEEF-5-1", "deadbee-5-1", "deadbeef--1"]
