@@ -347,19 +347,6 @@ fn batches_only_on_a_2025_03_26_session() {
 }
 
 /// initialize at `version` + notifications/initialized; returns the session id.
-fn open_session_at(server: &Server, version: &str) -> String {
-    let body = INIT.replace("2025-11-25", version);
-    let r = post(server, &[], &body);
-    assert_eq!(r.json()["result"]["protocolVersion"], version);
-    let sid = r.header("Mcp-Session-Id").expect("session id").to_owned();
-    let n = post(
-        server,
-        &[("Mcp-Session-Id", &sid)],
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-    );
-    assert_eq!(n.status, 202);
-    sid
-}
 
 #[test]
 fn other_methods_get_405_with_allow_and_other_paths_404() {

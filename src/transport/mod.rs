@@ -268,14 +268,20 @@ fn resume(
         s.set_replaying(key, true);
     }
     drop(s);
+    stream_reply(out, session, key, epoch, Cursor { after, from: None }, None)
+}
+
+/// The head of an SSE response, and the stream its connection is to write next.
+fn stream_reply(
+    out: &mut Vec<u8>,
+    session: &SessionRc,
+    key: StreamKey,
+    epoch: u64,
+    cursor: Cursor,
+    id_override: Option<RawId>,
+) -> Outcome {
     reply::sse_head(out, None);
-    Outcome::Stream(SseJob {
-        session: session.clone(),
-        key,
-        epoch,
-        cursor: Cursor { after, from: None },
-        id_override: None,
-    })
+    Outcome::Stream(SseJob { session: session.clone(), key, epoch, cursor, id_override })
 }
 
 /// GET without Last-Event-ID: the session's standalone stream (a new GET takes it over).
@@ -294,14 +300,7 @@ fn standalone(session: &SessionRc, out: &mut Vec<u8>, keep_alive: bool) -> Outco
     // Each connection of the standalone stream starts with its own priming event.
     let priming = s.append(key, Bytes::new());
     drop(s);
-    reply::sse_head(out, None);
-    Outcome::Stream(SseJob {
-        session: session.clone(),
-        key,
-        epoch,
-        cursor: Cursor { after: EventSeq(0), from: priming },
-        id_override: None,
-    })
+    stream_reply(out, session, key, epoch, Cursor { after: EventSeq(0), from: priming }, None)
 }
 
 async fn post(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
@@ -783,14 +782,7 @@ async fn request(
     let Some(epoch) = epoch else {
         return reply(out, Refusal::TooManyStreams, Some(&id), keep_alive);
     };
-    reply::sse_head(out, None);
-    Outcome::Stream(SseJob {
-        session: session.clone(),
-        key,
-        epoch,
-        cursor: Cursor { after: EventSeq(0), from: first },
-        id_override: None,
-    })
+    stream_reply(out, session, key, epoch, Cursor { after: EventSeq(0), from: first }, None)
 }
 
 /// `--response-mode json`: waits for the final response and sends it as one JSON body.
@@ -841,14 +833,14 @@ fn deduplicated(
         return reply(out, Refusal::BadLastEventId, Some(&id), keep_alive);
     };
     drop(s);
-    reply::sse_head(out, None);
-    Outcome::Stream(SseJob {
-        session: session.clone(),
+    stream_reply(
+        out,
+        session,
         key,
         epoch,
-        cursor: Cursor { after: first, from: first_held.then_some(first) },
-        id_override: (!same_id).then_some(id),
-    })
+        Cursor { after: first, from: first_held.then_some(first) },
+        (!same_id).then_some(id),
+    )
 }
 
 /// 409 with the resume hint (CONTRACT §4 steps 2–4).

@@ -13,22 +13,39 @@
 //
 // Usage: node ts_client.mjs --url URL [--protocol-version V] [--steps N] [--delay-ms N]
 //            [--check-counter] [--min-resumes N] [--timeout-ms N] [--label TEXT]
+//            [--expect-retry-ms N] [--scenario sequence|cut-with-echo] [--echo-at-ms N]
 //        node ts_client.mjs --url URL --get-counter      prints the counter and exits
 //   --check-counter   also call get_counter before and after: slow_counter must run exactly once
 //                     (only valid when no other client uses the server at the same time)
 //   --min-resumes N   at least N GETs carrying Last-Event-ID must have happened (cut-proxy runs)
+//   --expect-retry-ms N  the last SSE `retry:` field the SDK took from the server must be N
+//                     (only 2025-11-25 sessions get priming events with `retry:`)
+//   --scenario S      sequence (default): the whole session above, calls one after the other.
+//                     cut-with-echo (run through the cut proxy): start slow_counter with progress;
+//                     once its stream is cut (the SDK reports the drop), issue echo {text:"during"}
+//                     on the same client while slow_counter is still owed; await both. Checks:
+//                     both succeed, echo says "during", progress is exactly 1..steps (each once,
+//                     in order), slow_counter POSTed once (no re-POST), ran once (with
+//                     --check-counter). Prints which result arrived first and the echo's latency
+//                     (a strict server holds it until the resume's replay is flushed; reported,
+//                     not asserted). Then DELETE as in `sequence`.
+//   --echo-at-ms N    cut-with-echo: issue the echo N ms after starting slow_counter instead of
+//                     when the drop is seen (the call must still be running then)
 // Exit status: 0 when every check passed, 1 on the first mismatch (message on stderr).
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 
 const USAGE = 'usage: node ts_client.mjs --url URL [--protocol-version V] [--steps N] ' +
-  '[--delay-ms N] [--check-counter] [--min-resumes N] [--timeout-ms N] [--label TEXT] [--get-counter]';
+  '[--delay-ms N] [--check-counter] [--min-resumes N] [--timeout-ms N] [--label TEXT] ' +
+  '[--expect-retry-ms N] [--scenario sequence|cut-with-echo] [--echo-at-ms N] [--get-counter]';
+const SCENARIOS = ['sequence', 'cut-with-echo'];
 
 function parseArgs(argv) {
   const opts = {
     url: undefined, protocolVersion: undefined, steps: 5, delayMs: 20, checkCounter: false,
     minResumes: 0, timeoutMs: 60000, label: 'ts', getCounter: false,
+    expectRetryMs: undefined, scenario: 'sequence', echoAtMs: undefined,
   };
   const takesValue = {
     '--url': (v) => { opts.url = v; },
@@ -38,6 +55,9 @@ function parseArgs(argv) {
     '--min-resumes': (v) => { opts.minResumes = Number.parseInt(v, 10); },
     '--timeout-ms': (v) => { opts.timeoutMs = Number.parseInt(v, 10); },
     '--label': (v) => { opts.label = v; },
+    '--expect-retry-ms': (v) => { opts.expectRetryMs = Number.parseInt(v, 10); },
+    '--scenario': (v) => { opts.scenario = v; },
+    '--echo-at-ms': (v) => { opts.echoAtMs = Number.parseInt(v, 10); },
   };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
@@ -48,10 +68,14 @@ function parseArgs(argv) {
     else { console.error(`unknown or incomplete argument: ${a}\n${USAGE}`); process.exit(2); }
   }
   if (!opts.url) { console.error(USAGE); process.exit(2); }
-  for (const k of ['steps', 'delayMs', 'minResumes', 'timeoutMs']) {
+  for (const k of ['steps', 'delayMs', 'minResumes', 'timeoutMs', 'expectRetryMs', 'echoAtMs']) {
+    if (opts[k] === undefined && (k === 'expectRetryMs' || k === 'echoAtMs')) continue;
     if (!Number.isInteger(opts[k]) || opts[k] < 0) {
       console.error(`bad --${k}: ${opts[k]}`); process.exit(2);
     }
+  }
+  if (!SCENARIOS.includes(opts.scenario)) {
+    console.error(`bad --scenario: ${opts.scenario} (known: ${SCENARIOS.join(', ')})`); process.exit(2);
   }
   return opts;
 }
@@ -63,28 +87,46 @@ class CheckFailed extends Error {}
 function fail(msg) { throw new CheckFailed(msg); }
 function check(cond, msg) { if (!cond) fail(msg); }
 
-// Wire counters, filled by the fetch hook.
-const wire = { postsByMethod: new Map(), resumeGets: 0, gets: 0, deletes: 0, statuses: [] };
+// Wire counters, filled by the fetch hook. `toolCalls` counts tools/call POSTs per tool name;
+// `timeline` notes (ms since start) when requests left and answers' heads came back.
+const wire = {
+  postsByMethod: new Map(), toolCalls: new Map(), resumeGets: 0, gets: 0, deletes: 0, statuses: [],
+  timeline: [],
+};
+const since = () => Date.now() - started;
 
 async function countingFetch(input, init) {
   const method = (init?.method ?? 'GET').toUpperCase();
   const headers = new Headers(init?.headers);
+  let what = method;
   if (method === 'POST' && typeof init?.body === 'string') {
     try {
       const msg = JSON.parse(init.body);
       for (const m of Array.isArray(msg) ? msg : [msg]) {
         const key = m.method ?? (m.result !== undefined || m.error !== undefined ? '(response)' : '?');
         wire.postsByMethod.set(key, (wire.postsByMethod.get(key) ?? 0) + 1);
+        if (m.method === 'tools/call') {
+          const name = String(m.params?.name);
+          wire.toolCalls.set(name, (wire.toolCalls.get(name) ?? 0) + 1);
+          what = `POST tools/call ${name} id=${m.id}`;
+        } else {
+          what = `POST ${key}`;
+        }
       }
     } catch { /* not ours to judge here */ }
   } else if (method === 'GET') {
     wire.gets += 1;
-    if (headers.has('last-event-id')) wire.resumeGets += 1;
+    if (headers.has('last-event-id')) {
+      wire.resumeGets += 1;
+      what = `GET last-event-id=${headers.get('last-event-id')}`;
+    }
   } else if (method === 'DELETE') {
     wire.deletes += 1;
   }
+  wire.timeline.push(`${since()} > ${what}`);
   const res = await fetch(input, init);
   wire.statuses.push(`${method} ${res.status}`);
+  wire.timeline.push(`${since()} < ${res.status} ${what}`);
   return res;
 }
 
@@ -128,7 +170,8 @@ async function counterValue(client) {
   return Number.parseInt(text.trim(), 10);
 }
 
-async function runSequence(client, transport) {
+// Checks on the session the SDK set up (version, id) and on tools/list.
+async function checkSessionStart(client, transport) {
   const negotiated = transport.protocolVersion;
   if (opts.protocolVersion) {
     check(negotiated === opts.protocolVersion,
@@ -144,6 +187,54 @@ async function runSequence(client, transport) {
   for (const want of ['echo', 'slow_counter', 'get_counter']) {
     check(names.includes(want), `tools/list: missing ${want}; got ${JSON.stringify(names)}`);
   }
+  return { negotiated, sessionId };
+}
+
+// Progress values must be exactly 1..steps: each once, in order, none missing.
+function checkProgress(progress) {
+  const values = progress.map((p) => p.progress);
+  check(progress.length === opts.steps,
+    `slow_counter: expected ${opts.steps} progress notifications, got ${progress.length}: ` +
+    JSON.stringify(values));
+  for (let i = 1; i < values.length; i++) {
+    check(values[i] > values[i - 1],
+      `slow_counter: progress not strictly increasing (duplicate or out of order): ${JSON.stringify(values)}`);
+  }
+  for (const p of progress) {
+    check(p.total === undefined || p.total === opts.steps,
+      `slow_counter: progress total ${p.total}, expected ${opts.steps}`);
+  }
+  return values;
+}
+
+function checkRetry(transport) {
+  if (opts.expectRetryMs === undefined) return;
+  // The SDK keeps the last `retry:` it parsed in a private field (SDK pinned in package.json).
+  const seen = transport._serverRetryMs;
+  check(seen === opts.expectRetryMs,
+    `retry: expected the server's SSE retry field to be ${opts.expectRetryMs} ms, the SDK saw ${seen}`);
+}
+
+// DELETE through the SDK, then the old session id must be unknown (404).
+async function terminateAndCheck(transport, sessionId, negotiated) {
+  await transport.terminateSession();
+  check(wire.deletes === 1, `terminateSession: expected 1 DELETE, saw ${wire.deletes}`);
+  check(transport.sessionId === undefined, 'terminateSession: the SDK kept the session id (DELETE failed?)');
+  // The terminated session must be gone: a request naming it gets 404 (spec: MUST).
+  const after = await fetch(opts.url, {
+    method: 'POST',
+    headers: {
+      'content-type': 'application/json', accept: 'application/json, text/event-stream',
+      'mcp-session-id': sessionId, 'mcp-protocol-version': negotiated,
+    },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 9999, method: 'tools/list' }),
+  });
+  await after.arrayBuffer();
+  check(after.status === 404, `after DELETE: POST with the old session id got ${after.status}, expected 404`);
+}
+
+async function runSequence(client, transport) {
+  const { negotiated, sessionId } = await checkSessionStart(client, transport);
 
   const before = opts.checkCounter ? await counterValue(client) : undefined;
   const postsBefore = wire.postsByMethod.get('tools/call') ?? 0;
@@ -160,18 +251,7 @@ async function runSequence(client, transport) {
   const postsForCall = (wire.postsByMethod.get('tools/call') ?? 0) - postsBefore;
   const text = textOf(result, 'slow_counter');
   check(/^\d+$/.test(text.trim()), `slow_counter: result text is not a number: ${JSON.stringify(text)}`);
-  const values = progress.map((p) => p.progress);
-  check(progress.length === opts.steps,
-    `slow_counter: expected ${opts.steps} progress notifications, got ${progress.length}: ` +
-    JSON.stringify(values));
-  for (let i = 1; i < values.length; i++) {
-    check(values[i] > values[i - 1],
-      `slow_counter: progress not strictly increasing (duplicate or out of order): ${JSON.stringify(values)}`);
-  }
-  for (const p of progress) {
-    check(p.total === undefined || p.total === opts.steps,
-      `slow_counter: progress total ${p.total}, expected ${opts.steps}`);
-  }
+  const values = checkProgress(progress);
   check(postsForCall === 1,
     `slow_counter: the SDK POSTed tools/call ${postsForCall} times (a re-POST, not a resume)`);
   if (opts.checkCounter) {
@@ -187,28 +267,117 @@ async function runSequence(client, transport) {
   const echo = textOf(await client.callTool({ name: 'echo', arguments: { text: 'hi' } }, undefined,
     { timeout: opts.timeoutMs }), 'echo');
   check(echo === 'hi', `echo: expected "hi", got ${JSON.stringify(echo)}`);
+  checkRetry(transport);
 
-  await transport.terminateSession();
-  check(wire.deletes === 1, `terminateSession: expected 1 DELETE, saw ${wire.deletes}`);
-  check(transport.sessionId === undefined, 'terminateSession: the SDK kept the session id (DELETE failed?)');
-  // The terminated session must be gone: a request naming it gets 404 (spec: MUST).
-  const after = await fetch(opts.url, {
-    method: 'POST',
-    headers: {
-      'content-type': 'application/json', accept: 'application/json, text/event-stream',
-      'mcp-session-id': sessionId, 'mcp-protocol-version': negotiated,
-    },
-    body: JSON.stringify({ jsonrpc: '2.0', id: 9999, method: 'tools/list' }),
-  });
-  await after.arrayBuffer();
-  check(after.status === 404, `after DELETE: POST with the old session id got ${after.status}, expected 404`);
+  await terminateAndCheck(transport, sessionId, negotiated);
   return { negotiated, values, result: text.trim() };
+}
+
+// Resolved by the transport's onerror hook when the SDK reports a dropped SSE stream.
+const drop = { at: undefined, resolve: undefined };
+drop.seen = new Promise((resolve) => { drop.resolve = resolve; });
+function noteTransportError(e) {
+  const msg = String(e?.message ?? e);
+  wire.timeline.push(`${since()} ! ${msg}`);
+  if (drop.at === undefined && msg.startsWith('SSE stream disconnected')) {
+    drop.at = since();
+    drop.resolve();
+  }
+}
+
+// --scenario cut-with-echo: a second request on the same session while slow_counter's stream is
+// owed (dropped by the proxy, not yet resumed). See the usage header.
+async function runCutWithEcho(client, transport) {
+  const { negotiated, sessionId } = await checkSessionStart(client, transport);
+  const before = opts.checkCounter ? await counterValue(client) : undefined;
+  const slowPostsBefore = wire.toolCalls.get('slow_counter') ?? 0;
+  const echoPostsBefore = wire.toolCalls.get('echo') ?? 0;
+
+  const arrivals = []; // [name, ms since start]
+  const progress = [];
+  const slowStarted = since();
+  let slowSettled = false;
+  const slow = client.callTool(
+    { name: 'slow_counter', arguments: { steps: opts.steps, delay_ms: opts.delayMs } },
+    undefined,
+    {
+      timeout: opts.timeoutMs,
+      resetTimeoutOnProgress: true,
+      onprogress: (p) => progress.push(p),
+    },
+  ).then(
+    (r) => { slowSettled = true; arrivals.push(['slow_counter', since()]); return r; },
+    (e) => { slowSettled = true; arrivals.push(['slow_counter(error)', since()]); throw e; },
+  );
+  slow.catch(() => {}); // judged below, after the echo
+
+  if (opts.echoAtMs !== undefined) {
+    await new Promise((r) => setTimeout(r, opts.echoAtMs));
+  } else {
+    await Promise.race([drop.seen, slow.catch(() => {})]);
+  }
+  check(!slowSettled,
+    `cut-with-echo: slow_counter ended (${arrivals[0]?.[0]}) before the echo could be issued ` +
+    `(drop seen: ${drop.at !== undefined}); the echo must overlap the owed stream`);
+  const progressAtEcho = progress.length;
+  let progressAtEchoDone;
+  const echoSent = since();
+  const echo = client.callTool({ name: 'echo', arguments: { text: 'during' } }, undefined,
+    { timeout: opts.timeoutMs }).then(
+    (r) => { arrivals.push(['echo', since()]); progressAtEchoDone = progress.length; return r; },
+    (e) => { arrivals.push(['echo(error)', since()]); throw e; },
+  );
+
+  const [slowR, echoR] = await Promise.allSettled([slow, echo]);
+  const order = arrivals.map(([n]) => n).join('>');
+  const echoAt = arrivals.find(([n]) => n.startsWith('echo'))?.[1];
+  const slowAt = arrivals.find(([n]) => n.startsWith('slow_counter'))?.[1];
+  const echoLatency = echoAt - echoSent;
+  const report = `order=${order} echo_latency=${echoLatency}ms ` +
+    `drop_at=+${drop.at === undefined ? '?' : drop.at - slowStarted}ms ` +
+    `echo_sent=+${echoSent - slowStarted}ms (after ${progressAtEcho} progress) ` +
+    `echo_done=+${echoAt - slowStarted}ms (after ${progressAtEchoDone ?? '?'} progress) ` +
+    `slow_done=+${slowAt - slowStarted}ms`;
+  console.log(`[${opts.label}] scenario: ${report}`);
+  console.log(`[${opts.label}] timeline: ${wire.timeline.join(' | ')}`);
+  check(slowR.status === 'fulfilled', `slow_counter failed: ${slowR.reason?.message ?? slowR.reason}`);
+  check(echoR.status === 'fulfilled', `echo (issued during the owed stream) failed: ` +
+    `${echoR.reason?.message ?? echoR.reason}`);
+
+  const text = textOf(slowR.value, 'slow_counter');
+  check(/^\d+$/.test(text.trim()), `slow_counter: result text is not a number: ${JSON.stringify(text)}`);
+  const echoText = textOf(echoR.value, 'echo');
+  check(echoText === 'during', `echo: expected "during", got ${JSON.stringify(echoText)}`);
+  const values = checkProgress(progress);
+  check(values.every((v, i) => v === i + 1),
+    `slow_counter: progress is not exactly 1..${opts.steps}: ${JSON.stringify(values)}`);
+  const slowPosts = (wire.toolCalls.get('slow_counter') ?? 0) - slowPostsBefore;
+  const echoPosts = (wire.toolCalls.get('echo') ?? 0) - echoPostsBefore;
+  check(slowPosts === 1,
+    `slow_counter: the SDK POSTed it ${slowPosts} times (a re-POST, not a resume)`);
+  check(echoPosts === 1, `echo: the SDK POSTed it ${echoPosts} times, expected 1`);
+  if (opts.checkCounter) {
+    const after = await counterValue(client);
+    const value = Number.parseInt(text.trim(), 10);
+    check(value === before + 1 && after === before + 1,
+      `slow_counter ran more than once or not at all: counter before ${before}, ` +
+      `result ${value}, after ${after}`);
+  }
+  check(wire.resumeGets >= opts.minResumes,
+    `expected at least ${opts.minResumes} resume GET(s) with Last-Event-ID, saw ${wire.resumeGets}`);
+  checkRetry(transport);
+
+  await terminateAndCheck(transport, sessionId, negotiated);
+  return { negotiated, values, result: text.trim(), extra: ` ${report}` };
 }
 
 async function main() {
   const transport = makeTransport();
   const client = new Client({ name: 'tidemark-ts-client', version: '1.0.0' });
-  transport.onerror = (e) => { if (process.env.TS_CLIENT_DEBUG) console.error(`[${opts.label}] transport: ${e}`); };
+  transport.onerror = (e) => {
+    noteTransportError(e);
+    if (process.env.TS_CLIENT_DEBUG) console.error(`[${opts.label}] transport: ${e}`);
+  };
   await client.connect(transport, { timeout: opts.timeoutMs });
   try {
     if (opts.getCounter) {
@@ -216,11 +385,13 @@ async function main() {
       await transport.terminateSession();
       return;
     }
-    const r = await runSequence(client, transport);
+    const r = opts.scenario === 'cut-with-echo'
+      ? await runCutWithEcho(client, transport)
+      : await runSequence(client, transport);
     const posts = JSON.stringify(Object.fromEntries(wire.postsByMethod));
     console.log(`[${opts.label}] ok: version=${r.negotiated} result=${r.result} ` +
       `progress=${JSON.stringify(r.values)} resumes=${wire.resumeGets} posts=${posts} ` +
-      `${Date.now() - started}ms`);
+      `${Date.now() - started}ms${r.extra ?? ''}`);
   } finally {
     await client.close().catch(() => {});
   }
@@ -230,5 +401,6 @@ main().then(() => process.exit(0), (e) => {
   const kind = e instanceof CheckFailed ? 'FAILED' : 'ERROR';
   console.error(`[${opts.label}] ${kind}: ${e?.message ?? e}`);
   console.error(`[${opts.label}] wire: statuses=${JSON.stringify(wire.statuses)}`);
+  console.error(`[${opts.label}] wire: timeline=${wire.timeline.join(' | ')}`);
   process.exit(1);
 });

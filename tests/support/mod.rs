@@ -203,8 +203,14 @@ pub const INIT: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params"
 
 /// initialize + notifications/initialized; returns the session id.
 pub fn open_session(server: &Server) -> String {
-    let r = post(server, &[], INIT);
+    open_session_at(server, "2025-11-25")
+}
+
+/// initialize at `version` (which must be echoed) + notifications/initialized.
+pub fn open_session_at(server: &Server, version: &str) -> String {
+    let r = post(server, &[], &INIT.replace("2025-11-25", version));
     assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["result"]["protocolVersion"], version);
     let sid = r.header("Mcp-Session-Id").expect("session id").to_owned();
     let n = post(
         server,
