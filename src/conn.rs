@@ -244,7 +244,7 @@ async fn write_stream(
     mut out: Vec<u8>,
     job: SseJob,
 ) -> (bool, Vec<u8>) {
-    let SseJob { session, key, epoch, mut cursor, id_override } = job;
+    let SseJob { session, key, epoch, mut cursor, rewrite } = job;
     let retry_ms = core.cfg.sse_retry_ms;
     let mut frames: Vec<u8> = Vec::with_capacity(4096);
     let mut watch_peer = true;
@@ -262,7 +262,7 @@ async fn write_stream(
                 key,
                 epoch,
                 &mut cursor,
-                id_override.as_ref(),
+                rewrite.as_ref(),
                 retry_ms,
                 &mut frames,
                 SSE_BATCH_BYTES,

@@ -31,6 +31,20 @@ pub struct Cursor {
     pub from: Option<EventSeq>,
 }
 
+/// How a deduplicated retry (CONTRACT §4 step 1) sees the original stream: its final response
+/// carries the retry's JSON-RPC id, and progress carries the retry's progress token, so the
+/// client matches both to the request it actually sent.
+#[derive(Clone, Debug)]
+pub struct Rewrite {
+    pub id: RawId,
+    /// The retry's `_meta.progressToken` (JSON text) and the original's, when both exist.
+    pub progress_token: Option<(Box<str>, Box<str>)>,
+}
+
+/// Prefix of a progress notification as `Emitter::progress` encodes it.
+const PROGRESS_PREFIX: &[u8] =
+    b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":";
+
 /// What `fill_batch` did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Batch {
@@ -56,7 +70,7 @@ pub fn fill_batch(
     key: StreamKey,
     epoch: u64,
     cursor: &mut Cursor,
-    id_override: Option<&RawId>,
+    rewrite: Option<&Rewrite>,
     retry_ms: u64,
     out: &mut Vec<u8>,
     budget: usize,
@@ -90,12 +104,9 @@ pub fn fill_batch(
                 let id_len = crate::session::event_id_into(&mut id, tag, key, ev.seq);
                 if ev.payload.is_empty() {
                     crate::sse::push_event(out, Some(&id[..id_len]), Some(retry_ms), b"");
-                } else if Some(ev.seq) == final_seq && id_override.is_some() {
-                    let mut rewritten = Vec::with_capacity(ev.payload.len() + 16);
-                    rewritten.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-                    rewritten
-                        .extend_from_slice(id_override.map(|i| i.0.as_bytes()).unwrap_or(b"null"));
-                    rewritten.extend_from_slice(&ev.payload[body_offset.min(ev.payload.len())..]);
+                } else if let Some(rw) = rewrite {
+                    let rewritten =
+                        rewrite_event(rw, ev.payload, Some(ev.seq) == final_seq, body_offset);
                     crate::sse::push_event(out, Some(&id[..id_len]), None, &rewritten);
                 } else {
                     crate::sse::push_event(out, Some(&id[..id_len]), None, ev.payload);
@@ -120,6 +131,29 @@ pub fn fill_batch(
         }
     }
     Batch::More
+}
+
+/// The payload a deduplicated retry sees (only dedup attachments pay for this copy).
+fn rewrite_event(rw: &Rewrite, payload: &[u8], is_final: bool, body_offset: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(payload.len() + 16);
+    if is_final {
+        out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+        out.extend_from_slice(rw.id.0.as_bytes());
+        out.extend_from_slice(&payload[body_offset.min(payload.len())..]);
+        return out;
+    }
+    if let Some((retry, original)) = &rw.progress_token {
+        let mut prefix = PROGRESS_PREFIX.to_vec();
+        prefix.extend_from_slice(original.as_bytes());
+        if let Some(rest) = payload.strip_prefix(prefix.as_slice()) {
+            out.extend_from_slice(PROGRESS_PREFIX);
+            out.extend_from_slice(retry.as_bytes());
+            out.extend_from_slice(rest);
+            return out;
+        }
+    }
+    out.extend_from_slice(payload);
+    out
 }
 
 fn push_gap(

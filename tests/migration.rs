@@ -160,8 +160,16 @@ fn idempotency_key_dedups_and_refuses_other_params() {
             assert_eq!(text, (before + 1).to_string(), "{ctx}");
             let mut s2 = call_stream(&server, &sid, &call(11, "slow_counter", short, true), &key_a);
             assert_eq!(s2.status, 200, "{ctx}");
-            let again = assert_rest(&s2.rest(), &priming, 1, 3, 11, &format!("{ctx} dedup"));
+            let replayed = s2.rest();
+            let again = assert_rest(&replayed, &priming, 1, 3, 11, &format!("{ctx} dedup"));
             assert_eq!(again, text, "{ctx}: the original answer");
+            // The retry sent progressToken 11 (the original 10): its progress must carry 11.
+            let tokens: Vec<serde_json::Value> = replayed
+                .iter()
+                .filter(|e| e.data.contains("notifications/progress"))
+                .map(|e| e.json()["params"]["progressToken"].clone())
+                .collect();
+            assert_eq!(tokens, vec![serde_json::json!(11); 3], "{ctx}: the retry's own token");
             assert_eq!(counter(&server), before + 1, "{ctx}: one execution");
 
             let key_b = [("Idempotency-Key", "key-b")];

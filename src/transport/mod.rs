@@ -53,8 +53,8 @@ pub struct SseJob {
     pub key: StreamKey,
     pub epoch: u64,
     pub cursor: Cursor,
-    /// The id the final response carries when it differs from the stream's (dedup hit).
-    pub id_override: Option<RawId>,
+    /// How a deduplicated retry sees the stream (its own id and progress token).
+    pub rewrite: Option<stream::Rewrite>,
 }
 
 /// What the connection does after `handle`.
@@ -278,10 +278,10 @@ fn stream_reply(
     key: StreamKey,
     epoch: u64,
     cursor: Cursor,
-    id_override: Option<RawId>,
+    rewrite: Option<stream::Rewrite>,
 ) -> Outcome {
     reply::sse_head(out, None);
-    Outcome::Stream(SseJob { session: session.clone(), key, epoch, cursor, id_override })
+    Outcome::Stream(SseJob { session: session.clone(), key, epoch, cursor, rewrite })
 }
 
 /// GET without Last-Event-ID: the session's standalone stream (a new GET takes it over).
@@ -666,6 +666,10 @@ async fn request(
         None => migration::method_is_idempotent(&method),
     };
     let fp = fingerprint(&method, &params);
+    let progress_token: Option<Box<str>> = params
+        .get("_meta")
+        .and_then(|m| m.get("progressToken"))
+        .map(|t| Box::from(t.encode().as_str()));
     let deadline = Instant::now() + core.cfg.owed_wait;
     let mut held = false;
     loop {
@@ -722,7 +726,7 @@ async fn request(
             }
             Decision::Deduplicated(key) => {
                 core.metrics.dedup_hits_total.inc();
-                return deduplicated(session, key, id, out, keep_alive);
+                return deduplicated(session, key, id, progress_token, out, keep_alive);
             }
         }
     }
@@ -733,10 +737,6 @@ async fn request(
         reply::json(out, 200, &[], &body, keep_alive);
         return Outcome::Reply { keep_alive };
     }
-    let progress_token = params
-        .get("_meta")
-        .and_then(|m| m.get("progressToken"))
-        .map(|t| Box::from(t.encode().as_str()));
     let opened = session.borrow_mut().open_stream(
         StreamKind::Request,
         Some(id.clone()),
@@ -819,6 +819,7 @@ fn deduplicated(
     session: &SessionRc,
     key: StreamKey,
     id: RawId,
+    progress_token: Option<Box<str>>,
     out: &mut Vec<u8>,
     keep_alive: bool,
 ) -> Outcome {
@@ -828,6 +829,12 @@ fn deduplicated(
     };
     let first = st.first;
     let same_id = st.request_id.as_ref() == Some(&id);
+    let tokens = match (progress_token, st.progress_token.clone()) {
+        (Some(retry), Some(original)) if retry != original => Some((retry, original)),
+        _ => None,
+    };
+    let rewrite = (!same_id || tokens.is_some())
+        .then(|| stream::Rewrite { id: id.clone(), progress_token: tokens });
     let first_held = s.ring.get(first).is_some_and(|e| e.stream == key);
     let Some(epoch) = s.attach(key) else {
         return reply(out, Refusal::BadLastEventId, Some(&id), keep_alive);
@@ -839,7 +846,7 @@ fn deduplicated(
         key,
         epoch,
         Cursor { after: first, from: first_held.then_some(first) },
-        (!same_id).then_some(id),
+        rewrite,
     )
 }
 
