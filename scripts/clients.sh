@@ -6,20 +6,31 @@
 # and the official Python SDK (tests/clients/py_client.py, in `legacy` and `auto` connect modes).
 # Installs Node 22, the npm deps (.cache/ts-clients) and a Python venv with tests/clients/
 # requirements.txt (.cache/venv), idempotently; builds tidemark (cargo build --release); then:
-#   basic    one server (--tools demo): each client once per legacy protocol version
-#            (2025-03-26, 2025-06-18, 2025-11-25), and the Python client in `auto` mode; every
-#            run also checks through get_counter that slow_counter ran exactly once
-#   cut      same server, each client through tests/clients/cut_proxy.py, which drops the
-#            tools/call response stream mid-call (on-cut close, drain and stall; and 3 drops in
-#            one call for TS): the client must resume by itself (GET + Last-Event-ID) and end
-#            with the full result, every progress notification once, no re-POST, one execution
+#   basic    one server (--tools demo, default flags): each client once per legacy protocol
+#            version (2025-03-26, 2025-06-18, 2025-11-25), and the Python client in `auto` mode;
+#            every run also checks through get_counter that slow_counter ran exactly once; the
+#            TS 2025-11-25 run checks that the SSE `retry:` is the default (1000 ms)
+#   cut      a server with --sse-retry-ms 200, each client through tests/clients/cut_proxy.py,
+#            which drops the tools/call response stream mid-call (on-cut close, drain and stall;
+#            and 3 drops in one call for TS): the client must resume by itself (GET +
+#            Last-Event-ID) and end with the full result, every progress notification once, no
+#            re-POST, one execution
 #   epoll    a server with --driver epoll (hosts without io_uring): each client once directly
 #            and once through the cut proxy
 #   threads  a server with --threads 2: 4 TS + 4 Python clients and 2 cut-proxy runs at once
 #            (many connections, so requests land on both cores), then the global counter must
 #            equal the number of slow_counter calls
+#   migration  CONTRACT §4 with the real TS client (ts_client.mjs --scenario cut-with-echo):
+#            the proxy cuts a slow_counter stream and the same client then calls echo while that
+#            stream is owed; both must complete, progress once each, one POST, one execution.
+#            Against --migration-policy strict (retry 200 ms and the default 1000 ms) and off
 #
-#   --only STAGES       run only these stages (comma-separated: basic,cut,epoll,threads)
+# The servers of the resuming stages run with --sse-retry-ms 200 (the SDK clients wait the SSE
+# `retry:` before resuming, so each resume costs ~0.2 s instead of the default ~1 s); the basic
+# server and one migration run keep the default, so the default value stays covered.
+#
+#   --only STAGES       run only these stages (comma-separated: basic,cut,epoll,threads,
+#                       migration)
 #   --no-build          do not run cargo build (use the existing target/release/tidemark)
 #   --server-cmd CMD    start CMD instead of target/release/tidemark (the tidemark flags are
 #                       appended; CMD must print tidemark's first line); for stand-in servers
@@ -38,11 +49,11 @@ CLIENTS="$ROOT/tests/clients"
 RESULTS="$CACHE/clients-results"
 TS_DIR="$CACHE/ts-clients"
 VENV="$CACHE/venv"
-ALL_STAGES="basic,cut,epoll,threads"
+ALL_STAGES="basic,cut,epoll,threads,migration"
 START_TIMEOUT_S=30
 CLIENT_TIMEOUT_S=120
 
-usage() { sed -n '2,34s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,45s/^# \{0,1\}//p' "$0"; }
 
 only="$ALL_STAGES"
 build=1
@@ -247,39 +258,44 @@ sequential() {
 }
 
 CUT_ARGS=(--steps 10 --delay-ms 50)
+# The clients wait the SSE `retry:` before each resume; the resuming stages' servers shorten it.
+FAST_RETRY_MS=200
+DEFAULT_RETRY_MS=1000  # tidemark's --sse-retry-ms default, checked once in the basic stage
+FAST=(--sse-retry-ms "$FAST_RETRY_MS")
 
-if want_stage basic || want_stage cut; then
-    start_server single --tools demo
-    if want_stage basic; then
-        sequential ts-2025-11-25 ts "$server_url" --check-counter
-        sequential ts-2025-06-18 ts "$server_url" --check-counter --protocol-version 2025-06-18
-        sequential ts-2025-03-26 ts "$server_url" --check-counter --protocol-version 2025-03-26
-        sequential py-legacy-2025-11-25 py "$server_url" --check-counter --mode legacy
-        sequential py-legacy-2025-06-18 py "$server_url" --check-counter --mode legacy \
-            --protocol-version 2025-06-18
-        sequential py-legacy-2025-03-26 py "$server_url" --check-counter --mode legacy \
-            --protocol-version 2025-03-26
-        sequential py-auto py "$server_url" --check-counter --mode auto --expect-era "$py_auto_era"
-    fi
-    if want_stage cut; then
-        for on_cut in close drain stall; do
-            sequential "ts-cut-$on_cut" ts "proxy:3:1:$on_cut" "${CUT_ARGS[@]}" --check-counter \
-                --min-resumes 1
-        done
-        sequential ts-cut-3-streams ts "proxy:2:3:close" "${CUT_ARGS[@]}" --check-counter \
-            --min-resumes 3
-        # The Python SDK (2.3.0) survives one drop per call: on a second drop it resumes from a
-        # stale Last-Event-ID (duplicates) and gives up after two, so one cut per call here.
-        for on_cut in close drain stall; do
-            sequential "py-cut-$on_cut" py "proxy:3:1:$on_cut" "${CUT_ARGS[@]}" --check-counter \
-                --min-resumes 1 --mode legacy
-        done
-    fi
-    stop_server single
+if want_stage basic; then
+    start_server basic --tools demo
+    sequential ts-2025-11-25 ts "$server_url" --check-counter --expect-retry-ms "$DEFAULT_RETRY_MS"
+    sequential ts-2025-06-18 ts "$server_url" --check-counter --protocol-version 2025-06-18
+    sequential ts-2025-03-26 ts "$server_url" --check-counter --protocol-version 2025-03-26
+    sequential py-legacy-2025-11-25 py "$server_url" --check-counter --mode legacy
+    sequential py-legacy-2025-06-18 py "$server_url" --check-counter --mode legacy \
+        --protocol-version 2025-06-18
+    sequential py-legacy-2025-03-26 py "$server_url" --check-counter --mode legacy \
+        --protocol-version 2025-03-26
+    sequential py-auto py "$server_url" --check-counter --mode auto --expect-era "$py_auto_era"
+    stop_server basic
+fi
+
+if want_stage cut; then
+    start_server cut --tools demo "${FAST[@]}"
+    for on_cut in close drain stall; do
+        sequential "ts-cut-$on_cut" ts "proxy:3:1:$on_cut" "${CUT_ARGS[@]}" --check-counter \
+            --min-resumes 1 --expect-retry-ms "$FAST_RETRY_MS"
+    done
+    sequential ts-cut-3-streams ts "proxy:2:3:close" "${CUT_ARGS[@]}" --check-counter \
+        --min-resumes 3
+    # The Python SDK (2.3.0) survives one drop per call: on a second drop it resumes from a
+    # stale Last-Event-ID (duplicates) and gives up after two, so one cut per call here.
+    for on_cut in close drain stall; do
+        sequential "py-cut-$on_cut" py "proxy:3:1:$on_cut" "${CUT_ARGS[@]}" --check-counter \
+            --min-resumes 1 --mode legacy
+    done
+    stop_server cut
 fi
 
 if want_stage epoll; then
-    start_server epoll --tools demo --driver epoll
+    start_server epoll --tools demo --driver epoll "${FAST[@]}"
     sequential epoll-ts ts "$server_url" --check-counter
     sequential epoll-py py "$server_url" --check-counter --mode legacy
     sequential epoll-ts-cut ts "proxy:3:1:close" "${CUT_ARGS[@]}" --check-counter --min-resumes 1
@@ -289,7 +305,7 @@ if want_stage epoll; then
 fi
 
 if want_stage threads; then
-    start_server threads --tools demo --threads 2
+    start_server threads --tools demo --threads 2 "${FAST[@]}"
     for i in 1 2 3 4; do
         run_client "threads-ts-$i" ts "$server_url"
         run_client "threads-py-$i" py "$server_url" --mode legacy
@@ -308,6 +324,32 @@ if want_stage threads; then
         echo "clients: FAIL threads-counter: expected 10, got: $counter"
     fi
     stop_server threads
+fi
+
+if want_stage migration; then
+    # The real client under the migration boundary (CONTRACT §4, issue 4): slow_counter's stream
+    # is cut after 3 events and, as soon as the SDK reports the drop, the same client calls echo.
+    # Under `strict` that echo lands while the stream is owed, so the server holds it until the
+    # SDK's resume (GET + Last-Event-ID, after `retry:`) has flushed the replay (up to
+    # --owed-wait-ms, default 2000); the client logs the order of the two results and the echo's
+    # latency (reported, not asserted). This stage proves that the real client COMPLETES under
+    # the boundary (both results, progress 1..10 once each, one POST, one execution) -- not that
+    # the boundary fires: the TS SDK never re-POSTs, so `off` must pass the same checks. The
+    # strict run at the default retry (1000 ms) checks the default pairing with --owed-wait-ms:
+    # a resume slower than the hold would turn the held echo into a 409 and fail the run.
+    MIGRATION_ARGS=("${CUT_ARGS[@]}" --scenario cut-with-echo --check-counter --min-resumes 1)
+    start_server migration-strict --tools demo --migration-policy strict "${FAST[@]}"
+    sequential ts-migration-strict ts "proxy:3:1:close" "${MIGRATION_ARGS[@]}" \
+        --expect-retry-ms "$FAST_RETRY_MS"
+    stop_server migration-strict
+    start_server migration-strict-default-retry --tools demo --migration-policy strict
+    sequential ts-migration-strict-default-retry ts "proxy:3:1:close" "${MIGRATION_ARGS[@]}" \
+        --expect-retry-ms "$DEFAULT_RETRY_MS"
+    stop_server migration-strict-default-retry
+    start_server migration-off --tools demo --migration-policy off "${FAST[@]}"
+    sequential ts-migration-off ts "proxy:3:1:close" "${MIGRATION_ARGS[@]}" \
+        --expect-retry-ms "$FAST_RETRY_MS"
+    stop_server migration-off
 fi
 
 if [ "$failed" -gt 0 ]; then
