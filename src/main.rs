@@ -223,16 +223,19 @@ fn main() -> anyhow::Result<()> {
             Err(e) => bail!("{e}"),
         }
     }
+    let mut metrics_note = String::new();
     if let Some(addr) = cfg.metrics_listen {
         let listener =
             std::net::TcpListener::bind(addr).with_context(|| format!("bind metrics {addr}"))?;
+        // The bound address, so `--metrics-listen 127.0.0.1:0` is usable by scripts.
+        metrics_note = format!(" metrics=http://{}/metrics", listener.local_addr()?);
         let metrics = metrics.clone();
         std::thread::Builder::new()
             .name("tidemark-metrics".into())
             .spawn(move || serve_metrics(listener, metrics))?;
     }
     println!(
-        "tidemark listening on http://{bound}{} driver={driver} threads={} tools={tools}",
+        "tidemark listening on http://{bound}{} driver={driver} threads={} tools={tools}{metrics_note}",
         cfg.path, cfg.threads
     );
     use std::io::Write;
