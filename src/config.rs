@@ -187,7 +187,7 @@ impl Config {
 
     /// Checks every value once, so workers can rely on them.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let nonzero: [(&'static str, u128); 14] = [
+        let nonzero: [(&'static str, u128); 16] = [
             ("threads", self.threads as u128),
             ("max-header-bytes", self.header_bytes_max as u128),
             ("max-headers", self.headers_max as u128),
@@ -202,6 +202,8 @@ impl Config {
             ("sse-keepalive-secs", self.sse_keepalive.as_millis()),
             ("owed-wait-ms", self.owed_wait.as_millis()),
             ("owed-timeout-secs", self.owed_timeout.as_millis()),
+            ("stream-retention-secs", self.stream_retention.as_millis()),
+            ("sse-retry-ms", u128::from(self.sse_retry_ms)),
         ];
         for (name, value) in nonzero {
             if value == 0 {
@@ -243,6 +245,10 @@ mod tests {
         assert_eq!(c.validate(), Err(ConfigError::Zero("max-body-bytes")));
         let c = Config { threads: THREADS_MAX + 1, ..d() };
         assert_eq!(c.validate(), Err(ConfigError::TooManyThreads(THREADS_MAX + 1)));
+        let c = Config { sse_retry_ms: 0, ..d() };
+        assert_eq!(c.validate(), Err(ConfigError::Zero("sse-retry-ms")));
+        let c = Config { stream_retention: std::time::Duration::ZERO, ..d() };
+        assert_eq!(c.validate(), Err(ConfigError::Zero("stream-retention-secs")));
         let c = Config { path: "mcp".into(), ..d() };
         assert!(matches!(c.validate(), Err(ConfigError::BadPath(_))));
         let c = Config { owed_wait: d().owed_timeout, ..d() };
