@@ -1,0 +1,243 @@
+//! A blocking MCP client on one `std::net::TcpStream`: session setup, single calls, and the
+//! step-by-step flows of `resume` and `migration` (read k events, cut, resume).
+//!
+//! Owns: connect/send/read of one connection with a read timeout, the `initialize` handshake.
+//! Called by: `main` (setup, `get_counter`), `scenario::resume`, `scenario::migration`.
+//! Never: used on the throughput path (`engine` is); it blocks a thread per connection.
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+
+use crate::jsonrpc::{self, Message};
+use crate::sse::SseEvent;
+use crate::wire::{self, Head, PostTemplate, ResponseParser, Target};
+
+/// Read buffer size; grows for larger responses.
+const READ_BUF_BYTES: usize = 64 << 10;
+
+/// A negotiated session.
+#[derive(Clone, Debug)]
+pub struct Session {
+    pub id: String,
+    /// The protocol version the server answered `initialize` with.
+    pub version: String,
+}
+
+/// An SSE message event, owned.
+#[derive(Clone, Debug)]
+pub struct Event {
+    pub data: Vec<u8>,
+}
+
+/// How a read ended.
+#[derive(Debug)]
+pub enum ReadEnd {
+    /// The whole response was read. `body` is the non-SSE body.
+    Complete { head: Head, body: Vec<u8> },
+    /// The event callback asked to stop in the middle of the body.
+    Stopped { head: Head },
+}
+
+pub struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    parser: ResponseParser,
+}
+
+impl Conn {
+    pub fn connect(target: &Target, timeout: Duration) -> anyhow::Result<Conn> {
+        let stream = TcpStream::connect_timeout(&target.addr, timeout)
+            .with_context(|| format!("connecting to {}", target.addr))?;
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        Ok(Conn {
+            stream,
+            buf: vec![0; READ_BUF_BYTES],
+            start: 0,
+            end: 0,
+            parser: ResponseParser::default(),
+        })
+    }
+
+    pub fn set_read_timeout(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        self.stream.set_read_timeout(Some(timeout)).context("setting a read timeout")
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
+        self.stream.write_all(bytes).context("sending a request")
+    }
+
+    /// Closes the connection in the middle of a response: FIN, or RST when `reset`.
+    pub fn cut(self, reset: bool) {
+        if reset {
+            let socket = socket2::SockRef::from(&self.stream);
+            let _ = socket.set_linger(Some(Duration::ZERO));
+        }
+        drop(self);
+    }
+
+    /// Reads one response. `on_event` sees every SSE event (priming events too, with empty
+    /// data) and returns true to stop reading at once (the rest of the response is abandoned,
+    /// which is how the scenarios cut a stream).
+    pub fn read<F>(&mut self, mut on_event: F) -> anyhow::Result<ReadEnd>
+    where
+        F: FnMut(SseEvent<'_>) -> bool,
+    {
+        loop {
+            if self.parser.is_done() {
+                // A previous read stopped early and the parser already took the rest.
+                return Ok(self.complete());
+            }
+            if self.start < self.end {
+                let mut stop = false;
+                let used = self.parser.advance(&self.buf[self.start..self.end], &mut |ev| {
+                    if !stop {
+                        stop = on_event(ev);
+                    }
+                })?;
+                self.start += used;
+                if stop {
+                    return Ok(ReadEnd::Stopped { head: self.parser.head.clone() });
+                }
+                if self.parser.is_done() {
+                    return Ok(self.complete());
+                }
+            }
+            if self.start == self.end {
+                self.start = 0;
+                self.end = 0;
+            } else if self.end == self.buf.len() {
+                if self.start > 0 {
+                    self.buf.copy_within(self.start..self.end, 0);
+                    self.end -= self.start;
+                    self.start = 0;
+                } else {
+                    self.buf.resize(self.buf.len() * 2, 0);
+                }
+            }
+            let n = self.stream.read(&mut self.buf[self.end..]).context("reading a response")?;
+            if n == 0 {
+                if self.parser.finish_eof() {
+                    return Ok(self.complete());
+                }
+                bail!("connection closed in the middle of a response");
+            }
+            self.end += n;
+        }
+    }
+
+    fn complete(&mut self) -> ReadEnd {
+        let head = std::mem::take(&mut self.parser.head);
+        let body = std::mem::take(&mut self.parser.body);
+        self.parser.reset();
+        ReadEnd::Complete { head, body }
+    }
+
+    /// Reads one whole response, collecting its SSE message events (priming events dropped).
+    pub fn read_all(&mut self) -> anyhow::Result<(Head, Vec<u8>, Vec<Event>)> {
+        let mut events = Vec::new();
+        let end = self.read(|ev| {
+            if !ev.data.is_empty() {
+                events.push(Event { data: ev.data.to_vec() });
+            }
+            false
+        })?;
+        match end {
+            ReadEnd::Complete { head, body } => Ok((head, body, events)),
+            ReadEnd::Stopped { .. } => unreachable!("the callback never stops"),
+        }
+    }
+
+    /// POSTs a request and returns the parsed messages of its answer (JSON body or SSE events).
+    pub fn call(&mut self, request: &[u8]) -> anyhow::Result<(Head, Vec<Message>)> {
+        self.send(request)?;
+        let (head, body, events) = self.read_all()?;
+        let mut messages = Vec::new();
+        if !body.is_empty() {
+            messages.extend(jsonrpc::parse(&body));
+        }
+        for ev in &events {
+            messages.extend(jsonrpc::parse(&ev.data));
+        }
+        Ok((head, messages))
+    }
+}
+
+/// `initialize` + `notifications/initialized` on `conn`.
+pub fn open_session(conn: &mut Conn, target: &Target, id: u64) -> anyhow::Result<Session> {
+    let init = PostTemplate::new(
+        target,
+        None,
+        wire::PROTOCOL_VERSION,
+        &jsonrpc::initialize_body(wire::PROTOCOL_VERSION),
+    );
+    conn.send(&init.bytes(id))?;
+    let (head, body, events) = conn.read_all()?;
+    if head.status != 200 {
+        bail!("initialize answered HTTP {}", head.status);
+    }
+    let session = head.session_id.context("initialize answer has no Mcp-Session-Id")?;
+    let message = if body.is_empty() { events.last().map(|e| e.data.clone()) } else { Some(body) };
+    let message = message.context("initialize answer has no message")?;
+    let value: serde_json::Value =
+        serde_json::from_slice(&message).context("initialize answer is not JSON")?;
+    let version = value["result"]["protocolVersion"]
+        .as_str()
+        .with_context(|| format!("initialize answer has no protocolVersion: {value}"))?
+        .to_owned();
+    let initialized =
+        PostTemplate::new(target, Some(&session), &version, jsonrpc::INITIALIZED_BODY);
+    conn.send(&initialized.bytes(0))?;
+    let (head, _, _) = conn.read_all()?;
+    if !(200..300).contains(&head.status) {
+        bail!("notifications/initialized answered HTTP {}", head.status);
+    }
+    Ok(Session { id: session, version })
+}
+
+/// Opens `count` sessions over one keep-alive connection.
+pub fn open_sessions(
+    target: &Target,
+    count: usize,
+    timeout: Duration,
+) -> anyhow::Result<Vec<Session>> {
+    let mut conn = Conn::connect(target, timeout)?;
+    (0..count)
+        .map(|i| {
+            open_session(&mut conn, target, i as u64 + 1)
+                .with_context(|| format!("opening session {i}"))
+        })
+        .collect()
+}
+
+/// The demo tools' global counter (`get_counter`).
+pub fn get_counter(
+    target: &Target,
+    session: &Session,
+    id: u64,
+    timeout: Duration,
+) -> anyhow::Result<u64> {
+    let mut conn = Conn::connect(target, timeout)?;
+    let request =
+        PostTemplate::new(target, Some(&session.id), &session.version, jsonrpc::GET_COUNTER_BODY);
+    let (head, messages) = conn.call(&request.bytes(id))?;
+    for message in messages {
+        match message {
+            Message::Result { text, .. } => {
+                return text
+                    .trim()
+                    .parse()
+                    .with_context(|| format!("get_counter returned {text:?}"))
+            }
+            Message::Error { code, message, .. } => bail!("get_counter failed: {code} {message}"),
+            _ => {}
+        }
+    }
+    bail!("get_counter: HTTP {} without a result", head.status)
+}

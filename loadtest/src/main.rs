@@ -1,0 +1,747 @@
+//! `tidemark-load`: a black-box load generator for MCP Streamable HTTP servers (issue 5).
+//!
+//! It speaks only the wire protocol, over raw sockets, and imports nothing from the server, so
+//! tidemark and the rmcp peer (`loadtest/peer-rmcp`) are measured the same way.
+//!
+//! Module map (a module may use the ones below it):
+//! - `main`: flags, scenario set-up, the run report's printing and writing.
+//! - `report`, `plot`: medians over repeated runs, markdown, SVG percentile plots.
+//! - `scenario/`: `calls` (ping, echo, stream), `sessions`, `resume`, `migration`, `flow`.
+//! - `engine`: one epoll loop per load thread, closed-loop and fixed-rate schedules.
+//! - `client`: blocking connections for set-up and the step-by-step scenarios.
+//! - `stats`: histograms, counters, the progress line, `RunReport`.
+//! - `wire`, `sse`, `jsonrpc`: HTTP/1.1, `text/event-stream` and JSON-RPC on the wire.
+//! - `procfs`: the server's pid and RSS.
+
+mod client;
+mod engine;
+mod jsonrpc;
+mod plot;
+mod procfs;
+mod report;
+mod scenario;
+mod sse;
+mod stats;
+mod wire;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI64};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use clap::{Args, Parser, Subcommand};
+use serde::Serialize;
+
+use crate::client::Session;
+use crate::engine::{EngineConfig, ThreadResult, Workload};
+use crate::scenario::flow::Flow;
+use crate::scenario::migration::ResumeWith;
+use crate::stats::{Live, RunReport, Series};
+use crate::wire::{PostTemplate, Target};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tidemark-load",
+    version,
+    about = "Load generator for MCP Streamable HTTP servers (tidemark, rmcp, ...)",
+    after_help = "Examples:\n  tidemark-load echo --url http://127.0.0.1:8080/mcp --connections 64 --duration 10s\n  \
+                  tidemark-load echo --url URL --rate 50000 --json echo.json --plot echo.svg\n  \
+                  tidemark-load migration --url URL --connections 4 --duration 5s\n  \
+                  tidemark-load report --markdown table.md --ratio tidemark/rmcp runs/*.json"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Baseline: JSON-RPC `ping` on established sessions (the bare HTTP path of a server).
+    Ping(PingArgs),
+    /// `tools/call echo` on established sessions: calls/s and latency.
+    Echo(EchoArgs),
+    /// `tools/call slow_counter` with many steps and no delay: events/s and responses/s.
+    Stream(StreamArgs),
+    /// Cut a stream after k events, resume with GET + Last-Event-ID: latency by events buffered.
+    Resume(ResumeArgs),
+    /// Cut a running call; resume directly (a) or re-POST, take the 409, resume (b).
+    Migration(MigrationArgs),
+    /// Open K idle sessions and report the server's RSS per session.
+    Sessions(SessionsArgs),
+    /// Fold --json files of repeated runs into medians, a markdown table and a plot.
+    Report(ReportArgs),
+    /// Draw the latency curves of --json files into one SVG.
+    Plot(PlotArgs),
+    /// Summarise criterion results (target/criterion) as a markdown table.
+    Criterion(CriterionArgs),
+}
+
+/// A duration flag: `5s`, `500ms`, `2m`, or plain seconds.
+#[derive(Clone, Copy, Debug)]
+struct Dur(Duration);
+
+impl std::str::FromStr for Dur {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Dur, String> {
+        let s = s.trim();
+        let (number, scale) = if let Some(n) = s.strip_suffix("ms") {
+            (n, 0.001)
+        } else if let Some(n) = s.strip_suffix('s') {
+            (n, 1.0)
+        } else if let Some(n) = s.strip_suffix('m') {
+            (n, 60.0)
+        } else {
+            (s, 1.0)
+        };
+        let value: f64 = number.trim().parse().map_err(|_| format!("not a duration: {s}"))?;
+        if !(value >= 0.0 && value.is_finite()) {
+            return Err(format!("not a duration: {s}"));
+        }
+        Ok(Dur(Duration::from_secs_f64(value * scale)))
+    }
+}
+
+impl Serialize for Dur {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(self.0.as_secs_f64())
+    }
+}
+
+#[derive(Args, Debug, Clone, Serialize)]
+struct Common {
+    /// The MCP endpoint.
+    #[arg(long, default_value = "http://127.0.0.1:8080/mcp")]
+    url: String,
+    /// Name of the server under test in reports and plots (e.g. tidemark, rmcp).
+    #[arg(long, default_value = "server")]
+    label: String,
+    /// Load threads (engine scenarios); pin them with taskset.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Connections (engine scenarios: across all threads; resume/migration: worker threads).
+    /// Default: 64 for ping/echo/stream, 16 for sessions, 4 for resume/migration.
+    #[arg(long)]
+    connections: Option<usize>,
+    /// Sessions the connections share (default: one per connection). For `sessions`: K, the
+    /// number of idle sessions to open (default 10000).
+    #[arg(long)]
+    sessions: Option<usize>,
+    /// Requests in flight per connection (HTTP/1.1 pipelining; engine scenarios).
+    #[arg(long, default_value_t = 1)]
+    pipeline: usize,
+    /// Measurement window after the warm-up (for `sessions`: an upper bound, default 300s).
+    #[arg(long)]
+    duration: Option<Dur>,
+    /// Warm-up before measuring (default 1s; 0 for `sessions`).
+    #[arg(long)]
+    warmup: Option<Dur>,
+    /// Fixed rate, operations per second across all threads (open loop, latency measured from
+    /// the schedule: corrected for coordinated omission). Without it: closed loop.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Stop after this many operations (ping/echo/stream), or at the end of --duration,
+    /// whichever comes first. With --warmup 0 every operation is measured (callgrind.sh).
+    #[arg(long)]
+    requests: Option<u64>,
+    /// A request without a complete answer after this long counts as a timeout.
+    #[arg(long, default_value = "10s")]
+    timeout: Dur,
+    /// Write the run report as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write an HDR percentile plot of the run's latencies as SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+    /// No progress line.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Args, Debug)]
+struct PingArgs {
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args, Debug)]
+struct EchoArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Length of the echoed text.
+    #[arg(long, default_value_t = 16)]
+    payload_bytes: usize,
+}
+
+#[derive(Args, Debug)]
+struct StreamArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Progress notifications per call.
+    #[arg(long, default_value_t = 100)]
+    steps: u32,
+}
+
+#[derive(Args, Debug)]
+struct ResumeArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Events left buffered at the server when the client resumes (cycled per iteration).
+    /// `--cut-after` + each value must stay within the demo tool's 1000 steps.
+    #[arg(long, value_delimiter = ',', default_value = "1,10,100,500")]
+    buffered: Vec<u64>,
+    /// Message events the client reads before it cuts the stream.
+    #[arg(long, default_value_t = 1)]
+    cut_after: u64,
+    /// How to cut: close (FIN) or reset (RST).
+    #[arg(long, value_enum, default_value = "fin")]
+    cut: CutHow,
+}
+
+#[derive(Args, Debug)]
+struct MigrationArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Progress notifications of each `slow_counter` call.
+    #[arg(long, default_value_t = 8)]
+    steps: u64,
+    /// Pause per step (ms), so the call is still running at the cut.
+    #[arg(long, default_value_t = 1)]
+    delay_ms: u64,
+    /// Message events the client reads before it cuts the stream.
+    #[arg(long, default_value_t = 4)]
+    cut_after: u64,
+    #[arg(long, value_enum, default_value = "fin")]
+    cut: CutHow,
+    /// In (b), resume from the 409's hint or from the client's own last event id.
+    #[arg(long, value_enum, default_value = "hint")]
+    resume_with: ResumeWith,
+}
+
+#[derive(Args, Debug)]
+struct SessionsArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The server's pid (default: the process listening on the URL's port).
+    #[arg(long)]
+    server_pid: Option<u32>,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum, Serialize)]
+enum CutHow {
+    Fin,
+    Rst,
+}
+
+#[derive(Args, Debug)]
+struct ReportArgs {
+    /// Run reports written by --json.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Write the markdown table here (it is printed on stdout too).
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+    /// Write the medians as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write one SVG with each group's median run.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    #[arg(long, default_value = "tidemark-load")]
+    title: String,
+    /// Add a ratio table between two labels, e.g. `tidemark/rmcp`.
+    #[arg(long)]
+    ratio: Option<String>,
+    /// Exit 1 when any run failed its correctness checks.
+    #[arg(long)]
+    strict: bool,
+}
+
+#[derive(Args, Debug)]
+struct CriterionArgs {
+    /// criterion's output directory.
+    #[arg(long, default_value = "target/criterion")]
+    dir: PathBuf,
+    /// Write the table here too.
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct PlotArgs {
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    #[arg(long)]
+    out: PathBuf,
+    #[arg(long, default_value = "latency by percentile")]
+    title: String,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    match run(cli.command) {
+        Ok(true) => {}
+        Ok(false) => std::process::exit(1),
+        Err(e) => {
+            eprintln!("tidemark-load: {e:#}");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// Runs a command; `Ok(false)` when a run failed its checks.
+fn run(command: Command) -> anyhow::Result<bool> {
+    let report = match command {
+        Command::Ping(a) => {
+            calls(&a.common, "ping", jsonrpc::PING_BODY.to_owned(), None, serde_json::json!({}))?
+        }
+        Command::Echo(a) => {
+            let body = jsonrpc::echo_body(&"x".repeat(a.payload_bytes));
+            calls(
+                &a.common,
+                "echo",
+                body,
+                None,
+                serde_json::json!({ "payload_bytes": a.payload_bytes }),
+            )?
+        }
+        Command::Stream(a) => {
+            let body = jsonrpc::slow_counter_body(u64::from(a.steps), 0);
+            calls(
+                &a.common,
+                "stream",
+                body,
+                Some(a.steps),
+                serde_json::json!({ "steps": a.steps }),
+            )?
+        }
+        Command::Resume(a) => resume(&a)?,
+        Command::Migration(a) => migration(&a)?,
+        Command::Sessions(a) => sessions(&a)?,
+        Command::Report(a) => return report_command(&a),
+        Command::Criterion(a) => {
+            let md = report::criterion_table(&a.dir)?;
+            if let Some(p) = &a.markdown {
+                std::fs::write(p, &md).with_context(|| format!("writing {}", p.display()))?;
+            }
+            print!("{md}");
+            return Ok(true);
+        }
+        Command::Plot(a) => {
+            let reports = report::load(&a.files)?;
+            let curves = curves_of(&reports, true);
+            std::fs::write(&a.out, plot::svg(&a.title, &curves))
+                .with_context(|| format!("writing {}", a.out.display()))?;
+            return Ok(true);
+        }
+    };
+    Ok(report.ok)
+}
+
+fn report_command(a: &ReportArgs) -> anyhow::Result<bool> {
+    let reports = report::load(&a.files)?;
+    let groups = report::group(&reports);
+    let ratio = match &a.ratio {
+        Some(r) => Some(r.split_once('/').context("--ratio takes A/B")?),
+        None => None,
+    };
+    let md = report::write_outputs(
+        &groups,
+        a.markdown.as_deref(),
+        a.json.as_deref(),
+        a.plot.as_deref(),
+        &a.title,
+        ratio,
+    )?;
+    print!("{md}");
+    Ok(!a.strict || groups.iter().all(|g| g.ok))
+}
+
+fn curves_of(reports: &[RunReport], with_label: bool) -> Vec<plot::Curve> {
+    reports
+        .iter()
+        .flat_map(|r| {
+            r.latency.iter().map(move |s| {
+                let mut name = if with_label {
+                    format!("{} {}", r.label, r.scenario)
+                } else {
+                    r.scenario.clone()
+                };
+                if s.name != r.scenario {
+                    name = format!("{name} {}", s.name);
+                }
+                plot::Curve { name, points: s.curve.clone() }
+            })
+        })
+        .collect()
+}
+
+/// Prints the config line, runs `body`, prints the table, writes --json and --plot.
+fn finish(common: &Common, mut report: RunReport) -> anyhow::Result<RunReport> {
+    for (k, v) in report.counters.clone() {
+        if k.starts_with("errors.") && v != 0 {
+            report.ok = false;
+            report.failures.push(format!("{k} = {v}"));
+        }
+    }
+    print!("{}", report.table());
+    if let Some(path) = &common.json {
+        let text = serde_json::to_string_pretty(&report)?;
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &common.plot {
+        let title = format!("{} — {}", report.scenario, report.label);
+        std::fs::write(path, plot::svg(&title, &curves_of(std::slice::from_ref(&report), false)))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(report)
+}
+
+fn print_config(scenario: &str, config: &serde_json::Value) {
+    println!("# tidemark-load {} {scenario} {config}", env!("CARGO_PKG_VERSION"));
+}
+
+fn config_json(common: &Common, extra: serde_json::Value) -> serde_json::Value {
+    let mut config = serde_json::to_value(common).unwrap_or_default();
+    if let (Some(c), Some(e)) = (config.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            c.insert(k.clone(), v.clone());
+        }
+    }
+    config
+}
+
+/// Start, end of warm-up, end of measurement.
+fn window(common: &Common, duration: Duration, warmup: Duration) -> (Instant, Instant, Instant) {
+    let start = Instant::now() + Duration::from_millis(100);
+    let measure_from = start + warmup;
+    let _ = common;
+    (start, measure_from, measure_from + duration)
+}
+
+/// Runs `make(thread)` workloads on `--threads` engine threads over `connections` connections.
+fn run_engine<W, F>(
+    common: &Common,
+    target: &Target,
+    connections: usize,
+    (start, measure_from, end): (Instant, Instant, Instant),
+    make: F,
+    progress: (&'static str, &'static str),
+) -> anyhow::Result<ThreadResult>
+where
+    W: Workload + Send + 'static,
+    F: Fn(usize) -> W,
+{
+    let threads = common.threads.clamp(1, connections.max(1));
+    let lives: Vec<Arc<Live>> = (0..threads).map(|_| Arc::new(Live::default())).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let printer = (!common.quiet)
+        .then(|| stats::spawn_progress(progress.0, progress.1, lives.clone(), stop.clone()));
+    let mut handles = Vec::new();
+    for (t, live) in lives.iter().enumerate() {
+        let cfg = EngineConfig {
+            target: target.clone(),
+            thread_index: t,
+            thread_count: threads,
+            connections: connections / threads + usize::from(t < connections % threads),
+            pipeline: common.pipeline.max(1),
+            rate: common.rate.filter(|r| *r > 0.0).map(|r| r / threads as f64),
+            start,
+            measure_from,
+            end,
+            timeout: common.timeout.0,
+        };
+        let workload = make(t);
+        let live = live.clone();
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("load-{t}"))
+                .spawn(move || engine::run(cfg, workload, live))?,
+        );
+    }
+    let mut total: Option<ThreadResult> = None;
+    let mut first_error = None;
+    for h in handles {
+        match h.join().map_err(|_| anyhow::anyhow!("a load thread panicked"))? {
+            Ok(r) => match &mut total {
+                None => total = Some(r),
+                Some(t) => {
+                    t.hist.add(&r.hist).expect("invariant: same histogram bounds");
+                    t.done += r.done;
+                    t.events += r.events;
+                    t.errors.merge(&r.errors);
+                    t.started += r.started;
+                    t.backlog_max = t.backlog_max.max(r.backlog_max);
+                    t.last_done = t.last_done.max(r.last_done);
+                }
+            },
+            Err(e) => first_error = first_error.or(Some(e)),
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(p) = printer {
+        let _ = p.join();
+    }
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    total.context("no load threads")
+}
+
+fn open_sessions(target: &Target, count: usize, timeout: Duration) -> anyhow::Result<Vec<Session>> {
+    let started = Instant::now();
+    let sessions = client::open_sessions(target, count, timeout)?;
+    eprintln!(
+        "# opened {count} session(s) in {:.2}s, protocol version {}",
+        started.elapsed().as_secs_f64(),
+        sessions.first().map_or("?", |s| s.version.as_str())
+    );
+    Ok(sessions)
+}
+
+/// `ping`, `echo`, `stream`.
+fn calls(
+    common: &Common,
+    scenario: &'static str,
+    body: String,
+    steps: Option<u32>,
+    extra: serde_json::Value,
+) -> anyhow::Result<RunReport> {
+    let target = Target::parse(&common.url)?;
+    let connections = common.connections.unwrap_or(64).max(1);
+    let session_count = common.sessions.unwrap_or(connections).max(1);
+    let duration = common.duration.map_or(Duration::from_secs(5), |d| d.0);
+    let warmup = common.warmup.map_or(Duration::from_secs(1), |d| d.0);
+    let config = config_json(common, extra);
+    print_config(scenario, &config);
+    let sessions = open_sessions(&target, session_count, common.timeout.0)?;
+    let templates: Vec<PostTemplate> = sessions
+        .iter()
+        .map(|s| PostTemplate::new(&target, Some(&s.id), &s.version, &body))
+        .collect();
+    let win = window(common, duration, warmup);
+    let unit = if scenario == "stream" { "responses" } else { "calls" };
+    let budget =
+        common.requests.map(|n| Arc::new(AtomicI64::new(i64::try_from(n).unwrap_or(i64::MAX))));
+    let result = run_engine(
+        common,
+        &target,
+        connections,
+        win,
+        |_| scenario::calls::Calls::new(templates.clone(), steps, budget.clone()),
+        (scenario, unit),
+    )?;
+    let mut report = RunReport::new(scenario, &common.label, &common.url, config);
+    let mut measured = duration.as_secs_f64();
+    if let (Some(_), Some(last)) = (common.requests, result.last_done) {
+        // A request budget may end the run early: measure up to the last answer.
+        measured = measured.min(last.saturating_duration_since(win.1).as_secs_f64()).max(1e-9);
+    }
+    report.measured_s = measured;
+    let rate = result.done as f64 / measured;
+    if scenario == "stream" {
+        report.throughput.insert("responses_per_s".into(), rate);
+        report.throughput.insert("events_per_s".into(), result.events as f64 / measured);
+    } else {
+        report.throughput.insert("calls_per_s".into(), rate);
+    }
+    report.latency.push(Series::from_histogram(scenario, &result.hist));
+    result.errors.into_counters(&mut report.counters);
+    if common.rate.is_some() {
+        report.values.insert("backlog_max".into(), result.backlog_max as f64);
+    }
+    finish(common, report)
+}
+
+fn flows(
+    common: &Common,
+    target: &Target,
+    workers: usize,
+    reset: bool,
+) -> anyhow::Result<Vec<Flow>> {
+    let count = common.sessions.unwrap_or(workers).max(1);
+    Ok(open_sessions(target, count, common.timeout.0)?
+        .into_iter()
+        .map(|session| Flow { target: target.clone(), session, timeout: common.timeout.0, reset })
+        .collect())
+}
+
+fn flow_progress(
+    common: &Common,
+    workers: usize,
+    name: &'static str,
+    unit: &'static str,
+) -> (Vec<Arc<Live>>, Arc<AtomicBool>, Option<std::thread::JoinHandle<()>>) {
+    let lives: Vec<Arc<Live>> = (0..workers).map(|_| Arc::new(Live::default())).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let printer =
+        (!common.quiet).then(|| stats::spawn_progress(name, unit, lives.clone(), stop.clone()));
+    (lives, stop, printer)
+}
+
+fn resume(a: &ResumeArgs) -> anyhow::Result<RunReport> {
+    let common = &a.common;
+    if a.buffered.is_empty() {
+        bail!("--buffered needs at least one value");
+    }
+    let target = Target::parse(&common.url)?;
+    let workers = common.connections.unwrap_or(4).max(1);
+    let duration = common.duration.map_or(Duration::from_secs(5), |d| d.0);
+    let warmup = common.warmup.map_or(Duration::from_secs(1), |d| d.0);
+    let config = config_json(
+        common,
+        serde_json::json!({"buffered": a.buffered, "cut_after": a.cut_after, "cut": a.cut}),
+    );
+    print_config("resume", &config);
+    let flows = flows(common, &target, workers, matches!(a.cut, CutHow::Rst))?;
+    let (_, measure_from, end) = window(common, duration, warmup);
+    let (lives, stop, printer) = flow_progress(common, workers, "resume", "resumes");
+    let settings = scenario::resume::Settings {
+        buffered: a.buffered.clone(),
+        cut_after: a.cut_after,
+        measure_from,
+        end,
+        rate: common.rate,
+    };
+    let outcome = scenario::resume::run(flows, workers, settings, lives);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(p) = printer {
+        let _ = p.join();
+    }
+    let outcome = outcome?;
+    let mut report = RunReport::new("resume", &common.label, &common.url, config);
+    report.measured_s = duration.as_secs_f64();
+    let recorded: u64 = outcome.hists.iter().map(|h| h.len()).sum();
+    report.throughput.insert("resumes_per_s".into(), recorded as f64 / report.measured_s);
+    for (b, h) in a.buffered.iter().zip(&outcome.hists) {
+        report.latency.push(Series::from_histogram(&format!("buffered={b}"), h));
+    }
+    report.counters = outcome.counters;
+    report.counters.entry("errors.iteration".into()).or_insert(0);
+    for key in ["lost_events", "duplicate_events", "missing_final", "duplicate_final"] {
+        report.counters.entry(key.into()).or_insert(0);
+        report.require_zero(key);
+    }
+    if let Some(e) = &outcome.last_error {
+        eprintln!("# last iteration error: {e}");
+    }
+    finish(common, report)
+}
+
+fn migration(a: &MigrationArgs) -> anyhow::Result<RunReport> {
+    let common = &a.common;
+    if a.cut_after == 0 || a.cut_after >= a.steps {
+        bail!("--cut-after must be between 1 and --steps - 1");
+    }
+    let target = Target::parse(&common.url)?;
+    let workers = common.connections.unwrap_or(4).max(1);
+    let duration = common.duration.map_or(Duration::from_secs(5), |d| d.0);
+    let warmup = common.warmup.map_or(Duration::from_secs(1), |d| d.0);
+    let config = config_json(
+        common,
+        serde_json::json!({"steps": a.steps, "delay_ms": a.delay_ms, "cut_after": a.cut_after,
+                           "cut": a.cut, "resume_with": a.resume_with}),
+    );
+    print_config("migration", &config);
+    let flows = flows(common, &target, workers, matches!(a.cut, CutHow::Rst))?;
+    let probe = flows[0].session.clone();
+    let counter_before = client::get_counter(&target, &probe, 1, common.timeout.0)?;
+    let (_, measure_from, end) = window(common, duration, warmup);
+    let (lives, stop, printer) = flow_progress(common, workers, "migration", "recoveries");
+    let settings = scenario::migration::Settings {
+        steps: a.steps,
+        delay_ms: a.delay_ms,
+        cut_after: a.cut_after,
+        resume_with: a.resume_with,
+        measure_from,
+        end,
+        rate: common.rate,
+    };
+    let outcome = scenario::migration::run(flows, workers, settings, lives);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(p) = printer {
+        let _ = p.join();
+    }
+    let outcome = outcome?;
+    // Let calls that were executed a second time finish before reading the counter.
+    std::thread::sleep(Duration::from_millis(a.steps * a.delay_ms + 200));
+    let counter_after = client::get_counter(&target, &probe, 2, common.timeout.0)?;
+    let mut report = RunReport::new("migration", &common.label, &common.url, config);
+    report.measured_s = duration.as_secs_f64();
+    let recorded = outcome.direct.len() + outcome.via_409.len();
+    report.throughput.insert("recoveries_per_s".into(), recorded as f64 / report.measured_s);
+    report.latency.push(Series::from_histogram("a: cut→result, GET resume", &outcome.direct));
+    report.latency.push(Series::from_histogram("b: cut→result, re-POST→409→GET", &outcome.via_409));
+    report.latency.push(Series::from_histogram("added round trip (re-POST→409)", &outcome.added));
+    if !outcome.direct.is_empty() && !outcome.via_409.is_empty() {
+        for (name, q) in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p99.9", 0.999)] {
+            let b = outcome.via_409.value_at_quantile(q) as f64;
+            let a_ = outcome.direct.value_at_quantile(q) as f64;
+            report.values.insert(format!("b_minus_a_{name}_us"), (b - a_) / 1000.0);
+        }
+    }
+    report.counters = outcome.counters;
+    let executions = counter_after as i64 - counter_before as i64;
+    let extra = executions - outcome.calls as i64;
+    report.counters.insert("calls".into(), outcome.calls as i64);
+    report.counters.insert("executions_by_counter".into(), executions);
+    report.counters.insert("double_executions_by_counter".into(), extra.max(0));
+    report.counters.insert("executions_missing_by_counter".into(), (-extra).max(0));
+    let direct = report.counters.get("double_executions").copied().unwrap_or(0);
+    report.counters.insert("double_executions".into(), direct.max(extra));
+    report.counters.entry("errors.iteration".into()).or_insert(0);
+    for key in
+        ["lost_events", "duplicate_events", "double_executions", "missing_final", "duplicate_final"]
+    {
+        report.require_zero(key);
+    }
+    if let Some(e) = &outcome.last_error {
+        eprintln!("# last iteration error: {e}");
+    }
+    finish(common, report)
+}
+
+fn sessions(a: &SessionsArgs) -> anyhow::Result<RunReport> {
+    let common = &a.common;
+    let target = Target::parse(&common.url)?;
+    let count = common.sessions.unwrap_or(10_000);
+    let connections = common.connections.unwrap_or(16).max(1);
+    let cap = common.duration.map_or(Duration::from_secs(300), |d| d.0);
+    let config = config_json(common, serde_json::json!({"server_pid": a.server_pid}));
+    print_config("sessions", &config);
+    let pid = match a.server_pid {
+        Some(pid) => pid,
+        None => procfs::listener_pid(target.addr.port())?,
+    };
+    let probe = open_sessions(&target, 1, common.timeout.0)?;
+    let version = probe[0].version.clone();
+    std::thread::sleep(Duration::from_millis(200));
+    let rss_before = procfs::rss_bytes(pid)?;
+    let remaining = Arc::new(AtomicI64::new(count as i64));
+    let win = window(common, cap, Duration::ZERO);
+    let result = run_engine(
+        common,
+        &target,
+        connections,
+        win,
+        |_| scenario::sessions::OpenSessions::new(remaining.clone(), &target, &version),
+        ("sessions", "sessions"),
+    )?;
+    let took = result.last_done.map_or(0.0, |t| t.duration_since(win.0).as_secs_f64());
+    std::thread::sleep(Duration::from_secs(1));
+    let rss_after = procfs::rss_bytes(pid)?;
+    let mut report = RunReport::new("sessions", &common.label, &common.url, config);
+    report.measured_s = took;
+    report.throughput.insert("sessions_per_s".into(), result.done as f64 / took.max(1e-9));
+    report.latency.push(Series::from_histogram("open (initialize + initialized)", &result.hist));
+    report.values.insert("sessions_opened".into(), result.done as f64);
+    report.values.insert("rss_before_bytes".into(), rss_before as f64);
+    report.values.insert("rss_after_bytes".into(), rss_after as f64);
+    let per = (rss_after as f64 - rss_before as f64) / (result.done.max(1) as f64);
+    report.values.insert("rss_per_session_bytes".into(), per);
+    report
+        .values
+        .insert("rss_gib_per_100k_sessions".into(), per * 100_000.0 / f64::from(1u32 << 30));
+    result.errors.into_counters(&mut report.counters);
+    finish(common, report)
+}
