@@ -31,13 +31,16 @@ fn in_session(sid: &str) -> [(&str, &str); 1] {
 }
 
 /// Checks a 409 refusal: headers, JSON-RPC error (retry's id, `code`) and `data.owedStreams[0]`
-/// naming request `owed_id` with `last`/`first` event ids. Returns `(hint header, inFlight)`.
+/// naming request `owed_id`, its `first` event and the last event `written` to the client.
+/// The hint is the last event the client is *known* to hold; for a stream never resumed that is
+/// its priming event (`first`), never the last one written, which may have been lost in flight.
+/// Returns `(hint header, inFlight)`.
 fn assert_conflict(
     r: &Response,
     id: u64,
     code: i64,
     owed_id: u64,
-    last: &str,
+    written: &str,
     first: &str,
     ctx: &str,
 ) -> (String, bool) {
@@ -45,13 +48,14 @@ fn assert_conflict(
     assert_eq!(r.header("Mcp-Stream-Resumable"), Some("true"), "{ctx}: {:?}", r.headers);
     let hint =
         r.header("Last-Event-ID").unwrap_or_else(|| panic!("{ctx}: no hint {:?}", r.headers));
-    assert_eq!(hint, last, "{ctx}: the hint is the last event the client got");
+    assert_eq!(hint, first, "{ctx}: the hint is the last event known delivered");
     let v = r.json();
     assert_eq!(v["id"], id, "{ctx}: the error answers the retry: {v}");
     assert_eq!(v["error"]["code"], code, "{ctx}: {v}");
     let owed = &v["error"]["data"]["owedStreams"][0];
     assert_eq!(owed["requestId"], owed_id, "{ctx}: {v}");
-    assert_eq!(owed["lastEventId"], last, "{ctx}: {v}");
+    assert_eq!(owed["lastEventId"], first, "{ctx}: {v}");
+    assert_eq!(owed["lastWrittenEventId"], written, "{ctx}: {v}");
     assert_eq!(owed["firstEventId"], first, "{ctx}: {v}");
     let in_flight = owed["inFlight"].as_bool().unwrap_or_else(|| panic!("{ctx}: inFlight {v}"));
     (hint.to_owned(), in_flight)
@@ -77,7 +81,9 @@ fn call_and_cut(
 
 /// Seed case 1 under strict policy: re-POSTs of a dropped call (same id; new id with the same
 /// params in another key order and another progress token) get 409 -31001 with the resume hint,
-/// nothing runs, and the GET with the hint delivers the whole rest of the first call.
+/// nothing runs, and the GET with the hint delivers the whole first call from its priming event
+/// (the client may have lost events in flight), while a GET from the client's own last id
+/// delivers exactly the part it lacked.
 /// Method: cut after k = 3 events; counters from `/metrics` before and after.
 #[test]
 fn seed_case_1_re_post_of_a_dropped_call_is_refused_and_resume_delivers_the_rest() {
@@ -99,8 +105,11 @@ fn seed_case_1_re_post_of_a_dropped_call_is_refused_and_resume_delivers_the_rest
         let started = Instant::now();
         let evs = resume(&server, &sid, &hint).rest();
         assert!(started.elapsed() < PROMPT, "{driver}: resume hung");
-        let text = assert_rest(&evs, &hint, 4, 10, 1, driver);
+        let text = assert_rest(&evs, &hint, 1, 10, 1, driver);
         assert_eq!(text, (before + 1).to_string(), "{driver}");
+        // A client that kept its own last id gets exactly the part it lacked.
+        let own = resume(&server, &sid, &last).rest();
+        assert_eq!(assert_rest(&own, &last, 4, 10, 1, driver), text, "{driver}: own cursor");
         assert_eq!(counter(&server), before + 1, "{driver}: exactly one execution");
         let m1 = scrape(&m);
         let retry = r#"migrations_rejected_total{reason="retry_of_owed"}"#;
@@ -408,7 +417,7 @@ fn post_held_too_long_gets_409_with_the_hint() {
         let (hint, _) = assert_conflict(&r, 2, -31004, 1, &last, &priming, driver);
         assert!(waited >= Duration::from_millis(250), "{driver}: not held: {waited:?}");
         assert!(waited < PROMPT, "{driver}: held far too long: {waited:?}");
-        assert_rest(&resume(&server, &sid, &hint).rest(), &hint, 3, 10, 1, driver);
+        assert_rest(&resume(&server, &sid, &hint).rest(), &hint, 1, 10, 1, driver);
         let r = post(&server, &in_session(&sid), &call(3, "echo", r#"{"text":"y"}"#, false));
         assert_eq!(r.status, 200, "{driver}: {}", r.text());
         let m1 = scrape(&m);

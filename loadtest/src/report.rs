@@ -16,8 +16,14 @@ use crate::plot::{self, Curve};
 use crate::stats::{human, thousands, RunReport, Series};
 
 /// Counters that describe a run rather than judge it: left out of the correctness column.
-const INFORMATIONAL: [&str; 4] =
-    ["rejections.", "reposts_rejected", "calls", "executions_by_counter"];
+const INFORMATIONAL: [&str; 6] = [
+    "rejections.",
+    "reposts_rejected",
+    "calls",
+    "executions_by_counter",
+    "known_events_replayed",
+    "hint_differs_from_own",
+];
 
 /// `values` worth a place in the markdown table (the JSON has them all).
 const SHOWN_VALUES: [&str; 4] = ["per_session", "per_100k", "b_minus_a_p50_", "b_minus_a_p99_"];

@@ -118,11 +118,15 @@ impl StreamState {
         matches!(self.attachment, Attachment::Attached { .. })
     }
 
-    /// The `Last-Event-ID` to hint in a 409 (CONTRACT §4): the last event written to a client,
-    /// but never the final response itself, so a GET with the hint always gets at least the
-    /// answer (a connection may have died with the final response in flight).
+    /// The `Last-Event-ID` to hint in a 409: the last event the client is *known* to hold (a
+    /// resume's `Last-Event-ID`, or everything once delivered), else the stream's priming event,
+    /// and never the final response itself. Not the last event *written*: events in a socket
+    /// buffer when a connection dies never reach the client, and a client resuming from a
+    /// written-but-lost id would silently lose them (measured by the loadtest's migration
+    /// scenario). A client that knows its own last id should resume from that instead; the
+    /// hint is for one that does not, and may repeat events it already has (same ids).
     pub fn resume_hint(&self) -> EventSeq {
-        let hint = self.written.max(self.first);
+        let hint = self.delivered.max(self.first);
         match self.final_seq {
             Some(f) if hint >= f => self.before_final.max(self.first),
             _ => hint,

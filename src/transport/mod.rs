@@ -875,14 +875,18 @@ fn conflict(
         s.push_event_id(&mut last, st.key, st.resume_hint());
         let mut first = Vec::new();
         s.push_event_id(&mut first, st.key, st.first);
+        let mut written = Vec::new();
+        s.push_event_id(&mut written, st.key, st.written.max(st.first));
         if hint.is_empty() {
             hint = last.clone();
         }
         data.push_str(&format!(
-            "{{\"requestId\":{},\"lastEventId\":\"{}\",\"firstEventId\":\"{}\",\"inFlight\":{}}}",
+            "{{\"requestId\":{},\"lastEventId\":\"{}\",\"firstEventId\":\"{}\",\
+             \"lastWrittenEventId\":\"{}\",\"inFlight\":{}}}",
             st.request_id.as_ref().map(|r| r.0.as_str()).unwrap_or("null"),
             String::from_utf8_lossy(&last),
             String::from_utf8_lossy(&first),
+            String::from_utf8_lossy(&written),
             st.in_flight
         ));
     }

@@ -34,6 +34,9 @@ pub struct Cut {
     /// The last event id it processed (the `Last-Event-ID` a careful client resumes from).
     pub last_id: String,
     pub progress: Vec<f64>,
+    /// Ids of every event it processed, so a resume from an earlier cursor (the server's
+    /// conservative 409 hint) can tell events it already holds from duplicates.
+    pub ids: std::collections::HashSet<Vec<u8>>,
     pub at: Instant,
 }
 
@@ -42,6 +45,8 @@ pub struct Cut {
 pub struct Delivered {
     pub status: u16,
     pub progress: Vec<f64>,
+    /// The event id of each entry of `progress`.
+    pub progress_ids: Vec<Vec<u8>>,
     /// Final JSON-RPC responses seen (1 is right).
     pub finals: u32,
     /// Text of the (first) final result.
@@ -74,9 +79,11 @@ impl Flow {
         let mut seen = 0u64;
         let mut last_id = String::new();
         let mut progress = Vec::new();
+        let mut ids = std::collections::HashSet::new();
         let end = conn.read(|ev| {
             if !ev.data.is_empty() {
                 seen += 1;
+                ids.insert(ev.id.to_vec());
                 if let Some(Message::Progress(p)) = jsonrpc::parse(ev.data) {
                     progress.push(p);
                 }
@@ -88,7 +95,7 @@ impl Flow {
             ReadEnd::Stopped { head } if head.status == 200 => {
                 let at = Instant::now();
                 conn.cut(self.reset);
-                Ok(Cut { last_id, progress, at })
+                Ok(Cut { last_id, progress, ids, at })
             }
             ReadEnd::Stopped { head } => bail!("the call answered HTTP {}", head.status),
             ReadEnd::Complete { head, .. } => {
@@ -117,7 +124,10 @@ impl Flow {
             }
             let now = Instant::now();
             match jsonrpc::parse(ev.data) {
-                Some(Message::Progress(p)) => out.progress.push(p),
+                Some(Message::Progress(p)) => {
+                    out.progress.push(p);
+                    out.progress_ids.push(ev.id.to_vec());
+                }
                 Some(Message::Result { text, .. }) => {
                     out.finals += 1;
                     out.result.get_or_insert(text);
@@ -159,7 +169,10 @@ impl Flow {
                 let rest = conn.read(|ev| {
                     if !ev.data.is_empty() {
                         match jsonrpc::parse(ev.data) {
-                            Some(Message::Progress(p)) => out.progress.push(p),
+                            Some(Message::Progress(p)) => {
+                                out.progress.push(p);
+                                out.progress_ids.push(ev.id.to_vec());
+                            }
                             Some(Message::Result { .. } | Message::Error { .. }) => out.finals += 1,
                             _ => {}
                         }

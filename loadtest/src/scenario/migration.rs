@@ -231,7 +231,19 @@ fn iteration(
     if got.status != 200 {
         anyhow::bail!("resume answered HTTP {}", got.status);
     }
-    let (lost, dup) = flow::lost_and_duplicated(s.steps, &cut.progress, &got.progress);
+    // The 409 hint is the last event the server knows the client holds (often the priming
+    // event), so the replay may repeat events the client already has, under the same ids: a
+    // client that kept its ids skips those. A duplicate is a progress value delivered twice
+    // under different ids, or twice in the resumed stream.
+    let fresh: Vec<f64> = got
+        .progress
+        .iter()
+        .zip(&got.progress_ids)
+        .filter(|(_, id)| !cut.ids.contains(*id))
+        .map(|(p, _)| *p)
+        .collect();
+    add(&mut out.counters, "known_events_replayed", (got.progress.len() - fresh.len()) as i64);
+    let (lost, dup) = flow::lost_and_duplicated(s.steps, &cut.progress, &fresh);
     add(&mut out.counters, "lost_events", lost as i64);
     add(&mut out.counters, "duplicate_events", dup as i64);
     add(&mut out.counters, "missing_final", i64::from(got.finals == 0));
