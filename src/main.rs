@@ -193,7 +193,7 @@ fn main() -> anyhow::Result<()> {
     );
     let metrics: Vec<Arc<CoreMetrics>> =
         (0..cfg.threads).map(|_| Arc::new(CoreMetrics::default())).collect();
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cpus = allowed_cpus();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut handles = Vec::new();
     for (index, listener) in listeners.into_iter().enumerate() {
@@ -206,7 +206,9 @@ fn main() -> anyhow::Result<()> {
             tool_sets: tool_sets.clone(),
         };
         let ready = ready_tx.clone();
-        let pin = (cfg.threads <= cpus).then_some(index);
+        // Worker i runs on the i-th CPU the process may use (respecting taskset/cgroups);
+        // unpinned when there are more workers than CPUs.
+        let pin = (cfg.threads <= cpus.len()).then(|| cpus[index]);
         handles.push(std::thread::Builder::new().name(format!("tidemark-{index}")).spawn(
             move || {
                 if let Some(cpu) = pin {
@@ -246,6 +248,30 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The CPUs this process may run on, from `Cpus_allowed_list` (e.g. `0-3,8`); all of
+/// `available_parallelism` when it cannot be read.
+fn allowed_cpus() -> Vec<usize> {
+    let listed = std::fs::read_to_string("/proc/self/status").ok().and_then(|status| {
+        let line = status.lines().find(|l| l.starts_with("Cpus_allowed_list:"))?;
+        parse_cpu_list(line.split(':').nth(1)?.trim())
+    });
+    listed.filter(|v| !v.is_empty()).unwrap_or_else(|| {
+        (0..std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)).collect()
+    })
+}
+
+/// Parses a Linux CPU list (`0-3,8,10-11`).
+fn parse_cpu_list(text: &str) -> Option<Vec<usize>> {
+    let mut cpus = Vec::new();
+    for part in text.split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => cpus.extend(a.trim().parse::<usize>().ok()?..=b.trim().parse().ok()?),
+            None => cpus.push(part.trim().parse().ok()?),
+        }
+    }
+    Some(cpus)
+}
+
 /// A tiny blocking HTTP/1.0 responder for `GET /metrics`, off the worker cores.
 fn serve_metrics(listener: std::net::TcpListener, metrics: Vec<Arc<CoreMetrics>>) {
     use std::io::{Read, Write};
@@ -261,5 +287,15 @@ fn serve_metrics(listener: std::net::TcpListener, metrics: Vec<Arc<CoreMetrics>>
         }
         let status = if ok { "200 OK" } else { "404 Not Found" };
         let _ = write!(conn, "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cpu_lists_parse() {
+        assert_eq!(super::parse_cpu_list("0-3,8"), Some(vec![0, 1, 2, 3, 8]));
+        assert_eq!(super::parse_cpu_list("1"), Some(vec![1]));
+        assert_eq!(super::parse_cpu_list("x"), None);
     }
 }

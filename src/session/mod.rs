@@ -179,6 +179,10 @@ pub struct Session {
     /// Woken whenever the owed or replaying count changes (held POSTs wait on it).
     pub owed_signal: Rc<Signal>,
     standalone: Option<StreamKey>,
+    /// Request streams in the order they settled: eviction for room takes the front, so a full
+    /// stream table costs O(1) amortized per new stream, not a scan. May hold keys of streams
+    /// already removed (skipped; compacted when it grows past twice the table).
+    settled_order: std::collections::VecDeque<StreamKey>,
     /// Server→client requests awaiting the client's POSTed answer: id → (stream, slot).
     pub pending_client: FastMap<u64, PendingClientRequest>,
     next_client_request: u64,
@@ -224,6 +228,7 @@ impl Session {
             replaying_count: 0,
             owed_signal: Rc::new(Signal::default()),
             standalone: None,
+            settled_order: std::collections::VecDeque::new(),
             pending_client: FastMap::default(),
             next_client_request: 1,
             closed: false,
@@ -341,19 +346,24 @@ impl Session {
     }
 
     fn evict_one_settled(&mut self) -> bool {
-        let victim = self
-            .streams
-            .values()
-            .filter(|s| s.is_settled() && !s.is_attached() && s.kind == StreamKind::Request)
-            .min_by_key(|s| s.key.0)
-            .map(|s| s.key);
-        match victim {
-            Some(k) => {
-                self.remove_stream(k);
-                true
+        let mut skipped = Vec::new();
+        let mut evicted = false;
+        while let Some(k) = self.settled_order.pop_front() {
+            match self.streams.get(&k) {
+                // Settled but being re-read by a resume right now: keep it, try the next.
+                Some(st) if st.is_attached() => skipped.push(k),
+                Some(_) => {
+                    self.remove_stream(k);
+                    evicted = true;
+                    break;
+                }
+                None => {}
             }
-            None => false,
         }
+        for k in skipped.into_iter().rev() {
+            self.settled_order.push_front(k);
+        }
+        evicted
     }
 
     /// Forgets a stream and its map entries (retention over, or evicted for room).
@@ -447,8 +457,15 @@ impl Session {
         }
         // Settling is permanent (delivered never goes back), so retention counts from the first
         // time; a later resume of the settled stream does not extend it.
-        if s.is_settled() {
-            s.settled_at.get_or_insert(now);
+        if s.is_settled() && s.settled_at.is_none() {
+            s.settled_at = Some(now);
+            if s.kind == StreamKind::Request {
+                self.settled_order.push_back(key);
+                if self.settled_order.len() > 2 * self.streams_max {
+                    let streams = &self.streams;
+                    self.settled_order.retain(|k| streams.contains_key(k));
+                }
+            }
         }
     }
 

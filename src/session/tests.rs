@@ -137,3 +137,21 @@ fn event_ids_round_trip_and_reject_garbage() {
         assert_eq!(parse_event_id(bad.as_bytes()), None, "{bad}");
     }
 }
+
+#[test]
+fn eviction_takes_the_oldest_settled_and_skips_one_being_resumed() {
+    let mut s = session();
+    let keys: Vec<StreamKey> = (0..4).map(|i| open(&mut s, &i.to_string())).collect();
+    // Settle 2, then 0, then 1 (settle order, not key order, decides).
+    for &i in &[2usize, 0, 1] {
+        s.drop_stream(keys[i]);
+    }
+    let resumed = s.attach(keys[2]).unwrap();
+    assert!(open_err(&mut s).is_none());
+    assert!(s.stream(keys[2]).is_some(), "attached: skipped");
+    assert!(s.stream(keys[0]).is_none(), "oldest settled not attached: evicted");
+    s.detach(keys[2], resumed);
+    assert!(s.open_stream(StreamKind::Request, Some(RawId("y".into())), 3, None, None).is_ok());
+    assert!(s.stream(keys[2]).is_none(), "back in line at the front once detached");
+    assert!(s.stream(keys[1]).is_some());
+}
