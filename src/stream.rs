@@ -8,7 +8,11 @@
 //! on another (MCP 2025-11-25 transports §multiple connections).
 
 use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::{Rc, Weak};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 
 use bytes::Bytes;
 use simd_json::prelude::*;
@@ -81,11 +85,19 @@ pub fn fill_batch(
     }
     let (final_seq, dropped, body_offset) = (s.final_seq, s.dropped, s.final_body_offset);
     let request_id = s.request_id.clone();
+    let (evicted_through, produced) = (s.evicted_through, s.produced);
     let start = match cursor.from.take() {
-        Some(seq) => ResumeStart::From(seq),
+        Some(seq) if session.ring.get(seq).is_some_and(|e| e.stream == key) => {
+            ResumeStart::From(seq)
+        }
+        // The stream's start was evicted before this writer sent anything (a tool emitted more
+        // than the ring holds in one burst): report the gap rather than wait for nothing.
+        Some(seq) => ResumeStart::Gap { lost_to: evicted_through.max(seq) },
         None => match session.resume_start(key, cursor.after) {
             Ok(start) => start,
-            Err(_) => ResumeStart::Caught,
+            // Cannot happen for a cursor this writer advanced itself; end the stream loudly
+            // instead of waiting on events it could never find.
+            Err(_) => ResumeStart::Gap { lost_to: produced },
         },
     };
     match start {
@@ -182,15 +194,25 @@ fn push_gap(
     crate::sse::push_event(out, None, None, &msg);
 }
 
-/// Runs a request's work as a task on this core; its outcome becomes the stream's final
-/// response. The task outlives the connection: a dropped connection is not a cancellation (MCP
-/// 2025-11-25 transports: "Disconnection SHOULD NOT be interpreted as the client cancelling").
+/// Runs a request's work on this core; its outcome becomes the stream's final response. The
+/// work is polled once right here: a tool that answers at once (`echo`, every read-only
+/// fixture) finishes without a task spawn and its answer goes out in the same send as the
+/// priming event. Otherwise it continues as a task that outlives the connection: a dropped
+/// connection is not a cancellation (MCP 2025-11-25 transports: "Disconnection SHOULD NOT be
+/// interpreted as the client cancelling").
 pub fn spawn_job(
     session: Rc<RefCell<Session>>,
     key: StreamKey,
     request_id: RawId,
-    work: LocalBoxFuture<'static, Result<Value, ToolError>>,
+    mut work: LocalBoxFuture<'static, Result<Value, ToolError>>,
 ) {
+    let forward = Arc::new(ForwardWake(atomic_waker::AtomicWaker::new()));
+    let waker = Waker::from(forward.clone());
+    if let Poll::Ready(outcome) = work.as_mut().poll(&mut Context::from_waker(&waker)) {
+        complete(&session, key, &request_id, outcome);
+        return;
+    }
+    let work = Forwarded { work, forward, waker };
     monoio::spawn(async move {
         let cancel = session.borrow().stream(key).map(|s| s.cancel.clone());
         let Some(cancel) = cancel else { return };
@@ -210,18 +232,60 @@ pub fn spawn_job(
             r = work => Some(r),
             _ = cancelled => None,
         };
-        let Some(outcome) = outcome else { return };
-        let mut payload = Vec::with_capacity(128);
-        match outcome {
-            Ok(result) => {
-                jsonrpc::push_result(&mut payload, &request_id, result.encode().as_bytes())
-            }
-            Err(ToolError::Cancelled) => return,
-            Err(e) => push_tool_error(&mut payload, &request_id, &e),
+        if let Some(outcome) = outcome {
+            complete(&session, key, &request_id, outcome);
         }
-        let offset = b"{\"jsonrpc\":\"2.0\",\"id\":".len() + request_id.0.len();
-        session.borrow_mut().finish(key, Bytes::from(payload), offset);
     });
+}
+
+/// A waker that forwards to whichever task waker was registered last. monoio 0.2.4's timer keeps
+/// the *first* waker a sleep was polled with (`time/driver/entry.rs`: `if w.is_none()`), so a
+/// work future polled inline before its task exists must always be polled with this same waker,
+/// which then reaches the task.
+struct ForwardWake(atomic_waker::AtomicWaker);
+
+impl Wake for ForwardWake {
+    fn wake(self: Arc<Self>) {
+        self.0.wake();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.wake();
+    }
+}
+
+/// The work future, polled with the forwarding waker, which points at the current task.
+struct Forwarded {
+    work: LocalBoxFuture<'static, Result<Value, ToolError>>,
+    forward: Arc<ForwardWake>,
+    waker: Waker,
+}
+
+impl Future for Forwarded {
+    type Output = Result<Value, ToolError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.forward.0.register(cx.waker());
+        let waker = self.waker.clone();
+        self.work.as_mut().poll(&mut Context::from_waker(&waker))
+    }
+}
+
+/// Appends the final response of a finished request (nothing for a cancelled one).
+fn complete(
+    session: &Rc<RefCell<Session>>,
+    key: StreamKey,
+    request_id: &RawId,
+    outcome: Result<Value, ToolError>,
+) {
+    let mut payload = Vec::with_capacity(128);
+    match outcome {
+        Ok(result) => jsonrpc::push_result(&mut payload, request_id, result.encode().as_bytes()),
+        Err(ToolError::Cancelled) => return,
+        Err(e) => push_tool_error(&mut payload, request_id, &e),
+    }
+    let offset = b"{\"jsonrpc\":\"2.0\",\"id\":".len() + request_id.0.len();
+    session.borrow_mut().finish(key, Bytes::from(payload), offset);
 }
 
 /// A `ToolError` as a JSON-RPC error response.

@@ -409,3 +409,24 @@ fn sep_1699_reconnection_is_answered_on_the_get_resume() {
         }
     }
 }
+
+/// Goal: a tool that emits more events in one burst than the ring holds, before its writer
+/// sends anything, gives the live client the -31003 gap error and the end at once — never a
+/// stream that waits for events it can no longer find. Method: `--replay-events 16`, a 20-step
+/// `slow_counter` without delay on a fresh stream, read with a time bound.
+#[test]
+fn burst_larger_than_the_ring_is_a_prompt_gap_not_a_hang() {
+    for driver in DRIVERS {
+        let server = Server::on(driver, &["--threads", "1", "--replay-events", "16"]);
+        let sid = open_session(&server);
+        let started = Instant::now();
+        let mut s =
+            call_stream(&server, &sid, &call(3, "slow_counter", r#"{"steps":20}"#, true), &[]);
+        let evs = s.rest();
+        assert!(started.elapsed() < Duration::from_secs(3), "{driver}: stream hung");
+        assert!(s.ended(), "{driver}: the response ends");
+        let last = evs.last().expect("an event").json();
+        assert_eq!(last["error"]["code"], -31003, "{driver}: {last}");
+        assert_eq!(last["id"], 3, "{driver}");
+    }
+}
