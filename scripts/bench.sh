@@ -98,34 +98,8 @@ if [ "$BUILD" = 1 ]; then
     (cd "$ROOT" && cargo build --release --quiet -p tidemark -p tidemark-load)
 fi
 
-SERVER_PID=""
-SERVER_URL=""
-stop_server() {
-    if [ -n "$SERVER_PID" ]; then
-        kill "$SERVER_PID" 2>/dev/null || true
-        wait "$SERVER_PID" 2>/dev/null || true
-        SERVER_PID=""
-    fi
-}
-trap stop_server EXIT
-
-# start_server LOG CMD...: starts the server, waits for its "listening on URL" line.
-start_server() {
-    local log="$1"
-    shift
-    "$@" >"$log" 2>&1 &
-    SERVER_PID=$!
-    SERVER_URL=""
-    for _ in $(seq 1 200); do
-        SERVER_URL="$(grep -o 'http://[^ ]*' "$log" | head -n 1 || true)"
-        [ -n "$SERVER_URL" ] && return 0
-        kill -0 "$SERVER_PID" 2>/dev/null || break
-        sleep 0.05
-    done
-    echo "bench.sh: the server did not start; its log:" >&2
-    cat "$log" >&2
-    exit 1
-}
+# shellcheck source=scripts/server-lib.sh
+source "$ROOT/scripts/server-lib.sh"
 
 wanted() { case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 

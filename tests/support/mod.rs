@@ -171,18 +171,7 @@ pub const POST_HEADERS: [(&str, &str); 2] =
 
 /// Reads one whole response (Content-Length or chunked body).
 pub fn read_response(stream: &mut TcpStream) -> Response {
-    let mut reader = ByteReader { stream, buf: Vec::new() };
-    let (status, headers) = reader.head();
-    let mut resp = Response { status, headers, body: Vec::new() };
-    if resp.header("Transfer-Encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-        while let Some(chunk) = reader.chunk() {
-            resp.body.extend_from_slice(&chunk);
-        }
-    } else {
-        let n: usize = resp.header("Content-Length").and_then(|v| v.parse().ok()).unwrap_or(0);
-        resp.body = reader.exact(n);
-    }
-    resp
+    read_responses(stream, 1).pop().expect("one response")
 }
 
 /// One request, one response, on a fresh connection.

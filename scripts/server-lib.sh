@@ -1,0 +1,31 @@
+# Shared by bench.sh and compare.sh (sourced, not run): start and stop one server under test.
+# start_server LOG CMD...: starts CMD in the background with its output in LOG, waits for its
+# "listening on http://..." line and sets SERVER_PID and SERVER_URL; exits 1 with the log if
+# the server dies or never says where it listens. stop_server: kills it (also on EXIT).
+SERVER_PID=""
+SERVER_URL=""
+stop_server() {
+    if [ -n "$SERVER_PID" ]; then
+        kill "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+        SERVER_PID=""
+    fi
+}
+trap stop_server EXIT
+
+start_server() {
+    local log="$1"
+    shift
+    "$@" >"$log" 2>&1 &
+    SERVER_PID=$!
+    SERVER_URL=""
+    for _ in $(seq 1 200); do
+        SERVER_URL="$(grep -o 'http://[^ ]*' "$log" | head -n 1 || true)"
+        [ -n "$SERVER_URL" ] && return 0
+        kill -0 "$SERVER_PID" 2>/dev/null || break
+        sleep 0.05
+    done
+    echo "$(basename "$0"): the server did not start; its log:" >&2
+    cat "$log" >&2
+    exit 1
+}
