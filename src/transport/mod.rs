@@ -178,7 +178,7 @@ fn find_session(
             // Expired but not yet reaped: the reaper's tick must not decide whether it lives.
             let expired = {
                 let b = s.borrow();
-                b.is_idle() && now.duration_since(b.last_active) >= core.cfg.session_idle
+                now.duration_since(b.last_active) >= core.cfg.session_idle && b.is_idle()
             };
             if expired {
                 if core.sessions.borrow_mut().remove(&id).is_some() {
