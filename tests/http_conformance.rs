@@ -762,3 +762,23 @@ fn large_oversize_body_gets_413_then_a_clean_close() {
         assert_eq!(ending, Ending::Closed, "{what}: closed with RST instead of FIN");
     }
 }
+
+/// Goal: an absolute-form request target (RFC 9112 §3.2.2: a server MUST accept it) reaches the
+/// endpoint when its authority is allowed, and gets 403 when its authority is foreign (the
+/// DNS-rebinding rule applies to it as to Host). Method: raw request lines, both drivers.
+#[test]
+fn absolute_form_targets_are_accepted_and_their_authority_checked() {
+    for driver in DRIVERS {
+        let server = start(driver);
+        let ok_target = format!("http://{}{}", server.host(), server.path);
+        let raw = request("POST", &ok_target, &server.host(), &POST_HEADERS, Some(INIT));
+        let r = exchange(&server, &raw);
+        assert_eq!(r.status, 200, "{driver}: {}", r.text());
+        let evil = format!("http://evil.example{}", server.path);
+        let raw = request("POST", &evil, &server.host(), &POST_HEADERS, Some(INIT));
+        assert_eq!(exchange(&server, &raw).status, 403, "{driver}: foreign authority");
+        let other = format!("http://{}/other", server.host());
+        let raw = request("POST", &other, &server.host(), &POST_HEADERS, Some(INIT));
+        assert_eq!(exchange(&server, &raw).status, 404, "{driver}: other path");
+    }
+}

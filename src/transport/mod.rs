@@ -89,12 +89,14 @@ fn reply(out: &mut Vec<u8>, r: Refusal, id: Option<&RawId>, keep_alive: bool) ->
 pub async fn handle(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
     core.metrics.requests_total.inc();
     let keep_alive = req.head.keep_alive;
-    let path = &req.head_bytes[req.head.path.clone()];
+    let (authority, path) = split_target(&req.head_bytes[req.head.path.clone()]);
     let path = path.split(|&b| b == b'?').next().unwrap_or(path);
     if path != core.cfg.path.as_bytes() {
         return reply(out, Refusal::NotFoundPath, None, keep_alive);
     }
-    if !host_and_origin_allowed(&core.cfg, &req) {
+    if !host_and_origin_allowed(&core.cfg, &req)
+        || authority.is_some_and(|a| !host_allowed(&core.cfg, a))
+    {
         return reply(out, Refusal::Forbidden, None, keep_alive);
     }
     match req.head.method() {
@@ -109,13 +111,32 @@ pub async fn handle(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -> Out
     }
 }
 
+/// Splits an absolute-form request target (`http://host:port/mcp`, RFC 9112 §3.2.2: a server
+/// MUST accept it) into its authority and path; an origin-form target has no authority.
+fn split_target(target: &[u8]) -> (Option<&[u8]>, &[u8]) {
+    let rest = target.strip_prefix(b"http://").or_else(|| target.strip_prefix(b"https://"));
+    match rest {
+        None => (None, target),
+        Some(rest) => match rest.iter().position(|&b| b == b'/') {
+            Some(slash) => (Some(&rest[..slash]), &rest[slash..]),
+            None => (Some(rest), b"/"),
+        },
+    }
+}
+
+/// The Host rule, also applied to an absolute-form target's authority (which the server must
+/// use instead of Host).
+fn host_allowed(cfg: &Config, host: &[u8]) -> bool {
+    let listed = cfg.allowed_hosts.iter().any(|h| h.as_bytes() == host);
+    listed || !cfg.listen.ip().is_loopback() || is_loopback_authority(host)
+}
+
 /// DNS-rebinding protection: on a loopback listener, Host and Origin must be loopback names
 /// unless allowed by flag. On other listeners only Origin is checked against the allow-list.
 fn host_and_origin_allowed(cfg: &Config, req: &Request<'_>) -> bool {
     let loopback = cfg.listen.ip().is_loopback();
     if let Some(host) = req.header(&req.head.host) {
-        let listed = cfg.allowed_hosts.iter().any(|h| h.as_bytes() == host);
-        if loopback && !listed && !is_loopback_authority(host) {
+        if !host_allowed(cfg, host) {
             return false;
         }
     }
