@@ -72,6 +72,9 @@ async fn write_out(socket: &mut TcpStream, out: Vec<u8>) -> (bool, Vec<u8>) {
 pub async fn serve(core: Rc<Core>, inboxes: Inboxes, mut socket: TcpStream, mut buf: Vec<u8>) {
     core.metrics.connections_active.inc();
     let mut out: Vec<u8> = Vec::with_capacity(4096);
+    // SSE frames of one batch before they become a chunk; reused by every stream of this
+    // connection.
+    let mut frames: Vec<u8> = Vec::with_capacity(4096);
     let handed = loop {
         let mut deadline: Option<Instant> = None;
         let head = match next_head(&core, &mut socket, &mut buf, &mut deadline).await {
@@ -128,7 +131,8 @@ pub async fn serve(core: Rc<Core>, inboxes: Inboxes, mut socket: TcpStream, mut 
             }
             Outcome::Stream(job) => {
                 buf.drain(..consumed);
-                let (reusable, o) = write_stream(&core, &mut socket, &mut buf, out, job).await;
+                let (reusable, o) =
+                    write_stream(&core, &mut socket, &mut buf, &mut frames, out, job).await;
                 out = o;
                 if !reusable || !head.keep_alive {
                     break false;
@@ -241,12 +245,12 @@ async fn write_stream(
     core: &Core,
     socket: &mut TcpStream,
     buf: &mut Vec<u8>,
+    frames: &mut Vec<u8>,
     mut out: Vec<u8>,
     job: SseJob,
 ) -> (bool, Vec<u8>) {
     let SseJob { session, key, epoch, mut cursor, rewrite } = job;
     let retry_ms = core.cfg.sse_retry_ms;
-    let mut frames: Vec<u8> = Vec::with_capacity(4096);
     let mut watch_peer = true;
     loop {
         let signal = session.borrow().stream(key).map(|s| s.signal.clone());
@@ -264,7 +268,7 @@ async fn write_stream(
                 &mut cursor,
                 rewrite.as_ref(),
                 retry_ms,
-                &mut frames,
+                frames,
                 SSE_BATCH_BYTES,
             )
         };
@@ -272,7 +276,7 @@ async fn write_stream(
             core.metrics.gaps_total.inc();
         }
         if !frames.is_empty() {
-            crate::sse::push_chunk(&mut out, &frames);
+            crate::sse::push_chunk(&mut out, frames);
         }
         let ends = matches!(batch, Batch::Ended | Batch::Dropped | Batch::Gap | Batch::Park);
         if ends {
@@ -299,8 +303,8 @@ async fn write_stream(
             _ = notified => {}
             _ = monoio::time::sleep(core.cfg.sse_keepalive) => {
                 frames.clear();
-                crate::sse::push_comment(&mut frames);
-                crate::sse::push_chunk(&mut out, &frames);
+                crate::sse::push_comment(frames);
+                crate::sse::push_chunk(&mut out, frames);
             }
             closed = peer_closed(socket, buf), if watch_peer => {
                 if closed {

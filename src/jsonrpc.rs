@@ -144,9 +144,18 @@ fn raw_id(v: &Value) -> Result<RawId, DecodeError> {
     }
 }
 
+/// What every response this module encodes starts with, up to the id.
+pub const RESPONSE_PREFIX: &[u8] = b"{\"jsonrpc\":\"2.0\",\"id\":";
+
+/// Offset of `,"result"`/`,"error"` in a response to `id` encoded by `push_result` or
+/// `push_error` (so a replay can swap the id without re-parsing).
+pub fn response_body_offset(id: &RawId) -> usize {
+    RESPONSE_PREFIX.len() + id.0.len()
+}
+
 /// Appends `{"jsonrpc":"2.0","id":<id>,"result":<result>}`.
 pub fn push_result(out: &mut Vec<u8>, id: &RawId, result_json: &[u8]) {
-    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    out.extend_from_slice(RESPONSE_PREFIX);
     out.extend_from_slice(id.0.as_bytes());
     out.extend_from_slice(b",\"result\":");
     out.extend_from_slice(result_json);
@@ -163,7 +172,7 @@ pub fn push_error(
     message: &str,
     data: Option<&str>,
 ) {
-    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    out.extend_from_slice(RESPONSE_PREFIX);
     match id {
         Some(id) => out.extend_from_slice(id.0.as_bytes()),
         None => out.extend_from_slice(b"null"),
@@ -193,7 +202,7 @@ pub fn push_notification(out: &mut Vec<u8>, method: &str, params_json: &[u8]) {
 
 /// Appends a server→client request `{"jsonrpc":"2.0","id":<id>,"method":..,"params":..}`.
 pub fn push_request(out: &mut Vec<u8>, id: u64, method: &str, params_json: &[u8]) {
-    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    out.extend_from_slice(RESPONSE_PREFIX);
     crate::http::push_decimal(out, id);
     out.extend_from_slice(b",\"method\":\"");
     out.extend_from_slice(method.as_bytes());

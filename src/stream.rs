@@ -45,7 +45,8 @@ pub struct Rewrite {
     pub progress_token: Option<(Box<str>, Box<str>)>,
 }
 
-/// Prefix of a progress notification as `Emitter::progress` encodes it.
+/// Prefix of a progress notification up to its token: `Emitter::progress` writes it and a
+/// dedup `Rewrite` recognises it.
 const PROGRESS_PREFIX: &[u8] =
     b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":";
 
@@ -83,8 +84,9 @@ pub fn fill_batch(
     if session.closed || s.attachment != (Attachment::Attached { epoch }) {
         return Batch::Superseded;
     }
-    let (final_seq, dropped, body_offset) = (s.final_seq, s.dropped, s.final_body_offset);
-    let request_id = s.request_id.clone();
+    let (final_seq, dropped) = (s.final_seq, s.dropped);
+    // Where the final response's body starts (derived: we encoded it with the stream's id).
+    let body_offset = s.request_id.as_ref().map_or(0, jsonrpc::response_body_offset);
     let (evicted_through, produced) = (s.evicted_through, s.produced);
     let start = match cursor.from.take() {
         Some(seq) if session.ring.get(seq).is_some_and(|e| e.stream == key) => {
@@ -102,7 +104,7 @@ pub fn fill_batch(
     };
     match start {
         ResumeStart::Gap { lost_to } => {
-            push_gap(session, out, key, request_id.as_ref(), cursor.after, lost_to);
+            push_gap(session, out, key, cursor.after, lost_to);
             return Batch::Gap;
         }
         ResumeStart::Caught => {}
@@ -149,7 +151,7 @@ pub fn fill_batch(
 fn rewrite_event(rw: &Rewrite, payload: &[u8], is_final: bool, body_offset: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(payload.len() + 16);
     if is_final {
-        out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+        out.extend_from_slice(jsonrpc::RESPONSE_PREFIX);
         out.extend_from_slice(rw.id.0.as_bytes());
         out.extend_from_slice(&payload[body_offset.min(payload.len())..]);
         return out;
@@ -172,7 +174,6 @@ fn push_gap(
     session: &Session,
     out: &mut Vec<u8>,
     key: StreamKey,
-    request_id: Option<&RawId>,
     after: EventSeq,
     lost_to: EventSeq,
 ) {
@@ -184,6 +185,8 @@ fn push_gap(
     data.extend_from_slice(b"\"}");
     let mut msg = Vec::with_capacity(160);
     let data = String::from_utf8_lossy(&data).into_owned();
+    // The gap path is rare: only here is the stream's request id looked up.
+    let request_id = session.stream(key).and_then(|s| s.request_id.as_ref());
     jsonrpc::push_error(
         &mut msg,
         request_id,
@@ -284,8 +287,7 @@ fn complete(
         Err(ToolError::Cancelled) => return,
         Err(e) => push_tool_error(&mut payload, request_id, &e),
     }
-    let offset = b"{\"jsonrpc\":\"2.0\",\"id\":".len() + request_id.0.len();
-    session.borrow_mut().finish(key, Bytes::from(payload), offset);
+    session.borrow_mut().finish(key, Bytes::from(payload));
 }
 
 /// A `ToolError` as a JSON-RPC error response.
@@ -319,25 +321,29 @@ impl Emitter {
 impl Emit for Emitter {
     fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
         let Some(session) = self.session.upgrade() else { return };
-        let token = session.borrow().stream(self.key).and_then(|s| s.progress_token.clone());
-        let Some(token) = token else { return };
-        let mut params = Vec::with_capacity(96);
-        params.extend_from_slice(b"{\"progressToken\":");
-        params.extend_from_slice(token.as_bytes());
-        params.extend_from_slice(b",\"progress\":");
-        params.extend_from_slice(Value::from(progress).encode().as_bytes());
+        let mut session = session.borrow_mut();
+        // One buffer per event, written while the token is borrowed (no clone of it).
+        let mut payload = Vec::with_capacity(160);
+        {
+            let Some(token) = session.stream(self.key).and_then(|s| s.progress_token.as_deref())
+            else {
+                return;
+            };
+            payload.extend_from_slice(PROGRESS_PREFIX);
+            payload.extend_from_slice(token.as_bytes());
+        }
+        payload.extend_from_slice(b",\"progress\":");
+        payload.extend_from_slice(Value::from(progress).encode().as_bytes());
         if let Some(t) = total {
-            params.extend_from_slice(b",\"total\":");
-            params.extend_from_slice(Value::from(t).encode().as_bytes());
+            payload.extend_from_slice(b",\"total\":");
+            payload.extend_from_slice(Value::from(t).encode().as_bytes());
         }
         if let Some(m) = message {
-            params.extend_from_slice(b",\"message\":");
-            params.extend_from_slice(Value::from(m).encode().as_bytes());
+            payload.extend_from_slice(b",\"message\":");
+            payload.extend_from_slice(Value::from(m).encode().as_bytes());
         }
-        params.push(b'}');
-        let mut payload = Vec::with_capacity(params.len() + 64);
-        jsonrpc::push_notification(&mut payload, "notifications/progress", &params);
-        session.borrow_mut().append(self.key, Bytes::from(payload));
+        payload.extend_from_slice(b"}}");
+        session.append(self.key, Bytes::from(payload));
     }
 
     fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {

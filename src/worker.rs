@@ -187,7 +187,7 @@ async fn reap(core: Rc<Core>) {
             for k in expired {
                 s.remove_stream(k);
             }
-            if now.duration_since(s.last_active) >= core.cfg.session_idle && s.is_idle() {
+            if s.is_expired(now, core.cfg.session_idle) {
                 let id = s.id;
                 drop(s);
                 if core.sessions.borrow_mut().remove(&id).is_some() {

@@ -68,8 +68,6 @@ pub struct StreamState {
     pub before_final: EventSeq,
     /// The event carrying the final JSON-RPC response, once appended.
     pub final_seq: Option<EventSeq>,
-    /// Offset in the final response payload where `,"result"`/`,"error"` starts (id rewrite).
-    pub final_body_offset: usize,
     pub in_flight: bool,
     pub attachment: Attachment,
     next_epoch: u64,
@@ -316,7 +314,6 @@ impl Session {
                 written: EventSeq(0),
                 before_final: EventSeq(0),
                 final_seq: None,
-                final_body_offset: 0,
                 in_flight: true,
                 attachment: Attachment::Detached,
                 next_epoch: 1,
@@ -424,7 +421,7 @@ impl Session {
     }
 
     /// Appends the final response and ends the request (`in_flight` false).
-    pub fn finish(&mut self, key: StreamKey, payload: Bytes, body_offset: usize) {
+    pub fn finish(&mut self, key: StreamKey, payload: Bytes) {
         if let Some(s) = self.streams.get_mut(&key) {
             s.before_final = s.produced;
         }
@@ -432,7 +429,6 @@ impl Session {
         if let Some(s) = self.streams.get_mut(&key) {
             s.in_flight = false;
             s.final_seq = seq;
-            s.final_body_offset = body_offset;
             s.signal.notify_all();
         }
         self.refresh(key);
@@ -597,6 +593,12 @@ impl Session {
             }
         }
         (abandoned, expired)
+    }
+
+    /// Idle for `idle` and nothing running or attached: the session may be ended. The clock is
+    /// compared first, so the stream scan runs only for sessions already past their idle time.
+    pub fn is_expired(&self, now: Instant, idle: std::time::Duration) -> bool {
+        now.duration_since(self.last_active) >= idle && self.is_idle()
     }
 
     /// No connection is writing any of its streams.

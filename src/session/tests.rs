@@ -21,7 +21,7 @@ fn detached_in_flight_stream_is_owed_until_resumed_and_delivered() {
     s.append(k, Bytes::from_static(b"progress"));
     s.detach(k, e);
     assert_eq!(s.owed_count(), 1, "dropped mid-call: owed");
-    s.finish(k, Bytes::from_static(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}"), 22);
+    s.finish(k, Bytes::from_static(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}"));
     assert_eq!(s.owed_count(), 1, "complete but undelivered: still owed");
     let e2 = s.attach(k).unwrap();
     assert_eq!(s.owed_count(), 0, "attached: not owed");

@@ -197,11 +197,7 @@ fn find_session(
     match found {
         Some(s) if !s.borrow().closed => {
             // Expired but not yet reaped: the reaper's tick must not decide whether it lives.
-            let expired = {
-                let b = s.borrow();
-                now.duration_since(b.last_active) >= core.cfg.session_idle && b.is_idle()
-            };
-            if expired {
+            if s.borrow().is_expired(now, core.cfg.session_idle) {
                 if core.sessions.borrow_mut().remove(&id).is_some() {
                     core.metrics.sessions_expired_total.inc();
                     core.metrics.sessions_active.sub(1);
@@ -782,8 +778,7 @@ async fn request(
         None => {
             let mut payload = Vec::with_capacity(256);
             inline_answer(core, session, &id, &method, &params, &mut payload);
-            let offset = b"{\"jsonrpc\":\"2.0\",\"id\":".len() + id.0.len();
-            session.borrow_mut().finish(key, Bytes::from(payload), offset);
+            session.borrow_mut().finish(key, Bytes::from(payload));
         }
     }
     if core.cfg.response_mode == ResponseMode::Json {
