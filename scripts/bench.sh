@@ -84,22 +84,15 @@ SERVER_BIN="${SERVER_BIN_FLAG:-$ROOT/target/release/tidemark}"
 LOAD_BIN="$ROOT/target/release/tidemark-load"
 mkdir -p "$OUT/runs" "$OUT/logs"
 
-# Pin only where there are CPUs to pin to.
-if command -v taskset >/dev/null && [ "$(nproc --all)" -ge 2 ]; then
-    PIN_SERVER=(taskset -c "$SERVER_CPU")
-    PIN_LOAD=(taskset -c "$LOAD_CPU")
-else
-    echo "bench.sh: fewer than 2 CPUs or no taskset: server and load generator are not pinned" >&2
-    PIN_SERVER=()
-    PIN_LOAD=()
-fi
+
+# shellcheck source=scripts/server-lib.sh
+source "$ROOT/scripts/server-lib.sh"
+pin_cpus "$SERVER_CPU" "$LOAD_CPU"
 
 if [ "$BUILD" = 1 ]; then
     (cd "$ROOT" && cargo build --release --quiet -p tidemark -p tidemark-load)
 fi
 
-# shellcheck source=scripts/server-lib.sh
-source "$ROOT/scripts/server-lib.sh"
 
 wanted() { case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 

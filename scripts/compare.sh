@@ -64,14 +64,10 @@ RUNS_DIR="$OUT/compare-runs"
 mkdir -p "$RUNS_DIR" "$OUT/logs"
 rm -f "$RUNS_DIR"/*.json
 
-if command -v taskset >/dev/null && [ "$(nproc --all)" -ge 2 ]; then
-    PIN_SERVER=(taskset -c "$SERVER_CPU")
-    PIN_LOAD=(taskset -c "$LOAD_CPU")
-else
-    echo "compare.sh: fewer than 2 CPUs or no taskset: nothing is pinned" >&2
-    PIN_SERVER=()
-    PIN_LOAD=()
-fi
+
+# shellcheck source=scripts/server-lib.sh
+source "$ROOT/scripts/server-lib.sh"
+pin_cpus "$SERVER_CPU" "$LOAD_CPU"
 
 if [ "$BUILD" = 1 ]; then
     (cd "$ROOT" && cargo build --release --quiet -p tidemark -p tidemark-load)
@@ -79,8 +75,6 @@ if [ "$BUILD" = 1 ]; then
         --manifest-path "$ROOT/loadtest/peer-rmcp/Cargo.toml"
 fi
 
-# shellcheck source=scripts/server-lib.sh
-source "$ROOT/scripts/server-lib.sh"
 
 FAILED=0
 # one SERVER SCENARIO RUN LOAD_ARGS...

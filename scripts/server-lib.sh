@@ -2,6 +2,8 @@
 # start_server LOG CMD...: starts CMD in the background with its output in LOG, waits for its
 # "listening on http://..." line and sets SERVER_PID and SERVER_URL; exits 1 with the log if
 # the server dies or never says where it listens. stop_server: kills it (also on EXIT).
+# pin_cpus SERVER_CPU LOAD_CPU: sets the PIN_SERVER and PIN_LOAD command prefixes (taskset), or
+# leaves both empty, with a warning, where there are fewer than 2 CPUs or no taskset.
 SERVER_PID=""
 SERVER_URL=""
 stop_server() {
@@ -28,4 +30,15 @@ start_server() {
     echo "$(basename "$0"): the server did not start; its log:" >&2
     cat "$log" >&2
     exit 1
+}
+
+pin_cpus() {
+    if command -v taskset >/dev/null && [ "$(nproc --all)" -ge 2 ]; then
+        PIN_SERVER=(taskset -c "$1")
+        PIN_LOAD=(taskset -c "$2")
+    else
+        echo "$(basename "$0"): fewer than 2 CPUs or no taskset: nothing is pinned" >&2
+        PIN_SERVER=()
+        PIN_LOAD=()
+    fi
 }
