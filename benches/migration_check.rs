@@ -7,11 +7,7 @@ use std::hint::black_box;
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use tidemark::config::{Config, MigrationPolicy};
-use tidemark::jsonrpc::RawId;
-use tidemark::migration::decide;
-use tidemark::session::{Session, SessionId, SessionTable, StreamKind, LEGACY_VERSIONS};
-use tidemark::transport::{facts, fingerprint};
+use tidemark::bench_support::*;
 
 /// A session with `streams` settled request streams, one owed stream, and `events` events.
 fn session(random: u128, events: usize, cfg: &Config) -> Session {
@@ -25,7 +21,7 @@ fn session(random: u128, events: usize, cfg: &Config) -> Session {
     let payload =
         Bytes::from_static(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}");
     for i in 0..events {
-        s.append(keys[i % keys.len()], payload.clone());
+        s.append(keys[i % keys.len()], payload.clone()).expect("fits");
     }
     s
 }

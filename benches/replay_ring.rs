@@ -1,4 +1,4 @@
-//! Criterion micro-benchmarks of the per-session replay ring (`tidemark::replay::Ring`).
+//! Criterion micro-benchmarks of the per-session replay ring (`tidemark::legacy::replay::Ring`).
 //!
 //! Budget: `lookup` (get of a random held event) < 20 ns, flat from 16 to 2^20 events: the slot
 //! is `seq & mask`, so capacity must not show up in the time except through cache misses.
@@ -20,7 +20,7 @@ use std::hint::black_box;
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use tidemark::replay::{EventSeq, Ring, StreamKey};
+use tidemark::bench_support::*;
 
 const CAPACITIES: [usize; 4] = [16, 1024, 65536, 1 << 20];
 const BYTES_MAX: usize = usize::MAX;

@@ -1,5 +1,5 @@
 //! Every limit and tunable of the server: each bound is a documented `pub const` with a long
-//! flag in `main.rs`, and `Config` carries the values checked once at start-up.
+//! flag in `cli.rs`, and `Config` carries the values checked once at start-up.
 //!
 //! Owns: the defaults, the relations between limits (checked at compile time), and
 //! `Config::validate`. Never: reads the environment or touches I/O.
@@ -90,6 +90,46 @@ pub enum MigrationPolicy {
     Off,
 }
 
+/// A built-in tool set (`--tools`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BuiltinSet {
+    /// `echo`, `slow_counter`, `get_counter`.
+    Demo,
+    /// The fixtures of the official MCP conformance suite.
+    Conformance,
+}
+
+impl BuiltinSet {
+    /// Parses the `--tools` flag: a comma list of set names (`demo`, `conformance`), whitespace
+    /// around names ignored, repeats collapsed; `none` alone means no built-in set. An empty or
+    /// unknown name is an operator error.
+    pub fn parse_list(spec: &str) -> Result<Vec<BuiltinSet>, ConfigError> {
+        if spec.trim() == "none" {
+            return Ok(Vec::new());
+        }
+        let mut sets = Vec::new();
+        for name in spec.split(',').map(str::trim) {
+            let set = match name {
+                "demo" => BuiltinSet::Demo,
+                "conformance" => BuiltinSet::Conformance,
+                other => return Err(ConfigError::UnknownToolSet(other.to_owned())),
+            };
+            if !sets.contains(&set) {
+                sets.push(set);
+            }
+        }
+        Ok(sets)
+    }
+
+    /// The name `--tools` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            BuiltinSet::Demo => "demo",
+            BuiltinSet::Conformance => "conformance",
+        }
+    }
+}
+
 /// Everything a worker needs to know, checked once by `validate`.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -120,6 +160,8 @@ pub struct Config {
     pub owed_wait: Duration,
     pub owed_timeout: Duration,
     pub metrics_listen: Option<SocketAddr>,
+    /// Built-in tool sets (`--tools`); `None`: `demo` when no other provider is given, else none.
+    pub builtin_tools: Option<Vec<BuiltinSet>>,
 }
 
 impl Default for Config {
@@ -150,6 +192,7 @@ impl Default for Config {
             owed_wait: Duration::from_millis(OWED_WAIT_MS),
             owed_timeout: Duration::from_secs(OWED_TIMEOUT_SECS),
             metrics_listen: None,
+            builtin_tools: None,
         }
     }
 }
@@ -167,6 +210,10 @@ pub enum ConfigError {
     BadPath(String),
     #[error("--owed-wait-ms must be shorter than --owed-timeout-secs")]
     OwedWaitTooLong,
+    #[error("--tools: unknown tool set {0:?} (known: demo, conformance, or none alone)")]
+    UnknownToolSet(String),
+    #[error("--max-headers must be at most {0}")]
+    TooManyHeaders(usize),
 }
 
 impl Config {
@@ -221,6 +268,9 @@ impl Config {
         }
         if self.owed_wait >= self.owed_timeout {
             return Err(ConfigError::OwedWaitTooLong);
+        }
+        if self.headers_max > crate::http::HEADERS_CAP {
+            return Err(ConfigError::TooManyHeaders(crate::http::HEADERS_CAP));
         }
         Ok(())
     }

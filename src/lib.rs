@@ -1,38 +1,92 @@
 //! tidemark: an io_uring, thread-per-core MCP Streamable HTTP endpoint that never loses or
 //! doubles a stream.
 //!
-//! Flow: socket → `http` → `transport` (with `migration`) / `session` → `stream` / `replay` →
-//! `tool` → `sse` → socket. One monoio runtime per core (`worker`) owns that core's sessions; a
-//! request for a session of another core moves its connection there (`handoff`).
+//! # Embedding
+//!
+//! Serve your own tools by implementing [`Provider`] and handing a factory for it to
+//! [`Server::provider`]; the server runs exactly as the `tidemark` binary does (the same flags
+//! through [`Config::from_args`], threads, pinning, listeners, resumable streams and the
+//! migration boundary). `examples/custom_tool.rs` is a complete program:
+//!
+//! ```no_run
+//! use tidemark::{CallContext, Config, LocalBoxFuture, Provider, ProviderResult, Server};
+//! use tidemark::{ToolInfo, Value};
+//!
+//! struct Hello;
+//!
+//! impl Provider for Hello {
+//!     fn list_tools(&self) -> LocalBoxFuture<'_, ProviderResult<Vec<ToolInfo>>> {
+//!         let schema = serde_json::json!({ "type": "object", "properties": {} });
+//!         Box::pin(async move { Ok(vec![ToolInfo::new("hello", "Says hello.", schema)]) })
+//!     }
+//!
+//!     fn call_tool<'a>(
+//!         &'a self,
+//!         _name: &'a str,
+//!         _arguments: Value,
+//!         _cx: CallContext,
+//!     ) -> LocalBoxFuture<'a, ProviderResult<Value>> {
+//!         Box::pin(async { Ok(serde_json::json!({ "content": [{ "type": "text", "text": "hello" }] })) })
+//!     }
+//! }
+//!
+//! Server::new(Config::from_args()?).provider(|| Hello).run()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Map
+//!
+//! Flow: socket → `runtime` (`conn`) → `http` → `endpoint` (rules, era) → `legacy` (sessions,
+//! `migration`, streams over the `replay` ring) → `dispatch` → `provider` → back as events
+//! rendered by `wire` → socket.
 //!
 //! | module | owns |
 //! | --- | --- |
-//! | `worker` | one core: SO_REUSEPORT listener, accept loop, hand-off inbox, session reaper |
-//! | `conn` | one socket: buffers, timeouts, read → parse → handle → write, the SSE writer |
-//! | `http` | request head → ranges; status line and headers → bytes |
-//! | `transport` | MCP endpoint rules, JSON-RPC methods, the single refusal → status map |
-//! | `migration` | the seed's boundary as one pure O(1) decision |
-//! | `handoff` | per-core inbox of moved connections |
-//! | `session` | sessions, their streams and the owed/replaying counters; session ids |
-//! | `stream` | running a request; `Emit`; filling an SSE batch from the ring |
-//! | `tool` | tool trait, registry, demo and conformance sets |
-//! | `replay` | the per-session ring indexed by event sequence |
-//! | `sse` | SSE frame and chunk encoding |
-//! | `jsonrpc` | JSON-RPC envelope decode/encode, canonical params |
-//! | `metrics` | per-core counters, Prometheus text |
+//! | `server` | `Server` (the public entry): listeners, one pinned thread + runtime per core, `/metrics`, the banner |
+//! | `cli` | the binary's flags → `Config` (`Config::from_args`) |
 //! | `config` | every limit as a named constant; `Config` |
+//! | `runtime` | one core: driver choice, accept loop, session reaper; `conn` (one socket: buffers, timeouts, the SSE writer), `handoff` (moving a connection to its session's core) |
+//! | `http` | request head → byte ranges; status line and headers → bytes; knows nothing of MCP |
+//! | `endpoint` | HTTP rules at the MCP endpoint (path, Host/Origin, methods) and era selection |
+//! | `legacy` | the 2025-era path: sessions, streams with an explicit lifecycle, `migration` (the pure O(1) decision), `replay` (the ring), the call context's sink |
+//! | `dispatch` | MCP methods → providers; the tool table with each tool's idempotency |
+//! | `provider` | the public `Provider` trait, `CallContext`, `ProviderError`, `Value`; `builtin` (demo, conformance) |
+//! | `wire` | every answer as a value rendered in one place: statuses, JSON-RPC codes; SSE framing; JSON-RPC envelope |
+//! | `metrics` | per-core counters, Prometheus text |
 
-pub mod config;
-pub mod conn;
-pub mod handoff;
-pub mod http;
-pub mod jsonrpc;
-pub mod metrics;
-pub mod migration;
-pub mod replay;
-pub mod session;
-pub mod sse;
-pub mod stream;
-pub mod tool;
-pub mod transport;
-pub mod worker;
+mod cli;
+mod config;
+mod dispatch;
+mod endpoint;
+mod http;
+mod legacy;
+mod metrics;
+mod provider;
+mod runtime;
+mod server;
+mod wire;
+
+pub use config::{BuiltinSet, Config, ConfigError, DriverChoice, MigrationPolicy, ResponseMode};
+pub use provider::{
+    Annotations, CallContext, Changes, LocalBoxFuture, LogLevel, Provider, ProviderError,
+    ProviderResult, SessionRef, ToolInfo, Value,
+};
+pub use server::{Running, Server, ServerError};
+
+/// The JSON macro of the provider API's `Value` (serde_json's `json!`).
+pub use serde_json::json;
+
+/// Internals the criterion benches measure (`benches/`); not part of the API.
+#[doc(hidden)]
+pub mod bench_support {
+    pub use crate::config::Config;
+    pub use crate::config::MigrationPolicy;
+    pub use crate::legacy::migration::decide;
+    pub use crate::legacy::replay::{EventSeq, Ring, StreamKey};
+    pub use crate::legacy::session::AppendError;
+    pub use crate::legacy::session::{
+        Session, SessionId, SessionTable, StreamKind, LEGACY_VERSIONS,
+    };
+    pub use crate::legacy::{facts, fingerprint};
+    pub use crate::wire::jsonrpc::RawId;
+}

@@ -18,14 +18,14 @@ fn detached_in_flight_stream_is_owed_until_resumed_and_delivered() {
     let k = open(&mut s, "1");
     let e = s.attach(k).unwrap();
     assert_eq!(s.owed_count(), 0);
-    s.append(k, Bytes::from_static(b"progress"));
+    s.append(k, Bytes::from_static(b"progress")).unwrap();
     s.detach(k, e);
     assert_eq!(s.owed_count(), 1, "dropped mid-call: owed");
     s.finish(k, Bytes::from_static(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}"));
     assert_eq!(s.owed_count(), 1, "complete but undelivered: still owed");
     let e2 = s.attach(k).unwrap();
     assert_eq!(s.owed_count(), 0, "attached: not owed");
-    let produced = s.stream(k).unwrap().produced;
+    let produced = s.stream(k).unwrap().produced();
     s.mark_delivered(k, produced);
     s.detach(k, e2);
     assert_eq!(s.owed_count(), 0);
@@ -36,15 +36,16 @@ fn detached_in_flight_stream_is_owed_until_resumed_and_delivered() {
 fn parked_dropped_and_standalone_streams_never_owe() {
     let mut s = session();
     let k = open(&mut s, "1");
-    s.stream_mut(k).unwrap().parked = true;
-    s.refresh(k);
+    let e = s.attach(k).unwrap();
+    s.park(k, e);
+    assert!(s.stream(k).unwrap().is_parked());
     assert_eq!(s.owed_count(), 0);
     let k2 = open(&mut s, "2");
     assert_eq!(s.owed_count(), 1);
     s.drop_stream(k2);
     assert_eq!(s.owed_count(), 0);
     let g = s.open_stream(StreamKind::Standalone, None, 0, None, None).unwrap();
-    s.append(g, Bytes::from_static(b"note"));
+    s.append(g, Bytes::from_static(b"note")).unwrap();
     assert_eq!(s.owed_count(), 0);
     s.remove_stream(k);
     s.remove_stream(k2);
@@ -55,9 +56,9 @@ fn parked_dropped_and_standalone_streams_never_owe() {
 fn replaying_counter_follows_the_flag() {
     let mut s = session();
     let k = open(&mut s, "1");
-    let e = s.attach(k).unwrap();
-    s.set_replaying(k, true);
-    s.set_replaying(k, true);
+    s.append(k, Bytes::from_static(b"a")).unwrap();
+    let first = s.stream(k).unwrap().first;
+    let e = s.attach_resume(k, first).unwrap();
     assert_eq!(s.replaying_count(), 1);
     assert!(s.owes());
     s.detach(k, e);
@@ -71,7 +72,7 @@ fn superseded_writer_cannot_detach_the_new_one() {
     let old = s.attach(k).unwrap();
     let new = s.attach(k).unwrap();
     s.detach(k, old);
-    assert_eq!(s.stream(k).unwrap().attachment, Attachment::Attached { epoch: new });
+    assert_eq!(s.stream(k).unwrap().writer(), Writer::Attached { epoch: new, replaying: false });
     assert_eq!(s.owed_count(), 0);
 }
 
@@ -92,7 +93,7 @@ fn resume_start_exact_then_gap_after_eviction() {
         Ok(ResumeStart::Gap { lost_to }) => assert!(lost_to > a),
         other => panic!("expected a gap, got {other:?}"),
     }
-    let last = s.stream(k).unwrap().produced;
+    let last = s.stream(k).unwrap().produced();
     assert_eq!(s.resume_start(k, last), Ok(ResumeStart::Caught));
 }
 

@@ -1,9 +1,10 @@
 //! One SSE stream's producer and consumer halves, over the session's replay ring.
 //!
 //! Owns: running a request as a monoio task (`spawn_job`) whose messages are appended to the
-//! session ring through `Emitter` (the `tool::Emit` implementation), and `fill_batch`, which a
+//! session ring through the call's context (`context::StreamSink`), `fill_batch`, which a
 //! connection's writer calls to encode everything ready after its cursor as SSE frames in one
-//! buffer (one chunk, one send). Resume positions come from `Session::resume_start` in O(1).
+//! buffer (one chunk, one send), and `after_send`, the bookkeeping once a batch is sent.
+//! Resume positions come from `Session::resume_start` in O(1).
 //! Never: touches a socket (the writer loop lives in `conn`), or sends a message of one stream
 //! on another (MCP 2025-11-25 transports §multiple connections).
 
@@ -15,15 +16,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
 use bytes::Bytes;
-use simd_json::prelude::*;
 
-use crate::jsonrpc::{self, RawId};
-use crate::replay::{EventSeq, StreamKey};
-use crate::session::{Attachment, ResumeStart, Session};
-use crate::tool::{Emit, LocalBoxFuture, LogLevel, ToolError, Value};
-
-/// JSON-RPC code for "events after your cursor were evicted" (CONTRACT §6).
-pub const EVENTS_LOST: i64 = -31003;
+use crate::legacy::replay::{EventSeq, StreamKey};
+use crate::legacy::session::{ResumeStart, Session};
+use crate::provider::{LocalBoxFuture, ProviderError, Value};
+use crate::wire::jsonrpc::{self, RawId};
+use crate::wire::Code;
 
 /// Where a writer is in its stream.
 #[derive(Clone, Copy, Debug)]
@@ -45,9 +43,9 @@ pub struct Rewrite {
     pub progress_token: Option<(Box<str>, Box<str>)>,
 }
 
-/// Prefix of a progress notification up to its token: `Emitter::progress` writes it and a
+/// Prefix of a progress notification up to its token: `StreamSink::progress` writes it and a
 /// dedup `Rewrite` recognises it.
-const PROGRESS_PREFIX: &[u8] =
+pub(crate) const PROGRESS_PREFIX: &[u8] =
     b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":";
 
 /// What `fill_batch` did.
@@ -81,13 +79,13 @@ pub fn fill_batch(
     budget: usize,
 ) -> Batch {
     let Some(s) = session.stream(key) else { return Batch::Superseded };
-    if session.closed || s.attachment != (Attachment::Attached { epoch }) {
+    if session.closed || !s.is_attached_by(epoch) {
         return Batch::Superseded;
     }
-    let (final_seq, dropped) = (s.final_seq, s.dropped);
+    let (final_seq, dropped) = (s.final_seq(), s.is_dropped());
     // Where the final response's body starts (derived: we encoded it with the stream's id).
     let body_offset = s.request_id.as_ref().map_or(0, jsonrpc::response_body_offset);
-    let (evicted_through, produced) = (s.evicted_through, s.produced);
+    let (evicted_through, produced) = (s.evicted_through(), s.produced());
     let start = match cursor.from.take() {
         Some(seq) if session.ring.get(seq).is_some_and(|e| e.stream == key) => {
             ResumeStart::From(seq)
@@ -114,16 +112,16 @@ pub fn fill_batch(
                 if ev.stream != key {
                     break;
                 }
-                let mut id = [0u8; crate::session::EVENT_ID_LEN_MAX];
-                let id_len = crate::session::event_id_into(&mut id, tag, key, ev.seq);
+                let mut id = [0u8; crate::legacy::session::EVENT_ID_LEN_MAX];
+                let id_len = crate::legacy::session::event_id_into(&mut id, tag, key, ev.seq);
                 if ev.payload.is_empty() {
-                    crate::sse::push_event(out, Some(&id[..id_len]), Some(retry_ms), b"");
+                    crate::wire::sse::push_event(out, Some(&id[..id_len]), Some(retry_ms), b"");
                 } else if let Some(rw) = rewrite {
                     let rewritten =
                         rewrite_event(rw, ev.payload, Some(ev.seq) == final_seq, body_offset);
-                    crate::sse::push_event(out, Some(&id[..id_len]), None, &rewritten);
+                    crate::wire::sse::push_event(out, Some(&id[..id_len]), None, &rewritten);
                 } else {
-                    crate::sse::push_event(out, Some(&id[..id_len]), None, ev.payload);
+                    crate::wire::sse::push_event(out, Some(&id[..id_len]), None, ev.payload);
                 }
                 cursor.after = ev.seq;
                 if out.len() >= budget {
@@ -138,11 +136,8 @@ pub fn fill_batch(
     if dropped {
         return Batch::Dropped;
     }
-    if let Some(s) = session.stream_mut(key) {
-        if s.close_requested {
-            s.close_requested = false;
-            return Batch::Park;
-        }
+    if session.take_close_request(key) {
+        return Batch::Park;
     }
     Batch::More
 }
@@ -187,14 +182,14 @@ fn push_gap(
     let data = String::from_utf8_lossy(&data).into_owned();
     // The gap path is rare: only here is the stream's request id looked up.
     let request_id = session.stream(key).and_then(|s| s.request_id.as_ref());
-    jsonrpc::push_error(
+    crate::wire::push_error_response(
         &mut msg,
         request_id,
-        EVENTS_LOST,
+        Code::EventsLost,
         "events after Last-Event-ID were evicted from the replay buffer",
         Some(&data),
     );
-    crate::sse::push_event(out, None, None, &msg);
+    crate::wire::sse::push_event(out, None, None, &msg);
 }
 
 /// Runs a request's work on this core; its outcome becomes the stream's final response. The
@@ -207,7 +202,7 @@ pub fn spawn_job(
     session: Rc<RefCell<Session>>,
     key: StreamKey,
     request_id: RawId,
-    mut work: LocalBoxFuture<'static, Result<Value, ToolError>>,
+    mut work: LocalBoxFuture<'static, Result<Value, ProviderError>>,
 ) {
     let forward = Arc::new(ForwardWake(atomic_waker::AtomicWaker::new()));
     let waker = Waker::from(forward.clone());
@@ -217,20 +212,7 @@ pub fn spawn_job(
     }
     let work = Forwarded { work, forward, waker };
     monoio::spawn(async move {
-        let cancel = session.borrow().stream(key).map(|s| s.cancel.clone());
-        let Some(cancel) = cancel else { return };
-        let cancelled = {
-            let session = session.clone();
-            async move {
-                loop {
-                    let notified = cancel.notified();
-                    if session.borrow().stream(key).is_none_or(|s| s.cancelled) {
-                        return;
-                    }
-                    notified.await;
-                }
-            }
-        };
+        let cancelled = cancelled(Rc::downgrade(&session), key);
         let outcome = monoio::select! {
             r = work => Some(r),
             _ = cancelled => None,
@@ -259,13 +241,13 @@ impl Wake for ForwardWake {
 
 /// The work future, polled with the forwarding waker, which points at the current task.
 struct Forwarded {
-    work: LocalBoxFuture<'static, Result<Value, ToolError>>,
+    work: LocalBoxFuture<'static, Result<Value, ProviderError>>,
     forward: Arc<ForwardWake>,
     waker: Waker,
 }
 
 impl Future for Forwarded {
-    type Output = Result<Value, ToolError>;
+    type Output = Result<Value, ProviderError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         self.forward.0.register(cx.waker());
@@ -274,151 +256,57 @@ impl Future for Forwarded {
     }
 }
 
+/// Completes when stream `key` is cancelled (or gone, or its session is). Single-core: nothing
+/// can fire between the check and the wait.
+pub(crate) async fn cancelled(session: Weak<RefCell<Session>>, key: StreamKey) {
+    loop {
+        let cancel = {
+            let Some(rc) = session.upgrade() else { return };
+            let s = rc.borrow();
+            match s.stream(key) {
+                Some(st) if !st.is_cancelled() => st.cancel.clone(),
+                _ => return,
+            }
+        };
+        cancel.notified().await;
+    }
+}
+
 /// Appends the final response of a finished request (nothing for a cancelled one).
 fn complete(
     session: &Rc<RefCell<Session>>,
     key: StreamKey,
     request_id: &RawId,
-    outcome: Result<Value, ToolError>,
+    outcome: Result<Value, ProviderError>,
 ) {
     let mut payload = Vec::with_capacity(128);
     match outcome {
-        Ok(result) => jsonrpc::push_result(&mut payload, request_id, result.encode().as_bytes()),
-        Err(ToolError::Cancelled) => return,
-        Err(e) => push_tool_error(&mut payload, request_id, &e),
+        Ok(result) => crate::dispatch::push_result_value(&mut payload, request_id, &result),
+        Err(ProviderError::Cancelled) => return,
+        Err(e) => crate::wire::push_provider_error(&mut payload, request_id, &e),
     }
     session.borrow_mut().finish(key, Bytes::from(payload));
 }
 
-/// A `ToolError` as a JSON-RPC error response.
-pub fn push_tool_error(out: &mut Vec<u8>, id: &RawId, e: &ToolError) {
-    let (code, message) = match e {
-        ToolError::InvalidParams(m) => (jsonrpc::INVALID_PARAMS, m.as_str()),
-        ToolError::NotFound(m) => (jsonrpc::INVALID_PARAMS, m.as_str()),
-        ToolError::ClientError { message, .. } => (jsonrpc::INTERNAL_ERROR, message.as_str()),
-        ToolError::Cancelled => (jsonrpc::INTERNAL_ERROR, "cancelled"),
-        ToolError::Internal(m) => (jsonrpc::INTERNAL_ERROR, m.as_str()),
-    };
-    jsonrpc::push_error(out, Some(id), code, message, None);
-}
-
-/// `tool::Emit` for one request stream: every message is appended to the session ring on this
-/// stream, then the attached writer (if any) is woken.
-pub struct Emitter {
-    pub session: Weak<RefCell<Session>>,
-    pub key: StreamKey,
-}
-
-impl Emitter {
-    fn append_notification(&self, method: &str, params: &Value) {
-        let Some(session) = self.session.upgrade() else { return };
-        let mut payload = Vec::with_capacity(96);
-        jsonrpc::push_notification(&mut payload, method, params.encode().as_bytes());
-        session.borrow_mut().append(self.key, Bytes::from(payload));
+/// Bookkeeping after a writer with `epoch` sent a batch ending at `after`.
+pub(crate) fn after_send(
+    s: &mut Session,
+    key: StreamKey,
+    epoch: u64,
+    after: EventSeq,
+    batch: Batch,
+) {
+    if !s.stream(key).is_some_and(|st| st.is_attached_by(epoch)) {
+        return;
     }
-}
-
-impl Emit for Emitter {
-    fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
-        let Some(session) = self.session.upgrade() else { return };
-        let mut session = session.borrow_mut();
-        // One buffer per event, written while the token is borrowed (no clone of it).
-        let mut payload = Vec::with_capacity(160);
-        {
-            let Some(token) = session.stream(self.key).and_then(|s| s.progress_token.as_deref())
-            else {
-                return;
-            };
-            payload.extend_from_slice(PROGRESS_PREFIX);
-            payload.extend_from_slice(token.as_bytes());
+    s.wrote(key, epoch, after);
+    match batch {
+        Batch::Ended => {
+            s.mark_all_delivered(key);
+            s.detach(key, epoch);
         }
-        payload.extend_from_slice(b",\"progress\":");
-        payload.extend_from_slice(Value::from(progress).encode().as_bytes());
-        if let Some(t) = total {
-            payload.extend_from_slice(b",\"total\":");
-            payload.extend_from_slice(Value::from(t).encode().as_bytes());
-        }
-        if let Some(m) = message {
-            payload.extend_from_slice(b",\"message\":");
-            payload.extend_from_slice(Value::from(m).encode().as_bytes());
-        }
-        payload.extend_from_slice(b"}}");
-        session.append(self.key, Bytes::from(payload));
-    }
-
-    fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
-        let Some(session) = self.session.upgrade() else { return };
-        if level < session.borrow().log_level {
-            return;
-        }
-        let mut params = simd_json::json!({ "level": level.as_str(), "data": data });
-        if let (Some(l), Some(obj)) = (logger, params.as_object_mut()) {
-            obj.insert("logger".into(), Value::from(l));
-        }
-        self.append_notification("notifications/message", &params);
-    }
-
-    fn request(
-        &self,
-        method: &str,
-        params: Value,
-    ) -> LocalBoxFuture<'static, Result<Value, ToolError>> {
-        let Some(session) = self.session.upgrade() else {
-            return Box::pin(async { Err(ToolError::Cancelled) });
-        };
-        let key = self.key;
-        let answer = Rc::new(RefCell::new(None));
-        let signal = Rc::new(crate::session::signal::Signal::default());
-        {
-            let mut s = session.borrow_mut();
-            let id = s.next_client_request_id();
-            s.pending_client.insert(
-                id,
-                crate::session::PendingClientRequest {
-                    stream: key,
-                    answer: answer.clone(),
-                    signal: signal.clone(),
-                },
-            );
-            let mut payload = Vec::with_capacity(128);
-            jsonrpc::push_request(&mut payload, id, method, params.encode().as_bytes());
-            s.append(key, Bytes::from(payload));
-        }
-        let weak = Rc::downgrade(&session);
-        Box::pin(async move {
-            loop {
-                let notified = signal.notified();
-                if let Some(outcome) = answer.borrow_mut().take() {
-                    return outcome.map_err(|e: Value| ToolError::ClientError {
-                        code: e
-                            .get("code")
-                            .and_then(|c| c.as_i64())
-                            .unwrap_or(jsonrpc::INTERNAL_ERROR),
-                        message: e
-                            .get("message")
-                            .and_then(|m| m.as_str())
-                            .unwrap_or("client error")
-                            .to_owned(),
-                    });
-                }
-                let gone = weak.upgrade().is_none_or(|s| {
-                    let s = s.borrow();
-                    s.closed || s.stream(key).is_none_or(|st| st.cancelled)
-                });
-                if gone {
-                    return Err(ToolError::Cancelled);
-                }
-                notified.await;
-            }
-        })
-    }
-
-    fn close_connection(&self) {
-        let Some(session) = self.session.upgrade() else { return };
-        let mut s = session.borrow_mut();
-        if let Some(st) = s.stream_mut(self.key) {
-            st.close_requested = true;
-            st.signal.notify_all();
-        }
+        Batch::Dropped | Batch::Gap => s.detach(key, epoch),
+        Batch::Park => s.park(key, epoch),
+        Batch::More | Batch::Superseded => s.caught_up(key, epoch),
     }
 }

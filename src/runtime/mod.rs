@@ -3,7 +3,10 @@
 //! reaper that expires idle sessions, abandons owed streams nobody resumes and forgets settled
 //! streams past retention.
 //!
-//! Called by `main` once per thread. Never: touches another core's sessions.
+//! Called by `server` once per thread. Never: touches another core's sessions.
+
+pub mod conn;
+pub mod handoff;
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -11,23 +14,30 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::{Config, DriverChoice};
-use crate::handoff::Inboxes;
+use crate::dispatch::Registry;
+use crate::endpoint::Core;
+use crate::legacy::session::SessionTable;
+use crate::legacy::{end_session, SessionEnd};
 use crate::metrics::CoreMetrics;
-use crate::session::SessionTable;
-use crate::tool::{Registry, ToolSet};
-use crate::transport::{reply, Core, Refusal};
+use crate::provider::Provider;
+use crate::runtime::handoff::Inboxes;
+use crate::wire::{Answer, Refusal};
+
+/// Builds one core's instance of a provider (called once on each worker thread, so the
+/// provider itself need not be `Send`).
+pub(crate) type ProviderFactory = Arc<dyn Fn() -> Rc<dyn Provider> + Send + Sync>;
 
 /// How often the reaper looks at this core's sessions.
 const REAP_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Everything one worker thread is given.
-pub struct WorkerSpec {
+pub(crate) struct WorkerSpec {
     pub index: u16,
     pub cfg: Arc<Config>,
     pub listener: std::net::TcpListener,
     pub inboxes: Inboxes,
     pub metrics: Arc<CoreMetrics>,
-    pub tool_sets: Vec<ToolSet>,
+    pub providers: Vec<ProviderFactory>,
 }
 
 /// Which driver a worker got.
@@ -88,7 +98,7 @@ fn build_epoll() -> std::io::Result<EpollRt> {
 
 /// Runs one worker thread to completion (it never completes while the listener lives).
 /// `ready` receives the driver name once the runtime is built.
-pub fn run(spec: WorkerSpec, ready: std::sync::mpsc::Sender<Result<DriverGot, String>>) {
+pub(crate) fn run(spec: WorkerSpec, ready: std::sync::mpsc::Sender<Result<DriverGot, String>>) {
     let choice = spec.cfg.driver;
     let uring = match choice {
         DriverChoice::Auto | DriverChoice::Uring
@@ -119,9 +129,10 @@ pub fn run(spec: WorkerSpec, ready: std::sync::mpsc::Sender<Result<DriverGot, St
 }
 
 async fn serve(spec: WorkerSpec) {
-    let WorkerSpec { index, cfg, listener, inboxes, metrics, tool_sets } = spec;
+    let WorkerSpec { index, cfg, listener, inboxes, metrics, providers } = spec;
+    let providers: Vec<Rc<dyn Provider>> = providers.iter().map(|make| make()).collect();
     let core = Rc::new(Core {
-        registry: Registry::new(&tool_sets),
+        registry: Registry::build(providers).await,
         sessions: RefCell::new(SessionTable::new(cfg.sessions_per_core_max)),
         threads: inboxes.len() as u16,
         index,
@@ -145,14 +156,19 @@ async fn serve(spec: WorkerSpec) {
             monoio::spawn(refuse_connection(socket));
             continue;
         }
-        monoio::spawn(crate::conn::serve(core.clone(), inboxes.clone(), socket, Vec::new()));
+        monoio::spawn(crate::runtime::conn::serve(
+            core.clone(),
+            inboxes.clone(),
+            socket,
+            Vec::new(),
+        ));
     }
 }
 
 async fn refuse_connection(mut socket: monoio::net::TcpStream) {
     use monoio::io::AsyncWriteRentExt;
     let mut out = Vec::new();
-    reply::refuse(&mut out, Refusal::Unavailable, None, false);
+    Answer::Refused { refusal: Refusal::Unavailable, id: None }.render(&mut out, false);
     let _ = socket.write_all(out).await;
 }
 
@@ -166,7 +182,12 @@ async fn drain_inbox(core: Rc<Core>, inboxes: Inboxes) {
             continue;
         }
         let Ok(socket) = monoio::net::TcpStream::from_std(moved.socket) else { continue };
-        monoio::spawn(crate::conn::serve(core.clone(), inboxes.clone(), socket, moved.pending));
+        monoio::spawn(crate::runtime::conn::serve(
+            core.clone(),
+            inboxes.clone(),
+            socket,
+            moved.pending,
+        ));
     }
 }
 
@@ -190,10 +211,7 @@ async fn reap(core: Rc<Core>) {
             if s.is_expired(now, core.cfg.session_idle) {
                 let id = s.id;
                 drop(s);
-                if core.sessions.borrow_mut().remove(&id).is_some() {
-                    core.metrics.sessions_expired_total.inc();
-                    core.metrics.sessions_active.sub(1);
-                }
+                end_session(&core, &id, SessionEnd::Expired);
             }
         }
     }

@@ -12,10 +12,12 @@ use monoio::buf::IoBufMut;
 use monoio::io::{AsyncWriteRentExt, CancelableAsyncReadRent, Canceller};
 use monoio::net::TcpStream;
 
-use crate::handoff::{self, Inboxes, Moved};
+use crate::endpoint::{self, Core, Outcome, Request};
 use crate::http::{self, Method};
-use crate::stream::{self, Batch};
-use crate::transport::{self, reply, Core, Outcome, Refusal, Request, SseJob};
+use crate::legacy::stream::{self, Batch};
+use crate::legacy::SseJob;
+use crate::runtime::handoff::{self, Inboxes, Moved};
+use crate::wire::{Answer, Refusal};
 
 /// Read buffer growth step.
 const READ_CHUNK: usize = 16 * 1024;
@@ -81,7 +83,7 @@ pub async fn serve(core: Rc<Core>, inboxes: Inboxes, mut socket: TcpStream, mut 
             Ok(Some(h)) => h,
             Ok(None) => break false,
             Err(refusal) => {
-                reply::refuse(&mut out, refusal, None, false);
+                Answer::Refused { refusal, id: None }.render(&mut out, false);
                 let _ = write_out(&mut socket, out).await;
                 break false;
             }
@@ -89,7 +91,7 @@ pub async fn serve(core: Rc<Core>, inboxes: Inboxes, mut socket: TcpStream, mut 
         let body_len = match body_length(&core, &head) {
             Ok(n) => n,
             Err(refusal) => {
-                reply::refuse(&mut out, refusal, None, false);
+                Answer::Refused { refusal, id: None }.render(&mut out, false);
                 let _ = write_out(&mut socket, out).await;
                 let got = buf.len() - head.head_len;
                 let unread = head.content_length.unwrap_or(0).saturating_sub(got);
@@ -114,7 +116,7 @@ pub async fn serve(core: Rc<Core>, inboxes: Inboxes, mut socket: TcpStream, mut 
         let outcome = {
             let (head_bytes, rest) = buf.split_at_mut(head.head_len);
             let req = Request { head: &head, head_bytes, body: &mut rest[..body_len] };
-            transport::handle(&core, req, &mut out).await
+            endpoint::handle(&core, req, &mut out).await
         };
         match outcome {
             Outcome::HandOff(target) => {
@@ -231,7 +233,7 @@ fn hand_off(core: &Core, inboxes: &Inboxes, target: u16, socket: TcpStream, pend
         if let Err(back) = inbox.send(Moved { socket, pending }) {
             // Full inbox: answer 503 on the (now std, blocking-capable) socket and close.
             let mut out = Vec::new();
-            reply::refuse(&mut out, Refusal::Unavailable, None, false);
+            Answer::Refused { refusal: Refusal::Unavailable, id: None }.render(&mut out, false);
             let mut s = back.socket;
             let _ = s.set_nonblocking(false);
             let _ = std::io::Write::write_all(&mut s, &out);
@@ -276,11 +278,11 @@ async fn write_stream(
             core.metrics.gaps_total.inc();
         }
         if !frames.is_empty() {
-            crate::sse::push_chunk(&mut out, frames);
+            crate::wire::sse::push_chunk(&mut out, frames);
         }
         let ends = matches!(batch, Batch::Ended | Batch::Dropped | Batch::Gap | Batch::Park);
         if ends {
-            out.extend_from_slice(crate::sse::CHUNK_END);
+            out.extend_from_slice(crate::wire::sse::CHUNK_END);
         }
         if batch == Batch::Superseded {
             return (false, out);
@@ -293,77 +295,37 @@ async fn write_stream(
                 s.detach(key, epoch);
                 return (false, out);
             }
-            after_write(&mut s, key, epoch, cursor.after, batch);
+            stream::after_send(&mut s, key, epoch, cursor.after, batch);
             if ends {
                 return (batch != Batch::Park, out);
             }
             continue;
         }
-        monoio::select! {
-            _ = notified => {}
+        // Only readiness is awaited inside the select: a losing branch is dropped, and a read
+        // future dropped there would take the connection buffer (pipelined requests) with it.
+        let readable = monoio::select! {
+            _ = notified => false,
             _ = monoio::time::sleep(core.cfg.sse_keepalive) => {
                 frames.clear();
-                crate::sse::push_comment(frames);
-                crate::sse::push_chunk(&mut out, frames);
+                crate::wire::sse::push_comment(frames);
+                crate::wire::sse::push_chunk(&mut out, frames);
+                false
             }
-            closed = peer_closed(socket, buf), if watch_peer => {
-                if closed {
-                    session.borrow_mut().detach(key, epoch);
-                    return (false, out);
-                }
-                watch_peer = false;
+            _ = socket.readable(false), if watch_peer => true,
+        };
+        if readable {
+            if peer_closed(socket, buf).await {
+                session.borrow_mut().detach(key, epoch);
+                return (false, out);
             }
+            watch_peer = false;
         }
     }
 }
 
-/// Bookkeeping after a successful send on a stream.
-fn after_write(
-    s: &mut crate::session::Session,
-    key: crate::replay::StreamKey,
-    epoch: u64,
-    after: crate::replay::EventSeq,
-    batch: Batch,
-) {
-    let still_ours = s
-        .stream(key)
-        .is_some_and(|st| st.attachment == (crate::session::Attachment::Attached { epoch }));
-    if !still_ours {
-        return;
-    }
-    if let Some(st) = s.stream_mut(key) {
-        if after > st.written {
-            st.written = after;
-        }
-    }
-    match batch {
-        Batch::Ended => {
-            let produced = s.stream(key).map(|st| st.produced).unwrap_or(after);
-            s.mark_delivered(key, produced);
-            s.detach(key, epoch);
-        }
-        Batch::Dropped | Batch::Gap => s.detach(key, epoch),
-        Batch::Park => {
-            if let Some(st) = s.stream_mut(key) {
-                st.parked = true;
-            }
-            s.detach(key, epoch);
-        }
-        Batch::More | Batch::Superseded => {
-            let caught = s.stream(key).is_some_and(|st| st.produced <= after);
-            if caught {
-                s.set_replaying(key, false);
-            }
-        }
-    }
-}
-
-/// Completes when the socket turns readable: true if the peer closed, false if it sent bytes
-/// (appended to `buf`, handled after the stream).
+/// After the socket turned readable: true if the peer closed, false if it sent bytes (appended
+/// to `buf`, handled after the stream). Not cancelled by anything: the read returns the buffer.
 async fn peer_closed(socket: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
-    if socket.readable(false).await.is_err() {
-        return true;
-    }
     match read_some(socket, buf, Duration::from_millis(1)).await {
         ReadEnd::Data => false,
         ReadEnd::Closed => true,

@@ -4,17 +4,18 @@
 //! "everything server" (`examples/servers/typescript/everything-server.ts`).
 //!
 //! Owns: the `test_*` tools, the `test://` resources and template, the `test_*` prompts and the
-//! completion of `test_prompt_with_arguments`. Called by: `Registry::new` (`tools`, `catalog`).
+//! completion of `test_prompt_with_arguments`. Called by: `BuiltinProvider::new` (`tools`,
+//! `catalog`).
 //! Never: keeps state between calls; `resources/subscribe` bookkeeping belongs to the
 //! transport, and `test://watched-resource` never changes, so no update is ever due.
 
 use std::rc::Rc;
 use std::time::Duration;
 
-use super::{error_result, expect_arguments_object, fn_tool, required_str, text_result};
-use super::{Annotations, Catalog, Emit, LogLevel, Tool, ToolError, ToolSpec, Value};
-use simd_json::json;
-use simd_json::prelude::*;
+use super::{error_result, expect_arguments_object, fn_tool, hints, required_str, text_result};
+use super::{BuiltinTool, Catalog, ToolSpec};
+use crate::provider::{Annotations, CallContext, LogLevel, ProviderError, ProviderResult, Value};
+use serde_json::json;
 
 /// A 1×1 PNG, base64: the image the reference server returns (tools, resource and prompt).
 const TEST_IMAGE_PNG_BASE64: &str = concat!(
@@ -37,11 +38,11 @@ const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
 const NO_ARGUMENTS: &str = r#"{"type":"object","properties":{}}"#;
 
 /// Pure tools: nothing they do changes anything, so a retried call may simply run again.
-const READ_ONLY: Annotations = Annotations { read_only: true, idempotent: false };
+const READ_ONLY: Annotations = hints(true, false);
 
 /// Tools that talk to the client (logs, progress, sampling, elicitation, disconnect) while
 /// running: repeating one repeats that conversation, so they are not marked safe to repeat.
-const INTERACTIVE: Annotations = Annotations { read_only: false, idempotent: false };
+const INTERACTIVE: Annotations = hints(false, false);
 
 const fn spec(
     name: &'static str,
@@ -138,7 +139,7 @@ const JSON_SCHEMA_2020_12: ToolSpec = spec(
 );
 
 /// The conformance set's tools, in the reference server's order.
-pub fn tools() -> Vec<Rc<dyn Tool>> {
+pub(crate) fn tools() -> Vec<Rc<dyn BuiltinTool>> {
     vec![
         fn_tool(SIMPLE_TEXT, simple_text),
         fn_tool(IMAGE_CONTENT, image_content),
@@ -158,7 +159,7 @@ pub fn tools() -> Vec<Rc<dyn Tool>> {
 }
 
 /// The conformance set's resources, template, prompts and completions.
-pub fn catalog() -> Box<dyn Catalog> {
+pub(crate) fn catalog() -> Box<dyn Catalog> {
     Box::new(ConformanceCatalog)
 }
 
@@ -166,23 +167,23 @@ fn image_item() -> Value {
     json!({ "type": "image", "data": TEST_IMAGE_PNG_BASE64, "mimeType": "image/png" })
 }
 
-async fn simple_text(arguments: Value, _emit: Rc<dyn Emit>) -> Result<Value, ToolError> {
+async fn simple_text(arguments: Value, _cx: CallContext) -> ProviderResult<Value> {
     expect_arguments_object(&arguments)?;
     Ok(text_result("This is a simple text response for testing."))
 }
 
-async fn image_content(arguments: Value, _emit: Rc<dyn Emit>) -> Result<Value, ToolError> {
+async fn image_content(arguments: Value, _cx: CallContext) -> ProviderResult<Value> {
     expect_arguments_object(&arguments)?;
     Ok(json!({ "content": [image_item()] }))
 }
 
-async fn audio_content(arguments: Value, _emit: Rc<dyn Emit>) -> Result<Value, ToolError> {
+async fn audio_content(arguments: Value, _cx: CallContext) -> ProviderResult<Value> {
     expect_arguments_object(&arguments)?;
     let audio = json!({ "type": "audio", "data": TEST_AUDIO_WAV_BASE64, "mimeType": "audio/wav" });
     Ok(json!({ "content": [audio] }))
 }
 
-async fn embedded_resource(arguments: Value, _emit: Rc<dyn Emit>) -> Result<Value, ToolError> {
+async fn embedded_resource(arguments: Value, _cx: CallContext) -> ProviderResult<Value> {
     expect_arguments_object(&arguments)?;
     let resource = json!({
         "uri": "test://embedded-resource",
@@ -192,7 +193,7 @@ async fn embedded_resource(arguments: Value, _emit: Rc<dyn Emit>) -> Result<Valu
     Ok(json!({ "content": [{ "type": "resource", "resource": resource }] }))
 }
 
-async fn multiple_content_types(arguments: Value, _emit: Rc<dyn Emit>) -> Result<Value, ToolError> {
+async fn multiple_content_types(arguments: Value, _cx: CallContext) -> ProviderResult<Value> {
     expect_arguments_object(&arguments)?;
     let resource = json!({
         "uri": "test://mixed-content-resource",
@@ -209,42 +210,42 @@ async fn multiple_content_types(arguments: Value, _emit: Rc<dyn Emit>) -> Result
 }
 
 /// Three `info` logs, `STEP_PAUSE` apart (scenario `tools-call-with-logging`).
-async fn tool_with_logging(arguments: Value, emit: Rc<dyn Emit>) -> Result<Value, ToolError> {
+async fn tool_with_logging(arguments: Value, cx: CallContext) -> ProviderResult<Value> {
     expect_arguments_object(&arguments)?;
     let messages = ["Tool execution started", "Tool processing data", "Tool execution completed"];
     for (index, message) in messages.into_iter().enumerate() {
         if index > 0 {
             monoio::time::sleep(STEP_PAUSE).await;
         }
-        emit.log(LogLevel::Info, None, Value::from(message));
+        cx.log(LogLevel::Info, None, Value::from(message));
     }
     Ok(text_result("Tool with logging executed successfully"))
 }
 
 /// Progress 0, 50, 100 of 100, `STEP_PAUSE` apart (scenario `tools-call-with-progress`).
-async fn tool_with_progress(arguments: Value, emit: Rc<dyn Emit>) -> Result<Value, ToolError> {
+async fn tool_with_progress(arguments: Value, cx: CallContext) -> ProviderResult<Value> {
     expect_arguments_object(&arguments)?;
     for (index, progress) in [0.0, 50.0, 100.0].into_iter().enumerate() {
         if index > 0 {
             monoio::time::sleep(STEP_PAUSE).await;
         }
         let message = format!("Completed step {progress} of 100");
-        emit.progress(progress, Some(100.0), Some(&message));
+        cx.progress(progress, Some(100.0), Some(&message));
     }
     Ok(text_result("Progress test completed: reported 0, 50 and 100 of 100"))
 }
 
 /// A tool-level failure: an `isError` result, not a JSON-RPC error (`tools-call-error`).
-async fn error_handling(arguments: Value, _emit: Rc<dyn Emit>) -> Result<Value, ToolError> {
+async fn error_handling(arguments: Value, _cx: CallContext) -> ProviderResult<Value> {
     expect_arguments_object(&arguments)?;
     Ok(error_result("This tool intentionally returns an error for testing"))
 }
 
 /// SEP-1699 fixture (`server-sse-polling`): drop the connection first, answer after, so the
 /// result can only reach the client through a GET + `Last-Event-ID` resume.
-async fn reconnection(arguments: Value, emit: Rc<dyn Emit>) -> Result<Value, ToolError> {
+async fn reconnection(arguments: Value, cx: CallContext) -> ProviderResult<Value> {
     expect_arguments_object(&arguments)?;
-    emit.close_connection();
+    cx.close_connection();
     monoio::time::sleep(RECONNECT_PAUSE).await;
     Ok(text_result(
         "Reconnection test completed successfully. If you received this, the client properly \
@@ -253,15 +254,15 @@ async fn reconnection(arguments: Value, emit: Rc<dyn Emit>) -> Result<Value, Too
 }
 
 /// Asks the client's LLM (`sampling/createMessage`) and returns its text.
-async fn sampling(arguments: Value, emit: Rc<dyn Emit>) -> Result<Value, ToolError> {
+async fn sampling(arguments: Value, cx: CallContext) -> ProviderResult<Value> {
     let prompt = required_str(&arguments, "prompt")?;
     let params = json!({
         "messages": [{ "role": "user", "content": { "type": "text", "text": prompt } }],
         "maxTokens": 100,
     });
-    match emit.request("sampling/createMessage", params).await {
+    match cx.request("sampling/createMessage", params).await {
         Ok(result) => Ok(text_result(format!("LLM response: {}", sampled_text(&result)))),
-        Err(ToolError::ClientError { code, message }) => {
+        Err(ProviderError::ClientError { code, message }) => {
             Ok(error_result(format!("Sampling failed: client error {code}: {message}")))
         }
         Err(error) => Err(error),
@@ -283,7 +284,7 @@ fn sampled_text(result: &Value) -> &str {
 }
 
 /// Asks the user (`elicitation/create`) for a username and an e-mail address.
-async fn elicitation(arguments: Value, emit: Rc<dyn Emit>) -> Result<Value, ToolError> {
+async fn elicitation(arguments: Value, cx: CallContext) -> ProviderResult<Value> {
     let message = required_str(&arguments, "message")?;
     let requested_schema = json!({
         "type": "object",
@@ -293,14 +294,11 @@ async fn elicitation(arguments: Value, emit: Rc<dyn Emit>) -> Result<Value, Tool
         },
         "required": ["username", "email"],
     });
-    elicit(emit, "User response", message, requested_schema).await
+    elicit(cx, "User response", message, requested_schema).await
 }
 
 /// SEP-1034: one field per primitive type, each with a default.
-async fn elicitation_sep1034_defaults(
-    arguments: Value,
-    emit: Rc<dyn Emit>,
-) -> Result<Value, ToolError> {
+async fn elicitation_sep1034_defaults(arguments: Value, cx: CallContext) -> ProviderResult<Value> {
     expect_arguments_object(&arguments)?;
     let requested_schema = json!({
         "type": "object",
@@ -323,15 +321,12 @@ async fn elicitation_sep1034_defaults(
         "required": [],
     });
     let message = "Please review and update the form fields with defaults";
-    elicit(emit, "Elicitation completed", message, requested_schema).await
+    elicit(cx, "Elicitation completed", message, requested_schema).await
 }
 
 /// SEP-1330: the five enum shapes (untitled/titled single, legacy `enumNames`, untitled/titled
 /// multi-select).
-async fn elicitation_sep1330_enums(
-    arguments: Value,
-    emit: Rc<dyn Emit>,
-) -> Result<Value, ToolError> {
+async fn elicitation_sep1330_enums(arguments: Value, cx: CallContext) -> ProviderResult<Value> {
     expect_arguments_object(&arguments)?;
     let titled = |word: &str| {
         json!([
@@ -377,26 +372,26 @@ async fn elicitation_sep1330_enums(
         "required": [],
     });
     let message = "Please select options from the enum fields";
-    elicit(emit, "Elicitation completed", message, requested_schema).await
+    elicit(cx, "Elicitation completed", message, requested_schema).await
 }
 
 /// Sends `elicitation/create` (form mode, the default, so `mode` is omitted for clients of
 /// 2025-06-18) and describes the client's answer.
 async fn elicit(
-    emit: Rc<dyn Emit>,
+    cx: CallContext,
     summary: &str,
     message: &str,
     requested_schema: Value,
-) -> Result<Value, ToolError> {
+) -> ProviderResult<Value> {
     let params = json!({ "message": message, "requestedSchema": requested_schema });
-    match emit.request("elicitation/create", params).await {
+    match cx.request("elicitation/create", params).await {
         Ok(result) => {
             let action = result.get("action").and_then(|action| action.as_str());
-            let content = result.get("content").map_or_else(|| "{}".to_owned(), |c| c.encode());
+            let content = result.get("content").map_or_else(|| "{}".to_owned(), Value::to_string);
             let action = action.unwrap_or("(none)");
             Ok(text_result(format!("{summary}: action={action}, content={content}")))
         }
-        Err(ToolError::ClientError { code, message }) => {
+        Err(ProviderError::ClientError { code, message }) => {
             Ok(error_result(format!("Elicitation failed: client error {code}: {message}")))
         }
         Err(error) => Err(error),
@@ -404,9 +399,9 @@ async fn elicit(
 }
 
 /// Echoes its arguments; the point of the tool is its listed schema.
-async fn json_schema_2020_12(arguments: Value, _emit: Rc<dyn Emit>) -> Result<Value, ToolError> {
+async fn json_schema_2020_12(arguments: Value, _cx: CallContext) -> ProviderResult<Value> {
     expect_arguments_object(&arguments)?;
-    let arguments = if arguments.is_null() { "{}".to_owned() } else { arguments.encode() };
+    let arguments = if arguments.is_null() { "{}".to_owned() } else { arguments.to_string() };
     Ok(text_result(format!("JSON Schema 2020-12 tool called with: {arguments}")))
 }
 
@@ -473,7 +468,7 @@ impl Catalog for ConformanceCatalog {
                 let id = template_id(uri)?;
                 let data =
                     json!({ "id": id, "templateTest": true, "data": format!("Data for ID: {id}") });
-                json!({ "uri": uri, "mimeType": "application/json", "text": data.encode() })
+                json!({ "uri": uri, "mimeType": "application/json", "text": data.to_string() })
             }
         };
         Some(json!({ "contents": [content] }))
@@ -509,7 +504,7 @@ impl Catalog for ConformanceCatalog {
         ]
     }
 
-    fn get_prompt(&self, name: &str, arguments: &Value) -> Result<Value, ToolError> {
+    fn get_prompt(&self, name: &str, arguments: &Value) -> ProviderResult<Value> {
         let user = |content: Value| json!({ "role": "user", "content": content });
         let text = |text: String| json!({ "type": "text", "text": text });
         let messages = match name {
@@ -538,7 +533,7 @@ impl Catalog for ConformanceCatalog {
                 expect_arguments_object(arguments)?;
                 vec![user(image_item()), user(text("Please analyze the image above.".to_owned()))]
             }
-            _ => return Err(ToolError::NotFound(name.to_owned())),
+            _ => return Err(ProviderError::NotFound(name.to_owned())),
         };
         Ok(json!({ "messages": messages }))
     }
@@ -572,21 +567,20 @@ fn template_id(uri: &str) -> Option<&str> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{first_text, parse, run, Call, RecordingEmit};
     use super::*;
+    use crate::provider::testing::{first_text, parse, run, Call, RecordingSink};
     use std::time::Instant;
 
-    /// Calls tool `name` of this set with `arguments` on a recording `Emit`.
-    fn call(name: &str, arguments: Value, emit: &Rc<RecordingEmit>) -> Result<Value, ToolError> {
+    /// Calls tool `name` of this set with `arguments` on a context recorded by `sink`.
+    fn call(name: &str, arguments: Value, sink: &Rc<RecordingSink>) -> ProviderResult<Value> {
         let tool = tools().into_iter().find(|t| t.spec().name == name).expect("tool exists");
-        let emit: Rc<dyn Emit> = emit.clone();
-        run(tool.call(arguments, emit))
+        run(tool.call(arguments, sink.context()))
     }
 
     fn call_quietly(name: &str, arguments: Value) -> Value {
-        let emit = Rc::new(RecordingEmit::default());
-        let result = call(name, arguments, &emit).expect("tool succeeds");
-        assert!(emit.calls().is_empty(), "{name} emitted {:?}", emit.calls());
+        let sink = Rc::new(RecordingSink::default());
+        let result = call(name, arguments, &sink).expect("tool succeeds");
+        assert!(sink.calls().is_empty(), "{name} emitted {:?}", sink.calls());
         result
     }
 
@@ -649,10 +643,14 @@ mod tests {
         // Goal: malformed `arguments` is -32602 for every tool, never a panic. Method: table.
         for tool in tools() {
             for arguments in [json!([]), json!("x"), json!(1)] {
-                let emit = Rc::new(RecordingEmit::default());
-                let result = call(tool.spec().name, arguments, &emit);
-                assert!(matches!(result, Err(ToolError::InvalidParams(_))), "{}", tool.spec().name);
-                assert!(emit.calls().is_empty());
+                let sink = Rc::new(RecordingSink::default());
+                let result = call(tool.spec().name, arguments, &sink);
+                assert!(
+                    matches!(result, Err(ProviderError::InvalidParams(_))),
+                    "{}",
+                    tool.spec().name
+                );
+                assert!(sink.calls().is_empty());
             }
         }
     }
@@ -669,8 +667,8 @@ mod tests {
     fn logging_tool_sends_three_info_logs_50_ms_apart() {
         // Goal: tools-call-with-logging sees 3 notifications/message. Method: record the logs
         // and their times.
-        let emit = Rc::new(RecordingEmit::default());
-        let result = call("test_tool_with_logging", json!({}), &emit).expect("ok");
+        let sink = Rc::new(RecordingSink::default());
+        let result = call("test_tool_with_logging", json!({}), &sink).expect("ok");
         assert_eq!(first_text(&result), "Tool with logging executed successfully");
         let log = |text: &str| Call::Log { level: LogLevel::Info, logger: None, data: json!(text) };
         let expected = vec![
@@ -678,27 +676,27 @@ mod tests {
             log("Tool processing data"),
             log("Tool execution completed"),
         ];
-        assert_eq!(emit.calls(), expected);
-        assert_spaced(&emit, STEP_PAUSE);
+        assert_eq!(sink.calls(), expected);
+        assert_spaced(&sink, STEP_PAUSE);
     }
 
     #[test]
     fn progress_tool_reports_0_50_100_of_100() {
         // Goal: tools-call-with-progress sees ≥3 non-decreasing progress notifications.
-        let emit = Rc::new(RecordingEmit::default());
-        let result = call("test_tool_with_progress", json!(null), &emit).expect("ok");
+        let sink = Rc::new(RecordingSink::default());
+        let result = call("test_tool_with_progress", json!(null), &sink).expect("ok");
         assert!(!first_text(&result).is_empty());
         let progress = |p: f64| Call::Progress {
             progress: p,
             total: Some(100.0),
             message: Some(format!("Completed step {p} of 100")),
         };
-        assert_eq!(emit.calls(), vec![progress(0.0), progress(50.0), progress(100.0)]);
-        assert_spaced(&emit, STEP_PAUSE);
+        assert_eq!(sink.calls(), vec![progress(0.0), progress(50.0), progress(100.0)]);
+        assert_spaced(&sink, STEP_PAUSE);
     }
 
-    fn assert_spaced(emit: &RecordingEmit, pause: Duration) {
-        let times: Vec<Instant> = emit.calls.borrow().iter().map(|(at, _)| *at).collect();
+    fn assert_spaced(sink: &RecordingSink, pause: Duration) {
+        let times: Vec<Instant> = sink.calls.borrow().iter().map(|(at, _)| *at).collect();
         assert!(times.windows(2).all(|w| w[1] - w[0] >= pause), "calls closer than {pause:?}");
     }
 
@@ -706,34 +704,34 @@ mod tests {
     fn reconnection_closes_the_connection_before_answering() {
         // Goal: server-sse-polling gets its result only after the disconnect. Method: the
         // close is the only call, and the result comes ≥ 100 ms after it.
-        let emit = Rc::new(RecordingEmit::default());
-        let result = call("test_reconnection", json!({}), &emit).expect("ok");
+        let sink = Rc::new(RecordingSink::default());
+        let result = call("test_reconnection", json!({}), &sink).expect("ok");
         let answered = Instant::now();
         assert!(first_text(&result).starts_with("Reconnection test completed successfully."));
-        assert_eq!(emit.calls(), vec![Call::CloseConnection]);
-        let closed = emit.calls.borrow()[0].0;
+        assert_eq!(sink.calls(), vec![Call::CloseConnection]);
+        let closed = sink.calls.borrow()[0].0;
         assert!(answered - closed >= RECONNECT_PAUSE);
     }
 
     #[test]
     fn sampling_sends_the_prompt_and_returns_the_answer() {
         // Goal: tools-call-sampling: the exact createMessage params, the answer's text back.
-        let emit = Rc::new(RecordingEmit::default());
+        let sink = Rc::new(RecordingSink::default());
         let answer = json!({
             "role": "assistant",
             "content": { "type": "text", "text": "This is a test response from the client" },
             "model": "test-model",
             "stopReason": "endTurn",
         });
-        emit.answer("sampling/createMessage", Ok(answer));
-        let result = call("test_sampling", json!({ "prompt": "Say hi" }), &emit).expect("ok");
+        sink.answer("sampling/createMessage", Ok(answer));
+        let result = call("test_sampling", json!({ "prompt": "Say hi" }), &sink).expect("ok");
         assert_eq!(first_text(&result), "LLM response: This is a test response from the client");
         let params = json!({
             "messages": [{ "role": "user", "content": { "type": "text", "text": "Say hi" } }],
             "maxTokens": 100,
         });
         let method = "sampling/createMessage".to_owned();
-        assert_eq!(emit.calls(), vec![Call::Request { method, params }]);
+        assert_eq!(sink.calls(), vec![Call::Request { method, params }]);
     }
 
     #[test]
@@ -741,38 +739,38 @@ mod tests {
         // Goal: every reject path: missing/non-string prompt → -32602 with no request; a client
         // error → isError result; cancellation propagates; array content is read.
         for arguments in [json!({}), json!(null), json!({ "prompt": 3 })] {
-            let emit = Rc::new(RecordingEmit::default());
-            let result = call("test_sampling", arguments, &emit);
-            assert!(matches!(result, Err(ToolError::InvalidParams(_))));
-            assert!(emit.calls().is_empty());
+            let sink = Rc::new(RecordingSink::default());
+            let result = call("test_sampling", arguments, &sink);
+            assert!(matches!(result, Err(ProviderError::InvalidParams(_))));
+            assert!(sink.calls().is_empty());
         }
-        let emit = Rc::new(RecordingEmit::default());
-        let rejected = ToolError::ClientError { code: -1, message: "User rejected".to_owned() };
-        emit.answer("sampling/createMessage", Err(rejected));
-        let result = call("test_sampling", json!({ "prompt": "p" }), &emit).expect("ok");
+        let sink = Rc::new(RecordingSink::default());
+        let rejected = ProviderError::ClientError { code: -1, message: "User rejected".to_owned() };
+        sink.answer("sampling/createMessage", Err(rejected));
+        let result = call("test_sampling", json!({ "prompt": "p" }), &sink).expect("ok");
         assert_eq!(result["isError"], json!(true));
         assert!(first_text(&result).contains("User rejected"));
 
-        emit.answer("sampling/createMessage", Err(ToolError::Cancelled));
-        let result = call("test_sampling", json!({ "prompt": "p" }), &emit);
-        assert_eq!(result, Err(ToolError::Cancelled));
+        sink.answer("sampling/createMessage", Err(ProviderError::Cancelled));
+        let result = call("test_sampling", json!({ "prompt": "p" }), &sink);
+        assert_eq!(result, Err(ProviderError::Cancelled));
 
         let answer = json!({ "content": [{ "type": "image" }, { "type": "text", "text": "two" }] });
-        emit.answer("sampling/createMessage", Ok(answer));
-        let result = call("test_sampling", json!({ "prompt": "p" }), &emit).expect("ok");
+        sink.answer("sampling/createMessage", Ok(answer));
+        let result = call("test_sampling", json!({ "prompt": "p" }), &sink).expect("ok");
         assert_eq!(first_text(&result), "LLM response: two");
-        emit.answer("sampling/createMessage", Ok(json!({})));
-        let result = call("test_sampling", json!({ "prompt": "p" }), &emit).expect("ok");
+        sink.answer("sampling/createMessage", Ok(json!({})));
+        let result = call("test_sampling", json!({ "prompt": "p" }), &sink).expect("ok");
         assert_eq!(first_text(&result), "LLM response: No response");
     }
 
     /// Runs elicitation tool `name` against an accepting client; returns the sent params.
     fn elicit_params(name: &str, arguments: Value) -> (Value, String) {
-        let emit = Rc::new(RecordingEmit::default());
+        let sink = Rc::new(RecordingSink::default());
         let answer = json!({ "action": "accept", "content": { "username": "testuser" } });
-        emit.answer("elicitation/create", Ok(answer));
-        let result = call(name, arguments, &emit).expect("ok");
-        let calls = emit.calls();
+        sink.answer("elicitation/create", Ok(answer));
+        let result = call(name, arguments, &sink).expect("ok");
+        let calls = sink.calls();
         assert_eq!(calls.len(), 1);
         let Call::Request { method, params } = &calls[0] else {
             panic!("not a request: {calls:?}")
@@ -793,11 +791,11 @@ mod tests {
         assert_eq!(schema["required"], json!(["username", "email"]));
         assert_eq!(text, r#"User response: action=accept, content={"username":"testuser"}"#);
 
-        let emit = Rc::new(RecordingEmit::default());
-        let result = call("test_elicitation", json!({}), &emit);
-        assert!(matches!(result, Err(ToolError::InvalidParams(_))));
-        emit.answer("elicitation/create", Ok(json!({ "action": "decline" })));
-        let result = call("test_elicitation", json!({ "message": "m" }), &emit).expect("ok");
+        let sink = Rc::new(RecordingSink::default());
+        let result = call("test_elicitation", json!({}), &sink);
+        assert!(matches!(result, Err(ProviderError::InvalidParams(_))));
+        sink.answer("elicitation/create", Ok(json!({ "action": "decline" })));
+        let result = call("test_elicitation", json!({ "message": "m" }), &sink).expect("ok");
         assert_eq!(first_text(&result), "User response: action=decline, content={}");
     }
 
@@ -878,7 +876,7 @@ mod tests {
             let spec = tool.spec();
             let expected = !interactive.contains(&spec.name);
             assert_eq!(spec.annotations.safe_to_repeat(), expected, "{}", spec.name);
-            assert_eq!(spec.annotations.read_only, expected, "{}", spec.name);
+            assert_eq!(spec.annotations.read_only.unwrap_or(false), expected, "{}", spec.name);
         }
     }
 
@@ -981,10 +979,10 @@ mod tests {
         ];
         for (name, arguments) in invalid {
             let result = catalog.get_prompt(name, &arguments);
-            assert!(matches!(result, Err(ToolError::InvalidParams(_))), "{name} {arguments:?}");
+            assert!(matches!(result, Err(ProviderError::InvalidParams(_))), "{name} {arguments:?}");
         }
         let unknown = catalog.get_prompt("test_dynamic_prompt", &json!({}));
-        assert_eq!(unknown, Err(ToolError::NotFound("test_dynamic_prompt".to_owned())));
+        assert_eq!(unknown, Err(ProviderError::NotFound("test_dynamic_prompt".to_owned())));
     }
 
     #[test]

@@ -3,8 +3,10 @@
 //!
 //! Owns: `Session` (negotiated version, log level, replay ring, streams, the request-id,
 //! fingerprint and idempotency-key maps, the owed count and replaying count) and `SessionTable`
-//! (one per core). Every stream transition goes through `Session::refresh`, which keeps the
-//! owed count exact, so the POST decision reads counters in O(1) and never scans.
+//! (one per core). A stream's lifecycle (`Run` × `Writer` and its cursors) is private to this
+//! module and changes only through `Session`'s transition methods, each of which ends in
+//! `refresh`, which keeps the owed and replaying counts exact (recounted in debug builds), so
+//! the POST decision reads counters in O(1) and never scans.
 //! Never: does I/O or awaits; callers hold a `RefCell` borrow only between awaits.
 
 pub mod fasthash;
@@ -17,9 +19,9 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use crate::jsonrpc::RawId;
-use crate::replay::{EventSeq, Evicted, Ring, StreamKey};
-use crate::tool::LogLevel;
+use crate::legacy::replay::{EventSeq, Evicted, Ring, StreamKey};
+use crate::provider::LogLevel;
+use crate::wire::jsonrpc::RawId;
 pub use id::SessionId;
 use signal::Signal;
 
@@ -35,17 +37,35 @@ pub enum StreamKind {
     Standalone,
 }
 
-/// Whether a connection is writing a stream.
+/// Where a stream's work is. Changes only through `Session`'s transition methods.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Attachment {
-    Detached,
-    /// A writer with this epoch owns the stream; an older epoch must stop writing.
-    Attached {
-        epoch: u64,
-    },
+pub enum Run {
+    /// The request runs (the standalone stream is `Running` for its whole life).
+    Running,
+    /// The final response was appended as event `final_seq`; `before_final` is the stream's
+    /// event just before it (so a hint can still fetch the final response).
+    Finished { final_seq: EventSeq, before_final: EventSeq },
+    /// Cancelled or abandoned: the tail is dropped, nothing more is appended or owed.
+    Dropped,
 }
 
-/// One stream's state (CONTRACT §4: produced, delivered, attached, in_flight).
+/// Who writes a stream. Changes only through `Session`'s transition methods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Writer {
+    /// No connection writes it.
+    Detached,
+    /// The writer holding `epoch` owns it (an older epoch must stop); `replaying` while that
+    /// writer flushes a backlog (CONTRACT §4 step 4 holds new requests meanwhile).
+    Attached { epoch: u64, replaying: bool },
+    /// The server closed the connection on purpose (SEP-1699 polling): not owed; the client
+    /// comes back with GET + Last-Event-ID.
+    Parked,
+}
+
+/// One stream: its identity (public), and its lifecycle (`Run` × `Writer` and the cursors),
+/// private to this module so that every change goes through a transition that keeps the
+/// session's owed and replaying counts exact (CONTRACT §4: produced, delivered, attached,
+/// in flight).
 pub struct StreamState {
     pub key: StreamKey,
     pub kind: StreamKind,
@@ -58,62 +78,114 @@ pub struct StreamState {
     pub progress_token: Option<Box<str>>,
     /// The stream's first event (its priming event).
     pub first: EventSeq,
-    /// Last event appended.
-    pub produced: EventSeq,
-    /// Last event the client is known to hold.
-    pub delivered: EventSeq,
-    /// Last event a connection finished sending.
-    pub written: EventSeq,
-    /// Last event before the final response (so a hint can still fetch the final response).
-    pub before_final: EventSeq,
-    /// The event carrying the final JSON-RPC response, once appended.
-    pub final_seq: Option<EventSeq>,
-    pub in_flight: bool,
-    pub attachment: Attachment,
-    next_epoch: u64,
-    /// The server closed the connection on purpose (SEP-1699 polling): not owed.
-    pub parked: bool,
-    /// Cancelled or abandoned: the tail is dropped, nothing more is owed.
-    pub dropped: bool,
-    /// A tool asked to close the connection (SEP-1699); the writer acts on it.
-    pub close_requested: bool,
-    /// Last event of this stream evicted from the ring (0 = none).
-    pub evicted_through: EventSeq,
-    /// Oldest event of this stream still in the ring.
-    pub first_held: Option<EventSeq>,
-    owed_counted: bool,
-    /// When it became owed (for `--owed-timeout-secs`).
-    pub owed_since: Option<Instant>,
-    /// When it first completed and was delivered (for `--stream-retention-secs`).
-    pub settled_at: Option<Instant>,
-    /// A writer of this stream has a backlog to replay (counted in `Session::replaying`).
-    pub replaying: bool,
     /// New events or state: the writer wakes on it.
     pub signal: Rc<Signal>,
-    /// Set by `notifications/cancelled`: the running tool stops.
+    /// Fired when the stream is cancelled: the running tool stops.
     pub cancel: Rc<Signal>,
-    pub cancelled: bool,
+    run: Run,
+    writer: Writer,
+    next_epoch: u64,
+    /// Last event appended.
+    produced: EventSeq,
+    /// Last event the client is known to hold.
+    delivered: EventSeq,
+    /// Last event a connection finished sending.
+    written: EventSeq,
+    /// A tool asked to close the connection (SEP-1699); the next writer batch acts on it.
+    close_requested: bool,
+    /// The tool was told to stop (cancel, session end); its outcome is ignored.
+    cancelled: bool,
+    /// Last event of this stream evicted from the ring (0 = none).
+    evicted_through: EventSeq,
+    /// Oldest event of this stream still in the ring.
+    first_held: Option<EventSeq>,
+    /// Counted in `Session::owed_count` (kept equal to `is_owed()` by `refresh`).
+    owed_counted: bool,
+    /// When it became owed (for `--owed-timeout-secs`).
+    owed_since: Option<Instant>,
+    /// When it first settled (for `--stream-retention-secs`).
+    settled_at: Option<Instant>,
 }
 
 impl StreamState {
-    /// CONTRACT §4: not attached and (in flight or not fully delivered); parked, dropped and
+    /// CONTRACT §4: detached (not parked) and (running or not fully delivered); dropped and
     /// standalone streams never owe.
     pub fn is_owed(&self) -> bool {
         self.kind == StreamKind::Request
-            && self.attachment == Attachment::Detached
-            && !self.parked
-            && !self.dropped
-            && (self.in_flight || self.delivered < self.produced)
+            && self.writer == Writer::Detached
+            && self.run != Run::Dropped
+            && (self.run == Run::Running || self.delivered < self.produced)
     }
 
-    /// Finished: the final response was appended (or the stream was dropped) and nothing is
-    /// owed on it.
+    /// Finished or dropped, and nothing owed on it.
     pub fn is_settled(&self) -> bool {
-        !self.in_flight && (self.dropped || self.delivered >= self.produced)
+        match self.run {
+            Run::Running => false,
+            Run::Dropped => true,
+            Run::Finished { .. } => self.delivered >= self.produced,
+        }
+    }
+
+    /// The request's work has not ended.
+    pub fn is_running(&self) -> bool {
+        self.run == Run::Running
+    }
+
+    pub fn is_dropped(&self) -> bool {
+        self.run == Run::Dropped
     }
 
     pub fn is_attached(&self) -> bool {
-        matches!(self.attachment, Attachment::Attached { .. })
+        matches!(self.writer, Writer::Attached { .. })
+    }
+
+    /// The writer holding `epoch` still owns the stream.
+    pub fn is_attached_by(&self, epoch: u64) -> bool {
+        matches!(self.writer, Writer::Attached { epoch: e, .. } if e == epoch)
+    }
+
+    pub fn is_parked(&self) -> bool {
+        self.writer == Writer::Parked
+    }
+
+    pub fn is_replaying(&self) -> bool {
+        matches!(self.writer, Writer::Attached { replaying: true, .. })
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled
+    }
+
+    pub fn run(&self) -> Run {
+        self.run
+    }
+
+    pub fn writer(&self) -> Writer {
+        self.writer
+    }
+
+    pub fn produced(&self) -> EventSeq {
+        self.produced
+    }
+
+    pub fn delivered(&self) -> EventSeq {
+        self.delivered
+    }
+
+    pub fn written(&self) -> EventSeq {
+        self.written
+    }
+
+    /// The event carrying the final JSON-RPC response, once appended.
+    pub fn final_seq(&self) -> Option<EventSeq> {
+        match self.run {
+            Run::Finished { final_seq, .. } => Some(final_seq),
+            _ => None,
+        }
+    }
+
+    pub fn evicted_through(&self) -> EventSeq {
+        self.evicted_through
     }
 
     /// The `Last-Event-ID` to hint in a 409: the last event the client is *known* to hold (a
@@ -125,8 +197,10 @@ impl StreamState {
     /// hint is for one that does not, and may repeat events it already has (same ids).
     pub fn resume_hint(&self) -> EventSeq {
         let hint = self.delivered.max(self.first);
-        match self.final_seq {
-            Some(f) if hint >= f => self.before_final.max(self.first),
+        match self.run {
+            Run::Finished { final_seq, before_final } if hint >= final_seq => {
+                before_final.max(self.first)
+            }
             _ => hint,
         }
     }
@@ -150,12 +224,6 @@ pub enum CursorError {
     Foreign,
     /// Beyond the last event the stream produced.
     Future,
-}
-
-/// Counters a worker reads to tell what changed (see `metrics`).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SessionEvents {
-    pub gaps: u64,
 }
 
 /// One session, owned by one core.
@@ -187,12 +255,17 @@ pub struct Session {
     /// DELETEd or expired: writers end, tools stop.
     pub closed: bool,
     pub streams_max: usize,
+    /// `--replay-bytes`: named in the error of an event that cannot fit.
+    replay_bytes_max: usize,
 }
+
+/// The client's answer to a server→client request: its `result`, or its `error` object.
+pub type ClientAnswer = Result<crate::provider::Value, crate::provider::Value>;
 
 /// A server→client request waiting for its answer.
 pub struct PendingClientRequest {
     pub stream: StreamKey,
-    pub answer: Rc<std::cell::RefCell<Option<Result<crate::tool::Value, crate::tool::Value>>>>,
+    pub answer: Rc<std::cell::RefCell<Option<ClientAnswer>>>,
     pub signal: Rc<Signal>,
 }
 
@@ -201,6 +274,17 @@ pub struct PendingClientRequest {
 pub enum OpenError {
     /// `--max-streams-per-session` reached and no settled stream to evict → 429.
     TooManyStreams,
+}
+
+/// Why an event was not appended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AppendError {
+    /// The stream is gone, dropped or finished: nothing more belongs on it (not an error of
+    /// anyone's: a late message of a cancelled tool).
+    Closed,
+    /// Culprit: the producer against the operator's `--replay-bytes`: the event alone is larger
+    /// than the ring. The request has been ended with an error (`fail_oversize`).
+    TooLarge { event_bytes: usize, replay_bytes: usize },
 }
 
 impl Session {
@@ -231,6 +315,7 @@ impl Session {
             next_client_request: 1,
             closed: false,
             streams_max: cfg.streams_per_session_max,
+            replay_bytes_max: cfg.replay_bytes_max,
         }
     }
 
@@ -249,10 +334,6 @@ impl Session {
 
     pub fn stream(&self, key: StreamKey) -> Option<&StreamState> {
         self.streams.get(&key)
-    }
-
-    pub fn stream_mut(&mut self, key: StreamKey) -> Option<&mut StreamState> {
-        self.streams.get_mut(&key)
     }
 
     pub fn streams(&self) -> impl Iterator<Item = &StreamState> {
@@ -309,28 +390,24 @@ impl Session {
                 idempotency_key,
                 progress_token,
                 first: EventSeq(0),
+                signal: Rc::new(Signal::default()),
+                cancel: Rc::new(Signal::default()),
+                run: Run::Running,
+                writer: Writer::Detached,
+                next_epoch: 1,
                 produced: EventSeq(0),
                 delivered: EventSeq(0),
                 written: EventSeq(0),
-                before_final: EventSeq(0),
-                final_seq: None,
-                in_flight: true,
-                attachment: Attachment::Detached,
-                next_epoch: 1,
-                parked: false,
-                dropped: false,
                 close_requested: false,
+                cancelled: false,
                 evicted_through: EventSeq(0),
                 first_held: None,
                 owed_counted: false,
                 owed_since: None,
                 settled_at: None,
-                replaying: false,
-                signal: Rc::new(Signal::default()),
-                cancel: Rc::new(Signal::default()),
-                cancelled: false,
             },
         );
+        // An empty priming event always fits the ring (the byte budget is never zero).
         let priming = self.append(key, Bytes::new()).unwrap_or(EventSeq(0));
         if let Some(s) = self.streams.get_mut(&key) {
             s.first = priming;
@@ -369,7 +446,7 @@ impl Session {
         if s.owed_counted {
             self.owed_count -= 1;
         }
-        if s.replaying {
+        if s.is_replaying() {
             self.replaying_count -= 1;
         }
         if let Some(id) = &s.request_id {
@@ -392,14 +469,36 @@ impl Session {
         s.signal.notify_all();
         s.cancel.notify_all();
         self.owed_signal.notify_all();
+        self.debug_check_counts();
     }
 
-    /// Appends an event to a stream; records evictions on the streams they hit. `None` when the
-    /// stream is gone or dropped, or the payload alone exceeds the ring's byte budget.
-    pub fn append(&mut self, key: StreamKey, payload: Bytes) -> Option<EventSeq> {
-        if self.streams.get(&key).is_none_or(|s| s.dropped) {
-            return None;
+    /// Appends an event to a running stream; records evictions on the streams they hit. An
+    /// event larger than the whole ring ends the request with an error instead
+    /// (`AppendError::TooLarge`): never a silent drop, never a stream left waiting.
+    pub fn append(&mut self, key: StreamKey, payload: Bytes) -> Result<EventSeq, AppendError> {
+        if self.streams.get(&key).is_none_or(|s| s.run != Run::Running) {
+            return Err(AppendError::Closed);
         }
+        let event_bytes = payload.len();
+        let seq = match self.append_to_ring(key, payload) {
+            Some(seq) => seq,
+            None => {
+                self.fail_oversize(key, event_bytes);
+                return Err(AppendError::TooLarge {
+                    event_bytes,
+                    replay_bytes: self.replay_bytes_max,
+                });
+            }
+        };
+        if let Some(s) = self.streams.get(&key) {
+            s.signal.notify_all();
+        }
+        self.refresh(key);
+        Ok(seq)
+    }
+
+    /// The ring append itself; `None` when the payload alone exceeds the ring's byte budget.
+    fn append_to_ring(&mut self, key: StreamKey, payload: Bytes) -> Option<EventSeq> {
         let streams = &mut self.streams;
         let seq = self
             .ring
@@ -415,28 +514,65 @@ impl Session {
         if s.first_held.is_none() {
             s.first_held = Some(seq);
         }
-        s.signal.notify_all();
-        self.refresh(key);
         Some(seq)
     }
 
-    /// Appends the final response and ends the request (`in_flight` false).
+    /// Appends the final response and ends the request (`Run::Finished`). Ignored when the
+    /// stream already ended (cancelled, dropped, or failed earlier).
     pub fn finish(&mut self, key: StreamKey, payload: Bytes) {
-        if let Some(s) = self.streams.get_mut(&key) {
-            s.before_final = s.produced;
+        if self.streams.get(&key).is_none_or(|s| s.run != Run::Running) {
+            return;
         }
-        let seq = self.append(key, payload);
-        if let Some(s) = self.streams.get_mut(&key) {
-            s.in_flight = false;
-            s.final_seq = seq;
-            s.signal.notify_all();
+        let event_bytes = payload.len();
+        let before_final = self.streams.get(&key).map_or(EventSeq(0), |s| s.produced);
+        match self.append_to_ring(key, payload) {
+            Some(final_seq) => self.end_run(key, Run::Finished { final_seq, before_final }),
+            None => self.fail_oversize(key, event_bytes),
         }
+    }
+
+    /// Ends a request whose event (`event_bytes` long) cannot fit the ring at all: its final
+    /// response becomes a -32603 error naming `--replay-bytes`, and its tool is told to stop.
+    fn fail_oversize(&mut self, key: StreamKey, event_bytes: usize) {
+        let Some(s) = self.streams.get(&key) else { return };
+        let mut payload = Vec::with_capacity(192);
+        let replay_bytes = self.replay_bytes_max;
+        crate::wire::push_oversize_error(
+            &mut payload,
+            s.request_id.as_ref(),
+            event_bytes,
+            replay_bytes,
+        );
+        let before_final = s.produced;
+        match self.append_to_ring(key, Bytes::from(payload)) {
+            Some(final_seq) => self.end_run(key, Run::Finished { final_seq, before_final }),
+            // The error itself does not fit (a ring of a few bytes): end without a result.
+            None => self.end_run(key, Run::Dropped),
+        }
+        self.cancel_tool(key);
+    }
+
+    /// The single place a run ends.
+    fn end_run(&mut self, key: StreamKey, run: Run) {
+        let Some(s) = self.streams.get_mut(&key) else { return };
+        debug_assert!(s.run == Run::Running || run == Run::Dropped, "a run ends once");
+        s.run = run;
+        s.signal.notify_all();
         self.refresh(key);
     }
 
-    /// Recomputes whether a stream is owed and keeps the session's counters exact. Every
-    /// transition calls this; it is O(1).
-    pub fn refresh(&mut self, key: StreamKey) {
+    /// Tells the running tool to stop (its outcome is ignored from now on).
+    fn cancel_tool(&mut self, key: StreamKey) {
+        if let Some(s) = self.streams.get_mut(&key) {
+            s.cancelled = true;
+            s.cancel.notify_all();
+            s.signal.notify_all();
+        }
+    }
+
+    /// Recomputes whether a stream is owed and settled, keeping the session's counters exact.
+    /// Every transition ends here; it is O(1) (the debug recount is O(streams)).
+    fn refresh(&mut self, key: StreamKey) {
         let now = Instant::now();
         let Some(s) = self.streams.get_mut(&key) else { return };
         let owed = s.is_owed();
@@ -463,6 +599,36 @@ impl Session {
                 }
             }
         }
+        self.debug_check_counts();
+    }
+
+    /// Recounts owed and replaying streams and compares with the counters (debug builds).
+    fn debug_check_counts(&self) {
+        if cfg!(debug_assertions) {
+            let owed = self.streams.values().filter(|s| s.is_owed()).count();
+            let replaying = self.streams.values().filter(|s| s.is_replaying()).count();
+            assert_eq!(owed, self.owed_count, "owed count drifted");
+            assert_eq!(replaying, self.replaying_count, "replaying count drifted");
+            assert!(self.streams.values().all(|s| s.owed_counted == s.is_owed()));
+        }
+    }
+
+    /// Sets the writer, keeping the replaying count exact.
+    fn set_writer(&mut self, key: StreamKey, writer: Writer) {
+        let Some(s) = self.streams.get_mut(&key) else { return };
+        let was = s.is_replaying();
+        s.writer = writer;
+        let now = s.is_replaying();
+        s.signal.notify_all();
+        if was != now {
+            if now {
+                self.replaying_count += 1;
+            } else {
+                self.replaying_count -= 1;
+            }
+            self.owed_signal.notify_all();
+        }
+        self.refresh(key);
     }
 
     /// A writer takes over a stream; any older writer sees its epoch superseded and stops.
@@ -470,34 +636,56 @@ impl Session {
         let s = self.streams.get_mut(&key)?;
         let epoch = s.next_epoch;
         s.next_epoch += 1;
-        s.attachment = Attachment::Attached { epoch };
-        s.parked = false;
-        s.signal.notify_all();
-        self.refresh(key);
+        self.set_writer(key, Writer::Attached { epoch, replaying: false });
         Some(epoch)
     }
 
-    /// The writer with `epoch` let go (connection lost, parked or done).
-    pub fn detach(&mut self, key: StreamKey, epoch: u64) {
-        let Some(s) = self.streams.get_mut(&key) else { return };
-        if s.attachment == (Attachment::Attached { epoch }) {
-            s.attachment = Attachment::Detached;
-        }
-        self.set_replaying(key, false);
-        self.refresh(key);
+    /// The answer stream of a request just opened: attached, written from its priming event.
+    pub fn attach_fresh(&mut self, key: StreamKey) -> Option<(u64, EventSeq)> {
+        let epoch = self.attach(key)?;
+        Some((epoch, self.streams.get(&key)?.first))
     }
 
-    /// Marks whether a writer of `key` is flushing a replay backlog (CONTRACT §4 step 4).
-    pub fn set_replaying(&mut self, key: StreamKey, on: bool) {
-        let Some(s) = self.streams.get_mut(&key) else { return };
-        if s.replaying != on {
-            s.replaying = on;
-            if on {
-                self.replaying_count += 1;
-            } else {
-                self.replaying_count -= 1;
+    /// A resume (GET + Last-Event-ID `after`): the client holds everything up to `after`; the
+    /// stream is attached, replaying while it has a backlog (CONTRACT §4 step 4).
+    pub fn attach_resume(&mut self, key: StreamKey, after: EventSeq) -> Option<u64> {
+        self.mark_delivered(key, after);
+        let s = self.streams.get_mut(&key)?;
+        let backlog = s.produced > after || s.run != Run::Running;
+        let epoch = s.next_epoch;
+        s.next_epoch += 1;
+        self.set_writer(key, Writer::Attached { epoch, replaying: backlog });
+        Some(epoch)
+    }
+
+    /// The writer with `epoch` let go (connection lost or done).
+    pub fn detach(&mut self, key: StreamKey, epoch: u64) {
+        if self.streams.get(&key).is_some_and(|s| s.is_attached_by(epoch)) {
+            self.set_writer(key, Writer::Detached);
+        }
+    }
+
+    /// The writer with `epoch` closed its connection on purpose (SEP-1699): parked, not owed.
+    pub fn park(&mut self, key: StreamKey, epoch: u64) {
+        if self.streams.get(&key).is_some_and(|s| s.is_attached_by(epoch)) {
+            self.set_writer(key, Writer::Parked);
+        }
+    }
+
+    /// The writer with `epoch` has sent everything the stream produced: no longer replaying.
+    pub fn caught_up(&mut self, key: StreamKey, epoch: u64) {
+        let Some(s) = self.streams.get(&key) else { return };
+        if s.is_attached_by(epoch) && s.is_replaying() && s.produced <= s.written {
+            self.set_writer(key, Writer::Attached { epoch, replaying: false });
+        }
+    }
+
+    /// The writer with `epoch` finished sending everything up to `seq`.
+    pub fn wrote(&mut self, key: StreamKey, epoch: u64, seq: EventSeq) {
+        if let Some(s) = self.streams.get_mut(&key) {
+            if s.is_attached_by(epoch) && seq > s.written {
+                s.written = seq;
             }
-            self.owed_signal.notify_all();
         }
     }
 
@@ -511,15 +699,45 @@ impl Session {
         self.refresh(key);
     }
 
+    /// The client holds everything the stream produced (its final response was received).
+    pub fn mark_all_delivered(&mut self, key: StreamKey) {
+        if let Some(produced) = self.streams.get(&key).map(|s| s.produced) {
+            self.mark_delivered(key, produced);
+        }
+    }
+
+    /// The final response of an ended request: `Some(Some(payload))` once finished, `Some(None)`
+    /// when it ended without one (cancelled), `None` while it runs.
+    pub fn final_payload(&self, key: StreamKey) -> Option<Option<Bytes>> {
+        let s = self.streams.get(&key)?;
+        match s.run {
+            Run::Running => None,
+            Run::Dropped => Some(None),
+            Run::Finished { final_seq, .. } => Some(
+                self.ring.get(final_seq).filter(|e| e.stream == key).map(|e| e.payload.clone()),
+            ),
+        }
+    }
+
+    /// SEP-1699: a tool asks to close the connection carrying its stream.
+    pub fn request_close(&mut self, key: StreamKey) {
+        if let Some(s) = self.streams.get_mut(&key) {
+            s.close_requested = true;
+            s.signal.notify_all();
+        }
+    }
+
+    /// True once per `request_close`: the writer ends its response and parks.
+    pub fn take_close_request(&mut self, key: StreamKey) -> bool {
+        self.streams.get_mut(&key).is_some_and(|s| std::mem::take(&mut s.close_requested))
+    }
+
     /// Drops a stream's tail and stops its tool (cancelled, abandoned or session end).
     pub fn drop_stream(&mut self, key: StreamKey) {
-        let Some(s) = self.streams.get_mut(&key) else { return };
-        s.dropped = true;
-        s.cancelled = true;
-        s.in_flight = false;
-        s.cancel.notify_all();
-        s.signal.notify_all();
-        self.refresh(key);
+        self.cancel_tool(key);
+        if self.streams.get(&key).is_some_and(|s| s.run != Run::Dropped) {
+            self.end_run(key, Run::Dropped);
+        }
     }
 
     /// Where a writer (or a resume) whose client holds everything up to `after` continues.
@@ -563,11 +781,7 @@ impl Session {
         self.closed = true;
         let keys: Vec<StreamKey> = self.streams.keys().copied().collect();
         for k in keys {
-            if let Some(s) = self.streams.get_mut(&k) {
-                s.cancelled = true;
-                s.cancel.notify_all();
-                s.signal.notify_all();
-            }
+            self.cancel_tool(k);
         }
         self.owed_signal.notify_all();
     }
@@ -601,9 +815,9 @@ impl Session {
         now.duration_since(self.last_active) >= idle && self.is_idle()
     }
 
-    /// No connection is writing any of its streams.
+    /// No connection is writing any of its streams and nothing runs.
     pub fn is_idle(&self) -> bool {
-        !self.streams.values().any(|s| s.is_attached() || s.in_flight)
+        !self.streams.values().any(|s| s.is_attached() || s.is_running())
     }
 
     /// Encodes the wire event id of `seq` on `stream`: `<tag>-<stream>-<seq>` in hex.

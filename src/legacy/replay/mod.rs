@@ -23,7 +23,9 @@ mod ring;
 #[cfg(test)]
 mod tests;
 
-pub use ring::{Replay, Ring, SLOTS_INITIAL};
+pub use ring::Ring;
+#[cfg(test)]
+use ring::{Replay, SLOTS_INITIAL};
 
 /// Names one SSE stream of a session. Assigned by the `stream` module; the ring only compares
 /// keys and never interprets them.

@@ -6,13 +6,6 @@
 use simd_json::prelude::*;
 use simd_json::OwnedValue as Value;
 
-/// JSON-RPC's own error codes.
-pub const PARSE_ERROR: i64 = -32700;
-pub const INVALID_REQUEST: i64 = -32600;
-pub const METHOD_NOT_FOUND: i64 = -32601;
-pub const INVALID_PARAMS: i64 = -32602;
-pub const INTERNAL_ERROR: i64 = -32603;
-
 /// A request id as the client wrote it (JSON text: a number or a quoted string), so it is
 /// echoed back byte-for-byte and compared exactly.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

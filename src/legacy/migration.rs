@@ -6,7 +6,7 @@
 //! Called by `transport` for every JSON-RPC *request* POST on a legacy session (notifications,
 //! responses, GET and DELETE never come here: they are never held or refused).
 
-use crate::replay::StreamKey;
+use crate::legacy::replay::StreamKey;
 
 /// What an `Idempotency-Key` lookup found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -3,20 +3,20 @@
 //! Owns: the server-global execution counter `EXECUTIONS` that `slow_counter` bumps once per
 //! execution. It is the observable side effect that shows whether a retried, non-idempotent
 //! call ran twice (CONTRACT §4); clients read it through `get_counter`.
-//! Called by: `Registry::new` (through `tools`). Never: retries, or bumps the counter for a
-//! call whose arguments were rejected.
+//! Called by: `BuiltinProvider::new` (through `tools`). Never: retries, or bumps the counter
+//! for a call whose arguments were rejected.
 
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::{argument, fn_tool, required_str, text_result, Annotations, Emit, Tool, ToolError};
-use super::{expect_arguments_object, ToolSpec, Value};
-use simd_json::prelude::*;
+use super::{argument, expect_arguments_object, fn_tool, hints, required_str, text_result};
+use super::{BuiltinTool, ToolSpec};
+use crate::provider::{CallContext, ProviderError, ProviderResult, Value};
 
 /// Executions of `slow_counter` since the process started, across all cores. The one atomic in
-/// `tool`, and off the hot path: only the demo tools touch it. Relaxed ordering is enough: the
-/// counter publishes no other memory, it only has to count each start once.
+/// the built-in sets, and off the hot path: only the demo tools touch it. Relaxed ordering is
+/// enough: the counter publishes no other memory, it only has to count each start once.
 pub static EXECUTIONS: AtomicU64 = AtomicU64::new(0);
 
 /// Most progress steps one `slow_counter` call may ask for. Bounds the notifications (and so the
@@ -42,7 +42,7 @@ const ECHO: ToolSpec = ToolSpec {
         r#""properties":{"text":{"type":"string","description":"The text to return."}},"#,
         r#""required":["text"]}"#
     ),
-    annotations: Annotations { read_only: true, idempotent: true },
+    annotations: hints(true, true),
 };
 
 const SLOW_COUNTER: ToolSpec = ToolSpec {
@@ -58,7 +58,7 @@ const SLOW_COUNTER: ToolSpec = ToolSpec {
         r#""description":"Milliseconds to wait before each notification "#,
         r#"(0 to 10000, default 0: no wait)."}}}"#
     ),
-    annotations: Annotations { read_only: false, idempotent: false },
+    annotations: hints(false, false),
 };
 
 const GET_COUNTER: ToolSpec = ToolSpec {
@@ -66,19 +66,19 @@ const GET_COUNTER: ToolSpec = ToolSpec {
     description: "Returns how many times slow_counter has started executing since the server \
                   started, across all cores.",
     input_schema: r#"{"type":"object","properties":{}}"#,
-    annotations: Annotations { read_only: true, idempotent: false },
+    annotations: hints(true, false),
 };
 
 /// The demo set's tools, bound to the process-wide `EXECUTIONS` counter.
-pub fn tools() -> Vec<Rc<dyn Tool>> {
+pub(crate) fn tools() -> Vec<Rc<dyn BuiltinTool>> {
     vec![
         fn_tool(ECHO, echo),
-        fn_tool(SLOW_COUNTER, |arguments, emit| slow_counter(&EXECUTIONS, arguments, emit)),
-        fn_tool(GET_COUNTER, |arguments, _emit| get_counter(&EXECUTIONS, arguments)),
+        fn_tool(SLOW_COUNTER, |arguments, cx| slow_counter(&EXECUTIONS, arguments, cx)),
+        fn_tool(GET_COUNTER, |arguments, _cx| get_counter(&EXECUTIONS, arguments)),
     ]
 }
 
-async fn echo(arguments: Value, _emit: Rc<dyn Emit>) -> Result<Value, ToolError> {
+async fn echo(arguments: Value, _cx: CallContext) -> ProviderResult<Value> {
     let text = required_str(&arguments, "text")?;
     Ok(text_result(text))
 }
@@ -88,8 +88,8 @@ async fn echo(arguments: Value, _emit: Rc<dyn Emit>) -> Result<Value, ToolError>
 async fn slow_counter(
     counter: &'static AtomicU64,
     arguments: Value,
-    emit: Rc<dyn Emit>,
-) -> Result<Value, ToolError> {
+    cx: CallContext,
+) -> ProviderResult<Value> {
     let steps =
         bounded_integer(&arguments, "steps", SLOW_COUNTER_STEPS_DEFAULT, SLOW_COUNTER_STEPS_MAX)?;
     let delay_ms = bounded_integer(
@@ -105,33 +105,28 @@ async fn slow_counter(
         if delay_ms > 0 {
             monoio::time::sleep(Duration::from_millis(delay_ms)).await;
         }
-        emit.progress(step as f64, Some(total), None);
+        cx.progress(step as f64, Some(total), None);
     }
     Ok(text_result(executions.to_string()))
 }
 
-async fn get_counter(counter: &'static AtomicU64, arguments: Value) -> Result<Value, ToolError> {
+async fn get_counter(counter: &'static AtomicU64, arguments: Value) -> ProviderResult<Value> {
     expect_arguments_object(&arguments)?;
     Ok(text_result(counter.load(Ordering::Relaxed).to_string()))
 }
 
 /// Optional integer argument `name` in `0..=max`, `default` when absent. A float with no
 /// fractional part (`5.0`) counts as an integer, as JSON Schema's `integer` type says.
-fn bounded_integer(
-    arguments: &Value,
-    name: &str,
-    default: u64,
-    max: u64,
-) -> Result<u64, ToolError> {
+fn bounded_integer(arguments: &Value, name: &str, default: u64, max: u64) -> ProviderResult<u64> {
     let Some(value) = argument(arguments, name)? else {
         return Ok(default);
     };
     match non_negative_integer(value) {
         Some(number) if number <= max => Ok(number),
         Some(_) => {
-            Err(ToolError::InvalidParams(format!("argument `{name}` must be at most {max}")))
+            Err(ProviderError::InvalidParams(format!("argument `{name}` must be at most {max}")))
         }
-        None => Err(ToolError::InvalidParams(format!(
+        None => Err(ProviderError::InvalidParams(format!(
             "argument `{name}` must be a non-negative integer"
         ))),
     }
@@ -149,31 +144,31 @@ fn non_negative_integer(value: &Value) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{first_text, parse, run, Call, RecordingEmit};
     use super::*;
-    use simd_json::json;
+    use crate::provider::testing::{first_text, parse, run, Call, RecordingSink};
+    use serde_json::json;
     use std::time::Instant;
 
     fn call_slow_counter(
         counter: &'static AtomicU64,
         arguments: Value,
-    ) -> (Result<Value, ToolError>, Vec<Call>) {
-        let emit = Rc::new(RecordingEmit::default());
-        let result = run(slow_counter(counter, arguments, emit.clone()));
-        (result, emit.calls())
+    ) -> (ProviderResult<Value>, Vec<Call>) {
+        let sink = Rc::new(RecordingSink::default());
+        let result = run(slow_counter(counter, arguments, sink.context()));
+        (result, sink.calls())
     }
 
-    fn is_invalid_params(result: &Result<Value, ToolError>) -> bool {
-        matches!(result, Err(ToolError::InvalidParams(_)))
+    fn is_invalid_params(result: &ProviderResult<Value>) -> bool {
+        matches!(result, Err(ProviderError::InvalidParams(_)))
     }
 
     #[test]
     fn echo_returns_its_text() {
         // Goal: echo answers one text item with the argument. Method: call it directly.
-        let emit = Rc::new(RecordingEmit::default());
-        let result = run(echo(json!({ "text": "héllo \"x\"" }), emit.clone())).expect("ok");
+        let sink = Rc::new(RecordingSink::default());
+        let result = run(echo(json!({ "text": "héllo \"x\"" }), sink.context())).expect("ok");
         assert_eq!(result, json!({ "content": [{ "type": "text", "text": "héllo \"x\"" }] }));
-        assert!(emit.calls().is_empty());
+        assert!(sink.calls().is_empty());
     }
 
     #[test]
@@ -189,8 +184,8 @@ mod tests {
             json!("text"),
         ];
         for arguments in cases {
-            let emit = Rc::new(RecordingEmit::default());
-            let result = run(echo(arguments.clone(), emit));
+            let sink = Rc::new(RecordingSink::default());
+            let result = run(echo(arguments.clone(), sink.context()));
             assert!(is_invalid_params(&result), "{arguments:?} → {result:?}");
         }
     }
@@ -234,13 +229,13 @@ mod tests {
         // Goal: delay_ms is honoured per step. Method: 3 steps of 20 ms take at least 60 ms and
         // the notifications are at least 20 ms apart.
         static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let emit = Rc::new(RecordingEmit::default());
+        let sink = Rc::new(RecordingSink::default());
         let start = Instant::now();
         let result =
-            run(slow_counter(&COUNTER, json!({ "steps": 3, "delay_ms": 20 }), emit.clone()));
+            run(slow_counter(&COUNTER, json!({ "steps": 3, "delay_ms": 20 }), sink.context()));
         assert!(result.is_ok());
         assert!(start.elapsed() >= Duration::from_millis(60));
-        let times: Vec<Instant> = emit.calls.borrow().iter().map(|(at, _)| *at).collect();
+        let times: Vec<Instant> = sink.calls.borrow().iter().map(|(at, _)| *at).collect();
         assert_eq!(times.len(), 3);
         assert!(times.windows(2).all(|w| w[1] - w[0] >= Duration::from_millis(20)));
     }
@@ -285,7 +280,7 @@ mod tests {
         for value in bad {
             for name in ["steps", "delay_ms"] {
                 let mut arguments = json!({ "steps": 0, "delay_ms": 0 });
-                arguments.insert(name, value.clone()).expect("object");
+                arguments.as_object_mut().expect("object").insert(name.to_owned(), value.clone());
                 let (result, _) = call_slow_counter(&COUNTER, arguments.clone());
                 assert!(is_invalid_params(&result), "{arguments:?} → {result:?}");
             }
@@ -307,25 +302,29 @@ mod tests {
             let result = run(get_counter(&COUNTER, json!({}))).expect("ok");
             assert_eq!(first_text(&result), "7");
         }
-        assert!(matches!(run(get_counter(&COUNTER, json!(3))), Err(ToolError::InvalidParams(_))));
+        assert!(matches!(
+            run(get_counter(&COUNTER, json!(3))),
+            Err(ProviderError::InvalidParams(_))
+        ));
     }
 
     #[test]
     fn registered_tools_share_the_global_counter() {
         // Goal: the registered slow_counter and get_counter use EXECUTIONS. Method: through the
-        // Tool trait; other tests may bump EXECUTIONS concurrently, so compare monotonically.
+        // BuiltinTool trait; other tests may bump EXECUTIONS concurrently, so compare
+        // monotonically.
         let tools = tools();
         let by_name = |name: &str| tools.iter().find(|t| t.spec().name == name).expect("tool");
-        let emit: Rc<dyn Emit> = Rc::new(RecordingEmit::default());
-        let read = |emit: Rc<dyn Emit>| -> u64 {
-            let result = run(by_name("get_counter").call(json!({}), emit)).expect("ok");
+        let cx = Rc::new(RecordingSink::default()).context();
+        let read = |cx: CallContext| -> u64 {
+            let result = run(by_name("get_counter").call(json!({}), cx)).expect("ok");
             first_text(&result).parse().expect("decimal")
         };
-        let before = read(emit.clone());
-        let result = run(by_name("slow_counter").call(json!({ "steps": 1 }), emit.clone()));
+        let before = read(cx.clone());
+        let result = run(by_name("slow_counter").call(json!({ "steps": 1 }), cx.clone()));
         let own: u64 = first_text(&result.expect("ok")).parse().expect("decimal");
         assert!(own > before);
-        assert!(read(emit) >= own);
+        assert!(read(cx) >= own);
     }
 
     #[test]

@@ -1,0 +1,223 @@
+//! The command line: every flag of the `tidemark` binary (one per limit in `config`), parsed
+//! into a `Config`. Embedding programs get the same flags through `Config::from_args`.
+//!
+//! Owns: the flag names, their help text and defaults. Never: starts anything.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+use crate::config::ResponseMode;
+use crate::config::{self, BuiltinSet, Config, ConfigError, DriverChoice, MigrationPolicy};
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DriverFlag {
+    Auto,
+    Uring,
+    Epoll,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ModeFlag {
+    Auto,
+    Sse,
+    Json,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum PolicyFlag {
+    Strict,
+    Off,
+}
+
+/// tidemark: an io_uring, thread-per-core MCP Streamable HTTP endpoint that never loses or
+/// doubles a stream.
+#[derive(Parser)]
+#[command(version, about)]
+struct Flags {
+    /// Address to listen on (loopback by default: DNS-rebinding protection applies).
+    #[arg(long, default_value = config::LISTEN_DEFAULT)]
+    listen: SocketAddr,
+    /// The MCP endpoint path.
+    #[arg(long, default_value = config::PATH_DEFAULT)]
+    path: String,
+    /// Worker threads, one monoio runtime each (default: the machine's cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// io driver: auto tries io_uring (DEFER_TASKRUN, COOP_TASKRUN, plain), then epoll.
+    #[arg(long, value_enum, default_value = "auto")]
+    driver: DriverFlag,
+    /// Built-in tool sets, comma-separated: demo, conformance; `none` for none (default: demo,
+    /// unless the embedding program adds providers of its own).
+    #[arg(long)]
+    tools: Option<String>,
+    /// How request POSTs are answered: auto (tools/call as SSE, the rest JSON), sse, json.
+    #[arg(long, value_enum, default_value = "auto")]
+    response_mode: ModeFlag,
+    /// strict enforces the migration boundary; off behaves like the SDK servers (comparison).
+    #[arg(long, value_enum, default_value = "strict")]
+    migration_policy: PolicyFlag,
+    /// Extra Origin value to accept (repeatable), e.g. https://app.example.
+    #[arg(long)]
+    allowed_origin: Vec<String>,
+    /// Extra Host value to accept (repeatable), e.g. mcp.example:8080.
+    #[arg(long)]
+    allowed_host: Vec<String>,
+    #[arg(long, default_value_t = config::HEADER_BYTES_MAX)]
+    max_header_bytes: usize,
+    #[arg(long, default_value_t = config::HEADERS_MAX)]
+    max_headers: usize,
+    #[arg(long, default_value_t = config::BODY_BYTES_MAX)]
+    max_body_bytes: usize,
+    #[arg(long, default_value_t = config::HEADER_TIMEOUT_MS)]
+    header_timeout_ms: u64,
+    #[arg(long, default_value_t = config::IDLE_TIMEOUT_SECS)]
+    idle_timeout_secs: u64,
+    #[arg(long, default_value_t = config::CONNECTIONS_PER_CORE_MAX)]
+    max_connections_per_core: usize,
+    #[arg(long, default_value_t = config::SESSIONS_PER_CORE_MAX)]
+    max_sessions_per_core: usize,
+    #[arg(long, default_value_t = config::STREAMS_PER_SESSION_MAX)]
+    max_streams_per_session: usize,
+    /// Events held per session replay ring (power of two).
+    #[arg(long, default_value_t = config::REPLAY_EVENTS_MAX)]
+    replay_events: usize,
+    /// Payload bytes held per session replay ring.
+    #[arg(long, default_value_t = config::REPLAY_BYTES_MAX)]
+    replay_bytes: usize,
+    #[arg(long, default_value_t = config::STREAM_RETENTION_SECS)]
+    stream_retention_secs: u64,
+    #[arg(long, default_value_t = config::SESSION_IDLE_SECS)]
+    session_idle_secs: u64,
+    #[arg(long, default_value_t = config::SSE_RETRY_MS)]
+    sse_retry_ms: u64,
+    #[arg(long, default_value_t = config::SSE_KEEPALIVE_SECS)]
+    sse_keepalive_secs: u64,
+    #[arg(long, default_value_t = config::OWED_WAIT_MS)]
+    owed_wait_ms: u64,
+    #[arg(long, default_value_t = config::OWED_TIMEOUT_SECS)]
+    owed_timeout_secs: u64,
+    /// Serve Prometheus text at http://ADDR/metrics (off by default).
+    #[arg(long)]
+    metrics_listen: Option<SocketAddr>,
+}
+
+impl Flags {
+    fn into_config(self) -> Result<Config, ConfigError> {
+        let threads = self
+            .threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+        let cfg = Config {
+            listen: self.listen,
+            path: self.path,
+            threads,
+            driver: match self.driver {
+                DriverFlag::Auto => DriverChoice::Auto,
+                DriverFlag::Uring => DriverChoice::Uring,
+                DriverFlag::Epoll => DriverChoice::Epoll,
+            },
+            response_mode: match self.response_mode {
+                ModeFlag::Auto => ResponseMode::Auto,
+                ModeFlag::Sse => ResponseMode::Sse,
+                ModeFlag::Json => ResponseMode::Json,
+            },
+            migration_policy: match self.migration_policy {
+                PolicyFlag::Strict => MigrationPolicy::Strict,
+                PolicyFlag::Off => MigrationPolicy::Off,
+            },
+            allowed_origins: self.allowed_origin,
+            allowed_hosts: self.allowed_host,
+            header_bytes_max: self.max_header_bytes,
+            headers_max: self.max_headers,
+            body_bytes_max: self.max_body_bytes,
+            header_timeout: Duration::from_millis(self.header_timeout_ms),
+            idle_timeout: Duration::from_secs(self.idle_timeout_secs),
+            connections_per_core_max: self.max_connections_per_core,
+            sessions_per_core_max: self.max_sessions_per_core,
+            streams_per_session_max: self.max_streams_per_session,
+            replay_events_max: self.replay_events,
+            replay_bytes_max: self.replay_bytes,
+            stream_retention: Duration::from_secs(self.stream_retention_secs),
+            session_idle: Duration::from_secs(self.session_idle_secs),
+            sse_retry_ms: self.sse_retry_ms,
+            sse_keepalive: Duration::from_secs(self.sse_keepalive_secs),
+            owed_wait: Duration::from_millis(self.owed_wait_ms),
+            owed_timeout: Duration::from_secs(self.owed_timeout_secs),
+            metrics_listen: self.metrics_listen,
+            builtin_tools: self.tools.as_deref().map(BuiltinSet::parse_list).transpose()?,
+        };
+        Ok(cfg)
+    }
+}
+
+impl Config {
+    /// The configuration the process's command-line flags describe (the `tidemark` binary's
+    /// flags). Prints usage and exits on a malformed flag, as command-line tools do; a value
+    /// that parses but cannot be served is an `Err`. The result is checked again by
+    /// `Server::run`.
+    pub fn from_args() -> Result<Config, ConfigError> {
+        Flags::parse().into_config()
+    }
+
+    /// `from_args` over an explicit argument list (the first item is the program name).
+    pub fn try_from_args<I, T>(args: I) -> Result<Config, String>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let flags = Flags::try_parse_from(args).map_err(|e| e.to_string())?;
+        flags.into_config().map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_map_onto_the_config_and_tools_default_to_unset() {
+        // Goal: the binary's flags reach Config. Method: parse a few argument lists.
+        let cfg = Config::try_from_args(["tidemark"]).expect("defaults parse");
+        assert_eq!(cfg.listen, config::LISTEN_DEFAULT.parse().expect("address"));
+        assert_eq!(cfg.builtin_tools, None);
+        let args = ["tidemark", "--listen", "127.0.0.1:0", "--tools", "conformance,demo"];
+        let cfg = Config::try_from_args(args).expect("parses");
+        assert_eq!(cfg.builtin_tools, Some(vec![BuiltinSet::Conformance, BuiltinSet::Demo]));
+        let cfg = Config::try_from_args(["tidemark", "--tools", "none"]).expect("parses");
+        assert_eq!(cfg.builtin_tools, Some(vec![]));
+        let bad = Config::try_from_args(["tidemark", "--tools", "demo,bogus"]).expect_err("bogus");
+        assert!(bad.contains("\"bogus\"") && bad.contains("demo, conformance"), "{bad}");
+        assert!(Config::try_from_args(["tidemark", "--no-such-flag"]).is_err());
+    }
+
+    #[test]
+    fn tool_set_lists_accept_known_names_and_reject_the_rest() {
+        // Goal: the --tools flag. Method: table of accepted specs, then of rejected ones.
+        let accepted = [
+            ("demo", vec![BuiltinSet::Demo]),
+            ("conformance", vec![BuiltinSet::Conformance]),
+            ("demo,conformance", vec![BuiltinSet::Demo, BuiltinSet::Conformance]),
+            (" conformance , demo ", vec![BuiltinSet::Conformance, BuiltinSet::Demo]),
+            ("demo,demo", vec![BuiltinSet::Demo]),
+            ("none", vec![]),
+        ];
+        for (spec, sets) in accepted {
+            assert_eq!(BuiltinSet::parse_list(spec), Ok(sets), "{spec:?}");
+        }
+        for spec in [
+            "",
+            " ",
+            "demo,",
+            ",demo",
+            "demo,,conformance",
+            "Demo",
+            "everything",
+            "demo;x",
+            "none,demo",
+        ] {
+            let error = BuiltinSet::parse_list(spec).expect_err(spec).to_string();
+            assert!(error.contains("demo, conformance"), "{spec:?}: {error}");
+        }
+    }
+}

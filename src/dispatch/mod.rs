@@ -1,0 +1,294 @@
+//! MCP methods → providers: the per-core `Registry` of providers, the cached tool table that
+//! `tools/call` routes by (with each tool's idempotency from its provider's annotations,
+//! CONTRACT §4 step 3), the answers of every method that needs no stream, and the server
+//! capabilities.
+//!
+//! Called by: a protocol path (`legacy`) once it has decided that a request runs. Never: knows
+//! about sessions, streams or HTTP; it writes JSON-RPC response bodies and nothing else.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use simd_json::prelude::*;
+
+use crate::legacy::session::fasthash::FastMap;
+use crate::provider::{Changes, Provider, ProviderError, ToolInfo, Value};
+use crate::wire::jsonrpc::{self, RawId};
+use crate::wire::{self, WireValue};
+
+/// The MCP `completion/complete` cap: "values: max 100 items" (MCP 2025-11-25, server/utilities/
+/// completion). Longer candidate lists are cut here and reported with `total` and `hasMore`.
+pub(crate) const COMPLETION_VALUES_MAX: usize = 100;
+
+/// Where `tools/call` of one tool goes.
+#[derive(Clone)]
+pub(crate) struct ToolRoute {
+    pub provider: Rc<dyn Provider>,
+    /// Read-only or idempotent: a retried call may run again (CONTRACT §4 step 3).
+    pub safe_to_repeat: bool,
+}
+
+/// The tools of all providers, as last listed.
+#[derive(Default)]
+struct ToolTable {
+    by_name: FastMap<String, ToolRoute>,
+    /// The `tools/list` result (`{"tools":[...]}`) encoded once per listing, so the method
+    /// costs no encoding per request.
+    list_json: Vec<u8>,
+}
+
+/// All providers of one core.
+pub(crate) struct Registry {
+    providers: Vec<Rc<dyn Provider>>,
+    changes: Changes,
+    tools: RefCell<ToolTable>,
+    capabilities: Value,
+}
+
+impl Registry {
+    /// Attaches and lists every provider (in order: on a duplicate tool name the first wins).
+    pub(crate) async fn build(providers: Vec<Rc<dyn Provider>>) -> Registry {
+        let changes = Changes::default();
+        for provider in &providers {
+            provider.attach(changes.clone());
+        }
+        let mut has_resources = false;
+        let mut has_prompts = false;
+        for provider in &providers {
+            let resources = provider.list_resources().await.unwrap_or_default();
+            let templates = provider.list_resource_templates().await.unwrap_or_default();
+            has_resources |= !resources.is_empty() || !templates.is_empty();
+            has_prompts |= !provider.list_prompts().await.unwrap_or_default().is_empty();
+        }
+        let registry = Registry {
+            capabilities: capabilities(has_resources, has_prompts),
+            providers,
+            changes,
+            tools: RefCell::new(ToolTable::default()),
+        };
+        registry.relist_tools().await;
+        registry
+    }
+
+    /// Lists every provider's tools again if one said they changed.
+    pub(crate) async fn refresh_if_stale(&self) {
+        if self.changes.take_tools_stale() {
+            self.relist_tools().await;
+        }
+    }
+
+    async fn relist_tools(&self) {
+        let mut table = ToolTable::default();
+        let mut listed: Vec<ToolInfo> = Vec::new();
+        for provider in &self.providers {
+            let tools = match provider.list_tools().await {
+                Ok(tools) => tools,
+                Err(e) => {
+                    tracing::warn!(provider = provider.name(), error = %e, "tools/list failed");
+                    continue;
+                }
+            };
+            for tool in tools {
+                if table.by_name.contains_key(&tool.name) {
+                    tracing::warn!(provider = provider.name(), tool = %tool.name, "duplicate tool name not listed");
+                    continue;
+                }
+                let route = ToolRoute {
+                    provider: provider.clone(),
+                    safe_to_repeat: tool.annotations.safe_to_repeat(),
+                };
+                table.by_name.insert(tool.name.clone(), route);
+                listed.push(tool);
+            }
+        }
+        let items: Vec<Value> = listed.iter().map(ToolInfo::to_json).collect();
+        table.list_json = serde_json::to_vec(&serde_json::json!({ "tools": items }))
+            .unwrap_or_else(|_| b"{\"tools\":[]}".to_vec());
+        *self.tools.borrow_mut() = table;
+    }
+
+    /// The route of tool `name`, for `tools/call`; `None` when no provider lists it.
+    pub(crate) fn tool(&self, name: &str) -> Option<ToolRoute> {
+        self.tools.borrow().by_name.get(name).cloned()
+    }
+
+    /// `ServerCapabilities` for the `initialize` result.
+    pub(crate) fn capabilities(&self) -> &Value {
+        &self.capabilities
+    }
+
+    /// Answers a request that needs no stream (every method but `tools/call`, `initialize` and
+    /// `logging/setLevel`, which belong to the protocol path): one whole JSON-RPC response into
+    /// `out`.
+    pub(crate) async fn answer(
+        &self,
+        id: &RawId,
+        method: &str,
+        params: &WireValue,
+        out: &mut Vec<u8>,
+    ) {
+        let result = match method {
+            "ping" | "resources/subscribe" | "resources/unsubscribe" => Ok(serde_json::json!({})),
+            "tools/list" => {
+                self.refresh_if_stale().await;
+                jsonrpc::push_result(out, id, &self.tools.borrow().list_json);
+                return;
+            }
+            "resources/list" => self.gather("resources", |p| p.list_resources()).await,
+            "resources/templates/list" => {
+                self.gather("resourceTemplates", |p| p.list_resource_templates()).await
+            }
+            "resources/read" => match params.get("uri").and_then(|u| u.as_str()) {
+                Some(uri) => self.read_resource(uri).await,
+                None => {
+                    Err(ProviderError::InvalidParams("resources/read needs a string uri".into()))
+                }
+            },
+            "prompts/list" => self.gather("prompts", |p| p.list_prompts()).await,
+            "prompts/get" => match params.get("name").and_then(|u| u.as_str()) {
+                Some(name) => {
+                    let arguments = params.get("arguments").map(to_public).unwrap_or(Value::Null);
+                    self.get_prompt(name, arguments).await
+                }
+                None => Err(ProviderError::InvalidParams("prompts/get needs a string name".into())),
+            },
+            "completion/complete" => Ok(self.complete(params).await),
+            _ => {
+                wire::push_error_response(
+                    out,
+                    Some(id),
+                    wire::Code::MethodNotFound,
+                    "method not found",
+                    None,
+                );
+                return;
+            }
+        };
+        match result {
+            Ok(v) => push_result_value(out, id, &v),
+            Err(e) => wire::push_provider_error(out, id, &e),
+        }
+    }
+
+    /// `{"<key>": [...]}` from every provider's list, in provider order.
+    async fn gather<'a, F>(&'a self, key: &str, list: F) -> Result<Value, ProviderError>
+    where
+        F: Fn(
+            &'a dyn Provider,
+        )
+            -> crate::provider::LocalBoxFuture<'a, crate::provider::ProviderResult<Vec<Value>>>,
+    {
+        let mut items = Vec::new();
+        for provider in &self.providers {
+            items.extend(list(provider.as_ref()).await?);
+        }
+        let mut object = serde_json::Map::new();
+        object.insert(key.to_owned(), Value::Array(items));
+        Ok(Value::Object(object))
+    }
+
+    /// The `resources/read` result from the first provider that knows `uri`.
+    async fn read_resource(&self, uri: &str) -> Result<Value, ProviderError> {
+        for provider in &self.providers {
+            if let Some(found) = provider.read_resource(uri).await? {
+                return Ok(found);
+            }
+        }
+        Err(ProviderError::NotFound(uri.to_owned()))
+    }
+
+    /// The `prompts/get` result from the first provider that has a prompt called `name`.
+    async fn get_prompt(&self, name: &str, arguments: Value) -> Result<Value, ProviderError> {
+        for provider in &self.providers {
+            if let Some(found) = provider.get_prompt(name, arguments.clone()).await? {
+                return Ok(found);
+            }
+        }
+        Err(ProviderError::NotFound(name.to_owned()))
+    }
+
+    /// The `completion/complete` result for the request's params (`{ref, argument, ...}`).
+    /// Anything no provider recognises, malformed params and provider errors included,
+    /// completes to nothing: the method has no error of its own that a client could act on.
+    async fn complete(&self, params: &WireValue) -> Value {
+        let reference = params.get("ref").map(to_public).unwrap_or(Value::Null);
+        let argument = params.get("argument").map(to_public).unwrap_or(Value::Null);
+        let mut values = Vec::new();
+        for provider in &self.providers {
+            if let Ok(Some(found)) = provider.complete(&reference, &argument).await {
+                values = found;
+                break;
+            }
+        }
+        completion(values)
+    }
+}
+
+/// The `completion/complete` result: at most `COMPLETION_VALUES_MAX` values, the true total,
+/// and whether more exist.
+fn completion(mut values: Vec<String>) -> Value {
+    let total = values.len();
+    values.truncate(COMPLETION_VALUES_MAX);
+    serde_json::json!({
+        "completion": { "values": values, "total": total, "hasMore": total > COMPLETION_VALUES_MAX }
+    })
+}
+
+/// `tools`, `logging` and `completions` are always declared (the methods always answer);
+/// `resources` and `prompts` only when some provider has some, so a capability never
+/// promises an empty feature.
+fn capabilities(has_resources: bool, has_prompts: bool) -> Value {
+    let mut capabilities = serde_json::Map::new();
+    capabilities.insert("tools".into(), serde_json::json!({ "listChanged": true }));
+    capabilities.insert("logging".into(), serde_json::json!({}));
+    capabilities.insert("completions".into(), serde_json::json!({}));
+    if has_resources {
+        capabilities.insert(
+            "resources".into(),
+            serde_json::json!({ "subscribe": true, "listChanged": true }),
+        );
+    }
+    if has_prompts {
+        capabilities.insert("prompts".into(), serde_json::json!({ "listChanged": true }));
+    }
+    Value::Object(capabilities)
+}
+
+/// A result object as a JSON-RPC response.
+pub(crate) fn push_result_value(out: &mut Vec<u8>, id: &RawId, result: &Value) {
+    let mut body = Vec::with_capacity(128);
+    if serde_json::to_writer(&mut body, result).is_err() {
+        let e = ProviderError::Internal("result could not be encoded".into());
+        wire::push_provider_error(out, id, &e);
+        return;
+    }
+    jsonrpc::push_result(out, id, &body);
+}
+
+/// The provider API's value for a decoded request value (the decoder's strings move, numbers
+/// keep their kind).
+pub(crate) fn into_public(value: WireValue) -> Value {
+    use simd_json::{OwnedValue, StaticNode};
+    match value {
+        OwnedValue::Static(StaticNode::Null) => Value::Null,
+        OwnedValue::Static(StaticNode::Bool(b)) => Value::Bool(b),
+        OwnedValue::Static(StaticNode::I64(n)) => Value::from(n),
+        OwnedValue::Static(StaticNode::U64(n)) => Value::from(n),
+        OwnedValue::Static(StaticNode::F64(n)) => {
+            serde_json::Number::from_f64(n).map_or(Value::Null, Value::Number)
+        }
+        OwnedValue::String(s) => Value::String(s),
+        OwnedValue::Array(items) => Value::Array(items.into_iter().map(into_public).collect()),
+        OwnedValue::Object(object) => {
+            Value::Object(object.into_iter().map(|(k, v)| (k, into_public(v))).collect())
+        }
+    }
+}
+
+/// `into_public` of a borrowed value.
+pub(crate) fn to_public(value: &WireValue) -> Value {
+    into_public(value.clone())
+}
+
+#[cfg(test)]
+mod tests;

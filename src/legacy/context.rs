@@ -1,0 +1,156 @@
+//! The legacy path's side of a tool call's `CallContext`: every message a provider sends during
+//! a call (progress, logs, server→client requests) becomes an event of that call's request
+//! stream in the session's replay ring, so it is resumable like the result (MCP 2025-11-25
+//! transports: messages SHOULD relate to the originating request).
+//!
+//! Called by: providers, through `CallContext`. Never: writes to a socket (the stream's writer
+//! does), or keeps the session alive (it holds a `Weak`).
+
+use std::cell::RefCell;
+use std::rc::{Rc, Weak};
+
+use bytes::Bytes;
+
+use crate::legacy::replay::StreamKey;
+use crate::legacy::session::signal::Signal;
+use crate::legacy::session::{ClientAnswer, PendingClientRequest, Session};
+use crate::legacy::stream::PROGRESS_PREFIX;
+use crate::provider::{CallSink, LocalBoxFuture, LogLevel, ProviderError, ProviderResult, Value};
+use crate::wire::jsonrpc;
+use crate::wire::Code;
+
+/// The sink of one request stream's context.
+pub(crate) struct StreamSink {
+    pub session: Weak<RefCell<Session>>,
+    pub key: StreamKey,
+}
+
+impl StreamSink {
+    /// Appends one message to the stream. A message too large for the ring ends the request
+    /// with an error (`Session::append`); one for a stream that already ended is dropped, as
+    /// its tool has been told to stop.
+    fn append(&self, payload: Vec<u8>) {
+        if let Some(session) = self.session.upgrade() {
+            let _ended = session.borrow_mut().append(self.key, Bytes::from(payload));
+        }
+    }
+}
+
+/// A number as JSON (`1`, `0.5`); non-finite values, which JSON cannot carry, as `null`.
+fn push_number(out: &mut Vec<u8>, n: f64) {
+    match serde_json::Number::from_f64(n) {
+        Some(n) => out.extend_from_slice(n.to_string().as_bytes()),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+impl CallSink for StreamSink {
+    fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
+        let Some(session) = self.session.upgrade() else { return };
+        let mut payload = Vec::with_capacity(160);
+        {
+            // One buffer per event, written while the token is borrowed (no clone of it).
+            let s = session.borrow();
+            let Some(token) = s.stream(self.key).and_then(|s| s.progress_token.as_deref()) else {
+                return;
+            };
+            payload.extend_from_slice(PROGRESS_PREFIX);
+            payload.extend_from_slice(token.as_bytes());
+        }
+        payload.extend_from_slice(b",\"progress\":");
+        push_number(&mut payload, progress);
+        if let Some(t) = total {
+            payload.extend_from_slice(b",\"total\":");
+            push_number(&mut payload, t);
+        }
+        if let Some(m) = message {
+            payload.extend_from_slice(b",\"message\":");
+            let _ = serde_json::to_writer(&mut payload, m);
+        }
+        payload.extend_from_slice(b"}}");
+        let _ended = session.borrow_mut().append(self.key, Bytes::from(payload));
+    }
+
+    fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
+        let Some(session) = self.session.upgrade() else { return };
+        if level < session.borrow().log_level {
+            return;
+        }
+        let mut params = serde_json::json!({ "level": level.as_str(), "data": data });
+        if let (Some(l), Some(obj)) = (logger, params.as_object_mut()) {
+            obj.insert("logger".into(), Value::from(l));
+        }
+        let mut payload = Vec::with_capacity(96);
+        let params = serde_json::to_vec(&params).unwrap_or_else(|_| b"{}".to_vec());
+        jsonrpc::push_notification(&mut payload, "notifications/message", &params);
+        self.append(payload);
+    }
+
+    fn request(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> LocalBoxFuture<'static, ProviderResult<Value>> {
+        let Some(session) = self.session.upgrade() else {
+            return Box::pin(async { Err(ProviderError::Cancelled) });
+        };
+        let key = self.key;
+        let answer: Rc<RefCell<Option<ClientAnswer>>> = Rc::new(RefCell::new(None));
+        let signal = Rc::new(Signal::default());
+        {
+            let mut s = session.borrow_mut();
+            let id = s.next_client_request_id();
+            let pending = PendingClientRequest {
+                stream: key,
+                answer: answer.clone(),
+                signal: signal.clone(),
+            };
+            s.pending_client.insert(id, pending);
+            let mut payload = Vec::with_capacity(128);
+            let params = serde_json::to_vec(&params).unwrap_or_else(|_| b"{}".to_vec());
+            jsonrpc::push_request(&mut payload, id, method, &params);
+            let _ended = s.append(key, Bytes::from(payload));
+        }
+        let weak = Rc::downgrade(&session);
+        Box::pin(async move {
+            loop {
+                let notified = signal.notified();
+                if let Some(outcome) = answer.borrow_mut().take() {
+                    return outcome.map_err(client_error);
+                }
+                let gone = weak.upgrade().is_none_or(|s| {
+                    let s = s.borrow();
+                    s.closed || s.stream(key).is_none_or(|st| st.is_cancelled())
+                });
+                if gone {
+                    return Err(ProviderError::Cancelled);
+                }
+                notified.await;
+            }
+        })
+    }
+
+    fn close_connection(&self) {
+        if let Some(session) = self.session.upgrade() {
+            session.borrow_mut().request_close(self.key);
+        }
+    }
+
+    fn is_cancelled(&self) -> bool {
+        self.session
+            .upgrade()
+            .is_none_or(|s| s.borrow().stream(self.key).is_none_or(|st| st.is_cancelled()))
+    }
+
+    fn cancelled(&self) -> LocalBoxFuture<'static, ()> {
+        Box::pin(crate::legacy::stream::cancelled(self.session.clone(), self.key))
+    }
+}
+
+/// A JSON-RPC `error` object from the client as a provider error.
+fn client_error(e: Value) -> ProviderError {
+    ProviderError::ClientError {
+        code: e.get("code").and_then(Value::as_i64).unwrap_or(Code::InternalError.value()),
+        message: e.get("message").and_then(Value::as_str).unwrap_or("client error").to_owned(),
+    }
+}

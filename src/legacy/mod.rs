@@ -1,0 +1,820 @@
+//! The legacy-era path (MCP 2025-03-26 … 2025-11-25): sessions named by `Mcp-Session-Id`,
+//! POST/GET/DELETE on one endpoint, resumable request streams in a per-session replay ring, and
+//! the migration decision for every request POST (CONTRACT §4), single or batched.
+//!
+//! Called by `endpoint` for each request it routes here; answers with an `Outcome`. Tools and
+//! every other MCP method are answered by `dispatch`. Never: touches a socket, or keeps a
+//! `RefCell` borrow across an await.
+
+mod context;
+pub mod migration;
+pub mod replay;
+pub mod session;
+pub mod stream;
+
+use std::cell::RefCell;
+use std::hash::{Hash, Hasher};
+use std::rc::Rc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use simd_json::prelude::*;
+
+use crate::config::{MigrationPolicy, ResponseMode};
+use crate::dispatch::{self, ToolRoute};
+use crate::endpoint::{refuse, reply, Core, Outcome, Request};
+use crate::http::{is_media_type, lists_media_type};
+use crate::provider::{CallContext, LogLevel, SessionRef};
+use crate::wire::jsonrpc::{self, Body, Message, RawId};
+use crate::wire::{Answer, Code, Refusal, WireValue};
+use migration::{Decision, Facts, KeyMatch};
+use replay::{EventSeq, StreamKey};
+use session::{Session, SessionId, StreamKind, LEGACY_VERSIONS};
+use stream::Cursor;
+
+type SessionRc = Rc<RefCell<Session>>;
+
+/// A stream a connection is to write after the response head.
+pub(crate) struct SseJob {
+    pub session: SessionRc,
+    pub key: StreamKey,
+    pub epoch: u64,
+    pub cursor: Cursor,
+    /// How a deduplicated retry sees the stream (its own id and progress token).
+    pub rewrite: Option<stream::Rewrite>,
+}
+
+/// Why a session ended (for its counter).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SessionEnd {
+    /// The client sent DELETE.
+    Deleted,
+    /// Idle past `--session-idle-secs` (found by a request or the reaper).
+    Expired,
+}
+
+/// Ends a session: removes it from the core's table (which closes it: writers stop, tools are
+/// cancelled) and counts it. The one place a session ends.
+pub(crate) fn end_session(core: &Core, id: &SessionId, why: SessionEnd) {
+    if core.sessions.borrow_mut().remove(id).is_some() {
+        match why {
+            SessionEnd::Deleted => core.metrics.sessions_deleted_total.inc(),
+            SessionEnd::Expired => core.metrics.sessions_expired_total.inc(),
+        }
+        core.metrics.sessions_active.sub(1);
+    }
+}
+
+/// Looks up the session a request names; `Err` is the outcome to return.
+fn find_session(
+    core: &Rc<Core>,
+    req: &Request<'_>,
+    out: &mut Vec<u8>,
+) -> Result<SessionRc, Outcome> {
+    let keep_alive = req.head.keep_alive;
+    let Some(text) = req.header(&req.head.session_id) else {
+        return Err(refuse(out, Refusal::SessionRequired, None, keep_alive));
+    };
+    let Some(id) = SessionId::parse(text) else {
+        return Err(refuse(out, Refusal::SessionNotFound, None, keep_alive));
+    };
+    if id.core != core.index {
+        if id.core >= core.threads {
+            return Err(refuse(out, Refusal::SessionNotFound, None, keep_alive));
+        }
+        return Err(Outcome::HandOff(id.core));
+    }
+    let found = core.sessions.borrow().get(&id);
+    let now = Instant::now();
+    match found {
+        Some(s) if !s.borrow().closed => {
+            // Expired but not yet reaped: the reaper's tick must not decide whether it lives.
+            if s.borrow().is_expired(now, core.cfg.session_idle) {
+                end_session(core, &id, SessionEnd::Expired);
+                return Err(refuse(out, Refusal::SessionNotFound, None, keep_alive));
+            }
+            s.borrow_mut().last_active = now;
+            Ok(s)
+        }
+        _ => Err(refuse(out, Refusal::SessionNotFound, None, keep_alive)),
+    }
+}
+
+fn version_ok(req: &Request<'_>) -> bool {
+    match req.header(&req.head.protocol_version) {
+        None => true,
+        Some(v) => LEGACY_VERSIONS.iter().any(|s| s.as_bytes() == v),
+    }
+}
+
+/// The session a GET or DELETE names, with a supported protocol version.
+fn session_for(
+    core: &Rc<Core>,
+    req: &Request<'_>,
+    out: &mut Vec<u8>,
+) -> Result<SessionRc, Outcome> {
+    let session = find_session(core, req, out)?;
+    if !version_ok(req) {
+        return Err(refuse(out, Refusal::BadProtocolVersion, None, req.head.keep_alive));
+    }
+    Ok(session)
+}
+
+/// DELETE: ends the session.
+pub(crate) fn delete(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
+    let session = match session_for(core, &req, out) {
+        Ok(s) => s,
+        Err(o) => return o,
+    };
+    let id = session.borrow().id;
+    end_session(core, &id, SessionEnd::Deleted);
+    reply(out, Answer::Deleted, req.head.keep_alive)
+}
+
+/// GET: resume a stream (with Last-Event-ID) or open the standalone stream.
+pub(crate) fn get(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
+    let keep_alive = req.head.keep_alive;
+    let accepts =
+        req.header(&req.head.accept).is_some_and(|a| lists_media_type(a, b"text/event-stream"));
+    if !accepts {
+        return refuse(out, Refusal::NotAcceptable, None, keep_alive);
+    }
+    let session = match session_for(core, &req, out) {
+        Ok(s) => s,
+        Err(o) => return o,
+    };
+    match req.header(&req.head.last_event_id) {
+        Some(text) => resume(core, &session, text, out, keep_alive),
+        None => standalone(&session, out, keep_alive),
+    }
+}
+
+/// GET + Last-Event-ID: that stream's events after the id, then live or the end (CONTRACT §3).
+fn resume(
+    core: &Rc<Core>,
+    session: &SessionRc,
+    text: &[u8],
+    out: &mut Vec<u8>,
+    keep_alive: bool,
+) -> Outcome {
+    let mut s = session.borrow_mut();
+    let Some((tag, key, after)) = session::parse_event_id(text) else {
+        return refuse(out, Refusal::BadLastEventId, None, keep_alive);
+    };
+    if tag != s.tag || s.resume_start(key, after).is_err() {
+        return refuse(out, Refusal::BadLastEventId, None, keep_alive);
+    }
+    core.metrics.replays_total.inc();
+    let Some(epoch) = s.attach_resume(key, after) else {
+        return refuse(out, Refusal::BadLastEventId, None, keep_alive);
+    };
+    drop(s);
+    stream_reply(out, session, key, epoch, Cursor { after, from: None }, None)
+}
+
+/// The head of an SSE response, and the stream its connection is to write next.
+fn stream_reply(
+    out: &mut Vec<u8>,
+    session: &SessionRc,
+    key: StreamKey,
+    epoch: u64,
+    cursor: Cursor,
+    rewrite: Option<stream::Rewrite>,
+) -> Outcome {
+    Answer::SseHead.render(out, true);
+    Outcome::Stream(SseJob { session: session.clone(), key, epoch, cursor, rewrite })
+}
+
+/// GET without Last-Event-ID: the session's standalone stream (a new GET takes it over).
+fn standalone(session: &SessionRc, out: &mut Vec<u8>, keep_alive: bool) -> Outcome {
+    let mut s = session.borrow_mut();
+    let key = match s.standalone() {
+        Some(k) => k,
+        None => match s.open_stream(StreamKind::Standalone, None, 0, None, None) {
+            Ok(k) => k,
+            Err(_) => return refuse(out, Refusal::TooManyStreams, None, keep_alive),
+        },
+    };
+    let Some(epoch) = s.attach(key) else {
+        return refuse(out, Refusal::TooManyStreams, None, keep_alive);
+    };
+    // Each connection of the standalone stream starts with its own priming event.
+    let priming = s.append(key, Bytes::new()).ok();
+    drop(s);
+    stream_reply(out, session, key, epoch, Cursor { after: EventSeq(0), from: priming }, None)
+}
+
+/// POST: the header rules, then the body's messages.
+pub(crate) async fn post(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
+    let keep_alive = req.head.keep_alive;
+    if let Err(refusal) = post_headers_ok(&req) {
+        return refuse(out, refusal, None, keep_alive);
+    }
+    // The session is found before the body is decoded, so a request for another core moves
+    // with its body still raw.
+    let session = match req.head.session_id {
+        Some(_) => match find_session(core, &req, out) {
+            Ok(s) => Some(s),
+            Err(o) => return o,
+        },
+        None => None,
+    };
+    if session.is_some() && !version_ok(&req) {
+        return refuse(out, Refusal::BadProtocolVersion, None, keep_alive);
+    }
+    let idempotency_key: Option<Box<str>> = req
+        .header(&req.head.idempotency_key)
+        .and_then(|k| std::str::from_utf8(k).ok())
+        .map(Box::from);
+    let body = match jsonrpc::decode(req.body, crate::config::JSON_DEPTH_MAX) {
+        Ok(b) => b,
+        Err(jsonrpc::DecodeError::Parse) => {
+            return refuse(out, Refusal::ParseError, None, keep_alive)
+        }
+        Err(jsonrpc::DecodeError::Invalid) => {
+            return refuse(out, Refusal::InvalidRequest, None, keep_alive)
+        }
+    };
+    let Some(session) = session else {
+        return sessionless(core, &req, body, out);
+    };
+    match body {
+        Body::Single(Message::Request { id, method, params }) => {
+            if method == "initialize" {
+                return refuse(out, Refusal::AlreadyInitialized, Some(&id), keep_alive);
+            }
+            let parts = RequestParts { id, method, params, idempotency_key };
+            request(core, &session, parts, out, keep_alive).await
+        }
+        Body::Single(Message::Notification { method, params }) => {
+            notification(&session, &method, &params);
+            reply(out, Answer::Accepted, keep_alive)
+        }
+        Body::Single(Message::Response { id, outcome }) => {
+            client_answer(&session, &id, outcome);
+            reply(out, Answer::Accepted, keep_alive)
+        }
+        Body::Batch(msgs) => batch(core, &session, msgs, out, keep_alive).await,
+    }
+}
+
+/// Content-Type, Accept and no Last-Event-ID on a POST (MCP 2025-11-25 transports).
+fn post_headers_ok(req: &Request<'_>) -> Result<(), Refusal> {
+    if req.head.last_event_id.is_some() {
+        return Err(Refusal::LastEventIdOnPost);
+    }
+    let content_type_ok =
+        req.header(&req.head.content_type).is_some_and(|c| is_media_type(c, b"application/json"));
+    if !content_type_ok {
+        return Err(Refusal::UnsupportedMediaType);
+    }
+    let accept_ok = req.header(&req.head.accept).is_some_and(|a| {
+        lists_media_type(a, b"application/json") && lists_media_type(a, b"text/event-stream")
+    });
+    if !accept_ok {
+        return Err(Refusal::NotAcceptable);
+    }
+    Ok(())
+}
+
+/// A POST without a session: `initialize`, or a refusal. A request naming a revision we do not
+/// serve (e.g. a 2026-07-28 client probing with `server/discover`) gets 400 with the spec's
+/// UnsupportedProtocolVersion error listing our revisions, so the client falls back to the
+/// `initialize` handshake (the Python SDK's default mode does exactly that).
+fn sessionless(core: &Rc<Core>, req: &Request<'_>, body: Body, out: &mut Vec<u8>) -> Outcome {
+    let keep_alive = req.head.keep_alive;
+    match body {
+        Body::Single(Message::Request { id, method, params }) => {
+            if method == "initialize" {
+                initialize(core, id, &params, out, keep_alive)
+            } else if !version_ok(req) {
+                let requested = req.header(&req.head.protocol_version).map(String::from_utf8_lossy);
+                let answer = Answer::UnsupportedVersion {
+                    id: &id,
+                    requested: requested.as_deref().unwrap_or(""),
+                    supported: &LEGACY_VERSIONS,
+                };
+                reply(out, answer, keep_alive)
+            } else {
+                refuse(out, Refusal::SessionRequired, Some(&id), keep_alive)
+            }
+        }
+        Body::Single(_) | Body::Batch(_) => refuse(out, Refusal::SessionRequired, None, keep_alive),
+    }
+}
+
+/// `initialize` without a session: creates one on this core (MCP lifecycle: echo a supported
+/// requested version, else answer with our latest).
+fn initialize(
+    core: &Rc<Core>,
+    id: RawId,
+    params: &WireValue,
+    out: &mut Vec<u8>,
+    keep_alive: bool,
+) -> Outcome {
+    if core.sessions.borrow().is_full() {
+        core.metrics.limit_sessions.inc();
+        return refuse(out, Refusal::TooManySessions, Some(&id), keep_alive);
+    }
+    let requested = params.get("protocolVersion").and_then(|v| v.as_str()).unwrap_or("");
+    let version =
+        LEGACY_VERSIONS.iter().copied().find(|v| *v == requested).unwrap_or(LEGACY_VERSIONS[0]);
+    let (Ok(sid), Ok(tag)) = (SessionId::generate(core.index), random_u32()) else {
+        return refuse(out, Refusal::Unavailable, Some(&id), keep_alive);
+    };
+    let session = Session::new(sid, tag, version, &core.cfg);
+    core.sessions.borrow_mut().insert(session);
+    core.metrics.sessions_created_total.inc();
+    core.metrics.sessions_active.inc();
+    let result = serde_json::json!({
+        "protocolVersion": version,
+        "capabilities": core.registry.capabilities(),
+        "serverInfo": { "name": "tidemark", "version": env!("CARGO_PKG_VERSION") },
+        "instructions": "tidemark: resumable MCP streams. If a stream drops, resume it with GET + Last-Event-ID instead of re-POSTing."
+    });
+    let mut body = Vec::with_capacity(512);
+    dispatch::push_result_value(&mut body, &id, &result);
+    let header = sid.to_header();
+    reply(out, Answer::Initialized { body: &body, session_id: header.as_bytes() }, keep_alive)
+}
+
+fn random_u32() -> Result<u32, getrandom::Error> {
+    let mut b = [0u8; 4];
+    getrandom::fill(&mut b)?;
+    Ok(u32::from_le_bytes(b))
+}
+
+/// Notifications are never held or refused (CONTRACT §4). `notifications/cancelled` stops an
+/// owed or running request.
+fn notification(session: &SessionRc, method: &str, params: &WireValue) {
+    if method != "notifications/cancelled" {
+        return;
+    }
+    let Some(request_id) = params.get("requestId") else { return };
+    if !(request_id.is_str() || request_id.is_i64() || request_id.is_u64()) {
+        return;
+    }
+    let raw = RawId(request_id.encode());
+    let mut s = session.borrow_mut();
+    let key = s.by_request_id(&raw).filter(|st| st.is_running() || st.is_owed()).map(|st| st.key);
+    if let Some(key) = key {
+        s.drop_stream(key);
+    }
+}
+
+/// A JSON-RPC response POSTed by the client: the answer to a server→client request.
+fn client_answer(session: &SessionRc, id: &RawId, outcome: Result<WireValue, WireValue>) {
+    let Ok(n) = id.0.parse::<u64>() else { return };
+    let pending = session.borrow_mut().pending_client.remove(&n);
+    if let Some(p) = pending {
+        let outcome = outcome.map(dispatch::into_public).map_err(dispatch::into_public);
+        *p.answer.borrow_mut() = Some(outcome);
+        p.signal.notify_all();
+    }
+}
+
+/// One JSON-RPC request as the decision and the dispatch see it.
+struct RequestParts {
+    id: RawId,
+    method: String,
+    params: WireValue,
+    idempotency_key: Option<Box<str>>,
+}
+
+/// What the decision and the answer need to know about a request, computed once.
+struct Classified {
+    /// The tool a `tools/call` names (`None` for other methods).
+    tool: Option<(String, ToolRoute)>,
+    idempotent: bool,
+    fingerprint: u64,
+}
+
+/// How a request that may not run yet ends (CONTRACT §4 steps 1–4).
+enum Verdict {
+    Run,
+    /// 409 with the hint of `key` (or of every owed stream when `None`).
+    Conflict(Option<StreamKey>, Code),
+    KeyReused,
+    Deduplicated(StreamKey),
+}
+
+/// The migration decision for one request, holding it while the session owes a stream (step
+/// 4) up to `--owed-wait-ms`. Counts what it decides.
+async fn decide(
+    core: &Rc<Core>,
+    session: &SessionRc,
+    id: &RawId,
+    class: &Classified,
+    idempotency_key: Option<&str>,
+) -> Verdict {
+    let deadline = Instant::now() + core.cfg.owed_wait;
+    let mut held = false;
+    loop {
+        let decision = {
+            let s = session.borrow();
+            let policy = core.cfg.migration_policy;
+            migration::decide(facts(
+                policy,
+                &s,
+                id,
+                class.fingerprint,
+                idempotency_key,
+                class.idempotent,
+            ))
+        };
+        match decision {
+            Decision::Fresh => return Verdict::Run,
+            Decision::Hold => {
+                if !held {
+                    held = true;
+                    core.metrics.posts_held_total.inc();
+                }
+                let signal = session.borrow().owed_signal.clone();
+                let now = Instant::now();
+                let timed_out = now >= deadline
+                    || monoio::time::timeout(deadline - now, signal.notified()).await.is_err();
+                if timed_out && session.borrow().owes() {
+                    core.metrics.rejected_held_too_long.inc();
+                    return Verdict::Conflict(None, Code::HeldTooLong);
+                }
+            }
+            Decision::RetryOfOwed(key) => {
+                core.metrics.rejected_owed.inc();
+                return Verdict::Conflict(Some(key), Code::StreamOwed);
+            }
+            Decision::IdReused(key) => {
+                core.metrics.rejected_id_reused.inc();
+                return Verdict::Conflict(Some(key), Code::RequestIdReused);
+            }
+            Decision::KeyReused => {
+                core.metrics.rejected_key_reused.inc();
+                return Verdict::KeyReused;
+            }
+            Decision::Deduplicated(key) => {
+                core.metrics.dedup_hits_total.inc();
+                return Verdict::Deduplicated(key);
+            }
+        }
+    }
+}
+
+/// The tool, idempotency and fingerprint of a request; `Err` is the error answer of a
+/// `tools/call` that names no tool we serve (given without a decision: nothing can run).
+async fn classify(
+    core: &Rc<Core>,
+    method: &str,
+    params: &WireValue,
+) -> Result<Classified, (Code, String)> {
+    let fingerprint = fingerprint(method, params);
+    if method != "tools/call" {
+        let idempotent = migration::method_is_idempotent(method);
+        return Ok(Classified { tool: None, idempotent, fingerprint });
+    }
+    let Some(name) = params.get("name").and_then(|n| n.as_str()) else {
+        return Err((Code::InvalidParams, "tools/call needs a string name".to_owned()));
+    };
+    core.registry.refresh_if_stale().await;
+    match core.registry.tool(name) {
+        Some(route) => {
+            let idempotent = route.safe_to_repeat;
+            Ok(Classified { tool: Some((name.to_owned(), route)), idempotent, fingerprint })
+        }
+        None => Err((Code::InvalidParams, format!("unknown tool: {name}"))),
+    }
+}
+
+/// A JSON-RPC request on a session: the migration decision, then the answer.
+async fn request(
+    core: &Rc<Core>,
+    session: &SessionRc,
+    parts: RequestParts,
+    out: &mut Vec<u8>,
+    keep_alive: bool,
+) -> Outcome {
+    let RequestParts { id, method, mut params, idempotency_key } = parts;
+    let class = match classify(core, &method, &params).await {
+        Ok(class) => class,
+        Err((code, message)) => {
+            let mut body = Vec::with_capacity(64 + message.len());
+            crate::wire::push_error_response(&mut body, Some(&id), code, &message, None);
+            return reply(out, Answer::Json(&body), keep_alive);
+        }
+    };
+    let progress_token: Option<Box<str>> = params
+        .get("_meta")
+        .and_then(|m| m.get("progressToken"))
+        .map(|t| Box::from(t.encode().as_str()));
+    match decide(core, session, &id, &class, idempotency_key.as_deref()).await {
+        Verdict::Run => {}
+        Verdict::Conflict(key, code) => return conflict(session, key, &id, code, out, keep_alive),
+        Verdict::KeyReused => return reply(out, Answer::KeyReused { id: &id }, keep_alive),
+        Verdict::Deduplicated(key) => {
+            return deduplicated(session, key, id, progress_token, out, keep_alive)
+        }
+    }
+    let streams = class.tool.is_some() || core.cfg.response_mode == ResponseMode::Sse;
+    if !streams {
+        let mut body = Vec::with_capacity(256);
+        answer_inline(core, session, &id, &method, &params, &mut body).await;
+        return reply(out, Answer::Json(&body), keep_alive);
+    }
+    let opened = session.borrow_mut().open_stream(
+        StreamKind::Request,
+        Some(id.clone()),
+        class.fingerprint,
+        idempotency_key,
+        progress_token,
+    );
+    let Ok(key) = opened else {
+        core.metrics.limit_streams.inc();
+        return refuse(out, Refusal::TooManyStreams, Some(&id), keep_alive);
+    };
+    match class.tool {
+        Some((name, route)) => {
+            let arguments = params.as_object_mut().and_then(|p| p.remove("arguments"));
+            let arguments =
+                arguments.map(dispatch::into_public).unwrap_or(crate::provider::Value::Null);
+            let cx = call_context(session, key);
+            let provider = route.provider;
+            let work = Box::pin(async move { provider.call_tool(&name, arguments, cx).await });
+            stream::spawn_job(session.clone(), key, id.clone(), work);
+        }
+        None => {
+            let mut payload = Vec::with_capacity(256);
+            answer_inline(core, session, &id, &method, &params, &mut payload).await;
+            session.borrow_mut().finish(key, Bytes::from(payload));
+        }
+    }
+    if core.cfg.response_mode == ResponseMode::Json {
+        return json_when_done(session, key, out, keep_alive).await;
+    }
+    let Some((epoch, first)) = session.borrow_mut().attach_fresh(key) else {
+        return refuse(out, Refusal::TooManyStreams, Some(&id), keep_alive);
+    };
+    stream_reply(out, session, key, epoch, Cursor { after: EventSeq(0), from: Some(first) }, None)
+}
+
+/// The context of a tool call on stream `key`.
+fn call_context(session: &SessionRc, key: StreamKey) -> CallContext {
+    let (identity, version) = {
+        let s = session.borrow();
+        (SessionRef::new(u64::from(s.tag) << 32 ^ (s.id.random as u64)), s.version)
+    };
+    let sink = Rc::new(context::StreamSink { session: Rc::downgrade(session), key });
+    CallContext::new(sink, identity, version)
+}
+
+/// Answers a request that needs no stream into `out`: `logging/setLevel` here (it is session
+/// state), everything else through the providers.
+async fn answer_inline(
+    core: &Rc<Core>,
+    session: &SessionRc,
+    id: &RawId,
+    method: &str,
+    params: &WireValue,
+    out: &mut Vec<u8>,
+) {
+    if method != "logging/setLevel" {
+        core.registry.answer(id, method, params, out).await;
+        return;
+    }
+    match params.get("level").and_then(|l| l.as_str()).and_then(LogLevel::parse) {
+        Some(level) => {
+            session.borrow_mut().log_level = level;
+            jsonrpc::push_result(out, id, b"{}");
+        }
+        None => crate::wire::push_error_response(
+            out,
+            Some(id),
+            Code::InvalidParams,
+            "unknown log level",
+            None,
+        ),
+    }
+}
+
+/// A batch (2025-03-26 sessions only): notifications and responses are taken; each request
+/// goes through the same migration decision as a single one and is answered inline, all in one
+/// JSON array. `tools/call` and `initialize` must be sent alone (they stream, or start a
+/// session). Idempotency keys name a single request, so a batch has none.
+async fn batch(
+    core: &Rc<Core>,
+    session: &SessionRc,
+    msgs: Vec<Message>,
+    out: &mut Vec<u8>,
+    keep_alive: bool,
+) -> Outcome {
+    if session.borrow().version != "2025-03-26" {
+        return refuse(out, Refusal::InvalidRequest, None, keep_alive);
+    }
+    let mut body = Vec::new();
+    let mut answered = 0usize;
+    for m in msgs {
+        let (id, method, params) = match m {
+            Message::Notification { method, params } => {
+                notification(session, &method, &params);
+                continue;
+            }
+            Message::Response { id, outcome } => {
+                client_answer(session, &id, outcome);
+                continue;
+            }
+            Message::Request { id, method, params } => (id, method, params),
+        };
+        body.push(if answered == 0 { b'[' } else { b',' });
+        answered += 1;
+        batch_answer(core, session, &id, &method, &params, &mut body).await;
+    }
+    if answered == 0 {
+        return reply(out, Answer::Accepted, keep_alive);
+    }
+    body.push(b']');
+    reply(out, Answer::Json(&body), keep_alive)
+}
+
+/// One request of a batch, answered into the batch's array.
+async fn batch_answer(
+    core: &Rc<Core>,
+    session: &SessionRc,
+    id: &RawId,
+    method: &str,
+    params: &WireValue,
+    body: &mut Vec<u8>,
+) {
+    if method == "tools/call" || method == "initialize" {
+        let message = "send this request alone, not in a batch";
+        crate::wire::push_error_response(body, Some(id), Code::InvalidRequest, message, None);
+        return;
+    }
+    let class = match classify(core, method, params).await {
+        Ok(class) => class,
+        Err((code, message)) => {
+            crate::wire::push_error_response(body, Some(id), code, &message, None);
+            return;
+        }
+    };
+    match decide(core, session, id, &class, None).await {
+        Verdict::Run => answer_inline(core, session, id, method, params, body).await,
+        Verdict::Conflict(key, code) => {
+            let (data, _hint) = owed_streams(&session.borrow(), key);
+            let message = "conflict: see the 409 of a single request";
+            crate::wire::push_error_response(body, Some(id), code, message, Some(&data));
+        }
+        // Unreachable without an Idempotency-Key; answered like a single request would be.
+        Verdict::KeyReused | Verdict::Deduplicated(_) => {
+            answer_inline(core, session, id, method, params, body).await
+        }
+    }
+}
+
+/// Hash of method + canonical params (key order and top-level `_meta` ignored).
+pub fn fingerprint(method: &str, params: &WireValue) -> u64 {
+    let mut canon = String::with_capacity(64);
+    jsonrpc::canonical_params(params, &mut canon);
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    method.hash(&mut h);
+    canon.hash(&mut h);
+    h.finish()
+}
+
+/// Gathers the facts for the decision from the session's maps and counters (all O(1)).
+pub fn facts(
+    policy: MigrationPolicy,
+    s: &Session,
+    id: &RawId,
+    fp: u64,
+    key: Option<&str>,
+    idempotent: bool,
+) -> Facts {
+    let key = match key.and_then(|k| s.by_idempotency_key(k)) {
+        None => KeyMatch::None,
+        Some(st) if st.fingerprint == fp => KeyMatch::SameRequest(st.key),
+        Some(_) => KeyMatch::OtherRequest,
+    };
+    let by_id = s.by_request_id(id);
+    let retry_by_id = by_id.filter(|st| !st.is_settled()).map(|st| st.key);
+    let retry_by_fp = s
+        .by_fingerprint(fp)
+        .filter(|st| st.is_owed() || (st.is_parked() && !st.is_settled()))
+        .map(|st| st.key);
+    Facts {
+        strict: policy == MigrationPolicy::Strict,
+        key,
+        retry_of: retry_by_id.or(retry_by_fp),
+        reused_id_of: by_id.filter(|st| st.is_settled()).map(|st| st.key),
+        idempotent,
+        session_owes: s.owes(),
+    }
+}
+
+/// `--response-mode json`: waits for the final response and sends it as one JSON body. The
+/// waiting connection is the stream's writer: the stream is attached, not owed.
+async fn json_when_done(
+    session: &SessionRc,
+    key: StreamKey,
+    out: &mut Vec<u8>,
+    keep_alive: bool,
+) -> Outcome {
+    let epoch = session.borrow_mut().attach(key);
+    let outcome = loop {
+        let (signal, done) = {
+            let s = session.borrow();
+            let Some(st) = s.stream(key) else {
+                break refuse(out, Refusal::SessionNotFound, None, keep_alive);
+            };
+            (st.signal.clone(), s.final_payload(key))
+        };
+        if let Some(payload) = done {
+            session.borrow_mut().mark_all_delivered(key);
+            break match payload {
+                Some(payload) => reply(out, Answer::Json(&payload), keep_alive),
+                None => reply(out, Answer::Accepted, keep_alive),
+            };
+        }
+        signal.notified().await;
+    };
+    if let Some(epoch) = epoch {
+        session.borrow_mut().detach(key, epoch);
+    }
+    outcome
+}
+
+/// Step 1 hit: the earlier stream answers, from its first message, with this POST's id.
+fn deduplicated(
+    session: &SessionRc,
+    key: StreamKey,
+    id: RawId,
+    progress_token: Option<Box<str>>,
+    out: &mut Vec<u8>,
+    keep_alive: bool,
+) -> Outcome {
+    let mut s = session.borrow_mut();
+    let Some(st) = s.stream(key) else {
+        return refuse(out, Refusal::BadLastEventId, Some(&id), keep_alive);
+    };
+    let first = st.first;
+    let same_id = st.request_id.as_ref() == Some(&id);
+    let tokens = match (progress_token, st.progress_token.clone()) {
+        (Some(retry), Some(original)) if retry != original => Some((retry, original)),
+        _ => None,
+    };
+    let rewrite = (!same_id || tokens.is_some())
+        .then(|| stream::Rewrite { id: id.clone(), progress_token: tokens });
+    let first_held = s.ring.get(first).is_some_and(|e| e.stream == key);
+    let Some(epoch) = s.attach(key) else {
+        return refuse(out, Refusal::BadLastEventId, Some(&id), keep_alive);
+    };
+    drop(s);
+    let cursor = Cursor { after: first, from: first_held.then_some(first) };
+    stream_reply(out, session, key, epoch, cursor, rewrite)
+}
+
+/// The `owedStreams` data of a conflict, and the `Last-Event-ID` hint of its first stream:
+/// stream `key`, or every owed or replaying stream when `None`.
+fn owed_streams(s: &Session, key: Option<StreamKey>) -> (String, Vec<u8>) {
+    let listed: Vec<&session::StreamState> = match key {
+        Some(k) => s.stream(k).into_iter().collect(),
+        None => s.streams().filter(|st| st.is_owed() || st.is_replaying()).collect(),
+    };
+    let mut data = String::from("{\"owedStreams\":[");
+    let mut hint = Vec::new();
+    for (i, st) in listed.iter().enumerate() {
+        if i > 0 {
+            data.push(',');
+        }
+        let mut last = Vec::new();
+        s.push_event_id(&mut last, st.key, st.resume_hint());
+        let mut first = Vec::new();
+        s.push_event_id(&mut first, st.key, st.first);
+        let mut written = Vec::new();
+        s.push_event_id(&mut written, st.key, st.written().max(st.first));
+        if hint.is_empty() {
+            hint = last.clone();
+        }
+        data.push_str(&format!(
+            "{{\"requestId\":{},\"lastEventId\":\"{}\",\"firstEventId\":\"{}\",\
+             \"lastWrittenEventId\":\"{}\",\"inFlight\":{}}}",
+            st.request_id.as_ref().map(|r| r.0.as_str()).unwrap_or("null"),
+            String::from_utf8_lossy(&last),
+            String::from_utf8_lossy(&first),
+            String::from_utf8_lossy(&written),
+            st.is_running()
+        ));
+    }
+    data.push_str("]}");
+    (data, hint)
+}
+
+/// 409 with the resume hint (CONTRACT §4 steps 2–4).
+fn conflict(
+    session: &SessionRc,
+    key: Option<StreamKey>,
+    id: &RawId,
+    code: Code,
+    out: &mut Vec<u8>,
+    keep_alive: bool,
+) -> Outcome {
+    let (data, hint) = owed_streams(&session.borrow(), key);
+    let hint = (!hint.is_empty()).then_some(hint.as_slice());
+    reply(out, Answer::Conflict { id, code, data: &data, hint }, keep_alive)
+}

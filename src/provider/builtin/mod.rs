@@ -1,0 +1,342 @@
+//! The built-in tool sets as providers: `demo` (echo, slow_counter, get_counter) and
+//! `conformance` (every fixture the official MCP conformance suite expects).
+//!
+//! Owns: `BuiltinProvider` (a fixed list of tools with `'static` specs, plus an optional
+//! catalog of resources, prompts and completions), the `ToolSpec` form the sets are written in,
+//! and the small argument helpers they share. Called by: `server` (one provider per enabled set
+//! and core). Never: keeps per-session state; the demo counter is process-wide on purpose.
+
+pub mod conformance;
+pub mod demo;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::rc::Rc;
+
+use crate::config::BuiltinSet;
+use crate::provider::{
+    Annotations, CallContext, LocalBoxFuture, Provider, ProviderError, ProviderResult, ToolInfo,
+    Value,
+};
+
+/// What `tools/list` says about a built-in tool, as constants.
+#[derive(Clone, Debug)]
+pub(crate) struct ToolSpec {
+    pub name: &'static str,
+    pub description: &'static str,
+    /// The JSON Schema of `arguments`, as JSON text (a unit test checks every one parses).
+    pub input_schema: &'static str,
+    pub annotations: Annotations,
+}
+
+/// The `readOnlyHint`/`idempotentHint` pair of a built-in tool: both listed when either is
+/// set, neither when both are false (the lists the built-in sets have always sent).
+pub(crate) const fn hints(read_only: bool, idempotent: bool) -> Annotations {
+    let listed = read_only || idempotent;
+    Annotations {
+        title: None,
+        read_only: if listed { Some(read_only) } else { None },
+        destructive: None,
+        idempotent: if listed { Some(idempotent) } else { None },
+        open_world: None,
+    }
+}
+
+/// A callable built-in tool.
+pub(crate) trait BuiltinTool {
+    fn spec(&self) -> &ToolSpec;
+    fn call(
+        &self,
+        arguments: Value,
+        cx: CallContext,
+    ) -> LocalBoxFuture<'static, ProviderResult<Value>>;
+}
+
+/// Resources, resource templates, prompts and completions of a built-in set (synchronous: they
+/// are constants).
+pub(crate) trait Catalog {
+    fn resources(&self) -> Vec<Value> {
+        Vec::new()
+    }
+    fn resource_templates(&self) -> Vec<Value> {
+        Vec::new()
+    }
+    /// `None` when the uri is not ours.
+    fn read_resource(&self, _uri: &str) -> Option<Value> {
+        None
+    }
+    fn prompts(&self) -> Vec<Value> {
+        Vec::new()
+    }
+    /// `Err(NotFound)` when the name is not ours.
+    fn get_prompt(&self, name: &str, _arguments: &Value) -> ProviderResult<Value> {
+        Err(ProviderError::NotFound(name.to_owned()))
+    }
+    /// `None` when the reference is not ours.
+    fn complete(&self, _reference: &Value, _argument: &Value) -> Option<Vec<String>> {
+        None
+    }
+}
+
+/// One built-in set as a provider.
+pub(crate) struct BuiltinProvider {
+    name: &'static str,
+    tools: Vec<Rc<dyn BuiltinTool>>,
+    by_name: HashMap<&'static str, usize>,
+    catalog: Option<Box<dyn Catalog>>,
+}
+
+impl BuiltinProvider {
+    /// The provider of `set`.
+    pub(crate) fn new(set: BuiltinSet) -> BuiltinProvider {
+        let (name, tools, catalog) = match set {
+            BuiltinSet::Demo => ("demo", demo::tools(), None),
+            BuiltinSet::Conformance => {
+                ("conformance", conformance::tools(), Some(conformance::catalog()))
+            }
+        };
+        let by_name = tools.iter().enumerate().map(|(i, t)| (t.spec().name, i)).collect();
+        BuiltinProvider { name, tools, by_name, catalog }
+    }
+}
+
+impl Provider for BuiltinProvider {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn list_tools(&self) -> LocalBoxFuture<'_, ProviderResult<Vec<ToolInfo>>> {
+        let listed = self.tools.iter().map(|t| tool_info(t.spec())).collect();
+        Box::pin(std::future::ready(Ok(listed)))
+    }
+
+    fn call_tool<'a>(
+        &'a self,
+        name: &'a str,
+        arguments: Value,
+        cx: CallContext,
+    ) -> LocalBoxFuture<'a, ProviderResult<Value>> {
+        match self.by_name.get(name).and_then(|&i| self.tools.get(i)) {
+            Some(tool) => tool.call(arguments, cx),
+            None => Box::pin(std::future::ready(Err(ProviderError::NotFound(name.to_owned())))),
+        }
+    }
+
+    fn list_resources(&self) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
+        let listed = self.catalog.as_ref().map(|c| c.resources()).unwrap_or_default();
+        Box::pin(std::future::ready(Ok(listed)))
+    }
+
+    fn list_resource_templates(&self) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
+        let listed = self.catalog.as_ref().map(|c| c.resource_templates()).unwrap_or_default();
+        Box::pin(std::future::ready(Ok(listed)))
+    }
+
+    fn read_resource<'a>(
+        &'a self,
+        uri: &'a str,
+    ) -> LocalBoxFuture<'a, ProviderResult<Option<Value>>> {
+        let read = self.catalog.as_ref().and_then(|c| c.read_resource(uri));
+        Box::pin(std::future::ready(Ok(read)))
+    }
+
+    fn list_prompts(&self) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
+        let listed = self.catalog.as_ref().map(|c| c.prompts()).unwrap_or_default();
+        Box::pin(std::future::ready(Ok(listed)))
+    }
+
+    fn get_prompt<'a>(
+        &'a self,
+        name: &'a str,
+        arguments: Value,
+    ) -> LocalBoxFuture<'a, ProviderResult<Option<Value>>> {
+        let got = match self.catalog.as_ref().map(|c| c.get_prompt(name, &arguments)) {
+            None | Some(Err(ProviderError::NotFound(_))) => Ok(None),
+            Some(found) => found.map(Some),
+        };
+        Box::pin(std::future::ready(got))
+    }
+
+    fn complete<'a>(
+        &'a self,
+        reference: &'a Value,
+        argument: &'a Value,
+    ) -> LocalBoxFuture<'a, ProviderResult<Option<Vec<String>>>> {
+        let values = self.catalog.as_ref().and_then(|c| c.complete(reference, argument));
+        Box::pin(std::future::ready(Ok(values)))
+    }
+}
+
+/// Listed in place of a built-in schema that does not parse as a JSON object. Never used in
+/// practice: a unit test checks that every built-in schema parses.
+const INPUT_SCHEMA_FALLBACK: &str = r#"{"type":"object"}"#;
+
+/// A spec as the provider API lists it.
+fn tool_info(spec: &ToolSpec) -> ToolInfo {
+    let schema = serde_json::from_str::<Value>(spec.input_schema)
+        .ok()
+        .filter(Value::is_object)
+        .unwrap_or_else(|| serde_json::from_str(INPUT_SCHEMA_FALLBACK).unwrap_or_default());
+    ToolInfo {
+        name: spec.name.to_owned(),
+        description: Some(spec.description.to_owned()),
+        input_schema: schema,
+        output_schema: None,
+        annotations: spec.annotations.clone(),
+    }
+}
+
+/// A tool whose behaviour is one async function of its arguments; every built-in tool is one.
+struct FnTool<F> {
+    spec: ToolSpec,
+    run: F,
+}
+
+impl<F, Fut> BuiltinTool for FnTool<F>
+where
+    F: Fn(Value, CallContext) -> Fut,
+    Fut: Future<Output = ProviderResult<Value>> + 'static,
+{
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn call(
+        &self,
+        arguments: Value,
+        cx: CallContext,
+    ) -> LocalBoxFuture<'static, ProviderResult<Value>> {
+        Box::pin((self.run)(arguments, cx))
+    }
+}
+
+/// Wraps a tool function and its spec as a set entry.
+pub(crate) fn fn_tool<F, Fut>(spec: ToolSpec, run: F) -> Rc<dyn BuiltinTool>
+where
+    F: Fn(Value, CallContext) -> Fut + 'static,
+    Fut: Future<Output = ProviderResult<Value>> + 'static,
+{
+    Rc::new(FnTool { spec, run })
+}
+
+/// A `CallToolResult` holding one text item.
+pub(crate) fn text_result(text: impl Into<String>) -> Value {
+    serde_json::json!({ "content": [{ "type": "text", "text": text.into() }] })
+}
+
+/// A tool-level failure: a `CallToolResult` with `isError: true`, so the model sees why (MCP
+/// 2025-11-25 server/tools, "Error Handling"), rather than a JSON-RPC error.
+pub(crate) fn error_result(text: impl Into<String>) -> Value {
+    serde_json::json!({ "content": [{ "type": "text", "text": text.into() }], "isError": true })
+}
+
+/// Argument `name` of a call or prompt. `arguments` must be an object, or null when the client
+/// sent none (then every argument is absent).
+pub(crate) fn argument<'a>(arguments: &'a Value, name: &str) -> ProviderResult<Option<&'a Value>> {
+    match arguments {
+        Value::Object(object) => Ok(object.get(name)),
+        Value::Null => Ok(None),
+        _ => Err(ProviderError::InvalidParams("arguments must be an object".to_owned())),
+    }
+}
+
+/// Checks that `arguments` is an object or absent, for tools that take no arguments.
+pub(crate) fn expect_arguments_object(arguments: &Value) -> ProviderResult<()> {
+    argument(arguments, "").map(|_| ())
+}
+
+/// The required string argument `name`.
+pub(crate) fn required_str<'a>(arguments: &'a Value, name: &str) -> ProviderResult<&'a str> {
+    match argument(arguments, name)? {
+        Some(Value::String(text)) => Ok(text),
+        Some(_) => Err(ProviderError::InvalidParams(format!("argument `{name}` must be a string"))),
+        None => Err(ProviderError::InvalidParams(format!("missing required argument `{name}`"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::testing::{parse, run};
+    use serde_json::json;
+
+    fn listed(set: BuiltinSet) -> Vec<ToolInfo> {
+        run(BuiltinProvider::new(set).list_tools()).expect("built-in lists")
+    }
+
+    /// `^[A-Za-z0-9_.-]{1,128}$` (conformance alpha `tools-name-format`).
+    fn valid_tool_name(name: &str) -> bool {
+        let allowed = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-');
+        (1..=128).contains(&name.len()) && name.bytes().all(allowed)
+    }
+
+    #[test]
+    fn every_builtin_tool_lists_a_valid_name_description_and_parsed_schema() {
+        // Goal: tools-list (name, description, inputSchema), tools-name-format, and every
+        // schema constant parses (so the fallback is never listed). Method: list both sets.
+        let provider = BuiltinProvider::new(BuiltinSet::Conformance);
+        let mut count = 0;
+        for set in [BuiltinSet::Demo, BuiltinSet::Conformance] {
+            for tool in listed(set) {
+                count += 1;
+                assert!(valid_tool_name(&tool.name), "{}", tool.name);
+                assert!(tool.description.as_deref().is_some_and(|d| !d.is_empty()));
+                assert_eq!(tool.input_schema["type"], json!("object"), "{}", tool.name);
+                assert!(tool.input_schema["properties"].is_object(), "{}", tool.name);
+                let spec = match set {
+                    BuiltinSet::Demo => demo::tools(),
+                    BuiltinSet::Conformance => conformance::tools(),
+                };
+                let spec =
+                    spec.iter().find(|t| t.spec().name == tool.name).map(|t| t.spec().clone());
+                let text = spec.expect("listed tool has a spec").input_schema;
+                assert_eq!(tool.input_schema, parse(text), "{}: schema as written", tool.name);
+            }
+        }
+        assert_eq!(count, 17);
+        let schema = &run(provider.list_tools()).expect("lists")[13].input_schema;
+        assert_eq!(schema["$schema"], json!("https://json-schema.org/draft/2020-12/schema"));
+    }
+
+    #[test]
+    fn hints_list_both_flags_or_neither() {
+        // Goal: the built-in annotations keep their wire form. Method: all four pairs.
+        assert_eq!(hints(false, false).to_json(), None);
+        let both = |r, i| Some(json!({ "readOnlyHint": r, "idempotentHint": i }));
+        assert_eq!(hints(true, false).to_json(), both(true, false));
+        assert_eq!(hints(false, true).to_json(), both(false, true));
+        assert_eq!(hints(true, true).to_json(), both(true, true));
+    }
+
+    #[test]
+    fn a_builtin_provider_calls_its_tools_and_refuses_others() {
+        // Goal: call_tool dispatches by name. Method: echo, then an unknown name.
+        let provider = BuiltinProvider::new(BuiltinSet::Demo);
+        let result =
+            run(provider.call_tool("echo", json!({ "text": "x" }), CallContext::detached()));
+        assert_eq!(result, Ok(json!({ "content": [{ "type": "text", "text": "x" }] })));
+        let missing =
+            run(provider.call_tool("test_simple_text", json!({}), CallContext::detached()));
+        assert_eq!(missing, Err(ProviderError::NotFound("test_simple_text".into())));
+    }
+
+    #[test]
+    fn the_demo_set_has_no_catalog_and_conformance_has_one() {
+        // Goal: catalogs flow through the provider methods. Method: list and look up.
+        let demo = BuiltinProvider::new(BuiltinSet::Demo);
+        assert_eq!(run(demo.list_resources()), Ok(vec![]));
+        assert_eq!(run(demo.read_resource("test://static-text")), Ok(None));
+        assert_eq!(run(demo.get_prompt("test_simple_prompt", Value::Null)), Ok(None));
+        let conformance = BuiltinProvider::new(BuiltinSet::Conformance);
+        assert_eq!(run(conformance.list_resources()).map(|r| r.len()), Ok(3));
+        assert_eq!(run(conformance.list_resource_templates()).map(|r| r.len()), Ok(1));
+        assert_eq!(run(conformance.list_prompts()).map(|r| r.len()), Ok(4));
+        let read = run(conformance.read_resource("test://template/123/data")).expect("ok");
+        assert!(read.expect("ours")["contents"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("123")));
+        assert_eq!(run(conformance.get_prompt("nope", json!({}))), Ok(None));
+        let invalid = run(conformance.get_prompt("test_prompt_with_arguments", json!({})));
+        assert!(matches!(invalid, Err(ProviderError::InvalidParams(_))));
+    }
+}

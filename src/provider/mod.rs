@@ -1,0 +1,637 @@
+//! The public provider interface: how tools, resources, resource templates, prompts and
+//! completions reach tidemark, whoever implements them (the built-in sets, an embedding
+//! application, a bridge to another MCP server).
+//!
+//! Owns: the `Provider` trait, `ToolInfo` and `Annotations` (what `tools/list` says and what the
+//! migration boundary reads: CONTRACT §4 step 3), the per-call `CallContext` (progress, logs,
+//! server→client requests, cancellation, session identity, negotiated revision), the
+//! `ProviderError` type and the public JSON `Value` type (serde_json's, so simd-json stays an
+//! internal detail of the request decoder).
+//! Called by: `dispatch` (lists and calls), `legacy::stream` (implements the context's sink).
+//! Never: touches sockets, sessions or the replay ring; a provider only sees `CallContext`.
+
+pub mod builtin;
+
+use std::cell::Cell;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+
+/// The JSON value type of the provider API (arguments, results, resources, prompts).
+pub use serde_json::Value;
+
+/// A boxed, single-core future: providers run on the core that owns the session (monoio, one
+/// runtime per core), so nothing they return needs to be `Send`.
+pub type LocalBoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+
+/// RFC 5424 severities as MCP `logging/setLevel` names them (ascending).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LogLevel {
+    Debug,
+    Info,
+    Notice,
+    Warning,
+    Error,
+    Critical,
+    Alert,
+    Emergency,
+}
+
+impl LogLevel {
+    /// Parses the wire name; `None` for anything else (the peer sent a bad level).
+    pub fn parse(name: &str) -> Option<LogLevel> {
+        Some(match name {
+            "debug" => LogLevel::Debug,
+            "info" => LogLevel::Info,
+            "notice" => LogLevel::Notice,
+            "warning" => LogLevel::Warning,
+            "error" => LogLevel::Error,
+            "critical" => LogLevel::Critical,
+            "alert" => LogLevel::Alert,
+            "emergency" => LogLevel::Emergency,
+            _ => return None,
+        })
+    }
+
+    /// The wire name (`"warning"`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Notice => "notice",
+            LogLevel::Warning => "warning",
+            LogLevel::Error => "error",
+            LogLevel::Critical => "critical",
+            LogLevel::Alert => "alert",
+            LogLevel::Emergency => "emergency",
+        }
+    }
+}
+
+/// MCP `ToolAnnotations`. `read_only` and `idempotent` decide whether a retried call may simply
+/// run again (CONTRACT §4 step 3); the others are passed to clients as hints. A hint that is
+/// `None` is not listed (the client applies the spec's default).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Annotations {
+    /// `title`: a human-readable name.
+    pub title: Option<String>,
+    /// `readOnlyHint`: the tool does not modify its environment.
+    pub read_only: Option<bool>,
+    /// `destructiveHint`: the tool may perform destructive updates.
+    pub destructive: Option<bool>,
+    /// `idempotentHint`: repeating a call with the same arguments has no additional effect.
+    pub idempotent: Option<bool>,
+    /// `openWorldHint`: the tool interacts with an open world of external entities.
+    pub open_world: Option<bool>,
+}
+
+impl Annotations {
+    /// Read-only (and so safe to repeat), as a fluent constructor.
+    pub fn read_only() -> Annotations {
+        Annotations { read_only: Some(true), ..Annotations::default() }
+    }
+
+    /// True when a retried call may simply run again: read-only or idempotent.
+    pub fn safe_to_repeat(&self) -> bool {
+        self.read_only == Some(true) || self.idempotent == Some(true)
+    }
+
+    /// The `annotations` object of `tools/list`, or `None` when no field is set.
+    pub fn to_json(&self) -> Option<Value> {
+        let mut object = serde_json::Map::new();
+        if let Some(title) = &self.title {
+            object.insert("title".into(), Value::from(title.as_str()));
+        }
+        let hints = [
+            ("readOnlyHint", self.read_only),
+            ("destructiveHint", self.destructive),
+            ("idempotentHint", self.idempotent),
+            ("openWorldHint", self.open_world),
+        ];
+        for (name, hint) in hints {
+            if let Some(hint) = hint {
+                object.insert(name.into(), Value::Bool(hint));
+            }
+        }
+        (!object.is_empty()).then_some(Value::Object(object))
+    }
+}
+
+/// What `tools/list` says about one tool. Names and schemas are owned: a provider may list
+/// different tools over its life (then it calls `Changes::tools_changed`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolInfo {
+    /// Unique among all providers of a server (a later duplicate is not listed).
+    pub name: String,
+    pub description: Option<String>,
+    /// The JSON Schema of `arguments`: a JSON object (listed verbatim).
+    pub input_schema: Value,
+    /// The JSON Schema of `structuredContent`, when the tool declares one.
+    pub output_schema: Option<Value>,
+    pub annotations: Annotations,
+}
+
+impl ToolInfo {
+    /// A tool with a description and an input schema, no annotations.
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        input_schema: Value,
+    ) -> Self {
+        ToolInfo {
+            name: name.into(),
+            description: Some(description.into()),
+            input_schema,
+            output_schema: None,
+            annotations: Annotations::default(),
+        }
+    }
+
+    /// The same tool with these annotations.
+    pub fn with_annotations(mut self, annotations: Annotations) -> Self {
+        self.annotations = annotations;
+        self
+    }
+
+    /// The `tools/list` item. A schema that is not an object is listed as `{"type":"object"}`
+    /// (MCP requires an object schema; a provider's mistake must not break the whole list).
+    pub fn to_json(&self) -> Value {
+        let mut item = serde_json::Map::new();
+        item.insert("name".into(), Value::from(self.name.as_str()));
+        if let Some(description) = &self.description {
+            item.insert("description".into(), Value::from(description.as_str()));
+        }
+        let schema = match &self.input_schema {
+            Value::Object(_) => self.input_schema.clone(),
+            _ => serde_json::json!({ "type": "object" }),
+        };
+        item.insert("inputSchema".into(), schema);
+        if let Some(output) = &self.output_schema {
+            item.insert("outputSchema".into(), output.clone());
+        }
+        if let Some(annotations) = self.annotations.to_json() {
+            item.insert("annotations".into(), annotations);
+        }
+        Value::Object(item)
+    }
+}
+
+/// Why a provider could not answer; mapped to JSON-RPC in one place (`wire`).
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProviderError {
+    /// The peer sent arguments the tool cannot use → -32602.
+    #[error("invalid params: {0}")]
+    InvalidParams(String),
+    /// No such tool, prompt or resource → -32602 (MCP uses invalid params for unknown names).
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// A server→client request was answered with a JSON-RPC error by the client → -32603.
+    #[error("client error {code}: {message}")]
+    ClientError { code: i64, message: String },
+    /// The call was cancelled (notifications/cancelled or session end); nothing is sent.
+    #[error("cancelled")]
+    Cancelled,
+    /// The provider's own failure or resource exhaustion → -32603.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// The result type of every provider method.
+pub type ProviderResult<T> = Result<T, ProviderError>;
+
+/// A source of MCP server features. One instance lives on each core (built by the factory given
+/// to `Server::provider`), so it may use `Rc`/`RefCell` freely; every method runs on that
+/// core's runtime and must not block it.
+///
+/// Only `list_tools` and `call_tool` are required; the other features default to "none", and a
+/// capability is declared to clients only when some provider lists something for it.
+pub trait Provider {
+    /// A short name for the start-up banner and logs (`demo`, `reverse`, …).
+    fn name(&self) -> &str {
+        "custom"
+    }
+
+    /// Called once per core after the provider is built, with a handle through which it
+    /// announces that its lists changed.
+    fn attach(&self, changes: Changes) {
+        let _ = changes;
+    }
+
+    /// The tools this provider serves. Listed when the core starts and again after
+    /// `Changes::tools_changed`; `tools/list` answers from that cache.
+    fn list_tools(&self) -> LocalBoxFuture<'_, ProviderResult<Vec<ToolInfo>>>;
+
+    /// Runs tool `name` (one this provider listed). `arguments` is the request's `arguments`
+    /// object, or `Value::Null` when the client sent none. Returns a `CallToolResult` object
+    /// (`{"content": [...]}`); a tool-level failure is a result with `isError: true`, not an
+    /// `Err`. Dropping the returned future cancels the call; `cx.cancelled()` says so too.
+    fn call_tool<'a>(
+        &'a self,
+        name: &'a str,
+        arguments: Value,
+        cx: CallContext,
+    ) -> LocalBoxFuture<'a, ProviderResult<Value>>;
+
+    /// Items for `resources/list` (each `{uri, name, ...}`).
+    fn list_resources(&self) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
+        Box::pin(std::future::ready(Ok(Vec::new())))
+    }
+
+    /// Items for `resources/templates/list` (each `{uriTemplate, name, ...}`).
+    fn list_resource_templates(&self) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
+        Box::pin(std::future::ready(Ok(Vec::new())))
+    }
+
+    /// The `resources/read` result (`{contents: [...]}`), or `Ok(None)` when the uri is not ours.
+    fn read_resource<'a>(
+        &'a self,
+        uri: &'a str,
+    ) -> LocalBoxFuture<'a, ProviderResult<Option<Value>>> {
+        let _ = uri;
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
+    /// Items for `prompts/list` (each `{name, description, arguments?}`).
+    fn list_prompts(&self) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
+        Box::pin(std::future::ready(Ok(Vec::new())))
+    }
+
+    /// The `prompts/get` result (`{messages: [...]}`), or `Ok(None)` when the name is not ours.
+    /// `arguments` is the request's `arguments` object, or `Value::Null`.
+    fn get_prompt<'a>(
+        &'a self,
+        name: &'a str,
+        arguments: Value,
+    ) -> LocalBoxFuture<'a, ProviderResult<Option<Value>>> {
+        let _ = (name, arguments);
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
+    /// `completion/complete` candidates for a `ref` and `argument`, or `Ok(None)` when the
+    /// reference is not ours. The server caps the list at MCP's 100 values.
+    fn complete<'a>(
+        &'a self,
+        reference: &'a Value,
+        argument: &'a Value,
+    ) -> LocalBoxFuture<'a, ProviderResult<Option<Vec<String>>>> {
+        let _ = (reference, argument);
+        Box::pin(std::future::ready(Ok(None)))
+    }
+}
+
+/// How a provider announces that its lists changed. Cheap to clone; core-local.
+#[derive(Clone, Default)]
+pub struct Changes {
+    tools_stale: Rc<Cell<bool>>,
+}
+
+impl Changes {
+    /// The tool list changed: the server lists this core's providers again before it next
+    /// answers `tools/list` or looks up a tool it does not know.
+    pub fn tools_changed(&self) {
+        self.tools_stale.set(true);
+    }
+
+    /// True once after `tools_changed` (the registry consumes the flag).
+    pub(crate) fn take_tools_stale(&self) -> bool {
+        self.tools_stale.replace(false)
+    }
+}
+
+/// An opaque identity of the client session a call belongs to: equal for every call of one
+/// session, different across sessions; carries no secret (it is not the `Mcp-Session-Id`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionRef(u64);
+
+impl SessionRef {
+    pub(crate) fn new(value: u64) -> SessionRef {
+        SessionRef(value)
+    }
+}
+
+impl fmt::Display for SessionRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+/// Where a call's messages go: implemented by the protocol path that runs the call (the legacy
+/// session's request stream), and by `DetachedSink` for calls nobody listens to.
+pub(crate) trait CallSink {
+    /// `notifications/progress` with the request's progress token; no-op without one.
+    fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>);
+    /// `notifications/message`, if `level` passes the session's `logging/setLevel`.
+    fn log(&self, level: LogLevel, logger: Option<&str>, data: Value);
+    /// A server→client request on the call's stream; resolves with the client's answer.
+    fn request(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> LocalBoxFuture<'static, ProviderResult<Value>>;
+    /// SEP-1699: close the connection carrying the call's stream, without ending the stream.
+    fn close_connection(&self);
+    /// True once the call was cancelled.
+    fn is_cancelled(&self) -> bool;
+    /// Completes when the call is cancelled.
+    fn cancelled(&self) -> LocalBoxFuture<'static, ()>;
+}
+
+/// What a running tool may do besides computing its result. Cheap to clone (one `Rc`).
+#[derive(Clone)]
+pub struct CallContext {
+    sink: Rc<dyn CallSink>,
+    session: SessionRef,
+    protocol_version: &'static str,
+}
+
+impl CallContext {
+    pub(crate) fn new(
+        sink: Rc<dyn CallSink>,
+        session: SessionRef,
+        protocol_version: &'static str,
+    ) -> CallContext {
+        CallContext { sink, session, protocol_version }
+    }
+
+    /// A context whose messages go nowhere and whose server→client requests fail with
+    /// `Cancelled`: for unit tests of a provider, or calls made outside a client session.
+    pub fn detached() -> CallContext {
+        CallContext::new(Rc::new(DetachedSink), SessionRef(0), "")
+    }
+
+    /// Sends `notifications/progress` with the request's `_meta.progressToken` (as the client
+    /// sent it). A no-op when the request had no token.
+    pub fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
+        self.sink.progress(progress, total, message);
+    }
+
+    /// Sends `notifications/message` when `level` is at or above the session's log level.
+    pub fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
+        self.sink.log(level, logger, data);
+    }
+
+    /// Sends a server→client request (`sampling/createMessage`, `elicitation/create`,
+    /// `roots/list`) on this call's stream and resolves with the client's `result`; a JSON-RPC
+    /// error from the client is `ProviderError::ClientError`.
+    pub fn request(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> LocalBoxFuture<'static, ProviderResult<Value>> {
+        self.sink.request(method, params)
+    }
+
+    /// SEP-1699 polling: closes the HTTP connection that carries this call's stream without
+    /// ending the stream; the client resumes with GET + Last-Event-ID and gets the rest.
+    pub fn close_connection(&self) {
+        self.sink.close_connection();
+    }
+
+    /// True once the client cancelled the call (or its session ended).
+    pub fn is_cancelled(&self) -> bool {
+        self.sink.is_cancelled()
+    }
+
+    /// Completes when the call is cancelled; for work the tool started outside its own future.
+    pub fn cancelled(&self) -> LocalBoxFuture<'static, ()> {
+        self.sink.cancelled()
+    }
+
+    /// The session this call belongs to.
+    pub fn session(&self) -> SessionRef {
+        self.session
+    }
+
+    /// The MCP revision negotiated for the session (`"2025-11-25"`, …); empty when detached.
+    pub fn protocol_version(&self) -> &str {
+        self.protocol_version
+    }
+}
+
+/// The sink of `CallContext::detached`.
+struct DetachedSink;
+
+impl CallSink for DetachedSink {
+    fn progress(&self, _progress: f64, _total: Option<f64>, _message: Option<&str>) {}
+
+    fn log(&self, _level: LogLevel, _logger: Option<&str>, _data: Value) {}
+
+    fn request(
+        &self,
+        _method: &str,
+        _params: Value,
+    ) -> LocalBoxFuture<'static, ProviderResult<Value>> {
+        Box::pin(std::future::ready(Err(ProviderError::Cancelled)))
+    }
+
+    fn close_connection(&self) {}
+
+    fn is_cancelled(&self) -> bool {
+        false
+    }
+
+    fn cancelled(&self) -> LocalBoxFuture<'static, ()> {
+        Box::pin(std::future::pending())
+    }
+}
+
+/// A recording sink and a timer-enabled runtime, shared by the unit tests of the providers.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::{
+        CallContext, CallSink, LocalBoxFuture, LogLevel, ProviderError, SessionRef, Value,
+    };
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    use std::future::Future;
+    use std::rc::Rc;
+    use std::time::Instant;
+
+    /// One call a tool made on its context.
+    #[derive(Clone, Debug, PartialEq)]
+    pub enum Call {
+        Progress { progress: f64, total: Option<f64>, message: Option<String> },
+        Log { level: LogLevel, logger: Option<String>, data: Value },
+        Request { method: String, params: Value },
+        CloseConnection,
+    }
+
+    /// Records every call with the time it was made; answers requests from a table.
+    #[derive(Default)]
+    pub struct RecordingSink {
+        pub calls: RefCell<Vec<(Instant, Call)>>,
+        answers: RefCell<HashMap<String, Result<Value, ProviderError>>>,
+    }
+
+    impl RecordingSink {
+        /// The client's answer to every later `request(method, ..)`.
+        pub fn answer(&self, method: &str, answer: Result<Value, ProviderError>) {
+            self.answers.borrow_mut().insert(method.to_owned(), answer);
+        }
+
+        /// The calls without their times.
+        pub fn calls(&self) -> Vec<Call> {
+            self.calls.borrow().iter().map(|(_, call)| call.clone()).collect()
+        }
+
+        /// A context whose messages this sink records.
+        pub fn context(self: &Rc<Self>) -> CallContext {
+            CallContext::new(self.clone(), SessionRef::new(1), "2025-11-25")
+        }
+
+        fn record(&self, call: Call) {
+            self.calls.borrow_mut().push((Instant::now(), call));
+        }
+    }
+
+    impl CallSink for RecordingSink {
+        fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
+            let message = message.map(str::to_owned);
+            self.record(Call::Progress { progress, total, message });
+        }
+
+        fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
+            self.record(Call::Log { level, logger: logger.map(str::to_owned), data });
+        }
+
+        fn request(
+            &self,
+            method: &str,
+            params: Value,
+        ) -> LocalBoxFuture<'static, Result<Value, ProviderError>> {
+            self.record(Call::Request { method: method.to_owned(), params });
+            let answer =
+                self.answers.borrow().get(method).cloned().unwrap_or_else(|| {
+                    Err(ProviderError::Internal(format!("no answer for {method}")))
+                });
+            Box::pin(std::future::ready(answer))
+        }
+
+        fn close_connection(&self) {
+            self.record(Call::CloseConnection);
+        }
+
+        fn is_cancelled(&self) -> bool {
+            false
+        }
+
+        fn cancelled(&self) -> LocalBoxFuture<'static, ()> {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    /// Runs `future` to completion on a fresh single-thread runtime with timers (epoll driver,
+    /// so the tests also pass where io_uring is disabled).
+    pub fn run<F: Future>(future: F) -> F::Output {
+        monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+            .enable_timer()
+            .build()
+            .expect("test runtime builds")
+            .block_on(future)
+    }
+
+    /// Parses JSON text into a value.
+    pub fn parse(text: &str) -> Value {
+        serde_json::from_str(text).expect("valid JSON")
+    }
+
+    /// The `text` of the first content item of a `CallToolResult`.
+    pub fn first_text(result: &Value) -> &str {
+        result["content"][0]["text"].as_str().expect("first content item has text")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn annotations_list_only_the_hints_that_are_set() {
+        // Goal: tools/list carries exactly the hints a provider set. Method: table of cases.
+        assert_eq!(Annotations::default().to_json(), None);
+        assert_eq!(Annotations::read_only().to_json(), Some(json!({ "readOnlyHint": true })));
+        let all = Annotations {
+            title: Some("T".into()),
+            read_only: Some(false),
+            destructive: Some(true),
+            idempotent: Some(false),
+            open_world: Some(true),
+        };
+        assert_eq!(
+            all.to_json(),
+            Some(json!({
+                "title": "T",
+                "readOnlyHint": false,
+                "destructiveHint": true,
+                "idempotentHint": false,
+                "openWorldHint": true,
+            }))
+        );
+    }
+
+    #[test]
+    fn only_read_only_or_idempotent_tools_are_safe_to_repeat() {
+        // Goal: CONTRACT §4 step 3 reads these two hints only. Method: every combination.
+        for (read_only, idempotent, safe) in [
+            (None, None, false),
+            (Some(false), Some(false), false),
+            (Some(true), None, true),
+            (None, Some(true), true),
+            (Some(false), Some(true), true),
+        ] {
+            let a = Annotations { read_only, idempotent, ..Annotations::default() };
+            assert_eq!(a.safe_to_repeat(), safe, "{a:?}");
+        }
+        let destructive = Annotations { destructive: Some(false), ..Annotations::default() };
+        assert!(!destructive.safe_to_repeat());
+    }
+
+    #[test]
+    fn a_tool_with_a_non_object_schema_is_listed_with_an_object_schema() {
+        // Goal: a provider's bad schema cannot break tools/list. Method: list one.
+        let tool = ToolInfo::new("t", "d", json!([1]));
+        assert_eq!(
+            tool.to_json(),
+            json!({ "name": "t", "description": "d", "inputSchema": { "type": "object" } })
+        );
+    }
+
+    #[test]
+    fn a_detached_context_swallows_messages_and_refuses_requests() {
+        // Goal: CallContext::detached is usable in a provider's own unit tests.
+        let cx = CallContext::detached();
+        cx.progress(1.0, None, None);
+        cx.log(LogLevel::Info, None, json!("x"));
+        cx.close_connection();
+        assert!(!cx.is_cancelled());
+        let answer = testing::run(cx.request("roots/list", json!({})));
+        assert_eq!(answer, Err(ProviderError::Cancelled));
+        assert_eq!(cx.protocol_version(), "");
+    }
+
+    #[test]
+    fn changes_flag_is_consumed_once() {
+        // Goal: one tools_changed triggers one re-list. Method: set, take twice.
+        let changes = Changes::default();
+        assert!(!changes.take_tools_stale());
+        changes.clone().tools_changed();
+        assert!(changes.take_tools_stale());
+        assert!(!changes.take_tools_stale());
+    }
+
+    #[test]
+    fn log_levels_round_trip() {
+        // Goal: LogLevel::parse and as_str agree, in ascending order; unknown names are None.
+        let levels =
+            ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
+        let parsed: Vec<LogLevel> = levels.iter().filter_map(|l| LogLevel::parse(l)).collect();
+        assert_eq!(parsed.len(), levels.len());
+        assert!(parsed.windows(2).all(|w| w[0] < w[1]));
+        assert!(parsed.iter().zip(levels).all(|(level, name)| level.as_str() == name));
+        assert_eq!(LogLevel::parse("INFO"), None);
+        assert_eq!(LogLevel::parse("warn"), None);
+    }
+}

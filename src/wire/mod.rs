@@ -1,0 +1,359 @@
+//! Every answer the endpoint gives, as a value rendered to bytes in one place: the JSON-RPC
+//! error codes (`Code`), the refusals and their HTTP statuses (`Refusal`, one exhaustive map),
+//! and `Answer`, whose `render` writes status line, headers and body. Also the JSON-RPC
+//! envelope (`jsonrpc`) and SSE framing (`sse`).
+//!
+//! Called by: the endpoint and the protocol paths, which decide *what* to answer; this module
+//! decides only *how it looks on the wire*. Never: decides anything about MCP or sessions.
+
+pub mod jsonrpc;
+pub mod sse;
+
+use crate::http::{push_decimal, write_header, write_status};
+use crate::provider::ProviderError;
+use jsonrpc::RawId;
+
+/// A decoded request value (simd-json's, internal: the provider API gets `provider::Value`).
+pub(crate) type WireValue = simd_json::OwnedValue;
+
+/// Every JSON-RPC error code the server sends (JSON-RPC 2.0's own, MCP's, and CONTRACT §6's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Code {
+    /// -32700: the body is not JSON.
+    ParseError,
+    /// -32600: JSON, but not a request this endpoint accepts.
+    InvalidRequest,
+    /// -32601: no such method.
+    MethodNotFound,
+    /// -32602: bad params, or an unknown tool, prompt or resource.
+    InvalidParams,
+    /// -32603: our failure (or the provider's).
+    InternalError,
+    /// -31001: the request's stream is still owed (CONTRACT §4 step 2).
+    StreamOwed,
+    /// -31002: request id reused for a completed, non-idempotent request (step 3).
+    RequestIdReused,
+    /// -31003: events after the resume cursor were evicted.
+    EventsLost,
+    /// -31004: held too long while the session owes a stream (step 4).
+    HeldTooLong,
+    /// -31005: Idempotency-Key reused with other method or params (step 1).
+    KeyReused,
+    /// -32022: MCP 2026-07-28 `UnsupportedProtocolVersionError`.
+    UnsupportedProtocolVersion,
+}
+
+impl Code {
+    /// The number on the wire.
+    pub const fn value(self) -> i64 {
+        match self {
+            Code::ParseError => -32700,
+            Code::InvalidRequest => -32600,
+            Code::MethodNotFound => -32601,
+            Code::InvalidParams => -32602,
+            Code::InternalError => -32603,
+            Code::StreamOwed => -31001,
+            Code::RequestIdReused => -31002,
+            Code::EventsLost => -31003,
+            Code::HeldTooLong => -31004,
+            Code::KeyReused => -31005,
+            Code::UnsupportedProtocolVersion => -32022,
+        }
+    }
+}
+
+/// Every way the endpoint refuses a request. The doc of each says whose fault it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Peer: not the MCP path.
+    NotFoundPath,
+    /// Peer: Host or Origin not allowed (DNS rebinding, MCP 2025-11-25 §security).
+    Forbidden,
+    /// Peer: POST Content-Type is not application/json.
+    UnsupportedMediaType,
+    /// Peer: Accept lacks application/json and text/event-stream (POST) or the latter (GET).
+    NotAcceptable,
+    /// Peer: chunked or length-less POST body.
+    LengthRequired,
+    /// Peer: body over `--max-body-bytes`.
+    BodyTooLarge,
+    /// Peer: body is not JSON / not UTF-8 / too deep.
+    ParseError,
+    /// Peer: JSON that is not JSON-RPC, or a batch outside 2025-03-26.
+    InvalidRequest,
+    /// Peer: request other than initialize without Mcp-Session-Id.
+    SessionRequired,
+    /// Peer: unknown, expired or deleted session.
+    SessionNotFound,
+    /// Peer: MCP-Protocol-Version names no supported revision.
+    BadProtocolVersion,
+    /// Peer: initialize inside an existing session.
+    AlreadyInitialized,
+    /// Peer: Last-Event-ID on a POST.
+    LastEventIdOnPost,
+    /// Peer: malformed, foreign or future Last-Event-ID.
+    BadLastEventId,
+    /// Peer: method other than GET/POST/DELETE.
+    MethodNotAllowed,
+    /// Peer: request head over `--max-header-bytes` or `--max-headers`.
+    HeaderTooLarge,
+    /// Peer: request head not complete within `--header-timeout-ms`.
+    HeadTimeout,
+    /// Us: `--max-sessions-per-core` reached.
+    TooManySessions,
+    /// Peer: `--max-streams-per-session` reached with nothing evictable.
+    TooManyStreams,
+    /// Us: a core's hand-off inbox is full, or the OS random source failed.
+    Unavailable,
+}
+
+impl Refusal {
+    /// HTTP status and JSON-RPC code. Exhaustive: a new variant must be mapped here.
+    pub fn status_and_code(self) -> (u16, Code) {
+        match self {
+            Refusal::NotFoundPath => (404, Code::InvalidRequest),
+            Refusal::Forbidden => (403, Code::InvalidRequest),
+            Refusal::UnsupportedMediaType => (415, Code::InvalidRequest),
+            Refusal::NotAcceptable => (406, Code::InvalidRequest),
+            Refusal::LengthRequired => (411, Code::InvalidRequest),
+            Refusal::BodyTooLarge => (413, Code::InvalidRequest),
+            Refusal::ParseError => (400, Code::ParseError),
+            Refusal::InvalidRequest => (400, Code::InvalidRequest),
+            Refusal::SessionRequired => (400, Code::InvalidRequest),
+            Refusal::SessionNotFound => (404, Code::InvalidRequest),
+            Refusal::BadProtocolVersion => (400, Code::InvalidRequest),
+            Refusal::AlreadyInitialized => (400, Code::InvalidRequest),
+            Refusal::LastEventIdOnPost => (400, Code::InvalidRequest),
+            Refusal::BadLastEventId => (400, Code::InvalidRequest),
+            Refusal::MethodNotAllowed => (405, Code::InvalidRequest),
+            Refusal::HeaderTooLarge => (431, Code::InvalidRequest),
+            Refusal::HeadTimeout => (408, Code::InvalidRequest),
+            Refusal::TooManySessions => (503, Code::InternalError),
+            Refusal::TooManyStreams => (429, Code::InternalError),
+            Refusal::Unavailable => (503, Code::InternalError),
+        }
+    }
+
+    pub fn message(self) -> &'static str {
+        match self {
+            Refusal::NotFoundPath => "not the MCP endpoint",
+            Refusal::Forbidden => "Host or Origin not allowed",
+            Refusal::UnsupportedMediaType => "Content-Type must be application/json",
+            Refusal::NotAcceptable => {
+                "Accept must list application/json and text/event-stream (GET: text/event-stream)"
+            }
+            Refusal::LengthRequired => "a Content-Length body is required (no chunked bodies)",
+            Refusal::BodyTooLarge => "body exceeds --max-body-bytes",
+            Refusal::ParseError => {
+                "parse error: body is not valid UTF-8 JSON within the depth limit"
+            }
+            Refusal::InvalidRequest => {
+                "invalid request: not a JSON-RPC 2.0 message this session accepts"
+            }
+            Refusal::SessionRequired => "Mcp-Session-Id header is required",
+            Refusal::SessionNotFound => "session not found (expired or deleted): initialize again",
+            Refusal::BadProtocolVersion => "unsupported MCP-Protocol-Version",
+            Refusal::AlreadyInitialized => "session already initialized",
+            Refusal::LastEventIdOnPost => "Last-Event-ID is not accepted on POST: resume with GET",
+            Refusal::BadLastEventId => "Last-Event-ID does not name an event of this session",
+            Refusal::MethodNotAllowed => "method not allowed",
+            Refusal::HeaderTooLarge => "request head exceeds --max-header-bytes or --max-headers",
+            Refusal::HeadTimeout => "request head not received within --header-timeout-ms",
+            Refusal::TooManySessions => "too many sessions on this core",
+            Refusal::TooManyStreams => "too many streams in this session",
+            Refusal::Unavailable => "server busy, retry",
+        }
+    }
+}
+
+/// Every HTTP answer of the endpoint, as a value. The protocol paths build one; `render`
+/// writes it.
+#[derive(Debug)]
+pub enum Answer<'a> {
+    /// A refusal: its status, its JSON-RPC error (with the request's id when known).
+    Refused { refusal: Refusal, id: Option<&'a RawId> },
+    /// 200 `application/json`: a JSON-RPC response (or a batch's array of them).
+    Json(&'a [u8]),
+    /// 200 `application/json` to `initialize`, with the new session's `Mcp-Session-Id`.
+    Initialized { body: &'a [u8], session_id: &'a [u8] },
+    /// 202 Accepted, no body: notifications and client responses.
+    Accepted,
+    /// 200, no body: a DELETEd session.
+    Deleted,
+    /// 405 to HEAD: the head only (RFC 9112 §6.3), so the connection stays in sync.
+    HeadNotAllowed,
+    /// The head of a chunked `text/event-stream` response; frames follow as chunks.
+    SseHead,
+    /// 409 with the resume hint (CONTRACT §4 steps 2–4): `code` is `StreamOwed`,
+    /// `RequestIdReused` or `HeldTooLong`; `data` is the `owedStreams` JSON; `hint` the
+    /// `Last-Event-ID` to resume from, when a stream is named.
+    Conflict { id: &'a RawId, code: Code, data: &'a str, hint: Option<&'a [u8]> },
+    /// 422: an Idempotency-Key reused with other method or params (CONTRACT §4 step 1).
+    KeyReused { id: &'a RawId },
+    /// 400 with MCP's UnsupportedProtocolVersion (-32022) listing the revisions we serve, so a
+    /// 2026-07-28 client falls back to the `initialize` handshake.
+    UnsupportedVersion { id: &'a RawId, requested: &'a str, supported: &'a [&'a str] },
+}
+
+impl Answer<'_> {
+    /// Writes the whole answer (or, for `SseHead`, its head) into `out`.
+    pub fn render(&self, out: &mut Vec<u8>, keep_alive: bool) {
+        match *self {
+            Answer::Refused { refusal, id } => refuse(out, refusal, id, keep_alive),
+            Answer::Json(body) => json(out, 200, &[], body, keep_alive),
+            Answer::Initialized { body, session_id } => {
+                json(out, 200, &[("Mcp-Session-Id", session_id)], body, keep_alive)
+            }
+            Answer::Accepted => empty(out, 202, keep_alive),
+            Answer::Deleted => empty(out, 200, keep_alive),
+            Answer::HeadNotAllowed => head_not_allowed(out, keep_alive),
+            Answer::SseHead => sse_head(out),
+            Answer::Conflict { id, code, data, hint } => {
+                let mut body = Vec::with_capacity(128 + data.len());
+                jsonrpc::push_error(
+                    &mut body,
+                    Some(id),
+                    code.value(),
+                    conflict_message(code),
+                    Some(data),
+                );
+                let resumable: (&str, &[u8]) = ("Mcp-Stream-Resumable", b"true");
+                match hint {
+                    Some(hint) => {
+                        json(out, 409, &[resumable, ("Last-Event-ID", hint)], &body, keep_alive)
+                    }
+                    None => json(out, 409, &[resumable], &body, keep_alive),
+                }
+            }
+            Answer::KeyReused { id } => {
+                let mut body = Vec::with_capacity(128);
+                let message = "Idempotency-Key already used with other method or params";
+                jsonrpc::push_error(&mut body, Some(id), Code::KeyReused.value(), message, None);
+                json(out, 422, &[], &body, keep_alive);
+            }
+            Answer::UnsupportedVersion { id, requested, supported } => {
+                let data = serde_json::json!({ "supported": supported, "requested": requested });
+                let mut body = Vec::with_capacity(160);
+                jsonrpc::push_error(
+                    &mut body,
+                    Some(id),
+                    Code::UnsupportedProtocolVersion.value(),
+                    "unsupported protocol version: this endpoint serves the initialize handshake",
+                    Some(&data.to_string()),
+                );
+                json(out, 400, &[], &body, keep_alive);
+            }
+        }
+    }
+}
+
+/// The message of a 409, by its code.
+fn conflict_message(code: Code) -> &'static str {
+    match code {
+        Code::StreamOwed => {
+            "this request's stream is still owed: resume it with GET + Last-Event-ID instead of re-POSTing"
+        }
+        Code::RequestIdReused => {
+            "request id already used in this session: fetch the original answer with GET + Last-Event-ID"
+        }
+        Code::HeldTooLong => {
+            "held too long while the session owes a stream: resume it with GET + Last-Event-ID first"
+        }
+        _ => "conflict",
+    }
+}
+
+/// A JSON-RPC error response with one of our codes.
+pub fn push_error_response(
+    out: &mut Vec<u8>,
+    id: Option<&RawId>,
+    code: Code,
+    message: &str,
+    data: Option<&str>,
+) {
+    jsonrpc::push_error(out, id, code.value(), message, data);
+}
+
+/// A provider's error as a JSON-RPC error response (MCP: unknown names are invalid params).
+pub fn push_provider_error(out: &mut Vec<u8>, id: &RawId, e: &ProviderError) {
+    let (code, message) = match e {
+        ProviderError::InvalidParams(m) => (Code::InvalidParams, m.as_str()),
+        ProviderError::NotFound(m) => (Code::InvalidParams, m.as_str()),
+        ProviderError::ClientError { message, .. } => (Code::InternalError, message.as_str()),
+        ProviderError::Cancelled => (Code::InternalError, "cancelled"),
+        ProviderError::Internal(m) => (Code::InternalError, m.as_str()),
+    };
+    jsonrpc::push_error(out, Some(id), code.value(), message, None);
+}
+
+/// The error that ends a request whose event does not fit the replay ring at all (bigger
+/// than `--replay-bytes`): -32603 naming the flag, with both sizes, so the operator knows
+/// which limit to raise and the client is never left waiting for an event that cannot exist.
+pub fn push_oversize_error(
+    out: &mut Vec<u8>,
+    id: Option<&RawId>,
+    event_bytes: usize,
+    replay_bytes: usize,
+) {
+    let mut data = Vec::with_capacity(64);
+    data.extend_from_slice(b"{\"eventBytes\":");
+    push_decimal(&mut data, event_bytes as u64);
+    data.extend_from_slice(b",\"replayBytes\":");
+    push_decimal(&mut data, replay_bytes as u64);
+    data.push(b'}');
+    let data = String::from_utf8_lossy(&data);
+    let message = "event larger than the replay buffer (--replay-bytes): raise --replay-bytes";
+    jsonrpc::push_error(out, id, Code::InternalError.value(), message, Some(&data));
+}
+
+/// Writes a whole refusal: status, headers, JSON-RPC error body.
+fn refuse(out: &mut Vec<u8>, r: Refusal, id: Option<&RawId>, keep_alive: bool) {
+    let (status, code) = r.status_and_code();
+    let mut body = Vec::with_capacity(128);
+    jsonrpc::push_error(&mut body, id, code.value(), r.message(), None);
+    let allow: &[(&str, &[u8])] =
+        if r == Refusal::MethodNotAllowed { &[("Allow", b"GET, POST, DELETE")] } else { &[] };
+    json(out, status, allow, &body, keep_alive);
+}
+
+/// A complete `application/json` response.
+fn json(out: &mut Vec<u8>, status: u16, headers: &[(&str, &[u8])], body: &[u8], keep_alive: bool) {
+    write_status(out, status);
+    out.extend_from_slice(b"Content-Type: application/json\r\nContent-Length: ");
+    push_decimal(out, body.len() as u64);
+    out.extend_from_slice(b"\r\n");
+    for (n, v) in headers {
+        write_header(out, n, v);
+    }
+    if !keep_alive {
+        out.extend_from_slice(b"Connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(body);
+}
+
+fn head_not_allowed(out: &mut Vec<u8>, keep_alive: bool) {
+    write_status(out, 405);
+    out.extend_from_slice(b"Allow: GET, POST, DELETE\r\nContent-Length: 0\r\n");
+    if !keep_alive {
+        out.extend_from_slice(b"Connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+fn empty(out: &mut Vec<u8>, status: u16, keep_alive: bool) {
+    write_status(out, status);
+    out.extend_from_slice(b"Content-Length: 0\r\n");
+    if !keep_alive {
+        out.extend_from_slice(b"Connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+fn sse_head(out: &mut Vec<u8>) {
+    write_status(out, 200);
+    out.extend_from_slice(
+        b"Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n\
+          Transfer-Encoding: chunked\r\nX-Accel-Buffering: no\r\nMcp-Stream-Resumable: true\r\n\r\n",
+    );
+}
