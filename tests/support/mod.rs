@@ -619,3 +619,101 @@ pub fn assert_rest(
     assert_eq!(last["id"], id, "{ctx}: result is the last message: {last}");
     last["result"]["content"][0]["text"].as_str().expect("result text").to_owned()
 }
+
+// ---- Helpers added for oversize.rs and pipelining.rs ----
+
+/// Parses the first whole response at the start of `bytes`; returns it and how many bytes it
+/// took, `None` while incomplete. `parse_complete` for responses that arrive back to back.
+pub fn parse_next(bytes: &[u8]) -> Option<(Response, usize)> {
+    let end = bytes.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&bytes[..end]);
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    let mut resp = Response { status, headers, body: Vec::new() };
+    let mut at = end + 4;
+    if resp.header("Transfer-Encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+        loop {
+            let rest = &bytes[at..];
+            let line_end = rest.windows(2).position(|w| w == b"\r\n")?;
+            let size_text = String::from_utf8_lossy(&rest[..line_end]).into_owned();
+            let size = usize::from_str_radix(size_text.trim(), 16).ok()?;
+            at += line_end + 2;
+            if bytes.len() < at + size + 2 {
+                return None;
+            }
+            resp.body.extend_from_slice(&bytes[at..at + size]);
+            at += size + 2;
+            if size == 0 {
+                return Some((resp, at));
+            }
+        }
+    }
+    let n: usize = resp.header("Content-Length").and_then(|v| v.parse().ok()).unwrap_or(0);
+    (bytes.len() >= at + n).then(|| {
+        resp.body = bytes[at..at + n].to_vec();
+        (resp, at + n)
+    })
+}
+
+/// A connection whose bytes are read into one buffer against a deadline, so a response that
+/// never completes fails the test (showing what did arrive) instead of blocking it, and bytes
+/// of a later response that came with an earlier one are kept.
+pub struct Wire {
+    pub stream: TcpStream,
+    pub buf: Vec<u8>,
+    /// The peer closed (or reset) the connection.
+    pub closed: bool,
+}
+
+impl Wire {
+    pub fn new(stream: TcpStream) -> Wire {
+        Wire { stream, buf: Vec::new(), closed: false }
+    }
+
+    /// Reads until `done(&buf)` holds; false if `bound` passed or the peer closed first.
+    pub fn read_until(&mut self, bound: Duration, done: impl Fn(&[u8]) -> bool) -> bool {
+        let deadline = std::time::Instant::now() + bound;
+        let mut tmp = [0u8; 16384];
+        while !done(&self.buf) {
+            if self.closed {
+                return false;
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            self.stream.set_read_timeout(Some(left)).expect("timeout");
+            match self.stream.read(&mut tmp) {
+                Ok(0) => self.closed = true,
+                Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => self.closed = true,
+            }
+        }
+        true
+    }
+
+    /// The next whole response, within `bound`; panics naming `ctx` with the bytes that did
+    /// arrive (a hang or an early close fails here).
+    pub fn response(&mut self, bound: Duration, ctx: &str) -> Response {
+        if !self.read_until(bound, |b| parse_next(b).is_some()) {
+            let how = if self.closed { "the server closed" } else { "still open" };
+            panic!(
+                "{ctx}: no whole response within {bound:?} ({how}); received {} bytes: {:?}",
+                self.buf.len(),
+                String::from_utf8_lossy(&self.buf)
+            );
+        }
+        let (resp, used) = parse_next(&self.buf).expect("complete");
+        self.buf.drain(..used);
+        resp
+    }
+}
