@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Usage: scripts/clients.sh [--only STAGE[,STAGE...]] [--no-build] [--server-cmd CMD]
-#                           [--py-auto-era legacy|modern|any] [--help]
+#                           [--example-cmd CMD] [--py-auto-era legacy|modern|any] [--help]
 #
 # Runs real MCP clients against tidemark: the official TypeScript SDK (tests/clients/ts_client.mjs)
 # and the official Python SDK (tests/clients/py_client.py, in `legacy` and `auto` connect modes).
@@ -24,16 +24,26 @@
 #            the proxy cuts a slow_counter stream and the same client then calls echo while that
 #            stream is owed; both must complete, progress once each, one POST, one execution.
 #            Against --migration-policy strict (retry 200 ms and the default 1000 ms) and off
+#   example  the library embedding example (examples/custom_tool.rs, one tool `reverse`): builds
+#            it (cargo build --release --example custom_tool; a failed build counts as one FAIL
+#            and skips the runs), starts target/release/examples/custom_tool --listen
+#            127.0.0.1:<free port>, then ts_client.mjs --scenario reverse at 2025-11-25 and
+#            2025-06-18 and py_client.py --scenario reverse --mode legacy: tools/list shows
+#            `reverse` (readOnlyHint, input schema requiring `text`), non-ASCII texts come back
+#            reversed by Unicode scalar values, an unknown tool fails cleanly
 #
 # The servers of the resuming stages run with --sse-retry-ms 200 (the SDK clients wait the SSE
 # `retry:` before resuming, so each resume costs ~0.2 s instead of the default ~1 s); the basic
 # server and one migration run keep the default, so the default value stays covered.
 #
 #   --only STAGES       run only these stages (comma-separated: basic,cut,epoll,threads,
-#                       migration)
-#   --no-build          do not run cargo build (use the existing target/release/tidemark)
+#                       migration,example)
+#   --no-build          do not run cargo build (use the existing target/release/tidemark and
+#                       target/release/examples/custom_tool)
 #   --server-cmd CMD    start CMD instead of target/release/tidemark (the tidemark flags are
 #                       appended; CMD must print tidemark's first line); for stand-in servers
+#   --example-cmd CMD   the same for the example stage: start CMD instead of
+#                       target/release/examples/custom_tool (not built then)
 #   --py-auto-era ERA   era the Python client's `auto` mode must end in (default legacy): it
 #                       probes server/discover and falls back to initialize unless the server
 #                       answers with a DiscoverResult naming 2026-07-28 (then: modern)
@@ -49,21 +59,23 @@ CLIENTS="$ROOT/tests/clients"
 RESULTS="$CACHE/clients-results"
 TS_DIR="$CACHE/ts-clients"
 VENV="$CACHE/venv"
-ALL_STAGES="basic,cut,epoll,threads,migration"
+ALL_STAGES="basic,cut,epoll,threads,migration,example"
 START_TIMEOUT_S=30
 CLIENT_TIMEOUT_S=120
 
-usage() { sed -n '2,45s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,55s/^# \{0,1\}//p' "$0"; }
 
 only="$ALL_STAGES"
 build=1
 server_cmd=""
+example_cmd=""
 py_auto_era="legacy"
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --only) only="${2:?--only needs a value}"; shift 2 ;;
         --no-build) build=0; shift ;;
         --server-cmd) server_cmd="${2:?--server-cmd needs a value}"; shift 2 ;;
+        --example-cmd) example_cmd="${2:?--example-cmd needs a value}"; shift 2 ;;
         --py-auto-era) py_auto_era="${2:?--py-auto-era needs a value}"; shift 2 ;;
         --help) usage; exit 0 ;;
         *) echo "clients.sh: unknown argument: $1" >&2; usage >&2; exit 2 ;;
@@ -102,8 +114,13 @@ if ! cmp -s "$CLIENTS/requirements.txt" "$VENV/tidemark-requirements.txt"; then
 fi
 PY="$VENV/bin/python"
 
+# Every stage but `example` runs tidemark itself (the example stage builds the example).
+uses_tidemark=0
+for s in "${stages[@]}"; do
+    if [ "$s" != example ]; then uses_tidemark=1; fi
+done
 if [ -z "$server_cmd" ]; then
-    if [ "$build" = 1 ]; then
+    if [ "$build" = 1 ] && [ "$uses_tidemark" = 1 ]; then
         (cd "$ROOT" && cargo build --release --quiet)
     fi
     server_cmd="$ROOT/target/release/tidemark"
@@ -146,12 +163,13 @@ wait_for_url() {
     return 1
 }
 
-# start_server NAME FLAGS...: starts the server, sets server_pid and server_url.
-start_server() {
-    local name="$1"
-    shift
-    # shellcheck disable=SC2086  # server_cmd is a command line by design
-    $server_cmd --listen 127.0.0.1:0 "$@" >"$RESULTS/server-$name.stdout" 2>"$RESULTS/server-$name.stderr" &
+# launch_server NAME CMD LISTEN FLAGS...: starts CMD --listen LISTEN FLAGS..., sets server_pid
+# and server_url (read from the first stdout line).
+launch_server() {
+    local name="$1" cmd="$2" listen="$3"
+    shift 3
+    # shellcheck disable=SC2086  # cmd is a command line by design
+    $cmd --listen "$listen" "$@" >"$RESULTS/server-$name.stdout" 2>"$RESULTS/server-$name.stderr" &
     server_pid=$!
     pids+=("$server_pid")
     if ! server_url="$(wait_for_url "$RESULTS/server-$name.stdout" "$server_pid" "server $name")"; then
@@ -159,6 +177,22 @@ start_server() {
         exit 1
     fi
     echo "clients: server $name: $(head -n 1 "$RESULTS/server-$name.stdout")"
+}
+
+# start_server NAME FLAGS...: tidemark (or --server-cmd) on a port the kernel picks.
+start_server() {
+    local name="$1"
+    shift
+    launch_server "$name" "$server_cmd" 127.0.0.1:0 "$@"
+}
+
+# free_port: prints a loopback TCP port that was free a moment ago.
+free_port() {
+    python3 -c 'import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])
+s.close()'
 }
 
 stop_server() {
@@ -350,6 +384,30 @@ if want_stage migration; then
     sequential ts-migration-off ts "proxy:3:1:close" "${MIGRATION_ARGS[@]}" \
         --expect-retry-ms "$FAST_RETRY_MS"
     stop_server migration-off
+fi
+
+if want_stage example; then
+    # The library embedding example: its own binary with one tool, `reverse`, and tidemark's flags.
+    example_built=1
+    if [ -z "$example_cmd" ]; then
+        if [ "$build" = 1 ] \
+            && ! (cd "$ROOT" && cargo build --release --quiet --example custom_tool); then
+            failed=$((failed + 1))
+            failed_names+=("example-build")
+            echo "clients: FAIL example-build (cargo build --release --example custom_tool)"
+            example_built=0
+        fi
+        example_cmd="$ROOT/target/release/examples/custom_tool"
+    fi
+    if [ "$example_built" = 1 ]; then
+        launch_server example "$example_cmd" "127.0.0.1:$(free_port)"
+        sequential example-ts-2025-11-25 ts "$server_url" --scenario reverse \
+            --protocol-version 2025-11-25
+        sequential example-ts-2025-06-18 ts "$server_url" --scenario reverse \
+            --protocol-version 2025-06-18
+        sequential example-py-legacy py "$server_url" --scenario reverse --mode legacy
+        stop_server example
+    fi
 fi
 
 if [ "$failed" -gt 0 ]; then

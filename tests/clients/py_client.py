@@ -13,8 +13,18 @@ offers its latest handshake version otherwise).
 
 Usage: py_client.py --url URL [--mode legacy|auto] [--expect-era legacy|modern|any]
            [--protocol-version V] [--steps N] [--delay-ms N] [--check-counter]
-           [--min-resumes N] [--timeout-s N] [--label TEXT]
+           [--min-resumes N] [--timeout-s N] [--label TEXT] [--scenario sequence|reverse]
        py_client.py --url URL --get-counter      prints the counter and exits
+  --scenario S   sequence (default): the session above, against the demo tools.
+                 reverse (against examples/custom_tool, which serves only `reverse`): after the
+                 same connect checks, tools/list must contain `reverse` annotated
+                 readOnlyHint: true with an inputSchema (type object) requiring a string `text`;
+                 each call of reverse {text} must answer a first content item of type text
+                 holding the text reversed by Unicode scalar values (ASCII, accented Latin, the
+                 empty string, a character outside the BMP); calling an unknown tool must fail
+                 cleanly (a JSON-RPC error -32602, or a result with isError true) and leave the
+                 session usable (reverse is called again); every call POSTed once; then DELETE
+                 as in `sequence`. Not with --check-counter or --get-counter.
 Exit status: 0 when every check passed, 1 on the first mismatch (message on stderr), 2 on usage.
 """
 
@@ -34,6 +44,8 @@ import httpx2
 import mcp.client.session as mcp_client_session
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 
@@ -51,6 +63,7 @@ class Wire:
 
     def __init__(self) -> None:
         self.posts: Counter[str] = Counter()
+        self.tool_calls: Counter[str] = Counter()
         self.resume_gets = 0
         self.gets = 0
         self.deletes = 0
@@ -67,6 +80,8 @@ class Wire:
             for m in msg if isinstance(msg, list) else [msg]:
                 key = m.get("method") or ("(response)" if "result" in m or "error" in m else "?")
                 self.posts[key] += 1
+                if key == "tools/call":
+                    self.tool_calls[str((m.get("params") or {}).get("name"))] += 1
         elif request.method == "GET":
             self.gets += 1
             if "last-event-id" in request.headers:
@@ -97,10 +112,13 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--timeout-s", type=float, default=60.0)
     p.add_argument("--label", default="py")
     p.add_argument("--get-counter", action="store_true")
+    p.add_argument("--scenario", choices=["sequence", "reverse"], default="sequence")
     args = p.parse_args()
     for name in ("steps", "delay_ms", "min_resumes"):
         if getattr(args, name) < 0:
             p.error(f"--{name.replace('_', '-')} must be >= 0")
+    if args.scenario == "reverse" and (args.check_counter or args.get_counter):
+        p.error("--check-counter/--get-counter need the demo tools, not --scenario reverse")
     return args
 
 
@@ -118,7 +136,8 @@ async def counter_value(client: Client, timeout_s: float) -> int:
     return int(text.strip())
 
 
-async def run_sequence(client: Client, args: argparse.Namespace, wire: Wire) -> dict[str, Any]:
+def check_connect(client: Client, args: argparse.Namespace, wire: Wire) -> tuple[str, str]:
+    """Checks on the connection the SDK set up (era, version, session id); returns (version, era)."""
     version = client.protocol_version
     era = "modern" if version in MODERN_PROTOCOL_VERSIONS else "legacy"
     if args.expect_era != "any":
@@ -133,7 +152,11 @@ async def run_sequence(client: Client, args: argparse.Namespace, wire: Wire) -> 
         sid = wire.session_id
         check(bool(sid), "initialize: the response carried no Mcp-Session-Id")
         check(re.fullmatch(r"[\x21-\x7e]+", sid or "") is not None, f"session id is not visible ASCII: {sid!r}")
+    return version, era
 
+
+async def run_sequence(client: Client, args: argparse.Namespace, wire: Wire) -> dict[str, Any]:
+    version, era = check_connect(client, args, wire)
     tools = await client.list_tools()
     names = [t.name for t in tools.tools]
     for want in ("echo", "slow_counter", "get_counter"):
@@ -184,7 +207,85 @@ async def run_sequence(client: Client, args: argparse.Namespace, wire: Wire) -> 
 
     echo = text_of(await client.call_tool("echo", {"text": "hi"}, read_timeout_seconds=args.timeout_s), "echo")
     check(echo == "hi", f"echo: expected 'hi', got {echo!r}")
-    return {"version": version, "era": era, "values": values, "result": text.strip()}
+    values_shown = [int(v) if float(v).is_integer() else v for v in values]
+    return {"version": version, "era": era, "summary": f"result={text.strip()} progress={values_shown}"}
+
+
+# --scenario reverse: the one tool of examples/custom_tool. (text, expected) pairs, written out (not
+# computed) so the check does not share a bug with the server: reversal is by Unicode scalar values,
+# so U+1F600 (a surrogate pair in UTF-16, 4 bytes in UTF-8) must stay whole.
+REVERSE_CASES = [
+    ("h\u00e9llo w\u00f6rld", "dlr\u00f6w oll\u00e9h"),  # "hello world" with e-acute, o-umlaut
+    ("abc", "cba"),
+    ("", ""),
+    ("a\U0001f600b\u20ac", "\u20acb\U0001f600a"),
+]
+REVERSE_AFTER_ERROR = ("still here", "ereh llits")
+UNKNOWN_TOOL = "no_such_tool"
+
+
+async def call_reverse(client: Client, text: str, expected: str, timeout_s: float) -> None:
+    what = f"reverse({text!r})"
+    got = text_of(await client.call_tool("reverse", {"text": text}, read_timeout_seconds=timeout_s), what)
+    check(got == expected, f"{what}: expected {expected!r}, got {got!r}")
+
+
+async def run_reverse(client: Client, args: argparse.Namespace, wire: Wire) -> dict[str, Any]:
+    version, era = check_connect(client, args, wire)
+    tools = (await client.list_tools()).tools
+    names = [t.name for t in tools]
+    check("reverse" in names, f"tools/list: missing reverse; got {names}")
+    tool = next(t for t in tools if t.name == "reverse")
+    check(
+        tool.annotations is not None and tool.annotations.read_only_hint is True,
+        f"tools/list: reverse must be annotated readOnlyHint: true; annotations {tool.annotations!r}",
+    )
+    schema = tool.input_schema
+    required = schema.get("required")
+    check(
+        schema.get("type") == "object" and isinstance(required, list) and "text" in required,
+        f"tools/list: reverse's inputSchema must be an object requiring 'text': {schema!r}",
+    )
+    check(
+        ((schema.get("properties") or {}).get("text") or {}).get("type") == "string",
+        f"tools/list: reverse's inputSchema must declare text as a string: {schema!r}",
+    )
+
+    for text, expected in REVERSE_CASES:
+        await call_reverse(client, text, expected, args.timeout_s)
+
+    # An unknown tool: a JSON-RPC error -32602 (what tidemark answers; the spec's "unknown tool"), or
+    # a tool result with isError true (what the SDK servers answer). Anything else (transport error,
+    # HTTP status, other code, a success) is not clean.
+    try:
+        r = await client.call_tool(UNKNOWN_TOOL, {"text": "x"}, read_timeout_seconds=args.timeout_s)
+    except MCPError as e:
+        check(
+            e.code == INVALID_PARAMS,
+            f"{UNKNOWN_TOOL}: expected a JSON-RPC error {INVALID_PARAMS} (or an isError result), "
+            f"got {e.code}: {e}",
+        )
+        unknown = f"jsonrpc:{e.code}"
+    else:
+        check(r.is_error is True, f"{UNKNOWN_TOOL}: calling an unknown tool succeeded: {r!r}")
+        unknown = "isError"
+    await call_reverse(client, *REVERSE_AFTER_ERROR, args.timeout_s)
+
+    calls = len(REVERSE_CASES) + 1
+    check(
+        wire.tool_calls["reverse"] == calls,
+        f"reverse: expected {calls} tools/call POSTs, saw {wire.tool_calls['reverse']}",
+    )
+    check(
+        wire.tool_calls[UNKNOWN_TOOL] == 1,
+        f"{UNKNOWN_TOOL}: expected 1 tools/call POST, saw {wire.tool_calls[UNKNOWN_TOOL]}",
+    )
+    check(
+        wire.resume_gets >= args.min_resumes,
+        f"expected at least {args.min_resumes} resume GET(s) with Last-Event-ID, saw {wire.resume_gets}",
+    )
+    summary = f"scenario=reverse tools={names} cases={calls} unknown={unknown}"
+    return {"version": version, "era": era, "summary": summary}
 
 
 async def check_terminated(url: str, session_id: str, version: str, wire: Wire) -> None:
@@ -218,15 +319,15 @@ async def main(args: argparse.Namespace, wire: Wire) -> None:
             if args.get_counter:
                 print(await counter_value(client, args.timeout_s))
                 return
-            r = await run_sequence(client, args, wire)
+            run_scenario = run_reverse if args.scenario == "reverse" else run_sequence
+            r = await run_scenario(client, args, wire)
         # Leaving the Client context sends the DELETE (terminate_on_close).
         if r["era"] == "legacy":
             await check_terminated(args.url, wire.session_id or "", r["version"], wire)
     elapsed_ms = int((time.monotonic() - started) * 1000)
     print(
-        f"[{args.label}] ok: mode={args.mode} era={r['era']} version={r['version']} result={r['result']} "
-        f"progress={[int(v) if float(v).is_integer() else v for v in r['values']]} resumes={wire.resume_gets} "
-        f"discover={wire.discover_answer!r} posts={dict(wire.posts)} {elapsed_ms}ms"
+        f"[{args.label}] ok: mode={args.mode} era={r['era']} version={r['version']} {r['summary']} "
+        f"resumes={wire.resume_gets} discover={wire.discover_answer!r} posts={dict(wire.posts)} {elapsed_ms}ms"
     )
 
 

@@ -13,7 +13,7 @@
 //
 // Usage: node ts_client.mjs --url URL [--protocol-version V] [--steps N] [--delay-ms N]
 //            [--check-counter] [--min-resumes N] [--timeout-ms N] [--label TEXT]
-//            [--expect-retry-ms N] [--scenario sequence|cut-with-echo] [--echo-at-ms N]
+//            [--expect-retry-ms N] [--scenario sequence|cut-with-echo|reverse] [--echo-at-ms N]
 //        node ts_client.mjs --url URL --get-counter      prints the counter and exits
 //   --check-counter   also call get_counter before and after: slow_counter must run exactly once
 //                     (only valid when no other client uses the server at the same time)
@@ -29,17 +29,28 @@
 //                     --check-counter). Prints which result arrived first and the echo's latency
 //                     (a strict server holds it until the resume's replay is flushed; reported,
 //                     not asserted). Then DELETE as in `sequence`.
+//                     reverse (against examples/custom_tool, which serves only `reverse`):
+//                     tools/list must contain `reverse` with annotations.readOnlyHint === true
+//                     and an inputSchema (type object) requiring a string `text`; each call of
+//                     reverse {text} must answer a first content item {type:"text"} holding the
+//                     text reversed by Unicode scalar values (ASCII, accented Latin, the empty
+//                     string, and a character outside the BMP, which a UTF-16 code-unit reversal
+//                     would split); calling an unknown tool must fail cleanly (a JSON-RPC error
+//                     -32602, or a result with isError: true) and leave the session usable
+//                     (reverse is called again after it); every call POSTed once; then DELETE
+//                     as in `sequence`. Not with --check-counter (no get_counter there).
 //   --echo-at-ms N    cut-with-echo: issue the echo N ms after starting slow_counter instead of
 //                     when the drop is seen (the call must still be running then)
 // Exit status: 0 when every check passed, 1 on the first mismatch (message on stderr).
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js';
 
 const USAGE = 'usage: node ts_client.mjs --url URL [--protocol-version V] [--steps N] ' +
   '[--delay-ms N] [--check-counter] [--min-resumes N] [--timeout-ms N] [--label TEXT] ' +
-  '[--expect-retry-ms N] [--scenario sequence|cut-with-echo] [--echo-at-ms N] [--get-counter]';
-const SCENARIOS = ['sequence', 'cut-with-echo'];
+  '[--expect-retry-ms N] [--scenario sequence|cut-with-echo|reverse] [--echo-at-ms N] [--get-counter]';
+const SCENARIOS = ['sequence', 'cut-with-echo', 'reverse'];
 
 function parseArgs(argv) {
   const opts = {
@@ -76,6 +87,9 @@ function parseArgs(argv) {
   }
   if (!SCENARIOS.includes(opts.scenario)) {
     console.error(`bad --scenario: ${opts.scenario} (known: ${SCENARIOS.join(', ')})`); process.exit(2);
+  }
+  if (opts.scenario === 'reverse' && (opts.checkCounter || opts.getCounter)) {
+    console.error('--check-counter/--get-counter need the demo tools, not --scenario reverse'); process.exit(2);
   }
   return opts;
 }
@@ -170,8 +184,9 @@ async function counterValue(client) {
   return Number.parseInt(text.trim(), 10);
 }
 
-// Checks on the session the SDK set up (version, id) and on tools/list.
-async function checkSessionStart(client, transport) {
+// Checks on the session the SDK set up (version, id) and that tools/list names `required`.
+// Returns the listed tools too.
+async function checkSessionStart(client, transport, required = ['echo', 'slow_counter', 'get_counter']) {
   const negotiated = transport.protocolVersion;
   if (opts.protocolVersion) {
     check(negotiated === opts.protocolVersion,
@@ -184,10 +199,10 @@ async function checkSessionStart(client, transport) {
 
   const list = await client.listTools(undefined, { timeout: opts.timeoutMs });
   const names = list.tools.map((t) => t.name);
-  for (const want of ['echo', 'slow_counter', 'get_counter']) {
+  for (const want of required) {
     check(names.includes(want), `tools/list: missing ${want}; got ${JSON.stringify(names)}`);
   }
-  return { negotiated, sessionId };
+  return { negotiated, sessionId, tools: list.tools };
 }
 
 // Progress values must be exactly 1..steps: each once, in order, none missing.
@@ -371,6 +386,73 @@ async function runCutWithEcho(client, transport) {
   return { negotiated, values, result: text.trim(), extra: ` ${report}` };
 }
 
+// --scenario reverse: the one tool of examples/custom_tool. [text, expected] pairs, written out
+// (not computed) so the check does not share a bug with the server: reversal is by Unicode
+// scalar values, so U+1F600 (a surrogate pair in UTF-16) must stay whole.
+const REVERSE_CASES = [
+  ['h\u00e9llo w\u00f6rld', 'dlr\u00f6w oll\u00e9h'], // "hello world" with e-acute, o-umlaut
+  ['abc', 'cba'],
+  ['', ''],
+  ['a\u{1F600}b\u20ac', '\u20acb\u{1F600}a'], // U+1F600 (4 UTF-8 bytes), U+20AC (3 bytes)
+];
+const REVERSE_AFTER_ERROR = ['still here', 'ereh llits'];
+const UNKNOWN_TOOL = 'no_such_tool';
+
+async function callReverse(client, text, expected) {
+  const what = `reverse(${JSON.stringify(text)})`;
+  const got = textOf(await client.callTool({ name: 'reverse', arguments: { text } }, undefined,
+    { timeout: opts.timeoutMs }), what);
+  check(got === expected, `${what}: expected ${JSON.stringify(expected)}, got ${JSON.stringify(got)}`);
+}
+
+async function runReverse(client, transport) {
+  const { negotiated, sessionId, tools } = await checkSessionStart(client, transport, ['reverse']);
+  const tool = tools.find((t) => t.name === 'reverse');
+  check(tool.annotations?.readOnlyHint === true,
+    `tools/list: reverse must be annotated readOnlyHint: true; annotations ${JSON.stringify(tool.annotations)}`);
+  const schema = tool.inputSchema;
+  check(schema?.type === 'object' && Array.isArray(schema.required) && schema.required.includes('text'),
+    `tools/list: reverse's inputSchema must be an object requiring "text": ${JSON.stringify(schema)}`);
+  check(schema.properties?.text?.type === 'string',
+    `tools/list: reverse's inputSchema must declare text as a string: ${JSON.stringify(schema)}`);
+
+  for (const [text, expected] of REVERSE_CASES) await callReverse(client, text, expected);
+
+  // An unknown tool: a JSON-RPC error -32602 (what tidemark answers; the spec's "unknown tool"),
+  // or a tool result with isError: true (what the SDK servers answer). Anything else (transport
+  // error, HTTP status, other code, a success) is not clean.
+  let unknown;
+  try {
+    const r = await client.callTool({ name: UNKNOWN_TOOL, arguments: { text: 'x' } }, undefined,
+      { timeout: opts.timeoutMs });
+    check(r?.isError === true,
+      `${UNKNOWN_TOOL}: calling an unknown tool succeeded: ${JSON.stringify(r)}`);
+    unknown = 'isError';
+  } catch (e) {
+    if (e instanceof CheckFailed) throw e;
+    check(e instanceof McpError && e.code === ErrorCode.InvalidParams,
+      `${UNKNOWN_TOOL}: expected a JSON-RPC error ${ErrorCode.InvalidParams} (or an isError result), ` +
+      `got ${e?.constructor?.name}: ${e?.message ?? e}`);
+    unknown = `jsonrpc:${e.code}`;
+  }
+  await callReverse(client, ...REVERSE_AFTER_ERROR);
+
+  const calls = REVERSE_CASES.length + 1;
+  check(wire.toolCalls.get('reverse') === calls,
+    `reverse: expected ${calls} tools/call POSTs, saw ${wire.toolCalls.get('reverse')}`);
+  check(wire.toolCalls.get(UNKNOWN_TOOL) === 1,
+    `${UNKNOWN_TOOL}: expected 1 tools/call POST, saw ${wire.toolCalls.get(UNKNOWN_TOOL)}`);
+  check(wire.resumeGets >= opts.minResumes,
+    `expected at least ${opts.minResumes} resume GET(s) with Last-Event-ID, saw ${wire.resumeGets}`);
+  checkRetry(transport);
+
+  await terminateAndCheck(transport, sessionId, negotiated);
+  const names = JSON.stringify(tools.map((t) => t.name));
+  return { negotiated, summary: `scenario=reverse tools=${names} cases=${calls} unknown=${unknown}` };
+}
+
+const RUNNERS = { sequence: runSequence, 'cut-with-echo': runCutWithEcho, reverse: runReverse };
+
 async function main() {
   const transport = makeTransport();
   const client = new Client({ name: 'tidemark-ts-client', version: '1.0.0' });
@@ -385,13 +467,11 @@ async function main() {
       await transport.terminateSession();
       return;
     }
-    const r = opts.scenario === 'cut-with-echo'
-      ? await runCutWithEcho(client, transport)
-      : await runSequence(client, transport);
+    const r = await RUNNERS[opts.scenario](client, transport);
     const posts = JSON.stringify(Object.fromEntries(wire.postsByMethod));
-    console.log(`[${opts.label}] ok: version=${r.negotiated} result=${r.result} ` +
-      `progress=${JSON.stringify(r.values)} resumes=${wire.resumeGets} posts=${posts} ` +
-      `${Date.now() - started}ms${r.extra ?? ''}`);
+    const what = r.summary ?? `result=${r.result} progress=${JSON.stringify(r.values)}`;
+    console.log(`[${opts.label}] ok: version=${r.negotiated} ${what} ` +
+      `resumes=${wire.resumeGets} posts=${posts} ${Date.now() - started}ms${r.extra ?? ''}`);
   } finally {
     await client.close().catch(() => {});
   }
