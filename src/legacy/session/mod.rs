@@ -924,4 +924,6 @@ impl SessionTable {
 }
 
 #[cfg(test)]
+mod lifecycle_tests;
+#[cfg(test)]
 mod tests;
