@@ -3,7 +3,7 @@
 #
 # The project's test command. Runs, in order, and keeps going when one fails:
 #   cargo        cargo test --workspace --all-targets (unit, integration, proptest, benches in
-#                test mode)
+#                test mode), the doc tests, and `cargo doc --no-deps` with warnings as errors
 #   clients      scripts/clients.sh: the official TypeScript and Python SDK clients against the
 #                release binary, including mid-call stream drops (cut proxy) and --threads 2
 #   conformance  scripts/conformance.sh: the official MCP conformance suite (0.1.16 active,
@@ -43,7 +43,11 @@ for s in "${selected[@]}"; do
     start=$SECONDS
     rc=0
     case "$s" in
-        cargo) cargo test --workspace --all-targets || rc=$? ;;
+        cargo)
+            cargo test --workspace --all-targets || rc=$?
+            cargo test --doc || rc=$?
+            RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --lib || rc=$?
+            ;;
         clients) scripts/clients.sh || rc=$? ;;
         conformance) scripts/conformance.sh || rc=$? ;;
     esac
