@@ -1,17 +1,22 @@
-//! Criterion micro-benchmarks of the per-session replay ring (`tidemark::legacy::replay::Ring`).
+//! Criterion micro-benchmarks of the per-session replay ring (`tidemark::legacy::replay::Ring`)
+//! and of a resume over it as the server runs one.
 //!
 //! Budget: `lookup` (get of a random held event) < 20 ns, flat from 16 to 2^20 events: the slot
 //! is `seq & mask`, so capacity must not show up in the time except through cache misses.
-//! `append` (steady state: ring full, every append evicts the oldest) and `replay_100` (per
-//! replayed event, stream interleaved with another) must stay flat across capacities too: an
-//! append never scans, a replay visits only its own stream's events.
+//! `append` (steady state: ring full, every append evicts the oldest) and `resume_100` (per
+//! resent event, stream interleaved with another) must stay flat across capacities too: an
+//! append never scans, and a resume (`Session::resume_start`, O(1), then `Ring::iter_from`
+//! along the stream's chain, as `legacy::stream::fill_batch` does; SSE encoding not included)
+//! visits only its own stream's events.
 //!
 //! Every group runs at 16, 1024, 65536 and 2^20 events with a byte budget that never binds.
 //! Payloads are clones of one static `Bytes` (no refcount traffic, no allocator) so the numbers
-//! are the ring's own cost.
+//! are the ring's own cost (plus, for a resume, the session's one stream-table probe).
 //!
 //! Measured (2-core AMD EPYC VM, 32 MiB L3, shared and loaded; median): append 21–22 ns at every
-//! capacity; lookup 8.8–9.1 ns up to 65536 events, 29 ns at 2^20; replay ≈ 2.7 ns per event.
+//! capacity; lookup 8.8–9.1 ns up to 65536 events, 29 ns at 2^20; resume 2.7–4 ns per resent
+//! event, its O(1) start included (100 events in 268–400 ns at every capacity from 1024, the
+//! spread is the machine's load, not the capacity; 17–19 ns for a 16-event ring's 7 events).
 //! The 2^20 lookup misses the budget because its slot array (56 bytes a slot, 56 MiB) exceeds the
 //! L3, so a uniformly random seq pays a DRAM access and a TLB miss: the index math is flat, the
 //! memory hierarchy is not. A resume looks up a recent id, which is near the hot tail.
@@ -83,29 +88,67 @@ fn lookup(c: &mut Criterion) {
     group.finish();
 }
 
-fn replay_100(c: &mut Criterion) {
-    let mut group = c.benchmark_group("replay_100");
+/// A session of `events_max` events (ring full, nothing evicted) on two request streams, A and
+/// B, alternating: A's priming event is seq 1, B's seq 2, then A gets every odd seq. The limits
+/// are sized for the case: two streams, and exactly the bytes the payloads need.
+fn interleaved_session(events_max: usize) -> (Session, StreamKey) {
+    let cfg = Config {
+        replay_events_max: events_max,
+        replay_bytes_max: events_max * PAYLOAD.len(),
+        streams_per_session_max: 2,
+        ..Config::default()
+    };
+    let mut session = Session::new(SessionId { core: 0, random: 1 }, 1, LEGACY_VERSIONS[0], &cfg);
+    let mut open = |id: &str, fingerprint| {
+        let id = Some(RawId(id.to_owned()));
+        session.open_stream(StreamKind::Request, id, fingerprint, None, None).expect("room")
+    };
+    let (a, b) = (open("1", 1), open("2", 2));
+    let payload = Bytes::from_static(&PAYLOAD);
+    for i in 2..events_max {
+        let stream = if i % 2 == 0 { a } else { b };
+        session.append(stream, payload.clone()).expect("payload fits");
+    }
+    assert_eq!(session.ring.len(), events_max);
+    assert_eq!(session.ring.oldest(), Some(EventSeq(1)), "nothing evicted");
+    (session, a)
+}
+
+/// A resume as the server does it (`legacy::stream::fill_batch`): `Session::resume_start` finds
+/// the first event after the client's cursor in O(1), then `Ring::iter_from` walks the stream's
+/// chain, stopping at the first event of another stream. SSE encoding is not measured.
+fn resume_100(c: &mut Criterion) {
+    let mut group = c.benchmark_group("resume_100");
     for events_max in CAPACITIES {
-        let ring = full_ring(events_max);
-        // Stream A holds events_max / 2 events; replay the newest 100 of them (fewer when the
-        // ring is smaller: 7 at 16 events).
+        let (session, a) = interleaved_session(events_max);
+        // Stream A holds events_max / 2 events (its priming event first); resume after the one
+        // that leaves its newest 100 to send (7 at 16 events: everything after the priming).
         let count = 100.min(events_max / 2 - 1);
-        let a_newest = ring.next_seq().0 - 2;
+        let a_newest = session.ring.newest_in_stream(a).expect("A holds events").0;
         let after = EventSeq(a_newest - 2 * count as u64);
-        assert_eq!(ring.replay_after(STREAM_A, after).count(), count);
+        let resume = |after: EventSeq| -> (usize, usize) {
+            let first = match session.resume_start(a, after) {
+                Ok(ResumeStart::From(first)) => first,
+                other => panic!("a held cursor with a backlog resumes from an event: {other:?}"),
+            };
+            let (mut events, mut bytes) = (0usize, 0usize);
+            for event in session.ring.iter_from(first) {
+                if event.stream != a {
+                    break;
+                }
+                events += 1;
+                bytes += event.payload.len();
+            }
+            (events, bytes)
+        };
+        assert_eq!(resume(after), (count, count * PAYLOAD.len()));
         group.throughput(Throughput::Elements(count as u64));
         group.bench_function(BenchmarkId::from_parameter(events_max), |b| {
-            b.iter(|| {
-                let mut bytes = 0usize;
-                for event in ring.replay_after(STREAM_A, black_box(after)) {
-                    bytes += event.payload.len();
-                }
-                black_box(bytes)
-            })
+            b.iter(|| black_box(resume(black_box(after))))
         });
     }
     group.finish();
 }
 
-criterion_group!(benches, append, lookup, replay_100);
+criterion_group!(benches, append, lookup, resume_100);
 criterion_main!(benches);

@@ -83,7 +83,7 @@ pub mod bench_support {
     pub use crate::config::MigrationPolicy;
     pub use crate::legacy::migration::decide;
     pub use crate::legacy::replay::{EventSeq, Ring, StreamKey};
-    pub use crate::legacy::session::AppendError;
+    pub use crate::legacy::session::{AppendError, ResumeStart};
     pub use crate::legacy::session::{
         Session, SessionId, SessionTable, StreamKind, LEGACY_VERSIONS,
     };

@@ -42,6 +42,8 @@ pub(crate) struct Registry {
     providers: Vec<Rc<dyn Provider>>,
     changes: Changes,
     tools: RefCell<ToolTable>,
+    /// Bumped when a re-listing starts: a slower, older listing must not overwrite a newer one.
+    listing: std::cell::Cell<u64>,
     capabilities: Value,
 }
 
@@ -65,6 +67,7 @@ impl Registry {
             providers,
             changes,
             tools: RefCell::new(ToolTable::default()),
+            listing: std::cell::Cell::new(0),
         };
         registry.relist_tools().await;
         registry
@@ -78,6 +81,8 @@ impl Registry {
     }
 
     async fn relist_tools(&self) {
+        let listing = self.listing.get() + 1;
+        self.listing.set(listing);
         let mut table = ToolTable::default();
         let mut listed: Vec<ToolInfo> = Vec::new();
         for provider in &self.providers {
@@ -104,7 +109,9 @@ impl Registry {
         let items: Vec<Value> = listed.iter().map(ToolInfo::to_json).collect();
         table.list_json = serde_json::to_vec(&serde_json::json!({ "tools": items }))
             .unwrap_or_else(|_| b"{\"tools\":[]}".to_vec());
-        *self.tools.borrow_mut() = table;
+        if self.listing.get() == listing {
+            *self.tools.borrow_mut() = table;
+        }
     }
 
     /// The route of tool `name`, for `tools/call`; `None` when no provider lists it.
@@ -170,7 +177,9 @@ impl Registry {
         }
     }
 
-    /// `{"<key>": [...]}` from every provider's list, in provider order.
+    /// `{"<key>": [...]}` from every provider's list, in provider order. A provider whose list
+    /// fails is left out (logged), as in `tools/list`: one broken provider must not hide the
+    /// others' items.
     async fn gather<'a, F>(&'a self, key: &str, list: F) -> Result<Value, ProviderError>
     where
         F: Fn(
@@ -180,7 +189,12 @@ impl Registry {
     {
         let mut items = Vec::new();
         for provider in &self.providers {
-            items.extend(list(provider.as_ref()).await?);
+            match list(provider.as_ref()).await {
+                Ok(listed) => items.extend(listed),
+                Err(e) => {
+                    tracing::warn!(provider = provider.name(), error = %e, "{key} list failed")
+                }
+            }
         }
         let mut object = serde_json::Map::new();
         object.insert(key.to_owned(), Value::Array(items));
