@@ -133,6 +133,7 @@ impl Server {
 
 /// Listeners, metrics thread and one pinned worker thread per core.
 fn start_workers(cfg: &Config, providers: Vec<ProviderFactory>) -> Result<Running, ServerError> {
+    refuse_shared_port(cfg.listen)?;
     let first = reuseport_listener(cfg.listen)?;
     let bound = first.local_addr().map_err(io("local address"))?;
     let mut listeners = vec![first];
@@ -187,6 +188,26 @@ fn start_workers(cfg: &Config, providers: Vec<ProviderFactory>) -> Result<Runnin
         None => None,
     };
     Ok(Running { local_addr: bound, metrics_addr, driver, workers })
+}
+
+/// Fails with "address in use" when another process already listens on `addr`. Our own
+/// listeners use SO_REUSEPORT (one per core), which would otherwise let a second tidemark join
+/// the same port silently and split its connections (every session then 404s on about half
+/// of its requests). A probe bound *without* SO_REUSEPORT cannot share the port with anyone,
+/// so it finds any listener there; it is closed before our listeners bind. Port 0 is always
+/// free.
+fn refuse_shared_port(addr: SocketAddr) -> Result<(), ServerError> {
+    use socket2::{Domain, Socket, Type};
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let probe = Socket::new(Domain::for_address(addr), Type::STREAM, None).map_err(io("socket"))?;
+    // SO_REUSEADDR still admits a restart over connections in TIME_WAIT.
+    probe.set_reuse_address(true).map_err(io("SO_REUSEADDR"))?;
+    probe
+        .bind(&addr.into())
+        .map_err(io(format!("bind {addr} (address in use by another process?)")))?;
+    Ok(())
 }
 
 /// A non-blocking SO_REUSEPORT listener, so every core accepts on the same port.
