@@ -90,3 +90,13 @@ pub mod bench_support {
     pub use crate::legacy::{facts, fingerprint};
     pub use crate::wire::jsonrpc::RawId;
 }
+
+/// Parsers and encoders the fuzz targets (`fuzz/`) drive directly; not part of the API.
+#[doc(hidden)]
+pub mod fuzz_support {
+    pub use crate::http::{parse_head, ParseError, RequestHead};
+    pub use crate::legacy::fingerprint;
+    pub use crate::legacy::session::{parse_event_id, push_event_id};
+    pub use crate::wire::jsonrpc::{canonical_params, decode, Body, DecodeError, Message};
+    pub use crate::wire::sse::push_event;
+}
