@@ -761,8 +761,15 @@ fn deduplicated(
     let rewrite = (!same_id || tokens.is_some())
         .then(|| stream::Rewrite { id: id.clone(), progress_token: tokens });
     let first_held = s.ring.get(first).is_some_and(|e| e.stream == key);
-    let Some(epoch) = s.attach(key) else {
-        return refuse(out, Refusal::BadLastEventId, Some(&id), keep_alive);
+    // The original is still being written to a live connection (two live requests with one
+    // key): read alongside it instead of taking it over, so neither connection is cut.
+    let epoch = if st.is_attached() {
+        stream::OBSERVER_EPOCH
+    } else {
+        match s.attach(key) {
+            Some(epoch) => epoch,
+            None => return refuse(out, Refusal::BadLastEventId, Some(&id), keep_alive),
+        }
     };
     drop(s);
     let cursor = Cursor { after: first, from: first_held.then_some(first) };

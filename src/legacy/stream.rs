@@ -48,6 +48,13 @@ pub struct Rewrite {
 pub(crate) const PROGRESS_PREFIX: &[u8] =
     b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":";
 
+/// The epoch of an *observer*: a writer that reads a stream another live connection owns (a
+/// deduplicated retry sent while the original request's stream is still being written, CONTRACT
+/// §4 step 1). It never takes the stream over, so both connections receive the whole stream;
+/// it changes no writer state, and only marks the stream delivered once it wrote the end.
+/// Owners' epochs start at 1.
+pub(crate) const OBSERVER_EPOCH: u64 = 0;
+
 /// What `fill_batch` did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Batch {
@@ -79,7 +86,7 @@ pub fn fill_batch(
     budget: usize,
 ) -> Batch {
     let Some(s) = session.stream(key) else { return Batch::Superseded };
-    if session.closed || !s.is_attached_by(epoch) {
+    if session.closed || !(epoch == OBSERVER_EPOCH || s.is_attached_by(epoch)) {
         return Batch::Superseded;
     }
     let (final_seq, dropped) = (s.final_seq(), s.is_dropped());
@@ -296,6 +303,13 @@ pub(crate) fn after_send(
     after: EventSeq,
     batch: Batch,
 ) {
+    if epoch == OBSERVER_EPOCH {
+        // The observer's client now holds the whole stream; the owner's state is its own.
+        if batch == Batch::Ended {
+            s.mark_all_delivered(key);
+        }
+        return;
+    }
     if !s.stream(key).is_some_and(|st| st.is_attached_by(epoch)) {
         return;
     }
@@ -307,6 +321,6 @@ pub(crate) fn after_send(
         }
         Batch::Dropped | Batch::Gap => s.detach(key, epoch),
         Batch::Park => s.park(key, epoch),
-        Batch::More | Batch::Superseded => s.caught_up(key, epoch),
+        Batch::More | Batch::Superseded => s.caught_up(key, epoch, after),
     }
 }

@@ -87,8 +87,14 @@ pub struct StreamState {
     next_epoch: u64,
     /// Last event appended.
     produced: EventSeq,
-    /// Last event the client is known to hold.
+    /// Last event handed to the client for good: a resume cursor, or everything once the end of
+    /// the stream was written on a live connection (CONTRACT §4's `delivered`, which decides
+    /// owed and settled).
     delivered: EventSeq,
+    /// Last event the client *proved* it holds: its furthest resume cursor (`Last-Event-ID`).
+    /// Written is not held (a socket that died loses what it buffered), so only this feeds the
+    /// 409 hint.
+    acknowledged: EventSeq,
     /// Last event a connection finished sending.
     written: EventSeq,
     /// A tool asked to close the connection (SEP-1699); the next writer batch acts on it.
@@ -188,15 +194,17 @@ impl StreamState {
         self.evicted_through
     }
 
-    /// The `Last-Event-ID` to hint in a 409: the last event the client is *known* to hold (a
-    /// resume's `Last-Event-ID`, or everything once delivered), else the stream's priming event,
-    /// and never the final response itself. Not the last event *written*: events in a socket
-    /// buffer when a connection dies never reach the client, and a client resuming from a
-    /// written-but-lost id would silently lose them (measured by the loadtest's migration
-    /// scenario). A client that knows its own last id should resume from that instead; the
-    /// hint is for one that does not, and may repeat events it already has (same ids).
+    /// The `Last-Event-ID` to hint in a 409 (CONTRACT §4's hint rule): the last event the client
+    /// is *known* to hold — its furthest resume cursor — else the stream's priming event, and
+    /// never the final response itself, whatever the stream's state (running, finished, fully
+    /// written, parked, settled). Not the last event *written*, nor "everything" once the end
+    /// was written: events in a socket buffer when a connection dies never reach the client,
+    /// and a client resuming after them would lose them silently. So a GET from any hint
+    /// returns every event after the client's true last event (possibly repeating some it has,
+    /// under the same ids) or an explicit -31003 gap; a client that kept its own last event id
+    /// should resume from that and gets exactly what it lacks.
     pub fn resume_hint(&self) -> EventSeq {
-        let hint = self.delivered.max(self.first);
+        let hint = self.acknowledged.max(self.first);
         match self.run {
             Run::Finished { final_seq, before_final } if hint >= final_seq => {
                 before_final.max(self.first)
@@ -397,6 +405,7 @@ impl Session {
                 next_epoch: 1,
                 produced: EventSeq(0),
                 delivered: EventSeq(0),
+                acknowledged: EventSeq(0),
                 written: EventSeq(0),
                 close_requested: false,
                 cancelled: false,
@@ -651,6 +660,7 @@ impl Session {
     pub fn attach_resume(&mut self, key: StreamKey, after: EventSeq) -> Option<u64> {
         self.mark_delivered(key, after);
         let s = self.streams.get_mut(&key)?;
+        s.acknowledged = s.acknowledged.max(after);
         let backlog = s.produced > after || s.run != Run::Running;
         let epoch = s.next_epoch;
         s.next_epoch += 1;
@@ -672,10 +682,13 @@ impl Session {
         }
     }
 
-    /// The writer with `epoch` has sent everything the stream produced: no longer replaying.
-    pub fn caught_up(&mut self, key: StreamKey, epoch: u64) {
+    /// The writer with `epoch`, whose cursor is at `after`, may have sent everything the
+    /// stream produced: then it is no longer replaying. Its own cursor decides, not `written`
+    /// (the furthest any writer got): a resume from before an earlier writer's last write is
+    /// still replaying while it catches up (CONTRACT §4 step 4 holds new requests meanwhile).
+    pub fn caught_up(&mut self, key: StreamKey, epoch: u64, after: EventSeq) {
         let Some(s) = self.streams.get(&key) else { return };
-        if s.is_attached_by(epoch) && s.is_replaying() && s.produced <= s.written {
+        if s.is_attached_by(epoch) && s.is_replaying() && s.produced <= after {
             self.set_writer(key, Writer::Attached { epoch, replaying: false });
         }
     }
