@@ -8,7 +8,9 @@
 #                release binary, including mid-call stream drops (cut proxy) and --threads 2
 #   conformance  scripts/conformance.sh: the official MCP conformance suite (0.1.16 active,
 #                pending, all; 0.2.0-alpha.12 --requirements 2025-11-25)
-#   --only SUITES  run only these (comma-separated: cargo,clients,conformance)
+#   fault        scripts/fault.sh: the randomized fault test, 2 000 cut-and-recovered calls on
+#                each driver (io_uring, epoll)
+#   --only SUITES  run only these (comma-separated: cargo,clients,conformance,fault)
 #
 # Needs cargo, python3 (with venv), node/npm (any version npm runs on; Node 22 is installed from
 # npm into .cache/); installs everything else into .cache/. Prints one line per suite and a final
@@ -16,13 +18,13 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ALL_SUITES="cargo,clients,conformance"
+ALL_SUITES="cargo,clients,conformance,fault"
 
 only="$ALL_SUITES"
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --only) only="${2:?--only needs a value}"; shift 2 ;;
-        --help) sed -n '2,18s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        --help) sed -n '2,20s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "test.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -50,6 +52,7 @@ for s in "${selected[@]}"; do
             ;;
         clients) scripts/clients.sh || rc=$? ;;
         conformance) scripts/conformance.sh || rc=$? ;;
+        fault) scripts/fault.sh || rc=$? ;;
     esac
     secs=$((SECONDS - start))
     if [ "$rc" = 0 ]; then

@@ -17,6 +17,8 @@ use crate::wire::{self, Head, PostTemplate, ResponseParser, Target};
 
 /// Read buffer size; grows for larger responses.
 const READ_BUF_BYTES: usize = 64 << 10;
+/// Reads a FIN close makes to empty the receive buffer before it shuts the socket down.
+const FIN_DRAIN_READS_MAX: usize = 64;
 
 /// A negotiated session.
 #[derive(Clone, Debug)]
@@ -79,6 +81,23 @@ impl Conn {
             let socket = socket2::SockRef::from(&self.stream);
             let _ = socket.set_linger(Some(Duration::ZERO));
         }
+        drop(self);
+    }
+
+    /// Closes the connection with a FIN (`scenario::fault`): first discards whatever already
+    /// arrived (a close with unread bytes makes the kernel send RST instead), then shuts both
+    /// directions down. Bytes still in flight may yet draw an RST from the kernel; a cut that
+    /// must reset uses `cut(true)`.
+    pub fn close_fin(self) {
+        let _ = self.stream.set_nonblocking(true);
+        let mut sink = [0u8; 16 << 10];
+        for _ in 0..FIN_DRAIN_READS_MAX {
+            match (&self.stream).read(&mut sink) {
+                Ok(n) if n > 0 => {}
+                _ => break,
+            }
+        }
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
         drop(self);
     }
 

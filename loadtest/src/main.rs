@@ -6,7 +6,8 @@
 //! Module map (a module may use the ones below it):
 //! - `main`: flags, scenario set-up, the run report's printing and writing.
 //! - `report`, `plot`: medians over repeated runs, markdown, SVG percentile plots.
-//! - `scenario/`: `calls` (ping, echo, stream), `sessions`, `resume`, `migration`, `flow`.
+//! - `scenario/`: `calls` (ping, echo, stream), `sessions`, `resume`, `migration`, `fault`,
+//!   `flow`.
 //! - `engine`: one epoll loop per load thread, closed-loop and fixed-rate schedules.
 //! - `client`: blocking connections for set-up and the step-by-step scenarios.
 //! - `stats`: histograms, counters, the progress line, `RunReport`.
@@ -48,6 +49,7 @@ use crate::wire::{PostTemplate, Target};
     after_help = "Examples:\n  tidemark-load echo --url http://127.0.0.1:8080/mcp --connections 64 --duration 10s\n  \
                   tidemark-load echo --url URL --rate 50000 --json echo.json --plot echo.svg\n  \
                   tidemark-load migration --url URL --connections 4 --duration 5s\n  \
+                  tidemark-load fault --url URL --calls 2000 --seed 7\n  \
                   tidemark-load report --markdown table.md --ratio tidemark/rmcp runs/*.json"
 )]
 struct Cli {
@@ -67,6 +69,9 @@ enum Command {
     Resume(ResumeArgs),
     /// Cut a running call; resume directly (a) or re-POST, take the 409, resume (b).
     Migration(MigrationArgs),
+    /// Randomized fault test: calls cut at random points, recovered at random; nothing may be
+    /// lost, duplicated or executed twice.
+    Fault(FaultArgs),
     /// Open K idle sessions and report the server's RSS per session.
     Sessions(SessionsArgs),
     /// Fold --json files of repeated runs into medians, a markdown table and a plot.
@@ -119,12 +124,14 @@ struct Common {
     /// Load threads (engine scenarios); pin them with taskset.
     #[arg(long, default_value_t = 1)]
     threads: usize,
-    /// Connections (engine scenarios: across all threads; resume/migration: worker threads).
-    /// Default: 64 for ping/echo/stream, 16 for sessions, 4 for resume/migration.
+    /// Connections (engine scenarios: across all threads; resume/migration/fault: worker
+    /// threads). Default: 64 for ping/echo/stream, 16 for sessions and fault, 4 for
+    /// resume/migration.
     #[arg(long)]
     connections: Option<usize>,
-    /// Sessions the connections share (default: one per connection). For `sessions`: K, the
-    /// number of idle sessions to open (default 10000).
+    /// Sessions the connections share (default: one per connection; 64 for fault, where fewer
+    /// sessions than workers means shared sessions). For `sessions`: K, the number of idle
+    /// sessions to open (default 10000).
     #[arg(long)]
     sessions: Option<usize>,
     /// Requests in flight per connection (HTTP/1.1 pipelining; engine scenarios).
@@ -216,6 +223,44 @@ struct MigrationArgs {
     /// In (b), resume from the 409's hint or from the client's own last event id.
     #[arg(long, value_enum, default_value = "hint")]
     resume_with: ResumeWith,
+}
+
+#[derive(Args, Debug)]
+struct FaultArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Calls to run; each is one `slow_counter` execution the server must perform exactly once.
+    /// `--connections` workers (default 16) run them over `--sessions` sessions (default 64).
+    #[arg(long, default_value_t = 2000)]
+    calls: u64,
+    /// Index of the first call: with the same --seed, `--first-call C --calls 1` reruns call C's
+    /// random choices alone (a failure's reproduction).
+    #[arg(long, default_value_t = 0)]
+    first_call: u64,
+    /// Seed of the random choices (default: from the clock; printed in the config line).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Most cuts per call (each call draws 1..=max; 0: no cuts).
+    #[arg(long, default_value_t = 3)]
+    max_cuts: u32,
+    /// Progress notifications of each `slow_counter` call (1..=1000).
+    #[arg(long, default_value_t = 8)]
+    steps: u64,
+    /// Pause per step (ms); a comma list is drawn from per call. 0: the whole answer is written
+    /// at once (cuts land after it was sent); > 0: the call is still running at the cut.
+    #[arg(long, value_delimiter = ',', default_value = "0,1")]
+    delay_ms: Vec<u64>,
+    /// Print the traces of up to this many failed calls, and of as many calls that passed but
+    /// were held too long or slow (stderr).
+    #[arg(long, default_value_t = 5)]
+    traces: usize,
+    /// Write every call's trace (each request, its cut, every event id received) to FILE.
+    #[arg(long, value_name = "FILE")]
+    trace_file: Option<PathBuf>,
+    /// The server's Prometheus endpoint (tidemark `--metrics-listen`): how its migration
+    /// counters changed over the run is reported as `server.*`.
+    #[arg(long)]
+    metrics_url: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -317,6 +362,7 @@ fn run(command: Command) -> anyhow::Result<bool> {
         }
         Command::Resume(a) => resume(&a)?,
         Command::Migration(a) => migration(&a)?,
+        Command::Fault(a) => fault(&a)?,
         Command::Sessions(a) => sessions(&a)?,
         Command::Report(a) => return report_command(&a),
         Command::Criterion(a) => {
@@ -698,6 +744,144 @@ fn migration(a: &MigrationArgs) -> anyhow::Result<RunReport> {
     if let Some(e) = &outcome.last_error {
         eprintln!("# last iteration error: {e}");
     }
+    finish(common, report)
+}
+
+fn fault(a: &FaultArgs) -> anyhow::Result<RunReport> {
+    use scenario::fault;
+    let common = &a.common;
+    if !(1..=1000).contains(&a.steps) {
+        bail!("--steps must be 1..=1000 (the demo tool's limit)");
+    }
+    if a.delay_ms.is_empty() || a.delay_ms.iter().any(|d| *d > 10_000) {
+        bail!("--delay-ms takes values 0..=10000");
+    }
+    let target = Target::parse(&common.url)?;
+    let workers = common.connections.unwrap_or(16).max(1);
+    let session_count = common.sessions.unwrap_or(64).max(1);
+    let seed = a.seed.unwrap_or_else(fault::clock_seed);
+    let timeout = common.timeout.0;
+    let config = config_json(
+        common,
+        serde_json::json!({"calls": a.calls, "first_call": a.first_call, "seed": seed,
+                           "max_cuts": a.max_cuts, "steps": a.steps, "delay_ms": a.delay_ms,
+                           "workers": workers, "sessions": session_count}),
+    );
+    print_config("fault", &config);
+    let sessions = fault::open_sessions(&target, session_count, timeout)?;
+    let by_owner = fault::sessions_by_owner(&sessions);
+    eprintln!(
+        "# opened {session_count} session(s), protocol version {}, by owner: {}",
+        sessions[0].version,
+        by_owner.iter().map(|(k, v)| format!("{}={v}", &k[15..])).collect::<Vec<_>>().join(" ")
+    );
+    let probe = fault::open_sessions(&target, 1, timeout)?.remove(0);
+    let scrape = |when: &str| match &a.metrics_url {
+        Some(url) => fault::scrape_metrics(url, timeout)
+            .map(Some)
+            .with_context(|| format!("reading the server's metrics {when} the run")),
+        None => Ok(None),
+    };
+    let metrics_before = scrape("before")?;
+    let counter_before = client::get_counter(&target, &probe, 1, timeout)?;
+    let (lives, stop, printer) = flow_progress(common, workers, "fault", "calls");
+    let writer = a.trace_file.as_deref().map(fault::trace_writer).transpose()?;
+    let settings = fault::Settings {
+        target: target.clone(),
+        timeout,
+        calls: a.calls,
+        first_call: a.first_call,
+        seed,
+        max_cuts: a.max_cuts,
+        steps: a.steps,
+        delays_ms: a.delay_ms.clone(),
+        traces: a.traces,
+        trace_to: writer.as_ref().map(|(tx, _)| tx.clone()),
+    };
+    let started = Instant::now();
+    let outcome = fault::run(sessions, workers, settings, lives);
+    let elapsed = started.elapsed();
+    if let Some((tx, handle)) = writer {
+        drop(tx);
+        let _ = handle.join();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(p) = printer {
+        let _ = p.join();
+    }
+    let outcome = outcome?;
+    // A second execution, were there one, counts when it starts; give a late one time to start.
+    std::thread::sleep(Duration::from_millis(200));
+    let counter_after = client::get_counter(&target, &probe, 2, timeout)?;
+    let metrics_after = scrape("after")?;
+    let mut report = RunReport::new("fault", &common.label, &common.url, config);
+    report.measured_s = elapsed.as_secs_f64();
+    let completed = outcome.counters.get("completed").copied().unwrap_or(0);
+    report.throughput.insert("calls_per_s".into(), completed as f64 / report.measured_s);
+    report.latency.push(Series::from_histogram("call: first POST → complete", &outcome.latency));
+    report.counters = outcome.counters;
+    report.counters.extend(by_owner);
+    let calls = a.calls as i64;
+    let executions = counter_after as i64 - counter_before as i64;
+    report.counters.insert("executions_by_counter".into(), executions);
+    report.counters.insert("double_executions".into(), (executions - calls).max(0));
+    report.counters.insert("executions_missing".into(), (calls - executions).max(0));
+    // Each execution reports the counter after its own increment: distinct values in range.
+    let mut values = outcome.results.clone();
+    values.sort_unstable();
+    let repeated = values.windows(2).filter(|w| w[0] == w[1]).count();
+    let out_of_range =
+        values.iter().filter(|v| **v <= counter_before || **v > counter_after).count();
+    report.counters.insert("result_values_repeated".into(), repeated as i64);
+    report.counters.insert("result_values_out_of_range".into(), out_of_range as i64);
+    if let (Some(before), Some(after)) = (&metrics_before, &metrics_after) {
+        for name in fault::SERVER_COUNTERS {
+            let delta = after.get(name).unwrap_or(&0.0) - before.get(name).unwrap_or(&0.0);
+            report.counters.insert(format!("server.{name}"), delta as i64);
+        }
+    }
+    let incomplete = calls - completed;
+    report.counters.insert("incomplete".into(), incomplete);
+    report.values.insert("seed".into(), seed as f64);
+    report.values.insert("elapsed_s".into(), elapsed.as_secs_f64());
+    for key in [
+        "lost",
+        "gaps",
+        "duplicated",
+        "out_of_order",
+        "double_executions",
+        "executions_missing",
+        "incomplete",
+        "calls_failed",
+        "id_reused",
+        "bad_messages",
+        "hint_not_held",
+        "hint_missing",
+        "ran_again",
+        "second_priming",
+        "timeouts",
+        "phantom_owed",
+        "result_values_repeated",
+        "result_values_out_of_range",
+    ] {
+        report.counters.entry(key.into()).or_insert(0);
+        report.require_zero(key);
+    }
+    for trace in outcome.notes.iter().chain(&outcome.failed) {
+        eprint!("{trace}");
+    }
+    let get = |k: &str| report.counters.get(k).copied().unwrap_or(0);
+    println!(
+        "fault: seed={seed} calls={calls} completed={completed} lost={} duplicated={} \
+         double_executions={} incomplete={incomplete} failed_calls={} cuts={} elapsed={:.1}s {}",
+        get("lost") + get("gaps"),
+        get("duplicated") + get("out_of_order"),
+        get("double_executions"),
+        get("calls_failed"),
+        get("cuts"),
+        elapsed.as_secs_f64(),
+        if report.ok { "OK" } else { "FAILED" }
+    );
     finish(common, report)
 }
 

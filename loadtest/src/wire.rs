@@ -135,6 +135,41 @@ impl PostTemplate {
     }
 }
 
+/// A POST of `body` on a session with extra headers (e.g. `Idempotency-Key`): for requests
+/// built once and sent a few times (`scenario::fault`), not for the hot path.
+pub fn post_request(
+    target: &Target,
+    session: &str,
+    version: &str,
+    body: &[u8],
+    extra_headers: &[(&str, &str)],
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(320 + body.len());
+    out.extend_from_slice(b"POST ");
+    out.extend_from_slice(target.path.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+    out.extend_from_slice(target.authority.as_bytes());
+    out.extend_from_slice(
+        b"\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n",
+    );
+    out.extend_from_slice(b"Mcp-Session-Id: ");
+    out.extend_from_slice(session.as_bytes());
+    out.extend_from_slice(b"\r\nMCP-Protocol-Version: ");
+    out.extend_from_slice(version.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in extra_headers {
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"Content-Length: ");
+    push_u64(&mut out, body.len() as u64);
+    out.extend_from_slice(b"\r\n\r\n");
+    out.extend_from_slice(body);
+    out
+}
+
 /// `GET` of the session's stream, resuming after `last_event_id` when given.
 pub fn get_request(
     target: &Target,

@@ -1,8 +1,10 @@
 //! The scenarios of issue 5. Each file owns one: what it sends, what it checks, what it reports.
-//! `calls` and `sessions` are `engine::Workload`s (throughput); `resume` and `migration` are
-//! step-by-step flows on blocking connections (`client`), one worker thread per connection.
+//! `calls` and `sessions` are `engine::Workload`s (throughput); `resume`, `migration` and
+//! `fault` (issue 11 §8) are step-by-step flows on blocking connections (`client`), one worker
+//! thread per connection.
 
 pub mod calls;
+pub mod fault;
 pub mod flow;
 pub mod migration;
 pub mod resume;
