@@ -98,9 +98,20 @@ struct Flags {
     owed_wait_ms: u64,
     #[arg(long, default_value_t = config::OWED_TIMEOUT_SECS)]
     owed_timeout_secs: u64,
-    /// Serve Prometheus text at http://ADDR/metrics (off by default).
+    /// Admin listener: Prometheus text at http://ADDR/metrics, /healthz, /readyz (off by
+    /// default).
     #[arg(long)]
     metrics_listen: Option<SocketAddr>,
+    /// On SIGTERM/SIGINT: how long running calls may finish and deliver their results before
+    /// open streams are ended and the process exits 0 (a second signal exits at once).
+    #[arg(long, default_value_t = config::DRAIN_SECS)]
+    drain_secs: u64,
+    /// SSE bytes one connection buffers per send; larger events go out in windows (min 4096).
+    #[arg(long, default_value_t = config::WRITE_BUFFER_BYTES)]
+    write_buffer_bytes: usize,
+    /// Replay-ring bytes all sessions of one core may hold; over it new streams get 503.
+    #[arg(long, default_value_t = config::CORE_BUFFER_BYTES)]
+    core_buffer_bytes: usize,
 }
 
 impl Flags {
@@ -145,6 +156,9 @@ impl Flags {
             owed_wait: Duration::from_millis(self.owed_wait_ms),
             owed_timeout: Duration::from_secs(self.owed_timeout_secs),
             metrics_listen: self.metrics_listen,
+            drain: Duration::from_secs(self.drain_secs),
+            write_buffer_bytes: self.write_buffer_bytes,
+            core_buffer_bytes: self.core_buffer_bytes,
             builtin_tools: self.tools.as_deref().map(BuiltinSet::parse_list).transpose()?,
         };
         Ok(cfg)
@@ -189,6 +203,19 @@ mod tests {
         let bad = Config::try_from_args(["tidemark", "--tools", "demo,bogus"]).expect_err("bogus");
         assert!(bad.contains("\"bogus\"") && bad.contains("demo, conformance"), "{bad}");
         assert!(Config::try_from_args(["tidemark", "--no-such-flag"]).is_err());
+    }
+
+    #[test]
+    fn drain_secs_defaults_parses_and_rejects_zero() {
+        // Goal: --drain-secs reaches Config, its smallest value (1) is taken and zero is
+        // rejected like every limit. Method: parse, then validate.
+        let cfg = Config::try_from_args(["tidemark"]).expect("defaults parse");
+        assert_eq!(cfg.drain, Duration::from_secs(config::DRAIN_SECS));
+        let cfg = Config::try_from_args(["tidemark", "--drain-secs", "1"]).expect("parses");
+        assert_eq!(cfg.drain, Duration::from_secs(1));
+        assert_eq!(cfg.validate(), Ok(()));
+        let cfg = Config::try_from_args(["tidemark", "--drain-secs", "0"]).expect("parses");
+        assert_eq!(cfg.validate(), Err(ConfigError::Zero("drain-secs")));
     }
 
     #[test]

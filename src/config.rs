@@ -53,11 +53,48 @@ pub const OWED_TIMEOUT_SECS: u64 = 60;
 pub const HANDOFF_INBOX_MAX: usize = 1024;
 /// Cores the server may run on; session ids carry the owner core in 16 bits.
 pub const THREADS_MAX: usize = 1024;
+/// Longest graceful drain after SIGTERM/SIGINT (or `Running::shutdown`): running calls get this
+/// long to finish and deliver their results while no new connection or session is accepted.
+/// 30 s is the usual grace period of process supervisors (Kubernetes'
+/// `terminationGracePeriodSeconds`, systemd's `TimeoutStopSec` is 90 s), so a call shorter than
+/// that survives a rolling restart. Over it: open SSE streams end with the chunked response's
+/// last chunk (no result: the client sees a clean end and may retry elsewhere), and the process
+/// exits 0.
+pub const DRAIN_SECS: u64 = 30;
+/// Bytes of SSE frames one connection buffers for one send (`--write-buffer-bytes`): a batch of
+/// events, or one window of an event larger than this (written in windows across sends). With
+/// the ring, it bounds what a session's slow reader can make the server hold: `--replay-bytes`
+/// plus this per connection (issue 11 §2). 256 KiB coalesces thousands of small events per send
+/// (runtime-notes §4: one chunk per flush is 40× cheaper than one per event).
+pub const WRITE_BUFFER_BYTES: usize = 256 * 1024;
+/// Replay-ring bytes all sessions of one core may hold together (`--core-buffer-bytes`). Over
+/// it, new request streams are refused with 503 (`Retry-After`) rather than growing; running
+/// streams go on (each ring stays within `--replay-bytes`). 1 GiB: 256 sessions with full 4 MiB
+/// rings per core.
+pub const CORE_BUFFER_BYTES: usize = 1024 * 1024 * 1024;
+/// How long the end of a drain waits for connections to take their last bytes (an SSE stream's
+/// last chunk, an answer being written) before the process exits regardless. One second covers
+/// a slow reader on a loopback or LAN link; a peer that reads nothing is cut then.
+pub const DRAIN_FLUSH_MS: u64 = 1000;
+/// `Retry-After` of the 503 a new `initialize` gets during a drain, in seconds: by then a
+/// restarted process or another replica answers.
+pub const DRAIN_RETRY_AFTER_SECS: u64 = 1;
+/// Concurrent connections on the admin listener (`--metrics-listen`), one thread each. Scrapers
+/// and probes hold one or two; 64 leaves room for several of each and bounds the threads an
+/// abuser can make us hold. Over it: 503, closed.
+pub const ADMIN_CONNECTIONS_MAX: usize = 64;
+/// Time an admin connection has to deliver its request head, and each write to be taken. Over
+/// it: closed (an idle connection holds a thread this long at most).
+pub const ADMIN_IO_TIMEOUT_MS: u64 = 2000;
+/// Bytes of an admin request head. Over it: 431, closed.
+pub const ADMIN_HEAD_BYTES_MAX: usize = 4096;
 
 const _: () = assert!(REPLAY_EVENTS_MAX.is_power_of_two());
 const _: () = assert!(HEADER_BYTES_MAX >= 1024);
 const _: () = assert!(THREADS_MAX <= u16::MAX as usize);
 const _: () = assert!(OWED_WAIT_MS < OWED_TIMEOUT_SECS * 1000);
+const _: () = assert!(DRAIN_SECS > 0 && DRAIN_FLUSH_MS > 0 && DRAIN_RETRY_AFTER_SECS > 0);
+const _: () = assert!(ADMIN_CONNECTIONS_MAX > 0 && ADMIN_IO_TIMEOUT_MS > 0);
 
 /// Which io driver a worker runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,7 +196,14 @@ pub struct Config {
     pub sse_keepalive: Duration,
     pub owed_wait: Duration,
     pub owed_timeout: Duration,
+    /// The admin listener (`/metrics`, `/healthz`, `/readyz`), when set.
     pub metrics_listen: Option<SocketAddr>,
+    /// Longest graceful drain (`--drain-secs`, `DRAIN_SECS`).
+    pub drain: Duration,
+    /// `--write-buffer-bytes` (`WRITE_BUFFER_BYTES`, at least `WINDOW_BYTES_MIN`).
+    pub write_buffer_bytes: usize,
+    /// `--core-buffer-bytes` (`CORE_BUFFER_BYTES`).
+    pub core_buffer_bytes: usize,
     /// Built-in tool sets (`--tools`); `None`: `demo` when no other provider is given, else none.
     pub builtin_tools: Option<Vec<BuiltinSet>>,
 }
@@ -192,6 +236,9 @@ impl Default for Config {
             owed_wait: Duration::from_millis(OWED_WAIT_MS),
             owed_timeout: Duration::from_secs(OWED_TIMEOUT_SECS),
             metrics_listen: None,
+            drain: Duration::from_secs(DRAIN_SECS),
+            write_buffer_bytes: WRITE_BUFFER_BYTES,
+            core_buffer_bytes: CORE_BUFFER_BYTES,
             builtin_tools: None,
         }
     }
@@ -212,6 +259,8 @@ pub enum ConfigError {
     OwedWaitTooLong,
     #[error("--tools: unknown tool set {0:?} (known: demo, conformance, or none alone)")]
     UnknownToolSet(String),
+    #[error("--write-buffer-bytes must be at least {0}")]
+    WriteBufferTooSmall(usize),
     #[error("--max-headers must be at most {0}")]
     TooManyHeaders(usize),
 }
@@ -234,7 +283,7 @@ impl Config {
 
     /// Checks every value once, so workers can rely on them.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let nonzero: [(&'static str, u128); 16] = [
+        let nonzero: [(&'static str, u128); 18] = [
             ("threads", self.threads as u128),
             ("max-header-bytes", self.header_bytes_max as u128),
             ("max-headers", self.headers_max as u128),
@@ -251,6 +300,8 @@ impl Config {
             ("owed-timeout-secs", self.owed_timeout.as_millis()),
             ("stream-retention-secs", self.stream_retention.as_millis()),
             ("sse-retry-ms", u128::from(self.sse_retry_ms)),
+            ("drain-secs", self.drain.as_millis()),
+            ("core-buffer-bytes", self.core_buffer_bytes as u128),
         ];
         for (name, value) in nonzero {
             if value == 0 {
@@ -268,6 +319,9 @@ impl Config {
         }
         if self.owed_wait >= self.owed_timeout {
             return Err(ConfigError::OwedWaitTooLong);
+        }
+        if self.write_buffer_bytes < crate::legacy::stream::WINDOW_BYTES_MIN {
+            return Err(ConfigError::WriteBufferTooSmall(crate::legacy::stream::WINDOW_BYTES_MIN));
         }
         if self.headers_max > crate::http::HEADERS_CAP {
             return Err(ConfigError::TooManyHeaders(crate::http::HEADERS_CAP));
@@ -299,6 +353,10 @@ mod tests {
         assert_eq!(c.validate(), Err(ConfigError::Zero("sse-retry-ms")));
         let c = Config { stream_retention: std::time::Duration::ZERO, ..d() };
         assert_eq!(c.validate(), Err(ConfigError::Zero("stream-retention-secs")));
+        let c = Config { drain: std::time::Duration::ZERO, ..d() };
+        assert_eq!(c.validate(), Err(ConfigError::Zero("drain-secs")));
+        let c = Config { drain: std::time::Duration::from_secs(1), ..d() };
+        assert_eq!(c.validate(), Ok(()), "one second, the smallest drain, is valid");
         let c = Config { path: "mcp".into(), ..d() };
         assert!(matches!(c.validate(), Err(ConfigError::BadPath(_))));
         let c = Config { owed_wait: d().owed_timeout, ..d() };

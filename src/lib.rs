@@ -42,7 +42,8 @@
 //!
 //! | module | owns |
 //! | --- | --- |
-//! | `server` | `Server` (the public entry): listeners, one pinned thread + runtime per core, `/metrics`, the banner |
+//! | `server` | `Server` (the public entry): listeners (one owner per port), one pinned thread + runtime per core, signals and the graceful drain, the banner |
+//! | `admin` | the admin listener: `/metrics`, `/healthz`, `/readyz` |
 //! | `cli` | the binary's flags → `Config` (`Config::from_args`) |
 //! | `config` | every limit as a named constant; `Config` |
 //! | `runtime` | one core: driver choice, accept loop, session reaper; `conn` (one socket: buffers, timeouts, the SSE writer), `handoff` (moving a connection to its session's core) |
@@ -54,6 +55,7 @@
 //! | `wire` | every answer as a value rendered in one place: statuses, JSON-RPC codes; SSE framing; JSON-RPC envelope |
 //! | `metrics` | per-core counters, Prometheus text |
 
+mod admin;
 mod cli;
 mod config;
 mod dispatch;
@@ -96,6 +98,7 @@ pub mod bench_support {
 pub mod fuzz_support {
     pub use crate::http::{parse_head, ParseError, RequestHead};
     pub use crate::legacy::fingerprint;
+    pub use crate::legacy::replay::{EventSeq, StreamKey};
     pub use crate::legacy::session::{parse_event_id, push_event_id};
     pub use crate::wire::jsonrpc::{canonical_params, decode, Body, DecodeError, Message};
     pub use crate::wire::sse::push_event;

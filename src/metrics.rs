@@ -1,6 +1,6 @@
 //! Counters, one set per core, written only by their core (a relaxed load + store, no
-//! read-modify-write on the hot path) and summed by the `/metrics` thread into the Prometheus
-//! text format.
+//! read-modify-write on the hot path) and summed by the admin listener (`admin`, `GET
+//! /metrics`) into the Prometheus text format.
 //!
 //! Never: blocks a worker; the exporter only reads.
 
@@ -51,10 +51,12 @@ counters! {
     replays_total => "replays_total", "Resumes with Last-Event-ID that replayed a stream.";
     gaps_total => "gaps_total", "Resumes that found evicted events (-31003).";
     owed_abandoned_total => "owed_abandoned_total", "Owed streams nobody resumed in time.";
+    drain_streams_ended => "tidemark_drain_streams_ended_total", "SSE responses ended by the end of a drain before their final response (standalone GET streams included).";
     limit_header => "tidemark_limit_hits_total{limit=\"header\"}", "Requests refused at a limit.";
     limit_body => "tidemark_limit_hits_total{limit=\"body\"}", "Requests refused at a limit.";
     limit_sessions => "tidemark_limit_hits_total{limit=\"sessions\"}", "Requests refused at a limit.";
     limit_streams => "tidemark_limit_hits_total{limit=\"streams\"}", "Requests refused at a limit.";
+    limit_buffer => "tidemark_limit_hits_total{limit=\"core_buffer\"}", "Requests refused at a limit.";
     limit_connections => "tidemark_limit_hits_total{limit=\"connections\"}", "Requests refused at a limit.";
     limit_timeout => "tidemark_limit_hits_total{limit=\"header_timeout\"}", "Requests refused at a limit.";
 }

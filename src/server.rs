@@ -1,22 +1,30 @@
 //! The embedding entry point: `Server` takes a `Config` and providers, and runs the endpoint
 //! exactly as the `tidemark` binary does: SO_REUSEPORT listeners, one pinned thread with its own
-//! monoio runtime per core, the hand-off inboxes, the optional `/metrics` listener, and the
-//! one-line start-up banner on stdout.
+//! monoio runtime per core, the hand-off inboxes, the optional admin listener (`admin`:
+//! `/metrics`, `/healthz`, `/readyz`), the one-line start-up banner on stdout, and the graceful
+//! drain on SIGTERM/SIGINT (`Running::handle_signals`, `Running::shutdown`; the drain itself is
+//! `runtime`'s).
 //!
-//! Owns: start-up and the threads' lifetime. Never: handles a request (the workers do).
+//! Owns: start-up, signal handling and the threads' lifetime. Never: handles a request (the
+//! workers do).
 
 use std::io::Write;
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::config::{self, BuiltinSet, Config, ConfigError};
 use crate::metrics::CoreMetrics;
 use crate::provider::builtin::BuiltinProvider;
 use crate::provider::Provider;
 use crate::runtime::handoff::Inbox;
-use crate::runtime::{self, ProviderFactory, WorkerSpec};
+use crate::runtime::{self, Lifecycle, ProviderFactory, WorkerSpec};
+
+/// How long `Running::join` sleeps between looks while nothing wakes it (a worker's return and
+/// every phase change do).
+const JOIN_POLL: Duration = Duration::from_secs(1);
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -50,23 +58,101 @@ pub struct Server {
     providers: Vec<(String, ProviderFactory)>,
 }
 
-/// A started server: its bound address, and its threads to wait for.
+/// A started server: its bound addresses, its drain, and its threads to wait for.
+///
+/// Graceful drain (what SIGTERM/SIGINT start under `Server::run`, and `shutdown` starts here):
+/// every core stops accepting connections, a new `initialize` gets 503 with `Retry-After`, idle
+/// keep-alive connections are closed and every further answer carries `Connection: close`;
+/// requests on existing sessions are still served, and running calls get up to
+/// `--drain-secs` to finish and deliver their results. Then every open SSE response ends with
+/// the chunked body's last chunk (a stream whose call had not finished ends without its
+/// result), connections close, and the workers return: `join` returns, and `Server::run` with
+/// it. `/readyz` answers 503 from the drain's start.
 pub struct Running {
     /// The address the endpoint listens on (port 0 resolved).
     pub local_addr: SocketAddr,
-    /// The `/metrics` address, when `--metrics-listen` was given.
+    /// The admin listener's address (`/metrics`, `/healthz`, `/readyz`), when
+    /// `--metrics-listen` was given.
     pub metrics_addr: Option<SocketAddr>,
     /// The io driver the workers got (`io_uring+single_issuer+defer_taskrun`, …, `epoll`).
     pub driver: &'static str,
     workers: Vec<std::thread::JoinHandle<()>>,
+    life: Arc<Lifecycle>,
+    /// `handle_signals` ran (a second call would see every signal twice).
+    signals: AtomicBool,
 }
 
 impl Running {
-    /// Blocks while the workers run (they run until the process ends).
+    /// Blocks until the workers return, which they do once a drain ended (`shutdown`, or a
+    /// signal after `handle_signals`); before that, forever. A worker that is still busy
+    /// `DRAIN_FLUSH_MS` + 1 s after the drain's deadline (a provider blocking its thread) is
+    /// left behind: `join` returns anyway, and the process may exit.
     pub fn join(self) {
+        self.life.set_joiner(std::thread::current());
+        while !self.life.all_finished() {
+            let now = Instant::now();
+            match self.life.give_up_at() {
+                Some(at) if now >= at => {
+                    tracing::warn!("a worker is still busy after the drain: not waiting for it");
+                    return;
+                }
+                Some(at) => std::thread::park_timeout((at - now).min(JOIN_POLL)),
+                None => std::thread::park_timeout(JOIN_POLL),
+            }
+        }
         for worker in self.workers {
             let _ = worker.join();
         }
+    }
+
+    /// Begins the graceful drain (see the type's doc) and returns at once; `join` waits for
+    /// its end. Calling it again, or after a signal, changes nothing.
+    pub fn shutdown(&self) {
+        self.life.begin_drain();
+    }
+
+    /// A handle that begins the drain from any thread (`shutdown` without the `Running`),
+    /// e.g. for a program with its own signal handling or control channel.
+    pub fn shutdown_handle(&self) -> impl Fn() + Clone + Send + Sync + 'static {
+        let life = self.life.clone();
+        move || {
+            life.begin_drain();
+        }
+    }
+
+    /// Handles SIGTERM and SIGINT as the `tidemark` binary does (`Server::run` calls it before
+    /// the banner): the first begins the drain; a second one, or one after `shutdown`, exits
+    /// the process at once with status 128 + the signal's number (143 for SIGTERM, 130 for
+    /// SIGINT, the shell's convention), without waiting for anything. A thread of its own
+    /// reads the signals (signal-hook's self-pipe), so no worker's io wait is involved.
+    /// Calling it again changes nothing.
+    pub fn handle_signals(&self) -> Result<(), ServerError> {
+        if self.signals.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+            .map_err(io("install the SIGTERM/SIGINT handlers"))?;
+        let life = self.life.clone();
+        let drain_secs = life.drain().as_secs();
+        std::thread::Builder::new()
+            .name("tidemark-signals".into())
+            .spawn(move || {
+                for signal in signals.forever() {
+                    if life.begin_drain() {
+                        tracing::info!(
+                            signal,
+                            drain_secs,
+                            "draining; a second signal exits at once"
+                        );
+                    } else {
+                        tracing::warn!(signal, "second signal: exiting at once");
+                        std::process::exit(128 + signal);
+                    }
+                }
+            })
+            .map_err(io("spawn the signal thread"))?;
+        Ok(())
     }
 }
 
@@ -92,15 +178,24 @@ impl Server {
         self
     }
 
-    /// Starts the server and blocks while it runs.
+    /// Starts the server, handles SIGTERM/SIGINT (`Running::handle_signals`: the first drains
+    /// gracefully, a second exits at once) and blocks until the drain ended. `Ok` after a
+    /// drain: the binary exits 0.
     pub fn run(self) -> Result<(), ServerError> {
-        self.start()?.join();
+        self.launch(true)?.join();
         Ok(())
     }
 
     /// Starts the listeners and workers, prints the banner (`tidemark listening on http://…`)
-    /// and returns once every worker is serving.
+    /// and returns once every worker is serving. Signals are left alone: call
+    /// `Running::handle_signals` for the binary's handling, or `Running::shutdown` to drain.
     pub fn start(self) -> Result<Running, ServerError> {
+        self.launch(false)
+    }
+
+    /// `start`, with the signal handlers installed before the banner when `signals` (a
+    /// supervisor that reads the banner may signal at once).
+    fn launch(self, signals: bool) -> Result<Running, ServerError> {
         let Server { cfg, mut providers } = self;
         cfg.validate()?;
         let builtin = match &cfg.builtin_tools {
@@ -117,6 +212,9 @@ impl Server {
         let tools_label = if names.is_empty() { "none".to_owned() } else { names.join(",") };
         let factories = providers.iter().map(|(_, f)| f.clone()).collect::<Vec<_>>();
         let started = start_workers(&cfg, factories)?;
+        if signals {
+            started.handle_signals()?;
+        }
         let metrics_note = match started.metrics_addr {
             Some(addr) => format!(" metrics=http://{addr}/metrics"),
             None => String::new(),
@@ -131,7 +229,7 @@ impl Server {
     }
 }
 
-/// Listeners, metrics thread and one pinned worker thread per core.
+/// Listeners, the admin listener and one pinned worker thread per core.
 fn start_workers(cfg: &Config, providers: Vec<ProviderFactory>) -> Result<Running, ServerError> {
     refuse_shared_port(cfg.listen)?;
     let first = reuseport_listener(cfg.listen)?;
@@ -140,12 +238,15 @@ fn start_workers(cfg: &Config, providers: Vec<ProviderFactory>) -> Result<Runnin
     for _ in 1..cfg.threads {
         listeners.push(reuseport_listener(bound)?);
     }
-    let cfg = Arc::new(cfg.clone());
+    // The workers' config names the bound address (port 0 resolved): the endpoint checks a
+    // Host's port against it.
+    let cfg = Arc::new(Config { listen: bound, ..cfg.clone() });
     let inboxes = Arc::new(
         (0..cfg.threads).map(|_| Inbox::new(config::HANDOFF_INBOX_MAX)).collect::<Vec<_>>(),
     );
     let metrics: Vec<Arc<CoreMetrics>> =
         (0..cfg.threads).map(|_| Arc::new(CoreMetrics::default())).collect();
+    let life = Arc::new(Lifecycle::new(cfg.threads, cfg.drain));
     let cpus = allowed_cpus();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut workers = Vec::new();
@@ -157,14 +258,17 @@ fn start_workers(cfg: &Config, providers: Vec<ProviderFactory>) -> Result<Runnin
             inboxes: inboxes.clone(),
             metrics: metrics[index].clone(),
             providers: providers.clone(),
+            life: life.clone(),
         };
         let ready = ready_tx.clone();
+        let finished = WorkerFinished(life.clone(), index);
         // Worker i runs on the i-th CPU the process may use (respecting taskset/cgroups);
         // unpinned when there are more workers than CPUs.
         let pin = (cfg.threads <= cpus.len()).then(|| cpus[index]);
         let worker = std::thread::Builder::new()
             .name(format!("tidemark-{index}"))
             .spawn(move || {
+                let _finished = finished;
                 if let Some(cpu) = pin {
                     let _ = monoio::utils::bind_to_cpu_set([cpu]);
                 }
@@ -184,31 +288,79 @@ fn start_workers(cfg: &Config, providers: Vec<ProviderFactory>) -> Result<Runnin
         }
     }
     let metrics_addr = match cfg.metrics_listen {
-        Some(addr) => Some(start_metrics(addr, metrics)?),
+        Some(addr) => Some(
+            crate::admin::start(addr, metrics, life.clone())
+                .map_err(io(format!("admin listener on {addr}")))?,
+        ),
         None => None,
     };
-    Ok(Running { local_addr: bound, metrics_addr, driver, workers })
+    let signals = AtomicBool::new(false);
+    Ok(Running { local_addr: bound, metrics_addr, driver, workers, life, signals })
+}
+
+/// Tells the lifecycle that worker `.1`'s thread returned (also when it unwinds).
+struct WorkerFinished(Arc<Lifecycle>, usize);
+
+impl Drop for WorkerFinished {
+    fn drop(&mut self) {
+        self.0.worker_finished(self.1);
+    }
 }
 
 /// Fails with "address in use" when another process already listens on `addr`. Our own
 /// listeners use SO_REUSEPORT (one per core), which would otherwise let a second tidemark join
 /// the same port silently and split its connections (every session then 404s on about half
-/// of its requests). A probe bound *without* SO_REUSEPORT cannot share the port with anyone,
-/// so it finds any listener there; it is closed before our listeners bind. Port 0 is always
-/// free.
+/// of its requests). A probe bound *without* SO_REUSEPORT cannot share the port with a
+/// listener, so a bind that succeeds proves the port free (it is closed before our listeners
+/// bind). A refused probe may also mean only that connections of a previous process linger
+/// on the port (TIME_WAIT, FIN_WAIT): a connect tells the two apart, since only a listener
+/// accepts it. The check is repeated for up to `PORT_PROBE_WAIT`, because a process that just
+/// died can keep listening for a moment: its io_uring instance is torn down asynchronously
+/// by the kernel and holds the listening socket (and accepts into its backlog) until then.
+/// Port 0 is always free.
 fn refuse_shared_port(addr: SocketAddr) -> Result<(), ServerError> {
-    use socket2::{Domain, Socket, Type};
     if addr.port() == 0 {
         return Ok(());
     }
-    let probe = Socket::new(Domain::for_address(addr), Type::STREAM, None).map_err(io("socket"))?;
-    // SO_REUSEADDR still admits a restart over connections in TIME_WAIT.
-    probe.set_reuse_address(true).map_err(io("SO_REUSEADDR"))?;
-    probe
-        .bind(&addr.into())
-        .map_err(io(format!("bind {addr} (address in use by another process?)")))?;
-    Ok(())
+    let deadline = std::time::Instant::now() + PORT_PROBE_WAIT;
+    loop {
+        let Some(refused) = port_has_listener(addr)? else { return Ok(()) };
+        if std::time::Instant::now() >= deadline {
+            return Err(ServerError::Io {
+                what: format!("bind {addr}: address in use by another process"),
+                source: refused,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
+
+/// `Some(the bind error)` when a listener holds `addr`, `None` when the port is free (or held
+/// only by lingering connections).
+fn port_has_listener(addr: SocketAddr) -> Result<Option<std::io::Error>, ServerError> {
+    use socket2::{Domain, Socket, Type};
+    let probe = Socket::new(Domain::for_address(addr), Type::STREAM, None).map_err(io("socket"))?;
+    probe.set_reuse_address(true).map_err(io("SO_REUSEADDR"))?;
+    let Err(refused) = probe.bind(&addr.into()) else { return Ok(None) };
+    if refused.kind() != std::io::ErrorKind::AddrInUse {
+        return Err(ServerError::Io { what: format!("bind {addr}"), source: refused });
+    }
+    let mut target = addr;
+    if target.ip().is_unspecified() {
+        target.set_ip(match addr {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    let answered = std::net::TcpStream::connect_timeout(&target, PORT_PROBE_TIMEOUT).is_ok();
+    Ok(answered.then_some(refused))
+}
+
+/// How long the start-up probe waits for a listener on the port to accept a connection.
+const PORT_PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long a listener found on the port may take to go away (a process that just exited)
+/// before start-up fails with "address in use".
+const PORT_PROBE_WAIT: Duration = Duration::from_secs(2);
 
 /// A non-blocking SO_REUSEPORT listener, so every core accepts on the same port.
 fn reuseport_listener(addr: SocketAddr) -> Result<std::net::TcpListener, ServerError> {
@@ -222,38 +374,6 @@ fn reuseport_listener(addr: SocketAddr) -> Result<std::net::TcpListener, ServerE
     socket.listen(1024).map_err(io("listen"))?;
     socket.set_nonblocking(true).map_err(io("O_NONBLOCK"))?;
     Ok(socket.into())
-}
-
-/// Binds the `/metrics` listener and serves it from its own thread; returns the bound address.
-fn start_metrics(
-    addr: SocketAddr,
-    metrics: Vec<Arc<CoreMetrics>>,
-) -> Result<SocketAddr, ServerError> {
-    let listener = std::net::TcpListener::bind(addr).map_err(io(format!("bind metrics {addr}")))?;
-    let bound = listener.local_addr().map_err(io("metrics address"))?;
-    std::thread::Builder::new()
-        .name("tidemark-metrics".into())
-        .spawn(move || serve_metrics(listener, metrics))
-        .map_err(io("spawn the metrics thread"))?;
-    Ok(bound)
-}
-
-/// A tiny blocking HTTP/1.0 responder for `GET /metrics`, off the worker cores.
-fn serve_metrics(listener: std::net::TcpListener, metrics: Vec<Arc<CoreMetrics>>) {
-    use std::io::Read;
-    for conn in listener.incoming() {
-        let Ok(mut conn) = conn else { continue };
-        let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
-        let mut head = [0u8; 2048];
-        let n = conn.read(&mut head).unwrap_or(0);
-        let ok = head[..n].starts_with(b"GET /metrics");
-        let mut body = String::new();
-        if ok {
-            CoreMetrics::render(&metrics, &mut body);
-        }
-        let status = if ok { "200 OK" } else { "404 Not Found" };
-        let _ = write!(conn, "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
-    }
 }
 
 /// The CPUs this process may run on, from `Cpus_allowed_list` (e.g. `0-3,8`); all of

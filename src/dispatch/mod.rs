@@ -23,6 +23,8 @@ pub(crate) const COMPLETION_VALUES_MAX: usize = 100;
 /// Where `tools/call` of one tool goes.
 #[derive(Clone)]
 pub(crate) struct ToolRoute {
+    /// The tool's name, shared (a call clones the `Rc`, not the text).
+    pub name: Rc<str>,
     pub provider: Rc<dyn Provider>,
     /// Read-only or idempotent: a retried call may run again (CONTRACT §4 step 3).
     pub safe_to_repeat: bool,
@@ -99,6 +101,7 @@ impl Registry {
                     continue;
                 }
                 let route = ToolRoute {
+                    name: Rc::from(tool.name.as_str()),
                     provider: provider.clone(),
                     safe_to_repeat: tool.annotations.safe_to_repeat(),
                 };
@@ -269,14 +272,18 @@ fn capabilities(has_resources: bool, has_prompts: bool) -> Value {
 }
 
 /// A result object as a JSON-RPC response.
+/// Encoded straight into `out` (no intermediate buffer); on failure `out` is rolled back and
+/// gets a -32603 instead.
 pub(crate) fn push_result_value(out: &mut Vec<u8>, id: &RawId, result: &Value) {
-    let mut body = Vec::with_capacity(128);
-    if serde_json::to_writer(&mut body, result).is_err() {
+    let start = out.len();
+    jsonrpc::push_result_prefix(out, id);
+    if serde_json::to_writer(&mut *out, result).is_err() {
+        out.truncate(start);
         let e = ProviderError::Internal("result could not be encoded".into());
         wire::push_provider_error(out, id, &e);
         return;
     }
-    jsonrpc::push_result(out, id, &body);
+    out.push(b'}');
 }
 
 /// The provider API's value for a decoded request value (the decoder's strings move, numbers

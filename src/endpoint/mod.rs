@@ -24,6 +24,11 @@ pub(crate) struct Core {
     pub registry: crate::dispatch::Registry,
     pub sessions: RefCell<SessionTable>,
     pub metrics: Arc<CoreMetrics>,
+    /// True once this core drains (SIGTERM/SIGINT, `Running::shutdown`): a new `initialize`
+    /// is refused (503 + Retry-After). Set only by `runtime`, never cleared.
+    pub draining: std::cell::Cell<bool>,
+    /// Replay-ring bytes of every session of this core together (`--core-buffer-bytes`).
+    pub buffered_bytes: Rc<std::cell::Cell<usize>>,
 }
 
 /// What the connection does after `handle`.
@@ -79,10 +84,23 @@ fn era(_req: &Request<'_>) -> Era {
     Era::Legacy
 }
 
-/// Entry point: one parsed request.
+/// Entry point: one parsed request. Counted in `tidemark_requests_total` where it is answered:
+/// a request handed to its session's owner core is parsed and handled again there, and counted
+/// there only.
 pub async fn handle(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
-    core.metrics.requests_total.inc();
+    let outcome = route(core, req, out).await;
+    if !matches!(outcome, Outcome::HandOff(_)) {
+        core.metrics.requests_total.inc();
+    }
+    outcome
+}
+
+/// The edge's rules in order (head conflicts, path, Host/Origin), then the protocol path.
+async fn route(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
     let keep_alive = req.head.keep_alive;
+    if req.head.conflict.is_some() {
+        return refuse(out, Refusal::ConflictingHeader, None, keep_alive);
+    }
     let (authority, path) = split_target(&req.head_bytes[req.head.path.clone()]);
     let path = path.split(|&b| b == b'?').next().unwrap_or(path);
     if path != core.cfg.path.as_bytes() {
@@ -116,14 +134,22 @@ fn split_target(target: &[u8]) -> (Option<&[u8]>, &[u8]) {
 }
 
 /// The Host rule, also applied to an absolute-form target's authority (which the server must
-/// use instead of Host).
+/// use instead of Host). On a loopback listener a Host not listed by `--allowed-host` (listed
+/// values match exactly, port included) must be a loopback name with no port or the port we
+/// listen on: a request that names another port was meant for another server (a browser
+/// attacked by DNS rebinding sends the attacker's port).
 pub(crate) fn host_allowed(cfg: &Config, host: &[u8]) -> bool {
     let listed = cfg.allowed_hosts.iter().any(|h| h.as_bytes() == host);
-    listed || !cfg.listen.ip().is_loopback() || is_loopback_authority(host)
+    listed
+        || !cfg.listen.ip().is_loopback()
+        || split_authority(host).is_some_and(|(name, port)| {
+            is_loopback_host(name) && port_is_ours(port, cfg.listen.port())
+        })
 }
 
 /// DNS-rebinding protection: on a loopback listener, Host and Origin must be loopback names
 /// unless allowed by flag. On other listeners only Origin is checked against the allow-list.
+/// Origin's port is not checked: a page served from another local port may call us.
 fn host_and_origin_allowed(cfg: &Config, req: &Request<'_>) -> bool {
     let loopback = cfg.listen.ip().is_loopback();
     if let Some(host) = req.header(&req.head.host) {
@@ -136,8 +162,8 @@ fn host_and_origin_allowed(cfg: &Config, req: &Request<'_>) -> bool {
         let authority = origin
             .strip_prefix(b"http://")
             .or_else(|| origin.strip_prefix(b"https://"))
-            .map(is_loopback_authority)
-            .unwrap_or(false);
+            .and_then(split_authority)
+            .is_some_and(|(name, _)| is_loopback_host(name));
         if !listed && !authority && origin != b"null" {
             return false;
         }
@@ -148,18 +174,83 @@ fn host_and_origin_allowed(cfg: &Config, req: &Request<'_>) -> bool {
     true
 }
 
-/// `localhost`, `127.x.y.z` or `[::1]`, with an optional port.
-fn is_loopback_authority(a: &[u8]) -> bool {
-    let host = if a.starts_with(b"[") {
-        match a.iter().position(|&b| b == b']') {
-            Some(end) => &a[..=end],
-            None => return false,
-        }
+/// Splits an authority (`host[:port]`, RFC 3986 §3.2) into its host and everything after it
+/// (empty, or `:port` when well formed). `None`: an IPv6 literal without its closing bracket.
+fn split_authority(a: &[u8]) -> Option<(&[u8], &[u8])> {
+    let end = if a.starts_with(b"[") {
+        a.iter().position(|&b| b == b']')? + 1
     } else {
-        a.split(|&b| b == b':').next().unwrap_or(a)
+        a.iter().position(|&b| b == b':').unwrap_or(a.len())
     };
+    Some(a.split_at(end))
+}
+
+/// `localhost`, `127.x.y.z` or `[::1]`.
+fn is_loopback_host(host: &[u8]) -> bool {
     host.eq_ignore_ascii_case(b"localhost")
         || host == b"[::1]"
         || (host.starts_with(b"127.")
             && std::str::from_utf8(host).is_ok_and(|h| h.parse::<std::net::Ipv4Addr>().is_ok()))
+}
+
+/// True when what follows an authority's host is no port (nothing, or an empty port, which
+/// RFC 3986 §3.2.3 allows) or `:<bound>`. A port that is not 1 to 5 digits is refused; with
+/// `bound` 0 (the port was not recorded after binding `:0`) any well-formed port passes.
+fn port_is_ours(rest: &[u8], bound: u16) -> bool {
+    let Some(digits) = rest.strip_prefix(b":") else {
+        return rest.is_empty();
+    };
+    if digits.is_empty() {
+        return true;
+    }
+    if digits.len() > 5 || !digits.iter().all(u8::is_ascii_digit) {
+        return false;
+    }
+    let port = digits.iter().fold(0u32, |n, &d| n * 10 + u32::from(d - b'0'));
+    port <= u32::from(u16::MAX) && (bound == 0 || port == u32::from(bound))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: the Host rule on a loopback listener: loopback names, with no port or ours;
+    /// listed hosts exactly; anything goes on other listeners. Method: a table of Hosts
+    /// against a config listening on 127.0.0.1:8080 (and on :0, the port not recorded).
+    #[test]
+    fn host_names_a_loopback_name_and_our_port() {
+        let mut cfg = Config::test_min();
+        cfg.listen = "127.0.0.1:8080".parse().expect("address");
+        cfg.allowed_hosts = vec!["mcp.example:9000".into()];
+        let table: [(&str, bool); 20] = [
+            ("localhost", true),
+            ("localhost:8080", true),
+            ("LocalHost:8080", true),
+            ("localhost:", true),
+            ("127.0.0.1:8080", true),
+            ("127.1.2.3", true),
+            ("[::1]:8080", true),
+            ("[::1]", true),
+            ("localhost:08080", true),
+            ("mcp.example:9000", true),
+            ("localhost:9999", false),
+            ("localhost:0", false),
+            ("localhost:80800", false),
+            ("localhost:808080", false),
+            ("localhost:+8080", false),
+            ("localhost:8080:8080", false),
+            ("[::1]8080", false),
+            ("[::1:8080", false),
+            ("mcp.example", false),
+            ("evil.example:8080", false),
+        ];
+        for (host, want) in table {
+            assert_eq!(host_allowed(&cfg, host.as_bytes()), want, "{host}");
+        }
+        cfg.listen = "127.0.0.1:0".parse().expect("address");
+        assert!(host_allowed(&cfg, b"localhost:9999"));
+        assert!(!host_allowed(&cfg, b"localhost:99999"));
+        cfg.listen = "0.0.0.0:8080".parse().expect("address");
+        assert!(host_allowed(&cfg, b"evil.example:1"));
+    }
 }

@@ -41,6 +41,12 @@ pub struct RequestHead {
     pub origin: Option<Range<usize>>,
     pub host: Option<Range<usize>>,
     pub idempotency_key: Option<Range<usize>>,
+    /// The name of the first single-valued header (`Mcp-Session-Id`, `MCP-Protocol-Version`,
+    /// `Last-Event-ID`, `Idempotency-Key`) given again with another value; the endpoint refuses
+    /// such a request (400) rather than pick one, since a proxy reading the first and us the
+    /// last would disagree about the request. `None` when each is given at most once or only
+    /// repeated identically (which we accept, as RFC 9112 §6.3 does for Content-Length).
+    pub conflict: Option<Range<usize>>,
 }
 
 impl RequestHead {
@@ -118,10 +124,12 @@ pub fn parse_head(
         keep_alive: version == 1,
         ..RequestHead::default()
     };
+    let mut conflict = None;
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
         let value = trim(h.value);
-        let slot = if name.eq_ignore_ascii_case(b"content-length") {
+        // `single`: one value only, and a second, different one is a conflict.
+        let (slot, single) = if name.eq_ignore_ascii_case(b"content-length") {
             let n = parse_decimal(value).ok_or(ParseError::BadContentLength)?;
             if head.content_length.is_some_and(|old| old != n) {
                 return Err(ParseError::BadContentLength);
@@ -139,32 +147,37 @@ pub fn parse_head(
             }
             continue;
         } else if name.eq_ignore_ascii_case(b"content-type") {
-            &mut head.content_type
+            (&mut head.content_type, false)
         } else if name.eq_ignore_ascii_case(b"accept") {
-            &mut head.accept
+            (&mut head.accept, false)
         } else if name.eq_ignore_ascii_case(b"mcp-session-id") {
-            &mut head.session_id
+            (&mut head.session_id, true)
         } else if name.eq_ignore_ascii_case(b"mcp-protocol-version") {
-            &mut head.protocol_version
+            (&mut head.protocol_version, true)
         } else if name.eq_ignore_ascii_case(b"last-event-id") {
-            &mut head.last_event_id
+            (&mut head.last_event_id, true)
         } else if name.eq_ignore_ascii_case(b"origin") {
             if head.origin.is_some() {
                 return Err(ParseError::BadHost);
             }
-            &mut head.origin
+            (&mut head.origin, false)
         } else if name.eq_ignore_ascii_case(b"host") {
             if head.host.is_some() {
                 return Err(ParseError::BadHost);
             }
-            &mut head.host
+            (&mut head.host, false)
         } else if name.eq_ignore_ascii_case(b"idempotency-key") {
-            &mut head.idempotency_key
+            (&mut head.idempotency_key, true)
         } else {
             continue;
         };
+        let differs = slot.as_ref().is_some_and(|old| buf[old.clone()] != *value);
         *slot = Some(range_of(value));
+        if single && differs && conflict.is_none() {
+            conflict = Some(range_of(name));
+        }
     }
+    head.conflict = conflict;
     if version == 1 && head.host.is_none() {
         return Err(ParseError::BadHost);
     }

@@ -70,6 +70,27 @@ fn host_must_be_present_once_and_origin_once() {
     }
 }
 
+/// Goal: a single-valued MCP header given twice with different values is reported (by the
+/// name of its second line), an identical repeat is not, and other headers are not affected.
+#[test]
+fn conflicting_single_valued_headers_are_reported() {
+    let cases: [(&str, Option<&str>); 8] = [
+        ("Mcp-Session-Id: a\r\nMcp-Session-Id: b", Some("Mcp-Session-Id")),
+        ("Mcp-Session-Id: a\r\nmcp-session-id:  b ", Some("mcp-session-id")),
+        ("MCP-Protocol-Version: 1\r\nMCP-Protocol-Version: 2", Some("MCP-Protocol-Version")),
+        ("Last-Event-ID: 1\r\nX: y\r\nLast-Event-ID: 2", Some("Last-Event-ID")),
+        ("Idempotency-Key: k\r\nIdempotency-Key: K", Some("Idempotency-Key")),
+        ("Mcp-Session-Id: a\r\nMcp-Session-Id:   a", None),
+        ("Accept: text/html\r\nAccept: text/event-stream", None),
+        ("Mcp-Session-Id: a\r\nLast-Event-ID: a", None),
+    ];
+    for (headers, want) in cases {
+        let raw = format!("GET / HTTP/1.1\r\nHost: h\r\n{headers}\r\n\r\n");
+        let head = parse(&raw).unwrap().unwrap();
+        assert_eq!(head.conflict.map(|r| &raw[r]), want, "{headers}");
+    }
+}
+
 #[test]
 fn connection_close_and_http10() {
     let head = parse("GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n").unwrap().unwrap();

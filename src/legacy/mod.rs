@@ -65,24 +65,42 @@ pub(crate) fn end_session(core: &Core, id: &SessionId, why: SessionEnd) {
     }
 }
 
-/// Looks up the session a request names; `Err` is the outcome to return.
-fn find_session(
-    core: &Rc<Core>,
-    req: &Request<'_>,
-    out: &mut Vec<u8>,
-) -> Result<SessionRc, Outcome> {
+/// How a request ends before its session is found: refused (the answer is in `out`) or moved
+/// to the session's core. Small, unlike `Outcome`, so lookups return it cheaply.
+enum Early {
+    Refused { keep_alive: bool },
+    HandOff(u16),
+}
+
+impl From<Early> for Outcome {
+    fn from(early: Early) -> Outcome {
+        match early {
+            Early::Refused { keep_alive } => Outcome::Reply { keep_alive },
+            Early::HandOff(core) => Outcome::HandOff(core),
+        }
+    }
+}
+
+/// Writes a refusal into `out` and ends the request early.
+fn refuse_early(out: &mut Vec<u8>, refusal: Refusal, keep_alive: bool) -> Early {
+    Answer::Refused { refusal, id: None }.render(out, keep_alive);
+    Early::Refused { keep_alive }
+}
+
+/// Looks up the session a request names; `Err` says how the request ended instead.
+fn find_session(core: &Rc<Core>, req: &Request<'_>, out: &mut Vec<u8>) -> Result<SessionRc, Early> {
     let keep_alive = req.head.keep_alive;
     let Some(text) = req.header(&req.head.session_id) else {
-        return Err(refuse(out, Refusal::SessionRequired, None, keep_alive));
+        return Err(refuse_early(out, Refusal::SessionRequired, keep_alive));
     };
     let Some(id) = SessionId::parse(text) else {
-        return Err(refuse(out, Refusal::SessionNotFound, None, keep_alive));
+        return Err(refuse_early(out, Refusal::SessionNotFound, keep_alive));
     };
     if id.core != core.index {
         if id.core >= core.threads {
-            return Err(refuse(out, Refusal::SessionNotFound, None, keep_alive));
+            return Err(refuse_early(out, Refusal::SessionNotFound, keep_alive));
         }
-        return Err(Outcome::HandOff(id.core));
+        return Err(Early::HandOff(id.core));
     }
     let found = core.sessions.borrow().get(&id);
     let now = Instant::now();
@@ -91,12 +109,12 @@ fn find_session(
             // Expired but not yet reaped: the reaper's tick must not decide whether it lives.
             if s.borrow().is_expired(now, core.cfg.session_idle) {
                 end_session(core, &id, SessionEnd::Expired);
-                return Err(refuse(out, Refusal::SessionNotFound, None, keep_alive));
+                return Err(refuse_early(out, Refusal::SessionNotFound, keep_alive));
             }
             s.borrow_mut().last_active = now;
             Ok(s)
         }
-        _ => Err(refuse(out, Refusal::SessionNotFound, None, keep_alive)),
+        _ => Err(refuse_early(out, Refusal::SessionNotFound, keep_alive)),
     }
 }
 
@@ -108,14 +126,10 @@ fn version_ok(req: &Request<'_>) -> bool {
 }
 
 /// The session a GET or DELETE names, with a supported protocol version.
-fn session_for(
-    core: &Rc<Core>,
-    req: &Request<'_>,
-    out: &mut Vec<u8>,
-) -> Result<SessionRc, Outcome> {
+fn session_for(core: &Rc<Core>, req: &Request<'_>, out: &mut Vec<u8>) -> Result<SessionRc, Early> {
     let session = find_session(core, req, out)?;
     if !version_ok(req) {
-        return Err(refuse(out, Refusal::BadProtocolVersion, None, req.head.keep_alive));
+        return Err(refuse_early(out, Refusal::BadProtocolVersion, req.head.keep_alive));
     }
     Ok(session)
 }
@@ -124,7 +138,7 @@ fn session_for(
 pub(crate) fn delete(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
     let session = match session_for(core, &req, out) {
         Ok(s) => s,
-        Err(o) => return o,
+        Err(early) => return early.into(),
     };
     let id = session.borrow().id;
     end_session(core, &id, SessionEnd::Deleted);
@@ -141,7 +155,7 @@ pub(crate) fn get(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -> Outco
     }
     let session = match session_for(core, &req, out) {
         Ok(s) => s,
-        Err(o) => return o,
+        Err(early) => return early.into(),
     };
     match req.header(&req.head.last_event_id) {
         Some(text) => resume(core, &session, text, out, keep_alive),
@@ -169,7 +183,7 @@ fn resume(
         return refuse(out, Refusal::BadLastEventId, None, keep_alive);
     };
     drop(s);
-    stream_reply(out, session, key, epoch, Cursor { after, from: None }, None)
+    stream_reply(out, session, key, epoch, Cursor::after(after), None)
 }
 
 /// The head of an SSE response, and the stream its connection is to write next.
@@ -201,7 +215,7 @@ fn standalone(session: &SessionRc, out: &mut Vec<u8>, keep_alive: bool) -> Outco
     // Each connection of the standalone stream starts with its own priming event.
     let priming = s.append(key, Bytes::new()).ok();
     drop(s);
-    stream_reply(out, session, key, epoch, Cursor { after: EventSeq(0), from: priming }, None)
+    stream_reply(out, session, key, epoch, Cursor::from(EventSeq(0), priming), None)
 }
 
 /// POST: the header rules, then the body's messages.
@@ -215,7 +229,7 @@ pub(crate) async fn post(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -
     let session = match req.head.session_id {
         Some(_) => match find_session(core, &req, out) {
             Ok(s) => Some(s),
-            Err(o) => return o,
+            Err(early) => return early.into(),
         },
         None => None,
     };
@@ -312,6 +326,10 @@ fn initialize(
     out: &mut Vec<u8>,
     keep_alive: bool,
 ) -> Outcome {
+    // A draining server takes no new session: the client retries here later or elsewhere.
+    if core.draining.get() {
+        return refuse(out, Refusal::Draining, Some(&id), keep_alive);
+    }
     if core.sessions.borrow().is_full() {
         core.metrics.limit_sessions.inc();
         return refuse(out, Refusal::TooManySessions, Some(&id), keep_alive);
@@ -322,7 +340,8 @@ fn initialize(
     let (Ok(sid), Ok(tag)) = (SessionId::generate(core.index), random_u32()) else {
         return refuse(out, Refusal::Unavailable, Some(&id), keep_alive);
     };
-    let session = Session::new(sid, tag, version, &core.cfg);
+    let mut session = Session::new(sid, tag, version, &core.cfg);
+    session.count_bytes_in(core.buffered_bytes.clone());
     core.sessions.borrow_mut().insert(session);
     core.metrics.sessions_created_total.inc();
     core.metrics.sessions_active.inc();
@@ -384,7 +403,7 @@ struct RequestParts {
 /// What the decision and the answer need to know about a request, computed once.
 struct Classified {
     /// The tool a `tools/call` names (`None` for other methods).
-    tool: Option<(String, ToolRoute)>,
+    tool: Option<ToolRoute>,
     idempotent: bool,
     fingerprint: u64,
 }
@@ -477,7 +496,7 @@ async fn classify(
     match core.registry.tool(name) {
         Some(route) => {
             let idempotent = route.safe_to_repeat;
-            Ok(Classified { tool: Some((name.to_owned(), route)), idempotent, fingerprint })
+            Ok(Classified { tool: Some(route), idempotent, fingerprint })
         }
         None => Err((Code::InvalidParams, format!("unknown tool: {name}"))),
     }
@@ -513,6 +532,11 @@ async fn request(
         }
     }
     let streams = class.tool.is_some() || core.cfg.response_mode == ResponseMode::Sse;
+    // Rings at the core's ceiling: no new stream (running ones go on) rather than growing.
+    if streams && core.buffered_bytes.get() > core.cfg.core_buffer_bytes {
+        core.metrics.limit_buffer.inc();
+        return refuse(out, Refusal::BufferBudget, Some(&id), keep_alive);
+    }
     if !streams {
         let mut body = Vec::with_capacity(256);
         answer_inline(core, session, &id, &method, &params, &mut body).await;
@@ -530,12 +554,12 @@ async fn request(
         return refuse(out, Refusal::TooManyStreams, Some(&id), keep_alive);
     };
     match class.tool {
-        Some((name, route)) => {
+        Some(route) => {
             let arguments = params.as_object_mut().and_then(|p| p.remove("arguments"));
             let arguments =
                 arguments.map(dispatch::into_public).unwrap_or(crate::provider::Value::Null);
             let cx = call_context(session, key);
-            let provider = route.provider;
+            let ToolRoute { name, provider, .. } = route;
             let work = Box::pin(async move { provider.call_tool(&name, arguments, cx).await });
             stream::spawn_job(session.clone(), key, id.clone(), work);
         }
@@ -551,7 +575,7 @@ async fn request(
     let Some((epoch, first)) = session.borrow_mut().attach_fresh(key) else {
         return refuse(out, Refusal::TooManyStreams, Some(&id), keep_alive);
     };
-    stream_reply(out, session, key, epoch, Cursor { after: EventSeq(0), from: Some(first) }, None)
+    stream_reply(out, session, key, epoch, Cursor::from(EventSeq(0), Some(first)), None)
 }
 
 /// The context of a tool call on stream `key`.
@@ -772,7 +796,7 @@ fn deduplicated(
         }
     };
     drop(s);
-    let cursor = Cursor { after: first, from: first_held.then_some(first) };
+    let cursor = Cursor::from(first, first_held.then_some(first));
     stream_reply(out, session, key, epoch, cursor, rewrite)
 }
 

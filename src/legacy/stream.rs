@@ -26,12 +26,31 @@ use crate::wire::Code;
 /// Where a writer is in its stream.
 #[derive(Clone, Copy, Debug)]
 pub struct Cursor {
-    /// Last event written to this connection.
+    /// Last event written whole to this connection.
     pub after: EventSeq,
     /// Start here (inclusive) instead of after `after`: a new stream's priming event, or the
     /// first event for a deduplicated retry.
     pub from: Option<EventSeq>,
+    /// An event larger than the write buffer, written in windows: its seq and how many of its
+    /// payload bytes are already in the connection.
+    pub partial: Option<(EventSeq, usize)>,
 }
+
+impl Cursor {
+    /// Writes from `after`'s successor.
+    pub fn after(after: EventSeq) -> Cursor {
+        Cursor { after, from: None, partial: None }
+    }
+
+    /// Writes from `from` (inclusive).
+    pub fn from(after: EventSeq, from: Option<EventSeq>) -> Cursor {
+        Cursor { after, from, partial: None }
+    }
+}
+
+/// The smallest window of a large event one batch carries, and so the smallest write buffer
+/// (`--write-buffer-bytes`): a batch always makes this much progress.
+pub const WINDOW_BYTES_MIN: usize = 4096;
 
 /// How a deduplicated retry (CONTRACT §4 step 1) sees the original stream: its final response
 /// carries the retry's JSON-RPC id, and progress carries the retry's progress token, so the
@@ -70,10 +89,17 @@ pub enum Batch {
     Superseded,
     /// A tool asked to close the connection (SEP-1699): end the response, close, park.
     Park,
+    /// The event this writer was part-way through was evicted from the ring: close the
+    /// connection without ending the response, as a network cut would; the client's resume
+    /// from its last whole event then gets the -31003 gap.
+    Cut,
 }
 
-/// Encodes everything ready after the cursor into `out` (at most about `budget` bytes), for the
-/// writer holding `epoch`. Called with the session borrowed; it does not await.
+/// Encodes everything ready after the cursor into `out` — at most `budget` bytes, or one
+/// `WINDOW_BYTES_MIN` window — for the writer holding `epoch`. An event larger than the room
+/// left is written in windows across batches (`Cursor::partial`), so a connection's buffers
+/// never hold more than the budget whatever the event size (issue 11 §2). Called with the
+/// session borrowed; it does not await.
 #[allow(clippy::too_many_arguments)]
 pub fn fill_batch(
     session: &mut Session,
@@ -93,6 +119,25 @@ pub fn fill_batch(
     // Where the final response's body starts (derived: we encoded it with the stream's id).
     let body_offset = s.request_id.as_ref().map_or(0, jsonrpc::response_body_offset);
     let (evicted_through, produced) = (s.evicted_through(), s.produced());
+    if let Some((seq, sent)) = cursor.partial {
+        let Some(ev) = session.ring.get(seq).filter(|e| e.stream == key) else {
+            return Batch::Cut;
+        };
+        let rewritten =
+            rewrite.map(|rw| rewrite_event(rw, ev.payload, Some(seq) == final_seq, body_offset));
+        let payload = rewritten.as_deref().unwrap_or(ev.payload);
+        let room = budget.saturating_sub(out.len()).max(WINDOW_BYTES_MIN);
+        match push_event_window(out, &[], None, payload, sent, room) {
+            Some(sent) => {
+                cursor.partial = Some((seq, sent));
+                return Batch::More;
+            }
+            None => {
+                cursor.partial = None;
+                cursor.after = seq;
+            }
+        }
+    }
     let start = match cursor.from.take() {
         Some(seq) if session.ring.get(seq).is_some_and(|e| e.stream == key) => {
             ResumeStart::From(seq)
@@ -121,14 +166,19 @@ pub fn fill_batch(
                 }
                 let mut id = [0u8; crate::legacy::session::EVENT_ID_LEN_MAX];
                 let id_len = crate::legacy::session::event_id_into(&mut id, tag, key, ev.seq);
-                if ev.payload.is_empty() {
-                    crate::wire::sse::push_event(out, Some(&id[..id_len]), Some(retry_ms), b"");
-                } else if let Some(rw) = rewrite {
-                    let rewritten =
-                        rewrite_event(rw, ev.payload, Some(ev.seq) == final_seq, body_offset);
-                    crate::wire::sse::push_event(out, Some(&id[..id_len]), None, &rewritten);
-                } else {
-                    crate::wire::sse::push_event(out, Some(&id[..id_len]), None, ev.payload);
+                let rewritten = rewrite.filter(|_| !ev.payload.is_empty()).map(|rw| {
+                    rewrite_event(rw, ev.payload, Some(ev.seq) == final_seq, body_offset)
+                });
+                let payload = rewritten.as_deref().unwrap_or(ev.payload);
+                let room = budget.saturating_sub(out.len());
+                if payload.len() > room && room < WINDOW_BYTES_MIN && !out.is_empty() {
+                    break; // a large event starts in a batch of its own
+                }
+                let retry = payload.is_empty().then_some(retry_ms);
+                let room = room.max(WINDOW_BYTES_MIN);
+                if let Some(sent) = push_event_window(out, &id[..id_len], retry, payload, 0, room) {
+                    cursor.partial = Some((ev.seq, sent));
+                    break;
                 }
                 cursor.after = ev.seq;
                 if out.len() >= budget {
@@ -136,6 +186,9 @@ pub fn fill_batch(
                 }
             }
         }
+    }
+    if cursor.partial.is_some() {
+        return Batch::More; // an event is half written: nothing may end the response now
     }
     if final_seq.is_some_and(|f| cursor.after >= f) {
         return Batch::Ended;
@@ -147,6 +200,43 @@ pub fn fill_batch(
         return Batch::Park;
     }
     Batch::More
+}
+
+/// Writes event `payload` from byte `sent` on, at most `room` payload bytes: the whole event
+/// when it fits and nothing was sent yet, else the next window (the `id:`/`data:` head before
+/// the first, the blank line after the last). `None` once the event is complete, else the new
+/// count of payload bytes sent. Line breaks inside a window start new `data:` lines, as
+/// `sse::push_event` does (our encoders never emit raw line breaks in JSON).
+fn push_event_window(
+    out: &mut Vec<u8>,
+    id: &[u8],
+    retry_ms: Option<u64>,
+    payload: &[u8],
+    sent: usize,
+    room: usize,
+) -> Option<usize> {
+    if sent == 0 && payload.len() <= room {
+        crate::wire::sse::push_event(out, Some(id), retry_ms, payload);
+        return None;
+    }
+    if sent == 0 {
+        out.extend_from_slice(b"id: ");
+        out.extend_from_slice(id);
+        out.extend_from_slice(b"\ndata: ");
+    }
+    let end = payload.len().min(sent + room);
+    for &b in &payload[sent..end] {
+        if b == b'\n' || b == b'\r' {
+            out.extend_from_slice(b"\ndata: ");
+        } else {
+            out.push(b);
+        }
+    }
+    if end == payload.len() {
+        out.extend_from_slice(b"\n\n");
+        return None;
+    }
+    Some(end)
 }
 
 /// The payload a deduplicated retry sees (only dedup attachments pay for this copy).
@@ -303,14 +393,14 @@ pub(crate) fn after_send(
     after: EventSeq,
     batch: Batch,
 ) {
-    if epoch == OBSERVER_EPOCH {
-        // The observer's client now holds the whole stream; the owner's state is its own.
+    if !s.stream(key).is_some_and(|st| st.is_attached_by(epoch)) {
+        // An observer, or a writer another connection took the stream from while its last send
+        // was in flight: the owner's state is not its own, but a client that was sent the
+        // whole stream holds it (else the stream stays owed and holds the session, found by
+        // the fault test).
         if batch == Batch::Ended {
             s.mark_all_delivered(key);
         }
-        return;
-    }
-    if !s.stream(key).is_some_and(|st| st.is_attached_by(epoch)) {
         return;
     }
     s.wrote(key, epoch, after);
@@ -319,8 +409,12 @@ pub(crate) fn after_send(
             s.mark_all_delivered(key);
             s.detach(key, epoch);
         }
-        Batch::Dropped | Batch::Gap => s.detach(key, epoch),
+        Batch::Dropped | Batch::Gap | Batch::Cut => s.detach(key, epoch),
         Batch::Park => s.park(key, epoch),
         Batch::More | Batch::Superseded => s.caught_up(key, epoch, after),
     }
 }
+
+#[cfg(test)]
+#[path = "stream_tests.rs"]
+mod tests;

@@ -1,10 +1,15 @@
 //! One client connection: owned read and write buffers, per-read timeouts, and the loop
-//! read → parse → `transport::handle` → write, including the SSE writer that drains a stream's
+//! read → parse → `endpoint::handle` → write, including the SSE writer that drains a stream's
 //! events from the replay ring in one chunk per send (runtime-notes §4).
 //!
-//! Called by `worker` for each accepted or handed-over socket. Never: interprets MCP; never
+//! During a drain (`runtime::Drain`): an idle keep-alive connection closes at once, every answer
+//! carries `Connection: close`, and at the drain's end an SSE writer sends what is ready plus
+//! the chunked body's last chunk and closes (a client sees a clean end, not a cut).
+//!
+//! Called by `runtime` for each accepted or handed-over socket. Never: interprets MCP; never
 //! leaves a read buffer inside a dropped I/O future (timeouts cancel and take the buffer back).
 
+use std::future::Future;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -14,15 +19,15 @@ use monoio::net::TcpStream;
 
 use crate::endpoint::{self, Core, Outcome, Request};
 use crate::http::{self, Method};
+use crate::legacy::session::StreamKind;
 use crate::legacy::stream::{self, Batch};
 use crate::legacy::SseJob;
 use crate::runtime::handoff::{self, Inboxes, Moved};
+use crate::runtime::Drain;
 use crate::wire::{Answer, Refusal};
 
 /// Read buffer growth step.
 const READ_CHUNK: usize = 16 * 1024;
-/// Bytes of SSE frames one send carries at most (a larger backlog goes in several sends).
-const SSE_BATCH_BYTES: usize = 256 * 1024;
 
 /// How a read ended.
 enum ReadEnd {
@@ -32,10 +37,22 @@ enum ReadEnd {
     Closed,
     /// No byte within the timeout.
     TimedOut,
+    /// No byte before the `stop` future of `read_some_or` completed.
+    Stopped,
 }
 
 /// Appends whatever arrives within `timeout` to `buf`.
 async fn read_some(socket: &mut TcpStream, buf: &mut Vec<u8>, timeout: Duration) -> ReadEnd {
+    read_some_or(socket, buf, timeout, std::future::pending()).await
+}
+
+/// `read_some`, also ended (`Stopped`) when `stop` completes first.
+async fn read_some_or(
+    socket: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    timeout: Duration,
+    stop: impl Future<Output = ()>,
+) -> ReadEnd {
     if buf.capacity() - buf.len() < READ_CHUNK / 2 {
         buf.reserve(READ_CHUNK);
     }
@@ -55,6 +72,15 @@ async fn read_some(socket: &mut TcpStream, buf: &mut Vec<u8>, timeout: Duration)
                 _ => ReadEnd::TimedOut,
             };
         }
+        _ = stop => {
+            let _canceled = canceller.cancel();
+            let (res, slice) = read.await;
+            *buf = slice.into_inner();
+            return match res {
+                Ok(n) if n > 0 => ReadEnd::Data,
+                _ => ReadEnd::Stopped,
+            };
+        }
     };
     *buf = slice.into_inner();
     match res {
@@ -71,15 +97,22 @@ async fn write_out(socket: &mut TcpStream, out: Vec<u8>) -> (bool, Vec<u8>) {
 }
 
 /// Serves one connection until it closes, or hands it to another core.
-pub async fn serve(core: Rc<Core>, inboxes: Inboxes, mut socket: TcpStream, mut buf: Vec<u8>) {
+pub async fn serve(
+    core: Rc<Core>,
+    drain: Rc<Drain>,
+    inboxes: Inboxes,
+    mut socket: TcpStream,
+    mut buf: Vec<u8>,
+) {
     core.metrics.connections_active.inc();
+    let open = drain.open();
     let mut out: Vec<u8> = Vec::with_capacity(4096);
     // SSE frames of one batch before they become a chunk; reused by every stream of this
     // connection.
     let mut frames: Vec<u8> = Vec::with_capacity(4096);
     let handed = loop {
         let mut deadline: Option<Instant> = None;
-        let head = match next_head(&core, &mut socket, &mut buf, &mut deadline).await {
+        let mut head = match next_head(&core, &drain, &mut socket, &mut buf, &mut deadline).await {
             Ok(Some(h)) => h,
             Ok(None) => break false,
             Err(refusal) => {
@@ -88,6 +121,11 @@ pub async fn serve(core: Rc<Core>, inboxes: Inboxes, mut socket: TcpStream, mut 
                 break false;
             }
         };
+        // Draining: answer, then close (`Connection: close`), so no client waits on a
+        // connection that is about to go.
+        if drain.draining() {
+            head.keep_alive = false;
+        }
         let body_len = match body_length(&core, &head) {
             Ok(n) => n,
             Err(refusal) => {
@@ -103,7 +141,7 @@ pub async fn serve(core: Rc<Core>, inboxes: Inboxes, mut socket: TcpStream, mut 
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             match read_some(&mut socket, &mut buf, left.unwrap_or(core.cfg.header_timeout)).await {
                 ReadEnd::Data => {}
-                ReadEnd::Closed | ReadEnd::TimedOut => {
+                ReadEnd::Closed | ReadEnd::TimedOut | ReadEnd::Stopped => {
                     core.metrics.limit_timeout.inc();
                     break;
                 }
@@ -124,7 +162,7 @@ pub async fn serve(core: Rc<Core>, inboxes: Inboxes, mut socket: TcpStream, mut 
                 break true;
             }
             Outcome::Reply { keep_alive } => {
-                buf.drain(..consumed);
+                release_request(&mut buf, consumed);
                 let (ok, o) = write_out(&mut socket, out).await;
                 out = o;
                 if !ok || !keep_alive {
@@ -132,10 +170,12 @@ pub async fn serve(core: Rc<Core>, inboxes: Inboxes, mut socket: TcpStream, mut 
                 }
             }
             Outcome::Stream(job) => {
-                buf.drain(..consumed);
+                release_request(&mut buf, consumed);
                 let (reusable, o) =
-                    write_stream(&core, &mut socket, &mut buf, &mut frames, out, job).await;
+                    write_stream(&core, &drain, &mut socket, &mut buf, &mut frames, out, job).await;
                 out = o;
+                shrink(&mut frames, BUFFER_KEEP_BYTES);
+                shrink(&mut out, BUFFER_KEEP_BYTES);
                 if !reusable || !head.keep_alive {
                     break false;
                 }
@@ -143,15 +183,36 @@ pub async fn serve(core: Rc<Core>, inboxes: Inboxes, mut socket: TcpStream, mut 
         }
     };
     let _ = handed;
+    drop(open);
     core.metrics.connections_active.sub(1);
 }
 
-/// Reads until a whole request head is buffered. `Ok(None)`: closed or idle too long. The
-/// head (and then the body) must arrive within `--header-timeout-ms` of the request's first
-/// byte: a deadline, not a per-read timeout, so a peer dripping one byte at a time cannot hold
-/// the connection (slowloris).
+/// Capacity a connection's buffers keep between requests. A large request or stream grows
+/// them (up to `--max-body-bytes` or `--write-buffer-bytes`); an idle connection gives that
+/// back, so many connections that once carried large messages do not pin it (issue 11 §2).
+const BUFFER_KEEP_BYTES: usize = 64 * 1024;
+
+/// Drops a handled request from the read buffer (pipelined bytes stay) and gives back the room
+/// a large body needed.
+fn release_request(buf: &mut Vec<u8>, consumed: usize) {
+    buf.drain(..consumed);
+    shrink(buf, BUFFER_KEEP_BYTES);
+}
+
+/// Shrinks `buf` to `keep` bytes of capacity (or its length) when it holds more.
+fn shrink(buf: &mut Vec<u8>, keep: usize) {
+    if buf.capacity() > keep {
+        buf.shrink_to(keep.max(buf.len()));
+    }
+}
+
+/// Reads until a whole request head is buffered. `Ok(None)`: closed, idle too long, or idle
+/// while the core drains. The head (and then the body) must arrive within
+/// `--header-timeout-ms` of the request's first byte: a deadline, not a per-read timeout, so a
+/// peer dripping one byte at a time cannot hold the connection (slowloris).
 async fn next_head(
     core: &Core,
+    drain: &Drain,
     socket: &mut TcpStream,
     buf: &mut Vec<u8>,
     deadline: &mut Option<Instant>,
@@ -167,18 +228,24 @@ async fn next_head(
                 core.metrics.limit_header.inc();
                 return Err(Refusal::HeaderTooLarge);
             }
-            Err(http::ParseError::Malformed)
-            | Err(http::ParseError::BadContentLength)
-            | Err(http::ParseError::BadHost) => return Err(Refusal::InvalidRequest),
+            Err(http::ParseError::Malformed) => return Err(Refusal::MalformedHead),
+            Err(http::ParseError::BadContentLength) => return Err(Refusal::BadContentLength),
+            Err(http::ParseError::BadHost) => return Err(Refusal::BadHost),
         }
-        let timeout = match deadline {
-            Some(d) => d.saturating_duration_since(Instant::now()),
-            None => core.cfg.idle_timeout,
+        let end = match deadline {
+            Some(d) => read_some(socket, buf, d.saturating_duration_since(Instant::now())).await,
+            // Idle keep-alive: nothing of a request yet. A drain closes it at once.
+            None if drain.draining() => return Ok(None),
+            None => {
+                let _idle = drain.idle();
+                read_some_or(socket, buf, core.cfg.idle_timeout, drain.changed()).await
+            }
         };
-        match read_some(socket, buf, timeout).await {
+        match end {
             ReadEnd::Data => {
                 deadline.get_or_insert_with(|| Instant::now() + core.cfg.header_timeout);
             }
+            ReadEnd::Stopped => {}
             ReadEnd::Closed => return Ok(None),
             ReadEnd::TimedOut if buf.is_empty() => return Ok(None),
             ReadEnd::TimedOut => {
@@ -220,7 +287,7 @@ async fn linger_close(socket: &mut TcpStream, buf: &mut Vec<u8>, unread: usize) 
         buf.clear();
         match read_some(socket, buf, deadline.saturating_duration_since(Instant::now())).await {
             ReadEnd::Data => drained += buf.len(),
-            ReadEnd::Closed | ReadEnd::TimedOut => break,
+            ReadEnd::Closed | ReadEnd::TimedOut | ReadEnd::Stopped => break,
         }
     }
 }
@@ -242,9 +309,11 @@ fn hand_off(core: &Core, inboxes: &Inboxes, target: u16, socket: TcpStream, pend
 }
 
 /// Writes an SSE stream after its response head (already in `out`) until it ends, is taken
-/// over, or the peer goes away. Returns whether the connection can serve another request.
+/// over, the peer goes away, or the drain ends (then: what is ready, the last chunk, close).
+/// Returns whether the connection can serve another request.
 async fn write_stream(
     core: &Core,
+    drain: &Drain,
     socket: &mut TcpStream,
     buf: &mut Vec<u8>,
     frames: &mut Vec<u8>,
@@ -254,6 +323,11 @@ async fn write_stream(
     let SseJob { session, key, epoch, mut cursor, rewrite } = job;
     let retry_ms = core.cfg.sse_retry_ms;
     let mut watch_peer = true;
+    // A standalone GET stream waits for messages that may never come: a drain does not wait
+    // for it (it is ended with the others at the drain's end).
+    let standalone =
+        session.borrow().stream(key).is_some_and(|st| st.kind == StreamKind::Standalone);
+    let _idle = standalone.then(|| drain.idle());
     loop {
         let signal = session.borrow().stream(key).map(|s| s.signal.clone());
         let Some(signal) = signal else {
@@ -271,7 +345,7 @@ async fn write_stream(
                 rewrite.as_ref(),
                 retry_ms,
                 frames,
-                SSE_BATCH_BYTES,
+                core.cfg.write_buffer_bytes,
             )
         };
         if batch == Batch::Gap {
@@ -281,10 +355,21 @@ async fn write_stream(
             crate::wire::sse::push_chunk(&mut out, frames);
         }
         let ends = matches!(batch, Batch::Ended | Batch::Dropped | Batch::Gap | Batch::Park);
-        if ends {
+        // The drain's end: what is ready goes out, then the last chunk (no final response).
+        let cut = !ends && batch != Batch::Superseded && drain.ending();
+        if ends || cut {
             out.extend_from_slice(crate::wire::sse::CHUNK_END);
         }
+        if cut {
+            core.metrics.drain_streams_ended.inc();
+        }
         if batch == Batch::Superseded {
+            return (false, out);
+        }
+        if batch == Batch::Cut {
+            // Like a network cut: no terminating chunk, so the client resumes from its last
+            // whole event (and learns of the evicted one as a -31003 gap).
+            session.borrow_mut().detach(key, epoch);
             return (false, out);
         }
         if !out.is_empty() {
@@ -296,6 +381,10 @@ async fn write_stream(
                 return (false, out);
             }
             stream::after_send(&mut s, key, epoch, cursor.after, batch);
+            if cut {
+                s.detach(key, epoch);
+                return (false, out);
+            }
             if ends {
                 return (batch != Batch::Park, out);
             }
@@ -305,6 +394,7 @@ async fn write_stream(
         // future dropped there would take the connection buffer (pipelined requests) with it.
         let readable = monoio::select! {
             _ = notified => false,
+            _ = drain.changed() => false,
             _ = monoio::time::sleep(core.cfg.sse_keepalive) => {
                 frames.clear();
                 crate::wire::sse::push_comment(frames);
@@ -329,6 +419,6 @@ async fn peer_closed(socket: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
     match read_some(socket, buf, Duration::from_millis(1)).await {
         ReadEnd::Data => false,
         ReadEnd::Closed => true,
-        ReadEnd::TimedOut => false,
+        ReadEnd::TimedOut | ReadEnd::Stopped => false,
     }
 }

@@ -40,7 +40,8 @@ pub enum Body {
 /// Why a body is not JSON-RPC. Every variant is the peer's fault.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
-    /// Not JSON (or not UTF-8, or nested deeper than the limit) → -32700.
+    /// Not JSON (or not UTF-8, or a lone surrogate escape, or nested deeper than the limit) →
+    /// -32700.
     #[error("parse error")]
     Parse,
     /// JSON, but not a JSON-RPC 2.0 message → -32600.
@@ -48,40 +49,80 @@ pub enum DecodeError {
     Invalid,
 }
 
-/// Nesting depth of `bytes` counting `[`/`{` outside strings; stops early past `max`.
-fn depth_exceeds(bytes: &[u8], max: usize) -> bool {
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    for &b in bytes {
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_string = false;
-            }
-            continue;
-        }
+/// One pass over the raw body before simd-json sees it, O(n) and without allocating: refuses
+/// nesting deeper than `depth_max` (`[`/`{` counted outside strings) and any `\u` escape that is
+/// half of a UTF-16 surrogate pair. A JSON string must be Unicode text (RFC 8259 §8.2), so a
+/// lone surrogate cannot be decoded without changing it, and simd-json 0.17 does change it: a
+/// high surrogate not followed by `\u` becomes U+0000 (a low one alone it refuses). Refused
+/// here, both halves alike, the peer's text is either kept exactly or not taken.
+fn prescan(bytes: &[u8], depth_max: usize) -> Result<(), DecodeError> {
+    let mut depth = 0usize;
+    let mut at = 0usize;
+    while let Some(&b) = bytes.get(at) {
+        at += 1;
         match b {
-            b'"' => in_string = true,
+            b'"' => at = string_end(bytes, at)?,
             b'[' | b'{' => {
                 depth += 1;
-                if depth > max {
-                    return true;
+                if depth > depth_max {
+                    return Err(DecodeError::Parse);
                 }
             }
             b']' | b'}' => depth = depth.saturating_sub(1),
             _ => {}
         }
     }
-    false
+    Ok(())
+}
+
+/// The index after the closing quote of the string whose contents start at `at` (the end of
+/// `bytes` if it is unterminated: simd-json refuses that), checking its `\u` escapes.
+fn string_end(bytes: &[u8], mut at: usize) -> Result<usize, DecodeError> {
+    while let Some(&b) = bytes.get(at) {
+        match b {
+            b'"' => return Ok(at + 1),
+            b'\\' if bytes.get(at + 1) == Some(&b'u') => at = unicode_escape_end(bytes, at)?,
+            // Any other escape is two bytes; an invalid one is simd-json's to refuse.
+            b'\\' => at += 2,
+            _ => at += 1,
+        }
+    }
+    Ok(at)
+}
+
+/// `bytes[at..]` starts with `\u`: the index after the escape, after both escapes of a
+/// surrogate pair; `Err` for half a pair. Not four hex digits: simd-json refuses the escape,
+/// the scan goes on after the `\u`.
+fn unicode_escape_end(bytes: &[u8], at: usize) -> Result<usize, DecodeError> {
+    match hex4(bytes, at + 2) {
+        Some(0xD800..=0xDBFF) => {
+            let low = match bytes.get(at + 6..at + 8) {
+                Some(b"\\u") => hex4(bytes, at + 8),
+                _ => None,
+            };
+            match low {
+                Some(0xDC00..=0xDFFF) => Ok(at + 12),
+                _ => Err(DecodeError::Parse),
+            }
+        }
+        Some(0xDC00..=0xDFFF) => Err(DecodeError::Parse),
+        Some(_) => Ok(at + 6),
+        None => Ok(at + 2),
+    }
+}
+
+/// The UTF-16 code unit of the four hex digits at `bytes[at..]`, if they are four hex digits.
+fn hex4(bytes: &[u8], at: usize) -> Option<u16> {
+    let digits = bytes.get(at..at + 4)?;
+    digits.iter().try_fold(0u16, |unit, &d| {
+        let nibble = char::from(d).to_digit(16)?;
+        Some(unit << 4 | nibble as u16)
+    })
 }
 
 /// Decodes a body in place (simd-json rewrites the buffer).
 pub fn decode(body: &mut [u8], depth_max: usize) -> Result<Body, DecodeError> {
-    if depth_exceeds(body, depth_max) {
-        return Err(DecodeError::Parse);
-    }
+    prescan(body, depth_max)?;
     let value = simd_json::to_owned_value(body).map_err(|_| DecodeError::Parse)?;
     match value {
         Value::Array(items) => {
@@ -148,11 +189,17 @@ pub fn response_body_offset(id: &RawId) -> usize {
 
 /// Appends `{"jsonrpc":"2.0","id":<id>,"result":<result>}`.
 pub fn push_result(out: &mut Vec<u8>, id: &RawId, result_json: &[u8]) {
+    push_result_prefix(out, id);
+    out.extend_from_slice(result_json);
+    out.push(b'}');
+}
+
+/// Appends a result response up to its result value (`{"jsonrpc":"2.0","id":<id>,"result":`);
+/// the caller writes the value and the closing `}`.
+pub fn push_result_prefix(out: &mut Vec<u8>, id: &RawId) {
     out.extend_from_slice(RESPONSE_PREFIX);
     out.extend_from_slice(id.0.as_bytes());
     out.extend_from_slice(b",\"result\":");
-    out.extend_from_slice(result_json);
-    out.push(b'}');
 }
 
 /// Appends a JSON-RPC error response; `id` None is written as `null` only where JSON-RPC
@@ -292,6 +339,54 @@ mod tests {
             let mut b = body.to_vec();
             assert_eq!(decode(&mut b, 8).err(), Some(want), "{:?}", String::from_utf8_lossy(body));
         }
+    }
+
+    /// Goal: half a surrogate pair is refused wherever it is escaped, a whole pair (and text
+    /// that only looks like an escape) decodes exactly. Method: a string member in a request,
+    /// decoded, its value compared.
+    #[test]
+    fn surrogate_escapes_are_paired_or_refused() {
+        let refused = [
+            r#""\ud800""#,
+            r#""\uDBFF""#,
+            r#""\udc00""#,
+            r#""\ud83dx""#,
+            r#""\ud800\u0041""#,
+            r#""\ud800\ud800""#,
+            r#""\ude00\ud83d""#,
+            r#""\ud800\\udc00""#,
+            r#""\ud800\udc0""#,
+            r#""\ud800"#,
+        ];
+        for text in refused {
+            let body =
+                format!(r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{{"t":{text}}}}}"#);
+            assert_eq!(dec(&body).err(), Some(DecodeError::Parse), "{text}");
+            let key = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{{{text}:1}}}}"#);
+            assert_eq!(dec(&key).err(), Some(DecodeError::Parse), "key {text}");
+        }
+        let accepted = [
+            (r#""\ud83d\ude00""#, "\u{1F600}"),
+            (r#""\uD83D\uDE00""#, "\u{1F600}"),
+            (r#""\udbff\udfff""#, "\u{10FFFF}"),
+            (r#""\u00e9\uffff""#, "\u{e9}\u{ffff}"),
+            (r#""\\ud800""#, "\\ud800"),
+            (r#""\"\\\ud83d\ude00""#, "\"\\\u{1F600}"),
+            (r#""[{\ud83d\ude00""#, "[{\u{1F600}"),
+        ];
+        for (text, want) in accepted {
+            let body =
+                format!(r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{{"t":{text}}}}}"#);
+            let Ok(Body::Single(Message::Request { params, .. })) = dec(&body) else {
+                panic!("{text}: not decoded")
+            };
+            assert_eq!(params.get("t").and_then(|v| v.as_str()), Some(want), "{text}");
+        }
+        // Not hex: simd-json's refusal, unchanged.
+        assert_eq!(
+            dec(r#"{"jsonrpc":"2.0","id":1,"method":"\uzzzz"}"#).err(),
+            Some(DecodeError::Parse)
+        );
     }
 
     #[test]

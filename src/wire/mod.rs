@@ -105,6 +105,20 @@ pub enum Refusal {
     TooManyStreams,
     /// Us: a core's hand-off inbox is full, or the OS random source failed.
     Unavailable,
+    /// Peer: the request line or a header line is not HTTP/1.x syntax (RFC 9112 §3, §5).
+    MalformedHead,
+    /// Peer: Content-Length is not a decimal, or is given twice with different values.
+    BadContentLength,
+    /// Peer: HTTP/1.1 without Host, or Host or Origin given twice (RFC 9112 §3.2).
+    BadHost,
+    /// Peer: a single-valued header (Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID,
+    /// Idempotency-Key) given twice with different values.
+    ConflictingHeader,
+    /// Us: the server drains (SIGTERM/SIGINT) and takes no new session; 503 with `Retry-After`.
+    Draining,
+    /// Us: the core's replay rings hold `--core-buffer-bytes`; no new request stream until
+    /// they drain; 503 with `Retry-After`.
+    BufferBudget,
 }
 
 impl Refusal {
@@ -131,6 +145,12 @@ impl Refusal {
             Refusal::TooManySessions => (503, Code::InternalError),
             Refusal::TooManyStreams => (429, Code::InternalError),
             Refusal::Unavailable => (503, Code::InternalError),
+            Refusal::MalformedHead => (400, Code::InvalidRequest),
+            Refusal::BadContentLength => (400, Code::InvalidRequest),
+            Refusal::BadHost => (400, Code::InvalidRequest),
+            Refusal::ConflictingHeader => (400, Code::InvalidRequest),
+            Refusal::Draining => (503, Code::InternalError),
+            Refusal::BufferBudget => (503, Code::InternalError),
         }
     }
 
@@ -162,6 +182,22 @@ impl Refusal {
             Refusal::TooManySessions => "too many sessions on this core",
             Refusal::TooManyStreams => "too many streams in this session",
             Refusal::Unavailable => "server busy, retry",
+            Refusal::MalformedHead => "malformed HTTP request: bad request line or header syntax",
+            Refusal::BadContentLength => {
+                "bad Content-Length: not a decimal number, or given twice with different values"
+            }
+            Refusal::BadHost => "bad Host: missing, or Host or Origin given more than once",
+            Refusal::ConflictingHeader => {
+                "conflicting duplicate header: Mcp-Session-Id, MCP-Protocol-Version, \
+                 Last-Event-ID and Idempotency-Key take a single value"
+            }
+            Refusal::Draining => {
+                "server shutting down: no new sessions; initialize again after Retry-After"
+            }
+            Refusal::BufferBudget => {
+                "server buffers full (--core-buffer-bytes): retry after Retry-After, or resume \
+                 owed streams first"
+            }
         }
     }
 }
@@ -311,9 +347,18 @@ fn refuse(out: &mut Vec<u8>, r: Refusal, id: Option<&RawId>, keep_alive: bool) {
     let (status, code) = r.status_and_code();
     let mut body = Vec::with_capacity(128);
     jsonrpc::push_error(&mut body, id, code.value(), r.message(), None);
-    let allow: &[(&str, &[u8])] =
-        if r == Refusal::MethodNotAllowed { &[("Allow", b"GET, POST, DELETE")] } else { &[] };
-    json(out, status, allow, &body, keep_alive);
+    let mut seconds = Vec::new();
+    let retry_after: [(&str, &[u8]); 1];
+    let headers: &[(&str, &[u8])] = if r == Refusal::MethodNotAllowed {
+        &[("Allow", b"GET, POST, DELETE")]
+    } else if r == Refusal::Draining || r == Refusal::BufferBudget {
+        push_decimal(&mut seconds, crate::config::DRAIN_RETRY_AFTER_SECS);
+        retry_after = [("Retry-After", &seconds)];
+        &retry_after
+    } else {
+        &[]
+    };
+    json(out, status, headers, &body, keep_alive);
 }
 
 /// A complete `application/json` response.

@@ -125,6 +125,14 @@ def parse_headers(head: bytes) -> tuple[str, dict[str, str]]:
     return lines[0], headers
 
 
+def rewrite_host(head: bytes, host: str) -> bytes:
+    """The request head with its Host header replaced by `host`."""
+    lines = head.split(b"\r\n")
+    out = [line for line in lines if not line.lower().startswith(b"host:")]
+    out.insert(1, b"Host: " + host.encode())
+    return b"\r\n".join(out)
+
+
 async def read_chunked(reader: asyncio.StreamReader):
     """Yield the decoded pieces of a chunked body; the trailer is consumed and dropped."""
     while True:
@@ -228,7 +236,9 @@ class Connection:
                 start, headers = parse_headers(head)
                 method = start.split(" ", 1)[0]
                 body = b""
-                self.uw.write(head)
+                # Like nginx's default (proxy_set_header Host $proxy_host): the upstream sees
+                # its own address as Host, which tidemark checks, port included.
+                self.uw.write(rewrite_host(head, f"{self.cfg.upstream_host}:{self.cfg.upstream_port}"))
                 if headers.get("transfer-encoding", "").lower() == "chunked":
                     async for piece in read_chunked(self.cr):
                         body += piece

@@ -717,3 +717,12 @@ impl Wire {
         resp
     }
 }
+
+// ---- Helper added for memory.rs ----
+
+impl Server {
+    /// The server process's id (e.g. to read `/proc/<pid>/status`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}

@@ -263,7 +263,7 @@ impl Model {
             final_payload: None,
             writer: Writer::Detached,
             next_epoch: 1,
-            cursor: Cursor { after: EventSeq(0), from: None },
+            cursor: Cursor::after(EventSeq(0)),
             delivered: EventSeq(0),
             acknowledged: EventSeq(0),
             written: EventSeq(0),
@@ -342,7 +342,7 @@ impl Model {
         }
         let s = self.alive(key)?;
         let backlog = s.produced() > after || !s.running();
-        self.attach(key, backlog, Cursor { after, from: None })
+        self.attach(key, backlog, Cursor::after(after))
     }
 
     fn detach(&mut self, key: StreamKey, epoch: u64) {
@@ -438,7 +438,8 @@ impl Model {
     ) -> (Batch, Vec<EventSeq>, Option<EventSeq>) {
         let mut written = Vec::new();
         // An observer (a deduplicated retry reading alongside a live owner) may always read.
-        let reader = epoch == OBSERVER_EPOCH || self.alive(key).is_some_and(|s| s.attached_by(epoch));
+        let reader =
+            epoch == OBSERVER_EPOCH || self.alive(key).is_some_and(|s| s.attached_by(epoch));
         if self.closed || !self.alive(key).is_some_and(|_| reader) {
             return (Batch::Superseded, written, None);
         }
@@ -480,14 +481,12 @@ impl Model {
 
     /// What `stream::after_send` must do.
     fn after_send(&mut self, key: StreamKey, epoch: u64, after: EventSeq, batch: Batch) {
-        if epoch == OBSERVER_EPOCH {
-            // The observer's client holds the whole stream; the owner's state is untouched.
+        if !self.alive(key).is_some_and(|s| s.attached_by(epoch)) {
+            // An observer or a superseded writer: its client holds the whole stream once it
+            // was sent the end; the owner's state is untouched.
             if batch == Batch::Ended {
                 self.mark_all_delivered(key);
             }
-            return;
-        }
-        if !self.alive(key).is_some_and(|s| s.attached_by(epoch)) {
             return;
         }
         self.wrote(key, epoch, after);
@@ -496,7 +495,7 @@ impl Model {
                 self.mark_all_delivered(key);
                 self.detach(key, epoch);
             }
-            Batch::Dropped | Batch::Gap => self.detach(key, epoch),
+            Batch::Dropped | Batch::Gap | Batch::Cut => self.detach(key, epoch),
             Batch::Park => self.park(key, epoch),
             Batch::More | Batch::Superseded => self.caught_up(key, epoch),
         }
@@ -795,16 +794,15 @@ fn step(s: &mut Session, m: &mut Model, op: &Op) -> Result<(), TestCaseError> {
         }
         Op::Attach { fresh: true, .. } => {
             let first = m.get(key).first;
-            let expected = m
-                .attach(key, false, Cursor { after: EventSeq(0), from: Some(first) })
-                .map(|e| (e, first));
+            let expected =
+                m.attach(key, false, Cursor::from(EventSeq(0), Some(first))).map(|e| (e, first));
             prop_assert_eq!(s.attach_fresh(key), expected);
         }
         Op::Attach { fresh: false, .. } => {
             // As a dedup hit does: from the first event if it is still held.
             let first = m.get(key).first;
             let from = (m.held(first) && m.owner_of(first) == Some(key)).then_some(first);
-            let expected = m.attach(key, false, Cursor { after: first, from });
+            let expected = m.attach(key, false, Cursor::from(first, from));
             prop_assert_eq!(s.attach(key), expected);
         }
         Op::AttachResume { cursor, .. } => {
@@ -911,11 +909,11 @@ fn standalone(s: &mut Session, m: &mut Model) -> Result<(), TestCaseError> {
     prop_assert_eq!(got, expected);
     let Ok(key) = got else { return Ok(()) };
     let epoch = s.attach(key);
-    let expected = m.attach(key, false, Cursor { after: EventSeq(0), from: None });
+    let expected = m.attach(key, false, Cursor::after(EventSeq(0)));
     prop_assert_eq!(epoch, expected);
     let priming = s.append(key, Bytes::new());
     prop_assert_eq!(priming, m.append(key, 0));
-    m.get_mut(key).cursor = Cursor { after: EventSeq(0), from: priming.ok() };
+    m.get_mut(key).cursor = Cursor::from(EventSeq(0), priming.ok());
     Ok(())
 }
 
@@ -930,8 +928,7 @@ fn write(
 ) -> Result<(), TestCaseError> {
     let epoch = epoch_of(m, key, ep);
     let current = m.alive(key).is_some_and(|st| st.attached_by(epoch));
-    let start =
-        if current { m.get(key).cursor } else { Cursor { after: m.get(key).first, from: None } };
+    let start = if current { m.get(key).cursor } else { Cursor::after(m.get(key).first) };
     let (mut cursor, mut expected_cursor) = (start, start);
     let mut out = Vec::new();
     let budget = if one_event { 1 } else { usize::MAX };

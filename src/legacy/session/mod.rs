@@ -14,6 +14,7 @@ pub mod id;
 pub mod signal;
 
 use fasthash::FastMap;
+use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -265,6 +266,9 @@ pub struct Session {
     pub streams_max: usize,
     /// `--replay-bytes`: named in the error of an event that cannot fit.
     replay_bytes_max: usize,
+    /// The ring bytes of every session of this core together (`--core-buffer-bytes`); this
+    /// session adds and removes its own as its ring changes, and its remainder when dropped.
+    core_bytes: Rc<Cell<usize>>,
 }
 
 /// The client's answer to a server→client request: its `result`, or its `error` object.
@@ -324,7 +328,16 @@ impl Session {
             closed: false,
             streams_max: cfg.streams_per_session_max,
             replay_bytes_max: cfg.replay_bytes_max,
+            core_bytes: Rc::default(),
         }
+    }
+
+    /// Counts this session's ring bytes in `core_bytes` (the core's total) from now on.
+    pub fn count_bytes_in(&mut self, core_bytes: Rc<Cell<usize>>) {
+        let held = self.ring.bytes();
+        self.core_bytes.set(self.core_bytes.get() - held);
+        core_bytes.set(core_bytes.get() + held);
+        self.core_bytes = core_bytes;
     }
 
     pub fn owed_count(&self) -> usize {
@@ -508,6 +521,14 @@ impl Session {
 
     /// The ring append itself; `None` when the payload alone exceeds the ring's byte budget.
     fn append_to_ring(&mut self, key: StreamKey, payload: Bytes) -> Option<EventSeq> {
+        let before = self.ring.bytes();
+        let seq = self.append_to_ring_uncounted(key, payload);
+        let after = self.ring.bytes();
+        self.core_bytes.set(self.core_bytes.get() + after - before);
+        seq
+    }
+
+    fn append_to_ring_uncounted(&mut self, key: StreamKey, payload: Bytes) -> Option<EventSeq> {
         let streams = &mut self.streams;
         let seq = self
             .ring
@@ -836,6 +857,13 @@ impl Session {
     /// Encodes the wire event id of `seq` on `stream`: `<tag>-<stream>-<seq>` in hex.
     pub fn push_event_id(&self, out: &mut Vec<u8>, stream: StreamKey, seq: EventSeq) {
         push_event_id(out, self.tag, stream, seq);
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // The ring's bytes leave the core's total with the session.
+        self.core_bytes.set(self.core_bytes.get() - self.ring.bytes());
     }
 }
 

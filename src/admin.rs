@@ -1,0 +1,213 @@
+//! The admin listener (`--metrics-listen`): `GET /metrics` (Prometheus text, every core's
+//! counters summed), `GET /healthz` (200 while the process runs), `GET /readyz` (200 while
+//! serving, 503 once a drain began, so a load balancer stops sending before the listeners
+//! close); 404 for any other path, 405 for another method.
+//!
+//! Off the worker cores: one acceptor thread and one short-lived thread per connection, at most
+//! `ADMIN_CONNECTIONS_MAX` at once (over it: 503, closed). A connection has
+//! `ADMIN_IO_TIMEOUT_MS` to deliver its request head (a deadline, not per read) and each write
+//! as long, so idle or slow connections never delay a scrape (the single blocking loop before
+//! served one connection at a time: 20 idle connections held a scrape for 40 s). One request
+//! per connection (`Connection: close`), as Prometheus and probes expect.
+//!
+//! Called by `server` at start. Never: blocks a worker, writes a counter, or changes the
+//! lifecycle (it only reads it).
+
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::{ADMIN_CONNECTIONS_MAX, ADMIN_HEAD_BYTES_MAX, ADMIN_IO_TIMEOUT_MS};
+use crate::metrics::CoreMetrics;
+use crate::runtime::{Lifecycle, Phase};
+
+/// Stack of a connection thread: it parses one request line and renders the counters.
+const CONNECTION_STACK_BYTES: usize = 256 * 1024;
+
+/// Pause after a failed accept (e.g. out of file descriptors), so the acceptor does not spin.
+const ACCEPT_RETRY: Duration = Duration::from_millis(10);
+
+/// How long a connection refused over the cap stays open after its 503 and FIN, so the
+/// request it sent meanwhile does not turn our close into a reset that destroys the 503. Closed
+/// at a later accept; at most `ADMIN_CONNECTIONS_MAX` are kept.
+const REFUSED_LINGER: Duration = Duration::from_secs(1);
+
+/// What the admin threads share.
+struct Admin {
+    metrics: Vec<Arc<CoreMetrics>>,
+    life: Arc<Lifecycle>,
+    /// Connections being served (their threads alive); at most `ADMIN_CONNECTIONS_MAX`.
+    active: AtomicUsize,
+}
+
+/// Binds `addr` and serves it from threads of its own; returns the bound address (port 0
+/// resolved).
+pub(crate) fn start(
+    addr: SocketAddr,
+    metrics: Vec<Arc<CoreMetrics>>,
+    life: Arc<Lifecycle>,
+) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind(addr)?;
+    let bound = listener.local_addr()?;
+    let admin = Arc::new(Admin { metrics, life, active: AtomicUsize::new(0) });
+    std::thread::Builder::new()
+        .name("tidemark-admin".into())
+        .spawn(move || accept(listener, admin))?;
+    Ok(bound)
+}
+
+/// Gives a connection slot back when its thread ends.
+struct Slot<'a>(&'a AtomicUsize);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+fn accept(listener: TcpListener, admin: Arc<Admin>) {
+    let timeout = Some(Duration::from_millis(ADMIN_IO_TIMEOUT_MS));
+    let mut refused: VecDeque<(Instant, TcpStream)> = VecDeque::new();
+    for conn in listener.incoming() {
+        let Ok(mut conn) = conn else {
+            std::thread::sleep(ACCEPT_RETRY);
+            continue;
+        };
+        let now = Instant::now();
+        while refused.front().is_some_and(|(at, _)| now.duration_since(*at) >= REFUSED_LINGER)
+            || refused.len() >= ADMIN_CONNECTIONS_MAX
+        {
+            refused.pop_front();
+        }
+        let _ = conn.set_read_timeout(timeout);
+        let _ = conn.set_write_timeout(timeout);
+        if admin.active.fetch_add(1, Ordering::AcqRel) >= ADMIN_CONNECTIONS_MAX {
+            admin.active.fetch_sub(1, Ordering::AcqRel);
+            // A fresh socket's send buffer takes this small answer without blocking.
+            respond(&mut conn, 503, &[], b"too many admin connections\n");
+            refused.push_back((now, conn));
+            continue;
+        }
+        let shared = admin.clone();
+        let spawned = std::thread::Builder::new()
+            .name("tidemark-admin-conn".into())
+            .stack_size(CONNECTION_STACK_BYTES)
+            .spawn(move || {
+                let _slot = Slot(&shared.active);
+                serve(conn, &shared);
+            });
+        if spawned.is_err() {
+            // The closure (and the connection) was dropped without running: close, free.
+            admin.active.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// How reading a request head ended.
+enum Head {
+    /// The request line (method and target), the head complete.
+    Line(String),
+    /// Closed, failed or too slow: close without an answer.
+    Gone,
+    /// Larger than `ADMIN_HEAD_BYTES_MAX`: 431.
+    TooLarge,
+}
+
+/// Serves one request on `conn`, then closes it.
+fn serve(mut conn: TcpStream, admin: &Admin) {
+    let line = match read_head(&mut conn) {
+        Head::Line(line) => line,
+        Head::Gone => return,
+        Head::TooLarge => {
+            respond(&mut conn, 431, &[], b"request head too large\n");
+            return;
+        }
+    };
+    let mut parts = line.split(' ');
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or(target);
+    let known = matches!(path, "/metrics" | "/healthz" | "/readyz");
+    if !known {
+        respond(&mut conn, 404, &[], b"not found: /metrics, /healthz, /readyz\n");
+        return;
+    }
+    if method != "GET" {
+        respond(&mut conn, 405, &[("Allow", "GET")], b"method not allowed: GET only\n");
+        return;
+    }
+    match path {
+        "/metrics" => {
+            let mut body = String::with_capacity(4096);
+            CoreMetrics::render(&admin.metrics, &mut body);
+            let kind = ("Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+            respond(&mut conn, 200, &[kind], body.as_bytes());
+        }
+        "/readyz" if admin.life.phase() == Phase::Serving => {
+            respond(&mut conn, 200, &[], b"ready\n");
+        }
+        "/readyz" => respond(&mut conn, 503, &[], b"draining\n"),
+        _ => respond(&mut conn, 200, &[], b"ok\n"),
+    }
+}
+
+/// Reads until the end of the request head, within `ADMIN_IO_TIMEOUT_MS` of the start (a
+/// deadline: a peer dripping bytes cannot hold the thread longer).
+fn read_head(conn: &mut TcpStream) -> Head {
+    let deadline = Instant::now() + Duration::from_millis(ADMIN_IO_TIMEOUT_MS);
+    let mut head = Vec::with_capacity(512);
+    let mut chunk = [0u8; 1024];
+    loop {
+        if let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+            let line_end = head[..end].windows(2).position(|w| w == b"\r\n").unwrap_or(end);
+            return Head::Line(String::from_utf8_lossy(&head[..line_end]).into_owned());
+        }
+        if head.len() > ADMIN_HEAD_BYTES_MAX {
+            return Head::TooLarge;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || conn.set_read_timeout(Some(left)).is_err() {
+            return Head::Gone;
+        }
+        match conn.read(&mut chunk) {
+            Ok(0) | Err(_) => return Head::Gone,
+            Ok(n) => head.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// Writes a whole `Connection: close` response (plain text unless `headers` say otherwise),
+/// closes the sending side and discards what the peer already sent unread (closing over unread
+/// bytes would answer with a reset that can destroy the response, RFC 9112 §9.6).
+fn respond(conn: &mut TcpStream, status: u16, headers: &[(&str, &str)], body: &[u8]) {
+    let reason = match status {
+        200 => "OK",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        431 => "Request Header Fields Too Large",
+        503 => "Service Unavailable",
+        _ => "",
+    };
+    let mut out = Vec::with_capacity(160 + body.len());
+    let _ = write!(out, "HTTP/1.1 {status} {reason}\r\n");
+    if !headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("Content-Type")) {
+        out.extend_from_slice(b"Content-Type: text/plain; charset=utf-8\r\n");
+    }
+    for (name, value) in headers {
+        let _ = write!(out, "{name}: {value}\r\n");
+    }
+    let _ = write!(out, "Content-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+    out.extend_from_slice(body);
+    let _ = conn.write_all(&out);
+    let _ = conn.shutdown(Shutdown::Write);
+    if conn.set_nonblocking(true).is_ok() {
+        let mut sink = [0u8; 1024];
+        for _ in 0..(ADMIN_HEAD_BYTES_MAX / sink.len() + 1) {
+            if !matches!(conn.read(&mut sink), Ok(n) if n > 0) {
+                break;
+            }
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! Goal: the graceful drain (issue 11 §3). On SIGTERM/SIGINT the server stops accepting
+//! connections, answers a new `initialize` with 503 + Retry-After, closes idle keep-alive
+//! connections, keeps serving requests of existing sessions, lets running calls finish and
+//! deliver every event and their result for up to `--drain-secs`, then ends open SSE responses
+//! with the chunked body's last chunk and exits 0; a second signal exits at once.
+//! Method: the real binary (both drivers, two workers so the drain spans cores), raw HTTP over
+//! loopback, signals sent with `kill`; a chunked body counts as cleanly ended only when its
+//! terminating chunk arrived (`parse_complete`), a cut would leave it incomplete.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use support::{
+    messages, parse_complete, progress_of, read_response, request, Response, Wire, DRIVERS, INIT,
+    POST_HEADERS,
+};
+
+/// The binary, with its pid at hand for signals (`support::Server` keeps its child private).
+struct Proc {
+    child: Child,
+    addr: SocketAddr,
+    path: String,
+}
+
+impl Proc {
+    fn start(driver: &str, args: &[&str]) -> Proc {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tidemark"))
+            .args(["--listen", "127.0.0.1:0", "--driver", driver, "--threads", "2"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn tidemark");
+        let mut line = String::new();
+        let stdout = child.stdout.take().expect("stdout");
+        BufReader::new(stdout).read_line(&mut line).expect("read banner");
+        let url = line.split_whitespace().nth(3).unwrap_or_else(|| panic!("banner: {line:?}"));
+        let rest = url.strip_prefix("http://").expect("http url");
+        let slash = rest.find('/').expect("path");
+        let (addr, path) = (rest[..slash].parse().expect("addr"), rest[slash..].to_owned());
+        Proc { child, addr, path }
+    }
+
+    fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(self.addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+        s.set_nodelay(true).expect("nodelay");
+        s
+    }
+
+    fn host(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// A POST with the MCP headers plus `extra`, as raw bytes.
+    fn post_bytes(&self, extra: &[(&str, &str)], body: &str) -> Vec<u8> {
+        let mut h: Vec<(&str, &str)> = POST_HEADERS.to_vec();
+        h.extend_from_slice(extra);
+        request("POST", &self.path, &self.host(), &h, Some(body))
+    }
+
+    fn post(&self, extra: &[(&str, &str)], body: &str) -> Response {
+        let mut s = self.connect();
+        s.write_all(&self.post_bytes(extra, body)).expect("write");
+        read_response(&mut s)
+    }
+
+    /// initialize + notifications/initialized; the session id.
+    fn open_session(&self) -> String {
+        let r = self.post(&[], INIT);
+        assert_eq!(r.status, 200, "{}", r.text());
+        let sid = r.header("Mcp-Session-Id").expect("session id").to_owned();
+        let note = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+        assert_eq!(self.post(&[("Mcp-Session-Id", &sid)], note).status, 202);
+        sid
+    }
+
+    /// Sends a `slow_counter` call with progress on a fresh connection; the raw reader.
+    fn slow_call(&self, sid: &str, id: u64, steps: u64, delay_ms: u64) -> Wire {
+        let args = format!(r#"{{"steps":{steps},"delay_ms":{delay_ms}}}"#);
+        let body = support::call(id, "slow_counter", &args, true);
+        let mut s = self.connect();
+        s.write_all(&self.post_bytes(&[("Mcp-Session-Id", sid)], &body)).expect("write");
+        Wire::new(s)
+    }
+
+    /// Sends `kill -SIG` (through sh: `kill` is a shell builtin everywhere).
+    fn signal(&self, sig: &str) {
+        let status = Command::new("sh")
+            .args(["-c", &format!("kill -{sig} {}", self.child.id())])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{sig}");
+    }
+
+    /// The exit status, if the process ends within `bound`.
+    fn exit_within(&mut self, bound: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + bound;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Reads until progress `k` of the call arrived.
+fn read_progress_until(wire: &mut Wire, k: u64, ctx: &str) {
+    let needle = format!("\"progress\":{k}.0");
+    let got = wire.read_until(Duration::from_secs(10), |b| {
+        String::from_utf8_lossy(b).contains(needle.as_str())
+    });
+    assert!(got, "{ctx}: no progress {k}: {:?}", String::from_utf8_lossy(&wire.buf));
+}
+
+/// Reads until the server closes the connection; the whole response, which must have ended
+/// with the terminating chunk (a clean end, not a cut).
+fn read_clean_end(wire: &mut Wire, bound: Duration, ctx: &str) -> Response {
+    wire.read_until(bound, |_| false);
+    assert!(wire.closed, "{ctx}: the server kept the connection open past {bound:?}");
+    parse_complete(&wire.buf).unwrap_or_else(|| {
+        panic!("{ctx}: cut without the last chunk: {:?}", String::from_utf8_lossy(&wire.buf))
+    })
+}
+
+/// A new connection is refused, or closed without an answer.
+fn refused_or_closed(addr: SocketAddr) -> bool {
+    let Ok(mut s) = TcpStream::connect(addr) else { return true };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = s.write_all(b"GET /mcp HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut buf = [0u8; 64];
+    !matches!(s.read(&mut buf), Ok(n) if n > 0)
+}
+
+/// True when the server closes `s` (EOF or reset) within `bound`.
+fn closed_by_server(s: &mut TcpStream, bound: Duration) -> bool {
+    s.set_read_timeout(Some(bound)).expect("timeout");
+    let mut buf = [0u8; 64];
+    match s.read(&mut buf) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => {
+            !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
+        }
+    }
+}
+
+/// The first bytes of `raw`'s request line now, the rest later: a request in flight when the
+/// drain begins.
+fn split_request(raw: &[u8]) -> (&[u8], &[u8]) {
+    raw.split_at(10)
+}
+
+#[test]
+fn a_drain_lets_the_running_call_finish_refuses_new_work_and_exits_0() {
+    for driver in DRIVERS {
+        let ctx = driver;
+        let mut server = Proc::start(driver, &["--drain-secs", "10"]);
+        let sid = server.open_session();
+        // 20 steps × 50 ms: about a second of work, most of it after the signal.
+        let mut call = server.slow_call(&sid, 1, 20, 50);
+        read_progress_until(&mut call, 2, ctx);
+        // A standalone GET stream (waits for messages that never come: not waited for).
+        let get = request(
+            "GET",
+            &server.path,
+            &server.host(),
+            &[("Accept", "text/event-stream"), ("Mcp-Session-Id", &sid)],
+            None,
+        );
+        let mut standalone = Wire::new(server.connect());
+        standalone.stream.write_all(&get).expect("write GET");
+        assert!(standalone.read_until(Duration::from_secs(5), |b| b.ends_with(b"\n\n\r\n")));
+        // An idle keep-alive connection (one answered request, then nothing).
+        let mut idle = server.connect();
+        let ping = r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#;
+        idle.write_all(&server.post_bytes(&[("Mcp-Session-Id", &sid)], ping)).expect("write");
+        assert_eq!(read_response(&mut idle).status, 200, "{ctx}");
+        // Requests in flight when the drain begins: half a head each.
+        let init = server.post_bytes(&[], &INIT.replace("\"id\":0", "\"id\":7"));
+        let (init_now, init_later) = split_request(&init);
+        let mut late_init = server.connect();
+        late_init.write_all(init_now).expect("write");
+        let ping = server.post_bytes(&[("Mcp-Session-Id", &sid)], ping);
+        let (ping_now, ping_later) = split_request(&ping);
+        let mut late_ping = server.connect();
+        late_ping.write_all(ping_now).expect("write");
+        std::thread::sleep(Duration::from_millis(50));
+
+        let signalled = Instant::now();
+        server.signal("TERM");
+        std::thread::sleep(Duration::from_millis(150));
+
+        // A new session: 503, Retry-After, a JSON-RPC error with the request's id, and close.
+        late_init.write_all(init_later).expect("write");
+        let refused = read_response(&mut late_init);
+        assert_eq!(refused.status, 503, "{ctx}: {}", refused.text());
+        assert_eq!(refused.header("Retry-After"), Some("1"), "{ctx}: {:?}", refused.headers);
+        assert_eq!(refused.header("Connection"), Some("close"), "{ctx}");
+        let body = refused.json();
+        assert_eq!((body["id"].as_u64(), body["error"]["code"].as_i64()), (Some(7), Some(-32603)));
+        // A request of an existing session is still served (and its connection then closed).
+        late_ping.write_all(ping_later).expect("write");
+        let pong = read_response(&mut late_ping);
+        assert_eq!(pong.status, 200, "{ctx}: {}", pong.text());
+        assert_eq!(pong.header("Connection"), Some("close"), "{ctx}");
+        assert!(closed_by_server(&mut late_ping, Duration::from_secs(2)), "{ctx}: kept open");
+        // No new connection; the idle keep-alive one was closed.
+        assert!(refused_or_closed(server.addr), "{ctx}: a new connection was served");
+        assert!(closed_by_server(&mut idle, Duration::from_secs(2)), "{ctx}: idle kept open");
+
+        // The call delivers every progress and its result, then the last chunk, then close.
+        let done = read_clean_end(&mut call, Duration::from_secs(10), ctx);
+        let msgs = messages(&done.events());
+        let progress: Vec<u64> = msgs.iter().filter_map(progress_of).collect();
+        assert_eq!(progress, (1..=20).collect::<Vec<_>>(), "{ctx}");
+        let result = msgs.last().expect("result").json();
+        assert_eq!(result["id"], 1, "{ctx}: the result is the last message: {result}");
+        assert!(result["result"]["content"].is_array(), "{ctx}: {result}");
+        // The standalone stream ends cleanly too, with no message.
+        let ended = read_clean_end(&mut standalone, Duration::from_secs(5), ctx);
+        assert!(messages(&ended.events()).is_empty(), "{ctx}");
+        // Exit 0 as soon as the call was delivered: well before --drain-secs.
+        let status = server.exit_within(Duration::from_secs(10)).expect("exited");
+        assert_eq!(status.code(), Some(0), "{ctx}");
+        let took = signalled.elapsed();
+        assert!(took < Duration::from_secs(5), "{ctx}: drain took {took:?}");
+    }
+}
+
+#[test]
+fn a_drain_past_drain_secs_ends_the_stream_cleanly_without_result() {
+    // At the limit: --drain-secs 1 (the smallest) and a call that needs 5 s. The client sees
+    // the progress sent so far, then the chunked body's end (no result, no cut), then close;
+    // it may retry elsewhere (the call is not resumable once the process is gone).
+    for driver in DRIVERS {
+        let ctx = driver;
+        let mut server = Proc::start(driver, &["--drain-secs", "1"]);
+        let sid = server.open_session();
+        let mut call = server.slow_call(&sid, 1, 100, 50);
+        read_progress_until(&mut call, 2, ctx);
+        let signalled = Instant::now();
+        server.signal("TERM");
+        let done = read_clean_end(&mut call, Duration::from_secs(5), ctx);
+        let msgs = messages(&done.events());
+        let progress: Vec<u64> = msgs.iter().filter_map(progress_of).collect();
+        assert!(progress.len() >= 2 && progress.len() < 100, "{ctx}: {progress:?}");
+        assert_eq!(progress, (1..=progress.len() as u64).collect::<Vec<_>>(), "{ctx}");
+        assert_eq!(msgs.len(), progress.len(), "{ctx}: no result after a cut call: {msgs:?}");
+        let status = server.exit_within(Duration::from_secs(5)).expect("exited");
+        let took = signalled.elapsed();
+        assert_eq!(status.code(), Some(0), "{ctx}");
+        assert!(took >= Duration::from_millis(900), "{ctx}: ended before --drain-secs: {took:?}");
+        assert!(took < Duration::from_secs(3), "{ctx}: drain took {took:?}");
+    }
+}
+
+#[test]
+fn a_second_signal_exits_at_once() {
+    // SIGTERM starts the drain; SIGINT during it exits at once with 128 + 2.
+    for driver in DRIVERS {
+        let ctx = driver;
+        let mut server = Proc::start(driver, &["--drain-secs", "30"]);
+        let sid = server.open_session();
+        let mut call = server.slow_call(&sid, 1, 200, 50);
+        read_progress_until(&mut call, 1, ctx);
+        server.signal("TERM");
+        assert!(server.exit_within(Duration::from_millis(300)).is_none(), "{ctx}: not draining");
+        let again = Instant::now();
+        server.signal("INT");
+        let status = server.exit_within(Duration::from_secs(2)).expect("exited at once");
+        assert_eq!(status.code(), Some(130), "{ctx}");
+        assert!(again.elapsed() < Duration::from_secs(1), "{ctx}: {:?}", again.elapsed());
+    }
+}
+
+#[test]
+fn an_idle_server_drains_at_once_on_sigint() {
+    for driver in DRIVERS {
+        let mut server = Proc::start(driver, &[]);
+        let _sid = server.open_session();
+        let signalled = Instant::now();
+        server.signal("INT");
+        let status = server.exit_within(Duration::from_secs(3)).expect("exited");
+        assert_eq!(status.code(), Some(0), "{driver}");
+        assert!(
+            signalled.elapsed() < Duration::from_secs(1),
+            "{driver}: {:?}",
+            signalled.elapsed()
+        );
+    }
+}
+
+#[test]
+fn zero_drain_secs_is_refused_at_start() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tidemark"))
+        .args(["--listen", "127.0.0.1:0", "--drain-secs", "0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run tidemark");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("--drain-secs must be greater than zero"), "{stderr}");
+}
