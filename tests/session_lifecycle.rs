@@ -389,6 +389,35 @@ fn idle_sessions_expire() {
 }
 
 #[test]
+fn a_session_whose_client_opened_a_get_and_left_expires() {
+    // Goal: the standalone GET stream keeps a session alive only while a connection holds it;
+    // a client that opened it and went away must not pin its session forever. Method: open the
+    // GET stream, cut it, then wait for the expiry counter with --session-idle-secs 1.
+    for driver in DRIVERS {
+        let (server, metrics) = server_with_metrics(driver, &["--session-idle-secs", "1"]);
+        let sid = open_session(&server);
+        let raw = request(
+            "GET",
+            &server.path,
+            &server.host(),
+            &[("Accept", "text/event-stream"), ("Mcp-Session-Id", &sid)],
+            None,
+        );
+        let mut get = support::SseStream::open(&server, &raw);
+        assert_eq!(get.status, 200, "{driver}: GET stream");
+        assert!(get.next_event().expect("priming").is_priming(), "{driver}");
+        get.cut();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while metric(&scrape(&metrics), "tidemark_sessions_expired_total") == 0 {
+            assert!(Instant::now() < deadline, "{driver}: a left GET stream pinned the session");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let r = post(&server, &[("Mcp-Session-Id", &sid)], INITIALIZED);
+        assert_refused(&r, 404, &format!("{driver}: expired"));
+    }
+}
+
+#[test]
 fn sessions_are_served_from_any_connection_on_any_core() {
     const SESSIONS: usize = 8;
     const CONNECTIONS: u64 = 8;

@@ -1021,7 +1021,10 @@ fn check(s: &Session, m: &Model) -> Result<(), TestCaseError> {
         .collect();
     prop_assert_eq!(abandoned, owed_keys, "overdue: abandoned");
     prop_assert_eq!(expired, settled_keys, "overdue: expired");
-    let idle = !m.streams.iter().any(|st| st.alive && (st.attached() || st.running()));
+    let idle = !m
+        .streams
+        .iter()
+        .any(|st| st.alive && (st.attached() || (st.kind == StreamKind::Request && st.running())));
     prop_assert_eq!(s.is_idle(), idle);
     Ok(())
 }

@@ -849,9 +849,14 @@ impl Session {
         now.duration_since(self.last_active) >= idle && self.is_idle()
     }
 
-    /// No connection is writing any of its streams and nothing runs.
+    /// No connection is writing any of its streams and no request runs. The standalone GET
+    /// stream "runs" for its whole life, so it keeps a session alive only while attached: a
+    /// client that opened a GET and left must not keep its session forever.
     pub fn is_idle(&self) -> bool {
-        !self.streams.values().any(|s| s.is_attached() || s.is_running())
+        !self
+            .streams
+            .values()
+            .any(|s| s.is_attached() || (s.kind == StreamKind::Request && s.is_running()))
     }
 
     /// Encodes the wire event id of `seq` on `stream`: `<tag>-<stream>-<seq>` in hex.
