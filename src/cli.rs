@@ -112,6 +112,9 @@ struct Flags {
     /// Replay-ring bytes all sessions of one core may hold; over it new streams get 503.
     #[arg(long, default_value_t = config::CORE_BUFFER_BYTES)]
     core_buffer_bytes: usize,
+    /// POSTs one session may have held (while a stream is owed) at once; more get 409 -31004.
+    #[arg(long, default_value_t = config::HELD_PER_SESSION_MAX)]
+    max_held_per_session: usize,
 }
 
 impl Flags {
@@ -159,6 +162,7 @@ impl Flags {
             drain: Duration::from_secs(self.drain_secs),
             write_buffer_bytes: self.write_buffer_bytes,
             core_buffer_bytes: self.core_buffer_bytes,
+            held_per_session_max: self.max_held_per_session,
             builtin_tools: self.tools.as_deref().map(BuiltinSet::parse_list).transpose()?,
         };
         Ok(cfg)

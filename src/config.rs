@@ -67,6 +67,11 @@ pub const DRAIN_SECS: u64 = 30;
 /// plus this per connection (issue 11 §2). 256 KiB coalesces thousands of small events per send
 /// (runtime-notes §4: one chunk per flush is 40× cheaper than one per event).
 pub const WRITE_BUFFER_BYTES: usize = 256 * 1024;
+/// POSTs one session may have held at the migration boundary at once (CONTRACT §4 step 4,
+/// `--max-held-per-session`). Each keeps its request in memory until it runs, so this bounds
+/// that memory by this × `--max-body-bytes`; one more gets 409 -31004 at once (resume first).
+/// 16: far more than a client has in flight while it ought to be resuming.
+pub const HELD_PER_SESSION_MAX: usize = 16;
 /// Replay-ring bytes all sessions of one core may hold together (`--core-buffer-bytes`). Over
 /// it, new request streams are refused with 503 (`Retry-After`) rather than growing; running
 /// streams go on (each ring stays within `--replay-bytes`). 1 GiB: 256 sessions with full 4 MiB
@@ -204,6 +209,8 @@ pub struct Config {
     pub write_buffer_bytes: usize,
     /// `--core-buffer-bytes` (`CORE_BUFFER_BYTES`).
     pub core_buffer_bytes: usize,
+    /// `--max-held-per-session` (`HELD_PER_SESSION_MAX`).
+    pub held_per_session_max: usize,
     /// Built-in tool sets (`--tools`); `None`: `demo` when no other provider is given, else none.
     pub builtin_tools: Option<Vec<BuiltinSet>>,
 }
@@ -239,6 +246,7 @@ impl Default for Config {
             drain: Duration::from_secs(DRAIN_SECS),
             write_buffer_bytes: WRITE_BUFFER_BYTES,
             core_buffer_bytes: CORE_BUFFER_BYTES,
+            held_per_session_max: HELD_PER_SESSION_MAX,
             builtin_tools: None,
         }
     }
@@ -283,7 +291,7 @@ impl Config {
 
     /// Checks every value once, so workers can rely on them.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let nonzero: [(&'static str, u128); 18] = [
+        let nonzero: [(&'static str, u128); 19] = [
             ("threads", self.threads as u128),
             ("max-header-bytes", self.header_bytes_max as u128),
             ("max-headers", self.headers_max as u128),
@@ -302,6 +310,7 @@ impl Config {
             ("sse-retry-ms", u128::from(self.sse_retry_ms)),
             ("drain-secs", self.drain.as_millis()),
             ("core-buffer-bytes", self.core_buffer_bytes as u128),
+            ("max-held-per-session", self.held_per_session_max as u128),
         ];
         for (name, value) in nonzero {
             if value == 0 {

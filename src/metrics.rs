@@ -56,6 +56,7 @@ counters! {
     limit_body => "tidemark_limit_hits_total{limit=\"body\"}", "Requests refused at a limit.";
     limit_sessions => "tidemark_limit_hits_total{limit=\"sessions\"}", "Requests refused at a limit.";
     limit_streams => "tidemark_limit_hits_total{limit=\"streams\"}", "Requests refused at a limit.";
+    limit_held => "tidemark_limit_hits_total{limit=\"held_posts\"}", "Requests refused at a limit.";
     limit_buffer => "tidemark_limit_hits_total{limit=\"core_buffer\"}", "Requests refused at a limit.";
     limit_connections => "tidemark_limit_hits_total{limit=\"connections\"}", "Requests refused at a limit.";
     limit_timeout => "tidemark_limit_hits_total{limit=\"header_timeout\"}", "Requests refused at a limit.";

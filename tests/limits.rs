@@ -334,6 +334,9 @@ fn impossible_limit_flags_stop_the_binary_at_start() {
         (&["--sse-keepalive-secs", "0"], "--sse-keepalive-secs"),
         (&["--owed-wait-ms", "0"], "--owed-wait-ms"),
         (&["--owed-timeout-secs", "0"], "--owed-timeout-secs"),
+        (&["--max-held-per-session", "0"], "--max-held-per-session"),
+        (&["--core-buffer-bytes", "0"], "--core-buffer-bytes"),
+        (&["--drain-secs", "0"], "--drain-secs"),
         (&["--threads", "0"], "--threads"),
         (&["--replay-events", "3"], "--replay-events"),
         (&["--replay-events", "6"], "--replay-events"),
@@ -373,5 +376,59 @@ fn smallest_legal_limits_start_and_serve() {
         // A one-byte body limit still answers (with 413) rather than failing.
         let r = post(&server, &[], INIT);
         assert_refused(&r, 413, &format!("{driver}: body over a 1-byte limit"));
+    }
+}
+
+#[test]
+fn held_posts_per_session_at_n_and_n_plus_one() {
+    // Goal: --max-held-per-session bounds the POSTs a session holds at the migration boundary
+    // (each keeps its request in memory): N are held and then answered, the N+1st gets 409
+    // -31004 at once, and the counter says why. Method: cut a running slow_counter stream (now
+    // owed), send N+1 pings on their own connections, then resume the owed stream.
+    const HELD_MAX: u64 = 2;
+    for driver in DRIVERS {
+        let args = ["--max-held-per-session", "2", "--owed-wait-ms", "5000"];
+        let (server, metrics) = server_with_metrics(driver, &args);
+        let sid = open_session(&server);
+        let body = call(1, "slow_counter", r#"{"steps":20,"delay_ms":20}"#, true);
+        let mut s = call_stream(&server, &sid, &body, &[]);
+        let priming = s.next_event().expect("priming").id.expect("id");
+        s.cut();
+        std::thread::sleep(Duration::from_millis(50));
+        let held: Vec<_> = (0..HELD_MAX)
+            .map(|i| {
+                let (server_addr, host, path, sid) =
+                    (server.addr, server.host(), server.path.clone(), sid.clone());
+                std::thread::spawn(move || {
+                    let mut h: Vec<(&str, &str)> = POST_HEADERS.to_vec();
+                    h.push(("Mcp-Session-Id", &sid));
+                    let raw = request("POST", &path, &host, &h, Some(&ping(10 + i)));
+                    let mut c = std::net::TcpStream::connect(server_addr).expect("connect");
+                    c.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+                    send(&mut c, &raw);
+                    read_response(&mut c)
+                })
+            })
+            .collect();
+        // Wait until both are held (counted), then the next one is refused at once.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while metric(&scrape(&metrics), "posts_held_total") < HELD_MAX {
+            assert!(Instant::now() < deadline, "{driver}: pings were not held");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let started = Instant::now();
+        let r = post(&server, &[("Mcp-Session-Id", &sid)], &ping(99));
+        assert!(started.elapsed() < Duration::from_secs(2), "{driver}: N+1 was held too");
+        assert_eq!(r.status, 409, "{driver}: {}", r.text());
+        assert_eq!(r.json()["error"]["code"], -31004, "{driver}");
+        let hits = metric(&scrape(&metrics), "tidemark_limit_hits_total{limit=\"held_posts\"}");
+        assert_eq!(hits, 1, "{driver}: limit counter");
+        // Resuming the owed stream releases the held ones, which then run.
+        let mut g = resume(&server, &sid, &priming);
+        let _ = g.rest();
+        for h in held {
+            let r = h.join().expect("held ping");
+            assert_eq!(r.status, 200, "{driver}: held ping answered: {}", r.text());
+        }
     }
 }

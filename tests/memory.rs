@@ -460,7 +460,7 @@ fn slow_consumers_stay_within_the_write_buffer_budget_on_epoll() {
     // answered, read the server's peak resident size (VmHWM). `--migration-policy off`
     // isolates the write path: under the default policy a stream cut by eviction is owed and
     // the POSTs after it are *held*, each with its whole body
-    // (`held_posts_keep_their_bodies_until_answered`).
+    // (`held_posts_are_bounded_per_session`).
     assert_within_write_budget("epoll");
 }
 
@@ -478,21 +478,22 @@ fn slow_consumers_stay_within_the_write_buffer_budget_on_io_uring() {
 /// with 33).
 const HELD_POST_PER_BODY_BYTE: usize = 3;
 
+/// `--max-held-per-session`'s default (`HELD_PER_SESSION_MAX`).
+const HELD_PER_SESSION_MAX: usize = 16;
+
 #[test]
-fn held_posts_keep_their_bodies_until_answered() {
+fn held_posts_are_bounded_per_session() {
     // Goal: the slow consumers under the default (strict) migration policy, on io_uring: once a
-    // stalled stream's event is evicted mid-write (`Batch::Cut`) the stream is owed, and every
-    // later POST of the session is held up to --owed-wait-ms (then 409) *with its body*, so
-    // memory is bounded by the connections times their bodies, not by the write buffer. This
-    // pins that looser bound (+ K × 3 × body) and documents the cost; the tight bound fails
-    // here (peak +100–175 MiB for K = 50–100). Method: as
-    // `slow_consumers_stay_within_the_write_buffer_budget_on_io_uring`, default policy. (On
-    // epoll the kernel took each whole 1 MiB result into the socket's send buffer at once in
-    // every run, so no stream was cut and nothing was held: the tight test covers it.)
+    // stalled stream's event is evicted mid-write (`Batch::Cut`) the stream is owed, and later
+    // POSTs of the session are held (CONTRACT §4 step 4), each with its request in memory. At
+    // most --max-held-per-session (16) are held at once (more get 409 -31004 at once), so the
+    // bound is the tight one plus 16 held requests, not K of them (before that limit the peak
+    // was +100–175 MiB for K = 50–100). Method: as
+    // `slow_consumers_stay_within_the_write_buffer_budget_on_io_uring`, default policy.
     let k = 50;
     let run = slow_consumers("uring", k, MIB, &[]);
-    let bound =
-        run.base + 4 * MIB + k * (per_connection(65536) + HELD_POST_PER_BODY_BYTE * MIB) + SLACK;
+    let held = HELD_PER_SESSION_MAX * HELD_POST_PER_BODY_BYTE * MIB;
+    let bound = run.base + 4 * MIB + k * per_connection(65536) + held + SLACK;
     eprintln!("{} (bound {})", run.describe(), mib(bound));
     assert_eq!(run.answered, k as u64, "every call was answered: {}", run.describe());
     assert!(run.peak <= bound, "{} over the bound {}", run.describe(), mib(bound));

@@ -427,7 +427,7 @@ async fn decide(
     idempotency_key: Option<&str>,
 ) -> Verdict {
     let deadline = Instant::now() + core.cfg.owed_wait;
-    let mut held = false;
+    let mut held: Option<HeldSlot> = None;
     loop {
         let decision = {
             let s = session.borrow();
@@ -444,8 +444,14 @@ async fn decide(
         match decision {
             Decision::Fresh => return Verdict::Run,
             Decision::Hold => {
-                if !held {
-                    held = true;
+                if held.is_none() {
+                    // A held POST keeps its request (body and parse) in memory: at most
+                    // `--max-held-per-session` wait at once, later ones learn to resume first.
+                    let Some(slot) = HeldSlot::take(session, core.cfg.held_per_session_max) else {
+                        core.metrics.limit_held.inc();
+                        return Verdict::Conflict(None, Code::HeldTooLong);
+                    };
+                    held = Some(slot);
                     core.metrics.posts_held_total.inc();
                 }
                 let signal = session.borrow().owed_signal.clone();
@@ -473,6 +479,31 @@ async fn decide(
                 core.metrics.dedup_hits_total.inc();
                 return Verdict::Deduplicated(key);
             }
+        }
+    }
+}
+
+/// One of a session's `--max-held-per-session` places for a POST held at the migration
+/// boundary; given back when dropped (the request ran or was refused).
+struct HeldSlot(SessionRc);
+
+impl HeldSlot {
+    fn take(session: &SessionRc, max: usize) -> Option<HeldSlot> {
+        let mut s = session.borrow_mut();
+        if s.held_posts >= max {
+            return None;
+        }
+        s.held_posts += 1;
+        Some(HeldSlot(session.clone()))
+    }
+}
+
+impl Drop for HeldSlot {
+    fn drop(&mut self) {
+        // Dropped when `decide` returns: no borrow of the session is live then.
+        match self.0.try_borrow_mut() {
+            Ok(mut s) => s.held_posts -= 1,
+            Err(_) => debug_assert!(false, "invariant: no session borrow outlives decide"),
         }
     }
 }

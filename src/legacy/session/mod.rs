@@ -263,6 +263,8 @@ pub struct Session {
     next_client_request: u64,
     /// DELETEd or expired: writers end, tools stop.
     pub closed: bool,
+    /// POSTs held at the migration boundary right now (`--max-held-per-session`).
+    pub held_posts: usize,
     pub streams_max: usize,
     /// `--replay-bytes`: named in the error of an event that cannot fit.
     replay_bytes_max: usize,
@@ -326,6 +328,7 @@ impl Session {
             pending_client: FastMap::default(),
             next_client_request: 1,
             closed: false,
+            held_posts: 0,
             streams_max: cfg.streams_per_session_max,
             replay_bytes_max: cfg.replay_bytes_max,
             core_bytes: Rc::default(),
