@@ -10,7 +10,10 @@
 #                pending, all; 0.2.0-alpha.12 --requirements 2025-11-25)
 #   fault        scripts/fault.sh: the randomized fault test, 2 000 cut-and-recovered calls on
 #                each driver (io_uring, epoll)
-#   --only SUITES  run only these (comma-separated: cargo,clients,conformance,fault)
+#   fuzz         scripts/fuzz.sh --seconds 20: each coverage-guided fuzz target (libFuzzer via
+#                cargo-fuzz on stable) for 20 s from the committed seed corpora
+#   --only SUITES  run only these (comma-separated: cargo,clients,conformance,fault,
+#                fuzz)
 #
 # Needs cargo, python3 (with venv), node/npm (any version npm runs on; Node 22 is installed from
 # npm into .cache/); installs everything else into .cache/. Prints one line per suite and a final
@@ -18,13 +21,13 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ALL_SUITES="cargo,clients,conformance,fault"
+ALL_SUITES="cargo,clients,conformance,fault,fuzz"
 
 only="$ALL_SUITES"
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --only) only="${2:?--only needs a value}"; shift 2 ;;
-        --help) sed -n '2,20s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        --help) sed -n '2,23s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "test.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -53,6 +56,7 @@ for s in "${selected[@]}"; do
         clients) scripts/clients.sh || rc=$? ;;
         conformance) scripts/conformance.sh || rc=$? ;;
         fault) scripts/fault.sh || rc=$? ;;
+        fuzz) scripts/fuzz.sh --seconds 20 || rc=$? ;;
     esac
     secs=$((SECONDS - start))
     if [ "$rc" = 0 ]; then
