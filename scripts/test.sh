@@ -49,7 +49,7 @@ for s in "${selected[@]}"; do
     rc=0
     case "$s" in
         cargo)
-            cargo test --workspace --all-targets || rc=$?
+            cargo test --workspace --all-targets --no-fail-fast || rc=$?
             cargo test --doc || rc=$?
             RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --lib || rc=$?
             ;;
