@@ -36,7 +36,9 @@
 //! After every input all its connections are closed, every session it saw is deleted, and a
 //! well-formed `initialize` + `DELETE` must be answered (200, then 2xx) within 5 s on a
 //! connection kept across inputs. A panic anywhere (a server worker included: libfuzzer-sys
-//! aborts on panic) or a missing answer is a finding.
+//! aborts on panic) or a missing answer is a finding. A missing answer usually depends on
+//! what earlier inputs left in the server, so the saved input alone may not reproduce it: run
+//! with `TIDEMARK_FUZZ_HANG_PAUSE=1` to keep the process for a debugger when it happens.
 
 use std::cell::RefCell;
 use std::io::{ErrorKind, Read, Write};
@@ -504,12 +506,23 @@ fn exchange(addr: SocketAddr, request: &[u8], what: &str) -> Vec<u8> {
                 }
                 Err(NoAnswer::Closed(_)) if attempt == 0 => *slot = None,
                 Err(NoAnswer::Closed(e) | NoAnswer::Silent(e)) => {
+                    pause_for_debugger();
                     panic!("{what}: the server did not answer a well-formed request: {e}")
                 }
             }
         }
         unreachable!("the second attempt returns or panics")
     })
+}
+
+/// `TIDEMARK_FUZZ_HANG_PAUSE=1`: before reporting a server that does not answer, keep the
+/// process 10 minutes for a debugger (`gdb -p PID -batch -ex "thread apply all bt"`), so the
+/// stuck worker's stack can be read: the input alone rarely reproduces what a long run built up.
+fn pause_for_debugger() {
+    if std::env::var_os("TIDEMARK_FUZZ_HANG_PAUSE").is_some_and(|v| v == "1") {
+        eprintln!("endpoint: no answer; pid {} paused 600 s for a debugger", std::process::id());
+        std::thread::sleep(Duration::from_secs(600));
+    }
 }
 
 fn connect_probe(addr: SocketAddr) -> std::io::Result<TcpStream> {
