@@ -9,58 +9,33 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::DRIVERS;
+use support::{Server, DRIVERS};
 
 /// `config::ADMIN_CONNECTIONS_MAX`.
 const ADMIN_CONNECTIONS_MAX: usize = 64;
 
-/// The binary, with its admin address and its pid at hand for signals.
+/// The server with its admin listener on; `admin` is that listener's address.
 struct Proc {
-    child: Child,
+    server: Server,
     addr: SocketAddr,
     admin: SocketAddr,
 }
 
 impl Proc {
     fn start(driver: &str, args: &[&str]) -> Proc {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tidemark"))
-            .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
-            .args(["--driver", driver])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn tidemark");
-        let mut line = String::new();
-        let stdout = child.stdout.take().expect("stdout");
-        BufReader::new(stdout).read_line(&mut line).expect("read banner");
-        let url = |prefix: &str| -> SocketAddr {
-            let word = line.split_whitespace().find(|w| w.starts_with(prefix));
-            let word = word.unwrap_or_else(|| panic!("no {prefix} in banner {line:?}"));
-            let rest = word.trim_start_matches(prefix).trim_start_matches("http://");
-            rest[..rest.find('/').expect("path")].parse().expect("address")
-        };
-        Proc { addr: url("http://"), admin: url("metrics="), child }
+        let mut all = vec!["--metrics-listen", "127.0.0.1:0"];
+        all.extend_from_slice(args);
+        let server = Server::on(driver, &all);
+        let admin = server.admin.expect("banner names the admin address");
+        Proc { addr: server.addr, admin, server }
     }
 
     fn signal(&self, sig: &str) {
-        let status = Command::new("sh")
-            .args(["-c", &format!("kill -{sig} {}", self.child.id())])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -{sig}");
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.server.signal(sig);
     }
 }
 

@@ -9,51 +9,38 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::{
-    messages, parse_complete, progress_of, read_response, request, Response, Wire, DRIVERS, INIT,
-    POST_HEADERS,
+    messages, parse_complete, progress_of, read_response, request, Response, Server, Wire, DRIVERS,
+    INIT, POST_HEADERS,
 };
 
-/// The binary, with its pid at hand for signals (`support::Server` keeps its child private).
-struct Proc {
-    child: Child,
-    addr: SocketAddr,
-    path: String,
+/// The server under test (two workers, so the drain spans cores) and the requests the tests
+/// build on it; process control (signals, exit) is `support::Server`'s.
+struct Proc(Server);
+
+impl std::ops::Deref for Proc {
+    type Target = Server;
+    fn deref(&self) -> &Server {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Proc {
+    fn deref_mut(&mut self) -> &mut Server {
+        &mut self.0
+    }
 }
 
 impl Proc {
     fn start(driver: &str, args: &[&str]) -> Proc {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tidemark"))
-            .args(["--listen", "127.0.0.1:0", "--driver", driver, "--threads", "2"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn tidemark");
-        let mut line = String::new();
-        let stdout = child.stdout.take().expect("stdout");
-        BufReader::new(stdout).read_line(&mut line).expect("read banner");
-        let url = line.split_whitespace().nth(3).unwrap_or_else(|| panic!("banner: {line:?}"));
-        let rest = url.strip_prefix("http://").expect("http url");
-        let slash = rest.find('/').expect("path");
-        let (addr, path) = (rest[..slash].parse().expect("addr"), rest[slash..].to_owned());
-        Proc { child, addr, path }
-    }
-
-    fn connect(&self) -> TcpStream {
-        let s = TcpStream::connect(self.addr).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-        s.set_nodelay(true).expect("nodelay");
-        s
-    }
-
-    fn host(&self) -> String {
-        self.addr.to_string()
+        let mut all = vec!["--threads", "2"];
+        all.extend_from_slice(args);
+        Proc(Server::on(driver, &all))
     }
 
     /// A POST with the MCP headers plus `extra`, as raw bytes.
@@ -63,20 +50,9 @@ impl Proc {
         request("POST", &self.path, &self.host(), &h, Some(body))
     }
 
-    fn post(&self, extra: &[(&str, &str)], body: &str) -> Response {
-        let mut s = self.connect();
-        s.write_all(&self.post_bytes(extra, body)).expect("write");
-        read_response(&mut s)
-    }
-
     /// initialize + notifications/initialized; the session id.
     fn open_session(&self) -> String {
-        let r = self.post(&[], INIT);
-        assert_eq!(r.status, 200, "{}", r.text());
-        let sid = r.header("Mcp-Session-Id").expect("session id").to_owned();
-        let note = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
-        assert_eq!(self.post(&[("Mcp-Session-Id", &sid)], note).status, 202);
-        sid
+        support::open_session(&self.0)
     }
 
     /// Sends a `slow_counter` call with progress on a fresh connection; the raw reader.
@@ -86,36 +62,6 @@ impl Proc {
         let mut s = self.connect();
         s.write_all(&self.post_bytes(&[("Mcp-Session-Id", sid)], &body)).expect("write");
         Wire::new(s)
-    }
-
-    /// Sends `kill -SIG` (through sh: `kill` is a shell builtin everywhere).
-    fn signal(&self, sig: &str) {
-        let status = Command::new("sh")
-            .args(["-c", &format!("kill -{sig} {}", self.child.id())])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -{sig}");
-    }
-
-    /// The exit status, if the process ends within `bound`.
-    fn exit_within(&mut self, bound: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + bound;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                return Some(status);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -15,6 +15,8 @@ pub struct Server {
     child: Child,
     pub addr: SocketAddr,
     pub path: String,
+    /// The admin listener's address, when started with `--metrics-listen` (from the banner).
+    pub admin: Option<SocketAddr>,
 }
 
 impl Server {
@@ -34,7 +36,36 @@ impl Server {
         let url = line.split_whitespace().nth(3).unwrap_or_else(|| panic!("banner: {line:?}"));
         let rest = url.strip_prefix("http://").expect("http url");
         let slash = rest.find('/').expect("path");
-        Server { child, addr: rest[..slash].parse().expect("addr"), path: rest[slash..].to_owned() }
+        // "... metrics=http://127.0.0.1:PORT/metrics" when the admin listener is on.
+        let admin =
+            line.split_whitespace().find_map(|w| w.strip_prefix("metrics=http://")).map(|rest| {
+                rest[..rest.find('/').expect("metrics path")].parse().expect("admin address")
+            });
+        let (addr, path) = (rest[..slash].parse().expect("addr"), rest[slash..].to_owned());
+        Server { child, addr, path, admin }
+    }
+
+    /// Sends `kill -SIG` to the server (through sh: `kill` is a shell builtin everywhere).
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("sh")
+            .args(["-c", &format!("kill -{sig} {}", self.child.id())])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{sig}");
+    }
+
+    /// The exit status, if the process ends within `bound`.
+    pub fn exit_within(&mut self, bound: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + bound;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return Some(status);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Starts on a given driver (`uring` or `epoll`) with more args.
