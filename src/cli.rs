@@ -115,6 +115,32 @@ struct Flags {
     /// POSTs one session may have held (while a stream is owed) at once; more get 409 -31004.
     #[arg(long, default_value_t = config::HELD_PER_SESSION_MAX)]
     max_held_per_session: usize,
+    /// An MCP server to front (repeatable): 'stdio:COMMAND ARGS…' (split like a shell, no
+    /// shell run) or 'http://HOST:PORT/PATH'; with several, each 'NAME=…' (tools and prompts
+    /// become NAME__tool, resource URIs NAME+uri). With any upstream, --tools defaults to none.
+    #[arg(long)]
+    upstream: Vec<String>,
+    /// Extra environment for stdio upstreams, KEY=VALUE (repeatable).
+    #[arg(long)]
+    upstream_env: Vec<String>,
+    /// per-session: one upstream child per client session; shared: one per core.
+    #[arg(long, value_enum, default_value = "per-session")]
+    upstream_isolation: config::Isolation,
+    /// Upstream child processes alive at once (all cores); initialize beyond it gets 503.
+    #[arg(long, default_value_t = config::UPSTREAM_PROCESSES_MAX)]
+    upstream_max_processes: usize,
+    /// Longest an upstream may take to answer one request (tool calls included).
+    #[arg(long, default_value_t = config::UPSTREAM_TIMEOUT_SECS)]
+    upstream_timeout_secs: u64,
+    /// Longest JSON-RPC line read from a stdio upstream; longer ones are skipped.
+    #[arg(long, default_value_t = config::UPSTREAM_LINE_BYTES)]
+    upstream_line_bytes: usize,
+    /// Bytes queued for one stdio upstream's stdin; beyond it requests fail.
+    #[arg(long, default_value_t = config::UPSTREAM_QUEUE_BYTES)]
+    upstream_queue_bytes: usize,
+    /// From SIGTERM to SIGKILL when an upstream child is stopped.
+    #[arg(long, default_value_t = config::UPSTREAM_KILL_GRACE_MS)]
+    upstream_kill_grace_ms: u64,
 }
 
 impl Flags {
@@ -164,6 +190,25 @@ impl Flags {
             core_buffer_bytes: self.core_buffer_bytes,
             held_per_session_max: self.max_held_per_session,
             builtin_tools: self.tools.as_deref().map(BuiltinSet::parse_list).transpose()?,
+            upstreams: self
+                .upstream
+                .iter()
+                .map(|u| config::UpstreamSpec::parse(u))
+                .collect::<Result<_, _>>()?,
+            upstream_env: self
+                .upstream_env
+                .iter()
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+                    _ => Err(ConfigError::BadUpstreamEnv(kv.clone())),
+                })
+                .collect::<Result<_, _>>()?,
+            upstream_isolation: self.upstream_isolation,
+            upstream_processes_max: self.upstream_max_processes,
+            upstream_timeout: Duration::from_secs(self.upstream_timeout_secs),
+            upstream_line_bytes: self.upstream_line_bytes,
+            upstream_queue_bytes: self.upstream_queue_bytes,
+            upstream_kill_grace: Duration::from_millis(self.upstream_kill_grace_ms),
         };
         Ok(cfg)
     }

@@ -7,6 +7,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+pub use crate::upstream::{Isolation, UpstreamSpec, UpstreamSpecError, UpstreamTarget};
+
 /// Default listen address: loopback, so DNS-rebinding protection is on (MCP 2025-11-25
 /// transports §security: servers SHOULD bind to localhost when local).
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:8080";
@@ -93,6 +95,20 @@ pub const ADMIN_CONNECTIONS_MAX: usize = 64;
 pub const ADMIN_IO_TIMEOUT_MS: u64 = 2000;
 /// Bytes of an admin request head. Over it: 431, closed.
 pub const ADMIN_HEAD_BYTES_MAX: usize = 4096;
+/// Upstream child processes (`--upstream` over stdio) alive at once, all cores together
+/// (`--upstream-max-processes`); `initialize` of a session that would need one more gets 503.
+pub const UPSTREAM_PROCESSES_MAX: usize = 256;
+/// Longest an upstream may take to answer one request, tool calls included
+/// (`--upstream-timeout-secs`); then the call ends with -32603 and is cancelled upstream.
+pub const UPSTREAM_TIMEOUT_SECS: u64 = 300;
+/// Longest line (one JSON-RPC message) read from an upstream child's stdout
+/// (`--upstream-line-bytes`); a longer line is skipped and logged.
+pub const UPSTREAM_LINE_BYTES: usize = 16 * 1024 * 1024;
+/// Bytes queued for one upstream child's stdin (`--upstream-queue-bytes`): a child that stops
+/// reading makes further requests fail rather than grow the queue.
+pub const UPSTREAM_QUEUE_BYTES: usize = 16 * 1024 * 1024;
+/// From SIGTERM to SIGKILL when an upstream child is stopped (`--upstream-kill-grace-ms`).
+pub const UPSTREAM_KILL_GRACE_MS: u64 = 2000;
 
 const _: () = assert!(REPLAY_EVENTS_MAX.is_power_of_two());
 const _: () = assert!(HEADER_BYTES_MAX >= 1024);
@@ -213,6 +229,16 @@ pub struct Config {
     pub held_per_session_max: usize,
     /// Built-in tool sets (`--tools`); `None`: `demo` when no other provider is given, else none.
     pub builtin_tools: Option<Vec<BuiltinSet>>,
+    /// MCP servers to front (`--upstream`), each served as a provider.
+    pub upstreams: Vec<UpstreamSpec>,
+    /// Extra environment of stdio upstream children (`--upstream-env KEY=VALUE`).
+    pub upstream_env: Vec<(String, String)>,
+    pub upstream_isolation: Isolation,
+    pub upstream_processes_max: usize,
+    pub upstream_timeout: Duration,
+    pub upstream_line_bytes: usize,
+    pub upstream_queue_bytes: usize,
+    pub upstream_kill_grace: Duration,
 }
 
 impl Default for Config {
@@ -248,6 +274,14 @@ impl Default for Config {
             core_buffer_bytes: CORE_BUFFER_BYTES,
             held_per_session_max: HELD_PER_SESSION_MAX,
             builtin_tools: None,
+            upstreams: Vec::new(),
+            upstream_env: Vec::new(),
+            upstream_isolation: Isolation::PerSession,
+            upstream_processes_max: UPSTREAM_PROCESSES_MAX,
+            upstream_timeout: Duration::from_secs(UPSTREAM_TIMEOUT_SECS),
+            upstream_line_bytes: UPSTREAM_LINE_BYTES,
+            upstream_queue_bytes: UPSTREAM_QUEUE_BYTES,
+            upstream_kill_grace: Duration::from_millis(UPSTREAM_KILL_GRACE_MS),
         }
     }
 }
@@ -271,6 +305,10 @@ pub enum ConfigError {
     WriteBufferTooSmall(usize),
     #[error("--max-headers must be at most {0}")]
     TooManyHeaders(usize),
+    #[error(transparent)]
+    Upstream(#[from] UpstreamSpecError),
+    #[error("--upstream-env expects KEY=VALUE, got {0:?}")]
+    BadUpstreamEnv(String),
 }
 
 impl Config {
@@ -291,7 +329,7 @@ impl Config {
 
     /// Checks every value once, so workers can rely on them.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let nonzero: [(&'static str, u128); 19] = [
+        let nonzero: [(&'static str, u128); 23] = [
             ("threads", self.threads as u128),
             ("max-header-bytes", self.header_bytes_max as u128),
             ("max-headers", self.headers_max as u128),
@@ -311,12 +349,17 @@ impl Config {
             ("drain-secs", self.drain.as_millis()),
             ("core-buffer-bytes", self.core_buffer_bytes as u128),
             ("max-held-per-session", self.held_per_session_max as u128),
+            ("upstream-max-processes", self.upstream_processes_max as u128),
+            ("upstream-timeout-secs", self.upstream_timeout.as_millis()),
+            ("upstream-line-bytes", self.upstream_line_bytes as u128),
+            ("upstream-queue-bytes", self.upstream_queue_bytes as u128),
         ];
         for (name, value) in nonzero {
             if value == 0 {
                 return Err(ConfigError::Zero(name));
             }
         }
+        UpstreamSpec::check_names(&self.upstreams)?;
         if !self.replay_events_max.is_power_of_two() {
             return Err(ConfigError::NotPowerOfTwo(self.replay_events_max));
         }

@@ -66,12 +66,14 @@ mod metrics;
 mod provider;
 mod runtime;
 mod server;
+mod upstream;
 mod wire;
 
 pub use config::{BuiltinSet, Config, ConfigError, DriverChoice, MigrationPolicy, ResponseMode};
+pub use config::{Isolation, UpstreamSpec, UpstreamSpecError, UpstreamTarget};
 pub use provider::{
-    Annotations, CallContext, Changes, LocalBoxFuture, LogLevel, Provider, ProviderError,
-    ProviderResult, SessionRef, ToolInfo, Value,
+    Annotations, CallContext, Changes, LocalBoxFuture, LogLevel, Notifier, Provider, ProviderError,
+    ProviderResult, SessionInfo, SessionRef, SessionStart, ToolInfo, Value,
 };
 pub use server::{Running, Server, ServerError};
 

@@ -200,9 +200,10 @@ impl Server {
         cfg.validate()?;
         let builtin = match &cfg.builtin_tools {
             Some(sets) => sets.clone(),
-            None if providers.is_empty() => vec![BuiltinSet::Demo],
+            None if providers.is_empty() && cfg.upstreams.is_empty() => vec![BuiltinSet::Demo],
             None => Vec::new(),
         };
+        providers.extend(upstream_providers(&cfg));
         for (index, set) in builtin.into_iter().enumerate() {
             let factory: ProviderFactory =
                 Arc::new(move || Rc::new(BuiltinProvider::new(set)) as Rc<dyn Provider>);
@@ -227,6 +228,37 @@ impl Server {
         let _ = std::io::stdout().flush();
         Ok(started)
     }
+}
+
+/// One provider per `--upstream`, after the embedding program's own.
+fn upstream_providers(cfg: &Config) -> Vec<(String, ProviderFactory)> {
+    let settings = Arc::new(crate::upstream::Settings {
+        env: cfg.upstream_env.clone(),
+        isolation: cfg.upstream_isolation,
+        max_processes: cfg.upstream_processes_max,
+        timeout: cfg.upstream_timeout,
+        line_bytes: cfg.upstream_line_bytes,
+        queue_bytes: cfg.upstream_queue_bytes,
+        kill_grace: cfg.upstream_kill_grace,
+    });
+    let count = Arc::new(crate::upstream::ProcessCount::default());
+    let prefixed = cfg.upstreams.len() > 1;
+    cfg.upstreams
+        .iter()
+        .map(|spec| {
+            let (spec, settings, count) = (spec.clone(), settings.clone(), count.clone());
+            let label = match &spec.name {
+                Some(name) => format!("upstream:{name}"),
+                None => "upstream".to_owned(),
+            };
+            let factory: ProviderFactory = Arc::new(move || {
+                let bridge =
+                    crate::upstream::Bridge::new(&spec, prefixed, settings.clone(), count.clone());
+                Rc::new(bridge) as Rc<dyn Provider>
+            });
+            (label, factory)
+        })
+        .collect()
 }
 
 /// Listeners, the admin listener and one pinned worker thread per core.

@@ -12,7 +12,9 @@ use std::rc::Rc;
 use simd_json::prelude::*;
 
 use crate::legacy::session::fasthash::FastMap;
-use crate::provider::{Changes, Provider, ProviderError, ToolInfo, Value};
+use crate::provider::{
+    Changes, Provider, ProviderError, SessionInfo, SessionRef, SessionStart, ToolInfo, Value,
+};
 use crate::wire::jsonrpc::{self, RawId};
 use crate::wire::{self, WireValue};
 
@@ -59,10 +61,11 @@ impl Registry {
         let mut has_resources = false;
         let mut has_prompts = false;
         for provider in &providers {
-            let resources = provider.list_resources().await.unwrap_or_default();
-            let templates = provider.list_resource_templates().await.unwrap_or_default();
+            let none = SessionRef::NONE;
+            let resources = provider.list_resources(none).await.unwrap_or_default();
+            let templates = provider.list_resource_templates(none).await.unwrap_or_default();
             has_resources |= !resources.is_empty() || !templates.is_empty();
-            has_prompts |= !provider.list_prompts().await.unwrap_or_default().is_empty();
+            has_prompts |= !provider.list_prompts(none).await.unwrap_or_default().is_empty();
         }
         let registry = Registry {
             capabilities: capabilities(has_resources, has_prompts),
@@ -127,11 +130,43 @@ impl Registry {
         &self.capabilities
     }
 
+    /// Tells every provider that a session starts, in order, and gathers what they add to
+    /// its `initialize` result. On the first refusal the providers already opened are closed
+    /// again and the refusal is returned.
+    pub(crate) async fn open_session(
+        &self,
+        start: &SessionStart,
+    ) -> Result<Vec<SessionInfo>, ProviderError> {
+        let mut infos = Vec::with_capacity(self.providers.len());
+        for (opened, provider) in self.providers.iter().enumerate() {
+            match provider.open_session(start).await {
+                Ok(info) => infos.push(info),
+                Err(e) => {
+                    for earlier in &self.providers[..opened] {
+                        earlier.close_session(start.session);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        // A provider may have re-listed its tools while opening (a bridge's first upstream).
+        self.refresh_if_stale().await;
+        Ok(infos)
+    }
+
+    /// Tells every provider that a session ended.
+    pub(crate) fn close_session(&self, session: SessionRef) {
+        for provider in &self.providers {
+            provider.close_session(session);
+        }
+    }
+
     /// Answers a request that needs no stream (every method but `tools/call`, `initialize` and
     /// `logging/setLevel`, which belong to the protocol path): one whole JSON-RPC response into
     /// `out`.
     pub(crate) async fn answer(
         &self,
+        session: SessionRef,
         id: &RawId,
         method: &str,
         params: &WireValue,
@@ -144,25 +179,25 @@ impl Registry {
                 jsonrpc::push_result(out, id, &self.tools.borrow().list_json);
                 return;
             }
-            "resources/list" => self.gather("resources", |p| p.list_resources()).await,
+            "resources/list" => self.gather("resources", |p| p.list_resources(session)).await,
             "resources/templates/list" => {
-                self.gather("resourceTemplates", |p| p.list_resource_templates()).await
+                self.gather("resourceTemplates", |p| p.list_resource_templates(session)).await
             }
             "resources/read" => match params.get("uri").and_then(|u| u.as_str()) {
-                Some(uri) => self.read_resource(uri).await,
+                Some(uri) => self.read_resource(session, uri).await,
                 None => {
                     Err(ProviderError::InvalidParams("resources/read needs a string uri".into()))
                 }
             },
-            "prompts/list" => self.gather("prompts", |p| p.list_prompts()).await,
+            "prompts/list" => self.gather("prompts", |p| p.list_prompts(session)).await,
             "prompts/get" => match params.get("name").and_then(|u| u.as_str()) {
                 Some(name) => {
                     let arguments = params.get("arguments").map(to_public).unwrap_or(Value::Null);
-                    self.get_prompt(name, arguments).await
+                    self.get_prompt(session, name, arguments).await
                 }
                 None => Err(ProviderError::InvalidParams("prompts/get needs a string name".into())),
             },
-            "completion/complete" => Ok(self.complete(params).await),
+            "completion/complete" => Ok(self.complete(session, params).await),
             _ => {
                 wire::push_error_response(
                     out,
@@ -205,9 +240,9 @@ impl Registry {
     }
 
     /// The `resources/read` result from the first provider that knows `uri`.
-    async fn read_resource(&self, uri: &str) -> Result<Value, ProviderError> {
+    async fn read_resource(&self, session: SessionRef, uri: &str) -> Result<Value, ProviderError> {
         for provider in &self.providers {
-            if let Some(found) = provider.read_resource(uri).await? {
+            if let Some(found) = provider.read_resource(session, uri).await? {
                 return Ok(found);
             }
         }
@@ -215,9 +250,14 @@ impl Registry {
     }
 
     /// The `prompts/get` result from the first provider that has a prompt called `name`.
-    async fn get_prompt(&self, name: &str, arguments: Value) -> Result<Value, ProviderError> {
+    async fn get_prompt(
+        &self,
+        session: SessionRef,
+        name: &str,
+        arguments: Value,
+    ) -> Result<Value, ProviderError> {
         for provider in &self.providers {
-            if let Some(found) = provider.get_prompt(name, arguments.clone()).await? {
+            if let Some(found) = provider.get_prompt(session, name, arguments.clone()).await? {
                 return Ok(found);
             }
         }
@@ -227,12 +267,12 @@ impl Registry {
     /// The `completion/complete` result for the request's params (`{ref, argument, ...}`).
     /// Anything no provider recognises, malformed params and provider errors included,
     /// completes to nothing: the method has no error of its own that a client could act on.
-    async fn complete(&self, params: &WireValue) -> Value {
+    async fn complete(&self, session: SessionRef, params: &WireValue) -> Value {
         let reference = params.get("ref").map(to_public).unwrap_or(Value::Null);
         let argument = params.get("argument").map(to_public).unwrap_or(Value::Null);
         let mut values = Vec::new();
         for provider in &self.providers {
-            if let Ok(Some(found)) = provider.complete(&reference, &argument).await {
+            if let Ok(Some(found)) = provider.complete(session, &reference, &argument).await {
                 values = found;
                 break;
             }

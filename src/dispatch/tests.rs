@@ -12,7 +12,7 @@ use super::*;
 use crate::config::BuiltinSet;
 use crate::provider::builtin::{conformance, demo, BuiltinProvider};
 use crate::provider::testing::{parse, run};
-use crate::provider::{Annotations, CallContext, LocalBoxFuture, ProviderResult};
+use crate::provider::{Annotations, CallContext, LocalBoxFuture, ProviderResult, SessionRef};
 
 /// The id every request of these tests carries.
 const ID: &str = "7";
@@ -38,7 +38,7 @@ fn respond_text(registry: &Registry, method: &str, params: &str) -> Vec<u8> {
     let mut text = params.as_bytes().to_vec();
     let params: WireValue = simd_json::to_owned_value(&mut text).expect("params are JSON");
     let mut out = Vec::new();
-    run(registry.answer(&RawId(ID.to_owned()), method, &params, &mut out));
+    run(registry.answer(SessionRef::NONE, &RawId(ID.to_owned()), method, &params, &mut out));
     out
 }
 
@@ -146,6 +146,7 @@ impl Provider for Synthetic {
 
     fn complete<'a>(
         &'a self,
+        _session: SessionRef,
         _reference: &'a Value,
         _argument: &'a Value,
     ) -> LocalBoxFuture<'a, ProviderResult<Option<Vec<String>>>> {

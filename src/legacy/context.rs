@@ -15,7 +15,9 @@ use crate::legacy::replay::StreamKey;
 use crate::legacy::session::signal::Signal;
 use crate::legacy::session::{ClientAnswer, PendingClientRequest, Session};
 use crate::legacy::stream::PROGRESS_PREFIX;
-use crate::provider::{CallSink, LocalBoxFuture, LogLevel, ProviderError, ProviderResult, Value};
+use crate::provider::{
+    CallSink, LocalBoxFuture, LogLevel, NotifySink, ProviderError, ProviderResult, Value,
+};
 use crate::wire::jsonrpc;
 use crate::wire::Code;
 
@@ -152,5 +154,47 @@ fn client_error(e: Value) -> ProviderError {
     ProviderError::ClientError {
         code: e.get("code").and_then(Value::as_i64).unwrap_or(Code::InternalError.value()),
         message: e.get("message").and_then(Value::as_str).unwrap_or("client error").to_owned(),
+    }
+}
+
+/// The sink of a session's `Notifier`: session-level messages become events of the session's
+/// standalone GET stream (replayable like any event); without one open they are dropped.
+pub(crate) struct SessionNotifier {
+    session: Weak<RefCell<Session>>,
+}
+
+impl SessionNotifier {
+    pub(crate) fn new(session: &Rc<RefCell<Session>>) -> SessionNotifier {
+        SessionNotifier { session: Rc::downgrade(session) }
+    }
+}
+
+impl NotifySink for SessionNotifier {
+    fn notify(&self, method: &str, params: Value) {
+        let Some(session) = self.session.upgrade() else { return };
+        let mut s = session.borrow_mut();
+        let Some(key) = s.standalone() else { return };
+        // Built by serde_json: `method` may come from an upstream and is escaped here.
+        let mut message = serde_json::json!({ "jsonrpc": "2.0", "method": method });
+        if let (false, Some(object)) = (params.is_null(), message.as_object_mut()) {
+            object.insert("params".into(), params);
+        }
+        let Ok(payload) = serde_json::to_vec(&message) else { return };
+        let _ended = s.append(key, Bytes::from(payload));
+    }
+
+    fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
+        let passes = self.session.upgrade().is_some_and(|s| level >= s.borrow().log_level);
+        if passes {
+            let mut params = serde_json::json!({ "level": level.as_str(), "data": data });
+            if let (Some(l), Some(obj)) = (logger, params.as_object_mut()) {
+                obj.insert("logger".into(), Value::from(l));
+            }
+            self.notify("notifications/message", params);
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        self.session.upgrade().is_some_and(|s| !s.borrow().closed)
     }
 }

@@ -24,7 +24,7 @@ use crate::config::{MigrationPolicy, ResponseMode};
 use crate::dispatch::{self, ToolRoute};
 use crate::endpoint::{refuse, reply, Core, Outcome, Request};
 use crate::http::{is_media_type, lists_media_type};
-use crate::provider::{CallContext, LogLevel, SessionRef};
+use crate::provider::{CallContext, LogLevel, Notifier, ProviderError, SessionInfo, SessionStart};
 use crate::wire::jsonrpc::{self, Body, Message, RawId};
 use crate::wire::{Answer, Code, Refusal, WireValue};
 use migration::{Decision, Facts, KeyMatch};
@@ -56,7 +56,10 @@ pub(crate) enum SessionEnd {
 /// Ends a session: removes it from the core's table (which closes it: writers stop, tools are
 /// cancelled) and counts it. The one place a session ends.
 pub(crate) fn end_session(core: &Core, id: &SessionId, why: SessionEnd) {
-    if core.sessions.borrow_mut().remove(id).is_some() {
+    let removed = core.sessions.borrow_mut().remove(id);
+    if let Some(session) = removed {
+        let reference = session.borrow().reference();
+        core.registry.close_session(reference);
         match why {
             SessionEnd::Deleted => core.metrics.sessions_deleted_total.inc(),
             SessionEnd::Expired => core.metrics.sessions_expired_total.inc(),
@@ -250,7 +253,7 @@ pub(crate) async fn post(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -
         }
     };
     let Some(session) = session else {
-        return sessionless(core, &req, body, out);
+        return sessionless(core, &req, body, out).await;
     };
     match body {
         Body::Single(Message::Request { id, method, params }) => {
@@ -295,12 +298,12 @@ fn post_headers_ok(req: &Request<'_>) -> Result<(), Refusal> {
 /// serve (e.g. a 2026-07-28 client probing with `server/discover`) gets 400 with the spec's
 /// UnsupportedProtocolVersion error listing our revisions, so the client falls back to the
 /// `initialize` handshake (the Python SDK's default mode does exactly that).
-fn sessionless(core: &Rc<Core>, req: &Request<'_>, body: Body, out: &mut Vec<u8>) -> Outcome {
+async fn sessionless(core: &Rc<Core>, req: &Request<'_>, body: Body, out: &mut Vec<u8>) -> Outcome {
     let keep_alive = req.head.keep_alive;
     match body {
         Body::Single(Message::Request { id, method, params }) => {
             if method == "initialize" {
-                initialize(core, id, &params, out, keep_alive)
+                initialize(core, id, params, out, keep_alive).await
             } else if !version_ok(req) {
                 let requested = req.header(&req.head.protocol_version).map(String::from_utf8_lossy);
                 let answer = Answer::UnsupportedVersion {
@@ -318,11 +321,12 @@ fn sessionless(core: &Rc<Core>, req: &Request<'_>, body: Body, out: &mut Vec<u8>
 }
 
 /// `initialize` without a session: creates one on this core (MCP lifecycle: echo a supported
-/// requested version, else answer with our latest).
-fn initialize(
+/// requested version, else answer with our latest), once every provider has opened it (a
+/// bridge starts the session's upstream first, and adds its capabilities and instructions).
+async fn initialize(
     core: &Rc<Core>,
     id: RawId,
-    params: &WireValue,
+    params: WireValue,
     out: &mut Vec<u8>,
     keep_alive: bool,
 ) -> Outcome {
@@ -342,19 +346,71 @@ fn initialize(
     };
     let mut session = Session::new(sid, tag, version, &core.cfg);
     session.count_bytes_in(core.buffered_bytes.clone());
-    core.sessions.borrow_mut().insert(session);
+    let reference = session.reference();
+    // In the table while the providers open it (no client knows its id yet), so that a
+    // provider's notifier reaches it.
+    let session = core.sessions.borrow_mut().insert(session);
+    let notifier = Notifier::new(Rc::new(context::SessionNotifier::new(&session)));
+    let client_params = dispatch::into_public(params);
+    let start =
+        SessionStart { session: reference, protocol_version: version, client_params, notifier };
+    let infos = match core.registry.open_session(&start).await {
+        Ok(infos) => infos,
+        Err(e) => {
+            core.sessions.borrow_mut().remove(&sid);
+            if matches!(e, ProviderError::Unavailable(_)) {
+                core.metrics.limit_upstream.inc();
+                return refuse(out, Refusal::Unavailable, Some(&id), keep_alive);
+            }
+            let mut body = Vec::with_capacity(128);
+            crate::wire::push_provider_error(&mut body, &id, &e);
+            return reply(out, Answer::Json(&body), keep_alive);
+        }
+    };
     core.metrics.sessions_created_total.inc();
     core.metrics.sessions_active.inc();
-    let result = serde_json::json!({
-        "protocolVersion": version,
-        "capabilities": core.registry.capabilities(),
-        "serverInfo": { "name": "tidemark", "version": env!("CARGO_PKG_VERSION") },
-        "instructions": "tidemark: resumable MCP streams. If a stream drops, resume it with GET + Last-Event-ID instead of re-POSTing."
-    });
+    let result = initialize_result(core, version, &infos);
     let mut body = Vec::with_capacity(512);
     dispatch::push_result_value(&mut body, &id, &result);
     let header = sid.to_header();
     reply(out, Answer::Initialized { body: &body, session_id: header.as_bytes() }, keep_alive)
+}
+
+/// tidemark's own `instructions`: the one thing a client should know about this endpoint.
+const INSTRUCTIONS: &str = "tidemark: resumable MCP streams. If a stream drops, resume it with GET + Last-Event-ID instead of re-POSTing.";
+
+/// The `initialize` result: tidemark's capabilities with the providers' merged over them, their
+/// instructions after tidemark's, and the first provider-given `serverInfo` (a bridge with one
+/// upstream announces the upstream's).
+fn initialize_result(core: &Core, version: &str, infos: &[SessionInfo]) -> crate::provider::Value {
+    let mut capabilities = core.registry.capabilities().clone();
+    let mut instructions = String::from(INSTRUCTIONS);
+    let mut server_info = None;
+    for info in infos {
+        if let (Some(crate::provider::Value::Object(theirs)), Some(ours)) =
+            (&info.capabilities, capabilities.as_object_mut())
+        {
+            for (name, value) in theirs {
+                ours.insert(name.clone(), value.clone());
+            }
+        }
+        if let Some(text) = &info.instructions {
+            instructions.push_str("\n\n");
+            instructions.push_str(text);
+        }
+        if server_info.is_none() {
+            server_info = info.server_info.clone();
+        }
+    }
+    let server_info = server_info.unwrap_or_else(
+        || serde_json::json!({ "name": "tidemark", "version": env!("CARGO_PKG_VERSION") }),
+    );
+    serde_json::json!({
+        "protocolVersion": version,
+        "capabilities": capabilities,
+        "serverInfo": server_info,
+        "instructions": instructions,
+    })
 }
 
 fn random_u32() -> Result<u32, getrandom::Error> {
@@ -613,7 +669,7 @@ async fn request(
 fn call_context(session: &SessionRc, key: StreamKey) -> CallContext {
     let (identity, version) = {
         let s = session.borrow();
-        (SessionRef::new(u64::from(s.tag) << 32 ^ (s.id.random as u64)), s.version)
+        (s.reference(), s.version)
     };
     let sink = Rc::new(context::StreamSink { session: Rc::downgrade(session), key });
     CallContext::new(sink, identity, version)
@@ -630,7 +686,8 @@ async fn answer_inline(
     out: &mut Vec<u8>,
 ) {
     if method != "logging/setLevel" {
-        core.registry.answer(id, method, params, out).await;
+        let reference = session.borrow().reference();
+        core.registry.answer(reference, id, method, params, out).await;
         return;
     }
     match params.get("level").and_then(|l| l.as_str()).and_then(LogLevel::parse) {

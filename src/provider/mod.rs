@@ -196,6 +196,14 @@ pub enum ProviderError {
     /// The provider's own failure or resource exhaustion → -32603.
     #[error("internal error: {0}")]
     Internal(String),
+    /// A JSON-RPC error passed to the client as is: a bridge relays its upstream's errors, and
+    /// its own faults with `data` naming the upstream.
+    #[error("error {code}: {message}")]
+    Rpc { code: i64, message: String, data: Option<Value> },
+    /// A capacity limit (e.g. `--upstream-max-processes`): the request may succeed later; a
+    /// refused `initialize` gets 503.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
 }
 
 /// The result type of every provider method.
@@ -234,27 +242,39 @@ pub trait Provider {
         cx: CallContext,
     ) -> LocalBoxFuture<'a, ProviderResult<Value>>;
 
-    /// Items for `resources/list` (each `{uri, name, ...}`).
-    fn list_resources(&self) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
+    /// Items for `resources/list` (each `{uri, name, ...}`). `session` is the client session
+    /// that asks (`SessionRef::NONE` when the server probes its capabilities at start): a
+    /// provider whose answers differ per session (a bridge) answers for that session.
+    fn list_resources(
+        &self,
+        session: SessionRef,
+    ) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
+        let _ = session;
         Box::pin(std::future::ready(Ok(Vec::new())))
     }
 
     /// Items for `resources/templates/list` (each `{uriTemplate, name, ...}`).
-    fn list_resource_templates(&self) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
+    fn list_resource_templates(
+        &self,
+        session: SessionRef,
+    ) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
+        let _ = session;
         Box::pin(std::future::ready(Ok(Vec::new())))
     }
 
     /// The `resources/read` result (`{contents: [...]}`), or `Ok(None)` when the uri is not ours.
     fn read_resource<'a>(
         &'a self,
+        session: SessionRef,
         uri: &'a str,
     ) -> LocalBoxFuture<'a, ProviderResult<Option<Value>>> {
-        let _ = uri;
+        let _ = (session, uri);
         Box::pin(std::future::ready(Ok(None)))
     }
 
     /// Items for `prompts/list` (each `{name, description, arguments?}`).
-    fn list_prompts(&self) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
+    fn list_prompts(&self, session: SessionRef) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
+        let _ = session;
         Box::pin(std::future::ready(Ok(Vec::new())))
     }
 
@@ -262,10 +282,11 @@ pub trait Provider {
     /// `arguments` is the request's `arguments` object, or `Value::Null`.
     fn get_prompt<'a>(
         &'a self,
+        session: SessionRef,
         name: &'a str,
         arguments: Value,
     ) -> LocalBoxFuture<'a, ProviderResult<Option<Value>>> {
-        let _ = (name, arguments);
+        let _ = (session, name, arguments);
         Box::pin(std::future::ready(Ok(None)))
     }
 
@@ -273,12 +294,97 @@ pub trait Provider {
     /// reference is not ours. The server caps the list at MCP's 100 values.
     fn complete<'a>(
         &'a self,
+        session: SessionRef,
         reference: &'a Value,
         argument: &'a Value,
     ) -> LocalBoxFuture<'a, ProviderResult<Option<Vec<String>>>> {
-        let _ = (reference, argument);
+        let _ = (session, reference, argument);
         Box::pin(std::future::ready(Ok(None)))
     }
+
+    /// A client session starts (`initialize`). A provider that keeps per-session state (a
+    /// bridge starts the session's upstream here) prepares it, and may add to the `initialize`
+    /// result. `Err(ProviderError::Unavailable)` refuses the session with 503 (a capacity
+    /// limit); any other error refuses it with -32603. Runs before the client is answered.
+    fn open_session<'a>(
+        &'a self,
+        start: &'a SessionStart,
+    ) -> LocalBoxFuture<'a, ProviderResult<SessionInfo>> {
+        let _ = start;
+        Box::pin(std::future::ready(Ok(SessionInfo::default())))
+    }
+
+    /// A client session ended (DELETE, idle expiry, or the server's drain). Its running calls
+    /// are already cancelled.
+    fn close_session(&self, session: SessionRef) {
+        let _ = session;
+    }
+}
+
+/// What a provider learns when a client session starts.
+#[derive(Clone)]
+pub struct SessionStart {
+    pub session: SessionRef,
+    /// The revision negotiated with the client (`"2025-11-25"`, …).
+    pub protocol_version: &'static str,
+    /// The client's `initialize` params: `capabilities`, `clientInfo`, … (`Value::Null` when
+    /// it sent none).
+    pub client_params: Value,
+    /// Session-level messages to the client (list changes, resource updates, logs outside a
+    /// call), on the session's standalone GET stream.
+    pub notifier: Notifier,
+}
+
+/// What a provider adds to a session's `initialize` result.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SessionInfo {
+    /// Joined (blank line between) with the other providers' and tidemark's own.
+    pub instructions: Option<String>,
+    /// `ServerCapabilities` members, merged over tidemark's (a provider's object members win).
+    pub capabilities: Option<Value>,
+    /// The `serverInfo` to announce instead of tidemark's (the first provider's that sets one).
+    pub server_info: Option<Value>,
+}
+
+/// Sends session-level notifications to a client (not tied to a call): each becomes an event
+/// of the session's standalone GET stream, replayable like any other; dropped when the client
+/// has no standalone stream open (MCP gives them no other channel). Cheap to clone.
+#[derive(Clone)]
+pub struct Notifier {
+    sink: Rc<dyn NotifySink>,
+}
+
+impl Notifier {
+    pub(crate) fn new(sink: Rc<dyn NotifySink>) -> Notifier {
+        Notifier { sink }
+    }
+
+    /// A notifier that drops everything (unit tests, sessionless work).
+    pub fn detached() -> Notifier {
+        Notifier { sink: Rc::new(DetachedSink) }
+    }
+
+    /// Sends `{"jsonrpc":"2.0","method":method,"params":params}` (no params when `Null`).
+    pub fn notify(&self, method: &str, params: Value) {
+        self.sink.notify(method, params);
+    }
+
+    /// Sends `notifications/message` when `level` passes the session's `logging/setLevel`.
+    pub fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
+        self.sink.log(level, logger, data);
+    }
+
+    /// False once the session ended.
+    pub fn is_open(&self) -> bool {
+        self.sink.is_open()
+    }
+}
+
+/// The protocol path's side of a `Notifier`.
+pub(crate) trait NotifySink {
+    fn notify(&self, method: &str, params: Value);
+    fn log(&self, level: LogLevel, logger: Option<&str>, data: Value);
+    fn is_open(&self) -> bool;
 }
 
 /// How a provider announces that its lists changed. Cheap to clone; core-local.
@@ -306,6 +412,9 @@ impl Changes {
 pub struct SessionRef(u64);
 
 impl SessionRef {
+    /// No session: the server asking at start, before any client.
+    pub const NONE: SessionRef = SessionRef(0);
+
     pub(crate) fn new(value: u64) -> SessionRef {
         SessionRef(value)
     }
@@ -434,6 +543,16 @@ impl CallSink for DetachedSink {
 
     fn cancelled(&self) -> LocalBoxFuture<'static, ()> {
         Box::pin(std::future::pending())
+    }
+}
+
+impl NotifySink for DetachedSink {
+    fn notify(&self, _method: &str, _params: Value) {}
+
+    fn log(&self, _level: LogLevel, _logger: Option<&str>, _data: Value) {}
+
+    fn is_open(&self) -> bool {
+        false
     }
 }
 

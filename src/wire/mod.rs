@@ -318,6 +318,12 @@ pub fn push_provider_error(out: &mut Vec<u8>, id: &RawId, e: &ProviderError) {
         ProviderError::ClientError { message, .. } => (Code::InternalError, message.as_str()),
         ProviderError::Cancelled => (Code::InternalError, "cancelled"),
         ProviderError::Internal(m) => (Code::InternalError, m.as_str()),
+        ProviderError::Unavailable(m) => (Code::InternalError, m.as_str()),
+        ProviderError::Rpc { code, message, data } => {
+            let data = data.as_ref().and_then(|d| serde_json::to_string(d).ok());
+            jsonrpc::push_error(out, Some(id), *code, message, data.as_deref());
+            return;
+        }
     };
     jsonrpc::push_error(out, Some(id), code.value(), message, None);
 }

@@ -440,6 +440,12 @@ impl Session {
         Ok(key)
     }
 
+    /// The providers' name for this session (`SessionRef`): stable for its life, unique
+    /// among live sessions, and no secret (the `Mcp-Session-Id` cannot be derived from it).
+    pub fn reference(&self) -> crate::provider::SessionRef {
+        crate::provider::SessionRef::new(u64::from(self.tag) << 32 ^ (self.id.random as u64))
+    }
+
     pub fn standalone(&self) -> Option<StreamKey> {
         self.standalone
     }

@@ -15,8 +15,8 @@ use std::rc::Rc;
 
 use crate::config::BuiltinSet;
 use crate::provider::{
-    Annotations, CallContext, LocalBoxFuture, Provider, ProviderError, ProviderResult, ToolInfo,
-    Value,
+    Annotations, CallContext, LocalBoxFuture, Provider, ProviderError, ProviderResult, SessionRef,
+    ToolInfo, Value,
 };
 
 /// What `tools/list` says about a built-in tool, as constants.
@@ -122,31 +122,39 @@ impl Provider for BuiltinProvider {
         }
     }
 
-    fn list_resources(&self) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
+    fn list_resources(
+        &self,
+        _session: SessionRef,
+    ) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
         let listed = self.catalog.as_ref().map(|c| c.resources()).unwrap_or_default();
         Box::pin(std::future::ready(Ok(listed)))
     }
 
-    fn list_resource_templates(&self) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
+    fn list_resource_templates(
+        &self,
+        _session: SessionRef,
+    ) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
         let listed = self.catalog.as_ref().map(|c| c.resource_templates()).unwrap_or_default();
         Box::pin(std::future::ready(Ok(listed)))
     }
 
     fn read_resource<'a>(
         &'a self,
+        _session: SessionRef,
         uri: &'a str,
     ) -> LocalBoxFuture<'a, ProviderResult<Option<Value>>> {
         let read = self.catalog.as_ref().and_then(|c| c.read_resource(uri));
         Box::pin(std::future::ready(Ok(read)))
     }
 
-    fn list_prompts(&self) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
+    fn list_prompts(&self, _session: SessionRef) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
         let listed = self.catalog.as_ref().map(|c| c.prompts()).unwrap_or_default();
         Box::pin(std::future::ready(Ok(listed)))
     }
 
     fn get_prompt<'a>(
         &'a self,
+        _session: SessionRef,
         name: &'a str,
         arguments: Value,
     ) -> LocalBoxFuture<'a, ProviderResult<Option<Value>>> {
@@ -159,6 +167,7 @@ impl Provider for BuiltinProvider {
 
     fn complete<'a>(
         &'a self,
+        _session: SessionRef,
         reference: &'a Value,
         argument: &'a Value,
     ) -> LocalBoxFuture<'a, ProviderResult<Option<Vec<String>>>> {
@@ -324,19 +333,19 @@ mod tests {
     fn the_demo_set_has_no_catalog_and_conformance_has_one() {
         // Goal: catalogs flow through the provider methods. Method: list and look up.
         let demo = BuiltinProvider::new(BuiltinSet::Demo);
-        assert_eq!(run(demo.list_resources()), Ok(vec![]));
-        assert_eq!(run(demo.read_resource("test://static-text")), Ok(None));
-        assert_eq!(run(demo.get_prompt("test_simple_prompt", Value::Null)), Ok(None));
+        assert_eq!(run(demo.list_resources(SessionRef::NONE)), Ok(vec![]));
+        assert_eq!(run(demo.read_resource(SessionRef::NONE, "test://static-text")), Ok(None));
+        assert_eq!(run(demo.get_prompt(SessionRef::NONE, "test_simple_prompt", Value::Null)), Ok(None));
         let conformance = BuiltinProvider::new(BuiltinSet::Conformance);
-        assert_eq!(run(conformance.list_resources()).map(|r| r.len()), Ok(3));
-        assert_eq!(run(conformance.list_resource_templates()).map(|r| r.len()), Ok(1));
-        assert_eq!(run(conformance.list_prompts()).map(|r| r.len()), Ok(4));
-        let read = run(conformance.read_resource("test://template/123/data")).expect("ok");
+        assert_eq!(run(conformance.list_resources(SessionRef::NONE)).map(|r| r.len()), Ok(3));
+        assert_eq!(run(conformance.list_resource_templates(SessionRef::NONE)).map(|r| r.len()), Ok(1));
+        assert_eq!(run(conformance.list_prompts(SessionRef::NONE)).map(|r| r.len()), Ok(4));
+        let read = run(conformance.read_resource(SessionRef::NONE, "test://template/123/data")).expect("ok");
         assert!(read.expect("ours")["contents"][0]["text"]
             .as_str()
             .is_some_and(|t| t.contains("123")));
-        assert_eq!(run(conformance.get_prompt("nope", json!({}))), Ok(None));
-        let invalid = run(conformance.get_prompt("test_prompt_with_arguments", json!({})));
+        assert_eq!(run(conformance.get_prompt(SessionRef::NONE, "nope", json!({}))), Ok(None));
+        let invalid = run(conformance.get_prompt(SessionRef::NONE, "test_prompt_with_arguments", json!({})));
         assert!(matches!(invalid, Err(ProviderError::InvalidParams(_))));
     }
 }

@@ -1,0 +1,800 @@
+//! The bridge: tidemark in front of another MCP server (`--upstream`), which then gets every
+//! guarantee tidemark gives its own tools. Each upstream is a `Provider` (`Bridge`), so its
+//! calls run through the same sessions, replay rings, migration boundary and `Idempotency-Key`
+//! dedup as built-in tools: every upstream message of a call becomes an event of that call's
+//! request stream, and the upstream sees each call once, whatever the client's drops do.
+//!
+//! Owns: the `--upstream` spec (`UpstreamSpec`), the bridge settings, and per core and
+//! upstream the links to upstream connections: one per client session (`per-session`
+//! isolation, the default: the child starts at `initialize` and ends with the session) or one
+//! for all sessions of the core (`shared`). The tool catalog (the upstream's tools, names
+//! prefixed when there are several upstreams) is kept per core and re-listed when an upstream
+//! says its tools changed.
+//!
+//! A session's upstream I/O runs on the core that owns the session: the child's streams are
+//! sockets of that core's runtime (`stdio`). Starting a child (fork+exec) is the one
+//! synchronous system call on a worker, once per session in `per-session` mode; it takes well
+//! under a millisecond and is not on the path of any call.
+//!
+//! Called by: `server` (one `Bridge` per upstream per core), `dispatch` (as any provider).
+//! Never: runs a shell, or lets a client's session reach another session's upstream process.
+
+mod peer;
+mod stdio;
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::fmt;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::legacy::session::signal::Signal;
+use crate::provider::{
+    Annotations, CallContext, Changes, LocalBoxFuture, LogLevel, Notifier, Provider, ProviderError,
+    ProviderResult, SessionInfo, SessionRef, SessionStart, ToolInfo, Value,
+};
+use crate::wire::Code;
+use peer::{Peer, PeerEvents};
+pub(crate) use stdio::ProcessCount;
+use stdio::{SpawnError, StdioTransport};
+
+/// One `--upstream` flag.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpstreamSpec {
+    /// `NAME=` before the target; required when several upstreams are given (it prefixes their
+    /// names), optional with one.
+    pub name: Option<String>,
+    pub target: UpstreamTarget,
+}
+
+/// Where an upstream is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UpstreamTarget {
+    /// `stdio:COMMAND ARGS…`: the command and its arguments, split like a shell would (quotes
+    /// and backslashes), with no shell run.
+    Stdio(Vec<String>),
+    /// `http://HOST:PORT/PATH`: a Streamable HTTP MCP server.
+    Http(String),
+}
+
+/// Why an `--upstream` value is not usable.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum UpstreamSpecError {
+    #[error("--upstream {0:?}: expected 'stdio:COMMAND ARGS…' or 'http://HOST:PORT/PATH', optionally after 'NAME='")]
+    Unknown(String),
+    #[error("--upstream {0:?}: the command is empty")]
+    EmptyCommand(String),
+    #[error("--upstream {0:?}: unbalanced quote in the command")]
+    Unbalanced(String),
+    #[error("--upstream {0:?}: https is not supported; run the upstream on http behind a local TLS terminator, or on this host")]
+    Https(String),
+    #[error("several --upstream flags: each needs a distinct NAME= (letters, digits, '-', '_'; no '__'): {0}")]
+    Naming(String),
+}
+
+impl UpstreamSpec {
+    /// Parses one `--upstream` value.
+    pub fn parse(text: &str) -> Result<UpstreamSpec, UpstreamSpecError> {
+        let (name, rest) = match text.split_once('=') {
+            Some((name, rest)) if is_upstream_name(name) && has_scheme(rest) => {
+                (Some(name.to_owned()), rest)
+            }
+            _ => (None, text),
+        };
+        let target = if let Some(command) = rest.strip_prefix("stdio:") {
+            let argv = split_command(command)
+                .ok_or_else(|| UpstreamSpecError::Unbalanced(text.to_owned()))?;
+            if argv.is_empty() {
+                return Err(UpstreamSpecError::EmptyCommand(text.to_owned()));
+            }
+            UpstreamTarget::Stdio(argv)
+        } else if rest.starts_with("http://") {
+            UpstreamTarget::Http(rest.to_owned())
+        } else if rest.starts_with("https://") {
+            return Err(UpstreamSpecError::Https(text.to_owned()));
+        } else {
+            return Err(UpstreamSpecError::Unknown(text.to_owned()));
+        };
+        Ok(UpstreamSpec { name, target })
+    }
+
+    /// Checks a whole list: with several upstreams each is named, uniquely.
+    pub fn check_names(specs: &[UpstreamSpec]) -> Result<(), UpstreamSpecError> {
+        if specs.len() < 2 {
+            return Ok(());
+        }
+        let mut seen = std::collections::HashSet::new();
+        for spec in specs {
+            match &spec.name {
+                Some(name) if seen.insert(name.as_str()) => {}
+                Some(name) => return Err(UpstreamSpecError::Naming(format!("{name} twice"))),
+                None => return Err(UpstreamSpecError::Naming(format!("{spec} has none"))),
+            }
+        }
+        Ok(())
+    }
+
+    /// The name in logs and fault data: the given name, else the command or URL.
+    fn label(&self) -> String {
+        match (&self.name, &self.target) {
+            (Some(name), _) => name.clone(),
+            (None, UpstreamTarget::Stdio(argv)) => argv.join(" "),
+            (None, UpstreamTarget::Http(url)) => url.clone(),
+        }
+    }
+}
+
+impl fmt::Display for UpstreamSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(name) = &self.name {
+            write!(f, "{name}=")?;
+        }
+        match &self.target {
+            UpstreamTarget::Stdio(argv) => write!(f, "stdio:{}", argv.join(" ")),
+            UpstreamTarget::Http(url) => f.write_str(url),
+        }
+    }
+}
+
+fn is_upstream_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 32
+        && !name.contains("__")
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+fn has_scheme(rest: &str) -> bool {
+    ["stdio:", "http://", "https://"].iter().any(|s| rest.starts_with(s))
+}
+
+/// Splits a command line like a POSIX shell's word splitting with quotes: whitespace separates
+/// words, '…' keeps everything literally, "…" keeps everything but `\"` and `\\`, a backslash
+/// outside quotes escapes the next character. No expansion of any kind. `None` when a quote
+/// is not closed.
+fn split_command(command: &str) -> Option<Vec<String>> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut chars = command.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next()? {
+                        '\'' => break,
+                        c => word.push(c),
+                    }
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next()? {
+                        '"' => break,
+                        '\\' => match chars.next()? {
+                            c @ ('"' | '\\') => word.push(c),
+                            c => {
+                                word.push('\\');
+                                word.push(c);
+                            }
+                        },
+                        c => word.push(c),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                word.push(chars.next()?);
+            }
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                word.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(word);
+    }
+    Some(words)
+}
+
+/// `--upstream-isolation`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Isolation {
+    /// One upstream connection (child process) per client session.
+    #[default]
+    PerSession,
+    /// One upstream connection per core for all its sessions.
+    Shared,
+}
+
+/// The bridge flags, shared by every core.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub env: Vec<(String, String)>,
+    pub isolation: Isolation,
+    pub max_processes: usize,
+    pub timeout: Duration,
+    pub line_bytes: usize,
+    pub queue_bytes: usize,
+    pub kill_grace: Duration,
+}
+
+/// The separator between an upstream's name and a tool or prompt name with several upstreams
+/// (`NAME__tool`): tool names allow only `[A-Za-z0-9_.-]` in many clients, and upstream names
+/// may not contain it.
+pub const NAME_SEPARATOR: &str = "__";
+/// The separator between an upstream's name and a resource URI (`NAME+scheme://…`), which
+/// keeps the result a URI (`+` is allowed in a scheme).
+pub const URI_SEPARATOR: &str = "+";
+
+/// A client session's (or, shared, a core's) connection to the upstream, made on demand: the
+/// first `initialize`, and again after the upstream ended (the next request respawns it).
+struct Link {
+    protocol_version: &'static str,
+    client_params: Value,
+    peer: RefCell<Option<Rc<Peer>>>,
+    /// What the upstream said in its `initialize` result (for the session's).
+    info: RefCell<SessionInfo>,
+    connecting: Cell<bool>,
+    connected: Signal,
+    /// Where notifications outside calls go (the session's; all sessions' when shared).
+    notify: Rc<dyn PeerEvents>,
+}
+
+/// The state the bridge shares with its links' event handlers.
+struct Shared {
+    changes: RefCell<Option<Changes>>,
+    catalog_stale: Cell<bool>,
+    /// Sessions of this core using the shared link (for its session-level notifications).
+    notifiers: RefCell<HashMap<SessionRef, Notifier>>,
+}
+
+impl Shared {
+    fn tools_changed(&self) {
+        self.catalog_stale.set(true);
+        if let Some(changes) = self.changes.borrow().as_ref() {
+            changes.tools_changed();
+        }
+    }
+}
+
+/// One session's notifications.
+struct SessionEvents {
+    shared: Rc<Shared>,
+    notifier: Notifier,
+}
+
+impl PeerEvents for SessionEvents {
+    fn tools_changed(&self) {
+        self.shared.tools_changed();
+    }
+
+    fn notification(&self, method: &str, params: Value) {
+        self.notifier.notify(method, params);
+    }
+
+    fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
+        self.notifier.log(level, logger, data);
+    }
+}
+
+/// The shared link's notifications: to every session of the core.
+struct BroadcastEvents(Rc<Shared>);
+
+impl PeerEvents for BroadcastEvents {
+    fn tools_changed(&self) {
+        self.0.tools_changed();
+    }
+
+    fn notification(&self, method: &str, params: Value) {
+        for notifier in self.0.notifiers.borrow().values() {
+            notifier.notify(method, params.clone());
+        }
+    }
+
+    fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
+        for notifier in self.0.notifiers.borrow().values() {
+            notifier.log(level, logger, data.clone());
+        }
+    }
+}
+
+/// One upstream on one core.
+pub(crate) struct Bridge {
+    name: Rc<str>,
+    /// `Some(name)` with several upstreams: names and URIs carry it.
+    prefix: Option<String>,
+    target: UpstreamTarget,
+    settings: Arc<Settings>,
+    count: Arc<ProcessCount>,
+    shared: Rc<Shared>,
+    /// The upstream's tools as last listed (names as clients see them).
+    catalog: RefCell<Vec<ToolInfo>>,
+    links: RefCell<HashMap<SessionRef, Rc<Link>>>,
+    /// `shared` isolation: the core's one link, made at the first session.
+    core_link: RefCell<Option<Rc<Link>>>,
+}
+
+impl Bridge {
+    pub(crate) fn new(
+        spec: &UpstreamSpec,
+        prefixed: bool,
+        settings: Arc<Settings>,
+        count: Arc<ProcessCount>,
+    ) -> Bridge {
+        Bridge {
+            name: Rc::from(spec.label()),
+            prefix: if prefixed { spec.name.clone() } else { None },
+            target: spec.target.clone(),
+            settings,
+            count,
+            shared: Rc::new(Shared {
+                changes: RefCell::new(None),
+                catalog_stale: Cell::new(true),
+                notifiers: RefCell::new(HashMap::new()),
+            }),
+            catalog: RefCell::new(Vec::new()),
+            links: RefCell::new(HashMap::new()),
+            core_link: RefCell::new(None),
+        }
+    }
+
+    /// The link serving `session`, if it has one.
+    fn link(&self, session: SessionRef) -> Option<Rc<Link>> {
+        match self.settings.isolation {
+            Isolation::PerSession => self.links.borrow().get(&session).cloned(),
+            Isolation::Shared => self.core_link.borrow().clone(),
+        }
+    }
+
+    /// The link's live upstream connection, connecting (again) when it has none.
+    async fn peer(&self, link: &Link) -> ProviderResult<Rc<Peer>> {
+        loop {
+            let connected = link.connected.notified();
+            let alive = link.peer.borrow().clone().filter(|p| p.is_alive());
+            if let Some(peer) = alive {
+                return Ok(peer);
+            }
+            if link.connecting.get() {
+                connected.await;
+                continue;
+            }
+            link.connecting.set(true);
+            let made = self.connect(link).await;
+            link.connecting.set(false);
+            link.connected.notify_all();
+            let (peer, info) = made?;
+            *link.peer.borrow_mut() = Some(peer.clone());
+            *link.info.borrow_mut() = info;
+            return Ok(peer);
+        }
+    }
+
+    /// Starts an upstream connection and runs the MCP handshake on it.
+    async fn connect(&self, link: &Link) -> ProviderResult<(Rc<Peer>, SessionInfo)> {
+        let peer = Rc::new(Peer::new(self.name.clone(), link.notify.clone()));
+        match &self.target {
+            UpstreamTarget::Stdio(argv) => {
+                let weak = Rc::downgrade(&peer);
+                let spawned = StdioTransport::spawn(
+                    self.name.clone(),
+                    argv,
+                    &self.settings,
+                    self.count.clone(),
+                    weak,
+                );
+                match spawned {
+                    Ok(transport) => peer.bind(transport),
+                    Err(SpawnError::AtCapacity) => {
+                        return Err(ProviderError::Unavailable(format!(
+                            "upstream {}: {} processes running (--upstream-max-processes)",
+                            self.name, self.settings.max_processes
+                        )))
+                    }
+                    Err(SpawnError::Failed(why)) => return Err(self.fault(&why)),
+                }
+            }
+            UpstreamTarget::Http(_) => {
+                return Err(self.fault("http upstreams are not available in this build"))
+            }
+        }
+        let client = &link.client_params;
+        let params = json!({
+            "protocolVersion": link.protocol_version,
+            "capabilities": client.get("capabilities").cloned().unwrap_or_else(|| json!({})),
+            "clientInfo": client.get("clientInfo").cloned()
+                .unwrap_or_else(|| json!({ "name": "tidemark", "version": env!("CARGO_PKG_VERSION") })),
+        });
+        let timeout = self.settings.timeout;
+        let result = match peer.request("initialize", params, None, timeout).await {
+            Ok(result) => result,
+            Err(e) => {
+                peer.shutdown();
+                return Err(e);
+            }
+        };
+        peer.notify("notifications/initialized", Value::Null);
+        if self.shared.catalog_stale.get() {
+            self.relist(&peer).await;
+        }
+        let info = SessionInfo {
+            instructions: result.get("instructions").and_then(Value::as_str).map(
+                |text| match &self.prefix {
+                    Some(prefix) => format!("{prefix}: {text}"),
+                    None => text.to_owned(),
+                },
+            ),
+            capabilities: result.get("capabilities").cloned(),
+            server_info: if self.prefix.is_none() {
+                result.get("serverInfo").cloned()
+            } else {
+                None
+            },
+        };
+        Ok((peer, info))
+    }
+
+    /// Lists the upstream's tools into the catalog; announces a change.
+    async fn relist(&self, peer: &Peer) {
+        self.shared.catalog_stale.set(false);
+        let listed = match peer.list_all("tools/list", "tools", self.settings.timeout).await {
+            Ok(listed) => listed,
+            Err(e) => {
+                tracing::warn!(upstream = %self.name, error = %e, "upstream tools/list failed");
+                self.shared.catalog_stale.set(true);
+                return;
+            }
+        };
+        let tools: Vec<ToolInfo> = listed.iter().filter_map(|t| self.tool_info(t)).collect();
+        if *self.catalog.borrow() != tools {
+            *self.catalog.borrow_mut() = tools;
+            if let Some(changes) = self.shared.changes.borrow().as_ref() {
+                changes.tools_changed();
+            }
+        }
+    }
+
+    /// An upstream `tools/list` item as tidemark lists it (prefixed name).
+    fn tool_info(&self, tool: &Value) -> Option<ToolInfo> {
+        let name = tool.get("name")?.as_str()?;
+        let hints = tool.get("annotations");
+        let hint = |key: &str| hints.and_then(|h| h.get(key)).and_then(Value::as_bool);
+        let annotations = Annotations {
+            title: hints.and_then(|h| h.get("title")).and_then(Value::as_str).map(str::to_owned),
+            read_only: hint("readOnlyHint"),
+            destructive: hint("destructiveHint"),
+            idempotent: hint("idempotentHint"),
+            open_world: hint("openWorldHint"),
+        };
+        Some(ToolInfo {
+            name: self.outward(name),
+            description: tool.get("description").and_then(Value::as_str).map(str::to_owned),
+            input_schema: tool
+                .get("inputSchema")
+                .cloned()
+                .unwrap_or_else(|| json!({ "type": "object" })),
+            output_schema: tool.get("outputSchema").cloned(),
+            annotations,
+        })
+    }
+
+    /// A tool or prompt name as clients see it.
+    fn outward(&self, name: &str) -> String {
+        match &self.prefix {
+            Some(prefix) => format!("{prefix}{NAME_SEPARATOR}{name}"),
+            None => name.to_owned(),
+        }
+    }
+
+    /// A client-side tool or prompt name as the upstream knows it; `None` when not ours.
+    fn inward<'a>(&self, name: &'a str) -> Option<&'a str> {
+        match &self.prefix {
+            Some(prefix) => name.strip_prefix(prefix.as_str())?.strip_prefix(NAME_SEPARATOR),
+            None => Some(name),
+        }
+    }
+
+    /// A resource URI as clients see it.
+    fn outward_uri(&self, uri: &str) -> String {
+        match &self.prefix {
+            Some(prefix) => format!("{prefix}{URI_SEPARATOR}{uri}"),
+            None => uri.to_owned(),
+        }
+    }
+
+    fn inward_uri<'a>(&self, uri: &'a str) -> Option<&'a str> {
+        match &self.prefix {
+            Some(prefix) => uri.strip_prefix(prefix.as_str())?.strip_prefix(URI_SEPARATOR),
+            None => Some(uri),
+        }
+    }
+
+    fn fault(&self, why: &str) -> ProviderError {
+        ProviderError::Rpc {
+            code: Code::InternalError.value(),
+            message: format!("upstream {} failed: {why}", self.name),
+            data: Some(json!({ "upstream": &*self.name, "reason": why })),
+        }
+    }
+
+    /// The live connection of `session`; `None` when it has no link (the start-up probe).
+    async fn session_peer(&self, session: SessionRef) -> ProviderResult<Option<Rc<Peer>>> {
+        match self.link(session) {
+            Some(link) => self.peer(&link).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// A list method's items from the session's upstream, `rewrite` applied to each.
+    async fn list(
+        &self,
+        session: SessionRef,
+        method: &str,
+        key: &str,
+        rewrite: impl Fn(&mut serde_json::Map<String, Value>),
+    ) -> ProviderResult<Vec<Value>> {
+        let Some(peer) = self.session_peer(session).await? else { return Ok(Vec::new()) };
+        let mut items = peer.list_all(method, key, self.settings.timeout).await?;
+        if self.prefix.is_some() {
+            for item in &mut items {
+                if let Some(object) = item.as_object_mut() {
+                    rewrite(object);
+                }
+            }
+        }
+        Ok(items)
+    }
+
+    /// Rewrites the string member `key` of `object` with `f`.
+    fn rewrite_member(
+        object: &mut serde_json::Map<String, Value>,
+        key: &str,
+        f: impl Fn(&str) -> String,
+    ) {
+        if let Some(Value::String(text)) = object.get_mut(key) {
+            *text = f(text);
+        }
+    }
+}
+
+impl Provider for Bridge {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn attach(&self, changes: Changes) {
+        *self.shared.changes.borrow_mut() = Some(changes);
+    }
+
+    fn list_tools(&self) -> LocalBoxFuture<'_, ProviderResult<Vec<ToolInfo>>> {
+        Box::pin(async move {
+            if self.shared.catalog_stale.get() {
+                let live = match self.settings.isolation {
+                    Isolation::Shared => self.core_link.borrow().clone(),
+                    Isolation::PerSession => self.links.borrow().values().next().cloned(),
+                };
+                let peer = live.and_then(|l| l.peer.borrow().clone()).filter(|p| p.is_alive());
+                if let Some(peer) = peer {
+                    self.relist(&peer).await;
+                }
+            }
+            Ok(self.catalog.borrow().clone())
+        })
+    }
+
+    fn call_tool<'a>(
+        &'a self,
+        name: &'a str,
+        arguments: Value,
+        cx: CallContext,
+    ) -> LocalBoxFuture<'a, ProviderResult<Value>> {
+        Box::pin(async move {
+            let Some(upstream_name) = self.inward(name) else {
+                return Err(ProviderError::NotFound(name.to_owned()));
+            };
+            let Some(link) = self.link(cx.session()) else {
+                return Err(self.fault("the session has no upstream connection"));
+            };
+            let peer = self.peer(&link).await?;
+            let mut params = json!({ "name": upstream_name });
+            if !arguments.is_null() {
+                params["arguments"] = arguments;
+            }
+            peer.request("tools/call", params, Some(cx), self.settings.timeout).await
+        })
+    }
+
+    fn list_resources(
+        &self,
+        session: SessionRef,
+    ) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
+        Box::pin(self.list(session, "resources/list", "resources", |item| {
+            Self::rewrite_member(item, "uri", |uri| self.outward_uri(uri))
+        }))
+    }
+
+    fn list_resource_templates(
+        &self,
+        session: SessionRef,
+    ) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
+        Box::pin(self.list(session, "resources/templates/list", "resourceTemplates", |item| {
+            Self::rewrite_member(item, "uriTemplate", |uri| self.outward_uri(uri))
+        }))
+    }
+
+    fn read_resource<'a>(
+        &'a self,
+        session: SessionRef,
+        uri: &'a str,
+    ) -> LocalBoxFuture<'a, ProviderResult<Option<Value>>> {
+        Box::pin(async move {
+            let Some(upstream_uri) = self.inward_uri(uri) else { return Ok(None) };
+            let Some(peer) = self.session_peer(session).await? else { return Ok(None) };
+            let params = json!({ "uri": upstream_uri });
+            let mut result =
+                peer.request("resources/read", params, None, self.settings.timeout).await?;
+            if self.prefix.is_some() {
+                if let Some(Value::Array(contents)) = result.get_mut("contents") {
+                    for item in contents.iter_mut().filter_map(Value::as_object_mut) {
+                        Self::rewrite_member(item, "uri", |u| self.outward_uri(u));
+                    }
+                }
+            }
+            Ok(Some(result))
+        })
+    }
+
+    fn list_prompts(&self, session: SessionRef) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
+        Box::pin(self.list(session, "prompts/list", "prompts", |item| {
+            Self::rewrite_member(item, "name", |name| self.outward(name))
+        }))
+    }
+
+    fn get_prompt<'a>(
+        &'a self,
+        session: SessionRef,
+        name: &'a str,
+        arguments: Value,
+    ) -> LocalBoxFuture<'a, ProviderResult<Option<Value>>> {
+        Box::pin(async move {
+            let Some(upstream_name) = self.inward(name) else { return Ok(None) };
+            let Some(peer) = self.session_peer(session).await? else { return Ok(None) };
+            let mut params = json!({ "name": upstream_name });
+            if !arguments.is_null() {
+                params["arguments"] = arguments;
+            }
+            peer.request("prompts/get", params, None, self.settings.timeout).await.map(Some)
+        })
+    }
+
+    fn complete<'a>(
+        &'a self,
+        session: SessionRef,
+        reference: &'a Value,
+        argument: &'a Value,
+    ) -> LocalBoxFuture<'a, ProviderResult<Option<Vec<String>>>> {
+        Box::pin(async move {
+            let mut reference = reference.clone();
+            let ours = match reference.get("type").and_then(Value::as_str) {
+                Some("ref/prompt") => {
+                    let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
+                    self.inward(name).map(|n| ("name", n.to_owned()))
+                }
+                Some("ref/resource") => {
+                    let uri = reference.get("uri").and_then(Value::as_str).unwrap_or("");
+                    self.inward_uri(uri).map(|u| ("uri", u.to_owned()))
+                }
+                _ => None,
+            };
+            let Some((key, upstream)) = ours else { return Ok(None) };
+            reference[key] = Value::from(upstream);
+            let Some(peer) = self.session_peer(session).await? else { return Ok(None) };
+            let params = json!({ "ref": reference, "argument": argument });
+            let result =
+                peer.request("completion/complete", params, None, self.settings.timeout).await?;
+            let values = result
+                .pointer("/completion/values")
+                .and_then(Value::as_array)
+                .map(|v| v.iter().filter_map(Value::as_str).map(str::to_owned).collect());
+            Ok(values)
+        })
+    }
+
+    fn open_session<'a>(
+        &'a self,
+        start: &'a SessionStart,
+    ) -> LocalBoxFuture<'a, ProviderResult<SessionInfo>> {
+        Box::pin(async move {
+            match self.settings.isolation {
+                Isolation::PerSession => {
+                    let events = SessionEvents {
+                        shared: self.shared.clone(),
+                        notifier: start.notifier.clone(),
+                    };
+                    let link = Rc::new(new_link(start, Rc::new(events)));
+                    self.links.borrow_mut().insert(start.session, link.clone());
+                    if let Err(e) = self.peer(&link).await {
+                        self.links.borrow_mut().remove(&start.session);
+                        return Err(e);
+                    }
+                    let info = link.info.borrow().clone();
+                    Ok(info)
+                }
+                Isolation::Shared => {
+                    let link = self.core_link.borrow().clone();
+                    let link = match link {
+                        Some(link) => link,
+                        None => {
+                            // The core's link speaks for every client: it offers the upstream
+                            // every client capability tidemark can route to a call.
+                            let mut generic = start.clone();
+                            generic.client_params = json!({
+                                "capabilities": { "sampling": {}, "elicitation": {}, "roots": {} },
+                                "clientInfo": { "name": "tidemark", "version": env!("CARGO_PKG_VERSION") },
+                            });
+                            let events = BroadcastEvents(self.shared.clone());
+                            let link = Rc::new(new_link(&generic, Rc::new(events)));
+                            *self.core_link.borrow_mut() = Some(link.clone());
+                            link
+                        }
+                    };
+                    self.peer(&link).await?;
+                    self.shared
+                        .notifiers
+                        .borrow_mut()
+                        .insert(start.session, start.notifier.clone());
+                    let info = link.info.borrow().clone();
+                    Ok(info)
+                }
+            }
+        })
+    }
+
+    fn close_session(&self, session: SessionRef) {
+        self.shared.notifiers.borrow_mut().remove(&session);
+        let link = self.links.borrow_mut().remove(&session);
+        let peer = link.and_then(|l| l.peer.borrow_mut().take());
+        if let Some(peer) = peer {
+            peer.shutdown();
+        }
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        // The core ends (drain or exit): every child of this core is stopped.
+        let links: Vec<Rc<Link>> = self.links.borrow_mut().drain().map(|(_, l)| l).collect();
+        for link in links.iter().chain(self.core_link.borrow().iter()) {
+            let peer = link.peer.borrow_mut().take();
+            if let Some(peer) = peer {
+                peer.shutdown();
+            }
+        }
+    }
+}
+
+fn new_link(start: &SessionStart, notify: Rc<dyn PeerEvents>) -> Link {
+    Link {
+        protocol_version: start.protocol_version,
+        client_params: start.client_params.clone(),
+        peer: RefCell::new(None),
+        info: RefCell::new(SessionInfo::default()),
+        connecting: Cell::new(false),
+        connected: Signal::default(),
+        notify,
+    }
+}
+
+#[cfg(test)]
+mod tests;

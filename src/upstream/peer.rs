@@ -1,0 +1,448 @@
+//! One MCP client connection to an upstream server, over any `Transport`: request ids and
+//! their answers, the progress-token mapping of tool calls, server→client requests routed to
+//! the tool call that is running (and the client's answer routed back), notifications
+//! forwarded to the session, `notifications/cancelled` toward the upstream when a call ends
+//! early, and the upstream's end failing every call still waiting.
+//!
+//! Called by: `upstream::Bridge` (requests), the transport's reader task (`receive`, `closed`).
+//! Never: blocks, or waits without a deadline (`--upstream-timeout-secs` bounds each request).
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::provider::{CallContext, LogLevel, ProviderError, Value};
+use crate::wire::Code;
+
+/// How messages reach the upstream. Sending queues; a reader task of the transport hands what
+/// arrives to `Peer::receive` and the end to `Peer::closed`.
+pub(crate) trait Transport {
+    /// Queues one JSON-RPC message (a whole JSON object, no newline). `Err` says why it cannot
+    /// be sent (the transport ended, or its queue is full).
+    fn send(&self, message: Vec<u8>) -> Result<(), String>;
+    /// Ends the transport (the child is stopped, the HTTP session deleted); `Peer::closed`
+    /// follows.
+    fn shutdown(&self);
+}
+
+/// What the peer tells its owner besides answers.
+pub(crate) trait PeerEvents {
+    /// `notifications/tools/list_changed` from the upstream.
+    fn tools_changed(&self);
+    /// A notification that belongs to no running call (resource updates, list changes, logs
+    /// outside a call), to forward to the client session(s) as is.
+    fn notification(&self, method: &str, params: Value);
+    /// A log message outside a call.
+    fn log(&self, level: LogLevel, logger: Option<&str>, data: Value);
+}
+
+/// A one-shot slot a waiting request parks on.
+#[derive(Default)]
+struct Slot {
+    answer: RefCell<Option<Answer>>,
+    waker: RefCell<Option<Waker>>,
+}
+
+impl Slot {
+    fn fill(&self, answer: Answer) {
+        *self.answer.borrow_mut() = Some(answer);
+        if let Some(waker) = self.waker.borrow_mut().take() {
+            waker.wake();
+        }
+    }
+}
+
+/// Resolves when the slot is filled.
+struct Filled(Rc<Slot>);
+
+impl Future for Filled {
+    type Output = Answer;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer> {
+        if let Some(answer) = self.0.answer.borrow_mut().take() {
+            return Poll::Ready(answer);
+        }
+        *self.0.waker.borrow_mut() = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+/// How an upstream request ended.
+enum Answer {
+    Result(Value),
+    Error(Value),
+    /// The upstream ended (why).
+    Gone(Rc<str>),
+}
+
+/// A request waiting for its answer.
+struct Pending {
+    slot: Rc<Slot>,
+    /// The tool call's context, for the progress, logs and requests the upstream sends while
+    /// it runs.
+    call: Option<CallContext>,
+}
+
+#[derive(Default)]
+struct State {
+    next_id: u64,
+    pending: HashMap<u64, Pending>,
+    /// Ids of running tool calls, oldest first: a server→client request or log from the
+    /// upstream goes to the newest (stdio carries no request relation).
+    calls: Vec<u64>,
+    /// Why the upstream ended, once it did.
+    gone: Option<Rc<str>>,
+}
+
+/// An MCP client connection to one upstream.
+pub(crate) struct Peer {
+    /// The upstream's name, in logs and in the `data` of its faults.
+    name: Rc<str>,
+    transport: RefCell<Option<Rc<dyn Transport>>>,
+    state: RefCell<State>,
+    events: Rc<dyn PeerEvents>,
+    /// Bumped by every message received (a liveness hint for logs).
+    received: Cell<u64>,
+}
+
+impl Peer {
+    pub(crate) fn new(name: Rc<str>, events: Rc<dyn PeerEvents>) -> Peer {
+        Peer {
+            name,
+            transport: RefCell::new(None),
+            state: RefCell::new(State { next_id: 1, ..State::default() }),
+            events,
+            received: Cell::new(0),
+        }
+    }
+
+    /// Binds the transport (built after the peer, as it reports to it).
+    pub(crate) fn bind(&self, transport: Rc<dyn Transport>) {
+        *self.transport.borrow_mut() = Some(transport);
+    }
+
+    /// The upstream's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// False once the upstream ended.
+    pub(crate) fn is_alive(&self) -> bool {
+        self.state.borrow().gone.is_none()
+    }
+
+    /// Ends the transport; waiting requests fail.
+    pub(crate) fn shutdown(&self) {
+        let transport = self.transport.borrow_mut().take();
+        if let Some(transport) = transport {
+            transport.shutdown();
+        }
+        self.end(STOPPED_BY_TIDEMARK);
+    }
+
+    fn send(&self, message: &Value) -> Result<(), String> {
+        let bytes = serde_json::to_vec(message).map_err(|e| e.to_string())?;
+        let transport = self.transport.borrow().clone();
+        match transport {
+            Some(t) => t.send(bytes),
+            None => Err("not connected".to_owned()),
+        }
+    }
+
+    /// Sends a notification (best effort: a gone upstream needs none).
+    pub(crate) fn notify(&self, method: &str, params: Value) {
+        let mut message = json!({ "jsonrpc": "2.0", "method": method });
+        if !params.is_null() {
+            message["params"] = params;
+        }
+        let _ = self.send(&message);
+    }
+
+    /// Sends request `method` and waits for its answer, at most `timeout`. With `call`, it is
+    /// a tool call: it gets a progress token of its own, and the upstream's progress, logs and
+    /// requests while it runs go to that context. Dropping the future before the answer sends
+    /// `notifications/cancelled` for it.
+    pub(crate) async fn request(
+        &self,
+        method: &str,
+        mut params: Value,
+        call: Option<CallContext>,
+        timeout: Duration,
+    ) -> Result<Value, ProviderError> {
+        let slot = Rc::new(Slot::default());
+        let id = {
+            let mut state = self.state.borrow_mut();
+            if let Some(why) = &state.gone {
+                return Err(self.fault(why));
+            }
+            let id = state.next_id;
+            state.next_id += 1;
+            if call.is_some() {
+                state.calls.push(id);
+            }
+            state.pending.insert(id, Pending { slot: slot.clone(), call: call.clone() });
+            id
+        };
+        let guard = InFlight { peer: self, id, done: false };
+        if call.is_some() {
+            if let Some(object) = params.as_object_mut() {
+                object.insert("_meta".into(), json!({ "progressToken": id }));
+            }
+        }
+        let message = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+        if let Err(why) = self.send(&message) {
+            let mut guard = guard;
+            guard.done = true;
+            self.forget(id);
+            return Err(self.fault(&why));
+        }
+        let answer = monoio::time::timeout(timeout, Filled(slot)).await;
+        let mut guard = guard;
+        match answer {
+            Ok(answer) => {
+                guard.done = true;
+                self.forget(id);
+                match answer {
+                    Answer::Result(result) => Ok(result),
+                    Answer::Error(error) => Err(relay_error(error)),
+                    Answer::Gone(why) => Err(self.fault(&why)),
+                }
+            }
+            // The guard cancels it upstream.
+            Err(_) => Err(ProviderError::Rpc {
+                code: Code::InternalError.value(),
+                message: format!(
+                    "upstream {} did not answer {method} within {} s (--upstream-timeout-secs)",
+                    self.name,
+                    timeout.as_secs()
+                ),
+                data: Some(json!({ "upstream": &*self.name, "timeoutSecs": timeout.as_secs() })),
+            }),
+        }
+    }
+
+    /// Every page of a list method (`tools/list`, …): the items under `key`.
+    pub(crate) async fn list_all(
+        &self,
+        method: &str,
+        key: &str,
+        timeout: Duration,
+    ) -> Result<Vec<Value>, ProviderError> {
+        let mut items = Vec::new();
+        let mut cursor: Option<Value> = None;
+        // A bound on pages, so an upstream that keeps answering with a cursor cannot loop us.
+        for _ in 0..LIST_PAGES_MAX {
+            let params = match cursor.take() {
+                Some(c) => json!({ "cursor": c }),
+                None => json!({}),
+            };
+            let mut page = self.request(method, params, None, timeout).await?;
+            if let Some(Value::Array(listed)) = page.get_mut(key).map(Value::take) {
+                items.extend(listed);
+            }
+            match page.get("nextCursor") {
+                Some(c) if !c.is_null() => cursor = Some(c.clone()),
+                _ => return Ok(items),
+            }
+        }
+        Ok(items)
+    }
+
+    /// The waiting request `id` is answered, cancelled or timed out: it is no longer routed.
+    fn forget(&self, id: u64) {
+        let mut state = self.state.borrow_mut();
+        state.pending.remove(&id);
+        state.calls.retain(|&c| c != id);
+    }
+
+    /// The error of a request the upstream's end cut off: -32603 with `data` naming the upstream
+    /// and what happened to it.
+    fn fault(&self, why: &str) -> ProviderError {
+        ProviderError::Rpc {
+            code: Code::InternalError.value(),
+            message: format!("upstream {} failed: {why}", self.name),
+            data: Some(json!({ "upstream": &*self.name, "reason": why })),
+        }
+    }
+
+    /// The transport ended: every waiting request fails with `why`.
+    pub(crate) fn closed(&self, why: &str) {
+        if self.is_alive() {
+            tracing::warn!(upstream = %self.name, reason = why, "upstream ended");
+        }
+        self.end(why);
+    }
+
+    fn end(&self, why: &str) {
+        let why: Rc<str> = Rc::from(why);
+        let pending = {
+            let mut state = self.state.borrow_mut();
+            if state.gone.is_some() {
+                return;
+            }
+            state.gone = Some(why.clone());
+            state.calls.clear();
+            std::mem::take(&mut state.pending)
+        };
+        for (_, p) in pending {
+            p.slot.fill(Answer::Gone(why.clone()));
+        }
+    }
+
+    /// One message from the upstream.
+    pub(crate) fn receive(self: &Rc<Self>, message: Value) {
+        self.received.set(self.received.get() + 1);
+        let Value::Object(mut object) = message else {
+            tracing::warn!(upstream = %self.name, "upstream sent a JSON value that is not a message");
+            return;
+        };
+        let method = object.get("method").and_then(Value::as_str).map(str::to_owned);
+        let id = object.remove("id");
+        let params = object.remove("params").unwrap_or(Value::Null);
+        match (method, id) {
+            (None, Some(id)) => self.answer(&id, object),
+            (Some(method), Some(id)) => self.upstream_request(method, id, params),
+            (Some(method), None) => self.notification(&method, params),
+            (None, None) => {
+                tracing::warn!(upstream = %self.name, "upstream sent a message without method or id")
+            }
+        }
+    }
+
+    /// A response to one of our requests.
+    fn answer(&self, id: &Value, mut object: serde_json::Map<String, Value>) {
+        let Some(id) = id.as_u64() else { return };
+        let Some(pending) = self.state.borrow_mut().pending.remove(&id) else { return };
+        let answer = match (object.remove("result"), object.remove("error")) {
+            (Some(result), _) => Answer::Result(result),
+            (None, Some(error)) => Answer::Error(error),
+            (None, None) => Answer::Error(json!({
+                "code": Code::InternalError.value(),
+                "message": "upstream response without result or error",
+            })),
+        };
+        pending.slot.fill(answer);
+    }
+
+    /// The context of the newest running tool call, if any.
+    fn newest_call(&self) -> Option<CallContext> {
+        let state = self.state.borrow();
+        state.calls.iter().rev().find_map(|id| state.pending.get(id)?.call.clone())
+    }
+
+    /// A server→client request from the upstream (sampling, elicitation, roots, ping).
+    fn upstream_request(self: &Rc<Self>, method: String, id: Value, params: Value) {
+        if method == "ping" {
+            let _ = self.send(&json!({ "jsonrpc": "2.0", "id": id, "result": {} }));
+            return;
+        }
+        let call = self.newest_call();
+        let peer = Rc::downgrade(self);
+        let Some(call) = call.filter(|_| is_plain_method(&method)) else {
+            let message = "no client request is running to carry this request";
+            let error = json!({ "code": Code::InternalError.value(), "message": message });
+            let _ = self.send(&json!({ "jsonrpc": "2.0", "id": id, "error": error }));
+            return;
+        };
+        monoio::spawn(async move {
+            let outcome = call.request(&method, params).await;
+            let Some(peer) = peer.upgrade() else { return };
+            let reply = match outcome {
+                Ok(result) => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
+                Err(e) => json!({ "jsonrpc": "2.0", "id": id, "error": client_error(&e) }),
+            };
+            let _ = peer.send(&reply);
+        });
+    }
+
+    /// A notification from the upstream.
+    fn notification(&self, method: &str, params: Value) {
+        match method {
+            "notifications/progress" => {
+                let call = params
+                    .get("progressToken")
+                    .and_then(Value::as_u64)
+                    .and_then(|token| self.state.borrow().pending.get(&token)?.call.clone());
+                let Some(call) = call else { return };
+                let Some(progress) = params.get("progress").and_then(Value::as_f64) else { return };
+                let total = params.get("total").and_then(Value::as_f64);
+                call.progress(progress, total, params.get("message").and_then(Value::as_str));
+            }
+            "notifications/message" => {
+                let level = params.get("level").and_then(Value::as_str).and_then(LogLevel::parse);
+                let Some(level) = level else { return };
+                let logger = params.get("logger").and_then(Value::as_str);
+                let data = params.get("data").cloned().unwrap_or(Value::Null);
+                match self.newest_call() {
+                    Some(call) => call.log(level, logger, data),
+                    None => self.events.log(level, logger, data),
+                }
+            }
+            "notifications/tools/list_changed" => self.events.tools_changed(),
+            // The upstream gave up on one of its requests to us: the client's answer, when it
+            // comes, is simply not needed.
+            "notifications/cancelled" => {}
+            _ if is_plain_method(method) => self.events.notification(method, params),
+            _ => {}
+        }
+    }
+}
+
+/// Why requests fail after tidemark ended the upstream (session end, drain).
+const STOPPED_BY_TIDEMARK: &str = "stopped by tidemark (the session ended)";
+
+/// Most pages one list method may take (`LIST_PAGES_MAX` × the upstream's page size).
+const LIST_PAGES_MAX: usize = 1000;
+
+/// True for a method name made of the characters MCP method names use; anything else from an
+/// upstream is not passed on to clients.
+fn is_plain_method(method: &str) -> bool {
+    !method.is_empty()
+        && method.len() <= 128
+        && method.bytes().all(|b| b.is_ascii_alphanumeric() || b"/_-.".contains(&b))
+}
+
+/// An upstream's JSON-RPC error object, passed on as is.
+fn relay_error(error: Value) -> ProviderError {
+    let code = error.get("code").and_then(Value::as_i64).unwrap_or(Code::InternalError.value());
+    let message =
+        error.get("message").and_then(Value::as_str).unwrap_or("upstream error").to_owned();
+    ProviderError::Rpc { code, message, data: error.get("data").cloned() }
+}
+
+/// The JSON-RPC error object that answers the upstream when the client could not.
+fn client_error(e: &ProviderError) -> Value {
+    match e {
+        ProviderError::ClientError { code, message } => json!({ "code": code, "message": message }),
+        ProviderError::Rpc { code, message, data } => {
+            json!({ "code": code, "message": message, "data": data })
+        }
+        other => json!({ "code": Code::InternalError.value(), "message": other.to_string() }),
+    }
+}
+
+/// A request between sending and its answer: dropped early (the call was cancelled, or timed
+/// out), it tells the upstream to stop.
+struct InFlight<'a> {
+    peer: &'a Peer,
+    id: u64,
+    done: bool,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        self.peer.forget(self.id);
+        if self.peer.is_alive() {
+            let params = json!({ "requestId": self.id, "reason": "cancelled by the client" });
+            self.peer.notify("notifications/cancelled", params);
+        }
+    }
+}
