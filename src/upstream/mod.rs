@@ -278,6 +278,7 @@ struct SessionEvents {
 impl PeerEvents for SessionEvents {
     fn tools_changed(&self) {
         self.shared.tools_changed();
+        self.notifier.notify("notifications/tools/list_changed", Value::Null);
     }
 
     fn notification(&self, method: &str, params: Value) {
@@ -295,6 +296,7 @@ struct BroadcastEvents(Rc<Shared>);
 impl PeerEvents for BroadcastEvents {
     fn tools_changed(&self) {
         self.0.tools_changed();
+        self.notification("notifications/tools/list_changed", Value::Null);
     }
 
     fn notification(&self, method: &str, params: Value) {

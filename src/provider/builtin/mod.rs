@@ -335,17 +335,25 @@ mod tests {
         let demo = BuiltinProvider::new(BuiltinSet::Demo);
         assert_eq!(run(demo.list_resources(SessionRef::NONE)), Ok(vec![]));
         assert_eq!(run(demo.read_resource(SessionRef::NONE, "test://static-text")), Ok(None));
-        assert_eq!(run(demo.get_prompt(SessionRef::NONE, "test_simple_prompt", Value::Null)), Ok(None));
+        assert_eq!(
+            run(demo.get_prompt(SessionRef::NONE, "test_simple_prompt", Value::Null)),
+            Ok(None)
+        );
         let conformance = BuiltinProvider::new(BuiltinSet::Conformance);
         assert_eq!(run(conformance.list_resources(SessionRef::NONE)).map(|r| r.len()), Ok(3));
-        assert_eq!(run(conformance.list_resource_templates(SessionRef::NONE)).map(|r| r.len()), Ok(1));
+        assert_eq!(
+            run(conformance.list_resource_templates(SessionRef::NONE)).map(|r| r.len()),
+            Ok(1)
+        );
         assert_eq!(run(conformance.list_prompts(SessionRef::NONE)).map(|r| r.len()), Ok(4));
-        let read = run(conformance.read_resource(SessionRef::NONE, "test://template/123/data")).expect("ok");
+        let read = run(conformance.read_resource(SessionRef::NONE, "test://template/123/data"))
+            .expect("ok");
         assert!(read.expect("ours")["contents"][0]["text"]
             .as_str()
             .is_some_and(|t| t.contains("123")));
         assert_eq!(run(conformance.get_prompt(SessionRef::NONE, "nope", json!({}))), Ok(None));
-        let invalid = run(conformance.get_prompt(SessionRef::NONE, "test_prompt_with_arguments", json!({})));
+        let invalid =
+            run(conformance.get_prompt(SessionRef::NONE, "test_prompt_with_arguments", json!({})));
         assert!(matches!(invalid, Err(ProviderError::InvalidParams(_))));
     }
 }

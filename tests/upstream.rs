@@ -1,0 +1,460 @@
+//! Goal: the bridge (`--upstream stdio:…`, issue 9) gives an upstream's tools every guarantee
+//! tidemark gives its own — progress and results through the replay ring, resume after a
+//! drop, the 409 hint for a re-POST, `Idempotency-Key` dedup, each call run once upstream —
+//! and ends every fault explicitly (crash, garbage, hang, capacity, session end).
+//! Method: the real binary fronting tests/fixtures/stdio_upstream.py (standard library only)
+//! over real sockets; the fixture's shared counter file shows how often a call ran upstream.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{
+    assert_rest, call, call_stream, open_session, post, read_priming, read_progress, resume,
+    Server, DRIVERS,
+};
+
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/stdio_upstream.py");
+
+/// A counter file of this test's own.
+struct Counter(std::path::PathBuf);
+
+impl Counter {
+    fn new(name: &str) -> Counter {
+        let path = std::env::temp_dir()
+            .join(format!("tidemark-upstream-{name}-{}.count", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        Counter(path)
+    }
+
+    fn value(&self) -> u64 {
+        std::fs::read_to_string(&self.0).map(|t| t.trim().parse().unwrap_or(0)).unwrap_or(0)
+    }
+
+    fn env(&self) -> String {
+        format!("COUNTER_FILE={}", self.0.display())
+    }
+}
+
+impl Drop for Counter {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// tidemark fronting the fixture, with `extra` flags.
+fn bridge(driver: &str, counter: &Counter, extra: &[&str]) -> Server {
+    let upstream = format!("stdio:python3 {FIXTURE}");
+    let env = counter.env();
+    let mut args = vec!["--upstream", upstream.as_str(), "--upstream-env", env.as_str()];
+    args.extend_from_slice(&["--threads", "1", "--upstream-kill-grace-ms", "200"]);
+    args.extend_from_slice(extra);
+    Server::on(driver, &args)
+}
+
+/// The text of a tool result event.
+fn result_text(ev: &support::Event) -> String {
+    let json = ev.json();
+    json["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not a text result: {json}"))
+        .to_owned()
+}
+
+/// Calls `tool` and returns every message event of its stream (priming left out).
+fn call_all(server: &Server, sid: &str, id: u64, tool: &str, args: &str) -> Vec<support::Event> {
+    let mut s = call_stream(server, sid, &call(id, tool, args, true), &[]);
+    assert_eq!(s.status, 200, "{tool}");
+    support::messages(&s.rest())
+}
+
+#[test]
+fn upstream_tools_stream_progress_and_results() {
+    for driver in DRIVERS {
+        let counter = Counter::new(&format!("stream-{driver}"));
+        let server = bridge(driver, &counter, &[]);
+        let init = post(&server, &[], support::INIT);
+        assert_eq!(init.status, 200, "{driver}: {}", init.text());
+        let result = &init.json()["result"];
+        assert_eq!(result["serverInfo"]["name"], "stdio-fixture", "{driver}: the upstream's");
+        let instructions = result["instructions"].as_str().expect("instructions");
+        assert!(instructions.ends_with("fixture instructions"), "{driver}: {instructions}");
+        assert!(result["capabilities"]["prompts"].is_object(), "{driver}: upstream capabilities");
+        let sid = open_session(&server);
+        let list = post(
+            &server,
+            &[("Mcp-Session-Id", &sid)],
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+        );
+        let tools = list.json()["result"]["tools"].as_array().expect("tools").clone();
+        let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+        assert!(names.contains(&"echo") && names.contains(&"slow_counter"), "{driver}: {names:?}");
+        let echo = tools.iter().find(|t| t["name"] == "echo").expect("echo");
+        assert_eq!(echo["annotations"]["readOnlyHint"], true, "{driver}: annotations kept");
+
+        let evs = call_all(&server, &sid, 2, "echo", r#"{"text":"héllo"}"#);
+        assert_eq!(evs.len(), 1, "{driver}: {evs:?}");
+        assert_eq!(evs[0].json()["id"], 2);
+        assert_eq!(result_text(&evs[0]), "héllo");
+
+        let mut s =
+            call_stream(&server, &sid, &call(3, "slow_counter", r#"{"steps":4}"#, true), &[]);
+        let priming = read_priming(&mut s, driver);
+        let text = assert_rest(&s.rest(), &priming, 1, 4, 3, driver);
+        assert_eq!(text, "1", "{driver}: the first execution");
+        assert_eq!(counter.value(), 1, "{driver}: ran once upstream");
+
+        let prompts = post(
+            &server,
+            &[("Mcp-Session-Id", &sid)],
+            r#"{"jsonrpc":"2.0","id":4,"method":"prompts/get","params":{"name":"greet"}}"#,
+        );
+        assert_eq!(prompts.json()["result"]["messages"][0]["content"]["text"], "hello");
+    }
+}
+
+#[test]
+fn a_dropped_upstream_stream_resumes_and_a_repost_gets_the_hint() {
+    for driver in DRIVERS {
+        let ctx = format!("{driver}: cut after 2 of 5");
+        let counter = Counter::new(&format!("cut-{driver}"));
+        let server = bridge(driver, &counter, &[]);
+        let sid = open_session(&server);
+        let body = call(7, "slow_counter", r#"{"steps":5,"delay_ms":150}"#, true);
+        let mut s = call_stream(&server, &sid, &body, &[]);
+        let priming = read_priming(&mut s, &ctx);
+        let last = read_progress(&mut s, 2, priming, &ctx);
+        s.cut();
+        // The client re-POSTs instead of resuming: refused with a hint, not run again.
+        let r = post(&server, &[("Mcp-Session-Id", &sid)], &body);
+        assert_eq!(r.status, 409, "{ctx}: {}", r.text());
+        let hint = r.header("Last-Event-ID").expect("hint").to_owned();
+        let mut g = resume(&server, &sid, &hint);
+        let evs = g.rest();
+        let text = assert_rest(&evs, &hint, support::progress_of(&evs[0]).unwrap_or(3), 5, 7, &ctx);
+        assert_eq!(text, "1", "{ctx}");
+        // And from the client's own cursor too.
+        let mut again = resume(&server, &sid, &last);
+        assert_rest(&again.rest(), &last, 3, 5, 7, &ctx);
+        assert_eq!(counter.value(), 1, "{ctx}: the upstream ran the call once");
+    }
+}
+
+#[test]
+fn an_idempotency_key_retry_replays_the_first_execution() {
+    let counter = Counter::new("key");
+    let server = bridge("uring", &counter, &[]);
+    let sid = open_session(&server);
+    let key = [("Idempotency-Key", "k-1")];
+    let body = call(1, "slow_counter", r#"{"steps":3,"delay_ms":100}"#, true);
+    let mut s = call_stream(&server, &sid, &body, &key);
+    let priming = read_priming(&mut s, "first");
+    read_progress(&mut s, 1, priming, "first");
+    s.cut();
+    // The retry has a new id, as a client that lost the stream would send.
+    let retry = call(2, "slow_counter", r#"{"steps":3,"delay_ms":100}"#, true);
+    let mut r = call_stream(&server, &sid, &retry, &key);
+    let evs = support::messages(&r.rest());
+    let progress: Vec<u64> = evs.iter().filter_map(support::progress_of).collect();
+    assert_eq!(progress, vec![1, 2, 3], "the whole stream again: {evs:?}");
+    let last = evs.last().expect("result").json();
+    assert_eq!(last["id"], 2, "under the retry's id");
+    assert_eq!(last["result"]["content"][0]["text"], "1");
+    assert_eq!(counter.value(), 1, "one execution upstream");
+}
+
+/// The -32603 error a stream ends with: its `data`.
+fn error_data(ev: &support::Event) -> serde_json::Value {
+    let json = ev.json();
+    assert_eq!(json["error"]["code"], -32603, "{json}");
+    json["error"]["data"].clone()
+}
+
+#[test]
+fn a_crashed_child_ends_its_call_with_an_error_and_the_next_call_respawns_it() {
+    for driver in DRIVERS {
+        let counter = Counter::new(&format!("crash-{driver}"));
+        let server = bridge(driver, &counter, &[]);
+        let sid = open_session(&server);
+        let pid_before = result_text(&call_all(&server, &sid, 1, "pid", "{}")[0]);
+        let evs = call_all(&server, &sid, 2, "crash_after", r#"{"ms":100}"#);
+        assert_eq!(support::progress_of(&evs[0]), Some(1), "{driver}: progress before the crash");
+        let data = error_data(evs.last().expect("an end"));
+        let reason = data["reason"].as_str().expect("reason");
+        assert_eq!(reason, "exited with status 3", "{driver}: {data}");
+        assert!(data["upstream"].as_str().is_some_and(|u| u.contains("stdio_upstream.py")));
+        // The session goes on with a new child.
+        let echo = call_all(&server, &sid, 3, "echo", r#"{"text":"again"}"#);
+        assert_eq!(result_text(&echo[0]), "again", "{driver}");
+        let pid_after = result_text(&call_all(&server, &sid, 4, "pid", "{}")[0]);
+        assert_ne!(pid_before, pid_after, "{driver}: a new process");
+    }
+}
+
+#[test]
+fn a_killed_child_ends_its_call_with_an_error() {
+    let counter = Counter::new("kill9");
+    let server = bridge("uring", &counter, &[]);
+    let sid = open_session(&server);
+    let pid = result_text(&call_all(&server, &sid, 1, "pid", "{}")[0]);
+    let body = call(2, "slow_counter", r#"{"steps":50,"delay_ms":100}"#, true);
+    let mut s = call_stream(&server, &sid, &body, &[]);
+    let priming = read_priming(&mut s, "kill -9");
+    read_progress(&mut s, 1, priming, "kill -9");
+    let killed = std::process::Command::new("kill").args(["-9", &pid]).status().expect("kill");
+    assert!(killed.success());
+    let evs = support::messages(&s.rest());
+    let data = error_data(evs.last().expect("an end"));
+    assert_eq!(data["reason"], "killed by signal 9", "{data}");
+}
+
+#[test]
+fn garbage_on_stdout_is_skipped_and_the_bridge_goes_on() {
+    let counter = Counter::new("garbage");
+    let server = bridge("uring", &counter, &[]);
+    let sid = open_session(&server);
+    let evs = call_all(&server, &sid, 1, "garbage", r#"{"text":"fine"}"#);
+    assert_eq!(result_text(&evs[0]), "fine");
+    let evs = call_all(&server, &sid, 2, "echo", r#"{"text":"still"}"#);
+    assert_eq!(result_text(&evs[0]), "still");
+}
+
+#[test]
+fn a_hanging_call_ends_at_the_upstream_timeout() {
+    let counter = Counter::new("hang");
+    let server = bridge("uring", &counter, &["--upstream-timeout-secs", "1"]);
+    let sid = open_session(&server);
+    let started = Instant::now();
+    let evs = call_all(&server, &sid, 1, "hang", "{}");
+    let data = error_data(evs.last().expect("an end"));
+    assert_eq!(data["timeoutSecs"], 1, "{data}");
+    assert!(started.elapsed() < Duration::from_secs(5), "ended at the timeout");
+    // The child is alive and serves the next call (the hung request was cancelled upstream).
+    let evs = call_all(&server, &sid, 2, "echo", r#"{"text":"ok"}"#);
+    assert_eq!(result_text(&evs[0]), "ok");
+}
+
+#[test]
+fn sampling_from_the_upstream_reaches_the_client_and_its_answer_goes_back() {
+    let counter = Counter::new("sampling");
+    let server = bridge("uring", &counter, &[]);
+    let sid = open_session(&server);
+    let body = call(1, "ask", r#"{"question":"why?"}"#, true);
+    let mut s = call_stream(&server, &sid, &body, &[]);
+    read_priming(&mut s, "ask");
+    let request = s.next_event().expect("the sampling request").json();
+    assert_eq!(request["method"], "sampling/createMessage", "{request}");
+    assert_eq!(request["params"]["messages"][0]["content"]["text"], "why?");
+    let answer = serde_json::json!({
+        "jsonrpc": "2.0", "id": request["id"],
+        "result": { "role": "assistant", "model": "m", "content": { "type": "text", "text": "because" } }
+    });
+    let r = post(&server, &[("Mcp-Session-Id", &sid)], &answer.to_string());
+    assert_eq!(r.status, 202, "{}", r.text());
+    let evs = support::messages(&s.rest());
+    assert_eq!(result_text(evs.last().expect("result")), "client said: because");
+}
+
+#[test]
+fn upstream_logs_during_a_call_arrive_in_its_stream() {
+    let counter = Counter::new("log");
+    let server = bridge("uring", &counter, &[]);
+    let sid = open_session(&server);
+    let evs = call_all(&server, &sid, 1, "log", r#"{"message":"from upstream"}"#);
+    let log = evs[0].json();
+    assert_eq!(log["method"], "notifications/message", "{log}");
+    assert_eq!(log["params"]["data"], "from upstream");
+    assert_eq!(log["params"]["logger"], "fixture");
+    assert_eq!(result_text(&evs[1]), "logged");
+}
+
+/// Waits until `pid` is gone (or `bound` passes).
+fn gone_within(pid: &str, bound: Duration) -> bool {
+    let deadline = Instant::now() + bound;
+    while Instant::now() < deadline {
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+#[test]
+fn each_session_has_its_own_child_and_delete_ends_it() {
+    let counter = Counter::new("isolation");
+    let server = bridge("uring", &counter, &[]);
+    let a = open_session(&server);
+    let b = open_session(&server);
+    let pid_a = result_text(&call_all(&server, &a, 1, "pid", "{}")[0]);
+    let pid_b = result_text(&call_all(&server, &b, 1, "pid", "{}")[0]);
+    assert_ne!(pid_a, pid_b, "per-session isolation");
+    let raw =
+        support::request("DELETE", &server.path, &server.host(), &[("Mcp-Session-Id", &a)], None);
+    assert_eq!(support::exchange(&server, &raw).status, 200);
+    assert!(gone_within(&pid_a, Duration::from_secs(3)), "DELETE ends the session's child");
+    assert!(!gone_within(&pid_b, Duration::from_millis(200)), "the other session's child lives");
+}
+
+#[test]
+fn shared_isolation_serves_every_session_from_one_child() {
+    let counter = Counter::new("shared");
+    let server = bridge("uring", &counter, &["--upstream-isolation", "shared"]);
+    let a = open_session(&server);
+    let b = open_session(&server);
+    let pid_a = result_text(&call_all(&server, &a, 1, "pid", "{}")[0]);
+    let pid_b = result_text(&call_all(&server, &b, 1, "pid", "{}")[0]);
+    assert_eq!(pid_a, pid_b, "one child per core");
+    // Calls of two sessions at once keep their own progress and results.
+    let mut sa = call_stream(
+        &server,
+        &a,
+        &call(2, "slow_counter", r#"{"steps":3,"delay_ms":50}"#, true),
+        &[],
+    );
+    let mut sb = call_stream(
+        &server,
+        &b,
+        &call(2, "slow_counter", r#"{"steps":3,"delay_ms":50}"#, true),
+        &[],
+    );
+    let pa = read_priming(&mut sa, "a");
+    let pb = read_priming(&mut sb, "b");
+    let ta = assert_rest(&sa.rest(), &pa, 1, 3, 2, "a");
+    let tb = assert_rest(&sb.rest(), &pb, 1, 3, 2, "b");
+    let mut both = [ta, tb];
+    both.sort();
+    assert_eq!(both, ["1".to_owned(), "2".to_owned()]);
+    assert_eq!(counter.value(), 2);
+}
+
+#[test]
+fn initialize_beyond_the_process_cap_gets_503() {
+    let counter = Counter::new("cap");
+    let server = bridge("uring", &counter, &["--upstream-max-processes", "1"]);
+    let first = open_session(&server);
+    let refused = post(&server, &[], support::INIT);
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    // Ending the first session frees its slot (once the reaper has waited for the child).
+    let raw = support::request(
+        "DELETE",
+        &server.path,
+        &server.host(),
+        &[("Mcp-Session-Id", &first)],
+        None,
+    );
+    assert_eq!(support::exchange(&server, &raw).status, 200);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let again = post(&server, &[], support::INIT);
+        if again.status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the slot never came back: {}", again.status);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn several_upstreams_are_named_apart() {
+    let counter = Counter::new("multi");
+    let a = format!("a=stdio:python3 {FIXTURE}");
+    let b = format!("b=stdio:python3 {FIXTURE}");
+    let env = counter.env();
+    let server = Server::start(&["--upstream", &a, "--upstream", &b, "--upstream-env", &env]);
+    let sid = open_session(&server);
+    let list = post(
+        &server,
+        &[("Mcp-Session-Id", &sid)],
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+    );
+    let tools = list.json()["result"]["tools"].as_array().expect("tools").clone();
+    let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+    assert!(names.contains(&"a__echo") && names.contains(&"b__echo"), "{names:?}");
+    assert!(!names.contains(&"echo"), "{names:?}");
+    let evs = call_all(&server, &sid, 2, "b__echo", r#"{"text":"via b"}"#);
+    assert_eq!(result_text(&evs[0]), "via b");
+    let prompts = post(
+        &server,
+        &[("Mcp-Session-Id", &sid)],
+        r#"{"jsonrpc":"2.0","id":3,"method":"prompts/list"}"#,
+    );
+    let listed: Vec<String> = prompts.json()["result"]["prompts"]
+        .as_array()
+        .expect("prompts")
+        .iter()
+        .filter_map(|p| p["name"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(listed, ["a__greet", "b__greet"]);
+}
+
+#[test]
+fn a_command_that_cannot_start_fails_initialize_clearly() {
+    let server = Server::start(&["--upstream", "stdio:/nonexistent/mcp-server"]);
+    let r = post(&server, &[], support::INIT);
+    let json = r.json();
+    assert_eq!(json["error"]["code"], -32603, "{json}");
+    let reason = json["error"]["data"]["reason"].as_str().expect("reason");
+    assert!(reason.contains("/nonexistent/mcp-server"), "{reason}");
+}
+
+#[test]
+fn a_cancelled_call_is_cancelled_upstream() {
+    // The client's notifications/cancelled ends the call here and reaches the upstream as a
+    // notifications/cancelled for the upstream's own request id.
+    let counter = Counter::new("cancel");
+    let server = bridge("uring", &counter, &[]);
+    let sid = open_session(&server);
+    let mut s = call_stream(&server, &sid, &call(5, "hang", "{}", true), &[]);
+    read_priming(&mut s, "hang");
+    let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}"#;
+    assert_eq!(post(&server, &[("Mcp-Session-Id", &sid)], cancel).status, 202);
+    let log = counter.0.with_extension("count.cancelled");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::fs::read_to_string(&log).map_or(true, |t| t.trim().is_empty()) {
+        assert!(Instant::now() < deadline, "the upstream never saw the cancellation");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = std::fs::remove_file(&log);
+    // The session goes on.
+    let evs = call_all(&server, &sid, 6, "echo", r#"{"text":"next"}"#);
+    assert_eq!(result_text(&evs[0]), "next");
+}
+
+#[test]
+fn an_upstream_tool_list_change_reaches_tools_list_and_the_client() {
+    let counter = Counter::new("listchanged");
+    let server = bridge("uring", &counter, &[]);
+    let sid = open_session(&server);
+    let get = support::request(
+        "GET",
+        &server.path,
+        &server.host(),
+        &[("Accept", "text/event-stream"), ("Mcp-Session-Id", &sid)],
+        None,
+    );
+    let mut standalone = support::SseStream::open(&server, &get);
+    assert_eq!(standalone.status, 200);
+    let evs = call_all(&server, &sid, 1, "add_tool", r#"{"name":"fresh"}"#);
+    assert_eq!(result_text(&evs[0]), "added");
+    let notice = loop {
+        let ev = standalone.next_event().expect("a notification on the standalone stream");
+        if !ev.is_priming() {
+            break ev.json();
+        }
+    };
+    assert_eq!(notice["method"], "notifications/tools/list_changed", "{notice}");
+    let list = post(
+        &server,
+        &[("Mcp-Session-Id", &sid)],
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+    );
+    let tools = list.json()["result"]["tools"].as_array().expect("tools").clone();
+    assert!(tools.iter().any(|t| t["name"] == "fresh"), "{tools:?}");
+    let evs = call_all(&server, &sid, 3, "fresh", "{}");
+    assert_eq!(
+        evs[0].json()["error"]["code"],
+        -32602,
+        "the fixture's unknown-tool answer, relayed"
+    );
+}
