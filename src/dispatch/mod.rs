@@ -173,7 +173,18 @@ impl Registry {
         out: &mut Vec<u8>,
     ) {
         let result = match method {
-            "ping" | "resources/subscribe" | "resources/unsubscribe" => Ok(serde_json::json!({})),
+            "ping" => Ok(serde_json::json!({})),
+            "resources/subscribe" | "resources/unsubscribe" => {
+                match params.get("uri").and_then(|u| u.as_str()) {
+                    Some(uri) => {
+                        let on = method == "resources/subscribe";
+                        self.subscribe(session, uri, on).await.map(|()| serde_json::json!({}))
+                    }
+                    None => {
+                        Err(ProviderError::InvalidParams(format!("{method} needs a string uri")))
+                    }
+                }
+            }
             "tools/list" => {
                 self.refresh_if_stale().await;
                 jsonrpc::push_result(out, id, &self.tools.borrow().list_json);
@@ -237,6 +248,22 @@ impl Registry {
         let mut object = serde_json::Map::new();
         object.insert(key.to_owned(), Value::Array(items));
         Ok(Value::Object(object))
+    }
+
+    /// Passes a subscription change to the first provider that owns `uri`. One that no
+    /// provider owns is accepted as before (tidemark sends no updates for it).
+    async fn subscribe(
+        &self,
+        session: SessionRef,
+        uri: &str,
+        on: bool,
+    ) -> Result<(), ProviderError> {
+        for provider in &self.providers {
+            if provider.subscribe_resource(session, uri, on).await? {
+                return Ok(());
+            }
+        }
+        Ok(())
     }
 
     /// The `resources/read` result from the first provider that knows `uri`.

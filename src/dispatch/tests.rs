@@ -326,10 +326,14 @@ fn an_unknown_method_is_method_not_found() {
 
 #[test]
 fn methods_without_a_result_of_their_own_answer_an_empty_object() {
-    // Goal: ping and (un)subscribe succeed with `{}`. Method: answer each.
+    // Goal: ping and (un)subscribe succeed with `{}` (a uri no provider owns is accepted);
+    // (un)subscribe without its required uri is invalid params. Method: answer each.
     let registry = full();
-    for method in ["ping", "resources/subscribe", "resources/unsubscribe"] {
-        assert_eq!(result(&registry, method, "{}"), json!({}), "{method}");
+    assert_eq!(result(&registry, "ping", "{}"), json!({}));
+    for method in ["resources/subscribe", "resources/unsubscribe"] {
+        let params = r#"{"uri":"test://static-text"}"#;
+        assert_eq!(result(&registry, method, params), json!({}), "{method}");
+        assert_eq!(error(&registry, method, "{}")["code"], json!(-32602), "{method}");
     }
 }
 

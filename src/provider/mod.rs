@@ -272,6 +272,20 @@ pub trait Provider {
         Box::pin(std::future::ready(Ok(None)))
     }
 
+    /// `resources/subscribe` (`subscribe`) or `resources/unsubscribe` of `uri` for `session`:
+    /// `Ok(true)` when the uri is this provider's and it took note (it then sends
+    /// `notifications/resources/updated` through the session's `Notifier`), `Ok(false)` when
+    /// the uri is not ours. The default takes note of nothing.
+    fn subscribe_resource<'a>(
+        &'a self,
+        session: SessionRef,
+        uri: &'a str,
+        subscribe: bool,
+    ) -> LocalBoxFuture<'a, ProviderResult<bool>> {
+        let _ = (session, uri, subscribe);
+        Box::pin(std::future::ready(Ok(false)))
+    }
+
     /// Items for `prompts/list` (each `{name, description, arguments?}`).
     fn list_prompts(&self, session: SessionRef) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
         let _ = session;

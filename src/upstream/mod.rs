@@ -254,6 +254,8 @@ struct Link {
 
 /// The state the bridge shares with its links' event handlers.
 struct Shared {
+    /// The bridge's prefix (several upstreams), for URIs in forwarded notifications.
+    prefix: Option<String>,
     changes: RefCell<Option<Changes>>,
     catalog_stale: Cell<bool>,
     /// Sessions of this core using the shared link (for its session-level notifications).
@@ -261,6 +263,17 @@ struct Shared {
 }
 
 impl Shared {
+    /// A notification's params as the client sees them: with several upstreams, the `uri` of
+    /// `notifications/resources/updated` carries the upstream's prefix.
+    fn outward(&self, method: &str, mut params: Value) -> Value {
+        if let (Some(prefix), "notifications/resources/updated") = (&self.prefix, method) {
+            if let Some(Value::String(uri)) = params.get_mut("uri") {
+                *uri = format!("{prefix}{URI_SEPARATOR}{uri}");
+            }
+        }
+        params
+    }
+
     fn tools_changed(&self) {
         self.catalog_stale.set(true);
         if let Some(changes) = self.changes.borrow().as_ref() {
@@ -282,7 +295,7 @@ impl PeerEvents for SessionEvents {
     }
 
     fn notification(&self, method: &str, params: Value) {
-        self.notifier.notify(method, params);
+        self.notifier.notify(method, self.shared.outward(method, params));
     }
 
     fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
@@ -300,6 +313,7 @@ impl PeerEvents for BroadcastEvents {
     }
 
     fn notification(&self, method: &str, params: Value) {
+        let params = self.0.outward(method, params);
         for notifier in self.0.notifiers.borrow().values() {
             notifier.notify(method, params.clone());
         }
@@ -342,6 +356,7 @@ impl Bridge {
             settings,
             count,
             shared: Rc::new(Shared {
+                prefix: if prefixed { spec.name.clone() } else { None },
                 changes: RefCell::new(None),
                 catalog_stale: Cell::new(true),
                 notifiers: RefCell::new(HashMap::new()),
@@ -654,6 +669,22 @@ impl Provider for Bridge {
                 }
             }
             Ok(Some(result))
+        })
+    }
+
+    fn subscribe_resource<'a>(
+        &'a self,
+        session: SessionRef,
+        uri: &'a str,
+        subscribe: bool,
+    ) -> LocalBoxFuture<'a, ProviderResult<bool>> {
+        Box::pin(async move {
+            let Some(upstream_uri) = self.inward_uri(uri) else { return Ok(false) };
+            let Some(peer) = self.session_peer(session).await? else { return Ok(false) };
+            let method = if subscribe { "resources/subscribe" } else { "resources/unsubscribe" };
+            let params = json!({ "uri": upstream_uri });
+            peer.request(method, params, None, self.settings.timeout).await?;
+            Ok(true)
         })
     }
 
