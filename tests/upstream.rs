@@ -458,3 +458,15 @@ fn an_upstream_tool_list_change_reaches_tools_list_and_the_client() {
         "the fixture's unknown-tool answer, relayed"
     );
 }
+
+#[test]
+fn the_drain_stops_every_child() {
+    let counter = Counter::new("drain");
+    let mut server = bridge("uring", &counter, &[]);
+    let sid = open_session(&server);
+    let pid = result_text(&call_all(&server, &sid, 1, "pid", "{}")[0]);
+    server.signal("TERM");
+    let status = server.exit_within(Duration::from_secs(10)).expect("drained");
+    assert!(status.success(), "{status:?}");
+    assert!(gone_within(&pid, Duration::from_secs(3)), "the child outlived tidemark");
+}
