@@ -7,7 +7,7 @@
 //! Called by: `upstream::Bridge` (requests), the transport's reader task (`receive`, `closed`).
 //! Never: blocks, or waits without a deadline (`--upstream-timeout-secs` bounds each request).
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -106,8 +106,6 @@ pub(crate) struct Peer {
     transport: RefCell<Option<Rc<dyn Transport>>>,
     state: RefCell<State>,
     events: Rc<dyn PeerEvents>,
-    /// Bumped by every message received (a liveness hint for logs).
-    received: Cell<u64>,
 }
 
 impl Peer {
@@ -117,7 +115,6 @@ impl Peer {
             transport: RefCell::new(None),
             state: RefCell::new(State { next_id: 1, ..State::default() }),
             events,
-            received: Cell::new(0),
         }
     }
 
@@ -296,7 +293,6 @@ impl Peer {
 
     /// One message from the upstream.
     pub(crate) fn receive(self: &Rc<Self>, message: Value) {
-        self.received.set(self.received.get() + 1);
         let Value::Object(mut object) = message else {
             tracing::warn!(upstream = %self.name, "upstream sent a JSON value that is not a message");
             return;
@@ -446,3 +442,7 @@ impl Drop for InFlight<'_> {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "peer_tests.rs"]
+mod tests;

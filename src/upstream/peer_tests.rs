@@ -1,0 +1,255 @@
+//! Unit tests of `Peer` over an in-memory transport: answers, progress by token, requests
+//! from the upstream routed to the running call, cancellation on drop, the upstream's end.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::rc::Rc;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::{Peer, PeerEvents, Transport};
+use crate::provider::testing::{run, Call, RecordingSink};
+use crate::provider::{LogLevel, ProviderError, Value};
+
+/// Records what the peer sends; `send` fails once `broken`.
+#[derive(Default)]
+struct Wire {
+    sent: RefCell<Vec<Value>>,
+    broken: std::cell::Cell<bool>,
+}
+
+impl Transport for Wire {
+    fn send(&self, message: Vec<u8>) -> Result<(), String> {
+        if self.broken.get() {
+            return Err("broken".into());
+        }
+        self.sent.borrow_mut().push(serde_json::from_slice(&message).expect("JSON"));
+        Ok(())
+    }
+
+    fn shutdown(&self) {}
+}
+
+#[derive(Default)]
+struct Events {
+    seen: RefCell<Vec<String>>,
+}
+
+impl PeerEvents for Events {
+    fn tools_changed(&self) {
+        self.seen.borrow_mut().push("tools_changed".into());
+    }
+
+    fn notification(&self, method: &str, _params: Value) {
+        self.seen.borrow_mut().push(method.to_owned());
+    }
+
+    fn log(&self, level: LogLevel, _logger: Option<&str>, _data: Value) {
+        self.seen.borrow_mut().push(format!("log {}", level.as_str()));
+    }
+}
+
+fn peer() -> (Rc<Peer>, Rc<Wire>, Rc<Events>) {
+    let events = Rc::new(Events::default());
+    let peer = Rc::new(Peer::new(Rc::from("up"), events.clone()));
+    let wire = Rc::new(Wire::default());
+    peer.bind(wire.clone());
+    (peer, wire, events)
+}
+
+const LONG: Duration = Duration::from_secs(5);
+
+/// Lets spawned tasks and timers run for `ms`.
+async fn pause(ms: u64) {
+    monoio::time::sleep(Duration::from_millis(ms)).await;
+}
+
+#[test]
+fn a_tool_call_gets_its_own_token_and_its_progress_and_answer() {
+    run(async {
+        let (peer, wire, _) = peer();
+        let sink = Rc::new(RecordingSink::default());
+        let cx = sink.context();
+        let p = peer.clone();
+        let call = monoio::spawn(async move {
+            p.request("tools/call", json!({ "name": "t" }), Some(cx), LONG).await
+        });
+        pause(1).await;
+        let sent = wire.sent.borrow()[0].clone();
+        let id = sent["id"].as_u64().expect("numeric id");
+        assert_eq!(sent["params"]["_meta"]["progressToken"], id, "token = the request id");
+        peer.receive(json!({ "jsonrpc": "2.0", "method": "notifications/progress",
+            "params": { "progressToken": id, "progress": 1, "total": 2, "message": "half" } }));
+        // Another token is no call of ours: dropped.
+        peer.receive(json!({ "jsonrpc": "2.0", "method": "notifications/progress",
+            "params": { "progressToken": id + 100, "progress": 9 } }));
+        peer.receive(json!({ "jsonrpc": "2.0", "id": id, "result": { "content": [] } }));
+        assert_eq!(call.await, Ok(json!({ "content": [] })));
+        let progress =
+            Call::Progress { progress: 1.0, total: Some(2.0), message: Some("half".into()) };
+        assert_eq!(sink.calls(), vec![progress]);
+    });
+}
+
+#[test]
+fn an_upstream_error_is_relayed_as_is() {
+    run(async {
+        let (peer, wire, _) = peer();
+        let p = peer.clone();
+        let call =
+            monoio::spawn(async move { p.request("prompts/get", json!({}), None, LONG).await });
+        pause(1).await;
+        let id = wire.sent.borrow()[0]["id"].clone();
+        peer.receive(json!({ "jsonrpc": "2.0", "id": id,
+            "error": { "code": -32002, "message": "no such prompt", "data": { "x": 1 } } }));
+        let expected = ProviderError::Rpc {
+            code: -32002,
+            message: "no such prompt".into(),
+            data: Some(json!({ "x": 1 })),
+        };
+        assert_eq!(call.await, Err(expected));
+    });
+}
+
+#[test]
+fn a_request_from_the_upstream_goes_to_the_running_call_and_the_answer_back() {
+    run(async {
+        let (peer, wire, _) = peer();
+        let sink = Rc::new(RecordingSink::default());
+        sink.answer("sampling/createMessage", Ok(json!({ "content": { "text": "yes" } })));
+        let cx = sink.context();
+        let p = peer.clone();
+        let _call = monoio::spawn(async move {
+            p.request("tools/call", json!({ "name": "t" }), Some(cx), LONG).await
+        });
+        pause(1).await;
+        peer.receive(json!({ "jsonrpc": "2.0", "id": "s1", "method": "sampling/createMessage",
+            "params": { "maxTokens": 1 } }));
+        pause(1).await;
+        let answer = wire.sent.borrow().last().cloned().expect("an answer");
+        assert_eq!(
+            answer,
+            json!({ "jsonrpc": "2.0", "id": "s1", "result": { "content": { "text": "yes" } } })
+        );
+        let asked = Call::Request {
+            method: "sampling/createMessage".into(),
+            params: json!({ "maxTokens": 1 }),
+        };
+        assert_eq!(sink.calls(), vec![asked]);
+    });
+}
+
+#[test]
+fn a_request_from_the_upstream_with_no_call_running_is_refused_and_ping_answered() {
+    run(async {
+        let (peer, wire, _) = peer();
+        peer.receive(json!({ "jsonrpc": "2.0", "id": 7, "method": "roots/list" }));
+        peer.receive(json!({ "jsonrpc": "2.0", "id": 8, "method": "ping" }));
+        let sent = wire.sent.borrow().clone();
+        assert_eq!(sent[0]["error"]["code"], -32603, "{sent:?}");
+        assert_eq!(sent[1], json!({ "jsonrpc": "2.0", "id": 8, "result": {} }));
+    });
+}
+
+#[test]
+fn dropping_a_call_cancels_it_upstream_and_a_late_answer_is_ignored() {
+    run(async {
+        let (peer, wire, _) = peer();
+        let sink = Rc::new(RecordingSink::default());
+        let cx = sink.context();
+        let p = peer.clone();
+        {
+            let mut call =
+                Box::pin(p.request("tools/call", json!({ "name": "t" }), Some(cx), LONG));
+            let waker = std::task::Waker::noop();
+            let polled = call.as_mut().poll(&mut std::task::Context::from_waker(waker));
+            assert!(polled.is_pending());
+        }
+        let sent = wire.sent.borrow().clone();
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        assert_eq!(sent[1]["method"], "notifications/cancelled");
+        assert_eq!(sent[1]["params"]["requestId"], sent[0]["id"]);
+        // The answer that crosses the cancellation finds nobody and changes nothing.
+        peer.receive(json!({ "jsonrpc": "2.0", "id": sent[0]["id"], "result": {} }));
+        peer.receive(json!({ "jsonrpc": "2.0", "method": "notifications/progress",
+            "params": { "progressToken": sent[0]["id"], "progress": 1 } }));
+        assert!(sink.calls().is_empty());
+    });
+}
+
+#[test]
+fn a_timed_out_call_is_an_error_naming_the_upstream_and_is_cancelled_upstream() {
+    run(async {
+        let (peer, wire, _) = peer();
+        let answer = peer
+            .request("tools/call", json!({ "name": "t" }), None, Duration::from_millis(20))
+            .await;
+        let Err(ProviderError::Rpc { code, data, .. }) = answer else { panic!("{answer:?}") };
+        assert_eq!(code, -32603);
+        assert_eq!(data, Some(json!({ "upstream": "up", "timeoutSecs": 0 })));
+        assert_eq!(wire.sent.borrow()[1]["method"], "notifications/cancelled");
+    });
+}
+
+#[test]
+fn the_upstreams_end_fails_every_waiting_call_and_every_later_one() {
+    run(async {
+        let (peer, wire, _) = peer();
+        let p = peer.clone();
+        let call =
+            monoio::spawn(async move { p.request("tools/call", json!({}), None, LONG).await });
+        pause(1).await;
+        peer.closed("exited with status 3");
+        let fault = |reason: &str| ProviderError::Rpc {
+            code: -32603,
+            message: format!("upstream up failed: {reason}"),
+            data: Some(json!({ "upstream": "up", "reason": reason })),
+        };
+        assert_eq!(call.await, Err(fault("exited with status 3")));
+        assert!(!peer.is_alive());
+        let later = peer.request("ping", json!({}), None, LONG).await;
+        assert_eq!(later, Err(fault("exited with status 3")));
+        assert_eq!(wire.sent.borrow().len(), 1, "nothing sent to a gone upstream");
+        // A transport that refuses a message fails that request at once.
+        let (peer, wire, _) = self::peer();
+        wire.broken.set(true);
+        let refused = peer.request("ping", json!({}), None, LONG).await;
+        assert_eq!(refused, Err(fault("broken")));
+    });
+}
+
+#[test]
+fn notifications_outside_calls_go_to_the_session_and_odd_methods_nowhere() {
+    run(async {
+        let (peer, _, events) = peer();
+        peer.receive(json!({ "jsonrpc": "2.0", "method": "notifications/tools/list_changed" }));
+        peer.receive(json!({ "jsonrpc": "2.0", "method": "notifications/resources/updated", "params": { "uri": "x" } }));
+        peer.receive(json!({ "jsonrpc": "2.0", "method": "notifications/message", "params": { "level": "warning", "data": 1 } }));
+        peer.receive(json!({ "jsonrpc": "2.0", "method": "notifications/message", "params": { "level": "loud", "data": 1 } }));
+        peer.receive(json!({ "jsonrpc": "2.0", "method": "bad\"method" }));
+        peer.receive(json!([1, 2]));
+        let seen = events.seen.borrow().clone();
+        assert_eq!(seen, ["tools_changed", "notifications/resources/updated", "log warning"]);
+    });
+}
+
+#[test]
+fn list_all_follows_cursors() {
+    run(async {
+        let (peer, wire, _) = peer();
+        let p = peer.clone();
+        let listing = monoio::spawn(async move { p.list_all("tools/list", "tools", LONG).await });
+        pause(1).await;
+        let first = wire.sent.borrow()[0].clone();
+        assert_eq!(first["params"], json!({}));
+        peer.receive(json!({ "jsonrpc": "2.0", "id": first["id"], "result": { "tools": [1], "nextCursor": "c2" } }));
+        pause(1).await;
+        let second = wire.sent.borrow()[1].clone();
+        assert_eq!(second["params"], json!({ "cursor": "c2" }));
+        peer.receive(
+            json!({ "jsonrpc": "2.0", "id": second["id"], "result": { "tools": [2, 3] } }),
+        );
+        assert_eq!(listing.await, Ok(vec![json!(1), json!(2), json!(3)]));
+    });
+}
