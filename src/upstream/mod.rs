@@ -19,6 +19,7 @@
 //! Called by: `server` (one `Bridge` per upstream per core), `dispatch` (as any provider).
 //! Never: runs a shell, or lets a client's session reach another session's upstream process.
 
+mod http;
 mod peer;
 mod stdio;
 
@@ -37,6 +38,7 @@ use crate::provider::{
     ProviderResult, SessionInfo, SessionRef, SessionStart, ToolInfo, Value,
 };
 use crate::wire::Code;
+use http::HttpTransport;
 use peer::{Peer, PeerEvents};
 pub(crate) use stdio::ProcessCount;
 use stdio::{SpawnError, StdioTransport};
@@ -422,8 +424,12 @@ impl Bridge {
                     Err(SpawnError::Failed(why)) => return Err(self.fault(&why)),
                 }
             }
-            UpstreamTarget::Http(_) => {
-                return Err(self.fault("http upstreams are not available in this build"))
+            UpstreamTarget::Http(url) => {
+                let weak = Rc::downgrade(&peer);
+                match HttpTransport::connect(self.name.clone(), url, &self.settings, weak) {
+                    Ok(transport) => peer.bind(transport),
+                    Err(why) => return Err(self.fault(&why)),
+                }
             }
         }
         let client = &link.client_params;

@@ -1,0 +1,1933 @@
+//! The Streamable HTTP transport (MCP 2025-11-25, "Transports", §Streamable HTTP): an upstream
+//! MCP server at `http://HOST:PORT/PATH`, spoken to by POSTing each JSON-RPC message and
+//! reading what comes back as one JSON body or a `text/event-stream`, driven by the core that
+//! owns the session.
+//!
+//! Every POST is a task of its own on an HTTP/1.1 connection of its own (an idle keep-alive
+//! connection is reused when one is at hand), so a long tool call never holds up another
+//! message. POSTs still leave in the order `send` was called: a request once its bytes are
+//! written, a notification or response once the upstream accepted it (its `202`), so
+//! `notifications/initialized` reaches the upstream before the requests after it. After that
+//! notification one `GET` stream carries the upstream's own requests and notifications. An SSE
+//! stream that breaks before the answer it carries is resumed with `GET` + `Last-Event-ID` when
+//! the upstream numbered its events (§Resumability and Redelivery).
+//!
+//! Owns: the upstream's URL and address (an IP literal is used as is; a host name is looked up
+//! once per core, the first time that core connects to it, with the system resolver: the one
+//! blocking call here, at a session's start and not on the path of any call), the session id
+//! and negotiated protocol version, the idle-connection pool, the in-flight bound, and the
+//! `DELETE` that ends the upstream session.
+//! Never: follows redirects, buffers a body or event beyond `--upstream-line-bytes`, or lets a
+//! failed POST leave its call waiting: a JSON-RPC error for it goes to the peer at once.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeSet, HashMap};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::rc::{Rc, Weak};
+use std::time::{Duration, Instant};
+
+use monoio::buf::IoBufMut;
+use monoio::io::{AsyncWriteRentExt, CancelableAsyncReadRent, Canceller};
+use monoio::net::TcpStream;
+use serde_json::json;
+
+use super::peer::{Peer, Transport};
+use super::Settings;
+use crate::legacy::session::signal::Signal;
+use crate::provider::Value;
+use crate::wire::Code;
+
+/// Messages of one transport POSTed and not yet finished. A tool call holds its slot until its
+/// answer arrived; beyond this `send` fails ("too many requests in flight") and so does the
+/// call, at once. 256 is far above what one client session runs at a time.
+const IN_FLIGHT_MAX: usize = 256;
+/// Longest response head. Beyond it the response is dropped and its request fails.
+const HEAD_BYTES_MAX: usize = 64 * 1024;
+/// Most header lines in a response head (`httparse` parses into a fixed array).
+const HEADERS_MAX: usize = 64;
+/// Bytes asked for per read of a response.
+const READ_CHUNK: usize = 16 * 1024;
+/// How long a TCP connect may take (also bounded by the request's own deadline).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Resumptions of one request's event stream that brought no event before it fails. Each waits
+/// the upstream's `retry:` (at most `RETRY_MAX`) or a backoff; the call's timeout bounds all.
+const RESUME_ATTEMPTS_MAX: u32 = 5;
+/// Reconnections of the standalone `GET` stream in a row that brought no event before it is
+/// given up (the session keeps working; only server-initiated messages outside calls stop).
+const LISTEN_ATTEMPTS_MAX: u32 = 10;
+/// First wait before reconnecting a stream without a `retry:` hint; doubled per attempt.
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+/// Longest backoff between reconnections.
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// Longest `retry:` wait honoured (a hostile hint cannot park a stream for hours).
+const RETRY_MAX: Duration = Duration::from_secs(30);
+/// Idle keep-alive connections kept per transport.
+const POOL_IDLE_MAX: usize = 8;
+/// An idle connection older than this is closed rather than reused: common servers close idle
+/// connections after 5 s (uvicorn, Node), and a request on one they just closed would fail.
+const POOL_REUSE_WITHIN: Duration = Duration::from_secs(2);
+/// Longest `Mcp-Session-Id` taken from the upstream, and longest event id resumed from.
+const ID_BYTES_MAX: usize = 1024;
+/// Longest protocol version taken from the upstream's `initialize` result (echoed in a header).
+const VERSION_BYTES_MAX: usize = 64;
+/// How long the `DELETE` that ends the upstream session may take.
+const DELETE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Room for a field name (`data: `) in an SSE line beyond `--upstream-line-bytes` of value.
+const FIELD_NAME_BYTES_MAX: usize = 16;
+/// Longest chunk extension, and trailer section, of a chunked body.
+const CHUNK_EXTRA_BYTES_MAX: usize = 4096;
+
+const _: () = assert!(IN_FLIGHT_MAX > 0);
+const _: () = assert!(HEAD_BYTES_MAX >= READ_CHUNK);
+const _: () = assert!(BACKOFF_MIN.as_millis() < BACKOFF_MAX.as_millis());
+const _: () = assert!(BACKOFF_MAX.as_millis() <= RETRY_MAX.as_millis());
+
+// ---------------------------------------------------------------------------------------------
+// The URL.
+
+/// A parsed `http://HOST[:PORT][/PATH][?QUERY]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Endpoint {
+    /// The host without IPv6 brackets.
+    host: String,
+    port: u16,
+    /// The `Host` header: the authority as written.
+    authority: String,
+    /// The request target: path and query, `/` when none was given.
+    target: String,
+}
+
+/// Why an upstream URL is not usable (the operator's `--upstream` flag is the culprit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+enum UrlError {
+    #[error("only http:// URLs are supported")]
+    Scheme,
+    #[error("the URL has no host")]
+    NoHost,
+    #[error("user info (user@host) is not supported")]
+    UserInfo,
+    #[error("the port is not a number from 1 to 65535")]
+    Port,
+    #[error("the URL contains a character not allowed in it (space, control, '#' or non-ASCII)")]
+    Character,
+    #[error("the host is not a name, an IPv4 address or a bracketed IPv6 address")]
+    Host,
+}
+
+fn parse_url(url: &str) -> Result<Endpoint, UrlError> {
+    let rest = url.strip_prefix("http://").ok_or(UrlError::Scheme)?;
+    // RFC 3986 characters only: the target goes into a request line as is.
+    if !rest.bytes().all(|b| b.is_ascii_graphic() && b != b'#') {
+        return Err(UrlError::Character);
+    }
+    let split = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, target) = rest.split_at(split);
+    if authority.contains('@') {
+        return Err(UrlError::UserInfo);
+    }
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (inside, after) = v6.split_once(']').ok_or(UrlError::Host)?;
+        if inside.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(UrlError::Host);
+        }
+        (inside, after.strip_prefix(':'))
+    } else {
+        match authority.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        }
+    };
+    if host.is_empty() {
+        return Err(UrlError::NoHost);
+    }
+    let is_name = |b: u8| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_';
+    if !authority.starts_with('[') && !host.bytes().all(is_name) {
+        return Err(UrlError::Host);
+    }
+    let port = match port {
+        None => 80,
+        Some(p) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => match p.parse() {
+            Ok(0) | Err(_) => return Err(UrlError::Port),
+            Ok(port) => port,
+        },
+        Some(_) => return Err(UrlError::Port),
+    };
+    let target = match target {
+        "" => "/".to_owned(),
+        t if t.starts_with('?') => format!("/{t}"),
+        t => t.to_owned(),
+    };
+    Ok(Endpoint { host: host.to_owned(), port, authority: authority.to_owned(), target })
+}
+
+/// The address of `endpoint`: an IP literal as is, a name looked up once per core (see the
+/// module doc) and remembered for the life of the thread.
+fn resolve(endpoint: &Endpoint) -> Result<SocketAddr, String> {
+    if let Ok(ip) = endpoint.host.parse::<IpAddr>() {
+        return Ok(SocketAddr::new(ip, endpoint.port));
+    }
+    thread_local! {
+        // Keyed by the `--upstream` hosts, a handful: bounded by the flags.
+        static RESOLVED: RefCell<HashMap<(String, u16), SocketAddr>> = RefCell::default();
+    }
+    let key = (endpoint.host.clone(), endpoint.port);
+    if let Some(addr) = RESOLVED.with(|r| r.borrow().get(&key).copied()) {
+        return Ok(addr);
+    }
+    let addr = (endpoint.host.as_str(), endpoint.port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {}: {e}", endpoint.host))?
+        .next()
+        .ok_or_else(|| format!("{} has no address", endpoint.host))?;
+    RESOLVED.with(|r| r.borrow_mut().insert(key, addr));
+    Ok(addr)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The transport and the state its tasks share.
+
+/// One upstream session over Streamable HTTP.
+pub(crate) struct HttpTransport {
+    link: Rc<Link>,
+}
+
+/// What the transport's tasks share.
+struct Link {
+    name: Rc<str>,
+    endpoint: Endpoint,
+    addr: SocketAddr,
+    /// `--upstream-line-bytes`: the longest JSON body or SSE event.
+    line_max: usize,
+    /// `--upstream-timeout-secs`: how long a POST may take end to end.
+    timeout: Duration,
+    peer: Weak<Peer>,
+    /// `Some` from the first response that carried `Mcp-Session-Id`.
+    session: RefCell<Option<Rc<str>>>,
+    /// `Some` once the `initialize` result passed through (`MCP-Protocol-Version`).
+    protocol_version: RefCell<Option<Rc<str>>>,
+    /// Set once by `shutdown` or a session expiry; every task ends at its next check.
+    stopped: Cell<bool>,
+    /// Notified when `stopped` is set, to end waits and reads at once.
+    stop: Signal,
+    /// The upstream said the session is gone (404): nothing to `DELETE`.
+    expired: Cell<bool>,
+    /// POST tasks running, against `IN_FLIGHT_MAX`.
+    in_flight: Cell<usize>,
+    order: Order,
+    pool: RefCell<Vec<Idle>>,
+    /// The standalone `GET` stream was started (it is started once).
+    listening: Cell<bool>,
+}
+
+/// An idle keep-alive connection.
+struct Idle {
+    conn: Conn,
+    since: Instant,
+}
+
+impl HttpTransport {
+    /// Parses `url` and makes the transport; nothing is sent until the first `send`.
+    pub(crate) fn connect(
+        name: Rc<str>,
+        url: &str,
+        settings: &Settings,
+        peer: Weak<Peer>,
+    ) -> Result<Rc<HttpTransport>, String> {
+        let endpoint = parse_url(url).map_err(|e| format!("{url}: {e}"))?;
+        let addr = resolve(&endpoint)?;
+        tracing::info!(upstream = %name, %addr, "upstream http transport ready");
+        let link = Rc::new(Link {
+            name,
+            endpoint,
+            addr,
+            line_max: settings.line_bytes,
+            timeout: settings.timeout,
+            peer,
+            session: RefCell::new(None),
+            protocol_version: RefCell::new(None),
+            stopped: Cell::new(false),
+            stop: Signal::default(),
+            expired: Cell::new(false),
+            in_flight: Cell::new(0),
+            order: Order::default(),
+            pool: RefCell::new(Vec::new()),
+            listening: Cell::new(false),
+        });
+        Ok(Rc::new(HttpTransport { link }))
+    }
+}
+
+impl Transport for HttpTransport {
+    fn send(&self, message: Vec<u8>) -> Result<(), String> {
+        let link = &self.link;
+        if link.stopped.get() {
+            return Err("the transport is shut down".to_owned());
+        }
+        if link.in_flight.get() >= IN_FLIGHT_MAX {
+            return Err(format!("too many requests in flight ({IN_FLIGHT_MAX})"));
+        }
+        let expect = classify(&message).ok_or("the message is not a JSON-RPC object")?;
+        let turn = Turn::take(link);
+        link.in_flight.set(link.in_flight.get() + 1);
+        monoio::spawn(post_task(link.clone(), message, expect, turn));
+        Ok(())
+    }
+
+    fn shutdown(&self) {
+        let link = &self.link;
+        if !link.stop() {
+            return;
+        }
+        let session = link.session.borrow().clone();
+        if let Some(session) = session.filter(|_| !link.expired.get()) {
+            monoio::spawn(delete(link.clone(), session));
+        }
+    }
+}
+
+impl Drop for HttpTransport {
+    fn drop(&mut self) {
+        // Without `shutdown` (the peer was dropped): stop the tasks; no DELETE is spawned from
+        // a destructor, which may run while the runtime is being torn down.
+        self.link.stop();
+    }
+}
+
+impl Link {
+    /// Sets `stopped` and wakes every waiting task; false when it was set already.
+    fn stop(&self) -> bool {
+        if self.stopped.replace(true) {
+            return false;
+        }
+        self.stop.notify_all();
+        self.pool.borrow_mut().clear();
+        true
+    }
+
+    /// The upstream answered 404 to a request carrying our session id: the session is gone
+    /// (§Session Management); the peer ends and the next request of the client starts anew.
+    fn session_expired(&self) {
+        self.expired.set(true);
+        self.stop();
+        if let Some(peer) = self.peer.upgrade() {
+            peer.closed("upstream session expired (404)");
+        }
+    }
+
+    /// Takes the session id from a response head, the first time one carries it.
+    fn note_session(&self, head: &Head) {
+        let Some(id) = &head.session else { return };
+        let mut session = self.session.borrow_mut();
+        if session.is_none() {
+            let prefix = &id[..id.len().min(8)];
+            tracing::debug!(upstream = %self.name, prefix, "upstream session id");
+            *session = Some(Rc::from(id.as_str()));
+        }
+    }
+
+    /// Takes the negotiated protocol version from the `initialize` result.
+    fn note_protocol_version(&self, message: &Value) {
+        let version = message.pointer("/result/protocolVersion").and_then(Value::as_str);
+        let valid = |v: &&str| {
+            !v.is_empty()
+                && v.len() <= VERSION_BYTES_MAX
+                && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+        };
+        if let Some(version) = version.filter(valid) {
+            *self.protocol_version.borrow_mut() = Some(Rc::from(version));
+        }
+    }
+
+    /// Starts the standalone `GET` stream, once.
+    fn start_listening(self: &Rc<Self>) {
+        if !self.listening.replace(true) && !self.stopped.get() {
+            monoio::spawn(listen(self.clone()));
+        }
+    }
+
+    /// An idle connection young enough to reuse.
+    fn take_idle(&self) -> Option<Conn> {
+        let mut pool = self.pool.borrow_mut();
+        while let Some(idle) = pool.pop() {
+            if idle.since.elapsed() < POOL_REUSE_WITHIN {
+                return Some(idle.conn);
+            }
+        }
+        None
+    }
+
+    /// Keeps `conn` for reuse when its response ended cleanly and it may be kept alive.
+    fn recycle(&self, conn: Conn, reusable: bool) {
+        if !reusable || !conn.pending().is_empty() || self.stopped.get() {
+            return;
+        }
+        let mut pool = self.pool.borrow_mut();
+        if pool.len() < POOL_IDLE_MAX {
+            pool.push(Idle { conn, since: Instant::now() });
+        }
+    }
+
+    /// Encodes a request head (and body) to the endpoint with the session's headers.
+    fn encode(&self, method: Method, body: Option<&[u8]>, last_event_id: Option<&str>) -> Vec<u8> {
+        let verb = match method {
+            Method::Post => "POST",
+            Method::Get => "GET",
+            Method::Delete => "DELETE",
+        };
+        let mut out = Vec::with_capacity(256 + body.map_or(0, <[u8]>::len));
+        out.extend_from_slice(verb.as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(self.endpoint.target.as_bytes());
+        out.extend_from_slice(b" HTTP/1.1\r\n");
+        let mut line = |name: &str, value: &str| {
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        };
+        line("Host", &self.endpoint.authority);
+        match method {
+            Method::Post => {
+                line("Accept", "application/json, text/event-stream");
+                line("Content-Type", "application/json");
+            }
+            Method::Get => line("Accept", "text/event-stream"),
+            Method::Delete => line("Connection", "close"),
+        }
+        line("Content-Length", &body.map_or(0, <[u8]>::len).to_string());
+        if let Some(session) = self.session.borrow().as_deref() {
+            line("Mcp-Session-Id", session);
+        }
+        if let Some(version) = self.protocol_version.borrow().as_deref() {
+            line("MCP-Protocol-Version", version);
+        }
+        if let Some(id) = last_event_id {
+            line("Last-Event-ID", id);
+        }
+        out.extend_from_slice(b"\r\n");
+        if let Some(body) = body {
+            out.extend_from_slice(body);
+        }
+        out
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Method {
+    Post,
+    Get,
+    Delete,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ordering and the in-flight bound.
+
+/// The order POSTs leave in: each waits until every POST `send` queued before it released its
+/// turn. Tickets are taken in `send` (so in call order) and released by `Turn`'s drop.
+#[derive(Default)]
+struct Order {
+    next: Cell<u64>,
+    /// Tickets not yet released; bounded by `IN_FLIGHT_MAX`.
+    waiting: RefCell<BTreeSet<u64>>,
+    released: Signal,
+}
+
+/// A POST's place in `Order`; released when dropped.
+struct Turn {
+    link: Rc<Link>,
+    ticket: u64,
+}
+
+impl Turn {
+    fn take(link: &Rc<Link>) -> Turn {
+        let ticket = link.order.next.get();
+        link.order.next.set(ticket + 1);
+        let fresh = link.order.waiting.borrow_mut().insert(ticket);
+        assert!(fresh, "invariant: tickets are unique");
+        Turn { link: link.clone(), ticket }
+    }
+
+    /// Waits until every earlier ticket was released; false when the transport stopped.
+    async fn wait(&self) -> bool {
+        let order = &self.link.order;
+        loop {
+            let released = order.released.notified();
+            let stop = self.link.stop.notified();
+            if self.link.stopped.get() {
+                return false;
+            }
+            if order.waiting.borrow().first() == Some(&self.ticket) {
+                return true;
+            }
+            monoio::select! {
+                _ = released => {}
+                _ = stop => return false,
+            }
+        }
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let order = &self.link.order;
+        if order.waiting.borrow_mut().remove(&self.ticket) {
+            order.released.notify_all();
+        }
+    }
+}
+
+/// Gives the in-flight slot back when a POST task ends, however it ends.
+struct Slot(Rc<Link>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let n = self.0.in_flight.get();
+        assert!(n > 0, "invariant: every slot was counted");
+        self.0.in_flight.set(n - 1);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// POST, resume, GET stream, DELETE.
+
+/// What the POST of a message waits for.
+#[derive(Clone, Debug, PartialEq)]
+enum Expect {
+    /// A request: its response, carried by the POST's response (or a resumption of it).
+    Answer { id: Value, initialize: bool },
+    /// A notification or response: `202 Accepted`.
+    Accepted { initialized: bool },
+}
+
+/// What a message is, from its `id` and `method`; `None` when it is not a JSON object.
+fn classify(message: &[u8]) -> Option<Expect> {
+    let value: Value = serde_json::from_slice(message).ok()?;
+    let object = value.as_object()?;
+    let method = object.get("method").and_then(Value::as_str);
+    Some(match (object.get("id"), method) {
+        (Some(id), Some(method)) => {
+            Expect::Answer { id: id.clone(), initialize: method == "initialize" }
+        }
+        _ => Expect::Accepted { initialized: method == Some("notifications/initialized") },
+    })
+}
+
+/// Why a request got no answer from the upstream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Failure {
+    Http(HttpError),
+    /// The upstream answered with this status (not 2xx).
+    Status(u16),
+    /// The upstream answered 404 while we had a session id.
+    SessionExpired,
+    /// The response (or its stream and every resumption) ended without the answer.
+    Unanswered,
+}
+
+impl From<HttpError> for Failure {
+    fn from(e: HttpError) -> Failure {
+        Failure::Http(e)
+    }
+}
+
+/// The time bounds of one HTTP exchange.
+#[derive(Clone, Copy)]
+struct Until {
+    /// `None` for the standalone stream, which lasts as long as the session.
+    deadline: Option<Instant>,
+    /// Whether `shutdown` ends the exchange (not for the `DELETE` that follows it).
+    stoppable: bool,
+}
+
+/// One message's POST, and the error its call gets when it fails.
+async fn post_task(link: Rc<Link>, body: Vec<u8>, expect: Expect, turn: Turn) {
+    let _slot = Slot(link.clone());
+    let until = Until { deadline: Some(Instant::now() + link.timeout), stoppable: true };
+    match expect {
+        Expect::Answer { id, initialize } => {
+            let outcome = request(&link, body, &id, initialize, turn, until).await;
+            match outcome {
+                Ok(()) | Err(Failure::Http(HttpError::Stopped)) => {}
+                Err(Failure::SessionExpired) => link.session_expired(),
+                Err(failure) => fail_request(&link, &id, failure),
+            }
+        }
+        Expect::Accepted { initialized } => match notice(&link, body, turn, until).await {
+            Ok(()) if initialized => link.start_listening(),
+            Ok(()) | Err(Failure::Http(HttpError::Stopped)) => {}
+            Err(Failure::SessionExpired) => link.session_expired(),
+            Err(failure) => {
+                let name = &*link.name;
+                tracing::warn!(
+                    upstream = name,
+                    ?failure,
+                    "upstream refused a notification or response"
+                )
+            }
+        },
+    }
+}
+
+/// Hands the peer the JSON-RPC error that ends request `id` now (-32603, `data` naming the
+/// upstream and what happened).
+fn fail_request(link: &Link, id: &Value, failure: Failure) {
+    let name = &*link.name;
+    let (message, data) = match failure {
+        Failure::Status(status) => (
+            format!("upstream {name} answered HTTP {status}"),
+            json!({ "upstream": name, "status": status }),
+        ),
+        Failure::Http(e) => (
+            format!("upstream {name} failed: {e}"),
+            json!({ "upstream": name, "reason": e.to_string() }),
+        ),
+        Failure::Unanswered => {
+            let why = "its response ended before the answer";
+            (format!("upstream {name} failed: {why}"), json!({ "upstream": name, "reason": why }))
+        }
+        Failure::SessionExpired => {
+            let why = "upstream session expired (404)";
+            (format!("upstream {name} failed: {why}"), json!({ "upstream": name, "reason": why }))
+        }
+    };
+    tracing::warn!(upstream = name, ?failure, "upstream request failed");
+    let error = json!({ "code": Code::InternalError.value(), "message": message, "data": data });
+    if let Some(peer) = link.peer.upgrade() {
+        peer.receive(json!({ "jsonrpc": "2.0", "id": id, "error": error }));
+    }
+}
+
+/// POSTs a request and delivers what its response carries until the answer to it came.
+async fn request(
+    link: &Rc<Link>,
+    body: Vec<u8>,
+    id: &Value,
+    initialize: bool,
+    turn: Turn,
+    until: Until,
+) -> Result<(), Failure> {
+    let bytes = PostBytes { body, turn: Some(turn), hold_turn: false };
+    let (mut conn, head) = round_trip(link, Method::Post, bytes, until).await?;
+    check_status(link, &head)?;
+    let mut stream = Stream::new(link.line_max, Some(id.clone()), initialize);
+    match head.kind {
+        _ if head.status == 202 => return Err(Failure::Unanswered),
+        Kind::Json => {
+            let body = read_json(&mut conn, head.framing, link, until).await?;
+            link.recycle(conn, head.keep_alive);
+            stream.deliver(link, &body);
+        }
+        Kind::EventStream => {
+            match read_events(&mut conn, head.framing, link, &mut stream, until).await {
+                Ok(()) => link.recycle(conn, head.keep_alive),
+                Err(e) if e.is_break() => {}
+                Err(e) => return Err(e.into()),
+            }
+            if !stream.answered {
+                resume(link, &mut stream, until).await?;
+            }
+        }
+        Kind::Other => return Err(HttpError::ContentType.into()),
+    }
+    if stream.answered {
+        Ok(())
+    } else {
+        Err(Failure::Unanswered)
+    }
+}
+
+/// Resumes a request's event stream from its last event id until the answer came, at most
+/// `RESUME_ATTEMPTS_MAX` times in a row without an event.
+async fn resume(link: &Rc<Link>, stream: &mut Stream, until: Until) -> Result<(), Failure> {
+    let mut attempts = 0;
+    while !stream.answered {
+        let Some(last_id) = stream.decoder.last_id().map(str::to_owned) else {
+            return Err(Failure::Unanswered);
+        };
+        if attempts == RESUME_ATTEMPTS_MAX {
+            return Err(Failure::Unanswered);
+        }
+        attempts += 1;
+        let delay = stream.decoder.retry().unwrap_or_else(|| backoff(attempts));
+        tracing::debug!(upstream = %link.name, attempts, ?delay, "resuming a request stream");
+        if !pause(link, delay).await {
+            return Err(HttpError::Stopped.into());
+        }
+        let seen = stream.decoder.events();
+        let request = link.encode(Method::Get, None, Some(&last_id));
+        let (mut conn, head) = match round_trip(link, Method::Get, GetBytes(request), until).await {
+            Ok(response) => response,
+            // The upstream may be restarting: another attempt, within the bound.
+            Err(e) if e.is_break() && attempts < RESUME_ATTEMPTS_MAX => continue,
+            Err(e) => return Err(e.into()),
+        };
+        check_status(link, &head)?;
+        if head.kind != Kind::EventStream {
+            return Err(HttpError::ContentType.into());
+        }
+        stream.decoder.restart();
+        match read_events(&mut conn, head.framing, link, stream, until).await {
+            Ok(()) => link.recycle(conn, head.keep_alive),
+            Err(e) if e.is_break() => {}
+            Err(e) => return Err(e.into()),
+        }
+        // Any event (a priming one included) shows the upstream serves the stream: an upstream
+        // that closes it after each event (polling, §Resumability) is followed to the answer.
+        if stream.decoder.events() > seen {
+            attempts = 0;
+        }
+    }
+    Ok(())
+}
+
+/// POSTs a notification or response; done when the upstream accepted it.
+async fn notice(link: &Rc<Link>, body: Vec<u8>, turn: Turn, until: Until) -> Result<(), Failure> {
+    let bytes = PostBytes { body, turn: Some(turn), hold_turn: true };
+    let (conn, head) = round_trip(link, Method::Post, bytes, until).await?;
+    check_status(link, &head)?;
+    // A body (none is expected) is not read: the connection is not reused then.
+    link.recycle(conn, head.keep_alive && head.framing == Framing::Length(0));
+    Ok(())
+}
+
+/// The standalone `GET` stream (§Listening for Messages from the Server): the upstream's own
+/// requests and notifications, reconnected (with `Last-Event-ID`) while the transport runs.
+async fn listen(link: Rc<Link>) {
+    let mut stream = Stream::new(link.line_max, None, false);
+    let mut attempts = 0;
+    let until = Until { deadline: None, stoppable: true };
+    while !link.stopped.get() {
+        let seen = stream.decoder.events();
+        let last_id = stream.decoder.last_id().map(str::to_owned);
+        let request = link.encode(Method::Get, None, last_id.as_deref());
+        let outcome = match round_trip(&link, Method::Get, GetBytes(request), until).await {
+            Ok((mut conn, head)) => match check_status(&link, &head) {
+                Ok(()) if head.kind != Kind::EventStream => Err(HttpError::ContentType.into()),
+                Ok(()) => {
+                    stream.decoder.restart();
+                    read_events(&mut conn, head.framing, &link, &mut stream, until)
+                        .await
+                        .map_err(Failure::from)
+                }
+                Err(failure) => Err(failure),
+            },
+            Err(e) => Err(e.into()),
+        };
+        match outcome {
+            Err(Failure::Status(405)) => {
+                tracing::debug!(upstream = %link.name, "upstream has no standalone stream (405)");
+                return;
+            }
+            Err(Failure::SessionExpired) => return link.session_expired(),
+            Err(Failure::Http(HttpError::Stopped)) => return,
+            Ok(()) | Err(_) => {}
+        }
+        attempts = if stream.decoder.events() > seen { 1 } else { attempts + 1 };
+        if attempts > LISTEN_ATTEMPTS_MAX {
+            tracing::warn!(upstream = %link.name, attempts, "upstream standalone stream given up");
+            return;
+        }
+        if !pause(&link, stream.decoder.retry().unwrap_or_else(|| backoff(attempts))).await {
+            return;
+        }
+    }
+}
+
+/// Ends the upstream session (§Session Management), best effort.
+async fn delete(link: Rc<Link>, session: Rc<str>) {
+    let until = Until { deadline: Some(Instant::now() + DELETE_TIMEOUT), stoppable: false };
+    let request = link.encode(Method::Delete, None, None);
+    let status =
+        round_trip(&link, Method::Delete, GetBytes(request), until).await.map(|(_, h)| h.status);
+    let prefix = &session[..session.len().min(8)];
+    tracing::debug!(upstream = %link.name, prefix, ?status, "upstream session deleted");
+}
+
+/// Maps a response's status: 2xx passes; 404 with a session id means the session is gone.
+fn check_status(link: &Link, head: &Head) -> Result<(), Failure> {
+    link.note_session(head);
+    match head.status {
+        200..=299 => Ok(()),
+        404 if link.session.borrow().is_some() => Err(Failure::SessionExpired),
+        status => Err(Failure::Status(status)),
+    }
+}
+
+/// How long to wait before reconnection `attempt` (1-based) without a `retry:` hint.
+fn backoff(attempt: u32) -> Duration {
+    let doubled = BACKOFF_MIN.saturating_mul(1 << attempt.saturating_sub(1).min(16));
+    doubled.min(BACKOFF_MAX)
+}
+
+/// Sleeps `delay` (at least `BACKOFF_MIN`, at most `RETRY_MAX`: a `retry: 0` cannot make a
+/// reconnection loop spin); false when the transport stopped meanwhile.
+async fn pause(link: &Link, delay: Duration) -> bool {
+    let stop = link.stop.notified();
+    if link.stopped.get() {
+        return false;
+    }
+    monoio::select! {
+        _ = monoio::time::sleep(delay.clamp(BACKOFF_MIN, RETRY_MAX)) => !link.stopped.get(),
+        _ = stop => false,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One HTTP/1.1 exchange.
+
+/// The request of a round trip, and how it is ordered.
+trait Outgoing {
+    /// The turn to wait for before writing, if any.
+    fn turn(&self) -> Option<&Turn>;
+    /// Releases the turn once the bytes are written (unless it is held until the head).
+    fn written(&mut self);
+    /// The bytes to write (encoded after the turn came, so they carry the newest session id).
+    fn bytes(&self, link: &Link, method: Method) -> Vec<u8>;
+}
+
+/// A POST: its body and its turn.
+struct PostBytes {
+    body: Vec<u8>,
+    turn: Option<Turn>,
+    /// Keep the turn until the response head came (notifications and responses).
+    hold_turn: bool,
+}
+
+impl Outgoing for PostBytes {
+    fn turn(&self) -> Option<&Turn> {
+        self.turn.as_ref()
+    }
+    fn written(&mut self) {
+        if !self.hold_turn {
+            self.turn = None;
+        }
+    }
+    fn bytes(&self, link: &Link, method: Method) -> Vec<u8> {
+        link.encode(method, Some(&self.body), None)
+    }
+}
+
+/// A GET or DELETE, already encoded; not ordered.
+struct GetBytes(Vec<u8>);
+
+impl Outgoing for GetBytes {
+    fn turn(&self) -> Option<&Turn> {
+        None
+    }
+    fn written(&mut self) {}
+    fn bytes(&self, _: &Link, _: Method) -> Vec<u8> {
+        self.0.clone()
+    }
+}
+
+/// Writes a request and reads its response head. A reused idle connection whose write fails
+/// (the upstream closed it meanwhile) is replaced by a new one. One that took the whole
+/// request and then closed without a response byte is not: the upstream may have run the
+/// request, and sending it again could run a tool twice.
+async fn round_trip(
+    link: &Link,
+    method: Method,
+    mut outgoing: impl Outgoing,
+    until: Until,
+) -> Result<(Conn, Head), HttpError> {
+    if let Some(turn) = outgoing.turn() {
+        if !turn.wait().await {
+            return Err(HttpError::Stopped);
+        }
+    }
+    let bytes = outgoing.bytes(link, method);
+    let mut idle = link.take_idle();
+    loop {
+        let reused = idle.is_some();
+        let mut conn = match idle.take() {
+            Some(conn) => conn,
+            None => Conn::open(link.addr, until).await?,
+        };
+        match conn.write(bytes.clone(), link, until).await {
+            Ok(()) => outgoing.written(),
+            Err(HttpError::Closed | HttpError::Io(_)) if reused => continue,
+            Err(e) => return Err(e),
+        }
+        let head = read_head(&mut conn, link, until).await?;
+        return Ok((conn, head));
+    }
+}
+
+/// Reads a response head, skipping interim (1xx) responses.
+async fn read_head(conn: &mut Conn, link: &Link, until: Until) -> Result<Head, HttpError> {
+    loop {
+        match parse_head(conn.pending())? {
+            Some((head, used)) => {
+                conn.consume(used);
+                if (100..200).contains(&head.status) && head.status != 101 {
+                    continue;
+                }
+                return Ok(head);
+            }
+            None => conn.read_more(link, until).await?,
+        }
+    }
+}
+
+/// Reads a whole JSON body, at most `link.line_max` bytes.
+async fn read_json(
+    conn: &mut Conn,
+    framing: Framing,
+    link: &Link,
+    until: Until,
+) -> Result<Vec<u8>, HttpError> {
+    if let Framing::Length(n) = framing {
+        if n > link.line_max as u64 {
+            return Err(HttpError::TooLarge);
+        }
+    }
+    let mut body = Body::new(framing);
+    let mut piece = Vec::new();
+    let mut json = Vec::new();
+    while body.next(conn, link, until, &mut piece).await? {
+        if json.len() + piece.len() > link.line_max {
+            return Err(HttpError::TooLarge);
+        }
+        json.extend_from_slice(&piece);
+    }
+    Ok(json)
+}
+
+/// Reads an event stream to its end, handing each event's message to the peer.
+async fn read_events(
+    conn: &mut Conn,
+    framing: Framing,
+    link: &Link,
+    stream: &mut Stream,
+    until: Until,
+) -> Result<(), HttpError> {
+    let mut body = Body::new(framing);
+    let mut piece = Vec::with_capacity(READ_CHUNK);
+    let mut events: Vec<Vec<u8>> = Vec::new();
+    while body.next(conn, link, until, &mut piece).await? {
+        stream.decoder.feed(&piece, &mut |data: &[u8]| events.push(data.to_vec()))?;
+        for data in events.drain(..) {
+            stream.deliver(link, &data);
+        }
+    }
+    Ok(())
+}
+
+/// One logical event stream: a request's (over its POST and resumptions) or the standalone one.
+struct Stream {
+    decoder: SseDecoder,
+    /// The id of the request whose answer ends the stream, if any.
+    awaited: Option<Value>,
+    /// The awaited request is `initialize` (its result carries the protocol version).
+    initialize: bool,
+    answered: bool,
+}
+
+impl Stream {
+    fn new(line_max: usize, awaited: Option<Value>, initialize: bool) -> Stream {
+        Stream { decoder: SseDecoder::new(line_max), awaited, initialize, answered: false }
+    }
+
+    /// One JSON body or event: a message or a batch of them, each to the peer. An event with
+    /// no data (a priming event carrying only an id) and text that is not JSON are skipped.
+    fn deliver(&mut self, link: &Link, data: &[u8]) {
+        if data.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        let value: Value = match serde_json::from_slice(data) {
+            Ok(value) => value,
+            Err(_) => {
+                let (upstream, bytes) = (&*link.name, data.len());
+                tracing::warn!(upstream, bytes, "upstream sent a message that is not JSON");
+                return;
+            }
+        };
+        let Some(peer) = link.peer.upgrade() else { return };
+        match value {
+            Value::Array(batch) => batch.into_iter().for_each(|m| self.hand(link, &peer, m)),
+            message => self.hand(link, &peer, message),
+        }
+    }
+
+    fn hand(&mut self, link: &Link, peer: &Rc<Peer>, message: Value) {
+        let answers = match &self.awaited {
+            Some(id) => message.get("method").is_none() && message.get("id") == Some(id),
+            None => false,
+        };
+        if answers {
+            self.answered = true;
+            if self.initialize {
+                link.note_protocol_version(&message);
+            }
+        }
+        peer.receive(message);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A client connection.
+
+/// A TCP connection to the upstream and what was read from it and not yet consumed.
+struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    /// `buf[at..]` is read and not yet consumed.
+    at: usize,
+    /// Bytes read since the last request was written (0: the response has not begun).
+    received: usize,
+}
+
+impl Conn {
+    async fn open(addr: SocketAddr, until: Until) -> Result<Conn, HttpError> {
+        let mut wait = CONNECT_TIMEOUT;
+        if let Some(deadline) = until.deadline {
+            wait = wait.min(deadline.saturating_duration_since(Instant::now()));
+        }
+        let stream = match monoio::time::timeout(wait, TcpStream::connect_addr(addr)).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => return Err(HttpError::Io(e.kind())),
+            Err(_) => return Err(HttpError::Timeout),
+        };
+        // Requests are written whole; Nagle would only delay a small POST behind an ACK.
+        let _ = stream.set_nodelay(true);
+        Ok(Conn { stream, buf: Vec::new(), at: 0, received: 0 })
+    }
+
+    fn pending(&self) -> &[u8] {
+        &self.buf[self.at..]
+    }
+
+    fn consume(&mut self, n: usize) {
+        assert!(n <= self.buf.len() - self.at, "invariant: only read bytes are consumed");
+        self.at += n;
+        if self.at == self.buf.len() {
+            self.buf.clear();
+            self.at = 0;
+        }
+    }
+
+    async fn write(&mut self, bytes: Vec<u8>, link: &Link, until: Until) -> Result<(), HttpError> {
+        self.received = 0;
+        let write = self.stream.write_all(bytes);
+        let result = match until.deadline {
+            Some(deadline) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match monoio::time::timeout(left, write).await {
+                    Ok((result, _)) => result,
+                    Err(_) => return Err(HttpError::Timeout),
+                }
+            }
+            None => write.await.0,
+        };
+        if until.stoppable && link.stopped.get() {
+            return Err(HttpError::Stopped);
+        }
+        result.map(drop).map_err(|e| HttpError::Io(e.kind()))
+    }
+
+    /// Appends what arrives next; ends early at the deadline or, if stoppable, at `shutdown`.
+    async fn read_more(&mut self, link: &Link, until: Until) -> Result<(), HttpError> {
+        if self.at > 0 {
+            self.buf.drain(..self.at);
+            self.at = 0;
+        }
+        if self.buf.capacity() - self.buf.len() < READ_CHUNK / 2 {
+            self.buf.reserve(READ_CHUNK);
+        }
+        let stop = link.stop.notified();
+        if until.stoppable && link.stopped.get() {
+            return Err(HttpError::Stopped);
+        }
+        let stop = async move {
+            match until.stoppable {
+                true => stop.await,
+                false => std::future::pending().await,
+            }
+        };
+        let timer = async move {
+            match until.deadline {
+                Some(d) => monoio::time::sleep(d.saturating_duration_since(Instant::now())).await,
+                None => std::future::pending().await,
+            }
+        };
+        let owned = std::mem::take(&mut self.buf);
+        let len = owned.len();
+        let canceller = Canceller::new();
+        let read = self.stream.cancelable_read(owned.slice_mut(len..), canceller.handle());
+        let mut read = std::pin::pin!(read);
+        let (result, slice, ended) = monoio::select! {
+            r = &mut read => (r.0, r.1, None),
+            _ = timer => {
+                let _canceled = canceller.cancel();
+                let (r, s) = read.await;
+                (r, s, Some(HttpError::Timeout))
+            }
+            _ = stop => {
+                let _canceled = canceller.cancel();
+                let (r, s) = read.await;
+                (r, s, Some(HttpError::Stopped))
+            }
+        };
+        self.buf = slice.into_inner();
+        match (result, ended) {
+            (Ok(n), _) if n > 0 => {
+                self.received += n;
+                Ok(())
+            }
+            (_, Some(e)) => Err(e),
+            (Ok(_), None) => Err(HttpError::Closed),
+            (Err(e), None) => Err(HttpError::Io(e.kind())),
+        }
+    }
+}
+
+/// Why an exchange with the upstream failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+enum HttpError {
+    /// The OS or the upstream: connecting, writing or reading failed (refused, reset, …).
+    #[error("connection failed: {0}")]
+    Io(std::io::ErrorKind),
+    /// The upstream: no connection or no answer within the deadline.
+    #[error("no answer within the deadline")]
+    Timeout,
+    /// The upstream closed the connection before the response ended.
+    #[error("the upstream closed the connection mid-response")]
+    Closed,
+    /// The upstream: a response head beyond `HEAD_BYTES_MAX`.
+    #[error("response head larger than 64 KiB")]
+    HeadTooLarge,
+    /// The upstream: a response head that is not HTTP/1.x.
+    #[error("malformed response head")]
+    BadHead,
+    /// The upstream: a chunked body that breaks RFC 9112 §7.1.
+    #[error("malformed chunked body")]
+    BadChunk,
+    /// The upstream: a JSON body, SSE line or event beyond `--upstream-line-bytes`.
+    #[error("body or event larger than --upstream-line-bytes")]
+    TooLarge,
+    /// The upstream: a 2xx response that is neither JSON nor an event stream.
+    #[error("response is neither application/json nor text/event-stream")]
+    ContentType,
+    /// Us: the transport was shut down.
+    #[error("the transport was shut down")]
+    Stopped,
+}
+
+impl HttpError {
+    /// A stream that broke (rather than misbehaved): worth resuming.
+    fn is_break(self) -> bool {
+        matches!(self, HttpError::Closed | HttpError::Io(_))
+    }
+}
+
+/// A response body being read: de-framed pieces from the connection.
+struct Body {
+    framing: BodyState,
+}
+
+enum BodyState {
+    Length(u64),
+    Chunked(ChunkDecoder),
+    Close,
+    Done,
+}
+
+impl Body {
+    fn new(framing: Framing) -> Body {
+        let framing = match framing {
+            Framing::Length(0) => BodyState::Done,
+            Framing::Length(n) => BodyState::Length(n),
+            Framing::Chunked => BodyState::Chunked(ChunkDecoder::default()),
+            Framing::Close => BodyState::Close,
+        };
+        Body { framing }
+    }
+
+    /// The next piece of the body into `out` (cleared first); false at its end.
+    async fn next(
+        &mut self,
+        conn: &mut Conn,
+        link: &Link,
+        until: Until,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, HttpError> {
+        out.clear();
+        loop {
+            let pending = conn.pending();
+            if !pending.is_empty() {
+                match &mut self.framing {
+                    BodyState::Done => return Ok(false),
+                    BodyState::Length(left) => {
+                        let n = pending.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
+                        out.extend_from_slice(&pending[..n]);
+                        conn.consume(n);
+                        *left -= n as u64;
+                        if *left == 0 {
+                            self.framing = BodyState::Done;
+                        }
+                        return Ok(true);
+                    }
+                    BodyState::Chunked(decoder) => {
+                        let used = decoder.feed(pending, out)?;
+                        conn.consume(used);
+                        if decoder.is_done() {
+                            self.framing = BodyState::Done;
+                        }
+                        if !out.is_empty() {
+                            return Ok(true);
+                        }
+                        continue;
+                    }
+                    BodyState::Close => {
+                        out.extend_from_slice(pending);
+                        let n = pending.len();
+                        conn.consume(n);
+                        return Ok(true);
+                    }
+                }
+            }
+            if matches!(self.framing, BodyState::Done) {
+                return Ok(false);
+            }
+            match conn.read_more(link, until).await {
+                Ok(()) => {}
+                Err(HttpError::Closed) if matches!(self.framing, BodyState::Close) => {
+                    self.framing = BodyState::Done;
+                    return Ok(false);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pure parts: response head, chunked decoding, event streams.
+
+/// What a response body is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Json,
+    EventStream,
+    Other,
+}
+
+/// How a response body ends (RFC 9112 §6.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Framing {
+    Length(u64),
+    Chunked,
+    /// At the end of the connection.
+    Close,
+}
+
+/// The parts of a response head the transport uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Head {
+    status: u16,
+    kind: Kind,
+    framing: Framing,
+    /// A valid `Mcp-Session-Id` (visible ASCII, at most `ID_BYTES_MAX`), if any.
+    session: Option<String>,
+    /// The connection may carry another request after this response.
+    keep_alive: bool,
+}
+
+/// Parses a response head at the start of `bytes`: `Ok(None)` when it is not complete yet,
+/// else the head and its length.
+fn parse_head(bytes: &[u8]) -> Result<Option<(Head, usize)>, HttpError> {
+    let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
+    let mut response = httparse::Response::new(&mut headers);
+    let used = match response.parse(bytes) {
+        Ok(httparse::Status::Complete(used)) if used <= HEAD_BYTES_MAX => used,
+        Ok(httparse::Status::Partial) if bytes.len() <= HEAD_BYTES_MAX => return Ok(None),
+        Ok(_) => return Err(HttpError::HeadTooLarge),
+        Err(_) => return Err(HttpError::BadHead),
+    };
+    let status = response.code.ok_or(HttpError::BadHead)?;
+    let mut kind = Kind::Other;
+    let mut length: Option<u64> = None;
+    let mut transfer: Option<bool> = None;
+    let mut session = None;
+    let mut close = response.version != Some(1);
+    for header in response.headers.iter() {
+        let name = header.name;
+        let value = header.value;
+        if name.eq_ignore_ascii_case("content-length") {
+            let text = std::str::from_utf8(value).map_err(|_| HttpError::BadHead)?.trim();
+            if text.is_empty() || text.len() > 18 || !text.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(HttpError::BadHead);
+            }
+            let n: u64 = text.parse().map_err(|_| HttpError::BadHead)?;
+            if length.is_some_and(|m| m != n) {
+                return Err(HttpError::BadHead);
+            }
+            length = Some(n);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            // Only the final coding decides (RFC 9112 §6.3, item 4).
+            let last = value.rsplit(|&b| b == b',').next().unwrap_or(value);
+            transfer = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+        } else if name.eq_ignore_ascii_case("content-type") {
+            let media = value.split(|&b| b == b';').next().unwrap_or(value).trim_ascii();
+            kind = if media.eq_ignore_ascii_case(b"application/json") {
+                Kind::Json
+            } else if media.eq_ignore_ascii_case(b"text/event-stream") {
+                Kind::EventStream
+            } else {
+                Kind::Other
+            };
+        } else if name.eq_ignore_ascii_case("mcp-session-id") {
+            let valid = !value.is_empty()
+                && value.len() <= ID_BYTES_MAX
+                && value.iter().all(|&b| (0x21..=0x7e).contains(&b));
+            if valid {
+                session = std::str::from_utf8(value).ok().map(str::to_owned);
+            }
+        } else if name.eq_ignore_ascii_case("connection") {
+            close |=
+                value.split(|&b| b == b',').any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"));
+        }
+    }
+    let framing = match (status, transfer, length) {
+        (100..=199 | 204 | 304, _, _) => Framing::Length(0),
+        (_, Some(true), _) => Framing::Chunked,
+        (_, Some(false), _) => Framing::Close,
+        (_, None, Some(n)) => Framing::Length(n),
+        (_, None, None) => Framing::Close,
+    };
+    // Both framings given: the sender must close after the response (RFC 9112 §6.1).
+    let keep_alive =
+        !close && framing != Framing::Close && !(transfer.is_some() && length.is_some());
+    Ok(Some((Head { status, kind, framing, session, keep_alive }, used)))
+}
+
+/// Incremental decoder of a chunked body (RFC 9112 §7.1): chunk extensions are skipped and
+/// trailer fields dropped, each within `CHUNK_EXTRA_BYTES_MAX`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ChunkDecoder {
+    /// In the hex chunk size; `digits` so far.
+    Size { size: u64, digits: u8 },
+    /// In a chunk extension after the size.
+    Extension { size: u64, len: usize },
+    /// At the LF of the size line.
+    SizeLf { size: u64 },
+    /// In chunk data.
+    Data { left: u64 },
+    /// At the CR after chunk data.
+    DataCr,
+    /// At the LF after chunk data.
+    DataLf,
+    /// In the trailer section after the last chunk; `line` bytes of the current line.
+    Trailer { line: usize, total: usize },
+    /// At the LF of a trailer line.
+    TrailerLf { line: usize, total: usize },
+    /// The body ended.
+    Done,
+}
+
+impl Default for ChunkDecoder {
+    fn default() -> Self {
+        ChunkDecoder::Size { size: 0, digits: 0 }
+    }
+}
+
+impl ChunkDecoder {
+    fn is_done(&self) -> bool {
+        *self == ChunkDecoder::Done
+    }
+
+    /// Decodes from `input`, appending data to `out`; returns the bytes consumed (all of
+    /// `input` unless the body ended inside it).
+    fn feed(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<usize, HttpError> {
+        use ChunkDecoder as D;
+        let bad = HttpError::BadChunk;
+        let after_size = |size: u64| match size {
+            0 => D::Trailer { line: 0, total: 0 },
+            left => D::Data { left },
+        };
+        let mut i = 0;
+        while i < input.len() {
+            let b = input[i];
+            *self = match *self {
+                D::Done => return Ok(i),
+                D::Data { left } => {
+                    let n = (input.len() - i).min(usize::try_from(left).unwrap_or(usize::MAX));
+                    out.extend_from_slice(&input[i..i + n]);
+                    i += n;
+                    *self = match left - n as u64 {
+                        0 => D::DataCr,
+                        left => D::Data { left },
+                    };
+                    continue;
+                }
+                D::Size { size, digits } => match (b as char).to_digit(16) {
+                    Some(_) if digits >= 15 => return Err(bad),
+                    Some(d) => D::Size { size: size << 4 | u64::from(d), digits: digits + 1 },
+                    None if digits == 0 => return Err(bad),
+                    None => match b {
+                        b'\r' => D::SizeLf { size },
+                        b'\n' => after_size(size),
+                        b';' | b' ' | b'\t' => D::Extension { size, len: 0 },
+                        _ => return Err(bad),
+                    },
+                },
+                D::Extension { size, len } => match b {
+                    b'\r' => D::SizeLf { size },
+                    b'\n' => after_size(size),
+                    _ if len >= CHUNK_EXTRA_BYTES_MAX => return Err(bad),
+                    _ => D::Extension { size, len: len + 1 },
+                },
+                D::SizeLf { size } if b == b'\n' => after_size(size),
+                D::DataCr if b == b'\r' => D::DataLf,
+                D::DataCr | D::DataLf if b == b'\n' => D::default(),
+                D::Trailer { line, total } | D::TrailerLf { line, total } if b == b'\n' => {
+                    match line {
+                        0 => D::Done,
+                        _ => D::Trailer { line: 0, total },
+                    }
+                }
+                D::Trailer { line, total } if b == b'\r' => D::TrailerLf { line, total },
+                D::Trailer { .. } if total_exceeded(*self) => return Err(bad),
+                D::Trailer { line, total } => D::Trailer { line: line + 1, total: total + 1 },
+                D::SizeLf { .. } | D::DataCr | D::DataLf | D::TrailerLf { .. } => return Err(bad),
+            };
+            i += 1;
+        }
+        Ok(i)
+    }
+}
+
+fn total_exceeded(state: ChunkDecoder) -> bool {
+    matches!(state, ChunkDecoder::Trailer { total, .. } if total >= CHUNK_EXTRA_BYTES_MAX)
+}
+
+/// Incremental `text/event-stream` decoder (WHATWG HTML, "Server-sent events", §9.2.6) for
+/// bytes in any pieces: lines end in CRLF, LF or CR; `data` lines join with LF; `id` is the
+/// stream's last event id once its event is dispatched; `retry` sets the reconnection time;
+/// comments and other fields (`event`) are skipped.
+struct SseDecoder {
+    /// The current line, not yet ended.
+    line: Vec<u8>,
+    /// The last byte seen was CR: an LF next belongs to it.
+    after_cr: bool,
+    data: Vec<u8>,
+    /// `data` holds at least one `data` field of the current event.
+    has_data: bool,
+    /// The `id` field of the current event, committed at its dispatch.
+    id_pending: Option<String>,
+    last_id: Option<String>,
+    retry: Option<Duration>,
+    /// The longest line and the longest event data.
+    limit: usize,
+    /// Events dispatched (with data, empty included) since the stream began.
+    events: u64,
+}
+
+impl SseDecoder {
+    fn new(limit: usize) -> SseDecoder {
+        SseDecoder {
+            line: Vec::new(),
+            after_cr: false,
+            data: Vec::new(),
+            has_data: false,
+            id_pending: None,
+            last_id: None,
+            retry: None,
+            limit,
+            events: 0,
+        }
+    }
+
+    /// The last event id, to resume after.
+    fn last_id(&self) -> Option<&str> {
+        self.last_id.as_deref()
+    }
+
+    /// The longest line: an event's data plus room for its field name.
+    fn line_max(&self) -> usize {
+        self.limit.saturating_add(FIELD_NAME_BYTES_MAX)
+    }
+
+    /// Events dispatched so far, over every response of the stream.
+    fn events(&self) -> u64 {
+        self.events
+    }
+
+    /// The reconnection time the stream asked for.
+    fn retry(&self) -> Option<Duration> {
+        self.retry
+    }
+
+    /// A new response of the same stream begins: an event cut off by the old one is dropped,
+    /// the last event id and retry time stay.
+    fn restart(&mut self) {
+        self.line.clear();
+        self.after_cr = false;
+        self.data.clear();
+        self.has_data = false;
+        self.id_pending = None;
+    }
+
+    /// Decodes `input`, calling `sink` with the data of each dispatched event.
+    fn feed(&mut self, mut input: &[u8], sink: &mut impl FnMut(&[u8])) -> Result<(), HttpError> {
+        if input.is_empty() {
+            return Ok(());
+        }
+        if std::mem::take(&mut self.after_cr) && input[0] == b'\n' {
+            input = &input[1..];
+        }
+        while let Some(end) = input.iter().position(|&b| b == b'\r' || b == b'\n') {
+            if self.line.len() + end > self.line_max() {
+                return Err(HttpError::TooLarge);
+            }
+            if self.line.is_empty() {
+                self.field(&input[..end], sink)?;
+            } else {
+                let mut line = std::mem::take(&mut self.line);
+                line.extend_from_slice(&input[..end]);
+                self.field(&line, sink)?;
+                line.clear();
+                self.line = line;
+            }
+            let cr = input[end] == b'\r';
+            input = &input[end + 1..];
+            if cr {
+                match input.first() {
+                    Some(b'\n') => input = &input[1..],
+                    Some(_) => {}
+                    None => self.after_cr = true,
+                }
+            }
+        }
+        if self.line.len() + input.len() > self.line_max() {
+            return Err(HttpError::TooLarge);
+        }
+        self.line.extend_from_slice(input);
+        Ok(())
+    }
+
+    /// One complete line.
+    fn field(&mut self, line: &[u8], sink: &mut impl FnMut(&[u8])) -> Result<(), HttpError> {
+        if line.is_empty() {
+            self.dispatch(sink);
+            return Ok(());
+        }
+        let (name, value) = match line.iter().position(|&b| b == b':') {
+            Some(0) => return Ok(()),
+            Some(colon) => {
+                let value = &line[colon + 1..];
+                (&line[..colon], value.strip_prefix(b" ").unwrap_or(value))
+            }
+            None => (line, &b""[..]),
+        };
+        match name {
+            b"data" => {
+                if self.data.len() + value.len() + 1 > self.limit {
+                    return Err(HttpError::TooLarge);
+                }
+                self.data.extend_from_slice(value);
+                self.data.push(b'\n');
+                self.has_data = true;
+            }
+            b"id" if !value.contains(&0) => {
+                // An id we could not send back in `Last-Event-ID` is as good as none.
+                let usable = value.len() <= ID_BYTES_MAX
+                    && value.iter().all(|&b| b == b'\t' || (0x20..0x7f).contains(&b));
+                self.id_pending = Some(if usable {
+                    String::from_utf8_lossy(value).into_owned()
+                } else {
+                    String::new()
+                });
+            }
+            b"retry" if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
+                if let Ok(ms) = std::str::from_utf8(value).unwrap_or("").parse::<u64>() {
+                    self.retry = Some(Duration::from_millis(ms));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn dispatch(&mut self, sink: &mut impl FnMut(&[u8])) {
+        if let Some(id) = self.id_pending.take() {
+            self.last_id = Some(id).filter(|id| !id.is_empty());
+        }
+        if self.has_data {
+            self.events += 1;
+            let data = self.data.strip_suffix(b"\n").unwrap_or(&self.data);
+            sink(data);
+        }
+        self.data.clear();
+        self.has_data = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse_into_address_parts_and_a_request_target() {
+        // Goal: every accepted URL form yields host, port (80 by default), the Host header and a
+        // target starting with '/'. Method: table.
+        let cases = [
+            ("http://127.0.0.1:8000/mcp", "127.0.0.1", 8000, "127.0.0.1:8000", "/mcp"),
+            ("http://localhost/mcp", "localhost", 80, "localhost", "/mcp"),
+            ("http://example.com", "example.com", 80, "example.com", "/"),
+            ("http://h:9?x=1", "h", 9, "h:9", "/?x=1"),
+            ("http://[::1]:3000/a/b?c", "::1", 3000, "[::1]:3000", "/a/b?c"),
+            ("http://[::1]/", "::1", 80, "[::1]", "/"),
+        ];
+        for (url, host, port, authority, target) in cases {
+            let endpoint = parse_url(url).expect(url);
+            assert_eq!(endpoint.host, host, "{url}");
+            assert_eq!(endpoint.port, port, "{url}");
+            assert_eq!(endpoint.authority, authority, "{url}");
+            assert_eq!(endpoint.target, target, "{url}");
+        }
+    }
+
+    #[test]
+    fn unusable_urls_are_refused_with_the_reason() {
+        // Goal: each reject path names its cause. Method: table.
+        let cases = [
+            ("https://h/mcp", UrlError::Scheme),
+            ("ftp://h", UrlError::Scheme),
+            ("http:///mcp", UrlError::NoHost),
+            ("http://:80/mcp", UrlError::NoHost),
+            ("http://u:p@h/mcp", UrlError::UserInfo),
+            ("http://h:0/", UrlError::Port),
+            ("http://h:65536/", UrlError::Port),
+            ("http://h:/", UrlError::Port),
+            ("http://h:8x/", UrlError::Port),
+            ("http://h/a b", UrlError::Character),
+            ("http://h/a#frag", UrlError::Character),
+            ("http://h/\r\nX: y", UrlError::Character),
+            ("http://h\u{e9}/", UrlError::Character),
+            ("http://[::1/", UrlError::Host),
+            ("http://[nothost]/", UrlError::Host),
+            ("http://a%20b/", UrlError::Host),
+        ];
+        for (url, error) in cases {
+            assert_eq!(parse_url(url), Err(error), "{url}");
+        }
+    }
+
+    #[test]
+    fn ip_literals_need_no_lookup() {
+        // Goal: an IP literal becomes the address as is (no resolver call). Method: v4 and v6.
+        let v4 = parse_url("http://10.1.2.3:7/").expect("parses");
+        assert_eq!(resolve(&v4), Ok("10.1.2.3:7".parse().expect("addr")));
+        let v6 = parse_url("http://[::1]:7/").expect("parses");
+        assert_eq!(resolve(&v6), Ok("[::1]:7".parse().expect("addr")));
+    }
+
+    #[test]
+    fn messages_are_told_apart_by_id_and_method() {
+        // Goal: requests wait for an answer; notifications and responses for 202. Method: table.
+        let answer = |id: Value, initialize| Some(Expect::Answer { id, initialize });
+        let accepted = |initialized| Some(Expect::Accepted { initialized });
+        let cases = [
+            (r#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#, answer(json!(1), true)),
+            (r#"{"jsonrpc":"2.0","id":"a","method":"tools/list"}"#, answer(json!("a"), false)),
+            (r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#, accepted(true)),
+            (r#"{"jsonrpc":"2.0","method":"notifications/cancelled"}"#, accepted(false)),
+            (r#"{"jsonrpc":"2.0","id":7,"result":{}}"#, accepted(false)),
+            ("[1]", None),
+            ("not json", None),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(classify(text.as_bytes()), expected, "{text}");
+        }
+    }
+
+    /// Decodes `pieces` as one event stream: the data of each event, and the decoder.
+    fn events(pieces: &[&[u8]], limit: usize) -> (Result<Vec<String>, HttpError>, SseDecoder) {
+        let mut decoder = SseDecoder::new(limit);
+        let mut out = Vec::new();
+        for piece in pieces {
+            let fed = decoder
+                .feed(piece, &mut |d: &[u8]| out.push(String::from_utf8_lossy(d).into_owned()));
+            if let Err(e) = fed {
+                return (Err(e), decoder);
+            }
+        }
+        (Ok(out), decoder)
+    }
+
+    const STREAM: &[u8] = b": keep-alive\r\nid: 1\r\ndata: {\"a\":\r\ndata: 1}\r\n\r\n\
+        event: message\nid: 2\ndata\n\nretry: 1500\rdata: x\r\rid: 3\n: comment only\n\n\
+        data:no-space\ndata:  two spaces\nunknown: field\n\n";
+
+    #[test]
+    fn sse_events_join_data_lines_under_every_line_ending() {
+        // Goal: multi-line data, CRLF/LF/CR endings, comments, empty `data`, `retry`, and the
+        // last id committed at dispatch. Method: one stream with all of them, fed whole.
+        let (out, decoder) = events(&[STREAM], 1 << 20);
+        let expected = ["{\"a\":\n1}", "", "x", "no-space\n two spaces"];
+        assert_eq!(out.expect("decodes"), expected);
+        assert_eq!(decoder.last_id(), Some("3"));
+        assert_eq!(decoder.retry(), Some(Duration::from_millis(1500)));
+        assert_eq!(decoder.events(), 4);
+    }
+
+    #[test]
+    fn sse_decoding_does_not_depend_on_where_the_input_is_split() {
+        // Goal: the same events whatever the read boundaries, CR|LF pairs split included.
+        // Method: split the stream at every byte boundary, and feed it byte by byte.
+        let (whole, _) = events(&[STREAM], 1 << 20);
+        let whole = whole.expect("decodes");
+        for cut in 0..=STREAM.len() {
+            let (a, b) = STREAM.split_at(cut);
+            let (out, decoder) = events(&[a, b], 1 << 20);
+            assert_eq!(out.expect("decodes"), whole, "cut at {cut}");
+            assert_eq!(decoder.last_id(), Some("3"), "cut at {cut}");
+        }
+        let bytes: Vec<&[u8]> = STREAM.chunks(1).collect();
+        assert_eq!(events(&bytes, 1 << 20).0.expect("decodes"), whole);
+    }
+
+    #[test]
+    fn sse_ids_count_only_once_their_event_is_dispatched() {
+        // Goal: an id whose event was cut off is not resumed from (its event was never seen);
+        // an empty id clears it; an id with NUL is ignored. Method: streams cut mid-event.
+        let (_, decoder) = events(&[b"id: 1\ndata: a\n\nid: 2\ndata: b\n"], 1024);
+        assert_eq!(decoder.last_id(), Some("1"));
+        let (_, decoder) = events(&[b"id: 1\n\nid\n\n"], 1024);
+        assert_eq!(decoder.last_id(), None);
+        let (_, decoder) = events(&[b"id: 1\n\nid: a\0b\n\n"], 1024);
+        assert_eq!(decoder.last_id(), Some("1"));
+        let (_, mut decoder) = events(&[b"id: 5\n\ndata: cut"], 1024);
+        decoder.restart();
+        let mut out = Vec::new();
+        decoder.feed(b"data: whole\n\n", &mut |d: &[u8]| out.push(d.to_vec())).expect("decodes");
+        assert_eq!(out, [b"whole".to_vec()]);
+        assert_eq!(decoder.last_id(), Some("5"));
+    }
+
+    #[test]
+    fn sse_lines_and_events_beyond_the_limit_are_refused() {
+        // Goal: an event's data (its lines joined, LF included) stays within the limit, and no
+        // line grows past the limit plus a field name. Method: limit 16 at N and N+1.
+        let fits = events(&[b"data: 0123456789abcde\n\n"], 16).0.expect("15 bytes + LF fit");
+        assert_eq!(fits, ["0123456789abcde"]);
+        assert_eq!(events(&[b"data: 0123456789abcdef\n\n"], 16).0, Err(HttpError::TooLarge));
+        let many = events(&[b"data: 0123456\ndata: 0123456\n\n"], 16).0;
+        assert_eq!(many.expect("8 + 8 bytes fit"), ["0123456\n0123456"]);
+        let many = events(&[b"data: 0123456\ndata: 01234567\n\n"], 16).0;
+        assert_eq!(many, Err(HttpError::TooLarge));
+        let line = [b"x: ".as_slice(), &[b'y'; 16 + FIELD_NAME_BYTES_MAX - 3]].concat();
+        assert!(events(&[&line], 16).0.is_ok(), "an unfinished line at the bound waits");
+        let line = [line.as_slice(), b"y"].concat();
+        assert_eq!(events(&[&line], 16).0, Err(HttpError::TooLarge));
+    }
+
+    /// Decodes a chunked body fed in `pieces`: the data and the bytes consumed.
+    fn dechunk(pieces: &[&[u8]]) -> Result<(Vec<u8>, usize, bool), HttpError> {
+        let mut decoder = ChunkDecoder::default();
+        let mut out = Vec::new();
+        let mut used = 0;
+        for piece in pieces {
+            used += decoder.feed(piece, &mut out)?;
+        }
+        Ok((out, used, decoder.is_done()))
+    }
+
+    const CHUNKED: &[u8] =
+        b"5\r\nhello\r\n1;name=value\r\n \r\nA\r\n0123456789\r\n0\r\nTrailer: x\r\n\r\nNEXT";
+
+    #[test]
+    fn chunked_bodies_decode_whatever_the_split() {
+        // Goal: data, extensions and trailers decode the same at every boundary, and decoding
+        // stops at the body's end (the next response's bytes are left). Method: every 2-split
+        // and byte by byte.
+        let body_len = CHUNKED.len() - 4;
+        let expected = b"hello 0123456789".to_vec();
+        assert_eq!(dechunk(&[CHUNKED]), Ok((expected.clone(), body_len, true)));
+        for cut in 0..=CHUNKED.len() {
+            let (a, b) = CHUNKED.split_at(cut);
+            assert_eq!(dechunk(&[a, b]), Ok((expected.clone(), body_len, true)), "cut at {cut}");
+        }
+        let bytes: Vec<&[u8]> = CHUNKED.chunks(1).collect();
+        assert_eq!(dechunk(&bytes), Ok((expected, body_len, true)));
+        assert_eq!(dechunk(&[b"3\nabc\n0\n\n"]), Ok((b"abc".to_vec(), 9, true)));
+        assert_eq!(dechunk(&[b"3\r\nab"]), Ok((b"ab".to_vec(), 5, false)));
+    }
+
+    #[test]
+    fn malformed_chunked_bodies_are_refused() {
+        // Goal: each break of RFC 9112 §7.1 is an error, never a panic. Method: table.
+        let long_ext = [b"1;".as_slice(), &[b'x'; CHUNK_EXTRA_BYTES_MAX + 1]].concat();
+        let long_trailer = [b"0\r\n".as_slice(), &[b'x'; CHUNK_EXTRA_BYTES_MAX + 1]].concat();
+        let cases: [&[u8]; 7] = [
+            b"\r\n",
+            b"g\r\n",
+            b"fffffffffffffffff\r\n",
+            b"3\r\nabcX",
+            b"3\rX",
+            &long_ext,
+            &long_trailer,
+        ];
+        for case in cases {
+            assert_eq!(
+                dechunk(&[case]),
+                Err(HttpError::BadChunk),
+                "{:?}",
+                String::from_utf8_lossy(case)
+            );
+        }
+    }
+
+    #[test]
+    fn response_heads_give_status_type_framing_and_session() {
+        // Goal: the fields the transport acts on, per RFC 9112 §6.3. Method: table of heads.
+        let json = b"HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=utf-8\r\n\
+            Content-Length: 12\r\nmcp-session-id: abc-123\r\n\r\n{}";
+        let (head, used) = parse_head(json).expect("valid").expect("complete");
+        assert_eq!(used, json.len() - 2);
+        let expected = Head {
+            status: 200,
+            kind: Kind::Json,
+            framing: Framing::Length(12),
+            session: Some("abc-123".into()),
+            keep_alive: true,
+        };
+        assert_eq!(head, expected);
+        let sse = Kind::EventStream;
+        let cases: [(&[u8], Kind, Framing, bool); 6] = [
+            (
+                b"HTTP/1.1 200 OK\r\nContent-Type: TEXT/Event-Stream\r\n\
+                    Transfer-Encoding: chunked\r\n\r\n",
+                sse,
+                Framing::Chunked,
+                true,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n",
+                sse,
+                Framing::Close,
+                false,
+            ),
+            (
+                b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                Kind::Other,
+                Framing::Length(0),
+                false,
+            ),
+            (b"HTTP/1.1 204 No Content\r\n\r\n", Kind::Other, Framing::Length(0), true),
+            (
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+                Kind::Other,
+                Framing::Chunked,
+                false,
+            ),
+            (
+                b"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\n",
+                Kind::Other,
+                Framing::Length(5),
+                false,
+            ),
+        ];
+        for (bytes, kind, framing, keep_alive) in cases {
+            let (head, _) = parse_head(bytes).expect("valid").expect("complete");
+            assert_eq!((head.kind, head.framing, head.keep_alive), (kind, framing, keep_alive));
+        }
+    }
+
+    #[test]
+    fn bad_or_oversized_heads_are_refused() {
+        // Goal: partial heads wait, broken ones fail, 64 KiB is the bound, bad session ids are
+        // not taken. Method: table plus the bound at N and N+1.
+        assert_eq!(parse_head(b"HTTP/1.1 200 OK\r\nContent-"), Ok(None));
+        let bad: [&[u8]; 4] = [
+            b"HTTP/2 200 OK\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999\r\n\r\n",
+        ];
+        for bytes in bad {
+            assert_eq!(
+                parse_head(bytes),
+                Err(HttpError::BadHead),
+                "{:?}",
+                String::from_utf8_lossy(bytes)
+            );
+        }
+        let head = |len: usize| {
+            let start = b"HTTP/1.1 200 OK\r\nX: ".as_slice();
+            let filler = len - start.len() - 4;
+            [start, &vec![b'a'; filler], b"\r\n\r\n"].concat()
+        };
+        assert!(parse_head(&head(HEAD_BYTES_MAX)).expect("fits").is_some());
+        assert_eq!(parse_head(&head(HEAD_BYTES_MAX + 1)), Err(HttpError::HeadTooLarge));
+        assert_eq!(parse_head(&vec![b'H'; HEAD_BYTES_MAX + 1]), Err(HttpError::BadHead));
+        let spaced = b"HTTP/1.1 200 OK\r\nMcp-Session-Id: a b\r\n\r\n";
+        assert_eq!(parse_head(spaced).expect("valid").expect("complete").0.session, None);
+    }
+
+    fn test_link(url: &str) -> Link {
+        let endpoint = parse_url(url).expect("parses");
+        Link {
+            name: Rc::from("up"),
+            addr: resolve(&endpoint).expect("an IP literal"),
+            endpoint,
+            line_max: 1024,
+            timeout: Duration::from_secs(1),
+            peer: Weak::new(),
+            session: RefCell::new(None),
+            protocol_version: RefCell::new(None),
+            stopped: Cell::new(false),
+            stop: Signal::default(),
+            expired: Cell::new(false),
+            in_flight: Cell::new(0),
+            order: Order::default(),
+            pool: RefCell::new(Vec::new()),
+            listening: Cell::new(false),
+        }
+    }
+
+    #[test]
+    fn requests_carry_the_session_headers_once_known() {
+        // Goal: before initialize only the basics; after it the session id and protocol version
+        // on every request, Last-Event-ID on a resumption. Method: encode before and after.
+        let link = test_link("http://127.0.0.1:8000/mcp?x=1");
+        let first = link.encode(Method::Post, Some(b"{}"), None);
+        let expected = "POST /mcp?x=1 HTTP/1.1\r\nHost: 127.0.0.1:8000\r\n\
+            Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n\
+            Content-Length: 2\r\n\r\n{}";
+        assert_eq!(String::from_utf8(first).expect("ascii"), expected);
+        let head = Head {
+            status: 200,
+            kind: Kind::Json,
+            framing: Framing::Length(0),
+            session: Some("s-1".into()),
+            keep_alive: true,
+        };
+        link.note_session(&head);
+        link.note_session(&Head { session: Some("s-2".into()), ..head });
+        link.note_protocol_version(
+            &json!({ "id": 1, "result": { "protocolVersion": "2025-11-25" } }),
+        );
+        link.note_protocol_version(&json!({ "id": 1, "result": { "protocolVersion": "a\r\nb" } }));
+        let resume = link.encode(Method::Get, None, Some("7"));
+        let expected =
+            "GET /mcp?x=1 HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nAccept: text/event-stream\r\n\
+            Content-Length: 0\r\nMcp-Session-Id: s-1\r\nMCP-Protocol-Version: 2025-11-25\r\n\
+            Last-Event-ID: 7\r\n\r\n";
+        assert_eq!(String::from_utf8(resume).expect("ascii"), expected);
+        let delete = String::from_utf8(link.encode(Method::Delete, None, None)).expect("ascii");
+        assert!(delete.starts_with("DELETE /mcp?x=1 HTTP/1.1\r\n"), "{delete}");
+        assert!(
+            delete.contains("Connection: close\r\nContent-Length: 0\r\nMcp-Session-Id: s-1\r\n")
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_its_cap() {
+        // Goal: reconnection waits grow and stay bounded. Method: a few attempts and a huge one.
+        assert_eq!(backoff(1), BACKOFF_MIN);
+        assert_eq!(backoff(2), BACKOFF_MIN * 2);
+        assert_eq!(backoff(u32::MAX), BACKOFF_MAX);
+    }
+}
