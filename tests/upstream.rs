@@ -470,3 +470,24 @@ fn the_drain_stops_every_child() {
     assert!(status.success(), "{status:?}");
     assert!(gone_within(&pid, Duration::from_secs(3)), "the child outlived tidemark");
 }
+
+#[test]
+fn a_relayed_request_without_params_reaches_the_client_with_an_object() {
+    // roots/list has no params upstream; JSON-RPC allows params only as an object (or absent),
+    // and the official TypeScript client rejects `"params":null`.
+    let counter = Counter::new("roots");
+    let server = bridge("uring", &counter, &[]);
+    let sid = open_session(&server);
+    let mut s = call_stream(&server, &sid, &call(1, "roots", "{}", true), &[]);
+    read_priming(&mut s, "roots");
+    let request = s.next_event().expect("the roots request").json();
+    assert_eq!(request["method"], "roots/list", "{request}");
+    assert!(request.get("params").is_none_or(|p| p.is_object()), "{request}");
+    let answer = serde_json::json!({
+        "jsonrpc": "2.0", "id": request["id"],
+        "result": { "roots": [{ "uri": "file:///a" }, { "uri": "file:///b" }] }
+    });
+    assert_eq!(post(&server, &[("Mcp-Session-Id", &sid)], &answer.to_string()).status, 202);
+    let evs = support::messages(&s.rest());
+    assert_eq!(result_text(evs.last().expect("result")), "2");
+}

@@ -109,7 +109,12 @@ impl CallSink for StreamSink {
             };
             s.pending_client.insert(id, pending);
             let mut payload = Vec::with_capacity(128);
-            let params = serde_json::to_vec(&params).unwrap_or_else(|_| b"{}".to_vec());
+            // JSON-RPC params are an object or absent, never null: a request without params
+            // (roots/list relayed from an upstream) goes out with an empty object.
+            let params = match params {
+                Value::Null => b"{}".to_vec(),
+                params => serde_json::to_vec(&params).unwrap_or_else(|_| b"{}".to_vec()),
+            };
             jsonrpc::push_request(&mut payload, id, method, &params);
             let _ended = s.append(key, Bytes::from(payload));
         }
