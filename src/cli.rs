@@ -132,6 +132,9 @@ struct Flags {
     /// Longest an upstream may take to answer one request (tool calls included).
     #[arg(long, default_value_t = config::UPSTREAM_TIMEOUT_SECS)]
     upstream_timeout_secs: u64,
+    /// Longest an upstream may take to start and answer initialize (and its first tools/list).
+    #[arg(long, default_value_t = config::UPSTREAM_START_TIMEOUT_SECS)]
+    upstream_start_timeout_secs: u64,
     /// Longest JSON-RPC line read from a stdio upstream; longer ones are skipped.
     #[arg(long, default_value_t = config::UPSTREAM_LINE_BYTES)]
     upstream_line_bytes: usize,
@@ -206,6 +209,7 @@ impl Flags {
             upstream_isolation: self.upstream_isolation,
             upstream_processes_max: self.upstream_max_processes,
             upstream_timeout: Duration::from_secs(self.upstream_timeout_secs),
+            upstream_start_timeout: Duration::from_secs(self.upstream_start_timeout_secs),
             upstream_line_bytes: self.upstream_line_bytes,
             upstream_queue_bytes: self.upstream_queue_bytes,
             upstream_kill_grace: Duration::from_millis(self.upstream_kill_grace_ms),

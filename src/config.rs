@@ -101,6 +101,10 @@ pub const UPSTREAM_PROCESSES_MAX: usize = 256;
 /// Longest an upstream may take to answer one request, tool calls included
 /// (`--upstream-timeout-secs`); then the call ends with -32603 and is cancelled upstream.
 pub const UPSTREAM_TIMEOUT_SECS: u64 = 300;
+/// Longest an upstream may take to start and answer `initialize` and its first `tools/list`
+/// (`--upstream-start-timeout-secs`): a child's start (an interpreter loading its modules) may
+/// take seconds on a busy host; then the session's `initialize` gets -32603.
+pub const UPSTREAM_START_TIMEOUT_SECS: u64 = 60;
 /// Longest line (one JSON-RPC message) read from an upstream child's stdout
 /// (`--upstream-line-bytes`); a longer line is skipped and logged.
 pub const UPSTREAM_LINE_BYTES: usize = 16 * 1024 * 1024;
@@ -236,6 +240,7 @@ pub struct Config {
     pub upstream_isolation: Isolation,
     pub upstream_processes_max: usize,
     pub upstream_timeout: Duration,
+    pub upstream_start_timeout: Duration,
     pub upstream_line_bytes: usize,
     pub upstream_queue_bytes: usize,
     pub upstream_kill_grace: Duration,
@@ -279,6 +284,7 @@ impl Default for Config {
             upstream_isolation: Isolation::PerSession,
             upstream_processes_max: UPSTREAM_PROCESSES_MAX,
             upstream_timeout: Duration::from_secs(UPSTREAM_TIMEOUT_SECS),
+            upstream_start_timeout: Duration::from_secs(UPSTREAM_START_TIMEOUT_SECS),
             upstream_line_bytes: UPSTREAM_LINE_BYTES,
             upstream_queue_bytes: UPSTREAM_QUEUE_BYTES,
             upstream_kill_grace: Duration::from_millis(UPSTREAM_KILL_GRACE_MS),
@@ -329,7 +335,7 @@ impl Config {
 
     /// Checks every value once, so workers can rely on them.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let nonzero: [(&'static str, u128); 23] = [
+        let nonzero: [(&'static str, u128); 24] = [
             ("threads", self.threads as u128),
             ("max-header-bytes", self.header_bytes_max as u128),
             ("max-headers", self.headers_max as u128),
@@ -351,6 +357,7 @@ impl Config {
             ("max-held-per-session", self.held_per_session_max as u128),
             ("upstream-max-processes", self.upstream_processes_max as u128),
             ("upstream-timeout-secs", self.upstream_timeout.as_millis()),
+            ("upstream-start-timeout-secs", self.upstream_start_timeout.as_millis()),
             ("upstream-line-bytes", self.upstream_line_bytes as u128),
             ("upstream-queue-bytes", self.upstream_queue_bytes as u128),
         ];

@@ -237,6 +237,7 @@ fn upstream_providers(cfg: &Config) -> Vec<(String, ProviderFactory)> {
         isolation: cfg.upstream_isolation,
         max_processes: cfg.upstream_processes_max,
         timeout: cfg.upstream_timeout,
+        start_timeout: cfg.upstream_start_timeout,
         line_bytes: cfg.upstream_line_bytes,
         queue_bytes: cfg.upstream_queue_bytes,
         kill_grace: cfg.upstream_kill_grace,

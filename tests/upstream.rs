@@ -335,6 +335,9 @@ fn initialize_beyond_the_process_cap_gets_503() {
     let first = open_session(&server);
     let refused = post(&server, &[], support::INIT);
     assert_eq!(refused.status, 503, "{}", refused.text());
+    assert_eq!(refused.header("Retry-After"), Some("1"), "a 503 says when to come back");
+    let message = refused.json()["error"]["message"].as_str().expect("message").to_owned();
+    assert!(message.contains("--upstream-max-processes"), "{message}");
     // Ending the first session frees its slot (once the reaper has waited for the child).
     let raw = support::request(
         "DELETE",
@@ -490,4 +493,22 @@ fn a_relayed_request_without_params_reaches_the_client_with_an_object() {
     assert_eq!(post(&server, &[("Mcp-Session-Id", &sid)], &answer.to_string()).status, 202);
     let evs = support::messages(&s.rest());
     assert_eq!(result_text(evs.last().expect("result")), "2");
+}
+
+/// `Cpus_allowed_list` of a process (its main thread).
+fn cpus_allowed(pid: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let line = status.lines().find(|l| l.starts_with("Cpus_allowed_list:")).expect("line");
+    line.split_whitespace().nth(1).expect("list").to_owned()
+}
+
+#[test]
+fn a_child_runs_on_the_processs_cpus_not_its_workers_pin() {
+    // Workers are pinned to one CPU each; a child forked by one must not inherit that pin, or
+    // every child of a core competes with that core's worker on one CPU.
+    let counter = Counter::new("affinity");
+    let server = bridge("uring", &counter, &[]);
+    let sid = open_session(&server);
+    let child = result_text(&call_all(&server, &sid, 1, "pid", "{}")[0]);
+    assert_eq!(cpus_allowed(&child), cpus_allowed(&server.pid().to_string()));
 }

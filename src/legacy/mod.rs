@@ -360,7 +360,7 @@ async fn initialize(
             core.sessions.borrow_mut().remove(&sid);
             if matches!(e, ProviderError::Unavailable(_)) {
                 core.metrics.limit_upstream.inc();
-                return refuse(out, Refusal::Unavailable, Some(&id), keep_alive);
+                return refuse(out, Refusal::UpstreamBusy, Some(&id), keep_alive);
             }
             let mut body = Vec::with_capacity(128);
             crate::wire::push_provider_error(&mut body, &id, &e);

@@ -227,6 +227,7 @@ pub(crate) struct Settings {
     pub isolation: Isolation,
     pub max_processes: usize,
     pub timeout: Duration,
+    pub start_timeout: Duration,
     pub line_bytes: usize,
     pub queue_bytes: usize,
     pub kill_grace: Duration,
@@ -439,7 +440,7 @@ impl Bridge {
             "clientInfo": client.get("clientInfo").cloned()
                 .unwrap_or_else(|| json!({ "name": "tidemark", "version": env!("CARGO_PKG_VERSION") })),
         });
-        let timeout = self.settings.timeout;
+        let timeout = self.settings.start_timeout;
         let result = match peer.request("initialize", params, None, timeout).await {
             Ok(result) => result,
             Err(e) => {
@@ -449,7 +450,7 @@ impl Bridge {
         };
         peer.notify("notifications/initialized", Value::Null);
         if self.shared.catalog_stale.get() {
-            self.relist(&peer).await;
+            self.relist(&peer, self.settings.start_timeout).await;
         }
         let info = SessionInfo {
             instructions: result.get("instructions").and_then(Value::as_str).map(
@@ -469,9 +470,9 @@ impl Bridge {
     }
 
     /// Lists the upstream's tools into the catalog; announces a change.
-    async fn relist(&self, peer: &Peer) {
+    async fn relist(&self, peer: &Peer, timeout: Duration) {
         self.shared.catalog_stale.set(false);
-        let listed = match peer.list_all("tools/list", "tools", self.settings.timeout).await {
+        let listed = match peer.list_all("tools/list", "tools", timeout).await {
             Ok(listed) => listed,
             Err(e) => {
                 tracing::warn!(upstream = %self.name, error = %e, "upstream tools/list failed");
@@ -609,7 +610,7 @@ impl Provider for Bridge {
                 };
                 let peer = live.and_then(|l| l.peer.borrow().clone()).filter(|p| p.is_alive());
                 if let Some(peer) = peer {
-                    self.relist(&peer).await;
+                    self.relist(&peer, self.settings.timeout).await;
                 }
             }
             Ok(self.catalog.borrow().clone())

@@ -135,11 +135,31 @@ fn start_child(
     // `upstream` for why this is not moved to another thread).
     let child = command.spawn()?;
     drop(command);
+    unpin(child.id());
     let adopt = |s: StdUnixStream| -> std::io::Result<UnixStream> {
         s.set_nonblocking(true)?;
         UnixStream::from_std(s)
     };
     Ok((child, adopt(stdin_ours)?, adopt(stdout_ours)?, adopt(stderr_ours)?))
+}
+
+/// Gives a child the process's CPUs back. It was forked by a worker thread pinned to one CPU
+/// (`server`), and would inherit that pin: every child of a core would compete with that core's
+/// worker on one CPU while the others idle. The process's own set is its main thread's (never
+/// pinned; Linux answers for the thread whose id is the pid). Done right after the exec, before
+/// the child can have started processes of its own; a failure leaves the child pinned (logged).
+fn unpin(pid: u32) {
+    use rustix::process::{getpid, Pid};
+    let cpus = rustix::thread::sched_getaffinity(Some(getpid()));
+    let child = i32::try_from(pid).ok().and_then(Pid::from_raw);
+    let unpinned = match (cpus, child) {
+        (Ok(cpus), Some(child)) => rustix::thread::sched_setaffinity(Some(child), &cpus),
+        (Err(e), _) => Err(e),
+        (_, None) => return,
+    };
+    if let Err(e) = unpinned {
+        tracing::warn!(pid, error = %e, "upstream child keeps its worker's CPU affinity");
+    }
 }
 
 impl Transport for StdioTransport {

@@ -119,6 +119,9 @@ pub enum Refusal {
     /// Us: the core's replay rings hold `--core-buffer-bytes`; no new request stream until
     /// they drain; 503 with `Retry-After`.
     BufferBudget,
+    /// Us: `--upstream-max-processes` upstream children are alive; a new session would need
+    /// one more. 503 with `Retry-After`.
+    UpstreamBusy,
 }
 
 impl Refusal {
@@ -151,6 +154,7 @@ impl Refusal {
             Refusal::ConflictingHeader => (400, Code::InvalidRequest),
             Refusal::Draining => (503, Code::InternalError),
             Refusal::BufferBudget => (503, Code::InternalError),
+            Refusal::UpstreamBusy => (503, Code::InternalError),
         }
     }
 
@@ -197,6 +201,10 @@ impl Refusal {
             Refusal::BufferBudget => {
                 "server buffers full (--core-buffer-bytes): retry after Retry-After, or resume \
                  owed streams first"
+            }
+            Refusal::UpstreamBusy => {
+                "upstream process limit reached (--upstream-max-processes): initialize again \
+                 after Retry-After"
             }
         }
     }
@@ -357,7 +365,7 @@ fn refuse(out: &mut Vec<u8>, r: Refusal, id: Option<&RawId>, keep_alive: bool) {
     let retry_after: [(&str, &[u8]); 1];
     let headers: &[(&str, &[u8])] = if r == Refusal::MethodNotAllowed {
         &[("Allow", b"GET, POST, DELETE")]
-    } else if r == Refusal::Draining || r == Refusal::BufferBudget {
+    } else if matches!(r, Refusal::Draining | Refusal::BufferBudget | Refusal::UpstreamBusy) {
         push_decimal(&mut seconds, crate::config::DRAIN_RETRY_AFTER_SECS);
         retry_after = [("Retry-After", &seconds)];
         &retry_after
