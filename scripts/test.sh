@@ -6,14 +6,17 @@
 #                test mode), the doc tests, and `cargo doc --no-deps` with warnings as errors
 #   clients      scripts/clients.sh: the official TypeScript and Python SDK clients against the
 #                release binary, including mid-call stream drops (cut proxy) and --threads 2
+#   bridge       scripts/bridge.sh: tidemark in front of real MCP servers (--upstream):
+#                server-everything (npm), mcp-server-time (PyPI), an official-Python-SDK stdio and
+#                HTTP server, with the official clients, the cut proxy, raw retries and faults
 #   conformance  scripts/conformance.sh: the official MCP conformance suite (0.1.16 active,
 #                pending, all; 0.2.0-alpha.12 --requirements 2025-11-25)
 #   fault        scripts/fault.sh: the randomized fault test, 2 000 cut-and-recovered calls on
 #                each driver (io_uring, epoll)
 #   fuzz         scripts/fuzz.sh --seconds 20: each coverage-guided fuzz target (libFuzzer via
 #                cargo-fuzz on stable) for 20 s from the committed seed corpora
-#   --only SUITES  run only these (comma-separated: cargo,clients,conformance,fault,
-#                fuzz)
+#   --only SUITES  run only these (comma-separated: cargo,clients,bridge,conformance,
+#                fault,fuzz)
 #
 # Needs cargo, python3 (with venv), node/npm (any version npm runs on; Node 22 is installed from
 # npm into .cache/); installs everything else into .cache/. Prints one line per suite and a final
@@ -21,13 +24,13 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ALL_SUITES="cargo,clients,conformance,fault,fuzz"
+ALL_SUITES="cargo,clients,bridge,conformance,fault,fuzz"
 
 only="$ALL_SUITES"
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --only) only="${2:?--only needs a value}"; shift 2 ;;
-        --help) sed -n '2,23s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        --help) sed -n '2,26s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "test.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -54,6 +57,7 @@ for s in "${selected[@]}"; do
             RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --lib || rc=$?
             ;;
         clients) scripts/clients.sh || rc=$? ;;
+        bridge) scripts/bridge.sh || rc=$? ;;
         conformance) scripts/conformance.sh || rc=$? ;;
         fault) scripts/fault.sh || rc=$? ;;
         fuzz) scripts/fuzz.sh --seconds 20 || rc=$? ;;
