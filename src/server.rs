@@ -103,6 +103,8 @@ impl Running {
         for worker in self.workers {
             let _ = worker.join();
         }
+        // The cores stopped their upstream children; they get their kill grace to exit.
+        crate::upstream::wait_for_children();
     }
 
     /// Begins the graceful drain (see the type's doc) and returns at once; `join` waits for

@@ -462,16 +462,46 @@ fn an_upstream_tool_list_change_reaches_tools_list_and_the_client() {
     );
 }
 
+/// The pids of a process's children.
+fn children_of(pid: u32) -> Vec<String> {
+    let out = std::process::Command::new("pgrep").args(["-P", &pid.to_string()]).output();
+    let out = out.expect("pgrep");
+    String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_owned).collect()
+}
+
 #[test]
-fn the_drain_stops_every_child() {
+fn the_drain_stops_every_child_even_one_that_ignores_sigterm() {
+    // Children that would outlive their stdin (here: a shell that runs the fixture, then
+    // sleeps; the second one ignores SIGTERM) must still end: SIGTERM to their process group at
+    // the drain's end, SIGKILL after the grace, before tidemark exits.
     let counter = Counter::new("drain");
-    let mut server = bridge("uring", &counter, &[]);
+    let env = counter.env();
+    let polite = format!("polite=stdio:sh -c 'python3 {FIXTURE}; exec sleep 30'");
+    let stubborn =
+        format!("stubborn=stdio:sh -c \"trap '' TERM; python3 {FIXTURE}; exec sleep 30\"");
+    let mut server = Server::start(&[
+        "--upstream",
+        &polite,
+        "--upstream",
+        &stubborn,
+        "--upstream-env",
+        &env,
+        "--threads",
+        "1",
+        "--upstream-kill-grace-ms",
+        "300",
+    ]);
     let sid = open_session(&server);
-    let pid = result_text(&call_all(&server, &sid, 1, "pid", "{}")[0]);
+    let evs = call_all(&server, &sid, 1, "stubborn__echo", r#"{"text":"up"}"#);
+    assert_eq!(result_text(&evs[0]), "up");
+    let children = children_of(server.pid());
+    assert_eq!(children.len(), 2, "one shell per upstream: {children:?}");
     server.signal("TERM");
     let status = server.exit_within(Duration::from_secs(10)).expect("drained");
     assert!(status.success(), "{status:?}");
-    assert!(gone_within(&pid, Duration::from_secs(3)), "the child outlived tidemark");
+    for child in &children {
+        assert!(gone_within(child, Duration::from_secs(2)), "child {child} outlived tidemark");
+    }
 }
 
 #[test]

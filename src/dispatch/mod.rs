@@ -154,6 +154,13 @@ impl Registry {
         Ok(infos)
     }
 
+    /// Tells every provider that the core stops.
+    pub(crate) fn stop(&self) {
+        for provider in &self.providers {
+            provider.stop();
+        }
+    }
+
     /// Tells every provider that a session ended.
     pub(crate) fn close_session(&self, session: SessionRef) {
         for provider in &self.providers {

@@ -333,6 +333,11 @@ pub trait Provider {
     fn close_session(&self, session: SessionRef) {
         let _ = session;
     }
+
+    /// The core stops (its drain ended, or the server failed): release what the provider holds
+    /// outside the process (a bridge stops its children). Called once, on the core's thread;
+    /// nothing is called after it.
+    fn stop(&self) {}
 }
 
 /// What a provider learns when a client session starts.

@@ -483,6 +483,9 @@ async fn serve(spec: WorkerSpec) {
     // Closing the listener refuses new connections (and resets those still in its backlog).
     drop(listener);
     drain_core(&core, &drain, &life).await;
+    // The core's tasks (and with them `core`) are not dropped when its runtime ends: what
+    // providers hold outside the process (upstream children) is released here.
+    core.registry.stop();
 }
 
 /// Accepts connections until the drain begins.

@@ -40,7 +40,7 @@ use crate::provider::{
 use crate::wire::Code;
 use http::HttpTransport;
 use peer::{Peer, PeerEvents};
-pub(crate) use stdio::ProcessCount;
+pub(crate) use stdio::{wait_for_children, ProcessCount};
 use stdio::{SpawnError, StdioTransport};
 
 /// One `--upstream` flag.
@@ -801,6 +801,12 @@ impl Provider for Bridge {
         })
     }
 
+    fn stop(&self) {
+        // The core's drain ended: every child of this core is stopped (the process waits for
+        // them: `upstream::wait_for_children`).
+        self.stop_all();
+    }
+
     fn close_session(&self, session: SessionRef) {
         self.shared.notifiers.borrow_mut().remove(&session);
         let link = self.links.borrow_mut().remove(&session);
@@ -811,9 +817,9 @@ impl Provider for Bridge {
     }
 }
 
-impl Drop for Bridge {
-    fn drop(&mut self) {
-        // The core ends (drain or exit): every child of this core is stopped.
+impl Bridge {
+    /// Stops every upstream connection of this core.
+    fn stop_all(&self) {
         let links: Vec<Rc<Link>> = self.links.borrow_mut().drain().map(|(_, l)| l).collect();
         for link in links.iter().chain(self.core_link.borrow().iter()) {
             let peer = link.peer.borrow_mut().take();
@@ -821,6 +827,12 @@ impl Drop for Bridge {
                 peer.shutdown();
             }
         }
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        self.stop_all();
     }
 }
 

@@ -18,7 +18,7 @@ use std::os::unix::net::UnixStream as StdUnixStream;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::rc::{Rc, Weak};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -376,6 +376,9 @@ const STDERR_LINE_MAX: usize = 4096;
 /// reaper thread waits for it and gives its slot back.
 fn stop(child: Child, grace: Duration, count: Arc<ProcessCount>, name: &str) {
     let pid = child.id();
+    UNREAPED.fetch_add(1, Ordering::AcqRel);
+    let grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);
+    LONGEST_GRACE_MS.fetch_max(grace_ms, Ordering::AcqRel);
     signal_group(pid, rustix::process::Signal::TERM);
     tracing::info!(upstream = name, pid, "upstream stopped");
     reaper().send(Reap { child, kill_at: Instant::now() + grace, count });
@@ -440,6 +443,7 @@ fn reap_forever(rx: mpsc::Receiver<Reap>) {
         waiting.retain_mut(|r| {
             if let Ok(Some(_)) = r.child.try_wait() {
                 r.count.give_back();
+                UNREAPED.fetch_sub(1, Ordering::AcqRel);
                 return false;
             }
             if now >= r.kill_at {
@@ -450,6 +454,25 @@ fn reap_forever(rx: mpsc::Receiver<Reap>) {
         });
     }
 }
+
+/// Children stopped and not yet waited for, all cores.
+static UNREAPED: AtomicUsize = AtomicUsize::new(0);
+/// The longest kill grace any stopped child was given.
+static LONGEST_GRACE_MS: AtomicU64 = AtomicU64::new(0);
+
+/// Blocks (the process's main thread, after the workers ended) until every stopped child has
+/// exited: at most the longest kill grace plus `REAP_SLACK`, since the reaper sends SIGKILL at
+/// the end of the grace. Without this the process would exit before its children's SIGKILL.
+pub fn wait_for_children() {
+    let grace = Duration::from_millis(LONGEST_GRACE_MS.load(Ordering::Acquire));
+    let deadline = Instant::now() + grace + REAP_SLACK;
+    while UNREAPED.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
+        std::thread::sleep(REAP_POLL);
+    }
+}
+
+/// Time beyond the kill grace for a SIGKILLed child to be reaped.
+const REAP_SLACK: Duration = Duration::from_secs(1);
 
 /// How often the reaper looks at the children it waits for.
 const REAP_POLL: Duration = Duration::from_millis(20);
