@@ -553,11 +553,22 @@ impl Bridge {
     }
 
     /// The live connection of `session`; `None` when it has no link (the start-up probe).
-    async fn session_peer(&self, session: SessionRef) -> ProviderResult<Option<Rc<Peer>>> {
-        match self.link(session) {
-            Some(link) => self.peer(&link).await.map(Some),
-            None => Ok(None),
-        }
+    /// `None` as well when the upstream did not declare `capability` (`resources`, `prompts`,
+    /// `completions`): it is not asked for a feature it does not have.
+    async fn session_peer(
+        &self,
+        session: SessionRef,
+        capability: &str,
+    ) -> ProviderResult<Option<Rc<Peer>>> {
+        let Some(link) = self.link(session) else { return Ok(None) };
+        let peer = self.peer(&link).await?;
+        let declared = link
+            .info
+            .borrow()
+            .capabilities
+            .as_ref()
+            .is_some_and(|c| c.get(capability).is_some_and(Value::is_object));
+        Ok(declared.then_some(peer))
     }
 
     /// A list method's items from the session's upstream, `rewrite` applied to each.
@@ -568,7 +579,10 @@ impl Bridge {
         key: &str,
         rewrite: impl Fn(&mut serde_json::Map<String, Value>),
     ) -> ProviderResult<Vec<Value>> {
-        let Some(peer) = self.session_peer(session).await? else { return Ok(Vec::new()) };
+        let capability = method.split('/').next().unwrap_or(method);
+        let Some(peer) = self.session_peer(session, capability).await? else {
+            return Ok(Vec::new());
+        };
         let mut items = peer.list_all(method, key, self.settings.timeout).await?;
         if self.prefix.is_some() {
             for item in &mut items {
@@ -664,7 +678,9 @@ impl Provider for Bridge {
     ) -> LocalBoxFuture<'a, ProviderResult<Option<Value>>> {
         Box::pin(async move {
             let Some(upstream_uri) = self.inward_uri(uri) else { return Ok(None) };
-            let Some(peer) = self.session_peer(session).await? else { return Ok(None) };
+            let Some(peer) = self.session_peer(session, "resources").await? else {
+                return Ok(None);
+            };
             let params = json!({ "uri": upstream_uri });
             let mut result =
                 peer.request("resources/read", params, None, self.settings.timeout).await?;
@@ -687,7 +703,9 @@ impl Provider for Bridge {
     ) -> LocalBoxFuture<'a, ProviderResult<bool>> {
         Box::pin(async move {
             let Some(upstream_uri) = self.inward_uri(uri) else { return Ok(false) };
-            let Some(peer) = self.session_peer(session).await? else { return Ok(false) };
+            let Some(peer) = self.session_peer(session, "resources").await? else {
+                return Ok(false);
+            };
             let method = if subscribe { "resources/subscribe" } else { "resources/unsubscribe" };
             let params = json!({ "uri": upstream_uri });
             peer.request(method, params, None, self.settings.timeout).await?;
@@ -709,7 +727,7 @@ impl Provider for Bridge {
     ) -> LocalBoxFuture<'a, ProviderResult<Option<Value>>> {
         Box::pin(async move {
             let Some(upstream_name) = self.inward(name) else { return Ok(None) };
-            let Some(peer) = self.session_peer(session).await? else { return Ok(None) };
+            let Some(peer) = self.session_peer(session, "prompts").await? else { return Ok(None) };
             let mut params = json!({ "name": upstream_name });
             if !arguments.is_null() {
                 params["arguments"] = arguments;
@@ -739,7 +757,9 @@ impl Provider for Bridge {
             };
             let Some((key, upstream)) = ours else { return Ok(None) };
             reference[key] = Value::from(upstream);
-            let Some(peer) = self.session_peer(session).await? else { return Ok(None) };
+            let Some(peer) = self.session_peer(session, "completions").await? else {
+                return Ok(None);
+            };
             let params = json!({ "ref": reference, "argument": argument });
             let result =
                 peer.request("completion/complete", params, None, self.settings.timeout).await?;
