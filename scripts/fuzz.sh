@@ -83,7 +83,14 @@ for t in "${selected[@]}"; do
     work="$CACHE/fuzz/corpus/$t"
     artifacts="$CACHE/fuzz/artifacts/$t"
     mkdir -p "$work" "$artifacts"
-    flags=(-timeout=10 -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1
+    # TIDEMARK_FUZZ_HANG_PAUSE=1 (endpoint): the harness sleeps 600 s inside the input when the
+    # server stops answering; libFuzzer's -timeout would kill that process within seconds, so
+    # the unit timeout is raised above the pause.
+    unit_timeout=10
+    if [ "${TIDEMARK_FUZZ_HANG_PAUSE:-}" = 1 ]; then
+        unit_timeout=700
+    fi
+    flags=("-timeout=$unit_timeout" -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1
         "-artifact_prefix=$artifacts/")
     if [ -f "fuzz/dict/$t.dict" ]; then
         flags+=("-dict=fuzz/dict/$t.dict")
@@ -97,6 +104,10 @@ for t in "${selected[@]}"; do
         flags+=("-fork=$jobs")
     fi
     echo "=== $t ==="
+    if [ "${TIDEMARK_FUZZ_HANG_PAUSE:-}" = 1 ] && [ "$jobs" != 1 ]; then
+        # Fork mode sends each child's output to its own log: a paused child is found there.
+        echo "fuzz.sh: a paused process logs 'paused 600 s' in ${TMPDIR:-/tmp}/libFuzzerTemp.FuzzWithFork*.dir/*.log"
+    fi
     log="$CACHE/fuzz/$t.log"
     start=$SECONDS
     # The fuzzer's status lines and anything about a finding; the whole output is in $log.
