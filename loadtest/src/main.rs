@@ -13,6 +13,8 @@
 //! - `stats`: histograms, counters, the progress line, `RunReport`.
 //! - `wire`, `sse`, `jsonrpc`: HTTP/1.1, `text/event-stream` and JSON-RPC on the wire.
 //! - `procfs`: the server's pid and RSS.
+//! - `stdio_direct`: `stdio-direct`, calls straight to a stdio MCP server (no HTTP), the baseline
+//!   of the bridge comparison (`scripts/bridge-compare.sh`).
 
 mod client;
 mod engine;
@@ -23,6 +25,7 @@ mod report;
 mod scenario;
 mod sse;
 mod stats;
+mod stdio_direct;
 mod wire;
 
 use std::path::PathBuf;
@@ -74,6 +77,9 @@ enum Command {
     Fault(FaultArgs),
     /// Open K idle sessions and report the server's RSS per session.
     Sessions(SessionsArgs),
+    /// Baseline without HTTP: spawn a stdio MCP server (--command) and time sequential
+    /// `tools/call echo` over its stdin/stdout (one call in flight).
+    StdioDirect(StdioDirectArgs),
     /// Fold --json files of repeated runs into medians, a markdown table and a plot.
     Report(ReportArgs),
     /// Draw the latency curves of --json files into one SVG.
@@ -264,6 +270,21 @@ struct FaultArgs {
 }
 
 #[derive(Args, Debug)]
+struct StdioDirectArgs {
+    /// Of the common flags only --label, --duration, --warmup, --requests (calls, warm-up
+    /// included), --timeout (per call: the server is killed), --json, --plot and --quiet apply.
+    #[command(flatten)]
+    common: Common,
+    /// The stdio server: program and arguments, split on whitespace (as in tidemark's
+    /// `--upstream 'stdio:COMMAND ARGS…'`), e.g. `target/release/tidemark-stdio-echo`.
+    #[arg(long)]
+    command: String,
+    /// Length of the echoed text.
+    #[arg(long, default_value_t = 16)]
+    payload_bytes: usize,
+}
+
+#[derive(Args, Debug)]
 struct SessionsArgs {
     #[command(flatten)]
     common: Common,
@@ -364,6 +385,7 @@ fn run(command: Command) -> anyhow::Result<bool> {
         Command::Migration(a) => migration(&a)?,
         Command::Fault(a) => fault(&a)?,
         Command::Sessions(a) => sessions(&a)?,
+        Command::StdioDirect(a) => stdio_direct(&a)?,
         Command::Report(a) => return report_command(&a),
         Command::Criterion(a) => {
             let md = report::criterion_table(&a.dir)?;
@@ -927,5 +949,59 @@ fn sessions(a: &SessionsArgs) -> anyhow::Result<RunReport> {
         .values
         .insert("rss_gib_per_100k_sessions".into(), per * 100_000.0 / f64::from(1u32 << 30));
     result.errors.into_counters(&mut report.counters);
+    finish(common, report)
+}
+
+fn stdio_direct(a: &StdioDirectArgs) -> anyhow::Result<RunReport> {
+    let common = &a.common;
+    let command: Vec<String> = a.command.split_whitespace().map(str::to_owned).collect();
+    if command.is_empty() {
+        bail!("--command is empty");
+    }
+    if common.rate.is_some() || common.connections.is_some_and(|c| c != 1) || common.pipeline != 1 {
+        bail!("stdio-direct runs one call at a time: no --rate, --connections or --pipeline");
+    }
+    let duration = common.duration.map_or(Duration::from_secs(5), |d| d.0);
+    let warmup = common.warmup.map_or(Duration::from_secs(1), |d| d.0);
+    let config = config_json(
+        common,
+        serde_json::json!({"command": a.command, "payload_bytes": a.payload_bytes}),
+    );
+    print_config("echo", &config);
+    let (_, measure_from, end) = window(common, duration, warmup);
+    let live = Arc::new(Live::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let printer = (!common.quiet)
+        .then(|| stats::spawn_progress("stdio", "calls", vec![live.clone()], stop.clone()));
+    let settings = stdio_direct::Settings {
+        command,
+        body: jsonrpc::echo_body(&"x".repeat(a.payload_bytes)),
+        version: wire::PROTOCOL_VERSION.to_owned(),
+        measure_from,
+        end,
+        requests: common.requests,
+        timeout: common.timeout.0,
+    };
+    let outcome = stdio_direct::run(settings, live);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(p) = printer {
+        let _ = p.join();
+    }
+    let outcome = outcome?;
+    eprintln!("# stdio server answered initialize with protocol version {}", outcome.version);
+    if let Some(e) = &outcome.first_error {
+        eprintln!("# first error: {e}");
+    }
+    let url = format!("stdio:{}", a.command);
+    let mut report = RunReport::new("echo", &common.label, &url, config);
+    let mut measured = duration.as_secs_f64();
+    if let (Some(_), Some(last)) = (common.requests, outcome.last_done) {
+        measured =
+            measured.min(last.saturating_duration_since(measure_from).as_secs_f64()).max(1e-9);
+    }
+    report.measured_s = measured;
+    report.throughput.insert("calls_per_s".into(), outcome.done as f64 / measured);
+    report.latency.push(Series::from_histogram("echo", &outcome.hist));
+    outcome.errors.into_counters(&mut report.counters);
     finish(common, report)
 }
