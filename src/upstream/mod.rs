@@ -459,7 +459,7 @@ impl Bridge {
                     None => text.to_owned(),
                 },
             ),
-            capabilities: result.get("capabilities").cloned(),
+            capabilities: result.get("capabilities").map(forwarded_capabilities),
             server_info: if self.prefix.is_none() {
                 result.get("serverInfo").cloned()
             } else {
@@ -854,6 +854,24 @@ impl Drop for Bridge {
     fn drop(&mut self) {
         self.stop_all();
     }
+}
+
+/// The features the bridge relays; an upstream capability outside them (`tasks`,
+/// `experimental`, …) is not announced, as tidemark would answer its methods with -32601.
+const FORWARDED_CAPABILITIES: [&str; 5] =
+    ["tools", "resources", "prompts", "completions", "logging"];
+
+/// The upstream's capabilities that the bridge relays.
+fn forwarded_capabilities(capabilities: &Value) -> Value {
+    let mut kept = serde_json::Map::new();
+    if let Value::Object(all) = capabilities {
+        for (name, value) in all {
+            if FORWARDED_CAPABILITIES.contains(&name.as_str()) {
+                kept.insert(name.clone(), value.clone());
+            }
+        }
+    }
+    Value::Object(kept)
 }
 
 fn new_link(start: &SessionStart, notify: Rc<dyn PeerEvents>) -> Link {

@@ -117,3 +117,18 @@ fn upstream_tool_annotations_decide_idempotency() {
     assert_eq!(bare.input_schema, serde_json::json!({ "type": "object" }));
     assert!(b.tool_info(&serde_json::json!({ "description": "no name" })).is_none());
 }
+
+#[test]
+fn only_relayed_capabilities_are_announced() {
+    // Goal: a client is not promised a feature tidemark cannot relay (server-everything
+    // declares `tasks`). Method: filter a capability object with extras.
+    let upstream = serde_json::json!({
+        "tools": { "listChanged": true }, "resources": { "subscribe": true }, "prompts": {},
+        "completions": {}, "logging": {}, "tasks": { "list": {} }, "experimental": { "x": {} }
+    });
+    let kept = forwarded_capabilities(&upstream);
+    let names: Vec<&String> = kept.as_object().expect("object").keys().collect();
+    assert_eq!(names, ["completions", "logging", "prompts", "resources", "tools"]);
+    assert_eq!(kept["resources"], serde_json::json!({ "subscribe": true }));
+    assert_eq!(forwarded_capabilities(&serde_json::json!([1])), serde_json::json!({}));
+}
