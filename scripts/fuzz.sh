@@ -12,7 +12,7 @@
 # Steps: install cargo-fuzz into .cache/cargo-fuzz (once; ~30 s cold), build the instrumented
 # targets (~2 min cold on 2 cores), then run each selected target in turn, starting from the
 # committed seeds (fuzz/corpus/NAME) plus the working corpus .cache/fuzz/corpus/NAME, which keeps
-# what earlier runs found. A crash, an input slower than 10 s, or more than 2 GiB of memory stops
+# what earlier runs found. A crash, an input slower than 60 s, or more than 2 GiB of memory stops
 # that target with the input in .cache/fuzz/artifacts/NAME/; reproduce it with
 #   cargo fuzz run -s none NAME .cache/fuzz/artifacts/NAME/crash-...    (from the repo root)
 #
@@ -86,7 +86,8 @@ for t in "${selected[@]}"; do
     # TIDEMARK_FUZZ_HANG_PAUSE=1 (endpoint): the harness sleeps 600 s inside the input when the
     # server stops answering; libFuzzer's -timeout would kill that process within seconds, so
     # the unit timeout is raised above the pause.
-    unit_timeout=10
+    # 60 s: above the endpoint probe's 30 s patience (fuzz/src/endpoint.rs, PROBE_DEADLINE).
+    unit_timeout=60
     if [ "${TIDEMARK_FUZZ_HANG_PAUSE:-}" = 1 ]; then
         unit_timeout=700
     fi
