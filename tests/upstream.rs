@@ -61,6 +61,18 @@ fn result_text(ev: &support::Event) -> String {
         .to_owned()
 }
 
+/// The `tools/list` items the session sees.
+fn list_tools(server: &Server, sid: &str) -> Vec<serde_json::Value> {
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+    let list = post(server, &[("Mcp-Session-Id", sid)], body);
+    list.json()["result"]["tools"].as_array().expect("tools").clone()
+}
+
+/// The names of `tools`.
+fn names(tools: &[serde_json::Value]) -> Vec<&str> {
+    tools.iter().filter_map(|t| t["name"].as_str()).collect()
+}
+
 /// Calls `tool` and returns every message event of its stream (priming left out).
 fn call_all(server: &Server, sid: &str, id: u64, tool: &str, args: &str) -> Vec<support::Event> {
     let mut s = call_stream(server, sid, &call(id, tool, args, true), &[]);
@@ -81,13 +93,8 @@ fn upstream_tools_stream_progress_and_results() {
         assert!(instructions.ends_with("fixture instructions"), "{driver}: {instructions}");
         assert!(result["capabilities"]["prompts"].is_object(), "{driver}: upstream capabilities");
         let sid = open_session(&server);
-        let list = post(
-            &server,
-            &[("Mcp-Session-Id", &sid)],
-            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
-        );
-        let tools = list.json()["result"]["tools"].as_array().expect("tools").clone();
-        let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+        let tools = list_tools(&server, &sid);
+        let names = names(&tools);
         assert!(names.contains(&"echo") && names.contains(&"slow_counter"), "{driver}: {names:?}");
         let echo = tools.iter().find(|t| t["name"] == "echo").expect("echo");
         assert_eq!(echo["annotations"]["readOnlyHint"], true, "{driver}: annotations kept");
@@ -366,13 +373,8 @@ fn several_upstreams_are_named_apart() {
     let env = counter.env();
     let server = Server::start(&["--upstream", &a, "--upstream", &b, "--upstream-env", &env]);
     let sid = open_session(&server);
-    let list = post(
-        &server,
-        &[("Mcp-Session-Id", &sid)],
-        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
-    );
-    let tools = list.json()["result"]["tools"].as_array().expect("tools").clone();
-    let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+    let tools = list_tools(&server, &sid);
+    let names = names(&tools);
     assert!(names.contains(&"a__echo") && names.contains(&"b__echo"), "{names:?}");
     assert!(!names.contains(&"echo"), "{names:?}");
     let evs = call_all(&server, &sid, 2, "b__echo", r#"{"text":"via b"}"#);
@@ -447,13 +449,8 @@ fn an_upstream_tool_list_change_reaches_tools_list_and_the_client() {
         }
     };
     assert_eq!(notice["method"], "notifications/tools/list_changed", "{notice}");
-    let list = post(
-        &server,
-        &[("Mcp-Session-Id", &sid)],
-        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
-    );
-    let tools = list.json()["result"]["tools"].as_array().expect("tools").clone();
-    assert!(tools.iter().any(|t| t["name"] == "fresh"), "{tools:?}");
+    let tools = list_tools(&server, &sid);
+    assert!(names(&tools).contains(&"fresh"), "{tools:?}");
     let evs = call_all(&server, &sid, 3, "fresh", "{}");
     assert_eq!(
         evs[0].json()["error"]["code"],

@@ -236,24 +236,8 @@ impl HttpTransport {
         let endpoint = parse_url(url).map_err(|e| format!("{url}: {e}"))?;
         let addr = resolve(&endpoint)?;
         tracing::info!(upstream = %name, %addr, "upstream http transport ready");
-        let link = Rc::new(Link {
-            name,
-            endpoint,
-            addr,
-            line_max: settings.line_bytes,
-            timeout: settings.timeout,
-            peer,
-            session: RefCell::new(None),
-            protocol_version: RefCell::new(None),
-            stopped: Cell::new(false),
-            stop: Signal::default(),
-            expired: Cell::new(false),
-            in_flight: Cell::new(0),
-            order: Order::default(),
-            pool: RefCell::new(Vec::new()),
-            listening: Cell::new(false),
-        });
-        Ok(Rc::new(HttpTransport { link }))
+        let link = Link::new(name, endpoint, addr, settings.line_bytes, settings.timeout, peer);
+        Ok(Rc::new(HttpTransport { link: Rc::new(link) }))
     }
 }
 
@@ -294,6 +278,34 @@ impl Drop for HttpTransport {
 }
 
 impl Link {
+    /// A link with no upstream session yet, nothing in flight and an empty pool.
+    fn new(
+        name: Rc<str>,
+        endpoint: Endpoint,
+        addr: SocketAddr,
+        line_max: usize,
+        timeout: Duration,
+        peer: Weak<Peer>,
+    ) -> Link {
+        Link {
+            name,
+            endpoint,
+            addr,
+            line_max,
+            timeout,
+            peer,
+            session: RefCell::new(None),
+            protocol_version: RefCell::new(None),
+            stopped: Cell::new(false),
+            stop: Signal::default(),
+            expired: Cell::new(false),
+            in_flight: Cell::new(0),
+            order: Order::default(),
+            pool: RefCell::new(Vec::new()),
+            listening: Cell::new(false),
+        }
+    }
+
     /// Sets `stopped` and wakes every waiting task; false when it was set already.
     fn stop(&self) -> bool {
         if self.stopped.replace(true) {
@@ -1868,23 +1880,8 @@ mod tests {
 
     fn test_link(url: &str) -> Link {
         let endpoint = parse_url(url).expect("parses");
-        Link {
-            name: Rc::from("up"),
-            addr: resolve(&endpoint).expect("an IP literal"),
-            endpoint,
-            line_max: 1024,
-            timeout: Duration::from_secs(1),
-            peer: Weak::new(),
-            session: RefCell::new(None),
-            protocol_version: RefCell::new(None),
-            stopped: Cell::new(false),
-            stop: Signal::default(),
-            expired: Cell::new(false),
-            in_flight: Cell::new(0),
-            order: Order::default(),
-            pool: RefCell::new(Vec::new()),
-            listening: Cell::new(false),
-        }
+        let addr = resolve(&endpoint).expect("an IP literal");
+        Link::new(Rc::from("up"), endpoint, addr, 1024, Duration::from_secs(1), Weak::new())
     }
 
     #[test]
