@@ -104,41 +104,24 @@ want_stage() { case ",$only," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 source "$ROOT/scripts/setup-node.sh"
 NODE="$TIDEMARK_NODE22_BIN/node"
 
+SCRIPT_NAME=bridge.sh
+# shellcheck source=SCRIPTDIR/client-lib.sh
+source "$ROOT/scripts/client-lib.sh"
+
 # The TS SDK clients of tests/clients, exactly as scripts/clients.sh installs them.
-mkdir -p "$TS_DIR"
-if ! cmp -s "$CLIENTS/package-lock.json" "$TS_DIR/package-lock.json" \
-    || [ ! -d "$TS_DIR/node_modules/@modelcontextprotocol/sdk" ]; then
-    cp "$CLIENTS/package.json" "$CLIENTS/package-lock.json" "$TS_DIR/"
-    (cd "$TS_DIR" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
-fi
+npm_ci_pinned "$CLIENTS" "$TS_DIR" @modelcontextprotocol/sdk
 # ESM resolves imports next to the script, so each client runs from its install directory.
 cp "$CLIENTS/ts_client.mjs" "$TS_DIR/ts_client.mjs"
 
 # server-everything and the TS SDK for everything_client.mjs, pinned by tests/bridge's lock file.
-mkdir -p "$NPM_DIR"
-if ! cmp -s "$BRIDGE/package-lock.json" "$NPM_DIR/package-lock.json" \
-    || [ ! -d "$NPM_DIR/node_modules/@modelcontextprotocol/server-everything" ]; then
-    cp "$BRIDGE/package.json" "$BRIDGE/package-lock.json" "$NPM_DIR/"
-    (cd "$NPM_DIR" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
-fi
+npm_ci_pinned "$BRIDGE" "$NPM_DIR" @modelcontextprotocol/server-everything
 cp "$BRIDGE/everything_client.mjs" "$NPM_DIR/everything_client.mjs"
 EVERYTHING_JS="$NPM_DIR/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
 
 # The venv of scripts/clients.sh (same creation and marker), plus mcp-server-time.
-if [ ! -x "$VENV/bin/python" ]; then
-    python3 -m venv "$VENV"
-fi
-if ! cmp -s "$CLIENTS/requirements.txt" "$VENV/tidemark-requirements.txt"; then
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-        -r "$CLIENTS/requirements.txt"
-    cp "$CLIENTS/requirements.txt" "$VENV/tidemark-requirements.txt"
-fi
-if ! cmp -s "$BRIDGE/requirements.txt" "$VENV/tidemark-bridge-requirements.txt" \
-    || [ ! -x "$VENV/bin/mcp-server-time" ]; then
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-        -r "$BRIDGE/requirements.txt"
-    cp "$BRIDGE/requirements.txt" "$VENV/tidemark-bridge-requirements.txt"
-fi
+pip_install_pinned "$VENV" "$CLIENTS/requirements.txt" tidemark-requirements.txt
+pip_install_pinned "$VENV" "$BRIDGE/requirements.txt" tidemark-bridge-requirements.txt \
+    bin/mcp-server-time
 PY="$VENV/bin/python"
 TIME_SERVER="$VENV/bin/mcp-server-time"
 
@@ -179,35 +162,6 @@ fail() {
     failed=$((failed + 1))
     failed_names+=("$name")
     echo "bridge: FAIL $name${why:+: $why}"
-}
-
-# wait_for_url FILE PID WHAT: prints the first http:// URL of FILE's first line.
-wait_for_url() {
-    local file="$1" pid="$2" what="$3" url=""
-    for _ in $(seq $((START_TIMEOUT_S * 10))); do
-        if [ -s "$file" ]; then
-            url="$(head -n 1 "$file" | grep -o 'http://[^ ]*' || true)"
-            if [ -n "$url" ]; then
-                echo "$url"
-                return 0
-            fi
-        fi
-        if ! kill -0 "$pid" 2>/dev/null; then
-            echo "bridge.sh: $what exited before printing its URL" >&2
-            return 1
-        fi
-        sleep 0.1
-    done
-    echo "bridge.sh: $what printed no URL within ${START_TIMEOUT_S}s" >&2
-    return 1
-}
-
-free_port() {
-    python3 -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()'
 }
 
 # start_server NAME FLAGS...: tidemark (or --server-cmd) on a kernel-chosen port; sets

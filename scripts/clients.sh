@@ -94,24 +94,14 @@ want_stage() { case ",$only," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 # ---- installs (idempotent) ----------------------------------------------------------------
 # shellcheck source=SCRIPTDIR/setup-node.sh
 source "$ROOT/scripts/setup-node.sh"
+SCRIPT_NAME=clients.sh
+# shellcheck source=SCRIPTDIR/client-lib.sh
+source "$ROOT/scripts/client-lib.sh"
 
-mkdir -p "$TS_DIR"
-if ! cmp -s "$CLIENTS/package-lock.json" "$TS_DIR/package-lock.json" \
-    || [ ! -d "$TS_DIR/node_modules/@modelcontextprotocol/sdk" ]; then
-    cp "$CLIENTS/package.json" "$CLIENTS/package-lock.json" "$TS_DIR/"
-    (cd "$TS_DIR" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
-fi
+npm_ci_pinned "$CLIENTS" "$TS_DIR" @modelcontextprotocol/sdk
 # ESM resolves imports next to the script, so the client runs from the install directory.
 cp "$CLIENTS/ts_client.mjs" "$TS_DIR/ts_client.mjs"
-
-if [ ! -x "$VENV/bin/python" ]; then
-    python3 -m venv "$VENV"
-fi
-if ! cmp -s "$CLIENTS/requirements.txt" "$VENV/tidemark-requirements.txt"; then
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-        -r "$CLIENTS/requirements.txt"
-    cp "$CLIENTS/requirements.txt" "$VENV/tidemark-requirements.txt"
-fi
+pip_install_pinned "$VENV" "$CLIENTS/requirements.txt" tidemark-requirements.txt
 PY="$VENV/bin/python"
 
 # Every stage but `example` runs tidemark itself (the example stage builds the example).
@@ -142,27 +132,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# wait_for_url FILE PID WHAT: prints the first http:// URL of FILE's first line.
-wait_for_url() {
-    local file="$1" pid="$2" what="$3" url=""
-    for _ in $(seq $((START_TIMEOUT_S * 10))); do
-        if [ -s "$file" ]; then
-            url="$(head -n 1 "$file" | grep -o 'http://[^ ]*' || true)"
-            if [ -n "$url" ]; then
-                echo "$url"
-                return 0
-            fi
-        fi
-        if ! kill -0 "$pid" 2>/dev/null; then
-            echo "clients.sh: $what exited before printing its URL" >&2
-            return 1
-        fi
-        sleep 0.1
-    done
-    echo "clients.sh: $what printed no URL within ${START_TIMEOUT_S}s" >&2
-    return 1
-}
-
 # launch_server NAME CMD LISTEN FLAGS...: starts CMD --listen LISTEN FLAGS..., sets server_pid
 # and server_url (read from the first stdout line).
 launch_server() {
@@ -184,15 +153,6 @@ start_server() {
     local name="$1"
     shift
     launch_server "$name" "$server_cmd" 127.0.0.1:0 "$@"
-}
-
-# free_port: prints a loopback TCP port that was free a moment ago.
-free_port() {
-    python3 -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()'
 }
 
 stop_server() {
