@@ -74,3 +74,23 @@ fn an_http_upstream_that_dies_mid_call_ends_the_call_with_an_error() {
     assert!(end["error"]["data"]["upstream"].as_str().is_some_and(|u| u.starts_with("http://")));
     assert!(started.elapsed() < std::time::Duration::from_secs(9), "ended before the timeout");
 }
+
+#[test]
+fn the_drain_deletes_the_upstream_sessions() {
+    // The end of the front's drain stops its HTTP upstreams; each upstream session is DELETEd
+    // before the process exits, not left to the upstream's idle expiry.
+    let (inner, admin) =
+        support::server_with_metrics("uring", &["--tools", "demo", "--threads", "1"]);
+    let mut front = front_of(&inner, &[]);
+    let _sid = open_session(&front);
+    let deleted = "tidemark_sessions_deleted_total";
+    assert_eq!(support::metric(&support::scrape(&admin), deleted), 0);
+    front.signal("TERM");
+    let status = front.exit_within(std::time::Duration::from_secs(10)).expect("drained");
+    assert!(status.success(), "{status:?}");
+    assert_eq!(
+        support::metric(&support::scrape(&admin), deleted),
+        1,
+        "the upstream session was deleted"
+    );
+}

@@ -484,8 +484,10 @@ async fn serve(spec: WorkerSpec) {
     drop(listener);
     drain_core(&core, &drain, &life).await;
     // The core's tasks (and with them `core`) are not dropped when its runtime ends: what
-    // providers hold outside the process (upstream children) is released here.
+    // providers hold outside the process (upstream children and sessions) is released here,
+    // and the upstream sessions' DELETEs go out before the runtime ends.
     core.registry.stop();
+    crate::upstream::deletes_settled().await;
 }
 
 /// Accepts connections until the drain begins.

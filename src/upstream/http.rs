@@ -264,7 +264,14 @@ impl Transport for HttpTransport {
         }
         let session = link.session.borrow().clone();
         if let Some(session) = session.filter(|_| !link.expired.get()) {
-            monoio::spawn(delete(link.clone(), session));
+            // Counted from here, not from the task's first poll: a drain that stops this link
+            // right now must wait for the DELETE (`deletes_settled`).
+            let done = DeleteDone::new();
+            let link = link.clone();
+            monoio::spawn(async move {
+                let _done = done;
+                delete(link, session).await;
+            });
         }
     }
 }
@@ -753,6 +760,37 @@ async fn delete(link: Rc<Link>, session: Rc<str>) {
         round_trip(&link, Method::Delete, GetBytes(request), until).await.map(|(_, h)| h.status);
     let prefix = &session[..session.len().min(8)];
     tracing::debug!(upstream = %link.name, prefix, ?status, "upstream session deleted");
+}
+
+thread_local! {
+    /// DELETEs of upstream sessions this core has not finished (`deletes_settled`).
+    static DELETES_IN_FLIGHT: Cell<usize> = const { Cell::new(0) };
+}
+
+/// One DELETE in flight, until dropped (its task ended, or was dropped unrun).
+struct DeleteDone;
+
+impl DeleteDone {
+    fn new() -> DeleteDone {
+        DELETES_IN_FLIGHT.with(|n| n.set(n.get() + 1));
+        DeleteDone
+    }
+}
+
+impl Drop for DeleteDone {
+    fn drop(&mut self) {
+        DELETES_IN_FLIGHT.with(|n| n.set(n.get().saturating_sub(1)));
+    }
+}
+
+/// Waits (at most `DELETE_TIMEOUT`) until this core's upstream-session DELETEs are done: the
+/// end of a drain stops every HTTP upstream, and the core's runtime must not end before their
+/// DELETEs went out.
+pub(crate) async fn deletes_settled() {
+    let deadline = Instant::now() + DELETE_TIMEOUT;
+    while DELETES_IN_FLIGHT.with(Cell::get) > 0 && Instant::now() < deadline {
+        monoio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// Maps a response's status: 2xx passes; 404 with a session id means the session is gone.

@@ -38,6 +38,7 @@ use crate::provider::{
     ProviderResult, SessionInfo, SessionRef, SessionStart, ToolInfo, Value,
 };
 use crate::wire::Code;
+pub(crate) use http::deletes_settled;
 use http::HttpTransport;
 use peer::{Peer, PeerEvents};
 pub(crate) use stdio::{wait_for_children, ProcessCount};
