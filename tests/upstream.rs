@@ -208,8 +208,9 @@ fn a_killed_child_ends_its_call_with_an_error() {
     let mut s = call_stream(&server, &sid, &body, &[]);
     let priming = read_priming(&mut s, "kill -9");
     read_progress(&mut s, 1, priming, "kill -9");
-    let killed = std::process::Command::new("kill").args(["-9", &pid]).status().expect("kill");
-    assert!(killed.success());
+    // Through sh: `kill` is a shell builtin everywhere, /bin/kill is not (procps).
+    let killed = std::process::Command::new("sh").args(["-c", &format!("kill -9 {pid}")]);
+    assert!(killed.status().expect("kill").success());
     let evs = support::messages(&s.rest());
     let data = error_data(evs.last().expect("an end"));
     assert_eq!(data["reason"], "killed by signal 9", "{data}");
@@ -459,11 +460,22 @@ fn an_upstream_tool_list_change_reaches_tools_list_and_the_client() {
     );
 }
 
-/// The pids of a process's children.
+/// The pids of a process's children (from /proc: no procps needed).
 fn children_of(pid: u32) -> Vec<String> {
-    let out = std::process::Command::new("pgrep").args(["-P", &pid.to_string()]).output();
-    let out = out.expect("pgrep");
-    String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_owned).collect()
+    let mut children = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        // /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces, so split after ')'.
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        let Some(rest) = stat.rsplit_once(')').map(|(_, rest)| rest) else { continue };
+        if rest.split_whitespace().nth(1) == Some(pid.to_string().as_str()) {
+            children.push(name);
+        }
+    }
+    children
 }
 
 #[test]
