@@ -209,8 +209,8 @@ fn a_killed_child_ends_its_call_with_an_error() {
     let priming = read_priming(&mut s, "kill -9");
     read_progress(&mut s, 1, priming, "kill -9");
     // Through sh: `kill` is a shell builtin everywhere, /bin/kill is not (procps).
-    let killed = std::process::Command::new("sh").args(["-c", &format!("kill -9 {pid}")]);
-    assert!(killed.status().expect("kill").success());
+    let killed = std::process::Command::new("sh").args(["-c", &format!("kill -9 {pid}")]).status();
+    assert!(killed.expect("kill").success());
     let evs = support::messages(&s.rest());
     let data = error_data(evs.last().expect("an end"));
     assert_eq!(data["reason"], "killed by signal 9", "{data}");
