@@ -52,6 +52,7 @@
 //! | `legacy` | the 2025-era path: sessions, streams with an explicit lifecycle, `migration` (the pure O(1) decision), `replay` (the ring), the call context's sink |
 //! | `dispatch` | MCP methods → providers; the tool table with each tool's idempotency |
 //! | `provider` | the public `Provider` trait, `CallContext`, `ProviderError`, `Value`; `builtin` (demo, conformance) |
+//! | `upstream` | the bridge (`--upstream`): one provider per upstream; an MCP client (`peer`) over stdio children (`stdio`) or Streamable HTTP (`http`) |
 //! | `wire` | every answer as a value rendered in one place: statuses, JSON-RPC codes; SSE framing; JSON-RPC envelope |
 //! | `metrics` | per-core counters, Prometheus text |
 
