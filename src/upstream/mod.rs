@@ -784,6 +784,11 @@ impl Provider for Bridge {
                         notifier: start.notifier.clone(),
                     };
                     let link = Rc::new(new_link(start, Rc::new(events)));
+                    // 64 random bits name a session: a clash is ~2^-64 per pair, but it would
+                    // hand one client another's upstream, so it is refused, not overwritten.
+                    if self.links.borrow().contains_key(&start.session) {
+                        return Err(self.fault("session identity clash; initialize again"));
+                    }
                     self.links.borrow_mut().insert(start.session, link.clone());
                     if let Err(e) = self.peer(&link).await {
                         self.links.borrow_mut().remove(&start.session);
