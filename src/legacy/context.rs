@@ -78,12 +78,9 @@ impl CallSink for StreamSink {
         if level < session.borrow().log_level {
             return;
         }
-        let mut params = serde_json::json!({ "level": level.as_str(), "data": data });
-        if let (Some(l), Some(obj)) = (logger, params.as_object_mut()) {
-            obj.insert("logger".into(), Value::from(l));
-        }
         let mut payload = Vec::with_capacity(96);
-        let params = serde_json::to_vec(&params).unwrap_or_else(|_| b"{}".to_vec());
+        let params =
+            serde_json::to_vec(&log_params(level, logger, data)).unwrap_or_else(|_| b"{}".to_vec());
         jsonrpc::push_notification(&mut payload, "notifications/message", &params);
         self.append(payload);
     }
@@ -154,6 +151,15 @@ impl CallSink for StreamSink {
     }
 }
 
+/// The params of `notifications/message`.
+fn log_params(level: LogLevel, logger: Option<&str>, data: Value) -> Value {
+    let mut params = serde_json::json!({ "level": level.as_str(), "data": data });
+    if let (Some(l), Some(obj)) = (logger, params.as_object_mut()) {
+        obj.insert("logger".into(), Value::from(l));
+    }
+    params
+}
+
 /// A JSON-RPC `error` object from the client as a provider error.
 fn client_error(e: Value) -> ProviderError {
     ProviderError::ClientError {
@@ -191,11 +197,7 @@ impl NotifySink for SessionNotifier {
     fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
         let passes = self.session.upgrade().is_some_and(|s| level >= s.borrow().log_level);
         if passes {
-            let mut params = serde_json::json!({ "level": level.as_str(), "data": data });
-            if let (Some(l), Some(obj)) = (logger, params.as_object_mut()) {
-                obj.insert("logger".into(), Value::from(l));
-            }
-            self.notify("notifications/message", params);
+            self.notify("notifications/message", log_params(level, logger, data));
         }
     }
 

@@ -546,11 +546,7 @@ impl Bridge {
     }
 
     fn fault(&self, why: &str) -> ProviderError {
-        ProviderError::Rpc {
-            code: Code::InternalError.value(),
-            message: format!("upstream {} failed: {why}", self.name),
-            data: Some(json!({ "upstream": &*self.name, "reason": why })),
-        }
+        upstream_fault(&self.name, why)
     }
 
     /// The live connection of `session`; `None` when it has no link (the start-up probe).
@@ -878,6 +874,16 @@ fn forwarded_capabilities(capabilities: &Value) -> Value {
         }
     }
     Value::Object(kept)
+}
+
+/// The error of a request an upstream's fault ended: -32603 with `data` naming the upstream
+/// and what happened to it.
+fn upstream_fault(upstream: &str, why: &str) -> ProviderError {
+    ProviderError::Rpc {
+        code: Code::InternalError.value(),
+        message: format!("upstream {upstream} failed: {why}"),
+        data: Some(json!({ "upstream": upstream, "reason": why })),
+    }
 }
 
 fn new_link(start: &SessionStart, notify: Rc<dyn PeerEvents>) -> Link {

@@ -260,11 +260,7 @@ impl Peer {
     /// The error of a request the upstream's end cut off: -32603 with `data` naming the upstream
     /// and what happened to it.
     fn fault(&self, why: &str) -> ProviderError {
-        ProviderError::Rpc {
-            code: Code::InternalError.value(),
-            message: format!("upstream {} failed: {why}", self.name),
-            data: Some(json!({ "upstream": &*self.name, "reason": why })),
-        }
+        super::upstream_fault(&self.name, why)
     }
 
     /// The transport ended: every waiting request fails with `why`.
