@@ -2,7 +2,7 @@
 """Real-client check of tidemark with the official Python SDK (`mcp`, streamable HTTP).
 
 Goal: prove that an unmodified Python SDK client completes a whole session against the server in
-both of its connect modes: `legacy` (the initialize handshake) and `auto` (the default: probe
+both of its connect modes: `legacy` (the initialize handshake) and `auto` (the SDK's default: probe
 `server/discover` first, fall back to initialize when the server is not a 2026-07-28 server).
 Sequence: connect, tools/list, a progress-emitting tools/call (each notification exactly once,
 in order), echo, then DELETE on close; a dropped response stream must be resumed by the SDK
@@ -11,10 +11,22 @@ Method: drive `mcp.Client` as an application would; httpx event hooks only count
 the wire. `--protocol-version` patches the version the SDK offers in `initialize` (it always
 offers its latest handshake version otherwise).
 
-Usage: py_client.py --url URL [--mode legacy|auto] [--expect-era legacy|modern|any]
+Usage: py_client.py --url URL [--mode legacy|auto|sdk-default] [--expect-era legacy|modern|any]
            [--protocol-version V] [--steps N] [--delay-ms N] [--check-counter]
            [--min-resumes N] [--timeout-s N] [--label TEXT] [--scenario sequence|reverse]
+           [--greet]
        py_client.py --url URL --get-counter      prints the counter and exits
+  --mode M       legacy | auto (passed to mcp.Client as mode=) | sdk-default (no mode= at all: the
+                 SDK's own default, which is `auto` in mcp 2.x; the summary line names it).
+  --greet        sequence only: also call the demo tool `greet` (no arguments) with an elicitation
+                 callback registered. The server must ask, through elicitation/create, "What is your
+                 name?" with a form schema of one required string property `name`; the callback
+                 accepts with {name: "Ada"} and the result text must be exactly "Hello, Ada!". In
+                 the legacy era the question comes as a server->client request on the call's SSE
+                 stream (one tools/call POST, one POSTed JSON-RPC response); in the 2026-07-28 era
+                 as an InputRequiredResult that the SDK answers by retrying tools/call with
+                 inputResponses (two tools/call POSTs, the second carrying inputResponses, no
+                 POSTed JSON-RPC response).
   --scenario S   sequence (default): the session above, against the demo tools.
                  reverse (against examples/custom_tool, which serves only `reverse`): after the
                  same connect checks, tools/list must contain `reverse` annotated
@@ -45,7 +57,7 @@ import mcp.client.session as mcp_client_session
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS
+from mcp_types import INVALID_PARAMS, ElicitResult
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 
@@ -70,6 +82,11 @@ class Wire:
         self.statuses: list[str] = []
         self.session_id: str | None = None
         self.discover_answer: str | None = None
+        # greet's tools/call POSTs: for each, the inputResponses (or None) and whether it echoed a
+        # requestState.
+        self.greet_posts: list[tuple[Any, bool]] = []
+        # Mcp-Method / Mcp-Name request headers seen (2026-07-28 standard headers; reported only).
+        self.mcp_method_headers: Counter[str] = Counter()
 
     async def on_request(self, request: httpx2.Request) -> None:
         if request.method == "POST":
@@ -81,7 +98,13 @@ class Wire:
                 key = m.get("method") or ("(response)" if "result" in m or "error" in m else "?")
                 self.posts[key] += 1
                 if key == "tools/call":
-                    self.tool_calls[str((m.get("params") or {}).get("name"))] += 1
+                    params = m.get("params") or {}
+                    self.tool_calls[str(params.get("name"))] += 1
+                    if params.get("name") == "greet":
+                        self.greet_posts.append((params.get("inputResponses"), "requestState" in params))
+            if "mcp-method" in request.headers:
+                name = request.headers.get("mcp-name")
+                self.mcp_method_headers[request.headers["mcp-method"] + (f" {name}" if name else "")] += 1
         elif request.method == "GET":
             self.gets += 1
             if "last-event-id" in request.headers:
@@ -102,7 +125,7 @@ class Wire:
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("--url", required=True)
-    p.add_argument("--mode", choices=["legacy", "auto"], default="legacy")
+    p.add_argument("--mode", choices=["legacy", "auto", "sdk-default"], default="legacy")
     p.add_argument("--expect-era", choices=["legacy", "modern", "any"], default="legacy")
     p.add_argument("--protocol-version", choices=list(HANDSHAKE_PROTOCOL_VERSIONS))
     p.add_argument("--steps", type=int, default=5)
@@ -113,12 +136,15 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--label", default="py")
     p.add_argument("--get-counter", action="store_true")
     p.add_argument("--scenario", choices=["sequence", "reverse"], default="sequence")
+    p.add_argument("--greet", action="store_true")
     args = p.parse_args()
     for name in ("steps", "delay_ms", "min_resumes"):
         if getattr(args, name) < 0:
             p.error(f"--{name.replace('_', '-')} must be >= 0")
     if args.scenario == "reverse" and (args.check_counter or args.get_counter):
         p.error("--check-counter/--get-counter need the demo tools, not --scenario reverse")
+    if args.greet and (args.scenario != "sequence" or args.get_counter):
+        p.error("--greet needs --scenario sequence (the demo tools)")
     return args
 
 
@@ -208,7 +234,76 @@ async def run_sequence(client: Client, args: argparse.Namespace, wire: Wire) -> 
     echo = text_of(await client.call_tool("echo", {"text": "hi"}, read_timeout_seconds=args.timeout_s), "echo")
     check(echo == "hi", f"echo: expected 'hi', got {echo!r}")
     values_shown = [int(v) if float(v).is_integer() else v for v in values]
-    return {"version": version, "era": era, "summary": f"result={text.strip()} progress={values_shown}"}
+    summary = f"result={text.strip()} progress={values_shown}"
+    if args.greet:
+        summary += " " + await run_greet(client, args, wire, era)
+    return {"version": version, "era": era, "summary": summary}
+
+
+# --greet: the demo tool `greet` asks for a name through elicitation (form mode).
+GREET_MESSAGE = "What is your name?"
+GREET_NAME = "Ada"
+
+
+class Elicitations:
+    """The elicitation callback of --greet: records each question, answers {name: "Ada"}."""
+
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+
+    async def __call__(self, context: Any, params: Any) -> Any:
+        self.seen.append(params)
+        return ElicitResult(action="accept", content={"name": GREET_NAME})
+
+
+def check_greet_question(params: Any) -> None:
+    check(getattr(params, "mode", None) == "form", f"greet: elicitation is not form mode: {params!r}")
+    check(params.message == GREET_MESSAGE, f"greet: elicitation message {params.message!r}, expected {GREET_MESSAGE!r}")
+    schema = params.requested_schema
+    props = schema.get("properties") or {}
+    check(
+        schema.get("type") == "object"
+        and list(props) == ["name"]
+        and (props.get("name") or {}).get("type") == "string"
+        and schema.get("required") == ["name"],
+        f"greet: requestedSchema must be an object with one required string property 'name': {schema!r}",
+    )
+
+
+async def run_greet(client: Client, args: argparse.Namespace, wire: Wire, era: str) -> str:
+    elicitations: Elicitations = args.elicitations
+    responses_before = wire.posts["(response)"]
+    greet = text_of(await client.call_tool("greet", {}, read_timeout_seconds=args.timeout_s), "greet")
+    check(greet == f"Hello, {GREET_NAME}!", f"greet: expected 'Hello, {GREET_NAME}!', got {greet!r}")
+    check(len(elicitations.seen) == 1, f"greet: the elicitation callback ran {len(elicitations.seen)} times, expected 1")
+    check_greet_question(elicitations.seen[0])
+    posted_responses = wire.posts["(response)"] - responses_before
+    posts = wire.greet_posts
+    if era == "modern":
+        # InputRequiredResult, then the SDK's retry on a new request with inputResponses.
+        check(
+            len(posts) == 2,
+            f"greet (2026-07-28): expected 2 tools/call POSTs (first round, retry with inputResponses), saw {len(posts)}",
+        )
+        check(posts[0][0] is None, f"greet (2026-07-28): the first round carried inputResponses: {posts[0][0]!r}")
+        answers = posts[1][0]
+        check(
+            isinstance(answers, dict) and len(answers) == 1,
+            f"greet (2026-07-28): the retry must carry one inputResponse: {answers!r}",
+        )
+        answer = next(iter(answers.values()))
+        check(
+            isinstance(answer, dict) and answer.get("action") == "accept"
+            and answer.get("content") == {"name": GREET_NAME},
+            f"greet (2026-07-28): the retry's inputResponse is not the callback's answer: {answer!r}",
+        )
+        check(posted_responses == 0, f"greet (2026-07-28): {posted_responses} JSON-RPC response(s) POSTed")
+        how = f"input_required key={next(iter(answers))!r} requestState={'echoed' if posts[1][1] else 'absent'}"
+    else:
+        check(len(posts) == 1, f"greet (legacy): expected 1 tools/call POST, saw {len(posts)}")
+        check(posted_responses == 1, f"greet (legacy): expected 1 POSTed elicitation response, saw {posted_responses}")
+        how = "server->client request"
+    return f"greet={greet!r} via {how}"
 
 
 # --scenario reverse: the one tool of examples/custom_tool. (text, expected) pairs, written out (not
@@ -313,9 +408,18 @@ async def main(args: argparse.Namespace, wire: Wire) -> None:
         event_hooks={"request": [wire.on_request], "response": [wire.on_response]},
     )
     started = time.monotonic()
+    client_kwargs: dict[str, Any] = {"read_timeout_seconds": args.timeout_s}
+    if args.mode != "sdk-default":
+        client_kwargs["mode"] = args.mode
+    if args.greet:
+        args.elicitations = Elicitations()
+        client_kwargs["elicitation_callback"] = args.elicitations
     async with http:
         transport = streamable_http_client(args.url, http_client=http)
-        async with Client(transport, mode=args.mode, read_timeout_seconds=args.timeout_s) as client:
+        client_obj = Client(transport, **client_kwargs)
+        # sdk-default: name the mode the SDK picked by itself.
+        mode_shown = args.mode if args.mode != "sdk-default" else f"sdk-default={client_obj.mode}"
+        async with client_obj as client:
             if args.get_counter:
                 print(await counter_value(client, args.timeout_s))
                 return
@@ -326,9 +430,11 @@ async def main(args: argparse.Namespace, wire: Wire) -> None:
             await check_terminated(args.url, wire.session_id or "", r["version"], wire)
     elapsed_ms = int((time.monotonic() - started) * 1000)
     print(
-        f"[{args.label}] ok: mode={args.mode} era={r['era']} version={r['version']} {r['summary']} "
+        f"[{args.label}] ok: mode={mode_shown} era={r['era']} version={r['version']} {r['summary']} "
         f"resumes={wire.resume_gets} discover={wire.discover_answer!r} posts={dict(wire.posts)} {elapsed_ms}ms"
     )
+    if args.greet:
+        print(f"[{args.label}] Mcp-Method headers: {dict(wire.mcp_method_headers)}")
 
 
 def run() -> int:
