@@ -31,15 +31,29 @@
 #            2025-06-18 and py_client.py --scenario reverse --mode legacy: tools/list shows
 #            `reverse` (readOnlyHint, input schema requiring `text`), non-ASCII texts come back
 #            reversed by Unicode scalar values, an unknown tool fails cleanly
+#   modern   one server (--tools demo, default flags), the 2026-07-28 era (server/discover,
+#            per-request _meta, no session) with three real clients, one after the other:
+#            py_client.py in the SDK's default connect mode (mcp 2.x: `auto`) with --expect-era
+#            modern --greet; tests/clients/modern_ts_client.mjs (@modelcontextprotocol/client v2,
+#            installed from tests/clients/ts_modern/ into .cache/ts-modern) twice, versionNegotiation
+#            `auto` and pinned to 2026-07-28; and the rmcp client of tests/clients/rmcp_modern/ (its
+#            own workspace, built with cargo build --release --manifest-path ..., target dir
+#            .cache/rmcp-modern-target; a failed build counts as one FAIL and skips its run) in
+#            rmcp's Discover lifecycle. Each must end in protocol version 2026-07-28 and run echo,
+#            slow_counter {steps: 3} (3 progress notifications, one execution by get_counter) and
+#            greet, whose elicitation/create ("What is your name?", a required string `name`)
+#            comes back as an InputRequiredResult that the SDK answers through the client's
+#            elicitation handler ({name: "Ada"}) and retries with inputResponses: "Hello, Ada!"
 #
 # The servers of the resuming stages run with --sse-retry-ms 200 (the SDK clients wait the SSE
 # `retry:` before resuming, so each resume costs ~0.2 s instead of the default ~1 s); the basic
 # server and one migration run keep the default, so the default value stays covered.
 #
 #   --only STAGES       run only these stages (comma-separated: basic,cut,epoll,threads,
-#                       migration,example)
+#                       migration,example,modern)
 #   --no-build          do not run cargo build (use the existing target/release/tidemark and
-#                       target/release/examples/custom_tool)
+#                       target/release/examples/custom_tool); the modern stage's rmcp client is
+#                       still built when its binary is missing
 #   --server-cmd CMD    start CMD instead of target/release/tidemark (the tidemark flags are
 #                       appended; CMD must print tidemark's first line); for stand-in servers
 #   --example-cmd CMD   the same for the example stage: start CMD instead of
@@ -59,11 +73,14 @@ CLIENTS="$ROOT/tests/clients"
 RESULTS="$CACHE/clients-results"
 TS_DIR="$CACHE/ts-clients"
 VENV="$CACHE/venv"
-ALL_STAGES="basic,cut,epoll,threads,migration,example"
+TS_MODERN_DIR="$CACHE/ts-modern"
+RMCP_MODERN_TARGET="$CACHE/rmcp-modern-target"
+RMCP_MODERN_BIN="$RMCP_MODERN_TARGET/release/tidemark-rmcp-modern-client"
+ALL_STAGES="basic,cut,epoll,threads,migration,example,modern"
 START_TIMEOUT_S=30
 CLIENT_TIMEOUT_S=120
 
-usage() { sed -n '2,55s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,70s/^# \{0,1\}//p' "$0"; }
 
 only="$ALL_STAGES"
 build=1
@@ -103,6 +120,12 @@ npm_ci_pinned "$CLIENTS" "$TS_DIR" @modelcontextprotocol/sdk
 cp "$CLIENTS/ts_client.mjs" "$TS_DIR/ts_client.mjs"
 pip_install_pinned "$VENV" "$CLIENTS/requirements.txt" tidemark-requirements.txt
 PY="$VENV/bin/python"
+if want_stage modern; then
+    # The TypeScript v2 client: its own package (tests/clients/ts_modern), so the v1 SDK install
+    # of the other stages is untouched.
+    npm_ci_pinned "$CLIENTS/ts_modern" "$TS_MODERN_DIR" @modelcontextprotocol/client
+    cp "$CLIENTS/modern_ts_client.mjs" "$TS_MODERN_DIR/modern_ts_client.mjs"
+fi
 
 # Every stage but `example` runs tidemark itself (the example stage builds the example).
 uses_tidemark=0
@@ -171,7 +194,8 @@ passed=0
 failed=0
 failed_names=()
 
-# run_client NAME KIND URL ARGS...: one client run (KIND ts or py) in the background; its verdict
+# run_client NAME KIND URL ARGS...: one client run (KIND ts, py, ts-modern or rmcp-modern) in the
+# background; its verdict
 # file is RESULTS/NAME.rc. A cut run is `run_client NAME KIND proxy:K:N:ON_CUT ARGS...`.
 run_client() {
     local name="$1" kind="$2" target="$3"
@@ -198,6 +222,8 @@ run_client() {
         case "$kind" in
             ts) cmd=(node "$TS_DIR/ts_client.mjs") ;;
             py) cmd=("$PY" "$CLIENTS/py_client.py") ;;
+            ts-modern) cmd=(node "$TS_MODERN_DIR/modern_ts_client.mjs") ;;
+            rmcp-modern) cmd=("$RMCP_MODERN_BIN") ;;
         esac
         timeout "$CLIENT_TIMEOUT_S" "${cmd[@]}" --url "$url" --label "$name" "$@" \
             >"$RESULTS/$name.log" 2>&1
@@ -368,6 +394,32 @@ if want_stage example; then
         sequential example-py-legacy py "$server_url" --scenario reverse --mode legacy
         stop_server example
     fi
+fi
+
+if want_stage modern; then
+    # The 2026-07-28 era (issue 10): each client connects by server/discover and must end in
+    # 2026-07-28; greet's elicitation must come back as an InputRequiredResult (no server->client
+    # request in this era) that the SDK answers and retries with inputResponses by itself.
+    rmcp_built=1
+    if [ "$build" = 1 ] || [ ! -x "$RMCP_MODERN_BIN" ]; then
+        if ! (cd "$ROOT" && CARGO_TARGET_DIR="$RMCP_MODERN_TARGET" cargo build --release --quiet \
+            --manifest-path tests/clients/rmcp_modern/Cargo.toml); then
+            failed=$((failed + 1))
+            failed_names+=("modern-rmcp-build")
+            echo "clients: FAIL modern-rmcp-build (cargo build --release --manifest-path tests/clients/rmcp_modern/Cargo.toml)"
+            rmcp_built=0
+        fi
+    fi
+    MODERN_ARGS=(--check-counter --steps 3)
+    start_server modern --tools demo
+    sequential modern-py py "$server_url" "${MODERN_ARGS[@]}" --mode sdk-default --expect-era modern \
+        --greet
+    sequential modern-ts-auto ts-modern "$server_url" "${MODERN_ARGS[@]}" --negotiation auto
+    sequential modern-ts-pin ts-modern "$server_url" "${MODERN_ARGS[@]}" --negotiation pin
+    if [ "$rmcp_built" = 1 ]; then
+        sequential modern-rmcp rmcp-modern "$server_url" "${MODERN_ARGS[@]}"
+    fi
+    stop_server modern
 fi
 
 if [ "$failed" -gt 0 ]; then
