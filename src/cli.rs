@@ -144,6 +144,19 @@ struct Flags {
     /// From SIGTERM to SIGKILL when an upstream child is stopped.
     #[arg(long, default_value_t = config::UPSTREAM_KILL_GRACE_MS)]
     upstream_kill_grace_ms: u64,
+    /// The `ttlMs` caching hint on 2026-07-28 list and read results (0: re-fetch when needed).
+    #[arg(long, default_value_t = config::CACHE_TTL_MS)]
+    cache_ttl_ms: u64,
+    /// How long a 2026-07-28 MRTR `requestState` is accepted after it was issued.
+    #[arg(long, default_value_t = config::REQUEST_STATE_TTL_SECS)]
+    request_state_ttl_secs: u64,
+    /// A file whose bytes key the HMAC that seals `requestState` (default: a random key per
+    /// process). Give every node of a cluster the same file so any node accepts the state.
+    #[arg(long)]
+    request_state_key_file: Option<std::path::PathBuf>,
+    /// 2026-07-28 Idempotency-Key records kept per core.
+    #[arg(long, default_value_t = config::IDEMPOTENCY_KEYS_PER_CORE_MAX)]
+    max_idempotency_keys_per_core: usize,
 }
 
 impl Flags {
@@ -213,7 +226,23 @@ impl Flags {
             upstream_line_bytes: self.upstream_line_bytes,
             upstream_queue_bytes: self.upstream_queue_bytes,
             upstream_kill_grace: Duration::from_millis(self.upstream_kill_grace_ms),
+            cache_ttl_ms: self.cache_ttl_ms,
+            request_state_ttl: Duration::from_secs(self.request_state_ttl_secs),
+            idempotency_keys_per_core_max: self.max_idempotency_keys_per_core,
         };
+        if let Some(path) = &self.request_state_key_file {
+            let bytes = std::fs::read(path)
+                .map_err(|e| ConfigError::KeyFile(format!("{}: {e}", path.display())))?;
+            if bytes.len() < crate::modern::state::KEY_BYTES {
+                let message = format!(
+                    "{}: at least {} bytes of key material needed",
+                    path.display(),
+                    crate::modern::state::KEY_BYTES
+                );
+                return Err(ConfigError::KeyFile(message));
+            }
+            crate::modern::state::set_key_material(&bytes);
+        }
         Ok(cfg)
     }
 }

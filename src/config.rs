@@ -114,6 +114,17 @@ pub const UPSTREAM_QUEUE_BYTES: usize = 16 * 1024 * 1024;
 /// From SIGTERM to SIGKILL when an upstream child is stopped (`--upstream-kill-grace-ms`).
 pub const UPSTREAM_KILL_GRACE_MS: u64 = 2000;
 
+/// The `ttlMs` caching hint of 2026-07-28 list and read results (`--cache-ttl-ms`). 0: a
+/// client should re-fetch whenever it needs the list (lists may change; a client learns of
+/// changes through `subscriptions/listen`). Raise it when the tool set is static.
+pub const CACHE_TTL_MS: u64 = 0;
+/// How long an MRTR `requestState` is accepted after it was issued
+/// (`--request-state-ttl-secs`): the time a user has to answer an elicitation.
+pub const REQUEST_STATE_TTL_SECS: u64 = 600;
+/// 2026-07-28 Idempotency-Key records kept per core (`--max-idempotency-keys-per-core`); the
+/// oldest finished one is forgotten first, a running one never.
+pub const IDEMPOTENCY_KEYS_PER_CORE_MAX: usize = 4096;
+
 const _: () = assert!(REPLAY_EVENTS_MAX.is_power_of_two());
 const _: () = assert!(HEADER_BYTES_MAX >= 1024);
 const _: () = assert!(THREADS_MAX <= u16::MAX as usize);
@@ -244,6 +255,12 @@ pub struct Config {
     pub upstream_line_bytes: usize,
     pub upstream_queue_bytes: usize,
     pub upstream_kill_grace: Duration,
+    /// `--cache-ttl-ms` (`CACHE_TTL_MS`).
+    pub cache_ttl_ms: u64,
+    /// `--request-state-ttl-secs` (`REQUEST_STATE_TTL_SECS`).
+    pub request_state_ttl: Duration,
+    /// `--max-idempotency-keys-per-core` (`IDEMPOTENCY_KEYS_PER_CORE_MAX`).
+    pub idempotency_keys_per_core_max: usize,
 }
 
 impl Default for Config {
@@ -288,6 +305,9 @@ impl Default for Config {
             upstream_line_bytes: UPSTREAM_LINE_BYTES,
             upstream_queue_bytes: UPSTREAM_QUEUE_BYTES,
             upstream_kill_grace: Duration::from_millis(UPSTREAM_KILL_GRACE_MS),
+            cache_ttl_ms: CACHE_TTL_MS,
+            request_state_ttl: Duration::from_secs(REQUEST_STATE_TTL_SECS),
+            idempotency_keys_per_core_max: IDEMPOTENCY_KEYS_PER_CORE_MAX,
         }
     }
 }
@@ -295,6 +315,8 @@ impl Default for Config {
 /// A flag value the server cannot run with (the operator's mistake).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
+    #[error("--request-state-key-file {0}")]
+    KeyFile(String),
     #[error("--{0} must be greater than zero (zero never means unlimited)")]
     Zero(&'static str),
     #[error("--replay-events must be a power of two, got {0}")]
@@ -335,7 +357,7 @@ impl Config {
 
     /// Checks every value once, so workers can rely on them.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let nonzero: [(&'static str, u128); 24] = [
+        let nonzero: [(&'static str, u128); 26] = [
             ("threads", self.threads as u128),
             ("max-header-bytes", self.header_bytes_max as u128),
             ("max-headers", self.headers_max as u128),
@@ -351,6 +373,8 @@ impl Config {
             ("owed-wait-ms", self.owed_wait.as_millis()),
             ("owed-timeout-secs", self.owed_timeout.as_millis()),
             ("stream-retention-secs", self.stream_retention.as_millis()),
+            ("request-state-ttl-secs", self.request_state_ttl.as_millis()),
+            ("max-idempotency-keys-per-core", self.idempotency_keys_per_core_max as u128),
             ("sse-retry-ms", u128::from(self.sse_retry_ms)),
             ("drain-secs", self.drain.as_millis()),
             ("core-buffer-bytes", self.core_buffer_bytes as u128),

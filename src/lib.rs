@@ -64,6 +64,7 @@ mod endpoint;
 mod http;
 mod legacy;
 mod metrics;
+mod modern;
 mod provider;
 mod runtime;
 mod server;

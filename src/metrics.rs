@@ -36,6 +36,9 @@ macro_rules! counters {
 
 counters! {
     requests_total => "tidemark_requests_total", "HTTP requests parsed.";
+    modern_requests_total => "tidemark_modern_requests_total", "MCP 2026-07-28 (stateless) requests that passed the header and _meta checks.";
+    request_state_refused_total => "tidemark_request_state_refused_total", "MRTR requestState refused (tampered, expired or another request's).";
+    modern_cancelled_total => "tidemark_modern_cancelled_total", "MCP 2026-07-28 requests cancelled because the client closed the response stream.";
     sessions_created_total => "tidemark_sessions_created_total", "Sessions created by initialize.";
     sessions_expired_total => "tidemark_sessions_expired_total", "Sessions ended by idle expiry.";
     sessions_deleted_total => "tidemark_sessions_deleted_total", "Sessions ended by DELETE.";

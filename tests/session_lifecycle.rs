@@ -460,25 +460,3 @@ fn sessions_are_served_from_any_connection_on_any_core() {
         }
     }
 }
-
-/// A 2026-07-28 client's `server/discover` probe (no session) gets 400 with the spec's
-/// UnsupportedProtocolVersion error naming our revisions, so it falls back to `initialize`.
-#[test]
-fn modern_era_probe_gets_unsupported_version_with_our_revisions() {
-    for driver in DRIVERS {
-        let server = Server::on(driver, &[]);
-        let body = r#"{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
-        let r = post(
-            &server,
-            &[("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "server/discover")],
-            body,
-        );
-        assert_eq!(r.status, 400, "{driver}: {}", r.text());
-        let v = r.json();
-        assert_eq!(v["id"], 1, "{driver}");
-        assert_eq!(v["error"]["code"], -32022, "{driver}");
-        assert_eq!(v["error"]["data"]["supported"][0], "2025-11-25", "{driver}");
-        assert_eq!(v["error"]["data"]["requested"], "2026-07-28", "{driver}");
-        assert!(r.header("Mcp-Session-Id").is_none(), "{driver}: no session from a probe");
-    }
-}

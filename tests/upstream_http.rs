@@ -31,7 +31,7 @@ fn an_http_upstreams_tools_stream_through_and_run_once() {
     );
     let tools = list.json()["result"]["tools"].as_array().expect("tools").clone();
     let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
-    assert_eq!(names, ["echo", "slow_counter", "get_counter"]);
+    assert_eq!(names, ["echo", "slow_counter", "get_counter", "greet"]);
 
     let mut s = call_stream(
         &front,

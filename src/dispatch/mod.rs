@@ -30,6 +30,9 @@ pub(crate) struct ToolRoute {
     pub provider: Rc<dyn Provider>,
     /// Read-only or idempotent: a retried call may run again (CONTRACT §4 step 3).
     pub safe_to_repeat: bool,
+    /// `(header name, property)` of each `x-mcp-header` parameter (MCP 2026-07-28 SEP-2243),
+    /// checked against the request's `Mcp-Param-*` headers; empty for most tools.
+    pub header_params: Rc<[(String, String)]>,
 }
 
 /// The tools of all providers, as last listed.
@@ -107,6 +110,7 @@ impl Registry {
                     name: Rc::from(tool.name.as_str()),
                     provider: provider.clone(),
                     safe_to_repeat: tool.annotations.safe_to_repeat(),
+                    header_params: crate::modern::meta::header_params(&tool.input_schema).into(),
                 };
                 table.by_name.insert(tool.name.clone(), route);
                 listed.push(tool);
@@ -280,7 +284,12 @@ impl Registry {
                 return Ok(found);
             }
         }
-        Err(ProviderError::NotFound(uri.to_owned()))
+        // SEP-2164: -32602 with the uri in `data`, never an empty `contents`.
+        Err(ProviderError::Rpc {
+            code: crate::wire::Code::InvalidParams.value(),
+            message: format!("Resource not found: {uri}"),
+            data: Some(serde_json::json!({ "uri": uri })),
+        })
     }
 
     /// The `prompts/get` result from the first provider that has a prompt called `name`.
@@ -292,6 +301,25 @@ impl Registry {
     ) -> Result<Value, ProviderError> {
         for provider in &self.providers {
             if let Some(found) = provider.get_prompt(session, name, arguments.clone()).await? {
+                return Ok(found);
+            }
+        }
+        Err(ProviderError::NotFound(name.to_owned()))
+    }
+
+    /// `prompts/get` with a call context (2026-07-28: the prompt may ask for input), from the
+    /// first provider that has a prompt called `name`.
+    pub(crate) async fn get_prompt_with_context(
+        &self,
+        name: &str,
+        arguments: Value,
+        cx: crate::provider::CallContext,
+    ) -> Result<Value, ProviderError> {
+        for provider in &self.providers {
+            let session = SessionRef::NONE;
+            let found =
+                provider.get_prompt_with_context(session, name, arguments.clone(), cx.clone());
+            if let Some(found) = found.await? {
                 return Ok(found);
             }
         }

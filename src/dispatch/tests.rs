@@ -163,7 +163,7 @@ fn tools_list_is_valid_json_with_every_required_field() {
     let registry = full();
     let listed = result(&registry, "tools/list", "{}");
     let items = listed["tools"].as_array().expect("tools array");
-    assert_eq!(items.len(), 17);
+    assert_eq!(items.len(), 31);
     let specs: Vec<_> =
         demo::tools().into_iter().chain(conformance::tools()).map(|t| t.spec().clone()).collect();
     for item in items {
@@ -196,7 +196,7 @@ fn registry_dedups_repeated_providers_and_finds_tools_by_name() {
     let twice = builtin(&[BuiltinSet::Demo, BuiltinSet::Demo]);
     let list = |r: &Registry| result(r, "tools/list", "{}");
     assert_eq!(list(&once), list(&twice));
-    assert_eq!(listed_names(&twice), ["echo", "slow_counter", "get_counter"]);
+    assert_eq!(listed_names(&twice), ["echo", "slow_counter", "get_counter", "greet"]);
     assert!(twice.tool("echo").is_some());
     assert!(twice.tool("test_simple_text").is_none());
     assert!(twice.tool("").is_none());
@@ -268,7 +268,7 @@ fn resources_prompts_and_lookups_go_through_the_providers() {
         json!("test://template/{id}/data")
     );
     let prompts = result(&registry, "prompts/list", "{}");
-    assert_eq!(prompts["prompts"].as_array().map(Vec::len), Some(4));
+    assert_eq!(prompts["prompts"].as_array().map(Vec::len), Some(5));
 
     let read = result(&registry, "resources/read", r#"{"uri":"test://template/123/data"}"#);
     assert!(read["contents"][0]["text"].as_str().is_some_and(|t| t.contains("123")), "{read}");
@@ -393,7 +393,7 @@ fn tools_changed_relists_and_nothing_else_does() {
     // Edited but not announced: every path answers from the cache.
     provider.set_tools(&["after"]);
     run(registry.refresh_if_stale());
-    assert_eq!(listed_names(&registry), ["before", "echo", "slow_counter", "get_counter"]);
+    assert_eq!(listed_names(&registry), ["before", "echo", "slow_counter", "get_counter", "greet"]);
     assert!(registry.tool("after").is_none());
     assert_eq!(provider.list_calls.get(), 1);
 
@@ -403,17 +403,20 @@ fn tools_changed_relists_and_nothing_else_does() {
     assert_eq!(provider.list_calls.get(), 2);
     assert!(registry.tool("before").is_none());
     assert_eq!(registry.tool("after").expect("after").provider.name(), "live");
-    assert_eq!(listed_names(&registry), ["after", "echo", "slow_counter", "get_counter"]);
+    assert_eq!(listed_names(&registry), ["after", "echo", "slow_counter", "get_counter", "greet"]);
     run(registry.refresh_if_stale());
     assert_eq!(provider.list_calls.get(), 2);
 
     // tools/list refreshes by itself.
     provider.set_tools(&["third", "fourth"]);
     provider.announce();
-    assert_eq!(listed_names(&registry), ["third", "fourth", "echo", "slow_counter", "get_counter"]);
+    assert_eq!(
+        listed_names(&registry),
+        ["third", "fourth", "echo", "slow_counter", "get_counter", "greet"]
+    );
     assert_eq!(provider.list_calls.get(), 3);
     assert!(registry.tool("third").is_some() && registry.tool("after").is_none());
-    assert_eq!(listed_names(&registry).len(), 5);
+    assert_eq!(listed_names(&registry).len(), 6);
     assert_eq!(provider.list_calls.get(), 3);
 }
 
@@ -429,13 +432,16 @@ fn a_provider_whose_listing_fails_is_skipped() {
         Rc::new(BuiltinProvider::new(BuiltinSet::Demo)),
     ]);
     assert_eq!(broken.list_calls.get(), 1);
-    assert_eq!(listed_names(&registry), ["kept", "echo", "slow_counter", "get_counter"]);
+    assert_eq!(listed_names(&registry), ["kept", "echo", "slow_counter", "get_counter", "greet"]);
     assert!(registry.tool("lost").is_none());
     assert_eq!(registry.tool("kept").expect("kept").provider.name(), "working");
 
     working.set_tools(&["kept", "new"]);
     broken.announce();
-    assert_eq!(listed_names(&registry), ["kept", "new", "echo", "slow_counter", "get_counter"]);
+    assert_eq!(
+        listed_names(&registry),
+        ["kept", "new", "echo", "slow_counter", "get_counter", "greet"]
+    );
     assert_eq!((broken.list_calls.get(), working.list_calls.get()), (2, 2));
 }
 

@@ -39,6 +39,9 @@ pub enum Outcome {
     Stream(legacy::SseJob),
     /// The session lives on another core: move the connection there, unanswered.
     HandOff(u16),
+    /// A 2026-07-28 request still running (a call) or long-lived (`subscriptions/listen`):
+    /// the connection drives it, and closing it cancels the request.
+    Modern(crate::modern::Job),
 }
 
 /// The parts of a request `handle` reads: the head's bytes and the (mutable) body.
@@ -70,18 +73,22 @@ pub(crate) fn refuse(
     reply(out, Answer::Refused { refusal, id }, keep_alive)
 }
 
-/// Which protocol path serves a request. Only the legacy era (2025-03-26 … 2025-11-25) is
-/// served today; a request of the 2026-07-28 stateless revision is answered by the legacy path
-/// with MCP's backward-compatibility error so that its client falls back to `initialize`. The
-/// stateless path will be selected here (by `MCP-Protocol-Version` ≥ 2026-07-28 or the
-/// `_meta` protocol version), beside the legacy one, without touching it.
+/// Which protocol path serves a request: the legacy one (sessions, 2025-03-26 … 2025-11-25)
+/// or the stateless 2026-07-28 one, chosen by `modern::selects` (the protocol version header;
+/// a request whose `_meta` alone names 2026-07-28 is passed on by the legacy path once its
+/// body is decoded).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Era {
     Legacy,
+    Modern,
 }
 
-fn era(_req: &Request<'_>) -> Era {
-    Era::Legacy
+fn era(req: &Request<'_>) -> Era {
+    if crate::modern::selects(req) {
+        Era::Modern
+    } else {
+        Era::Legacy
+    }
 }
 
 /// Entry point: one parsed request. Counted in `tidemark_requests_total` where it is answered:
@@ -115,6 +122,8 @@ async fn route(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -> Outcome 
         (Method::Post, Era::Legacy) => legacy::post(core, req, out).await,
         (Method::Get, Era::Legacy) => legacy::get(core, req, out),
         (Method::Delete, Era::Legacy) => legacy::delete(core, req, out),
+        (Method::Post, Era::Modern) => crate::modern::post(core, req, out).await,
+        (Method::Get | Method::Delete, Era::Modern) => crate::modern::not_allowed(&req, out),
         (Method::Head, _) => reply(out, Answer::HeadNotAllowed, keep_alive),
         (Method::Other, _) => refuse(out, Refusal::MethodNotAllowed, None, keep_alive),
     }

@@ -41,8 +41,13 @@ pub struct RequestHead {
     pub origin: Option<Range<usize>>,
     pub host: Option<Range<usize>>,
     pub idempotency_key: Option<Range<usize>>,
+    /// MCP 2026-07-28 request-metadata headers (SEP-2243): the JSON-RPC method, and the tool or
+    /// prompt name or resource uri. `Mcp-Param-*` headers are not kept here: the modern path
+    /// scans the head for them when a tool declares `x-mcp-header` parameters.
+    pub mcp_method: Option<Range<usize>>,
+    pub mcp_name: Option<Range<usize>>,
     /// The name of the first single-valued header (`Mcp-Session-Id`, `MCP-Protocol-Version`,
-    /// `Last-Event-ID`, `Idempotency-Key`) given again with another value; the endpoint refuses
+    /// `Last-Event-ID`, `Idempotency-Key`, `Mcp-Method`, `Mcp-Name`) given again with another value; the endpoint refuses
     /// such a request (400) rather than pick one, since a proxy reading the first and us the
     /// last would disagree about the request. `None` when each is given at most once or only
     /// repeated identically (which we accept, as RFC 9112 §6.3 does for Content-Length).
@@ -168,6 +173,10 @@ pub fn parse_head(
             (&mut head.host, false)
         } else if name.eq_ignore_ascii_case(b"idempotency-key") {
             (&mut head.idempotency_key, true)
+        } else if name.eq_ignore_ascii_case(b"mcp-method") {
+            (&mut head.mcp_method, true)
+        } else if name.eq_ignore_ascii_case(b"mcp-name") {
+            (&mut head.mcp_name, true)
         } else {
             continue;
         };
@@ -182,6 +191,15 @@ pub fn parse_head(
         return Err(ParseError::BadHost);
     }
     Ok(Some(head))
+}
+
+/// The value of header `name` (case-insensitive) in a complete request head, for the rare
+/// header the parse does not keep (MCP 2026-07-28 `Mcp-Param-*`). The first occurrence wins.
+pub fn header_named<'h>(head: &'h [u8], name: &str) -> Option<&'h [u8]> {
+    let mut headers = [httparse::EMPTY_HEADER; HEADERS_CAP];
+    let mut req = httparse::Request::new(&mut headers);
+    req.parse(head).ok()?;
+    req.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| trim(h.value))
 }
 
 fn trim(mut v: &[u8]) -> &[u8] {

@@ -38,6 +38,30 @@ impl StreamSink {
     }
 }
 
+/// A whole `notifications/progress` message for `token` (its JSON text as the client sent it).
+pub(crate) fn progress_payload(
+    token: &str,
+    progress: f64,
+    total: Option<f64>,
+    message: Option<&str>,
+) -> Vec<u8> {
+    let mut payload = Vec::with_capacity(160);
+    payload.extend_from_slice(PROGRESS_PREFIX);
+    payload.extend_from_slice(token.as_bytes());
+    payload.extend_from_slice(b",\"progress\":");
+    push_number(&mut payload, progress);
+    if let Some(t) = total {
+        payload.extend_from_slice(b",\"total\":");
+        push_number(&mut payload, t);
+    }
+    if let Some(m) = message {
+        payload.extend_from_slice(b",\"message\":");
+        let _ = serde_json::to_writer(&mut payload, m);
+    }
+    payload.extend_from_slice(b"}}");
+    payload
+}
+
 /// A number as JSON (`1`, `0.5`); non-finite values, which JSON cannot carry, as `null`.
 fn push_number(out: &mut Vec<u8>, n: f64) {
     match serde_json::Number::from_f64(n) {
@@ -49,27 +73,14 @@ fn push_number(out: &mut Vec<u8>, n: f64) {
 impl CallSink for StreamSink {
     fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
         let Some(session) = self.session.upgrade() else { return };
-        let mut payload = Vec::with_capacity(160);
-        {
-            // One buffer per event, written while the token is borrowed (no clone of it).
+        let payload = {
+            // Written while the token is borrowed (no clone of it).
             let s = session.borrow();
             let Some(token) = s.stream(self.key).and_then(|s| s.progress_token.as_deref()) else {
                 return;
             };
-            payload.extend_from_slice(PROGRESS_PREFIX);
-            payload.extend_from_slice(token.as_bytes());
-        }
-        payload.extend_from_slice(b",\"progress\":");
-        push_number(&mut payload, progress);
-        if let Some(t) = total {
-            payload.extend_from_slice(b",\"total\":");
-            push_number(&mut payload, t);
-        }
-        if let Some(m) = message {
-            payload.extend_from_slice(b",\"message\":");
-            let _ = serde_json::to_writer(&mut payload, m);
-        }
-        payload.extend_from_slice(b"}}");
+            progress_payload(token, progress, total, message)
+        };
         let _ended = session.borrow_mut().append(self.key, Bytes::from(payload));
     }
 
@@ -152,7 +163,7 @@ impl CallSink for StreamSink {
 }
 
 /// The params of `notifications/message`.
-fn log_params(level: LogLevel, logger: Option<&str>, data: Value) -> Value {
+pub(crate) fn log_params(level: LogLevel, logger: Option<&str>, data: Value) -> Value {
     let mut params = serde_json::json!({ "level": level.as_str(), "data": data });
     if let (Some(l), Some(obj)) = (logger, params.as_object_mut()) {
         obj.insert("logger".into(), Value::from(l));

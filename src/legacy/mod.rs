@@ -6,7 +6,7 @@
 //! every other MCP method are answered by `dispatch`. Never: touches a socket, or keeps a
 //! `RefCell` borrow across an await.
 
-mod context;
+pub(crate) mod context;
 pub mod migration;
 pub mod replay;
 pub mod session;
@@ -224,7 +224,7 @@ fn standalone(session: &SessionRc, out: &mut Vec<u8>, keep_alive: bool) -> Outco
 /// POST: the header rules, then the body's messages.
 pub(crate) async fn post(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
     let keep_alive = req.head.keep_alive;
-    if let Err(refusal) = post_headers_ok(&req) {
+    if let Err(refusal) = post_headers_ok(&req, true) {
         return refuse(out, refusal, None, keep_alive);
     }
     // The session is found before the body is decoded, so a request for another core moves
@@ -275,9 +275,13 @@ pub(crate) async fn post(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -
     }
 }
 
-/// Content-Type, Accept and no Last-Event-ID on a POST (MCP 2025-11-25 transports).
-fn post_headers_ok(req: &Request<'_>) -> Result<(), Refusal> {
-    if req.head.last_event_id.is_some() {
+/// Content-Type, Accept and (legacy: `refuse_last_event_id`) no Last-Event-ID on a POST (MCP
+/// 2025-11-25 transports; 2026-07-28 says to ignore the header).
+pub(crate) fn post_headers_ok(
+    req: &Request<'_>,
+    refuse_last_event_id: bool,
+) -> Result<(), Refusal> {
+    if refuse_last_event_id && req.head.last_event_id.is_some() {
         return Err(Refusal::LastEventIdOnPost);
     }
     let content_type_ok =
@@ -294,12 +298,17 @@ fn post_headers_ok(req: &Request<'_>) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// A POST without a session: `initialize`, or a refusal. A request naming a revision we do not
-/// serve (e.g. a 2026-07-28 client probing with `server/discover`) gets 400 with the spec's
-/// UnsupportedProtocolVersion error listing our revisions, so the client falls back to the
-/// `initialize` handshake (the Python SDK's default mode does exactly that).
+/// A POST without a session: `initialize`, a 2026-07-28 request (its `_meta` names the
+/// revision though its header did not: the modern path refuses it with HeaderMismatch, or 404s
+/// a modern `initialize`), or a refusal. A request naming a revision older than we serve gets
+/// 400 with the spec's UnsupportedProtocolVersion error listing ours.
 async fn sessionless(core: &Rc<Core>, req: &Request<'_>, body: Body, out: &mut Vec<u8>) -> Outcome {
     let keep_alive = req.head.keep_alive;
+    if let Body::Single(Message::Request { params, .. }) = &body {
+        if crate::modern::carries_modern_meta(params) {
+            return crate::modern::serve(core, req, body, out).await;
+        }
+    }
     match body {
         Body::Single(Message::Request { id, method, params }) => {
             if method == "initialize" {
@@ -309,7 +318,7 @@ async fn sessionless(core: &Rc<Core>, req: &Request<'_>, body: Body, out: &mut V
                 let answer = Answer::UnsupportedVersion {
                     id: &id,
                     requested: requested.as_deref().unwrap_or(""),
-                    supported: &LEGACY_VERSIONS,
+                    supported: &crate::modern::meta::SUPPORTED_VERSIONS,
                 };
                 reply(out, answer, keep_alive)
             } else {

@@ -304,6 +304,20 @@ pub trait Provider {
         Box::pin(std::future::ready(Ok(None)))
     }
 
+    /// `prompts/get` with a context, so that a prompt may ask the client for input (MCP
+    /// 2026-07-28 MRTR: `cx.input`, answered by the client's retry). The 2026-07-28 path calls
+    /// this; the default forwards to `get_prompt`.
+    fn get_prompt_with_context<'a>(
+        &'a self,
+        session: SessionRef,
+        name: &'a str,
+        arguments: Value,
+        cx: CallContext,
+    ) -> LocalBoxFuture<'a, ProviderResult<Option<Value>>> {
+        let _ = cx;
+        self.get_prompt(session, name, arguments)
+    }
+
     /// `completion/complete` candidates for a `ref` and `argument`, or `Ok(None)` when the
     /// reference is not ours. The server caps the list at MCP's 100 values.
     fn complete<'a>(
@@ -406,17 +420,45 @@ pub(crate) trait NotifySink {
     fn is_open(&self) -> bool;
 }
 
-/// How a provider announces that its lists changed. Cheap to clone; core-local.
+/// How a provider announces that its lists changed. Cheap to clone; core-local (each core's
+/// providers announce their own changes and the core re-lists them), but each announcement is
+/// also counted process-wide (`LIST_CHANGES`) for the 2026-07-28 `subscriptions/listen`
+/// streams, which are not tied to the core whose provider saw the change.
 #[derive(Clone, Default)]
 pub struct Changes {
     tools_stale: Rc<Cell<bool>>,
 }
+
+/// Process-wide counts of list changes, by kind (read by `subscriptions/listen` streams on any
+/// core, which compare them with the counts they last reported).
+pub(crate) struct ListChanges {
+    pub tools: std::sync::atomic::AtomicU64,
+    pub prompts: std::sync::atomic::AtomicU64,
+    pub resources: std::sync::atomic::AtomicU64,
+}
+
+pub(crate) static LIST_CHANGES: ListChanges = ListChanges {
+    tools: std::sync::atomic::AtomicU64::new(0),
+    prompts: std::sync::atomic::AtomicU64::new(0),
+    resources: std::sync::atomic::AtomicU64::new(0),
+};
 
 impl Changes {
     /// The tool list changed: the server lists this core's providers again before it next
     /// answers `tools/list` or looks up a tool it does not know.
     pub fn tools_changed(&self) {
         self.tools_stale.set(true);
+        LIST_CHANGES.tools.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The prompt list changed (announced to `subscriptions/listen` streams that asked).
+    pub fn prompts_changed(&self) {
+        LIST_CHANGES.prompts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The resource list changed (announced to `subscriptions/listen` streams that asked).
+    pub fn resources_changed(&self) {
+        LIST_CHANGES.resources.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// True once after `tools_changed` (the registry consumes the flag).
@@ -458,6 +500,24 @@ pub(crate) trait CallSink {
         method: &str,
         params: Value,
     ) -> LocalBoxFuture<'static, ProviderResult<Value>>;
+    /// A server→client request the call names `key` (MCP 2026-07-28 MRTR: the key of its
+    /// `inputRequests` entry). On the legacy path the key is not sent: the request goes out as
+    /// `request` sends it.
+    fn input(
+        &self,
+        key: &str,
+        method: &str,
+        params: Value,
+    ) -> LocalBoxFuture<'static, ProviderResult<Value>> {
+        let _ = key;
+        self.request(method, params)
+    }
+    /// Whether the client declared the capability a server→client request `method` needs.
+    /// Legacy sessions are not asked (their capabilities were negotiated at `initialize`).
+    fn client_supports(&self, method: &str) -> bool {
+        let _ = method;
+        true
+    }
     /// SEP-1699: close the connection carrying the call's stream, without ending the stream.
     fn close_connection(&self);
     /// True once the call was cancelled.
@@ -509,6 +569,28 @@ impl CallContext {
         params: Value,
     ) -> LocalBoxFuture<'static, ProviderResult<Value>> {
         self.sink.request(method, params)
+    }
+
+    /// `request` with a name for it. In the 2026-07-28 era a server→client request is not
+    /// sent on the stream: the call ends with an `InputRequiredResult` whose `inputRequests`
+    /// holds it under `key`, the client retries with the answer, and the call runs again from
+    /// its start, this time getting the answer here at once (so code before an input request
+    /// runs once per round; put side effects after the last one). `request` names its
+    /// requests `input_1`, `input_2`, … in call order. In the legacy era the key is unused.
+    pub fn input(
+        &self,
+        key: &str,
+        method: &str,
+        params: Value,
+    ) -> LocalBoxFuture<'static, ProviderResult<Value>> {
+        self.sink.input(key, method, params)
+    }
+
+    /// Whether the client can answer server→client request `method` (it declared the
+    /// capability): a 2026-07-28 client's per-request `clientCapabilities`; always true on a
+    /// legacy session. Asking anyway fails with MCP's MissingRequiredClientCapability (-32021).
+    pub fn client_supports(&self, method: &str) -> bool {
+        self.sink.client_supports(method)
     }
 
     /// SEP-1699 polling: closes the HTTP connection that carries this call's stream without
@@ -751,11 +833,15 @@ mod tests {
     }
 
     #[test]
-    fn changes_flag_is_consumed_once() {
-        // Goal: one tools_changed triggers one re-list. Method: set, take twice.
+    fn changes_flag_is_consumed_once_and_counted_process_wide() {
+        // Goal: one tools_changed triggers one re-list of this core, and is counted for listen
+        // streams. Method: set, take twice; the process-wide count grows (other tests may
+        // add to it concurrently, so only "grew" is asserted).
         let changes = Changes::default();
         assert!(!changes.take_tools_stale());
+        let before = LIST_CHANGES.tools.load(std::sync::atomic::Ordering::Relaxed);
         changes.clone().tools_changed();
+        assert!(LIST_CHANGES.tools.load(std::sync::atomic::Ordering::Relaxed) > before);
         assert!(changes.take_tools_stale());
         assert!(!changes.take_tools_stale());
     }

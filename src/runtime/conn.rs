@@ -169,6 +169,26 @@ pub async fn serve(
                     break false;
                 }
             }
+            Outcome::Modern(job) => {
+                release_request(&mut buf, consumed);
+                let (reusable, o) = drive_modern(
+                    &core,
+                    &drain,
+                    &mut socket,
+                    &mut buf,
+                    &mut frames,
+                    out,
+                    job,
+                    head.keep_alive,
+                )
+                .await;
+                out = o;
+                shrink(&mut frames, BUFFER_KEEP_BYTES);
+                shrink(&mut out, BUFFER_KEEP_BYTES);
+                if !reusable {
+                    break false;
+                }
+            }
             Outcome::Stream(job) => {
                 release_request(&mut buf, consumed);
                 let (reusable, o) =
@@ -406,6 +426,171 @@ async fn write_stream(
         if readable {
             if peer_closed(socket, buf).await {
                 session.borrow_mut().detach(key, epoch);
+                return (false, out);
+            }
+            watch_peer = false;
+        }
+    }
+}
+
+/// Drives a 2026-07-28 job to its end: a call (its events as an SSE stream, opened at the
+/// first event; its final answer as JSON when it had none) or a `subscriptions/listen` stream.
+/// A peer that closes the connection cancels the call: the job is dropped, which fires the
+/// call's cancel signal and drops its work, and nothing more is written. Returns whether the
+/// connection can serve another request.
+#[allow(clippy::too_many_arguments)]
+async fn drive_modern(
+    core: &Core,
+    drain: &Drain,
+    socket: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    frames: &mut Vec<u8>,
+    out: Vec<u8>,
+    job: crate::modern::Job,
+    keep_alive: bool,
+) -> (bool, Vec<u8>) {
+    match job {
+        crate::modern::Job::Call(call) => {
+            drive_call(core, drain, socket, buf, frames, out, call, keep_alive).await
+        }
+        crate::modern::Job::Listen(listen) => {
+            drive_listen(core, drain, socket, buf, frames, out, listen).await
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn drive_call(
+    core: &Core,
+    drain: &Drain,
+    socket: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    frames: &mut Vec<u8>,
+    mut out: Vec<u8>,
+    mut call: crate::modern::call::CallJob,
+    keep_alive: bool,
+) -> (bool, Vec<u8>) {
+    let mut streaming = false;
+    let mut watch_peer = true;
+    loop {
+        frames.clear();
+        if call.sink.take_frames(frames) {
+            if !streaming {
+                Answer::SseHeadStateless.render(&mut out, true);
+                streaming = true;
+            }
+            crate::wire::sse::push_chunk(&mut out, frames);
+        }
+        if call.is_settled() {
+            let mut body = Vec::with_capacity(256);
+            let status = call.finish(&mut body);
+            if streaming {
+                frames.clear();
+                crate::wire::sse::push_event(frames, None, None, &body);
+                crate::wire::sse::push_chunk(&mut out, frames);
+                out.extend_from_slice(crate::wire::sse::CHUNK_END);
+            } else {
+                Answer::JsonStatus { status, body: &body }.render(&mut out, keep_alive);
+            }
+            let (ok, o) = write_out(socket, out).await;
+            return (ok && keep_alive, o);
+        }
+        if drain.ending() {
+            // The server stops: the call is cancelled (dropped) and its stream ends; a
+            // 2026-07-28 client re-issues the request elsewhere.
+            if streaming {
+                out.extend_from_slice(crate::wire::sse::CHUNK_END);
+            } else {
+                Answer::Refused { refusal: Refusal::Draining, id: Some(&call.id) }
+                    .render(&mut out, false);
+            }
+            core.metrics.drain_streams_ended.inc();
+            let (_, o) = write_out(socket, out).await;
+            return (false, o);
+        }
+        if !out.is_empty() {
+            let (ok, o) = write_out(socket, out).await;
+            out = o;
+            if !ok {
+                core.metrics.modern_cancelled_total.inc();
+                return (false, out);
+            }
+        }
+        let woke = call.sink.clone();
+        let woke = woke.wake.notified();
+        let closed = monoio::select! {
+            _ = call.settle() => false,
+            _ = woke => false,
+            _ = drain.changed() => false,
+            _ = monoio::time::sleep(core.cfg.sse_keepalive), if streaming => {
+                frames.clear();
+                crate::wire::sse::push_comment(frames);
+                crate::wire::sse::push_chunk(&mut out, frames);
+                false
+            }
+            _ = socket.readable(false), if watch_peer => true,
+        };
+        if closed {
+            if peer_closed(socket, buf).await {
+                core.metrics.modern_cancelled_total.inc();
+                return (false, out);
+            }
+            watch_peer = false;
+        }
+    }
+}
+
+async fn drive_listen(
+    core: &Core,
+    drain: &Drain,
+    socket: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    frames: &mut Vec<u8>,
+    mut out: Vec<u8>,
+    mut listen: crate::modern::listen::ListenJob,
+) -> (bool, Vec<u8>) {
+    // A listen stream waits for changes that may never come: a drain does not wait for it.
+    let _idle = drain.idle();
+    frames.clear();
+    listen.acknowledge(frames);
+    crate::wire::sse::push_chunk(&mut out, frames);
+    let mut watch_peer = true;
+    let mut next_keepalive = Instant::now() + core.cfg.sse_keepalive;
+    loop {
+        frames.clear();
+        if listen.changes(frames) {
+            crate::wire::sse::push_chunk(&mut out, frames);
+        }
+        if drain.ending() {
+            frames.clear();
+            listen.close(frames);
+            crate::wire::sse::push_chunk(&mut out, frames);
+            out.extend_from_slice(crate::wire::sse::CHUNK_END);
+            let (_, o) = write_out(socket, out).await;
+            return (false, o);
+        }
+        if !out.is_empty() {
+            let (ok, o) = write_out(socket, out).await;
+            out = o;
+            if !ok {
+                return (false, out);
+            }
+        }
+        // Polled every LISTEN_POLL, so the keep-alive is a deadline rather than a timer.
+        if Instant::now() >= next_keepalive {
+            frames.clear();
+            crate::wire::sse::push_comment(frames);
+            crate::wire::sse::push_chunk(&mut out, frames);
+            next_keepalive = Instant::now() + core.cfg.sse_keepalive;
+            continue;
+        }
+        let readable = monoio::select! {
+            _ = monoio::time::sleep(crate::modern::listen::LISTEN_POLL) => false,
+            _ = drain.changed() => false,
+            _ = socket.readable(false), if watch_peer => true,
+        };
+        if readable {
+            if peer_closed(socket, buf).await {
                 return (false, out);
             }
             watch_peer = false;

@@ -218,6 +218,10 @@ pub enum Answer<'a> {
     Refused { refusal: Refusal, id: Option<&'a RawId> },
     /// 200 `application/json`: a JSON-RPC response (or a batch's array of them).
     Json(&'a [u8]),
+    /// `application/json` with another status: a 2026-07-28 answer whose JSON-RPC error has an
+    /// HTTP status of its own (400 for -32602 `_meta` errors, -32020, -32021, -32022; 404 for
+    /// -32601).
+    JsonStatus { status: u16, body: &'a [u8] },
     /// 200 `application/json` to `initialize`, with the new session's `Mcp-Session-Id`.
     Initialized { body: &'a [u8], session_id: &'a [u8] },
     /// 202 Accepted, no body: notifications and client responses.
@@ -228,14 +232,16 @@ pub enum Answer<'a> {
     HeadNotAllowed,
     /// The head of a chunked `text/event-stream` response; frames follow as chunks.
     SseHead,
+    /// `SseHead` of a 2026-07-28 response stream: not resumable, so no `Mcp-Stream-Resumable`.
+    SseHeadStateless,
     /// 409 with the resume hint (CONTRACT §4 steps 2–4): `code` is `StreamOwed`,
     /// `RequestIdReused` or `HeldTooLong`; `data` is the `owedStreams` JSON; `hint` the
     /// `Last-Event-ID` to resume from, when a stream is named.
     Conflict { id: &'a RawId, code: Code, data: &'a str, hint: Option<&'a [u8]> },
     /// 422: an Idempotency-Key reused with other method or params (CONTRACT §4 step 1).
     KeyReused { id: &'a RawId },
-    /// 400 with MCP's UnsupportedProtocolVersion (-32022) listing the revisions we serve, so a
-    /// 2026-07-28 client falls back to the `initialize` handshake.
+    /// 400 with MCP's UnsupportedProtocolVersion (-32022) listing the revisions we serve, to a
+    /// request naming a revision older than any we serve.
     UnsupportedVersion { id: &'a RawId, requested: &'a str, supported: &'a [&'a str] },
 }
 
@@ -245,13 +251,15 @@ impl Answer<'_> {
         match *self {
             Answer::Refused { refusal, id } => refuse(out, refusal, id, keep_alive),
             Answer::Json(body) => json(out, 200, &[], body, keep_alive),
+            Answer::JsonStatus { status, body } => json(out, status, &[], body, keep_alive),
             Answer::Initialized { body, session_id } => {
                 json(out, 200, &[("Mcp-Session-Id", session_id)], body, keep_alive)
             }
             Answer::Accepted => empty(out, 202, keep_alive),
             Answer::Deleted => empty(out, 200, keep_alive),
             Answer::HeadNotAllowed => head_not_allowed(out, keep_alive),
-            Answer::SseHead => sse_head(out),
+            Answer::SseHead => sse_head(out, true),
+            Answer::SseHeadStateless => sse_head(out, false),
             Answer::Conflict { id, code, data, hint } => {
                 let mut body = Vec::with_capacity(128 + data.len());
                 jsonrpc::push_error(
@@ -282,7 +290,7 @@ impl Answer<'_> {
                     &mut body,
                     Some(id),
                     Code::UnsupportedProtocolVersion.value(),
-                    "unsupported protocol version: this endpoint serves the initialize handshake",
+                    "unsupported protocol version",
                     Some(&data.to_string()),
                 );
                 json(out, 400, &[], &body, keep_alive);
@@ -409,10 +417,14 @@ fn empty(out: &mut Vec<u8>, status: u16, keep_alive: bool) {
     out.extend_from_slice(b"\r\n");
 }
 
-fn sse_head(out: &mut Vec<u8>) {
+fn sse_head(out: &mut Vec<u8>, resumable: bool) {
     write_status(out, 200);
     out.extend_from_slice(
         b"Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n\
-          Transfer-Encoding: chunked\r\nX-Accel-Buffering: no\r\nMcp-Stream-Resumable: true\r\n\r\n",
+          Transfer-Encoding: chunked\r\nX-Accel-Buffering: no\r\n",
     );
+    if resumable {
+        out.extend_from_slice(b"Mcp-Stream-Resumable: true\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
 }

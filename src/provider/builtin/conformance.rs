@@ -156,6 +156,9 @@ pub(crate) fn tools() -> Vec<Rc<dyn BuiltinTool>> {
         fn_tool(ELICITATION_SEP1330_ENUMS, elicitation_sep1330_enums),
         fn_tool(JSON_SCHEMA_2020_12, json_schema_2020_12),
     ]
+    .into_iter()
+    .chain(super::conformance_modern::tools())
+    .collect()
 }
 
 /// The conformance set's resources, template, prompts and completions.
@@ -501,7 +504,17 @@ impl Catalog for ConformanceCatalog {
                 "title": "Prompt With Image",
                 "description": "A prompt that includes image content",
             }),
+            super::conformance_modern::mrtr_prompt_listing(),
         ]
+    }
+
+    fn get_prompt_with_context(
+        &self,
+        name: &str,
+        cx: &CallContext,
+    ) -> Option<crate::provider::LocalBoxFuture<'static, ProviderResult<Value>>> {
+        (name == super::conformance_modern::MRTR_PROMPT)
+            .then(|| Box::pin(super::conformance_modern::mrtr_prompt(cx.clone())) as _)
     }
 
     fn get_prompt(&self, name: &str, arguments: &Value) -> ProviderResult<Value> {
@@ -532,6 +545,11 @@ impl Catalog for ConformanceCatalog {
             "test_prompt_with_image" => {
                 expect_arguments_object(arguments)?;
                 vec![user(image_item()), user(text("Please analyze the image above.".to_owned()))]
+            }
+            super::conformance_modern::MRTR_PROMPT => {
+                return Err(ProviderError::InvalidParams(
+                    "this prompt asks the client for input: get it with MCP 2026-07-28".to_owned(),
+                ))
             }
             _ => return Err(ProviderError::NotFound(name.to_owned())),
         };
@@ -872,9 +890,11 @@ mod tests {
             "test_tool_with_logging",
             "test_tool_with_progress",
         ];
+        let modern: Vec<&str> =
+            super::super::conformance_modern::tools().iter().map(|t| t.spec().name).collect();
         for tool in tools() {
             let spec = tool.spec();
-            let expected = !interactive.contains(&spec.name);
+            let expected = !interactive.contains(&spec.name) && !modern.contains(&spec.name);
             assert_eq!(spec.annotations.safe_to_repeat(), expected, "{}", spec.name);
             assert_eq!(spec.annotations.read_only.unwrap_or(false), expected, "{}", spec.name);
         }
@@ -940,7 +960,7 @@ mod tests {
         // Goal: prompts-list (name+description) and the four prompts-get-* shapes.
         let catalog = ConformanceCatalog;
         let listed = catalog.prompts();
-        assert_eq!(listed.len(), 4);
+        assert_eq!(listed.len(), 5);
         for prompt in &listed {
             assert!(prompt["name"].as_str().is_some());
             assert!(prompt["description"].as_str().is_some_and(|d| !d.is_empty()));

@@ -69,13 +69,43 @@ const GET_COUNTER: ToolSpec = ToolSpec {
     annotations: hints(true, false),
 };
 
+const GREET: ToolSpec = ToolSpec {
+    name: "greet",
+    description: "Asks the user for their name (an elicitation: a server→client request on a \
+                  2025 session, an input-required result and a retry in MCP 2026-07-28) and \
+                  greets them.",
+    input_schema: r#"{"type":"object","properties":{}}"#,
+    annotations: hints(true, false),
+};
+
 /// The demo set's tools, bound to the process-wide `EXECUTIONS` counter.
 pub(crate) fn tools() -> Vec<Rc<dyn BuiltinTool>> {
     vec![
         fn_tool(ECHO, echo),
         fn_tool(SLOW_COUNTER, |arguments, cx| slow_counter(&EXECUTIONS, arguments, cx)),
         fn_tool(GET_COUNTER, |arguments, _cx| get_counter(&EXECUTIONS, arguments)),
+        fn_tool(GREET, greet),
     ]
+}
+
+/// `Hello, <name>!` with the name the user gave; a declined or cancelled form says so.
+async fn greet(arguments: Value, cx: CallContext) -> ProviderResult<Value> {
+    super::expect_arguments_object(&arguments)?;
+    let form = serde_json::json!({
+        "message": "What is your name?",
+        "requestedSchema": {
+            "type": "object",
+            "properties": { "name": { "type": "string" } },
+            "required": ["name"],
+        },
+    });
+    let answer = cx.input("name", "elicitation/create", form).await?;
+    let action = answer.get("action").and_then(Value::as_str).unwrap_or("");
+    let name = answer.get("content").and_then(|c| c.get("name")).and_then(Value::as_str);
+    match (action, name) {
+        ("accept", Some(name)) => Ok(text_result(format!("Hello, {name}!"))),
+        _ => Ok(text_result(format!("No name given (action: {action:?})"))),
+    }
 }
 
 async fn echo(arguments: Value, _cx: CallContext) -> ProviderResult<Value> {

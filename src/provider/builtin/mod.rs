@@ -7,6 +7,7 @@
 //! and core). Never: keeps per-session state; the demo counter is process-wide on purpose.
 
 pub mod conformance;
+mod conformance_modern;
 pub mod demo;
 
 use std::collections::HashMap;
@@ -71,6 +72,15 @@ pub(crate) trait Catalog {
     /// `Err(NotFound)` when the name is not ours.
     fn get_prompt(&self, name: &str, _arguments: &Value) -> ProviderResult<Value> {
         Err(ProviderError::NotFound(name.to_owned()))
+    }
+    /// A prompt that may ask the client for input (MCP 2026-07-28 MRTR): `None` when `name` is
+    /// not such a prompt (then `get_prompt` answers).
+    fn get_prompt_with_context(
+        &self,
+        _name: &str,
+        _cx: &CallContext,
+    ) -> Option<LocalBoxFuture<'static, ProviderResult<Value>>> {
+        None
     }
     /// `None` when the reference is not ours.
     fn complete(&self, _reference: &Value, _argument: &Value) -> Option<Vec<String>> {
@@ -163,6 +173,19 @@ impl Provider for BuiltinProvider {
             Some(found) => found.map(Some),
         };
         Box::pin(std::future::ready(got))
+    }
+
+    fn get_prompt_with_context<'a>(
+        &'a self,
+        session: SessionRef,
+        name: &'a str,
+        arguments: Value,
+        cx: CallContext,
+    ) -> LocalBoxFuture<'a, ProviderResult<Option<Value>>> {
+        match self.catalog.as_ref().and_then(|c| c.get_prompt_with_context(name, &cx)) {
+            Some(work) => Box::pin(async move { work.await.map(Some) }),
+            None => self.get_prompt(session, name, arguments),
+        }
     }
 
     fn complete<'a>(
@@ -302,7 +325,7 @@ mod tests {
                 assert_eq!(tool.input_schema, parse(text), "{}: schema as written", tool.name);
             }
         }
-        assert_eq!(count, 17);
+        assert_eq!(count, 31);
         let schema = &run(provider.list_tools()).expect("lists")[13].input_schema;
         assert_eq!(schema["$schema"], json!("https://json-schema.org/draft/2020-12/schema"));
     }
@@ -345,7 +368,7 @@ mod tests {
             run(conformance.list_resource_templates(SessionRef::NONE)).map(|r| r.len()),
             Ok(1)
         );
-        assert_eq!(run(conformance.list_prompts(SessionRef::NONE)).map(|r| r.len()), Ok(4));
+        assert_eq!(run(conformance.list_prompts(SessionRef::NONE)).map(|r| r.len()), Ok(5));
         let read = run(conformance.read_resource(SessionRef::NONE, "test://template/123/data"))
             .expect("ok");
         assert!(read.expect("ours")["contents"][0]["text"]

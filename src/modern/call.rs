@@ -1,0 +1,332 @@
+//! One 2026-07-28 request that runs provider code (`tools/call`, `prompts/get`): its
+//! `CallSink` (progress and logs as notifications on the request's own response stream, logs
+//! only when the request set `_meta…/logLevel`), MRTR (a server→client request becomes an
+//! entry of an `InputRequiredResult`; the answers of the client's retry resolve it), and the
+//! final answer's bytes and HTTP status.
+//!
+//! The connection drives the call (`runtime::conn`): it polls the work, writes the events, and
+//! drops the `CallJob` when the client closes the stream, which cancels the call (MCP
+//! 2026-07-28: a closed response stream is the request's cancellation; nothing more is sent).
+//!
+//! Owns: `ModernSink`, `CallJob`. Never: touches a socket or a session.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::legacy::session::signal::Signal;
+use crate::provider::{CallSink, LocalBoxFuture, LogLevel, ProviderError, ProviderResult, Value};
+use crate::wire::jsonrpc::{self, RawId};
+
+use super::meta;
+use super::state;
+
+/// A request's `CallSink` on the modern path.
+pub(crate) struct ModernSink {
+    /// Notifications not yet written, each a whole JSON-RPC message.
+    events: RefCell<Vec<Bytes>>,
+    /// Events a keyed call keeps for its retries; `None` for an unkeyed call.
+    recorded: Option<RefCell<Vec<Bytes>>>,
+    progress_token: Option<Box<str>>,
+    log_level: Option<LogLevel>,
+    client_capabilities: Value,
+    /// The client's answers: earlier rounds' (from the verified `requestState`) and this
+    /// round's `inputResponses`.
+    answers: serde_json::Map<String, Value>,
+    /// Answers the work actually used (sealed into the next `requestState`).
+    used: RefCell<serde_json::Map<String, Value>>,
+    /// Input the work waits for: the next `InputRequiredResult`'s `inputRequests`.
+    needed: RefCell<serde_json::Map<String, Value>>,
+    next_input: Cell<u32>,
+    /// Something to write, or input needed: the driver looks again.
+    pub(crate) wake: Signal,
+    cancelled: Cell<bool>,
+    cancel_signal: Rc<Signal>,
+}
+
+/// What a call starts with.
+pub(crate) struct SinkSetup {
+    pub progress_token: Option<Box<str>>,
+    pub log_level: Option<LogLevel>,
+    pub client_capabilities: Value,
+    pub answers: serde_json::Map<String, Value>,
+    /// Keep every event for retries with the same Idempotency-Key.
+    pub record: bool,
+}
+
+impl ModernSink {
+    pub(crate) fn new(setup: SinkSetup) -> ModernSink {
+        ModernSink {
+            events: RefCell::new(Vec::new()),
+            recorded: setup.record.then(|| RefCell::new(Vec::new())),
+            progress_token: setup.progress_token,
+            log_level: setup.log_level,
+            client_capabilities: setup.client_capabilities,
+            answers: setup.answers,
+            used: RefCell::new(serde_json::Map::new()),
+            needed: RefCell::new(serde_json::Map::new()),
+            next_input: Cell::new(0),
+            wake: Signal::default(),
+            cancelled: Cell::new(false),
+            cancel_signal: Rc::new(Signal::default()),
+        }
+    }
+
+    fn push(&self, message: Vec<u8>) {
+        if self.cancelled.get() {
+            return;
+        }
+        let message = Bytes::from(message);
+        if let Some(recorded) = &self.recorded {
+            recorded.borrow_mut().push(message.clone());
+        }
+        self.events.borrow_mut().push(message);
+        self.wake.notify_all();
+    }
+
+    /// Moves the pending events, SSE-framed, into `frames`; true when there were some.
+    pub(crate) fn take_frames(&self, frames: &mut Vec<u8>) -> bool {
+        let mut events = self.events.borrow_mut();
+        for event in events.iter() {
+            crate::wire::sse::push_event(frames, None, None, event);
+        }
+        let any = !events.is_empty();
+        events.clear();
+        any
+    }
+
+    /// True when events wait to be written.
+    pub(crate) fn has_events(&self) -> bool {
+        !self.events.borrow().is_empty()
+    }
+
+    /// True when the work waits for client input.
+    pub(crate) fn input_needed(&self) -> bool {
+        !self.needed.borrow().is_empty()
+    }
+
+    /// Marks the call cancelled (its stream closed): providers see `cx.cancelled()`.
+    pub(crate) fn cancel(&self) {
+        if !self.cancelled.replace(true) {
+            self.cancel_signal.notify_all();
+        }
+    }
+
+    /// The `InputRequiredResult` for the input the work waits for.
+    fn input_required(&self, binding: &str, ttl: Duration) -> Value {
+        let request_state = state::seal(binding, &self.used.borrow(), ttl);
+        serde_json::json!({
+            "resultType": "input_required",
+            "inputRequests": Value::Object(self.needed.borrow().clone()),
+            "requestState": request_state,
+        })
+    }
+}
+
+/// The sink's side of `CallContext::input`: an answer the client already gave, or a new entry
+/// of the next `InputRequiredResult` (the future then never completes: the driver ends the
+/// round and drops the work).
+fn input(
+    sink: &ModernSink,
+    key: &str,
+    method: &str,
+    params: Value,
+) -> LocalBoxFuture<'static, ProviderResult<Value>> {
+    if let Some(answer) = sink.answers.get(key) {
+        let result = match answer {
+            Value::Object(_) => {
+                sink.used.borrow_mut().insert(key.to_owned(), answer.clone());
+                Ok(answer.clone())
+            }
+            _ => Err(ProviderError::InvalidParams(format!(
+                "inputResponses[\"{key}\"] must be an object (the client's result for {method})"
+            ))),
+        };
+        return Box::pin(std::future::ready(result));
+    }
+    if !meta::client_can(&sink.client_capabilities, method) {
+        let capability = meta::capability_of(method).unwrap_or("unknown");
+        let mut required = serde_json::Map::new();
+        required.insert(capability.to_owned(), serde_json::json!({}));
+        let error = ProviderError::Rpc {
+            code: meta::MISSING_CAPABILITY,
+            message: format!("this request needs the client capability `{capability}` ({method})"),
+            data: Some(serde_json::json!({ "requiredCapabilities": required })),
+        };
+        return Box::pin(std::future::ready(Err(error)));
+    }
+    let request = serde_json::json!({ "method": method, "params": params });
+    sink.needed.borrow_mut().insert(key.to_owned(), request);
+    sink.wake.notify_all();
+    Box::pin(std::future::pending())
+}
+
+impl CallSink for ModernSink {
+    fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
+        let Some(token) = &self.progress_token else { return };
+        let payload = crate::legacy::context::progress_payload(token, progress, total, message);
+        self.push(payload);
+    }
+
+    fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
+        if self.log_level.is_none_or(|min| level < min) {
+            return;
+        }
+        let params = crate::legacy::context::log_params(level, logger, data);
+        let params = serde_json::to_vec(&params).unwrap_or_else(|_| b"{}".to_vec());
+        let mut payload = Vec::with_capacity(64 + params.len());
+        jsonrpc::push_notification(&mut payload, "notifications/message", &params);
+        self.push(payload);
+    }
+
+    fn request(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> LocalBoxFuture<'static, ProviderResult<Value>> {
+        let n = self.next_input.get() + 1;
+        self.next_input.set(n);
+        input(self, &format!("input_{n}"), method, params)
+    }
+
+    fn input(
+        &self,
+        key: &str,
+        method: &str,
+        params: Value,
+    ) -> LocalBoxFuture<'static, ProviderResult<Value>> {
+        input(self, key, method, params)
+    }
+
+    fn client_supports(&self, method: &str) -> bool {
+        meta::client_can(&self.client_capabilities, method)
+    }
+
+    /// SEP-1699 polling does not exist in this revision: a closed stream would cancel the call.
+    fn close_connection(&self) {}
+
+    fn is_cancelled(&self) -> bool {
+        self.cancelled.get()
+    }
+
+    fn cancelled(&self) -> LocalBoxFuture<'static, ()> {
+        if self.cancelled.get() {
+            return Box::pin(std::future::ready(()));
+        }
+        let signal = self.cancel_signal.clone();
+        Box::pin(async move { signal.notified().await })
+    }
+}
+
+/// A running call the connection drives.
+pub(crate) struct CallJob {
+    pub id: RawId,
+    pub sink: Rc<ModernSink>,
+    work: LocalBoxFuture<'static, ProviderResult<Value>>,
+    /// The work's outcome once it finished (the work is not polled again).
+    outcome: Option<ProviderResult<Value>>,
+    /// What the next `requestState` is bound to (method, name, arguments).
+    binding: String,
+    state_ttl: Duration,
+    done: bool,
+}
+
+impl CallJob {
+    pub(crate) fn new(
+        id: RawId,
+        sink: Rc<ModernSink>,
+        work: LocalBoxFuture<'static, ProviderResult<Value>>,
+        binding: String,
+        state_ttl: Duration,
+    ) -> CallJob {
+        CallJob { id, sink, work, outcome: None, binding, state_ttl, done: false }
+    }
+
+    /// Polls the work once, in the caller's task (so its wakers wake the caller).
+    pub(crate) async fn poll_once(&mut self) {
+        if self.outcome.is_some() {
+            return;
+        }
+        let work = &mut self.work;
+        let polled = std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(match work.as_mut().poll(cx) {
+                std::task::Poll::Ready(result) => Some(result),
+                std::task::Poll::Pending => None,
+            })
+        })
+        .await;
+        self.outcome = polled;
+    }
+
+    /// Runs the work until it finishes or asks for input (for a driver that waits on it).
+    pub(crate) async fn settle(&mut self) {
+        if self.is_settled() {
+            return;
+        }
+        let (work, sink) = (&mut self.work, &self.sink);
+        let result = std::future::poll_fn(|cx| match work.as_mut().poll(cx) {
+            std::task::Poll::Ready(result) => std::task::Poll::Ready(Some(result)),
+            std::task::Poll::Pending if sink.input_needed() => std::task::Poll::Ready(None),
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        })
+        .await;
+        self.outcome = result;
+    }
+
+    /// Finished, or waiting for client input (which ends this round).
+    pub(crate) fn is_settled(&self) -> bool {
+        self.outcome.is_some() || self.sink.input_needed()
+    }
+
+    /// The final answer's body (into `body`) and HTTP status: the work's result (or error),
+    /// or, when it waits for input, the `InputRequiredResult`.
+    pub(crate) fn finish(&mut self, body: &mut Vec<u8>) -> u16 {
+        self.done = true;
+        if self.outcome.is_none() && self.sink.input_needed() {
+            let result = self.sink.input_required(&self.binding, self.state_ttl);
+            crate::dispatch::push_result_value(body, &self.id, &result);
+            return 200;
+        }
+        let outcome = self.outcome.take().unwrap_or(Err(ProviderError::Cancelled));
+        render_outcome(&self.id, outcome, body)
+    }
+}
+
+/// A provider's outcome as a modern response: a result gets `resultType: "complete"` (MCP
+/// 2026-07-28 puts it on every result); a missing client capability is HTTP 400.
+pub(crate) fn render_outcome(
+    id: &RawId,
+    outcome: ProviderResult<Value>,
+    body: &mut Vec<u8>,
+) -> u16 {
+    match outcome {
+        Ok(Value::Object(mut result)) => {
+            result.entry("resultType").or_insert_with(|| Value::from("complete"));
+            crate::dispatch::push_result_value(body, id, &Value::Object(result));
+            200
+        }
+        Ok(other) => {
+            crate::dispatch::push_result_value(body, id, &other);
+            200
+        }
+        Err(e) => {
+            crate::wire::push_provider_error(body, id, &e);
+            match e {
+                ProviderError::Rpc { code: meta::MISSING_CAPABILITY, .. } => 400,
+                _ => 200,
+            }
+        }
+    }
+}
+
+impl Drop for CallJob {
+    fn drop(&mut self) {
+        // Dropped before it finished: the client closed the stream (or the server drains).
+        // The cancel signal fires before the work itself is dropped (fields drop after this).
+        if !self.done {
+            self.sink.cancel();
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! `subscriptions/listen` (MCP 2026-07-28): a long-lived response stream carrying the list
+//! changes the client opted in to. The first message is
+//! `notifications/subscriptions/acknowledged` with the types the server agreed to; every
+//! message carries `_meta["io.modelcontextprotocol/subscriptionId"]` (the request's id); only
+//! the opted-in types are sent; a stream the server ends (drain) gets the request's result.
+//!
+//! Changes are counted process-wide (`provider::LIST_CHANGES`): a tool list changed by a call
+//! on another core reaches every core's listen streams, which look at the counts every
+//! `LISTEN_POLL` (no cross-core wake-up is needed for a signal this rare).
+//!
+//! Owns: `ListenJob` and its messages. Never: touches the socket (the connection drives it).
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use simd_json::prelude::*;
+
+use crate::endpoint::{Core, Outcome};
+use crate::provider::LIST_CHANGES;
+use crate::wire::jsonrpc::{self, RawId};
+use crate::wire::{Answer, WireValue};
+
+use super::meta::META_SUBSCRIPTION_ID;
+
+/// How often a listen stream looks at the process-wide change counts.
+pub(crate) const LISTEN_POLL: Duration = Duration::from_millis(50);
+
+/// The notification types of a subscription, as `SubscriptionFilter` names them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Filter {
+    tools: bool,
+    prompts: bool,
+    resources: bool,
+}
+
+/// One open `subscriptions/listen` stream.
+pub(crate) struct ListenJob {
+    id: RawId,
+    granted: Filter,
+    /// The change counts last reported (tools, prompts, resources).
+    seen: [u64; 3],
+}
+
+fn counts() -> [u64; 3] {
+    [
+        LIST_CHANGES.tools.load(Ordering::Relaxed),
+        LIST_CHANGES.prompts.load(Ordering::Relaxed),
+        LIST_CHANGES.resources.load(Ordering::Relaxed),
+    ]
+}
+
+/// Opens the stream: the SSE head into `out`; the acknowledgement is the job's first message.
+/// Types the server cannot honour (prompts or resources it does not have, resource
+/// subscriptions) are left out of the acknowledgement and never sent.
+pub(crate) fn start(core: &Core, id: RawId, params: &WireValue, out: &mut Vec<u8>) -> Outcome {
+    let Some(requested) = params.get("notifications").filter(|n| n.is_object()) else {
+        let mut body = Vec::with_capacity(96);
+        let message = "subscriptions/listen needs params.notifications (a SubscriptionFilter)";
+        crate::wire::push_error_response(
+            &mut body,
+            Some(&id),
+            crate::wire::Code::InvalidParams,
+            message,
+            None,
+        );
+        return crate::endpoint::reply(out, Answer::JsonStatus { status: 400, body: &body }, true);
+    };
+    let asked = |name: &str| requested.get(name).and_then(|v| v.as_bool()).unwrap_or(false);
+    let capabilities = core.registry.capabilities();
+    let granted = Filter {
+        tools: asked("toolsListChanged"),
+        prompts: asked("promptsListChanged") && capabilities.get("prompts").is_some(),
+        resources: asked("resourcesListChanged") && capabilities.get("resources").is_some(),
+    };
+    Answer::SseHeadStateless.render(out, true);
+    Outcome::Modern(super::Job::Listen(ListenJob { id, granted, seen: counts() }))
+}
+
+impl ListenJob {
+    /// `_meta` with this subscription's id, as JSON text.
+    fn meta(&self) -> String {
+        format!("\"_meta\":{{\"{META_SUBSCRIPTION_ID}\":{}}}", self.id.0)
+    }
+
+    fn push(&self, frames: &mut Vec<u8>, method: &str, extra: &str) {
+        let params = format!("{{{extra}{}}}", self.meta());
+        let mut message = Vec::with_capacity(96 + params.len());
+        jsonrpc::push_notification(&mut message, method, params.as_bytes());
+        crate::wire::sse::push_event(frames, None, None, &message);
+    }
+
+    /// The acknowledgement, first on the stream.
+    pub(crate) fn acknowledge(&self, frames: &mut Vec<u8>) {
+        let mut filter = serde_json::Map::new();
+        let granted = self.granted;
+        for (name, on) in [
+            ("toolsListChanged", granted.tools),
+            ("promptsListChanged", granted.prompts),
+            ("resourcesListChanged", granted.resources),
+        ] {
+            if on {
+                filter.insert(name.into(), serde_json::Value::Bool(true));
+            }
+        }
+        let extra = format!("\"notifications\":{},", serde_json::Value::Object(filter));
+        self.push(frames, "notifications/subscriptions/acknowledged", &extra);
+    }
+
+    /// The list-changed notifications since the last look, of the granted types; true when it
+    /// wrote some.
+    pub(crate) fn changes(&mut self, frames: &mut Vec<u8>) -> bool {
+        let now = counts();
+        let kinds = [
+            (self.granted.tools, "notifications/tools/list_changed"),
+            (self.granted.prompts, "notifications/prompts/list_changed"),
+            (self.granted.resources, "notifications/resources/list_changed"),
+        ];
+        let mut wrote = false;
+        for (i, (granted, method)) in kinds.into_iter().enumerate() {
+            if now[i] != self.seen[i] && granted {
+                self.push(frames, method, "");
+                wrote = true;
+            }
+        }
+        self.seen = now;
+        wrote
+    }
+
+    /// The request's result, sent when the server ends the stream (a drain).
+    pub(crate) fn close(&self, frames: &mut Vec<u8>) {
+        let result = format!("{{\"resultType\":\"complete\",{}}}", self.meta());
+        let mut message = Vec::with_capacity(96 + result.len());
+        jsonrpc::push_result(&mut message, &self.id, result.as_bytes());
+        crate::wire::sse::push_event(frames, None, None, &message);
+    }
+}

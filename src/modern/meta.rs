@@ -1,0 +1,337 @@
+//! What a 2026-07-28 request must carry besides its body, checked in the order the spec and
+//! the conformance suite expect: the per-request `_meta` (-32602), then `MCP-Protocol-Version`
+//! against it (-32020 before -32022), then `Mcp-Method` / `Mcp-Name` (-32020, with the
+//! `=?base64?…?=` sentinel decoded), and for a tool that declares `x-mcp-header` parameters its
+//! `Mcp-Param-*` headers (-32020).
+//!
+//! Owns: `RequestMeta` (the validated `_meta` a request runs with) and `MetaError` (each
+//! rejection with its HTTP status and JSON-RPC code). Never: runs anything.
+
+use base64::Engine;
+use simd_json::prelude::*;
+
+use crate::provider::{LogLevel, Value};
+use crate::wire::WireValue;
+
+/// The revision this path serves.
+pub(crate) const MODERN_VERSION: &str = "2026-07-28";
+
+/// Every revision the endpoint serves, newest first: the modern one here, the legacy ones
+/// through `initialize` (listed by `server/discover` and in -32022's `data.supported`).
+pub(crate) const SUPPORTED_VERSIONS: [&str; 4] =
+    [MODERN_VERSION, "2025-11-25", "2025-06-18", "2025-03-26"];
+
+pub(crate) const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+pub(crate) const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+pub(crate) const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+pub(crate) const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+pub(crate) const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// MCP 2026-07-28 `HeaderMismatch`.
+pub(crate) const HEADER_MISMATCH: i64 = -32020;
+/// MCP 2026-07-28 `MissingRequiredClientCapability`.
+pub(crate) const MISSING_CAPABILITY: i64 = -32021;
+/// MCP 2026-07-28 `UnsupportedProtocolVersion`.
+pub(crate) const UNSUPPORTED_VERSION: i64 = -32022;
+
+/// Why a modern request is refused before it runs: always HTTP 400, with this JSON-RPC error.
+#[derive(Debug, PartialEq)]
+pub(crate) struct MetaError {
+    pub code: i64,
+    pub message: String,
+    /// The error's `data` as JSON text.
+    pub data: Option<String>,
+}
+
+impl MetaError {
+    fn invalid_params(message: impl Into<String>) -> MetaError {
+        MetaError {
+            code: crate::wire::Code::InvalidParams.value(),
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    fn mismatch(message: impl Into<String>) -> MetaError {
+        MetaError { code: HEADER_MISMATCH, message: message.into(), data: None }
+    }
+}
+
+/// The validated `_meta` of one request.
+pub(crate) struct RequestMeta {
+    /// `io.modelcontextprotocol/clientCapabilities` (an object).
+    pub client_capabilities: Value,
+    /// `io.modelcontextprotocol/logLevel`: without it the server sends no log messages.
+    pub log_level: Option<LogLevel>,
+    /// `progressToken`, as the JSON text the client sent.
+    pub progress_token: Option<Box<str>>,
+}
+
+/// The request's `_meta`, then the protocol version header against it. `header` is the
+/// `MCP-Protocol-Version` value (absent: a client that put modern `_meta` on a request without
+/// the header, which the spec says to refuse with HeaderMismatch).
+pub(crate) fn check_meta(
+    params: &WireValue,
+    header: Option<&[u8]>,
+) -> Result<RequestMeta, MetaError> {
+    let Some(meta) = params.get("_meta").filter(|m| m.is_object()) else {
+        return Err(MetaError::invalid_params("params._meta is required (MCP 2026-07-28)"));
+    };
+    let Some(version) = meta.get(META_PROTOCOL_VERSION).and_then(|v| v.as_str()) else {
+        return Err(MetaError::invalid_params(format!(
+            "_meta[\"{META_PROTOCOL_VERSION}\"] is required"
+        )));
+    };
+    let Some(capabilities) = meta.get(META_CLIENT_CAPABILITIES).filter(|c| c.is_object()) else {
+        return Err(MetaError::invalid_params(format!(
+            "_meta[\"{META_CLIENT_CAPABILITIES}\"] is required (an object)"
+        )));
+    };
+    match header {
+        None => return Err(MetaError::mismatch("MCP-Protocol-Version header is required")),
+        Some(h) if h != version.as_bytes() => {
+            return Err(MetaError::mismatch(format!(
+                "Header mismatch: MCP-Protocol-Version header value '{}' does not match _meta value '{version}'",
+                String::from_utf8_lossy(h)
+            )))
+        }
+        Some(_) => {}
+    }
+    if version != MODERN_VERSION {
+        return Err(unsupported_version(version));
+    }
+    let log_level = match meta.get(META_LOG_LEVEL) {
+        None => None,
+        Some(level) => match level.as_str().and_then(LogLevel::parse) {
+            Some(level) => Some(level),
+            None => {
+                return Err(MetaError::invalid_params(format!(
+                    "_meta[\"{META_LOG_LEVEL}\"] is not a log level"
+                )))
+            }
+        },
+    };
+    Ok(RequestMeta {
+        client_capabilities: crate::dispatch::to_public(capabilities),
+        log_level,
+        progress_token: meta.get("progressToken").map(|t| Box::from(t.encode().as_str())),
+    })
+}
+
+/// -32022 naming what we serve and echoing what was asked for.
+pub(crate) fn unsupported_version(requested: &str) -> MetaError {
+    let data = serde_json::json!({ "supported": SUPPORTED_VERSIONS, "requested": requested });
+    MetaError {
+        code: UNSUPPORTED_VERSION,
+        message: format!("unsupported protocol version: {requested}"),
+        data: Some(data.to_string()),
+    }
+}
+
+/// The methods whose `Mcp-Name` header carries a params member, and which member.
+fn name_member(method: &str) -> Option<&'static str> {
+    match method {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" | "tasks/result" => Some("taskId"),
+        _ => None,
+    }
+}
+
+/// `Mcp-Method` must equal the body's method; `Mcp-Name` the body's name, uri or task id where
+/// the method has one (SEP-2243). Both are required.
+pub(crate) fn check_headers(
+    method: &str,
+    params: &WireValue,
+    mcp_method: Option<&[u8]>,
+    mcp_name: Option<&[u8]>,
+) -> Result<(), MetaError> {
+    match mcp_method {
+        None => return Err(MetaError::mismatch("Mcp-Method header is required")),
+        Some(h) if h != method.as_bytes() => return Err(MetaError::mismatch(format!(
+            "Header mismatch: Mcp-Method header value '{}' does not match body value '{method}'",
+            String::from_utf8_lossy(h)
+        ))),
+        Some(_) => {}
+    }
+    let Some(member) = name_member(method) else { return Ok(()) };
+    let Some(body) = params.get(member).and_then(|v| v.as_str()) else {
+        // The body lacks the member: the method's own validation reports it (-32602).
+        return Ok(());
+    };
+    let Some(header) = mcp_name else {
+        return Err(MetaError::mismatch("Mcp-Name header is required for this method"));
+    };
+    match decode_header_value(header) {
+        Some(value) if value == body.as_bytes() => Ok(()),
+        Some(value) => Err(MetaError::mismatch(format!(
+            "Header mismatch: Mcp-Name header value '{}' does not match body value '{body}'",
+            String::from_utf8_lossy(&value)
+        ))),
+        None => Err(MetaError::mismatch("Mcp-Name header value is not valid")),
+    }
+}
+
+/// A header value as the client meant it: the `=?base64?…?=` sentinel decoded (SEP-2243),
+/// anything else as is. `None`: a sentinel whose payload is not Base64, or a plain value with
+/// characters a header may not carry.
+pub(crate) fn decode_header_value(value: &[u8]) -> Option<Vec<u8>> {
+    if let Some(inner) = value.strip_prefix(b"=?base64?").and_then(|v| v.strip_suffix(b"?=")) {
+        return base64::engine::general_purpose::STANDARD.decode(inner).ok();
+    }
+    let visible = value.iter().all(|&b| b == b' ' || b == b'\t' || (0x21..0x7f).contains(&b));
+    visible.then(|| value.to_vec())
+}
+
+/// The `x-mcp-header` parameters of a tool's input schema: `(header name, property name,
+/// property type)` for each top-level property that declares one (SEP-2243 allows them only
+/// there).
+pub(crate) fn header_params(input_schema: &Value) -> Vec<(String, String)> {
+    let Some(properties) = input_schema.get("properties").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    properties
+        .iter()
+        .filter_map(|(property, schema)| {
+            let header = schema.get("x-mcp-header")?.as_str()?;
+            Some((header.to_owned(), property.clone()))
+        })
+        .collect()
+}
+
+/// Each `x-mcp-header` parameter present (and not null) in `arguments` must come with its
+/// `Mcp-Param-{Name}` header, equal after decoding (numbers compared numerically, booleans as
+/// `true`/`false`); a header without a body value is ignored. `find` looks a header up by name
+/// (case-insensitive).
+pub(crate) fn check_param_headers<'h>(
+    declared: &[(String, String)],
+    arguments: &WireValue,
+    find: impl Fn(&str) -> Option<&'h [u8]>,
+) -> Result<(), MetaError> {
+    for (header, property) in declared {
+        let Some(value) = arguments.get(property.as_str()).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let name = format!("Mcp-Param-{header}");
+        let Some(raw) = find(&name) else {
+            return Err(MetaError::mismatch(format!(
+                "{name} header is required: `{property}` is in the arguments"
+            )));
+        };
+        let Some(decoded) = decode_header_value(raw) else {
+            return Err(MetaError::mismatch(format!("{name} header value is not valid")));
+        };
+        let text = String::from_utf8_lossy(&decoded);
+        let equal = if let Some(s) = value.as_str() {
+            s == text
+        } else if let Some(b) = value.as_bool() {
+            text == if b { "true" } else { "false" }
+        } else if let Some(n) = value.cast_f64() {
+            text.trim().parse::<f64>().is_ok_and(|h| h == n)
+        } else {
+            false
+        };
+        if !equal {
+            return Err(MetaError::mismatch(format!(
+                "Header mismatch: {name} header value '{text}' does not match body value"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// True when `capabilities` (a `ClientCapabilities` object) declares what `method` needs.
+pub(crate) fn client_can(capabilities: &Value, method: &str) -> bool {
+    match capability_of(method) {
+        Some(capability) => capabilities.get(capability).is_some_and(Value::is_object),
+        None => true,
+    }
+}
+
+/// The client capability a server→client request needs.
+pub(crate) fn capability_of(method: &str) -> Option<&'static str> {
+    match method {
+        "sampling/createMessage" => Some("sampling"),
+        "elicitation/create" => Some("elicitation"),
+        "roots/list" => Some("roots"),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wire(text: &str) -> WireValue {
+        let mut bytes = text.as_bytes().to_vec();
+        simd_json::to_owned_value(&mut bytes).expect("json")
+    }
+
+    fn meta(version: &str) -> String {
+        format!(
+            r#"{{"_meta":{{"{META_PROTOCOL_VERSION}":"{version}","{META_CLIENT_CAPABILITIES}":{{}}}}}}"#
+        )
+    }
+
+    #[test]
+    fn meta_is_checked_before_the_header_and_the_header_before_the_version() {
+        // Goal: the conformance order: -32602 (missing _meta parts), -32020 (header missing
+        // or different), -32022 (same but unsupported). Method: one case each.
+        let v = MODERN_VERSION.as_bytes();
+        assert_eq!(check_meta(&wire("{}"), Some(v)).err().map(|e| e.code), Some(-32602));
+        let no_caps = format!(r#"{{"_meta":{{"{META_PROTOCOL_VERSION}":"{MODERN_VERSION}"}}}}"#);
+        assert_eq!(check_meta(&wire(&no_caps), Some(v)).err().map(|e| e.code), Some(-32602));
+        assert_eq!(check_meta(&wire(&meta("v999")), Some(v)).err().map(|e| e.code), Some(-32020));
+        assert_eq!(
+            check_meta(&wire(&meta(MODERN_VERSION)), None).err().map(|e| e.code),
+            Some(-32020)
+        );
+        let e = check_meta(&wire(&meta("v999")), Some(b"v999")).err().expect("refused");
+        assert_eq!(e.code, -32022);
+        assert!(e.data.as_deref().is_some_and(|d| d.contains("\"requested\":\"v999\"")));
+        assert!(check_meta(&wire(&meta(MODERN_VERSION)), Some(v)).is_ok());
+    }
+
+    #[test]
+    fn mcp_name_is_compared_after_decoding_the_base64_sentinel() {
+        // Goal: SEP-2243's sentinel and mismatch rules. Method: plain, encoded, wrong, missing.
+        let params = wire(r#"{"name":"Hello, 世界"}"#);
+        let encoded = b"=?base64?SGVsbG8sIOS4lueVjA==?=";
+        assert!(check_headers("tools/call", &params, Some(b"tools/call"), Some(encoded)).is_ok());
+        let wrong = check_headers("tools/call", &params, Some(b"tools/call"), Some(b"other"));
+        assert_eq!(wrong.err().map(|e| e.code), Some(-32020));
+        let missing = check_headers("tools/call", &params, Some(b"tools/call"), None);
+        assert_eq!(missing.err().map(|e| e.code), Some(-32020));
+        let method = check_headers("tools/call", &params, Some(b"tools/list"), Some(encoded));
+        assert_eq!(method.err().map(|e| e.code), Some(-32020));
+        assert!(check_headers("tools/list", &wire("{}"), Some(b"tools/list"), None).is_ok());
+        assert_eq!(decode_header_value(b"=?base64?!!?="), None);
+        assert_eq!(decode_header_value(b"a\x01b"), None);
+    }
+
+    #[test]
+    fn param_headers_compare_numbers_numerically_and_skip_absent_values() {
+        // Goal: x-mcp-header checks. Method: a schema with two header params.
+        let schema = serde_json::json!({"type":"object","properties":{
+            "region":{"type":"string","x-mcp-header":"Region"},
+            "count":{"type":"integer","x-mcp-header":"Count"}}});
+        let declared = header_params(&schema);
+        assert_eq!(declared.len(), 2);
+        let args = wire(r#"{"region":"us-west1","count":42}"#);
+        let headers = |name: &str| match name {
+            "Mcp-Param-Region" => Some(&b"us-west1"[..]),
+            "Mcp-Param-Count" => Some(&b"42.0"[..]),
+            _ => None,
+        };
+        assert!(check_param_headers(&declared, &args, headers).is_ok());
+        let absent = wire(r#"{"region":null}"#);
+        assert!(check_param_headers(&declared, &absent, |_| None).is_ok());
+        let missing = check_param_headers(&declared, &args, |_| None);
+        assert_eq!(missing.err().map(|e| e.code), Some(-32020));
+        let wrong = |name: &str| (name == "Mcp-Param-Region").then_some(&b"eu"[..]);
+        assert_eq!(
+            check_param_headers(&declared, &args, wrong).err().map(|e| e.code),
+            Some(-32020)
+        );
+    }
+}

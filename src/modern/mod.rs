@@ -1,0 +1,412 @@
+//! The 2026-07-28 ("modern") path: stateless MCP on the same endpoint as the legacy sessions.
+//! A modern request carries everything it needs (`_meta` with the protocol version, the
+//! client's capabilities, optionally its log level) and runs on no session: no `Mcp-Session-Id`,
+//! no event ids, no replay ring. Closing the response stream cancels it.
+//!
+//! Era selection (`selects`, and `legacy::post` for a request whose `_meta` alone says modern):
+//! a request without a session whose `MCP-Protocol-Version` names a revision newer than the
+//! legacy ones, or whose params carry `_meta["io.modelcontextprotocol/protocolVersion"]`.
+//! `initialize` starts a legacy session and a legacy session's requests stay legacy.
+//!
+//! Owns: the order of a modern request's checks (headers, `_meta`, then the method), the
+//! answers of `server/discover` and of the methods that need no stream (with `resultType` and
+//! the caching hints), and the jobs a connection drives: a call (`call`) and a
+//! `subscriptions/listen` stream (`listen`). Providers are the same as the legacy path's: a
+//! modern request reaches them with `SessionRef::NONE` (a bridge then uses its core's shared
+//! upstream link).
+//! Never: touches a socket, or any legacy session.
+
+pub(crate) mod call;
+pub(crate) mod listen;
+pub(crate) mod meta;
+pub mod state;
+
+use std::rc::Rc;
+
+use simd_json::prelude::*;
+
+use crate::dispatch::{self, ToolRoute};
+use crate::endpoint::{refuse, reply, Core, Outcome, Request};
+use crate::legacy::session::LEGACY_VERSIONS;
+use crate::provider::{CallContext, SessionRef, Value};
+use crate::wire::jsonrpc::{self, Body, Message, RawId};
+use crate::wire::{Answer, Code, Refusal, WireValue};
+use call::{CallJob, ModernSink, SinkSetup};
+use meta::{MetaError, RequestMeta};
+
+/// What a connection drives after a modern request's head is written.
+pub(crate) enum Job {
+    /// A `tools/call` or `prompts/get` still running after its first poll.
+    Call(CallJob),
+    /// A `subscriptions/listen` stream.
+    Listen(listen::ListenJob),
+}
+
+/// True when a request without a session names a revision newer than the legacy ones in its
+/// `MCP-Protocol-Version` (2026-07-28, or a future or unknown one, which is refused with the
+/// list of what we serve).
+pub(crate) fn selects(req: &Request<'_>) -> bool {
+    req.head.session_id.is_none()
+        && req.header(&req.head.protocol_version).is_some_and(|v| {
+            !LEGACY_VERSIONS.iter().any(|l| l.as_bytes() == v) && v > LEGACY_VERSIONS[0].as_bytes()
+        })
+}
+
+/// True when a decoded request's params carry the modern `_meta` protocol version (the era
+/// rule for a request that arrived without the header).
+pub(crate) fn carries_modern_meta(params: &WireValue) -> bool {
+    params.get("_meta").and_then(|m| m.get(meta::META_PROTOCOL_VERSION)).is_some()
+}
+
+/// Methods 2026-07-28 removed: they get 404 with -32601 like any unknown method, named so a
+/// reader of the code knows they are meant.
+const REMOVED_METHODS: [&str; 5] =
+    ["initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"];
+
+/// A modern POST (the endpoint selected this path by its protocol version header).
+pub(crate) async fn post(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
+    let keep_alive = req.head.keep_alive;
+    if let Err(refusal) = crate::legacy::post_headers_ok(&req, false) {
+        return refuse(out, refusal, None, keep_alive);
+    }
+    let body = match jsonrpc::decode(req.body, crate::config::JSON_DEPTH_MAX) {
+        Ok(b) => b,
+        Err(jsonrpc::DecodeError::Parse) => {
+            return refuse(out, Refusal::ParseError, None, keep_alive)
+        }
+        Err(jsonrpc::DecodeError::Invalid) => {
+            return refuse(out, Refusal::InvalidRequest, None, keep_alive)
+        }
+    };
+    serve(core, &req, body, out).await
+}
+
+/// GET or DELETE of a modern client: the stateless revision has neither (MCP 2026-07-28
+/// backward compatibility: 405).
+pub(crate) fn not_allowed(req: &Request<'_>, out: &mut Vec<u8>) -> Outcome {
+    refuse(out, Refusal::MethodNotAllowed, None, req.head.keep_alive)
+}
+
+/// A decoded modern body: one request (or a notification, accepted and ignored).
+pub(crate) async fn serve(
+    core: &Rc<Core>,
+    req: &Request<'_>,
+    body: Body,
+    out: &mut Vec<u8>,
+) -> Outcome {
+    let keep_alive = req.head.keep_alive;
+    let (id, method, params) = match body {
+        Body::Single(Message::Request { id, method, params }) => (id, method, params),
+        // The core revision defines no client notification over HTTP; one is taken (202) so
+        // that extensions' notifications do not fail.
+        Body::Single(Message::Notification { .. }) => {
+            return reply(out, Answer::Accepted, keep_alive)
+        }
+        // "The client MUST NOT send JSON-RPC responses"; batches do not exist since 2025-06-18.
+        Body::Single(Message::Response { .. }) | Body::Batch(_) => {
+            return refuse(out, Refusal::InvalidRequest, None, keep_alive)
+        }
+    };
+    let protocol_version = req.header(&req.head.protocol_version);
+    let request_meta = match meta::check_meta(&params, protocol_version) {
+        Ok(m) => m,
+        Err(e) => return meta_refusal(out, &id, &e, keep_alive),
+    };
+    let (mcp_method, mcp_name) = (req.header(&req.head.mcp_method), req.header(&req.head.mcp_name));
+    if let Err(e) = meta::check_headers(&method, &params, mcp_method, mcp_name) {
+        return meta_refusal(out, &id, &e, keep_alive);
+    }
+    core.metrics.modern_requests_total.inc();
+    match method.as_str() {
+        "server/discover" => {
+            let mut body = Vec::with_capacity(512);
+            dispatch::push_result_value(&mut body, &id, &discover_result(core));
+            reply(out, Answer::Json(&body), keep_alive)
+        }
+        "tools/list"
+        | "prompts/list"
+        | "resources/list"
+        | "resources/templates/list"
+        | "resources/read" => {
+            let mut body = Vec::with_capacity(512);
+            core.registry.answer(SessionRef::NONE, &id, &method, &params, &mut body).await;
+            let hints = cache_hints(core);
+            decorate_result(&mut body, &id, &hints);
+            reply(out, Answer::Json(&body), keep_alive)
+        }
+        "completion/complete" => {
+            let mut body = Vec::with_capacity(256);
+            core.registry.answer(SessionRef::NONE, &id, &method, &params, &mut body).await;
+            decorate_result(&mut body, &id, RESULT_COMPLETE);
+            reply(out, Answer::Json(&body), keep_alive)
+        }
+        "tools/call" => tools_call(core, req, id, params, request_meta, out).await,
+        "prompts/get" => prompts_get(core, req, id, params, request_meta, out).await,
+        "subscriptions/listen" => listen::start(core, id, &params, out),
+        _ => {
+            let known_removed = REMOVED_METHODS.contains(&method.as_str());
+            let message = if known_removed {
+                "method not found: removed in MCP 2026-07-28"
+            } else {
+                "method not found"
+            };
+            let mut body = Vec::with_capacity(96);
+            crate::wire::push_error_response(
+                &mut body,
+                Some(&id),
+                Code::MethodNotFound,
+                message,
+                None,
+            );
+            reply(out, Answer::JsonStatus { status: 404, body: &body }, keep_alive)
+        }
+    }
+}
+
+/// 400 with a check's JSON-RPC error (and the request's id).
+fn meta_refusal(out: &mut Vec<u8>, id: &RawId, e: &MetaError, keep_alive: bool) -> Outcome {
+    let mut body = Vec::with_capacity(128 + e.message.len());
+    jsonrpc::push_error(&mut body, Some(id), e.code, &e.message, e.data.as_deref());
+    reply(out, Answer::JsonStatus { status: 400, body: &body }, keep_alive)
+}
+
+/// The members every complete result gets.
+const RESULT_COMPLETE: &str = "\"resultType\":\"complete\"";
+
+/// `resultType` plus the caching hints (SEP-2549) of a list or read: `ttlMs` from
+/// `--cache-ttl-ms`, `cacheScope` public (nothing tidemark lists depends on who asks).
+fn cache_hints(core: &Core) -> String {
+    format!("{RESULT_COMPLETE},\"ttlMs\":{},\"cacheScope\":\"public\"", core.cfg.cache_ttl_ms)
+}
+
+/// Adds `members` (JSON object members, no braces) to the result object of the response in
+/// `body`; an error response is left alone. The response was written by `jsonrpc` for `id`, so
+/// its shape is known: prefix, `"result":{…}`, `}`.
+fn decorate_result(body: &mut Vec<u8>, id: &RawId, members: &str) {
+    let result_at = jsonrpc::response_body_offset(id);
+    let is_object_result =
+        body.get(result_at..).is_some_and(|rest| rest.starts_with(b",\"result\":{"));
+    if !is_object_result || !body.ends_with(b"}}") {
+        return;
+    }
+    let close = body.len() - 2;
+    let empty = body[..close].ends_with(b"{");
+    let mut insert = Vec::with_capacity(members.len() + 1);
+    if !empty {
+        insert.push(b',');
+    }
+    insert.extend_from_slice(members.as_bytes());
+    body.splice(close..close, insert);
+}
+
+/// The `server/discover` result: every revision we serve (the legacy ones through
+/// `initialize`), the capabilities, how to use tidemark, and who we are in `_meta`.
+fn discover_result(core: &Core) -> Value {
+    let mut capabilities = core.registry.capabilities().clone();
+    if let Some(resources) = capabilities.get_mut("resources").and_then(Value::as_object_mut) {
+        // Resource updates would come through subscriptions/listen's resourceSubscriptions,
+        // which tidemark does not deliver yet: do not promise them.
+        resources.remove("subscribe");
+    }
+    serde_json::json!({
+        "resultType": "complete",
+        "supportedVersions": meta::SUPPORTED_VERSIONS,
+        "capabilities": capabilities,
+        "instructions": MODERN_INSTRUCTIONS,
+        "ttlMs": core.cfg.cache_ttl_ms,
+        "cacheScope": "public",
+        "_meta": {
+            meta::META_SERVER_INFO: { "name": "tidemark", "version": env!("CARGO_PKG_VERSION") },
+        },
+    })
+}
+
+/// What a 2026-07-28 client should know about this endpoint.
+const MODERN_INSTRUCTIONS: &str = "tidemark: a dropped response stream cancels the request. To \
+    retry a call that must not run twice, send the same Idempotency-Key header with the retry: \
+    it gets the first execution's outcome instead of a second execution.";
+
+/// `tools/call`: the tool's route, its `x-mcp-header` parameters, then the call (answered
+/// now when it finishes at its first poll, else driven by the connection).
+async fn tools_call(
+    core: &Rc<Core>,
+    req: &Request<'_>,
+    id: RawId,
+    mut params: WireValue,
+    request_meta: RequestMeta,
+    out: &mut Vec<u8>,
+) -> Outcome {
+    let keep_alive = req.head.keep_alive;
+    let Some(name) = params.get("name").and_then(|n| n.as_str()).map(str::to_owned) else {
+        return error_reply(
+            out,
+            &id,
+            Code::InvalidParams,
+            "tools/call needs a string name",
+            keep_alive,
+        );
+    };
+    core.registry.refresh_if_stale().await;
+    let Some(route) = core.registry.tool(&name) else {
+        let message = format!("unknown tool: {name}");
+        return error_reply(out, &id, Code::InvalidParams, &message, keep_alive);
+    };
+    let null = WireValue::null();
+    let arguments = params.get("arguments").unwrap_or(&null);
+    if !route.header_params.is_empty() {
+        let find = |wanted: &str| crate::http::header_named(req.head_bytes, wanted);
+        if let Err(e) = meta::check_param_headers(&route.header_params, arguments, find) {
+            return meta_refusal(out, &id, &e, keep_alive);
+        }
+    }
+    let (answers, binding) = match input_round(core, "tools/call", &name, &params) {
+        Ok(round) => round,
+        Err(e) => return meta_refusal(out, &id, &e, keep_alive),
+    };
+    let arguments = params.as_object_mut().and_then(|p| p.remove("arguments"));
+    let arguments = arguments.map(dispatch::into_public).unwrap_or(Value::Null);
+    let sink = Rc::new(ModernSink::new(SinkSetup {
+        progress_token: request_meta.progress_token,
+        log_level: request_meta.log_level,
+        client_capabilities: request_meta.client_capabilities,
+        answers,
+        record: false,
+    }));
+    let cx = CallContext::new(sink.clone(), SessionRef::NONE, meta::MODERN_VERSION);
+    let ToolRoute { name, provider, .. } = route;
+    let work = Box::pin(async move { provider.call_tool(&name, arguments, cx).await });
+    let job = CallJob::new(id, sink, work, binding, core.cfg.request_state_ttl);
+    start_call(job, out, keep_alive).await
+}
+
+/// `prompts/get` through `get_prompt_with_context`, so a prompt may ask for input (MRTR).
+async fn prompts_get(
+    core: &Rc<Core>,
+    req: &Request<'_>,
+    id: RawId,
+    params: WireValue,
+    request_meta: RequestMeta,
+    out: &mut Vec<u8>,
+) -> Outcome {
+    let keep_alive = req.head.keep_alive;
+    let Some(name) = params.get("name").and_then(|n| n.as_str()).map(str::to_owned) else {
+        return error_reply(
+            out,
+            &id,
+            Code::InvalidParams,
+            "prompts/get needs a string name",
+            keep_alive,
+        );
+    };
+    let (answers, binding) = match input_round(core, "prompts/get", &name, &params) {
+        Ok(round) => round,
+        Err(e) => return meta_refusal(out, &id, &e, keep_alive),
+    };
+    let arguments = params.get("arguments").map(dispatch::to_public).unwrap_or(Value::Null);
+    let sink = Rc::new(ModernSink::new(SinkSetup {
+        progress_token: request_meta.progress_token,
+        log_level: request_meta.log_level,
+        client_capabilities: request_meta.client_capabilities,
+        answers,
+        record: false,
+    }));
+    let cx = CallContext::new(sink.clone(), SessionRef::NONE, meta::MODERN_VERSION);
+    let registry_core = core.clone();
+    let work = Box::pin(async move {
+        registry_core.registry.get_prompt_with_context(&name, arguments, cx).await
+    });
+    let job = CallJob::new(id, sink, work, binding, core.cfg.request_state_ttl);
+    start_call(job, out, keep_alive).await
+}
+
+/// The answers a retry brings (`inputResponses`, and earlier rounds' from a verified
+/// `requestState`) and the binding of the next state. Malformed input is the client's error
+/// (-32602, HTTP 400); so is a state that fails verification.
+fn input_round(
+    core: &Core,
+    method: &str,
+    name: &str,
+    params: &WireValue,
+) -> Result<(serde_json::Map<String, Value>, String), MetaError> {
+    let invalid = |message: &str| MetaError {
+        code: Code::InvalidParams.value(),
+        message: message.to_owned(),
+        data: None,
+    };
+    let mut canonical = String::new();
+    if let Some(arguments) = params.get("arguments") {
+        jsonrpc::canonical_params(arguments, &mut canonical);
+    }
+    let binding = state::binding(method, name, &canonical);
+    let mut answers = match params.get("requestState") {
+        None => serde_json::Map::new(),
+        Some(text) => {
+            let Some(text) = text.as_str() else {
+                return Err(invalid("requestState must be a string"));
+            };
+            state::open(text, &binding).map_err(|e| {
+                core.metrics.request_state_refused_total.inc();
+                invalid(e.message())
+            })?
+        }
+    };
+    match params.get("inputResponses") {
+        None => {}
+        Some(responses) => match dispatch::to_public(responses) {
+            Value::Object(responses) => answers.extend(responses),
+            _ => return Err(invalid("inputResponses must be an object")),
+        },
+    }
+    Ok((answers, binding))
+}
+
+/// Polls a call once: finished (or waiting for input) with nothing to stream → the whole
+/// answer now, as `application/json`; else the connection drives it as an SSE stream.
+async fn start_call(mut job: CallJob, out: &mut Vec<u8>, keep_alive: bool) -> Outcome {
+    job.poll_once().await;
+    if job.is_settled() && !job.sink.has_events() {
+        let mut body = Vec::with_capacity(256);
+        let status = job.finish(&mut body);
+        return reply(out, Answer::JsonStatus { status, body: &body }, keep_alive);
+    }
+    Outcome::Modern(Job::Call(job))
+}
+
+fn error_reply(
+    out: &mut Vec<u8>,
+    id: &RawId,
+    code: Code,
+    message: &str,
+    keep_alive: bool,
+) -> Outcome {
+    let mut body = Vec::with_capacity(64 + message.len());
+    crate::wire::push_error_response(&mut body, Some(id), code, message, None);
+    reply(out, Answer::Json(&body), keep_alive)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decorate_adds_members_to_object_results_only() {
+        // Goal: resultType and hints land inside the result object, never in an error.
+        let id = RawId("7".into());
+        let mut body = Vec::new();
+        jsonrpc::push_result(&mut body, &id, b"{\"tools\":[]}");
+        decorate_result(&mut body, &id, RESULT_COMPLETE);
+        assert_eq!(
+            String::from_utf8_lossy(&body),
+            r#"{"jsonrpc":"2.0","id":7,"result":{"tools":[],"resultType":"complete"}}"#
+        );
+        let mut empty = Vec::new();
+        jsonrpc::push_result(&mut empty, &id, b"{}");
+        decorate_result(&mut empty, &id, RESULT_COMPLETE);
+        assert!(String::from_utf8_lossy(&empty).ends_with(r#""result":{"resultType":"complete"}}"#));
+        let mut error = Vec::new();
+        crate::wire::push_error_response(&mut error, Some(&id), Code::InvalidParams, "x", None);
+        let before = error.clone();
+        decorate_result(&mut error, &id, RESULT_COMPLETE);
+        assert_eq!(error, before);
+    }
+}

@@ -1,0 +1,153 @@
+//! The `requestState` of an `InputRequiredResult` (MCP 2026-07-28 MRTR): what the server needs
+//! to finish a request on the client's retry, carried by the client and sealed so that it
+//! cannot be forged, altered or replayed on another request.
+//!
+//! The state holds the answers of earlier rounds (a tool that asked twice gets both answers on
+//! the last retry), an expiry, and a digest of the request it belongs to (method, name or uri,
+//! canonical arguments), all under HMAC-SHA256 with a key drawn from the OS CSPRNG at start
+//! (or given by `--request-state-key-file`, so that several nodes accept each other's state).
+//! Text form: `base64url(payload) "." base64url(tag)`.
+//!
+//! Owns: sealing and opening. Never: decides what a tool asks.
+
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256};
+
+use crate::provider::Value;
+
+/// Key length (HMAC-SHA256's block-size-sized keys need no hashing).
+pub const KEY_BYTES: usize = 32;
+
+static KEY: OnceLock<[u8; KEY_BYTES]> = OnceLock::new();
+
+/// Sets the process's sealing key from key material (the bytes of `--request-state-key-file`,
+/// hashed to the key); the first call wins. Without it a random key is drawn on first use.
+pub fn set_key_material(material: &[u8]) {
+    let _ = KEY.set(Sha256::digest(material).into());
+}
+
+fn key() -> &'static [u8; KEY_BYTES] {
+    KEY.get_or_init(|| {
+        let mut key = [0u8; KEY_BYTES];
+        // A failing OS random source leaves a zero key: state is then still bound to its
+        // request and expiry, only forgeable; the failure is logged once.
+        if getrandom::fill(&mut key).is_err() {
+            tracing::error!("OS random source failed: requestState key is not secret");
+        }
+        key
+    })
+}
+
+/// Why a presented state is refused.
+#[derive(Debug, PartialEq, Eq)]
+pub enum StateError {
+    /// Not our format, or the tag does not match (forged or altered).
+    Tampered,
+    /// Issued longer ago than the TTL.
+    Expired,
+    /// Issued for another request (method, name or arguments differ).
+    OtherRequest,
+}
+
+impl StateError {
+    pub fn message(&self) -> &'static str {
+        match self {
+            StateError::Tampered => "requestState failed integrity verification",
+            StateError::Expired => "requestState expired: send the request again without it",
+            StateError::OtherRequest => "requestState belongs to another request",
+        }
+    }
+}
+
+/// The digest a state is bound to: method, then the name or uri, then the canonical arguments.
+pub fn binding(method: &str, name: &str, canonical_arguments: &str) -> String {
+    let mut h = Sha256::new();
+    for part in [method, name, canonical_arguments] {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    URL_SAFE_NO_PAD.encode(&h.finalize()[..16])
+}
+
+fn tag(payload: &[u8]) -> Vec<u8> {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key()).expect("HMAC takes any key length");
+    mac.update(payload);
+    mac.finalize().into_bytes().to_vec()
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Seals the answers gathered so far for the request bound to `binding`.
+pub fn seal(binding: &str, answers: &serde_json::Map<String, Value>, ttl: Duration) -> String {
+    let expires = now_ms().saturating_add(ttl.as_millis() as u64);
+    let payload = serde_json::json!({ "v": 1, "b": binding, "e": expires, "r": answers });
+    let payload = serde_json::to_vec(&payload).unwrap_or_default();
+    let mut text = URL_SAFE_NO_PAD.encode(&payload);
+    text.push('.');
+    text.push_str(&URL_SAFE_NO_PAD.encode(tag(&payload)));
+    text
+}
+
+/// Opens a presented state: the earlier rounds' answers, if it is ours, unaltered, unexpired
+/// and issued for this request.
+pub fn open(text: &str, binding: &str) -> Result<serde_json::Map<String, Value>, StateError> {
+    let (payload, presented) = text.split_once('.').ok_or(StateError::Tampered)?;
+    let payload = URL_SAFE_NO_PAD.decode(payload).map_err(|_| StateError::Tampered)?;
+    let presented = URL_SAFE_NO_PAD.decode(presented).map_err(|_| StateError::Tampered)?;
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key()).expect("HMAC takes any key length");
+    mac.update(&payload);
+    mac.verify_slice(&presented).map_err(|_| StateError::Tampered)?;
+    let value: Value = serde_json::from_slice(&payload).map_err(|_| StateError::Tampered)?;
+    if value.get("b").and_then(Value::as_str) != Some(binding) {
+        return Err(StateError::OtherRequest);
+    }
+    if value.get("e").and_then(Value::as_u64).is_none_or(|e| e < now_ms()) {
+        return Err(StateError::Expired);
+    }
+    match value.get("r") {
+        Some(Value::Object(answers)) => Ok(answers.clone()),
+        _ => Err(StateError::Tampered),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sealed_state_opens_only_unaltered_for_its_request_and_in_time() {
+        // Goal: the MRTR requirements: integrity, binding to the request, expiry. Method:
+        // seal one state, then present it altered, for another request, and expired.
+        let b = binding("tools/call", "t", "{}");
+        let mut answers = serde_json::Map::new();
+        answers.insert("step1".into(), serde_json::json!({"action":"accept"}));
+        let text = seal(&b, &answers, Duration::from_secs(60));
+        assert_eq!(open(&text, &b), Ok(answers.clone()));
+        assert_eq!(open(&format!("{text}-TAMPERED"), &b), Err(StateError::Tampered));
+        let (payload, tag) = text.split_once('.').expect("two parts");
+        let mut forged = URL_SAFE_NO_PAD.decode(payload).expect("b64");
+        forged[0] ^= 1;
+        let forged = format!("{}.{tag}", URL_SAFE_NO_PAD.encode(forged));
+        assert_eq!(open(&forged, &b), Err(StateError::Tampered));
+        assert_eq!(open("no-dot", &b), Err(StateError::Tampered));
+        let other = binding("tools/call", "t", "{\"a\":1}");
+        assert_eq!(open(&text, &other), Err(StateError::OtherRequest));
+        let expired = seal(&b, &answers, Duration::ZERO);
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(open(&expired, &b), Err(StateError::Expired));
+    }
+
+    #[test]
+    fn bindings_separate_their_parts() {
+        // Goal: ("ab","c") and ("a","bc") are different requests. Method: compare digests.
+        assert_ne!(binding("m", "ab", "c"), binding("m", "a", "bc"));
+        assert_eq!(binding("m", "a", "b"), binding("m", "a", "b"));
+    }
+}
