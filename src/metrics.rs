@@ -64,6 +64,7 @@ counters! {
     limit_connections => "tidemark_limit_hits_total{limit=\"connections\"}", "Requests refused at a limit.";
     limit_timeout => "tidemark_limit_hits_total{limit=\"header_timeout\"}", "Requests refused at a limit.";
     limit_upstream => "tidemark_limit_hits_total{limit=\"upstream_processes\"}", "Requests refused at a limit.";
+    limit_idempotency_keys => "tidemark_limit_hits_total{limit=\"idempotency_keys\"}", "Requests refused at a limit.";
 }
 
 /// A counter written by one core only.

@@ -29,6 +29,8 @@ pub(crate) struct Core {
     pub draining: std::cell::Cell<bool>,
     /// Replay-ring bytes of every session of this core together (`--core-buffer-bytes`).
     pub buffered_bytes: Rc<std::cell::Cell<usize>>,
+    /// 2026-07-28 Idempotency-Key records of the keys this core owns (`modern::keyed`).
+    pub keys: Rc<RefCell<crate::modern::keyed::KeyTable>>,
 }
 
 /// What the connection does after `handle`.

@@ -240,7 +240,12 @@ fn push_event_window(
 }
 
 /// The payload a deduplicated retry sees (only dedup attachments pay for this copy).
-fn rewrite_event(rw: &Rewrite, payload: &[u8], is_final: bool, body_offset: usize) -> Vec<u8> {
+pub(crate) fn rewrite_event(
+    rw: &Rewrite,
+    payload: &[u8],
+    is_final: bool,
+    body_offset: usize,
+) -> Vec<u8> {
     let mut out = Vec::with_capacity(payload.len() + 16);
     if is_final {
         out.extend_from_slice(jsonrpc::RESPONSE_PREFIX);

@@ -25,10 +25,11 @@ use super::state;
 
 /// A request's `CallSink` on the modern path.
 pub(crate) struct ModernSink {
-    /// Notifications not yet written, each a whole JSON-RPC message.
+    /// Notifications not yet written, each a whole JSON-RPC message (an unkeyed call).
     events: RefCell<Vec<Bytes>>,
-    /// Events a keyed call keeps for its retries; `None` for an unkeyed call.
-    recorded: Option<RefCell<Vec<Bytes>>>,
+    /// Every notification of a keyed call, kept for its observers (the first request and its
+    /// retries read it from their own positions); `None` for an unkeyed call.
+    recorded: Option<RefCell<Recorded>>,
     progress_token: Option<Box<str>>,
     log_level: Option<LogLevel>,
     client_capabilities: Value,
@@ -52,15 +53,26 @@ pub(crate) struct SinkSetup {
     pub log_level: Option<LogLevel>,
     pub client_capabilities: Value,
     pub answers: serde_json::Map<String, Value>,
-    /// Keep every event for retries with the same Idempotency-Key.
-    pub record: bool,
+    /// Keep every event for retries with the same Idempotency-Key, up to this many bytes
+    /// (`--replay-bytes`); `None`: an unkeyed call.
+    pub record: Option<usize>,
+}
+
+/// A keyed call's notifications, bounded in bytes: past the bound further notifications are
+/// dropped (counted), the final result never is.
+#[derive(Default)]
+pub(crate) struct Recorded {
+    pub events: Vec<Bytes>,
+    bytes: usize,
+    max: usize,
+    pub dropped: u64,
 }
 
 impl ModernSink {
     pub(crate) fn new(setup: SinkSetup) -> ModernSink {
         ModernSink {
             events: RefCell::new(Vec::new()),
-            recorded: setup.record.then(|| RefCell::new(Vec::new())),
+            recorded: setup.record.map(|max| RefCell::new(Recorded { max, ..Recorded::default() })),
             progress_token: setup.progress_token,
             log_level: setup.log_level,
             client_capabilities: setup.client_capabilities,
@@ -79,10 +91,18 @@ impl ModernSink {
             return;
         }
         let message = Bytes::from(message);
-        if let Some(recorded) = &self.recorded {
-            recorded.borrow_mut().push(message.clone());
+        match &self.recorded {
+            Some(recorded) => {
+                let mut r = recorded.borrow_mut();
+                if r.bytes + message.len() > r.max {
+                    r.dropped += 1;
+                    return;
+                }
+                r.bytes += message.len();
+                r.events.push(message);
+            }
+            None => self.events.borrow_mut().push(message),
         }
-        self.events.borrow_mut().push(message);
         self.wake.notify_all();
     }
 
@@ -95,6 +115,13 @@ impl ModernSink {
         let any = !events.is_empty();
         events.clear();
         any
+    }
+
+    /// A keyed call's notifications from position `from` on (appended to `into`).
+    pub(crate) fn recorded_from(&self, from: usize, into: &mut Vec<Bytes>) {
+        if let Some(recorded) = &self.recorded {
+            into.extend(recorded.borrow().events.iter().skip(from).cloned());
+        }
     }
 
     /// True when events wait to be written.
@@ -273,6 +300,11 @@ impl CallJob {
         })
         .await;
         self.outcome = result;
+    }
+
+    /// True once the work returned (not merely waiting for input).
+    pub(crate) fn has_outcome(&self) -> bool {
+        self.outcome.is_some()
     }
 
     /// Finished, or waiting for client input (which ends this round).

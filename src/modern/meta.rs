@@ -23,6 +23,7 @@ pub(crate) const SUPPORTED_VERSIONS: [&str; 4] =
 
 pub(crate) const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 pub(crate) const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+pub(crate) const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
 pub(crate) const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 pub(crate) const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 pub(crate) const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
@@ -61,6 +62,9 @@ impl MetaError {
 pub(crate) struct RequestMeta {
     /// `io.modelcontextprotocol/clientCapabilities` (an object).
     pub client_capabilities: Value,
+    /// `io.modelcontextprotocol/clientInfo` when given (optional since spec PR #3002): scopes
+    /// Idempotency-Keys.
+    pub client_info: Option<Value>,
     /// `io.modelcontextprotocol/logLevel`: without it the server sends no log messages.
     pub log_level: Option<LogLevel>,
     /// `progressToken`, as the JSON text the client sent.
@@ -113,6 +117,7 @@ pub(crate) fn check_meta(
     };
     Ok(RequestMeta {
         client_capabilities: crate::dispatch::to_public(capabilities),
+        client_info: meta.get(META_CLIENT_INFO).map(crate::dispatch::to_public),
         log_level,
         progress_token: meta.get("progressToken").map(|t| Box::from(t.encode().as_str())),
     })
@@ -148,10 +153,12 @@ pub(crate) fn check_headers(
 ) -> Result<(), MetaError> {
     match mcp_method {
         None => return Err(MetaError::mismatch("Mcp-Method header is required")),
-        Some(h) if h != method.as_bytes() => return Err(MetaError::mismatch(format!(
+        Some(h) if h != method.as_bytes() => {
+            return Err(MetaError::mismatch(format!(
             "Header mismatch: Mcp-Method header value '{}' does not match body value '{method}'",
             String::from_utf8_lossy(h)
-        ))),
+        )))
+        }
         Some(_) => {}
     }
     let Some(member) = name_member(method) else { return Ok(()) };

@@ -17,6 +17,7 @@
 //! Never: touches a socket, or any legacy session.
 
 pub(crate) mod call;
+pub(crate) mod keyed;
 pub(crate) mod listen;
 pub(crate) mod meta;
 pub mod state;
@@ -40,6 +41,19 @@ pub(crate) enum Job {
     Call(CallJob),
     /// A `subscriptions/listen` stream.
     Listen(listen::ListenJob),
+    /// A request with an `Idempotency-Key`: it observes the keyed call's record.
+    Observe(Observer),
+}
+
+/// A connection reading a keyed call's record: the request that took the key, or a retry.
+pub(crate) struct Observer {
+    pub record: Rc<keyed::Record>,
+    /// This request's id and progress token where they differ from the record's.
+    pub rewrite: Option<crate::legacy::stream::Rewrite>,
+    pub id: RawId,
+    /// A retry waits for the outcome until then, and writes nothing before (CONTRACT §5);
+    /// `None`: the request that took the key streams the call live.
+    pub wait_until: Option<std::time::Instant>,
 }
 
 /// True when a request without a session names a revision newer than the legacy ones in its
@@ -68,6 +82,14 @@ pub(crate) async fn post(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -
     let keep_alive = req.head.keep_alive;
     if let Err(refusal) = crate::legacy::post_headers_ok(&req, false) {
         return refuse(out, refusal, None, keep_alive);
+    }
+    // Every request with a key is served by the core that keeps the key's record, so a retry
+    // meets it whichever core accepted the connection (moved before the body is decoded).
+    if let Some(key) = req.header(&req.head.idempotency_key) {
+        let owner = keyed::owner_core(key, core.threads);
+        if owner != core.index {
+            return Outcome::HandOff(owner);
+        }
     }
     let body = match jsonrpc::decode(req.body, crate::config::JSON_DEPTH_MAX) {
         Ok(b) => b,
@@ -265,18 +287,80 @@ async fn tools_call(
     };
     let arguments = params.as_object_mut().and_then(|p| p.remove("arguments"));
     let arguments = arguments.map(dispatch::into_public).unwrap_or(Value::Null);
+    let key = req.header(&req.head.idempotency_key);
+    let scoped_key = key.map(|k| keyed::scoped(k, request_meta.client_info.as_ref()));
+    let fingerprint = fingerprint_of(&binding);
+    if let Some(scoped_key) = &scoped_key {
+        let retention = core.cfg.stream_retention;
+        let found = core.keys.borrow_mut().lookup(scoped_key, fingerprint, retention);
+        match found {
+            keyed::Lookup::Other => {
+                core.metrics.rejected_key_reused.inc();
+                return reply(out, Answer::KeyReused { id: &id }, keep_alive);
+            }
+            keyed::Lookup::Same(record) => {
+                core.metrics.dedup_hits_total.inc();
+                let until = std::time::Instant::now() + core.cfg.owed_wait;
+                let token = request_meta.progress_token;
+                return observe(record, id, token, Some(until));
+            }
+            keyed::Lookup::Fresh => {}
+        }
+    }
+    let progress_token = request_meta.progress_token.clone();
     let sink = Rc::new(ModernSink::new(SinkSetup {
         progress_token: request_meta.progress_token,
         log_level: request_meta.log_level,
         client_capabilities: request_meta.client_capabilities,
         answers,
-        record: false,
+        record: scoped_key.as_ref().map(|_| core.cfg.replay_bytes_max),
     }));
     let cx = CallContext::new(sink.clone(), SessionRef::NONE, meta::MODERN_VERSION);
     let ToolRoute { name, provider, .. } = route;
     let work = Box::pin(async move { provider.call_tool(&name, arguments, cx).await });
-    let job = CallJob::new(id, sink, work, binding, core.cfg.request_state_ttl);
-    start_call(job, out, keep_alive).await
+    let job = CallJob::new(id.clone(), sink.clone(), work, binding, core.cfg.request_state_ttl);
+    let Some(scoped_key) = scoped_key else {
+        return start_call(job, out, keep_alive).await;
+    };
+    let record = Rc::new(keyed::Record {
+        fingerprint,
+        progress_token: progress_token.clone(),
+        sink,
+        outcome: std::cell::RefCell::new(None),
+        id: id.clone(),
+        finished_at: std::cell::Cell::new(None),
+        done: Default::default(),
+    });
+    if core.keys.borrow_mut().insert(scoped_key.clone(), record.clone()).is_err() {
+        core.metrics.limit_idempotency_keys.inc();
+        return refuse(out, Refusal::Unavailable, Some(&id), keep_alive);
+    }
+    keyed::spawn(core.keys.clone(), scoped_key, record.clone(), job);
+    observe(record, id, progress_token, None)
+}
+
+/// A keyed call's fingerprint: its request binding (method, tool name, canonical arguments).
+fn fingerprint_of(binding: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    binding.hash(&mut h);
+    h.finish()
+}
+
+/// The job of a connection that reads keyed call `record` for request `id`.
+fn observe(
+    record: Rc<keyed::Record>,
+    id: RawId,
+    progress_token: Option<Box<str>>,
+    wait_until: Option<std::time::Instant>,
+) -> Outcome {
+    let tokens = match (progress_token, record.progress_token.clone()) {
+        (Some(mine), Some(original)) if mine != original => Some((mine, original)),
+        _ => None,
+    };
+    let rewrite = (id != record.id || tokens.is_some())
+        .then(|| crate::legacy::stream::Rewrite { id: id.clone(), progress_token: tokens });
+    Outcome::Modern(Job::Observe(Observer { record, rewrite, id, wait_until }))
 }
 
 /// `prompts/get` through `get_prompt_with_context`, so a prompt may ask for input (MRTR).
@@ -308,7 +392,7 @@ async fn prompts_get(
         log_level: request_meta.log_level,
         client_capabilities: request_meta.client_capabilities,
         answers,
-        record: false,
+        record: None,
     }));
     let cx = CallContext::new(sink.clone(), SessionRef::NONE, meta::MODERN_VERSION);
     let registry_core = core.clone();

@@ -24,7 +24,7 @@ use crate::legacy::stream::{self, Batch};
 use crate::legacy::SseJob;
 use crate::runtime::handoff::{self, Inboxes, Moved};
 use crate::runtime::Drain;
-use crate::wire::{Answer, Refusal};
+use crate::wire::{Answer, Code, Refusal};
 
 /// Read buffer growth step.
 const READ_CHUNK: usize = 16 * 1024;
@@ -455,6 +455,132 @@ async fn drive_modern(
         }
         crate::modern::Job::Listen(listen) => {
             drive_listen(core, drain, socket, buf, frames, out, listen).await
+        }
+        crate::modern::Job::Observe(observer) => {
+            drive_observer(core, drain, socket, buf, frames, out, observer, keep_alive).await
+        }
+    }
+}
+
+/// A request with an Idempotency-Key reading its keyed call: the first request streams it
+/// live (SSE from the first notification, JSON when there was none); a retry waits for the
+/// outcome until `wait_until`, then writes everything at once, or 409 -31004 when the call
+/// still runs. Closing the connection does not cancel a keyed call (its record keeps it).
+#[allow(clippy::too_many_arguments)]
+async fn drive_observer(
+    core: &Core,
+    drain: &Drain,
+    socket: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    frames: &mut Vec<u8>,
+    mut out: Vec<u8>,
+    observer: crate::modern::Observer,
+    keep_alive: bool,
+) -> (bool, Vec<u8>) {
+    let crate::modern::Observer { record, rewrite, id, wait_until } = observer;
+    let body_offset = crate::wire::jsonrpc::response_body_offset(&record.id);
+    let mut cursor = 0usize;
+    let mut streaming = false;
+    let mut watch_peer = true;
+    let mut pending: Vec<bytes::Bytes> = Vec::new();
+    loop {
+        let finished = record.outcome.borrow().clone();
+        let waiting = wait_until.is_some_and(|until| Instant::now() < until) && finished.is_none();
+        if !waiting {
+            pending.clear();
+            record.sink.recorded_from(cursor, &mut pending);
+            cursor += pending.len();
+            frames.clear();
+            for event in &pending {
+                match &rewrite {
+                    Some(rw) => {
+                        let rewritten = crate::legacy::stream::rewrite_event(rw, event, false, 0);
+                        crate::wire::sse::push_event(frames, None, None, &rewritten);
+                    }
+                    None => crate::wire::sse::push_event(frames, None, None, event),
+                }
+            }
+            if !frames.is_empty() {
+                if !streaming {
+                    Answer::SseHeadStateless.render(&mut out, true);
+                    streaming = true;
+                }
+                crate::wire::sse::push_chunk(&mut out, frames);
+            }
+        }
+        if let Some((body, status)) = &finished {
+            let body = match &rewrite {
+                Some(rw) => crate::legacy::stream::rewrite_event(rw, body, true, body_offset),
+                None => body.to_vec(),
+            };
+            if streaming {
+                frames.clear();
+                crate::wire::sse::push_event(frames, None, None, &body);
+                crate::wire::sse::push_chunk(&mut out, frames);
+                out.extend_from_slice(crate::wire::sse::CHUNK_END);
+            } else {
+                Answer::JsonStatus { status: *status, body: &body }.render(&mut out, keep_alive);
+            }
+            let (ok, o) = write_out(socket, out).await;
+            return (ok && keep_alive, o);
+        }
+        if wait_until.is_some() && !waiting {
+            // A retry whose call still runs after --owed-wait-ms: it learns to come back.
+            core.metrics.rejected_held_too_long.inc();
+            let mut body = Vec::with_capacity(160);
+            let message = "the call with this Idempotency-Key is still running: retry later";
+            let data = Some(r#"{"inFlight":true}"#);
+            crate::wire::push_error_response(
+                &mut body,
+                Some(&id),
+                Code::HeldTooLong,
+                message,
+                data,
+            );
+            Answer::JsonStatus { status: 409, body: &body }.render(&mut out, keep_alive);
+            let (ok, o) = write_out(socket, out).await;
+            return (ok && keep_alive, o);
+        }
+        if drain.ending() {
+            if streaming {
+                out.extend_from_slice(crate::wire::sse::CHUNK_END);
+            } else {
+                Answer::Refused { refusal: Refusal::Draining, id: Some(&id) }
+                    .render(&mut out, false);
+            }
+            let (_, o) = write_out(socket, out).await;
+            return (false, o);
+        }
+        if !out.is_empty() {
+            let (ok, o) = write_out(socket, out).await;
+            out = o;
+            if !ok {
+                return (false, out);
+            }
+        }
+        let events = record.sink.wake.notified();
+        let done = record.done.notified();
+        let deadline = wait_until
+            .map_or(core.cfg.sse_keepalive, |u| u.saturating_duration_since(Instant::now()));
+        let closed = monoio::select! {
+            _ = events => false,
+            _ = done => false,
+            _ = drain.changed() => false,
+            _ = monoio::time::sleep(deadline) => {
+                if streaming {
+                    frames.clear();
+                    crate::wire::sse::push_comment(frames);
+                    crate::wire::sse::push_chunk(&mut out, frames);
+                }
+                false
+            }
+            _ = socket.readable(false), if watch_peer => true,
+        };
+        if closed {
+            if peer_closed(socket, buf).await {
+                return (false, out);
+            }
+            watch_peer = false;
         }
     }
 }

@@ -459,6 +459,9 @@ async fn serve(spec: WorkerSpec) {
     let core = Rc::new(Core {
         registry: Registry::build(providers).await,
         sessions: RefCell::new(SessionTable::new(cfg.sessions_per_core_max)),
+        keys: Rc::new(RefCell::new(crate::modern::keyed::KeyTable::new(
+            cfg.idempotency_keys_per_core_max,
+        ))),
         threads: inboxes.len() as u16,
         index,
         metrics,

@@ -1,0 +1,223 @@
+//! Exactly-once `tools/call` in the 2026-07-28 era: tidemark's `Idempotency-Key` extension
+//! (CONTRACT §5). MCP 2026-07-28 has no resumption: a client whose response stream dropped
+//! re-issues the call with a new id, and a non-idempotent tool runs again. With the header, the
+//! first request with a key runs detached from its connection (a drop does not cancel it: the
+//! key says the client will come back); a retry with the same key and the same call (method,
+//! tool name, canonical arguments) gets that execution's outcome, the progress it produced
+//! and then the final result, with the retry's id and progress token; a retry while it still
+//! runs waits for it up to `--owed-wait-ms` (then 409 -31004); the same key with another call
+//! is 422 -31005. Without the header: plain spec behaviour (`call`).
+//!
+//! Keys are scoped by the client's `clientInfo` (name and version) and kept per core in a
+//! bounded table (`--max-idempotency-keys-per-core`), finished ones for
+//! `--stream-retention-secs`. A connection carrying a key is handed to the core that owns the
+//! key (`owner_core`), so every retry meets its record whichever core accepted it.
+//!
+//! Owns: `KeyTable`, `Record`, the keyed call's detached task. Never: touches a socket.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::hash::{Hash, Hasher};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::legacy::session::fasthash::FastMap;
+use crate::legacy::session::signal::Signal;
+use crate::wire::jsonrpc::RawId;
+
+use super::call::{CallJob, ModernSink};
+
+/// The core that keeps the records of `key` (its hash over the cores; stable across
+/// processes, so a cluster's nodes agree when they share the key space).
+pub(crate) fn owner_core(key: &[u8], threads: u16) -> u16 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut h);
+    (h.finish() % u64::from(threads.max(1))) as u16
+}
+
+/// A keyed call: running, or finished with its answer.
+pub(crate) struct Record {
+    /// Method, tool name and canonical arguments of the call that took the key.
+    pub fingerprint: u64,
+    /// The original request's progress token (retries' notifications are rewritten to theirs).
+    pub progress_token: Option<Box<str>>,
+    pub sink: Rc<ModernSink>,
+    /// The final response (with the original request's id) and its HTTP status, once done.
+    pub outcome: RefCell<Option<(Bytes, u16)>>,
+    /// The original request's id (the final response is rewritten to each retry's).
+    pub id: RawId,
+    pub finished_at: std::cell::Cell<Option<Instant>>,
+    /// Woken when the outcome is set.
+    pub done: Signal,
+}
+
+/// What a keyed request finds.
+pub(crate) enum Lookup {
+    /// No record: this request takes the key.
+    Fresh,
+    /// The same call took it: answer from its record.
+    Same(Rc<Record>),
+    /// Another call took it: 422.
+    Other,
+}
+
+/// One core's keyed calls, oldest first for eviction.
+pub(crate) struct KeyTable {
+    by_key: FastMap<Box<str>, Rc<Record>>,
+    order: VecDeque<Box<str>>,
+    max: usize,
+}
+
+impl KeyTable {
+    pub(crate) fn new(max: usize) -> KeyTable {
+        KeyTable { by_key: FastMap::default(), order: VecDeque::new(), max }
+    }
+
+    /// The record of `scoped_key`, forgetting it first when it finished longer ago than
+    /// `retention`.
+    pub(crate) fn lookup(
+        &mut self,
+        scoped_key: &str,
+        fingerprint: u64,
+        retention: Duration,
+    ) -> Lookup {
+        let expired = self
+            .by_key
+            .get(scoped_key)
+            .is_some_and(|r| r.finished_at.get().is_some_and(|at| at.elapsed() > retention));
+        if expired {
+            self.by_key.remove(scoped_key);
+        }
+        match self.by_key.get(scoped_key) {
+            None => Lookup::Fresh,
+            Some(r) if r.fingerprint == fingerprint => Lookup::Same(r.clone()),
+            Some(_) => Lookup::Other,
+        }
+    }
+
+    /// Keeps `record` under `scoped_key`. At the limit the oldest finished record goes; when
+    /// every record is still running, `Err` (the caller refuses with 503).
+    pub(crate) fn insert(&mut self, scoped_key: Box<str>, record: Rc<Record>) -> Result<(), ()> {
+        self.order.retain(|k| self.by_key.contains_key(k));
+        if self.by_key.len() >= self.max {
+            let victim = self
+                .order
+                .iter()
+                .position(|k| self.by_key.get(k).is_some_and(|r| r.finished_at.get().is_some()));
+            let Some(victim) = victim else { return Err(()) };
+            if let Some(k) = self.order.remove(victim) {
+                self.by_key.remove(&k);
+            }
+        }
+        self.order.push_back(scoped_key.clone());
+        self.by_key.insert(scoped_key, record);
+        Ok(())
+    }
+
+    /// Forgets a record (an input-required round: the next round must run).
+    pub(crate) fn remove(&mut self, scoped_key: &str) {
+        self.by_key.remove(scoped_key);
+    }
+}
+
+/// Runs a keyed call detached from any connection; its record gets the outcome. A round that
+/// ends asking for input is forgotten once answered, so the client's next round runs.
+pub(crate) fn spawn(
+    table: Rc<RefCell<KeyTable>>,
+    scoped_key: Box<str>,
+    record: Rc<Record>,
+    mut job: CallJob,
+) {
+    monoio::spawn(async move {
+        job.settle().await;
+        let input_round = !job.has_outcome() && record.sink.input_needed();
+        let mut body = Vec::with_capacity(256);
+        let status = job.finish(&mut body);
+        *record.outcome.borrow_mut() = Some((Bytes::from(body), status));
+        record.finished_at.set(Some(Instant::now()));
+        record.done.notify_all();
+        if input_round {
+            table.borrow_mut().remove(&scoped_key);
+        }
+    });
+}
+
+/// The key as the table keeps it: scoped by the client's name and version (no authorization
+/// exists yet to scope it by), so two clients that pick the same key do not meet.
+pub(crate) fn scoped(key: &[u8], client_info: Option<&crate::provider::Value>) -> Box<str> {
+    let field = |name: &str| {
+        client_info.and_then(|c| c.get(name)).and_then(|v| v.as_str()).unwrap_or("").to_owned()
+    };
+    let key = String::from_utf8_lossy(key);
+    format!("{}\u{0}{}\u{0}{key}", field("name"), field("version")).into_boxed_str()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::modern::call::SinkSetup;
+
+    fn record(fingerprint: u64, finished: bool) -> Rc<Record> {
+        let setup = SinkSetup {
+            progress_token: None,
+            log_level: None,
+            client_capabilities: serde_json::json!({}),
+            answers: serde_json::Map::new(),
+            record: Some(1024),
+        };
+        Rc::new(Record {
+            fingerprint,
+            progress_token: None,
+            sink: Rc::new(ModernSink::new(setup)),
+            outcome: RefCell::new(None),
+            id: RawId("1".into()),
+            finished_at: std::cell::Cell::new(finished.then(Instant::now)),
+            done: Signal::default(),
+        })
+    }
+
+    #[test]
+    fn a_key_finds_its_call_refuses_another_and_expires_after_retention() {
+        // Goal: CONTRACT §5's lookup: same call → its record, other call → refused, gone after
+        // the retention. Method: one table, one key.
+        let mut table = KeyTable::new(4);
+        let hour = Duration::from_secs(3600);
+        assert!(matches!(table.lookup("k", 1, hour), Lookup::Fresh));
+        table.insert("k".into(), record(1, true)).expect("room");
+        assert!(matches!(table.lookup("k", 1, hour), Lookup::Same(_)));
+        assert!(matches!(table.lookup("k", 2, hour), Lookup::Other));
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(matches!(table.lookup("k", 1, Duration::from_millis(1)), Lookup::Fresh));
+    }
+
+    #[test]
+    fn at_the_limit_the_oldest_finished_key_goes_and_running_ones_never() {
+        // Goal: --max-idempotency-keys-per-core at its limit. Method: a table of 2.
+        let hour = Duration::from_secs(3600);
+        let mut table = KeyTable::new(2);
+        table.insert("running".into(), record(1, false)).expect("room");
+        table.insert("old".into(), record(2, true)).expect("room");
+        table.insert("new".into(), record(3, true)).expect("evicts the oldest finished");
+        assert!(matches!(table.lookup("old", 2, hour), Lookup::Fresh));
+        assert!(matches!(table.lookup("running", 1, hour), Lookup::Same(_)));
+        let mut full = KeyTable::new(1);
+        full.insert("a".into(), record(1, false)).expect("room");
+        assert!(full.insert("b".into(), record(2, false)).is_err());
+    }
+
+    #[test]
+    fn keys_are_scoped_by_client_and_owned_by_one_core() {
+        // Goal: two clients' equal keys differ; a key always maps to the same core in range.
+        let a = serde_json::json!({"name": "a", "version": "1"});
+        let b = serde_json::json!({"name": "b", "version": "1"});
+        assert_ne!(scoped(b"k", Some(&a)), scoped(b"k", Some(&b)));
+        assert_eq!(scoped(b"k", Some(&a)), scoped(b"k", Some(&a)));
+        for threads in 1..8u16 {
+            let core = owner_core(b"some-key", threads);
+            assert!(core < threads);
+            assert_eq!(core, owner_core(b"some-key", threads));
+        }
+    }
+}
