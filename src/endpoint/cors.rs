@@ -17,7 +17,8 @@
 //! - `share_response`: `Access-Control-Allow-Origin: <origin>` (echoed, never `*`),
 //!   `Access-Control-Expose-Headers` and `Vary: Origin`, inserted right after the status line
 //!   of an answer `wire` already rendered, so one place covers every kind of answer (JSON,
-//!   202, refusals, 409/422, SSE heads, the preflight's 204).
+//!   202, refusals, 409/422, SSE heads, the preflight's 204). An answer whose head the
+//!   connection renders itself, after `endpoint::handle` returned, is shared there the same way.
 //!
 //! No `Access-Control-Allow-Credentials`: the endpoint sets no cookies, and a page sends its
 //! token in `Authorization`, which a request without credentials may carry once listed here.
@@ -77,7 +78,10 @@ pub(crate) fn listed_origin<'c>(
 }
 
 /// Shares the answer whose head starts at `head_start` in `out` with the page of `head`'s
-/// `Origin`, when that origin is listed; otherwise leaves `out` alone.
+/// `Origin`, when that origin is listed; otherwise leaves `out` alone. Nothing written from
+/// `head_start` on: the connection writes that answer's head later, and must share it there
+/// (`listed_origin` before the request's bytes are released, `share_response` after the head
+/// is rendered).
 pub(crate) fn share_if_listed(
     cfg: &Config,
     head: &RequestHead,
@@ -85,6 +89,9 @@ pub(crate) fn share_if_listed(
     out: &mut Vec<u8>,
     head_start: usize,
 ) {
+    if out.len() <= head_start {
+        return;
+    }
     if let Some(origin) = listed_origin(cfg, head, head_bytes) {
         share_response(out, head_start, origin);
     }
@@ -92,7 +99,7 @@ pub(crate) fn share_if_listed(
 
 /// Inserts the CORS header lines for `origin` right after the status line of the answer whose
 /// head starts at `head_start` in `out` (the body, if any, moves along: one `memmove`).
-fn share_response(out: &mut Vec<u8>, head_start: usize, origin: &str) {
+pub(crate) fn share_response(out: &mut Vec<u8>, head_start: usize, origin: &str) {
     let status_line_len =
         out.get(head_start..).and_then(|head| head.windows(2).position(|w| w == b"\r\n"));
     debug_assert!(status_line_len.is_some(), "invariant: every answer starts with a status line");
@@ -279,5 +286,9 @@ mod tests {
         let mut out = b"HTTP/1.1 200 OK\r\n\r\n".to_vec();
         share_if_listed(&cfg, &head, head_bytes, &mut out, 0);
         assert!(out.starts_with(b"HTTP/1.1 200 OK\r\nAccess-Control-Allow-Origin: http://app"));
+        // No head written yet (the connection writes it later): nothing to share here.
+        let len = out.len();
+        share_if_listed(&cfg, &head, head_bytes, &mut out, len);
+        assert_eq!(out.len(), len);
     }
 }
