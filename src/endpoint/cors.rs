@@ -245,6 +245,19 @@ mod tests {
         }
     }
 
+    /// Goal: the names recognised in a preflight are exactly the ones the answer lists, so the
+    /// two lists cannot drift apart. Method: the listed names, lower-cased, against the table.
+    #[test]
+    fn known_headers_are_the_listed_ones() {
+        let listed: Vec<String> = String::from_utf8_lossy(ALLOWED_REQUEST_HEADERS)
+            .split(", ")
+            .map(str::to_ascii_lowercase)
+            .collect();
+        let known: Vec<String> =
+            KNOWN_REQUEST_HEADERS.iter().map(|k| String::from_utf8_lossy(k).into_owned()).collect();
+        assert_eq!(listed, known);
+    }
+
     /// Goal: the echo stops at `CORS_PARAM_HEADERS_MAX` (N echoed, N+1 counted). Method: one
     /// value with one name more than the limit.
     #[test]
