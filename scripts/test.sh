@@ -6,6 +6,9 @@
 #                test mode), the doc tests, and `cargo doc --no-deps` with warnings as errors
 #   clients      scripts/clients.sh: the official TypeScript and Python SDK clients against the
 #                release binary, including mid-call stream drops (cut proxy) and --threads 2
+#   browser      scripts/browser.sh: the official TypeScript clients (both eras) in headless
+#                Chromium from a page of a listed --allowed-origin (CORS), and pages of
+#                unlisted origins blocked by the browser
 #   bridge       scripts/bridge.sh: tidemark in front of real MCP servers (--upstream):
 #                server-everything (npm), mcp-server-time (PyPI), an official-Python-SDK stdio and
 #                HTTP server, with the official clients, the cut proxy, raw retries and faults
@@ -15,22 +18,22 @@
 #                each driver (io_uring, epoll)
 #   fuzz         scripts/fuzz.sh --seconds 20: each coverage-guided fuzz target (libFuzzer via
 #                cargo-fuzz on stable) for 20 s from the committed seed corpora
-#   --only SUITES  run only these (comma-separated: cargo,clients,bridge,conformance,
-#                fault,fuzz)
+#   --only SUITES  run only these (comma-separated: cargo,clients,browser,bridge,
+#                conformance,fault,fuzz)
 #
 # Needs cargo, python3 (with venv), node/npm (any version npm runs on; Node 22 is installed from
-# npm into .cache/); installs everything else into .cache/. Prints one line per suite and a final
-# `suites: N passed, M failed`; exit 0 only when all selected suites passed.
+# npm into .cache/); installs everything else into .cache/ (and Debian's chromium, with apt).
+# Prints one line per suite and a final `suites: N passed, M failed`; exit 0 only when all passed.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ALL_SUITES="cargo,clients,bridge,conformance,fault,fuzz"
+ALL_SUITES="cargo,clients,browser,bridge,conformance,fault,fuzz"
 
 only="$ALL_SUITES"
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --only) only="${2:?--only needs a value}"; shift 2 ;;
-        --help) sed -n '2,26s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        --help) sed -n '2,29s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "test.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -57,6 +60,7 @@ for s in "${selected[@]}"; do
             RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --lib || rc=$?
             ;;
         clients) scripts/clients.sh || rc=$? ;;
+        browser) scripts/browser.sh || rc=$? ;;
         bridge) scripts/bridge.sh || rc=$? ;;
         conformance) scripts/conformance.sh || rc=$? ;;
         fault) scripts/fault.sh || rc=$? ;;

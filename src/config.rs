@@ -95,6 +95,18 @@ pub const ADMIN_CONNECTIONS_MAX: usize = 64;
 pub const ADMIN_IO_TIMEOUT_MS: u64 = 2000;
 /// Bytes of an admin request head. Over it: 431, closed.
 pub const ADMIN_HEAD_BYTES_MAX: usize = 4096;
+/// `Access-Control-Max-Age` of a CORS preflight answer (`endpoint::cors`), in seconds: how long
+/// a browser may reuse it before asking again. 7200 is Chromium's own cap (Firefox caps at one
+/// day); a longer value would buy nothing there. No flag: it bounds no resource of ours, and a
+/// restart that drops an origin is still enforced at once (the cached preflight does not make
+/// the actual request's answer readable: that answer carries no `Access-Control-Allow-Origin`).
+pub const CORS_MAX_AGE_SECS: u64 = 7200;
+/// `Mcp-Param-*` header names (MCP 2026-07-28 `x-mcp-header`) one CORS preflight answer echoes
+/// by name in `Access-Control-Allow-Headers` (`*` would cover neither `Authorization` nor any
+/// header of a credentialed request). Past it the rest are left out, the browser refuses that
+/// one request, and `tidemark_cors_headers_left_out_total` counts them. 32: more than the
+/// header parameters a tool declares. No flag: `--max-header-bytes` already bounds the work.
+pub const CORS_PARAM_HEADERS_MAX: usize = 32;
 /// Upstream child processes (`--upstream` over stdio) alive at once, all cores together
 /// (`--upstream-max-processes`); `initialize` of a session that would need one more gets 503.
 pub const UPSTREAM_PROCESSES_MAX: usize = 256;
@@ -131,6 +143,7 @@ const _: () = assert!(THREADS_MAX <= u16::MAX as usize);
 const _: () = assert!(OWED_WAIT_MS < OWED_TIMEOUT_SECS * 1000);
 const _: () = assert!(DRAIN_SECS > 0 && DRAIN_FLUSH_MS > 0 && DRAIN_RETRY_AFTER_SECS > 0);
 const _: () = assert!(ADMIN_CONNECTIONS_MAX > 0 && ADMIN_IO_TIMEOUT_MS > 0);
+const _: () = assert!(CORS_MAX_AGE_SECS > 0 && CORS_PARAM_HEADERS_MAX > 0);
 
 /// Which io driver a worker runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -55,6 +55,8 @@ counters! {
     gaps_total => "gaps_total", "Resumes that found evicted events (-31003).";
     owed_abandoned_total => "owed_abandoned_total", "Owed streams nobody resumed in time.";
     drain_streams_ended => "tidemark_drain_streams_ended_total", "SSE responses ended by the end of a drain before their final response (standalone GET streams included).";
+    cors_preflights_total => "tidemark_cors_preflights_total", "CORS preflights answered (204) for a listed --allowed-origin.";
+    cors_headers_left_out_total => "tidemark_cors_headers_left_out_total", "Header names a CORS preflight asked for and its answer left out (not an MCP request header, or past CORS_PARAM_HEADERS_MAX): the browser refuses that request.";
     limit_header => "tidemark_limit_hits_total{limit=\"header\"}", "Requests refused at a limit.";
     limit_body => "tidemark_limit_hits_total{limit=\"body\"}", "Requests refused at a limit.";
     limit_sessions => "tidemark_limit_hits_total{limit=\"sessions\"}", "Requests refused at a limit.";

@@ -5,6 +5,8 @@
 //! Called by `runtime::conn` once per request; answers with an `Outcome` telling the connection
 //! what to do next. Never: touches a socket, decodes a body, or knows about sessions.
 
+pub(crate) mod cors;
+
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -95,11 +97,14 @@ fn era(req: &Request<'_>) -> Era {
 
 /// Entry point: one parsed request. Counted in `tidemark_requests_total` where it is answered:
 /// a request handed to its session's owner core is parsed and handled again there, and counted
-/// there only.
+/// there only. Every answer, whatever path wrote it, is shared with a listed `--allowed-origin`
+/// page here (`cors`), after it was rendered.
 pub async fn handle(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
+    let (head, head_bytes, head_start) = (req.head, req.head_bytes, out.len());
     let outcome = route(core, req, out).await;
     if !matches!(outcome, Outcome::HandOff(_)) {
         core.metrics.requests_total.inc();
+        cors::share_if_listed(&core.cfg, head, head_bytes, out, head_start);
     }
     outcome
 }
@@ -119,6 +124,10 @@ async fn route(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -> Outcome 
         || authority.is_some_and(|a| !host_allowed(&core.cfg, a))
     {
         return refuse(out, Refusal::Forbidden, None, keep_alive);
+    }
+    // Before the era is chosen: a preflight carries no MCP header, so it has no era.
+    if let Some(preflight) = cors::answer_preflight(core, &req, out, keep_alive) {
+        return preflight;
     }
     match (req.head.method(), era(&req)) {
         (Method::Post, Era::Legacy) => legacy::post(core, req, out).await,

@@ -130,6 +130,13 @@ pub async fn serve(
             Ok(n) => n,
             Err(refusal) => {
                 Answer::Refused { refusal, id: None }.render(&mut out, false);
+                endpoint::cors::share_if_listed(
+                    &core.cfg,
+                    &head,
+                    &buf[..head.head_len],
+                    &mut out,
+                    0,
+                );
                 let _ = write_out(&mut socket, out).await;
                 let got = buf.len() - head.head_len;
                 let unread = head.content_length.unwrap_or(0).saturating_sub(got);

@@ -1,0 +1,249 @@
+#!/usr/bin/env bash
+# Usage: scripts/browser.sh [--only RUN[,RUN...]] [--no-build] [--help]
+#
+# A real browser against tidemark (CORS, both eras; README "Browser clients (CORS)"). Headless
+# Chromium (Debian's `chromium` package; apt-installed when missing, through sudo when not root)
+# opens a page served by tests/browser/page_server.py from another origin than tidemark's. The
+# page runs the official TypeScript MCP clients, bundled for the browser by esbuild (npm
+# packages pinned in tests/browser/package-lock.json, installed into .cache/browser), and POSTs
+# its verdict to the page server. tidemark runs as
+#   target/release/tidemark --tools demo --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0
+#       --allowed-origin http://127.0.0.1:<page port>
+# Runs:
+#   legacy            the page on the listed origin, @modelcontextprotocol/sdk 1.32.2 (Client +
+#                     StreamableHTTPClientTransport): initialize (the session id must be readable),
+#                     tools/list, echo {text}, slow_counter {steps:3} as an SSE call whose
+#                     onprogress sees 3 notifications, then DELETE (terminateSession)
+#   blocked-loopback  the same page at http://localhost:<page port>: a loopback origin, admitted
+#                     by the DNS-rebinding rule but not listed, so no CORS headers (preflight 405)
+#   blocked-foreign   the same page at http://evil.test:<page port> (Chromium maps the name to
+#                     127.0.0.1): an unlisted origin, 403
+#                     Each blocked run must fail at its first request with the browser's network
+#                     error, Chromium's console must say "blocked by CORS policy", and tidemark
+#                     must have created no session
+#   modern            the page on the listed origin, @modelcontextprotocol/client 2.4.0 pinned to
+#                     the 2026-07-28 revision (server/discover, stateless): echo and slow_counter
+#                     with 3 progress notifications. Needs tidemark's modern-era path
+# After the runs: tidemark's counters must show every preflight answered and no requested
+# header left out (tidemark_cors_headers_left_out_total 0).
+#
+#   --only RUNS   run only these (comma-separated: legacy,blocked-loopback,blocked-foreign,modern)
+#   --no-build    do not run cargo build --release (use the existing target/release/tidemark)
+#
+# Prints one PASS/FAIL line per run (with the page's failing step) and a final
+# `browser: N passed, M failed`; logs and reports are in .cache/browser-results/. Exit 0 only
+# when every run passed. tidemark, the page server and Chromium are stopped on exit.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="$ROOT/.cache"
+PAGE_SRC="$ROOT/tests/browser"
+BUNDLE_DIR="$CACHE/browser"
+SITE="$BUNDLE_DIR/site"
+RESULTS="$CACHE/browser-results"
+ALL_RUNS="legacy,blocked-loopback,blocked-foreign,modern"
+START_TIMEOUT_S=30
+# The page gives up after 45 s (RUN_TIMEOUT_MS in page.mjs); this covers the browser's start.
+RUN_TIMEOUT_S=75
+# The name the blocked-foreign page is loaded from; Chromium resolves it to 127.0.0.1 itself.
+FOREIGN_HOST="evil.test"
+
+usage() { sed -n '2,39s/^# \{0,1\}//p' "$0"; }
+
+only="$ALL_RUNS"
+build=1
+while [ "$#" -gt 0 ]; do
+    case "$1" in
+        --only) only="${2:?--only needs a value}"; shift 2 ;;
+        --no-build) build=0; shift ;;
+        --help) usage; exit 0 ;;
+        *) echo "browser.sh: unknown argument: $1" >&2; usage >&2; exit 2 ;;
+    esac
+done
+IFS=',' read -r -a runs <<<"$only"
+for r in "${runs[@]}"; do
+    case ",$ALL_RUNS," in
+        *",$r,"*) ;;
+        *) echo "browser.sh: unknown run '$r' (known: $ALL_RUNS)" >&2; exit 2 ;;
+    esac
+done
+
+# ---- installs (idempotent) ----------------------------------------------------------------
+if ! command -v chromium >/dev/null; then
+    echo "browser.sh: installing chromium (Debian package)"
+    as_root=()
+    if [ "$(id -u)" != 0 ]; then
+        command -v sudo >/dev/null || { echo "browser.sh: chromium missing and no sudo" >&2; exit 1; }
+        as_root=(sudo)
+    fi
+    "${as_root[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq \
+        --no-install-recommends chromium >/dev/null
+fi
+# shellcheck source=SCRIPTDIR/setup-node.sh
+source "$ROOT/scripts/setup-node.sh"
+SCRIPT_NAME=browser.sh
+# shellcheck source=SCRIPTDIR/client-lib.sh
+source "$ROOT/scripts/client-lib.sh"
+npm_ci_pinned "$PAGE_SRC" "$BUNDLE_DIR" esbuild
+# esbuild resolves the page's imports next to it, so the page is bundled from the install dir.
+cp "$PAGE_SRC/page.mjs" "$BUNDLE_DIR/page.mjs"
+mkdir -p "$SITE"
+cp "$PAGE_SRC/index.html" "$SITE/index.html"
+(cd "$BUNDLE_DIR" && node_modules/.bin/esbuild page.mjs --bundle --format=iife \
+    --platform=browser --target=es2022 --log-level=warning --outfile="$SITE/bundle.js")
+if [ "$build" = 1 ]; then
+    (cd "$ROOT" && cargo build --release --quiet)
+fi
+
+# ---- processes ----------------------------------------------------------------------------
+rm -rf "$RESULTS"
+mkdir -p "$RESULTS/reports"
+pids=()
+cleanup() {
+    local p
+    for p in "${pids[@]}"; do
+        if kill -0 "$p" 2>/dev/null; then
+            kill "$p" 2>/dev/null || true
+            wait "$p" 2>/dev/null || true
+        fi
+    done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+python3 "$PAGE_SRC/page_server.py" --site "$SITE" --reports "$RESULTS/reports" \
+    >"$RESULTS/page-server.stdout" 2>"$RESULTS/page-server.stderr" &
+pids+=("$!")
+page_url="$(wait_for_url "$RESULTS/page-server.stdout" "$!" "page server")"
+page_port="${page_url#http://127.0.0.1:}"
+page_port="${page_port%%/*}"
+listed_origin="http://127.0.0.1:$page_port"
+
+"$ROOT/target/release/tidemark" --tools demo --listen 127.0.0.1:0 \
+    --metrics-listen 127.0.0.1:0 --allowed-origin "$listed_origin" \
+    >"$RESULTS/tidemark.stdout" 2>"$RESULTS/tidemark.stderr" &
+tidemark_pid=$!
+pids+=("$tidemark_pid")
+# The banner's first URL is the endpoint's; the second, with --metrics-listen, the admin one.
+mcp_url="$(wait_for_url "$RESULTS/tidemark.stdout" "$tidemark_pid" tidemark | head -n 1)"
+metrics_url="$(head -n 1 "$RESULTS/tidemark.stdout" | grep -o 'metrics=http://[^ ]*' | cut -d= -f2)"
+echo "browser: $(head -n 1 "$RESULTS/tidemark.stdout")"
+echo "browser: page server $page_url, listed origin $listed_origin, $(chromium --version 2>/dev/null)"
+
+# metric NAME: the value of one counter sample of tidemark's /metrics.
+metric() {
+    curl -fsS "$metrics_url" | awk -v name="$1" '$1 == name { print $2 }'
+}
+
+# open_page NAME ORIGIN ERA [EXPECT]: loads the page from ORIGIN in a fresh headless Chromium
+# until the page reports (or RUN_TIMEOUT_S), then stops it. The report is
+# RESULTS/reports/NAME.json, the browser's log (console included) RESULTS/NAME.chromium.log.
+open_page() {
+    local name="$1" origin="$2" era="$3" expect="${4:-}"
+    local url="$origin/index.html?mcp=$mcp_url&era=$era&run=$name&expect=$expect"
+    # --no-sandbox: CI runs as root, where Chromium's sandbox cannot start; the page is ours.
+    chromium --headless --no-sandbox --disable-gpu --no-first-run \
+        --enable-logging=stderr --v=0 --user-data-dir="$RESULTS/$name.profile" \
+        --host-resolver-rules="MAP $FOREIGN_HOST 127.0.0.1" "$url" \
+        >"$RESULTS/$name.chromium.log" 2>&1 &
+    local browser_pid=$!
+    pids+=("$browser_pid")
+    local deadline=$((SECONDS + RUN_TIMEOUT_S))
+    while [ ! -s "$RESULTS/reports/$name.json" ] && [ "$SECONDS" -lt "$deadline" ]; do
+        kill -0 "$browser_pid" 2>/dev/null || break
+        sleep 0.2
+    done
+    kill "$browser_pid" 2>/dev/null || true
+    wait "$browser_pid" 2>/dev/null || true
+}
+
+# report_field NAME EXPR: a Python expression over the report `r` (e.g. r['ok']).
+report_field() {
+    python3 -c 'import json, sys
+r = json.load(open(sys.argv[1]))
+print(eval(sys.argv[2]))' "$RESULTS/reports/$1.json" "$2"
+}
+
+passed=0
+failed=0
+failed_names=()
+pass() { passed=$((passed + 1)); echo "browser: PASS $1 ($2)"; }
+fail() {
+    failed=$((failed + 1))
+    failed_names+=("$1")
+    echo "browser: FAIL $1: $2"
+}
+
+# page_verdict NAME: checks the page's own verdict; prints the failing step on FAIL.
+page_verdict() {
+    local name="$1"
+    if [ ! -s "$RESULTS/reports/$name.json" ]; then
+        fail "$name" "no report within ${RUN_TIMEOUT_S}s; browser log tail:"
+        tail -n 5 "$RESULTS/$name.chromium.log" | sed 's/^/    /'
+        return 1
+    fi
+    if [ "$(report_field "$name" "r['ok']")" != True ]; then
+        fail "$name" "$(report_field "$name" "r.get('error')")"
+        report_field "$name" "[s['name'] for s in r['steps'] if s['ok']]" | sed 's/^/    steps passed: /'
+        report_field "$name" "r['exchanges']" | sed 's/^/    exchanges: /'
+        return 1
+    fi
+}
+
+run_listed() {
+    local name="$1" era="$2"
+    open_page "$name" "$listed_origin" "$era"
+    if page_verdict "$name"; then
+        pass "$name" "$(report_field "$name" "'; '.join(s['name'] + ' ok' for s in r['steps'])")"
+    fi
+}
+
+run_blocked() {
+    local name="$1" origin="$2" sessions_before sessions_after
+    sessions_before="$(metric tidemark_sessions_created_total)"
+    open_page "$name" "$origin" legacy blocked
+    sessions_after="$(metric tidemark_sessions_created_total)"
+    page_verdict "$name" || return 0
+    if ! grep -q 'blocked by CORS policy' "$RESULTS/$name.chromium.log"; then
+        fail "$name" "the page failed, but Chromium's console names no CORS block"
+    elif [ "$sessions_after" != "$sessions_before" ]; then
+        fail "$name" "tidemark created a session ($sessions_before -> $sessions_after)"
+    else
+        pass "$name" "origin $origin: $(grep -o 'Response to preflight request[^"]*' \
+            "$RESULTS/$name.chromium.log" | head -n 1)"
+    fi
+}
+
+want_run() { case ",$only," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+
+if want_run legacy; then run_listed legacy legacy; fi
+if want_run blocked-loopback; then run_blocked blocked-loopback "http://localhost:$page_port"; fi
+if want_run blocked-foreign; then run_blocked blocked-foreign "http://$FOREIGN_HOST:$page_port"; fi
+if want_run modern; then
+    run_listed modern modern
+    # Tell a CORS fault from a missing era: a status JavaScript could read passed CORS.
+    if [[ " ${failed_names[*]} " == *" modern "* ]] \
+        && [ "$(report_field modern "(r['exchanges'] or [{}])[0].get('status')")" = 400 ]; then
+        echo "    hint: the server/discover probe passed CORS and got a readable 400 (tidemark's" \
+            "answer to a revision it does not serve): this build has no 2026-07-28 path"
+    fi
+fi
+
+preflights="$(metric tidemark_cors_preflights_total)"
+left_out="$(metric tidemark_cors_headers_left_out_total)"
+if [ "$left_out" = 0 ] && { [ "$preflights" -gt 0 ] || ! want_run legacy; }; then
+    pass counters "tidemark_cors_preflights_total $preflights, tidemark_cors_headers_left_out_total 0"
+else
+    fail counters "tidemark_cors_preflights_total $preflights, tidemark_cors_headers_left_out_total $left_out"
+fi
+if ! kill -0 "$tidemark_pid" 2>/dev/null; then
+    fail tidemark "the server died; stderr tail:"
+    tail -n 20 "$RESULTS/tidemark.stderr" | sed 's/^/    /'
+fi
+
+if [ "$failed" -gt 0 ]; then
+    echo "browser: failed: ${failed_names[*]}"
+fi
+echo "browser: $passed passed, $failed failed"
+[ "$failed" = 0 ]
