@@ -177,6 +177,10 @@ pub async fn serve(
                 }
             }
             Outcome::Modern(job) => {
+                // A call's head is rendered later, once it is known (SSE or JSON): it is shared
+                // with a listed origin there (`endpoint::cors`).
+                let shared_with =
+                    endpoint::cors::listed_origin(&core.cfg, &head, &buf[..head.head_len]);
                 release_request(&mut buf, consumed);
                 let (reusable, o) = drive_modern(
                     &core,
@@ -187,6 +191,7 @@ pub async fn serve(
                     out,
                     job,
                     head.keep_alive,
+                    shared_with,
                 )
                 .await;
                 out = o;
@@ -455,16 +460,18 @@ async fn drive_modern(
     out: Vec<u8>,
     job: crate::modern::Job,
     keep_alive: bool,
+    shared_with: Option<&str>,
 ) -> (bool, Vec<u8>) {
     match job {
         crate::modern::Job::Call(call) => {
-            drive_call(core, drain, socket, buf, frames, out, call, keep_alive).await
+            drive_call(core, drain, socket, buf, frames, out, call, keep_alive, shared_with).await
         }
         crate::modern::Job::Listen(listen) => {
             drive_listen(core, drain, socket, buf, frames, out, listen).await
         }
         crate::modern::Job::Observe(observer) => {
-            drive_observer(core, drain, socket, buf, frames, out, observer, keep_alive).await
+            drive_observer(core, drain, socket, buf, frames, out, observer, keep_alive, shared_with)
+                .await
         }
     }
 }
@@ -483,6 +490,7 @@ async fn drive_observer(
     mut out: Vec<u8>,
     observer: crate::modern::Observer,
     keep_alive: bool,
+    shared_with: Option<&str>,
 ) -> (bool, Vec<u8>) {
     let crate::modern::Observer { record, rewrite, id, wait_until } = observer;
     let body_offset = crate::wire::jsonrpc::response_body_offset(&record.id);
@@ -509,7 +517,7 @@ async fn drive_observer(
             }
             if !frames.is_empty() {
                 if !streaming {
-                    Answer::SseHeadStateless.render(&mut out, true);
+                    render_shared(&mut out, Answer::SseHeadStateless, true, shared_with);
                     streaming = true;
                 }
                 crate::wire::sse::push_chunk(&mut out, frames);
@@ -526,7 +534,8 @@ async fn drive_observer(
                 crate::wire::sse::push_chunk(&mut out, frames);
                 out.extend_from_slice(crate::wire::sse::CHUNK_END);
             } else {
-                Answer::JsonStatus { status: *status, body: &body }.render(&mut out, keep_alive);
+                let answer = Answer::JsonStatus { status: *status, body: &body };
+                render_shared(&mut out, answer, keep_alive, shared_with);
             }
             let (ok, o) = write_out(socket, out).await;
             return (ok && keep_alive, o);
@@ -544,7 +553,8 @@ async fn drive_observer(
                 message,
                 data,
             );
-            Answer::JsonStatus { status: 409, body: &body }.render(&mut out, keep_alive);
+            let answer = Answer::JsonStatus { status: 409, body: &body };
+            render_shared(&mut out, answer, keep_alive, shared_with);
             let (ok, o) = write_out(socket, out).await;
             return (ok && keep_alive, o);
         }
@@ -602,6 +612,7 @@ async fn drive_call(
     mut out: Vec<u8>,
     mut call: crate::modern::call::CallJob,
     keep_alive: bool,
+    shared_with: Option<&str>,
 ) -> (bool, Vec<u8>) {
     let mut streaming = false;
     let mut watch_peer = true;
@@ -609,7 +620,7 @@ async fn drive_call(
         frames.clear();
         if call.sink.take_frames(frames) {
             if !streaming {
-                Answer::SseHeadStateless.render(&mut out, true);
+                render_shared(&mut out, Answer::SseHeadStateless, true, shared_with);
                 streaming = true;
             }
             crate::wire::sse::push_chunk(&mut out, frames);
@@ -623,7 +634,8 @@ async fn drive_call(
                 crate::wire::sse::push_chunk(&mut out, frames);
                 out.extend_from_slice(crate::wire::sse::CHUNK_END);
             } else {
-                Answer::JsonStatus { status, body: &body }.render(&mut out, keep_alive);
+                let answer = Answer::JsonStatus { status, body: &body };
+                render_shared(&mut out, answer, keep_alive, shared_with);
             }
             let (ok, o) = write_out(socket, out).await;
             return (ok && keep_alive, o);
@@ -634,8 +646,8 @@ async fn drive_call(
             if streaming {
                 out.extend_from_slice(crate::wire::sse::CHUNK_END);
             } else {
-                Answer::Refused { refusal: Refusal::Draining, id: Some(&call.id) }
-                    .render(&mut out, false);
+                let answer = Answer::Refused { refusal: Refusal::Draining, id: Some(&call.id) };
+                render_shared(&mut out, answer, false, shared_with);
             }
             core.metrics.drain_streams_ended.inc();
             let (_, o) = write_out(socket, out).await;
@@ -738,5 +750,19 @@ async fn peer_closed(socket: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
         ReadEnd::Data => false,
         ReadEnd::Closed => true,
         ReadEnd::TimedOut | ReadEnd::Stopped => false,
+    }
+}
+
+/// Renders `answer` and shares it with `shared_with`, a listed origin (`endpoint::cors`).
+fn render_shared(
+    out: &mut Vec<u8>,
+    answer: Answer<'_>,
+    keep_alive: bool,
+    shared_with: Option<&str>,
+) {
+    let head_start = out.len();
+    answer.render(out, keep_alive);
+    if let Some(origin) = shared_with {
+        endpoint::cors::share_response(out, head_start, origin);
     }
 }
