@@ -138,7 +138,7 @@ fn name_member(method: &str) -> Option<&'static str> {
     match method {
         "tools/call" | "prompts/get" => Some("name"),
         "resources/read" => Some("uri"),
-        "tasks/get" | "tasks/update" | "tasks/cancel" | "tasks/result" => Some("taskId"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
         _ => None,
     }
 }
