@@ -75,7 +75,7 @@ pub use config::{BuiltinSet, Config, ConfigError, DriverChoice, MigrationPolicy,
 pub use config::{Isolation, UpstreamSpec, UpstreamSpecError, UpstreamTarget};
 pub use provider::{
     Annotations, CallContext, Changes, LocalBoxFuture, LogLevel, Notifier, Provider, ProviderError,
-    ProviderResult, SessionInfo, SessionRef, SessionStart, ToolInfo, Value,
+    ProviderResult, SessionInfo, SessionRef, SessionStart, TaskSupport, ToolInfo, Value,
 };
 pub use server::{Running, Server, ServerError};
 

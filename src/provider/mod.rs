@@ -177,6 +177,24 @@ impl ToolInfo {
     }
 }
 
+/// Whether a call of a tool may become a task (MCP 2026-07-28 tasks extension,
+/// `io.modelcontextprotocol/tasks`, SEP-2663): the server then answers `tools/call` with a task
+/// handle and the client polls `tasks/get` for the result. Only 2026-07-28 requests that declare
+/// the extension get tasks; legacy sessions and other clients get the result as before.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TaskSupport {
+    /// Never a task: the result is always the call's answer.
+    #[default]
+    Forbidden,
+    /// A task once the call first waits for something other than client input (a call that
+    /// finishes at once, or that asks the client first, answers as usual until then); a client
+    /// without the extension gets the result as the call's answer.
+    Optional,
+    /// As `Optional`, but a 2026-07-28 client without the extension is refused with -32021
+    /// (MissingRequiredClientCapability) before the tool runs.
+    Required,
+}
+
 /// Why a provider could not answer; mapped to JSON-RPC in one place (`wire`).
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[non_exhaustive]
@@ -241,6 +259,13 @@ pub trait Provider {
         arguments: Value,
         cx: CallContext,
     ) -> LocalBoxFuture<'a, ProviderResult<Value>>;
+
+    /// Whether calls of tool `name` (one this provider listed) may become tasks on the
+    /// 2026-07-28 path. The default: never.
+    fn task_support(&self, name: &str) -> TaskSupport {
+        let _ = name;
+        TaskSupport::Forbidden
+    }
 
     /// Items for `resources/list` (each `{uri, name, ...}`). `session` is the client session
     /// that asks (`SessionRef::NONE` when the server probes its capabilities at start): a

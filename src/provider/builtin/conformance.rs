@@ -158,6 +158,7 @@ pub(crate) fn tools() -> Vec<Rc<dyn BuiltinTool>> {
     ]
     .into_iter()
     .chain(super::conformance_modern::tools())
+    .chain(super::conformance_tasks::tools())
     .collect()
 }
 
@@ -890,8 +891,11 @@ mod tests {
             "test_tool_with_logging",
             "test_tool_with_progress",
         ];
-        let modern: Vec<&str> =
+        let mut modern: Vec<&str> =
             super::super::conformance_modern::tools().iter().map(|t| t.spec().name).collect();
+        // The tasks fixtures compute, wait or ask; only their `greet` is pure.
+        let tasks = super::super::conformance_tasks::tools();
+        modern.extend(tasks.iter().map(|t| t.spec().name).filter(|&name| name != "greet"));
         for tool in tools() {
             let spec = tool.spec();
             let expected = !interactive.contains(&spec.name) && !modern.contains(&spec.name);

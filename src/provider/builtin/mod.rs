@@ -8,6 +8,7 @@
 
 pub mod conformance;
 mod conformance_modern;
+mod conformance_tasks;
 pub mod demo;
 
 use std::collections::HashMap;
@@ -17,7 +18,7 @@ use std::rc::Rc;
 use crate::config::BuiltinSet;
 use crate::provider::{
     Annotations, CallContext, LocalBoxFuture, Provider, ProviderError, ProviderResult, SessionRef,
-    ToolInfo, Value,
+    TaskSupport, ToolInfo, Value,
 };
 
 /// What `tools/list` says about a built-in tool, as constants.
@@ -46,6 +47,10 @@ pub(crate) const fn hints(read_only: bool, idempotent: bool) -> Annotations {
 /// A callable built-in tool.
 pub(crate) trait BuiltinTool {
     fn spec(&self) -> &ToolSpec;
+    /// Whether a call may become a task (2026-07-28 tasks extension).
+    fn task_support(&self) -> TaskSupport {
+        TaskSupport::Forbidden
+    }
     fn call(
         &self,
         arguments: Value,
@@ -130,6 +135,11 @@ impl Provider for BuiltinProvider {
             Some(tool) => tool.call(arguments, cx),
             None => Box::pin(std::future::ready(Err(ProviderError::NotFound(name.to_owned())))),
         }
+    }
+
+    fn task_support(&self, name: &str) -> TaskSupport {
+        let tool = self.by_name.get(name).and_then(|&i| self.tools.get(i));
+        tool.map_or(TaskSupport::Forbidden, |t| t.task_support())
     }
 
     fn list_resources(
@@ -221,6 +231,7 @@ fn tool_info(spec: &ToolSpec) -> ToolInfo {
 /// A tool whose behaviour is one async function of its arguments; every built-in tool is one.
 struct FnTool<F> {
     spec: ToolSpec,
+    task_support: TaskSupport,
     run: F,
 }
 
@@ -231,6 +242,10 @@ where
 {
     fn spec(&self) -> &ToolSpec {
         &self.spec
+    }
+
+    fn task_support(&self) -> TaskSupport {
+        self.task_support
     }
 
     fn call(
@@ -248,7 +263,20 @@ where
     F: Fn(Value, CallContext) -> Fut + 'static,
     Fut: Future<Output = ProviderResult<Value>> + 'static,
 {
-    Rc::new(FnTool { spec, run })
+    Rc::new(FnTool { spec, task_support: TaskSupport::Forbidden, run })
+}
+
+/// `fn_tool` for a tool whose calls may become tasks.
+pub(crate) fn task_tool<F, Fut>(
+    spec: ToolSpec,
+    task_support: TaskSupport,
+    run: F,
+) -> Rc<dyn BuiltinTool>
+where
+    F: Fn(Value, CallContext) -> Fut + 'static,
+    Fut: Future<Output = ProviderResult<Value>> + 'static,
+{
+    Rc::new(FnTool { spec, task_support, run })
 }
 
 /// A `CallToolResult` holding one text item.
@@ -325,7 +353,7 @@ mod tests {
                 assert_eq!(tool.input_schema, parse(text), "{}: schema as written", tool.name);
             }
         }
-        assert_eq!(count, 31);
+        assert_eq!(count, 38);
         let schema = &run(provider.list_tools()).expect("lists")[13].input_schema;
         assert_eq!(schema["$schema"], json!("https://json-schema.org/draft/2020-12/schema"));
     }
