@@ -157,6 +157,23 @@ struct Flags {
     /// 2026-07-28 Idempotency-Key records kept per core.
     #[arg(long, default_value_t = config::IDEMPOTENCY_KEYS_PER_CORE_MAX)]
     max_idempotency_keys_per_core: usize,
+    /// Tasks (2026-07-28 tasks extension) one core holds, running or retained; beyond it a call
+    /// that would become a task runs synchronously.
+    #[arg(long, default_value_t = config::TASKS_PER_CORE_MAX)]
+    max_tasks_per_core: usize,
+    /// How long a task is kept after its creation (its `ttlMs`).
+    #[arg(long, default_value_t = config::TASK_RETENTION_SECS)]
+    task_retention_secs: u64,
+    /// Bytes of task results and errors one core holds; a result that does not fit fails its
+    /// task.
+    #[arg(long, default_value_t = config::TASK_BYTES_PER_CORE)]
+    task_bytes_per_core: usize,
+    /// Input requests one task may have outstanding at once.
+    #[arg(long, default_value_t = config::TASK_INPUT_REQUESTS_MAX)]
+    max_task_input_requests: usize,
+    /// The `pollIntervalMs` suggested to clients polling `tasks/get`.
+    #[arg(long, default_value_t = config::TASK_POLL_INTERVAL_MS)]
+    task_poll_interval_ms: u64,
 }
 
 impl Flags {
@@ -229,6 +246,11 @@ impl Flags {
             cache_ttl_ms: self.cache_ttl_ms,
             request_state_ttl: Duration::from_secs(self.request_state_ttl_secs),
             idempotency_keys_per_core_max: self.max_idempotency_keys_per_core,
+            tasks_per_core_max: self.max_tasks_per_core,
+            task_retention: Duration::from_secs(self.task_retention_secs),
+            task_bytes_per_core: self.task_bytes_per_core,
+            task_input_requests_max: self.max_task_input_requests,
+            task_poll_interval: Duration::from_millis(self.task_poll_interval_ms),
         };
         if let Some(path) = &self.request_state_key_file {
             let bytes = std::fs::read(path)
@@ -298,6 +320,46 @@ mod tests {
         assert_eq!(cfg.validate(), Ok(()));
         let cfg = Config::try_from_args(["tidemark", "--drain-secs", "0"]).expect("parses");
         assert_eq!(cfg.validate(), Err(ConfigError::Zero("drain-secs")));
+    }
+
+    #[test]
+    fn task_flags_reach_the_config_and_zero_is_rejected() {
+        // Goal: the tasks extension's five flags reach Config (defaults = the constants) and
+        // none of them takes zero. Method: parse defaults, one list of values, then each zero.
+        let cfg = Config::try_from_args(["tidemark"]).expect("defaults parse");
+        assert_eq!(cfg.tasks_per_core_max, config::TASKS_PER_CORE_MAX);
+        assert_eq!(cfg.task_retention, Duration::from_secs(config::TASK_RETENTION_SECS));
+        let args = [
+            "tidemark",
+            "--max-tasks-per-core",
+            "1",
+            "--task-retention-secs",
+            "2",
+            "--task-bytes-per-core",
+            "3",
+            "--max-task-input-requests",
+            "4",
+            "--task-poll-interval-ms",
+            "5",
+        ];
+        let cfg = Config::try_from_args(args).expect("parses");
+        assert_eq!(cfg.tasks_per_core_max, 1);
+        assert_eq!(cfg.task_retention, Duration::from_secs(2));
+        assert_eq!(cfg.task_bytes_per_core, 3);
+        assert_eq!(cfg.task_input_requests_max, 4);
+        assert_eq!(cfg.task_poll_interval, Duration::from_millis(5));
+        assert_eq!(cfg.validate(), Ok(()));
+        for flag in [
+            "max-tasks-per-core",
+            "task-retention-secs",
+            "task-bytes-per-core",
+            "max-task-input-requests",
+            "task-poll-interval-ms",
+        ] {
+            let cfg =
+                Config::try_from_args(["tidemark", &format!("--{flag}"), "0"]).expect("parses");
+            assert_eq!(cfg.validate(), Err(ConfigError::Zero(flag)));
+        }
     }
 
     #[test]

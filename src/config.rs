@@ -136,6 +136,25 @@ pub const REQUEST_STATE_TTL_SECS: u64 = 600;
 /// 2026-07-28 Idempotency-Key records kept per core (`--max-idempotency-keys-per-core`); the
 /// oldest finished one is forgotten first, a running one never.
 pub const IDEMPOTENCY_KEYS_PER_CORE_MAX: usize = 4096;
+/// Tasks (`io.modelcontextprotocol/tasks`, SEP-2663) one core holds, running or finished and
+/// retained (`--max-tasks-per-core`). Over it, a call that would become a task goes on
+/// synchronously (the client gets its result on the request's own stream). 4096: far more than
+/// the concurrent long-running calls a core serves; `TASK_BYTES_PER_CORE` bounds their results.
+pub const TASKS_PER_CORE_MAX: usize = 4096;
+/// How long a task is kept after its creation (`--task-retention-secs`), announced as its
+/// `ttlMs`: SEP-2663 forbids dropping it earlier, so a full store refuses new tasks rather than
+/// evicting. One hour: a client can come back for a result after a reconnect or a restart of
+/// its own. After it: `tasks/*` get -32602, and a tool still running is cancelled.
+pub const TASK_RETENTION_SECS: u64 = 3600;
+/// Result and error bytes (serialized JSON) the tasks of one core hold
+/// (`--task-bytes-per-core`). A result that does not fit fails its task with -32603 naming the
+/// flag. 64 MiB: 4096 results of 16 KiB.
+pub const TASK_BYTES_PER_CORE: usize = 64 * 1024 * 1024;
+/// Input requests one task may have outstanding at once (`--max-task-input-requests`): a tool's
+/// next one fails (an elicitation fan-out wider than this is a bug).
+pub const TASK_INPUT_REQUESTS_MAX: usize = 16;
+/// `pollIntervalMs` suggested to clients polling `tasks/get` (`--task-poll-interval-ms`).
+pub const TASK_POLL_INTERVAL_MS: u64 = 500;
 
 const _: () = assert!(REPLAY_EVENTS_MAX.is_power_of_two());
 const _: () = assert!(HEADER_BYTES_MAX >= 1024);
@@ -143,6 +162,9 @@ const _: () = assert!(THREADS_MAX <= u16::MAX as usize);
 const _: () = assert!(OWED_WAIT_MS < OWED_TIMEOUT_SECS * 1000);
 const _: () = assert!(DRAIN_SECS > 0 && DRAIN_FLUSH_MS > 0 && DRAIN_RETRY_AFTER_SECS > 0);
 const _: () = assert!(ADMIN_CONNECTIONS_MAX > 0 && ADMIN_IO_TIMEOUT_MS > 0);
+const _: () = assert!(TASKS_PER_CORE_MAX > 0 && TASK_BYTES_PER_CORE > 0);
+const _: () = assert!(TASK_INPUT_REQUESTS_MAX > 0 && TASK_POLL_INTERVAL_MS > 0);
+const _: () = assert!(TASK_POLL_INTERVAL_MS < TASK_RETENTION_SECS * 1000);
 const _: () = assert!(CORS_MAX_AGE_SECS > 0 && CORS_PARAM_HEADERS_MAX > 0);
 
 /// Which io driver a worker runs on.
@@ -274,6 +296,16 @@ pub struct Config {
     pub request_state_ttl: Duration,
     /// `--max-idempotency-keys-per-core` (`IDEMPOTENCY_KEYS_PER_CORE_MAX`).
     pub idempotency_keys_per_core_max: usize,
+    /// `--max-tasks-per-core` (`TASKS_PER_CORE_MAX`).
+    pub tasks_per_core_max: usize,
+    /// `--task-retention-secs` (`TASK_RETENTION_SECS`).
+    pub task_retention: Duration,
+    /// `--task-bytes-per-core` (`TASK_BYTES_PER_CORE`).
+    pub task_bytes_per_core: usize,
+    /// `--max-task-input-requests` (`TASK_INPUT_REQUESTS_MAX`).
+    pub task_input_requests_max: usize,
+    /// `--task-poll-interval-ms` (`TASK_POLL_INTERVAL_MS`).
+    pub task_poll_interval: Duration,
 }
 
 impl Default for Config {
@@ -321,6 +353,11 @@ impl Default for Config {
             cache_ttl_ms: CACHE_TTL_MS,
             request_state_ttl: Duration::from_secs(REQUEST_STATE_TTL_SECS),
             idempotency_keys_per_core_max: IDEMPOTENCY_KEYS_PER_CORE_MAX,
+            tasks_per_core_max: TASKS_PER_CORE_MAX,
+            task_retention: Duration::from_secs(TASK_RETENTION_SECS),
+            task_bytes_per_core: TASK_BYTES_PER_CORE,
+            task_input_requests_max: TASK_INPUT_REQUESTS_MAX,
+            task_poll_interval: Duration::from_millis(TASK_POLL_INTERVAL_MS),
         }
     }
 }
@@ -370,7 +407,7 @@ impl Config {
 
     /// Checks every value once, so workers can rely on them.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let nonzero: [(&'static str, u128); 26] = [
+        let nonzero: [(&'static str, u128); 31] = [
             ("threads", self.threads as u128),
             ("max-header-bytes", self.header_bytes_max as u128),
             ("max-headers", self.headers_max as u128),
@@ -388,6 +425,11 @@ impl Config {
             ("stream-retention-secs", self.stream_retention.as_millis()),
             ("request-state-ttl-secs", self.request_state_ttl.as_millis()),
             ("max-idempotency-keys-per-core", self.idempotency_keys_per_core_max as u128),
+            ("max-tasks-per-core", self.tasks_per_core_max as u128),
+            ("task-retention-secs", self.task_retention.as_millis()),
+            ("task-bytes-per-core", self.task_bytes_per_core as u128),
+            ("max-task-input-requests", self.task_input_requests_max as u128),
+            ("task-poll-interval-ms", self.task_poll_interval.as_millis()),
             ("sse-retry-ms", u128::from(self.sse_retry_ms)),
             ("drain-secs", self.drain.as_millis()),
             ("core-buffer-bytes", self.core_buffer_bytes as u128),

@@ -39,6 +39,7 @@ counters! {
     modern_requests_total => "tidemark_modern_requests_total", "MCP 2026-07-28 (stateless) requests that passed the header and _meta checks.";
     request_state_refused_total => "tidemark_request_state_refused_total", "MRTR requestState refused (tampered, expired or another request's).";
     modern_cancelled_total => "tidemark_modern_cancelled_total", "MCP 2026-07-28 requests cancelled because the client closed the response stream.";
+    tasks_created_total => "tidemark_tasks_created_total", "MCP 2026-07-28 tool calls that became tasks (io.modelcontextprotocol/tasks).";
     sessions_created_total => "tidemark_sessions_created_total", "Sessions created by initialize.";
     sessions_expired_total => "tidemark_sessions_expired_total", "Sessions ended by idle expiry.";
     sessions_deleted_total => "tidemark_sessions_deleted_total", "Sessions ended by DELETE.";
@@ -67,6 +68,9 @@ counters! {
     limit_timeout => "tidemark_limit_hits_total{limit=\"header_timeout\"}", "Requests refused at a limit.";
     limit_upstream => "tidemark_limit_hits_total{limit=\"upstream_processes\"}", "Requests refused at a limit.";
     limit_idempotency_keys => "tidemark_limit_hits_total{limit=\"idempotency_keys\"}", "Requests refused at a limit.";
+    limit_tasks => "tidemark_limit_hits_total{limit=\"tasks\"}", "Requests refused at a limit.";
+    limit_task_bytes => "tidemark_limit_hits_total{limit=\"task_bytes\"}", "Requests refused at a limit.";
+    limit_task_input_requests => "tidemark_limit_hits_total{limit=\"task_input_requests\"}", "Requests refused at a limit.";
 }
 
 /// A counter written by one core only.

@@ -33,6 +33,8 @@ pub(crate) struct Core {
     pub buffered_bytes: Rc<std::cell::Cell<usize>>,
     /// 2026-07-28 Idempotency-Key records of the keys this core owns (`modern::keyed`).
     pub keys: Rc<RefCell<crate::modern::keyed::KeyTable>>,
+    /// 2026-07-28 tasks (`io.modelcontextprotocol/tasks`) this core created (`modern::tasks`).
+    pub tasks: crate::modern::tasks::TaskStore,
 }
 
 /// What the connection does after `handle`.

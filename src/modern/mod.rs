@@ -21,6 +21,8 @@ pub(crate) mod keyed;
 pub(crate) mod listen;
 pub(crate) mod meta;
 pub mod state;
+pub(crate) mod task_call;
+pub(crate) mod tasks;
 
 use std::rc::Rc;
 
@@ -90,6 +92,10 @@ pub(crate) async fn post(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -
         if owner != core.index {
             return Outcome::HandOff(owner);
         }
+    }
+    // A task's requests are served by the core that holds it, named by `Mcp-Name`.
+    if let Some(owner) = task_call::route(core, &req) {
+        return Outcome::HandOff(owner);
     }
     let body = match jsonrpc::decode(req.body, crate::config::JSON_DEPTH_MAX) {
         Ok(b) => b,
@@ -165,6 +171,10 @@ pub(crate) async fn serve(
         "tools/call" => tools_call(core, req, id, params, request_meta, out).await,
         "prompts/get" => prompts_get(core, req, id, params, request_meta, out).await,
         "subscriptions/listen" => listen::start(core, id, &params, out),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => {
+            let capabilities = &request_meta.client_capabilities;
+            task_call::serve(core, &id, &method, &params, capabilities, out, keep_alive)
+        }
         _ => {
             let known_removed = REMOVED_METHODS.contains(&method.as_str());
             let message = if known_removed {
@@ -230,6 +240,7 @@ fn discover_result(core: &Core) -> Value {
         // which tidemark does not deliver yet: do not promise them.
         resources.remove("subscribe");
     }
+    task_call::advertise(&mut capabilities);
     serde_json::json!({
         "resultType": "complete",
         "supportedVersions": meta::SUPPORTED_VERSIONS,
@@ -281,6 +292,11 @@ async fn tools_call(
             return meta_refusal(out, &id, &e, keep_alive);
         }
     }
+    let support = route.provider.task_support(&name);
+    let may_become_task = match task_call::admission(support, &request_meta.client_capabilities) {
+        Ok(may) => may,
+        Err(e) => return meta_refusal(out, &id, &e, keep_alive),
+    };
     let (answers, binding) = match input_round(core, "tools/call", &name, &params) {
         Ok(round) => round,
         Err(e) => return meta_refusal(out, &id, &e, keep_alive),
@@ -315,9 +331,15 @@ async fn tools_call(
         answers,
         record: scoped_key.as_ref().map(|_| core.cfg.replay_bytes_max),
     }));
-    let cx = CallContext::new(sink.clone(), SessionRef::NONE, meta::MODERN_VERSION);
+    let task_sink = may_become_task.then(|| task_call::TaskSink::new(sink.clone()));
+    let cx = CallContext::new(
+        task_call::call_sink(&sink, &task_sink),
+        SessionRef::NONE,
+        meta::MODERN_VERSION,
+    );
     let ToolRoute { name, provider, .. } = route;
     let work = Box::pin(async move { provider.call_tool(&name, arguments, cx).await });
+    let work = task_call::augment(core, task_sink, work);
     let job = CallJob::new(id.clone(), sink.clone(), work, binding, core.cfg.request_state_ttl);
     let Some(scoped_key) = scoped_key else {
         return start_call(job, out, keep_alive).await;

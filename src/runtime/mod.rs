@@ -462,6 +462,11 @@ async fn serve(spec: WorkerSpec) {
         keys: Rc::new(RefCell::new(crate::modern::keyed::KeyTable::new(
             cfg.idempotency_keys_per_core_max,
         ))),
+        tasks: crate::modern::tasks::TaskStore::new(
+            index,
+            crate::modern::tasks::TaskLimits::from_config(&cfg),
+            metrics.clone(),
+        ),
         threads: inboxes.len() as u16,
         index,
         metrics,
@@ -607,6 +612,7 @@ async fn reap(core: Rc<Core>) {
     loop {
         monoio::time::sleep(REAP_INTERVAL).await;
         let now = Instant::now();
+        core.tasks.expire(now);
         let sessions = core.sessions.borrow().all();
         for rc in sessions {
             let mut s = rc.borrow_mut();

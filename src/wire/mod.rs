@@ -328,6 +328,14 @@ pub fn push_error_response(
 
 /// A provider's error as a JSON-RPC error response (MCP: unknown names are invalid params).
 pub fn push_provider_error(out: &mut Vec<u8>, id: &RawId, e: &ProviderError) {
+    let (code, message, data) = provider_error_parts(e);
+    let data = data.and_then(|d| serde_json::to_string(d).ok());
+    jsonrpc::push_error(out, Some(id), code, message, data.as_deref());
+}
+
+/// A provider's error as JSON-RPC `(code, message, data)`: the one mapping, for a response
+/// (`push_provider_error`) and for a failed task's `error` object.
+pub fn provider_error_parts(e: &ProviderError) -> (i64, &str, Option<&serde_json::Value>) {
     let (code, message) = match e {
         ProviderError::InvalidParams(m) => (Code::InvalidParams, m.as_str()),
         ProviderError::NotFound(m) => (Code::InvalidParams, m.as_str()),
@@ -335,13 +343,9 @@ pub fn push_provider_error(out: &mut Vec<u8>, id: &RawId, e: &ProviderError) {
         ProviderError::Cancelled => (Code::InternalError, "cancelled"),
         ProviderError::Internal(m) => (Code::InternalError, m.as_str()),
         ProviderError::Unavailable(m) => (Code::InternalError, m.as_str()),
-        ProviderError::Rpc { code, message, data } => {
-            let data = data.as_ref().and_then(|d| serde_json::to_string(d).ok());
-            jsonrpc::push_error(out, Some(id), *code, message, data.as_deref());
-            return;
-        }
+        ProviderError::Rpc { code, message, data } => return (*code, message, data.as_ref()),
     };
-    jsonrpc::push_error(out, Some(id), code.value(), message, None);
+    (code.value(), message, None)
 }
 
 /// The error that ends a request whose event does not fit the replay ring at all (bigger
