@@ -58,7 +58,7 @@
 #                       appended; CMD must print tidemark's first line); for stand-in servers
 #   --example-cmd CMD   the same for the example stage: start CMD instead of
 #                       target/release/examples/custom_tool (not built then)
-#   --py-auto-era ERA   era the Python client's `auto` mode must end in (default legacy): it
+#   --py-auto-era ERA   era the Python client's `auto` mode must end in (default modern): it
 #                       probes server/discover and falls back to initialize unless the server
 #                       answers with a DiscoverResult naming 2026-07-28 (then: modern)
 #
@@ -86,7 +86,7 @@ only="$ALL_STAGES"
 build=1
 server_cmd=""
 example_cmd=""
-py_auto_era="legacy"
+py_auto_era="modern"
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --only) only="${2:?--only needs a value}"; shift 2 ;;

@@ -551,3 +551,64 @@ fn a_child_runs_on_the_processs_cpus_not_its_workers_pin() {
     let child = result_text(&call_all(&server, &sid, 1, "pid", "{}")[0]);
     assert_eq!(cpus_allowed(&child), cpus_allowed(&server.pid().to_string()));
 }
+
+/// A 2026-07-28 request through the bridge: `params` plus the modern `_meta`, with the headers.
+fn modern_call(
+    server: &Server,
+    id: u64,
+    tool: &str,
+    params: serde_json::Value,
+) -> serde_json::Value {
+    let mut params = params;
+    params["name"] = tool.into();
+    params["_meta"] = serde_json::json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": { "sampling": {} },
+    });
+    let body =
+        serde_json::json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params });
+    let headers =
+        [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/call"), ("Mcp-Name", tool)];
+    let r = post(server, &headers, &body.to_string());
+    assert_eq!(r.status, 200, "{}", r.text());
+    if r.header("Content-Type").is_some_and(|c| c.starts_with("text/event-stream")) {
+        let evs = support::messages(&r.events());
+        return evs.last().expect("a final message").json();
+    }
+    r.json()
+}
+
+/// Goal: 2026-07-28 requests reach an upstream through the core's shared link (there is no
+/// client session to map): stateless calls share one child, apart from a legacy session's own,
+/// and an upstream's sampling request becomes an input-required round (MRTR) whose retry gets
+/// the answer to the upstream. Method: the fixture's `pid` and `ask` tools, raw modern POSTs.
+#[test]
+fn modern_requests_use_the_cores_link_and_upstream_requests_become_input_rounds() {
+    let counter = Counter::new("modern");
+    let server = bridge("uring", &counter, &[]);
+    let pid = |v: serde_json::Value| v["result"]["content"][0]["text"].as_str().map(str::to_owned);
+    let first = pid(modern_call(&server, 1, "pid", serde_json::json!({}))).expect("pid");
+    let second = pid(modern_call(&server, 2, "pid", serde_json::json!({}))).expect("pid");
+    assert_eq!(first, second, "stateless calls share the core's link");
+    let sid = open_session(&server);
+    let legacy = result_text(&call_all(&server, &sid, 3, "pid", "{}")[0]);
+    assert_ne!(legacy, first, "a legacy session keeps its own child");
+
+    let args = serde_json::json!({ "arguments": { "question": "why?" } });
+    let round = modern_call(&server, 4, "ask", args.clone());
+    let result = &round["result"];
+    assert_eq!(result["resultType"], "input_required", "{round}");
+    let (key, request) = result["inputRequests"]
+        .as_object()
+        .and_then(|m| m.iter().next())
+        .expect("one input request");
+    assert_eq!(request["method"], "sampling/createMessage", "{round}");
+    assert_eq!(request["params"]["messages"][0]["content"]["text"], "why?");
+    let mut retry = args;
+    retry["inputResponses"] = serde_json::json!({ key.as_str(): {
+        "role": "assistant", "model": "m", "content": { "type": "text", "text": "because" } } });
+    retry["requestState"] = result["requestState"].clone();
+    let done = modern_call(&server, 5, "ask", retry);
+    assert_eq!(done["result"]["resultType"], "complete", "{done}");
+    assert_eq!(done["result"]["content"][0]["text"], "client said: because", "{done}");
+}

@@ -52,6 +52,17 @@ pub(crate) struct Registry {
     /// Bumped when a re-listing starts: a slower, older listing must not overwrite a newer one.
     listing: std::cell::Cell<u64>,
     capabilities: Value,
+    /// Whether every provider has opened `SessionRef::STATELESS` (the 2026-07-28 requests of
+    /// this core), and a wake-up for requests waiting while it opens.
+    stateless: std::cell::Cell<StatelessOpen>,
+    stateless_opened: crate::legacy::session::signal::Signal,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StatelessOpen {
+    Closed,
+    Opening,
+    Open,
 }
 
 impl Registry {
@@ -76,6 +87,8 @@ impl Registry {
             changes,
             tools: RefCell::new(ToolTable::default()),
             listing: std::cell::Cell::new(0),
+            stateless: std::cell::Cell::new(StatelessOpen::Closed),
+            stateless_opened: Default::default(),
         };
         registry.relist_tools().await;
         registry
@@ -156,6 +169,37 @@ impl Registry {
         // A provider may have re-listed its tools while opening (a bridge's first upstream).
         self.refresh_if_stale().await;
         Ok(infos)
+    }
+
+    /// Opens `SessionRef::STATELESS` on every provider, once per core, before the core's first
+    /// 2026-07-28 request that reaches them (a bridge connects its core's upstream link and
+    /// lists its tools). A failure is logged and tried again at the next request; the request
+    /// goes on with what the providers have.
+    pub(crate) async fn open_stateless(&self) {
+        loop {
+            match self.stateless.get() {
+                StatelessOpen::Open => return,
+                StatelessOpen::Opening => self.stateless_opened.notified().await,
+                StatelessOpen::Closed => break,
+            }
+        }
+        self.stateless.set(StatelessOpen::Opening);
+        let start = SessionStart {
+            session: SessionRef::STATELESS,
+            protocol_version: crate::legacy::session::LEGACY_VERSIONS[0],
+            client_params: serde_json::json!({
+                "capabilities": { "sampling": {}, "elicitation": {}, "roots": {} },
+                "clientInfo": { "name": "tidemark", "version": env!("CARGO_PKG_VERSION") },
+            }),
+            notifier: crate::provider::Notifier::detached(),
+        };
+        let opened = self.open_session(&start).await;
+        if let Err(e) = &opened {
+            tracing::warn!(error = %e, "providers could not open the stateless (2026-07-28) session");
+        }
+        let state = if opened.is_ok() { StatelessOpen::Open } else { StatelessOpen::Closed };
+        self.stateless.set(state);
+        self.stateless_opened.notify_all();
     }
 
     /// Tells every provider that the core stops.
@@ -316,7 +360,7 @@ impl Registry {
         cx: crate::provider::CallContext,
     ) -> Result<Value, ProviderError> {
         for provider in &self.providers {
-            let session = SessionRef::NONE;
+            let session = SessionRef::STATELESS;
             let found =
                 provider.get_prompt_with_context(session, name, arguments.clone(), cx.clone());
             if let Some(found) = found.await? {

@@ -12,7 +12,7 @@
 //! answers of `server/discover` and of the methods that need no stream (with `resultType` and
 //! the caching hints), and the jobs a connection drives: a call (`call`) and a
 //! `subscriptions/listen` stream (`listen`). Providers are the same as the legacy path's: a
-//! modern request reaches them with `SessionRef::NONE` (a bridge then uses its core's shared
+//! modern request reaches them with `SessionRef::STATELESS` (a bridge then uses its core's shared
 //! upstream link).
 //! Never: touches a socket, or any legacy session.
 
@@ -145,6 +145,9 @@ pub(crate) async fn serve(
         return meta_refusal(out, &id, &e, keep_alive);
     }
     core.metrics.modern_requests_total.inc();
+    if method != "server/discover" {
+        core.registry.open_stateless().await;
+    }
     match method.as_str() {
         "server/discover" => {
             let mut body = Vec::with_capacity(512);
@@ -157,14 +160,14 @@ pub(crate) async fn serve(
         | "resources/templates/list"
         | "resources/read" => {
             let mut body = Vec::with_capacity(512);
-            core.registry.answer(SessionRef::NONE, &id, &method, &params, &mut body).await;
+            core.registry.answer(SessionRef::STATELESS, &id, &method, &params, &mut body).await;
             let hints = cache_hints(core);
             decorate_result(&mut body, &id, &hints);
             reply(out, Answer::Json(&body), keep_alive)
         }
         "completion/complete" => {
             let mut body = Vec::with_capacity(256);
-            core.registry.answer(SessionRef::NONE, &id, &method, &params, &mut body).await;
+            core.registry.answer(SessionRef::STATELESS, &id, &method, &params, &mut body).await;
             decorate_result(&mut body, &id, RESULT_COMPLETE);
             reply(out, Answer::Json(&body), keep_alive)
         }
@@ -334,7 +337,7 @@ async fn tools_call(
     let task_sink = may_become_task.then(|| task_call::TaskSink::new(sink.clone()));
     let cx = CallContext::new(
         task_call::call_sink(&sink, &task_sink),
-        SessionRef::NONE,
+        SessionRef::STATELESS,
         meta::MODERN_VERSION,
     );
     let ToolRoute { name, provider, .. } = route;
@@ -416,7 +419,7 @@ async fn prompts_get(
         answers,
         record: None,
     }));
-    let cx = CallContext::new(sink.clone(), SessionRef::NONE, meta::MODERN_VERSION);
+    let cx = CallContext::new(sink.clone(), SessionRef::STATELESS, meta::MODERN_VERSION);
     let registry_core = core.clone();
     let work = Box::pin(async move {
         registry_core.registry.get_prompt_with_context(&name, arguments, cx).await

@@ -501,6 +501,11 @@ impl SessionRef {
     /// No session: the server asking at start, before any client.
     pub const NONE: SessionRef = SessionRef(0);
 
+    /// Requests of the 2026-07-28 (stateless) revision, which have no session: a provider that
+    /// keeps per-session state serves them from state it shares (a bridge: its core's
+    /// upstream link). Opened once per core with `open_session` before the first such request.
+    pub const STATELESS: SessionRef = SessionRef(u64::MAX);
+
     pub(crate) fn new(value: u64) -> SessionRef {
         SessionRef(value)
     }

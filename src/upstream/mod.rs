@@ -371,12 +371,32 @@ impl Bridge {
         }
     }
 
-    /// The link serving `session`, if it has one.
+    /// The link serving `session`, if it has one: the core's link for `shared` isolation and
+    /// for 2026-07-28 requests (`SessionRef::STATELESS`: there is no client session to map).
     fn link(&self, session: SessionRef) -> Option<Rc<Link>> {
         match self.settings.isolation {
-            Isolation::PerSession => self.links.borrow().get(&session).cloned(),
-            Isolation::Shared => self.core_link.borrow().clone(),
+            Isolation::PerSession if session != SessionRef::STATELESS => {
+                self.links.borrow().get(&session).cloned()
+            }
+            Isolation::PerSession | Isolation::Shared => self.core_link.borrow().clone(),
         }
+    }
+
+    /// The core's link, made (not yet connected) on first use. It speaks for every client, so
+    /// it offers the upstream every client capability tidemark can route to a call.
+    fn core_link(&self, start: &SessionStart) -> Rc<Link> {
+        if let Some(link) = self.core_link.borrow().clone() {
+            return link;
+        }
+        let mut generic = start.clone();
+        generic.client_params = json!({
+            "capabilities": { "sampling": {}, "elicitation": {}, "roots": {} },
+            "clientInfo": { "name": "tidemark", "version": env!("CARGO_PKG_VERSION") },
+        });
+        let events = BroadcastEvents(self.shared.clone());
+        let link = Rc::new(new_link(&generic, Rc::new(events)));
+        *self.core_link.borrow_mut() = Some(link.clone());
+        link
     }
 
     /// The link's live upstream connection, connecting (again) when it has none.
@@ -773,8 +793,9 @@ impl Provider for Bridge {
         start: &'a SessionStart,
     ) -> LocalBoxFuture<'a, ProviderResult<SessionInfo>> {
         Box::pin(async move {
+            let stateless = start.session == SessionRef::STATELESS;
             match self.settings.isolation {
-                Isolation::PerSession => {
+                Isolation::PerSession if !stateless => {
                     let events = SessionEvents {
                         shared: self.shared.clone(),
                         notifier: start.notifier.clone(),
@@ -793,24 +814,8 @@ impl Provider for Bridge {
                     let info = link.info.borrow().clone();
                     Ok(info)
                 }
-                Isolation::Shared => {
-                    let link = self.core_link.borrow().clone();
-                    let link = match link {
-                        Some(link) => link,
-                        None => {
-                            // The core's link speaks for every client: it offers the upstream
-                            // every client capability tidemark can route to a call.
-                            let mut generic = start.clone();
-                            generic.client_params = json!({
-                                "capabilities": { "sampling": {}, "elicitation": {}, "roots": {} },
-                                "clientInfo": { "name": "tidemark", "version": env!("CARGO_PKG_VERSION") },
-                            });
-                            let events = BroadcastEvents(self.shared.clone());
-                            let link = Rc::new(new_link(&generic, Rc::new(events)));
-                            *self.core_link.borrow_mut() = Some(link.clone());
-                            link
-                        }
-                    };
+                Isolation::PerSession | Isolation::Shared => {
+                    let link = self.core_link(start);
                     self.peer(&link).await?;
                     self.shared
                         .notifiers
