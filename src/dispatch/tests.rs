@@ -163,9 +163,9 @@ fn tools_list_is_valid_json_with_every_required_field() {
     let registry = full();
     let listed = result(&registry, "tools/list", "{}");
     let items = listed["tools"].as_array().expect("tools array");
-    // demo's 4 and conformance's 34, whose `greet` (a tasks fixture) is demo's name: the first
+    // demo's 4 and conformance's 35, whose `greet` (a tasks fixture) is demo's name: the first
     // provider's is listed.
-    assert_eq!(items.len(), 37);
+    assert_eq!(items.len(), 38);
     let specs: Vec<_> =
         demo::tools().into_iter().chain(conformance::tools()).map(|t| t.spec().clone()).collect();
     for item in items {

@@ -124,17 +124,32 @@ const ELICITATION_SEP1330_ENUMS: ToolSpec = spec(
     NO_ARGUMENTS,
     INTERACTIVE,
 );
-/// SEP-1613: listed verbatim, so `$schema`, `$defs` and `additionalProperties` must survive.
+/// SEP-1613 and SEP-2106: listed verbatim, so `$schema`, `$defs` (with an `$anchor`),
+/// `additionalProperties`, the composition (`allOf`/`anyOf`) and conditional
+/// (`if`/`then`/`else`) keywords must survive.
 const JSON_SCHEMA_2020_12: ToolSpec = spec(
     "json_schema_2020_12_tool",
     "Tool with JSON Schema 2020-12 features for conformance testing (SEP-1613)",
     concat!(
         r#"{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object","#,
-        r#""$defs":{"address":{"type":"object","properties":{"#,
+        r#""$defs":{"address":{"$anchor":"addressDef","type":"object","properties":{"#,
         r#""street":{"type":"string"},"city":{"type":"string"}}}},"#,
-        r##""properties":{"name":{"type":"string"},"address":{"$ref":"#/$defs/address"}},"##,
+        r##""properties":{"name":{"type":"string"},"address":{"$ref":"#/$defs/address"},"##,
+        r#""contactMethod":{"type":"string","enum":["phone","email"]},"#,
+        r#""phone":{"type":"string"},"email":{"type":"string"}},"#,
+        r#""allOf":[{"anyOf":[{"required":["phone"]},{"required":["email"]}]}],"#,
+        r#""if":{"properties":{"contactMethod":{"const":"phone"}},"required":["contactMethod"]},"#,
+        r#""then":{"required":["phone"]},"else":{"required":["email"]},"#,
         r#""additionalProperties":false}"#
     ),
+    READ_ONLY,
+);
+/// SEP-2243 (2026-07-28): a parameter mirrored into the `Mcp-Param-Value` header, which the
+/// server checks against the body before the call runs.
+const HEADER_PARAM: ToolSpec = spec(
+    "test_header_param",
+    "Returns its `value`, which clients also send as the Mcp-Param-Value header (SEP-2243)",
+    r#"{"type":"object","properties":{"value":{"type":"string","x-mcp-header":"Value"}},"required":["value"]}"#,
     READ_ONLY,
 );
 
@@ -155,6 +170,7 @@ pub(crate) fn tools() -> Vec<Rc<dyn BuiltinTool>> {
         fn_tool(ELICITATION_SEP1034_DEFAULTS, elicitation_sep1034_defaults),
         fn_tool(ELICITATION_SEP1330_ENUMS, elicitation_sep1330_enums),
         fn_tool(JSON_SCHEMA_2020_12, json_schema_2020_12),
+        fn_tool(HEADER_PARAM, header_param),
     ]
     .into_iter()
     .chain(super::conformance_modern::tools())
@@ -407,6 +423,11 @@ async fn json_schema_2020_12(arguments: Value, _cx: CallContext) -> ProviderResu
     expect_arguments_object(&arguments)?;
     let arguments = if arguments.is_null() { "{}".to_owned() } else { arguments.to_string() };
     Ok(text_result(format!("JSON Schema 2020-12 tool called with: {arguments}")))
+}
+
+/// Returns `value`: the point of the tool is its `x-mcp-header` parameter.
+async fn header_param(arguments: Value, _cx: CallContext) -> ProviderResult<Value> {
+    Ok(text_result(format!("value: {}", required_str(&arguments, "value")?)))
 }
 
 /// Resources, the template, prompts and completions of the conformance set. Stateless.
@@ -875,6 +896,11 @@ mod tests {
         assert_eq!(schema["$defs"]["address"]["type"], json!("object"));
         assert_eq!(schema["properties"]["address"]["$ref"], json!("#/$defs/address"));
         assert_eq!(schema["additionalProperties"], json!(false));
+        assert_eq!(schema["$defs"]["address"]["$anchor"], json!("addressDef"));
+        assert!(schema["allOf"][0]["anyOf"].is_array());
+        assert!(
+            schema["if"].is_object() && schema["then"].is_object() && schema["else"].is_object()
+        );
         let result = call_quietly("json_schema_2020_12_tool", json!({ "name": "n" }));
         assert_eq!(first_text(&result), r#"JSON Schema 2020-12 tool called with: {"name":"n"}"#);
     }

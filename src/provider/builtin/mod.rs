@@ -353,7 +353,7 @@ mod tests {
                 assert_eq!(tool.input_schema, parse(text), "{}: schema as written", tool.name);
             }
         }
-        assert_eq!(count, 38);
+        assert_eq!(count, 39);
         let schema = &run(provider.list_tools()).expect("lists")[13].input_schema;
         assert_eq!(schema["$schema"], json!("https://json-schema.org/draft/2020-12/schema"));
     }
