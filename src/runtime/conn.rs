@@ -500,7 +500,9 @@ async fn drive_observer(
     let mut pending: Vec<bytes::Bytes> = Vec::new();
     loop {
         let finished = record.outcome.borrow().clone();
-        let waiting = wait_until.is_some_and(|until| Instant::now() < until) && finished.is_none();
+        // A retry writes nothing until the outcome is there (then all at once), or its wait
+        // ran out (then 409, below).
+        let waiting = wait_until.is_some() && finished.is_none();
         if !waiting {
             pending.clear();
             record.sink.recorded_from(cursor, &mut pending);
@@ -540,7 +542,7 @@ async fn drive_observer(
             let (ok, o) = write_out(socket, out).await;
             return (ok && keep_alive, o);
         }
-        if wait_until.is_some() && !waiting {
+        if waiting && wait_until.is_some_and(|until| Instant::now() >= until) {
             // A retry whose call still runs after --owed-wait-ms: it learns to come back.
             core.metrics.rejected_held_too_long.inc();
             let mut body = Vec::with_capacity(160);
