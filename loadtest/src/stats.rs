@@ -176,6 +176,9 @@ pub fn human(value: f64) -> String {
 
 /// `1234567.8` → `1,234,568`.
 pub fn thousands(value: f64) -> String {
+    if value <= -0.5 {
+        return format!("-{}", thousands(-value));
+    }
     let digits = format!("{:.0}", value.max(0.0));
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
@@ -344,6 +347,8 @@ mod tests {
         assert_eq!(thousands(0.4), "0");
         assert_eq!(thousands(999.0), "999");
         assert_eq!(thousands(1234567.8), "1,234,568");
+        assert_eq!(thousands(-4096.0), "-4,096");
+        assert_eq!(thousands(-0.2), "0");
     }
 
     #[test]
