@@ -30,6 +30,19 @@ pub fn echo_body(text: &str) -> String {
     )
 }
 
+/// `tools/call echo` as a 2026-07-28 (stateless) client sends it: the protocol version and the
+/// client's capabilities in `params._meta`, since there is no `initialize` to carry them.
+pub fn modern_echo_body(text: &str, version: &str) -> String {
+    format!(
+        concat!(
+            r#"{{"jsonrpc":"2.0","id":{{id}},"method":"tools/call","params":{{"name":"echo","#,
+            r#""arguments":{{"text":"{}"}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"{}","#,
+            r#""io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
+        ),
+        text, version
+    )
+}
+
 /// `slow_counter` with the request id as progress token, so every call asks for progress.
 pub fn slow_counter_body(steps: u64, delay_ms: u64) -> String {
     format!(
@@ -178,6 +191,7 @@ mod tests {
             initialize_body("2025-11-25"),
             PING_BODY.to_owned(),
             echo_body("xx"),
+            modern_echo_body("xx", "2026-07-28"),
             slow_counter_body(3, 1),
             GET_COUNTER_BODY.to_owned(),
         ] {

@@ -6,8 +6,8 @@
 //! Module map (a module may use the ones below it):
 //! - `main`: flags, scenario set-up, the run report's printing and writing.
 //! - `report`, `plot`: medians over repeated runs, markdown, SVG percentile plots.
-//! - `scenario/`: `calls` (ping, echo, stream), `sessions`, `resume`, `migration`, `fault`,
-//!   `flow`.
+//! - `scenario/`: `calls` (ping, echo, stream, modern), `modern` (its request and the watch on
+//!   the server), `sessions`, `resume`, `migration`, `fault`, `flow`.
 //! - `engine`: one epoll loop per load thread, closed-loop and fixed-rate schedules.
 //! - `client`: blocking connections for set-up and the step-by-step scenarios.
 //! - `stats`: histograms, counters, the progress line, `RunReport`.
@@ -51,6 +51,7 @@ use crate::wire::{PostTemplate, Target};
     about = "Load generator for MCP Streamable HTTP servers (tidemark, rmcp, ...)",
     after_help = "Examples:\n  tidemark-load echo --url http://127.0.0.1:8080/mcp --connections 64 --duration 10s\n  \
                   tidemark-load echo --url URL --rate 50000 --json echo.json --plot echo.svg\n  \
+                  tidemark-load modern --url URL --connections 64 --rss --metrics-url METRICS_URL\n  \
                   tidemark-load migration --url URL --connections 4 --duration 5s\n  \
                   tidemark-load fault --url URL --calls 2000 --seed 7\n  \
                   tidemark-load report --markdown table.md --ratio tidemark/rmcp runs/*.json"
@@ -66,6 +67,9 @@ enum Command {
     Ping(PingArgs),
     /// `tools/call echo` on established sessions: calls/s and latency.
     Echo(EchoArgs),
+    /// `tools/call echo` as stateless 2026-07-28 requests: no initialize, no session, on
+    /// keep-alive connections; calls/s and latency, optionally the server's RSS and sessions.
+    Modern(ModernArgs),
     /// `tools/call slow_counter` with many steps and no delay: events/s and responses/s.
     Stream(StreamArgs),
     /// Cut a stream after k events, resume with GET + Last-Event-ID: latency by events buffered.
@@ -184,6 +188,29 @@ struct EchoArgs {
     /// Length of the echoed text.
     #[arg(long, default_value_t = 16)]
     payload_bytes: usize,
+}
+
+#[derive(Args, Debug)]
+struct ModernArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Length of the echoed text.
+    #[arg(long, default_value_t = 16)]
+    payload_bytes: usize,
+    /// Sample the server's RSS over the run (every --rss-every; the process listening on the
+    /// URL's port, or --server-pid).
+    #[arg(long)]
+    rss: bool,
+    /// The server's pid for --rss (default: the process listening on the URL's port).
+    #[arg(long)]
+    server_pid: Option<u32>,
+    #[arg(long, default_value = "1s")]
+    rss_every: Dur,
+    /// The server's Prometheus endpoint (tidemark `--metrics-listen`): sessions active after the
+    /// run, and sessions created, modern requests and connections over it (`server.*`); any
+    /// session created fails the run.
+    #[arg(long)]
+    metrics_url: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -371,6 +398,7 @@ fn run(command: Command) -> anyhow::Result<bool> {
                 serde_json::json!({ "payload_bytes": a.payload_bytes }),
             )?
         }
+        Command::Modern(a) => modern(&a)?,
         Command::Stream(a) => {
             let body = jsonrpc::slow_counter_body(u64::from(a.steps), 0);
             calls(
@@ -588,15 +616,40 @@ fn calls(
         .map(|s| PostTemplate::new(&target, Some(&s.id), &s.version, &body))
         .collect();
     let win = window(common, duration, warmup);
+    let report = run_calls(common, scenario, &target, config, templates, steps, win, None)?;
+    finish(common, report)
+}
+
+/// The engine part of `calls` and `modern`: `templates` on `connections`, over `win`; the
+/// report before `finish`.
+#[allow(clippy::too_many_arguments)]
+fn run_calls(
+    common: &Common,
+    scenario: &'static str,
+    target: &Target,
+    config: serde_json::Value,
+    templates: Vec<PostTemplate>,
+    steps: Option<u32>,
+    win: (Instant, Instant, Instant),
+    stateless: Option<Arc<scenario::calls::Stateless>>,
+) -> anyhow::Result<RunReport> {
+    let connections = common.connections.unwrap_or(64).max(1);
+    let duration = win.2.duration_since(win.1);
     let unit = if scenario == "stream" { "responses" } else { "calls" };
     let budget =
         common.requests.map(|n| Arc::new(AtomicI64::new(i64::try_from(n).unwrap_or(i64::MAX))));
     let result = run_engine(
         common,
-        &target,
+        target,
         connections,
         win,
-        |_| scenario::calls::Calls::new(templates.clone(), steps, budget.clone()),
+        |_| {
+            let calls = scenario::calls::Calls::new(templates.clone(), steps, budget.clone());
+            match &stateless {
+                Some(counts) => calls.stateless(counts.clone()),
+                None => calls,
+            }
+        },
         (scenario, unit),
     )?;
     let mut report = RunReport::new(scenario, &common.label, &common.url, config);
@@ -617,6 +670,72 @@ fn calls(
     result.errors.into_counters(&mut report.counters);
     if common.rate.is_some() {
         report.values.insert("backlog_max".into(), result.backlog_max as f64);
+    }
+    if let Some(counts) = &stateless {
+        counts.add_counters(&mut report.counters);
+    }
+    Ok(report)
+}
+
+/// `modern`: stateless `tools/call echo`, no session; with `--rss` and `--metrics-url`, what the
+/// server kept over the run.
+fn modern(a: &ModernArgs) -> anyhow::Result<RunReport> {
+    use scenario::modern;
+    let common = &a.common;
+    if common.sessions.is_some() {
+        bail!("modern opens no sessions: --sessions does not apply");
+    }
+    let target = Target::parse(&common.url)?;
+    let duration = common.duration.map_or(Duration::from_secs(5), |d| d.0);
+    let warmup = common.warmup.map_or(Duration::from_secs(1), |d| d.0);
+    let config = config_json(
+        common,
+        serde_json::json!({"payload_bytes": a.payload_bytes,
+                           "protocol_version": wire::MODERN_PROTOCOL_VERSION,
+                           "rss": a.rss || a.server_pid.is_some(), "rss_every": a.rss_every,
+                           "metrics_url": a.metrics_url}),
+    );
+    print_config("modern", &config);
+    let pid = match (a.server_pid, a.rss) {
+        (Some(pid), _) => Some(pid),
+        (None, true) => Some(procfs::listener_pid(target.addr.port())?),
+        (None, false) => None,
+    };
+    let scrape = |when: &str| match &a.metrics_url {
+        Some(url) => scenario::fault::scrape_metrics(url, common.timeout.0)
+            .map(Some)
+            .with_context(|| format!("reading the server's metrics {when} the run")),
+        None => Ok(None),
+    };
+    let metrics_before = scrape("before")?;
+    let rss_before = pid.map(procfs::rss_bytes).transpose()?;
+    let sampler = pid.map(|pid| modern::RssSampler::start(pid, a.rss_every.0));
+    let win = window(common, duration, warmup);
+    let counts = Arc::new(scenario::calls::Stateless::default());
+    let templates = vec![modern::template(&target, a.payload_bytes)];
+    let run = run_calls(common, "modern", &target, config, templates, None, win, Some(counts));
+    let samples = sampler.map(modern::RssSampler::finish);
+    let mut report = run?;
+    if let (Some(samples), Some(before)) = (&samples, rss_before) {
+        eprintln!("{}", modern::rss_line(samples, win.1));
+        modern::rss_values(samples, before, (win.1, win.2), &mut report.values);
+    }
+    report.counters.entry("answers_other".into()).or_insert(0);
+    if let (Some(before), Some(after)) = (&metrics_before, scrape("after")?) {
+        let get = |m: &std::collections::BTreeMap<String, f64>, k: &str| {
+            m.get(k).copied().unwrap_or(0.0) as i64
+        };
+        for name in modern::SERVER_METRICS {
+            let short = name.trim_start_matches("tidemark_");
+            if name.ends_with("_total") {
+                let delta = get(&after, name) - get(before, name);
+                report.counters.insert(format!("server.{short}"), delta);
+            } else {
+                report.counters.insert(format!("server.{short}_before"), get(before, name));
+                report.counters.insert(format!("server.{short}_after"), get(&after, name));
+            }
+        }
+        report.require_zero("server.sessions_created_total");
     }
     finish(common, report)
 }

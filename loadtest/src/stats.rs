@@ -43,9 +43,11 @@ pub enum ErrorKind {
     WrongId,
     /// An answer without a final response, or with the wrong number of progress events.
     Incomplete,
+    /// An `Mcp-Session-Id` on the answer to a stateless (2026-07-28) request.
+    Session,
 }
 
-pub const ERROR_KINDS: [ErrorKind; 7] = [
+pub const ERROR_KINDS: [ErrorKind; 8] = [
     ErrorKind::Io,
     ErrorKind::Timeout,
     ErrorKind::Status,
@@ -53,6 +55,7 @@ pub const ERROR_KINDS: [ErrorKind; 7] = [
     ErrorKind::Rpc,
     ErrorKind::WrongId,
     ErrorKind::Incomplete,
+    ErrorKind::Session,
 ];
 
 impl ErrorKind {
@@ -65,6 +68,7 @@ impl ErrorKind {
             ErrorKind::Rpc => "jsonrpc_error",
             ErrorKind::WrongId => "wrong_id",
             ErrorKind::Incomplete => "incomplete",
+            ErrorKind::Session => "session_in_stateless_answer",
         }
     }
 }

@@ -26,6 +26,10 @@ const CHUNK_LINE_MAX: usize = 256;
 /// The protocol version sent before `initialize` has told us the negotiated one.
 pub const PROTOCOL_VERSION: &str = "2025-11-25";
 
+/// The stateless revision (`modern`): no `initialize`, no session; every request names it in
+/// `MCP-Protocol-Version` and in its `_meta`.
+pub const MODERN_PROTOCOL_VERSION: &str = "2026-07-28";
+
 /// Where the server is: `http://host:port/path`.
 #[derive(Clone, Debug)]
 pub struct Target {
@@ -90,6 +94,20 @@ pub struct PostTemplate {
 impl PostTemplate {
     /// `body` uses `{id}` where the request id goes.
     pub fn new(target: &Target, session: Option<&str>, version: &str, body: &str) -> PostTemplate {
+        match session {
+            Some(session) => PostTemplate::with_headers(
+                target,
+                &[("Mcp-Session-Id", session), ("MCP-Protocol-Version", version)],
+                body,
+            ),
+            None => PostTemplate::with_headers(target, &[], body),
+        }
+    }
+
+    /// A POST with `headers` after Content-Type and Accept (no session unless one is among
+    /// them): the stateless requests of `modern` carry `MCP-Protocol-Version`, `Mcp-Method` and
+    /// `Mcp-Name` instead of a session id. `body` uses `{id}` where the request id goes.
+    pub fn with_headers(target: &Target, headers: &[(&str, &str)], body: &str) -> PostTemplate {
         let mut head = Vec::with_capacity(256);
         head.extend_from_slice(b"POST ");
         head.extend_from_slice(target.path.as_bytes());
@@ -98,11 +116,10 @@ impl PostTemplate {
         head.extend_from_slice(
             b"\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n",
         );
-        if let Some(session) = session {
-            head.extend_from_slice(b"Mcp-Session-Id: ");
-            head.extend_from_slice(session.as_bytes());
-            head.extend_from_slice(b"\r\nMCP-Protocol-Version: ");
-            head.extend_from_slice(version.as_bytes());
+        for (name, value) in headers {
+            head.extend_from_slice(name.as_bytes());
+            head.extend_from_slice(b": ");
+            head.extend_from_slice(value.as_bytes());
             head.extend_from_slice(b"\r\n");
         }
         head.extend_from_slice(b"Content-Length: ");
@@ -577,5 +594,19 @@ mod tests {
         assert!(bytes.starts_with("POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:9\r\n"));
         assert!(bytes.contains("Mcp-Session-Id: s1\r\n"));
         assert!(bytes.ends_with("Content-Length: 20\r\n\r\n{\"id\":1234,\"t\":1234}"));
+    }
+
+    #[test]
+    fn a_stateless_template_carries_its_headers_and_no_session() {
+        let target = Target::parse("http://127.0.0.1:9/mcp").unwrap();
+        let headers = [("MCP-Protocol-Version", MODERN_PROTOCOL_VERSION), ("Mcp-Name", "echo")];
+        let t = PostTemplate::with_headers(&target, &headers, "{\"id\":{id}}");
+        let bytes = String::from_utf8(t.bytes(7)).unwrap();
+        assert!(bytes.contains(
+            "text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Name: echo\r\n\
+             Content-Length: 8\r\n\r\n{\"id\":7}"
+        ));
+        assert!(!bytes.to_ascii_lowercase().contains("mcp-session-id"));
+        assert!(!bytes.to_ascii_lowercase().contains("connection:"), "keep-alive by default");
     }
 }

@@ -1,5 +1,6 @@
 //! The scenarios of issue 5. Each file owns one: what it sends, what it checks, what it reports.
-//! `calls` and `sessions` are `engine::Workload`s (throughput); `resume`, `migration` and
+//! `calls` and `sessions` are `engine::Workload`s (throughput; `modern` is `calls` with stateless
+//! requests and a watch on the server); `resume`, `migration` and
 //! `fault` (issue 11 §8) are step-by-step flows on blocking connections (`client`), one worker
 //! thread per connection.
 
@@ -7,5 +8,6 @@ pub mod calls;
 pub mod fault;
 pub mod flow;
 pub mod migration;
+pub mod modern;
 pub mod resume;
 pub mod sessions;
