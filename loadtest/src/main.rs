@@ -342,9 +342,10 @@ struct ReportArgs {
     plot: Option<PathBuf>,
     #[arg(long, default_value = "tidemark-load")]
     title: String,
-    /// Add a ratio table between two labels, e.g. `tidemark/rmcp`.
+    /// Add a ratio table between two labels, e.g. `tidemark/rmcp`, or between two scenarios of
+    /// each label, e.g. `modern/echo`. May be given more than once.
     #[arg(long)]
-    ratio: Option<String>,
+    ratio: Vec<String>,
     /// Exit 1 when any run failed its correctness checks.
     #[arg(long)]
     strict: bool,
@@ -437,17 +438,18 @@ fn run(command: Command) -> anyhow::Result<bool> {
 fn report_command(a: &ReportArgs) -> anyhow::Result<bool> {
     let reports = report::load(&a.files)?;
     let groups = report::group(&reports);
-    let ratio = match &a.ratio {
-        Some(r) => Some(r.split_once('/').context("--ratio takes A/B")?),
-        None => None,
-    };
+    let ratios = a
+        .ratio
+        .iter()
+        .map(|r| r.split_once('/').context("--ratio takes A/B"))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let md = report::write_outputs(
         &groups,
         a.markdown.as_deref(),
         a.json.as_deref(),
         a.plot.as_deref(),
         &a.title,
-        ratio,
+        &ratios,
     )?;
     print!("{md}");
     Ok(!a.strict || groups.iter().all(|g| g.ok))

@@ -1,5 +1,6 @@
 //! `tidemark-load report`: folds the `--json` files of repeated runs into medians, a markdown
-//! table for the README, a summary JSON, ratios between two servers, and one combined plot.
+//! table for the README, a summary JSON, ratios between two servers (or two scenarios of the same
+//! server, e.g. `modern/echo`), and one combined plot.
 //!
 //! Owns: grouping (by scenario and label, in the order first seen), medians, the markdown.
 //! Called by: `scripts/bench.sh`, `scripts/compare.sh`.
@@ -82,7 +83,8 @@ pub fn load(files: &[PathBuf]) -> anyhow::Result<Vec<RunReport>> {
 }
 
 /// Scenarios in the order tables list them (others after, as first seen).
-const SCENARIO_ORDER: [&str; 6] = ["ping", "echo", "stream", "resume", "migration", "sessions"];
+const SCENARIO_ORDER: [&str; 7] =
+    ["ping", "echo", "modern", "stream", "resume", "migration", "sessions"];
 
 pub fn group(reports: &[RunReport]) -> Vec<Group> {
     let mut order: Vec<(String, String)> = Vec::new();
@@ -176,7 +178,7 @@ fn unit(key: &str) -> String {
     key.replace("_per_s", "/s").replace('_', " ")
 }
 
-pub fn markdown(groups: &[Group], ratio: Option<(&str, &str)>) -> String {
+pub fn markdown(groups: &[Group], ratios: &[(&str, &str)]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -251,44 +253,62 @@ pub fn markdown(groups: &[Group], ratio: Option<(&str, &str)>) -> String {
         let _ = writeln!(out, "|---|---:|---:|---:|");
         out.push_str(&shares);
     }
-    if let Some((a, b)) = ratio {
-        let _ = writeln!(out, "\n| scenario | metric | {a} | {b} | {a} / {b} |");
-        let _ = writeln!(out, "|---|---|---:|---:|---:|");
-        let scenarios: Vec<&str> = {
-            let mut s: Vec<&str> = groups.iter().map(|g| g.scenario.as_str()).collect();
-            s.dedup();
-            s
+    for (a, b) in ratios {
+        ratio_table(&mut out, groups, a, b);
+    }
+    out
+}
+
+/// The ratio table `a / b`: between two labels (servers), per scenario; or, when `a` and `b`
+/// are not labels but scenarios (`modern/echo`), between the two scenarios, per label.
+fn ratio_table(out: &mut String, groups: &[Group], a: &str, b: &str) {
+    let has_label = |l: &str| groups.iter().any(|g| g.label == l);
+    let by_label = has_label(a) && has_label(b);
+    let _ = writeln!(
+        out,
+        "\n| {} | metric | {a} | {b} | {a} / {b} |",
+        if by_label { "scenario" } else { "server" }
+    );
+    let _ = writeln!(out, "|---|---|---:|---:|---:|");
+    // Each row's key (a scenario, or a label) and its two groups.
+    let mut keys: Vec<&str> = Vec::new();
+    for g in groups {
+        let key = if by_label { g.scenario.as_str() } else { g.label.as_str() };
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    for key in keys {
+        let find = |side: &str| {
+            groups.iter().find(|g| {
+                if by_label {
+                    g.scenario == key && g.label == side
+                } else {
+                    g.label == key && g.scenario == side
+                }
+            })
         };
-        for scenario in scenarios {
-            let find =
-                |label: &str| groups.iter().find(|g| g.scenario == scenario && g.label == label);
-            let (Some(ga), Some(gb)) = (find(a), find(b)) else { continue };
-            for (k, va) in &ga.throughput {
-                if let Some(vb) = gb.throughput.get(k) {
-                    let _ = writeln!(
-                        out,
-                        "| {scenario} | {} | {} | {} | {:.2} |",
-                        unit(k),
-                        thousands(*va),
-                        thousands(*vb),
-                        va / vb
-                    );
-                }
+        let (Some(ga), Some(gb)) = (find(a), find(b)) else { continue };
+        for (k, va) in &ga.throughput {
+            if let Some(vb) = gb.throughput.get(k) {
+                let _ = writeln!(
+                    out,
+                    "| {key} | {} | {} | {} | {:.2} |",
+                    unit(k),
+                    thousands(*va),
+                    thousands(*vb),
+                    va / vb
+                );
             }
-            if let (Some(sa), Some(sb)) = (ga.latency.first(), gb.latency.first()) {
-                for (metric, va, vb) in
-                    [("p50 µs", sa.p50_us, sb.p50_us), ("p99 µs", sa.p99_us, sb.p99_us)]
-                {
-                    let _ = writeln!(
-                        out,
-                        "| {scenario} | {metric} | {va:.1} | {vb:.1} | {:.2} |",
-                        va / vb
-                    );
-                }
+        }
+        if let (Some(sa), Some(sb)) = (ga.latency.first(), gb.latency.first()) {
+            for (metric, va, vb) in
+                [("p50 µs", sa.p50_us, sb.p50_us), ("p99 µs", sa.p99_us, sb.p99_us)]
+            {
+                let _ = writeln!(out, "| {key} | {metric} | {va:.1} | {vb:.1} | {:.2} |", va / vb);
             }
         }
     }
-    out
 }
 
 pub fn write_outputs(
@@ -297,9 +317,9 @@ pub fn write_outputs(
     json_path: Option<&Path>,
     plot_path: Option<&Path>,
     title: &str,
-    ratio: Option<(&str, &str)>,
+    ratios: &[(&str, &str)],
 ) -> anyhow::Result<String> {
-    let md = markdown(groups, ratio);
+    let md = markdown(groups, ratios);
     if let Some(p) = markdown_path {
         std::fs::write(p, &md).with_context(|| format!("writing {}", p.display()))?;
     }
@@ -419,5 +439,32 @@ mod tests {
         assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
         assert!(median(&mut []).is_nan());
+    }
+
+    fn run(scenario: &str, label: &str, calls_per_s: f64, p50_us: f64) -> RunReport {
+        let mut r = RunReport::new(scenario, label, "http://x/mcp", serde_json::json!({}));
+        r.throughput.insert("calls_per_s".into(), calls_per_s);
+        let mut hist = crate::stats::new_histogram();
+        crate::stats::record(&mut hist, std::time::Duration::from_nanos((p50_us * 1000.0) as u64));
+        r.latency.push(Series::from_histogram(scenario, &hist));
+        r
+    }
+
+    #[test]
+    fn ratios_between_labels_or_between_scenarios() {
+        let reports = [
+            run("echo", "tidemark", 100.0, 500.0),
+            run("modern", "tidemark", 150.0, 400.0),
+            run("echo", "rmcp", 20.0, 3000.0),
+        ];
+        let groups = group(&reports);
+        let order: Vec<&str> = groups.iter().map(|g| g.scenario.as_str()).collect();
+        assert_eq!(order, ["echo", "echo", "modern"], "modern is listed after echo");
+        let md = markdown(&groups, &[("tidemark", "rmcp"), ("modern", "echo")]);
+        assert!(md.contains("| scenario | metric | tidemark | rmcp | tidemark / rmcp |"), "{md}");
+        assert!(md.contains("| echo | calls/s | 100 | 20 | 5.00 |"), "{md}");
+        assert!(md.contains("| server | metric | modern | echo | modern / echo |"), "{md}");
+        assert!(md.contains("| tidemark | calls/s | 150 | 100 | 1.50 |"), "{md}");
+        assert!(!md.contains("| rmcp | calls/s"), "rmcp has no modern run: {md}");
     }
 }
