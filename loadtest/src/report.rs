@@ -17,13 +17,16 @@ use crate::plot::{self, Curve};
 use crate::stats::{human, thousands, RunReport, Series};
 
 /// Counters that describe a run rather than judge it: left out of the correctness column.
-const INFORMATIONAL: [&str; 6] = [
+const INFORMATIONAL: [&str; 9] = [
     "rejections.",
     "reposts_rejected",
     "calls",
     "executions_by_counter",
     "known_events_replayed",
     "hint_differs_from_own",
+    "answers_",
+    "server.modern_requests",
+    "server.connections_active",
 ];
 
 /// `values` worth a place in the markdown table (the JSON has them all).
