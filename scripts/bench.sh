@@ -11,6 +11,7 @@
 #        ping        bare HTTP path baseline (JSON-RPC ping, JSON answers)
 #        echo        tools/call echo (SSE answers, the default response mode)
 #        echo-json   the same with --response-mode json
+#        modern      tools/call echo as stateless 2026-07-28 requests (no session; JSON answers)
 #        stream      slow_counter, 1000 steps, no delay: coalesced SSE events/s
 #        resume      cut after 1 event, resume with 1/10/100/500 events buffered
 #        migration   cut a running call, (a) GET resume vs (b) re-POST → 409 → GET; counters must be 0
@@ -34,7 +35,8 @@
 #   --server-cpu N      CPU for the server (default 0)
 #   --load-cpu N        CPU for the load generator (default 1)
 #   --out DIR           output directory (default target/bench)
-#   --only LIST         comma-separated subset of: ping,echo,echo-json,stream,resume,migration,sessions
+#   --only LIST         comma-separated subset of: ping,echo,echo-json,modern,stream,resume,migration,
+#                       sessions
 #   --quick             1 run of 2s, 10000 sessions: a smoke test of the suite, not a measurement
 #   --no-criterion      skip cargo bench
 #   --no-build          use the binaries already in target/release
@@ -53,7 +55,7 @@ SESSIONS_COUNT=100000
 SERVER_CPU=0
 LOAD_CPU=1
 OUT="$ROOT/target/bench"
-ONLY="ping,echo,echo-json,stream,resume,migration,sessions"
+ONLY="ping,echo,echo-json,modern,stream,resume,migration,sessions"
 CRITERION=1
 BUILD=1
 SERVER_BIN_FLAG=""
@@ -130,6 +132,9 @@ for run in $(seq 1 "$RUNS"); do
         run_scenario echo-json "$run" "tidemark --response-mode json" --response-mode json \
             -- echo "${COMMON[@]}" --connections "$CONNECTIONS"
     fi
+    if wanted modern; then
+        run_scenario modern "$run" tidemark -- modern "${COMMON[@]}" --connections "$CONNECTIONS"
+    fi
     if wanted stream; then
         run_scenario stream "$run" tidemark -- stream "${COMMON[@]}" --connections 16 --steps 1000
     fi
@@ -152,7 +157,7 @@ if [ ${#FILES[@]} -gt 0 ]; then
     "$LOAD_BIN" report --markdown "$OUT/bench.md" --json "$OUT/bench.json" \
         --plot "$OUT/bench-all.svg" --title "tidemark, 1 server core (median runs)" "${FILES[@]}" \
         >/dev/null
-    for name in ping echo echo-json stream resume migration sessions; do
+    for name in ping echo echo-json modern stream resume migration sessions; do
         runs=("$OUT"/runs/"$name"-*.json)
         if [ ${#runs[@]} -gt 0 ]; then
             "$LOAD_BIN" plot --out "$OUT/bench-$name.svg" --title "tidemark $name, every run" "${runs[@]}"

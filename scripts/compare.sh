@@ -7,18 +7,20 @@
 # this workspace; the rmcp peer, loadtest/peer-rmcp, is its own workspace built into
 # target/peer-rmcp so the server's build never compiles tokio or rmcp), then runs `echo` and
 # `stream` against each server, alternating tidemark and rmcp run by run so drift on the shared
-# VM hits both alike, plus the bare-HTTP `ping` baseline against tidemark. Each server runs one
-# worker thread on --server-cpu; the load generator runs on --load-cpu (taskset).
+# VM hits both alike, plus the bare-HTTP `ping` baseline against tidemark, and tidemark's
+# stateless 2026-07-28 echo (`modern`: no session) next to its legacy `echo`, before it in odd
+# runs and after it in even ones. Each server runs one worker thread on --server-cpu; the load
+# generator runs on --load-cpu (taskset).
 #
-# Output (default target/bench/): compare.md (medians, the tidemark/rmcp ratio table and the
-# echo/ping ratio, ready for the README), compare.json, compare-echo.svg, compare-stream.svg,
-# compare-runs/*.json, logs/.
+# Output (default target/bench/): compare.md (medians, the tidemark/rmcp and modern/echo ratio
+# tables and the echo/ping ratio, ready for the README), compare.json, compare-echo.svg,
+# compare-stream.svg, compare-runs/*.json, logs/.
 #
 # Flags:
 #   --runs N          runs per server and scenario (default 3)
 #   --duration D      measurement window per run (default 5s)
 #   --warmup D        warm-up per run (default 1s)
-#   --connections C   load connections for echo and ping (default 64)
+#   --connections C   load connections for echo, modern and ping (default 64)
 #   --steps N         progress events per stream call (default 1000)
 #   --server-cpu N    CPU for the servers (default 0)
 #   --load-cpu N      CPU for the load generator (default 1)
@@ -104,9 +106,12 @@ one() {
 for run in $(seq 1 "$RUNS"); do
     # Alternate which server goes first, so neither always runs on a warmer (or busier) box.
     if [ $((run % 2)) = 1 ]; then order=(tidemark rmcp); else order=(rmcp tidemark); fi
+    # Odd runs: modern, tidemark echo, rmcp echo; even runs: rmcp echo, tidemark echo, modern.
+    if [ $((run % 2)) = 1 ]; then one tidemark modern "$run" --connections "$CONNECTIONS"; fi
     for server in "${order[@]}"; do
         one "$server" echo "$run" --connections "$CONNECTIONS"
     done
+    if [ $((run % 2)) = 0 ]; then one tidemark modern "$run" --connections "$CONNECTIONS"; fi
     for server in "${order[@]}"; do
         one "$server" stream "$run" --connections 16 --steps "$STEPS"
     done
@@ -114,10 +119,10 @@ for run in $(seq 1 "$RUNS"); do
 done
 
 FILES=("$RUNS_DIR"/*-tidemark-*.json "$RUNS_DIR"/*-rmcp-*.json) # tidemark's rows first
-"$LOAD_BIN" report --ratio tidemark/rmcp --markdown "$OUT/compare.md.tmp" --json "$OUT/compare.json" \
-    --title "tidemark vs rmcp (median runs)" "${FILES[@]}" >/dev/null
+"$LOAD_BIN" report --ratio tidemark/rmcp --ratio modern/echo --markdown "$OUT/compare.md.tmp" \
+    --json "$OUT/compare.json" --title "tidemark vs rmcp (median runs)" "${FILES[@]}" >/dev/null
 "$LOAD_BIN" plot --out "$OUT/compare-echo.svg" --title "echo: tidemark vs rmcp, every run" \
-    "$RUNS_DIR"/echo-*.json "$RUNS_DIR"/ping-*.json
+    "$RUNS_DIR"/echo-*.json "$RUNS_DIR"/modern-*.json "$RUNS_DIR"/ping-*.json
 "$LOAD_BIN" plot --out "$OUT/compare-stream.svg" --title "stream: tidemark vs rmcp, every run" \
     "$RUNS_DIR"/stream-*.json
 
