@@ -481,7 +481,7 @@ async fn start_call(mut job: CallJob, out: &mut Vec<u8>, keep_alive: bool) -> Ou
     Outcome::Modern(Job::Call(job))
 }
 
-fn error_reply(
+pub(crate) fn error_reply(
     out: &mut Vec<u8>,
     id: &RawId,
     code: Code,

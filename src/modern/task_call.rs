@@ -418,10 +418,9 @@ fn ack() -> Value {
     serde_json::json!({ "resultType": "complete" })
 }
 
+/// A JSON-RPC error answer (the modern path's one form).
 fn error(out: &mut Vec<u8>, id: &RawId, code: Code, message: &str, keep_alive: bool) -> Outcome {
-    let mut body = Vec::with_capacity(64 + message.len());
-    crate::wire::push_error_response(&mut body, Some(id), code, message, None);
-    reply(out, Answer::Json(&body), keep_alive)
+    super::error_reply(out, id, code, message, keep_alive)
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ use crate::legacy::stream::{self, Batch};
 use crate::legacy::SseJob;
 use crate::runtime::handoff::{self, Inboxes, Moved};
 use crate::runtime::Drain;
+use crate::wire::jsonrpc::RawId;
 use crate::wire::{Answer, Code, Refusal};
 
 /// Read buffer growth step.
@@ -530,15 +531,9 @@ async fn drive_observer(
                 Some(rw) => crate::legacy::stream::rewrite_event(rw, body, true, body_offset),
                 None => body.to_vec(),
             };
-            if streaming {
-                frames.clear();
-                crate::wire::sse::push_event(frames, None, None, &body);
-                crate::wire::sse::push_chunk(&mut out, frames);
-                out.extend_from_slice(crate::wire::sse::CHUNK_END);
-            } else {
-                let answer = Answer::JsonStatus { status: *status, body: &body };
-                render_shared(&mut out, answer, keep_alive, shared_with);
-            }
+            let status = *status;
+            let end = FinalAnswer { status, body: &body, streaming, keep_alive, shared_with };
+            end.render(&mut out, frames);
             let (ok, o) = write_out(socket, out).await;
             return (ok && keep_alive, o);
         }
@@ -561,12 +556,7 @@ async fn drive_observer(
             return (ok && keep_alive, o);
         }
         if drain.ending() {
-            if streaming {
-                out.extend_from_slice(crate::wire::sse::CHUNK_END);
-            } else {
-                Answer::Refused { refusal: Refusal::Draining, id: Some(&id) }
-                    .render(&mut out, false);
-            }
+            end_for_drain(&mut out, streaming, &id, shared_with);
             let (_, o) = write_out(socket, out).await;
             return (false, o);
         }
@@ -630,27 +620,15 @@ async fn drive_call(
         if call.is_settled() {
             let mut body = Vec::with_capacity(256);
             let status = call.finish(&mut body);
-            if streaming {
-                frames.clear();
-                crate::wire::sse::push_event(frames, None, None, &body);
-                crate::wire::sse::push_chunk(&mut out, frames);
-                out.extend_from_slice(crate::wire::sse::CHUNK_END);
-            } else {
-                let answer = Answer::JsonStatus { status, body: &body };
-                render_shared(&mut out, answer, keep_alive, shared_with);
-            }
+            let end = FinalAnswer { status, body: &body, streaming, keep_alive, shared_with };
+            end.render(&mut out, frames);
             let (ok, o) = write_out(socket, out).await;
             return (ok && keep_alive, o);
         }
         if drain.ending() {
             // The server stops: the call is cancelled (dropped) and its stream ends; a
             // 2026-07-28 client re-issues the request elsewhere.
-            if streaming {
-                out.extend_from_slice(crate::wire::sse::CHUNK_END);
-            } else {
-                let answer = Answer::Refused { refusal: Refusal::Draining, id: Some(&call.id) };
-                render_shared(&mut out, answer, false, shared_with);
-            }
+            end_for_drain(&mut out, streaming, &call.id, shared_with);
             core.metrics.drain_streams_ended.inc();
             let (_, o) = write_out(socket, out).await;
             return (false, o);
@@ -752,6 +730,41 @@ async fn peer_closed(socket: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
         ReadEnd::Data => false,
         ReadEnd::Closed => true,
         ReadEnd::TimedOut | ReadEnd::Stopped => false,
+    }
+}
+
+/// The last answer of a 2026-07-28 request: the final event and the end of an SSE stream, or,
+/// when nothing was streamed, the whole JSON response with its status.
+struct FinalAnswer<'a> {
+    status: u16,
+    body: &'a [u8],
+    streaming: bool,
+    keep_alive: bool,
+    shared_with: Option<&'a str>,
+}
+
+impl FinalAnswer<'_> {
+    fn render(&self, out: &mut Vec<u8>, frames: &mut Vec<u8>) {
+        if self.streaming {
+            frames.clear();
+            crate::wire::sse::push_event(frames, None, None, self.body);
+            crate::wire::sse::push_chunk(out, frames);
+            out.extend_from_slice(crate::wire::sse::CHUNK_END);
+        } else {
+            let answer = Answer::JsonStatus { status: self.status, body: self.body };
+            render_shared(out, answer, self.keep_alive, self.shared_with);
+        }
+    }
+}
+
+/// The drain's end reached a 2026-07-28 request: its stream ends (nothing to resume in this
+/// revision: the client re-issues it), or, when nothing was streamed yet, 503 + Retry-After.
+fn end_for_drain(out: &mut Vec<u8>, streaming: bool, id: &RawId, shared_with: Option<&str>) {
+    if streaming {
+        out.extend_from_slice(crate::wire::sse::CHUNK_END);
+    } else {
+        let answer = Answer::Refused { refusal: Refusal::Draining, id: Some(id) };
+        render_shared(out, answer, false, shared_with);
     }
 }
 
