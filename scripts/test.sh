@@ -5,7 +5,9 @@
 #   cargo        cargo test --workspace --all-targets (unit, integration, proptest, benches in
 #                test mode), the doc tests, and `cargo doc --no-deps` with warnings as errors
 #   clients      scripts/clients.sh: the official TypeScript and Python SDK clients against the
-#                release binary, including mid-call stream drops (cut proxy) and --threads 2
+#                release binary, including mid-call stream drops (cut proxy) and --threads 2,
+#                and the 2026-07-28 era's clients (Python SDK default mode, TypeScript v2
+#                client auto and pinned, rmcp Discover)
 #   browser      scripts/browser.sh: the official TypeScript clients (both eras) in headless
 #                Chromium from a page of a listed --allowed-origin (CORS), and pages of
 #                unlisted origins blocked by the browser
@@ -13,7 +15,7 @@
 #                server-everything (npm), mcp-server-time (PyPI), an official-Python-SDK stdio and
 #                HTTP server, with the official clients, the cut proxy, raw retries and faults
 #   conformance  scripts/conformance.sh: the official MCP conformance suite (0.1.16 active,
-#                pending, all; 0.2.0-alpha.12 --requirements 2025-11-25)
+#                pending, all; 0.2.0-alpha.12 --requirements 2025-11-25 and 2026-07-28)
 #   fault        scripts/fault.sh: the randomized fault test, 2 000 cut-and-recovered calls on
 #                each driver (io_uring, epoll)
 #   fuzz         scripts/fuzz.sh --seconds 20: each coverage-guided fuzz target (libFuzzer via
@@ -33,7 +35,7 @@ only="$ALL_SUITES"
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --only) only="${2:?--only needs a value}"; shift 2 ;;
-        --help) sed -n '2,29s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        --help) sed -n '2,31s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "test.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
 done
