@@ -128,3 +128,41 @@ fn without_a_key_a_dropped_call_is_cancelled_and_a_retry_runs_again() {
     assert_eq!(executions(&server), 2, "plain spec behaviour: the retry is a second execution");
     std::thread::sleep(Duration::from_millis(10));
 }
+
+/// Goal: CONTRACT §5 "a task-augmented call with a known key returns the same task": the retry
+/// gets the first call's task (one task, one execution), not a new one. Method: the tasks
+/// extension's `slow_compute` (--tools conformance) called twice with one key, the extension
+/// declared; both answers name the same `taskId`.
+#[test]
+fn a_keyed_task_call_retried_returns_the_same_task() {
+    let server = Server::on("uring", &["--tools", "conformance", "--threads", "2"]);
+    let task_call = |id: u64| {
+        let body = json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {
+                "name": "slow_compute", "arguments": { "seconds": 1 },
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities":
+                        { "extensions": { "io.modelcontextprotocol/tasks": {} } },
+                    "io.modelcontextprotocol/clientInfo": { "name": "keyed-task", "version": "1" },
+                },
+            },
+        });
+        let headers = [
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", "slow_compute"),
+            ("Idempotency-Key", "task-key"),
+        ];
+        let r = post(&server, &headers, &body.to_string());
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    };
+    let first = task_call(1);
+    let retry = task_call(2);
+    assert_eq!(first["result"]["resultType"], "task", "{first}");
+    let task = first["result"]["taskId"].as_str().expect("a task id");
+    assert_eq!(retry["id"], 2, "{retry}");
+    assert_eq!(retry["result"]["taskId"], task, "the retry names the first call's task: {retry}");
+}
