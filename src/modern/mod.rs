@@ -273,14 +273,9 @@ async fn tools_call(
     out: &mut Vec<u8>,
 ) -> Outcome {
     let keep_alive = req.head.keep_alive;
-    let Some(name) = params.get("name").and_then(|n| n.as_str()).map(str::to_owned) else {
-        return error_reply(
-            out,
-            &id,
-            Code::InvalidParams,
-            "tools/call needs a string name",
-            keep_alive,
-        );
+    let Some(name) = string_name(&params) else {
+        let message = "tools/call needs a string name";
+        return error_reply(out, &id, Code::InvalidParams, message, keep_alive);
     };
     core.registry.refresh_if_stale().await;
     let Some(route) = core.registry.tool(&name) else {
@@ -327,13 +322,8 @@ async fn tools_call(
         }
     }
     let progress_token = request_meta.progress_token.clone();
-    let sink = Rc::new(ModernSink::new(SinkSetup {
-        progress_token: request_meta.progress_token,
-        log_level: request_meta.log_level,
-        client_capabilities: request_meta.client_capabilities,
-        answers,
-        record: scoped_key.as_ref().map(|_| core.cfg.replay_bytes_max),
-    }));
+    let record = scoped_key.as_ref().map(|_| core.cfg.replay_bytes_max);
+    let sink = sink_for(request_meta, answers, record);
     let task_sink = may_become_task.then(|| task_call::TaskSink::new(sink.clone()));
     let cx = CallContext::new(
         task_call::call_sink(&sink, &task_sink),
@@ -398,27 +388,16 @@ async fn prompts_get(
     out: &mut Vec<u8>,
 ) -> Outcome {
     let keep_alive = req.head.keep_alive;
-    let Some(name) = params.get("name").and_then(|n| n.as_str()).map(str::to_owned) else {
-        return error_reply(
-            out,
-            &id,
-            Code::InvalidParams,
-            "prompts/get needs a string name",
-            keep_alive,
-        );
+    let Some(name) = string_name(&params) else {
+        let message = "prompts/get needs a string name";
+        return error_reply(out, &id, Code::InvalidParams, message, keep_alive);
     };
     let (answers, binding) = match input_round(core, "prompts/get", &name, &params) {
         Ok(round) => round,
         Err(e) => return meta_refusal(out, &id, &e, keep_alive),
     };
     let arguments = params.get("arguments").map(dispatch::to_public).unwrap_or(Value::Null);
-    let sink = Rc::new(ModernSink::new(SinkSetup {
-        progress_token: request_meta.progress_token,
-        log_level: request_meta.log_level,
-        client_capabilities: request_meta.client_capabilities,
-        answers,
-        record: None,
-    }));
+    let sink = sink_for(request_meta, answers, None);
     let cx = CallContext::new(sink.clone(), SessionRef::STATELESS, meta::MODERN_VERSION);
     let registry_core = core.clone();
     let work = Box::pin(async move {
@@ -426,6 +405,27 @@ async fn prompts_get(
     });
     let job = CallJob::new(id, sink, work, binding, core.cfg.request_state_ttl);
     start_call(job, out, keep_alive).await
+}
+
+/// `params.name` when it is a string (`tools/call`, `prompts/get`).
+fn string_name(params: &WireValue) -> Option<String> {
+    params.get("name").and_then(|n| n.as_str()).map(str::to_owned)
+}
+
+/// The sink of a call that runs with `request_meta`, the client's `answers` so far, and (a
+/// keyed call) a record of its notifications up to `record` bytes.
+fn sink_for(
+    request_meta: RequestMeta,
+    answers: serde_json::Map<String, Value>,
+    record: Option<usize>,
+) -> Rc<ModernSink> {
+    Rc::new(ModernSink::new(SinkSetup {
+        progress_token: request_meta.progress_token,
+        log_level: request_meta.log_level,
+        client_capabilities: request_meta.client_capabilities,
+        answers,
+        record,
+    }))
 }
 
 /// The answers a retry brings (`inputResponses`, and earlier rounds' from a verified

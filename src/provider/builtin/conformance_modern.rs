@@ -11,7 +11,8 @@ use std::rc::Rc;
 
 use serde_json::json;
 
-use super::{expect_arguments_object, fn_tool, hints, text_result, BuiltinTool, ToolSpec};
+use super::{expect_arguments_object, fn_tool, hints, one_field_form, text_result};
+use super::{BuiltinTool, ToolSpec};
 use crate::provider::{Annotations, CallContext, LogLevel, ProviderResult, Value};
 
 const NO_ARGUMENTS: &str = r#"{"type":"object","properties":{}}"#;
@@ -105,18 +106,6 @@ pub(crate) fn tools() -> Vec<Rc<dyn BuiltinTool>> {
     ]
 }
 
-/// The elicitation params of a one-field form.
-fn form(message: &str, field: &str, kind: &str) -> Value {
-    json!({
-        "message": message,
-        "requestedSchema": {
-            "type": "object",
-            "properties": { field: { "type": kind } },
-            "required": [field],
-        },
-    })
-}
-
 /// `field` of an accepted elicitation's content, as text.
 fn accepted(result: &Value, field: &str) -> String {
     match result.get("content").and_then(|c| c.get(field)) {
@@ -158,8 +147,9 @@ async fn logging_tool(arguments: Value, cx: CallContext) -> ProviderResult<Value
 
 async fn streaming_elicitation(arguments: Value, cx: CallContext) -> ProviderResult<Value> {
     expect_arguments_object(&arguments)?;
-    let answer =
-        cx.input("confirm", "elicitation/create", form("Continue?", "ok", "boolean")).await?;
+    let answer = cx
+        .input("confirm", "elicitation/create", one_field_form("Continue?", "ok", "boolean"))
+        .await?;
     Ok(text_result(format!("Confirmed: {}", accepted(&answer, "ok"))))
 }
 
@@ -178,7 +168,11 @@ async fn trigger_prompt_change(arguments: Value, _cx: CallContext) -> ProviderRe
 async fn mrtr_elicitation(arguments: Value, cx: CallContext) -> ProviderResult<Value> {
     expect_arguments_object(&arguments)?;
     let answer = cx
-        .input("user_name", "elicitation/create", form("What is your name?", "name", "string"))
+        .input(
+            "user_name",
+            "elicitation/create",
+            one_field_form("What is your name?", "name", "string"),
+        )
         .await?;
     Ok(text_result(format!("Hello, {}!", accepted(&answer, "name"))))
 }
@@ -202,16 +196,20 @@ async fn mrtr_list_roots(arguments: Value, cx: CallContext) -> ProviderResult<Va
 /// verification before the tool runs, so reaching the end means the state was verified.
 async fn mrtr_request_state(arguments: Value, cx: CallContext) -> ProviderResult<Value> {
     expect_arguments_object(&arguments)?;
-    let answer =
-        cx.input("confirm", "elicitation/create", form("Please confirm", "ok", "boolean")).await?;
+    let answer = cx
+        .input("confirm", "elicitation/create", one_field_form("Please confirm", "ok", "boolean"))
+        .await?;
     Ok(text_result(format!("state-ok: confirmed={}", accepted(&answer, "ok"))))
 }
 
 async fn mrtr_multiple_inputs(arguments: Value, cx: CallContext) -> ProviderResult<Value> {
     expect_arguments_object(&arguments)?;
     // All three are asked before the first is awaited, so they share one round.
-    let name =
-        cx.input("user_name", "elicitation/create", form("What is your name?", "name", "string"));
+    let name = cx.input(
+        "user_name",
+        "elicitation/create",
+        one_field_form("What is your name?", "name", "string"),
+    );
     let greeting =
         cx.input("greeting", "sampling/createMessage", sampling_params("Generate a greeting", 50));
     let roots = cx.input("client_roots", "roots/list", json!({}));
@@ -223,13 +221,17 @@ async fn mrtr_multiple_inputs(arguments: Value, cx: CallContext) -> ProviderResu
 async fn mrtr_multi_round(arguments: Value, cx: CallContext) -> ProviderResult<Value> {
     expect_arguments_object(&arguments)?;
     let name = cx
-        .input("step1", "elicitation/create", form("Step 1: What is your name?", "name", "string"))
+        .input(
+            "step1",
+            "elicitation/create",
+            one_field_form("Step 1: What is your name?", "name", "string"),
+        )
         .await?;
     let color = cx
         .input(
             "step2",
             "elicitation/create",
-            form("Step 2: What is your favorite color?", "color", "string"),
+            one_field_form("Step 2: What is your favorite color?", "color", "string"),
         )
         .await?;
     Ok(text_result(format!("{} likes {}", accepted(&name, "name"), accepted(&color, "color"))))
@@ -249,7 +251,7 @@ async fn mrtr_capabilities(arguments: Value, cx: CallContext) -> ProviderResult<
         asked.push(cx.input(
             "user_name",
             "elicitation/create",
-            form("What is your name?", "name", "string"),
+            one_field_form("What is your name?", "name", "string"),
         ));
     }
     let count = asked.len();
@@ -261,7 +263,7 @@ async fn mrtr_capabilities(arguments: Value, cx: CallContext) -> ProviderResult<
 
 /// `test_input_required_result_prompt`: asks what context to use, then returns a prompt with it.
 pub(crate) async fn mrtr_prompt(cx: CallContext) -> ProviderResult<Value> {
-    let params = form("What context should the prompt use?", "context", "string");
+    let params = one_field_form("What context should the prompt use?", "context", "string");
     let answer = cx.input("user_context", "elicitation/create", params).await?;
     let text = format!("Use this context: {}", accepted(&answer, "context"));
     Ok(json!({ "messages": [{ "role": "user", "content": { "type": "text", "text": text } }] }))

@@ -15,10 +15,8 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use serde_json::json;
-
 use super::{argument, error_result, expect_arguments_object, fn_tool, hints, required_str};
-use super::{task_tool, text_result, BuiltinTool, ToolSpec};
+use super::{one_field_form, task_tool, text_result, BuiltinTool, ToolSpec};
 use crate::provider::{
     Annotations, CallContext, ProviderError, ProviderResult, TaskSupport, Value,
 };
@@ -99,18 +97,6 @@ pub(crate) fn tools() -> Vec<Rc<dyn BuiltinTool>> {
     ]
 }
 
-/// A one-field elicitation form.
-fn form(message: &str, field: &str, kind: &str) -> Value {
-    json!({
-        "message": message,
-        "requestedSchema": {
-            "type": "object",
-            "properties": { field: { "type": kind } },
-            "required": [field],
-        },
-    })
-}
-
 /// `content[field]` of an accepted elicitation, as text; `None` when declined or cancelled.
 fn accepted(answer: &Value, field: &str) -> Option<String> {
     if answer.get("action").and_then(Value::as_str) != Some("accept") {
@@ -168,7 +154,7 @@ async fn protocol_error_job(arguments: Value, _cx: CallContext) -> ProviderResul
 async fn confirm_delete(arguments: Value, cx: CallContext) -> ProviderResult<Value> {
     let filename = required_str(&arguments, "filename")?.to_owned();
     monoio::time::sleep(LOOKUP_PAUSE).await;
-    let question = form(&format!("Delete {filename}?"), "confirm", "boolean");
+    let question = one_field_form(&format!("Delete {filename}?"), "confirm", "boolean");
     let answer = cx.input("confirm_delete", "elicitation/create", question).await?;
     match accepted(&answer, "confirm").as_deref() {
         Some("true") => Ok(text_result(format!("Deleted {filename}"))),
@@ -180,8 +166,10 @@ async fn confirm_delete(arguments: Value, cx: CallContext) -> ProviderResult<Val
 async fn multi_input(arguments: Value, cx: CallContext) -> ProviderResult<Value> {
     expect_arguments_object(&arguments)?;
     monoio::time::sleep(LOOKUP_PAUSE).await;
-    let first = cx.input("first", "elicitation/create", form("First name?", "name", "string"));
-    let second = cx.input("second", "elicitation/create", form("Second name?", "name", "string"));
+    let first =
+        cx.input("first", "elicitation/create", one_field_form("First name?", "name", "string"));
+    let second =
+        cx.input("second", "elicitation/create", one_field_form("Second name?", "name", "string"));
     let (first, second) = (first.await?, second.await?);
     let name = |answer: &Value| accepted(answer, "name").unwrap_or_else(|| "(none)".into());
     Ok(text_result(format!("Got {} and {}", name(&first), name(&second))))
@@ -191,7 +179,7 @@ async fn multi_input(arguments: Value, cx: CallContext) -> ProviderResult<Value>
 /// and greets the name it was given.
 async fn tool_with_task(arguments: Value, cx: CallContext) -> ProviderResult<Value> {
     expect_arguments_object(&arguments)?;
-    let question = form("What is your name?", "name", "string");
+    let question = one_field_form("What is your name?", "name", "string");
     let answer = cx.input("user_name", "elicitation/create", question).await?;
     let name = accepted(&answer, "name").unwrap_or_else(|| "(no name)".into());
     monoio::time::sleep(TASK_WORK_PAUSE).await;
@@ -202,6 +190,7 @@ async fn tool_with_task(arguments: Value, cx: CallContext) -> ProviderResult<Val
 mod tests {
     use super::*;
     use crate::provider::testing::{first_text, run, RecordingSink};
+    use serde_json::json;
 
     fn call(name: &str, arguments: Value, sink: &Rc<RecordingSink>) -> ProviderResult<Value> {
         let tool = tools().into_iter().find(|t| t.spec().name == name).expect("listed");

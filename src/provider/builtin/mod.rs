@@ -279,6 +279,19 @@ where
     Rc::new(FnTool { spec, task_support, run })
 }
 
+/// The `elicitation/create` params of a one-field form (`field` of JSON Schema type `kind`,
+/// required), as the conformance fixtures ask.
+pub(crate) fn one_field_form(message: &str, field: &str, kind: &str) -> Value {
+    serde_json::json!({
+        "message": message,
+        "requestedSchema": {
+            "type": "object",
+            "properties": { field: { "type": kind } },
+            "required": [field],
+        },
+    })
+}
+
 /// A `CallToolResult` holding one text item.
 pub(crate) fn text_result(text: impl Into<String>) -> Value {
     serde_json::json!({ "content": [{ "type": "text", "text": text.into() }] })
