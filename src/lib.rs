@@ -61,6 +61,7 @@ mod cli;
 mod config;
 mod dispatch;
 mod endpoint;
+mod fasthash;
 mod http;
 mod legacy;
 mod metrics;
@@ -68,6 +69,7 @@ mod modern;
 mod provider;
 mod runtime;
 mod server;
+mod signal;
 mod upstream;
 mod wire;
 

@@ -11,12 +11,12 @@ use std::rc::Rc;
 
 use simd_json::prelude::*;
 
-use crate::legacy::session::fasthash::FastMap;
+use crate::fasthash::FastMap;
 use crate::provider::{
     Changes, Provider, ProviderError, SessionInfo, SessionRef, SessionStart, ToolInfo, Value,
 };
 use crate::wire::jsonrpc::{self, RawId};
-use crate::wire::{self, WireValue};
+use crate::wire::{self, Code, WireValue};
 
 /// The MCP `completion/complete` cap: "values: max 100 items" (MCP 2025-11-25, server/utilities/
 /// completion). Longer candidate lists are cut here and reported with `total` and `hasMore`.
@@ -55,7 +55,7 @@ pub(crate) struct Registry {
     /// Whether every provider has opened `SessionRef::STATELESS` (the 2026-07-28 requests of
     /// this core), and a wake-up for requests waiting while it opens.
     stateless: std::cell::Cell<StatelessOpen>,
-    stateless_opened: crate::legacy::session::signal::Signal,
+    stateless_opened: crate::signal::Signal,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,7 +123,7 @@ impl Registry {
                     name: Rc::from(tool.name.as_str()),
                     provider: provider.clone(),
                     safe_to_repeat: tool.annotations.safe_to_repeat(),
-                    header_params: crate::modern::meta::header_params(&tool.input_schema).into(),
+                    header_params: header_params(&tool.input_schema).into(),
                 };
                 table.by_name.insert(tool.name.clone(), route);
                 listed.push(tool);
@@ -186,7 +186,7 @@ impl Registry {
         self.stateless.set(StatelessOpen::Opening);
         let start = SessionStart {
             session: SessionRef::STATELESS,
-            protocol_version: crate::legacy::session::LEGACY_VERSIONS[0],
+            protocol_version: wire::LEGACY_VERSIONS[0],
             client_params: serde_json::json!({
                 "capabilities": { "sampling": {}, "elicitation": {}, "roots": {} },
                 "clientInfo": { "name": "tidemark", "version": env!("CARGO_PKG_VERSION") },
@@ -277,7 +277,7 @@ impl Registry {
         };
         match result {
             Ok(v) => push_result_value(out, id, &v),
-            Err(e) => wire::push_provider_error(out, id, &e),
+            Err(e) => push_provider_error(out, id, &e),
         }
     }
 
@@ -426,7 +426,7 @@ pub(crate) fn push_result_value(out: &mut Vec<u8>, id: &RawId, result: &Value) {
     if serde_json::to_writer(&mut *out, result).is_err() {
         out.truncate(start);
         let e = ProviderError::Internal("result could not be encoded".into());
-        wire::push_provider_error(out, id, &e);
+        push_provider_error(out, id, &e);
         return;
     }
     out.push(b'}');
@@ -455,6 +455,44 @@ pub(crate) fn into_public(value: WireValue) -> Value {
 /// `into_public` of a borrowed value.
 pub(crate) fn to_public(value: &WireValue) -> Value {
     into_public(value.clone())
+}
+
+/// The `x-mcp-header` parameters of a tool's input schema: `(header name, property name,
+/// property type)` for each top-level property that declares one (SEP-2243 allows them only
+/// there).
+pub(crate) fn header_params(input_schema: &Value) -> Vec<(String, String)> {
+    let Some(properties) = input_schema.get("properties").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    properties
+        .iter()
+        .filter_map(|(property, schema)| {
+            let header = schema.get("x-mcp-header")?.as_str()?;
+            Some((header.to_owned(), property.clone()))
+        })
+        .collect()
+}
+
+/// A provider's error as a JSON-RPC error response (MCP: unknown names are invalid params).
+pub(crate) fn push_provider_error(out: &mut Vec<u8>, id: &RawId, e: &ProviderError) {
+    let (code, message, data) = provider_error_parts(e);
+    let data = data.and_then(|d| serde_json::to_string(d).ok());
+    wire::jsonrpc::push_error(out, Some(id), code, message, data.as_deref());
+}
+
+/// A provider's error as JSON-RPC `(code, message, data)`: the one mapping, for a response
+/// (`push_provider_error`) and for a failed task's `error` object.
+pub(crate) fn provider_error_parts(e: &ProviderError) -> (i64, &str, Option<&serde_json::Value>) {
+    let (code, message) = match e {
+        ProviderError::InvalidParams(m) => (Code::InvalidParams, m.as_str()),
+        ProviderError::NotFound(m) => (Code::InvalidParams, m.as_str()),
+        ProviderError::ClientError { message, .. } => (Code::InternalError, message.as_str()),
+        ProviderError::Cancelled => (Code::InternalError, "cancelled"),
+        ProviderError::Internal(m) => (Code::InternalError, m.as_str()),
+        ProviderError::Unavailable(m) => (Code::InternalError, m.as_str()),
+        ProviderError::Rpc { code, message, data } => return (*code, message, data.as_ref()),
+    };
+    (code.value(), message, None)
 }
 
 #[cfg(test)]

@@ -6,8 +6,7 @@
 
 use std::ops::Range;
 
-/// Hard cap of header lines httparse gets room for; `--max-headers` may only lower it.
-pub const HEADERS_CAP: usize = 128;
+pub use crate::config::HEADERS_CAP;
 
 /// The methods the MCP endpoint distinguishes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,12 +12,12 @@ use std::rc::{Rc, Weak};
 use bytes::Bytes;
 
 use crate::legacy::replay::StreamKey;
-use crate::legacy::session::signal::Signal;
 use crate::legacy::session::{ClientAnswer, PendingClientRequest, Session};
 use crate::legacy::stream::PROGRESS_PREFIX;
 use crate::provider::{
     CallSink, LocalBoxFuture, LogLevel, NotifySink, ProviderError, ProviderResult, Value,
 };
+use crate::signal::Signal;
 use crate::wire::jsonrpc;
 use crate::wire::Code;
 

@@ -372,7 +372,7 @@ async fn initialize(
                 return refuse(out, Refusal::UpstreamBusy, Some(&id), keep_alive);
             }
             let mut body = Vec::with_capacity(128);
-            crate::wire::push_provider_error(&mut body, &id, &e);
+            crate::dispatch::push_provider_error(&mut body, &id, &e);
             return reply(out, Answer::Json(&body), keep_alive);
         }
     };

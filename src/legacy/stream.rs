@@ -48,9 +48,7 @@ impl Cursor {
     }
 }
 
-/// The smallest window of a large event one batch carries, and so the smallest write buffer
-/// (`--write-buffer-bytes`): a batch always makes this much progress.
-pub const WINDOW_BYTES_MIN: usize = 4096;
+pub use crate::config::WINDOW_BYTES_MIN;
 
 /// How a deduplicated retry (CONTRACT §4 step 1) sees the original stream: its final response
 /// carries the retry's JSON-RPC id, and progress carries the retry's progress token, so the
@@ -385,7 +383,7 @@ fn complete(
     match outcome {
         Ok(result) => crate::dispatch::push_result_value(&mut payload, request_id, &result),
         Err(ProviderError::Cancelled) => return,
-        Err(e) => crate::wire::push_provider_error(&mut payload, request_id, &e),
+        Err(e) => crate::dispatch::push_provider_error(&mut payload, request_id, &e),
     }
     session.borrow_mut().finish(key, Bytes::from(payload));
 }

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::legacy::session::signal::Signal;
 use crate::provider::{CallSink, LocalBoxFuture, LogLevel, ProviderError, ProviderResult, Value};
+use crate::signal::Signal;
 use crate::wire::jsonrpc::{self, RawId};
 
 use super::meta;
@@ -344,7 +344,7 @@ pub(crate) fn render_outcome(
             200
         }
         Err(e) => {
-            crate::wire::push_provider_error(body, id, &e);
+            crate::dispatch::push_provider_error(body, id, &e);
             match e {
                 ProviderError::Rpc { code: meta::MISSING_CAPABILITY, .. } => 400,
                 _ => 200,

@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::legacy::session::fasthash::FastMap;
-use crate::legacy::session::signal::Signal;
+use crate::fasthash::FastMap;
+use crate::signal::Signal;
 use crate::wire::jsonrpc::RawId;
 
 use super::call::{CallJob, ModernSink};

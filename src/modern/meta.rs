@@ -190,22 +190,6 @@ pub(crate) fn decode_header_value(value: &[u8]) -> Option<Vec<u8>> {
     visible.then(|| value.to_vec())
 }
 
-/// The `x-mcp-header` parameters of a tool's input schema: `(header name, property name,
-/// property type)` for each top-level property that declares one (SEP-2243 allows them only
-/// there).
-pub(crate) fn header_params(input_schema: &Value) -> Vec<(String, String)> {
-    let Some(properties) = input_schema.get("properties").and_then(Value::as_object) else {
-        return Vec::new();
-    };
-    properties
-        .iter()
-        .filter_map(|(property, schema)| {
-            let header = schema.get("x-mcp-header")?.as_str()?;
-            Some((header.to_owned(), property.clone()))
-        })
-        .collect()
-}
-
 /// Each `x-mcp-header` parameter present (and not null) in `arguments` must come with its
 /// `Mcp-Param-{Name}` header, equal after decoding (numbers compared numerically, booleans as
 /// `true`/`false`); a header without a body value is ignored. `find` looks a header up by name
@@ -268,6 +252,7 @@ pub(crate) fn capability_of(method: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dispatch::header_params;
 
     fn wire(text: &str) -> WireValue {
         let mut bytes = text.as_bytes().to_vec();

@@ -30,9 +30,9 @@ use simd_json::prelude::*;
 
 use crate::dispatch::{self, ToolRoute};
 use crate::endpoint::{refuse, reply, Core, Outcome, Request};
-use crate::legacy::session::LEGACY_VERSIONS;
 use crate::provider::{CallContext, SessionRef, Value};
 use crate::wire::jsonrpc::{self, Body, Message, RawId};
+use crate::wire::LEGACY_VERSIONS;
 use crate::wire::{Answer, Code, Refusal, WireValue};
 use call::{CallJob, ModernSink, SinkSetup};
 use meta::{MetaError, RequestMeta};

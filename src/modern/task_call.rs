@@ -351,7 +351,7 @@ fn task_outcome(outcome: ProviderResult<Value>) -> Result<Value, Value> {
         }
         Ok(other) => Ok(other),
         Err(e) => {
-            let (code, message, data) = crate::wire::provider_error_parts(&e);
+            let (code, message, data) = crate::dispatch::provider_error_parts(&e);
             Err(tasks::error_object(code, message, data.cloned()))
         }
     }

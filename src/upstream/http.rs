@@ -33,8 +33,8 @@ use serde_json::json;
 
 use super::peer::{Peer, Transport};
 use super::Settings;
-use crate::legacy::session::signal::Signal;
 use crate::provider::Value;
+use crate::signal::Signal;
 use crate::wire::Code;
 
 /// Messages of one transport POSTed and not yet finished. A tool call holds its slot until its

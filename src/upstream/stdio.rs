@@ -27,7 +27,7 @@ use monoio::net::UnixStream;
 
 use super::peer::{Peer, Transport};
 use super::Settings;
-use crate::legacy::session::signal::Signal;
+use crate::signal::Signal;
 
 /// Live children of all cores, against `--upstream-max-processes`. A slot is taken before the
 /// spawn and given back when the reaper has waited for the child.

@@ -10,8 +10,10 @@ pub mod jsonrpc;
 pub mod sse;
 
 use crate::http::{push_decimal, write_header, write_status};
-use crate::provider::ProviderError;
 use jsonrpc::RawId;
+
+/// Protocol revisions of the legacy era that we serve, newest first.
+pub const LEGACY_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
 
 /// A decoded request value (simd-json's, internal: the provider API gets `provider::Value`).
 pub(crate) type WireValue = simd_json::OwnedValue;
@@ -324,28 +326,6 @@ pub fn push_error_response(
     data: Option<&str>,
 ) {
     jsonrpc::push_error(out, id, code.value(), message, data);
-}
-
-/// A provider's error as a JSON-RPC error response (MCP: unknown names are invalid params).
-pub fn push_provider_error(out: &mut Vec<u8>, id: &RawId, e: &ProviderError) {
-    let (code, message, data) = provider_error_parts(e);
-    let data = data.and_then(|d| serde_json::to_string(d).ok());
-    jsonrpc::push_error(out, Some(id), code, message, data.as_deref());
-}
-
-/// A provider's error as JSON-RPC `(code, message, data)`: the one mapping, for a response
-/// (`push_provider_error`) and for a failed task's `error` object.
-pub fn provider_error_parts(e: &ProviderError) -> (i64, &str, Option<&serde_json::Value>) {
-    let (code, message) = match e {
-        ProviderError::InvalidParams(m) => (Code::InvalidParams, m.as_str()),
-        ProviderError::NotFound(m) => (Code::InvalidParams, m.as_str()),
-        ProviderError::ClientError { message, .. } => (Code::InternalError, message.as_str()),
-        ProviderError::Cancelled => (Code::InternalError, "cancelled"),
-        ProviderError::Internal(m) => (Code::InternalError, m.as_str()),
-        ProviderError::Unavailable(m) => (Code::InternalError, m.as_str()),
-        ProviderError::Rpc { code, message, data } => return (*code, message, data.as_ref()),
-    };
-    (code.value(), message, None)
 }
 
 /// The error that ends a request whose event does not fit the replay ring at all (bigger

@@ -9,11 +9,9 @@
 //! the POST decision reads counters in O(1) and never scans.
 //! Never: does I/O or awaits; callers hold a `RefCell` borrow only between awaits.
 
-pub mod fasthash;
 pub mod id;
-pub mod signal;
 
-use fasthash::FastMap;
+use crate::fasthash::FastMap;
 use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Instant;
@@ -22,12 +20,11 @@ use bytes::Bytes;
 
 use crate::legacy::replay::{EventSeq, Evicted, Ring, StreamKey};
 use crate::provider::LogLevel;
+use crate::signal::Signal;
 use crate::wire::jsonrpc::RawId;
 pub use id::SessionId;
-use signal::Signal;
 
-/// Protocol revisions of the legacy era that we serve, newest first.
-pub const LEGACY_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
+pub use crate::wire::LEGACY_VERSIONS;
 
 /// What kind of stream this is.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -7,13 +7,22 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-pub use crate::upstream::{Isolation, UpstreamSpec, UpstreamSpecError, UpstreamTarget};
+mod upstream;
+pub use upstream::{Isolation, UpstreamSpec, UpstreamSpecError, UpstreamTarget};
 
 /// Default listen address: loopback, so DNS-rebinding protection is on (MCP 2025-11-25
 /// transports §security: servers SHOULD bind to localhost when local).
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:8080";
 /// Default MCP endpoint path.
 pub const PATH_DEFAULT: &str = "/mcp";
+
+/// Hard cap of header lines the request-head parser gets room for; `--max-headers` may only
+/// lower it.
+pub const HEADERS_CAP: usize = 128;
+
+/// The smallest window of a large event one stream batch carries, and so the smallest write
+/// buffer (`--write-buffer-bytes`): a batch always makes this much progress.
+pub const WINDOW_BYTES_MIN: usize = 4096;
 
 /// Bytes of one request head (request line + headers). Over it: 431, connection closed.
 pub const HEADER_BYTES_MAX: usize = 16 * 1024;
@@ -458,11 +467,11 @@ impl Config {
         if self.owed_wait >= self.owed_timeout {
             return Err(ConfigError::OwedWaitTooLong);
         }
-        if self.write_buffer_bytes < crate::legacy::stream::WINDOW_BYTES_MIN {
-            return Err(ConfigError::WriteBufferTooSmall(crate::legacy::stream::WINDOW_BYTES_MIN));
+        if self.write_buffer_bytes < WINDOW_BYTES_MIN {
+            return Err(ConfigError::WriteBufferTooSmall(WINDOW_BYTES_MIN));
         }
-        if self.headers_max > crate::http::HEADERS_CAP {
-            return Err(ConfigError::TooManyHeaders(crate::http::HEADERS_CAP));
+        if self.headers_max > HEADERS_CAP {
+            return Err(ConfigError::TooManyHeaders(HEADERS_CAP));
         }
         Ok(())
     }

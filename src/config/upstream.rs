@@ -1,0 +1,182 @@
+//! The `--upstream` flag's value (`UpstreamSpec`: a name and a stdio command or HTTP URL) and
+//! `--upstream-isolation`, parsed and checked at start-up. Owned here, on the ground floor, so
+//! `Config` imports nothing of the crate; the bridge (`upstream`) reads them.
+
+use std::fmt;
+
+/// One `--upstream` flag.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpstreamSpec {
+    /// `NAME=` before the target; required when several upstreams are given (it prefixes their
+    /// names), optional with one.
+    pub name: Option<String>,
+    pub target: UpstreamTarget,
+}
+
+/// Where an upstream is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UpstreamTarget {
+    /// `stdio:COMMAND ARGS…`: the command and its arguments, split like a shell would (quotes
+    /// and backslashes), with no shell run.
+    Stdio(Vec<String>),
+    /// `http://HOST:PORT/PATH`: a Streamable HTTP MCP server.
+    Http(String),
+}
+
+/// Why an `--upstream` value is not usable.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum UpstreamSpecError {
+    #[error("--upstream {0:?}: expected 'stdio:COMMAND ARGS…' or 'http://HOST:PORT/PATH', optionally after 'NAME='")]
+    Unknown(String),
+    #[error("--upstream {0:?}: the command is empty")]
+    EmptyCommand(String),
+    #[error("--upstream {0:?}: unbalanced quote in the command")]
+    Unbalanced(String),
+    #[error("--upstream {0:?}: https is not supported; run the upstream on http behind a local TLS terminator, or on this host")]
+    Https(String),
+    #[error("several --upstream flags: each needs a distinct NAME= (letters, digits, '-', '_'; no '__'): {0}")]
+    Naming(String),
+}
+
+impl UpstreamSpec {
+    /// Parses one `--upstream` value.
+    pub fn parse(text: &str) -> Result<UpstreamSpec, UpstreamSpecError> {
+        let (name, rest) = match text.split_once('=') {
+            Some((name, rest)) if is_upstream_name(name) && has_scheme(rest) => {
+                (Some(name.to_owned()), rest)
+            }
+            _ => (None, text),
+        };
+        let target = if let Some(command) = rest.strip_prefix("stdio:") {
+            let argv = split_command(command)
+                .ok_or_else(|| UpstreamSpecError::Unbalanced(text.to_owned()))?;
+            if argv.is_empty() {
+                return Err(UpstreamSpecError::EmptyCommand(text.to_owned()));
+            }
+            UpstreamTarget::Stdio(argv)
+        } else if rest.starts_with("http://") {
+            UpstreamTarget::Http(rest.to_owned())
+        } else if rest.starts_with("https://") {
+            return Err(UpstreamSpecError::Https(text.to_owned()));
+        } else {
+            return Err(UpstreamSpecError::Unknown(text.to_owned()));
+        };
+        Ok(UpstreamSpec { name, target })
+    }
+
+    /// Checks a whole list: with several upstreams each is named, uniquely.
+    pub fn check_names(specs: &[UpstreamSpec]) -> Result<(), UpstreamSpecError> {
+        if specs.len() < 2 {
+            return Ok(());
+        }
+        let mut seen = std::collections::HashSet::new();
+        for spec in specs {
+            match &spec.name {
+                Some(name) if seen.insert(name.as_str()) => {}
+                Some(name) => return Err(UpstreamSpecError::Naming(format!("{name} twice"))),
+                None => return Err(UpstreamSpecError::Naming(format!("{spec} has none"))),
+            }
+        }
+        Ok(())
+    }
+
+    /// The name in logs and fault data: the given name, else the command or URL.
+    pub(crate) fn label(&self) -> String {
+        match (&self.name, &self.target) {
+            (Some(name), _) => name.clone(),
+            (None, UpstreamTarget::Stdio(argv)) => argv.join(" "),
+            (None, UpstreamTarget::Http(url)) => url.clone(),
+        }
+    }
+}
+
+impl fmt::Display for UpstreamSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(name) = &self.name {
+            write!(f, "{name}=")?;
+        }
+        match &self.target {
+            UpstreamTarget::Stdio(argv) => write!(f, "stdio:{}", argv.join(" ")),
+            UpstreamTarget::Http(url) => f.write_str(url),
+        }
+    }
+}
+
+fn is_upstream_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 32
+        && !name.contains("__")
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+fn has_scheme(rest: &str) -> bool {
+    ["stdio:", "http://", "https://"].iter().any(|s| rest.starts_with(s))
+}
+
+/// Splits a command line like a POSIX shell's word splitting with quotes: whitespace separates
+/// words, '…' keeps everything literally, "…" keeps everything but `\"` and `\\`, a backslash
+/// outside quotes escapes the next character. No expansion of any kind. `None` when a quote
+/// is not closed.
+fn split_command(command: &str) -> Option<Vec<String>> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut chars = command.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next()? {
+                        '\'' => break,
+                        c => word.push(c),
+                    }
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next()? {
+                        '"' => break,
+                        '\\' => match chars.next()? {
+                            c @ ('"' | '\\') => word.push(c),
+                            c => {
+                                word.push('\\');
+                                word.push(c);
+                            }
+                        },
+                        c => word.push(c),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                word.push(chars.next()?);
+            }
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                word.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(word);
+    }
+    Some(words)
+}
+
+/// `--upstream-isolation`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Isolation {
+    /// One upstream connection (child process) per client session.
+    #[default]
+    PerSession,
+    /// One upstream connection per core for all its sessions.
+    Shared,
+}
