@@ -59,6 +59,7 @@
 mod admin;
 mod cli;
 mod config;
+mod core;
 mod dispatch;
 mod endpoint;
 mod fasthash;

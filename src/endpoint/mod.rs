@@ -1,88 +1,75 @@
 //! The edge of the MCP endpoint: one parsed HTTP request → the path check, the Host/Origin
-//! rules (DNS-rebinding protection), HEAD and unknown methods, and the choice of the protocol
-//! path (era) that serves it. Also `Core`, one core's view of the server that every path reads.
+//! rules (DNS-rebinding protection), CORS, HEAD and unknown methods, a POST's Content-Type and
+//! Accept, and the choice of the protocol path (era) that serves it. The only module that sees
+//! both eras: each answers with its own `Outcome`, which `handle` turns into the connection's.
 //!
 //! Called by `runtime::conn` once per request; answers with an `Outcome` telling the connection
-//! what to do next. Never: touches a socket, decodes a body, or knows about sessions.
+//! what to do next. Owns `Endpoint`, one core's view of both eras. Never: touches a socket,
+//! decodes a body, or reads a session.
 
 pub(crate) mod cors;
 
-use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::Arc;
 
 use crate::config::Config;
-use crate::http::{Method, RequestHead};
-use crate::legacy::{self, session::SessionTable};
-use crate::metrics::CoreMetrics;
-use crate::wire::jsonrpc::RawId;
+pub(crate) use crate::core::Request;
+use crate::core::{refuse, reply, Core};
+use crate::http::{is_media_type, lists_media_type, Method};
+use crate::legacy::{self, LegacyCore};
+use crate::modern::{self, ModernCore};
 use crate::wire::{Answer, Refusal};
 
-/// One core's view of the server.
-pub(crate) struct Core {
-    pub cfg: Arc<Config>,
-    pub index: u16,
-    pub threads: u16,
-    pub registry: crate::dispatch::Registry,
-    pub sessions: RefCell<SessionTable>,
-    pub metrics: Arc<CoreMetrics>,
-    /// True once this core drains (SIGTERM/SIGINT, `Running::shutdown`): a new `initialize`
-    /// is refused (503 + Retry-After). Set only by `runtime`, never cleared.
-    pub draining: std::cell::Cell<bool>,
-    /// Replay-ring bytes of every session of this core together (`--core-buffer-bytes`).
-    pub buffered_bytes: Rc<std::cell::Cell<usize>>,
-    /// 2026-07-28 Idempotency-Key records of the keys this core owns (`modern::keyed`).
-    pub keys: Rc<RefCell<crate::modern::keyed::KeyTable>>,
-    /// 2026-07-28 tasks (`io.modelcontextprotocol/tasks`) this core created (`modern::tasks`).
-    pub tasks: crate::modern::tasks::TaskStore,
+/// One core's endpoint: the shared `Core` (through `Deref`) and each era's own state.
+pub(crate) struct Endpoint {
+    pub(crate) legacy: Rc<LegacyCore>,
+    pub(crate) modern: Rc<ModernCore>,
+}
+
+impl Endpoint {
+    /// Both eras' state on core `shared`, empty.
+    pub(crate) fn new(shared: Rc<Core>) -> Endpoint {
+        let legacy = Rc::new(LegacyCore::new(shared.clone()));
+        let modern = Rc::new(ModernCore::new(shared));
+        Endpoint { legacy, modern }
+    }
+}
+
+impl std::ops::Deref for Endpoint {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.legacy
+    }
 }
 
 /// What the connection does after `handle`.
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// A whole response is in the output buffer.
     Reply { keep_alive: bool },
     /// An SSE response head is in the buffer; write the stream next.
     Stream(legacy::SseJob),
-    /// The session lives on another core: move the connection there, unanswered.
+    /// The request belongs to another core (its session, key or task): move the connection
+    /// there, unanswered.
     HandOff(u16),
     /// A 2026-07-28 request still running (a call) or long-lived (`subscriptions/listen`):
     /// the connection drives it, and closing it cancels the request.
-    Modern(crate::modern::Job),
+    Modern(modern::Job),
 }
 
-/// The parts of a request `handle` reads: the head's bytes and the (mutable) body.
-pub struct Request<'a> {
-    pub head: &'a RequestHead,
-    pub head_bytes: &'a [u8],
-    pub body: &'a mut [u8],
-}
-
-impl Request<'_> {
-    pub(crate) fn header(&self, r: &Option<std::ops::Range<usize>>) -> Option<&[u8]> {
-        r.as_ref().map(|r| &self.head_bytes[r.clone()])
+impl From<crate::core::Outcome<modern::Job>> for Outcome {
+    fn from(outcome: crate::core::Outcome<modern::Job>) -> Outcome {
+        match outcome {
+            crate::core::Outcome::Reply { keep_alive } => Outcome::Reply { keep_alive },
+            crate::core::Outcome::HandOff(core) => Outcome::HandOff(core),
+            crate::core::Outcome::Job(job) => Outcome::Modern(job),
+        }
     }
-}
-
-/// Renders `answer` as a whole response.
-pub(crate) fn reply(out: &mut Vec<u8>, answer: Answer<'_>, keep_alive: bool) -> Outcome {
-    answer.render(out, keep_alive);
-    Outcome::Reply { keep_alive }
-}
-
-/// Renders a refusal as a whole response.
-pub(crate) fn refuse(
-    out: &mut Vec<u8>,
-    refusal: Refusal,
-    id: Option<&RawId>,
-    keep_alive: bool,
-) -> Outcome {
-    reply(out, Answer::Refused { refusal, id }, keep_alive)
 }
 
 /// Which protocol path serves a request: the legacy one (sessions, 2025-03-26 … 2025-11-25)
 /// or the stateless 2026-07-28 one, chosen by `modern::selects` (the protocol version header;
-/// a request whose `_meta` alone names 2026-07-28 is passed on by the legacy path once its
-/// body is decoded).
+/// a request whose `_meta` alone names 2026-07-28 is passed back by the legacy path once its
+/// body is decoded, and served by the modern one: `legacy_outcome`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Era {
     Legacy,
@@ -90,7 +77,7 @@ enum Era {
 }
 
 fn era(req: &Request<'_>) -> Era {
-    if crate::modern::selects(req) {
+    if modern::selects(req) {
         Era::Modern
     } else {
         Era::Legacy
@@ -101,45 +88,113 @@ fn era(req: &Request<'_>) -> Era {
 /// a request handed to its session's owner core is parsed and handled again there, and counted
 /// there only. Every answer, whatever path wrote it, is shared with a listed `--allowed-origin`
 /// page here (`cors`), after it was rendered.
-pub async fn handle(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
+pub(crate) async fn handle(edge: &Endpoint, req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
     let (head, head_bytes, head_start) = (req.head, req.head_bytes, out.len());
-    let outcome = route(core, req, out).await;
+    let outcome = route(edge, req, out).await;
     if !matches!(outcome, Outcome::HandOff(_)) {
-        core.metrics.requests_total.inc();
-        cors::share_if_listed(&core.cfg, head, head_bytes, out, head_start);
+        edge.metrics.requests_total.inc();
+        cors::share_if_listed(&edge.cfg, head, head_bytes, out, head_start);
     }
     outcome
 }
 
-/// The edge's rules in order (head conflicts, path, Host/Origin), then the protocol path.
-async fn route(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
+/// The edge's rules in order (head conflicts, path, Host/Origin, a POST's media types), then
+/// the protocol path.
+async fn route(edge: &Endpoint, mut req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
     let keep_alive = req.head.keep_alive;
     if req.head.conflict.is_some() {
-        return refuse(out, Refusal::ConflictingHeader, None, keep_alive);
+        return refuse(out, Refusal::ConflictingHeader, None, keep_alive).into_edge();
     }
     let (authority, path) = split_target(&req.head_bytes[req.head.path.clone()]);
     let path = path.split(|&b| b == b'?').next().unwrap_or(path);
-    if path != core.cfg.path.as_bytes() {
-        return refuse(out, Refusal::NotFoundPath, None, keep_alive);
+    if path != edge.cfg.path.as_bytes() {
+        return refuse(out, Refusal::NotFoundPath, None, keep_alive).into_edge();
     }
-    if !host_and_origin_allowed(&core.cfg, &req)
-        || authority.is_some_and(|a| !host_allowed(&core.cfg, a))
+    if !host_and_origin_allowed(&edge.cfg, &req)
+        || authority.is_some_and(|a| !host_allowed(&edge.cfg, a))
     {
-        return refuse(out, Refusal::Forbidden, None, keep_alive);
+        return refuse(out, Refusal::Forbidden, None, keep_alive).into_edge();
     }
     // Before the era is chosen: a preflight carries no MCP header, so it has no era.
-    if let Some(preflight) = cors::answer_preflight(core, &req, out, keep_alive) {
+    if let Some(preflight) = cors::answer_preflight(edge, &req, out, keep_alive) {
         return preflight;
     }
-    match (req.head.method(), era(&req)) {
-        (Method::Post, Era::Legacy) => legacy::post(core, req, out).await,
-        (Method::Get, Era::Legacy) => legacy::get(core, req, out),
-        (Method::Delete, Era::Legacy) => legacy::delete(core, req, out),
-        (Method::Post, Era::Modern) => crate::modern::post(core, req, out).await,
-        (Method::Get | Method::Delete, Era::Modern) => crate::modern::not_allowed(&req, out),
-        (Method::Head, _) => reply(out, Answer::HeadNotAllowed, keep_alive),
-        (Method::Other, _) => refuse(out, Refusal::MethodNotAllowed, None, keep_alive),
+    let era = era(&req);
+    if req.head.method() == Method::Post {
+        // 2026-07-28 says to ignore Last-Event-ID on a POST; the legacy era refuses it.
+        if let Err(refusal) = post_headers_ok(&req, era == Era::Legacy) {
+            return refuse(out, refusal, None, keep_alive).into_edge();
+        }
     }
+    match (req.head.method(), era) {
+        (Method::Post, Era::Legacy) => {
+            let outcome = legacy::post(&edge.legacy, &mut req, out).await;
+            legacy_outcome(edge, &req, outcome, out).await
+        }
+        (Method::Get, Era::Legacy) => {
+            legacy_outcome(edge, &req, legacy::get(&edge.legacy, &req, out), out).await
+        }
+        (Method::Delete, Era::Legacy) => {
+            legacy_outcome(edge, &req, legacy::delete(&edge.legacy, &req, out), out).await
+        }
+        (Method::Post, Era::Modern) => modern::post(&edge.modern, req, out).await.into(),
+        (Method::Get | Method::Delete, Era::Modern) => modern::not_allowed(&req, out).into(),
+        (Method::Head, _) => reply(out, Answer::HeadNotAllowed, keep_alive).into_edge(),
+        (Method::Other, _) => refuse(out, Refusal::MethodNotAllowed, None, keep_alive).into_edge(),
+    }
+}
+
+/// The legacy path's outcome as the connection's; a sessionless request whose `_meta` names
+/// 2026-07-28 goes on to the modern path with its decoded body.
+async fn legacy_outcome(
+    edge: &Endpoint,
+    req: &Request<'_>,
+    outcome: legacy::Outcome,
+    out: &mut Vec<u8>,
+) -> Outcome {
+    match outcome {
+        crate::core::Outcome::Reply { keep_alive } => Outcome::Reply { keep_alive },
+        crate::core::Outcome::HandOff(core) => Outcome::HandOff(core),
+        crate::core::Outcome::Job(legacy::Job::Stream(job)) => Outcome::Stream(job),
+        crate::core::Outcome::Job(legacy::Job::Modern(body)) => {
+            modern::serve(&edge.modern, req, body, out).await.into()
+        }
+    }
+}
+
+/// An outcome with nothing to drive, from `core::reply`/`refuse`, as the connection's.
+trait IntoEdge {
+    fn into_edge(self) -> Outcome;
+}
+
+impl IntoEdge for crate::core::Outcome<std::convert::Infallible> {
+    fn into_edge(self) -> Outcome {
+        match self {
+            crate::core::Outcome::Reply { keep_alive } => Outcome::Reply { keep_alive },
+            crate::core::Outcome::HandOff(core) => Outcome::HandOff(core),
+            crate::core::Outcome::Job(never) => match never {},
+        }
+    }
+}
+
+/// Content-Type, Accept and (legacy: `refuse_last_event_id`) no Last-Event-ID on a POST (MCP
+/// 2025-11-25 transports; 2026-07-28 says to ignore the header).
+fn post_headers_ok(req: &Request<'_>, refuse_last_event_id: bool) -> Result<(), Refusal> {
+    if refuse_last_event_id && req.head.last_event_id.is_some() {
+        return Err(Refusal::LastEventIdOnPost);
+    }
+    let content_type_ok =
+        req.header(&req.head.content_type).is_some_and(|c| is_media_type(c, b"application/json"));
+    if !content_type_ok {
+        return Err(Refusal::UnsupportedMediaType);
+    }
+    let accept_ok = req.header(&req.head.accept).is_some_and(|a| {
+        lists_media_type(a, b"application/json") && lists_media_type(a, b"text/event-stream")
+    });
+    if !accept_ok {
+        return Err(Refusal::NotAcceptable);
+    }
+    Ok(())
 }
 
 /// Splits an absolute-form request target (`http://host:port/mcp`, RFC 9112 §3.2.2: a server

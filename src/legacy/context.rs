@@ -13,12 +13,12 @@ use bytes::Bytes;
 
 use crate::legacy::replay::StreamKey;
 use crate::legacy::session::{ClientAnswer, PendingClientRequest, Session};
-use crate::legacy::stream::PROGRESS_PREFIX;
 use crate::provider::{
     CallSink, LocalBoxFuture, LogLevel, NotifySink, ProviderError, ProviderResult, Value,
 };
 use crate::signal::Signal;
 use crate::wire::jsonrpc;
+use crate::wire::notification::{log_params, progress_payload};
 use crate::wire::Code;
 
 /// The sink of one request stream's context.
@@ -35,38 +35,6 @@ impl StreamSink {
         if let Some(session) = self.session.upgrade() {
             let _ended = session.borrow_mut().append(self.key, Bytes::from(payload));
         }
-    }
-}
-
-/// A whole `notifications/progress` message for `token` (its JSON text as the client sent it).
-pub(crate) fn progress_payload(
-    token: &str,
-    progress: f64,
-    total: Option<f64>,
-    message: Option<&str>,
-) -> Vec<u8> {
-    let mut payload = Vec::with_capacity(160);
-    payload.extend_from_slice(PROGRESS_PREFIX);
-    payload.extend_from_slice(token.as_bytes());
-    payload.extend_from_slice(b",\"progress\":");
-    push_number(&mut payload, progress);
-    if let Some(t) = total {
-        payload.extend_from_slice(b",\"total\":");
-        push_number(&mut payload, t);
-    }
-    if let Some(m) = message {
-        payload.extend_from_slice(b",\"message\":");
-        let _ = serde_json::to_writer(&mut payload, m);
-    }
-    payload.extend_from_slice(b"}}");
-    payload
-}
-
-/// A number as JSON (`1`, `0.5`); non-finite values, which JSON cannot carry, as `null`.
-fn push_number(out: &mut Vec<u8>, n: f64) {
-    match serde_json::Number::from_f64(n) {
-        Some(n) => out.extend_from_slice(n.to_string().as_bytes()),
-        None => out.extend_from_slice(b"null"),
     }
 }
 
@@ -90,8 +58,8 @@ impl CallSink for StreamSink {
             return;
         }
         let mut payload = Vec::with_capacity(96);
-        let params =
-            serde_json::to_vec(&log_params(level, logger, data)).unwrap_or_else(|_| b"{}".to_vec());
+        let params = serde_json::to_vec(&log_params(level.as_str(), logger, data))
+            .unwrap_or_else(|_| b"{}".to_vec());
         jsonrpc::push_notification(&mut payload, "notifications/message", &params);
         self.append(payload);
     }
@@ -162,15 +130,6 @@ impl CallSink for StreamSink {
     }
 }
 
-/// The params of `notifications/message`.
-pub(crate) fn log_params(level: LogLevel, logger: Option<&str>, data: Value) -> Value {
-    let mut params = serde_json::json!({ "level": level.as_str(), "data": data });
-    if let (Some(l), Some(obj)) = (logger, params.as_object_mut()) {
-        obj.insert("logger".into(), Value::from(l));
-    }
-    params
-}
-
 /// A JSON-RPC `error` object from the client as a provider error.
 fn client_error(e: Value) -> ProviderError {
     ProviderError::ClientError {
@@ -208,7 +167,7 @@ impl NotifySink for SessionNotifier {
     fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
         let passes = self.session.upgrade().is_some_and(|s| level >= s.borrow().log_level);
         if passes {
-            self.notify("notifications/message", log_params(level, logger, data));
+            self.notify("notifications/message", log_params(level.as_str(), logger, data));
         }
     }
 

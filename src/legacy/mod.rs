@@ -21,9 +21,9 @@ use bytes::Bytes;
 use simd_json::prelude::*;
 
 use crate::config::{MigrationPolicy, ResponseMode};
+use crate::core::{refuse, reply, Core, Request};
 use crate::dispatch::{self, ToolRoute};
-use crate::endpoint::{refuse, reply, Core, Outcome, Request};
-use crate::http::{is_media_type, lists_media_type};
+use crate::http::lists_media_type;
 use crate::provider::{CallContext, LogLevel, Notifier, ProviderError, SessionInfo, SessionStart};
 use crate::wire::jsonrpc::{self, Body, Message, RawId};
 use crate::wire::{Answer, Code, Refusal, WireValue};
@@ -33,6 +33,44 @@ use session::{Session, SessionId, StreamKind, LEGACY_VERSIONS};
 use stream::Cursor;
 
 type SessionRc = Rc<RefCell<Session>>;
+
+/// The legacy era's state on one core: the shared `Core` (its config, registry and metrics,
+/// read through `Deref`) and what only this era has: the sessions this core owns and their
+/// replay rings' bytes together.
+pub(crate) struct LegacyCore {
+    shared: Rc<Core>,
+    pub(crate) sessions: RefCell<session::SessionTable>,
+    /// Replay-ring bytes of every session of this core together (`--core-buffer-bytes`).
+    pub(crate) buffered_bytes: Rc<std::cell::Cell<usize>>,
+}
+
+impl LegacyCore {
+    /// The legacy state of core `shared`, with no session yet.
+    pub(crate) fn new(shared: Rc<Core>) -> LegacyCore {
+        let sessions = RefCell::new(session::SessionTable::new(shared.cfg.sessions_per_core_max));
+        LegacyCore { shared, sessions, buffered_bytes: Rc::default() }
+    }
+}
+
+impl std::ops::Deref for LegacyCore {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.shared
+    }
+}
+
+/// How the legacy path's handling of a request ends.
+pub(crate) type Outcome = crate::core::Outcome<Job>;
+
+/// What the connection does next after the legacy path answered with `Outcome::Job`.
+pub(crate) enum Job {
+    /// An SSE response head is in the buffer; write the stream next.
+    Stream(SseJob),
+    /// A request without a session whose `_meta` names 2026-07-28 though its header did not:
+    /// decoded here, served by the modern path (`endpoint` hands it over).
+    Modern(Body),
+}
 
 /// A stream a connection is to write after the response head.
 pub(crate) struct SseJob {
@@ -55,7 +93,7 @@ pub(crate) enum SessionEnd {
 
 /// Ends a session: removes it from the core's table (which closes it: writers stop, tools are
 /// cancelled) and counts it. The one place a session ends.
-pub(crate) fn end_session(core: &Core, id: &SessionId, why: SessionEnd) {
+pub(crate) fn end_session(core: &LegacyCore, id: &SessionId, why: SessionEnd) {
     let removed = core.sessions.borrow_mut().remove(id);
     if let Some(session) = removed {
         let reference = session.borrow().reference();
@@ -91,7 +129,11 @@ fn refuse_early(out: &mut Vec<u8>, refusal: Refusal, keep_alive: bool) -> Early 
 }
 
 /// Looks up the session a request names; `Err` says how the request ended instead.
-fn find_session(core: &Rc<Core>, req: &Request<'_>, out: &mut Vec<u8>) -> Result<SessionRc, Early> {
+fn find_session(
+    core: &Rc<LegacyCore>,
+    req: &Request<'_>,
+    out: &mut Vec<u8>,
+) -> Result<SessionRc, Early> {
     let keep_alive = req.head.keep_alive;
     let Some(text) = req.header(&req.head.session_id) else {
         return Err(refuse_early(out, Refusal::SessionRequired, keep_alive));
@@ -129,7 +171,11 @@ fn version_ok(req: &Request<'_>) -> bool {
 }
 
 /// The session a GET or DELETE names, with a supported protocol version.
-fn session_for(core: &Rc<Core>, req: &Request<'_>, out: &mut Vec<u8>) -> Result<SessionRc, Early> {
+fn session_for(
+    core: &Rc<LegacyCore>,
+    req: &Request<'_>,
+    out: &mut Vec<u8>,
+) -> Result<SessionRc, Early> {
     let session = find_session(core, req, out)?;
     if !version_ok(req) {
         return Err(refuse_early(out, Refusal::BadProtocolVersion, req.head.keep_alive));
@@ -138,7 +184,7 @@ fn session_for(core: &Rc<Core>, req: &Request<'_>, out: &mut Vec<u8>) -> Result<
 }
 
 /// DELETE: ends the session.
-pub(crate) fn delete(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
+pub(crate) fn delete(core: &Rc<LegacyCore>, req: &Request<'_>, out: &mut Vec<u8>) -> Outcome {
     let session = match session_for(core, &req, out) {
         Ok(s) => s,
         Err(early) => return early.into(),
@@ -149,7 +195,7 @@ pub(crate) fn delete(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -> Ou
 }
 
 /// GET: resume a stream (with Last-Event-ID) or open the standalone stream.
-pub(crate) fn get(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
+pub(crate) fn get(core: &Rc<LegacyCore>, req: &Request<'_>, out: &mut Vec<u8>) -> Outcome {
     let keep_alive = req.head.keep_alive;
     let accepts =
         req.header(&req.head.accept).is_some_and(|a| lists_media_type(a, b"text/event-stream"));
@@ -168,7 +214,7 @@ pub(crate) fn get(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -> Outco
 
 /// GET + Last-Event-ID: that stream's events after the id, then live or the end (CONTRACT §3).
 fn resume(
-    core: &Rc<Core>,
+    core: &Rc<LegacyCore>,
     session: &SessionRc,
     text: &[u8],
     out: &mut Vec<u8>,
@@ -199,7 +245,7 @@ fn stream_reply(
     rewrite: Option<stream::Rewrite>,
 ) -> Outcome {
     Answer::SseHead.render(out, true);
-    Outcome::Stream(SseJob { session: session.clone(), key, epoch, cursor, rewrite })
+    Outcome::Job(Job::Stream(SseJob { session: session.clone(), key, epoch, cursor, rewrite }))
 }
 
 /// GET without Last-Event-ID: the session's standalone stream (a new GET takes it over).
@@ -222,11 +268,12 @@ fn standalone(session: &SessionRc, out: &mut Vec<u8>, keep_alive: bool) -> Outco
 }
 
 /// POST: the header rules, then the body's messages.
-pub(crate) async fn post(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
+pub(crate) async fn post(
+    core: &Rc<LegacyCore>,
+    req: &mut Request<'_>,
+    out: &mut Vec<u8>,
+) -> Outcome {
     let keep_alive = req.head.keep_alive;
-    if let Err(refusal) = post_headers_ok(&req, true) {
-        return refuse(out, refusal, None, keep_alive);
-    }
     // The session is found before the body is decoded, so a request for another core moves
     // with its body still raw.
     let session = match req.head.session_id {
@@ -275,38 +322,20 @@ pub(crate) async fn post(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -
     }
 }
 
-/// Content-Type, Accept and (legacy: `refuse_last_event_id`) no Last-Event-ID on a POST (MCP
-/// 2025-11-25 transports; 2026-07-28 says to ignore the header).
-pub(crate) fn post_headers_ok(
-    req: &Request<'_>,
-    refuse_last_event_id: bool,
-) -> Result<(), Refusal> {
-    if refuse_last_event_id && req.head.last_event_id.is_some() {
-        return Err(Refusal::LastEventIdOnPost);
-    }
-    let content_type_ok =
-        req.header(&req.head.content_type).is_some_and(|c| is_media_type(c, b"application/json"));
-    if !content_type_ok {
-        return Err(Refusal::UnsupportedMediaType);
-    }
-    let accept_ok = req.header(&req.head.accept).is_some_and(|a| {
-        lists_media_type(a, b"application/json") && lists_media_type(a, b"text/event-stream")
-    });
-    if !accept_ok {
-        return Err(Refusal::NotAcceptable);
-    }
-    Ok(())
-}
-
 /// A POST without a session: `initialize`, a 2026-07-28 request (its `_meta` names the
 /// revision though its header did not: the modern path refuses it with HeaderMismatch, or 404s
 /// a modern `initialize`), or a refusal. A request naming a revision older than we serve gets
 /// 400 with the spec's UnsupportedProtocolVersion error listing ours.
-async fn sessionless(core: &Rc<Core>, req: &Request<'_>, body: Body, out: &mut Vec<u8>) -> Outcome {
+async fn sessionless(
+    core: &Rc<LegacyCore>,
+    req: &Request<'_>,
+    body: Body,
+    out: &mut Vec<u8>,
+) -> Outcome {
     let keep_alive = req.head.keep_alive;
     if let Body::Single(Message::Request { params, .. }) = &body {
-        if crate::modern::carries_modern_meta(params) {
-            return crate::modern::serve(core, req, body, out).await;
+        if crate::wire::revision::carries_modern_meta(params) {
+            return Outcome::Job(Job::Modern(body));
         }
     }
     match body {
@@ -318,7 +347,7 @@ async fn sessionless(core: &Rc<Core>, req: &Request<'_>, body: Body, out: &mut V
                 let answer = Answer::UnsupportedVersion {
                     id: &id,
                     requested: requested.as_deref().unwrap_or(""),
-                    supported: &crate::modern::meta::SUPPORTED_VERSIONS,
+                    supported: &crate::wire::revision::SUPPORTED_VERSIONS,
                 };
                 reply(out, answer, keep_alive)
             } else {
@@ -333,7 +362,7 @@ async fn sessionless(core: &Rc<Core>, req: &Request<'_>, body: Body, out: &mut V
 /// requested version, else answer with our latest), once every provider has opened it (a
 /// bridge starts the session's upstream first, and adds its capabilities and instructions).
 async fn initialize(
-    core: &Rc<Core>,
+    core: &Rc<LegacyCore>,
     id: RawId,
     params: WireValue,
     out: &mut Vec<u8>,
@@ -391,7 +420,11 @@ const INSTRUCTIONS: &str = "tidemark: resumable MCP streams. If a stream drops, 
 /// The `initialize` result: tidemark's capabilities with the providers' merged over them, their
 /// instructions after tidemark's, and the first provider-given `serverInfo` (a bridge with one
 /// upstream announces the upstream's).
-fn initialize_result(core: &Core, version: &str, infos: &[SessionInfo]) -> crate::provider::Value {
+fn initialize_result(
+    core: &LegacyCore,
+    version: &str,
+    infos: &[SessionInfo],
+) -> crate::provider::Value {
     let mut capabilities = core.registry.capabilities().clone();
     let mut instructions = String::from(INSTRUCTIONS);
     let mut server_info = None;
@@ -485,7 +518,7 @@ enum Verdict {
 /// The migration decision for one request, holding it while the session owes a stream (step
 /// 4) up to `--owed-wait-ms`. Counts what it decides.
 async fn decide(
-    core: &Rc<Core>,
+    core: &Rc<LegacyCore>,
     session: &SessionRc,
     id: &RawId,
     class: &Classified,
@@ -576,7 +609,7 @@ impl Drop for HeldSlot {
 /// The tool, idempotency and fingerprint of a request; `Err` is the error answer of a
 /// `tools/call` that names no tool we serve (given without a decision: nothing can run).
 async fn classify(
-    core: &Rc<Core>,
+    core: &Rc<LegacyCore>,
     method: &str,
     params: &WireValue,
 ) -> Result<Classified, (Code, String)> {
@@ -600,7 +633,7 @@ async fn classify(
 
 /// A JSON-RPC request on a session: the migration decision, then the answer.
 async fn request(
-    core: &Rc<Core>,
+    core: &Rc<LegacyCore>,
     session: &SessionRc,
     parts: RequestParts,
     out: &mut Vec<u8>,
@@ -687,7 +720,7 @@ fn call_context(session: &SessionRc, key: StreamKey) -> CallContext {
 /// Answers a request that needs no stream into `out`: `logging/setLevel` here (it is session
 /// state), everything else through the providers.
 async fn answer_inline(
-    core: &Rc<Core>,
+    core: &Rc<LegacyCore>,
     session: &SessionRc,
     id: &RawId,
     method: &str,
@@ -719,7 +752,7 @@ async fn answer_inline(
 /// JSON array. `tools/call` and `initialize` must be sent alone (they stream, or start a
 /// session). Idempotency keys name a single request, so a batch has none.
 async fn batch(
-    core: &Rc<Core>,
+    core: &Rc<LegacyCore>,
     session: &SessionRc,
     msgs: Vec<Message>,
     out: &mut Vec<u8>,
@@ -755,7 +788,7 @@ async fn batch(
 
 /// One request of a batch, answered into the batch's array.
 async fn batch_answer(
-    core: &Rc<Core>,
+    core: &Rc<LegacyCore>,
     session: &SessionRc,
     id: &RawId,
     method: &str,

@@ -50,20 +50,7 @@ impl Cursor {
 
 pub use crate::config::WINDOW_BYTES_MIN;
 
-/// How a deduplicated retry (CONTRACT §4 step 1) sees the original stream: its final response
-/// carries the retry's JSON-RPC id, and progress carries the retry's progress token, so the
-/// client matches both to the request it actually sent.
-#[derive(Clone, Debug)]
-pub struct Rewrite {
-    pub id: RawId,
-    /// The retry's `_meta.progressToken` (JSON text) and the original's, when both exist.
-    pub progress_token: Option<(Box<str>, Box<str>)>,
-}
-
-/// Prefix of a progress notification up to its token: `StreamSink::progress` writes it and a
-/// dedup `Rewrite` recognises it.
-pub(crate) const PROGRESS_PREFIX: &[u8] =
-    b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":";
+pub(crate) use crate::wire::notification::{rewrite_event, Rewrite};
 
 /// The epoch of an *observer*: a writer that reads a stream another live connection owns (a
 /// deduplicated retry sent while the original request's stream is still being written, CONTRACT
@@ -235,34 +222,6 @@ fn push_event_window(
         return None;
     }
     Some(end)
-}
-
-/// The payload a deduplicated retry sees (only dedup attachments pay for this copy).
-pub(crate) fn rewrite_event(
-    rw: &Rewrite,
-    payload: &[u8],
-    is_final: bool,
-    body_offset: usize,
-) -> Vec<u8> {
-    let mut out = Vec::with_capacity(payload.len() + 16);
-    if is_final {
-        out.extend_from_slice(jsonrpc::RESPONSE_PREFIX);
-        out.extend_from_slice(rw.id.0.as_bytes());
-        out.extend_from_slice(&payload[body_offset.min(payload.len())..]);
-        return out;
-    }
-    if let Some((retry, original)) = &rw.progress_token {
-        let mut prefix = PROGRESS_PREFIX.to_vec();
-        prefix.extend_from_slice(original.as_bytes());
-        if let Some(rest) = payload.strip_prefix(prefix.as_slice()) {
-            out.extend_from_slice(PROGRESS_PREFIX);
-            out.extend_from_slice(retry.as_bytes());
-            out.extend_from_slice(rest);
-            return out;
-        }
-    }
-    out.extend_from_slice(payload);
-    out
 }
 
 fn push_gap(

@@ -193,7 +193,7 @@ fn input(
 impl CallSink for ModernSink {
     fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
         let Some(token) = &self.progress_token else { return };
-        let payload = crate::legacy::context::progress_payload(token, progress, total, message);
+        let payload = crate::wire::notification::progress_payload(token, progress, total, message);
         self.push(payload);
     }
 
@@ -201,7 +201,7 @@ impl CallSink for ModernSink {
         if self.log_level.is_none_or(|min| level < min) {
             return;
         }
-        let params = crate::legacy::context::log_params(level, logger, data);
+        let params = crate::wire::notification::log_params(level.as_str(), logger, data);
         let params = serde_json::to_vec(&params).unwrap_or_else(|_| b"{}".to_vec());
         let mut payload = Vec::with_capacity(64 + params.len());
         jsonrpc::push_notification(&mut payload, "notifications/message", &params);

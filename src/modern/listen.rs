@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use simd_json::prelude::*;
 
-use crate::endpoint::{Core, Outcome};
+use super::{ModernCore, Outcome};
 use crate::provider::LIST_CHANGES;
 use crate::wire::jsonrpc::{self, RawId};
 use crate::wire::{Answer, WireValue};
@@ -52,7 +52,12 @@ fn counts() -> [u64; 3] {
 /// Opens the stream: the SSE head into `out`; the acknowledgement is the job's first message.
 /// Types the server cannot honour (prompts or resources it does not have, resource
 /// subscriptions) are left out of the acknowledgement and never sent.
-pub(crate) fn start(core: &Core, id: RawId, params: &WireValue, out: &mut Vec<u8>) -> Outcome {
+pub(crate) fn start(
+    core: &ModernCore,
+    id: RawId,
+    params: &WireValue,
+    out: &mut Vec<u8>,
+) -> Outcome {
     let Some(requested) = params.get("notifications").filter(|n| n.is_object()) else {
         let mut body = Vec::with_capacity(96);
         let message = "subscriptions/listen needs params.notifications (a SubscriptionFilter)";
@@ -63,7 +68,7 @@ pub(crate) fn start(core: &Core, id: RawId, params: &WireValue, out: &mut Vec<u8
             message,
             None,
         );
-        return crate::endpoint::reply(out, Answer::JsonStatus { status: 400, body: &body }, true);
+        return crate::core::reply(out, Answer::JsonStatus { status: 400, body: &body }, true);
     };
     let asked = |name: &str| requested.get(name).and_then(|v| v.as_bool()).unwrap_or(false);
     let capabilities = core.registry.capabilities();
@@ -73,7 +78,7 @@ pub(crate) fn start(core: &Core, id: RawId, params: &WireValue, out: &mut Vec<u8
         resources: asked("resourcesListChanged") && capabilities.get("resources").is_some(),
     };
     Answer::SseHeadStateless.render(out, true);
-    Outcome::Modern(super::Job::Listen(ListenJob { id, granted, seen: counts() }))
+    Outcome::Job(super::Job::Listen(ListenJob { id, granted, seen: counts() }))
 }
 
 impl ListenJob {

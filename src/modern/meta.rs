@@ -13,15 +13,7 @@ use simd_json::prelude::*;
 use crate::provider::{LogLevel, Value};
 use crate::wire::WireValue;
 
-/// The revision this path serves.
-pub(crate) const MODERN_VERSION: &str = "2026-07-28";
-
-/// Every revision the endpoint serves, newest first: the modern one here, the legacy ones
-/// through `initialize` (listed by `server/discover` and in -32022's `data.supported`).
-pub(crate) const SUPPORTED_VERSIONS: [&str; 4] =
-    [MODERN_VERSION, "2025-11-25", "2025-06-18", "2025-03-26"];
-
-pub(crate) const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+pub(crate) use crate::wire::revision::{META_PROTOCOL_VERSION, MODERN_VERSION, SUPPORTED_VERSIONS};
 pub(crate) const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 pub(crate) const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
 pub(crate) const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";

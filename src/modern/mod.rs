@@ -28,14 +28,47 @@ use std::rc::Rc;
 
 use simd_json::prelude::*;
 
+use crate::core::{refuse, reply, Core, Request};
 use crate::dispatch::{self, ToolRoute};
-use crate::endpoint::{refuse, reply, Core, Outcome, Request};
 use crate::provider::{CallContext, SessionRef, Value};
 use crate::wire::jsonrpc::{self, Body, Message, RawId};
 use crate::wire::LEGACY_VERSIONS;
 use crate::wire::{Answer, Code, Refusal, WireValue};
 use call::{CallJob, ModernSink, SinkSetup};
 use meta::{MetaError, RequestMeta};
+
+/// The modern era's state on one core: the shared `Core` (config, registry, metrics, read
+/// through `Deref`) and what only this era keeps: the `Idempotency-Key` records of the keys
+/// this core owns (`keyed`) and the tasks it created (`tasks`).
+pub(crate) struct ModernCore {
+    shared: Rc<Core>,
+    /// 2026-07-28 Idempotency-Key records of the keys this core owns (`keyed`).
+    pub(crate) keys: Rc<std::cell::RefCell<keyed::KeyTable>>,
+    /// 2026-07-28 tasks (`io.modelcontextprotocol/tasks`) this core created (`tasks`).
+    pub(crate) tasks: tasks::TaskStore,
+}
+
+impl ModernCore {
+    /// The modern state of core `shared`: no key, no task yet.
+    pub(crate) fn new(shared: Rc<Core>) -> ModernCore {
+        let cfg = &shared.cfg;
+        let keys = keyed::KeyTable::new(cfg.idempotency_keys_per_core_max);
+        let limits = tasks::TaskLimits::from_config(cfg);
+        let tasks = tasks::TaskStore::new(shared.index, limits, shared.metrics.clone());
+        ModernCore { keys: Rc::new(std::cell::RefCell::new(keys)), tasks, shared }
+    }
+}
+
+impl std::ops::Deref for ModernCore {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.shared
+    }
+}
+
+/// How the modern path's handling of a request ends.
+pub(crate) type Outcome = crate::core::Outcome<Job>;
 
 /// What a connection drives after a modern request's head is written.
 pub(crate) enum Job {
@@ -51,7 +84,7 @@ pub(crate) enum Job {
 pub(crate) struct Observer {
     pub record: Rc<keyed::Record>,
     /// This request's id and progress token where they differ from the record's.
-    pub rewrite: Option<crate::legacy::stream::Rewrite>,
+    pub rewrite: Option<crate::wire::notification::Rewrite>,
     pub id: RawId,
     /// A retry waits for the outcome until then, and writes nothing before (CONTRACT §5);
     /// `None`: the request that took the key streams the call live.
@@ -68,23 +101,14 @@ pub(crate) fn selects(req: &Request<'_>) -> bool {
         })
 }
 
-/// True when a decoded request's params carry the modern `_meta` protocol version (the era
-/// rule for a request that arrived without the header).
-pub(crate) fn carries_modern_meta(params: &WireValue) -> bool {
-    params.get("_meta").and_then(|m| m.get(meta::META_PROTOCOL_VERSION)).is_some()
-}
-
 /// Methods 2026-07-28 removed: they get 404 with -32601 like any unknown method, named so a
 /// reader of the code knows they are meant.
 const REMOVED_METHODS: [&str; 5] =
     ["initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"];
 
 /// A modern POST (the endpoint selected this path by its protocol version header).
-pub(crate) async fn post(core: &Rc<Core>, req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
+pub(crate) async fn post(core: &Rc<ModernCore>, req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
     let keep_alive = req.head.keep_alive;
-    if let Err(refusal) = crate::legacy::post_headers_ok(&req, false) {
-        return refuse(out, refusal, None, keep_alive);
-    }
     // Every request with a key is served by the core that keeps the key's record, so a retry
     // meets it whichever core accepted the connection (moved before the body is decoded).
     if let Some(key) = req.header(&req.head.idempotency_key) {
@@ -117,7 +141,7 @@ pub(crate) fn not_allowed(req: &Request<'_>, out: &mut Vec<u8>) -> Outcome {
 
 /// A decoded modern body: one request (or a notification, accepted and ignored).
 pub(crate) async fn serve(
-    core: &Rc<Core>,
+    core: &Rc<ModernCore>,
     req: &Request<'_>,
     body: Body,
     out: &mut Vec<u8>,
@@ -210,7 +234,7 @@ const RESULT_COMPLETE: &str = "\"resultType\":\"complete\"";
 
 /// `resultType` plus the caching hints (SEP-2549) of a list or read: `ttlMs` from
 /// `--cache-ttl-ms`, `cacheScope` public (nothing tidemark lists depends on who asks).
-fn cache_hints(core: &Core) -> String {
+fn cache_hints(core: &ModernCore) -> String {
     format!("{RESULT_COMPLETE},\"ttlMs\":{},\"cacheScope\":\"public\"", core.cfg.cache_ttl_ms)
 }
 
@@ -236,7 +260,7 @@ fn decorate_result(body: &mut Vec<u8>, id: &RawId, members: &str) {
 
 /// The `server/discover` result: every revision we serve (the legacy ones through
 /// `initialize`), the capabilities, how to use tidemark, and who we are in `_meta`.
-fn discover_result(core: &Core) -> Value {
+fn discover_result(core: &ModernCore) -> Value {
     let mut capabilities = core.registry.capabilities().clone();
     if let Some(resources) = capabilities.get_mut("resources").and_then(Value::as_object_mut) {
         // Resource updates would come through subscriptions/listen's resourceSubscriptions,
@@ -265,7 +289,7 @@ const MODERN_INSTRUCTIONS: &str = "tidemark: a dropped response stream cancels t
 /// `tools/call`: the tool's route, its `x-mcp-header` parameters, then the call (answered
 /// now when it finishes at its first poll, else driven by the connection).
 async fn tools_call(
-    core: &Rc<Core>,
+    core: &Rc<ModernCore>,
     req: &Request<'_>,
     id: RawId,
     mut params: WireValue,
@@ -374,13 +398,13 @@ fn observe(
         _ => None,
     };
     let rewrite = (id != record.id || tokens.is_some())
-        .then(|| crate::legacy::stream::Rewrite { id: id.clone(), progress_token: tokens });
-    Outcome::Modern(Job::Observe(Observer { record, rewrite, id, wait_until }))
+        .then(|| crate::wire::notification::Rewrite { id: id.clone(), progress_token: tokens });
+    Outcome::Job(Job::Observe(Observer { record, rewrite, id, wait_until }))
 }
 
 /// `prompts/get` through `get_prompt_with_context`, so a prompt may ask for input (MRTR).
 async fn prompts_get(
-    core: &Rc<Core>,
+    core: &Rc<ModernCore>,
     req: &Request<'_>,
     id: RawId,
     params: WireValue,
@@ -432,7 +456,7 @@ fn sink_for(
 /// `requestState`) and the binding of the next state. Malformed input is the client's error
 /// (-32602, HTTP 400); so is a state that fails verification.
 fn input_round(
-    core: &Core,
+    core: &ModernCore,
     method: &str,
     name: &str,
     params: &WireValue,
@@ -478,7 +502,7 @@ async fn start_call(mut job: CallJob, out: &mut Vec<u8>, keep_alive: bool) -> Ou
         let status = job.finish(&mut body);
         return reply(out, Answer::JsonStatus { status, body: &body }, keep_alive);
     }
-    Outcome::Modern(Job::Call(job))
+    Outcome::Job(Job::Call(job))
 }
 
 pub(crate) fn error_reply(

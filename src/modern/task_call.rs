@@ -31,7 +31,8 @@ use std::time::Instant;
 
 use simd_json::prelude::*;
 
-use crate::endpoint::{reply, Core, Outcome, Request};
+use super::{ModernCore, Outcome};
+use crate::core::{reply, Request};
 use crate::provider::{
     CallSink, LocalBoxFuture, LogLevel, ProviderError, ProviderResult, TaskSupport, Value,
 };
@@ -49,7 +50,7 @@ pub(crate) const METHODS: [&str; 3] = ["tasks/get", "tasks/update", "tasks/cance
 /// another one (then the connection moves there, its body not yet decoded). A missing or
 /// foreign header routes nowhere: the request is served here and its checks refuse it (-32020)
 /// or find no task (-32602).
-pub(crate) fn route(core: &Core, req: &Request<'_>) -> Option<u16> {
+pub(crate) fn route(core: &ModernCore, req: &Request<'_>) -> Option<u16> {
     let method = req.header(&req.head.mcp_method)?;
     if !METHODS.iter().any(|m| m.as_bytes() == method) {
         return None;
@@ -224,7 +225,7 @@ pub(crate) fn call_sink(
 /// client closed the stream, or the MRTR round ended) drops the work. When the core holds
 /// `--max-tasks-per-core` tasks the call simply goes on in its request.
 pub(crate) fn augment(
-    core: &Rc<Core>,
+    core: &Rc<ModernCore>,
     task_sink: Option<Rc<TaskSink>>,
     work: LocalBoxFuture<'static, ProviderResult<Value>>,
 ) -> LocalBoxFuture<'static, ProviderResult<Value>> {
@@ -270,7 +271,7 @@ enum InRequest {
 /// The work's own task: in the request until it finishes, needs input, or first waits for
 /// anything else (then it becomes a task and runs to its end through `tasks::drive`).
 async fn run(
-    core: Rc<Core>,
+    core: Rc<ModernCore>,
     sink: Rc<TaskSink>,
     mut work: LocalBoxFuture<'static, ProviderResult<Value>>,
     handover: Rc<Handover>,
@@ -361,7 +362,7 @@ fn task_outcome(outcome: ProviderResult<Value>) -> Result<Value, Value> {
 /// without the extension, -32602 for a bad or unknown `taskId` or bad `inputResponses`; else
 /// the `DetailedTask`, or the empty ack (`{"resultType":"complete"}`).
 pub(crate) fn serve(
-    core: &Core,
+    core: &ModernCore,
     id: &RawId,
     method: &str,
     params: &WireValue,

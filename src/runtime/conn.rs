@@ -17,7 +17,7 @@ use monoio::buf::IoBufMut;
 use monoio::io::{AsyncWriteRentExt, CancelableAsyncReadRent, Canceller};
 use monoio::net::TcpStream;
 
-use crate::endpoint::{self, Core, Outcome, Request};
+use crate::endpoint::{self, Endpoint, Outcome, Request};
 use crate::http::{self, Method};
 use crate::legacy::session::StreamKind;
 use crate::legacy::stream::{self, Batch};
@@ -99,7 +99,7 @@ async fn write_out(socket: &mut TcpStream, out: Vec<u8>) -> (bool, Vec<u8>) {
 
 /// Serves one connection until it closes, or hands it to another core.
 pub async fn serve(
-    core: Rc<Core>,
+    core: Rc<Endpoint>,
     drain: Rc<Drain>,
     inboxes: Inboxes,
     mut socket: TcpStream,
@@ -244,7 +244,7 @@ fn shrink(buf: &mut Vec<u8>, keep: usize) {
 /// `--header-timeout-ms` of the request's first byte: a deadline, not a per-read timeout, so a
 /// peer dripping one byte at a time cannot hold the connection (slowloris).
 async fn next_head(
-    core: &Core,
+    core: &Endpoint,
     drain: &Drain,
     socket: &mut TcpStream,
     buf: &mut Vec<u8>,
@@ -290,7 +290,7 @@ async fn next_head(
 }
 
 /// The body length a request announces, within the limits.
-fn body_length(core: &Core, head: &http::RequestHead) -> Result<usize, Refusal> {
+fn body_length(core: &Endpoint, head: &http::RequestHead) -> Result<usize, Refusal> {
     if head.chunked {
         return Err(Refusal::LengthRequired);
     }
@@ -326,7 +326,7 @@ async fn linger_close(socket: &mut TcpStream, buf: &mut Vec<u8>, unread: usize) 
 }
 
 /// Moves the connection, with its unhandled bytes, to `target`'s inbox.
-fn hand_off(core: &Core, inboxes: &Inboxes, target: u16, socket: TcpStream, pending: Vec<u8>) {
+fn hand_off(core: &Endpoint, inboxes: &Inboxes, target: u16, socket: TcpStream, pending: Vec<u8>) {
     let Ok(socket) = handoff::detach_socket(socket) else { return };
     core.metrics.handoffs_total.inc();
     if let Some(inbox) = inboxes.get(usize::from(target)) {
@@ -345,7 +345,7 @@ fn hand_off(core: &Core, inboxes: &Inboxes, target: u16, socket: TcpStream, pend
 /// over, the peer goes away, or the drain ends (then: what is ready, the last chunk, close).
 /// Returns whether the connection can serve another request.
 async fn write_stream(
-    core: &Core,
+    core: &Endpoint,
     drain: &Drain,
     socket: &mut TcpStream,
     buf: &mut Vec<u8>,
@@ -453,7 +453,7 @@ async fn write_stream(
 /// connection can serve another request.
 #[allow(clippy::too_many_arguments)]
 async fn drive_modern(
-    core: &Core,
+    core: &Endpoint,
     drain: &Drain,
     socket: &mut TcpStream,
     buf: &mut Vec<u8>,
@@ -483,7 +483,7 @@ async fn drive_modern(
 /// still runs. Closing the connection does not cancel a keyed call (its record keeps it).
 #[allow(clippy::too_many_arguments)]
 async fn drive_observer(
-    core: &Core,
+    core: &Endpoint,
     drain: &Drain,
     socket: &mut TcpStream,
     buf: &mut Vec<u8>,
@@ -512,7 +512,8 @@ async fn drive_observer(
             for event in &pending {
                 match &rewrite {
                     Some(rw) => {
-                        let rewritten = crate::legacy::stream::rewrite_event(rw, event, false, 0);
+                        let rewritten =
+                            crate::wire::notification::rewrite_event(rw, event, false, 0);
                         crate::wire::sse::push_event(frames, None, None, &rewritten);
                     }
                     None => crate::wire::sse::push_event(frames, None, None, event),
@@ -528,7 +529,7 @@ async fn drive_observer(
         }
         if let Some((body, status)) = &finished {
             let body = match &rewrite {
-                Some(rw) => crate::legacy::stream::rewrite_event(rw, body, true, body_offset),
+                Some(rw) => crate::wire::notification::rewrite_event(rw, body, true, body_offset),
                 None => body.to_vec(),
             };
             let status = *status;
@@ -596,7 +597,7 @@ async fn drive_observer(
 
 #[allow(clippy::too_many_arguments)]
 async fn drive_call(
-    core: &Core,
+    core: &Endpoint,
     drain: &Drain,
     socket: &mut TcpStream,
     buf: &mut Vec<u8>,
@@ -666,7 +667,7 @@ async fn drive_call(
 }
 
 async fn drive_listen(
-    core: &Core,
+    core: &Endpoint,
     drain: &Drain,
     socket: &mut TcpStream,
     buf: &mut Vec<u8>,

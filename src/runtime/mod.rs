@@ -35,9 +35,10 @@ use atomic_waker::AtomicWaker;
 use monoio::io::Canceller;
 
 use crate::config::{self, Config, DriverChoice};
+use crate::core::Core;
 use crate::dispatch::Registry;
-use crate::endpoint::Core;
-use crate::legacy::session::{SessionTable, StreamKind};
+use crate::endpoint::Endpoint;
+use crate::legacy::session::StreamKind;
 use crate::legacy::{end_session, SessionEnd};
 use crate::metrics::CoreMetrics;
 use crate::provider::Provider;
@@ -456,24 +457,15 @@ pub(crate) fn run(spec: WorkerSpec, ready: std::sync::mpsc::Sender<Result<Driver
 async fn serve(spec: WorkerSpec) {
     let WorkerSpec { index, cfg, listener, inboxes, metrics, providers, life } = spec;
     let providers: Vec<Rc<dyn Provider>> = providers.iter().map(|make| make()).collect();
-    let core = Rc::new(Core {
+    let shared = Rc::new(Core {
         registry: Registry::build(providers).await,
-        sessions: RefCell::new(SessionTable::new(cfg.sessions_per_core_max)),
-        keys: Rc::new(RefCell::new(crate::modern::keyed::KeyTable::new(
-            cfg.idempotency_keys_per_core_max,
-        ))),
-        tasks: crate::modern::tasks::TaskStore::new(
-            index,
-            crate::modern::tasks::TaskLimits::from_config(&cfg),
-            metrics.clone(),
-        ),
         threads: inboxes.len() as u16,
         index,
         metrics,
         cfg,
         draining: Cell::new(false),
-        buffered_bytes: Rc::default(),
     });
+    let core = Rc::new(Endpoint::new(shared));
     let listener = match monoio::net::TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {
@@ -500,7 +492,7 @@ async fn serve(spec: WorkerSpec) {
 
 /// Accepts connections until the drain begins.
 async fn accept_until_drain(
-    core: &Rc<Core>,
+    core: &Rc<Endpoint>,
     drain: &Rc<Drain>,
     inboxes: &Inboxes,
     listener: &monoio::net::TcpListener,
@@ -540,7 +532,7 @@ async fn accept_until_drain(
 
 /// The drain on this core: report busy or quiet until every core is quiet or the deadline
 /// passed, then end the open streams and wait (bounded) for the connections to go.
-async fn drain_core(core: &Rc<Core>, drain: &Drain, life: &Lifecycle) {
+async fn drain_core(core: &Rc<Endpoint>, drain: &Drain, life: &Lifecycle) {
     let index = usize::from(core.index);
     core.draining.set(true);
     drain.set_phase(Phase::Draining);
@@ -569,11 +561,11 @@ async fn drain_core(core: &Rc<Core>, drain: &Drain, life: &Lifecycle) {
 
 /// No call runs on this core and no connection is mid-request or writing a request stream.
 /// Owed streams are not waited for: their clients cannot reconnect to a draining server.
-fn is_quiet(core: &Core, drain: &Drain) -> bool {
+fn is_quiet(core: &Endpoint, drain: &Drain) -> bool {
     if !drain.connections_quiet() {
         return false;
     }
-    let sessions = core.sessions.borrow().all();
+    let sessions = core.legacy.sessions.borrow().all();
     let running = sessions.iter().any(|rc| {
         rc.borrow().streams().any(|st| st.kind == StreamKind::Request && st.is_running())
     });
@@ -588,7 +580,7 @@ async fn refuse_connection(mut socket: monoio::net::TcpStream) {
 }
 
 /// Adopts connections other cores moved here because their session lives on this core.
-async fn drain_inbox(core: Rc<Core>, drain: Rc<Drain>, inboxes: Inboxes) {
+async fn drain_inbox(core: Rc<Endpoint>, drain: Rc<Drain>, inboxes: Inboxes) {
     let index = usize::from(core.index);
     loop {
         let Some(inbox) = inboxes.get(index) else { return };
@@ -608,12 +600,12 @@ async fn drain_inbox(core: Rc<Core>, drain: Rc<Drain>, inboxes: Inboxes) {
 }
 
 /// Periodic housekeeping; off the request path.
-async fn reap(core: Rc<Core>) {
+async fn reap(core: Rc<Endpoint>) {
     loop {
         monoio::time::sleep(REAP_INTERVAL).await;
         let now = Instant::now();
-        core.tasks.expire(now);
-        let sessions = core.sessions.borrow().all();
+        core.modern.tasks.expire(now);
+        let sessions = core.legacy.sessions.borrow().all();
         for rc in sessions {
             let mut s = rc.borrow_mut();
             let (abandoned, expired) =
@@ -628,7 +620,7 @@ async fn reap(core: Rc<Core>) {
             if s.is_expired(now, core.cfg.session_idle) {
                 let id = s.id;
                 drop(s);
-                end_session(&core, &id, SessionEnd::Expired);
+                end_session(&core.legacy, &id, SessionEnd::Expired);
             }
         }
     }

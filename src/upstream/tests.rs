@@ -1,6 +1,7 @@
 //! Unit tests of the `--upstream` spec and the naming scheme.
 
 use super::*;
+use crate::config::UpstreamSpecError;
 
 #[test]
 fn stdio_specs_split_like_a_shell_without_running_one() {

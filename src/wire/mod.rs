@@ -7,13 +7,14 @@
 //! decides only *how it looks on the wire*. Never: decides anything about MCP or sessions.
 
 pub mod jsonrpc;
+pub(crate) mod notification;
+pub(crate) mod revision;
 pub mod sse;
 
 use crate::http::{push_decimal, write_header, write_status};
 use jsonrpc::RawId;
 
-/// Protocol revisions of the legacy era that we serve, newest first.
-pub const LEGACY_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
+pub use revision::LEGACY_VERSIONS;
 
 /// A decoded request value (simd-json's, internal: the provider API gets `provider::Value`).
 pub(crate) type WireValue = simd_json::OwnedValue;

@@ -1,0 +1,93 @@
+//! The notifications both eras send for a call, encoded once: `notifications/progress` (its
+//! prefix, which a deduplicated retry's `Rewrite` recognises) and `notifications/message`'s
+//! params, and the rewrite that shows a recorded stream to a retry under its own id and
+//! progress token. Called by `legacy` (replay rings, observers) and `modern` (calls, keyed
+//! records). Never: allocates on the path of a call that needs no rewrite.
+
+use serde_json::Value;
+
+use super::jsonrpc::{self, RawId};
+
+/// How a deduplicated retry (CONTRACT §4 step 1) sees the original stream: its final response
+/// carries the retry's JSON-RPC id, and progress carries the retry's progress token, so the
+/// client matches both to the request it actually sent.
+#[derive(Clone, Debug)]
+pub(crate) struct Rewrite {
+    pub(crate) id: RawId,
+    /// The retry's `_meta.progressToken` (JSON text) and the original's, when both exist.
+    pub(crate) progress_token: Option<(Box<str>, Box<str>)>,
+}
+
+/// Prefix of a progress notification up to its token: `StreamSink::progress` writes it and a
+/// dedup `Rewrite` recognises it.
+pub(crate) const PROGRESS_PREFIX: &[u8] =
+    b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":";
+
+/// The payload a deduplicated retry sees (only dedup attachments pay for this copy).
+pub(crate) fn rewrite_event(
+    rw: &Rewrite,
+    payload: &[u8],
+    is_final: bool,
+    body_offset: usize,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(payload.len() + 16);
+    if is_final {
+        out.extend_from_slice(jsonrpc::RESPONSE_PREFIX);
+        out.extend_from_slice(rw.id.0.as_bytes());
+        out.extend_from_slice(&payload[body_offset.min(payload.len())..]);
+        return out;
+    }
+    if let Some((retry, original)) = &rw.progress_token {
+        let mut prefix = PROGRESS_PREFIX.to_vec();
+        prefix.extend_from_slice(original.as_bytes());
+        if let Some(rest) = payload.strip_prefix(prefix.as_slice()) {
+            out.extend_from_slice(PROGRESS_PREFIX);
+            out.extend_from_slice(retry.as_bytes());
+            out.extend_from_slice(rest);
+            return out;
+        }
+    }
+    out.extend_from_slice(payload);
+    out
+}
+
+/// A whole `notifications/progress` message for `token` (its JSON text as the client sent it).
+pub(crate) fn progress_payload(
+    token: &str,
+    progress: f64,
+    total: Option<f64>,
+    message: Option<&str>,
+) -> Vec<u8> {
+    let mut payload = Vec::with_capacity(160);
+    payload.extend_from_slice(PROGRESS_PREFIX);
+    payload.extend_from_slice(token.as_bytes());
+    payload.extend_from_slice(b",\"progress\":");
+    push_number(&mut payload, progress);
+    if let Some(t) = total {
+        payload.extend_from_slice(b",\"total\":");
+        push_number(&mut payload, t);
+    }
+    if let Some(m) = message {
+        payload.extend_from_slice(b",\"message\":");
+        let _ = serde_json::to_writer(&mut payload, m);
+    }
+    payload.extend_from_slice(b"}}");
+    payload
+}
+
+/// A number as JSON (`1`, `0.5`); non-finite values, which JSON cannot carry, as `null`.
+fn push_number(out: &mut Vec<u8>, n: f64) {
+    match serde_json::Number::from_f64(n) {
+        Some(n) => out.extend_from_slice(n.to_string().as_bytes()),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+/// The params of `notifications/message`.
+pub(crate) fn log_params(level: &str, logger: Option<&str>, data: Value) -> Value {
+    let mut params = serde_json::json!({ "level": level, "data": data });
+    if let (Some(l), Some(obj)) = (logger, params.as_object_mut()) {
+        obj.insert("logger".into(), Value::from(l));
+    }
+    params
+}
