@@ -273,8 +273,9 @@ fn start_workers(cfg: &Config, providers: Vec<ProviderFactory>) -> Result<Runnin
     for _ in 1..cfg.threads {
         listeners.push(reuseport_listener(bound)?);
     }
-    // The workers' config names the bound address (port 0 resolved): the endpoint checks a
-    // Host's port against it.
+    // The workers' config names the bound address (port 0 resolved), so whatever reads
+    // `cfg.listen` sees the address really listened on. (The endpoint's Host rule reads only
+    // whether it is loopback: a Host's port is not compared with it, for port forwarders.)
     let cfg = Arc::new(Config { listen: bound, ..cfg.clone() });
     let inboxes = Arc::new(
         (0..cfg.threads).map(|_| Inbox::new(config::HANDOFF_INBOX_MAX)).collect::<Vec<_>>(),

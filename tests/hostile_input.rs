@@ -1,6 +1,6 @@
 //! Goal: hostile or ambiguous input is refused with a status and a message that name the fault,
 //! never silently changed, never read two ways, never counted twice: lone UTF-16 surrogate
-//! escapes in JSON strings, a Host (or absolute-form authority) naming another port, conflicting
+//! escapes in JSON strings, a Host (or absolute-form authority) with a malformed port, conflicting
 //! duplicates of single-valued headers, HTTP-syntax faults, and the request counter across a
 //! hand-off. Method: the real binary on 127.0.0.1:0, once per io driver (`support::DRIVERS`),
 //! raw HTTP/1.1 bytes over blocking `TcpStream`s, tables of cases; each refusal is checked for
@@ -109,13 +109,14 @@ type HostCase = (&'static str, String, Option<String>, Option<String>, bool);
 /// (case, method, headers, body, refused)
 type DuplicateCase = (&'static str, &'static str, Vec<(String, String)>, Option<String>, bool);
 
-/// Goal: on a loopback listener a Host (or an absolute-form target's authority) that names a
-/// port must name the port the server listens on; one without a port is fine; `--allowed-host`
-/// values still match exactly, their port included; Origin's port is not ours to check (a page
-/// on another local port may call us). Method: `initialize` under each Host on a server started
-/// with `--listen 127.0.0.1:0` (the bound port is known only after bind), 200 or 403 expected.
+/// Goal: on a loopback listener a Host (or an absolute-form target's authority) is a loopback
+/// name with no port or a well-formed one, which need not be the port the server listens on (a
+/// port forwarder's client names the forwarder's port; `tests/port_forward.rs` runs one);
+/// `--allowed-host` values still match exactly, their port included; Origin's port is not ours
+/// to check (a page on another local port may call us). Method: `initialize` under each Host on
+/// a server started with `--listen 127.0.0.1:0`, 200 or 403 expected.
 #[test]
-fn host_port_must_be_the_listeners_port() {
+fn host_names_a_loopback_name_and_a_well_formed_port() {
     const ALLOWED_HOST: &str = "mcp.example:8080";
     for driver in DRIVERS {
         let server = Server::on(driver, &["--allowed-host", ALLOWED_HOST]);
@@ -143,20 +144,30 @@ fn host_port_must_be_the_listeners_port() {
                 None,
                 true,
             ),
-            ("localhost:OTHER", format!("localhost:{other}"), None, None, false),
-            ("127.0.0.1:OTHER", format!("127.0.0.1:{other}"), None, None, false),
-            ("[::1]:OTHER", format!("[::1]:{other}"), None, None, false),
-            ("port 0", "localhost:0".into(), None, None, false),
-            ("port with a suffix digit", format!("localhost:{port}0"), None, None, false),
-            ("port out of range", "localhost:65536".into(), None, None, false),
-            ("port not a number", "localhost:http".into(), None, None, false),
-            ("two ports", format!("localhost:{port}:{port}"), None, None, false),
-            ("junk after the bracket", format!("[::1]x{port}"), None, None, false),
-            ("allowed host on another port", "mcp.example:9999".into(), None, None, false),
+            ("localhost:OTHER", format!("localhost:{other}"), None, None, true),
+            ("127.0.0.1:OTHER", format!("127.0.0.1:{other}"), None, None, true),
+            ("[::1]:OTHER", format!("[::1]:{other}"), None, None, true),
             (
                 "authority with another port",
                 host.clone(),
                 Some(format!("localhost:{other}")),
+                None,
+                true,
+            ),
+            ("port 0", "localhost:0".into(), None, None, false),
+            ("six-digit port", "localhost:100000".into(), None, None, false),
+            ("port out of range", "localhost:65536".into(), None, None, false),
+            ("port not a number", "localhost:http".into(), None, None, false),
+            ("two ports", format!("localhost:{port}:{port}"), None, None, false),
+            ("junk after the bracket", format!("[::1]x{port}"), None, None, false),
+            ("port followed by a name", format!("localhost:{port}.evil.com"), None, None, false),
+            ("a name for a port", "localhost:evil.com".into(), None, None, false),
+            ("foreign name, our port", format!("evil.com:{port}"), None, None, false),
+            ("allowed host on another port", "mcp.example:9999".into(), None, None, false),
+            (
+                "authority with a malformed port",
+                host.clone(),
+                Some(format!("localhost:{port}.evil.com")),
                 None,
                 false,
             ),

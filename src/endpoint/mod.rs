@@ -212,16 +212,17 @@ fn split_target(target: &[u8]) -> (Option<&[u8]>, &[u8]) {
 
 /// The Host rule, also applied to an absolute-form target's authority (which the server must
 /// use instead of Host). On a loopback listener a Host not listed by `--allowed-host` (listed
-/// values match exactly, port included) must be a loopback name with no port or the port we
-/// listen on: a request that names another port was meant for another server (a browser
-/// attacked by DNS rebinding sends the attacker's port).
+/// values match exactly, port included) must be a loopback name with no port or a well-formed
+/// one. Which port it names is not compared with the one bound: a transparent forwarder on this
+/// machine (`ssh -L 9000:127.0.0.1:8080`, `kubectl port-forward`, `socat`) passes its client's
+/// `Host: localhost:9000` through unchanged, and comparing would protect nothing, since a browser
+/// attacked by DNS rebinding sends the attacker's host name, which is refused here anyway.
 pub(crate) fn host_allowed(cfg: &Config, host: &[u8]) -> bool {
     let listed = cfg.allowed_hosts.iter().any(|h| h.as_bytes() == host);
     listed
         || !cfg.listen.ip().is_loopback()
-        || split_authority(host).is_some_and(|(name, port)| {
-            is_loopback_host(name) && port_is_ours(port, cfg.listen.port())
-        })
+        || split_authority(host)
+            .is_some_and(|(name, port)| is_loopback_host(name) && port_well_formed(port))
 }
 
 /// DNS-rebinding protection: on a loopback listener, Host and Origin must be loopback names
@@ -271,9 +272,11 @@ fn is_loopback_host(host: &[u8]) -> bool {
 }
 
 /// True when what follows an authority's host is no port (nothing, or an empty port, which
-/// RFC 3986 §3.2.3 allows) or `:<bound>`. A port that is not 1 to 5 digits is refused; with
-/// `bound` 0 (the port was not recorded after binding `:0`) any well-formed port passes.
-fn port_is_ours(rest: &[u8], bound: u16) -> bool {
+/// RFC 3986 §3.2.3 allows) or `:` and a TCP port: 1 to 5 digits naming 1 to 65535 (0 is no
+/// port a client can connect to). Anything else after the host (`localhost:9101.evil.com`,
+/// `localhost:evil.com`, a second `:port`) is refused. Which port is not compared with the one
+/// bound (see `host_allowed`): a forwarder's client names the forwarder's port.
+fn port_well_formed(rest: &[u8]) -> bool {
     let Some(digits) = rest.strip_prefix(b":") else {
         return rest.is_empty();
     };
@@ -284,22 +287,24 @@ fn port_is_ours(rest: &[u8], bound: u16) -> bool {
         return false;
     }
     let port = digits.iter().fold(0u32, |n, &d| n * 10 + u32::from(d - b'0'));
-    port <= u32::from(u16::MAX) && (bound == 0 || port == u32::from(bound))
+    (1..=u32::from(u16::MAX)).contains(&port)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Goal: the Host rule on a loopback listener: loopback names, with no port or ours;
-    /// listed hosts exactly; anything goes on other listeners. Method: a table of Hosts
-    /// against a config listening on 127.0.0.1:8080 (and on :0, the port not recorded).
+    /// Goal: the Host rule on a loopback listener: loopback names, with no port or any
+    /// well-formed one (a port forwarder's client names the forwarder's port); listed hosts
+    /// exactly, port included; foreign names and malformed ports refused; anything goes on other
+    /// listeners. Method: a table of Hosts against a config listening on 127.0.0.1:8080 (and on
+    /// :0, the port not recorded, which must change nothing).
     #[test]
-    fn host_names_a_loopback_name_and_our_port() {
+    fn host_names_a_loopback_name_and_a_well_formed_port() {
         let mut cfg = Config::test_min();
         cfg.listen = "127.0.0.1:8080".parse().expect("address");
         cfg.allowed_hosts = vec!["mcp.example:9000".into()];
-        let table: [(&str, bool); 20] = [
+        let table: [(&str, bool); 33] = [
             ("localhost", true),
             ("localhost:8080", true),
             ("LocalHost:8080", true),
@@ -310,23 +315,40 @@ mod tests {
             ("[::1]", true),
             ("localhost:08080", true),
             ("mcp.example:9000", true),
-            ("localhost:9999", false),
+            // Another port: what a forwarder's client sends.
+            ("localhost:9999", true),
+            ("localhost:9000", true),
+            ("127.0.0.1:9000", true),
+            ("[::1]:9000", true),
+            ("localhost:1", true),
+            ("localhost:65535", true),
+            // Malformed ports.
             ("localhost:0", false),
+            ("localhost:00000", false),
+            ("localhost:65536", false),
             ("localhost:80800", false),
             ("localhost:808080", false),
             ("localhost:+8080", false),
             ("localhost:8080:8080", false),
+            ("localhost:9101.evil.com", false),
+            ("localhost:evil.com", false),
             ("[::1]8080", false),
             ("[::1:8080", false),
-            ("mcp.example", false),
+            // Foreign names, and a listed name on another port than the listed one.
+            ("evil.com:9101", false),
             ("evil.example:8080", false),
+            ("localhost.evil.com", false),
+            ("mcp.example", false),
+            ("mcp.example:9001", false),
+            ("127.0.0.1.evil.com:8080", false),
         ];
         for (host, want) in table {
             assert_eq!(host_allowed(&cfg, host.as_bytes()), want, "{host}");
         }
         cfg.listen = "127.0.0.1:0".parse().expect("address");
-        assert!(host_allowed(&cfg, b"localhost:9999"));
-        assert!(!host_allowed(&cfg, b"localhost:99999"));
+        for (host, want) in table {
+            assert_eq!(host_allowed(&cfg, host.as_bytes()), want, "{host} (listening on :0)");
+        }
         cfg.listen = "0.0.0.0:8080".parse().expect("address");
         assert!(host_allowed(&cfg, b"evil.example:1"));
     }
