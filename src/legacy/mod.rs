@@ -185,7 +185,7 @@ fn session_for(
 
 /// DELETE: ends the session.
 pub(crate) fn delete(core: &Rc<LegacyCore>, req: &Request<'_>, out: &mut Vec<u8>) -> Outcome {
-    let session = match session_for(core, &req, out) {
+    let session = match session_for(core, req, out) {
         Ok(s) => s,
         Err(early) => return early.into(),
     };
@@ -202,7 +202,7 @@ pub(crate) fn get(core: &Rc<LegacyCore>, req: &Request<'_>, out: &mut Vec<u8>) -
     if !accepts {
         return refuse(out, Refusal::NotAcceptable, None, keep_alive);
     }
-    let session = match session_for(core, &req, out) {
+    let session = match session_for(core, req, out) {
         Ok(s) => s,
         Err(early) => return early.into(),
     };
@@ -277,13 +277,13 @@ pub(crate) async fn post(
     // The session is found before the body is decoded, so a request for another core moves
     // with its body still raw.
     let session = match req.head.session_id {
-        Some(_) => match find_session(core, &req, out) {
+        Some(_) => match find_session(core, req, out) {
             Ok(s) => Some(s),
             Err(early) => return early.into(),
         },
         None => None,
     };
-    if session.is_some() && !version_ok(&req) {
+    if session.is_some() && !version_ok(req) {
         return refuse(out, Refusal::BadProtocolVersion, None, keep_alive);
     }
     let idempotency_key: Option<Box<str>> = req
@@ -300,7 +300,7 @@ pub(crate) async fn post(
         }
     };
     let Some(session) = session else {
-        return sessionless(core, &req, body, out).await;
+        return sessionless(core, req, body, out).await;
     };
     match body {
         Body::Single(Message::Request { id, method, params }) => {
