@@ -19,6 +19,7 @@ use bytes::Bytes;
 use crate::provider::{CallSink, LocalBoxFuture, LogLevel, ProviderError, ProviderResult, Value};
 use crate::signal::Signal;
 use crate::wire::jsonrpc::{self, RawId};
+use crate::wire::{Code, Status};
 
 use super::meta;
 use super::state;
@@ -178,7 +179,7 @@ fn input(
         let mut required = serde_json::Map::new();
         required.insert(capability.to_owned(), serde_json::json!({}));
         let error = ProviderError::Rpc {
-            code: meta::MISSING_CAPABILITY,
+            code: Code::MissingCapability.value(),
             message: format!("this request needs the client capability `{capability}` ({method})"),
             data: Some(serde_json::json!({ "requiredCapabilities": required })),
         };
@@ -314,12 +315,12 @@ impl CallJob {
 
     /// The final answer's body (into `body`) and HTTP status: the work's result (or error),
     /// or, when it waits for input, the `InputRequiredResult`.
-    pub(crate) fn finish(&mut self, body: &mut Vec<u8>) -> u16 {
+    pub(crate) fn finish(&mut self, body: &mut Vec<u8>) -> Status {
         self.done = true;
         if self.outcome.is_none() && self.sink.input_needed() {
             let result = self.sink.input_required(&self.binding, self.state_ttl);
             crate::dispatch::push_result_value(body, &self.id, &result);
-            return 200;
+            return Status::Ok;
         }
         let outcome = self.outcome.take().unwrap_or(Err(ProviderError::Cancelled));
         render_outcome(&self.id, outcome, body)
@@ -332,22 +333,24 @@ pub(crate) fn render_outcome(
     id: &RawId,
     outcome: ProviderResult<Value>,
     body: &mut Vec<u8>,
-) -> u16 {
+) -> Status {
     match outcome {
         Ok(Value::Object(mut result)) => {
             result.entry("resultType").or_insert_with(|| Value::from("complete"));
             crate::dispatch::push_result_value(body, id, &Value::Object(result));
-            200
+            Status::Ok
         }
         Ok(other) => {
             crate::dispatch::push_result_value(body, id, &other);
-            200
+            Status::Ok
         }
         Err(e) => {
             crate::dispatch::push_provider_error(body, id, &e);
             match e {
-                ProviderError::Rpc { code: meta::MISSING_CAPABILITY, .. } => 400,
-                _ => 200,
+                ProviderError::Rpc { code, .. } if code == Code::MissingCapability.value() => {
+                    Status::BadRequest
+                }
+                _ => Status::Ok,
             }
         }
     }

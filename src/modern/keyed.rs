@@ -45,7 +45,7 @@ pub(crate) struct Record {
     pub progress_token: Option<Box<str>>,
     pub sink: Rc<ModernSink>,
     /// The final response (with the original request's id) and its HTTP status, once done.
-    pub outcome: RefCell<Option<(Bytes, u16)>>,
+    pub outcome: RefCell<Option<(Bytes, crate::wire::Status)>>,
     /// The original request's id (the final response is rewritten to each retry's).
     pub id: RawId,
     pub finished_at: std::cell::Cell<Option<Instant>>,

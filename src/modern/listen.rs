@@ -68,7 +68,11 @@ pub(crate) fn start(
             message,
             None,
         );
-        return crate::core::reply(out, Answer::JsonStatus { status: 400, body: &body }, true);
+        return crate::core::reply(
+            out,
+            Answer::JsonStatus { status: crate::wire::Status::BadRequest, body: &body },
+            true,
+        );
     };
     let asked = |name: &str| requested.get(name).and_then(|v| v.as_bool()).unwrap_or(false);
     let capabilities = core.registry.capabilities();

@@ -11,7 +11,7 @@ use base64::Engine;
 use simd_json::prelude::*;
 
 use crate::provider::{LogLevel, Value};
-use crate::wire::WireValue;
+use crate::wire::{Code, WireValue};
 
 pub(crate) use crate::wire::revision::{META_PROTOCOL_VERSION, MODERN_VERSION, SUPPORTED_VERSIONS};
 pub(crate) const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
@@ -20,17 +20,10 @@ pub(crate) const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 pub(crate) const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 pub(crate) const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
-/// MCP 2026-07-28 `HeaderMismatch`.
-pub(crate) const HEADER_MISMATCH: i64 = -32020;
-/// MCP 2026-07-28 `MissingRequiredClientCapability`.
-pub(crate) const MISSING_CAPABILITY: i64 = -32021;
-/// MCP 2026-07-28 `UnsupportedProtocolVersion`.
-pub(crate) const UNSUPPORTED_VERSION: i64 = -32022;
-
 /// Why a modern request is refused before it runs: always HTTP 400, with this JSON-RPC error.
 #[derive(Debug, PartialEq)]
 pub(crate) struct MetaError {
-    pub code: i64,
+    pub code: Code,
     pub message: String,
     /// The error's `data` as JSON text.
     pub data: Option<String>,
@@ -38,15 +31,11 @@ pub(crate) struct MetaError {
 
 impl MetaError {
     fn invalid_params(message: impl Into<String>) -> MetaError {
-        MetaError {
-            code: crate::wire::Code::InvalidParams.value(),
-            message: message.into(),
-            data: None,
-        }
+        MetaError { code: Code::InvalidParams, message: message.into(), data: None }
     }
 
     fn mismatch(message: impl Into<String>) -> MetaError {
-        MetaError { code: HEADER_MISMATCH, message: message.into(), data: None }
+        MetaError { code: Code::HeaderMismatch, message: message.into(), data: None }
     }
 }
 
@@ -119,7 +108,7 @@ pub(crate) fn check_meta(
 pub(crate) fn unsupported_version(requested: &str) -> MetaError {
     let data = serde_json::json!({ "supported": SUPPORTED_VERSIONS, "requested": requested });
     MetaError {
-        code: UNSUPPORTED_VERSION,
+        code: Code::UnsupportedProtocolVersion,
         message: format!("unsupported protocol version: {requested}"),
         data: Some(data.to_string()),
     }
@@ -262,16 +251,22 @@ mod tests {
         // Goal: the conformance order: -32602 (missing _meta parts), -32020 (header missing
         // or different), -32022 (same but unsupported). Method: one case each.
         let v = MODERN_VERSION.as_bytes();
-        assert_eq!(check_meta(&wire("{}"), Some(v)).err().map(|e| e.code), Some(-32602));
+        assert_eq!(check_meta(&wire("{}"), Some(v)).err().map(|e| e.code.value()), Some(-32602));
         let no_caps = format!(r#"{{"_meta":{{"{META_PROTOCOL_VERSION}":"{MODERN_VERSION}"}}}}"#);
-        assert_eq!(check_meta(&wire(&no_caps), Some(v)).err().map(|e| e.code), Some(-32602));
-        assert_eq!(check_meta(&wire(&meta("v999")), Some(v)).err().map(|e| e.code), Some(-32020));
         assert_eq!(
-            check_meta(&wire(&meta(MODERN_VERSION)), None).err().map(|e| e.code),
+            check_meta(&wire(&no_caps), Some(v)).err().map(|e| e.code.value()),
+            Some(-32602)
+        );
+        assert_eq!(
+            check_meta(&wire(&meta("v999")), Some(v)).err().map(|e| e.code.value()),
+            Some(-32020)
+        );
+        assert_eq!(
+            check_meta(&wire(&meta(MODERN_VERSION)), None).err().map(|e| e.code.value()),
             Some(-32020)
         );
         let e = check_meta(&wire(&meta("v999")), Some(b"v999")).err().expect("refused");
-        assert_eq!(e.code, -32022);
+        assert_eq!(e.code.value(), -32022);
         assert!(e.data.as_deref().is_some_and(|d| d.contains("\"requested\":\"v999\"")));
         assert!(check_meta(&wire(&meta(MODERN_VERSION)), Some(v)).is_ok());
     }
@@ -283,11 +278,11 @@ mod tests {
         let encoded = b"=?base64?SGVsbG8sIOS4lueVjA==?=";
         assert!(check_headers("tools/call", &params, Some(b"tools/call"), Some(encoded)).is_ok());
         let wrong = check_headers("tools/call", &params, Some(b"tools/call"), Some(b"other"));
-        assert_eq!(wrong.err().map(|e| e.code), Some(-32020));
+        assert_eq!(wrong.err().map(|e| e.code.value()), Some(-32020));
         let missing = check_headers("tools/call", &params, Some(b"tools/call"), None);
-        assert_eq!(missing.err().map(|e| e.code), Some(-32020));
+        assert_eq!(missing.err().map(|e| e.code.value()), Some(-32020));
         let method = check_headers("tools/call", &params, Some(b"tools/list"), Some(encoded));
-        assert_eq!(method.err().map(|e| e.code), Some(-32020));
+        assert_eq!(method.err().map(|e| e.code.value()), Some(-32020));
         assert!(check_headers("tools/list", &wire("{}"), Some(b"tools/list"), None).is_ok());
         assert_eq!(decode_header_value(b"=?base64?!!?="), None);
         assert_eq!(decode_header_value(b"a\x01b"), None);
@@ -311,10 +306,10 @@ mod tests {
         let absent = wire(r#"{"region":null}"#);
         assert!(check_param_headers(&declared, &absent, |_| None).is_ok());
         let missing = check_param_headers(&declared, &args, |_| None);
-        assert_eq!(missing.err().map(|e| e.code), Some(-32020));
+        assert_eq!(missing.err().map(|e| e.code.value()), Some(-32020));
         let wrong = |name: &str| (name == "Mcp-Param-Region").then_some(&b"eu"[..]);
         assert_eq!(
-            check_param_headers(&declared, &args, wrong).err().map(|e| e.code),
+            check_param_headers(&declared, &args, wrong).err().map(|e| e.code.value()),
             Some(-32020)
         );
     }

@@ -33,7 +33,7 @@ use crate::dispatch::{self, ToolRoute};
 use crate::provider::{CallContext, SessionRef, Value};
 use crate::wire::jsonrpc::{self, Body, Message, RawId};
 use crate::wire::LEGACY_VERSIONS;
-use crate::wire::{Answer, Code, Refusal, WireValue};
+use crate::wire::{Answer, Code, Refusal, Status, WireValue};
 use call::{CallJob, ModernSink, SinkSetup};
 use meta::{MetaError, RequestMeta};
 
@@ -217,7 +217,7 @@ pub(crate) async fn serve(
                 message,
                 None,
             );
-            reply(out, Answer::JsonStatus { status: 404, body: &body }, keep_alive)
+            reply(out, Answer::JsonStatus { status: Status::NotFound, body: &body }, keep_alive)
         }
     }
 }
@@ -225,8 +225,8 @@ pub(crate) async fn serve(
 /// 400 with a check's JSON-RPC error (and the request's id).
 fn meta_refusal(out: &mut Vec<u8>, id: &RawId, e: &MetaError, keep_alive: bool) -> Outcome {
     let mut body = Vec::with_capacity(128 + e.message.len());
-    jsonrpc::push_error(&mut body, Some(id), e.code, &e.message, e.data.as_deref());
-    reply(out, Answer::JsonStatus { status: 400, body: &body }, keep_alive)
+    jsonrpc::push_error(&mut body, Some(id), e.code.value(), &e.message, e.data.as_deref());
+    reply(out, Answer::JsonStatus { status: Status::BadRequest, body: &body }, keep_alive)
 }
 
 /// The members every complete result gets.
@@ -462,7 +462,7 @@ fn input_round(
     params: &WireValue,
 ) -> Result<(serde_json::Map<String, Value>, String), MetaError> {
     let invalid = |message: &str| MetaError {
-        code: Code::InvalidParams.value(),
+        code: Code::InvalidParams,
         message: message.to_owned(),
         data: None,
     };

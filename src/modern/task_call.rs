@@ -91,7 +91,7 @@ pub(crate) fn advertise(capabilities: &mut Value) {
 /// -32021 naming the extension.
 fn missing_extension(message: &str) -> MetaError {
     MetaError {
-        code: meta::MISSING_CAPABILITY,
+        code: Code::MissingCapability,
         message: format!("{message} ({})", tasks::EXTENSION_ID),
         data: Some(tasks::missing_capability_data().to_string()),
     }
@@ -373,8 +373,12 @@ pub(crate) fn serve(
     if !tasks::declared(Some(client_capabilities)) {
         let e = missing_extension(&format!("{method} needs the tasks extension"));
         let mut body = Vec::with_capacity(256);
-        jsonrpc::push_error(&mut body, Some(id), e.code, &e.message, e.data.as_deref());
-        return reply(out, Answer::JsonStatus { status: 400, body: &body }, keep_alive);
+        jsonrpc::push_error(&mut body, Some(id), e.code.value(), &e.message, e.data.as_deref());
+        return reply(
+            out,
+            Answer::JsonStatus { status: crate::wire::Status::BadRequest, body: &body },
+            keep_alive,
+        );
     }
     let Some(task_id) = params.get("taskId").and_then(|t| t.as_str()) else {
         return error(out, id, Code::InvalidParams, "params.taskId must be a string", keep_alive);
@@ -441,7 +445,7 @@ mod tests {
         assert_eq!(admission(TaskSupport::Optional, &without), Ok(false));
         assert_eq!(admission(TaskSupport::Required, &with), Ok(true));
         let refused = admission(TaskSupport::Required, &without).expect_err("-32021");
-        assert_eq!(refused.code, -32021);
+        assert_eq!(refused.code.value(), -32021);
         let data: Value =
             serde_json::from_str(refused.data.as_deref().expect("data")).expect("json");
         assert_eq!(data["requiredCapabilities"]["extensions"][tasks::EXTENSION_ID], json!({}));

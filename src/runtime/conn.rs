@@ -551,7 +551,7 @@ async fn drive_observer(
                 message,
                 data,
             );
-            let answer = Answer::JsonStatus { status: 409, body: &body };
+            let answer = Answer::JsonStatus { status: crate::wire::Status::Conflict, body: &body };
             render_shared(&mut out, answer, keep_alive, shared_with);
             let (ok, o) = write_out(socket, out).await;
             return (ok && keep_alive, o);
@@ -737,7 +737,7 @@ async fn peer_closed(socket: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
 /// The last answer of a 2026-07-28 request: the final event and the end of an SSE stream, or,
 /// when nothing was streamed, the whole JSON response with its status.
 struct FinalAnswer<'a> {
-    status: u16,
+    status: crate::wire::Status,
     body: &'a [u8],
     streaming: bool,
     keep_alive: bool,

@@ -42,6 +42,12 @@ pub enum Code {
     HeldTooLong,
     /// -31005: Idempotency-Key reused with other method or params (step 1).
     KeyReused,
+    /// -32020: MCP 2026-07-28 `HeaderMismatch`: a required header is missing or disagrees with
+    /// the body (`MCP-Protocol-Version` vs `_meta`, `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`).
+    HeaderMismatch,
+    /// -32021: MCP 2026-07-28 `MissingRequiredClientCapability`: the request needs a capability
+    /// its `_meta` did not declare.
+    MissingCapability,
     /// -32022: MCP 2026-07-28 `UnsupportedProtocolVersionError`.
     UnsupportedProtocolVersion,
 }
@@ -60,7 +66,35 @@ impl Code {
             Code::EventsLost => -31003,
             Code::HeldTooLong => -31004,
             Code::KeyReused => -31005,
+            Code::HeaderMismatch => -32020,
+            Code::MissingCapability => -32021,
             Code::UnsupportedProtocolVersion => -32022,
+        }
+    }
+}
+
+/// Every HTTP status a JSON-RPC answer goes out with, named: `Answer::JsonStatus` takes one of
+/// these, never a number, so what the server answers is listed here and nowhere else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Status {
+    /// 200: the request was served (its JSON-RPC result or error is the body).
+    Ok,
+    /// 400: the peer's request is malformed or fails a 2026-07-28 check.
+    BadRequest,
+    /// 404: no such method in 2026-07-28 (`-32601`), or no such session or path.
+    NotFound,
+    /// 409: a retry whose outcome is not there yet, or a stream still owed (CONTRACT §4, §5).
+    Conflict,
+}
+
+impl Status {
+    /// The number on the status line.
+    pub(crate) const fn code(self) -> u16 {
+        match self {
+            Status::Ok => 200,
+            Status::BadRequest => 400,
+            Status::NotFound => 404,
+            Status::Conflict => 409,
         }
     }
 }
@@ -224,7 +258,7 @@ pub enum Answer<'a> {
     /// `application/json` with another status: a 2026-07-28 answer whose JSON-RPC error has an
     /// HTTP status of its own (400 for -32602 `_meta` errors, -32020, -32021, -32022; 404 for
     /// -32601).
-    JsonStatus { status: u16, body: &'a [u8] },
+    JsonStatus { status: Status, body: &'a [u8] },
     /// 200 `application/json` to `initialize`, with the new session's `Mcp-Session-Id`.
     Initialized { body: &'a [u8], session_id: &'a [u8] },
     /// 202 Accepted, no body: notifications and client responses.
@@ -254,7 +288,7 @@ impl Answer<'_> {
         match *self {
             Answer::Refused { refusal, id } => refuse(out, refusal, id, keep_alive),
             Answer::Json(body) => json(out, 200, &[], body, keep_alive),
-            Answer::JsonStatus { status, body } => json(out, status, &[], body, keep_alive),
+            Answer::JsonStatus { status, body } => json(out, status.code(), &[], body, keep_alive),
             Answer::Initialized { body, session_id } => {
                 json(out, 200, &[("Mcp-Session-Id", session_id)], body, keep_alive)
             }
