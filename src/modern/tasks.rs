@@ -1216,4 +1216,24 @@ mod tests {
         assert_eq!(iso8601(at(4_107_542_400, 0)), "2100-03-01T00:00:00.000Z");
         assert_eq!(iso8601(UNIX_EPOCH - Duration::from_secs(1)), "1970-01-01T00:00:00.000Z");
     }
+
+    #[test]
+    fn timestamps_are_exactly_what_clients_see() {
+        // Goal: createdAt/lastUpdatedAt stay byte-for-byte the same whatever formats them:
+        // RFC 3339 in UTC with a `Z`, always three fractional digits, truncated (never rounded).
+        // Method: fixed instants (the epoch, a time of day with milliseconds, a leap day, the
+        // last millisecond of a day) with their exact strings.
+        let at = |secs: u64, nanos: u32| UNIX_EPOCH + Duration::new(secs, nanos);
+        for (instant, text) in [
+            (at(0, 0), "1970-01-01T00:00:00.000Z"),
+            (at(0, 999_999), "1970-01-01T00:00:00.000Z"),
+            (at(1_785_242_096, 789_000_000), "2026-07-28T12:34:56.789Z"),
+            (at(1_785_242_096, 789_999_999), "2026-07-28T12:34:56.789Z"),
+            (at(1_835_395_200, 0), "2028-02-29T00:00:00.000Z"),
+            (at(1_835_481_599, 999_000_000), "2028-02-29T23:59:59.999Z"),
+            (at(1_835_481_600, 1_000_000), "2028-03-01T00:00:00.001Z"),
+        ] {
+            assert_eq!(iso8601(instant), text);
+        }
+    }
 }
