@@ -750,34 +750,24 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// `2026-07-28T12:34:56.789Z` (RFC 3339 / ISO 8601, UTC, milliseconds).
-fn iso8601(time: SystemTime) -> String {
-    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = since.as_secs();
-    let (year, month, day) = civil_from_days(secs / 86_400);
-    let rem = secs % 86_400;
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        since.subsec_millis()
-    )
-}
+/// Length of a timestamp's text (`2026-07-28T12:34:56.789Z`).
+const TIMESTAMP_LEN: usize = 24;
 
-/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian (H. Hinnant's
-/// `civil_from_days`, for non-negative day counts).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    (year, month, day)
+/// The last instant humantime prints, 9999-12-31T23:59:59.999Z (RFC 3339 years have four
+/// digits; past it `Display` fails).
+const TIMESTAMP_LAST: Duration = Duration::new(253_402_300_799, 999_999_999);
+
+/// `2026-07-28T12:34:56.789Z` (RFC 3339 / ISO 8601, UTC, milliseconds truncated).
+fn iso8601(time: SystemTime) -> String {
+    use std::fmt::Write as _;
+    // humantime panics before the epoch and fails after year 9999: a wall clock that far off
+    // prints the nearest end of that range instead.
+    let time = time.clamp(UNIX_EPOCH, UNIX_EPOCH + TIMESTAMP_LAST);
+    let mut text = String::with_capacity(TIMESTAMP_LEN);
+    let written = write!(text, "{}", humantime::format_rfc3339_millis(time));
+    debug_assert!(written.is_ok(), "invariant: the instant is within humantime's range");
+    debug_assert_eq!(text.len(), TIMESTAMP_LEN);
+    text
 }
 
 #[cfg(test)]
@@ -1215,6 +1205,8 @@ mod tests {
         assert_eq!(iso8601(at(4_107_542_399, 0)), "2100-02-28T23:59:59.000Z");
         assert_eq!(iso8601(at(4_107_542_400, 0)), "2100-03-01T00:00:00.000Z");
         assert_eq!(iso8601(UNIX_EPOCH - Duration::from_secs(1)), "1970-01-01T00:00:00.000Z");
+        assert_eq!(iso8601(at(253_402_300_799, 999)), "9999-12-31T23:59:59.999Z");
+        assert_eq!(iso8601(at(253_402_300_800, 0)), "9999-12-31T23:59:59.999Z");
     }
 
     #[test]
