@@ -1,0 +1,180 @@
+//! One core's tasks: the store every `tasks/*` request and every task-augmented call reaches.
+//!
+//! Owns: `TaskStore`, the live tasks by id and in creation order; creation against
+//! `--max-tasks-per-core`, deletion once `--task-retention-secs` passed (cancelling a tool
+//! still running), and the `tasks/get`, `tasks/update` and `tasks/cancel` operations.
+//! Called by: `runtime` (one store per core, built from `TaskLimits`; the reaper's `expire`)
+//! and `modern::task_call` (create, then the three operations).
+//! Never: evicts a task before its retention ended (SEP-2663: `ttlMs` is a promise; a full
+//! store refuses new tasks instead), answers for a task owned by another core (that request
+//! is handed off first), or overwrites a task whose id collided.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use serde_json::{Map, Value};
+
+use super::error::TaskError;
+use super::handle::{Shared, TaskHandle};
+use super::id::TaskId;
+use super::limits::TaskLimits;
+use super::task::{parse_input_key, Input, Phase, Task};
+use crate::metrics::CoreMetrics;
+
+/// One core's tasks. Cheap to clone (one `Rc`); core-local.
+#[derive(Clone)]
+pub(crate) struct TaskStore {
+    inner: Rc<StoreInner>,
+}
+
+struct StoreInner {
+    core: u16,
+    shared: Rc<Shared>,
+    /// Live tasks by the random part of their id.
+    tasks: RefCell<HashMap<u128, Rc<Task>>>,
+    /// Live tasks in creation order: retention is counted from creation, so they expire in
+    /// this order. Holds exactly the keys of `tasks`.
+    order: RefCell<VecDeque<(Instant, u128)>>,
+}
+
+impl TaskStore {
+    pub fn new(core: u16, limits: TaskLimits, metrics: Arc<CoreMetrics>) -> TaskStore {
+        assert!(limits.tasks_max > 0 && limits.bytes_max > 0, "invariant: limits are validated");
+        let shared = Rc::new(Shared { limits, metrics, bytes: Cell::new(0) });
+        let inner = StoreInner {
+            core,
+            shared,
+            tasks: RefCell::new(HashMap::new()),
+            order: RefCell::new(VecDeque::new()),
+        };
+        TaskStore { inner: Rc::new(inner) }
+    }
+
+    pub(super) fn limits(&self) -> &TaskLimits {
+        &self.inner.shared.limits
+    }
+
+    /// Live tasks (running or retained).
+    pub(super) fn len(&self) -> usize {
+        self.inner.tasks.borrow().len()
+    }
+
+    /// Result and error bytes held.
+    #[cfg(test)]
+    pub(super) fn bytes(&self) -> usize {
+        self.inner.shared.bytes.get()
+    }
+
+    /// A new `working` task, present in the store (so `tasks/get` resolves it) before the
+    /// caller answers with its `create_result` (SEP-2663 §Task Creation: strongly consistent).
+    pub fn create(&self, now: Instant) -> Result<TaskHandle, TaskError> {
+        self.expire(now);
+        if self.len() >= self.limits().tasks_max {
+            self.inner.shared.metrics.limit_tasks.inc();
+            return Err(TaskError::Full);
+        }
+        let id = TaskId::generate(self.inner.core)?;
+        let task = Rc::new(Task::new(id, SystemTime::now()));
+        let mut tasks = self.inner.tasks.borrow_mut();
+        if tasks.contains_key(&id.random) {
+            // 128 random bits collided: the OS source is broken; never overwrite a task.
+            return Err(TaskError::Random);
+        }
+        tasks.insert(id.random, task.clone());
+        self.inner.order.borrow_mut().push_back((now, id.random));
+        debug_assert_eq!(tasks.len(), self.inner.order.borrow().len());
+        self.inner.shared.metrics.tasks_created_total.inc();
+        Ok(TaskHandle::new(task, self.inner.shared.clone()))
+    }
+
+    /// The `tasks/get` result (`DetailedTask` with `resultType: "complete"`).
+    pub fn get(&self, task_id: &str, now: Instant) -> Result<Value, TaskError> {
+        let task = self.find(task_id, now)?;
+        Ok(task.detailed(self.limits()))
+    }
+
+    /// `tasks/update`: delivers the answers whose keys are outstanding and ignores the rest
+    /// (unknown, already answered, or from an earlier round: SEP-2663 §Task Update Requests).
+    /// A task that is not running ignores them all. The ack is the caller's.
+    pub fn update(
+        &self,
+        task_id: &str,
+        responses: &Map<String, Value>,
+        now: Instant,
+    ) -> Result<(), TaskError> {
+        let task = self.find(task_id, now)?;
+        let mut delivered = false;
+        let mut inputs = task.inputs.borrow_mut();
+        for (key, answer) in responses {
+            let Some(slot) = parse_input_key(key).and_then(|n| inputs.get_mut(&n)) else {
+                continue;
+            };
+            if let Input::Waiting { waker, .. } = slot {
+                if let Some(waker) = waker.take() {
+                    waker.wake();
+                }
+                *slot = Input::Answered(answer.clone());
+                delivered = true;
+            }
+        }
+        drop(inputs);
+        if delivered {
+            task.touch();
+        }
+        Ok(())
+    }
+
+    /// `tasks/cancel`: a running task becomes `cancelled` at once and its tool is signalled
+    /// (the runner drops it); a finished task is left as it is (the ack is idempotent).
+    pub fn cancel(&self, task_id: &str, now: Instant) -> Result<(), TaskError> {
+        let task = self.find(task_id, now)?;
+        if task.is_running() {
+            *task.phase.borrow_mut() = Phase::Cancelled;
+            *task.status_message.borrow_mut() = Some("cancelled by tasks/cancel".into());
+            task.touch();
+            task.signal_cancel();
+        }
+        Ok(())
+    }
+
+    /// Deletes the tasks whose retention ended by `now`; a running one is cancelled (its tool
+    /// is dropped). Called by every operation, and may be called periodically.
+    pub fn expire(&self, now: Instant) {
+        let retention = self.limits().retention;
+        loop {
+            let key = match self.inner.order.borrow().front() {
+                Some(&(created, key)) if now.saturating_duration_since(created) > retention => key,
+                _ => break,
+            };
+            self.inner.order.borrow_mut().pop_front();
+            let removed = self.inner.tasks.borrow_mut().remove(&key);
+            if let Some(task) = removed {
+                self.release(&task);
+            }
+        }
+    }
+
+    fn release(&self, task: &Task) {
+        task.live.set(false);
+        let (held, stored) = (self.inner.shared.bytes.get(), task.stored_bytes.replace(0));
+        debug_assert!(stored <= held, "invariant: a task's bytes are counted in the store's");
+        self.inner.shared.bytes.set(held.saturating_sub(stored));
+        task.signal_cancel();
+    }
+
+    fn find(&self, task_id: &str, now: Instant) -> Result<Rc<Task>, TaskError> {
+        self.expire(now);
+        let id = TaskId::parse(task_id).ok_or(TaskError::NotFound)?;
+        if id.core != self.inner.core {
+            return Err(TaskError::NotFound);
+        }
+        self.inner.tasks.borrow().get(&id.random).cloned().ok_or(TaskError::NotFound)
+    }
+}
+
+#[cfg(test)]
+#[path = "store_tests.rs"]
+mod tests;
