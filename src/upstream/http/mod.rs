@@ -20,6 +20,7 @@
 //! Never: follows redirects, buffers a body or event beyond `--upstream-line-bytes`, or lets a
 //! failed POST leave its call waiting: a JSON-RPC error for it goes to the peer at once.
 
+mod error;
 mod url;
 
 use std::cell::{Cell, RefCell};
@@ -38,6 +39,7 @@ use super::Settings;
 use crate::provider::Value;
 use crate::signal::Signal;
 use crate::wire::Code;
+use error::HttpError;
 use url::{parse_url, resolve, Endpoint};
 
 /// Messages of one transport POSTed and not yet finished. A tool call holds its slot until its
@@ -1030,45 +1032,6 @@ impl Conn {
             (Ok(_), None) => Err(HttpError::Closed),
             (Err(e), None) => Err(HttpError::Io(e.kind())),
         }
-    }
-}
-
-/// Why an exchange with the upstream failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-enum HttpError {
-    /// The OS or the upstream: connecting, writing or reading failed (refused, reset, …).
-    #[error("connection failed: {0}")]
-    Io(std::io::ErrorKind),
-    /// The upstream: no connection or no answer within the deadline.
-    #[error("no answer within the deadline")]
-    Timeout,
-    /// The upstream closed the connection before the response ended.
-    #[error("the upstream closed the connection mid-response")]
-    Closed,
-    /// The upstream: a response head beyond `HEAD_BYTES_MAX`.
-    #[error("response head larger than 64 KiB")]
-    HeadTooLarge,
-    /// The upstream: a response head that is not HTTP/1.x.
-    #[error("malformed response head")]
-    BadHead,
-    /// The upstream: a chunked body that breaks RFC 9112 §7.1.
-    #[error("malformed chunked body")]
-    BadChunk,
-    /// The upstream: a JSON body, SSE line or event beyond `--upstream-line-bytes`.
-    #[error("body or event larger than --upstream-line-bytes")]
-    TooLarge,
-    /// The upstream: a 2xx response that is neither JSON nor an event stream.
-    #[error("response is neither application/json nor text/event-stream")]
-    ContentType,
-    /// Us: the transport was shut down.
-    #[error("the transport was shut down")]
-    Stopped,
-}
-
-impl HttpError {
-    /// A stream that broke (rather than misbehaved): worth resuming.
-    fn is_break(self) -> bool {
-        matches!(self, HttpError::Closed | HttpError::Io(_))
     }
 }
 
