@@ -20,6 +20,7 @@
 //! Never: follows redirects, buffers a body or event beyond `--upstream-line-bytes`, or lets a
 //! failed POST leave its call waiting: a JSON-RPC error for it goes to the peer at once.
 
+mod conn;
 mod error;
 mod sse;
 mod url;
@@ -30,9 +31,6 @@ use std::net::SocketAddr;
 use std::rc::{Rc, Weak};
 use std::time::{Duration, Instant};
 
-use monoio::buf::IoBufMut;
-use monoio::io::{AsyncWriteRentExt, CancelableAsyncReadRent, Canceller};
-use monoio::net::TcpStream;
 use serde_json::json;
 
 use super::peer::{Peer, Transport};
@@ -40,6 +38,7 @@ use super::Settings;
 use crate::provider::Value;
 use crate::signal::Signal;
 use crate::wire::Code;
+use conn::{Conn, Pool, Stop, Until, READ_CHUNK};
 use error::HttpError;
 use sse::SseDecoder;
 use url::{parse_url, resolve, Endpoint};
@@ -52,10 +51,6 @@ const IN_FLIGHT_MAX: usize = 256;
 const HEAD_BYTES_MAX: usize = 64 * 1024;
 /// Most header lines in a response head (`httparse` parses into a fixed array).
 const HEADERS_MAX: usize = 64;
-/// Bytes asked for per read of a response.
-const READ_CHUNK: usize = 16 * 1024;
-/// How long a TCP connect may take (also bounded by the request's own deadline).
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Resumptions of one request's event stream that brought no event before it fails. Each waits
 /// the upstream's `retry:` (at most `RETRY_MAX`) or a backoff; the call's timeout bounds all.
 const RESUME_ATTEMPTS_MAX: u32 = 5;
@@ -68,11 +63,6 @@ const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Longest `retry:` wait honoured (a hostile hint cannot park a stream for hours).
 const RETRY_MAX: Duration = Duration::from_secs(30);
-/// Idle keep-alive connections kept per transport.
-const POOL_IDLE_MAX: usize = 8;
-/// An idle connection older than this is closed rather than reused: common servers close idle
-/// connections after 5 s (uvicorn, Node), and a request on one they just closed would fail.
-const POOL_REUSE_WITHIN: Duration = Duration::from_secs(2);
 /// Longest `Mcp-Session-Id` taken from the upstream (echoed on every request); a longer one is
 /// not taken.
 const SESSION_ID_BYTES_MAX: usize = 1024;
@@ -110,24 +100,16 @@ struct Link {
     session: RefCell<Option<Rc<str>>>,
     /// `Some` once the `initialize` result passed through (`MCP-Protocol-Version`).
     protocol_version: RefCell<Option<Rc<str>>>,
-    /// Set once by `shutdown` or a session expiry; every task ends at its next check.
-    stopped: Cell<bool>,
-    /// Notified when `stopped` is set, to end waits and reads at once.
-    stop: Signal,
+    /// Set once by `shutdown` or a session expiry; wakes every waiting task.
+    stop: Stop,
     /// The upstream said the session is gone (404): nothing to `DELETE`.
     expired: Cell<bool>,
     /// POST tasks running, against `IN_FLIGHT_MAX`.
     in_flight: Cell<usize>,
     order: Order,
-    pool: RefCell<Vec<Idle>>,
+    pool: Pool,
     /// The standalone `GET` stream was started (it is started once).
     listening: Cell<bool>,
-}
-
-/// An idle keep-alive connection.
-struct Idle {
-    conn: Conn,
-    since: Instant,
 }
 
 impl HttpTransport {
@@ -149,7 +131,7 @@ impl HttpTransport {
 impl Transport for HttpTransport {
     fn send(&self, message: Vec<u8>) -> Result<(), String> {
         let link = &self.link;
-        if link.stopped.get() {
+        if link.stop.is_set() {
             return Err("the transport is shut down".to_owned());
         }
         if link.in_flight.get() >= IN_FLIGHT_MAX {
@@ -208,23 +190,22 @@ impl Link {
             peer,
             session: RefCell::new(None),
             protocol_version: RefCell::new(None),
-            stopped: Cell::new(false),
-            stop: Signal::default(),
+            stop: Stop::default(),
             expired: Cell::new(false),
             in_flight: Cell::new(0),
             order: Order::default(),
-            pool: RefCell::new(Vec::new()),
+            pool: Pool::default(),
             listening: Cell::new(false),
         }
     }
 
-    /// Sets `stopped` and wakes every waiting task; false when it was set already.
+    /// Sets `stop` (waking every waiting task) and closes the idle connections; false when
+    /// it was set already.
     fn stop(&self) -> bool {
-        if self.stopped.replace(true) {
+        if !self.stop.set() {
             return false;
         }
-        self.stop.notify_all();
-        self.pool.borrow_mut().clear();
+        self.pool.clear();
         true
     }
 
@@ -264,31 +245,17 @@ impl Link {
 
     /// Starts the standalone `GET` stream, once.
     fn start_listening(self: &Rc<Self>) {
-        if !self.listening.replace(true) && !self.stopped.get() {
+        if !self.listening.replace(true) && !self.stop.is_set() {
             monoio::spawn(listen(self.clone()));
         }
     }
 
-    /// An idle connection young enough to reuse.
-    fn take_idle(&self) -> Option<Conn> {
-        let mut pool = self.pool.borrow_mut();
-        while let Some(idle) = pool.pop() {
-            if idle.since.elapsed() < POOL_REUSE_WITHIN {
-                return Some(idle.conn);
-            }
-        }
-        None
-    }
-
     /// Keeps `conn` for reuse when its response ended cleanly and it may be kept alive.
     fn recycle(&self, conn: Conn, reusable: bool) {
-        if !reusable || !conn.pending().is_empty() || self.stopped.get() {
+        if !reusable || !conn.pending().is_empty() || self.stop.is_set() {
             return;
         }
-        let mut pool = self.pool.borrow_mut();
-        if pool.len() < POOL_IDLE_MAX {
-            pool.push(Idle { conn, since: Instant::now() });
-        }
+        self.pool.keep(conn);
     }
 
     /// Encodes a request head (and body) to the endpoint with the session's headers.
@@ -377,7 +344,7 @@ impl Turn {
         loop {
             let released = order.released.notified();
             let stop = self.link.stop.notified();
-            if self.link.stopped.get() {
+            if self.link.stop.is_set() {
                 return false;
             }
             if order.waiting.borrow().first() == Some(&self.ticket) {
@@ -452,15 +419,6 @@ impl From<HttpError> for Failure {
     fn from(e: HttpError) -> Failure {
         Failure::Http(e)
     }
-}
-
-/// The time bounds of one HTTP exchange.
-#[derive(Clone, Copy)]
-struct Until {
-    /// `None` for the standalone stream, which lasts as long as the session.
-    deadline: Option<Instant>,
-    /// Whether `shutdown` ends the exchange (not for the `DELETE` that follows it).
-    stoppable: bool,
 }
 
 /// One message's POST, and the error its call gets when it fails.
@@ -620,7 +578,7 @@ async fn listen(link: Rc<Link>) {
     let mut stream = Stream::new(link.line_max, None, false);
     let mut attempts = 0;
     let until = Until { deadline: None, stoppable: true };
-    while !link.stopped.get() {
+    while !link.stop.is_set() {
         let seen = stream.decoder.events();
         let last_id = stream.decoder.last_id().map(str::to_owned);
         let request = link.encode(Method::Get, None, last_id.as_deref());
@@ -718,11 +676,11 @@ fn backoff(attempt: u32) -> Duration {
 /// reconnection loop spin); false when the transport stopped meanwhile.
 async fn pause(link: &Link, delay: Duration) -> bool {
     let stop = link.stop.notified();
-    if link.stopped.get() {
+    if link.stop.is_set() {
         return false;
     }
     monoio::select! {
-        _ = monoio::time::sleep(delay.clamp(BACKOFF_MIN, RETRY_MAX)) => !link.stopped.get(),
+        _ = monoio::time::sleep(delay.clamp(BACKOFF_MIN, RETRY_MAX)) => !link.stop.is_set(),
         _ = stop => false,
     }
 }
@@ -791,14 +749,14 @@ async fn round_trip(
         }
     }
     let bytes = outgoing.bytes(link, method);
-    let mut idle = link.take_idle();
+    let mut idle = link.pool.take();
     loop {
         let reused = idle.is_some();
         let mut conn = match idle.take() {
             Some(conn) => conn,
             None => Conn::open(link.addr, until).await?,
         };
-        match conn.write(bytes.clone(), link, until).await {
+        match conn.write(bytes.clone(), &link.stop, until).await {
             Ok(()) => outgoing.written(),
             Err(HttpError::Closed | HttpError::Io(_)) if reused => continue,
             Err(e) => return Err(e),
@@ -819,7 +777,7 @@ async fn read_head(conn: &mut Conn, link: &Link, until: Until) -> Result<Head, H
                 }
                 return Ok(head);
             }
-            None => conn.read_more(link, until).await?,
+            None => conn.read_more(&link.stop, until).await?,
         }
     }
 }
@@ -919,123 +877,6 @@ impl Stream {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// A client connection.
-
-/// A TCP connection to the upstream and what was read from it and not yet consumed.
-struct Conn {
-    stream: TcpStream,
-    buf: Vec<u8>,
-    /// `buf[at..]` is read and not yet consumed.
-    at: usize,
-    /// Bytes read since the last request was written (0: the response has not begun).
-    received: usize,
-}
-
-impl Conn {
-    async fn open(addr: SocketAddr, until: Until) -> Result<Conn, HttpError> {
-        let mut wait = CONNECT_TIMEOUT;
-        if let Some(deadline) = until.deadline {
-            wait = wait.min(deadline.saturating_duration_since(Instant::now()));
-        }
-        let stream = match monoio::time::timeout(wait, TcpStream::connect_addr(addr)).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => return Err(HttpError::Io(e.kind())),
-            Err(_) => return Err(HttpError::Timeout),
-        };
-        // Requests are written whole; Nagle would only delay a small POST behind an ACK.
-        let _ = stream.set_nodelay(true);
-        Ok(Conn { stream, buf: Vec::new(), at: 0, received: 0 })
-    }
-
-    fn pending(&self) -> &[u8] {
-        &self.buf[self.at..]
-    }
-
-    fn consume(&mut self, n: usize) {
-        assert!(n <= self.buf.len() - self.at, "invariant: only read bytes are consumed");
-        self.at += n;
-        if self.at == self.buf.len() {
-            self.buf.clear();
-            self.at = 0;
-        }
-    }
-
-    async fn write(&mut self, bytes: Vec<u8>, link: &Link, until: Until) -> Result<(), HttpError> {
-        self.received = 0;
-        let write = self.stream.write_all(bytes);
-        let result = match until.deadline {
-            Some(deadline) => {
-                let left = deadline.saturating_duration_since(Instant::now());
-                match monoio::time::timeout(left, write).await {
-                    Ok((result, _)) => result,
-                    Err(_) => return Err(HttpError::Timeout),
-                }
-            }
-            None => write.await.0,
-        };
-        if until.stoppable && link.stopped.get() {
-            return Err(HttpError::Stopped);
-        }
-        result.map(drop).map_err(|e| HttpError::Io(e.kind()))
-    }
-
-    /// Appends what arrives next; ends early at the deadline or, if stoppable, at `shutdown`.
-    async fn read_more(&mut self, link: &Link, until: Until) -> Result<(), HttpError> {
-        if self.at > 0 {
-            self.buf.drain(..self.at);
-            self.at = 0;
-        }
-        if self.buf.capacity() - self.buf.len() < READ_CHUNK / 2 {
-            self.buf.reserve(READ_CHUNK);
-        }
-        let stop = link.stop.notified();
-        if until.stoppable && link.stopped.get() {
-            return Err(HttpError::Stopped);
-        }
-        let stop = async move {
-            match until.stoppable {
-                true => stop.await,
-                false => std::future::pending().await,
-            }
-        };
-        let timer = async move {
-            match until.deadline {
-                Some(d) => monoio::time::sleep(d.saturating_duration_since(Instant::now())).await,
-                None => std::future::pending().await,
-            }
-        };
-        let owned = std::mem::take(&mut self.buf);
-        let len = owned.len();
-        let canceller = Canceller::new();
-        let read = self.stream.cancelable_read(owned.slice_mut(len..), canceller.handle());
-        let mut read = std::pin::pin!(read);
-        let (result, slice, ended) = monoio::select! {
-            r = &mut read => (r.0, r.1, None),
-            _ = timer => {
-                let _canceled = canceller.cancel();
-                let (r, s) = read.await;
-                (r, s, Some(HttpError::Timeout))
-            }
-            _ = stop => {
-                let _canceled = canceller.cancel();
-                let (r, s) = read.await;
-                (r, s, Some(HttpError::Stopped))
-            }
-        };
-        self.buf = slice.into_inner();
-        match (result, ended) {
-            (Ok(n), _) if n > 0 => {
-                self.received += n;
-                Ok(())
-            }
-            (_, Some(e)) => Err(e),
-            (Ok(_), None) => Err(HttpError::Closed),
-            (Err(e), None) => Err(HttpError::Io(e.kind())),
-        }
-    }
-}
-
 /// A response body being read: de-framed pieces from the connection.
 struct Body {
     framing: BodyState,
@@ -1105,7 +946,7 @@ impl Body {
             if matches!(self.framing, BodyState::Done) {
                 return Ok(false);
             }
-            match conn.read_more(link, until).await {
+            match conn.read_more(&link.stop, until).await {
                 Ok(()) => {}
                 Err(HttpError::Closed) if matches!(self.framing, BodyState::Close) => {
                     self.framing = BodyState::Done;
