@@ -5,7 +5,8 @@
 //! whole, the response read in `READ_CHUNK` pieces into the connection's own buffer), `Until`,
 //! `Stop`, and the pool (`Pool`: at most `POOL_IDLE_MAX` idle connections, none reused after
 //! `POOL_REUSE_WITHIN`).
-//! Called by: the transport (`mod.rs`: opens, writes, pools, reads heads and bodies from it).
+//! Called by: the transport (`mod.rs`: opens, writes, pools) and the response reader
+//! (`response.rs`: reads heads and bodies from it).
 //! Never: parses what it reads, sends a request twice, or lets a stoppable read outlive the
 //! transport's stop (the read in flight is cancelled).
 
