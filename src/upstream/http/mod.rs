@@ -12,11 +12,22 @@
 //! stream that breaks before the answer it carries is resumed with `GET` + `Last-Event-ID` when
 //! the upstream numbered its events (§Resumability and Redelivery).
 //!
+//! The folder, one concern per file. `mod.rs` uses the others; among them the arrows run down
+//! this list only (`response` → `conn` → `error`, `sse` → `error`), and none uses `mod.rs`:
+//! - `mod.rs`: the transport: its link (session id, protocol version, order of POSTs, the
+//!   in-flight bound), POST, resumption, the standalone `GET` stream and the `DELETE`.
+//! - `response.rs`: one response: its head, then its body (by length, chunked, to the close).
+//! - `conn.rs`: one client connection, the idle pool, an exchange's deadline and the stop.
+//! - `sse.rs`: the event-stream decoder. `url.rs`: the URL and its address.
+//! - `error.rs`: `HttpError`, the one error of an exchange.
+//!
 //! Owns: the upstream's URL and address (an IP literal is used as is; a host name is looked up
 //! once per core, the first time that core connects to it, with the system resolver: the one
 //! blocking call here, at a session's start and not on the path of any call), the session id
 //! and negotiated protocol version, the idle-connection pool, the in-flight bound, and the
 //! `DELETE` that ends the upstream session.
+//! Called by: `upstream` (`HttpTransport::connect` for an `--upstream http://…`, then its `Peer`
+//! through `Transport`), and the runtime at the end of a drain (`deletes_settled`).
 //! Never: follows redirects, buffers a body or event beyond `--upstream-line-bytes`, or lets a
 //! failed POST leave its call waiting: a JSON-RPC error for it goes to the peer at once.
 
