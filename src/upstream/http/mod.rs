@@ -1,0 +1,915 @@
+//! The Streamable HTTP transport (MCP 2025-11-25, "Transports", §Streamable HTTP): an upstream
+//! MCP server at `http://HOST:PORT/PATH`, spoken to by POSTing each JSON-RPC message and
+//! reading what comes back as one JSON body or a `text/event-stream`, driven by the core that
+//! owns the session.
+//!
+//! Every POST is a task of its own on an HTTP/1.1 connection of its own (an idle keep-alive
+//! connection is reused when one is at hand), so a long tool call never holds up another
+//! message. POSTs still leave in the order `send` was called: a request once its bytes are
+//! written, a notification or response once the upstream accepted it (its `202`), so
+//! `notifications/initialized` reaches the upstream before the requests after it. After that
+//! notification one `GET` stream carries the upstream's own requests and notifications. An SSE
+//! stream that breaks before the answer it carries is resumed with `GET` + `Last-Event-ID` when
+//! the upstream numbered its events (§Resumability and Redelivery).
+//!
+//! The folder, one concern per file. `mod.rs` uses the others; among them the arrows run down
+//! this list only (`response` → `conn` → `error`, `sse` → `error`), and none uses `mod.rs`:
+//! - `mod.rs`: the transport: its link (session id, protocol version, order of POSTs, the
+//!   in-flight bound), POST, resumption, the standalone `GET` stream and the `DELETE`.
+//! - `response.rs`: one response: its head, then its body (by length, chunked, to the close).
+//! - `conn.rs`: one client connection, the idle pool, an exchange's deadline and the stop.
+//! - `sse.rs`: the event-stream decoder. `url.rs`: the URL and its address.
+//! - `error.rs`: `HttpError`, the one error of an exchange.
+//!
+//! Owns: the upstream's URL and address (an IP literal is used as is; a host name is looked up
+//! once per core, the first time that core connects to it, with the system resolver: the one
+//! blocking call here, at a session's start and not on the path of any call), the session id
+//! and negotiated protocol version, the idle-connection pool, the in-flight bound, and the
+//! `DELETE` that ends the upstream session.
+//! Called by: `upstream` (`HttpTransport::connect` for an `--upstream http://…`, then its `Peer`
+//! through `Transport`), and the runtime at the end of a drain (`deletes_settled`).
+//! Never: follows redirects, buffers a body or event beyond `--upstream-line-bytes`, or lets a
+//! failed POST leave its call waiting: a JSON-RPC error for it goes to the peer at once.
+
+mod conn;
+mod error;
+mod response;
+mod sse;
+mod url;
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::rc::{Rc, Weak};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::peer::{Peer, Transport};
+use super::Settings;
+use crate::provider::Value;
+use crate::signal::Signal;
+use crate::wire::Code;
+use conn::{Conn, Pool, Stop, Until, READ_CHUNK};
+use error::HttpError;
+use response::{read_head, read_json, Body, Framing, Head, Kind};
+use sse::SseDecoder;
+use url::{parse_url, resolve, Endpoint};
+
+/// Messages of one transport POSTed and not yet finished. A tool call holds its slot until its
+/// answer arrived; beyond this `send` fails ("too many requests in flight") and so does the
+/// call, at once. 256 is far above what one client session runs at a time.
+const IN_FLIGHT_MAX: usize = 256;
+/// Resumptions of one request's event stream that brought no event before it fails. Each waits
+/// the upstream's `retry:` (at most `RETRY_MAX`) or a backoff; the call's timeout bounds all.
+const RESUME_ATTEMPTS_MAX: u32 = 5;
+/// Reconnections of the standalone `GET` stream in a row that brought no event before it is
+/// given up (the session keeps working; only server-initiated messages outside calls stop).
+const LISTEN_ATTEMPTS_MAX: u32 = 10;
+/// First wait before reconnecting a stream without a `retry:` hint; doubled per attempt.
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+/// Longest backoff between reconnections.
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// Longest `retry:` wait honoured (a hostile hint cannot park a stream for hours).
+const RETRY_MAX: Duration = Duration::from_secs(30);
+/// Longest protocol version taken from the upstream's `initialize` result (echoed in a header).
+const VERSION_BYTES_MAX: usize = 64;
+/// How long the `DELETE` that ends the upstream session may take.
+const DELETE_TIMEOUT: Duration = Duration::from_secs(5);
+
+const _: () = assert!(IN_FLIGHT_MAX > 0);
+const _: () = assert!(BACKOFF_MIN.as_millis() < BACKOFF_MAX.as_millis());
+const _: () = assert!(BACKOFF_MAX.as_millis() <= RETRY_MAX.as_millis());
+
+// ---------------------------------------------------------------------------------------------
+// The transport and the state its tasks share.
+
+/// One upstream session over Streamable HTTP.
+pub(crate) struct HttpTransport {
+    link: Rc<Link>,
+}
+
+/// What the transport's tasks share.
+struct Link {
+    name: Rc<str>,
+    endpoint: Endpoint,
+    addr: SocketAddr,
+    /// `--upstream-line-bytes`: the longest JSON body or SSE event.
+    line_max: usize,
+    /// `--upstream-timeout-secs`: how long a POST may take end to end.
+    timeout: Duration,
+    peer: Weak<Peer>,
+    /// `Some` from the first response that carried `Mcp-Session-Id`.
+    session: RefCell<Option<Rc<str>>>,
+    /// `Some` once the `initialize` result passed through (`MCP-Protocol-Version`).
+    protocol_version: RefCell<Option<Rc<str>>>,
+    /// Set once by `shutdown` or a session expiry; wakes every waiting task.
+    stop: Stop,
+    /// The upstream said the session is gone (404): nothing to `DELETE`.
+    expired: Cell<bool>,
+    /// POST tasks running, against `IN_FLIGHT_MAX`.
+    in_flight: Cell<usize>,
+    order: Order,
+    pool: Pool,
+    /// The standalone `GET` stream was started (it is started once).
+    listening: Cell<bool>,
+}
+
+impl HttpTransport {
+    /// Parses `url` and makes the transport; nothing is sent until the first `send`.
+    pub(crate) fn connect(
+        name: Rc<str>,
+        url: &str,
+        settings: &Settings,
+        peer: Weak<Peer>,
+    ) -> Result<Rc<HttpTransport>, String> {
+        let endpoint = parse_url(url).map_err(|e| format!("{url}: {e}"))?;
+        let addr = resolve(&endpoint)?;
+        tracing::info!(upstream = %name, %addr, "upstream http transport ready");
+        let link = Link::new(name, endpoint, addr, settings.line_bytes, settings.timeout, peer);
+        Ok(Rc::new(HttpTransport { link: Rc::new(link) }))
+    }
+}
+
+impl Transport for HttpTransport {
+    fn send(&self, message: Vec<u8>) -> Result<(), String> {
+        let link = &self.link;
+        if link.stop.is_set() {
+            return Err("the transport is shut down".to_owned());
+        }
+        if link.in_flight.get() >= IN_FLIGHT_MAX {
+            return Err(format!("too many requests in flight ({IN_FLIGHT_MAX})"));
+        }
+        let expect = classify(&message).ok_or("the message is not a JSON-RPC object")?;
+        let turn = Turn::take(link);
+        link.in_flight.set(link.in_flight.get() + 1);
+        monoio::spawn(post_task(link.clone(), message, expect, turn));
+        Ok(())
+    }
+
+    fn shutdown(&self) {
+        let link = &self.link;
+        if !link.stop() {
+            return;
+        }
+        let session = link.session.borrow().clone();
+        if let Some(session) = session.filter(|_| !link.expired.get()) {
+            // Counted from here, not from the task's first poll: a drain that stops this link
+            // right now must wait for the DELETE (`deletes_settled`).
+            let done = DeleteDone::new();
+            let link = link.clone();
+            monoio::spawn(async move {
+                let _done = done;
+                delete(link, session).await;
+            });
+        }
+    }
+}
+
+impl Drop for HttpTransport {
+    fn drop(&mut self) {
+        // Without `shutdown` (the peer was dropped): stop the tasks; no DELETE is spawned from
+        // a destructor, which may run while the runtime is being torn down.
+        self.link.stop();
+    }
+}
+
+impl Link {
+    /// A link with no upstream session yet, nothing in flight and an empty pool.
+    fn new(
+        name: Rc<str>,
+        endpoint: Endpoint,
+        addr: SocketAddr,
+        line_max: usize,
+        timeout: Duration,
+        peer: Weak<Peer>,
+    ) -> Link {
+        Link {
+            name,
+            endpoint,
+            addr,
+            line_max,
+            timeout,
+            peer,
+            session: RefCell::new(None),
+            protocol_version: RefCell::new(None),
+            stop: Stop::default(),
+            expired: Cell::new(false),
+            in_flight: Cell::new(0),
+            order: Order::default(),
+            pool: Pool::default(),
+            listening: Cell::new(false),
+        }
+    }
+
+    /// Sets `stop` (waking every waiting task) and closes the idle connections; false when
+    /// it was set already.
+    fn stop(&self) -> bool {
+        if !self.stop.set() {
+            return false;
+        }
+        self.pool.clear();
+        true
+    }
+
+    /// The upstream answered 404 to a request carrying our session id: the session is gone
+    /// (§Session Management); the peer ends and the next request of the client starts anew.
+    fn session_expired(&self) {
+        self.expired.set(true);
+        self.stop();
+        if let Some(peer) = self.peer.upgrade() {
+            peer.closed("upstream session expired (404)");
+        }
+    }
+
+    /// Takes the session id from a response head, the first time one carries it.
+    fn note_session(&self, head: &Head) {
+        let Some(id) = &head.session else { return };
+        let mut session = self.session.borrow_mut();
+        if session.is_none() {
+            let prefix = &id[..id.len().min(8)];
+            tracing::debug!(upstream = %self.name, prefix, "upstream session id");
+            *session = Some(Rc::from(id.as_str()));
+        }
+    }
+
+    /// Takes the negotiated protocol version from the `initialize` result.
+    fn note_protocol_version(&self, message: &Value) {
+        let version = message.pointer("/result/protocolVersion").and_then(Value::as_str);
+        let valid = |v: &&str| {
+            !v.is_empty()
+                && v.len() <= VERSION_BYTES_MAX
+                && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+        };
+        if let Some(version) = version.filter(valid) {
+            *self.protocol_version.borrow_mut() = Some(Rc::from(version));
+        }
+    }
+
+    /// Starts the standalone `GET` stream, once.
+    fn start_listening(self: &Rc<Self>) {
+        if !self.listening.replace(true) && !self.stop.is_set() {
+            monoio::spawn(listen(self.clone()));
+        }
+    }
+
+    /// Keeps `conn` for reuse when its response ended cleanly and it may be kept alive.
+    fn recycle(&self, conn: Conn, reusable: bool) {
+        if !reusable || !conn.pending().is_empty() || self.stop.is_set() {
+            return;
+        }
+        self.pool.keep(conn);
+    }
+
+    /// Encodes a request head (and body) to the endpoint with the session's headers.
+    fn encode(&self, method: Method, body: Option<&[u8]>, last_event_id: Option<&str>) -> Vec<u8> {
+        let verb = match method {
+            Method::Post => "POST",
+            Method::Get => "GET",
+            Method::Delete => "DELETE",
+        };
+        let mut out = Vec::with_capacity(256 + body.map_or(0, <[u8]>::len));
+        out.extend_from_slice(verb.as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(self.endpoint.target.as_bytes());
+        out.extend_from_slice(b" HTTP/1.1\r\n");
+        let mut line = |name: &str, value: &str| {
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        };
+        line("Host", &self.endpoint.authority);
+        match method {
+            Method::Post => {
+                line("Accept", "application/json, text/event-stream");
+                line("Content-Type", "application/json");
+            }
+            Method::Get => line("Accept", "text/event-stream"),
+            Method::Delete => line("Connection", "close"),
+        }
+        line("Content-Length", &body.map_or(0, <[u8]>::len).to_string());
+        if let Some(session) = self.session.borrow().as_deref() {
+            line("Mcp-Session-Id", session);
+        }
+        if let Some(version) = self.protocol_version.borrow().as_deref() {
+            line("MCP-Protocol-Version", version);
+        }
+        if let Some(id) = last_event_id {
+            line("Last-Event-ID", id);
+        }
+        out.extend_from_slice(b"\r\n");
+        if let Some(body) = body {
+            out.extend_from_slice(body);
+        }
+        out
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Method {
+    Post,
+    Get,
+    Delete,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ordering and the in-flight bound.
+
+/// The order POSTs leave in: each waits until every POST `send` queued before it released its
+/// turn. Tickets are taken in `send` (so in call order) and released by `Turn`'s drop.
+#[derive(Default)]
+struct Order {
+    next: Cell<u64>,
+    /// Tickets not yet released; bounded by `IN_FLIGHT_MAX`.
+    waiting: RefCell<BTreeSet<u64>>,
+    released: Signal,
+}
+
+/// A POST's place in `Order`; released when dropped.
+struct Turn {
+    link: Rc<Link>,
+    ticket: u64,
+}
+
+impl Turn {
+    fn take(link: &Rc<Link>) -> Turn {
+        let ticket = link.order.next.get();
+        link.order.next.set(ticket + 1);
+        let fresh = link.order.waiting.borrow_mut().insert(ticket);
+        assert!(fresh, "invariant: tickets are unique");
+        Turn { link: link.clone(), ticket }
+    }
+
+    /// Waits until every earlier ticket was released; false when the transport stopped.
+    async fn wait(&self) -> bool {
+        let order = &self.link.order;
+        loop {
+            let released = order.released.notified();
+            let stop = self.link.stop.notified();
+            if self.link.stop.is_set() {
+                return false;
+            }
+            if order.waiting.borrow().first() == Some(&self.ticket) {
+                return true;
+            }
+            monoio::select! {
+                _ = released => {}
+                _ = stop => return false,
+            }
+        }
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let order = &self.link.order;
+        if order.waiting.borrow_mut().remove(&self.ticket) {
+            order.released.notify_all();
+        }
+    }
+}
+
+/// Gives the in-flight slot back when a POST task ends, however it ends.
+struct Slot(Rc<Link>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let n = self.0.in_flight.get();
+        assert!(n > 0, "invariant: every slot was counted");
+        self.0.in_flight.set(n - 1);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// POST, resume, GET stream, DELETE.
+
+/// What the POST of a message waits for.
+#[derive(Clone, Debug, PartialEq)]
+enum Expect {
+    /// A request: its response, carried by the POST's response (or a resumption of it).
+    Answer { id: Value, initialize: bool },
+    /// A notification or response: `202 Accepted`.
+    Accepted { initialized: bool },
+}
+
+/// What a message is, from its `id` and `method`; `None` when it is not a JSON object.
+fn classify(message: &[u8]) -> Option<Expect> {
+    let value: Value = serde_json::from_slice(message).ok()?;
+    let object = value.as_object()?;
+    let method = object.get("method").and_then(Value::as_str);
+    Some(match (object.get("id"), method) {
+        (Some(id), Some(method)) => {
+            Expect::Answer { id: id.clone(), initialize: method == "initialize" }
+        }
+        _ => Expect::Accepted { initialized: method == Some("notifications/initialized") },
+    })
+}
+
+/// Why a request got no answer from the upstream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Failure {
+    Http(HttpError),
+    /// The upstream answered with this status (not 2xx).
+    Status(u16),
+    /// The upstream answered 404 while we had a session id.
+    SessionExpired,
+    /// The response (or its stream and every resumption) ended without the answer.
+    Unanswered,
+}
+
+impl From<HttpError> for Failure {
+    fn from(e: HttpError) -> Failure {
+        Failure::Http(e)
+    }
+}
+
+/// One message's POST, and the error its call gets when it fails.
+async fn post_task(link: Rc<Link>, body: Vec<u8>, expect: Expect, turn: Turn) {
+    let _slot = Slot(link.clone());
+    let until = Until { deadline: Some(Instant::now() + link.timeout), stoppable: true };
+    match expect {
+        Expect::Answer { id, initialize } => {
+            let outcome = request(&link, body, &id, initialize, turn, until).await;
+            match outcome {
+                Ok(()) | Err(Failure::Http(HttpError::Stopped)) => {}
+                Err(Failure::SessionExpired) => link.session_expired(),
+                Err(failure) => fail_request(&link, &id, failure),
+            }
+        }
+        Expect::Accepted { initialized } => match notice(&link, body, turn, until).await {
+            Ok(()) if initialized => link.start_listening(),
+            Ok(()) | Err(Failure::Http(HttpError::Stopped)) => {}
+            Err(Failure::SessionExpired) => link.session_expired(),
+            Err(failure) => {
+                let name = &*link.name;
+                tracing::warn!(
+                    upstream = name,
+                    ?failure,
+                    "upstream refused a notification or response"
+                )
+            }
+        },
+    }
+}
+
+/// Hands the peer the JSON-RPC error that ends request `id` now (-32603, `data` naming the
+/// upstream and what happened).
+fn fail_request(link: &Link, id: &Value, failure: Failure) {
+    let name = &*link.name;
+    let (message, data) = match failure {
+        Failure::Status(status) => (
+            format!("upstream {name} answered HTTP {status}"),
+            json!({ "upstream": name, "status": status }),
+        ),
+        Failure::Http(e) => (
+            format!("upstream {name} failed: {e}"),
+            json!({ "upstream": name, "reason": e.to_string() }),
+        ),
+        Failure::Unanswered => {
+            let why = "its response ended before the answer";
+            (format!("upstream {name} failed: {why}"), json!({ "upstream": name, "reason": why }))
+        }
+        Failure::SessionExpired => {
+            let why = "upstream session expired (404)";
+            (format!("upstream {name} failed: {why}"), json!({ "upstream": name, "reason": why }))
+        }
+    };
+    tracing::warn!(upstream = name, ?failure, "upstream request failed");
+    let error = json!({ "code": Code::InternalError.value(), "message": message, "data": data });
+    if let Some(peer) = link.peer.upgrade() {
+        peer.receive(json!({ "jsonrpc": "2.0", "id": id, "error": error }));
+    }
+}
+
+/// POSTs a request and delivers what its response carries until the answer to it came.
+async fn request(
+    link: &Rc<Link>,
+    body: Vec<u8>,
+    id: &Value,
+    initialize: bool,
+    turn: Turn,
+    until: Until,
+) -> Result<(), Failure> {
+    let bytes = PostBytes { body, turn: Some(turn), hold_turn: false };
+    let (mut conn, head) = round_trip(link, Method::Post, bytes, until).await?;
+    check_status(link, &head)?;
+    let mut stream = Stream::new(link.line_max, Some(id.clone()), initialize);
+    match head.kind {
+        _ if head.status == 202 => return Err(Failure::Unanswered),
+        Kind::Json => {
+            let body = read_json(&mut conn, head.framing, link.line_max, &link.stop, until).await?;
+            link.recycle(conn, head.keep_alive);
+            stream.deliver(link, &body);
+        }
+        Kind::EventStream => {
+            match read_events(&mut conn, head.framing, link, &mut stream, until).await {
+                Ok(()) => link.recycle(conn, head.keep_alive),
+                Err(e) if e.is_break() => {}
+                Err(e) => return Err(e.into()),
+            }
+            if !stream.answered {
+                resume(link, &mut stream, until).await?;
+            }
+        }
+        Kind::Other => return Err(HttpError::ContentType.into()),
+    }
+    if stream.answered {
+        Ok(())
+    } else {
+        Err(Failure::Unanswered)
+    }
+}
+
+/// Resumes a request's event stream from its last event id until the answer came, at most
+/// `RESUME_ATTEMPTS_MAX` times in a row without an event.
+async fn resume(link: &Rc<Link>, stream: &mut Stream, until: Until) -> Result<(), Failure> {
+    let mut attempts = 0;
+    while !stream.answered {
+        let Some(last_id) = stream.decoder.last_id().map(str::to_owned) else {
+            return Err(Failure::Unanswered);
+        };
+        if attempts == RESUME_ATTEMPTS_MAX {
+            return Err(Failure::Unanswered);
+        }
+        attempts += 1;
+        let delay = stream.decoder.retry().unwrap_or_else(|| backoff(attempts));
+        tracing::debug!(upstream = %link.name, attempts, ?delay, "resuming a request stream");
+        if !pause(link, delay).await {
+            return Err(HttpError::Stopped.into());
+        }
+        let seen = stream.decoder.events();
+        let request = link.encode(Method::Get, None, Some(&last_id));
+        let (mut conn, head) = match round_trip(link, Method::Get, GetBytes(request), until).await {
+            Ok(response) => response,
+            // The upstream may be restarting: another attempt, within the bound.
+            Err(e) if e.is_break() && attempts < RESUME_ATTEMPTS_MAX => continue,
+            Err(e) => return Err(e.into()),
+        };
+        check_status(link, &head)?;
+        if head.kind != Kind::EventStream {
+            return Err(HttpError::ContentType.into());
+        }
+        stream.decoder.restart();
+        match read_events(&mut conn, head.framing, link, stream, until).await {
+            Ok(()) => link.recycle(conn, head.keep_alive),
+            Err(e) if e.is_break() => {}
+            Err(e) => return Err(e.into()),
+        }
+        // Any event (a priming one included) shows the upstream serves the stream: an upstream
+        // that closes it after each event (polling, §Resumability) is followed to the answer.
+        if stream.decoder.events() > seen {
+            attempts = 0;
+        }
+    }
+    Ok(())
+}
+
+/// POSTs a notification or response; done when the upstream accepted it.
+async fn notice(link: &Rc<Link>, body: Vec<u8>, turn: Turn, until: Until) -> Result<(), Failure> {
+    let bytes = PostBytes { body, turn: Some(turn), hold_turn: true };
+    let (conn, head) = round_trip(link, Method::Post, bytes, until).await?;
+    check_status(link, &head)?;
+    // A body (none is expected) is not read: the connection is not reused then.
+    link.recycle(conn, head.keep_alive && head.framing == Framing::Length(0));
+    Ok(())
+}
+
+/// The standalone `GET` stream (§Listening for Messages from the Server): the upstream's own
+/// requests and notifications, reconnected (with `Last-Event-ID`) while the transport runs.
+async fn listen(link: Rc<Link>) {
+    let mut stream = Stream::new(link.line_max, None, false);
+    let mut attempts = 0;
+    let until = Until { deadline: None, stoppable: true };
+    while !link.stop.is_set() {
+        let seen = stream.decoder.events();
+        let last_id = stream.decoder.last_id().map(str::to_owned);
+        let request = link.encode(Method::Get, None, last_id.as_deref());
+        let outcome = match round_trip(&link, Method::Get, GetBytes(request), until).await {
+            Ok((mut conn, head)) => match check_status(&link, &head) {
+                Ok(()) if head.kind != Kind::EventStream => Err(HttpError::ContentType.into()),
+                Ok(()) => {
+                    stream.decoder.restart();
+                    read_events(&mut conn, head.framing, &link, &mut stream, until)
+                        .await
+                        .map_err(Failure::from)
+                }
+                Err(failure) => Err(failure),
+            },
+            Err(e) => Err(e.into()),
+        };
+        match outcome {
+            Err(Failure::Status(405)) => {
+                tracing::debug!(upstream = %link.name, "upstream has no standalone stream (405)");
+                return;
+            }
+            Err(Failure::SessionExpired) => return link.session_expired(),
+            Err(Failure::Http(HttpError::Stopped)) => return,
+            Ok(()) | Err(_) => {}
+        }
+        attempts = if stream.decoder.events() > seen { 1 } else { attempts + 1 };
+        if attempts > LISTEN_ATTEMPTS_MAX {
+            tracing::warn!(upstream = %link.name, attempts, "upstream standalone stream given up");
+            return;
+        }
+        if !pause(&link, stream.decoder.retry().unwrap_or_else(|| backoff(attempts))).await {
+            return;
+        }
+    }
+}
+
+/// Ends the upstream session (§Session Management), best effort.
+async fn delete(link: Rc<Link>, session: Rc<str>) {
+    let until = Until { deadline: Some(Instant::now() + DELETE_TIMEOUT), stoppable: false };
+    let request = link.encode(Method::Delete, None, None);
+    let status =
+        round_trip(&link, Method::Delete, GetBytes(request), until).await.map(|(_, h)| h.status);
+    let prefix = &session[..session.len().min(8)];
+    tracing::debug!(upstream = %link.name, prefix, ?status, "upstream session deleted");
+}
+
+thread_local! {
+    /// DELETEs of upstream sessions this core has not finished (`deletes_settled`).
+    static DELETES_IN_FLIGHT: Cell<usize> = const { Cell::new(0) };
+}
+
+/// One DELETE in flight, until dropped (its task ended, or was dropped unrun).
+struct DeleteDone;
+
+impl DeleteDone {
+    fn new() -> DeleteDone {
+        DELETES_IN_FLIGHT.with(|n| n.set(n.get() + 1));
+        DeleteDone
+    }
+}
+
+impl Drop for DeleteDone {
+    fn drop(&mut self) {
+        DELETES_IN_FLIGHT.with(|n| n.set(n.get().saturating_sub(1)));
+    }
+}
+
+/// Waits (at most `DELETE_TIMEOUT`) until this core's upstream-session DELETEs are done: the
+/// end of a drain stops every HTTP upstream, and the core's runtime must not end before their
+/// DELETEs went out.
+pub(crate) async fn deletes_settled() {
+    let deadline = Instant::now() + DELETE_TIMEOUT;
+    while DELETES_IN_FLIGHT.with(Cell::get) > 0 && Instant::now() < deadline {
+        monoio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Maps a response's status: 2xx passes; 404 with a session id means the session is gone.
+fn check_status(link: &Link, head: &Head) -> Result<(), Failure> {
+    link.note_session(head);
+    match head.status {
+        200..=299 => Ok(()),
+        404 if link.session.borrow().is_some() => Err(Failure::SessionExpired),
+        status => Err(Failure::Status(status)),
+    }
+}
+
+/// How long to wait before reconnection `attempt` (1-based) without a `retry:` hint.
+fn backoff(attempt: u32) -> Duration {
+    let doubled = BACKOFF_MIN.saturating_mul(1 << attempt.saturating_sub(1).min(16));
+    doubled.min(BACKOFF_MAX)
+}
+
+/// Sleeps `delay` (at least `BACKOFF_MIN`, at most `RETRY_MAX`: a `retry: 0` cannot make a
+/// reconnection loop spin); false when the transport stopped meanwhile.
+async fn pause(link: &Link, delay: Duration) -> bool {
+    let stop = link.stop.notified();
+    if link.stop.is_set() {
+        return false;
+    }
+    monoio::select! {
+        _ = monoio::time::sleep(delay.clamp(BACKOFF_MIN, RETRY_MAX)) => !link.stop.is_set(),
+        _ = stop => false,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One HTTP/1.1 exchange.
+
+/// The request of a round trip, and how it is ordered.
+trait Outgoing {
+    /// The turn to wait for before writing, if any.
+    fn turn(&self) -> Option<&Turn>;
+    /// Releases the turn once the bytes are written (unless it is held until the head).
+    fn written(&mut self);
+    /// The bytes to write (encoded after the turn came, so they carry the newest session id).
+    fn bytes(&self, link: &Link, method: Method) -> Vec<u8>;
+}
+
+/// A POST: its body and its turn.
+struct PostBytes {
+    body: Vec<u8>,
+    turn: Option<Turn>,
+    /// Keep the turn until the response head came (notifications and responses).
+    hold_turn: bool,
+}
+
+impl Outgoing for PostBytes {
+    fn turn(&self) -> Option<&Turn> {
+        self.turn.as_ref()
+    }
+    fn written(&mut self) {
+        if !self.hold_turn {
+            self.turn = None;
+        }
+    }
+    fn bytes(&self, link: &Link, method: Method) -> Vec<u8> {
+        link.encode(method, Some(&self.body), None)
+    }
+}
+
+/// A GET or DELETE, already encoded; not ordered.
+struct GetBytes(Vec<u8>);
+
+impl Outgoing for GetBytes {
+    fn turn(&self) -> Option<&Turn> {
+        None
+    }
+    fn written(&mut self) {}
+    fn bytes(&self, _: &Link, _: Method) -> Vec<u8> {
+        self.0.clone()
+    }
+}
+
+/// Writes a request and reads its response head. A reused idle connection whose write fails
+/// (the upstream closed it meanwhile) is replaced by a new one. One that took the whole
+/// request and then closed without a response byte is not: the upstream may have run the
+/// request, and sending it again could run a tool twice.
+async fn round_trip(
+    link: &Link,
+    method: Method,
+    mut outgoing: impl Outgoing,
+    until: Until,
+) -> Result<(Conn, Head), HttpError> {
+    if let Some(turn) = outgoing.turn() {
+        if !turn.wait().await {
+            return Err(HttpError::Stopped);
+        }
+    }
+    let bytes = outgoing.bytes(link, method);
+    let mut idle = link.pool.take();
+    loop {
+        let reused = idle.is_some();
+        let mut conn = match idle.take() {
+            Some(conn) => conn,
+            None => Conn::open(link.addr, until).await?,
+        };
+        match conn.write(bytes.clone(), &link.stop, until).await {
+            Ok(()) => outgoing.written(),
+            Err(HttpError::Closed | HttpError::Io(_)) if reused => continue,
+            Err(e) => return Err(e),
+        }
+        let head = read_head(&mut conn, &link.stop, until).await?;
+        return Ok((conn, head));
+    }
+}
+
+/// Reads an event stream to its end, handing each event's message to the peer.
+async fn read_events(
+    conn: &mut Conn,
+    framing: Framing,
+    link: &Link,
+    stream: &mut Stream,
+    until: Until,
+) -> Result<(), HttpError> {
+    let mut body = Body::new(framing);
+    let mut piece = Vec::with_capacity(READ_CHUNK);
+    let mut events: Vec<Vec<u8>> = Vec::new();
+    while body.next(conn, &link.stop, until, &mut piece).await? {
+        stream.decoder.feed(&piece, &mut |data: &[u8]| events.push(data.to_vec()))?;
+        for data in events.drain(..) {
+            stream.deliver(link, &data);
+        }
+    }
+    Ok(())
+}
+
+/// One logical event stream: a request's (over its POST and resumptions) or the standalone one.
+struct Stream {
+    decoder: SseDecoder,
+    /// The id of the request whose answer ends the stream, if any.
+    awaited: Option<Value>,
+    /// The awaited request is `initialize` (its result carries the protocol version).
+    initialize: bool,
+    answered: bool,
+}
+
+impl Stream {
+    fn new(line_max: usize, awaited: Option<Value>, initialize: bool) -> Stream {
+        Stream { decoder: SseDecoder::new(line_max), awaited, initialize, answered: false }
+    }
+
+    /// One JSON body or event: a message or a batch of them, each to the peer. An event with
+    /// no data (a priming event carrying only an id) and text that is not JSON are skipped.
+    fn deliver(&mut self, link: &Link, data: &[u8]) {
+        if data.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        let value: Value = match serde_json::from_slice(data) {
+            Ok(value) => value,
+            Err(_) => {
+                let (upstream, bytes) = (&*link.name, data.len());
+                tracing::warn!(upstream, bytes, "upstream sent a message that is not JSON");
+                return;
+            }
+        };
+        let Some(peer) = link.peer.upgrade() else { return };
+        match value {
+            Value::Array(batch) => batch.into_iter().for_each(|m| self.hand(link, &peer, m)),
+            message => self.hand(link, &peer, message),
+        }
+    }
+
+    fn hand(&mut self, link: &Link, peer: &Rc<Peer>, message: Value) {
+        let answers = match &self.awaited {
+            Some(id) => message.get("method").is_none() && message.get("id") == Some(id),
+            None => false,
+        };
+        if answers {
+            self.answered = true;
+            if self.initialize {
+                link.note_protocol_version(&message);
+            }
+        }
+        peer.receive(message);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_told_apart_by_id_and_method() {
+        // Goal: requests wait for an answer; notifications and responses for 202. Method: table.
+        let answer = |id: Value, initialize| Some(Expect::Answer { id, initialize });
+        let accepted = |initialized| Some(Expect::Accepted { initialized });
+        let cases = [
+            (r#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#, answer(json!(1), true)),
+            (r#"{"jsonrpc":"2.0","id":"a","method":"tools/list"}"#, answer(json!("a"), false)),
+            (r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#, accepted(true)),
+            (r#"{"jsonrpc":"2.0","method":"notifications/cancelled"}"#, accepted(false)),
+            (r#"{"jsonrpc":"2.0","id":7,"result":{}}"#, accepted(false)),
+            ("[1]", None),
+            ("not json", None),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(classify(text.as_bytes()), expected, "{text}");
+        }
+    }
+
+    fn test_link(url: &str) -> Link {
+        let endpoint = parse_url(url).expect("parses");
+        let addr = resolve(&endpoint).expect("an IP literal");
+        Link::new(Rc::from("up"), endpoint, addr, 1024, Duration::from_secs(1), Weak::new())
+    }
+
+    #[test]
+    fn requests_carry_the_session_headers_once_known() {
+        // Goal: before initialize only the basics; after it the session id and protocol version
+        // on every request, Last-Event-ID on a resumption. Method: encode before and after.
+        let link = test_link("http://127.0.0.1:8000/mcp?x=1");
+        let first = link.encode(Method::Post, Some(b"{}"), None);
+        let expected = "POST /mcp?x=1 HTTP/1.1\r\nHost: 127.0.0.1:8000\r\n\
+            Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n\
+            Content-Length: 2\r\n\r\n{}";
+        assert_eq!(String::from_utf8(first).expect("ascii"), expected);
+        let head = Head {
+            status: 200,
+            kind: Kind::Json,
+            framing: Framing::Length(0),
+            session: Some("s-1".into()),
+            keep_alive: true,
+        };
+        link.note_session(&head);
+        link.note_session(&Head { session: Some("s-2".into()), ..head });
+        link.note_protocol_version(
+            &json!({ "id": 1, "result": { "protocolVersion": "2025-11-25" } }),
+        );
+        link.note_protocol_version(&json!({ "id": 1, "result": { "protocolVersion": "a\r\nb" } }));
+        let resume = link.encode(Method::Get, None, Some("7"));
+        let expected =
+            "GET /mcp?x=1 HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nAccept: text/event-stream\r\n\
+            Content-Length: 0\r\nMcp-Session-Id: s-1\r\nMCP-Protocol-Version: 2025-11-25\r\n\
+            Last-Event-ID: 7\r\n\r\n";
+        assert_eq!(String::from_utf8(resume).expect("ascii"), expected);
+        let delete = String::from_utf8(link.encode(Method::Delete, None, None)).expect("ascii");
+        assert!(delete.starts_with("DELETE /mcp?x=1 HTTP/1.1\r\n"), "{delete}");
+        assert!(
+            delete.contains("Connection: close\r\nContent-Length: 0\r\nMcp-Session-Id: s-1\r\n")
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_its_cap() {
+        // Goal: reconnection waits grow and stay bounded. Method: a few attempts and a huge one.
+        assert_eq!(backoff(1), BACKOFF_MIN);
+        assert_eq!(backoff(2), BACKOFF_MIN * 2);
+        assert_eq!(backoff(u32::MAX), BACKOFF_MAX);
+    }
+}
