@@ -32,8 +32,6 @@ use std::time::Duration;
 
 use serde_json::json;
 
-#[cfg(test)]
-use crate::config::UpstreamSpecError;
 use crate::config::{Isolation, UpstreamSpec, UpstreamTarget};
 use crate::provider::{
     Annotations, CallContext, Changes, LocalBoxFuture, LogLevel, Notifier, Provider, ProviderError,
