@@ -36,25 +36,35 @@
 //!
 //! # Map
 //!
-//! Flow: socket → `runtime` (`conn`) → `http` → `endpoint` (rules, era) → `legacy` (sessions,
-//! `migration`, streams over the `replay` ring) → `dispatch` → `provider` → back as events
-//! rendered by `wire` → socket.
+//! Flow: socket → `runtime` (`conn`, the one stream driver) → `http` (the head) → `endpoint`
+//! (HTTP rules, CORS, the era) → `legacy` (sessions, `migration`, streams over the `replay`
+//! ring) or `modern` (stateless 2026-07-28: `_meta` checks, keys, tasks, listen) → `core`
+//! (what both eras share on a core) → `dispatch` → `provider` (built-in tools, or `upstream`,
+//! the bridge) → back as events rendered by `wire` → socket.
 //!
-//! | module | owns |
-//! | --- | --- |
-//! | `server` | `Server` (the public entry): listeners (one owner per port), one pinned thread + runtime per core, signals and the graceful drain, the banner |
-//! | `admin` | the admin listener: `/metrics`, `/healthz`, `/readyz` |
-//! | `cli` | the binary's flags → `Config` (`Config::from_args`) |
-//! | `config` | every limit as a named constant; `Config` |
-//! | `runtime` | one core: driver choice, accept loop, session reaper; `conn` (one socket: buffers, timeouts, the SSE writer), `handoff` (moving a connection to its session's core) |
-//! | `http` | request head → byte ranges; status line and headers → bytes; knows nothing of MCP |
-//! | `endpoint` | HTTP rules at the MCP endpoint (path, Host/Origin, methods) and era selection |
-//! | `legacy` | the 2025-era path: sessions, streams with an explicit lifecycle, `migration` (the pure O(1) decision), `replay` (the ring), the call context's sink |
-//! | `dispatch` | MCP methods → providers; the tool table with each tool's idempotency |
-//! | `provider` | the public `Provider` trait, `CallContext`, `ProviderError`, `Value`; `builtin` (demo, conformance) |
-//! | `upstream` | the bridge (`--upstream`): one provider per upstream; an MCP client (`peer`) over stdio children (`stdio`) or Streamable HTTP (`http`) |
-//! | `wire` | every answer as a value rendered in one place: statuses, JSON-RPC codes; SSE framing; JSON-RPC envelope |
-//! | `metrics` | per-core counters, Prometheus text |
+//! The floors below are the layering, declared here once: a module uses only modules on lower
+//! floors (so modules on one floor never use each other), and no two files use each other.
+//! `tests/layering.rs` reads this table and the tree and fails on any import that breaks it.
+//!
+//! | floor | module | owns |
+//! | --- | --- | --- |
+//! | 12 | `server` | `Server` (the public entry): listeners (one owner per port), one pinned thread + runtime per core, signals and the graceful drain, the banner |
+//! | 11 | `admin` | the admin listener: `/metrics`, `/healthz`, `/readyz` |
+//! | 11 | `cli` | the binary's flags → `Config` (`Config::from_args`) |
+//! | 10 | `runtime` | one core: driver choice, accept loop, session reaper; `conn` (one socket: buffers, timeouts), the stream driver, `handoff` (moving a connection to its owner core) |
+//! | 9 | `endpoint` | HTTP rules at the MCP endpoint (path, Host/Origin, CORS, a POST's media types) and era selection; the only module that sees both eras |
+//! | 8 | `legacy` | the 2025-era path: `LegacyCore` (sessions), streams with an explicit lifecycle, `migration` (the pure O(1) decision), `replay` (the ring), the call context's sink |
+//! | 8 | `modern` | the 2026-07-28 path: `ModernCore` (keys, tasks), `_meta`/header checks, `server/discover`, input-required rounds (`state`), calls, `keyed`, `listen`, `tasks/` |
+//! | 7 | `core` | one core's state both eras share (`Core`), the request, and the shape of an era's answer (`Outcome`) |
+//! | 6 | `dispatch` | MCP methods → providers; the tool table with each tool's idempotency; a provider's error as JSON-RPC |
+//! | 5 | `upstream` | the bridge (`--upstream`): one provider per upstream; an MCP client (`peer`) over stdio children (`stdio`) or Streamable HTTP (`http/`) |
+//! | 4 | `provider` | the public `Provider` trait, `CallContext`, `ProviderError`, `Value`; `builtin` (demo, conformance) |
+//! | 3 | `wire` | every answer as a value rendered in one place: HTTP statuses (`Status`), JSON-RPC codes (`Code`), refusals; the JSON-RPC envelope, SSE framing, the revisions, notification encoders |
+//! | 2 | `http` | request head → byte ranges; status line and headers → bytes; knows nothing of MCP |
+//! | 1 | `config` | every limit as a named constant; `Config`; the `--upstream` spec |
+//! | 1 | `metrics` | per-core counters, Prometheus text |
+//! | 1 | `signal` | a core-local wake-up for many waiters |
+//! | 1 | `fasthash` | the core-local hash map of session and key tables |
 
 mod admin;
 mod cli;

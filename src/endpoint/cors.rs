@@ -28,8 +28,9 @@
 //! `*`, or costs a request without a listed `Origin` more than a comparison per listed origin.
 
 use crate::config::{Config, CORS_MAX_AGE_SECS, CORS_PARAM_HEADERS_MAX};
-use crate::endpoint::{Core, Outcome, Request};
+use crate::core::{Core, Request};
 use crate::http::{push_decimal, write_header, write_status, Method, RequestHead, HEADERS_CAP};
+use crate::wire::Status;
 
 /// `Access-Control-Allow-Methods`: the endpoint's methods (CONTRACT §1) and the preflight's.
 const ALLOWED_METHODS: &[u8] = b"GET, POST, DELETE, OPTIONS";
@@ -112,34 +113,37 @@ pub(crate) fn share_response(out: &mut Vec<u8>, head_start: usize, origin: &str)
 
 /// Answers a CORS preflight from a listed origin (Fetch §3.2.2: `OPTIONS` with `Origin` and
 /// `Access-Control-Request-Method`): 204 with the methods and request headers the endpoint
-/// takes. `None` when `req` is no such preflight; it is then routed like any other request (an
+/// takes; true when it answered (the answer is in `out`). False when `req` is no such preflight; it is then routed like any other request (an
 /// `OPTIONS` gets 405). Call it only once the Host/Origin rules admitted `req`.
 pub(crate) fn answer_preflight(
     core: &Core,
     req: &Request<'_>,
     out: &mut Vec<u8>,
     keep_alive: bool,
-) -> Option<Outcome> {
+) -> bool {
     // GET, POST, DELETE and HEAD never get past this one comparison.
-    if req.head.method() != Method::Other {
-        return None;
+    if req.head.method() != Method::Other
+        || listed_origin(&core.cfg, req.head, req.head_bytes).is_none()
+    {
+        return false;
     }
-    listed_origin(&core.cfg, req.head, req.head_bytes)?;
     // The head parsed once already (`http::parse_head`), but that keeps only what every request
     // needs; a preflight is rare enough to be read again here for its own headers.
     let mut headers = [httparse::EMPTY_HEADER; HEADERS_CAP];
     let mut parsed = httparse::Request::new(&mut headers);
     let complete = matches!(parsed.parse(req.head_bytes), Ok(httparse::Status::Complete(_)));
     if !complete || parsed.method != Some("OPTIONS") {
-        return None;
+        return false;
     }
     let fields: &[httparse::Header<'_>] = parsed.headers;
-    header_values(fields, "access-control-request-method").next()?;
+    if header_values(fields, "access-control-request-method").next().is_none() {
+        return false;
+    }
     let requested = header_values(fields, "access-control-request-headers");
     let private_network = header_values(fields, "access-control-request-private-network")
         .any(|value| value.eq_ignore_ascii_case(b"true"));
 
-    write_status(out, 204);
+    write_status(out, Status::NoContent.code());
     write_header(out, "Access-Control-Allow-Methods", ALLOWED_METHODS);
     out.extend_from_slice(b"Access-Control-Allow-Headers: ");
     out.extend_from_slice(ALLOWED_REQUEST_HEADERS);
@@ -158,7 +162,7 @@ pub(crate) fn answer_preflight(
     out.extend_from_slice(b"\r\n");
     core.metrics.cors_preflights_total.inc();
     core.metrics.cors_headers_left_out_total.add(left_out);
-    Some(Outcome::Reply { keep_alive })
+    true
 }
 
 /// Appends `, <name>` for each `Mcp-Param-*` name in the `Access-Control-Request-Headers`

@@ -116,8 +116,8 @@ async fn route(edge: &Endpoint, mut req: Request<'_>, out: &mut Vec<u8>) -> Outc
         return refuse(out, Refusal::Forbidden, None, keep_alive).into_edge();
     }
     // Before the era is chosen: a preflight carries no MCP header, so it has no era.
-    if let Some(preflight) = cors::answer_preflight(edge, &req, out, keep_alive) {
-        return preflight;
+    if cors::answer_preflight(edge, &req, out, keep_alive) {
+        return Outcome::Reply { keep_alive };
     }
     let era = era(&req);
     if req.head.method() == Method::Post {

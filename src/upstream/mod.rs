@@ -21,6 +21,7 @@
 
 mod http;
 mod peer;
+mod settings;
 mod stdio;
 
 use std::cell::{Cell, RefCell};
@@ -38,25 +39,12 @@ use crate::provider::{
     ProviderResult, SessionInfo, SessionRef, SessionStart, ToolInfo, Value,
 };
 use crate::signal::Signal;
-use crate::wire::Code;
 pub(crate) use http::deletes_settled;
 use http::HttpTransport;
-use peer::{Peer, PeerEvents};
+use peer::{upstream_fault, Peer, PeerEvents};
+pub(crate) use settings::Settings;
 pub(crate) use stdio::{wait_for_children, ProcessCount};
 use stdio::{SpawnError, StdioTransport};
-
-/// The bridge flags, shared by every core.
-#[derive(Clone, Debug)]
-pub(crate) struct Settings {
-    pub env: Vec<(String, String)>,
-    pub isolation: Isolation,
-    pub max_processes: usize,
-    pub timeout: Duration,
-    pub start_timeout: Duration,
-    pub line_bytes: usize,
-    pub queue_bytes: usize,
-    pub kill_grace: Duration,
-}
 
 /// The separator between an upstream's name and a tool or prompt name with several upstreams
 /// (`NAME__tool`): tool names allow only `[A-Za-z0-9_.-]` in many clients, and upstream names
@@ -703,16 +691,6 @@ fn forwarded_capabilities(capabilities: &Value) -> Value {
         }
     }
     Value::Object(kept)
-}
-
-/// The error of a request an upstream's fault ended: -32603 with `data` naming the upstream
-/// and what happened to it.
-fn upstream_fault(upstream: &str, why: &str) -> ProviderError {
-    ProviderError::Rpc {
-        code: Code::InternalError.value(),
-        message: format!("upstream {upstream} failed: {why}"),
-        data: Some(json!({ "upstream": upstream, "reason": why })),
-    }
 }
 
 fn new_link(start: &SessionStart, notify: Rc<dyn PeerEvents>) -> Link {

@@ -260,7 +260,7 @@ impl Peer {
     /// The error of a request the upstream's end cut off: -32603 with `data` naming the upstream
     /// and what happened to it.
     fn fault(&self, why: &str) -> ProviderError {
-        super::upstream_fault(&self.name, why)
+        upstream_fault(&self.name, why)
     }
 
     /// The transport ended: every waiting request fails with `why`.
@@ -436,6 +436,16 @@ impl Drop for InFlight<'_> {
             let params = json!({ "requestId": self.id, "reason": "cancelled by the client" });
             self.peer.notify("notifications/cancelled", params);
         }
+    }
+}
+
+/// The error of a request an upstream's fault ended: -32603 with `data` naming the upstream
+/// and what happened to it.
+pub(super) fn upstream_fault(upstream: &str, why: &str) -> ProviderError {
+    ProviderError::Rpc {
+        code: Code::InternalError.value(),
+        message: format!("upstream {upstream} failed: {why}"),
+        data: Some(json!({ "upstream": upstream, "reason": why })),
     }
 }
 

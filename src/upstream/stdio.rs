@@ -26,7 +26,7 @@ use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 use monoio::net::UnixStream;
 
 use super::peer::{Peer, Transport};
-use super::Settings;
+use super::settings::Settings;
 use crate::signal::Signal;
 
 /// Live children of all cores, against `--upstream-max-processes`. A slot is taken before the

@@ -79,6 +79,8 @@ impl Code {
 pub(crate) enum Status {
     /// 200: the request was served (its JSON-RPC result or error is the body).
     Ok,
+    /// 204: a CORS preflight admitted (no body).
+    NoContent,
     /// 400: the peer's request is malformed or fails a 2026-07-28 check.
     BadRequest,
     /// 404: no such method in 2026-07-28 (`-32601`), or no such session or path.
@@ -92,6 +94,7 @@ impl Status {
     pub(crate) const fn code(self) -> u16 {
         match self {
             Status::Ok => 200,
+            Status::NoContent => 204,
             Status::BadRequest => 400,
             Status::NotFound => 404,
             Status::Conflict => 409,

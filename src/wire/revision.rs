@@ -5,8 +5,6 @@
 
 use simd_json::prelude::*;
 
-use super::WireValue;
-
 /// Protocol revisions of the legacy era that we serve, newest first.
 pub const LEGACY_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
 
@@ -23,6 +21,6 @@ pub(crate) const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocol
 
 /// True when a decoded request's params carry the modern `_meta` protocol version (the era
 /// rule for a request that arrived without the header).
-pub(crate) fn carries_modern_meta(params: &WireValue) -> bool {
+pub(crate) fn carries_modern_meta(params: &simd_json::OwnedValue) -> bool {
     params.get("_meta").and_then(|m| m.get(META_PROTOCOL_VERSION)).is_some()
 }

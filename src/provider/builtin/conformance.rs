@@ -12,8 +12,10 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use super::{error_result, expect_arguments_object, fn_tool, hints, required_str, text_result};
-use super::{BuiltinTool, Catalog, ToolSpec};
+use super::kit::{
+    error_result, expect_arguments_object, fn_tool, hints, required_str, text_result,
+};
+use super::kit::{BuiltinTool, Catalog, ToolSpec};
 use crate::provider::{Annotations, CallContext, LogLevel, ProviderError, ProviderResult, Value};
 use serde_json::json;
 

@@ -11,8 +11,8 @@ use std::rc::Rc;
 
 use serde_json::json;
 
-use super::{expect_arguments_object, fn_tool, hints, one_field_form, text_result};
-use super::{BuiltinTool, ToolSpec};
+use super::kit::{expect_arguments_object, fn_tool, hints, one_field_form, text_result};
+use super::kit::{BuiltinTool, ToolSpec};
 use crate::provider::{Annotations, CallContext, LogLevel, ProviderResult, Value};
 
 const NO_ARGUMENTS: &str = r#"{"type":"object","properties":{}}"#;

@@ -15,8 +15,8 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use super::{argument, error_result, expect_arguments_object, fn_tool, hints, required_str};
-use super::{one_field_form, task_tool, text_result, BuiltinTool, ToolSpec};
+use super::kit::{argument, error_result, expect_arguments_object, fn_tool, hints, required_str};
+use super::kit::{one_field_form, task_tool, text_result, BuiltinTool, ToolSpec};
 use crate::provider::{
     Annotations, CallContext, ProviderError, ProviderResult, TaskSupport, Value,
 };

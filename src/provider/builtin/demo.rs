@@ -10,8 +10,8 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::{argument, expect_arguments_object, fn_tool, hints, required_str, text_result};
-use super::{BuiltinTool, ToolSpec};
+use super::kit::{argument, expect_arguments_object, fn_tool, hints, required_str, text_result};
+use super::kit::{BuiltinTool, ToolSpec};
 use crate::provider::{CallContext, ProviderError, ProviderResult, Value};
 
 /// Executions of `slow_counter` since the process started, across all cores. The one atomic in
@@ -90,7 +90,7 @@ pub(crate) fn tools() -> Vec<Rc<dyn BuiltinTool>> {
 
 /// `Hello, <name>!` with the name the user gave; a declined or cancelled form says so.
 async fn greet(arguments: Value, cx: CallContext) -> ProviderResult<Value> {
-    super::expect_arguments_object(&arguments)?;
+    super::kit::expect_arguments_object(&arguments)?;
     let form = serde_json::json!({
         "message": "What is your name?",
         "requestedSchema": {

@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::peer::{Peer, Transport};
-use super::Settings;
+use super::settings::Settings;
 use crate::provider::Value;
 use crate::signal::Signal;
 use crate::wire::Code;
