@@ -92,12 +92,11 @@ fn lookup(c: &mut Criterion) {
 /// B, alternating: A's priming event is seq 1, B's seq 2, then A gets every odd seq. The limits
 /// are sized for the case: two streams, and exactly the bytes the payloads need.
 fn interleaved_session(events_max: usize) -> (Session, StreamKey) {
-    let cfg = Config {
-        replay_events_max: events_max,
-        replay_bytes_max: events_max * PAYLOAD.len(),
-        streams_per_session_max: 2,
-        ..Config::default()
-    };
+    // `Config` is #[non_exhaustive]: adjusted field by field, as an embedder does.
+    let mut cfg = Config::default();
+    cfg.replay_events_max = events_max;
+    cfg.replay_bytes_max = events_max * PAYLOAD.len();
+    cfg.streams_per_session_max = 2;
     let mut session = Session::new(SessionId { core: 0, random: 1 }, 1, LEGACY_VERSIONS[0], &cfg);
     let mut open = |id: &str, fingerprint| {
         let id = Some(RawId(id.to_owned()));

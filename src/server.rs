@@ -28,6 +28,7 @@ const JOIN_POLL: Duration = Duration::from_secs(1);
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ServerError {
     /// The operator's configuration.
     #[error(transparent)]

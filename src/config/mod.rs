@@ -178,6 +178,7 @@ const _: () = assert!(CORS_MAX_AGE_SECS > 0 && CORS_PARAM_HEADERS_MAX > 0);
 
 /// Which io driver a worker runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DriverChoice {
     /// io_uring with the best ring flags the kernel takes, else epoll.
     Auto,
@@ -189,6 +190,7 @@ pub enum DriverChoice {
 
 /// How a request POST is answered (CONTRACT §3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ResponseMode {
     /// `tools/call` as SSE (it may emit progress, logs, server→client requests), the rest JSON.
     Auto,
@@ -200,6 +202,7 @@ pub enum ResponseMode {
 
 /// Whether the migration boundary (CONTRACT §4 steps 2–4) is enforced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum MigrationPolicy {
     /// Enforced (default).
     Strict,
@@ -209,6 +212,7 @@ pub enum MigrationPolicy {
 
 /// A built-in tool set (`--tools`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum BuiltinSet {
     /// `echo`, `slow_counter`, `get_counter`.
     Demo,
@@ -249,6 +253,7 @@ impl BuiltinSet {
 
 /// Everything a worker needs to know, checked once by `validate`.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Config {
     pub listen: SocketAddr,
     pub path: String,
@@ -373,6 +378,7 @@ impl Default for Config {
 
 /// A flag value the server cannot run with (the operator's mistake).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ConfigError {
     #[error("--request-state-key-file {0}")]
     KeyFile(String),

@@ -15,6 +15,7 @@ pub struct UpstreamSpec {
 
 /// Where an upstream is.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum UpstreamTarget {
     /// `stdio:COMMAND ARGS…`: the command and its arguments, split like a shell would (quotes
     /// and backslashes), with no shell run.
@@ -25,6 +26,7 @@ pub enum UpstreamTarget {
 
 /// Why an `--upstream` value is not usable.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum UpstreamSpecError {
     #[error("--upstream {0:?}: expected 'stdio:COMMAND ARGS…' or 'http://HOST:PORT/PATH', optionally after 'NAME='")]
     Unknown(String),
@@ -173,6 +175,7 @@ fn split_command(command: &str) -> Option<Vec<String>> {
 
 /// `--upstream-isolation`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[non_exhaustive]
 pub enum Isolation {
     /// One upstream connection (child process) per client session.
     #[default]

@@ -182,6 +182,7 @@ impl ToolInfo {
 /// handle and the client polls `tasks/get` for the result. Only 2026-07-28 requests that declare
 /// the extension get tasks; legacy sessions and other clients get the result as before.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TaskSupport {
     /// Never a task: the result is always the call's answer.
     #[default]
