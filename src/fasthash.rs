@@ -72,7 +72,7 @@ impl Hasher for FastHasher {
 }
 
 /// `HashMap` with `FastHasher`.
-pub type FastMap<K, V> = std::collections::HashMap<K, V, BuildHasherDefault<FastHasher>>;
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, BuildHasherDefault<FastHasher>>;
 
 #[cfg(test)]
 mod tests {

@@ -75,23 +75,23 @@ counters! {
 
 /// A counter written by one core only.
 #[derive(Default)]
-pub struct Counter(AtomicU64);
+pub(crate) struct Counter(AtomicU64);
 
 impl Counter {
-    pub fn inc(&self) {
+    pub(crate) fn inc(&self) {
         self.add(1);
     }
 
-    pub fn add(&self, n: u64) {
+    pub(crate) fn add(&self, n: u64) {
         // Single writer: a load and a store, not an atomic read-modify-write.
         self.0.store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
     }
 
-    pub fn sub(&self, n: u64) {
+    pub(crate) fn sub(&self, n: u64) {
         self.0.store(self.0.load(Ordering::Relaxed).wrapping_sub(n), Ordering::Relaxed);
     }
 
-    pub fn get(&self) -> u64 {
+    pub(crate) fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
 }

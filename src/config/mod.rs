@@ -12,58 +12,58 @@ pub use upstream::{Isolation, UpstreamSpec, UpstreamSpecError, UpstreamTarget};
 
 /// Default listen address: loopback, so DNS-rebinding protection is on (MCP 2025-11-25
 /// transports §security: servers SHOULD bind to localhost when local).
-pub const LISTEN_DEFAULT: &str = "127.0.0.1:8080";
+pub(crate) const LISTEN_DEFAULT: &str = "127.0.0.1:8080";
 /// Default MCP endpoint path.
-pub const PATH_DEFAULT: &str = "/mcp";
+pub(crate) const PATH_DEFAULT: &str = "/mcp";
 
 /// Hard cap of header lines the request-head parser gets room for; `--max-headers` may only
 /// lower it.
-pub const HEADERS_CAP: usize = 128;
+pub(crate) const HEADERS_CAP: usize = 128;
 
 /// The smallest window of a large event one stream batch carries, and so the smallest write
 /// buffer (`--write-buffer-bytes`): a batch always makes this much progress.
-pub const WINDOW_BYTES_MIN: usize = 4096;
+pub(crate) const WINDOW_BYTES_MIN: usize = 4096;
 
 /// Bytes of one request head (request line + headers). Over it: 431, connection closed.
-pub const HEADER_BYTES_MAX: usize = 16 * 1024;
+pub(crate) const HEADER_BYTES_MAX: usize = 16 * 1024;
 /// Header lines in one request. Over it: 431, connection closed.
-pub const HEADERS_MAX: usize = 64;
+pub(crate) const HEADERS_MAX: usize = 64;
 /// Bytes of one POST body. Over it: 413 with a JSON-RPC error; the connection is closed
 /// after the answer so the unread body never reaches the parser.
-pub const BODY_BYTES_MAX: usize = 4 * 1024 * 1024;
+pub(crate) const BODY_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// Nesting depth of a JSON body. Deeper: 400, -32700 (a parser stack bomb is the peer's fault).
-pub const JSON_DEPTH_MAX: usize = 64;
+pub(crate) const JSON_DEPTH_MAX: usize = 64;
 /// Time to receive a whole request head once its first byte arrived. Over it: 408, closed.
-pub const HEADER_TIMEOUT_MS: u64 = 10_000;
+pub(crate) const HEADER_TIMEOUT_MS: u64 = 10_000;
 /// Time an idle keep-alive connection is kept between requests. Over it: closed silently.
-pub const IDLE_TIMEOUT_SECS: u64 = 60;
+pub(crate) const IDLE_TIMEOUT_SECS: u64 = 60;
 /// Open connections on one core. Over it: new connections get 503 and are closed.
-pub const CONNECTIONS_PER_CORE_MAX: usize = 16 * 1024;
+pub(crate) const CONNECTIONS_PER_CORE_MAX: usize = 16 * 1024;
 /// Live sessions on one core. Over it: `initialize` gets 503 with -32603.
-pub const SESSIONS_PER_CORE_MAX: usize = 100_000;
+pub(crate) const SESSIONS_PER_CORE_MAX: usize = 100_000;
 /// Request streams retained per session (running, owed or completed-and-retained). Over it,
 /// when none can be evicted: 429 with -32603.
-pub const STREAMS_PER_SESSION_MAX: usize = 256;
+pub(crate) const STREAMS_PER_SESSION_MAX: usize = 256;
 /// Events held per session ring (power of two: slot = seq & mask).
-pub const REPLAY_EVENTS_MAX: usize = 4096;
+pub(crate) const REPLAY_EVENTS_MAX: usize = 4096;
 /// Payload bytes held per session ring.
-pub const REPLAY_BYTES_MAX: usize = 4 * 1024 * 1024;
+pub(crate) const REPLAY_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// How long a completed, delivered request stream stays resumable and deduplicable.
-pub const STREAM_RETENTION_SECS: u64 = 300;
+pub(crate) const STREAM_RETENTION_SECS: u64 = 300;
 /// Idle time after which a session expires (then 404).
-pub const SESSION_IDLE_SECS: u64 = 600;
+pub(crate) const SESSION_IDLE_SECS: u64 = 600;
 /// `retry:` field of every priming event (SEP-1699), in milliseconds.
-pub const SSE_RETRY_MS: u64 = 1000;
+pub(crate) const SSE_RETRY_MS: u64 = 1000;
 /// Keep-alive comment interval on an SSE connection; a dead peer shows up as a failed write.
-pub const SSE_KEEPALIVE_SECS: u64 = 15;
+pub(crate) const SSE_KEEPALIVE_SECS: u64 = 15;
 /// How long a POST is held while the session owes a stream before 409 -31004.
-pub const OWED_WAIT_MS: u64 = 2000;
+pub(crate) const OWED_WAIT_MS: u64 = 2000;
 /// How long an owed stream waits for a resume before it is abandoned (counted).
-pub const OWED_TIMEOUT_SECS: u64 = 60;
+pub(crate) const OWED_TIMEOUT_SECS: u64 = 60;
 /// Connections queued in one core's hand-off inbox. Full: the sender answers 503.
-pub const HANDOFF_INBOX_MAX: usize = 1024;
+pub(crate) const HANDOFF_INBOX_MAX: usize = 1024;
 /// Cores the server may run on; session ids carry the owner core in 16 bits.
-pub const THREADS_MAX: usize = 1024;
+pub(crate) const THREADS_MAX: usize = 1024;
 /// Longest graceful drain after SIGTERM/SIGINT (or `Running::shutdown`): running calls get this
 /// long to finish and deliver their results while no new connection or session is accepted.
 /// 30 s is the usual grace period of process supervisors (Kubernetes'
@@ -71,99 +71,99 @@ pub const THREADS_MAX: usize = 1024;
 /// that survives a rolling restart. Over it: open SSE streams end with the chunked response's
 /// last chunk (no result: the client sees a clean end and may retry elsewhere), and the process
 /// exits 0.
-pub const DRAIN_SECS: u64 = 30;
+pub(crate) const DRAIN_SECS: u64 = 30;
 /// Bytes of SSE frames one connection buffers for one send (`--write-buffer-bytes`): a batch of
 /// events, or one window of an event larger than this (written in windows across sends). With
 /// the ring, it bounds what a session's slow reader can make the server hold: `--replay-bytes`
 /// plus this per connection (issue 11 §2). 256 KiB coalesces thousands of small events per send
 /// (runtime-notes §4: one chunk per flush is 40× cheaper than one per event).
-pub const WRITE_BUFFER_BYTES: usize = 256 * 1024;
+pub(crate) const WRITE_BUFFER_BYTES: usize = 256 * 1024;
 /// POSTs one session may have held at the migration boundary at once (CONTRACT §4 step 4,
 /// `--max-held-per-session`). Each keeps its request in memory until it runs, so this bounds
 /// that memory by this × `--max-body-bytes`; one more gets 409 -31004 at once (resume first).
 /// 16: far more than a client has in flight while it ought to be resuming.
-pub const HELD_PER_SESSION_MAX: usize = 16;
+pub(crate) const HELD_PER_SESSION_MAX: usize = 16;
 /// Replay-ring bytes all sessions of one core may hold together (`--core-buffer-bytes`). Over
 /// it, new request streams are refused with 503 (`Retry-After`) rather than growing; running
 /// streams go on (each ring stays within `--replay-bytes`). 1 GiB: 256 sessions with full 4 MiB
 /// rings per core.
-pub const CORE_BUFFER_BYTES: usize = 1024 * 1024 * 1024;
+pub(crate) const CORE_BUFFER_BYTES: usize = 1024 * 1024 * 1024;
 /// How long the end of a drain waits for connections to take their last bytes (an SSE stream's
 /// last chunk, an answer being written) before the process exits regardless. One second covers
 /// a slow reader on a loopback or LAN link; a peer that reads nothing is cut then.
-pub const DRAIN_FLUSH_MS: u64 = 1000;
+pub(crate) const DRAIN_FLUSH_MS: u64 = 1000;
 /// `Retry-After` of the 503 a new `initialize` gets during a drain, in seconds: by then a
 /// restarted process or another replica answers.
-pub const DRAIN_RETRY_AFTER_SECS: u64 = 1;
+pub(crate) const DRAIN_RETRY_AFTER_SECS: u64 = 1;
 /// Concurrent connections on the admin listener (`--metrics-listen`), one thread each. Scrapers
 /// and probes hold one or two; 64 leaves room for several of each and bounds the threads an
 /// abuser can make us hold. Over it: 503, closed.
-pub const ADMIN_CONNECTIONS_MAX: usize = 64;
+pub(crate) const ADMIN_CONNECTIONS_MAX: usize = 64;
 /// Time an admin connection has to deliver its request head, and each write to be taken. Over
 /// it: closed (an idle connection holds a thread this long at most).
-pub const ADMIN_IO_TIMEOUT_MS: u64 = 2000;
+pub(crate) const ADMIN_IO_TIMEOUT_MS: u64 = 2000;
 /// Bytes of an admin request head. Over it: 431, closed.
-pub const ADMIN_HEAD_BYTES_MAX: usize = 4096;
+pub(crate) const ADMIN_HEAD_BYTES_MAX: usize = 4096;
 /// `Access-Control-Max-Age` of a CORS preflight answer (`endpoint::cors`), in seconds: how long
 /// a browser may reuse it before asking again. 7200 is Chromium's own cap (Firefox caps at one
 /// day); a longer value would buy nothing there. No flag: it bounds no resource of ours, and a
 /// restart that drops an origin is still enforced at once (the cached preflight does not make
 /// the actual request's answer readable: that answer carries no `Access-Control-Allow-Origin`).
-pub const CORS_MAX_AGE_SECS: u64 = 7200;
+pub(crate) const CORS_MAX_AGE_SECS: u64 = 7200;
 /// `Mcp-Param-*` header names (MCP 2026-07-28 `x-mcp-header`) one CORS preflight answer echoes
 /// by name in `Access-Control-Allow-Headers` (`*` would cover neither `Authorization` nor any
 /// header of a credentialed request). Past it the rest are left out, the browser refuses that
 /// one request, and `tidemark_cors_headers_left_out_total` counts them. 32: more than the
 /// header parameters a tool declares. No flag: `--max-header-bytes` already bounds the work.
-pub const CORS_PARAM_HEADERS_MAX: usize = 32;
+pub(crate) const CORS_PARAM_HEADERS_MAX: usize = 32;
 /// Upstream child processes (`--upstream` over stdio) alive at once, all cores together
 /// (`--upstream-max-processes`); `initialize` of a session that would need one more gets 503.
-pub const UPSTREAM_PROCESSES_MAX: usize = 256;
+pub(crate) const UPSTREAM_PROCESSES_MAX: usize = 256;
 /// Longest an upstream may take to answer one request, tool calls included
 /// (`--upstream-timeout-secs`); then the call ends with -32603 and is cancelled upstream.
-pub const UPSTREAM_TIMEOUT_SECS: u64 = 300;
+pub(crate) const UPSTREAM_TIMEOUT_SECS: u64 = 300;
 /// Longest an upstream may take to start and answer `initialize` and its first `tools/list`
 /// (`--upstream-start-timeout-secs`): a child's start (an interpreter loading its modules) may
 /// take seconds on a busy host; then the session's `initialize` gets -32603.
-pub const UPSTREAM_START_TIMEOUT_SECS: u64 = 60;
+pub(crate) const UPSTREAM_START_TIMEOUT_SECS: u64 = 60;
 /// Longest line (one JSON-RPC message) read from an upstream child's stdout
 /// (`--upstream-line-bytes`); a longer line is skipped and logged.
-pub const UPSTREAM_LINE_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const UPSTREAM_LINE_BYTES: usize = 16 * 1024 * 1024;
 /// Bytes queued for one upstream child's stdin (`--upstream-queue-bytes`): a child that stops
 /// reading makes further requests fail rather than grow the queue.
-pub const UPSTREAM_QUEUE_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const UPSTREAM_QUEUE_BYTES: usize = 16 * 1024 * 1024;
 /// From SIGTERM to SIGKILL when an upstream child is stopped (`--upstream-kill-grace-ms`).
-pub const UPSTREAM_KILL_GRACE_MS: u64 = 2000;
+pub(crate) const UPSTREAM_KILL_GRACE_MS: u64 = 2000;
 
 /// The `ttlMs` caching hint of 2026-07-28 list and read results (`--cache-ttl-ms`). 0: a
 /// client should re-fetch whenever it needs the list (lists may change; a client learns of
 /// changes through `subscriptions/listen`). Raise it when the tool set is static.
-pub const CACHE_TTL_MS: u64 = 0;
+pub(crate) const CACHE_TTL_MS: u64 = 0;
 /// How long an MRTR `requestState` is accepted after it was issued
 /// (`--request-state-ttl-secs`): the time a user has to answer an elicitation.
-pub const REQUEST_STATE_TTL_SECS: u64 = 600;
+pub(crate) const REQUEST_STATE_TTL_SECS: u64 = 600;
 /// 2026-07-28 Idempotency-Key records kept per core (`--max-idempotency-keys-per-core`); the
 /// oldest finished one is forgotten first, a running one never.
-pub const IDEMPOTENCY_KEYS_PER_CORE_MAX: usize = 4096;
+pub(crate) const IDEMPOTENCY_KEYS_PER_CORE_MAX: usize = 4096;
 /// Tasks (`io.modelcontextprotocol/tasks`, SEP-2663) one core holds, running or finished and
 /// retained (`--max-tasks-per-core`). Over it, a call that would become a task goes on
 /// synchronously (the client gets its result on the request's own stream). 4096: far more than
 /// the concurrent long-running calls a core serves; `TASK_BYTES_PER_CORE` bounds their results.
-pub const TASKS_PER_CORE_MAX: usize = 4096;
+pub(crate) const TASKS_PER_CORE_MAX: usize = 4096;
 /// How long a task is kept after its creation (`--task-retention-secs`), announced as its
 /// `ttlMs`: SEP-2663 forbids dropping it earlier, so a full store refuses new tasks rather than
 /// evicting. One hour: a client can come back for a result after a reconnect or a restart of
 /// its own. After it: `tasks/*` get -32602, and a tool still running is cancelled.
-pub const TASK_RETENTION_SECS: u64 = 3600;
+pub(crate) const TASK_RETENTION_SECS: u64 = 3600;
 /// Result and error bytes (serialized JSON) the tasks of one core hold
 /// (`--task-bytes-per-core`). A result that does not fit fails its task with -32603 naming the
 /// flag. 64 MiB: 4096 results of 16 KiB.
-pub const TASK_BYTES_PER_CORE: usize = 64 * 1024 * 1024;
+pub(crate) const TASK_BYTES_PER_CORE: usize = 64 * 1024 * 1024;
 /// Input requests one task may have outstanding at once (`--max-task-input-requests`): a tool's
 /// next one fails (an elicitation fan-out wider than this is a bug).
-pub const TASK_INPUT_REQUESTS_MAX: usize = 16;
+pub(crate) const TASK_INPUT_REQUESTS_MAX: usize = 16;
 /// `pollIntervalMs` suggested to clients polling `tasks/get` (`--task-poll-interval-ms`).
-pub const TASK_POLL_INTERVAL_MS: u64 = 500;
+pub(crate) const TASK_POLL_INTERVAL_MS: u64 = 500;
 
 const _: () = assert!(REPLAY_EVENTS_MAX.is_power_of_two());
 const _: () = assert!(HEADER_BYTES_MAX >= 1024);

@@ -6,7 +6,7 @@
 
 use std::ops::Range;
 
-pub use crate::config::HEADERS_CAP;
+pub(crate) use crate::config::HEADERS_CAP;
 
 /// The methods the MCP endpoint distinguishes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,7 +194,7 @@ pub fn parse_head(
 
 /// The value of header `name` (case-insensitive) in a complete request head, for the rare
 /// header the parse does not keep (MCP 2026-07-28 `Mcp-Param-*`). The first occurrence wins.
-pub fn header_named<'h>(head: &'h [u8], name: &str) -> Option<&'h [u8]> {
+pub(crate) fn header_named<'h>(head: &'h [u8], name: &str) -> Option<&'h [u8]> {
     let mut headers = [httparse::EMPTY_HEADER; HEADERS_CAP];
     let mut req = httparse::Request::new(&mut headers);
     req.parse(head).ok()?;
@@ -220,7 +220,7 @@ fn trim(mut v: &[u8]) -> &[u8] {
 }
 
 /// A decimal without sign or spaces, at most 18 digits (so it cannot overflow).
-pub fn parse_decimal(v: &[u8]) -> Option<usize> {
+pub(crate) fn parse_decimal(v: &[u8]) -> Option<usize> {
     if v.is_empty() || v.len() > 18 {
         return None;
     }
@@ -236,7 +236,7 @@ pub fn parse_decimal(v: &[u8]) -> Option<usize> {
 
 /// True when a header value (e.g. `Accept`) lists `media` as one of its comma-separated types,
 /// ignoring parameters and case; `*/*` counts.
-pub fn lists_media_type(value: &[u8], media: &[u8]) -> bool {
+pub(crate) fn lists_media_type(value: &[u8], media: &[u8]) -> bool {
     value.split(|&b| b == b',').any(|item| {
         let ty = trim(item.split(|&b| b == b';').next().unwrap_or(&[]));
         ty.eq_ignore_ascii_case(media) || ty == b"*/*"
@@ -244,12 +244,12 @@ pub fn lists_media_type(value: &[u8], media: &[u8]) -> bool {
 }
 
 /// True when `Content-Type` is `media` (parameters such as charset allowed).
-pub fn is_media_type(value: &[u8], media: &[u8]) -> bool {
+pub(crate) fn is_media_type(value: &[u8], media: &[u8]) -> bool {
     trim(value.split(|&b| b == b';').next().unwrap_or(&[])).eq_ignore_ascii_case(media)
 }
 
 /// The reason phrase of every status we send.
-pub fn reason(status: u16) -> &'static str {
+pub(crate) fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
         202 => "Accepted",
@@ -274,7 +274,7 @@ pub fn reason(status: u16) -> &'static str {
 }
 
 /// Appends `HTTP/1.1 <status> <reason>\r\n` to `out`.
-pub fn write_status(out: &mut Vec<u8>, status: u16) {
+pub(crate) fn write_status(out: &mut Vec<u8>, status: u16) {
     out.extend_from_slice(b"HTTP/1.1 ");
     push_decimal(out, u64::from(status));
     out.push(b' ');
@@ -283,7 +283,7 @@ pub fn write_status(out: &mut Vec<u8>, status: u16) {
 }
 
 /// Appends one header line.
-pub fn write_header(out: &mut Vec<u8>, name: &str, value: &[u8]) {
+pub(crate) fn write_header(out: &mut Vec<u8>, name: &str, value: &[u8]) {
     out.extend_from_slice(name.as_bytes());
     out.extend_from_slice(b": ");
     out.extend_from_slice(value);
@@ -291,7 +291,7 @@ pub fn write_header(out: &mut Vec<u8>, name: &str, value: &[u8]) {
 }
 
 /// Appends `n` in decimal without allocating.
-pub fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+pub(crate) fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
     let mut digits = [0u8; 20];
     let mut i = digits.len();
     loop {
@@ -306,7 +306,7 @@ pub fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
 }
 
 /// Appends `n` in lower-case hex without allocating (chunk sizes, event ids).
-pub fn push_hex(out: &mut Vec<u8>, mut n: u64) {
+pub(crate) fn push_hex(out: &mut Vec<u8>, mut n: u64) {
     let mut digits = [0u8; 16];
     let mut i = digits.len();
     loop {

@@ -79,7 +79,7 @@ pub fn decide(f: Facts) -> Decision {
 }
 
 /// Methods that read only (CONTRACT §4 step 3); `tools/call` depends on the tool.
-pub fn method_is_idempotent(method: &str) -> bool {
+pub(crate) fn method_is_idempotent(method: &str) -> bool {
     matches!(
         method,
         "ping" | "resources/read" | "prompts/get" | "completion/complete" | "initialize"

@@ -48,7 +48,7 @@ impl Cursor {
     }
 }
 
-pub use crate::config::WINDOW_BYTES_MIN;
+pub(crate) use crate::config::WINDOW_BYTES_MIN;
 
 pub(crate) use crate::wire::notification::{rewrite_event, Rewrite};
 

@@ -21,13 +21,13 @@ use sha2::{Digest, Sha256};
 use crate::provider::Value;
 
 /// Key length (HMAC-SHA256's block-size-sized keys need no hashing).
-pub const KEY_BYTES: usize = 32;
+pub(crate) const KEY_BYTES: usize = 32;
 
 static KEY: OnceLock<[u8; KEY_BYTES]> = OnceLock::new();
 
 /// Sets the process's sealing key from key material (the bytes of `--request-state-key-file`,
 /// hashed to the key); the first call wins. Without it a random key is drawn on first use.
-pub fn set_key_material(material: &[u8]) {
+pub(crate) fn set_key_material(material: &[u8]) {
     let _ = KEY.set(Sha256::digest(material).into());
 }
 
@@ -45,7 +45,7 @@ fn key() -> &'static [u8; KEY_BYTES] {
 
 /// Why a presented state is refused.
 #[derive(Debug, PartialEq, Eq)]
-pub enum StateError {
+pub(crate) enum StateError {
     /// Not our format, or the tag does not match (forged or altered).
     Tampered,
     /// Issued longer ago than the TTL.
@@ -55,7 +55,7 @@ pub enum StateError {
 }
 
 impl StateError {
-    pub fn message(&self) -> &'static str {
+    pub(crate) fn message(&self) -> &'static str {
         match self {
             StateError::Tampered => "requestState failed integrity verification",
             StateError::Expired => "requestState expired: send the request again without it",
@@ -65,7 +65,7 @@ impl StateError {
 }
 
 /// The digest a state is bound to: method, then the name or uri, then the canonical arguments.
-pub fn binding(method: &str, name: &str, canonical_arguments: &str) -> String {
+pub(crate) fn binding(method: &str, name: &str, canonical_arguments: &str) -> String {
     let mut h = Sha256::new();
     for part in [method, name, canonical_arguments] {
         h.update((part.len() as u64).to_le_bytes());
@@ -85,7 +85,11 @@ fn now_ms() -> u64 {
 }
 
 /// Seals the answers gathered so far for the request bound to `binding`.
-pub fn seal(binding: &str, answers: &serde_json::Map<String, Value>, ttl: Duration) -> String {
+pub(crate) fn seal(
+    binding: &str,
+    answers: &serde_json::Map<String, Value>,
+    ttl: Duration,
+) -> String {
     let expires = now_ms().saturating_add(ttl.as_millis() as u64);
     let payload = serde_json::json!({ "v": 1, "b": binding, "e": expires, "r": answers });
     let payload = serde_json::to_vec(&payload).unwrap_or_default();
@@ -97,7 +101,10 @@ pub fn seal(binding: &str, answers: &serde_json::Map<String, Value>, ttl: Durati
 
 /// Opens a presented state: the earlier rounds' answers, if it is ours, unaltered, unexpired
 /// and issued for this request.
-pub fn open(text: &str, binding: &str) -> Result<serde_json::Map<String, Value>, StateError> {
+pub(crate) fn open(
+    text: &str,
+    binding: &str,
+) -> Result<serde_json::Map<String, Value>, StateError> {
     let (payload, presented) = text.split_once('.').ok_or(StateError::Tampered)?;
     let payload = URL_SAFE_NO_PAD.decode(payload).map_err(|_| StateError::Tampered)?;
     let presented = URL_SAFE_NO_PAD.decode(presented).map_err(|_| StateError::Tampered)?;

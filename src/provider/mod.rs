@@ -10,7 +10,7 @@
 //! Called by: `dispatch` (lists and calls), `legacy::stream` (implements the context's sink).
 //! Never: touches sockets, sessions or the replay ring; a provider only sees `CallContext`.
 
-pub mod builtin;
+pub(crate) mod builtin;
 
 use std::cell::Cell;
 use std::fmt;

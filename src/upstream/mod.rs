@@ -49,10 +49,10 @@ use stdio::{SpawnError, StdioTransport};
 /// The separator between an upstream's name and a tool or prompt name with several upstreams
 /// (`NAME__tool`): tool names allow only `[A-Za-z0-9_.-]` in many clients, and upstream names
 /// may not contain it.
-pub const NAME_SEPARATOR: &str = "__";
+pub(crate) const NAME_SEPARATOR: &str = "__";
 /// The separator between an upstream's name and a resource URI (`NAME+scheme://…`), which
 /// keeps the result a URI (`+` is allowed in a scheme).
-pub const URI_SEPARATOR: &str = "+";
+pub(crate) const URI_SEPARATOR: &str = "+";
 
 /// A client session's (or, shared, a core's) connection to the upstream, made on demand: the
 /// first `initialize`, and again after the upstream ended (the next request respawns it).

@@ -463,7 +463,7 @@ static LONGEST_GRACE_MS: AtomicU64 = AtomicU64::new(0);
 /// Blocks (the process's main thread, after the workers ended) until every stopped child has
 /// exited: at most the longest kill grace plus `REAP_SLACK`, since the reaper sends SIGKILL at
 /// the end of the grace. Without this the process would exit before its children's SIGKILL.
-pub fn wait_for_children() {
+pub(crate) fn wait_for_children() {
     let grace = Duration::from_millis(LONGEST_GRACE_MS.load(Ordering::Acquire));
     let deadline = Instant::now() + grace + REAP_SLACK;
     while UNREAPED.load(Ordering::Acquire) > 0 && Instant::now() < deadline {

@@ -179,16 +179,16 @@ fn raw_id(v: &Value) -> Result<RawId, DecodeError> {
 }
 
 /// What every response this module encodes starts with, up to the id.
-pub const RESPONSE_PREFIX: &[u8] = b"{\"jsonrpc\":\"2.0\",\"id\":";
+pub(crate) const RESPONSE_PREFIX: &[u8] = b"{\"jsonrpc\":\"2.0\",\"id\":";
 
 /// Offset of `,"result"`/`,"error"` in a response to `id` encoded by `push_result` or
 /// `push_error` (so a replay can swap the id without re-parsing).
-pub fn response_body_offset(id: &RawId) -> usize {
+pub(crate) fn response_body_offset(id: &RawId) -> usize {
     RESPONSE_PREFIX.len() + id.0.len()
 }
 
 /// Appends `{"jsonrpc":"2.0","id":<id>,"result":<result>}`.
-pub fn push_result(out: &mut Vec<u8>, id: &RawId, result_json: &[u8]) {
+pub(crate) fn push_result(out: &mut Vec<u8>, id: &RawId, result_json: &[u8]) {
     push_result_prefix(out, id);
     out.extend_from_slice(result_json);
     out.push(b'}');
@@ -196,7 +196,7 @@ pub fn push_result(out: &mut Vec<u8>, id: &RawId, result_json: &[u8]) {
 
 /// Appends a result response up to its result value (`{"jsonrpc":"2.0","id":<id>,"result":`);
 /// the caller writes the value and the closing `}`.
-pub fn push_result_prefix(out: &mut Vec<u8>, id: &RawId) {
+pub(crate) fn push_result_prefix(out: &mut Vec<u8>, id: &RawId) {
     out.extend_from_slice(RESPONSE_PREFIX);
     out.extend_from_slice(id.0.as_bytes());
     out.extend_from_slice(b",\"result\":");
@@ -205,7 +205,7 @@ pub fn push_result_prefix(out: &mut Vec<u8>, id: &RawId) {
 /// Appends a JSON-RPC error response; `id` None is written as `null` only where JSON-RPC
 /// requires an id member, i.e. always (the spec allows the id-less body in HTTP errors, but
 /// clients parse `"id":null` more reliably than a missing member).
-pub fn push_error(
+pub(crate) fn push_error(
     out: &mut Vec<u8>,
     id: Option<&RawId>,
     code: i64,
@@ -232,7 +232,7 @@ pub fn push_error(
 }
 
 /// Appends `{"jsonrpc":"2.0","method":<method>,"params":<params>}`.
-pub fn push_notification(out: &mut Vec<u8>, method: &str, params_json: &[u8]) {
+pub(crate) fn push_notification(out: &mut Vec<u8>, method: &str, params_json: &[u8]) {
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":\"");
     out.extend_from_slice(method.as_bytes());
     out.extend_from_slice(b"\",\"params\":");
@@ -241,7 +241,7 @@ pub fn push_notification(out: &mut Vec<u8>, method: &str, params_json: &[u8]) {
 }
 
 /// Appends a server→client request `{"jsonrpc":"2.0","id":<id>,"method":..,"params":..}`.
-pub fn push_request(out: &mut Vec<u8>, id: u64, method: &str, params_json: &[u8]) {
+pub(crate) fn push_request(out: &mut Vec<u8>, id: u64, method: &str, params_json: &[u8]) {
     out.extend_from_slice(RESPONSE_PREFIX);
     crate::http::push_decimal(out, id);
     out.extend_from_slice(b",\"method\":\"");

@@ -41,12 +41,12 @@ pub fn push_event(out: &mut Vec<u8>, id: Option<&[u8]>, retry_ms: Option<u64>, d
 }
 
 /// Appends a keep-alive comment line.
-pub fn push_comment(out: &mut Vec<u8>) {
+pub(crate) fn push_comment(out: &mut Vec<u8>) {
     out.extend_from_slice(b": keep-alive\n\n");
 }
 
 /// Appends `frames` as one HTTP/1.1 chunk (RFC 9112 §7.1).
-pub fn push_chunk(out: &mut Vec<u8>, frames: &[u8]) {
+pub(crate) fn push_chunk(out: &mut Vec<u8>, frames: &[u8]) {
     push_hex(out, frames.len() as u64);
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(frames);
@@ -54,7 +54,7 @@ pub fn push_chunk(out: &mut Vec<u8>, frames: &[u8]) {
 }
 
 /// The last chunk of a chunked body.
-pub const CHUNK_END: &[u8] = b"0\r\n\r\n";
+pub(crate) const CHUNK_END: &[u8] = b"0\r\n\r\n";
 
 #[cfg(test)]
 mod tests {

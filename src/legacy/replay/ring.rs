@@ -20,7 +20,7 @@ use super::{Event, EventSeq, Evicted, ReplayError, StreamKey};
 /// then doubles up to `events_max` as events accumulate, so memory follows the high-water mark of
 /// held events, never the configured capacity (100k idle sessions at `events_max` = 2^20 must not
 /// cost 2^20 slots each).
-pub const SLOTS_INITIAL: usize = 16;
+pub(super) const SLOTS_INITIAL: usize = 16;
 
 /// One held event. 56 bytes: the payload handle, two sequence numbers and the stream key.
 struct Slot {

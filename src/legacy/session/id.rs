@@ -10,7 +10,7 @@ pub struct SessionId {
 }
 
 /// Length of the header value.
-pub const SESSION_ID_LEN: usize = 36;
+pub(crate) const SESSION_ID_LEN: usize = 36;
 
 /// The OS refused random bytes (our environment's fault; the request gets 503).
 #[derive(Debug, thiserror::Error)]
@@ -49,7 +49,7 @@ impl SessionId {
 }
 
 /// Lower-case hex only (the ids we mint); at most 32 digits.
-pub fn parse_hex(text: &[u8]) -> Option<u128> {
+pub(crate) fn parse_hex(text: &[u8]) -> Option<u128> {
     if text.is_empty() || text.len() > 32 {
         return None;
     }

@@ -9,7 +9,7 @@
 //! the POST decision reads counters in O(1) and never scans.
 //! Never: does I/O or awaits; callers hold a `RefCell` borrow only between awaits.
 
-pub mod id;
+pub(crate) mod id;
 
 use crate::fasthash::FastMap;
 use std::cell::Cell;
@@ -271,7 +271,7 @@ pub struct Session {
 }
 
 /// The client's answer to a server→client request: its `result`, or its `error` object.
-pub type ClientAnswer = Result<crate::provider::Value, crate::provider::Value>;
+pub(crate) type ClientAnswer = Result<crate::provider::Value, crate::provider::Value>;
 
 /// A server→client request waiting for its answer.
 pub struct PendingClientRequest {
@@ -879,7 +879,7 @@ impl Drop for Session {
 }
 
 /// Longest wire event id: 8 + 1 + 8 + 1 + 16 hex digits and dashes.
-pub const EVENT_ID_LEN_MAX: usize = 34;
+pub(crate) const EVENT_ID_LEN_MAX: usize = 34;
 
 /// `<tag:8 hex>-<stream hex>-<seq hex>`.
 pub fn push_event_id(out: &mut Vec<u8>, tag: u32, stream: StreamKey, seq: EventSeq) {
@@ -890,7 +890,7 @@ pub fn push_event_id(out: &mut Vec<u8>, tag: u32, stream: StreamKey, seq: EventS
 
 /// Writes the wire event id into a stack buffer (no allocation on the SSE write path); returns
 /// its length.
-pub fn event_id_into(
+pub(crate) fn event_id_into(
     out: &mut [u8; EVENT_ID_LEN_MAX],
     tag: u32,
     stream: StreamKey,

@@ -58,7 +58,7 @@ impl TaskHandle {
 
     /// The `CreateTaskResult`: the task's fields with `resultType: "task"`, without `result`,
     /// `error` or `inputRequests` (those are `tasks/get`'s).
-    pub fn create_result(&self) -> Value {
+    pub(crate) fn create_result(&self) -> Value {
         Value::Object(self.task.fields(&self.shared.limits, "task"))
     }
 
@@ -69,12 +69,12 @@ impl TaskHandle {
     }
 
     /// True once `tasks/cancel` arrived or the task was deleted.
-    pub fn is_cancelled(&self) -> bool {
+    pub(crate) fn is_cancelled(&self) -> bool {
         self.task.cancelled.get()
     }
 
     /// Completes when the task is cancelled or deleted.
-    pub fn cancelled(&self) -> impl Future<Output = ()> + 'static {
+    pub(crate) fn cancelled(&self) -> impl Future<Output = ()> + 'static {
         let task = self.task.clone();
         poll_fn(move |cx| {
             if task.cancelled.get() {
@@ -152,7 +152,11 @@ impl TaskHandle {
     /// shows `input_required` with this request in `inputRequests` until `tasks/update`
     /// answers it; the returned future then resolves with the client's answer (an
     /// `ElicitResult`, …), or with `Cancelled` when the task is cancelled or deleted first.
-    pub fn request_input(&self, method: &str, params: Value) -> Result<InputWait, TaskError> {
+    pub(crate) fn request_input(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> Result<InputWait, TaskError> {
         let task = &self.task;
         if task.cancelled.get() || !task.is_running() {
             return Err(TaskError::Cancelled);

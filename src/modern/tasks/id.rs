@@ -41,7 +41,7 @@ impl TaskId {
 
     /// The core that holds the task named `text`, when `text` is a task id (the hand-off
     /// target of `tasks/get|update|cancel`).
-    pub fn owner(text: &str) -> Option<u16> {
+    pub(crate) fn owner(text: &str) -> Option<u16> {
         TaskId::parse(text).map(|id| id.core)
     }
 }

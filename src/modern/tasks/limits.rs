@@ -20,7 +20,7 @@ pub(crate) struct TaskLimits {
 }
 
 impl TaskLimits {
-    pub fn from_config(cfg: &Config) -> TaskLimits {
+    pub(crate) fn from_config(cfg: &Config) -> TaskLimits {
         TaskLimits {
             tasks_max: cfg.tasks_per_core_max,
             retention: cfg.task_retention,

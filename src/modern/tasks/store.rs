@@ -41,7 +41,7 @@ struct StoreInner {
 }
 
 impl TaskStore {
-    pub fn new(core: u16, limits: TaskLimits, metrics: Arc<CoreMetrics>) -> TaskStore {
+    pub(crate) fn new(core: u16, limits: TaskLimits, metrics: Arc<CoreMetrics>) -> TaskStore {
         assert!(limits.tasks_max > 0 && limits.bytes_max > 0, "invariant: limits are validated");
         let shared = Rc::new(Shared { limits, metrics, bytes: Cell::new(0) });
         let inner = StoreInner {
@@ -70,7 +70,7 @@ impl TaskStore {
 
     /// A new `working` task, present in the store (so `tasks/get` resolves it) before the
     /// caller answers with its `create_result` (SEP-2663 §Task Creation: strongly consistent).
-    pub fn create(&self, now: Instant) -> Result<TaskHandle, TaskError> {
+    pub(crate) fn create(&self, now: Instant) -> Result<TaskHandle, TaskError> {
         self.expire(now);
         if self.len() >= self.limits().tasks_max {
             self.inner.shared.metrics.limit_tasks.inc();
@@ -91,7 +91,7 @@ impl TaskStore {
     }
 
     /// The `tasks/get` result (`DetailedTask` with `resultType: "complete"`).
-    pub fn get(&self, task_id: &str, now: Instant) -> Result<Value, TaskError> {
+    pub(crate) fn get(&self, task_id: &str, now: Instant) -> Result<Value, TaskError> {
         let task = self.find(task_id, now)?;
         Ok(task.detailed(self.limits()))
     }
@@ -99,7 +99,7 @@ impl TaskStore {
     /// `tasks/update`: delivers the answers whose keys are outstanding and ignores the rest
     /// (unknown, already answered, or from an earlier round: SEP-2663 §Task Update Requests).
     /// A task that is not running ignores them all. The ack is the caller's.
-    pub fn update(
+    pub(crate) fn update(
         &self,
         task_id: &str,
         responses: &Map<String, Value>,
@@ -129,7 +129,7 @@ impl TaskStore {
 
     /// `tasks/cancel`: a running task becomes `cancelled` at once and its tool is signalled
     /// (the runner drops it); a finished task is left as it is (the ack is idempotent).
-    pub fn cancel(&self, task_id: &str, now: Instant) -> Result<(), TaskError> {
+    pub(crate) fn cancel(&self, task_id: &str, now: Instant) -> Result<(), TaskError> {
         let task = self.find(task_id, now)?;
         if task.is_running() {
             *task.phase.borrow_mut() = Phase::Cancelled;
@@ -142,7 +142,7 @@ impl TaskStore {
 
     /// Deletes the tasks whose retention ended by `now`; a running one is cancelled (its tool
     /// is dropped). Called by every operation, and may be called periodically.
-    pub fn expire(&self, now: Instant) {
+    pub(crate) fn expire(&self, now: Instant) {
         let retention = self.limits().retention;
         loop {
             let key = match self.inner.order.borrow().front() {

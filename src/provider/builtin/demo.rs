@@ -17,22 +17,22 @@ use crate::provider::{CallContext, ProviderError, ProviderResult, Value};
 /// Executions of `slow_counter` since the process started, across all cores. The one atomic in
 /// the built-in sets, and off the hot path: only the demo tools touch it. Relaxed ordering is
 /// enough: the counter publishes no other memory, it only has to count each start once.
-pub static EXECUTIONS: AtomicU64 = AtomicU64::new(0);
+pub(crate) static EXECUTIONS: AtomicU64 = AtomicU64::new(0);
 
 /// Most progress steps one `slow_counter` call may ask for. Bounds the notifications (and so the
 /// replay-buffer events) one call produces; a larger `steps` gets JSON-RPC -32602.
-pub const SLOW_COUNTER_STEPS_MAX: u64 = 1000;
+pub(crate) const SLOW_COUNTER_STEPS_MAX: u64 = 1000;
 
 /// Longest pause before each `slow_counter` step, in ms. 10 s is longer than any resume a test
 /// needs to fit in; a larger `delay_ms` gets -32602. With `SLOW_COUNTER_STEPS_MAX` a call may
 /// still run for hours; the server's tool run-time limit, not this one, bounds a whole call.
-pub const SLOW_COUNTER_DELAY_MS_MAX: u64 = 10_000;
+pub(crate) const SLOW_COUNTER_DELAY_MS_MAX: u64 = 10_000;
 
 /// `steps` when the call does not say (documented in the input schema).
-pub const SLOW_COUNTER_STEPS_DEFAULT: u64 = 5;
+pub(crate) const SLOW_COUNTER_STEPS_DEFAULT: u64 = 5;
 
 /// `delay_ms` when the call does not say (documented in the input schema).
-pub const SLOW_COUNTER_DELAY_MS_DEFAULT: u64 = 0;
+pub(crate) const SLOW_COUNTER_DELAY_MS_DEFAULT: u64 = 0;
 
 const ECHO: ToolSpec = ToolSpec {
     name: "echo",

@@ -6,10 +6,10 @@
 //! and the small argument helpers they share. Called by: `server` (one provider per enabled set
 //! and core). Never: keeps per-session state; the demo counter is process-wide on purpose.
 
-pub mod conformance;
+pub(crate) mod conformance;
 mod conformance_modern;
 mod conformance_tasks;
-pub mod demo;
+pub(crate) mod demo;
 mod kit;
 
 use std::collections::HashMap;
