@@ -25,9 +25,7 @@ use super::limits::TaskLimits;
 use super::task::Status;
 use super::task::{error_object, Input, Phase, Task};
 use crate::metrics::CoreMetrics;
-
-/// JSON-RPC -32603, the code of a task that failed for our own reason.
-const INTERNAL_ERROR: i64 = -32603;
+use crate::wire::Code;
 
 /// What the store shares with the handles of its tasks: the limits, the byte budget, and the
 /// core's counters (limit hits, tasks created).
@@ -99,7 +97,7 @@ impl TaskHandle {
                     "resultBytes": needed,
                     "budgetBytes": self.shared.limits.bytes_max,
                 });
-                let error = error_object(INTERNAL_ERROR, message, Some(data));
+                let error = error_object(Code::InternalError.value(), message, Some(data));
                 self.finish(Phase::Failed(error), Some(message.to_owned()));
             }
         }
@@ -113,7 +111,10 @@ impl TaskHandle {
         let error = match self.reserve(json_len(&error)) {
             Ok(()) => error,
             Err(_) => {
-                let code = error.get("code").and_then(Value::as_i64).unwrap_or(INTERNAL_ERROR);
+                let code = error
+                    .get("code")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(Code::InternalError.value());
                 error_object(code, message.as_deref().unwrap_or("failed"), None)
             }
         };
