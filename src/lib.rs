@@ -66,6 +66,8 @@
 //! | 1 | `signal` | a core-local wake-up for many waiters |
 //! | 1 | `fasthash` | the core-local hash map of session and key tables |
 
+#![warn(missing_docs)]
+
 mod admin;
 mod cli;
 mod config;

@@ -35,7 +35,12 @@ pub enum ServerError {
     Config(#[from] ConfigError),
     /// The OS refused a socket, a bind or a thread.
     #[error("{what}: {source}")]
-    Io { what: String, source: std::io::Error },
+    Io {
+        /// What was being set up (e.g. `bind 127.0.0.1:8080`).
+        what: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// A worker's runtime could not be built (e.g. `--driver uring` without io_uring).
     #[error("{0}")]
     Worker(String),

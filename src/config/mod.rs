@@ -255,31 +255,66 @@ impl BuiltinSet {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct Config {
+    /// Address the workers listen on (`--listen`, `LISTEN_DEFAULT`: loopback).
     pub listen: SocketAddr,
+    /// The MCP endpoint path (`--path`, `PATH_DEFAULT`; starts with `/`); other paths get 404.
     pub path: String,
+    /// Worker threads, one runtime pinned per core (`--threads`; at most `THREADS_MAX`).
     pub threads: usize,
+    /// The io driver of every worker (`--driver`).
     pub driver: DriverChoice,
+    /// How request POSTs are answered, SSE or JSON (`--response-mode`).
     pub response_mode: ResponseMode,
+    /// Whether the migration boundary is enforced (`--migration-policy`).
     pub migration_policy: MigrationPolicy,
     /// Extra `Origin` values accepted besides loopback ones (exact match, e.g. `https://app`).
     pub allowed_origins: Vec<String>,
     /// Extra `Host` values accepted besides loopback ones (exact match, with port if any).
     pub allowed_hosts: Vec<String>,
+    /// Bytes of one request head (`--max-header-bytes`, `HEADER_BYTES_MAX`); over it: 431, closed.
     pub header_bytes_max: usize,
+    /// Header lines in one request (`--max-headers`, `HEADERS_MAX`, at most `HEADERS_CAP`); over
+    /// it: 431, closed.
     pub headers_max: usize,
+    /// Bytes of one POST body (`--max-body-bytes`, `BODY_BYTES_MAX`); over it: 413 with a JSON-RPC
+    /// error, closed.
     pub body_bytes_max: usize,
+    /// Time to receive a whole request head after its first byte (`--header-timeout-ms`,
+    /// `HEADER_TIMEOUT_MS`); over it: 408, closed.
     pub header_timeout: Duration,
+    /// Time an idle keep-alive connection is kept (`--idle-timeout-secs`, `IDLE_TIMEOUT_SECS`);
+    /// over it: closed silently.
     pub idle_timeout: Duration,
+    /// Open connections on one core (`--max-connections-per-core`, `CONNECTIONS_PER_CORE_MAX`);
+    /// over it: 503, closed.
     pub connections_per_core_max: usize,
+    /// Live sessions on one core (`--max-sessions-per-core`, `SESSIONS_PER_CORE_MAX`); over it:
+    /// `initialize` gets 503 with -32603.
     pub sessions_per_core_max: usize,
+    /// Request streams retained per session (`--max-streams-per-session`,
+    /// `STREAMS_PER_SESSION_MAX`); over it, when none can be evicted: 429 with -32603.
     pub streams_per_session_max: usize,
+    /// Events held per session replay ring (`--replay-events`, `REPLAY_EVENTS_MAX`); a power of
+    /// two.
     pub replay_events_max: usize,
+    /// Payload bytes held per session replay ring (`--replay-bytes`, `REPLAY_BYTES_MAX`).
     pub replay_bytes_max: usize,
+    /// How long a completed, delivered request stream stays resumable and deduplicable
+    /// (`--stream-retention-secs`, `STREAM_RETENTION_SECS`).
     pub stream_retention: Duration,
+    /// Idle time after which a session expires and gets 404 (`--session-idle-secs`,
+    /// `SESSION_IDLE_SECS`).
     pub session_idle: Duration,
+    /// `retry:` field of every priming event, in milliseconds (`--sse-retry-ms`, `SSE_RETRY_MS`).
     pub sse_retry_ms: u64,
+    /// Keep-alive comment interval on an SSE connection (`--sse-keepalive-secs`,
+    /// `SSE_KEEPALIVE_SECS`).
     pub sse_keepalive: Duration,
+    /// How long a POST is held while its session owes a stream (`--owed-wait-ms`, `OWED_WAIT_MS`);
+    /// then 409 -31004. Shorter than `owed_timeout`.
     pub owed_wait: Duration,
+    /// How long an owed stream waits for a resume before it is abandoned (`--owed-timeout-secs`,
+    /// `OWED_TIMEOUT_SECS`).
     pub owed_timeout: Duration,
     /// The admin listener (`/metrics`, `/healthz`, `/readyz`), when set.
     pub metrics_listen: Option<SocketAddr>,
@@ -297,12 +332,26 @@ pub struct Config {
     pub upstreams: Vec<UpstreamSpec>,
     /// Extra environment of stdio upstream children (`--upstream-env KEY=VALUE`).
     pub upstream_env: Vec<(String, String)>,
+    /// Whether upstream children are per client session or shared per core
+    /// (`--upstream-isolation`).
     pub upstream_isolation: Isolation,
+    /// Upstream children alive at once, all cores (`--upstream-max-processes`,
+    /// `UPSTREAM_PROCESSES_MAX`); an `initialize` needing one more gets 503.
     pub upstream_processes_max: usize,
+    /// Longest an upstream may take to answer one request (`--upstream-timeout-secs`,
+    /// `UPSTREAM_TIMEOUT_SECS`); then -32603 and the call is cancelled upstream.
     pub upstream_timeout: Duration,
+    /// Longest an upstream may take to start and answer `initialize` and its first `tools/list`
+    /// (`--upstream-start-timeout-secs`, `UPSTREAM_START_TIMEOUT_SECS`); then -32603.
     pub upstream_start_timeout: Duration,
+    /// Longest line read from a stdio upstream's stdout (`--upstream-line-bytes`,
+    /// `UPSTREAM_LINE_BYTES`); a longer one is skipped and logged.
     pub upstream_line_bytes: usize,
+    /// Bytes queued for one stdio upstream's stdin (`--upstream-queue-bytes`,
+    /// `UPSTREAM_QUEUE_BYTES`); beyond it requests fail.
     pub upstream_queue_bytes: usize,
+    /// From SIGTERM to SIGKILL when an upstream child is stopped (`--upstream-kill-grace-ms`,
+    /// `UPSTREAM_KILL_GRACE_MS`).
     pub upstream_kill_grace: Duration,
     /// `--cache-ttl-ms` (`CACHE_TTL_MS`).
     pub cache_ttl_ms: u64,
@@ -380,26 +429,37 @@ impl Default for Config {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ConfigError {
+    /// `--request-state-key-file` is unreadable or too short; the path and why.
     #[error("--request-state-key-file {0}")]
     KeyFile(String),
+    /// A limit flag (its name, without `--`) is zero; zero never means unlimited.
     #[error("--{0} must be greater than zero (zero never means unlimited)")]
     Zero(&'static str),
+    /// `--replay-events` is not a power of two.
     #[error("--replay-events must be a power of two, got {0}")]
     NotPowerOfTwo(usize),
+    /// `--threads` is over `THREADS_MAX`.
     #[error("--threads must be at most {THREADS_MAX}, got {0}")]
     TooManyThreads(usize),
+    /// `--path` does not start with `/`.
     #[error("--path must start with '/', got {0:?}")]
     BadPath(String),
+    /// `--owed-wait-ms` is not shorter than `--owed-timeout-secs`.
     #[error("--owed-wait-ms must be shorter than --owed-timeout-secs")]
     OwedWaitTooLong,
+    /// A `--tools` name is empty or not a known set.
     #[error("--tools: unknown tool set {0:?} (known: demo, conformance, or none alone)")]
     UnknownToolSet(String),
+    /// `--write-buffer-bytes` is under `WINDOW_BYTES_MIN`.
     #[error("--write-buffer-bytes must be at least {0}")]
     WriteBufferTooSmall(usize),
+    /// `--max-headers` is over `HEADERS_CAP`.
     #[error("--max-headers must be at most {0}")]
     TooManyHeaders(usize),
+    /// An `--upstream` value, or the set of them, is unusable.
     #[error(transparent)]
     Upstream(#[from] UpstreamSpecError),
+    /// An `--upstream-env` value is not `KEY=VALUE` with a non-empty key.
     #[error("--upstream-env expects KEY=VALUE, got {0:?}")]
     BadUpstreamEnv(String),
 }

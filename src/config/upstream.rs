@@ -10,6 +10,7 @@ pub struct UpstreamSpec {
     /// `NAME=` before the target; required when several upstreams are given (it prefixes their
     /// names), optional with one.
     pub name: Option<String>,
+    /// The command or URL after `NAME=`.
     pub target: UpstreamTarget,
 }
 
@@ -28,14 +29,19 @@ pub enum UpstreamTarget {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum UpstreamSpecError {
+    /// Neither `stdio:` nor `http://` after the optional `NAME=`; the value as given.
     #[error("--upstream {0:?}: expected 'stdio:COMMAND ARGS…' or 'http://HOST:PORT/PATH', optionally after 'NAME='")]
     Unknown(String),
+    /// `stdio:` with no command; the value as given.
     #[error("--upstream {0:?}: the command is empty")]
     EmptyCommand(String),
+    /// The `stdio:` command has an unclosed quote; the value as given.
     #[error("--upstream {0:?}: unbalanced quote in the command")]
     Unbalanced(String),
+    /// An `https://` URL (no TLS client here); the value as given.
     #[error("--upstream {0:?}: https is not supported; run the upstream on http behind a local TLS terminator, or on this host")]
     Https(String),
+    /// Several upstreams, one unnamed or two with the same `NAME=`; says which.
     #[error("several --upstream flags: each needs a distinct NAME= (letters, digits, '-', '_'; no '__'): {0}")]
     Naming(String),
 }

@@ -22,7 +22,9 @@ pub enum Method {
 /// A parsed request head: every string is a range into the buffer it was parsed from.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RequestHead {
+    /// The request method; `Some` in every parsed head (`None` only in `RequestHead::default()`).
     pub method: Option<Method>,
+    /// The request target as sent: the path with its query, or the absolute form with authority.
     pub path: Range<usize>,
     /// Bytes of the head including the blank line; the body starts here.
     pub head_len: usize,
@@ -32,18 +34,27 @@ pub struct RequestHead {
     pub chunked: bool,
     /// False for `Connection: close` or HTTP/1.0 without keep-alive.
     pub keep_alive: bool,
+    /// `Content-Type` value, trimmed; the last one given wins.
     pub content_type: Option<Range<usize>>,
+    /// `Accept` value, trimmed; the last one given wins.
     pub accept: Option<Range<usize>>,
+    /// `Mcp-Session-Id` value, trimmed (single-valued: see `conflict`).
     pub session_id: Option<Range<usize>>,
+    /// `MCP-Protocol-Version` value, trimmed (single-valued: see `conflict`).
     pub protocol_version: Option<Range<usize>>,
+    /// `Last-Event-ID` value, trimmed: the client's last event; a resume goes on after it.
     pub last_event_id: Option<Range<usize>>,
+    /// `Origin` value, trimmed; given twice is `ParseError::BadHost`.
     pub origin: Option<Range<usize>>,
+    /// `Host` value, trimmed; `Some` in every parsed HTTP/1.1 head, twice is `BadHost`.
     pub host: Option<Range<usize>>,
+    /// MCP 2026-07-28 `Idempotency-Key` value, trimmed (single-valued: see `conflict`).
     pub idempotency_key: Option<Range<usize>>,
     /// MCP 2026-07-28 request-metadata headers (SEP-2243): the JSON-RPC method, and the tool or
     /// prompt name or resource uri. `Mcp-Param-*` headers are not kept here: the modern path
     /// scans the head for them when a tool declares `x-mcp-header` parameters.
     pub mcp_method: Option<Range<usize>>,
+    /// `Mcp-Name` value, trimmed: the tool or prompt name or resource uri (single-valued).
     pub mcp_name: Option<Range<usize>>,
     /// The name of the first single-valued header (`Mcp-Session-Id`, `MCP-Protocol-Version`,
     /// `Last-Event-ID`, `Idempotency-Key`, `Mcp-Method`, `Mcp-Name`) given again with another value; the endpoint refuses
@@ -54,6 +65,7 @@ pub struct RequestHead {
 }
 
 impl RequestHead {
+    /// The request method, `Method::Other` for one the endpoint does not distinguish.
     pub fn method(&self) -> Method {
         self.method.unwrap_or(Method::Other)
     }

@@ -28,13 +28,21 @@ pub type LocalBoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 /// RFC 5424 severities as MCP `logging/setLevel` names them (ascending).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum LogLevel {
+    /// `debug`: debug-level messages (RFC 5424 severity 7).
     Debug,
+    /// `info`: informational messages (severity 6).
     Info,
+    /// `notice`: normal but significant conditions (severity 5).
     Notice,
+    /// `warning`: warning conditions (severity 4).
     Warning,
+    /// `error`: error conditions (severity 3).
     Error,
+    /// `critical`: critical conditions (severity 2).
     Critical,
+    /// `alert`: action must be taken immediately (severity 1).
     Alert,
+    /// `emergency`: the system is unusable (severity 0).
     Emergency,
 }
 
@@ -124,11 +132,13 @@ impl Annotations {
 pub struct ToolInfo {
     /// Unique among all providers of a server (a later duplicate is not listed).
     pub name: String,
+    /// `description`: what the tool does, for the model; `None` is not listed.
     pub description: Option<String>,
     /// The JSON Schema of `arguments`: a JSON object (listed verbatim).
     pub input_schema: Value,
     /// The JSON Schema of `structuredContent`, when the tool declares one.
     pub output_schema: Option<Value>,
+    /// `annotations`: the hints, and what decides a retried call at the migration boundary.
     pub annotations: Annotations,
 }
 
@@ -208,7 +218,12 @@ pub enum ProviderError {
     NotFound(String),
     /// A server→client request was answered with a JSON-RPC error by the client → -32603.
     #[error("client error {code}: {message}")]
-    ClientError { code: i64, message: String },
+    ClientError {
+        /// The client's JSON-RPC error `code` (not relayed: the call's answer is -32603).
+        code: i64,
+        /// The client's error `message`, which becomes the -32603 answer's message.
+        message: String,
+    },
     /// The call was cancelled (notifications/cancelled or session end); nothing is sent.
     #[error("cancelled")]
     Cancelled,
@@ -218,7 +233,14 @@ pub enum ProviderError {
     /// A JSON-RPC error passed to the client as is: a bridge relays its upstream's errors, and
     /// its own faults with `data` naming the upstream.
     #[error("error {code}: {message}")]
-    Rpc { code: i64, message: String, data: Option<Value> },
+    Rpc {
+        /// The JSON-RPC error `code`, sent as is.
+        code: i64,
+        /// The error `message`, sent as is.
+        message: String,
+        /// The error `data`; `None` leaves the member out.
+        data: Option<Value>,
+    },
     /// A capacity limit (e.g. `--upstream-max-processes`): the request may succeed later; a
     /// refused `initialize` gets 503.
     #[error("unavailable: {0}")]
@@ -383,6 +405,7 @@ pub trait Provider {
 /// What a provider learns when a client session starts.
 #[derive(Clone)]
 pub struct SessionStart {
+    /// The session's identity, as every `CallContext` of it and `close_session` carry it.
     pub session: SessionRef,
     /// The revision negotiated with the client (`"2025-11-25"`, …).
     pub protocol_version: &'static str,

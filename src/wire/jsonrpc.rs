@@ -14,18 +14,27 @@ pub struct RawId(pub String);
 /// One JSON-RPC message.
 #[derive(Debug)]
 pub enum Message {
+    /// A request: it has an `id` and a `method`, and is answered.
     Request {
+        /// The `id`, to echo in the answer.
         id: RawId,
+        /// The `method` name.
         method: String,
+        /// `params`: an object or array; an empty object when absent.
         params: Value,
     },
+    /// A notification: a `method` without an `id`; never answered.
     Notification {
+        /// The `method` name.
         method: String,
+        /// `params`: an object or array; an empty object when absent.
         params: Value,
     },
     /// An answer to a server→client request (sampling, elicitation): `result` or `error`.
     Response {
+        /// The `id` of the server's request it answers.
         id: RawId,
+        /// `Ok(result)` or `Err(error)`: exactly one of the two members was present.
         outcome: Result<Value, Value>,
     },
 }
@@ -33,7 +42,9 @@ pub enum Message {
 /// A decoded POST body.
 #[derive(Debug)]
 pub enum Body {
+    /// One message object.
     Single(Message),
+    /// A JSON array of messages (JSON-RPC 2.0 batch); never empty.
     Batch(Vec<Message>),
 }
 

@@ -177,6 +177,7 @@ impl Ring {
         (self.tail - self.head) as usize
     }
 
+    /// No event is held.
     pub fn is_empty(&self) -> bool {
         self.head == self.tail
     }

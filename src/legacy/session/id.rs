@@ -5,7 +5,9 @@
 /// An `Mcp-Session-Id`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SessionId {
+    /// The core that owns the session: the id's first four hex digits.
     pub core: u16,
+    /// 128 bits from the OS CSPRNG: the unguessable part, and the session table's key.
     pub random: u128,
 }
 
@@ -41,6 +43,7 @@ impl SessionId {
         push_fixed_hex(out, self.random, 32);
     }
 
+    /// The header value as a `String` (`encode` into a new buffer).
     pub fn to_header(&self) -> String {
         let mut v = Vec::with_capacity(SESSION_ID_LEN);
         self.encode(&mut v);

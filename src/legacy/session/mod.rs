@@ -220,7 +220,10 @@ pub enum ResumeStart {
     /// Nothing after the cursor yet; wait for the next append.
     Caught,
     /// Events after the cursor were evicted: report a gap.
-    Gap { lost_to: EventSeq },
+    Gap {
+        /// The last lost event: the gap reported runs from the cursor through it (`lostTo`).
+        lost_to: EventSeq,
+    },
 }
 
 /// Why a resume cursor is refused (the peer's fault) → 400.
@@ -234,12 +237,17 @@ pub enum CursorError {
 
 /// One session, owned by one core.
 pub struct Session {
+    /// The `Mcp-Session-Id` the client was given.
     pub id: SessionId,
     /// Random tag in every event id, so an id of another session is recognised as foreign.
     pub tag: u32,
+    /// The MCP revision negotiated at `initialize` (`"2025-11-25"`, …).
     pub version: &'static str,
+    /// Least severe log level sent to the client (`logging/setLevel`; `Info` at start).
     pub log_level: LogLevel,
+    /// When a request last named this session; `--session-idle-secs` counts from it.
     pub last_active: Instant,
+    /// The replay ring all streams of the session share (`--replay-events`, `--replay-bytes`).
     pub ring: Ring,
     streams: FastMap<StreamKey, StreamState>,
     next_stream: u32,
@@ -262,6 +270,7 @@ pub struct Session {
     pub closed: bool,
     /// POSTs held at the migration boundary right now (`--max-held-per-session`).
     pub held_posts: usize,
+    /// Request streams retained at most (`--max-streams-per-session`).
     pub streams_max: usize,
     /// `--replay-bytes`: named in the error of an event that cannot fit.
     replay_bytes_max: usize,
@@ -275,8 +284,11 @@ pub(crate) type ClientAnswer = Result<crate::provider::Value, crate::provider::V
 
 /// A server→client request waiting for its answer.
 pub struct PendingClientRequest {
+    /// The stream the request went out on; its end drops the request.
     pub stream: StreamKey,
+    /// `Some` exactly when the client's answer has arrived.
     pub answer: Rc<std::cell::RefCell<Option<ClientAnswer>>>,
+    /// Woken when `answer` is set.
     pub signal: Rc<Signal>,
 }
 
@@ -295,10 +307,17 @@ pub enum AppendError {
     Closed,
     /// Culprit: the producer against the operator's `--replay-bytes`: the event alone is larger
     /// than the ring. The request has been ended with an error (`fail_oversize`).
-    TooLarge { event_bytes: usize, replay_bytes: usize },
+    TooLarge {
+        /// Payload bytes of the refused event.
+        event_bytes: usize,
+        /// The ring's byte bound (`--replay-bytes`).
+        replay_bytes: usize,
+    },
 }
 
 impl Session {
+    /// A fresh session: no streams, limits from `cfg`; its ring bytes join the core's total once
+    /// `count_bytes_in` is called.
     pub fn new(
         id: SessionId,
         tag: u32,
@@ -340,10 +359,12 @@ impl Session {
         self.core_bytes = core_bytes;
     }
 
+    /// Streams owed to the client (CONTRACT §4: detached, not fully delivered); kept exact.
     pub fn owed_count(&self) -> usize {
         self.owed_count
     }
 
+    /// Streams a resume is replaying right now; kept exact.
     pub fn replaying_count(&self) -> usize {
         self.replaying_count
     }
@@ -353,10 +374,12 @@ impl Session {
         self.owed_count > 0 || self.replaying_count > 0
     }
 
+    /// The stream `key` names, if retained.
     pub fn stream(&self, key: StreamKey) -> Option<&StreamState> {
         self.streams.get(&key)
     }
 
+    /// Every retained stream, in no order.
     pub fn streams(&self) -> impl Iterator<Item = &StreamState> {
         self.streams.values()
     }
@@ -366,10 +389,12 @@ impl Session {
         self.by_request_id.get(id).and_then(|k| self.streams.get(k))
     }
 
+    /// The latest request stream whose method and params hash to `fp`, if retained.
     pub fn by_fingerprint(&self, fp: u64) -> Option<&StreamState> {
         self.by_fingerprint.get(&fp).and_then(|k| self.streams.get(k))
     }
 
+    /// The stream opened with `Idempotency-Key` `key`, if retained.
     pub fn by_idempotency_key(&self, key: &str) -> Option<&StreamState> {
         self.by_idempotency_key.get(key).and_then(|k| self.streams.get(k))
     }
@@ -443,6 +468,7 @@ impl Session {
         crate::provider::SessionRef::new(u64::from(self.tag) << 32 ^ (self.id.random as u64))
     }
 
+    /// The standalone GET stream; `Some` exactly while one is retained.
     pub fn standalone(&self) -> Option<StreamKey> {
         self.standalone
     }
@@ -933,26 +959,32 @@ pub fn parse_event_id(text: &[u8]) -> Option<(u32, StreamKey, EventSeq)> {
 /// The sessions of one core.
 pub struct SessionTable {
     sessions: FastMap<u128, Rc<std::cell::RefCell<Session>>>,
+    /// Live sessions at most (`--max-sessions-per-core`); `initialize` past it gets 503.
     pub max: usize,
 }
 
 impl SessionTable {
+    /// An empty table holding at most `max` sessions.
     pub fn new(max: usize) -> SessionTable {
         SessionTable { sessions: FastMap::default(), max }
     }
 
+    /// Live sessions.
     pub fn len(&self) -> usize {
         self.sessions.len()
     }
 
+    /// No live session.
     pub fn is_empty(&self) -> bool {
         self.sessions.is_empty()
     }
 
+    /// At `max`: a new session must be refused.
     pub fn is_full(&self) -> bool {
         self.sessions.len() >= self.max
     }
 
+    /// Adds `session` and returns the shared handle the table keeps.
     pub fn insert(&mut self, session: Session) -> Rc<std::cell::RefCell<Session>> {
         let key = session.id.random;
         let rc = Rc::new(std::cell::RefCell::new(session));
@@ -960,16 +992,19 @@ impl SessionTable {
         rc
     }
 
+    /// The session `id` names, whole id compared (core and random part).
     pub fn get(&self, id: &SessionId) -> Option<Rc<std::cell::RefCell<Session>>> {
         self.sessions.get(&id.random).filter(|s| s.borrow().id == *id).cloned()
     }
 
+    /// Takes the session out and closes it (writers end, tools stop).
     pub fn remove(&mut self, id: &SessionId) -> Option<Rc<std::cell::RefCell<Session>>> {
         let s = self.sessions.remove(&id.random)?;
         s.borrow_mut().close();
         Some(s)
     }
 
+    /// A handle to every live session, in no order.
     pub fn all(&self) -> Vec<Rc<std::cell::RefCell<Session>>> {
         self.sessions.values().cloned().collect()
     }
