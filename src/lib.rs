@@ -46,10 +46,12 @@
 //! | `admin` | the admin listener: `/metrics`, `/healthz`, `/readyz` |
 //! | `cli` | the binary's flags → `Config` (`Config::from_args`) |
 //! | `config` | every limit as a named constant; `Config` |
-//! | `runtime` | one core: driver choice, accept loop, session reaper; `conn` (one socket: buffers, timeouts, the SSE writer), `handoff` (moving a connection to its session's core) |
+//! | `runtime` | one core: driver choice, accept loop, session reaper; `conn` (one socket: buffers, timeouts, read → `endpoint::handle` → write), `stream` (the one stream driver over a `core::Source`), `handoff` (moving a connection to its session's core) |
 //! | `http` | request head → byte ranges; status line and headers → bytes; knows nothing of MCP |
-//! | `endpoint` | HTTP rules at the MCP endpoint (path, Host/Origin, methods) and era selection |
+//! | `endpoint` | HTTP rules at the MCP endpoint (path, Host/Origin, methods, CORS) and era selection; gathers each era's streams in one `Stream` |
 //! | `legacy` | the 2025-era path: sessions, streams with an explicit lifecycle, `migration` (the pure O(1) decision), `replay` (the ring), the call context's sink |
+//! | `modern` | the 2026-07-28 stateless path: `_meta` checks, calls, keys, listen, tasks; its streams as `core::Source`s |
+//! | `core` | per-core state both eras read; an era's `Outcome`; `Source`, the shape of a response stream the runtime drives |
 //! | `dispatch` | MCP methods → providers; the tool table with each tool's idempotency |
 //! | `provider` | the public `Provider` trait, `CallContext`, `ProviderError`, `Value`; `builtin` (demo, conformance) |
 //! | `upstream` | the bridge (`--upstream`): one provider per upstream; an MCP client (`peer`) over stdio children (`stdio`) or Streamable HTTP (`http`) |

@@ -11,6 +11,9 @@ pub mod migration;
 pub mod replay;
 pub mod session;
 pub mod stream;
+mod writer;
+
+pub(crate) use writer::SseJob;
 
 use std::cell::RefCell;
 use std::hash::{Hash, Hasher};
@@ -32,7 +35,7 @@ use replay::{EventSeq, StreamKey};
 use session::{Session, SessionId, StreamKind, LEGACY_VERSIONS};
 use stream::Cursor;
 
-type SessionRc = Rc<RefCell<Session>>;
+pub(crate) type SessionRc = Rc<RefCell<Session>>;
 
 /// The legacy era's state on one core: the shared `Core` (its config, registry and metrics,
 /// read through `Deref`) and what only this era has: the sessions this core owns and their
@@ -70,16 +73,6 @@ pub(crate) enum Job {
     /// A request without a session whose `_meta` names 2026-07-28 though its header did not:
     /// decoded here, served by the modern path (`endpoint` hands it over).
     Modern(Body),
-}
-
-/// A stream a connection is to write after the response head.
-pub(crate) struct SseJob {
-    pub session: SessionRc,
-    pub key: StreamKey,
-    pub epoch: u64,
-    pub cursor: Cursor,
-    /// How a deduplicated retry sees the stream (its own id and progress token).
-    pub rewrite: Option<stream::Rewrite>,
 }
 
 /// Why a session ended (for its counter).
@@ -245,7 +238,7 @@ fn stream_reply(
     rewrite: Option<stream::Rewrite>,
 ) -> Outcome {
     Answer::SseHead.render(out, true);
-    Outcome::Job(Job::Stream(SseJob { session: session.clone(), key, epoch, cursor, rewrite }))
+    Outcome::Job(Job::Stream(SseJob::new(session.clone(), key, epoch, cursor, rewrite)))
 }
 
 /// GET without Last-Event-ID: the session's standalone stream (a new GET takes it over).

@@ -21,6 +21,7 @@
 
 pub mod conn;
 pub mod handoff;
+mod stream;
 
 use std::cell::{Cell, RefCell};
 use std::future::{poll_fn, Future};
