@@ -2,8 +2,9 @@
 //! POST/GET/DELETE on one endpoint, resumable request streams in a per-session replay ring, and
 //! the migration decision for every request POST (CONTRACT §4), single or batched.
 //!
-//! Called by `endpoint` for each request it routes here; answers with an `Outcome`. Tools and
-//! every other MCP method are answered by `dispatch`. Never: touches a socket, or keeps a
+//! Called by `endpoint` for each request it routes here; answers with an `Outcome`, whose stream
+//! (`SseJob`, a `core::Source`: `writer`) the runtime's driver writes. Tools and every other MCP
+//! method are answered by `dispatch`. Never: touches a socket, or keeps a
 //! `RefCell` borrow across an await.
 
 pub(crate) mod context;
