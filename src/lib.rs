@@ -51,11 +51,11 @@
 //! | 12 | `server` | `Server` (the public entry): listeners (one owner per port), one pinned thread + runtime per core, signals and the graceful drain, the banner |
 //! | 11 | `admin` | the admin listener: `/metrics`, `/healthz`, `/readyz` |
 //! | 11 | `cli` | the binary's flags → `Config` (`Config::from_args`) |
-//! | 10 | `runtime` | one core: driver choice, accept loop, session reaper; `conn` (one socket: buffers, timeouts), the stream driver, `handoff` (moving a connection to its owner core) |
-//! | 9 | `endpoint` | HTTP rules at the MCP endpoint (path, Host/Origin, CORS, a POST's media types) and era selection; the only module that sees both eras |
+//! | 10 | `runtime` | one core: driver choice, accept loop, session reaper; `conn` (one socket: buffers, timeouts, read → `endpoint::handle` → write), `stream` (the one stream driver over a `core::Source`), `handoff` (moving a connection to its owner core) |
+//! | 9 | `endpoint` | HTTP rules at the MCP endpoint (path, Host/Origin, CORS, a POST's media types) and era selection; the only module that sees both eras, and gathers their streams in one `Stream` |
 //! | 8 | `legacy` | the 2025-era path: `LegacyCore` (sessions), streams with an explicit lifecycle, `migration` (the pure O(1) decision), `replay` (the ring), the call context's sink |
-//! | 8 | `modern` | the 2026-07-28 path: `ModernCore` (keys, tasks), `_meta`/header checks, `server/discover`, input-required rounds (`state`), calls, `keyed`, `listen`, `tasks/` |
-//! | 7 | `core` | one core's state both eras share (`Core`), the request, and the shape of an era's answer (`Outcome`) |
+//! | 8 | `modern` | the 2026-07-28 path: `ModernCore` (keys, tasks), `_meta`/header checks, `server/discover`, input-required rounds (`state`), calls, `keyed`, `listen`, `tasks/`; its streams as `core::Source`s |
+//! | 7 | `core` | one core's state both eras share (`Core`), the request, the shape of an era's answer (`Outcome`), and `Source`, the shape of a response stream the runtime drives |
 //! | 6 | `dispatch` | MCP methods → providers; the tool table with each tool's idempotency; a provider's error as JSON-RPC |
 //! | 5 | `upstream` | the bridge (`--upstream`): one provider per upstream; an MCP client (`peer`) over stdio children (`stdio`) or Streamable HTTP (`http/`) |
 //! | 4 | `provider` | the public `Provider` trait, `CallContext`, `ProviderError`, `Value`; `builtin` (demo, conformance) |

@@ -16,9 +16,10 @@
 //!   `tidemark_cors_headers_left_out_total` shows it to the operator.
 //! - `share_response`: `Access-Control-Allow-Origin: <origin>` (echoed, never `*`),
 //!   `Access-Control-Expose-Headers` and `Vary: Origin`, inserted right after the status line
-//!   of an answer `wire` already rendered, so one place covers every kind of answer (JSON,
-//!   202, refusals, 409/422, SSE heads, the preflight's 204). An answer whose head the
-//!   connection renders itself, after `endpoint::handle` returned, is shared there the same way.
+//!   of an answer `wire` already rendered (the bytes are `wire::cors`'s), so one place covers
+//!   every kind of answer (JSON, 202, refusals, 409/422, SSE heads, the preflight's 204). A
+//!   modern stream whose head is rendered after `endpoint::handle` returned is told the listed
+//!   origin here (`listed_index`, kept in the stream) and shares its head the same way.
 //!
 //! No `Access-Control-Allow-Credentials`: the endpoint sets no cookies, and a page sends its
 //! token in `Authorization`, which a request without credentials may carry once listed here.
@@ -59,14 +60,6 @@ const KNOWN_REQUEST_HEADERS: [&[u8]; 9] = [
 /// open-ended, so each name a preflight asks for is echoed (up to `CORS_PARAM_HEADERS_MAX`).
 const PARAM_HEADER_PREFIX: &[u8] = b"mcp-param-";
 
-/// The CORS header lines of every answer to a listed origin, around the echoed origin. Exposed:
-/// the session id a page must send back, the resume headers of a 409 (CONTRACT §4) and SSE
-/// heads, and the `Retry-After` of a 503; `Content-Type` and `Content-Length` are readable
-/// anyway (CORS-safelisted response headers).
-const SHARE_BEFORE_ORIGIN: &[u8] = b"Access-Control-Allow-Origin: ";
-const SHARE_AFTER_ORIGIN: &[u8] = b"\r\nAccess-Control-Expose-Headers: Mcp-Session-Id, \
-    Last-Event-ID, Mcp-Stream-Resumable, Retry-After\r\nVary: Origin\r\n";
-
 /// The request's `Origin` when the operator listed it (`--allowed-origin`): the origin its
 /// answer is shared with. `None` without an `Origin`, or for any other one.
 pub(crate) fn listed_origin<'c>(
@@ -76,6 +69,13 @@ pub(crate) fn listed_origin<'c>(
 ) -> Option<&'c str> {
     let origin = head_bytes.get(head.origin.clone()?)?;
     cfg.allowed_origins.iter().map(String::as_str).find(|listed| listed.as_bytes() == origin)
+}
+
+/// The index in `--allowed-origin`'s list of the request's `Origin`, when listed: what a
+/// stream whose head is rendered later keeps (no borrow, no copy) to share that head.
+pub(crate) fn listed_index(cfg: &Config, head: &RequestHead, head_bytes: &[u8]) -> Option<usize> {
+    let origin = head_bytes.get(head.origin.clone()?)?;
+    cfg.allowed_origins.iter().position(|listed| listed.as_bytes() == origin)
 }
 
 /// Shares the answer whose head starts at `head_start` in `out` with the page of `head`'s
@@ -98,18 +98,7 @@ pub(crate) fn share_if_listed(
     }
 }
 
-/// Inserts the CORS header lines for `origin` right after the status line of the answer whose
-/// head starts at `head_start` in `out` (the body, if any, moves along: one `memmove`).
-pub(crate) fn share_response(out: &mut Vec<u8>, head_start: usize, origin: &str) {
-    let status_line_len =
-        out.get(head_start..).and_then(|head| head.windows(2).position(|w| w == b"\r\n"));
-    debug_assert!(status_line_len.is_some(), "invariant: every answer starts with a status line");
-    let Some(status_line_len) = status_line_len else { return };
-    let at = head_start + status_line_len + 2;
-    let lines =
-        SHARE_BEFORE_ORIGIN.iter().chain(origin.as_bytes()).chain(SHARE_AFTER_ORIGIN).copied();
-    out.splice(at..at, lines);
-}
+pub(crate) use crate::wire::cors::share_response;
 
 /// Answers a CORS preflight from a listed origin (Fetch §3.2.2: `OPTIONS` with `Origin` and
 /// `Access-Control-Request-Method`): 204 with the methods and request headers the endpoint

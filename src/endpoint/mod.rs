@@ -4,8 +4,9 @@
 //! both eras: each answers with its own `Outcome`, which `handle` turns into the connection's.
 //!
 //! Called by `runtime::conn` once per request; answers with an `Outcome` telling the connection
-//! what to do next. Owns `Endpoint`, one core's view of both eras. Never: touches a socket,
-//! decodes a body, or reads a session.
+//! what to do next: a whole reply, a hand-off, or a `Stream` (each era's streams, gathered in
+//! one enum the runtime drives). Owns `Endpoint`, one core's view of both eras. Never:
+//! touches a socket, decodes a body, reads a session, or drives a stream.
 
 pub(crate) mod cors;
 
@@ -46,14 +47,25 @@ impl std::ops::Deref for Endpoint {
 pub(crate) enum Outcome {
     /// A whole response is in the output buffer.
     Reply { keep_alive: bool },
-    /// An SSE response head is in the buffer; write the stream next.
-    Stream(legacy::SseJob),
+    /// A response stream the connection drives next (`runtime::stream`); its head is in the
+    /// buffer, or (a 2026-07-28 call or keyed request) rendered by the stream once known.
+    Stream(Stream),
     /// The request belongs to another core (its session, key or task): move the connection
     /// there, unanswered.
     HandOff(u16),
-    /// A 2026-07-28 request still running (a call) or long-lived (`subscriptions/listen`):
-    /// the connection drives it, and closing it cancels the request.
-    Modern(modern::Job),
+}
+
+/// Every kind of response stream, each a `core::Source` of its era: the connection drives the
+/// one it gets without knowing either era.
+pub(crate) enum Stream {
+    /// A legacy request or GET stream over its session's replay ring.
+    Ring(legacy::SseJob),
+    /// A 2026-07-28 call still running: closing the connection cancels it.
+    Call(modern::call::CallStream),
+    /// A 2026-07-28 request with an `Idempotency-Key` reading its keyed call's record.
+    Observe(modern::Observer),
+    /// A 2026-07-28 `subscriptions/listen` stream.
+    Listen(modern::listen::ListenJob),
 }
 
 impl From<crate::core::Outcome<modern::Job>> for Outcome {
@@ -61,7 +73,15 @@ impl From<crate::core::Outcome<modern::Job>> for Outcome {
         match outcome {
             crate::core::Outcome::Reply { keep_alive } => Outcome::Reply { keep_alive },
             crate::core::Outcome::HandOff(core) => Outcome::HandOff(core),
-            crate::core::Outcome::Job(job) => Outcome::Modern(job),
+            crate::core::Outcome::Job(modern::Job::Call(call)) => {
+                Outcome::Stream(Stream::Call(call))
+            }
+            crate::core::Outcome::Job(modern::Job::Observe(observer)) => {
+                Outcome::Stream(Stream::Observe(observer))
+            }
+            crate::core::Outcome::Job(modern::Job::Listen(listen)) => {
+                Outcome::Stream(Stream::Listen(listen))
+            }
         }
     }
 }
@@ -87,13 +107,23 @@ fn era(req: &Request<'_>) -> Era {
 /// Entry point: one parsed request. Counted in `tidemark_requests_total` where it is answered:
 /// a request handed to its session's owner core is parsed and handled again there, and counted
 /// there only. Every answer, whatever path wrote it, is shared with a listed `--allowed-origin`
-/// page here (`cors`), after it was rendered.
+/// page here (`cors`), after it was rendered; a stream that renders its head later is told the
+/// listed origin to share it with.
 pub(crate) async fn handle(edge: &Endpoint, req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
     let (head, head_bytes, head_start) = (req.head, req.head_bytes, out.len());
-    let outcome = route(edge, req, out).await;
+    let mut outcome = route(edge, req, out).await;
     if !matches!(outcome, Outcome::HandOff(_)) {
         edge.metrics.requests_total.inc();
         cors::share_if_listed(&edge.cfg, head, head_bytes, out, head_start);
+    }
+    match &mut outcome {
+        Outcome::Stream(Stream::Call(call)) => {
+            call.shared_with = cors::listed_index(&edge.cfg, head, head_bytes);
+        }
+        Outcome::Stream(Stream::Observe(observer)) => {
+            observer.shared_with = cors::listed_index(&edge.cfg, head, head_bytes);
+        }
+        _ => {}
     }
     outcome
 }
@@ -155,7 +185,7 @@ async fn legacy_outcome(
     match outcome {
         crate::core::Outcome::Reply { keep_alive } => Outcome::Reply { keep_alive },
         crate::core::Outcome::HandOff(core) => Outcome::HandOff(core),
-        crate::core::Outcome::Job(legacy::Job::Stream(job)) => Outcome::Stream(job),
+        crate::core::Outcome::Job(legacy::Job::Stream(job)) => Outcome::Stream(Stream::Ring(job)),
         crate::core::Outcome::Job(legacy::Job::Modern(body)) => {
             modern::serve(&edge.modern, req, body, out).await.into()
         }

@@ -2,8 +2,9 @@
 //! POST/GET/DELETE on one endpoint, resumable request streams in a per-session replay ring, and
 //! the migration decision for every request POST (CONTRACT §4), single or batched.
 //!
-//! Called by `endpoint` for each request it routes here; answers with an `Outcome`. Tools and
-//! every other MCP method are answered by `dispatch`. Never: touches a socket, or keeps a
+//! Called by `endpoint` for each request it routes here; answers with an `Outcome`, whose stream
+//! (`SseJob`, a `core::Source`: `writer`) the runtime's driver writes. Tools and every other MCP
+//! method are answered by `dispatch`. Never: touches a socket, or keeps a
 //! `RefCell` borrow across an await.
 
 pub(crate) mod context;
@@ -11,6 +12,9 @@ pub mod migration;
 pub mod replay;
 pub mod session;
 pub mod stream;
+mod writer;
+
+pub(crate) use writer::SseJob;
 
 use std::cell::RefCell;
 use std::hash::{Hash, Hasher};
@@ -32,7 +36,7 @@ use replay::{EventSeq, StreamKey};
 use session::{Session, SessionId, StreamKind, LEGACY_VERSIONS};
 use stream::Cursor;
 
-type SessionRc = Rc<RefCell<Session>>;
+pub(crate) type SessionRc = Rc<RefCell<Session>>;
 
 /// The legacy era's state on one core: the shared `Core` (its config, registry and metrics,
 /// read through `Deref`) and what only this era has: the sessions this core owns and their
@@ -70,16 +74,6 @@ pub(crate) enum Job {
     /// A request without a session whose `_meta` names 2026-07-28 though its header did not:
     /// decoded here, served by the modern path (`endpoint` hands it over).
     Modern(Body),
-}
-
-/// A stream a connection is to write after the response head.
-pub(crate) struct SseJob {
-    pub session: SessionRc,
-    pub key: StreamKey,
-    pub epoch: u64,
-    pub cursor: Cursor,
-    /// How a deduplicated retry sees the stream (its own id and progress token).
-    pub rewrite: Option<stream::Rewrite>,
 }
 
 /// Why a session ended (for its counter).
@@ -245,7 +239,7 @@ fn stream_reply(
     rewrite: Option<stream::Rewrite>,
 ) -> Outcome {
     Answer::SseHead.render(out, true);
-    Outcome::Job(Job::Stream(SseJob { session: session.clone(), key, epoch, cursor, rewrite }))
+    Outcome::Job(Job::Stream(SseJob::new(session.clone(), key, epoch, cursor, rewrite)))
 }
 
 /// GET without Last-Event-ID: the session's standalone stream (a new GET takes it over).

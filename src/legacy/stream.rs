@@ -5,8 +5,9 @@
 //! connection's writer calls to encode everything ready after its cursor as SSE frames in one
 //! buffer (one chunk, one send), and `after_send`, the bookkeeping once a batch is sent.
 //! Resume positions come from `Session::resume_start` in O(1).
-//! Never: touches a socket (the writer loop lives in `conn`), or sends a message of one stream
-//! on another (MCP 2025-11-25 transports §multiple connections).
+//! Called by `legacy::writer` (the stream as a `core::Source`), which `runtime::stream` drives.
+//! Never: touches a socket, or sends a message of one stream on another (MCP 2025-11-25
+//! transports §multiple connections).
 
 use std::cell::RefCell;
 use std::future::Future;

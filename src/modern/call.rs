@@ -2,24 +2,30 @@
 //! `CallSink` (progress and logs as notifications on the request's own response stream, logs
 //! only when the request set `_meta…/logLevel`), MRTR (a server→client request becomes an
 //! entry of an `InputRequiredResult`; the answers of the client's retry resolve it), and the
-//! final answer's bytes and HTTP status.
+//! final answer's bytes and HTTP status, and the call as a response stream (`CallStream`, a
+//! `core::Source`): when its head is SSE or JSON, the final answer (`FinalAnswer`) and what
+//! the drain's end writes (`end_for_drain`), shared with the keyed observer (`observer`).
 //!
-//! The connection drives the call (`runtime::conn`): it polls the work, writes the events, and
-//! drops the `CallJob` when the client closes the stream, which cancels the call (MCP
-//! 2026-07-28: a closed response stream is the request's cancellation; nothing more is sent).
+//! `runtime::stream` drives a `CallStream`: it polls the work through `wake`, writes what
+//! `fill` made ready, and returns when the client closes the stream; the `CallJob` is then
+//! dropped, which cancels the call (MCP 2026-07-28: a closed response stream is the request's
+//! cancellation; nothing more is sent).
 //!
-//! Owns: `ModernSink`, `CallJob`. Never: touches a socket or a session.
+//! Owns: `ModernSink`, `CallJob`, `CallStream`. Never: touches a socket or a session.
 
 use std::cell::{Cell, RefCell};
+use std::future::Future;
 use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
 
+use crate::core::{Core, KeepAlive, Source, Step};
 use crate::provider::{CallSink, LocalBoxFuture, LogLevel, ProviderError, ProviderResult, Value};
 use crate::signal::Signal;
 use crate::wire::jsonrpc::{self, RawId};
-use crate::wire::{Code, Status};
+use crate::wire::sse;
+use crate::wire::{Answer, Code, Refusal, Status};
 
 use super::meta;
 use super::state;
@@ -363,5 +369,136 @@ impl Drop for CallJob {
         if !self.done {
             self.sink.cancel();
         }
+    }
+}
+
+/// A call as the response stream a connection drives (`runtime::stream`): its events as an
+/// SSE stream opened at the first one, its final answer as the last event, or, when nothing
+/// was streamed, as a whole JSON response with its own status. The head is rendered here,
+/// once it is known, and shared with a listed origin (`shared_with`, set by `endpoint`).
+/// A peer that closes the connection cancels the call: the driver returns, the `CallJob` is
+/// dropped, which fires the call's cancel signal and drops its work; nothing more is written.
+pub(crate) struct CallStream {
+    job: CallJob,
+    keep_alive: bool,
+    /// The index in `--allowed-origin`'s list of the origin the head is shared with.
+    pub(crate) shared_with: Option<usize>,
+    /// True once the SSE head is in the output.
+    streaming: bool,
+    /// True once the stream's end is in the output: a peer gone after it cancels nothing.
+    over: bool,
+}
+
+impl CallStream {
+    pub(crate) fn new(job: CallJob, keep_alive: bool) -> CallStream {
+        CallStream { job, keep_alive, shared_with: None, streaming: false, over: false }
+    }
+}
+
+/// The listed origin at `index` (`--allowed-origin`), for a head rendered late.
+pub(crate) fn origin(core: &Core, index: Option<usize>) -> Option<&str> {
+    index.and_then(|i| core.cfg.allowed_origins.get(i)).map(String::as_str)
+}
+
+impl Source for CallStream {
+    fn fill(&mut self, core: &Core, out: &mut Vec<u8>, frames: &mut Vec<u8>) -> Step {
+        let shared_with = origin(core, self.shared_with);
+        if self.job.sink.take_frames(frames) {
+            if !self.streaming {
+                Answer::SseHeadStateless.render_shared(out, true, shared_with);
+                self.streaming = true;
+            }
+            sse::push_chunk(out, frames);
+        }
+        if !self.job.is_settled() {
+            return Step::Open;
+        }
+        let mut body = Vec::with_capacity(256);
+        let status = self.job.finish(&mut body);
+        let (streaming, keep_alive) = (self.streaming, self.keep_alive);
+        FinalAnswer { status, body: &body, streaming, keep_alive, shared_with }.render(out, frames);
+        self.over = true;
+        Step::Ended { reusable: keep_alive }
+    }
+
+    fn wake(&mut self) -> impl Future<Output = ()> + '_ {
+        let sink = self.job.sink.clone();
+        let job = &mut self.job;
+        async move {
+            let woke = sink.wake.notified();
+            monoio::select! {
+                _ = job.settle() => {}
+                _ = woke => {}
+            }
+        }
+    }
+
+    fn keep_alive(&self) -> KeepAlive {
+        if self.streaming {
+            KeepAlive::Idle
+        } else {
+            KeepAlive::Off
+        }
+    }
+
+    fn holds_drain(&self) -> bool {
+        true
+    }
+
+    fn end_for_drain(&mut self, core: &Core, out: &mut Vec<u8>, _frames: &mut Vec<u8>) {
+        // The server stops: the call is cancelled (dropped) and its stream ends; a 2026-07-28
+        // client re-issues the request elsewhere.
+        let shared_with = origin(core, self.shared_with);
+        end_for_drain(out, self.streaming, &self.job.id, shared_with);
+        core.metrics.drain_streams_ended.inc();
+        self.over = true;
+    }
+
+    fn sent(&mut self, _core: &Core) {}
+
+    fn gone(&mut self, core: &Core) {
+        if !self.over {
+            core.metrics.modern_cancelled_total.inc();
+        }
+    }
+}
+
+/// The last answer of a 2026-07-28 request: the final event and the end of an SSE stream, or,
+/// when nothing was streamed, the whole JSON response with its status.
+pub(crate) struct FinalAnswer<'a> {
+    pub status: Status,
+    pub body: &'a [u8],
+    pub streaming: bool,
+    pub keep_alive: bool,
+    pub shared_with: Option<&'a str>,
+}
+
+impl FinalAnswer<'_> {
+    pub(crate) fn render(&self, out: &mut Vec<u8>, frames: &mut Vec<u8>) {
+        if self.streaming {
+            frames.clear();
+            sse::push_event(frames, None, None, self.body);
+            sse::push_chunk(out, frames);
+            out.extend_from_slice(sse::CHUNK_END);
+        } else {
+            let answer = Answer::JsonStatus { status: self.status, body: self.body };
+            answer.render_shared(out, self.keep_alive, self.shared_with);
+        }
+    }
+}
+
+/// The drain's end reached a 2026-07-28 request: its stream ends (nothing to resume in this
+/// revision: the client re-issues it), or, when nothing was streamed yet, 503 + Retry-After.
+pub(crate) fn end_for_drain(
+    out: &mut Vec<u8>,
+    streaming: bool,
+    id: &RawId,
+    shared_with: Option<&str>,
+) {
+    if streaming {
+        out.extend_from_slice(sse::CHUNK_END);
+    } else {
+        let answer = Answer::Refused { refusal: Refusal::Draining, id: Some(id) };
+        answer.render_shared(out, false, shared_with);
     }
 }

@@ -8,14 +8,18 @@
 //! on another core reaches every core's listen streams, which look at the counts every
 //! `LISTEN_POLL` (no cross-core wake-up is needed for a signal this rare).
 //!
-//! Owns: `ListenJob` and its messages. Never: touches the socket (the connection drives it).
+//! Owns: `ListenJob` (a `core::Source` that `runtime::stream` drives: the acknowledgement,
+//! the changes each `LISTEN_POLL`, the result at the drain's end) and its messages. Never:
+//! touches the socket, or holds a drain (it waits for changes that may never come).
 
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use simd_json::prelude::*;
 
 use super::{ModernCore, Outcome};
+use crate::core::{Core, KeepAlive, Source, Step};
 use crate::provider::LIST_CHANGES;
 use crate::wire::jsonrpc::{self, RawId};
 use crate::wire::{Answer, WireValue};
@@ -23,7 +27,7 @@ use crate::wire::{Answer, WireValue};
 use super::meta::META_SUBSCRIPTION_ID;
 
 /// How often a listen stream looks at the process-wide change counts.
-pub(crate) const LISTEN_POLL: Duration = Duration::from_millis(50);
+const LISTEN_POLL: Duration = Duration::from_millis(50);
 
 /// The notification types of a subscription, as `SubscriptionFilter` names them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -39,6 +43,8 @@ pub(crate) struct ListenJob {
     granted: Filter,
     /// The change counts last reported (tools, prompts, resources).
     seen: [u64; 3],
+    /// True once the acknowledgement is in the output.
+    acknowledged: bool,
 }
 
 fn counts() -> [u64; 3] {
@@ -82,7 +88,7 @@ pub(crate) fn start(
         resources: asked("resourcesListChanged") && capabilities.get("resources").is_some(),
     };
     Answer::SseHeadStateless.render(out, true);
-    Outcome::Job(super::Job::Listen(ListenJob { id, granted, seen: counts() }))
+    Outcome::Job(super::Job::Listen(ListenJob { id, granted, seen: counts(), acknowledged: false }))
 }
 
 impl ListenJob {
@@ -99,7 +105,7 @@ impl ListenJob {
     }
 
     /// The acknowledgement, first on the stream.
-    pub(crate) fn acknowledge(&self, frames: &mut Vec<u8>) {
+    fn acknowledge(&self, frames: &mut Vec<u8>) {
         let mut filter = serde_json::Map::new();
         let granted = self.granted;
         for (name, on) in [
@@ -117,7 +123,7 @@ impl ListenJob {
 
     /// The list-changed notifications since the last look, of the granted types; true when it
     /// wrote some.
-    pub(crate) fn changes(&mut self, frames: &mut Vec<u8>) -> bool {
+    fn changes(&mut self, frames: &mut Vec<u8>) -> bool {
         let now = counts();
         let kinds = [
             (self.granted.tools, "notifications/tools/list_changed"),
@@ -136,10 +142,48 @@ impl ListenJob {
     }
 
     /// The request's result, sent when the server ends the stream (a drain).
-    pub(crate) fn close(&self, frames: &mut Vec<u8>) {
+    fn close(&self, frames: &mut Vec<u8>) {
         let result = format!("{{\"resultType\":\"complete\",{}}}", self.meta());
         let mut message = Vec::with_capacity(96 + result.len());
         jsonrpc::push_result(&mut message, &self.id, result.as_bytes());
         crate::wire::sse::push_event(frames, None, None, &message);
     }
+}
+
+impl Source for ListenJob {
+    fn fill(&mut self, _core: &Core, out: &mut Vec<u8>, frames: &mut Vec<u8>) -> Step {
+        if !self.acknowledged {
+            self.acknowledge(frames);
+            crate::wire::sse::push_chunk(out, frames);
+            frames.clear();
+            self.acknowledged = true;
+        }
+        if self.changes(frames) {
+            crate::wire::sse::push_chunk(out, frames);
+        }
+        Step::Open
+    }
+
+    fn wake(&mut self) -> impl Future<Output = ()> + '_ {
+        monoio::time::sleep(LISTEN_POLL)
+    }
+
+    fn keep_alive(&self) -> KeepAlive {
+        // Woken every LISTEN_POLL, so the keep-alive is a deadline rather than an idle timer.
+        KeepAlive::Every
+    }
+
+    fn holds_drain(&self) -> bool {
+        false
+    }
+
+    fn end_for_drain(&mut self, _core: &Core, out: &mut Vec<u8>, frames: &mut Vec<u8>) {
+        self.close(frames);
+        crate::wire::sse::push_chunk(out, frames);
+        out.extend_from_slice(crate::wire::sse::CHUNK_END);
+    }
+
+    fn sent(&mut self, _core: &Core) {}
+
+    fn gone(&mut self, _core: &Core) {}
 }

@@ -10,8 +10,9 @@
 //!
 //! Owns: the order of a modern request's checks (headers, `_meta`, then the method), the
 //! answers of `server/discover` and of the methods that need no stream (with `resultType` and
-//! the caching hints), and the jobs a connection drives: a call (`call`) and a
-//! `subscriptions/listen` stream (`listen`). Providers are the same as the legacy path's: a
+//! the caching hints), and the streams a connection drives (each a `core::Source`): a call
+//! (`call::CallStream`), a keyed call's record read by its request or a retry (`observer`) and
+//! a `subscriptions/listen` stream (`listen`). Providers are the same as the legacy path's: a
 //! modern request reaches them with `SessionRef::STATELESS` (a bridge then uses its core's shared
 //! upstream link).
 //! Never: touches a socket, or any legacy session.
@@ -20,6 +21,7 @@ pub(crate) mod call;
 pub(crate) mod keyed;
 pub(crate) mod listen;
 pub(crate) mod meta;
+pub(crate) mod observer;
 pub mod state;
 pub(crate) mod task_call;
 pub(crate) mod tasks;
@@ -34,8 +36,9 @@ use crate::provider::{CallContext, SessionRef, Value};
 use crate::wire::jsonrpc::{self, Body, Message, RawId};
 use crate::wire::LEGACY_VERSIONS;
 use crate::wire::{Answer, Code, Refusal, Status, WireValue};
-use call::{CallJob, ModernSink, SinkSetup};
+use call::{CallJob, CallStream, ModernSink, SinkSetup};
 use meta::{MetaError, RequestMeta};
+pub(crate) use observer::Observer;
 
 /// The modern era's state on one core: the shared `Core` (config, registry, metrics, read
 /// through `Deref`) and what only this era keeps: the `Idempotency-Key` records of the keys
@@ -73,22 +76,11 @@ pub(crate) type Outcome = crate::core::Outcome<Job>;
 /// What a connection drives after a modern request's head is written.
 pub(crate) enum Job {
     /// A `tools/call` or `prompts/get` still running after its first poll.
-    Call(CallJob),
+    Call(CallStream),
     /// A `subscriptions/listen` stream.
     Listen(listen::ListenJob),
     /// A request with an `Idempotency-Key`: it observes the keyed call's record.
     Observe(Observer),
-}
-
-/// A connection reading a keyed call's record: the request that took the key, or a retry.
-pub(crate) struct Observer {
-    pub record: Rc<keyed::Record>,
-    /// This request's id and progress token where they differ from the record's.
-    pub rewrite: Option<crate::wire::notification::Rewrite>,
-    pub id: RawId,
-    /// A retry waits for the outcome until then, and writes nothing before (CONTRACT §5);
-    /// `None`: the request that took the key streams the call live.
-    pub wait_until: Option<std::time::Instant>,
 }
 
 /// True when a request without a session names a revision newer than the legacy ones in its
@@ -340,7 +332,7 @@ async fn tools_call(
                 core.metrics.dedup_hits_total.inc();
                 let until = std::time::Instant::now() + core.cfg.owed_wait;
                 let token = request_meta.progress_token;
-                return observe(record, id, token, Some(until));
+                return observe(record, id, token, Some(until), keep_alive);
             }
             keyed::Lookup::Fresh => {}
         }
@@ -375,7 +367,7 @@ async fn tools_call(
         return refuse(out, Refusal::Unavailable, Some(&id), keep_alive);
     }
     keyed::spawn(core.keys.clone(), scoped_key, record.clone(), job);
-    observe(record, id, progress_token, None)
+    observe(record, id, progress_token, None, keep_alive)
 }
 
 /// A keyed call's fingerprint: its request binding (method, tool name, canonical arguments).
@@ -392,6 +384,7 @@ fn observe(
     id: RawId,
     progress_token: Option<Box<str>>,
     wait_until: Option<std::time::Instant>,
+    keep_alive: bool,
 ) -> Outcome {
     let tokens = match (progress_token, record.progress_token.clone()) {
         (Some(mine), Some(original)) if mine != original => Some((mine, original)),
@@ -399,7 +392,7 @@ fn observe(
     };
     let rewrite = (id != record.id || tokens.is_some())
         .then(|| crate::wire::notification::Rewrite { id: id.clone(), progress_token: tokens });
-    Outcome::Job(Job::Observe(Observer { record, rewrite, id, wait_until }))
+    Outcome::Job(Job::Observe(Observer::new(record, rewrite, id, wait_until, keep_alive)))
 }
 
 /// `prompts/get` through `get_prompt_with_context`, so a prompt may ask for input (MRTR).
@@ -502,7 +495,7 @@ async fn start_call(mut job: CallJob, out: &mut Vec<u8>, keep_alive: bool) -> Ou
         let status = job.finish(&mut body);
         return reply(out, Answer::JsonStatus { status, body: &body }, keep_alive);
     }
-    Outcome::Job(Job::Call(job))
+    Outcome::Job(Job::Call(CallStream::new(job, keep_alive)))
 }
 
 pub(crate) fn error_reply(

@@ -1,13 +1,13 @@
-//! One client connection: owned read and write buffers, per-read timeouts, and the loop
-//! read → parse → `endpoint::handle` → write, including the SSE writer that drains a stream's
-//! events from the replay ring in one chunk per send (runtime-notes §4).
+//! One client connection: owned read and write buffers (`Conn`), per-read timeouts, and the
+//! loop read → parse → `endpoint::handle` → write a reply, hand the connection to another
+//! core, or hand a response stream to the driver (`runtime::stream`).
 //!
-//! During a drain (`runtime::Drain`): an idle keep-alive connection closes at once, every answer
-//! carries `Connection: close`, and at the drain's end an SSE writer sends what is ready plus
-//! the chunked body's last chunk and closes (a client sees a clean end, not a cut).
+//! During a drain (`runtime::Drain`): an idle keep-alive connection closes at once and every
+//! answer carries `Connection: close` (a stream's end at the drain's end is the driver's).
 //!
-//! Called by `runtime` for each accepted or handed-over socket. Never: interprets MCP; never
-//! leaves a read buffer inside a dropped I/O future (timeouts cancel and take the buffer back).
+//! Called by `runtime` for each accepted or handed-over socket. Never: interprets MCP or
+//! writes a stream itself; never leaves a read buffer inside a dropped I/O future (timeouts
+//! cancel and take the buffer back).
 
 use std::future::Future;
 use std::rc::Rc;
@@ -19,19 +19,15 @@ use monoio::net::TcpStream;
 
 use crate::endpoint::{self, Endpoint, Outcome, Request};
 use crate::http::{self, Method};
-use crate::legacy::session::StreamKind;
-use crate::legacy::stream::{self, Batch};
-use crate::legacy::SseJob;
 use crate::runtime::handoff::{self, Inboxes, Moved};
-use crate::runtime::Drain;
-use crate::wire::jsonrpc::RawId;
-use crate::wire::{Answer, Code, Refusal};
+use crate::runtime::{stream, Drain};
+use crate::wire::{Answer, Refusal};
 
 /// Read buffer growth step.
 const READ_CHUNK: usize = 16 * 1024;
 
 /// How a read ended.
-enum ReadEnd {
+pub(super) enum ReadEnd {
     /// Bytes were appended.
     Data,
     /// The peer closed or the socket failed.
@@ -43,7 +39,11 @@ enum ReadEnd {
 }
 
 /// Appends whatever arrives within `timeout` to `buf`.
-async fn read_some(socket: &mut TcpStream, buf: &mut Vec<u8>, timeout: Duration) -> ReadEnd {
+pub(super) async fn read_some(
+    socket: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    timeout: Duration,
+) -> ReadEnd {
     read_some_or(socket, buf, timeout, std::future::pending()).await
 }
 
@@ -90,6 +90,35 @@ async fn read_some_or(
     }
 }
 
+/// One connection's socket and buffers, and the core it is served on; what `serve` and the
+/// stream driver share.
+pub(super) struct Conn<'c> {
+    pub(super) core: &'c Endpoint,
+    pub(super) drain: &'c Drain,
+    pub(super) socket: TcpStream,
+    /// Bytes read and not yet handled (a pipelined request stays here across a stream).
+    pub(super) buf: Vec<u8>,
+    /// What the next write sends: a reply, or a stream's head and chunks.
+    pub(super) out: Vec<u8>,
+    /// SSE frames of one batch before they become a chunk; reused by every stream.
+    pub(super) frames: Vec<u8>,
+}
+
+impl Conn<'_> {
+    /// Writes all of `out` (cleared on success); false when the socket failed.
+    pub(super) async fn write(&mut self) -> bool {
+        let (ok, out) = write_out(&mut self.socket, std::mem::take(&mut self.out)).await;
+        self.out = out;
+        ok
+    }
+
+    /// Gives back what a large request or stream grew the write buffers to.
+    fn shrink_buffers(&mut self) {
+        shrink(&mut self.frames, BUFFER_KEEP_BYTES);
+        shrink(&mut self.out, BUFFER_KEEP_BYTES);
+    }
+}
+
 /// Writes all of `out` and gives the buffer back (cleared on success).
 async fn write_out(socket: &mut TcpStream, out: Vec<u8>) -> (bool, Vec<u8>) {
     let (res, mut out) = socket.write_all(out).await;
@@ -102,122 +131,103 @@ pub async fn serve(
     core: Rc<Endpoint>,
     drain: Rc<Drain>,
     inboxes: Inboxes,
-    mut socket: TcpStream,
-    mut buf: Vec<u8>,
+    socket: TcpStream,
+    buf: Vec<u8>,
 ) {
     core.metrics.connections_active.inc();
     let open = drain.open();
-    let mut out: Vec<u8> = Vec::with_capacity(4096);
-    // SSE frames of one batch before they become a chunk; reused by every stream of this
-    // connection.
-    let mut frames: Vec<u8> = Vec::with_capacity(4096);
-    let handed = loop {
-        let mut deadline: Option<Instant> = None;
-        let mut head = match next_head(&core, &drain, &mut socket, &mut buf, &mut deadline).await {
-            Ok(Some(h)) => h,
-            Ok(None) => break false,
-            Err(refusal) => {
-                Answer::Refused { refusal, id: None }.render(&mut out, false);
-                let _ = write_out(&mut socket, out).await;
-                break false;
-            }
+    let mut conn = Conn {
+        core: &core,
+        drain: &drain,
+        socket,
+        buf,
+        out: Vec::with_capacity(4096),
+        frames: Vec::with_capacity(4096),
+    };
+    loop {
+        let Some(head) = next_request(&mut conn).await else { break };
+        let consumed = head.head.head_len + head.body_len;
+        let outcome = {
+            let (head_bytes, rest) = conn.buf.split_at_mut(head.head.head_len);
+            let req = Request { head: &head.head, head_bytes, body: &mut rest[..head.body_len] };
+            endpoint::handle(&core, req, &mut conn.out).await
         };
-        // Draining: answer, then close (`Connection: close`), so no client waits on a
-        // connection that is about to go.
-        if drain.draining() {
-            head.keep_alive = false;
-        }
-        let body_len = match body_length(&core, &head) {
-            Ok(n) => n,
-            Err(refusal) => {
-                Answer::Refused { refusal, id: None }.render(&mut out, false);
-                endpoint::cors::share_if_listed(
-                    &core.cfg,
-                    &head,
-                    &buf[..head.head_len],
-                    &mut out,
-                    0,
-                );
-                let _ = write_out(&mut socket, out).await;
-                let got = buf.len() - head.head_len;
-                let unread = head.content_length.unwrap_or(0).saturating_sub(got);
-                linger_close(&mut socket, &mut buf, unread).await;
-                break false;
+        match outcome {
+            Outcome::HandOff(target) => {
+                let Conn { socket, buf, .. } = conn;
+                hand_off(&core, &inboxes, target, socket, buf);
+                break;
             }
-        };
-        while buf.len() < head.head_len + body_len {
-            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            match read_some(&mut socket, &mut buf, left.unwrap_or(core.cfg.header_timeout)).await {
-                ReadEnd::Data => {}
-                ReadEnd::Closed | ReadEnd::TimedOut | ReadEnd::Stopped => {
-                    core.metrics.limit_timeout.inc();
+            Outcome::Reply { keep_alive } => {
+                release_request(&mut conn.buf, consumed);
+                if !conn.write().await || !keep_alive {
+                    break;
+                }
+            }
+            Outcome::Stream(s) => {
+                release_request(&mut conn.buf, consumed);
+                let reusable = stream::drive_stream(&mut conn, s).await;
+                conn.shrink_buffers();
+                if !reusable || !head.head.keep_alive {
                     break;
                 }
             }
         }
-        if buf.len() < head.head_len + body_len {
-            break false;
-        }
-        let consumed = head.head_len + body_len;
-        let outcome = {
-            let (head_bytes, rest) = buf.split_at_mut(head.head_len);
-            let req = Request { head: &head, head_bytes, body: &mut rest[..body_len] };
-            endpoint::handle(&core, req, &mut out).await
-        };
-        match outcome {
-            Outcome::HandOff(target) => {
-                hand_off(&core, &inboxes, target, socket, buf);
-                break true;
-            }
-            Outcome::Reply { keep_alive } => {
-                release_request(&mut buf, consumed);
-                let (ok, o) = write_out(&mut socket, out).await;
-                out = o;
-                if !ok || !keep_alive {
-                    break false;
-                }
-            }
-            Outcome::Modern(job) => {
-                // A call's head is rendered later, once it is known (SSE or JSON): it is shared
-                // with a listed origin there (`endpoint::cors`).
-                let shared_with =
-                    endpoint::cors::listed_origin(&core.cfg, &head, &buf[..head.head_len]);
-                release_request(&mut buf, consumed);
-                let (reusable, o) = drive_modern(
-                    &core,
-                    &drain,
-                    &mut socket,
-                    &mut buf,
-                    &mut frames,
-                    out,
-                    job,
-                    head.keep_alive,
-                    shared_with,
-                )
-                .await;
-                out = o;
-                shrink(&mut frames, BUFFER_KEEP_BYTES);
-                shrink(&mut out, BUFFER_KEEP_BYTES);
-                if !reusable {
-                    break false;
-                }
-            }
-            Outcome::Stream(job) => {
-                release_request(&mut buf, consumed);
-                let (reusable, o) =
-                    write_stream(&core, &drain, &mut socket, &mut buf, &mut frames, out, job).await;
-                out = o;
-                shrink(&mut frames, BUFFER_KEEP_BYTES);
-                shrink(&mut out, BUFFER_KEEP_BYTES);
-                if !reusable || !head.keep_alive {
-                    break false;
-                }
-            }
-        }
-    };
-    let _ = handed;
+    }
     drop(open);
     core.metrics.connections_active.sub(1);
+}
+
+/// A request whose head and body are buffered: the parsed head and the body's length.
+struct Whole {
+    head: http::RequestHead,
+    body_len: usize,
+}
+
+/// Reads the next whole request (head and body). `None`: the connection ends (closed, idle,
+/// timed out, or refused here: the refusal is written and the connection lingers closed).
+async fn next_request(conn: &mut Conn<'_>) -> Option<Whole> {
+    let core = conn.core;
+    let mut deadline: Option<Instant> = None;
+    let mut head = match next_head(conn, &mut deadline).await {
+        Ok(Some(h)) => h,
+        Ok(None) => return None,
+        Err(refusal) => {
+            Answer::Refused { refusal, id: None }.render(&mut conn.out, false);
+            let _ = conn.write().await;
+            return None;
+        }
+    };
+    // Draining: answer, then close (`Connection: close`), so no client waits on a connection
+    // that is about to go.
+    if conn.drain.draining() {
+        head.keep_alive = false;
+    }
+    let body_len = match body_length(core, &head) {
+        Ok(n) => n,
+        Err(refusal) => {
+            Answer::Refused { refusal, id: None }.render(&mut conn.out, false);
+            let head_bytes = &conn.buf[..head.head_len];
+            endpoint::cors::share_if_listed(&core.cfg, &head, head_bytes, &mut conn.out, 0);
+            let _ = conn.write().await;
+            let got = conn.buf.len() - head.head_len;
+            let unread = head.content_length.unwrap_or(0).saturating_sub(got);
+            linger_close(&mut conn.socket, &mut conn.buf, unread).await;
+            return None;
+        }
+    };
+    while conn.buf.len() < head.head_len + body_len {
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let timeout = left.unwrap_or(core.cfg.header_timeout);
+        match read_some(&mut conn.socket, &mut conn.buf, timeout).await {
+            ReadEnd::Data => {}
+            ReadEnd::Closed | ReadEnd::TimedOut | ReadEnd::Stopped => {
+                core.metrics.limit_timeout.inc();
+                return None;
+            }
+        }
+    }
+    Some(Whole { head, body_len })
 }
 
 /// Capacity a connection's buffers keep between requests. A large request or stream grows
@@ -244,12 +254,10 @@ fn shrink(buf: &mut Vec<u8>, keep: usize) {
 /// `--header-timeout-ms` of the request's first byte: a deadline, not a per-read timeout, so a
 /// peer dripping one byte at a time cannot hold the connection (slowloris).
 async fn next_head(
-    core: &Endpoint,
-    drain: &Drain,
-    socket: &mut TcpStream,
-    buf: &mut Vec<u8>,
+    conn: &mut Conn<'_>,
     deadline: &mut Option<Instant>,
 ) -> Result<Option<http::RequestHead>, Refusal> {
+    let Conn { core, drain, socket, buf, .. } = conn;
     if !buf.is_empty() {
         *deadline = Some(Instant::now() + core.cfg.header_timeout);
     }
@@ -338,447 +346,5 @@ fn hand_off(core: &Endpoint, inboxes: &Inboxes, target: u16, socket: TcpStream, 
             let _ = s.set_nonblocking(false);
             let _ = std::io::Write::write_all(&mut s, &out);
         }
-    }
-}
-
-/// Writes an SSE stream after its response head (already in `out`) until it ends, is taken
-/// over, the peer goes away, or the drain ends (then: what is ready, the last chunk, close).
-/// Returns whether the connection can serve another request.
-async fn write_stream(
-    core: &Endpoint,
-    drain: &Drain,
-    socket: &mut TcpStream,
-    buf: &mut Vec<u8>,
-    frames: &mut Vec<u8>,
-    mut out: Vec<u8>,
-    job: SseJob,
-) -> (bool, Vec<u8>) {
-    let SseJob { session, key, epoch, mut cursor, rewrite } = job;
-    let retry_ms = core.cfg.sse_retry_ms;
-    let mut watch_peer = true;
-    // A standalone GET stream waits for messages that may never come: a drain does not wait
-    // for it (it is ended with the others at the drain's end).
-    let standalone =
-        session.borrow().stream(key).is_some_and(|st| st.kind == StreamKind::Standalone);
-    let _idle = standalone.then(|| drain.idle());
-    loop {
-        let signal = session.borrow().stream(key).map(|s| s.signal.clone());
-        let Some(signal) = signal else {
-            return (false, out);
-        };
-        let notified = signal.notified();
-        frames.clear();
-        let batch = {
-            let mut s = session.borrow_mut();
-            stream::fill_batch(
-                &mut s,
-                key,
-                epoch,
-                &mut cursor,
-                rewrite.as_ref(),
-                retry_ms,
-                frames,
-                core.cfg.write_buffer_bytes,
-            )
-        };
-        if batch == Batch::Gap {
-            core.metrics.gaps_total.inc();
-        }
-        if !frames.is_empty() {
-            crate::wire::sse::push_chunk(&mut out, frames);
-        }
-        let ends = matches!(batch, Batch::Ended | Batch::Dropped | Batch::Gap | Batch::Park);
-        // The drain's end: what is ready goes out, then the last chunk (no final response).
-        let cut = !ends && batch != Batch::Superseded && drain.ending();
-        if ends || cut {
-            out.extend_from_slice(crate::wire::sse::CHUNK_END);
-        }
-        if cut {
-            core.metrics.drain_streams_ended.inc();
-        }
-        if batch == Batch::Superseded {
-            return (false, out);
-        }
-        if batch == Batch::Cut {
-            // Like a network cut: no terminating chunk, so the client resumes from its last
-            // whole event (and learns of the evicted one as a -31003 gap).
-            session.borrow_mut().detach(key, epoch);
-            return (false, out);
-        }
-        if !out.is_empty() {
-            let (ok, o) = write_out(socket, out).await;
-            out = o;
-            let mut s = session.borrow_mut();
-            if !ok {
-                s.detach(key, epoch);
-                return (false, out);
-            }
-            stream::after_send(&mut s, key, epoch, cursor.after, batch);
-            if cut {
-                s.detach(key, epoch);
-                return (false, out);
-            }
-            if ends {
-                return (batch != Batch::Park, out);
-            }
-            continue;
-        }
-        // Only readiness is awaited inside the select: a losing branch is dropped, and a read
-        // future dropped there would take the connection buffer (pipelined requests) with it.
-        let readable = monoio::select! {
-            _ = notified => false,
-            _ = drain.changed() => false,
-            _ = monoio::time::sleep(core.cfg.sse_keepalive) => {
-                frames.clear();
-                crate::wire::sse::push_comment(frames);
-                crate::wire::sse::push_chunk(&mut out, frames);
-                false
-            }
-            _ = socket.readable(false), if watch_peer => true,
-        };
-        if readable {
-            if peer_closed(socket, buf).await {
-                session.borrow_mut().detach(key, epoch);
-                return (false, out);
-            }
-            watch_peer = false;
-        }
-    }
-}
-
-/// Drives a 2026-07-28 job to its end: a call (its events as an SSE stream, opened at the
-/// first event; its final answer as JSON when it had none) or a `subscriptions/listen` stream.
-/// A peer that closes the connection cancels the call: the job is dropped, which fires the
-/// call's cancel signal and drops its work, and nothing more is written. Returns whether the
-/// connection can serve another request.
-#[allow(clippy::too_many_arguments)]
-async fn drive_modern(
-    core: &Endpoint,
-    drain: &Drain,
-    socket: &mut TcpStream,
-    buf: &mut Vec<u8>,
-    frames: &mut Vec<u8>,
-    out: Vec<u8>,
-    job: crate::modern::Job,
-    keep_alive: bool,
-    shared_with: Option<&str>,
-) -> (bool, Vec<u8>) {
-    match job {
-        crate::modern::Job::Call(call) => {
-            drive_call(core, drain, socket, buf, frames, out, call, keep_alive, shared_with).await
-        }
-        crate::modern::Job::Listen(listen) => {
-            drive_listen(core, drain, socket, buf, frames, out, listen).await
-        }
-        crate::modern::Job::Observe(observer) => {
-            drive_observer(core, drain, socket, buf, frames, out, observer, keep_alive, shared_with)
-                .await
-        }
-    }
-}
-
-/// A request with an Idempotency-Key reading its keyed call: the first request streams it
-/// live (SSE from the first notification, JSON when there was none); a retry waits for the
-/// outcome until `wait_until`, then writes everything at once, or 409 -31004 when the call
-/// still runs. Closing the connection does not cancel a keyed call (its record keeps it).
-#[allow(clippy::too_many_arguments)]
-async fn drive_observer(
-    core: &Endpoint,
-    drain: &Drain,
-    socket: &mut TcpStream,
-    buf: &mut Vec<u8>,
-    frames: &mut Vec<u8>,
-    mut out: Vec<u8>,
-    observer: crate::modern::Observer,
-    keep_alive: bool,
-    shared_with: Option<&str>,
-) -> (bool, Vec<u8>) {
-    let crate::modern::Observer { record, rewrite, id, wait_until } = observer;
-    let body_offset = crate::wire::jsonrpc::response_body_offset(&record.id);
-    let mut cursor = 0usize;
-    let mut streaming = false;
-    let mut watch_peer = true;
-    let mut pending: Vec<bytes::Bytes> = Vec::new();
-    loop {
-        let finished = record.outcome.borrow().clone();
-        // A retry writes nothing until the outcome is there (then all at once), or its wait
-        // ran out (then 409, below).
-        let waiting = wait_until.is_some() && finished.is_none();
-        if !waiting {
-            pending.clear();
-            record.sink.recorded_from(cursor, &mut pending);
-            cursor += pending.len();
-            frames.clear();
-            for event in &pending {
-                match &rewrite {
-                    Some(rw) => {
-                        let rewritten =
-                            crate::wire::notification::rewrite_event(rw, event, false, 0);
-                        crate::wire::sse::push_event(frames, None, None, &rewritten);
-                    }
-                    None => crate::wire::sse::push_event(frames, None, None, event),
-                }
-            }
-            if !frames.is_empty() {
-                if !streaming {
-                    render_shared(&mut out, Answer::SseHeadStateless, true, shared_with);
-                    streaming = true;
-                }
-                crate::wire::sse::push_chunk(&mut out, frames);
-            }
-        }
-        if let Some((body, status)) = &finished {
-            let body = match &rewrite {
-                Some(rw) => crate::wire::notification::rewrite_event(rw, body, true, body_offset),
-                None => body.to_vec(),
-            };
-            let status = *status;
-            let end = FinalAnswer { status, body: &body, streaming, keep_alive, shared_with };
-            end.render(&mut out, frames);
-            let (ok, o) = write_out(socket, out).await;
-            return (ok && keep_alive, o);
-        }
-        if waiting && wait_until.is_some_and(|until| Instant::now() >= until) {
-            // A retry whose call still runs after --owed-wait-ms: it learns to come back.
-            core.metrics.rejected_held_too_long.inc();
-            let mut body = Vec::with_capacity(160);
-            let message = "the call with this Idempotency-Key is still running: retry later";
-            let data = Some(r#"{"inFlight":true}"#);
-            crate::wire::push_error_response(
-                &mut body,
-                Some(&id),
-                Code::HeldTooLong,
-                message,
-                data,
-            );
-            let answer = Answer::JsonStatus { status: crate::wire::Status::Conflict, body: &body };
-            render_shared(&mut out, answer, keep_alive, shared_with);
-            let (ok, o) = write_out(socket, out).await;
-            return (ok && keep_alive, o);
-        }
-        if drain.ending() {
-            end_for_drain(&mut out, streaming, &id, shared_with);
-            let (_, o) = write_out(socket, out).await;
-            return (false, o);
-        }
-        if !out.is_empty() {
-            let (ok, o) = write_out(socket, out).await;
-            out = o;
-            if !ok {
-                return (false, out);
-            }
-        }
-        let events = record.sink.wake.notified();
-        let done = record.done.notified();
-        let deadline = wait_until
-            .map_or(core.cfg.sse_keepalive, |u| u.saturating_duration_since(Instant::now()));
-        let closed = monoio::select! {
-            _ = events => false,
-            _ = done => false,
-            _ = drain.changed() => false,
-            _ = monoio::time::sleep(deadline) => {
-                if streaming {
-                    frames.clear();
-                    crate::wire::sse::push_comment(frames);
-                    crate::wire::sse::push_chunk(&mut out, frames);
-                }
-                false
-            }
-            _ = socket.readable(false), if watch_peer => true,
-        };
-        if closed {
-            if peer_closed(socket, buf).await {
-                return (false, out);
-            }
-            watch_peer = false;
-        }
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn drive_call(
-    core: &Endpoint,
-    drain: &Drain,
-    socket: &mut TcpStream,
-    buf: &mut Vec<u8>,
-    frames: &mut Vec<u8>,
-    mut out: Vec<u8>,
-    mut call: crate::modern::call::CallJob,
-    keep_alive: bool,
-    shared_with: Option<&str>,
-) -> (bool, Vec<u8>) {
-    let mut streaming = false;
-    let mut watch_peer = true;
-    loop {
-        frames.clear();
-        if call.sink.take_frames(frames) {
-            if !streaming {
-                render_shared(&mut out, Answer::SseHeadStateless, true, shared_with);
-                streaming = true;
-            }
-            crate::wire::sse::push_chunk(&mut out, frames);
-        }
-        if call.is_settled() {
-            let mut body = Vec::with_capacity(256);
-            let status = call.finish(&mut body);
-            let end = FinalAnswer { status, body: &body, streaming, keep_alive, shared_with };
-            end.render(&mut out, frames);
-            let (ok, o) = write_out(socket, out).await;
-            return (ok && keep_alive, o);
-        }
-        if drain.ending() {
-            // The server stops: the call is cancelled (dropped) and its stream ends; a
-            // 2026-07-28 client re-issues the request elsewhere.
-            end_for_drain(&mut out, streaming, &call.id, shared_with);
-            core.metrics.drain_streams_ended.inc();
-            let (_, o) = write_out(socket, out).await;
-            return (false, o);
-        }
-        if !out.is_empty() {
-            let (ok, o) = write_out(socket, out).await;
-            out = o;
-            if !ok {
-                core.metrics.modern_cancelled_total.inc();
-                return (false, out);
-            }
-        }
-        let woke = call.sink.clone();
-        let woke = woke.wake.notified();
-        let closed = monoio::select! {
-            _ = call.settle() => false,
-            _ = woke => false,
-            _ = drain.changed() => false,
-            _ = monoio::time::sleep(core.cfg.sse_keepalive), if streaming => {
-                frames.clear();
-                crate::wire::sse::push_comment(frames);
-                crate::wire::sse::push_chunk(&mut out, frames);
-                false
-            }
-            _ = socket.readable(false), if watch_peer => true,
-        };
-        if closed {
-            if peer_closed(socket, buf).await {
-                core.metrics.modern_cancelled_total.inc();
-                return (false, out);
-            }
-            watch_peer = false;
-        }
-    }
-}
-
-async fn drive_listen(
-    core: &Endpoint,
-    drain: &Drain,
-    socket: &mut TcpStream,
-    buf: &mut Vec<u8>,
-    frames: &mut Vec<u8>,
-    mut out: Vec<u8>,
-    mut listen: crate::modern::listen::ListenJob,
-) -> (bool, Vec<u8>) {
-    // A listen stream waits for changes that may never come: a drain does not wait for it.
-    let _idle = drain.idle();
-    frames.clear();
-    listen.acknowledge(frames);
-    crate::wire::sse::push_chunk(&mut out, frames);
-    let mut watch_peer = true;
-    let mut next_keepalive = Instant::now() + core.cfg.sse_keepalive;
-    loop {
-        frames.clear();
-        if listen.changes(frames) {
-            crate::wire::sse::push_chunk(&mut out, frames);
-        }
-        if drain.ending() {
-            frames.clear();
-            listen.close(frames);
-            crate::wire::sse::push_chunk(&mut out, frames);
-            out.extend_from_slice(crate::wire::sse::CHUNK_END);
-            let (_, o) = write_out(socket, out).await;
-            return (false, o);
-        }
-        if !out.is_empty() {
-            let (ok, o) = write_out(socket, out).await;
-            out = o;
-            if !ok {
-                return (false, out);
-            }
-        }
-        // Polled every LISTEN_POLL, so the keep-alive is a deadline rather than a timer.
-        if Instant::now() >= next_keepalive {
-            frames.clear();
-            crate::wire::sse::push_comment(frames);
-            crate::wire::sse::push_chunk(&mut out, frames);
-            next_keepalive = Instant::now() + core.cfg.sse_keepalive;
-            continue;
-        }
-        let readable = monoio::select! {
-            _ = monoio::time::sleep(crate::modern::listen::LISTEN_POLL) => false,
-            _ = drain.changed() => false,
-            _ = socket.readable(false), if watch_peer => true,
-        };
-        if readable {
-            if peer_closed(socket, buf).await {
-                return (false, out);
-            }
-            watch_peer = false;
-        }
-    }
-}
-
-/// After the socket turned readable: true if the peer closed, false if it sent bytes (appended
-/// to `buf`, handled after the stream). Not cancelled by anything: the read returns the buffer.
-async fn peer_closed(socket: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
-    match read_some(socket, buf, Duration::from_millis(1)).await {
-        ReadEnd::Data => false,
-        ReadEnd::Closed => true,
-        ReadEnd::TimedOut | ReadEnd::Stopped => false,
-    }
-}
-
-/// The last answer of a 2026-07-28 request: the final event and the end of an SSE stream, or,
-/// when nothing was streamed, the whole JSON response with its status.
-struct FinalAnswer<'a> {
-    status: crate::wire::Status,
-    body: &'a [u8],
-    streaming: bool,
-    keep_alive: bool,
-    shared_with: Option<&'a str>,
-}
-
-impl FinalAnswer<'_> {
-    fn render(&self, out: &mut Vec<u8>, frames: &mut Vec<u8>) {
-        if self.streaming {
-            frames.clear();
-            crate::wire::sse::push_event(frames, None, None, self.body);
-            crate::wire::sse::push_chunk(out, frames);
-            out.extend_from_slice(crate::wire::sse::CHUNK_END);
-        } else {
-            let answer = Answer::JsonStatus { status: self.status, body: self.body };
-            render_shared(out, answer, self.keep_alive, self.shared_with);
-        }
-    }
-}
-
-/// The drain's end reached a 2026-07-28 request: its stream ends (nothing to resume in this
-/// revision: the client re-issues it), or, when nothing was streamed yet, 503 + Retry-After.
-fn end_for_drain(out: &mut Vec<u8>, streaming: bool, id: &RawId, shared_with: Option<&str>) {
-    if streaming {
-        out.extend_from_slice(crate::wire::sse::CHUNK_END);
-    } else {
-        let answer = Answer::Refused { refusal: Refusal::Draining, id: Some(id) };
-        render_shared(out, answer, false, shared_with);
-    }
-}
-
-/// Renders `answer` and shares it with `shared_with`, a listed origin (`endpoint::cors`).
-fn render_shared(
-    out: &mut Vec<u8>,
-    answer: Answer<'_>,
-    keep_alive: bool,
-    shared_with: Option<&str>,
-) {
-    let head_start = out.len();
-    answer.render(out, keep_alive);
-    if let Some(origin) = shared_with {
-        endpoint::cors::share_response(out, head_start, origin);
     }
 }

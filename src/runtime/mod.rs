@@ -3,6 +3,9 @@
 //! reaper that expires idle sessions, abandons owed streams nobody resumes and forgets settled
 //! streams past retention, and its part in a graceful drain (`Lifecycle`, `Drain`).
 //!
+//! Its connections: `conn` (one socket: read a request, `endpoint::handle`, write or hand over)
+//! and `stream` (the one driver of a response stream, over a `core::Source`).
+//!
 //! Called by `server` once per thread. Never: touches another core's sessions.
 //!
 //! # Drain
@@ -21,6 +24,7 @@
 
 pub mod conn;
 pub mod handoff;
+mod stream;
 
 use std::cell::{Cell, RefCell};
 use std::future::{poll_fn, Future};

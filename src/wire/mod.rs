@@ -1,11 +1,12 @@
 //! Every answer the endpoint gives, as a value rendered to bytes in one place: the JSON-RPC
 //! error codes (`Code`), the refusals and their HTTP statuses (`Refusal`, one exhaustive map),
 //! and `Answer`, whose `render` writes status line, headers and body. Also the JSON-RPC
-//! envelope (`jsonrpc`) and SSE framing (`sse`).
+//! envelope (`jsonrpc`), SSE framing (`sse`) and the CORS lines of a shared answer (`cors`).
 //!
 //! Called by: the endpoint and the protocol paths, which decide *what* to answer; this module
 //! decides only *how it looks on the wire*. Never: decides anything about MCP or sessions.
 
+pub(crate) mod cors;
 pub mod jsonrpc;
 pub(crate) mod notification;
 pub(crate) mod revision;
@@ -280,12 +281,30 @@ pub enum Answer<'a> {
     Conflict { id: &'a RawId, code: Code, data: &'a str, hint: Option<&'a [u8]> },
     /// 422: an Idempotency-Key reused with other method or params (CONTRACT §4 step 1).
     KeyReused { id: &'a RawId },
+    /// 409 with -31004 to a 2026-07-28 retry whose keyed call still runs after its wait
+    /// (`--owed-wait-ms`, CONTRACT §5): `{"inFlight":true}` tells it to come back.
+    StillRunning { id: &'a RawId },
     /// 400 with MCP's UnsupportedProtocolVersion (-32022) listing the revisions we serve, to a
     /// request naming a revision older than any we serve.
     UnsupportedVersion { id: &'a RawId, requested: &'a str, supported: &'a [&'a str] },
 }
 
 impl Answer<'_> {
+    /// `render`, then shares the answer with `shared_with`, a listed origin (`cors`): for a
+    /// head rendered after the endpoint shared what it had.
+    pub(crate) fn render_shared(
+        &self,
+        out: &mut Vec<u8>,
+        keep_alive: bool,
+        shared_with: Option<&str>,
+    ) {
+        let head_start = out.len();
+        self.render(out, keep_alive);
+        if let Some(origin) = shared_with {
+            cors::share_response(out, head_start, origin);
+        }
+    }
+
     /// Writes the whole answer (or, for `SseHead`, its head) into `out`.
     pub fn render(&self, out: &mut Vec<u8>, keep_alive: bool) {
         match *self {
@@ -322,6 +341,13 @@ impl Answer<'_> {
                 let message = "Idempotency-Key already used with other method or params";
                 jsonrpc::push_error(&mut body, Some(id), Code::KeyReused.value(), message, None);
                 json(out, 422, &[], &body, keep_alive);
+            }
+            Answer::StillRunning { id } => {
+                let mut body = Vec::with_capacity(160);
+                let message = "the call with this Idempotency-Key is still running: retry later";
+                let data = Some(r#"{"inFlight":true}"#);
+                push_error_response(&mut body, Some(id), Code::HeldTooLong, message, data);
+                json(out, Status::Conflict.code(), &[], &body, keep_alive);
             }
             Answer::UnsupportedVersion { id, requested, supported } => {
                 let data = serde_json::json!({ "supported": supported, "requested": requested });

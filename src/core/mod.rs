@@ -1,11 +1,14 @@
 //! One core's shared state and the shape of an era's answer: what both protocol paths read
 //! (`Core`: the config, the provider registry, the metrics, the drain flag, which core this
-//! is) and what they hand back to `endpoint` (`Outcome`, rendered with `reply`/`refuse`).
+//! is), what they hand back to `endpoint` (`Outcome`, rendered with `reply`/`refuse`), and
+//! `source::Source`, the shape of a response stream that `runtime::stream` drives.
 //!
 //! Below both eras and above `dispatch`: each era keeps its own state in a core of its own
 //! (`legacy::LegacyCore`: the sessions; `modern::ModernCore`: keys and tasks) that derefs to
 //! this one, so neither era names the other's state. Built by `runtime` once per core.
 //! Never: holds an era's state, touches a socket, or decodes a body.
+
+pub(crate) mod source;
 
 use std::cell::Cell;
 use std::ops::Range;
@@ -17,6 +20,7 @@ use crate::http::RequestHead;
 use crate::metrics::CoreMetrics;
 use crate::wire::jsonrpc::RawId;
 use crate::wire::{Answer, Refusal};
+pub(crate) use source::{KeepAlive, Source, Step};
 
 /// One core's view of the server, shared by both eras.
 pub(crate) struct Core {

@@ -1,0 +1,126 @@
+//! The writer side of one legacy SSE stream: `SseJob`, a connection's position in a stream of
+//! the session's replay ring, as a `core::Source` that `runtime::stream` drives. Each `fill`
+//! encodes what is ready after the cursor (`stream::fill_batch`, one chunk per send); the
+//! bookkeeping after a send (`stream::after_send`) and what a peer that went away means (the
+//! writer detaches: the stream stays owed and resumable, MCP 2025-11-25 transports
+//! "Disconnection SHOULD NOT be interpreted as the client cancelling") live here too.
+//!
+//! Built by `legacy` (`stream_reply`) after it rendered the SSE head; carried to the
+//! connection by `endpoint::Outcome`. Never: touches a socket, or waits inside `fill`.
+
+use std::future::Future;
+
+use crate::core::{Core, KeepAlive, Source, Step};
+use crate::legacy::replay::StreamKey;
+use crate::legacy::session::StreamKind;
+use crate::legacy::stream::{self, Batch, Cursor, Rewrite};
+use crate::legacy::SessionRc;
+use crate::wire::sse;
+
+/// A stream a connection is to write after the response head.
+pub(crate) struct SseJob {
+    session: SessionRc,
+    key: StreamKey,
+    /// The writer's attachment (`stream::OBSERVER_EPOCH` for a deduplicated retry's).
+    epoch: u64,
+    cursor: Cursor,
+    /// How a deduplicated retry sees the stream (its own id and progress token).
+    rewrite: Option<Rewrite>,
+    /// What the last `fill` found: the bookkeeping after its send depends on it.
+    batch: Batch,
+    /// True once the drain's end cut the stream: the writer detaches after its last send.
+    cut: bool,
+}
+
+impl SseJob {
+    pub(crate) fn new(
+        session: SessionRc,
+        key: StreamKey,
+        epoch: u64,
+        cursor: Cursor,
+        rewrite: Option<Rewrite>,
+    ) -> SseJob {
+        SseJob { session, key, epoch, cursor, rewrite, batch: Batch::More, cut: false }
+    }
+}
+
+impl Source for SseJob {
+    fn fill(&mut self, core: &Core, out: &mut Vec<u8>, frames: &mut Vec<u8>) -> Step {
+        let batch = {
+            let mut s = self.session.borrow_mut();
+            stream::fill_batch(
+                &mut s,
+                self.key,
+                self.epoch,
+                &mut self.cursor,
+                self.rewrite.as_ref(),
+                core.cfg.sse_retry_ms,
+                frames,
+                core.cfg.write_buffer_bytes,
+            )
+        };
+        self.batch = batch;
+        if batch == Batch::Gap {
+            core.metrics.gaps_total.inc();
+        }
+        if !frames.is_empty() {
+            sse::push_chunk(out, frames);
+        }
+        match batch {
+            Batch::More => Step::Open,
+            Batch::Ended | Batch::Dropped | Batch::Gap | Batch::Park => {
+                out.extend_from_slice(sse::CHUNK_END);
+                // A parked stream (SEP-1699) closes its connection: the client reconnects.
+                Step::Ended { reusable: batch != Batch::Park }
+            }
+            Batch::Superseded => Step::Cut,
+            Batch::Cut => {
+                // Like a network cut: no terminating chunk, so the client resumes from its last
+                // whole event (and learns of the evicted one as a -31003 gap).
+                self.session.borrow_mut().detach(self.key, self.epoch);
+                Step::Cut
+            }
+        }
+    }
+
+    fn wake(&mut self) -> impl Future<Output = ()> + '_ {
+        let signal = self.session.borrow().stream(self.key).map(|s| s.signal.clone());
+        async move {
+            match signal {
+                Some(signal) => signal.notified().await,
+                // Gone: the next `fill` says so (superseded) before anything waits again.
+                None => std::future::pending().await,
+            }
+        }
+    }
+
+    fn keep_alive(&self) -> KeepAlive {
+        KeepAlive::Idle
+    }
+
+    fn holds_drain(&self) -> bool {
+        // A standalone GET stream waits for messages that may never come: a drain does not
+        // wait for it (it is ended with the others at the drain's end).
+        !self.session.borrow().stream(self.key).is_some_and(|st| st.kind == StreamKind::Standalone)
+    }
+
+    fn end_for_drain(&mut self, core: &Core, out: &mut Vec<u8>, _frames: &mut Vec<u8>) {
+        // What is ready goes out, then the last chunk (no final response): a clean end the
+        // client resumes elsewhere with Last-Event-ID.
+        out.extend_from_slice(sse::CHUNK_END);
+        core.metrics.drain_streams_ended.inc();
+        self.cut = true;
+    }
+
+    fn sent(&mut self, _core: &Core) {
+        let mut s = self.session.borrow_mut();
+        stream::after_send(&mut s, self.key, self.epoch, self.cursor.after, self.batch);
+        if self.cut {
+            s.detach(self.key, self.epoch);
+        }
+    }
+
+    fn gone(&mut self, _core: &Core) {
+        self.session.borrow_mut().detach(self.key, self.epoch);
+    }
+}
