@@ -66,7 +66,7 @@
 //! | 1 | `signal` | a core-local wake-up for many waiters |
 //! | 1 | `fasthash` | the core-local hash map of session and key tables |
 
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 
 mod admin;
 mod cli;

@@ -10,12 +10,12 @@ macro_rules! counters {
     ($($name:ident => $prom:literal, $help:literal;)*) => {
         /// One core's counters.
         #[derive(Default)]
-        pub struct CoreMetrics { $(pub $name: Counter,)* }
+        pub(crate) struct CoreMetrics { $(pub(crate) $name: Counter,)* }
 
         impl CoreMetrics {
             /// Appends every counter, summed over `cores`, in the Prometheus text format.
             #[allow(unused_assignments)]
-            pub fn render(cores: &[std::sync::Arc<CoreMetrics>], out: &mut String) {
+            pub(crate) fn render(cores: &[std::sync::Arc<CoreMetrics>], out: &mut String) {
                 use std::fmt::Write;
                 let mut last_family = "";
                 $(

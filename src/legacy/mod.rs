@@ -8,10 +8,10 @@
 //! `RefCell` borrow across an await.
 
 pub(crate) mod context;
-pub mod migration;
-pub mod replay;
-pub mod session;
-pub mod stream;
+pub(crate) mod migration;
+pub(crate) mod replay;
+pub(crate) mod session;
+pub(crate) mod stream;
 mod writer;
 
 pub(crate) use writer::SseJob;
@@ -36,7 +36,7 @@ use replay::{EventSeq, StreamKey};
 use session::{Session, SessionId, StreamKind, LEGACY_VERSIONS};
 use stream::Cursor;
 
-pub(crate) type SessionRc = Rc<RefCell<Session>>;
+pub(crate) use session::SessionRc;
 
 /// The legacy era's state on one core: the shared `Core` (its config, registry and metrics,
 /// read through `Deref`) and what only this era has: the sessions this core owns and their

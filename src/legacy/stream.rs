@@ -26,7 +26,7 @@ use crate::wire::Code;
 
 /// Where a writer is in its stream.
 #[derive(Clone, Copy, Debug)]
-pub struct Cursor {
+pub(crate) struct Cursor {
     /// Last event written whole to this connection.
     pub after: EventSeq,
     /// Start here (inclusive) instead of after `after`: a new stream's priming event, or the
@@ -39,12 +39,12 @@ pub struct Cursor {
 
 impl Cursor {
     /// Writes from `after`'s successor.
-    pub fn after(after: EventSeq) -> Cursor {
+    pub(crate) fn after(after: EventSeq) -> Cursor {
         Cursor { after, from: None, partial: None }
     }
 
     /// Writes from `from` (inclusive).
-    pub fn from(after: EventSeq, from: Option<EventSeq>) -> Cursor {
+    pub(crate) fn from(after: EventSeq, from: Option<EventSeq>) -> Cursor {
         Cursor { after, from, partial: None }
     }
 }
@@ -62,7 +62,7 @@ pub(crate) const OBSERVER_EPOCH: u64 = 0;
 
 /// What `fill_batch` did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Batch {
+pub(crate) enum Batch {
     /// Frames were appended (maybe none); the stream goes on.
     More,
     /// The final response is in the buffer: end the HTTP response.
@@ -87,7 +87,7 @@ pub enum Batch {
 /// never hold more than the budget whatever the event size (issue 11 §2). Called with the
 /// session borrowed; it does not await.
 #[allow(clippy::too_many_arguments)]
-pub fn fill_batch(
+pub(crate) fn fill_batch(
     session: &mut Session,
     key: StreamKey,
     epoch: u64,
@@ -258,7 +258,7 @@ fn push_gap(
 /// priming event. Otherwise it continues as a task that outlives the connection: a dropped
 /// connection is not a cancellation (MCP 2025-11-25 transports: "Disconnection SHOULD NOT be
 /// interpreted as the client cancelling").
-pub fn spawn_job(
+pub(crate) fn spawn_job(
     session: Rc<RefCell<Session>>,
     key: StreamKey,
     request_id: RawId,

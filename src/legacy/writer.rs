@@ -12,9 +12,9 @@ use std::future::Future;
 
 use crate::core::{Core, KeepAlive, Source, Step};
 use crate::legacy::replay::StreamKey;
+use crate::legacy::session::SessionRc;
 use crate::legacy::session::StreamKind;
 use crate::legacy::stream::{self, Batch, Cursor, Rewrite};
-use crate::legacy::SessionRc;
 use crate::wire::sse;
 
 /// A stream a connection is to write after the response head.

@@ -18,8 +18,7 @@ use std::time::Duration;
 
 use simd_json::prelude::*;
 
-use super::{ModernCore, Outcome};
-use crate::core::{Core, KeepAlive, Source, Step};
+use crate::core::{Core, KeepAlive, Outcome, Source, Step};
 use crate::provider::LIST_CHANGES;
 use crate::wire::jsonrpc::{self, RawId};
 use crate::wire::{Answer, WireValue};
@@ -59,11 +58,11 @@ fn counts() -> [u64; 3] {
 /// Types the server cannot honour (prompts or resources it does not have, resource
 /// subscriptions) are left out of the acknowledgement and never sent.
 pub(crate) fn start(
-    core: &ModernCore,
+    core: &Core,
     id: RawId,
     params: &WireValue,
     out: &mut Vec<u8>,
-) -> Outcome {
+) -> Outcome<ListenJob> {
     let Some(requested) = params.get("notifications").filter(|n| n.is_object()) else {
         let mut body = Vec::with_capacity(96);
         let message = "subscriptions/listen needs params.notifications (a SubscriptionFilter)";
@@ -88,7 +87,7 @@ pub(crate) fn start(
         resources: asked("resourcesListChanged") && capabilities.get("resources").is_some(),
     };
     Answer::SseHeadStateless.render(out, true);
-    Outcome::Job(super::Job::Listen(ListenJob { id, granted, seen: counts(), acknowledged: false }))
+    Outcome::Job(ListenJob { id, granted, seen: counts(), acknowledged: false })
 }
 
 impl ListenJob {

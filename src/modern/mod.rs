@@ -18,11 +18,12 @@
 //! Never: touches a socket, or any legacy session.
 
 pub(crate) mod call;
+mod core;
 pub(crate) mod keyed;
 pub(crate) mod listen;
 pub(crate) mod meta;
 pub(crate) mod observer;
-pub mod state;
+pub(crate) mod state;
 pub(crate) mod task_call;
 pub(crate) mod tasks;
 
@@ -30,7 +31,8 @@ use std::rc::Rc;
 
 use simd_json::prelude::*;
 
-use crate::core::{refuse, reply, Core, Request};
+pub(crate) use self::core::ModernCore;
+use crate::core::{refuse, reply, Request};
 use crate::dispatch::{self, ToolRoute};
 use crate::provider::{CallContext, SessionRef, Value};
 use crate::wire::jsonrpc::{self, Body, Message, RawId};
@@ -39,36 +41,6 @@ use crate::wire::{Answer, Code, Refusal, Status, WireValue};
 use call::{CallJob, CallStream, ModernSink, SinkSetup};
 use meta::{MetaError, RequestMeta};
 pub(crate) use observer::Observer;
-
-/// The modern era's state on one core: the shared `Core` (config, registry, metrics, read
-/// through `Deref`) and what only this era keeps: the `Idempotency-Key` records of the keys
-/// this core owns (`keyed`) and the tasks it created (`tasks`).
-pub(crate) struct ModernCore {
-    shared: Rc<Core>,
-    /// 2026-07-28 Idempotency-Key records of the keys this core owns (`keyed`).
-    pub(crate) keys: Rc<std::cell::RefCell<keyed::KeyTable>>,
-    /// 2026-07-28 tasks (`io.modelcontextprotocol/tasks`) this core created (`tasks`).
-    pub(crate) tasks: tasks::TaskStore,
-}
-
-impl ModernCore {
-    /// The modern state of core `shared`: no key, no task yet.
-    pub(crate) fn new(shared: Rc<Core>) -> ModernCore {
-        let cfg = &shared.cfg;
-        let keys = keyed::KeyTable::new(cfg.idempotency_keys_per_core_max);
-        let limits = tasks::TaskLimits::from_config(cfg);
-        let tasks = tasks::TaskStore::new(shared.index, limits, shared.metrics.clone());
-        ModernCore { keys: Rc::new(std::cell::RefCell::new(keys)), tasks, shared }
-    }
-}
-
-impl std::ops::Deref for ModernCore {
-    type Target = Core;
-
-    fn deref(&self) -> &Core {
-        &self.shared
-    }
-}
 
 /// How the modern path's handling of a request ends.
 pub(crate) type Outcome = crate::core::Outcome<Job>;
@@ -189,10 +161,10 @@ pub(crate) async fn serve(
         }
         "tools/call" => tools_call(core, req, id, params, request_meta, out).await,
         "prompts/get" => prompts_get(core, req, id, params, request_meta, out).await,
-        "subscriptions/listen" => listen::start(core, id, &params, out),
+        "subscriptions/listen" => listen::start(core, id, &params, out).map_job(Job::Listen),
         "tasks/get" | "tasks/update" | "tasks/cancel" => {
             let capabilities = &request_meta.client_capabilities;
-            task_call::serve(core, &id, &method, &params, capabilities, out, keep_alive)
+            task_call::serve(core, &id, &method, &params, capabilities, out, keep_alive).widen()
         }
         _ => {
             let known_removed = REMOVED_METHODS.contains(&method.as_str());
@@ -291,12 +263,12 @@ async fn tools_call(
     let keep_alive = req.head.keep_alive;
     let Some(name) = string_name(&params) else {
         let message = "tools/call needs a string name";
-        return error_reply(out, &id, Code::InvalidParams, message, keep_alive);
+        return crate::core::reply_error(out, &id, Code::InvalidParams, message, keep_alive);
     };
     core.registry.refresh_if_stale().await;
     let Some(route) = core.registry.tool(&name) else {
         let message = format!("unknown tool: {name}");
-        return error_reply(out, &id, Code::InvalidParams, &message, keep_alive);
+        return crate::core::reply_error(out, &id, Code::InvalidParams, &message, keep_alive);
     };
     let null = WireValue::null();
     let arguments = params.get("arguments").unwrap_or(&null);
@@ -407,7 +379,7 @@ async fn prompts_get(
     let keep_alive = req.head.keep_alive;
     let Some(name) = string_name(&params) else {
         let message = "prompts/get needs a string name";
-        return error_reply(out, &id, Code::InvalidParams, message, keep_alive);
+        return crate::core::reply_error(out, &id, Code::InvalidParams, message, keep_alive);
     };
     let (answers, binding) = match input_round(core, "prompts/get", &name, &params) {
         Ok(round) => round,
@@ -496,18 +468,6 @@ async fn start_call(mut job: CallJob, out: &mut Vec<u8>, keep_alive: bool) -> Ou
         return reply(out, Answer::JsonStatus { status, body: &body }, keep_alive);
     }
     Outcome::Job(Job::Call(CallStream::new(job, keep_alive)))
-}
-
-pub(crate) fn error_reply(
-    out: &mut Vec<u8>,
-    id: &RawId,
-    code: Code,
-    message: &str,
-    keep_alive: bool,
-) -> Outcome {
-    let mut body = Vec::with_capacity(64 + message.len());
-    crate::wire::push_error_response(&mut body, Some(id), code, message, None);
-    reply(out, Answer::Json(&body), keep_alive)
 }
 
 #[cfg(test)]

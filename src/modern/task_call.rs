@@ -31,7 +31,8 @@ use std::time::Instant;
 
 use simd_json::prelude::*;
 
-use super::{ModernCore, Outcome};
+use super::core::ModernCore;
+use crate::core::Answered;
 use crate::core::{reply, Request};
 use crate::provider::{
     CallSink, LocalBoxFuture, LogLevel, ProviderError, ProviderResult, TaskSupport, Value,
@@ -369,7 +370,7 @@ pub(crate) fn serve(
     client_capabilities: &Value,
     out: &mut Vec<u8>,
     keep_alive: bool,
-) -> Outcome {
+) -> Answered {
     if !tasks::declared(Some(client_capabilities)) {
         let e = missing_extension(&format!("{method} needs the tasks extension"));
         let mut body = Vec::with_capacity(256);
@@ -424,8 +425,8 @@ fn ack() -> Value {
 }
 
 /// A JSON-RPC error answer (the modern path's one form).
-fn error(out: &mut Vec<u8>, id: &RawId, code: Code, message: &str, keep_alive: bool) -> Outcome {
-    super::error_reply(out, id, code, message, keep_alive)
+fn error(out: &mut Vec<u8>, id: &RawId, code: Code, message: &str, keep_alive: bool) -> Answered {
+    crate::core::reply_error(out, id, code, message, keep_alive)
 }
 
 #[cfg(test)]

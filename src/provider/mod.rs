@@ -725,7 +725,7 @@ pub(crate) mod testing {
 
     /// One call a tool made on its context.
     #[derive(Clone, Debug, PartialEq)]
-    pub enum Call {
+    pub(crate) enum Call {
         Progress { progress: f64, total: Option<f64>, message: Option<String> },
         Log { level: LogLevel, logger: Option<String>, data: Value },
         Request { method: String, params: Value },
@@ -734,24 +734,24 @@ pub(crate) mod testing {
 
     /// Records every call with the time it was made; answers requests from a table.
     #[derive(Default)]
-    pub struct RecordingSink {
+    pub(crate) struct RecordingSink {
         pub calls: RefCell<Vec<(Instant, Call)>>,
         answers: RefCell<HashMap<String, Result<Value, ProviderError>>>,
     }
 
     impl RecordingSink {
         /// The client's answer to every later `request(method, ..)`.
-        pub fn answer(&self, method: &str, answer: Result<Value, ProviderError>) {
+        pub(crate) fn answer(&self, method: &str, answer: Result<Value, ProviderError>) {
             self.answers.borrow_mut().insert(method.to_owned(), answer);
         }
 
         /// The calls without their times.
-        pub fn calls(&self) -> Vec<Call> {
+        pub(crate) fn calls(&self) -> Vec<Call> {
             self.calls.borrow().iter().map(|(_, call)| call.clone()).collect()
         }
 
         /// A context whose messages this sink records.
-        pub fn context(self: &Rc<Self>) -> CallContext {
+        pub(crate) fn context(self: &Rc<Self>) -> CallContext {
             CallContext::new(self.clone(), SessionRef::new(1), "2025-11-25")
         }
 
@@ -798,7 +798,7 @@ pub(crate) mod testing {
 
     /// Runs `future` to completion on a fresh single-thread runtime with timers (epoll driver,
     /// so the tests also pass where io_uring is disabled).
-    pub fn run<F: Future>(future: F) -> F::Output {
+    pub(crate) fn run<F: Future>(future: F) -> F::Output {
         monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
             .enable_timer()
             .build()
@@ -807,12 +807,12 @@ pub(crate) mod testing {
     }
 
     /// Parses JSON text into a value.
-    pub fn parse(text: &str) -> Value {
+    pub(crate) fn parse(text: &str) -> Value {
         serde_json::from_str(text).expect("valid JSON")
     }
 
     /// The `text` of the first content item of a `CallToolResult`.
-    pub fn first_text(result: &Value) -> &str {
+    pub(crate) fn first_text(result: &Value) -> &str {
         result["content"][0]["text"].as_str().expect("first content item has text")
     }
 }

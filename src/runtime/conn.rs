@@ -9,125 +9,21 @@
 //! writes a stream itself; never leaves a read buffer inside a dropped I/O future (timeouts
 //! cancel and take the buffer back).
 
-use std::future::Future;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use monoio::buf::IoBufMut;
-use monoio::io::{AsyncWriteRentExt, CancelableAsyncReadRent, Canceller};
 use monoio::net::TcpStream;
 
 use crate::endpoint::{self, Endpoint, Outcome, Request};
 use crate::http::{self, Method};
+use crate::runtime::drain::Drain;
 use crate::runtime::handoff::{self, Inboxes, Moved};
-use crate::runtime::{stream, Drain};
+use crate::runtime::socket::{read_some, read_some_or, shrink, Conn, ReadEnd, BUFFER_KEEP_BYTES};
+use crate::runtime::stream;
 use crate::wire::{Answer, Refusal};
 
-/// Read buffer growth step.
-const READ_CHUNK: usize = 16 * 1024;
-
-/// How a read ended.
-pub(super) enum ReadEnd {
-    /// Bytes were appended.
-    Data,
-    /// The peer closed or the socket failed.
-    Closed,
-    /// No byte within the timeout.
-    TimedOut,
-    /// No byte before the `stop` future of `read_some_or` completed.
-    Stopped,
-}
-
-/// Appends whatever arrives within `timeout` to `buf`.
-pub(super) async fn read_some(
-    socket: &mut TcpStream,
-    buf: &mut Vec<u8>,
-    timeout: Duration,
-) -> ReadEnd {
-    read_some_or(socket, buf, timeout, std::future::pending()).await
-}
-
-/// `read_some`, also ended (`Stopped`) when `stop` completes first.
-async fn read_some_or(
-    socket: &mut TcpStream,
-    buf: &mut Vec<u8>,
-    timeout: Duration,
-    stop: impl Future<Output = ()>,
-) -> ReadEnd {
-    if buf.capacity() - buf.len() < READ_CHUNK / 2 {
-        buf.reserve(READ_CHUNK);
-    }
-    let owned = std::mem::take(buf);
-    let len = owned.len();
-    let canceller = Canceller::new();
-    let read = socket.cancelable_read(owned.slice_mut(len..), canceller.handle());
-    let mut read = std::pin::pin!(read);
-    let (res, slice) = monoio::select! {
-        r = &mut read => r,
-        _ = monoio::time::sleep(timeout) => {
-            let _canceled = canceller.cancel();
-            let (res, slice) = read.await;
-            *buf = slice.into_inner();
-            return match res {
-                Ok(n) if n > 0 => ReadEnd::Data,
-                _ => ReadEnd::TimedOut,
-            };
-        }
-        _ = stop => {
-            let _canceled = canceller.cancel();
-            let (res, slice) = read.await;
-            *buf = slice.into_inner();
-            return match res {
-                Ok(n) if n > 0 => ReadEnd::Data,
-                _ => ReadEnd::Stopped,
-            };
-        }
-    };
-    *buf = slice.into_inner();
-    match res {
-        Ok(n) if n > 0 => ReadEnd::Data,
-        _ => ReadEnd::Closed,
-    }
-}
-
-/// One connection's socket and buffers, and the core it is served on; what `serve` and the
-/// stream driver share.
-pub(super) struct Conn<'c> {
-    pub(super) core: &'c Endpoint,
-    pub(super) drain: &'c Drain,
-    pub(super) socket: TcpStream,
-    /// Bytes read and not yet handled (a pipelined request stays here across a stream).
-    pub(super) buf: Vec<u8>,
-    /// What the next write sends: a reply, or a stream's head and chunks.
-    pub(super) out: Vec<u8>,
-    /// SSE frames of one batch before they become a chunk; reused by every stream.
-    pub(super) frames: Vec<u8>,
-}
-
-impl Conn<'_> {
-    /// Writes all of `out` (cleared on success); false when the socket failed.
-    pub(super) async fn write(&mut self) -> bool {
-        let (ok, out) = write_out(&mut self.socket, std::mem::take(&mut self.out)).await;
-        self.out = out;
-        ok
-    }
-
-    /// Gives back what a large request or stream grew the write buffers to.
-    fn shrink_buffers(&mut self) {
-        shrink(&mut self.frames, BUFFER_KEEP_BYTES);
-        shrink(&mut self.out, BUFFER_KEEP_BYTES);
-    }
-}
-
-/// Writes all of `out` and gives the buffer back (cleared on success).
-async fn write_out(socket: &mut TcpStream, out: Vec<u8>) -> (bool, Vec<u8>) {
-    let (res, mut out) = socket.write_all(out).await;
-    out.clear();
-    (res.is_ok(), out)
-}
-
 /// Serves one connection until it closes, or hands it to another core.
-pub async fn serve(
+pub(crate) async fn serve(
     core: Rc<Endpoint>,
     drain: Rc<Drain>,
     inboxes: Inboxes,
@@ -230,23 +126,11 @@ async fn next_request(conn: &mut Conn<'_>) -> Option<Whole> {
     Some(Whole { head, body_len })
 }
 
-/// Capacity a connection's buffers keep between requests. A large request or stream grows
-/// them (up to `--max-body-bytes` or `--write-buffer-bytes`); an idle connection gives that
-/// back, so many connections that once carried large messages do not pin it (issue 11 §2).
-const BUFFER_KEEP_BYTES: usize = 64 * 1024;
-
 /// Drops a handled request from the read buffer (pipelined bytes stay) and gives back the room
 /// a large body needed.
 fn release_request(buf: &mut Vec<u8>, consumed: usize) {
     buf.drain(..consumed);
     shrink(buf, BUFFER_KEEP_BYTES);
-}
-
-/// Shrinks `buf` to `keep` bytes of capacity (or its length) when it holds more.
-fn shrink(buf: &mut Vec<u8>, keep: usize) {
-    if buf.capacity() > keep {
-        buf.shrink_to(keep.max(buf.len()));
-    }
 }
 
 /// Reads until a whole request head is buffered. `Ok(None)`: closed, idle too long, or idle

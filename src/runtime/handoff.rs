@@ -13,7 +13,7 @@ use atomic_waker::AtomicWaker;
 use crossbeam_queue::ArrayQueue;
 
 /// A connection on its way to its session's owner core.
-pub struct Moved {
+pub(crate) struct Moved {
     pub socket: std::net::TcpStream,
     /// Bytes read but not yet handled (the request that named the session, and any pipelined
     /// after it).
@@ -21,25 +21,25 @@ pub struct Moved {
 }
 
 /// One core's inbox.
-pub struct Inbox {
+pub(crate) struct Inbox {
     queue: ArrayQueue<Moved>,
     waker: AtomicWaker,
 }
 
 impl Inbox {
-    pub fn new(capacity: usize) -> Inbox {
+    pub(crate) fn new(capacity: usize) -> Inbox {
         Inbox { queue: ArrayQueue::new(capacity), waker: AtomicWaker::new() }
     }
 
     /// From another core. `Err` gives the connection back when the inbox is full.
-    pub fn send(&self, moved: Moved) -> Result<(), Moved> {
+    pub(crate) fn send(&self, moved: Moved) -> Result<(), Moved> {
         self.queue.push(moved)?;
         self.waker.wake();
         Ok(())
     }
 
     /// On the owner core: the next moved connection.
-    pub async fn recv(&self) -> Moved {
+    pub(crate) async fn recv(&self) -> Moved {
         poll_fn(|cx| {
             if let Some(m) = self.queue.pop() {
                 return Poll::Ready(m);
@@ -55,14 +55,16 @@ impl Inbox {
 }
 
 /// All cores' inboxes, indexed by core.
-pub type Inboxes = Arc<Vec<Inbox>>;
+pub(crate) type Inboxes = Arc<Vec<Inbox>>;
 
 /// Turns a monoio socket into a std one for the trip to another core: the fd is duplicated
 /// (same open socket, same kernel buffers) and the monoio handle is dropped. Must be called
 /// with no operation in flight on `socket` (the connection loop only hands off between
 /// requests).
 #[allow(unsafe_code)]
-pub fn detach_socket(socket: monoio::net::TcpStream) -> std::io::Result<std::net::TcpStream> {
+pub(crate) fn detach_socket(
+    socket: monoio::net::TcpStream,
+) -> std::io::Result<std::net::TcpStream> {
     use std::os::fd::{AsRawFd, BorrowedFd};
     let raw = socket.as_raw_fd();
     // SAFETY: `raw` is the open fd owned by `socket`, which is alive (borrowed) for the whole

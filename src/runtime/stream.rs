@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::core::{Core, KeepAlive, Source, Step};
 use crate::endpoint::Stream;
-use crate::runtime::conn::{read_some, Conn, ReadEnd};
+use crate::runtime::socket::{read_some, Conn, ReadEnd};
 use crate::wire::sse;
 
 /// Drives the stream the endpoint handed over; true when the connection can serve another

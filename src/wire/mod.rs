@@ -7,10 +7,10 @@
 //! decides only *how it looks on the wire*. Never: decides anything about MCP or sessions.
 
 pub(crate) mod cors;
-pub mod jsonrpc;
+pub(crate) mod jsonrpc;
 pub(crate) mod notification;
 pub(crate) mod revision;
-pub mod sse;
+pub(crate) mod sse;
 
 use crate::http::{push_decimal, write_header, write_status};
 use jsonrpc::RawId;
@@ -22,7 +22,7 @@ pub(crate) type WireValue = simd_json::OwnedValue;
 
 /// Every JSON-RPC error code the server sends (JSON-RPC 2.0's own, MCP's, and CONTRACT §6's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Code {
+pub(crate) enum Code {
     /// -32700: the body is not JSON.
     ParseError,
     /// -32600: JSON, but not a request this endpoint accepts.
@@ -55,7 +55,7 @@ pub enum Code {
 
 impl Code {
     /// The number on the wire.
-    pub const fn value(self) -> i64 {
+    pub(crate) const fn value(self) -> i64 {
         match self {
             Code::ParseError => -32700,
             Code::InvalidRequest => -32600,
@@ -105,7 +105,7 @@ impl Status {
 
 /// Every way the endpoint refuses a request. The doc of each says whose fault it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// Peer: not the MCP path.
     NotFoundPath,
     /// Peer: Host or Origin not allowed (DNS rebinding, MCP 2025-11-25 §security).
@@ -167,7 +167,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// HTTP status and JSON-RPC code. Exhaustive: a new variant must be mapped here.
-    pub fn status_and_code(self) -> (u16, Code) {
+    pub(crate) fn status_and_code(self) -> (u16, Code) {
         match self {
             Refusal::NotFoundPath => (404, Code::InvalidRequest),
             Refusal::Forbidden => (403, Code::InvalidRequest),
@@ -199,7 +199,7 @@ impl Refusal {
         }
     }
 
-    pub fn message(self) -> &'static str {
+    pub(crate) fn message(self) -> &'static str {
         match self {
             Refusal::NotFoundPath => "not the MCP endpoint",
             Refusal::Forbidden => "Host or Origin not allowed",
@@ -254,7 +254,7 @@ impl Refusal {
 /// Every HTTP answer of the endpoint, as a value. The protocol paths build one; `render`
 /// writes it.
 #[derive(Debug)]
-pub enum Answer<'a> {
+pub(crate) enum Answer<'a> {
     /// A refusal: its status, its JSON-RPC error (with the request's id when known).
     Refused { refusal: Refusal, id: Option<&'a RawId> },
     /// 200 `application/json`: a JSON-RPC response (or a batch's array of them).
@@ -306,7 +306,7 @@ impl Answer<'_> {
     }
 
     /// Writes the whole answer (or, for `SseHead`, its head) into `out`.
-    pub fn render(&self, out: &mut Vec<u8>, keep_alive: bool) {
+    pub(crate) fn render(&self, out: &mut Vec<u8>, keep_alive: bool) {
         match *self {
             Answer::Refused { refusal, id } => refuse(out, refusal, id, keep_alive),
             Answer::Json(body) => json(out, 200, &[], body, keep_alive),
@@ -382,7 +382,7 @@ fn conflict_message(code: Code) -> &'static str {
 }
 
 /// A JSON-RPC error response with one of our codes.
-pub fn push_error_response(
+pub(crate) fn push_error_response(
     out: &mut Vec<u8>,
     id: Option<&RawId>,
     code: Code,
@@ -395,7 +395,7 @@ pub fn push_error_response(
 /// The error that ends a request whose event does not fit the replay ring at all (bigger
 /// than `--replay-bytes`): -32603 naming the flag, with both sizes, so the operator knows
 /// which limit to raise and the client is never left waiting for an event that cannot exist.
-pub fn push_oversize_error(
+pub(crate) fn push_oversize_error(
     out: &mut Vec<u8>,
     id: Option<&RawId>,
     event_bytes: usize,

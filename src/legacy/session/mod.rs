@@ -24,6 +24,9 @@ use crate::signal::Signal;
 use crate::wire::jsonrpc::RawId;
 pub use id::SessionId;
 
+/// A session as the core shares it among its connections, streams and tasks.
+pub(crate) type SessionRc = Rc<std::cell::RefCell<Session>>;
+
 pub use crate::wire::LEGACY_VERSIONS;
 
 /// What kind of stream this is.

@@ -1,0 +1,183 @@
+//! One core's shared state and the shape of an era's answer: what both protocol paths read
+//! (`Core`: the config, the provider registry, the metrics, the drain flag, which core this
+//! is), what they hand back to `endpoint` (`Outcome`, rendered with `reply`/`refuse`), and
+//! `Source`, the shape of a response stream that `runtime::stream` drives (below).
+//!
+//! Below both eras and above `dispatch`: each era keeps its own state in a core of its own
+//! (`legacy::LegacyCore`: the sessions; `modern::ModernCore`: keys and tasks) that derefs to
+//! this one, so neither era names the other's state. Built by `runtime` once per core.
+//! Never: holds an era's state, touches a socket, or decodes a body.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::ops::Range;
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::dispatch::Registry;
+use crate::http::RequestHead;
+use crate::metrics::CoreMetrics;
+use crate::wire::jsonrpc::RawId;
+use crate::wire::{Answer, Code, Refusal};
+
+/// One core's view of the server, shared by both eras.
+pub(crate) struct Core {
+    pub(crate) cfg: Arc<Config>,
+    pub(crate) index: u16,
+    pub(crate) threads: u16,
+    pub(crate) registry: Registry,
+    pub(crate) metrics: Arc<CoreMetrics>,
+    /// True once this core drains (SIGTERM/SIGINT, `Running::shutdown`): a new `initialize`
+    /// is refused (503 + Retry-After). Set only by `runtime`, never cleared.
+    pub(crate) draining: Cell<bool>,
+}
+
+/// The parts of a request an era reads: the head's bytes and the (mutable) body.
+pub(crate) struct Request<'a> {
+    pub(crate) head: &'a RequestHead,
+    pub(crate) head_bytes: &'a [u8],
+    pub(crate) body: &'a mut [u8],
+}
+
+impl Request<'_> {
+    /// The bytes of a header the head parser found (`None`: absent).
+    pub(crate) fn header(&self, r: &Option<Range<usize>>) -> Option<&[u8]> {
+        r.as_ref().map(|r| &self.head_bytes[r.clone()])
+    }
+}
+
+/// How an era's handling of a request ends; `J` is what that era's connection drives next.
+pub(crate) enum Outcome<J> {
+    /// A whole response is in the output buffer.
+    Reply { keep_alive: bool },
+    /// A response head is in the buffer (or nothing yet): the connection drives `J` next.
+    Job(J),
+    /// The request belongs to another core (its session, key or task): move the connection
+    /// there, unanswered.
+    HandOff(u16),
+}
+
+impl<J> Outcome<J> {
+    /// The same outcome with its job turned into another kind (a part's job into its era's).
+    pub(crate) fn map_job<K>(self, f: impl FnOnce(J) -> K) -> Outcome<K> {
+        match self {
+            Outcome::Reply { keep_alive } => Outcome::Reply { keep_alive },
+            Outcome::Job(job) => Outcome::Job(f(job)),
+            Outcome::HandOff(core) => Outcome::HandOff(core),
+        }
+    }
+}
+
+/// An outcome with nothing to drive: a whole answer, or a hand-off.
+pub(crate) type Answered = Outcome<std::convert::Infallible>;
+
+impl Answered {
+    /// As an outcome of any era (it never has a job).
+    pub(crate) fn widen<K>(self) -> Outcome<K> {
+        self.map_job(|never| match never {})
+    }
+}
+
+/// Renders `answer` as a whole response.
+pub(crate) fn reply<J>(out: &mut Vec<u8>, answer: Answer<'_>, keep_alive: bool) -> Outcome<J> {
+    answer.render(out, keep_alive);
+    Outcome::Reply { keep_alive }
+}
+
+/// Renders a refusal as a whole response.
+pub(crate) fn refuse<J>(
+    out: &mut Vec<u8>,
+    refusal: Refusal,
+    id: Option<&RawId>,
+    keep_alive: bool,
+) -> Outcome<J> {
+    reply(out, Answer::Refused { refusal, id }, keep_alive)
+}
+
+/// A JSON-RPC error response for request `id` as a whole `200 application/json` answer.
+pub(crate) fn reply_error<J>(
+    out: &mut Vec<u8>,
+    id: &RawId,
+    code: Code,
+    message: &str,
+    keep_alive: bool,
+) -> Outcome<J> {
+    let mut body = Vec::with_capacity(64 + message.len());
+    crate::wire::push_error_response(&mut body, Some(id), code, message, None);
+    reply(out, Answer::Json(&body), keep_alive)
+}
+
+// `Source`: one response stream as the connection's driver sees it (`runtime::stream`), the
+// seam between the socket-level loop and each era's stream. A source says what is ready
+// (`fill`), what to wait on for more (`wake`), how it ends (`Step`), what the drain's end
+// writes (`end_for_drain`) and what a peer that went away means (`gone`); the driver owns the
+// waiting, the keep-alive comment, the peer-closed check, the drain and the writes.
+//
+// Implemented by each era for its own streams: the legacy ring stream (`legacy::SseJob`),
+// and the 2026-07-28 call, keyed observer and `subscriptions/listen` stream (`modern`).
+// Driven monomorphised (`async fn drive<S: Source>`): no box and no allocation per request
+// or event comes from this seam.
+// Never: names a socket, a runtime or an era; a source never awaits inside `fill`.
+
+/// What a stream's `fill` found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// The stream goes on: write what is in the output (maybe nothing), then wait.
+    Open,
+    /// The stream's last bytes are in the output (its final event and the chunked body's last
+    /// chunk, or a whole answer: a JSON response, a retry's 409 after its wait): write them;
+    /// then the connection serves its next request when `reusable`.
+    Ended { reusable: bool },
+    /// Stop now and write nothing more (the output is dropped), then close the connection:
+    /// another writer took the stream over, or the stream is cut as a network cut would be
+    /// (no last chunk, so the client resumes).
+    Cut,
+}
+
+/// When the driver sends the SSE keep-alive comment (`--sse-keepalive-ms`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum KeepAlive {
+    /// None now (nothing streamed yet, or a body that is not SSE).
+    Off,
+    /// After an interval with nothing written, counted from each wait's start.
+    Idle,
+    /// Every interval from the stream's start, whatever else was written (a stream whose
+    /// wake is a poll timer, which would otherwise restart an idle count forever).
+    Every,
+}
+
+/// One response stream a connection writes after the request was handled. The driver calls,
+/// in a loop: `fill` (then writes, `sent` or `gone`), and when nothing was ready, waits on
+/// `wake`, the drain, the keep-alive timer and the peer's socket. The output buffer holds the
+/// response head before the first `fill` when the era rendered it already; `frames` is the
+/// connection's scratch buffer, empty at each call.
+pub(crate) trait Source {
+    /// Appends what is ready to `out` (a head not rendered yet, SSE chunks, the end), at most
+    /// about `core.cfg.write_buffer_bytes` of frames; never awaits.
+    fn fill(&mut self, core: &Core, out: &mut Vec<u8>, frames: &mut Vec<u8>) -> Step;
+
+    /// Completes when `fill` may find more (an event, the outcome, a timeout of the stream's
+    /// own). Asked after a `fill` that found nothing to write; dropped when another branch of
+    /// the wait wins, so it must hold no buffer.
+    fn wake(&mut self) -> impl Future<Output = ()> + '_;
+
+    /// How the keep-alive comment is timed now (asked before each wait).
+    fn keep_alive(&self) -> KeepAlive;
+
+    /// True when a drain waits for this stream to end; false for one that waits for messages
+    /// that may never come (a standalone GET, a listen stream), which the drain counts as
+    /// idle and ends at its end with the others.
+    fn holds_drain(&self) -> bool;
+
+    /// The drain's end reached the stream after a `fill` that did not end it: appends its last
+    /// bytes (the last chunk, a result, or a 503 when nothing was streamed). The connection
+    /// then closes.
+    fn end_for_drain(&mut self, core: &Core, out: &mut Vec<u8>, frames: &mut Vec<u8>);
+
+    /// The output was written whole.
+    fn sent(&mut self, core: &Core);
+
+    /// The peer went away (it closed its end, or a write failed): detach, cancel, or nothing,
+    /// as the stream's revision says. Nothing more is written.
+    fn gone(&mut self, core: &Core);
+}

@@ -1,0 +1,40 @@
+//! The modern era's state on one core (`ModernCore`): the shared `crate::core::Core` and what
+//! only 2026-07-28 keeps per core, the `Idempotency-Key` records (`keyed`) and the tasks
+//! (`tasks`). Built by `endpoint::Endpoint::new`; read by every file of `modern`. Never: holds
+//! anything of a legacy session.
+
+use std::rc::Rc;
+
+use super::keyed;
+use super::tasks;
+use crate::core::Core;
+
+/// The modern era's state on one core: the shared `Core` (config, registry, metrics, read
+/// through `Deref`) and what only this era keeps: the `Idempotency-Key` records of the keys
+/// this core owns (`keyed`) and the tasks it created (`tasks`).
+pub(crate) struct ModernCore {
+    shared: Rc<Core>,
+    /// 2026-07-28 Idempotency-Key records of the keys this core owns (`keyed`).
+    pub(crate) keys: Rc<std::cell::RefCell<keyed::KeyTable>>,
+    /// 2026-07-28 tasks (`io.modelcontextprotocol/tasks`) this core created (`tasks`).
+    pub(crate) tasks: tasks::TaskStore,
+}
+
+impl ModernCore {
+    /// The modern state of core `shared`: no key, no task yet.
+    pub(crate) fn new(shared: Rc<Core>) -> ModernCore {
+        let cfg = &shared.cfg;
+        let keys = keyed::KeyTable::new(cfg.idempotency_keys_per_core_max);
+        let limits = tasks::TaskLimits::from_config(cfg);
+        let tasks = tasks::TaskStore::new(shared.index, limits, shared.metrics.clone());
+        ModernCore { keys: Rc::new(std::cell::RefCell::new(keys)), tasks, shared }
+    }
+}
+
+impl std::ops::Deref for ModernCore {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.shared
+    }
+}

@@ -1,0 +1,372 @@
+//! One server's life and one core's part in it: `Lifecycle` (shared by every worker, atomics:
+//! `Serving` → `Draining` → `Ending`, only forward) and `Drain` (one core's view of it, which its
+//! connections and stream drivers wait on). The drain itself is described in `runtime`'s doc.
+//! Used by `runtime` (the worker's drain loop), `conn` and `stream` (a connection's part), and
+//! `server` (starting the drain). Never: touches a socket or a session.
+
+use std::cell::{Cell, RefCell};
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::OnceLock;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use atomic_waker::AtomicWaker;
+
+use crate::config;
+
+/// Where the server is in its life. Only moves forward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub(crate) enum Phase {
+    /// Accepting connections and sessions.
+    Serving = 0,
+    /// Listeners closed, `initialize` refused (503 + Retry-After), idle connections closed;
+    /// running calls finish and deliver their results, other requests are still served.
+    Draining = 1,
+    /// Every core quiet, or `--drain-secs` passed: open SSE responses end with their last
+    /// chunk, connections close, workers return.
+    Ending = 2,
+}
+
+impl Phase {
+    fn from_u8(v: u8) -> Phase {
+        match v {
+            0 => Phase::Serving,
+            1 => Phase::Draining,
+            _ => Phase::Ending,
+        }
+    }
+}
+
+/// The server's lifecycle, shared by the workers, the admin listener (`/readyz`), the signal
+/// thread and `Running`. Written rarely (twice per process life); read by workers only while
+/// they wait for it, never on the request path.
+pub(crate) struct Lifecycle {
+    phase: AtomicU8,
+    /// `--drain-secs`.
+    drain: Duration,
+    /// When the drain began; set before `phase` leaves `Serving`.
+    drain_started: OnceLock<Instant>,
+    cores: Vec<CoreSlot>,
+    /// The thread blocked in `Running::join`, unparked when a worker returns.
+    joiner: OnceLock<std::thread::Thread>,
+}
+
+/// One worker's slot in the lifecycle.
+struct CoreSlot {
+    /// The worker's one task that waits for a phase (its accept loop, then its drain loop).
+    waker: AtomicWaker,
+    /// The core still has work. True from the start, so a core that has not reported yet is
+    /// never taken as quiet.
+    busy: AtomicBool,
+    /// The worker's thread returned.
+    finished: AtomicBool,
+}
+
+impl Lifecycle {
+    pub(crate) fn new(cores: usize, drain: Duration) -> Lifecycle {
+        let slot = || CoreSlot {
+            waker: AtomicWaker::new(),
+            busy: AtomicBool::new(true),
+            finished: AtomicBool::new(false),
+        };
+        Lifecycle {
+            phase: AtomicU8::new(Phase::Serving as u8),
+            drain,
+            drain_started: OnceLock::new(),
+            cores: (0..cores).map(|_| slot()).collect(),
+            joiner: OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn phase(&self) -> Phase {
+        Phase::from_u8(self.phase.load(Ordering::Acquire))
+    }
+
+    /// Begins the drain; false when it had begun already (a second request to stop).
+    pub(crate) fn begin_drain(&self) -> bool {
+        let _ = self.drain_started.set(Instant::now());
+        let from = Phase::Serving as u8;
+        let to = Phase::Draining as u8;
+        let began = self.phase.compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire);
+        if began.is_ok() {
+            self.wake_all();
+        }
+        began.is_ok()
+    }
+
+    /// Ends the drain (idempotent).
+    pub(super) fn end(&self) {
+        if self.phase.swap(Phase::Ending as u8, Ordering::AcqRel) != Phase::Ending as u8 {
+            self.wake_all();
+        }
+    }
+
+    /// `--drain-secs`.
+    pub(crate) fn drain(&self) -> Duration {
+        self.drain
+    }
+
+    /// When the drain must end (`None` while serving).
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.drain_started.get().map(|t| *t + self.drain)
+    }
+
+    /// Past this, `Running::join` stops waiting for workers: the drain's deadline, its flush,
+    /// and a second for a worker to return.
+    pub(crate) fn give_up_at(&self) -> Option<Instant> {
+        let flush = Duration::from_millis(config::DRAIN_FLUSH_MS) + Duration::from_secs(1);
+        self.deadline().map(|d| d + flush)
+    }
+
+    pub(super) fn report(&self, core: usize, busy: bool) {
+        if let Some(slot) = self.cores.get(core) {
+            slot.busy.store(busy, Ordering::Release);
+        }
+    }
+
+    pub(super) fn all_quiet(&self) -> bool {
+        self.cores.iter().all(|c| !c.busy.load(Ordering::Acquire))
+    }
+
+    fn wake_all(&self) {
+        for slot in &self.cores {
+            slot.waker.wake();
+        }
+        if let Some(joiner) = self.joiner.get() {
+            joiner.unpark();
+        }
+    }
+
+    /// Completes once the phase is at least `phase`. Only worker `core`'s one waiting task
+    /// calls it (one waker per slot).
+    pub(super) async fn reached(&self, core: usize, phase: Phase) {
+        let Some(slot) = self.cores.get(core) else { return };
+        poll_fn(|cx| {
+            if self.phase() >= phase {
+                return Poll::Ready(());
+            }
+            slot.waker.register(cx.waker());
+            if self.phase() >= phase {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await
+    }
+
+    /// Worker `core`'s thread returned.
+    pub(crate) fn worker_finished(&self, core: usize) {
+        if let Some(slot) = self.cores.get(core) {
+            slot.finished.store(true, Ordering::Release);
+        }
+        if let Some(joiner) = self.joiner.get() {
+            joiner.unpark();
+        }
+    }
+
+    pub(crate) fn all_finished(&self) -> bool {
+        self.cores.iter().all(|c| c.finished.load(Ordering::Acquire))
+    }
+
+    /// Registers the thread that waits in `Running::join` (the first one only).
+    pub(crate) fn set_joiner(&self, thread: std::thread::Thread) {
+        let _ = self.joiner.set(thread);
+    }
+}
+
+/// One core's side of the lifecycle, for its connections: core-local, no atomics.
+#[derive(Default)]
+pub(crate) struct Drain {
+    /// This core's phase (follows `Lifecycle`, set by the worker's drain loop).
+    phase: Cell<Option<Phase>>,
+    /// Connections this core serves (`conn::serve` running).
+    pub(super) open: Cell<usize>,
+    /// Of those: waiting for a request with nothing buffered, or writing a standalone GET
+    /// stream. A drain closes or ends them and never waits for them.
+    idle: Cell<usize>,
+    /// Tasks waiting for the next phase change (idle connections, SSE writers).
+    watch: PhaseWatch,
+}
+
+impl Drain {
+    /// The drain has begun: no idle keep-alive, every answer closes its connection.
+    pub(crate) fn draining(&self) -> bool {
+        self.phase.get().is_some_and(|p| p >= Phase::Draining)
+    }
+
+    /// The drain ends: SSE writers send their last chunk and close.
+    pub(crate) fn ending(&self) -> bool {
+        self.phase.get() == Some(Phase::Ending)
+    }
+
+    /// Completes at this core's next phase change after the call.
+    pub(crate) fn changed(&self) -> Changed<'_> {
+        Changed { watch: &self.watch, generation: self.watch.generation.get(), slot: None }
+    }
+
+    pub(super) fn set_phase(&self, phase: Phase) {
+        self.phase.set(Some(phase));
+        self.watch.notify_all();
+    }
+
+    /// Counts a connection while the guard lives.
+    pub(crate) fn open(&self) -> Counted<'_> {
+        Counted::new(&self.open)
+    }
+
+    /// Counts the connection as idle while the guard lives.
+    pub(crate) fn idle(&self) -> Counted<'_> {
+        Counted::new(&self.idle)
+    }
+
+    /// No connection of this core is mid-request or writing a request stream.
+    pub(super) fn connections_quiet(&self) -> bool {
+        self.open.get() <= self.idle.get()
+    }
+}
+
+/// Adds one to a core-local count while it lives.
+pub(crate) struct Counted<'a>(&'a Cell<usize>);
+
+impl<'a> Counted<'a> {
+    fn new(count: &'a Cell<usize>) -> Counted<'a> {
+        count.set(count.get() + 1);
+        Counted(count)
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
+}
+
+/// Wakes every task waiting for the core's next phase change. A waiter gives its slot back
+/// when dropped, so the many connections that wait and then go on (or close) leave nothing
+/// behind; slots are reused, their number bounded by the waiters at one time.
+#[derive(Default)]
+struct PhaseWatch {
+    generation: Cell<u64>,
+    /// `Some` exactly while the waiter holding that slot is pending.
+    wakers: RefCell<Vec<Option<Waker>>>,
+    /// Slots no waiter holds.
+    free: RefCell<Vec<usize>>,
+}
+
+impl PhaseWatch {
+    fn notify_all(&self) {
+        self.generation.set(self.generation.get().wrapping_add(1));
+        let woken: Vec<Waker> =
+            self.wakers.borrow_mut().iter_mut().filter_map(Option::take).collect();
+        for waker in woken {
+            waker.wake();
+        }
+    }
+}
+
+/// `Drain::changed`.
+pub(crate) struct Changed<'a> {
+    watch: &'a PhaseWatch,
+    generation: u64,
+    /// The slot this waiter holds, once it waited.
+    slot: Option<usize>,
+}
+
+impl Future for Changed<'_> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.watch.generation.get() != self.generation {
+            return Poll::Ready(());
+        }
+        let mut wakers = self.watch.wakers.borrow_mut();
+        let slot = match self.slot {
+            Some(slot) => slot,
+            None => match self.watch.free.borrow_mut().pop() {
+                Some(slot) => slot,
+                None => {
+                    wakers.push(None);
+                    wakers.len() - 1
+                }
+            },
+        };
+        wakers[slot] = Some(cx.waker().clone());
+        drop(wakers);
+        self.slot = Some(slot);
+        Poll::Pending
+    }
+}
+
+impl Drop for Changed<'_> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            if let Some(waker) = self.watch.wakers.borrow_mut().get_mut(slot) {
+                *waker = None;
+            }
+            self.watch.free.borrow_mut().push(slot);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lifecycle_only_moves_forward_and_waits_for_every_core() {
+        // Goal: one drain per life, its deadline, and "all quiet" only once every core said so.
+        // Method: drive a two-core lifecycle by hand.
+        let life = Lifecycle::new(2, Duration::from_secs(5));
+        assert_eq!((life.phase(), life.deadline()), (Phase::Serving, None));
+        assert!(!life.all_quiet(), "a core that never reported is busy");
+        assert!(life.begin_drain());
+        assert!(!life.begin_drain(), "a second request to stop is reported as such");
+        assert_eq!(life.phase(), Phase::Draining);
+        let deadline = life.deadline().expect("deadline once draining");
+        assert!(deadline > Instant::now() + Duration::from_secs(4));
+        life.report(0, false);
+        assert!(!life.all_quiet(), "core 1 has not reported");
+        life.report(1, false);
+        assert!(life.all_quiet());
+        life.end();
+        life.end();
+        assert_eq!(life.phase(), Phase::Ending);
+        assert!(!life.begin_drain(), "never back to draining");
+        assert_eq!(life.phase(), Phase::Ending);
+        assert!(!life.all_finished());
+        life.worker_finished(0);
+        life.worker_finished(1);
+        assert!(life.all_finished());
+    }
+
+    #[test]
+    fn phase_waiters_fire_on_change_and_give_their_slot_back() {
+        // Goal: connections that wait for a phase change and then go on leave nothing behind
+        // (a waiter list that only grows would leak per connection). Method: poll and drop
+        // many waiters by hand, then one that sees a change.
+        let drain = Drain::default();
+        let mut cx = Context::from_waker(Waker::noop());
+        for _ in 0..1000 {
+            let mut waiter = std::pin::pin!(drain.changed());
+            assert!(waiter.as_mut().poll(&mut cx).is_pending());
+        }
+        assert_eq!(drain.watch.wakers.borrow().len(), 1, "one slot, reused");
+        let mut waiter = std::pin::pin!(drain.changed());
+        assert!(waiter.as_mut().poll(&mut cx).is_pending());
+        assert!(!drain.draining());
+        drain.set_phase(Phase::Draining);
+        assert!(waiter.as_mut().poll(&mut cx).is_ready());
+        assert!(drain.draining() && !drain.ending());
+        let idle = drain.idle();
+        let open = drain.open();
+        assert!(drain.connections_quiet(), "an idle connection is not waited for");
+        drop(idle);
+        assert!(!drain.connections_quiet(), "a busy one is");
+        drop(open);
+        assert!(drain.connections_quiet());
+    }
+}
