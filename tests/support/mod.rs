@@ -859,17 +859,36 @@ pub fn wait_closed(server: &Server, open: u64, ctx: &str) {
 /// generous, so only a hang reaches it.
 pub const PROMPT_WAIT: Duration = Duration::from_secs(10);
 
-/// Re-POSTs `body` — a request of session `sid` whose stream is owed or parked — until the 409
-/// (-31001, CONTRACT §4 step 2: nothing runs) says it is no longer in flight: the call has
-/// finished and every event it will ever have is in the replay ring.
-pub fn wait_call_done(server: &Server, sid: &str, body: &str, ctx: &str) {
+/// How a cut call ended, as the 409 of a re-POST tells (`wait_call_done`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallEnd {
+    /// -31001, not in flight: done, and its stream owed (or parked).
+    Owed,
+    /// -31002: done and settled: the server had written the whole stream into the socket before
+    /// it saw the cut (a client slow to cut a short call).
+    Settled,
+}
+
+/// Re-POSTs `body` — a request of session `sid` whose stream was cut — until the 409 says the
+/// call is no longer in flight (CONTRACT §4 steps 2 and 3: nothing runs): the call has finished
+/// and every event it will ever have is in the replay ring.
+pub fn wait_call_done(server: &Server, sid: &str, body: &str, ctx: &str) -> CallEnd {
+    let mut end = None;
     wait_until(PROMPT_WAIT, &format!("{ctx}: the cut call to finish"), || {
         let r = post(server, &[("Mcp-Session-Id", sid)], body);
         assert_eq!(r.status, 409, "{ctx}: probe {}", r.text());
         let v = r.json();
-        assert_eq!(v["error"]["code"], -31001, "{ctx}: the stream must be owed or parked: {v}");
-        v["error"]["data"]["owedStreams"][0]["inFlight"] == false
+        end = match v["error"]["code"].as_i64() {
+            Some(-31001) if v["error"]["data"]["owedStreams"][0]["inFlight"] == false => {
+                Some(CallEnd::Owed)
+            }
+            Some(-31001) => None,
+            Some(-31002) => Some(CallEnd::Settled),
+            _ => panic!("{ctx}: the probe of a cut call: {v}"),
+        };
+        end.is_some()
     });
+    end.expect("reached")
 }
 
 /// The exit status of `child`, if it ends within `bound`.
