@@ -5,7 +5,9 @@
 //! connections at once (N served, N+1 refused with 503).
 //! Method: the real binary with `--metrics-listen 127.0.0.1:0` (the banner names the bound
 //! address), raw HTTP/1.1 over loopback, one request per connection read to EOF; both drivers
-//! where the workers' counters or drain are involved; signals sent with `kill`.
+//! where the workers' counters or drain are involved; signals sent with `kill`. Connections
+//! being served are counted as the admin listener's connection threads in `/proc/<pid>/task`
+//! (one per connection, named `tidemark-admin-conn`), so a test waits for that state.
 
 mod support;
 
@@ -13,7 +15,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use support::{Server, DRIVERS};
+use support::{poll_until, wait_until, Server, DRIVERS};
 
 /// `config::ADMIN_CONNECTIONS_MAX`.
 const ADMIN_CONNECTIONS_MAX: usize = 64;
@@ -37,7 +39,26 @@ impl Proc {
     fn signal(&self, sig: &str) {
         self.server.signal(sig);
     }
+
+    /// Admin connections being served: the listener's connection threads alive. A thread takes
+    /// its connection's slot before it starts and gives it back before it ends.
+    fn serving(&self) -> usize {
+        let tasks = format!("/proc/{}/task", self.server.pid());
+        std::fs::read_dir(tasks)
+            .expect("read the server's threads")
+            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+            .filter(|name| name.trim_end() == CONNECTION_THREAD)
+            .count()
+    }
+
+    /// Waits until exactly `n` admin connections are being served.
+    fn wait_serving(&self, n: usize, what: &str) {
+        wait_until(Duration::from_secs(10), what, || self.serving() == n);
+    }
 }
+
+/// An admin connection thread's name (`tidemark-admin-conn`) as the kernel keeps it: 15 bytes.
+const CONNECTION_THREAD: &str = "tidemark-admin-";
 
 /// One request on a fresh admin connection; (status, body), read to EOF within 5 s.
 fn fetch(admin: SocketAddr, method: &str, path: &str) -> (u16, String) {
@@ -53,8 +74,9 @@ fn fetch(admin: SocketAddr, method: &str, path: &str) -> (u16, String) {
 
 #[test]
 fn idle_connections_do_not_delay_a_scrape() {
-    // 20 connections that send nothing, and 5 that send half a head, then a scrape: it must be
-    // answered within a second (one at a time, it waited for each idle one's timeout).
+    // 20 connections that send nothing, and 5 that send half a head, all being served, then a
+    // scrape: it must be answered within a second (one at a time, it waited for each idle
+    // one's timeout).
     for driver in DRIVERS {
         let server = Proc::start(driver, &[]);
         let idle: Vec<TcpStream> =
@@ -66,7 +88,7 @@ fn idle_connections_do_not_delay_a_scrape() {
                 s
             })
             .collect();
-        std::thread::sleep(Duration::from_millis(50));
+        server.wait_serving(25, &format!("{driver}: the 25 idle and slow connections served"));
         let started = Instant::now();
         let (status, body) = fetch(server.admin, "GET", "/metrics");
         let took = started.elapsed();
@@ -90,48 +112,62 @@ fn an_idle_admin_connection_is_closed_after_the_io_timeout() {
     assert!(took >= Duration::from_millis(1500) && took < Duration::from_secs(4), "{took:?}");
 }
 
+/// Within this of its first connection, a round of the bound test has sent its probe before
+/// any held connection's `ADMIN_IO_TIMEOUT_MS` (2 s) closed it.
+const ROUND_BUDGET: Duration = Duration::from_millis(1800);
+
+/// One round of the bound test: N − 1 held connections being served, the N-th served, one
+/// more held, then the probe's answer. `None` when the round ran past `ROUND_BUDGET` (a loaded
+/// machine): a held connection may have timed out, so the probe proves nothing.
+fn bounded_round(server: &Proc) -> Option<(u16, String)> {
+    let started = Instant::now();
+    let left = || ROUND_BUDGET.saturating_sub(started.elapsed());
+    let mut held: Vec<TcpStream> = (0..ADMIN_CONNECTIONS_MAX - 1)
+        .map(|_| TcpStream::connect(server.admin).expect("connect"))
+        .collect();
+    if !poll_until(left(), || server.serving() == ADMIN_CONNECTIONS_MAX - 1) {
+        return None;
+    }
+    // The N-th connection is served.
+    let (status, _) = fetch(server.admin, "GET", "/healthz");
+    assert_eq!(status, 200, "the {ADMIN_CONNECTIONS_MAX}th connection");
+    // Its thread gives its slot back just after the answer's end.
+    if !poll_until(left(), || server.serving() == ADMIN_CONNECTIONS_MAX - 1) {
+        return None;
+    }
+    held.push(TcpStream::connect(server.admin).expect("connect"));
+    if !poll_until(left(), || server.serving() == ADMIN_CONNECTIONS_MAX) {
+        return None;
+    }
+    // With N held, the next one is refused with 503 (and closed).
+    let answer = fetch(server.admin, "GET", "/healthz");
+    let in_time = started.elapsed() < ROUND_BUDGET;
+    drop(held);
+    in_time.then_some(answer)
+}
+
 #[test]
 fn admin_connections_are_bounded_n_served_n_plus_one_refused() {
     // Held connections send nothing, so the server closes them ADMIN_IO_TIMEOUT_MS (2 s) after
-    // accepting them: a round that took longer than 1.8 s (a loaded machine), or whose probe
-    // came before every held connection was counted, proves nothing and is tried again.
+    // accepting them; each round waits until they are all being served before its probe, and
+    // a round that took longer than ROUND_BUDGET (a loaded machine) is tried again.
     let server = Proc::start("epoll", &[]);
     let mut refused = None;
     for _round in 0..10 {
-        let started = Instant::now();
-        let mut held: Vec<TcpStream> = (0..ADMIN_CONNECTIONS_MAX - 1)
-            .map(|_| TcpStream::connect(server.admin).expect("connect"))
-            .collect();
-        std::thread::sleep(Duration::from_millis(50));
-        // The N-th connection is served.
-        let (status, _) = fetch(server.admin, "GET", "/healthz");
-        assert_eq!(status, 200, "the {ADMIN_CONNECTIONS_MAX}th connection");
-        // With N held, the next one is refused with 503 (and closed).
-        held.push(TcpStream::connect(server.admin).expect("connect"));
-        std::thread::sleep(Duration::from_millis(50));
-        let answer = fetch(server.admin, "GET", "/healthz");
-        let in_time = started.elapsed() < Duration::from_millis(1800);
-        drop(held);
-        // On a loaded machine a held connection may not be counted yet (or already timed out)
-        // when the probe arrives; such a round proves nothing either way. A server without the
-        // cap never answers 503, so it still fails after the rounds.
-        let was_refused = answer.0 == 503;
-        refused = Some(answer);
-        if in_time && was_refused {
+        // The previous round's held connections are gone (their threads ended).
+        server.wait_serving(0, "the held connections of the last round to end");
+        refused = bounded_round(&server);
+        if refused.is_some() {
             break;
         }
-        // Let the held connections' threads finish before the next round.
-        std::thread::sleep(Duration::from_millis(300));
     }
-    let (status, body) = refused.expect("at least one round");
+    let (status, body) = refused.expect("a round within its budget (ten tried)");
     assert_eq!(status, 503, "connection {}: {body}", ADMIN_CONNECTIONS_MAX + 1);
     assert!(body.contains("too many admin connections"), "{body}");
     // Once the held ones are closed, the listener serves again.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while fetch(server.admin, "GET", "/healthz").0 != 200 {
-        assert!(Instant::now() < deadline, "still refusing after the held connections closed");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(Duration::from_secs(5), "the listener to serve again after the held closed", || {
+        fetch(server.admin, "GET", "/healthz").0 == 200
+    });
 }
 
 #[test]
@@ -169,11 +205,11 @@ fn health_readiness_and_other_paths() {
         let mut first = [0u8; 64];
         assert!(call.read(&mut first).expect("read") > 0, "{driver}: the call started");
         server.signal("TERM");
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while fetch(server.admin, "GET", "/readyz").0 != 503 {
-            assert!(Instant::now() < deadline, "{driver}: /readyz still 200 while draining");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_until(
+            Duration::from_secs(2),
+            &format!("{driver}: /readyz 503 while draining"),
+            || fetch(server.admin, "GET", "/readyz").0 == 503,
+        );
         assert_eq!(fetch(server.admin, "GET", "/readyz"), (503, "draining\n".to_owned()));
         assert_eq!(fetch(server.admin, "GET", "/healthz"), (200, "ok\n".to_owned()), "{driver}");
         assert_eq!(fetch(server.admin, "GET", "/metrics").0, 200, "{driver}");

@@ -5,7 +5,9 @@
 //! with the chunked body's last chunk and exits 0; a second signal exits at once.
 //! Method: the real binary (both drivers, two workers so the drain spans cores), raw HTTP over
 //! loopback, signals sent with `kill`; a chunked body counts as cleanly ended only when its
-//! terminating chunk arrived (`parse_complete`), a cut would leave it incomplete.
+//! terminating chunk arrived (`parse_complete`), a cut would leave it incomplete. A request is
+//! "in flight" once the kernel shows its first bytes read by the server (`/proc/net/tcp`), and
+//! the drain has begun on every core once a new connection is refused.
 
 mod support;
 
@@ -15,8 +17,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::{
-    messages, parse_complete, progress_of, read_response, request, Response, Server, Wire, DRIVERS,
-    INIT, POST_HEADERS,
+    messages, parse_complete, progress_of, read_response, request, unread_by_server, wait_until,
+    Response, Server, Wire, DRIVERS, INIT, POST_HEADERS,
 };
 
 /// The server under test (two workers, so the drain spans cores) and the requests the tests
@@ -146,11 +148,17 @@ fn a_drain_lets_the_running_call_finish_refuses_new_work_and_exits_0() {
         let (ping_now, ping_later) = split_request(&ping);
         let mut late_ping = server.connect();
         late_ping.write_all(ping_now).expect("write");
-        std::thread::sleep(Duration::from_millis(50));
+        // In flight means the server has read those first bytes (accepted, mid-head).
+        for (late, name) in [(&late_init, "initialize"), (&late_ping, "ping")] {
+            let what = format!("{ctx}: the server to read the first bytes of the {name}");
+            wait_until(Duration::from_secs(10), &what, || unread_by_server(late) == Some(0));
+        }
 
         let signalled = Instant::now();
         server.signal("TERM");
-        std::thread::sleep(Duration::from_millis(150));
+        // Every core drains once its listener is closed: then a connection is refused.
+        let what = format!("{ctx}: every core to close its listener");
+        wait_until(Duration::from_secs(10), &what, || TcpStream::connect(server.addr).is_err());
 
         // A new session: 503, Retry-After, a JSON-RPC error with the request's id, and close.
         late_init.write_all(init_later).expect("write");

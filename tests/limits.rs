@@ -206,11 +206,7 @@ fn connections_per_core_at_n_and_n_plus_one() {
         let mut h = POST_HEADERS.to_vec();
         h.push(("Mcp-Session-Id", &sid));
         // The connections `open_session` used are gone before counting starts.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while metric(&scrape(&metrics), "tidemark_connections_active") != 0 {
-            assert!(Instant::now() < deadline, "{driver}: connections never closed");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_closed(&server, 0, driver);
         // N connections, each proven live by a request and kept open.
         let mut open = Vec::new();
         for id in 1..=2u64 {
@@ -226,20 +222,13 @@ fn connections_per_core_at_n_and_n_plus_one() {
         assert_refused(&r, 503, &format!("{driver}: connection N+1"));
         assert_ne!(ending, Ending::StillOpen, "{driver}: refused connection closed");
         assert!(metric(&scrape(&metrics), "tidemark_limit_hits_total{limit=\"connections\"}") >= 1);
-        // Closing one frees its slot (polled: the server notices the close asynchronously).
+        // Closing one frees its slot, once the server has seen the close.
         drop(open.pop());
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let mut s = server.connect();
-            send(&mut s, &request("POST", &server.path, &server.host(), &h, Some(&ping(9))));
-            let mut head = [0u8; 12];
-            let got = s.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 200");
-            if got {
-                break;
-            }
-            assert!(Instant::now() < deadline, "{driver}: slot never freed");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_closed(&server, 1, driver);
+        let mut s = server.connect();
+        send(&mut s, &request("POST", &server.path, &server.host(), &h, Some(&ping(9))));
+        let r = read_response(&mut s);
+        assert_eq!(r.status, 200, "{driver}: the freed slot serves: {}", r.text());
     }
 }
 
@@ -295,17 +284,10 @@ fn refuses_to_start(args: &[&str], flag: &str) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn tidemark");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{args:?}: the server started instead of refusing the flag");
-        }
-        std::thread::sleep(Duration::from_millis(10));
+    let Some(status) = exit_within(&mut child, Duration::from_secs(10)) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("{args:?}: the server started instead of refusing the flag");
     };
     let mut stderr = String::new();
     child.stderr.take().expect("stderr").read_to_string(&mut stderr).expect("read stderr");
@@ -394,7 +376,8 @@ fn held_posts_per_session_at_n_and_n_plus_one() {
         let mut s = call_stream(&server, &sid, &body, &[]);
         let priming = s.next_event().expect("priming").id.expect("id");
         s.cut();
-        std::thread::sleep(Duration::from_millis(50));
+        // The server has seen the cut (the stream is owed) once it ended that connection.
+        wait_closed(&server, 0, driver);
         let held: Vec<_> = (0..HELD_MAX)
             .map(|i| {
                 let (server_addr, host, path, sid) =
@@ -411,11 +394,8 @@ fn held_posts_per_session_at_n_and_n_plus_one() {
             })
             .collect();
         // Wait until both are held (counted), then the next one is refused at once.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while metric(&scrape(&metrics), "posts_held_total") < HELD_MAX {
-            assert!(Instant::now() < deadline, "{driver}: pings were not held");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let what = format!("{driver}: the pings to be held");
+        wait_metric(&metrics, "posts_held_total", Duration::from_secs(5), &what, |n| n >= HELD_MAX);
         let started = Instant::now();
         let r = post(&server, &[("Mcp-Session-Id", &sid)], &ping(99));
         assert!(started.elapsed() < Duration::from_secs(2), "{driver}: N+1 was held too");

@@ -73,20 +73,14 @@ fn exit_of(args: &[&str], bound: Duration) -> Option<(Option<i32>, String)> {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn tidemark");
-    let deadline = Instant::now() + bound;
-    loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            let mut err = String::new();
-            child.stderr.take().expect("stderr").read_to_string(&mut err).expect("stderr");
-            return Some((status.code(), err));
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let Some(status) = exit_within(&mut child, bound) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return None;
+    };
+    let mut err = String::new();
+    child.stderr.take().expect("stderr").read_to_string(&mut err).expect("stderr");
+    Some((status.code(), err))
 }
 
 #[test]
@@ -287,6 +281,8 @@ fn a_large_result_reaches_a_slow_reader_intact_in_windows() {
             assert!(n > 0, "{driver}: closed after {} bytes", raw.len());
             raw.extend_from_slice(&buf[..n]);
             if raw.len() % (64 * KIB) < n {
+                // Elapsed time is what this tests: a reader this slow keeps the server's sends
+                // blocking (the pause every 64 KiB is the slow reader, not a wait for a state).
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
@@ -339,9 +335,10 @@ struct RssRun {
 }
 
 /// One session, `k` connections with a 4 KiB receive buffer, each POSTing an `echo` of
-/// `text_len` bytes and never reading; waits until every call was answered (or 30 s passed),
-/// then 0.5 s more, and reads the server's peak resident memory (`VmHWM`: every byte it held
-/// at any moment, not a sample).
+/// `text_len` bytes and never reading; waits until every call was answered (or 30 s passed):
+/// each connection holds, unread, the start of the answer naming its request id (a result, a
+/// gap or a refusal), or the server ended it. Then reads the server's peak resident memory
+/// (`VmHWM`: every byte it held at any moment, not a sample).
 fn slow_consumers(driver: &str, k: usize, text_len: usize, extra: &[&str]) -> RssRun {
     let mut args = vec!["--threads", "1", "--write-buffer-bytes", "65536"];
     args.extend_from_slice(&["--replay-bytes", "4194304"]);
@@ -359,27 +356,30 @@ fn slow_consumers(driver: &str, k: usize, text_len: usize, extra: &[&str]) -> Rs
     for i in 0..k {
         let mut c = small_window(&server, 4096);
         c.write_all(&post_bytes(&server, &sid, &echo(10 + i as u64, &text))).expect("send");
-        conns.push(c);
+        c.set_nonblocking(true).expect("nonblocking");
+        conns.push((10 + i as u64, c));
     }
-    // A guard against a hang; a loaded host (debug build) needs 4–8 s for K = 50.
-    let deadline = start + Duration::from_secs(30);
-    let mut done_at: Option<Instant> = None;
-    let (mut answered, mut held, mut open, mut timeouts);
-    loop {
-        let m = scrape(&metrics);
-        answered = metric(&m, "tidemark_requests_total").saturating_sub(2);
-        held = metric(&m, "posts_held_total");
-        open = metric(&m, "tidemark_connections_active");
-        timeouts = metric(&m, "tidemark_limit_hits_total{limit=\"header_timeout\"}");
-        if answered >= k as u64 && done_at.is_none() {
-            done_at = Some(Instant::now());
+    // A guard against a hang; a loaded host (debug build) needs 4–8 s for K = 50. Looked at
+    // every 100 ms: a read of the kernel's socket table costs milliseconds of a core.
+    poll_every(Duration::from_secs(30), Duration::from_millis(100), || {
+        let waiting: Vec<&TcpStream> =
+            conns.iter().filter(|(id, c)| !answer_arrived(c, *id)).map(|(_, c)| c).collect();
+        if waiting.is_empty() {
+            return true;
         }
-        let finished = done_at.is_some_and(|t| t.elapsed() >= Duration::from_millis(500));
-        if finished || Instant::now() >= deadline {
-            break;
+        // The rest may have been ended by the server: only then is the table worth reading.
+        let open = metric(&scrape(&metrics), "tidemark_connections_active") as usize;
+        if open + waiting.len() > k {
+            return false;
         }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        let table = TcpTable::read();
+        waiting.iter().all(|c| table.closed_by_peer(c))
+    });
+    let m = scrape(&metrics);
+    let answered = metric(&m, "tidemark_requests_total").saturating_sub(2);
+    let held = metric(&m, "posts_held_total");
+    let open = metric(&m, "tidemark_connections_active");
+    let timeouts = metric(&m, "tidemark_limit_hits_total{limit=\"header_timeout\"}");
     let end = proc_status(pid, "VmRSS");
     let peak = proc_status(pid, "VmHWM");
     drop(conns);
@@ -395,6 +395,19 @@ fn slow_consumers(driver: &str, k: usize, text_len: usize, extra: &[&str]) -> Rs
         timeouts,
         elapsed: start.elapsed(),
     }
+}
+
+/// The JSON-RPC answer to request `id` has begun to arrive on `conn` (non-blocking), looked at
+/// without reading it: the receive window stays as full as the client left it.
+fn answer_arrived(conn: &TcpStream, id: u64) -> bool {
+    let mut head = [0u8; 2048];
+    let n = match conn.peek(&mut head) {
+        Ok(n) => n,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+        Err(_) => return true,
+    };
+    let text = String::from_utf8_lossy(&head[..n]);
+    n == 0 || [format!("\"id\":{id},"), format!("\"id\":{id}}}")].iter().any(|p| text.contains(p))
 }
 
 /// Per-connection memory the flags allow a stalled SSE connection: the SSE frames of one batch

@@ -20,8 +20,6 @@ use support::*;
 
 /// The seed's long call: 10 steps, 50 ms apart, so a cut and two re-POSTs land mid-call.
 const LONG: &str = r#"{"steps":10,"delay_ms":50}"#;
-/// Time for the server to see a client's cut.
-const CUT_SETTLE: Duration = Duration::from_millis(20);
 /// Bound on anything that must "not hang".
 const PROMPT: Duration = Duration::from_secs(3);
 
@@ -61,8 +59,9 @@ fn assert_conflict(
     (hint.to_owned(), in_flight)
 }
 
-/// Starts a call of `args` as request `id` and drops its stream after `k` progress events.
-/// Returns (priming id, last id held).
+/// Starts a call of `args` as request `id` and drops its stream after `k` progress events;
+/// returns once the server has seen the cut (it ended the connection: the stream is owed), so
+/// `server` needs its admin listener. Returns (priming id, last id held).
 fn call_and_cut(
     server: &Server,
     sid: &str,
@@ -75,7 +74,7 @@ fn call_and_cut(
     let priming = read_priming(&mut s, ctx);
     let last = read_progress(&mut s, k, priming.clone(), ctx);
     s.cut();
-    sleep(CUT_SETTLE);
+    wait_closed(server, 0, ctx);
     (priming, last)
 }
 
@@ -124,7 +123,7 @@ fn seed_case_1_re_post_of_a_dropped_call_is_refused_and_resume_delivers_the_rest
 #[test]
 fn policy_off_shows_the_double_execution() {
     for driver in DRIVERS {
-        let server = Server::on(driver, &["--threads", "1", "--migration-policy", "off"]);
+        let server = Server::with_admin(driver, &["--threads", "1", "--migration-policy", "off"]);
         let sid = open_session(&server);
         let before = counter(&server);
         call_and_cut(&server, &sid, 1, LONG, 3, driver);
@@ -167,9 +166,11 @@ fn idempotency_key_dedups_and_refuses_other_params() {
             let priming = read_priming(&mut s1, &ctx);
             let text = assert_rest(&s1.rest(), &priming, 1, 3, 10, &ctx);
             assert_eq!(text, (before + 1).to_string(), "{ctx}");
+            drop(s1);
             let mut s2 = call_stream(&server, &sid, &call(11, "slow_counter", short, true), &key_a);
             assert_eq!(s2.status, 200, "{ctx}");
             let replayed = s2.rest();
+            drop(s2);
             let again = assert_rest(&replayed, &priming, 1, 3, 11, &format!("{ctx} dedup"));
             assert_eq!(again, text, "{ctx}: the original answer");
             // The retry sent progressToken 11 (the original 10): its progress must carry 11.
@@ -187,7 +188,7 @@ fn idempotency_key_dedups_and_refuses_other_params() {
             let priming = read_priming(&mut s3, &ctx);
             read_progress(&mut s3, 2, priming.clone(), &ctx);
             s3.cut();
-            sleep(CUT_SETTLE);
+            wait_closed(&server, 0, &ctx);
             let mut s4 = call_stream(&server, &sid, &call(13, "slow_counter", args, true), &key_b);
             assert_eq!(s4.status, 200, "{ctx}");
             let text = assert_rest(&s4.rest(), &priming, 1, 10, 13, &format!("{ctx} dropped"));
@@ -359,7 +360,7 @@ fn re_post_of_a_parked_call_is_refused_and_the_get_answers() {
 #[test]
 fn cancelled_releases_the_owed_stream() {
     for driver in DRIVERS {
-        let server = Server::on(driver, &["--threads", "1"]);
+        let server = Server::with_admin(driver, &["--threads", "1"]);
         let sid = open_session(&server);
         let before = counter(&server);
         let held = call_and_cut(&server, &sid, 1, LONG, 2, driver);
@@ -390,11 +391,8 @@ fn owed_stream_nobody_resumes_is_abandoned() {
         let sid = open_session(&server);
         call_and_cut(&server, &sid, 1, r#"{"steps":3,"delay_ms":5}"#, 0, driver);
         assert_eq!(metric(&scrape(&m), "owed_abandoned_total"), 0, "{driver}: not yet");
-        let started = Instant::now();
-        while metric(&scrape(&m), "owed_abandoned_total") == 0 {
-            assert!(started.elapsed() < Duration::from_secs(4), "{driver}: never abandoned");
-            sleep(Duration::from_millis(100));
-        }
+        let what = format!("{driver}: the owed stream to be abandoned");
+        wait_metric(&m, "owed_abandoned_total", Duration::from_secs(4), &what, |n| n > 0);
         let r = post(&server, &in_session(&sid), &call(2, "echo", r#"{"text":"free"}"#, false));
         assert_eq!(r.status, 200, "{driver}: {}", r.text());
         assert_eq!(answer_of(&r, driver)["result"]["content"][0]["text"], "free", "{driver}");
@@ -467,14 +465,46 @@ impl Watched {
 enum Order {
     /// The resume, then at once the new POST.
     ResumeFirst,
-    /// The new POST, then the resume a few ms later (the POST must be held meanwhile).
+    /// The new POST, then the resume once the server has the POST (under the strict policy:
+    /// once it holds it).
     PostFirst,
 }
+
+/// How often a trial looks at its two sockets. A tail that completes within this after the
+/// echo may be counted first, so it bounds the overtaking a trial could miss.
+const WATCH_EVERY: Duration = Duration::from_micros(100);
+
+/// Starts the short call of a seed-case-2 trial as request `id`, drops it after its priming
+/// event and returns that event's id once the call is done. `None` when the server had written
+/// the whole call before it saw the cut (a client slow to cut, on a loaded host): the stream is
+/// then settled, not owed, and the trial would prove nothing.
+fn cut_short_call(server: &Server, sid: &str, id: u64, strict: bool, ctx: &str) -> Option<String> {
+    let body = call(id, "slow_counter", r#"{"steps":3,"delay_ms":3}"#, true);
+    let mut s = call_stream(server, sid, &body, &[]);
+    let priming = read_priming(&mut s, ctx);
+    s.cut();
+    if strict {
+        // Until the call is done: the 409 names the owed stream and says whether it runs.
+        return (wait_call_done(server, sid, &body, ctx) == CallEnd::Owed).then_some(priming);
+    }
+    // Not a wait on a state, for want of one: under `--migration-policy off` no request tells
+    // whether the call still runs without running it again (a re-POST) or resuming its stream
+    // (a GET). So this waits well past the call's 3 × 3 ms. A call still running would let the
+    // echo overtake its live tail under either policy: lateness can only make this proof pass
+    // for the wrong reason, never fail it.
+    sleep(Duration::from_millis(40));
+    Some(priming)
+}
+
+/// Attempts at a trial's short call before its trial fails: each is retried only when the
+/// call ran to its end before its cut reached the server.
+const CUT_ATTEMPTS: u64 = 8;
 
 /// One seed-case-2 trial: a short call is dropped after its priming event and finishes; the
 /// client resumes it and POSTs `echo`. Returns the order in which the two answers completed
 /// (`"tail"`, `"echo"`), as seen by one thread polling both sockets: when the echo is complete,
 /// the resume socket is read once more, so a tail that arrived first is always counted first.
+/// `server` needs its admin listener.
 fn seed_case_2_trial(
     server: &Server,
     sid: &str,
@@ -483,28 +513,11 @@ fn seed_case_2_trial(
     strict: bool,
 ) -> Vec<&'static str> {
     let ctx = format!("trial {n} {order:?}");
-    let (id, echo_id) = (1000 + 2 * n, 1001 + 2 * n);
-    let body = call(id, "slow_counter", r#"{"steps":3,"delay_ms":3}"#, true);
-    let mut s = call_stream(server, sid, &body, &[]);
-    let priming = read_priming(&mut s, &ctx);
-    s.cut();
-    if strict {
-        // Until the call is done: the 409 names the owed stream and says whether it runs.
-        let started = Instant::now();
-        loop {
-            let r = post(server, &in_session(sid), &body);
-            assert_eq!(r.status, 409, "{ctx}: probe {}", r.text());
-            let v = r.json();
-            assert_eq!(v["error"]["code"], -31001, "{ctx}: the stream must be owed: {v}");
-            if v["error"]["data"]["owedStreams"][0]["inFlight"] == false {
-                break;
-            }
-            assert!(started.elapsed() < PROMPT, "{ctx}: call never finished");
-            sleep(Duration::from_millis(2));
-        }
-    } else {
-        sleep(Duration::from_millis(40));
-    }
+    let (id, priming) = (0..CUT_ATTEMPTS)
+        .map(|attempt| 1000 + 2 * (CUT_ATTEMPTS * n + attempt))
+        .find_map(|id| cut_short_call(server, sid, id, strict, &ctx).map(|p| (id, p)))
+        .unwrap_or_else(|| panic!("{ctx}: each call was written whole before its cut"));
+    let echo_id = id + 1;
     let get = request(
         "GET",
         &server.path,
@@ -516,17 +529,19 @@ fn seed_case_2_trial(
     h.push(("Mcp-Session-Id", sid));
     let echo_body = call(echo_id, "echo", r#"{"text":"new"}"#, false);
     let post_raw = request("POST", &server.path, &server.host(), &h, Some(&echo_body));
-    let (mut tail, mut echo, gap) = match order {
-        Order::ResumeFirst => {
-            (Some(Watched::open(server, &get)), Watched::open(server, &post_raw), Duration::ZERO)
-        }
-        Order::PostFirst => (None, Watched::open(server, &post_raw), Duration::from_millis(3)),
+    // PostFirst sends the resume once the server has the POST: holds it (strict), or has
+    // parsed it (off, where nothing is held).
+    let metrics = server.metrics();
+    let has_post = if strict { "posts_held_total" } else { "tidemark_requests_total" };
+    let before = metric(&scrape(&metrics), has_post);
+    let mut tail = match order {
+        Order::ResumeFirst => Some(Watched::open(server, &get)),
+        Order::PostFirst => None,
     };
-    let started = Instant::now();
+    let mut echo = Watched::open(server, &post_raw);
     let mut done = Vec::new();
-    while done.len() < 2 {
-        assert!(started.elapsed() < PROMPT, "{ctx}: hung, completed so far {done:?}");
-        if tail.is_none() && started.elapsed() >= gap {
+    let finished = poll_every(PROMPT, WATCH_EVERY, || {
+        if tail.is_none() && metric(&scrape(&metrics), has_post) > before {
             tail = Some(Watched::open(server, &get));
         }
         let tail_done = tail.as_mut().is_some_and(Watched::poll);
@@ -540,8 +555,9 @@ fn seed_case_2_trial(
             }
             done.push("echo");
         }
-        sleep(Duration::from_micros(100));
-    }
+        done.len() == 2
+    });
+    assert!(finished, "{ctx}: hung, completed so far {done:?}");
     let tail = tail.expect("resume sent").response();
     assert_eq!(tail.status, 200, "{ctx}");
     assert_rest(&tail.events(), &priming, 1, 3, id, &ctx);
@@ -583,7 +599,7 @@ fn seed_case_2_new_post_never_overtakes_the_replayed_tail() {
 /// an echo POSTed before the resume is answered before the replayed tail.
 #[test]
 fn policy_off_lets_the_new_post_overtake_the_tail() {
-    let server = Server::on("epoll", &["--threads", "1", "--migration-policy", "off"]);
+    let server = Server::with_admin("epoll", &["--threads", "1", "--migration-policy", "off"]);
     let sid = open_session(&server);
     let overtaken = (0..10)
         .filter(|&n| {

@@ -9,7 +9,7 @@
 //! case taking one away or changing it), tables of cases; cancellation through `/metrics`.
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use support::*;
@@ -435,12 +435,9 @@ fn a_closed_stream_cancels_its_call() {
         assert_eq!(first["method"], "notifications/progress", "{ctx}: {first}");
         assert_eq!(first["params"]["progress"].as_f64(), Some(1.0), "{ctx}: {first}");
         s.cut();
-        let deadline = Instant::now() + Duration::from_secs(15);
-        let mut seen = cancelled(&admin);
-        while seen == 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-            seen = cancelled(&admin);
-        }
+        let what = format!("{ctx}: the closed stream counted as a cancellation");
+        let sample = "tidemark_modern_cancelled_total";
+        let seen = wait_metric(&admin, sample, Duration::from_secs(15), &what, |n| n > 0);
         assert_eq!(seen, 1, "{ctx}: the closed stream was counted as a cancellation");
         let id = json!(2);
         let r = Modern::call(2, "echo", json!({ "text": "still here" })).send(&server);
@@ -550,13 +547,15 @@ fn trigger(server: &Server, tool: &str, ctx: &str) {
 /// the requested list changes arrive, whichever core the change happened on. Method:
 /// `--threads 2`, conformance tools; a tools-only stream and a prompts-only stream; four tool
 /// changes, each triggered on a new connection and awaited on the tools stream; the prompts
-/// stream's next message, ~1.5 s later and after a prompt change, is that prompt change (no
-/// tools notification came first); the tools stream's next, after one more tool change, is
-/// that tool change (no prompts notification came first).
+/// stream's next message, after a prompt change, is that prompt change (no tools notification
+/// came first); the tools stream's next, after one more tool change, is that tool change (no
+/// prompts notification came first). Then a drain ends both streams with their request's
+/// result, and nothing else came on either: a wrong notification is caught however late it
+/// would have been sent, with no pause to wait for one.
 #[test]
 fn listen_streams_get_only_the_changes_they_asked_for() {
     for driver in DRIVERS {
-        let server = Server::on(driver, &["--tools", "conformance", "--threads", "2"]);
+        let mut server = Server::on(driver, &["--tools", "conformance", "--threads", "2"]);
         let tools_id = json!(41);
         let mut tools = listen(tools_id.clone(), json!({ "toolsListChanged": true })).open(&server);
         let ctx = format!("{driver}: tools listen");
@@ -583,18 +582,26 @@ fn listen_streams_get_only_the_changes_they_asked_for() {
             trigger(&server, "test_trigger_tool_change", &what);
             expect_on_listen(&mut tools, "notifications/tools/list_changed", &tools_id, &what);
         }
-        // Long enough for a (wrong) tools notification to reach the prompts stream first.
-        std::thread::sleep(Duration::from_millis(1500));
+        // The tool changes were answered before this one was triggered, so a (wrong) tools
+        // notification on the prompts stream would come first.
         trigger(&server, "test_trigger_prompt_change", driver);
         let prompts_changed = "notifications/prompts/list_changed";
         expect_on_listen(&mut prompts, prompts_changed, &prompts_id, &pctx);
-        // A (wrong) prompts notification on the tools stream would come before this one.
-        std::thread::sleep(Duration::from_millis(1500));
         trigger(&server, "test_trigger_tool_change", driver);
         let what = format!("{ctx}: after the prompt change");
         expect_on_listen(&mut tools, "notifications/tools/list_changed", &tools_id, &what);
-        tools.cut();
-        prompts.cut();
+        // The drain ends each stream with its request's result: nothing else came before it.
+        server.signal("TERM");
+        for (stream, id, ctx) in [(&mut tools, &tools_id, &ctx), (&mut prompts, &prompts_id, &pctx)]
+        {
+            let rest: Vec<Value> = stream.rest().iter().map(Event::json).collect();
+            assert!(stream.ended(), "{ctx}: the drain ends the stream");
+            assert_eq!(rest.len(), 1, "{ctx}: only the result after the last change: {rest:#?}");
+            assert_eq!(&rest[0]["id"], id, "{ctx}: {}", rest[0]);
+            assert_eq!(rest[0]["result"]["resultType"], "complete", "{ctx}: {}", rest[0]);
+        }
+        let status = server.exit_within(Duration::from_secs(10)).expect("exited after the drain");
+        assert_eq!(status.code(), Some(0), "{driver}");
     }
 }
 

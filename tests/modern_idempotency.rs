@@ -7,8 +7,6 @@
 //! demo `slow_counter` and its process-wide execution counter (`get_counter`).
 mod support;
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
 use support::*;
 
@@ -126,7 +124,6 @@ fn without_a_key_a_dropped_call_is_cancelled_and_a_retry_runs_again() {
         messages(&SseStream::open(&server, &raw(&server, &keyed_call(2, "t2", args, None))).rest());
     assert_eq!(evs.last().expect("result").json()["id"], 2);
     assert_eq!(executions(&server), 2, "plain spec behaviour: the retry is a second execution");
-    std::thread::sleep(Duration::from_millis(10));
 }
 
 /// Goal: CONTRACT §5 "a task-augmented call with a known key returns the same task": the retry

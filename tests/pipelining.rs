@@ -161,6 +161,7 @@ fn ping_landing_with_a_progress_notification_is_answered_after_the_stream() {
             let progressed =
                 wire.read_until(BOUND, |b| b.windows(22).any(|w| w == b"notifications/progress"));
             assert!(progressed, "{ctx}: no progress event: {}", String::from_utf8_lossy(&wire.buf));
+            // Elapsed time is what this tests: the ping's phase against the next progress.
             std::thread::sleep(wait);
             send(&mut wire.stream, &post_of(&server, &sid, &ping(ping_id)));
             let first = wire.response(BOUND, &format!("{ctx}: slow_counter answer"));

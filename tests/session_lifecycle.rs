@@ -7,7 +7,7 @@
 //! tables of cases; cross-core hand-over is checked through `/metrics`.
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 use support::*;
@@ -375,11 +375,9 @@ fn idle_sessions_expire() {
         let r = post(&server, &[("Mcp-Session-Id", &sid)], &ping(1));
         assert_eq!(r.status, 200, "{driver}: fresh session");
         // Wait on the expiry counter, not on requests: a request would keep the session alive.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while metric(&scrape(&metrics), "tidemark_sessions_expired_total") == 0 {
-            assert!(Instant::now() < deadline, "{driver}: idle session never expired");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let what = format!("{driver}: the idle session to expire");
+        let sample = "tidemark_sessions_expired_total";
+        wait_metric(&metrics, sample, Duration::from_secs(5), &what, |n| n > 0);
         let r = post(&server, &[("Mcp-Session-Id", &sid)], INITIALIZED);
         assert_refused(&r, 404, &format!("{driver}: idle session expired"));
         // The client starts over (MCP: a 404 means initialize again).
@@ -407,11 +405,9 @@ fn a_session_whose_client_opened_a_get_and_left_expires() {
         assert_eq!(get.status, 200, "{driver}: GET stream");
         assert!(get.next_event().expect("priming").is_priming(), "{driver}");
         get.cut();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while metric(&scrape(&metrics), "tidemark_sessions_expired_total") == 0 {
-            assert!(Instant::now() < deadline, "{driver}: a left GET stream pinned the session");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let what = format!("{driver}: the session of a left GET stream to expire (not pinned)");
+        let sample = "tidemark_sessions_expired_total";
+        wait_metric(&metrics, sample, Duration::from_secs(5), &what, |n| n > 0);
         let r = post(&server, &[("Mcp-Session-Id", &sid)], INITIALIZED);
         assert_refused(&r, 404, &format!("{driver}: expired"));
     }

@@ -9,10 +9,11 @@
 //! sockets. A call is read event by event, the client "drops" the connection after k message
 //! events, and resumes with `GET` + `Last-Event-ID` = the last id it holds. Exactly-once is
 //! checked on the progress values and the event ids; "ran once" on the server-global
-//! `slow_counter` execution counter (`get_counter` from a fresh session).
+//! `slow_counter` execution counter (`get_counter` from a fresh session). A cut has been seen
+//! once the server ended that connection (`wait_closed`, from `/metrics`); a cut call has
+//! finished once a re-POST's 409 says it is no longer in flight (`wait_call_done`).
 
 mod support;
-use std::thread::sleep;
 use std::time::{Duration, Instant};
 use support::*;
 
@@ -20,8 +21,6 @@ use support::*;
 const STEPS: u64 = 10;
 /// `slow_counter` arguments: STEPS steps, long enough between steps for a cut to land.
 const ARGS: &str = r#"{"steps":10,"delay_ms":20}"#;
-/// Time for the server to see a client's cut (it watches the socket while streaming).
-const CUT_SETTLE: Duration = Duration::from_millis(10);
 /// Bound on anything that must "not hang".
 const PROMPT: Duration = Duration::from_secs(3);
 
@@ -31,7 +30,7 @@ const PROMPT: Duration = Duration::from_secs(3);
 #[test]
 fn resume_after_cut_at_every_event_delivers_exactly_the_rest() {
     for driver in DRIVERS {
-        let server = Server::on(driver, &["--threads", "1"]);
+        let server = Server::with_admin(driver, &["--threads", "1"]);
         let sid = open_session(&server);
         for k in 0..=STEPS {
             let ctx = format!("{driver} k={k}");
@@ -41,7 +40,7 @@ fn resume_after_cut_at_every_event_delivers_exactly_the_rest() {
             let priming = read_priming(&mut s, &ctx);
             let last = read_progress(&mut s, k, priming, &ctx);
             s.cut();
-            sleep(CUT_SETTLE);
+            wait_closed(&server, 0, &ctx);
             let started = Instant::now();
             let mut r = resume(&server, &sid, &last);
             assert_eq!(r.status, 200, "{ctx}");
@@ -57,8 +56,8 @@ fn resume_after_cut_at_every_event_delivers_exactly_the_rest() {
 
 /// Goal: a resume after the call finished replays the tail and the result, then ends the
 /// response; a resume from the last progress of a fully read call gets just the result.
-/// Method: cut after 2 events, wait well past the call's end, resume; then read a second call
-/// to its end and resume from its last progress id.
+/// Method: cut after 2 events, wait until a re-POST says the call is done, resume; then read a
+/// second call to its end and resume from its last progress id.
 #[test]
 fn resume_after_the_call_finished_replays_then_ends() {
     for driver in DRIVERS {
@@ -66,11 +65,12 @@ fn resume_after_the_call_finished_replays_then_ends() {
         let sid = open_session(&server);
         let before = counter(&server);
         let args = r#"{"steps":10,"delay_ms":2}"#;
-        let mut s = call_stream(&server, &sid, &call(1, "slow_counter", args, true), &[]);
+        let body = call(1, "slow_counter", args, true);
+        let mut s = call_stream(&server, &sid, &body, &[]);
         let priming = read_priming(&mut s, driver);
         let last = read_progress(&mut s, 2, priming, driver);
         s.cut();
-        sleep(Duration::from_millis(300));
+        wait_call_done(&server, &sid, &body, driver);
         let started = Instant::now();
         let mut r = resume(&server, &sid, &last);
         let evs = r.rest();
@@ -96,14 +96,14 @@ fn resume_after_the_call_finished_replays_then_ends() {
 #[test]
 fn resume_twice_in_a_row() {
     for driver in DRIVERS {
-        let server = Server::on(driver, &["--threads", "1"]);
+        let server = Server::with_admin(driver, &["--threads", "1"]);
         let sid = open_session(&server);
         let before = counter(&server);
         let mut s = call_stream(&server, &sid, &call(7, "slow_counter", ARGS, true), &[]);
         let priming = read_priming(&mut s, driver);
         let id2 = read_progress(&mut s, 2, priming, driver);
         s.cut();
-        sleep(CUT_SETTLE);
+        wait_closed(&server, 0, driver);
         let mut r1 = resume(&server, &sid, &id2);
         assert_eq!(r1.status, 200, "{driver}");
         let mut got = Vec::new();
@@ -117,7 +117,7 @@ fn resume_twice_in_a_row() {
         }
         assert_eq!(got, [3, 4, 5], "{driver}: first resume");
         r1.cut();
-        sleep(CUT_SETTLE);
+        wait_closed(&server, 0, driver);
         let mut r2 = resume(&server, &sid, &id5);
         let evs = r2.rest();
         let text = assert_rest(&evs, &id5, 6, STEPS, 7, driver);
@@ -133,14 +133,14 @@ fn resume_twice_in_a_row() {
 #[test]
 fn newer_of_two_concurrent_resumes_takes_over() {
     for driver in DRIVERS {
-        let server = Server::on(driver, &["--threads", "1"]);
+        let server = Server::with_admin(driver, &["--threads", "1"]);
         let sid = open_session(&server);
         let before = counter(&server);
         let mut s = call_stream(&server, &sid, &call(3, "slow_counter", ARGS, true), &[]);
         let priming = read_priming(&mut s, driver);
         let id2 = read_progress(&mut s, 2, priming, driver);
         s.cut();
-        sleep(CUT_SETTLE);
+        wait_closed(&server, 0, driver);
         let mut a = resume(&server, &sid, &id2);
         assert_eq!(a.status, 200, "{driver}: A");
         let mut b = resume(&server, &sid, &id2);
@@ -233,16 +233,12 @@ fn evicted_events_are_reported_as_a_gap_never_a_silent_200() {
             server_with_metrics(driver, &["--threads", "1", "--replay-events", "16"]);
         // Owed: 40 steps (42 events) through a 16-event ring; cut after 2.
         let sid = open_session(&server);
-        let mut s = call_stream(
-            &server,
-            &sid,
-            &call(5, "slow_counter", r#"{"steps":40,"delay_ms":2}"#, true),
-            &[],
-        );
+        let body = call(5, "slow_counter", r#"{"steps":40,"delay_ms":2}"#, true);
+        let mut s = call_stream(&server, &sid, &body, &[]);
         let priming = read_priming(&mut s, driver);
         let cursor = read_progress(&mut s, 2, priming, driver);
         s.cut();
-        sleep(Duration::from_millis(400));
+        wait_call_done(&server, &sid, &body, &format!("{driver} owed"));
         assert_gap(&server, &sid, &cursor, 5, &format!("{driver} owed"));
 
         // Acknowledged: a call read to its end, then a 20-step call evicts it.
@@ -261,10 +257,11 @@ fn evicted_events_are_reported_as_a_gap_never_a_silent_200() {
             let ctx = format!("{driver} limit steps={steps}");
             let sid = open_session(&server);
             let args = format!(r#"{{"steps":{steps},"delay_ms":1}}"#);
-            let mut s = call_stream(&server, &sid, &call(9, "slow_counter", &args, true), &[]);
+            let body = call(9, "slow_counter", &args, true);
+            let mut s = call_stream(&server, &sid, &body, &[]);
             let priming = read_priming(&mut s, &ctx);
             s.cut();
-            sleep(Duration::from_millis(200));
+            wait_call_done(&server, &sid, &body, &ctx);
             if fits {
                 let evs = resume(&server, &sid, &priming).rest();
                 assert_rest(&evs, &priming, 1, steps, 9, &ctx);
@@ -377,26 +374,29 @@ fn priming_event_carries_the_configured_retry() {
 /// Goal: SEP-1699 polling: `test_reconnection` sends the priming event, then the server ends
 /// the response before the result; a GET with the priming id delivers the result (whether the
 /// GET comes before or after the result is produced), then ends.
-/// Method: `--tools conformance`; a table of pauses before the GET (the tool answers ~100 ms
-/// after closing).
+/// Method: `--tools conformance`; the GET at once (the tool answers ~100 ms after closing),
+/// then, for a second call, once a re-POST's 409 says the tool is done.
 #[test]
 fn sep_1699_reconnection_is_answered_on_the_get_resume() {
     for driver in DRIVERS {
         let server = Server::on(driver, &["--threads", "1", "--tools", "conformance"]);
         let sid = open_session(&server);
-        for (n, pause_ms) in [0u64, 250].into_iter().enumerate() {
-            let ctx = format!("{driver} pause {pause_ms} ms");
+        for (n, after_result) in [false, true].into_iter().enumerate() {
+            let when = if after_result { "after" } else { "before" };
+            let ctx = format!("{driver} GET {when} the result");
             let id = n as u64 + 1;
             let started = Instant::now();
-            let mut s =
-                call_stream(&server, &sid, &call(id, "test_reconnection", "{}", false), &[]);
+            let body = call(id, "test_reconnection", "{}", false);
+            let mut s = call_stream(&server, &sid, &body, &[]);
             assert_eq!(s.header("Mcp-Stream-Resumable"), Some("true"), "{ctx}");
             let evs = s.rest();
             assert!(started.elapsed() < PROMPT, "{ctx}: server did not end the response");
             assert_eq!(evs.len(), 1, "{ctx}: only the priming event before the close: {evs:#?}");
             assert!(evs[0].is_priming(), "{ctx}");
             let priming = evs[0].id.clone().expect("priming id");
-            sleep(Duration::from_millis(pause_ms));
+            if after_result {
+                wait_call_done(&server, &sid, &body, &ctx);
+            }
             let mut r = resume(&server, &sid, &priming);
             assert_eq!(r.status, 200, "{ctx}");
             let msgs = messages(&r.rest());

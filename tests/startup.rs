@@ -4,7 +4,7 @@
 mod support;
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use support::Server;
 
@@ -16,21 +16,15 @@ fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn tidemark");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            let mut err = String::new();
-            use std::io::Read;
-            child.stderr.take().expect("stderr").read_to_string(&mut err).expect("stderr");
-            return (status.code(), err);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return (None, "still running after 10 s".into());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let Some(status) = support::exit_within(&mut child, Duration::from_secs(10)) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return (None, "still running after 10 s".into());
+    };
+    let mut err = String::new();
+    use std::io::Read;
+    child.stderr.take().expect("stderr").read_to_string(&mut err).expect("stderr");
+    (status.code(), err)
 }
 
 #[test]

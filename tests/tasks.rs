@@ -57,16 +57,14 @@ fn get(server: &Server, task_id: &str) -> Value {
 }
 
 /// Polls `tasks/get` (each on a fresh connection) until `done` holds for the result.
-fn poll_until(server: &Server, task_id: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let result = get(server, task_id)["result"].clone();
-        if done(&result) {
-            return result;
-        }
-        assert!(Instant::now() < deadline, "task {task_id} stuck at {result}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+fn get_until(server: &Server, task_id: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let mut result = Value::Null;
+    let reached = poll_until(Duration::from_secs(10), || {
+        result = get(server, task_id)["result"].clone();
+        done(&result)
+    });
+    assert!(reached, "task {task_id} stuck at {result}");
+    result
 }
 
 fn terminal(result: &Value) -> bool {
@@ -108,7 +106,7 @@ fn tasks_run_detached_and_answer_from_any_core() {
             assert_eq!(now["resultType"], "complete");
         }
         for (i, id) in ids.iter().enumerate() {
-            let done = poll_until(&server, id, terminal);
+            let done = get_until(&server, id, terminal);
             assert_eq!(done["status"], "completed", "{driver}: {done}");
             assert_eq!(done["result"]["content"][0]["text"], format!("Computed t{i} in 0.3s"));
         }
@@ -127,7 +125,7 @@ fn update_feeds_a_waiting_task_and_cancel_settles_one() {
         let server = Server::on(driver, &["--threads", "2", "--tools", "conformance"]);
         let arguments = json!({ "filename": "a.txt" });
         let id = created(&call_tool(&server, "confirm_delete", arguments, true).1);
-        let waiting = poll_until(&server, &id, |r| r["status"] == "input_required");
+        let waiting = get_until(&server, &id, |r| r["status"] == "input_required");
         let keys: Vec<&String> =
             waiting["inputRequests"].as_object().expect("map").keys().collect();
         assert_eq!(keys.len(), 1, "{driver}: {waiting}");
@@ -137,7 +135,7 @@ fn update_feeds_a_waiting_task_and_cancel_settles_one() {
         let params = json!({ "taskId": id, "inputResponses": answer });
         let (status, ack) = modern(&server, "tasks/update", params, true);
         assert_eq!((status, &ack["result"]), (200, &json!({ "resultType": "complete" })));
-        let done = poll_until(&server, &id, terminal);
+        let done = get_until(&server, &id, terminal);
         assert_eq!(done["result"]["content"][0]["text"], "Deleted a.txt", "{driver}");
 
         let id = created(&call_tool(&server, "slow_compute", json!({ "seconds": 60 }), true).1);
@@ -214,6 +212,8 @@ fn a_full_store_runs_calls_synchronously_and_tasks_expire_after_their_retention(
         let started = Instant::now();
         let arguments = json!({ "seconds": 0.1 });
         let first = created(&call_tool(&server, "slow_compute", arguments.clone(), true).1);
+        // The task was created before its answer came: past this + its retention it is gone.
+        let first_answered = Instant::now();
         created(&call_tool(&server, "slow_compute", arguments.clone(), true).1);
         let (_, third) = call_tool(&server, "slow_compute", arguments.clone(), true);
         assert_eq!(third["result"]["resultType"], "complete", "{driver}: {third}");
@@ -221,7 +221,9 @@ fn a_full_store_runs_calls_synchronously_and_tasks_expire_after_their_retention(
         assert_eq!(metric(&scrape(&metrics), "tidemark_limit_hits_total{limit=\"tasks\"}"), 1);
         assert!(started.elapsed() < Duration::from_millis(900), "the test needs the ttl ahead");
         assert_eq!(get(&server, &first)["result"]["taskId"], first.as_str());
-        std::thread::sleep(Duration::from_millis(1100).saturating_sub(started.elapsed()));
+        // Elapsed time is what this tests: --task-retention-secs 1 counts from the task's
+        // creation, which came before `first_answered`, so from then + 1 s on it has expired.
+        std::thread::sleep(Duration::from_secs(1).saturating_sub(first_answered.elapsed()));
         let (_, gone) = modern(&server, "tasks/get", json!({ "taskId": first }), true);
         assert_eq!(gone["error"]["code"], -32602, "{driver}: {gone}");
         created(&call_tool(&server, "slow_compute", arguments, true).1);

@@ -1,11 +1,12 @@
 //! Shared helpers for the black-box integration tests: start the real `tidemark` binary on
-//! 127.0.0.1:0, speak raw HTTP/1.1 over blocking `TcpStream`s, read chunked SSE incrementally.
+//! 127.0.0.1:0, speak raw HTTP/1.1 over blocking `TcpStream`s, read chunked SSE incrementally,
+//! and wait on observable state (a counter, an answer, a socket) instead of the clock.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 /// Both io drivers: every wire test runs on each (many hosts disable io_uring).
 pub const DRIVERS: [&str; 2] = ["uring", "epoll"];
@@ -55,17 +56,8 @@ impl Server {
     }
 
     /// The exit status, if the process ends within `bound`.
-    pub fn exit_within(&mut self, bound: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = std::time::Instant::now() + bound;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                return Some(status);
-            }
-            if std::time::Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+    pub fn exit_within(&mut self, bound: Duration) -> Option<ExitStatus> {
+        exit_within(&mut self.child, bound)
     }
 
     /// Starts on a given driver (`uring` or `epoll`) with more args.
@@ -73,6 +65,20 @@ impl Server {
         let mut all = vec!["--driver", driver];
         all.extend_from_slice(args);
         Server::start(&all)
+    }
+
+    /// `Server::on` with the admin listener on 127.0.0.1:0 (the banner names its address), so
+    /// a test can wait on the server's counters (`wait_closed`, `wait_metric`).
+    pub fn with_admin(driver: &str, args: &[&str]) -> Server {
+        let mut all = vec!["--metrics-listen", "127.0.0.1:0"];
+        all.extend_from_slice(args);
+        Server::on(driver, &all)
+    }
+
+    /// The admin listener's address as `scrape` takes it; panics when the server was started
+    /// without `--metrics-listen`.
+    pub fn metrics(&self) -> String {
+        self.admin.expect("start the server with --metrics-listen (Server::with_admin)").to_string()
     }
 
     pub fn connect(&self) -> TcpStream {
@@ -311,6 +317,12 @@ impl<S: Read> ByteReader<S> {
         }
         (status, headers)
     }
+    /// The buffered bytes, which start at a chunk-size line, include the last chunk (`0`, then
+    /// the empty trailer). Chunk data is SSE text, which carries no CR.
+    fn holds_last_chunk(&self) -> bool {
+        self.buf.starts_with(b"0\r\n\r\n") || self.buf.windows(7).any(|w| w == b"\r\n0\r\n\r\n")
+    }
+
     /// Next chunk's payload; None at the last chunk or EOF.
     fn chunk(&mut self) -> Option<Vec<u8>> {
         let size_line = self.line()?;
@@ -376,6 +388,30 @@ impl SseStream {
     /// True once the terminating chunk was read.
     pub fn ended(&self) -> bool {
         self.done
+    }
+
+    /// Receives the rest of the response into the connection's buffer without taking its
+    /// events, until the terminating chunk arrived — the server has written the whole stream —
+    /// or `bound` passed; true if it arrived. A client that dropped the connection now would
+    /// hold only the events it took.
+    pub fn receive_to_end(&mut self, bound: Duration) -> bool {
+        let reader = &mut self.reader;
+        let was = reader.stream.read_timeout().expect("read timeout");
+        let deadline = Instant::now() + bound;
+        let arrived = loop {
+            if self.done || reader.holds_last_chunk() {
+                break true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || reader.stream.set_read_timeout(Some(left)).is_err() {
+                break false;
+            }
+            if !reader.fill() {
+                break reader.holds_last_chunk();
+            }
+        };
+        reader.stream.set_read_timeout(was).expect("read timeout");
+        arrived
     }
 
     /// Closes the connection (the client "drops" the stream).
@@ -757,3 +793,171 @@ impl Server {
         self.child.id()
     }
 }
+
+// ---- Waiting on state, not on the clock (issue 16 §7) ----
+
+/// How often `poll_until` and `wait_until` look again: short against every bound they are
+/// given, long enough that a poll loop does not take a core from the server on a busy host.
+pub const POLL_EVERY: Duration = Duration::from_millis(5);
+
+/// Looks at `done` every `every` until it holds (true) or `bound` passed (false). `done` is
+/// looked at once more after the deadline, so a state reached during the last pause counts.
+pub fn poll_every(bound: Duration, every: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + bound;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        // The poll interval of a wait on `done`, not a wait for a state.
+        std::thread::sleep(every);
+    }
+}
+
+/// `poll_every` at `POLL_EVERY`.
+pub fn poll_until(bound: Duration, done: impl FnMut() -> bool) -> bool {
+    poll_every(bound, POLL_EVERY, done)
+}
+
+/// Waits until `done` holds; fails the test naming `what` it waited for when `bound` passes
+/// first.
+pub fn wait_until(bound: Duration, what: &str, done: impl FnMut() -> bool) {
+    assert!(poll_until(bound, done), "gave up after {bound:?} waiting for {what}");
+}
+
+/// Waits until the sample `sample` of `/metrics` at `metrics` satisfies `want`; returns its
+/// value. Fails naming `what` and the last value seen when `bound` passes first.
+pub fn wait_metric(
+    metrics: &str,
+    sample: &str,
+    bound: Duration,
+    what: &str,
+    want: impl Fn(u64) -> bool,
+) -> u64 {
+    let mut last = 0;
+    let reached = poll_until(bound, || {
+        last = metric(&scrape(metrics), sample);
+        want(last)
+    });
+    assert!(reached, "gave up after {bound:?} waiting for {what}: {sample} is {last}");
+    last
+}
+
+/// Waits until the server holds exactly `open` connections (`tidemark_connections_active`):
+/// every connection the client closed or cut beyond those has been ended by the server too,
+/// and a stream it carried detached (owed, or settled) — what a test checks after a cut.
+pub fn wait_closed(server: &Server, open: u64, ctx: &str) {
+    let what = format!("{ctx}: the server to end the connections the client closed");
+    wait_metric(&server.metrics(), "tidemark_connections_active", PROMPT_WAIT, &what, |n| {
+        n == open
+    });
+}
+
+/// Bound on a state the server reaches without a timer of its own (a cut seen, a call done):
+/// generous, so only a hang reaches it.
+pub const PROMPT_WAIT: Duration = Duration::from_secs(10);
+
+/// How a cut call ended, as the 409 of a re-POST tells (`wait_call_done`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallEnd {
+    /// -31001, not in flight: done, and its stream owed (or parked).
+    Owed,
+    /// -31002: done and settled: the server had written the whole stream into the socket before
+    /// it saw the cut (a client slow to cut a short call).
+    Settled,
+}
+
+/// Re-POSTs `body` — a request of session `sid` whose stream was cut — until the 409 says the
+/// call is no longer in flight (CONTRACT §4 steps 2 and 3: nothing runs): the call has finished
+/// and every event it will ever have is in the replay ring.
+pub fn wait_call_done(server: &Server, sid: &str, body: &str, ctx: &str) -> CallEnd {
+    let mut end = None;
+    wait_until(PROMPT_WAIT, &format!("{ctx}: the cut call to finish"), || {
+        let r = post(server, &[("Mcp-Session-Id", sid)], body);
+        assert_eq!(r.status, 409, "{ctx}: probe {}", r.text());
+        let v = r.json();
+        end = match v["error"]["code"].as_i64() {
+            Some(-31001) if v["error"]["data"]["owedStreams"][0]["inFlight"] == false => {
+                Some(CallEnd::Owed)
+            }
+            Some(-31001) => None,
+            Some(-31002) => Some(CallEnd::Settled),
+            _ => panic!("{ctx}: the probe of a cut call: {v}"),
+        };
+        end.is_some()
+    });
+    end.expect("reached")
+}
+
+/// The exit status of `child`, if it ends within `bound`.
+pub fn exit_within(child: &mut Child, bound: Duration) -> Option<ExitStatus> {
+    let mut status = None;
+    poll_until(bound, || {
+        status = child.try_wait().expect("wait");
+        status.is_some()
+    });
+    status
+}
+
+/// One TCP socket as the kernel lists it in `/proc/net/tcp` (IPv4: the tests use 127.0.0.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpEntry {
+    /// `st`: 1 = ESTABLISHED, 8 = CLOSE_WAIT (the peer sent its FIN), …
+    pub state: u8,
+    /// `rx_queue`: bytes received that the socket's owner has not read yet.
+    pub unread_bytes: u64,
+}
+
+/// The kernel's table of IPv4 TCP sockets (`/proc/net/tcp`), read once.
+pub struct TcpTable(String);
+
+impl TcpTable {
+    pub fn read() -> TcpTable {
+        TcpTable(std::fs::read_to_string("/proc/net/tcp").expect("read /proc/net/tcp"))
+    }
+
+    /// The socket bound to `local` and connected to `remote`, if listed (a socket that was
+    /// reset or fully closed is not).
+    pub fn entry(&self, local: SocketAddr, remote: SocketAddr) -> Option<TcpEntry> {
+        let hex = |a: SocketAddr| match a {
+            SocketAddr::V4(v4) => {
+                format!("{:08X}:{:04X}", u32::from_ne_bytes(v4.ip().octets()), v4.port())
+            }
+            SocketAddr::V6(_) => panic!("IPv4 loopback only: {a}"),
+        };
+        let (local, remote) = (hex(local), hex(remote));
+        self.0.lines().skip(1).find_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.get(1) != Some(&local.as_str()) || fields.get(2) != Some(&remote.as_str()) {
+                return None;
+            }
+            let state = u8::from_str_radix(fields.get(3)?, 16).ok()?;
+            let (_, rx) = fields.get(4)?.split_once(':')?;
+            Some(TcpEntry { state, unread_bytes: u64::from_str_radix(rx, 16).ok()? })
+        })
+    }
+
+    /// The server ended its side of `client` (its FIN arrived, or the connection was reset).
+    pub fn closed_by_peer(&self, client: &TcpStream) -> bool {
+        let local = client.local_addr().expect("local");
+        let Ok(peer) = client.peer_addr() else { return true };
+        self.entry(local, peer).is_none_or(|e| e.state != TCP_ESTABLISHED)
+    }
+}
+
+/// Bytes the client sent on `client` that the server has not read yet (the receive queue of
+/// the server's end); `None` when the kernel lists no such socket.
+pub fn unread_by_server(client: &TcpStream) -> Option<u64> {
+    let (local, peer) = (client.local_addr().expect("local"), client.peer_addr().expect("peer"));
+    TcpTable::read().entry(peer, local).map(|e| e.unread_bytes)
+}
+
+/// The server ended its side of `client` (its FIN arrived, or the connection was reset).
+pub fn closed_by_peer(client: &TcpStream) -> bool {
+    TcpTable::read().closed_by_peer(client)
+}
+
+/// `TCP_ESTABLISHED` in `/proc/net/tcp`'s `st` column.
+const TCP_ESTABLISHED: u8 = 1;
