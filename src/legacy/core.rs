@@ -1,0 +1,61 @@
+//! The legacy era's state on one core (`LegacyCore`): the shared `crate::core::Core` and what
+//! only the session era keeps per core, the sessions this core owns and their replay rings'
+//! bytes together; and the one place a session ends (`end_session`). Built by
+//! `endpoint::Endpoint::new`; read by `legacy` and by `runtime`'s reaper. Never: touches a
+//! socket, or anything of the modern era.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use super::session::{self, SessionId};
+use crate::core::Core;
+
+/// The legacy era's state on one core: the shared `Core` (its config, registry and metrics,
+/// read through `Deref`) and what only this era has: the sessions this core owns and their
+/// replay rings' bytes together.
+pub(crate) struct LegacyCore {
+    shared: Rc<Core>,
+    pub(crate) sessions: RefCell<session::SessionTable>,
+    /// Replay-ring bytes of every session of this core together (`--core-buffer-bytes`).
+    pub(crate) buffered_bytes: Rc<std::cell::Cell<usize>>,
+}
+
+impl LegacyCore {
+    /// The legacy state of core `shared`, with no session yet.
+    pub(crate) fn new(shared: Rc<Core>) -> LegacyCore {
+        let sessions = RefCell::new(session::SessionTable::new(shared.cfg.sessions_per_core_max));
+        LegacyCore { shared, sessions, buffered_bytes: Rc::default() }
+    }
+}
+
+impl std::ops::Deref for LegacyCore {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.shared
+    }
+}
+
+/// Why a session ended (for its counter).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SessionEnd {
+    /// The client sent DELETE.
+    Deleted,
+    /// Idle past `--session-idle-secs` (found by a request or the reaper).
+    Expired,
+}
+
+/// Ends a session: removes it from the core's table (which closes it: writers stop, tools are
+/// cancelled) and counts it. The one place a session ends.
+pub(crate) fn end_session(core: &LegacyCore, id: &SessionId, why: SessionEnd) {
+    let removed = core.sessions.borrow_mut().remove(id);
+    if let Some(session) = removed {
+        let reference = session.borrow().reference();
+        core.registry.close_session(reference);
+        match why {
+            SessionEnd::Deleted => core.metrics.sessions_deleted_total.inc(),
+            SessionEnd::Expired => core.metrics.sessions_expired_total.inc(),
+        }
+        core.metrics.sessions_active.sub(1);
+    }
+}

@@ -1,0 +1,246 @@
+//! The migration decision loop of one request on a session (CONTRACT §4): what the request
+//! is (`classify`: its tool, idempotency and fingerprint), the decision itself over the
+//! session's O(1) facts (`facts`, `migration::decide`), holding a POST while the session owes
+//! a stream (`decide`, bounded by `--max-held-per-session` and `--owed-wait-ms`), and the 409
+//! answer with its `owedStreams` data and `Last-Event-ID` hint (`conflict`).
+//! Called by `legacy` for each request of a session, single or batched. Never: runs a tool or
+//! writes a stream; keeps no session borrow across an await.
+
+use std::hash::{Hash, Hasher};
+use std::rc::Rc;
+use std::time::Instant;
+
+use simd_json::prelude::*;
+
+use super::core::LegacyCore;
+use super::migration::{self, Decision, Facts, KeyMatch};
+use super::replay::StreamKey;
+use super::session::{self, Session, SessionRc};
+use crate::config::MigrationPolicy;
+use crate::core::{reply, Outcome};
+use crate::dispatch::ToolRoute;
+use crate::wire::jsonrpc::{self, RawId};
+use crate::wire::{Answer, Code, WireValue};
+
+/// What the decision and the answer need to know about a request, computed once.
+pub(super) struct Classified {
+    /// The tool a `tools/call` names (`None` for other methods).
+    pub(super) tool: Option<ToolRoute>,
+    pub(super) idempotent: bool,
+    pub(super) fingerprint: u64,
+}
+
+/// How a request that may not run yet ends (CONTRACT §4 steps 1–4).
+pub(super) enum Verdict {
+    Run,
+    /// 409 with the hint of `key` (or of every owed stream when `None`).
+    Conflict(Option<StreamKey>, Code),
+    KeyReused,
+    Deduplicated(StreamKey),
+}
+
+/// The migration decision for one request, holding it while the session owes a stream (step
+/// 4) up to `--owed-wait-ms`. Counts what it decides.
+pub(super) async fn decide(
+    core: &Rc<LegacyCore>,
+    session: &SessionRc,
+    id: &RawId,
+    class: &Classified,
+    idempotency_key: Option<&str>,
+) -> Verdict {
+    let deadline = Instant::now() + core.cfg.owed_wait;
+    let mut held: Option<HeldSlot> = None;
+    loop {
+        let decision = {
+            let s = session.borrow();
+            let policy = core.cfg.migration_policy;
+            migration::decide(facts(
+                policy,
+                &s,
+                id,
+                class.fingerprint,
+                idempotency_key,
+                class.idempotent,
+            ))
+        };
+        match decision {
+            Decision::Fresh => return Verdict::Run,
+            Decision::Hold => {
+                if held.is_none() {
+                    // A held POST keeps its request (body and parse) in memory: at most
+                    // `--max-held-per-session` wait at once, later ones learn to resume first.
+                    let Some(slot) = HeldSlot::take(session, core.cfg.held_per_session_max) else {
+                        core.metrics.limit_held.inc();
+                        return Verdict::Conflict(None, Code::HeldTooLong);
+                    };
+                    held = Some(slot);
+                    core.metrics.posts_held_total.inc();
+                }
+                let signal = session.borrow().owed_signal.clone();
+                let now = Instant::now();
+                let timed_out = now >= deadline
+                    || monoio::time::timeout(deadline - now, signal.notified()).await.is_err();
+                if timed_out && session.borrow().owes() {
+                    core.metrics.rejected_held_too_long.inc();
+                    return Verdict::Conflict(None, Code::HeldTooLong);
+                }
+            }
+            Decision::RetryOfOwed(key) => {
+                core.metrics.rejected_owed.inc();
+                return Verdict::Conflict(Some(key), Code::StreamOwed);
+            }
+            Decision::IdReused(key) => {
+                core.metrics.rejected_id_reused.inc();
+                return Verdict::Conflict(Some(key), Code::RequestIdReused);
+            }
+            Decision::KeyReused => {
+                core.metrics.rejected_key_reused.inc();
+                return Verdict::KeyReused;
+            }
+            Decision::Deduplicated(key) => {
+                core.metrics.dedup_hits_total.inc();
+                return Verdict::Deduplicated(key);
+            }
+        }
+    }
+}
+
+/// One of a session's `--max-held-per-session` places for a POST held at the migration
+/// boundary; given back when dropped (the request ran or was refused).
+struct HeldSlot(SessionRc);
+
+impl HeldSlot {
+    fn take(session: &SessionRc, max: usize) -> Option<HeldSlot> {
+        let mut s = session.borrow_mut();
+        if s.held_posts >= max {
+            return None;
+        }
+        s.held_posts += 1;
+        Some(HeldSlot(session.clone()))
+    }
+}
+
+impl Drop for HeldSlot {
+    fn drop(&mut self) {
+        // Dropped when `decide` returns: no borrow of the session is live then.
+        match self.0.try_borrow_mut() {
+            Ok(mut s) => s.held_posts -= 1,
+            Err(_) => debug_assert!(false, "invariant: no session borrow outlives decide"),
+        }
+    }
+}
+
+/// The tool, idempotency and fingerprint of a request; `Err` is the error answer of a
+/// `tools/call` that names no tool we serve (given without a decision: nothing can run).
+pub(super) async fn classify(
+    core: &Rc<LegacyCore>,
+    method: &str,
+    params: &WireValue,
+) -> Result<Classified, (Code, String)> {
+    let fingerprint = fingerprint(method, params);
+    if method != "tools/call" {
+        let idempotent = migration::method_is_idempotent(method);
+        return Ok(Classified { tool: None, idempotent, fingerprint });
+    }
+    let Some(name) = params.get("name").and_then(|n| n.as_str()) else {
+        return Err((Code::InvalidParams, "tools/call needs a string name".to_owned()));
+    };
+    core.registry.refresh_if_stale().await;
+    match core.registry.tool(name) {
+        Some(route) => {
+            let idempotent = route.safe_to_repeat;
+            Ok(Classified { tool: Some(route), idempotent, fingerprint })
+        }
+        None => Err((Code::InvalidParams, format!("unknown tool: {name}"))),
+    }
+}
+
+/// Hash of method + canonical params (key order and top-level `_meta` ignored).
+pub fn fingerprint(method: &str, params: &WireValue) -> u64 {
+    let mut canon = String::with_capacity(64);
+    jsonrpc::canonical_params(params, &mut canon);
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    method.hash(&mut h);
+    canon.hash(&mut h);
+    h.finish()
+}
+
+/// Gathers the facts for the decision from the session's maps and counters (all O(1)).
+pub fn facts(
+    policy: MigrationPolicy,
+    s: &Session,
+    id: &RawId,
+    fp: u64,
+    key: Option<&str>,
+    idempotent: bool,
+) -> Facts {
+    let key = match key.and_then(|k| s.by_idempotency_key(k)) {
+        None => KeyMatch::None,
+        Some(st) if st.fingerprint == fp => KeyMatch::SameRequest(st.key),
+        Some(_) => KeyMatch::OtherRequest,
+    };
+    let by_id = s.by_request_id(id);
+    let retry_by_id = by_id.filter(|st| !st.is_settled()).map(|st| st.key);
+    let retry_by_fp = s
+        .by_fingerprint(fp)
+        .filter(|st| st.is_owed() || (st.is_parked() && !st.is_settled()))
+        .map(|st| st.key);
+    Facts {
+        strict: policy == MigrationPolicy::Strict,
+        key,
+        retry_of: retry_by_id.or(retry_by_fp),
+        reused_id_of: by_id.filter(|st| st.is_settled()).map(|st| st.key),
+        idempotent,
+        session_owes: s.owes(),
+    }
+}
+
+/// The `owedStreams` data of a conflict, and the `Last-Event-ID` hint of its first stream:
+/// stream `key`, or every owed or replaying stream when `None`.
+pub(super) fn owed_streams(s: &Session, key: Option<StreamKey>) -> (String, Vec<u8>) {
+    let listed: Vec<&session::StreamState> = match key {
+        Some(k) => s.stream(k).into_iter().collect(),
+        None => s.streams().filter(|st| st.is_owed() || st.is_replaying()).collect(),
+    };
+    let mut data = String::from("{\"owedStreams\":[");
+    let mut hint = Vec::new();
+    for (i, st) in listed.iter().enumerate() {
+        if i > 0 {
+            data.push(',');
+        }
+        let mut last = Vec::new();
+        s.push_event_id(&mut last, st.key, st.resume_hint());
+        let mut first = Vec::new();
+        s.push_event_id(&mut first, st.key, st.first);
+        let mut written = Vec::new();
+        s.push_event_id(&mut written, st.key, st.written().max(st.first));
+        if hint.is_empty() {
+            hint = last.clone();
+        }
+        data.push_str(&format!(
+            "{{\"requestId\":{},\"lastEventId\":\"{}\",\"firstEventId\":\"{}\",\
+             \"lastWrittenEventId\":\"{}\",\"inFlight\":{}}}",
+            st.request_id.as_ref().map(|r| r.0.as_str()).unwrap_or("null"),
+            String::from_utf8_lossy(&last),
+            String::from_utf8_lossy(&first),
+            String::from_utf8_lossy(&written),
+            st.is_running()
+        ));
+    }
+    data.push_str("]}");
+    (data, hint)
+}
+
+/// 409 with the resume hint (CONTRACT §4 steps 2–4).
+pub(super) fn conflict<J>(
+    session: &SessionRc,
+    key: Option<StreamKey>,
+    id: &RawId,
+    code: Code,
+    out: &mut Vec<u8>,
+    keep_alive: bool,
+) -> Outcome<J> {
+    let (data, hint) = owed_streams(&session.borrow(), key);
+    let hint = (!hint.is_empty()).then_some(hint.as_slice());
+    reply(out, Answer::Conflict { id, code, data: &data, hint }, keep_alive)
+}
