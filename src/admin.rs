@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use crate::config::{ADMIN_CONNECTIONS_MAX, ADMIN_HEAD_BYTES_MAX, ADMIN_IO_TIMEOUT_MS};
 use crate::metrics::CoreMetrics;
 use crate::runtime::{Lifecycle, Phase};
+use crate::wire::Status;
 
 /// Stack of a connection thread: it parses one request line and renders the counters.
 const CONNECTION_STACK_BYTES: usize = 256 * 1024;
@@ -87,7 +88,7 @@ fn accept(listener: TcpListener, admin: Arc<Admin>) {
         if admin.active.fetch_add(1, Ordering::AcqRel) >= ADMIN_CONNECTIONS_MAX {
             admin.active.fetch_sub(1, Ordering::AcqRel);
             // A fresh socket's send buffer takes this small answer without blocking.
-            respond(&mut conn, 503, &[], b"too many admin connections\n");
+            respond(&mut conn, Status::ServiceUnavailable, &[], b"too many admin connections\n");
             refused.push_back((now, conn));
             continue;
         }
@@ -122,7 +123,7 @@ fn serve(mut conn: TcpStream, admin: &Admin) {
         Head::Line(line) => line,
         Head::Gone => return,
         Head::TooLarge => {
-            respond(&mut conn, 431, &[], b"request head too large\n");
+            respond(&mut conn, Status::HeaderFieldsTooLarge, &[], b"request head too large\n");
             return;
         }
     };
@@ -131,11 +132,16 @@ fn serve(mut conn: TcpStream, admin: &Admin) {
     let path = target.split('?').next().unwrap_or(target);
     let known = matches!(path, "/metrics" | "/healthz" | "/readyz");
     if !known {
-        respond(&mut conn, 404, &[], b"not found: /metrics, /healthz, /readyz\n");
+        respond(&mut conn, Status::NotFound, &[], b"not found: /metrics, /healthz, /readyz\n");
         return;
     }
     if method != "GET" {
-        respond(&mut conn, 405, &[("Allow", "GET")], b"method not allowed: GET only\n");
+        respond(
+            &mut conn,
+            Status::MethodNotAllowed,
+            &[("Allow", "GET")],
+            b"method not allowed: GET only\n",
+        );
         return;
     }
     match path {
@@ -143,13 +149,13 @@ fn serve(mut conn: TcpStream, admin: &Admin) {
             let mut body = String::with_capacity(4096);
             CoreMetrics::render(&admin.metrics, &mut body);
             let kind = ("Content-Type", "text/plain; version=0.0.4; charset=utf-8");
-            respond(&mut conn, 200, &[kind], body.as_bytes());
+            respond(&mut conn, Status::Ok, &[kind], body.as_bytes());
         }
         "/readyz" if admin.life.phase() == Phase::Serving => {
-            respond(&mut conn, 200, &[], b"ready\n");
+            respond(&mut conn, Status::Ok, &[], b"ready\n");
         }
-        "/readyz" => respond(&mut conn, 503, &[], b"draining\n"),
-        _ => respond(&mut conn, 200, &[], b"ok\n"),
+        "/readyz" => respond(&mut conn, Status::ServiceUnavailable, &[], b"draining\n"),
+        _ => respond(&mut conn, Status::Ok, &[], b"ok\n"),
     }
 }
 
@@ -181,17 +187,9 @@ fn read_head(conn: &mut TcpStream) -> Head {
 /// Writes a whole `Connection: close` response (plain text unless `headers` say otherwise),
 /// closes the sending side and discards what the peer already sent unread (closing over unread
 /// bytes would answer with a reset that can destroy the response, RFC 9112 §9.6).
-fn respond(conn: &mut TcpStream, status: u16, headers: &[(&str, &str)], body: &[u8]) {
-    let reason = match status {
-        200 => "OK",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        431 => "Request Header Fields Too Large",
-        503 => "Service Unavailable",
-        _ => "",
-    };
+fn respond(conn: &mut TcpStream, status: Status, headers: &[(&str, &str)], body: &[u8]) {
     let mut out = Vec::with_capacity(160 + body.len());
-    let _ = write!(out, "HTTP/1.1 {status} {reason}\r\n");
+    crate::http::write_status(&mut out, status.code());
     if !headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("Content-Type")) {
         out.extend_from_slice(b"Content-Type: text/plain; charset=utf-8\r\n");
     }

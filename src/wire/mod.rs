@@ -74,7 +74,7 @@ impl Code {
     }
 }
 
-/// Every HTTP status a JSON-RPC answer goes out with, named: `Answer::JsonStatus` takes one of
+/// Every HTTP status a JSON-RPC answer (or an admin answer) goes out with, named: `Answer::JsonStatus` takes one of
 /// these, never a number, so what the server answers is listed here and nowhere else.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Status {
@@ -86,8 +86,14 @@ pub(crate) enum Status {
     BadRequest,
     /// 404: no such method in 2026-07-28 (`-32601`), or no such session or path.
     NotFound,
+    /// 405: the method is not served there (the admin listener: GET only).
+    MethodNotAllowed,
     /// 409: a retry whose outcome is not there yet, or a stream still owed (CONTRACT §4, §5).
     Conflict,
+    /// 431: a request head too large (the admin listener).
+    HeaderFieldsTooLarge,
+    /// 503: not now (the admin listener: too many connections, or `/readyz` while draining).
+    ServiceUnavailable,
 }
 
 impl Status {
@@ -99,6 +105,9 @@ impl Status {
             Status::BadRequest => 400,
             Status::NotFound => 404,
             Status::Conflict => 409,
+            Status::MethodNotAllowed => 405,
+            Status::HeaderFieldsTooLarge => 431,
+            Status::ServiceUnavailable => 503,
         }
     }
 }
