@@ -146,6 +146,17 @@ pub(crate) enum KeepAlive {
     Every,
 }
 
+impl KeepAlive {
+    /// `Idle` once a stream's SSE head went out, `Off` before (a body that may still be JSON).
+    pub(crate) const fn once_streaming(streaming: bool) -> KeepAlive {
+        if streaming {
+            KeepAlive::Idle
+        } else {
+            KeepAlive::Off
+        }
+    }
+}
+
 /// One response stream a connection writes after the request was handled. The driver calls,
 /// in a loop: `fill` (then writes, `sent` or `gone`), and when nothing was ready, waits on
 /// `wake`, the drain, the keep-alive timer and the peer's socket. The output buffer holds the
@@ -167,7 +178,9 @@ pub(crate) trait Source {
     /// True when a drain waits for this stream to end; false for one that waits for messages
     /// that may never come (a standalone GET, a listen stream), which the drain counts as
     /// idle and ends at its end with the others.
-    fn holds_drain(&self) -> bool;
+    fn holds_drain(&self) -> bool {
+        true
+    }
 
     /// The drain's end reached the stream after a `fill` that did not end it: appends its last
     /// bytes (the last chunk, a result, or a 503 when nothing was streamed). The connection

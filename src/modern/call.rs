@@ -434,15 +434,7 @@ impl Source for CallStream {
     }
 
     fn keep_alive(&self) -> KeepAlive {
-        if self.streaming {
-            KeepAlive::Idle
-        } else {
-            KeepAlive::Off
-        }
-    }
-
-    fn holds_drain(&self) -> bool {
-        true
+        KeepAlive::once_streaming(self.streaming)
     }
 
     fn end_for_drain(&mut self, core: &Core, out: &mut Vec<u8>, _frames: &mut Vec<u8>) {
