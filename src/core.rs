@@ -52,9 +52,6 @@ pub(crate) enum Outcome<J> {
     Reply { keep_alive: bool },
     /// A response head is in the buffer (or nothing yet): the connection drives `J` next.
     Job(J),
-    /// The request belongs to another core (its session, key or task): move the connection
-    /// there, unanswered.
-    HandOff(u16),
 }
 
 impl<J> Outcome<J> {
@@ -63,12 +60,12 @@ impl<J> Outcome<J> {
         match self {
             Outcome::Reply { keep_alive } => Outcome::Reply { keep_alive },
             Outcome::Job(job) => Outcome::Job(f(job)),
-            Outcome::HandOff(core) => Outcome::HandOff(core),
         }
     }
 }
 
-/// An outcome with nothing to drive: a whole answer, or a hand-off.
+/// An outcome with nothing to drive: a whole answer. (No era hands a request to another core:
+/// `endpoint::owner` decides that before either era sees the request.)
 pub(crate) type Answered = Outcome<std::convert::Infallible>;
 
 impl Answered {

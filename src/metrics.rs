@@ -45,7 +45,8 @@ counters! {
     sessions_deleted_total => "tidemark_sessions_deleted_total", "Sessions ended by DELETE.";
     sessions_active => "tidemark_sessions_active", "Live sessions.";
     connections_active => "tidemark_connections_active", "Open connections.";
-    handoffs_total => "tidemark_handoffs_total", "Connections moved to the core owning their session.";
+    handoffs_total => "tidemark_handoffs_total", "Connections moved to the core owning their request (its task, session or Idempotency-Key).";
+    handoffs_refused_total => "tidemark_handoffs_refused_total", "Requests answered 500 because the core they were handed to would have handed them on again (at most one hand-off per request).";
     rejected_owed => "migrations_rejected_total{reason=\"retry_of_owed\"}", "POSTs refused by the migration boundary.";
     rejected_id_reused => "migrations_rejected_total{reason=\"id_reused\"}", "POSTs refused by the migration boundary.";
     rejected_held_too_long => "migrations_rejected_total{reason=\"held_too_long\"}", "POSTs refused by the migration boundary.";

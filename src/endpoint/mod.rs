@@ -1,6 +1,7 @@
 //! The edge of the MCP endpoint: one parsed HTTP request → the path check, the Host/Origin
 //! rules (DNS-rebinding protection), CORS, HEAD and unknown methods, a POST's Content-Type and
-//! Accept, and the choice of the protocol path (era) that serves it. The only module that sees
+//! Accept, the core that serves it (`owner`: from its task, session and key, in that order),
+//! and the choice of the protocol path (era) that serves it. The only module that sees
 //! both eras: each answers with its own `Outcome`, which `handle` turns into the connection's.
 //!
 //! Called by `runtime::conn` once per request; answers with an `Outcome` telling the connection
@@ -9,6 +10,7 @@
 //! touches a socket, decodes a body, reads a session, or drives a stream.
 
 pub(crate) mod cors;
+mod owner;
 
 use std::rc::Rc;
 
@@ -50,8 +52,8 @@ pub(crate) enum Outcome {
     /// A response stream the connection drives next (`runtime::stream`); its head is in the
     /// buffer, or (a 2026-07-28 call or keyed request) rendered by the stream once known.
     Stream(Stream),
-    /// The request belongs to another core (its session, key or task): move the connection
-    /// there, unanswered.
+    /// The request belongs to another core (`owner`: its task, session or key): move the
+    /// connection there, unanswered.
     HandOff(u16),
 }
 
@@ -72,7 +74,6 @@ impl From<crate::core::Outcome<modern::Job>> for Outcome {
     fn from(outcome: crate::core::Outcome<modern::Job>) -> Outcome {
         match outcome {
             crate::core::Outcome::Reply { keep_alive } => Outcome::Reply { keep_alive },
-            crate::core::Outcome::HandOff(core) => Outcome::HandOff(core),
             crate::core::Outcome::Job(modern::Job::Call(call)) => {
                 Outcome::Stream(Stream::Call(call))
             }
@@ -128,8 +129,8 @@ pub(crate) async fn handle(edge: &Endpoint, req: Request<'_>, out: &mut Vec<u8>)
     outcome
 }
 
-/// The edge's rules in order (head conflicts, path, Host/Origin, a POST's media types), then
-/// the protocol path.
+/// The edge's rules in order (head conflicts, path, Host/Origin, a POST's media types), the
+/// request's owner core (`owner`: moved there unanswered), then the protocol path.
 async fn route(edge: &Endpoint, mut req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
     let keep_alive = req.head.keep_alive;
     if req.head.conflict.is_some() {
@@ -155,6 +156,11 @@ async fn route(edge: &Endpoint, mut req: Request<'_>, out: &mut Vec<u8>) -> Outc
         if let Err(refusal) = post_headers_ok(&req, era == Era::Legacy) {
             return refuse(out, refusal, None, keep_alive).into_edge();
         }
+    }
+    // The one place a request's core is chosen (its task, session, then key): before the era
+    // and before the body is decoded.
+    if let Some(owner) = owner::elsewhere(&req, edge.index, edge.threads) {
+        return Outcome::HandOff(owner);
     }
     match (req.head.method(), era) {
         (Method::Post, Era::Legacy) => {
@@ -184,7 +190,6 @@ async fn legacy_outcome(
 ) -> Outcome {
     match outcome {
         crate::core::Outcome::Reply { keep_alive } => Outcome::Reply { keep_alive },
-        crate::core::Outcome::HandOff(core) => Outcome::HandOff(core),
         crate::core::Outcome::Job(legacy::Job::Stream(job)) => Outcome::Stream(Stream::Ring(job)),
         crate::core::Outcome::Job(legacy::Job::Modern(body)) => {
             modern::serve(&edge.modern, req, body, out).await.into()
@@ -201,7 +206,6 @@ impl IntoEdge for crate::core::Outcome<std::convert::Infallible> {
     fn into_edge(self) -> Outcome {
         match self {
             crate::core::Outcome::Reply { keep_alive } => Outcome::Reply { keep_alive },
-            crate::core::Outcome::HandOff(core) => Outcome::HandOff(core),
             crate::core::Outcome::Job(never) => match never {},
         }
     }

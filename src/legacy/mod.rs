@@ -56,20 +56,24 @@ pub(crate) enum Job {
     Modern(Body),
 }
 
-/// How a request ends before its session is found: refused (the answer is in `out`) or moved
-/// to the session's core. Small, unlike `Outcome`, so lookups return it cheaply.
+/// How a request ends before its session is found: refused (the answer is in `out`). Small,
+/// unlike `Outcome`, so lookups return it cheaply.
 enum Early {
     Refused { keep_alive: bool },
-    HandOff(u16),
 }
 
 impl From<Early> for Outcome {
     fn from(early: Early) -> Outcome {
         match early {
             Early::Refused { keep_alive } => Outcome::Reply { keep_alive },
-            Early::HandOff(core) => Outcome::HandOff(core),
         }
     }
+}
+
+/// The core that owns the session a request names in `Mcp-Session-Id`, whichever core that is:
+/// one of the names `endpoint::owner` decides a request's core from. A malformed id names none.
+pub(crate) fn named_core(req: &Request<'_>) -> Option<u16> {
+    SessionId::parse(req.header(&req.head.session_id)?).map(|id| id.core)
 }
 
 /// Writes a refusal into `out` and ends the request early.
@@ -91,11 +95,12 @@ fn find_session(
     let Some(id) = SessionId::parse(text) else {
         return Err(refuse_early(out, Refusal::SessionNotFound, keep_alive));
     };
+    // `endpoint::owner` moved the request to its session's core unless the session names no
+    // core we run (not found), or an earlier name outranked it: a `tasks/*` `Mcp-Name`, which
+    // no legacy session uses (the legacy era serves no `tasks/*` method). Either way the
+    // session is not here, and this core does not hand the request on.
     if id.core != core.index {
-        if id.core >= core.threads {
-            return Err(refuse_early(out, Refusal::SessionNotFound, keep_alive));
-        }
-        return Err(Early::HandOff(id.core));
+        return Err(refuse_early(out, Refusal::SessionNotFound, keep_alive));
     }
     let found = core.sessions.borrow().get(&id);
     let now = Instant::now();

@@ -10,8 +10,9 @@
 //!
 //! Keys are scoped by the client's `clientInfo` (name and version) and kept per core in a
 //! bounded table (`--max-idempotency-keys-per-core`), finished ones for
-//! `--stream-retention-secs`. A connection carrying a key is handed to the core that owns the
-//! key (`owner_core`), so every retry meets its record whichever core accepted it.
+//! `--stream-retention-secs`. A request carrying a key and no earlier name (a `tasks/*` task,
+//! a session: `endpoint::owner`) is handed to the core that owns the key (`owner_core`), so
+//! every retry meets its record whichever core accepted it.
 //!
 //! Owns: `KeyTable`, `Record`, the keyed call's detached task. Never: touches a socket.
 

@@ -70,21 +70,12 @@ pub(crate) fn selects(req: &Request<'_>) -> bool {
 const REMOVED_METHODS: [&str; 5] =
     ["initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"];
 
-/// A modern POST (the endpoint selected this path by its protocol version header).
+/// A modern POST (the endpoint selected this path by its protocol version header, and moved it
+/// to the core its task or `Idempotency-Key` names: `endpoint::owner`).
 pub(crate) async fn post(core: &Rc<ModernCore>, req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
     let keep_alive = req.head.keep_alive;
-    // Every request with a key is served by the core that keeps the key's record, so a retry
-    // meets it whichever core accepted the connection (moved before the body is decoded).
-    if let Some(key) = req.header(&req.head.idempotency_key) {
-        let owner = keyed::owner_core(key, core.threads);
-        if owner != core.index {
-            return Outcome::HandOff(owner);
-        }
-    }
-    // A task's requests are served by the core that holds it, named by `Mcp-Name`.
-    if let Some(owner) = task_call::route(core, &req) {
-        return Outcome::HandOff(owner);
-    }
+    // Which core serves the request (its task, else its key) was decided by `endpoint::owner`
+    // before the era was: here is that core.
     let body = match jsonrpc::decode(req.body, crate::config::JSON_DEPTH_MAX) {
         Ok(b) => b,
         Err(jsonrpc::DecodeError::Parse) => {

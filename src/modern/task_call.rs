@@ -17,9 +17,14 @@
 //!
 //! Tasks live on the core that created them (`tasks`); a `tasks/*` request on another core is
 //! handed to the owner by its `Mcp-Name` header (the task id, SEP-2663 §Routing Headers) before
-//! its body is decoded (`route`; decoding works in place, so a hand-off must come first).
+//! its body is decoded (`named_core`, read by `endpoint::owner`, which decides every request's
+//! core; decoding works in place, so a hand-off must come first). The task outranks an
+//! `Idempotency-Key`: a keyed `tasks/*` request is served on the task's core, and that costs it
+//! nothing, since `tasks/*` requests take no key record (only `tools/call` keeps one, in
+//! `keyed`): the key of a `tasks/get`, `tasks/update` or `tasks/cancel` is ignored (all three
+//! are safe to repeat: a read, answers delivered once, a cancel that settles once).
 //!
-//! Owns: `route`, `admission` (which calls may become tasks, and the -32021 refusal of a
+//! Owns: `named_core`, `admission` (which calls may become tasks, and the -32021 refusal of a
 //! task-only tool), `TaskSink`, `augment`, `serve` (the three methods). Called by `modern`.
 //! Never: decides a task's state (`tasks` does), or touches a socket.
 
@@ -47,18 +52,18 @@ use super::tasks::{self, TaskError, TaskHandle, TaskId};
 /// The extension's methods (each names its task in `params.taskId` and `Mcp-Name`).
 pub(crate) const METHODS: [&str; 3] = ["tasks/get", "tasks/update", "tasks/cancel"];
 
-/// The core that holds the task a `tasks/*` request names in its `Mcp-Name` header, when it is
-/// another one (then the connection moves there, its body not yet decoded). A missing or
-/// foreign header routes nowhere: the request is served here and its checks refuse it (-32020)
-/// or find no task (-32602).
-pub(crate) fn route(core: &ModernCore, req: &Request<'_>) -> Option<u16> {
+/// The core that holds the task a `tasks/*` request names in its `Mcp-Name` header (the task
+/// id), whichever core that is: one of the names `endpoint::owner` decides a request's core
+/// from, before its body is decoded. A missing or foreign header names no core: the request is
+/// served where its other names put it and its checks refuse it (-32020) or find no task
+/// (-32602).
+pub(crate) fn named_core(req: &Request<'_>) -> Option<u16> {
     let method = req.header(&req.head.mcp_method)?;
     if !METHODS.iter().any(|m| m.as_bytes() == method) {
         return None;
     }
     let name = meta::decode_header_value(req.header(&req.head.mcp_name)?)?;
-    let owner = TaskId::owner(std::str::from_utf8(&name).ok()?.trim())?;
-    (owner != core.index && owner < core.threads).then_some(owner)
+    TaskId::owner(std::str::from_utf8(&name).ok()?.trim())
 }
 
 /// Whether a `tools/call` of a tool with `support` may become a task for a request whose

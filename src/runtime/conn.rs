@@ -22,14 +22,19 @@ use crate::runtime::socket::{read_some, read_some_or, shrink, Conn, ReadEnd, BUF
 use crate::runtime::stream;
 use crate::wire::{Answer, Refusal};
 
-/// Serves one connection until it closes, or hands it to another core.
+/// Serves one connection until it closes, or hands it to another core. `hops`: how many times
+/// its first request (in `buf`) was already handed between cores (0 for an accepted socket); a
+/// handed request that would be handed on again is refused instead (`Refusal::HandedTwice`),
+/// so no request bounces between cores. Later requests on the connection start at 0.
 pub(crate) async fn serve(
     core: Rc<Endpoint>,
     drain: Rc<Drain>,
     inboxes: Inboxes,
     socket: TcpStream,
     buf: Vec<u8>,
+    mut hops: u8,
 ) {
+    assert!(hops <= handoff::HOPS_MAX, "a request was handed {hops} times");
     core.metrics.connections_active.inc();
     let open = drain.open();
     let mut conn = Conn {
@@ -49,18 +54,31 @@ pub(crate) async fn serve(
             endpoint::handle(&core, req, &mut conn.out).await
         };
         match outcome {
+            Outcome::HandOff(_) if hops >= handoff::HOPS_MAX => {
+                // `endpoint::owner` is the same function on every core, so this is a bug:
+                // answer now rather than move the request again.
+                debug_assert!(false, "a handed request would be handed on again");
+                core.metrics.handoffs_refused_total.inc();
+                conn.out.clear();
+                let refusal = Answer::Refused { refusal: Refusal::HandedTwice, id: None };
+                refusal.render(&mut conn.out, false);
+                let _ = conn.write().await;
+                break;
+            }
             Outcome::HandOff(target) => {
                 let Conn { socket, buf, .. } = conn;
-                hand_off(&core, &inboxes, target, socket, buf);
+                hand_off(&core, &inboxes, target, socket, buf, hops + 1);
                 break;
             }
             Outcome::Reply { keep_alive } => {
+                hops = 0;
                 release_request(&mut conn.buf, consumed);
                 if !conn.write().await || !keep_alive {
                     break;
                 }
             }
             Outcome::Stream(s) => {
+                hops = 0;
                 release_request(&mut conn.buf, consumed);
                 let reusable = stream::drive_stream(&mut conn, s).await;
                 conn.shrink_buffers();
@@ -217,12 +235,21 @@ async fn linger_close(socket: &mut TcpStream, buf: &mut Vec<u8>, unread: usize) 
     }
 }
 
-/// Moves the connection, with its unhandled bytes, to `target`'s inbox.
-fn hand_off(core: &Endpoint, inboxes: &Inboxes, target: u16, socket: TcpStream, pending: Vec<u8>) {
+/// Moves the connection, with its unhandled bytes, to `target`'s inbox; `hops` counts this
+/// hand-off (at most `HOPS_MAX`).
+fn hand_off(
+    core: &Endpoint,
+    inboxes: &Inboxes,
+    target: u16,
+    socket: TcpStream,
+    pending: Vec<u8>,
+    hops: u8,
+) {
+    assert!(hops <= handoff::HOPS_MAX, "a request handed {hops} times");
     let Ok(socket) = handoff::detach_socket(socket) else { return };
     core.metrics.handoffs_total.inc();
     if let Some(inbox) = inboxes.get(usize::from(target)) {
-        if let Err(back) = inbox.send(Moved { socket, pending }) {
+        if let Err(back) = inbox.send(Moved { socket, pending, hops }) {
             // Full inbox: answer 503 on the (now std, blocking-capable) socket and close.
             let mut out = Vec::new();
             Answer::Refused { refusal: Refusal::Unavailable, id: None }.render(&mut out, false);

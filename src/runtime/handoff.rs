@@ -1,7 +1,10 @@
-//! Per-core inbox for connections whose session lives on another core (runtime-notes §5): the
-//! receiving core pushes the socket (as a std `TcpStream`) plus the bytes it already read into
+//! Per-core inbox for connections whose request belongs to another core (its task, session or
+//! key: `endpoint::owner`; runtime-notes §5): the receiving core pushes the socket (as a std `TcpStream`) plus the bytes it already read into
 //! the owner's bounded queue and wakes the owner's drain task, which adopts the connection.
 //! After that every event of the session is written locally, with no per-event hop.
+//!
+//! A request is handed at most once: `Moved::hops` travels with it, and the core that adopts it
+//! refuses a second hand-off (`runtime::conn`).
 //!
 //! Never: blocks; a full inbox is reported to the sender, which answers 503.
 
@@ -12,12 +15,17 @@ use std::task::Poll;
 use atomic_waker::AtomicWaker;
 use crossbeam_queue::ArrayQueue;
 
-/// A connection on its way to its session's owner core.
+/// The most hand-offs one request may take: to its owner, once.
+pub(crate) const HOPS_MAX: u8 = 1;
+
+/// A connection on its way to its request's owner core.
 pub(crate) struct Moved {
     pub socket: std::net::TcpStream,
     /// Bytes read but not yet handled (the request that named the session, and any pipelined
     /// after it).
     pub pending: Vec<u8>,
+    /// How many times the first pending request was handed between cores (1..=`HOPS_MAX`).
+    pub hops: u8,
 }
 
 /// One core's inbox.

@@ -232,6 +232,7 @@ async fn accept_until_drain(
             inboxes.clone(),
             socket,
             Vec::new(),
+            0,
         ));
     }
 }
@@ -285,7 +286,7 @@ async fn refuse_connection(mut socket: monoio::net::TcpStream) {
     let _ = socket.write_all(out).await;
 }
 
-/// Adopts connections other cores moved here because their session lives on this core.
+/// Adopts connections other cores moved here because their request belongs to this core.
 async fn drain_inbox(core: Rc<Endpoint>, drain: Rc<Drain>, inboxes: Inboxes) {
     let index = usize::from(core.index);
     loop {
@@ -301,6 +302,7 @@ async fn drain_inbox(core: Rc<Endpoint>, drain: Rc<Drain>, inboxes: Inboxes) {
             inboxes.clone(),
             socket,
             moved.pending,
+            moved.hops,
         ));
     }
 }

@@ -172,6 +172,9 @@ pub(crate) enum Refusal {
     /// Us: `--upstream-max-processes` upstream children are alive; a new session would need
     /// one more. 503 with `Retry-After`.
     UpstreamBusy,
+    /// Us: a request handed to the core its names choose would be handed on again (the cores
+    /// disagree on its owner: a bug). Answered at once, never moved a second time.
+    HandedTwice,
 }
 
 impl Refusal {
@@ -205,6 +208,7 @@ impl Refusal {
             Refusal::Draining => (503, Code::InternalError),
             Refusal::BufferBudget => (503, Code::InternalError),
             Refusal::UpstreamBusy => (503, Code::InternalError),
+            Refusal::HandedTwice => (500, Code::InternalError),
         }
     }
 
@@ -256,6 +260,7 @@ impl Refusal {
                 "upstream process limit reached (--upstream-max-processes): initialize again \
                  after Retry-After"
             }
+            Refusal::HandedTwice => "request was handed between cores twice",
         }
     }
 }
