@@ -382,3 +382,27 @@ fn http_syntax_400s_name_the_http_fault() {
         assert!(message.contains("not a JSON-RPC 2.0 message"), "{driver}: {message}");
     }
 }
+
+/// Goal: a legacy `Idempotency-Key` that is not UTF-8 is refused (400, -32600, a message naming
+/// the key), not silently ignored (which ran the call unkeyed, so its retry ran it again).
+/// Method: a real session's keyed `echo` with the key's bytes `k\xff`, then the same call with a
+/// UTF-8 key, which runs.
+#[test]
+fn a_legacy_idempotency_key_that_is_not_utf8_is_refused() {
+    for driver in DRIVERS {
+        let server = Server::on(driver, &[]);
+        let sid = open_session(&server);
+        let tool = call(30, "echo", r#"{"text":"u"}"#, false);
+        let mut h = session_headers(&sid);
+        h.push(("Idempotency-Key", "k-PLACEHOLDER"));
+        let raw = request("POST", &server.path, &server.host(), &h, Some(&tool));
+        let at = raw.windows(13).position(|w| w == b"k-PLACEHOLDER").expect("placeholder");
+        let mut bad = raw[..at].to_vec();
+        bad.extend_from_slice(b"k\xff");
+        bad.extend_from_slice(&raw[at + 13..]);
+        let what = format!("{driver}: non-UTF-8 legacy key");
+        let message = refusal_message(&exchange(&server, &bad), 400, -32600, &what);
+        assert!(message.contains("Idempotency-Key"), "{what}: {message}");
+        assert_eq!(echoed(&exchange(&server, &raw), &format!("{driver}: UTF-8 key")), "u");
+    }
+}

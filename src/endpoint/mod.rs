@@ -224,6 +224,11 @@ fn post_headers_ok(req: &Request<'_>, refuse_last_event_id: bool) -> Result<(), 
     if !accept_ok {
         return Err(Refusal::NotAcceptable);
     }
+    // Both eras read the key as text: one that is not UTF-8 is refused, never read lossily
+    // (two such keys would be one) nor ignored.
+    if req.header(&req.head.idempotency_key).is_some_and(|k| std::str::from_utf8(k).is_err()) {
+        return Err(Refusal::BadIdempotencyKey);
+    }
     Ok(())
 }
 

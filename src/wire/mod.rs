@@ -155,6 +155,9 @@ pub(crate) enum Refusal {
     /// Peer: a single-valued header (Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID,
     /// Idempotency-Key) given twice with different values.
     ConflictingHeader,
+    /// Peer: an `Idempotency-Key` that is not UTF-8 (two such keys would otherwise be read
+    /// as one, or the key ignored).
+    BadIdempotencyKey,
     /// Us: the server drains (SIGTERM/SIGINT) and takes no new session; 503 with `Retry-After`.
     Draining,
     /// Us: the core's replay rings hold `--core-buffer-bytes`; no new request stream until
@@ -193,6 +196,7 @@ impl Refusal {
             Refusal::BadContentLength => (400, Code::InvalidRequest),
             Refusal::BadHost => (400, Code::InvalidRequest),
             Refusal::ConflictingHeader => (400, Code::InvalidRequest),
+            Refusal::BadIdempotencyKey => (400, Code::InvalidRequest),
             Refusal::Draining => (503, Code::InternalError),
             Refusal::BufferBudget => (503, Code::InternalError),
             Refusal::UpstreamBusy => (503, Code::InternalError),
@@ -236,6 +240,7 @@ impl Refusal {
                 "conflicting duplicate header: Mcp-Session-Id, MCP-Protocol-Version, \
                  Last-Event-ID and Idempotency-Key take a single value"
             }
+            Refusal::BadIdempotencyKey => "Idempotency-Key must be UTF-8",
             Refusal::Draining => {
                 "server shutting down: no new sessions; initialize again after Retry-After"
             }
