@@ -132,8 +132,11 @@ pub(crate) async fn handle(edge: &Endpoint, req: Request<'_>, out: &mut Vec<u8>)
 /// the protocol path.
 async fn route(edge: &Endpoint, mut req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
     let keep_alive = req.head.keep_alive;
-    if req.head.conflict.is_some() {
-        return refuse(out, Refusal::ConflictingHeader, None, keep_alive).into_edge();
+    if let Some(name) = &req.head.conflict {
+        let mcp =
+            req.head_bytes[name.clone()].get(..4).is_some_and(|p| p.eq_ignore_ascii_case(b"mcp-"));
+        let refusal = if mcp { Refusal::ConflictingMcpHeader } else { Refusal::ConflictingHeader };
+        return refuse(out, refusal, None, keep_alive).into_edge();
     }
     let (authority, path) = split_target(&req.head_bytes[req.head.path.clone()]);
     let path = path.split(|&b| b == b'?').next().unwrap_or(path);
