@@ -194,10 +194,10 @@ fn host_names_a_loopback_name_and_a_well_formed_port() {
     }
 }
 
-/// Goal: a single-valued header given twice with different values is refused (400, -32600, a
-/// message naming the duplicate) instead of "last one wins", which a proxy that reads the first
-/// would disagree with; identical duplicates are accepted (as identical Content-Length lines
-/// are, RFC 9112 §6.3). Method: requests of a real session carrying each header twice; the
+/// Goal: a single-valued header given twice with different values is refused (400, -32600, or
+/// -32020 for an `Mcp-*` header; a message naming the duplicate) instead of "last one wins",
+/// which a proxy that reads the first would disagree with; identical duplicates are accepted (as
+/// identical Content-Length lines are, RFC 9112 §6.3). Method: requests of a real session carrying each header twice; the
 /// conflicting ones must be refused, the identical ones answered as without the duplicate.
 #[test]
 fn conflicting_duplicate_single_valued_headers_are_refused() {
@@ -275,7 +275,9 @@ fn conflicting_duplicate_single_valued_headers_are_refused() {
             let raw = request(method, &server.path, &server.host(), &h, body.as_deref());
             let r = exchange(&server, &raw);
             if refused {
-                let message = refusal_message(&r, 400, -32600, &what);
+                // An `Mcp-*` header twice is a header mismatch (-32020), the others -32600.
+                let mcp = name.starts_with("two sessions") || name == "two protocol versions";
+                let message = refusal_message(&r, 400, if mcp { -32020 } else { -32600 }, &what);
                 assert!(
                     message.contains("duplicate"),
                     "{what}: message names the fault: {message}"
@@ -364,7 +366,7 @@ fn http_syntax_400s_name_the_http_fault() {
             ),
             (
                 "conflicting duplicate header",
-                format!("GET {p} HTTP/1.1\r\nHost: {host}\r\nMcp-Session-Id: a\r\nMcp-Session-Id: b\r\n\r\n"),
+                format!("GET {p} HTTP/1.1\r\nHost: {host}\r\nLast-Event-ID: a\r\nLast-Event-ID: b\r\n\r\n"),
                 "duplicate",
             ),
         ];
@@ -380,5 +382,29 @@ fn http_syntax_400s_name_the_http_fault() {
         let raw = request("POST", p, &host, &session_headers(&sid), Some("42"));
         let message = refusal_message(&exchange(&server, &raw), 400, -32600, "not JSON-RPC");
         assert!(message.contains("not a JSON-RPC 2.0 message"), "{driver}: {message}");
+    }
+}
+
+/// Goal: a legacy `Idempotency-Key` that is not UTF-8 is refused (400, -32600, a message naming
+/// the key), not silently ignored (which ran the call unkeyed, so its retry ran it again).
+/// Method: a real session's keyed `echo` with the key's bytes `k\xff`, then the same call with a
+/// UTF-8 key, which runs.
+#[test]
+fn a_legacy_idempotency_key_that_is_not_utf8_is_refused() {
+    for driver in DRIVERS {
+        let server = Server::on(driver, &[]);
+        let sid = open_session(&server);
+        let tool = call(30, "echo", r#"{"text":"u"}"#, false);
+        let mut h = session_headers(&sid);
+        h.push(("Idempotency-Key", "k-PLACEHOLDER"));
+        let raw = request("POST", &server.path, &server.host(), &h, Some(&tool));
+        let at = raw.windows(13).position(|w| w == b"k-PLACEHOLDER").expect("placeholder");
+        let mut bad = raw[..at].to_vec();
+        bad.extend_from_slice(b"k\xff");
+        bad.extend_from_slice(&raw[at + 13..]);
+        let what = format!("{driver}: non-UTF-8 legacy key");
+        let message = refusal_message(&exchange(&server, &bad), 400, -32600, &what);
+        assert!(message.contains("Idempotency-Key"), "{what}: {message}");
+        assert_eq!(echoed(&exchange(&server, &raw), &format!("{driver}: UTF-8 key")), "u");
     }
 }

@@ -3,7 +3,8 @@
 //! checks and their codes (-32602, -32020, -32022); removed and unknown methods (404 -32601);
 //! GET/DELETE (405); calls answered as JSON or as a stream without event ids; logs only with a
 //! log level; a closed stream cancels its call; MRTR (`input_required`, a sealed `requestState`,
-//! -32021); `subscriptions/listen`; and the legacy era left as it was. Method: the real binary
+//! -32021); `subscriptions/listen`; `Mcp-*` headers given twice and `Mcp-Param-*` values
+//! compared as bytes (-32020); and the legacy era left as it was. Method: the real binary
 //! on 127.0.0.1:0 per io driver (`support::DRIVERS`) where cheap, raw HTTP/1.1 over blocking
 //! `TcpStream`s, requests built by `Modern` (headers and `_meta` a 2026-07-28 client sends, each
 //! case taking one away or changing it), tables of cases; cancellation through `/metrics`.
@@ -631,5 +632,120 @@ fn legacy_sessions_stay_legacy() {
         let r = post(&server, &[("Mcp-Session-Id", &sid)], ping);
         assert_eq!(r.status, 200, "{driver}: the session still works: {}", r.text());
         assert_eq!(r.json()["result"], json!({}), "{driver}");
+    }
+}
+
+/// `raw` with `lines` (each ending in CRLF) inserted after its request line, so a header can be
+/// given twice or carry bytes that are not UTF-8.
+fn with_lines(raw: &[u8], lines: &[u8]) -> Vec<u8> {
+    let at = raw.windows(2).position(|w| w == b"\r\n").expect("request line") + 2;
+    [&raw[..at], lines, &raw[at..]].concat()
+}
+
+/// Goal: issue 17 item 5: every `Mcp-*` header, `Mcp-Param-*` included, given twice with
+/// different values is a 400 -32020 (an intermediary reading the other value would authorize
+/// something other than what runs), an identical repeat is accepted; and a Base64 header value
+/// whose bytes are not UTF-8 equals no body value (a lossy decode made it equal a body holding
+/// U+FFFD). Method: `test_header_param` (`Mcp-Param-Value`) of `--tools conformance` on the
+/// real binary, raw header lines added to otherwise valid requests.
+#[test]
+fn mcp_headers_given_twice_differently_and_non_utf8_param_values_are_mismatches() {
+    let server = Server::on("uring", &["--tools", "conformance"]);
+    // `value` in the body and the `Mcp-Param-Value` header of the request's own header list;
+    // `first` is the raw line sent before it (so it is the value a first-wins reader takes).
+    let param = |id: u64, value: &str, header: &str, first: &[u8]| {
+        let m = Modern::call(id, "test_header_param", json!({ "value": value }))
+            .header("Mcp-Param-Value", header);
+        exchange(&server, &with_lines(&m.raw(&server), first))
+    };
+    // (case, answer, status, code, id)
+    let cases: Vec<(&str, Response, u16, i64, Value)> = vec![
+        (
+            "Mcp-Param twice, the first equal to the body",
+            param(
+                1,
+                "v",
+                "w",
+                b"Mcp-Param-Value: v
+",
+            ),
+            400,
+            -32020,
+            Value::Null,
+        ),
+        (
+            "Mcp-Param twice, other name case",
+            param(
+                2,
+                "v",
+                "w",
+                b"mcp-param-value: v
+",
+            ),
+            400,
+            -32020,
+            Value::Null,
+        ),
+        (
+            "Mcp-Param twice, same value",
+            param(
+                3,
+                "v",
+                "v",
+                b"Mcp-Param-Value:  v
+",
+            ),
+            200,
+            0,
+            json!(3),
+        ),
+        (
+            "Mcp-Name twice",
+            param(
+                4,
+                "v",
+                "v",
+                b"Mcp-Name: echo
+",
+            ),
+            400,
+            -32020,
+            Value::Null,
+        ),
+        // `//4=` is the bytes ff fe: not UTF-8, so not the body's U+FFFD U+FFFD.
+        (
+            "Base64 value that is not UTF-8",
+            param(5, "\u{fffd}\u{fffd}", "=?base64?//4=?=", b""),
+            400,
+            -32020,
+            json!(5),
+        ),
+        // The same body with its own bytes encoded is accepted.
+        (
+            "Base64 value, UTF-8",
+            param(6, "\u{fffd}\u{fffd}", "=?base64?77+977+9?=", b""),
+            200,
+            0,
+            json!(6),
+        ),
+    ];
+    let got: Vec<(&str, u16, i64, Value)> = cases
+        .iter()
+        .map(|(case, r, ..)| {
+            let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+            (*case, r.status, v["error"]["code"].as_i64().unwrap_or(0), v["id"].clone())
+        })
+        .collect();
+    let want: Vec<(&str, u16, i64, Value)> = cases
+        .iter()
+        .map(|(case, _, status, code, id)| (*case, *status, *code, id.clone()))
+        .collect();
+    assert_eq!(got, want);
+    for (case, r, status, _, id) in &cases {
+        if *status == 200 {
+            assert_complete(r, id, case);
+        } else {
+            assert_error(r, *status, -32020, id, case);
+        }
     }
 }

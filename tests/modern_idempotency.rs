@@ -163,3 +163,69 @@ fn a_keyed_task_call_retried_returns_the_same_task() {
     assert_eq!(retry["id"], 2, "{retry}");
     assert_eq!(retry["result"]["taskId"], task, "the retry names the first call's task: {retry}");
 }
+
+/// `call` with its `_meta` clientInfo replaced by `info` (`None`: removed).
+fn with_client_info(
+    call: (Vec<(String, String)>, String),
+    info: Option<Value>,
+) -> (Vec<(String, String)>, String) {
+    let (headers, body) = call;
+    let mut v: Value = serde_json::from_str(&body).expect("json");
+    let meta = v["params"]["_meta"].as_object_mut().expect("_meta");
+    match info {
+        Some(info) => meta.insert("io.modelcontextprotocol/clientInfo".into(), info),
+        None => meta.remove("io.modelcontextprotocol/clientInfo"),
+    };
+    (headers, v.to_string())
+}
+
+/// Goal: issue 17 item 4: keys are scoped so no two distinct (clientInfo name, version, key)
+/// triples meet: `("a\0b","c")` and `("a","b\0c")` were one client (NUL-joined scope), and a
+/// request without clientInfo was the client `("","")`; requests without clientInfo share one
+/// documented scope. Method: the same keyed `slow_counter` call under each pair, counting
+/// executions (a dedup hit does not run the tool).
+#[test]
+fn client_infos_that_collided_get_distinct_records() {
+    let server = Server::on("uring", &["--tools", "demo", "--threads", "2"]);
+    let args = json!({ "steps": 1, "delay_ms": 1 });
+    let run = |id: u64, info: Option<Value>| {
+        let c = with_client_info(keyed_call(id, "t", args.clone(), Some("k-scope")), info);
+        let evs = messages(&SseStream::open(&server, &raw(&server, &c)).rest());
+        let last = evs.last().expect("result").json();
+        assert_eq!(last["id"], id, "{last}");
+        assert_eq!(last["result"]["resultType"], "complete", "{last}");
+    };
+    run(1, Some(json!({ "name": "a\u{0}b", "version": "c" })));
+    assert_eq!(executions(&server), 1);
+    run(2, Some(json!({ "name": "a", "version": "b\u{0}c" })));
+    assert_eq!(executions(&server), 2, "another client: its own record, not a dedup hit");
+    run(3, Some(json!({ "name": "a", "version": "b\u{0}c" })));
+    assert_eq!(executions(&server), 2, "the same client: a dedup hit");
+    run(4, None);
+    assert_eq!(executions(&server), 3);
+    run(5, Some(json!({ "name": "", "version": "" })));
+    assert_eq!(executions(&server), 4, "empty clientInfo is not the missing one");
+    run(6, None);
+    assert_eq!(executions(&server), 4, "requests without clientInfo share one scope");
+}
+
+/// Goal: an `Idempotency-Key` whose bytes are not UTF-8 is refused (400, JSON-RPC -32600), not
+/// decoded lossily (`k\xff` and `k\xfe` were one key, U+FFFD). Method: both keys on a keyed
+/// `slow_counter` call; neither runs the tool.
+#[test]
+fn idempotency_keys_that_are_not_utf8_are_refused() {
+    let server = Server::on("uring", &["--tools", "demo", "--threads", "2"]);
+    let call = keyed_call(1, "t", json!({ "steps": 1, "delay_ms": 1 }), Some("k-PLACEHOLDER"));
+    let good = raw(&server, &call);
+    let at = good.windows(13).position(|w| w == b"k-PLACEHOLDER").expect("placeholder");
+    for key in [&b"k\xff"[..], &b"k\xfe"[..]] {
+        let bad = [&good[..at], key, &good[at + 13..]].concat();
+        let r = exchange(&server, &bad);
+        assert_eq!(r.status, 400, "{key:?}: {}", r.text());
+        let v = r.json();
+        assert_eq!(v["error"]["code"], -32600, "{key:?}: {v}");
+        let message = v["error"]["message"].as_str().expect("message");
+        assert!(message.contains("Idempotency-Key"), "{key:?}: {message}");
+    }
+    assert_eq!(executions(&server), 0, "a refused key runs nothing");
+}

@@ -133,8 +133,11 @@ pub(crate) async fn handle(edge: &Endpoint, req: Request<'_>, out: &mut Vec<u8>)
 /// request's owner core (`owner`: moved there unanswered), then the protocol path.
 async fn route(edge: &Endpoint, mut req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
     let keep_alive = req.head.keep_alive;
-    if req.head.conflict.is_some() {
-        return refuse(out, Refusal::ConflictingHeader, None, keep_alive).into_edge();
+    if let Some(name) = &req.head.conflict {
+        let mcp =
+            req.head_bytes[name.clone()].get(..4).is_some_and(|p| p.eq_ignore_ascii_case(b"mcp-"));
+        let refusal = if mcp { Refusal::ConflictingMcpHeader } else { Refusal::ConflictingHeader };
+        return refuse(out, refusal, None, keep_alive).into_edge();
     }
     let (authority, path) = split_target(&req.head_bytes[req.head.path.clone()]);
     let path = path.split(|&b| b == b'?').next().unwrap_or(path);
@@ -227,6 +230,11 @@ fn post_headers_ok(req: &Request<'_>, refuse_last_event_id: bool) -> Result<(), 
     });
     if !accept_ok {
         return Err(Refusal::NotAcceptable);
+    }
+    // Both eras read the key as text: one that is not UTF-8 is refused, never read lossily
+    // (two such keys would be one) nor ignored.
+    if req.header(&req.head.idempotency_key).is_some_and(|k| std::str::from_utf8(k).is_err()) {
+        return Err(Refusal::BadIdempotencyKey);
     }
     Ok(())
 }

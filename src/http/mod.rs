@@ -57,10 +57,11 @@ pub struct RequestHead {
     /// `Mcp-Name` value, trimmed: the tool or prompt name or resource uri (single-valued).
     pub mcp_name: Option<Range<usize>>,
     /// The name of the first single-valued header (`Mcp-Session-Id`, `MCP-Protocol-Version`,
-    /// `Last-Event-ID`, `Idempotency-Key`, `Mcp-Method`, `Mcp-Name`) given again with another value; the endpoint refuses
-    /// such a request (400) rather than pick one, since a proxy reading the first and us the
-    /// last would disagree about the request. `None` when each is given at most once or only
-    /// repeated identically (which we accept, as RFC 9112 §6.3 does for Content-Length).
+    /// `Last-Event-ID`, `Idempotency-Key`, `Mcp-Method`, `Mcp-Name`, any `Mcp-Param-*`) given
+    /// again with another value; the endpoint refuses such a request (400; -32020 for the
+    /// `Mcp-*` ones) rather than pick one, since a proxy reading the first and us the last would
+    /// disagree about the request. `None` when each is given at most once or only repeated
+    /// identically (which we accept, as RFC 9112 §6.3 does for Content-Length).
     pub conflict: Option<Range<usize>>,
 }
 
@@ -141,9 +142,21 @@ pub fn parse_head(
         ..RequestHead::default()
     };
     let mut conflict = None;
-    for h in req.headers.iter() {
+    for (i, h) in req.headers.iter().enumerate() {
         let name = h.name.as_bytes();
         let value = trim(h.value);
+        // `Mcp-Param-*` (any name): an earlier line of the same name with another value.
+        if name.get(..10).is_some_and(|p| p.eq_ignore_ascii_case(b"mcp-param-")) {
+            let differs = || {
+                req.headers[..i]
+                    .iter()
+                    .any(|e| e.name.eq_ignore_ascii_case(h.name) && trim(e.value) != value)
+            };
+            if conflict.is_none() && differs() {
+                conflict = Some(range_of(name));
+            }
+            continue;
+        }
         // `single`: one value only, and a second, different one is a conflict.
         let (slot, single) = if name.eq_ignore_ascii_case(b"content-length") {
             let n = parse_decimal(value).ok_or(ParseError::BadContentLength)?;
@@ -205,7 +218,8 @@ pub fn parse_head(
 }
 
 /// The value of header `name` (case-insensitive) in a complete request head, for the rare
-/// header the parse does not keep (MCP 2026-07-28 `Mcp-Param-*`). The first occurrence wins.
+/// header the parse does not keep (MCP 2026-07-28 `Mcp-Param-*`). The first occurrence wins
+/// (`parse_head` reports a repeat with another value as a `conflict`, so any would do).
 pub(crate) fn header_named<'h>(head: &'h [u8], name: &str) -> Option<&'h [u8]> {
     let mut headers = [httparse::EMPTY_HEADER; HEADERS_CAP];
     let mut req = httparse::Request::new(&mut headers);

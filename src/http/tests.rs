@@ -74,7 +74,11 @@ fn host_must_be_present_once_and_origin_once() {
 /// name of its second line), an identical repeat is not, and other headers are not affected.
 #[test]
 fn conflicting_single_valued_headers_are_reported() {
-    let cases: [(&str, Option<&str>); 8] = [
+    let cases: [(&str, Option<&str>); 12] = [
+        ("Mcp-Param-Region: a\r\nmcp-param-region: b", Some("mcp-param-region")),
+        ("Mcp-Param-A: a\r\nMcp-Param-B: b\r\nMcp-Param-A:  a ", None),
+        ("Mcp-Param-A: a\r\nMcp-Param-B: b\r\nMcp-Param-B: c", Some("Mcp-Param-B")),
+        ("Mcp-Name: a\r\nMcp-Name: b", Some("Mcp-Name")),
         ("Mcp-Session-Id: a\r\nMcp-Session-Id: b", Some("Mcp-Session-Id")),
         ("Mcp-Session-Id: a\r\nmcp-session-id:  b ", Some("mcp-session-id")),
         ("MCP-Protocol-Version: 1\r\nMCP-Protocol-Version: 2", Some("MCP-Protocol-Version")),

@@ -241,10 +241,14 @@ pub(crate) async fn post(
     if session.is_some() && !version_ok(req) {
         return refuse(out, Refusal::BadProtocolVersion, None, keep_alive);
     }
-    let idempotency_key: Option<Box<str>> = req
-        .header(&req.head.idempotency_key)
-        .and_then(|k| std::str::from_utf8(k).ok())
-        .map(Box::from);
+    // A key that is not UTF-8 is refused, never ignored (the edge refuses it already).
+    let idempotency_key: Option<Box<str>> = match req.header(&req.head.idempotency_key) {
+        None => None,
+        Some(k) => match std::str::from_utf8(k) {
+            Ok(k) => Some(Box::from(k)),
+            Err(_) => return refuse(out, Refusal::BadIdempotencyKey, None, keep_alive),
+        },
+    };
     let body = match jsonrpc::decode(req.body, crate::config::JSON_DEPTH_MAX) {
         Ok(b) => b,
         Err(jsonrpc::DecodeError::Parse) => {

@@ -8,8 +8,9 @@
 //! runs waits for it up to `--owed-wait-ms` (then 409 -31004); the same key with another call
 //! is 422 -31005. Without the header: plain spec behaviour (`call`).
 //!
-//! Keys are scoped by the client's `clientInfo` (name and version) and kept per core in a
-//! bounded table (`--max-idempotency-keys-per-core`), finished ones for
+//! Keys are scoped by the client's `clientInfo` (name and version, length-prefixed: `scoped`;
+//! requests without one share one scope; a key that is not UTF-8 is refused) and kept per core
+//! in a bounded table (`--max-idempotency-keys-per-core`), finished ones for
 //! `--stream-retention-secs`. A request carrying a key and no earlier name (a `tasks/*` task,
 //! a session: `endpoint::owner`) is handed to the core that owns the key (`owner_core`), so
 //! every retry meets its record whichever core accepted it.
@@ -145,14 +146,29 @@ pub(crate) fn spawn(
     });
 }
 
-/// The key as the table keeps it: scoped by the client's name and version (no authorization
-/// exists yet to scope it by), so two clients that pick the same key do not meet.
-pub(crate) fn scoped(key: &[u8], client_info: Option<&crate::provider::Value>) -> Box<str> {
-    let field = |name: &str| {
-        client_info.and_then(|c| c.get(name)).and_then(|v| v.as_str()).unwrap_or("").to_owned()
-    };
-    let key = String::from_utf8_lossy(key);
-    format!("{}\u{0}{}\u{0}{key}", field("name"), field("version")).into_boxed_str()
+/// The key as the table keeps it: scoped by the client's `clientInfo` name and version (no
+/// authorization exists yet to scope it by), so two clients that pick the same key do not meet.
+/// Every part is length-prefixed (the name and version as their JSON text, so a non-string
+/// value is not the string it prints as), so no two distinct (name, version, key) triples make
+/// one scoped key. A request without `clientInfo` gets the one shared scope `-`, distinct from
+/// every `clientInfo` (even `{}`): such clients' keys meet. `None`: the key is not UTF-8 (the
+/// caller refuses it with `Refusal::BadIdempotencyKey`, never decodes it lossily).
+pub(crate) fn scoped(key: &[u8], client_info: Option<&crate::provider::Value>) -> Option<Box<str>> {
+    use std::fmt::Write;
+    let key = std::str::from_utf8(key).ok()?;
+    let mut scoped = String::with_capacity(key.len() + 32);
+    match client_info {
+        None => scoped.push('-'),
+        Some(info) => {
+            scoped.push('c');
+            for field in ["name", "version"] {
+                let text = info.get(field).map(|v| v.to_string()).unwrap_or_default();
+                let _ = write!(scoped, "{}:{text}", text.len());
+            }
+        }
+    }
+    let _ = write!(scoped, "{}:{key}", key.len());
+    Some(scoped.into_boxed_str())
 }
 
 #[cfg(test)]
@@ -215,10 +231,36 @@ mod tests {
         let b = serde_json::json!({"name": "b", "version": "1"});
         assert_ne!(scoped(b"k", Some(&a)), scoped(b"k", Some(&b)));
         assert_eq!(scoped(b"k", Some(&a)), scoped(b"k", Some(&a)));
+        assert!(scoped(b"k", Some(&a)).is_some());
         for threads in 1..8u16 {
             let core = owner_core(b"some-key", threads);
             assert!(core < threads);
             assert_eq!(core, owner_core(b"some-key", threads));
         }
+    }
+
+    #[test]
+    fn no_two_distinct_triples_share_a_scope_and_non_utf8_keys_have_none() {
+        // Goal: issue 17 item 4: parts joined by a separator collided (`("a\0b","c")` and
+        // `("a","b\0c")` were one client), a key was decoded lossily (`k\xff` = `k\xfe`), and
+        // a missing clientInfo was `{"name":"","version":""}`. Method: those pairs, plus
+        // non-string fields against the strings they print as.
+        let info = |name: serde_json::Value, version: serde_json::Value| serde_json::json!({ "name": name, "version": version });
+        let nul_a = info("a\0b".into(), "c".into());
+        let nul_b = info("a".into(), "b\0c".into());
+        assert_ne!(scoped(b"k", Some(&nul_a)), scoped(b"k", Some(&nul_b)));
+        // The key's bytes too cannot shift into the version.
+        let v1 = info("a".into(), "b".into());
+        let v2 = info("a".into(), "b\0k".into());
+        assert_ne!(scoped(b"k\0x", Some(&v1)), scoped(b"x", Some(&v2)));
+        let empty = info("".into(), "".into());
+        assert_ne!(scoped(b"k", None), scoped(b"k", Some(&empty)));
+        assert_ne!(scoped(b"k", None), scoped(b"k", Some(&serde_json::json!({}))));
+        assert_eq!(scoped(b"k", None), scoped(b"k", None), "no clientInfo: one shared scope");
+        let number = info(1.into(), "1".into());
+        let string = info("1".into(), "1".into());
+        assert_ne!(scoped(b"k", Some(&number)), scoped(b"k", Some(&string)));
+        assert_eq!(scoped(b"k\xff", Some(&v1)), None);
+        assert_eq!(scoped(b"k\xfe", None), None);
     }
 }

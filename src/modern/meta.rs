@@ -2,7 +2,8 @@
 //! the conformance suite expect: the per-request `_meta` (-32602), then `MCP-Protocol-Version`
 //! against it (-32020 before -32022), then `Mcp-Method` / `Mcp-Name` (-32020, with the
 //! `=?base64?…?=` sentinel decoded), and for a tool that declares `x-mcp-header` parameters its
-//! `Mcp-Param-*` headers (-32020).
+//! `Mcp-Param-*` headers (-32020). Decoded header values are compared as bytes, never decoded
+//! lossily; a header given twice with different values never gets here (the edge refuses it).
 //!
 //! Owns: `RequestMeta` (the validated `_meta` a request runs with) and `MetaError` (each
 //! rejection with its HTTP status and JSON-RPC code). Never: runs anything.
@@ -172,7 +173,8 @@ pub(crate) fn decode_header_value(value: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// Each `x-mcp-header` parameter present (and not null) in `arguments` must come with its
-/// `Mcp-Param-{Name}` header, equal after decoding (numbers compared numerically, booleans as
+/// `Mcp-Param-{Name}` header, equal after decoding (strings compared as bytes, so a decoded
+/// value that is not UTF-8 equals nothing; numbers compared numerically, booleans as
 /// `true`/`false`); a header without a body value is ignored. `find` looks a header up by name
 /// (case-insensitive).
 pub(crate) fn check_param_headers<'h>(
@@ -193,19 +195,22 @@ pub(crate) fn check_param_headers<'h>(
         let Some(decoded) = decode_header_value(raw) else {
             return Err(MetaError::mismatch(format!("{name} header value is not valid")));
         };
-        let text = String::from_utf8_lossy(&decoded);
+        // Compared as bytes: a header that decodes to bytes that are not UTF-8 equals no body
+        // value (a lossy decode would make it equal a body holding U+FFFD).
+        let text = std::str::from_utf8(&decoded).ok();
         let equal = if let Some(s) = value.as_str() {
-            s == text
+            s.as_bytes() == decoded.as_slice()
         } else if let Some(b) = value.as_bool() {
-            text == if b { "true" } else { "false" }
+            decoded == if b { &b"true"[..] } else { &b"false"[..] }
         } else if let Some(n) = value.cast_f64() {
-            text.trim().parse::<f64>().is_ok_and(|h| h == n)
+            text.is_some_and(|t| t.trim().parse::<f64>().is_ok_and(|h| h == n))
         } else {
             false
         };
         if !equal {
             return Err(MetaError::mismatch(format!(
-                "Header mismatch: {name} header value '{text}' does not match body value"
+                "Header mismatch: {name} header value '{}' does not match body value",
+                String::from_utf8_lossy(&decoded)
             )));
         }
     }
@@ -307,6 +312,13 @@ mod tests {
         assert!(check_param_headers(&declared, &absent, |_| None).is_ok());
         let missing = check_param_headers(&declared, &args, |_| None);
         assert_eq!(missing.err().map(|e| e.code.value()), Some(-32020));
+        // Base64 of the bytes `ff fe`: not UTF-8, so not the U+FFFD U+FFFD a lossy decode makes.
+        let replacement = wire(r#"{"region":"\ufffd\ufffd"}"#);
+        let invalid = |name: &str| (name == "Mcp-Param-Region").then_some(&b"=?base64?//4=?="[..]);
+        assert_eq!(
+            check_param_headers(&declared, &replacement, invalid).err().map(|e| e.code.value()),
+            Some(-32020)
+        );
         let wrong = |name: &str| (name == "Mcp-Param-Region").then_some(&b"eu"[..]);
         assert_eq!(
             check_param_headers(&declared, &args, wrong).err().map(|e| e.code.value()),

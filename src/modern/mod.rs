@@ -280,8 +280,14 @@ async fn tools_call(
     };
     let arguments = params.as_object_mut().and_then(|p| p.remove("arguments"));
     let arguments = arguments.map(dispatch::into_public).unwrap_or(Value::Null);
-    let key = req.header(&req.head.idempotency_key);
-    let scoped_key = key.map(|k| keyed::scoped(k, request_meta.client_info.as_ref()));
+    let scoped_key = match req.header(&req.head.idempotency_key) {
+        None => None,
+        // A key that is not UTF-8 (the edge refuses it already; never decoded lossily).
+        Some(k) => match keyed::scoped(k, request_meta.client_info.as_ref()) {
+            Some(scoped) => Some(scoped),
+            None => return refuse(out, Refusal::BadIdempotencyKey, Some(&id), keep_alive),
+        },
+    };
     let fingerprint = fingerprint_of(&binding);
     if let Some(scoped_key) = &scoped_key {
         let retention = core.cfg.stream_retention;

@@ -161,9 +161,16 @@ pub(crate) enum Refusal {
     BadContentLength,
     /// Peer: HTTP/1.1 without Host, or Host or Origin given twice (RFC 9112 §3.2).
     BadHost,
-    /// Peer: a single-valued header (Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID,
-    /// Idempotency-Key) given twice with different values.
+    /// Peer: a single-valued header (Last-Event-ID, Idempotency-Key) given twice with
+    /// different values.
     ConflictingHeader,
+    /// Peer: an `Mcp-*` header (Mcp-Session-Id, MCP-Protocol-Version, Mcp-Method, Mcp-Name,
+    /// Mcp-Param-*) given twice with different values: 400 with HeaderMismatch, since an
+    /// intermediary reading the other value would authorize something other than what runs.
+    ConflictingMcpHeader,
+    /// Peer: an `Idempotency-Key` that is not UTF-8 (two such keys would otherwise be read
+    /// as one, or the key ignored).
+    BadIdempotencyKey,
     /// Us: the server drains (SIGTERM/SIGINT) and takes no new session; 503 with `Retry-After`.
     Draining,
     /// Us: the core's replay rings hold `--core-buffer-bytes`; no new request stream until
@@ -205,6 +212,8 @@ impl Refusal {
             Refusal::BadContentLength => (400, Code::InvalidRequest),
             Refusal::BadHost => (400, Code::InvalidRequest),
             Refusal::ConflictingHeader => (400, Code::InvalidRequest),
+            Refusal::ConflictingMcpHeader => (400, Code::HeaderMismatch),
+            Refusal::BadIdempotencyKey => (400, Code::InvalidRequest),
             Refusal::Draining => (503, Code::InternalError),
             Refusal::BufferBudget => (503, Code::InternalError),
             Refusal::UpstreamBusy => (503, Code::InternalError),
@@ -246,9 +255,14 @@ impl Refusal {
             }
             Refusal::BadHost => "bad Host: missing, or Host or Origin given more than once",
             Refusal::ConflictingHeader => {
-                "conflicting duplicate header: Mcp-Session-Id, MCP-Protocol-Version, \
-                 Last-Event-ID and Idempotency-Key take a single value"
+                "conflicting duplicate header: Last-Event-ID and Idempotency-Key take a single \
+                 value"
             }
+            Refusal::ConflictingMcpHeader => {
+                "conflicting duplicate header: an Mcp-* header (Mcp-Session-Id, \
+                 MCP-Protocol-Version, Mcp-Method, Mcp-Name, Mcp-Param-*) takes a single value"
+            }
+            Refusal::BadIdempotencyKey => "Idempotency-Key must be UTF-8",
             Refusal::Draining => {
                 "server shutting down: no new sessions; initialize again after Retry-After"
             }
