@@ -126,7 +126,9 @@ listed_origin="http://127.0.0.1:$page_port"
 tidemark_pid=$!
 pids+=("$tidemark_pid")
 # The banner's first URL is the endpoint's; the second, with --metrics-listen, the admin one.
-mcp_url="$(wait_for_url "$RESULTS/tidemark.stdout" "$tidemark_pid" tidemark | head -n 1)"
+# No `| head` here: with pipefail a reader that stops early can fail the assignment (SIGPIPE).
+mcp_url="$(wait_for_url "$RESULTS/tidemark.stdout" "$tidemark_pid" tidemark)"
+mcp_url="${mcp_url%%$'\n'*}"
 metrics_url="$(head -n 1 "$RESULTS/tidemark.stdout" | grep -o 'metrics=http://[^ ]*' | cut -d= -f2)"
 echo "browser: $(head -n 1 "$RESULTS/tidemark.stdout")"
 echo "browser: page server $page_url, listed origin $listed_origin, $(chromium --version 2>/dev/null)"
@@ -210,8 +212,8 @@ run_blocked() {
     elif [ "$sessions_after" != "$sessions_before" ]; then
         fail "$name" "tidemark created a session ($sessions_before -> $sessions_after)"
     else
-        pass "$name" "origin $origin: $(grep -o 'Response to preflight request[^"]*' \
-            "$RESULTS/$name.chromium.log" | head -n 1)"
+        pass "$name" "origin $origin: $(grep -m 1 -o 'Response to preflight request[^"]*' \
+            "$RESULTS/$name.chromium.log")"
     fi
 }
 
