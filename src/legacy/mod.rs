@@ -73,7 +73,7 @@ impl From<Early> for Outcome {
 /// The core that owns the session a request names in `Mcp-Session-Id`, whichever core that is:
 /// one of the names `endpoint::owner` decides a request's core from. A malformed id names none.
 pub(crate) fn named_core(req: &Request<'_>) -> Option<u16> {
-    SessionId::parse(req.header(&req.head.session_id)?).map(|id| id.core)
+    SessionId::core_named(req.header(&req.head.session_id)?)
 }
 
 /// Writes a refusal into `out` and ends the request early.

@@ -37,6 +37,16 @@ impl SessionId {
         Some(SessionId { core, random })
     }
 
+    /// The core a session id names, read from its first four digits alone (the owner check of
+    /// every request: `endpoint::owner`); `parse` still checks the whole id where the session
+    /// is looked up, so a malformed rest is refused there.
+    pub(crate) fn core_named(text: &[u8]) -> Option<u16> {
+        if text.len() != SESSION_ID_LEN {
+            return None;
+        }
+        u16::try_from(parse_hex(&text[..4])?).ok()
+    }
+
     /// The header value.
     pub fn encode(&self, out: &mut Vec<u8>) {
         push_fixed_hex(out, u128::from(self.core), 4);
@@ -95,6 +105,9 @@ mod tests {
         for bad in ["", "abc", &"g".repeat(36), &"A".repeat(36), &"0".repeat(37)] {
             assert_eq!(SessionId::parse(bad.as_bytes()), None, "{bad}");
         }
+        for bad in ["", "abc", "000g", &"A".repeat(36), &"0".repeat(37)] {
+            assert_eq!(SessionId::core_named(bad.as_bytes()), None, "{bad}");
+        }
     }
 
     proptest! {
@@ -103,6 +116,8 @@ mod tests {
             let id = SessionId { core, random };
             let text = id.to_header();
             prop_assert_eq!(SessionId::parse(text.as_bytes()), Some(id));
+            // The owner check reads the same core from the first four digits alone.
+            prop_assert_eq!(SessionId::core_named(text.as_bytes()), Some(core));
         }
     }
 }
