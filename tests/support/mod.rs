@@ -537,19 +537,12 @@ pub fn read_until_closed(stream: &mut TcpStream, bound: Duration) -> (Vec<u8>, E
 
 // ---- Helpers added for sse_resume.rs and migration.rs ----
 
-/// A loopback port that was free a moment ago (bind :0, read it, drop the listener).
-pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind :0");
-    l.local_addr().expect("local addr").port()
-}
-
-/// Starts a server on `driver` with `--metrics-listen` on a free port; returns it and the
-/// metrics address.
+/// Starts a server on `driver` with its admin listener on 127.0.0.1:0 (the banner names the
+/// address: a port picked free beforehand could be taken by a parallel test before the server
+/// binds it); returns it and the metrics address.
 pub fn server_with_metrics(driver: &str, args: &[&str]) -> (Server, String) {
-    let addr = format!("127.0.0.1:{}", free_port());
-    let mut all: Vec<&str> = vec!["--metrics-listen", &addr];
-    all.extend_from_slice(args);
-    let server = Server::on(driver, &all);
+    let server = Server::with_admin(driver, args);
+    let addr = server.metrics();
     (server, addr)
 }
 
