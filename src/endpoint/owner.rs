@@ -19,6 +19,10 @@ use crate::modern::{keyed, task_call};
 /// The core that owns `req`, when it is another one than `here` (then the connection moves
 /// there, unanswered).
 pub(crate) fn elsewhere(req: &Request<'_>, here: u16, threads: u16) -> Option<u16> {
+    // One core: no request can belong elsewhere, and no name need be read.
+    if threads <= 1 {
+        return None;
+    }
     let owner = owner(req, threads)?;
     (owner != here).then_some(owner)
 }
