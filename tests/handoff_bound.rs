@@ -121,6 +121,8 @@ fn keyed_tasks_requests_are_answered_whichever_core_owns_the_key() {
             answered_once(&server, &metrics, &headers, &body, &format!("{driver} cancel {key}"));
         }
         let settled = handoffs(&metrics);
+        // Elapsed time is what this tests: a request moving between cores forever would keep
+        // the counter growing during this window (there is no state to wait on for "never").
         std::thread::sleep(Duration::from_millis(500));
         assert_eq!(handoffs(&metrics), settled, "{driver}: connections still moving");
         let text = scrape(&metrics);
