@@ -279,11 +279,13 @@ fn host_and_origin_allowed(cfg: &Config, req: &Request<'_>) -> bool {
     }
     if let Some(origin) = req.header(&req.head.origin) {
         let listed = cfg.allowed_origins.iter().any(|o| o.as_bytes() == origin);
+        // An origin is `scheme://host[:port]` and nothing else (RFC 6454 §6.2): userinfo
+        // (`http://localhost:80@evil.com` is evil.com's page) or a path makes it no loopback one.
         let authority = origin
             .strip_prefix(b"http://")
             .or_else(|| origin.strip_prefix(b"https://"))
             .and_then(split_authority)
-            .is_some_and(|(name, _)| is_loopback_host(name));
+            .is_some_and(|(name, rest)| is_loopback_host(name) && port_well_formed(rest));
         if !listed && !authority && origin != b"null" {
             return false;
         }
