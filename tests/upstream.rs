@@ -227,6 +227,23 @@ fn garbage_on_stdout_is_skipped_and_the_bridge_goes_on() {
     assert_eq!(result_text(&evs[0]), "still");
 }
 
+/// Goal: a stdout line that is JSON but not UTF-8 (a byte of another encoding in a string)
+/// still answers its call, with U+FFFD for the byte, at once: it is not skipped, which left the
+/// call waiting for `--upstream-timeout-secs` (issue 17 item 9). Method: the fixture's `latin1`
+/// tool under a 30 s upstream timeout; the answer must come well before it.
+#[test]
+fn a_json_line_that_is_not_utf8_still_answers_its_call() {
+    let counter = Counter::new("latin1");
+    let server = bridge("uring", &counter, &["--upstream-timeout-secs", "30"]);
+    let sid = open_session(&server);
+    let started = Instant::now();
+    let evs = call_all(&server, &sid, 1, "latin1", r#"{"text":"caf"}"#);
+    assert_eq!(result_text(&evs[0]), "caf\u{fffd}");
+    assert!(started.elapsed() < Duration::from_secs(10), "answered, not timed out");
+    let evs = call_all(&server, &sid, 2, "echo", r#"{"text":"still"}"#);
+    assert_eq!(result_text(&evs[0]), "still");
+}
+
 #[test]
 fn a_hanging_call_ends_at_the_upstream_timeout() {
     let counter = Counter::new("hang");

@@ -279,13 +279,20 @@ async fn read_stdout(
 /// Bytes asked for per read of the child's stdout or stderr.
 const READ_CHUNK: usize = 64 * 1024;
 
-/// One stdout line to the peer: JSON, or logged and skipped.
+/// One stdout line to the peer: JSON (invalid UTF-8 in it replaced), or logged and skipped.
 fn deliver(peer: &Rc<Peer>, line: &[u8]) {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     if line.iter().all(u8::is_ascii_whitespace) {
         return;
     }
-    match serde_json::from_slice(line) {
+    // A line that is JSON but not UTF-8 (a byte of the child's locale in a string) still
+    // answers its call, with U+FFFD for the bytes: skipped, it would leave the call waiting
+    // for `--upstream-timeout-secs`. Only such a line pays for the second parse.
+    let parsed = serde_json::from_slice(line).or_else(|e| match std::str::from_utf8(line) {
+        Ok(_) => Err(e),
+        Err(_) => serde_json::from_str(&String::from_utf8_lossy(line)),
+    });
+    match parsed {
         Ok(message) => peer.receive(message),
         Err(_) => {
             let shown = String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned();
