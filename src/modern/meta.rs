@@ -11,8 +11,10 @@
 use base64::Engine;
 use simd_json::prelude::*;
 
+use crate::core::Answered;
 use crate::provider::{LogLevel, Value};
-use crate::wire::{Code, WireValue};
+use crate::wire::jsonrpc::{self, RawId};
+use crate::wire::{Answer, Code, Status, WireValue};
 
 pub(crate) use crate::wire::revision::{META_PROTOCOL_VERSION, MODERN_VERSION, SUPPORTED_VERSIONS};
 pub(crate) const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
@@ -37,6 +39,15 @@ impl MetaError {
 
     fn mismatch(message: impl Into<String>) -> MetaError {
         MetaError { code: Code::HeaderMismatch, message: message.into(), data: None }
+    }
+
+    /// The refusal as a whole answer to request `id`: 400 with this JSON-RPC error.
+    pub(crate) fn refuse(&self, out: &mut Vec<u8>, id: &RawId, keep_alive: bool) -> Answered {
+        let mut body = Vec::with_capacity(128 + self.message.len());
+        let data = self.data.as_deref();
+        jsonrpc::push_error(&mut body, Some(id), self.code.value(), &self.message, data);
+        let answer = Answer::JsonStatus { status: Status::BadRequest, body: &body };
+        crate::core::reply(out, answer, keep_alive)
     }
 }
 

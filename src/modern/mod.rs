@@ -179,9 +179,7 @@ pub(crate) async fn serve(
 
 /// 400 with a check's JSON-RPC error (and the request's id).
 fn meta_refusal(out: &mut Vec<u8>, id: &RawId, e: &MetaError, keep_alive: bool) -> Outcome {
-    let mut body = Vec::with_capacity(128 + e.message.len());
-    jsonrpc::push_error(&mut body, Some(id), e.code.value(), &e.message, e.data.as_deref());
-    reply(out, Answer::JsonStatus { status: Status::BadRequest, body: &body }, keep_alive)
+    e.refuse(out, id, keep_alive).widen()
 }
 
 /// The members every complete result gets.

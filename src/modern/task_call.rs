@@ -42,7 +42,7 @@ use crate::core::{reply, Request};
 use crate::provider::{
     CallSink, LocalBoxFuture, LogLevel, ProviderError, ProviderResult, TaskSupport, Value,
 };
-use crate::wire::jsonrpc::{self, RawId};
+use crate::wire::jsonrpc::RawId;
 use crate::wire::{Answer, Code, WireValue};
 
 use super::call::ModernSink;
@@ -378,13 +378,7 @@ pub(crate) fn serve(
 ) -> Answered {
     if !tasks::declared(Some(client_capabilities)) {
         let e = missing_extension(&format!("{method} needs the tasks extension"));
-        let mut body = Vec::with_capacity(256);
-        jsonrpc::push_error(&mut body, Some(id), e.code.value(), &e.message, e.data.as_deref());
-        return reply(
-            out,
-            Answer::JsonStatus { status: crate::wire::Status::BadRequest, body: &body },
-            keep_alive,
-        );
+        return e.refuse(out, id, keep_alive);
     }
     let Some(task_id) = params.get("taskId").and_then(|t| t.as_str()) else {
         return error(out, id, Code::InvalidParams, "params.taskId must be a string", keep_alive);
