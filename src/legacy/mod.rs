@@ -56,17 +56,15 @@ pub(crate) enum Job {
     Modern(Body),
 }
 
-/// How a request ends before its session is found: refused (the answer is in `out`). Small,
-/// unlike `Outcome`, so lookups return it cheaply.
-enum Early {
-    Refused { keep_alive: bool },
+/// A request refused before its session was found (the answer is in `out`). Small, unlike
+/// `Outcome`, so lookups return it cheaply.
+struct Early {
+    keep_alive: bool,
 }
 
 impl From<Early> for Outcome {
     fn from(early: Early) -> Outcome {
-        match early {
-            Early::Refused { keep_alive } => Outcome::Reply { keep_alive },
-        }
+        Outcome::Reply { keep_alive: early.keep_alive }
     }
 }
 
@@ -79,7 +77,7 @@ pub(crate) fn named_core(req: &Request<'_>) -> Option<u16> {
 /// Writes a refusal into `out` and ends the request early.
 fn refuse_early(out: &mut Vec<u8>, refusal: Refusal, keep_alive: bool) -> Early {
     Answer::Refused { refusal, id: None }.render(out, keep_alive);
-    Early::Refused { keep_alive }
+    Early { keep_alive }
 }
 
 /// Looks up the session a request names; `Err` says how the request ended instead.
