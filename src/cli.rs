@@ -157,6 +157,21 @@ struct Flags {
     /// 2026-07-28 Idempotency-Key records kept per core.
     #[arg(long, default_value_t = config::IDEMPOTENCY_KEYS_PER_CORE_MAX)]
     max_idempotency_keys_per_core: usize,
+    /// Bytes of recorded notifications and final answers the Idempotency-Key records of one
+    /// core hold; finished records go oldest first, then new keyed calls get 503.
+    #[arg(long, default_value_t = config::IDEMPOTENCY_BYTES_PER_CORE)]
+    idempotency_bytes_per_core: usize,
+    /// Keyed calls one client (its connection's peer address) may have running on one core;
+    /// past it 429 + Retry-After.
+    #[arg(long, default_value_t = config::KEYED_CALLS_RUNNING_PER_CLIENT_MAX)]
+    max_running_keyed_calls_per_client: usize,
+    /// Server→client requests (sampling, elicitation, roots) one legacy session, or one round
+    /// of a 2026-07-28 call, has outstanding; a tool's next one fails with -32603.
+    #[arg(long, default_value_t = config::CLIENT_REQUESTS_PENDING_MAX)]
+    max_pending_client_requests: usize,
+    /// How long a keyed call (Idempotency-Key) may run before it is cancelled and answers -32603.
+    #[arg(long, default_value_t = config::KEYED_CALL_MAX_SECS)]
+    keyed_call_max_secs: u64,
     /// Tasks (2026-07-28 tasks extension) one core holds, running or retained; beyond it a call
     /// that would become a task runs synchronously.
     #[arg(long, default_value_t = config::TASKS_PER_CORE_MAX)]
@@ -246,6 +261,10 @@ impl Flags {
             cache_ttl_ms: self.cache_ttl_ms,
             request_state_ttl: Duration::from_secs(self.request_state_ttl_secs),
             idempotency_keys_per_core_max: self.max_idempotency_keys_per_core,
+            idempotency_bytes_per_core: self.idempotency_bytes_per_core,
+            client_requests_pending_max: self.max_pending_client_requests,
+            keyed_calls_running_per_client_max: self.max_running_keyed_calls_per_client,
+            keyed_call_max: Duration::from_secs(self.keyed_call_max_secs),
             tasks_per_core_max: self.max_tasks_per_core,
             task_retention: Duration::from_secs(self.task_retention_secs),
             task_bytes_per_core: self.task_bytes_per_core,

@@ -34,6 +34,9 @@ pub(crate) struct Core {
 
 /// The parts of a request an era reads: the head's bytes and the (mutable) body.
 pub(crate) struct Request<'a> {
+    /// The connection's peer address (`None` when the OS could not say): who a per-client
+    /// share counts against until authorization names subjects.
+    pub(crate) peer: Option<std::net::IpAddr>,
     pub(crate) head: &'a RequestHead,
     pub(crate) head_bytes: &'a [u8],
     pub(crate) body: &'a mut [u8],

@@ -47,6 +47,10 @@ counters! {
     connections_active => "tidemark_connections_active", "Open connections.";
     handoffs_total => "tidemark_handoffs_total", "Connections moved to the core owning their request (its task, session or Idempotency-Key).";
     handoffs_refused_total => "tidemark_handoffs_refused_total", "Requests answered 500 because the core they were handed to would have handed them on again (at most one hand-off per request).";
+    idempotency_bytes => "tidemark_idempotency_bytes", "Bytes the 2026-07-28 Idempotency-Key records hold (recorded notifications and final answers; per core at most --idempotency-bytes-per-core, plus records a connection still reads).";
+    keyed_events_dropped_total => "tidemark_keyed_events_dropped_total", "Notifications of keyed calls not recorded: past --replay-bytes for the call or --idempotency-bytes-per-core for its core.";
+    keyed_calls_timed_out_total => "tidemark_keyed_calls_timed_out_total", "Keyed calls cancelled after --keyed-call-max-secs.";
+    keyed_answers_not_retained_total => "tidemark_keyed_answers_not_retained_total", "Keyed calls whose final answer alone did not fit --idempotency-bytes-per-core: delivered, not kept for retries (they get -32603).";
     rejected_owed => "migrations_rejected_total{reason=\"retry_of_owed\"}", "POSTs refused by the migration boundary.";
     rejected_id_reused => "migrations_rejected_total{reason=\"id_reused\"}", "POSTs refused by the migration boundary.";
     rejected_held_too_long => "migrations_rejected_total{reason=\"held_too_long\"}", "POSTs refused by the migration boundary.";
@@ -69,6 +73,8 @@ counters! {
     limit_timeout => "tidemark_limit_hits_total{limit=\"header_timeout\"}", "Requests refused at a limit.";
     limit_upstream => "tidemark_limit_hits_total{limit=\"upstream_processes\"}", "Requests refused at a limit.";
     limit_idempotency_keys => "tidemark_limit_hits_total{limit=\"idempotency_keys\"}", "Requests refused at a limit.";
+    limit_idempotency_bytes => "tidemark_limit_hits_total{limit=\"idempotency_bytes\"}", "Requests refused at a limit.";
+    limit_keyed_calls_per_client => "tidemark_limit_hits_total{limit=\"keyed_calls_per_client\"}", "Requests refused at a limit.";
     limit_tasks => "tidemark_limit_hits_total{limit=\"tasks\"}", "Requests refused at a limit.";
     limit_task_bytes => "tidemark_limit_hits_total{limit=\"task_bytes\"}", "Requests refused at a limit.";
     limit_task_input_requests => "tidemark_limit_hits_total{limit=\"task_input_requests\"}", "Requests refused at a limit.";

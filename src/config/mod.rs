@@ -145,6 +145,29 @@ pub(crate) const REQUEST_STATE_TTL_SECS: u64 = 600;
 /// 2026-07-28 Idempotency-Key records kept per core (`--max-idempotency-keys-per-core`); the
 /// oldest finished one is forgotten first, a running one never.
 pub(crate) const IDEMPOTENCY_KEYS_PER_CORE_MAX: usize = 4096;
+/// Bytes the 2026-07-28 Idempotency-Key records of one core hold: recorded notifications and
+/// final answers (`--idempotency-bytes-per-core`). At it, finished records go oldest first; a
+/// running call's further notifications are dropped (counted), a new keyed call is refused
+/// (503, `Retry-After`), and a final answer that alone does not fit is delivered to the clients
+/// reading it but not kept for retries (they get -32603 naming this flag; the tool never runs
+/// twice). 64 MiB, as `TASK_BYTES_PER_CORE`: 4096 answers of 16 KiB.
+pub(crate) const IDEMPOTENCY_BYTES_PER_CORE: usize = 64 * 1024 * 1024;
+/// Keyed calls one client may have running at once on one core
+/// (`--max-running-keyed-calls-per-client`). A client is its connection's peer address
+/// (behind a balancer: the balancer's, until authorization names subjects). A sixteenth of
+/// `IDEMPOTENCY_KEYS_PER_CORE_MAX`, so one client's calls that never finish cannot fill the
+/// table: past its share it gets 429 + `Retry-After`, the others still run.
+pub(crate) const KEYED_CALLS_RUNNING_PER_CLIENT_MAX: usize = 256;
+/// How long a keyed call may run (`--keyed-call-max-secs`). It runs detached from every
+/// connection, so nothing else stops a tool that never returns; past this it is cancelled and
+/// its record answers -32603 naming the flag (finished, so evictable). Ten minutes: longer than
+/// any interactive tool call, as long as `REQUEST_STATE_TTL_SECS`.
+pub(crate) const KEYED_CALL_MAX_SECS: u64 = 600;
+/// Server→client requests (sampling, elicitation, roots) outstanding at once in one legacy
+/// session, or in one round of a 2026-07-28 call (`--max-pending-client-requests`); a tool's
+/// next one fails with -32603 naming the flag. Each waits for a client that may never answer,
+/// so a tool (or an upstream relaying requests) could otherwise grow the table without end.
+pub(crate) const CLIENT_REQUESTS_PENDING_MAX: usize = 64;
 /// Tasks (`io.modelcontextprotocol/tasks`, SEP-2663) one core holds, running or finished and
 /// retained (`--max-tasks-per-core`). Over it, a call that would become a task goes on
 /// synchronously (the client gets its result on the request's own stream). 4096: far more than
@@ -172,6 +195,9 @@ const _: () = assert!(OWED_WAIT_MS < OWED_TIMEOUT_SECS * 1000);
 const _: () = assert!(DRAIN_SECS > 0 && DRAIN_FLUSH_MS > 0 && DRAIN_RETRY_AFTER_SECS > 0);
 const _: () = assert!(ADMIN_CONNECTIONS_MAX > 0 && ADMIN_IO_TIMEOUT_MS > 0);
 const _: () = assert!(TASKS_PER_CORE_MAX > 0 && TASK_BYTES_PER_CORE > 0);
+const _: () = assert!(IDEMPOTENCY_BYTES_PER_CORE > 0 && KEYED_CALL_MAX_SECS > 0);
+const _: () = assert!(CLIENT_REQUESTS_PENDING_MAX > 0);
+const _: () = assert!(KEYED_CALLS_RUNNING_PER_CLIENT_MAX < IDEMPOTENCY_KEYS_PER_CORE_MAX);
 const _: () = assert!(TASK_INPUT_REQUESTS_MAX > 0 && TASK_POLL_INTERVAL_MS > 0);
 const _: () = assert!(TASK_POLL_INTERVAL_MS < TASK_RETENTION_SECS * 1000);
 const _: () = assert!(CORS_MAX_AGE_SECS > 0 && CORS_PARAM_HEADERS_MAX > 0);
@@ -359,6 +385,14 @@ pub struct Config {
     pub request_state_ttl: Duration,
     /// `--max-idempotency-keys-per-core` (`IDEMPOTENCY_KEYS_PER_CORE_MAX`).
     pub idempotency_keys_per_core_max: usize,
+    /// `--max-pending-client-requests` (`CLIENT_REQUESTS_PENDING_MAX`).
+    pub client_requests_pending_max: usize,
+    /// `--idempotency-bytes-per-core` (`IDEMPOTENCY_BYTES_PER_CORE`).
+    pub idempotency_bytes_per_core: usize,
+    /// `--max-running-keyed-calls-per-client` (`KEYED_CALLS_RUNNING_PER_CLIENT_MAX`).
+    pub keyed_calls_running_per_client_max: usize,
+    /// `--keyed-call-max-secs` (`KEYED_CALL_MAX_SECS`).
+    pub keyed_call_max: Duration,
     /// `--max-tasks-per-core` (`TASKS_PER_CORE_MAX`).
     pub tasks_per_core_max: usize,
     /// `--task-retention-secs` (`TASK_RETENTION_SECS`).
@@ -416,6 +450,10 @@ impl Default for Config {
             cache_ttl_ms: CACHE_TTL_MS,
             request_state_ttl: Duration::from_secs(REQUEST_STATE_TTL_SECS),
             idempotency_keys_per_core_max: IDEMPOTENCY_KEYS_PER_CORE_MAX,
+            idempotency_bytes_per_core: IDEMPOTENCY_BYTES_PER_CORE,
+            client_requests_pending_max: CLIENT_REQUESTS_PENDING_MAX,
+            keyed_calls_running_per_client_max: KEYED_CALLS_RUNNING_PER_CLIENT_MAX,
+            keyed_call_max: Duration::from_secs(KEYED_CALL_MAX_SECS),
             tasks_per_core_max: TASKS_PER_CORE_MAX,
             task_retention: Duration::from_secs(TASK_RETENTION_SECS),
             task_bytes_per_core: TASK_BYTES_PER_CORE,
@@ -482,7 +520,7 @@ impl Config {
 
     /// Checks every value once, so workers can rely on them.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let nonzero: [(&'static str, u128); 31] = [
+        let nonzero: [(&'static str, u128); 35] = [
             ("threads", self.threads as u128),
             ("max-header-bytes", self.header_bytes_max as u128),
             ("max-headers", self.headers_max as u128),
@@ -500,6 +538,10 @@ impl Config {
             ("stream-retention-secs", self.stream_retention.as_millis()),
             ("request-state-ttl-secs", self.request_state_ttl.as_millis()),
             ("max-idempotency-keys-per-core", self.idempotency_keys_per_core_max as u128),
+            ("idempotency-bytes-per-core", self.idempotency_bytes_per_core as u128),
+            ("max-running-keyed-calls-per-client", self.keyed_calls_running_per_client_max as u128),
+            ("keyed-call-max-secs", self.keyed_call_max.as_millis()),
+            ("max-pending-client-requests", self.client_requests_pending_max as u128),
             ("max-tasks-per-core", self.tasks_per_core_max as u128),
             ("task-retention-secs", self.task_retention.as_millis()),
             ("task-bytes-per-core", self.task_bytes_per_core as u128),

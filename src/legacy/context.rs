@@ -77,6 +77,11 @@ impl CallSink for StreamSink {
         let signal = Rc::new(Signal::default());
         {
             let mut s = session.borrow_mut();
+            if s.pending_client.len() >= s.pending_client_max {
+                return Box::pin(std::future::ready(
+                    Err(ProviderError::too_many_client_requests()),
+                ));
+            }
             let id = s.next_client_request_id();
             let pending = PendingClientRequest {
                 stream: key,
@@ -173,5 +178,45 @@ impl NotifySink for SessionNotifier {
 
     fn is_open(&self) -> bool {
         self.session.upgrade().is_some_and(|s| !s.borrow().closed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::legacy::session::{SessionId, StreamKind};
+    use crate::wire::jsonrpc::RawId;
+
+    #[test]
+    fn server_to_client_requests_stop_at_the_pending_limit() {
+        // Goal: the pending server→client requests of a session are bounded
+        // (`--max-pending-client-requests`): at N they wait, the N+1th fails at once with
+        // -32603 naming the flag. Method: a session with a limit of 2 and a stream's sink.
+        let mut cfg = Config::test_min();
+        cfg.client_requests_pending_max = 2;
+        let version = crate::wire::revision::LEGACY_VERSIONS[0];
+        let mut s = Session::new(SessionId { core: 0, random: 7 }, 1, version, &cfg);
+        let key = s.open_stream(StreamKind::Request, Some(RawId("1".into())), 1, None, None);
+        let session = Rc::new(RefCell::new(s));
+        let sink = StreamSink { session: Rc::downgrade(&session), key: key.expect("opens") };
+        let waiting: Vec<_> = (0..2).map(|_| sink.request("roots/list", Value::Null)).collect();
+        assert_eq!(session.borrow().pending_client.len(), 2, "at the limit both wait");
+        let past = sink.request("roots/list", Value::Null);
+        let got = ready_now(past);
+        assert_eq!(got, Some(Err(ProviderError::too_many_client_requests())));
+        assert!(got.is_some_and(|r| r.is_err_and(|e| e.to_string().contains("--max-pending"))));
+        drop(waiting);
+    }
+
+    /// The future's value when it is ready at its first poll.
+    fn ready_now<T>(f: LocalBoxFuture<'static, T>) -> Option<T> {
+        let mut f = f;
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        match f.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(v) => Some(v),
+            std::task::Poll::Pending => None,
+        }
     }
 }

@@ -48,6 +48,8 @@ pub(crate) struct ModernSink {
     /// Input the work waits for: the next `InputRequiredResult`'s `inputRequests`.
     needed: RefCell<serde_json::Map<String, Value>>,
     next_input: Cell<u32>,
+    /// `--max-pending-client-requests`: entries `needed` may hold in one round.
+    input_requests_max: usize,
     /// Something to write, or input needed: the driver looks again.
     pub(crate) wake: Signal,
     cancelled: Cell<bool>,
@@ -60,26 +62,94 @@ pub(crate) struct SinkSetup {
     pub log_level: Option<LogLevel>,
     pub client_capabilities: Value,
     pub answers: serde_json::Map<String, Value>,
-    /// Keep every event for retries with the same Idempotency-Key, up to this many bytes
-    /// (`--replay-bytes`); `None`: an unkeyed call.
-    pub record: Option<usize>,
+    /// Keep every event for retries with the same Idempotency-Key, up to `RecordLimit`;
+    /// `None`: an unkeyed call.
+    pub record: Option<RecordLimit>,
+    /// `--max-pending-client-requests`.
+    pub input_requests_max: usize,
 }
 
-/// A keyed call's notifications, bounded in bytes: past the bound further notifications are
-/// dropped (counted), the final result never is.
-#[derive(Default)]
+/// How much a keyed call may record: `max` bytes of its own (`--replay-bytes`), inside what
+/// its core's records may hold together (`KeyBytes`).
+pub(crate) struct RecordLimit {
+    pub max: usize,
+    pub core: Rc<KeyBytes>,
+}
+
+/// The bytes one core's Idempotency-Key records hold (`--idempotency-bytes-per-core`):
+/// recorded notifications (taken as they come, refused past the budget) and final answers
+/// (taken when the call ends, whatever their size: the key table then evicts to make room).
+/// Released when the bytes are freed (`Recorded` and `keyed::Record` are dropped), so what is
+/// counted is what is held, records still read by a connection after eviction included.
+pub(crate) struct KeyBytes {
+    held: Cell<usize>,
+    max: usize,
+    metrics: std::sync::Arc<crate::metrics::CoreMetrics>,
+}
+
+impl KeyBytes {
+    pub(crate) fn new(max: usize, metrics: std::sync::Arc<crate::metrics::CoreMetrics>) -> Self {
+        KeyBytes { held: Cell::new(0), max, metrics }
+    }
+
+    /// Takes `n` bytes when they fit under the budget.
+    fn try_take(&self, n: usize) -> bool {
+        let fits = self.held.get().saturating_add(n) <= self.max;
+        if fits {
+            self.take(n);
+        }
+        fits
+    }
+
+    /// Takes `n` bytes even past the budget (a final answer: never dropped).
+    pub(crate) fn take(&self, n: usize) {
+        self.held.set(self.held.get() + n);
+        self.metrics.idempotency_bytes.add(n as u64);
+    }
+
+    pub(crate) fn release(&self, n: usize) {
+        debug_assert!(n <= self.held.get(), "invariant: released bytes were taken");
+        self.held.set(self.held.get().saturating_sub(n));
+        self.metrics.idempotency_bytes.sub(n as u64);
+    }
+
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.held.get()
+    }
+
+    /// True while the records hold more than the budget (finished ones should go).
+    pub(crate) fn over(&self) -> bool {
+        self.held.get() > self.max
+    }
+
+    /// True when not one more byte fits (a new keyed call is refused).
+    pub(crate) fn full(&self) -> bool {
+        self.held.get() >= self.max
+    }
+}
+
+/// A keyed call's notifications, bounded in bytes (its own `max` and its core's `KeyBytes`):
+/// past either bound further notifications are dropped (counted), the final result never is.
 pub(crate) struct Recorded {
     pub events: Vec<Bytes>,
     bytes: usize,
-    max: usize,
-    pub dropped: u64,
+    limit: RecordLimit,
+}
+
+impl Drop for Recorded {
+    fn drop(&mut self) {
+        self.limit.core.release(self.bytes);
+    }
 }
 
 impl ModernSink {
     pub(crate) fn new(setup: SinkSetup) -> ModernSink {
         ModernSink {
             events: RefCell::new(Vec::new()),
-            recorded: setup.record.map(|max| RefCell::new(Recorded { max, ..Recorded::default() })),
+            recorded: setup
+                .record
+                .map(|limit| RefCell::new(Recorded { events: Vec::new(), bytes: 0, limit })),
             progress_token: setup.progress_token,
             log_level: setup.log_level,
             client_capabilities: setup.client_capabilities,
@@ -87,6 +157,7 @@ impl ModernSink {
             used: RefCell::new(serde_json::Map::new()),
             needed: RefCell::new(serde_json::Map::new()),
             next_input: Cell::new(0),
+            input_requests_max: setup.input_requests_max,
             wake: Signal::default(),
             cancelled: Cell::new(false),
             cancel_signal: Rc::new(Signal::default()),
@@ -101,8 +172,9 @@ impl ModernSink {
         match &self.recorded {
             Some(recorded) => {
                 let mut r = recorded.borrow_mut();
-                if r.bytes + message.len() > r.max {
-                    r.dropped += 1;
+                let own_fits = r.bytes + message.len() <= r.limit.max;
+                if !own_fits || !r.limit.core.try_take(message.len()) {
+                    r.limit.core.metrics.keyed_events_dropped_total.inc();
                     return;
                 }
                 r.bytes += message.len();
@@ -111,6 +183,12 @@ impl ModernSink {
             None => self.events.borrow_mut().push(message),
         }
         self.wake.notify_all();
+    }
+
+    /// A notification of `bytes` bytes, as a provider's would be pushed (tests of the budgets).
+    #[cfg(test)]
+    pub(crate) fn push_for_test(&self, bytes: usize) {
+        self.push(vec![b'x'; bytes]);
     }
 
     /// Moves the pending events, SSE-framed, into `frames`; true when there were some.
@@ -190,6 +268,9 @@ fn input(
             data: Some(serde_json::json!({ "requiredCapabilities": required })),
         };
         return Box::pin(std::future::ready(Err(error)));
+    }
+    if sink.needed.borrow().len() >= sink.input_requests_max {
+        return Box::pin(std::future::ready(Err(ProviderError::too_many_client_requests())));
     }
     let request = serde_json::json!({ "method": method, "params": params });
     sink.needed.borrow_mut().insert(key.to_owned(), request);
@@ -307,6 +388,14 @@ impl CallJob {
         })
         .await;
         self.outcome = result;
+    }
+
+    /// Ends the work with `error` instead of its outcome (a keyed call past
+    /// `--keyed-call-max-secs`): the call is cancelled, the work dropped unpolled.
+    pub(crate) fn give_up(&mut self, error: ProviderError) {
+        self.sink.cancel();
+        self.work = Box::pin(std::future::pending());
+        self.outcome = Some(Err(error));
     }
 
     /// True once the work returned (not merely waiting for input).
@@ -492,5 +581,36 @@ pub(crate) fn end_for_drain(
     } else {
         let answer = Answer::Refused { refusal: Refusal::Draining, id: Some(id) };
         answer.render_shared(out, false, shared_with);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_round_holds_at_most_the_pending_limit_of_input_requests() {
+        // Goal: `--max-pending-client-requests` bounds one 2026-07-28 round's inputRequests as
+        // it bounds a legacy session's pending requests. Method: a sink with a limit of 2.
+        let sink = ModernSink::new(SinkSetup {
+            progress_token: None,
+            log_level: None,
+            client_capabilities: serde_json::json!({ "roots": {} }),
+            answers: serde_json::Map::new(),
+            record: None,
+            input_requests_max: 2,
+        });
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        for _ in 0..2 {
+            let mut waiting = sink.request("roots/list", Value::Null);
+            assert!(waiting.as_mut().poll(&mut cx).is_pending(), "within the limit: waits");
+        }
+        let mut past = sink.request("roots/list", Value::Null);
+        let std::task::Poll::Ready(Err(e)) = past.as_mut().poll(&mut cx) else {
+            panic!("past the limit: fails at once")
+        };
+        assert_eq!(e, ProviderError::too_many_client_requests());
+        assert_eq!(sink.needed.borrow().len(), 2);
     }
 }

@@ -24,7 +24,13 @@ impl ModernCore {
     /// The modern state of core `shared`: no key, no task yet.
     pub(crate) fn new(shared: Rc<Core>) -> ModernCore {
         let cfg = &shared.cfg;
-        let keys = keyed::KeyTable::new(cfg.idempotency_keys_per_core_max);
+        let limits = keyed::KeyLimits {
+            keys_max: cfg.idempotency_keys_per_core_max,
+            running_per_client_max: cfg.keyed_calls_running_per_client_max,
+            call_max: cfg.keyed_call_max,
+        };
+        let metrics = shared.metrics.clone();
+        let keys = keyed::KeyTable::new(limits, cfg.idempotency_bytes_per_core, metrics);
         let limits = tasks::TaskLimits::from_config(cfg);
         let tasks = tasks::TaskStore::new(shared.index, limits, shared.metrics.clone());
         ModernCore { keys: Rc::new(std::cell::RefCell::new(keys)), tasks, shared }

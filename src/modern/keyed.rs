@@ -29,7 +29,13 @@ use crate::fasthash::FastMap;
 use crate::signal::Signal;
 use crate::wire::jsonrpc::RawId;
 
-use super::call::{CallJob, ModernSink};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use crate::metrics::CoreMetrics;
+use crate::provider::ProviderError;
+
+use super::call::{render_outcome, CallJob, KeyBytes, ModernSink, RecordLimit, SinkSetup};
 
 /// The core that keeps the records of `key` (its hash over the cores; stable across
 /// processes, so a cluster's nodes agree when they share the key space).
@@ -47,12 +53,61 @@ pub(crate) struct Record {
     pub progress_token: Option<Box<str>>,
     pub sink: Rc<ModernSink>,
     /// The final response (with the original request's id) and its HTTP status, once done.
-    pub outcome: RefCell<Option<(Bytes, crate::wire::Status)>>,
+    outcome: RefCell<Option<(Bytes, crate::wire::Status)>>,
     /// The original request's id (the final response is rewritten to each retry's).
     pub id: RawId,
     pub finished_at: std::cell::Cell<Option<Instant>>,
     /// Woken when the outcome is set.
     pub done: Signal,
+    /// Who started it: the client whose share of running keyed calls it counts against.
+    client: Option<IpAddr>,
+    /// Where the outcome's bytes are counted (released when the record is freed).
+    bytes: Rc<KeyBytes>,
+}
+
+impl Record {
+    pub(crate) fn new(
+        fingerprint: u64,
+        progress_token: Option<Box<str>>,
+        sink: Rc<ModernSink>,
+        id: RawId,
+        client: Option<IpAddr>,
+        bytes: Rc<KeyBytes>,
+    ) -> Record {
+        Record {
+            fingerprint,
+            progress_token,
+            sink,
+            outcome: RefCell::new(None),
+            id,
+            finished_at: std::cell::Cell::new(None),
+            done: Signal::default(),
+            client,
+            bytes,
+        }
+    }
+
+    /// The final response and its status, once the call ended.
+    pub(crate) fn outcome(&self) -> Option<(Bytes, crate::wire::Status)> {
+        self.outcome.borrow().clone()
+    }
+
+    /// Ends the record with `body` (its bytes counted in the core's budget) and wakes readers.
+    fn finish(&self, body: Bytes, status: crate::wire::Status) {
+        self.bytes.take(body.len());
+        let earlier = self.outcome.borrow_mut().replace((body, status));
+        debug_assert!(earlier.is_none(), "invariant: a record ends once");
+        self.finished_at.set(Some(Instant::now()));
+        self.done.notify_all();
+    }
+}
+
+impl Drop for Record {
+    fn drop(&mut self) {
+        if let Some((body, _)) = self.outcome.get_mut() {
+            self.bytes.release(body.len());
+        }
+    }
 }
 
 /// What a keyed request finds.
@@ -65,16 +120,51 @@ pub(crate) enum Lookup {
     Other,
 }
 
-/// One core's keyed calls, oldest first for eviction.
+/// Why a new keyed call found no room (each a 503 or 429 with `Retry-After`).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Full {
+    /// `--max-idempotency-keys-per-core` records, every one running.
+    Keys,
+    /// `--idempotency-bytes-per-core` held by running calls (finished ones were evicted).
+    Bytes,
+    /// This client already runs `--max-running-keyed-calls-per-client` keyed calls here.
+    ClientShare,
+}
+
+/// The limits of one core's key table (from `Config`).
+pub(crate) struct KeyLimits {
+    pub keys_max: usize,
+    pub running_per_client_max: usize,
+    pub call_max: Duration,
+}
+
+/// One core's keyed calls, oldest first for eviction, inside a count, a byte budget
+/// (`KeyBytes`, shared with the calls' recordings) and a per-client share of running calls.
 pub(crate) struct KeyTable {
     by_key: FastMap<Box<str>, Rc<Record>>,
     order: VecDeque<Box<str>>,
-    max: usize,
+    limits: KeyLimits,
+    bytes: Rc<KeyBytes>,
+    /// Running keyed calls per client (entries at zero are removed).
+    running: FastMap<Option<IpAddr>, usize>,
+    metrics: Arc<CoreMetrics>,
 }
 
 impl KeyTable {
-    pub(crate) fn new(max: usize) -> KeyTable {
-        KeyTable { by_key: FastMap::default(), order: VecDeque::new(), max }
+    pub(crate) fn new(limits: KeyLimits, bytes_max: usize, metrics: Arc<CoreMetrics>) -> KeyTable {
+        KeyTable {
+            by_key: FastMap::default(),
+            order: VecDeque::new(),
+            limits,
+            bytes: Rc::new(KeyBytes::new(bytes_max, metrics.clone())),
+            running: FastMap::default(),
+            metrics,
+        }
+    }
+
+    /// The budget a new keyed call's recording draws on.
+    pub(crate) fn bytes(&self) -> Rc<KeyBytes> {
+        self.bytes.clone()
     }
 
     /// The record of `scoped_key`, forgetting it first when it finished longer ago than
@@ -99,23 +189,70 @@ impl KeyTable {
         }
     }
 
-    /// Keeps `record` under `scoped_key`. At the limit the oldest finished record goes; when
-    /// every record is still running, `Err` (the caller refuses with 503).
-    pub(crate) fn insert(&mut self, scoped_key: Box<str>, record: Rc<Record>) -> Result<(), ()> {
+    /// Keeps `record` under `scoped_key` as a running call. At the count limit the oldest
+    /// finished record goes; with the byte budget full, finished records go oldest first until
+    /// a byte fits. `Err` when that is not enough, or when the record's client already runs its
+    /// share: nothing was kept.
+    pub(crate) fn insert(&mut self, scoped_key: Box<str>, record: Rc<Record>) -> Result<(), Full> {
+        let running = self.running.get(&record.client).copied().unwrap_or(0);
+        if running >= self.limits.running_per_client_max {
+            return Err(Full::ClientShare);
+        }
         self.order.retain(|k| self.by_key.contains_key(k));
-        if self.by_key.len() >= self.max {
-            let victim = self
-                .order
-                .iter()
-                .position(|k| self.by_key.get(k).is_some_and(|r| r.finished_at.get().is_some()));
-            let Some(victim) = victim else { return Err(()) };
-            if let Some(k) = self.order.remove(victim) {
-                self.by_key.remove(&k);
+        if self.by_key.len() >= self.limits.keys_max && !self.evict_finished(None) {
+            return Err(Full::Keys);
+        }
+        if self.bytes.full() {
+            let bytes = self.bytes.clone();
+            while bytes.full() && self.evict_finished(None) {}
+            if bytes.full() {
+                return Err(Full::Bytes);
             }
         }
+        *self.running.entry(record.client).or_insert(0) += 1;
         self.order.push_back(scoped_key.clone());
         self.by_key.insert(scoped_key, record);
         Ok(())
+    }
+
+    /// Forgets the oldest finished record other than `keep`'s; false when there is none.
+    fn evict_finished(&mut self, keep: Option<&str>) -> bool {
+        let victim = self.order.iter().position(|k| {
+            Some(&**k) != keep && self.by_key.get(k).is_some_and(|r| r.finished_at.get().is_some())
+        });
+        let Some(victim) = victim else { return false };
+        if let Some(k) = self.order.remove(victim) {
+            self.by_key.remove(&k);
+        }
+        true
+    }
+
+    /// `record` (under `scoped_key`) ended: its client's share is freed, and when its answer
+    /// put the core over its byte budget, finished records go oldest first; if the answer
+    /// alone still does not fit, the key keeps a small record in its place whose answer says
+    /// so (readers already holding `record` still get the whole answer; a retry is told, and
+    /// the tool never runs twice).
+    fn ended(&mut self, scoped_key: &str, record: &Rc<Record>) {
+        if let Some(n) = self.running.get_mut(&record.client) {
+            *n -= 1;
+            if *n == 0 {
+                self.running.remove(&record.client);
+            }
+        }
+        let bytes = self.bytes.clone();
+        while bytes.over() && self.evict_finished(Some(scoped_key)) {}
+        let still_ours = self.by_key.get(scoped_key).is_some_and(|r| Rc::ptr_eq(r, record));
+        if !(bytes.over() && still_ours) {
+            return;
+        }
+        // Only an answer larger than the stand-in's is replaced: a small one stays, so what a
+        // core holds past its budget is at most one stand-in's bytes per record.
+        let held = record.outcome().map_or(0, |(body, _)| body.len());
+        let stand_in = not_retained(record, held, self.bytes.clone());
+        if stand_in.outcome().is_some_and(|(body, _)| body.len() < held) {
+            self.metrics.keyed_answers_not_retained_total.inc();
+            self.by_key.insert(scoped_key.into(), Rc::new(stand_in));
+        }
     }
 
     /// Forgets a record (an input-required round: the next round must run).
@@ -124,8 +261,32 @@ impl KeyTable {
     }
 }
 
-/// Runs a keyed call detached from any connection; its record gets the outcome. A round that
-/// ends asking for input is forgotten once answered, so the client's next round runs.
+/// The record a key keeps instead of `record`, whose `held`-byte answer did not fit the
+/// core's budget: the same call (fingerprint, id), finished, answering -32603.
+fn not_retained(record: &Record, held: usize, bytes: Rc<KeyBytes>) -> Record {
+    let message = format!(
+        "this call ran once; its answer ({held} bytes) did not fit --idempotency-bytes-per-core \
+         and was delivered only to the requests reading it then: not run again"
+    );
+    let sink = Rc::new(ModernSink::new(SinkSetup {
+        progress_token: None,
+        log_level: None,
+        client_capabilities: serde_json::Value::Null,
+        answers: serde_json::Map::new(),
+        record: Some(RecordLimit { max: 0, core: bytes.clone() }),
+        input_requests_max: 1,
+    }));
+    let mut body = Vec::with_capacity(256);
+    let status = render_outcome(&record.id, Err(ProviderError::Internal(message)), &mut body);
+    let id = record.id.clone();
+    let stand_in = Record::new(record.fingerprint, None, sink, id, record.client, bytes);
+    stand_in.finish(Bytes::from(body), status);
+    stand_in
+}
+
+/// Runs a keyed call detached from any connection, for at most `--keyed-call-max-secs`; its
+/// record gets the outcome. A round that ends asking for input is forgotten once answered, so
+/// the client's next round runs.
 pub(crate) fn spawn(
     table: Rc<RefCell<KeyTable>>,
     scoped_key: Box<str>,
@@ -133,15 +294,23 @@ pub(crate) fn spawn(
     mut job: CallJob,
 ) {
     monoio::spawn(async move {
-        job.settle().await;
+        let limit = table.borrow().limits.call_max;
+        if monoio::time::timeout(limit, job.settle()).await.is_err() {
+            table.borrow().metrics.keyed_calls_timed_out_total.inc();
+            let message = format!(
+                "keyed call cancelled: it ran longer than --keyed-call-max-secs ({} s)",
+                limit.as_secs()
+            );
+            job.give_up(ProviderError::Internal(message));
+        }
         let input_round = !job.has_outcome() && record.sink.input_needed();
         let mut body = Vec::with_capacity(256);
         let status = job.finish(&mut body);
-        *record.outcome.borrow_mut() = Some((Bytes::from(body), status));
-        record.finished_at.set(Some(Instant::now()));
-        record.done.notify_all();
+        record.finish(Bytes::from(body), status);
+        let mut table = table.borrow_mut();
+        table.ended(&scoped_key, &record);
         if input_round {
-            table.borrow_mut().remove(&scoped_key);
+            table.remove(&scoped_key);
         }
     });
 }
@@ -176,33 +345,56 @@ mod tests {
     use super::*;
     use crate::modern::call::SinkSetup;
 
-    fn record(fingerprint: u64, finished: bool) -> Rc<Record> {
+    fn metrics() -> Arc<CoreMetrics> {
+        Arc::new(CoreMetrics::default())
+    }
+
+    fn table(keys_max: usize, bytes_max: usize, share: usize) -> KeyTable {
+        let limits = KeyLimits {
+            keys_max,
+            running_per_client_max: share,
+            call_max: Duration::from_secs(60),
+        };
+        KeyTable::new(limits, bytes_max, metrics())
+    }
+
+    fn record_of(table: &KeyTable, fingerprint: u64, client: u8) -> Rc<Record> {
         let setup = SinkSetup {
             progress_token: None,
             log_level: None,
             client_capabilities: serde_json::json!({}),
             answers: serde_json::Map::new(),
-            record: Some(1024),
+            record: Some(RecordLimit { max: 1024, core: table.bytes() }),
+            input_requests_max: 1,
         };
-        Rc::new(Record {
-            fingerprint,
-            progress_token: None,
-            sink: Rc::new(ModernSink::new(setup)),
-            outcome: RefCell::new(None),
-            id: RawId("1".into()),
-            finished_at: std::cell::Cell::new(finished.then(Instant::now)),
-            done: Signal::default(),
-        })
+        let client = Some(IpAddr::from([127, 0, 0, client]));
+        let sink = Rc::new(ModernSink::new(setup));
+        Rc::new(Record::new(fingerprint, None, sink, RawId("1".into()), client, table.bytes()))
+    }
+
+    /// Inserts a record for `key` and, when `answer` is given, ends it with that many bytes.
+    fn put(table: &mut KeyTable, key: &str, fingerprint: u64, answer: Option<usize>) -> Rc<Record> {
+        let r = record_of(table, fingerprint, 1);
+        table.insert(key.into(), r.clone()).expect("room");
+        if let Some(n) = answer {
+            end(table, key, &r, n);
+        }
+        r
+    }
+
+    fn end(table: &mut KeyTable, key: &str, r: &Rc<Record>, answer_bytes: usize) {
+        r.finish(Bytes::from(vec![b'x'; answer_bytes]), crate::wire::Status::Ok);
+        table.ended(key, r);
     }
 
     #[test]
     fn a_key_finds_its_call_refuses_another_and_expires_after_retention() {
         // Goal: CONTRACT §5's lookup: same call → its record, other call → refused, gone after
         // the retention. Method: one table, one key.
-        let mut table = KeyTable::new(4);
+        let mut table = table(4, 1 << 20, 4);
         let hour = Duration::from_secs(3600);
         assert!(matches!(table.lookup("k", 1, hour), Lookup::Fresh));
-        table.insert("k".into(), record(1, true)).expect("room");
+        put(&mut table, "k", 1, Some(10));
         assert!(matches!(table.lookup("k", 1, hour), Lookup::Same(_)));
         assert!(matches!(table.lookup("k", 2, hour), Lookup::Other));
         std::thread::sleep(Duration::from_millis(5));
@@ -213,15 +405,16 @@ mod tests {
     fn at_the_limit_the_oldest_finished_key_goes_and_running_ones_never() {
         // Goal: --max-idempotency-keys-per-core at its limit. Method: a table of 2.
         let hour = Duration::from_secs(3600);
-        let mut table = KeyTable::new(2);
-        table.insert("running".into(), record(1, false)).expect("room");
-        table.insert("old".into(), record(2, true)).expect("room");
-        table.insert("new".into(), record(3, true)).expect("evicts the oldest finished");
+        let mut table = table(2, 1 << 20, 4);
+        put(&mut table, "running", 1, None);
+        put(&mut table, "old", 2, Some(10));
+        put(&mut table, "new", 3, Some(10));
         assert!(matches!(table.lookup("old", 2, hour), Lookup::Fresh));
         assert!(matches!(table.lookup("running", 1, hour), Lookup::Same(_)));
-        let mut full = KeyTable::new(1);
-        full.insert("a".into(), record(1, false)).expect("room");
-        assert!(full.insert("b".into(), record(2, false)).is_err());
+        let mut full = super::tests::table(1, 1 << 20, 4);
+        put(&mut full, "a", 1, None);
+        let b = record_of(&full, 2, 2);
+        assert_eq!(full.insert("b".into(), b).err(), Some(Full::Keys));
     }
 
     #[test]
@@ -262,5 +455,88 @@ mod tests {
         assert_ne!(scoped(b"k", Some(&number)), scoped(b"k", Some(&string)));
         assert_eq!(scoped(b"k\xff", Some(&v1)), None);
         assert_eq!(scoped(b"k\xfe", None), None);
+    }
+
+    #[test]
+    fn the_byte_budget_holds_at_n_and_evicts_the_oldest_finished_past_it() {
+        // Goal: issue 17 item 2: keyed records had no byte budget (120 answers of 3 MiB took
+        // 776 MiB). Method: a 100-byte budget; answers of exactly the budget, then one byte more.
+        let hour = Duration::from_secs(3600);
+        let mut table = table(16, 100, 16);
+        put(&mut table, "a", 1, Some(60));
+        put(&mut table, "b", 2, Some(40));
+        assert_eq!(table.bytes().held(), 100, "at N: both kept");
+        assert!(matches!(table.lookup("a", 1, hour), Lookup::Same(_)));
+        // N + 1: a third answer of one byte sends the oldest finished record away.
+        put(&mut table, "c", 3, Some(1));
+        assert!(matches!(table.lookup("a", 1, hour), Lookup::Fresh), "oldest finished went");
+        assert!(matches!(table.lookup("b", 2, hour), Lookup::Same(_)));
+        assert_eq!(table.bytes().held(), 41);
+    }
+
+    #[test]
+    fn running_calls_that_fill_the_budget_refuse_new_ones_and_drop_their_own_excess() {
+        // Goal: a full budget of running calls' notifications refuses a new keyed call (503)
+        // and drops further notifications (counted); nothing finished is left to evict.
+        let mut table = table(16, 100, 16);
+        let r = put(&mut table, "a", 1, None);
+        let note = |n: usize| r.sink.push_for_test(n);
+        note(100);
+        assert_eq!(table.bytes().held(), 100);
+        note(1);
+        assert_eq!(table.bytes().held(), 100, "past the budget: dropped");
+        assert_eq!(table.metrics.keyed_events_dropped_total.get(), 1);
+        let b = record_of(&table, 2, 2);
+        assert_eq!(table.insert("b".into(), b).err(), Some(Full::Bytes));
+        // The call's answer is never dropped, and ending frees the share; the bytes go when
+        // the record is freed.
+        end(&mut table, "a", &r, 10);
+        assert_eq!(table.bytes().held(), 110, "a small answer is kept past the budget");
+        drop(r);
+        table.remove("a");
+        assert_eq!(table.bytes().held(), 0, "every byte taken is released");
+    }
+
+    #[test]
+    fn an_answer_larger_than_the_budget_is_delivered_but_a_retry_is_told_not_rerun() {
+        // Goal: the tool never runs twice because its answer was too large to keep. Method: a
+        // reader holds the record when it ends with 500 bytes against a budget of 100.
+        let hour = Duration::from_secs(3600);
+        let mut table = table(16, 100, 16);
+        let reader = put(&mut table, "big", 7, Some(500));
+        assert_eq!(reader.outcome().expect("ended").0.len(), 500, "the reader gets it all");
+        let Lookup::Same(stand_in) = table.lookup("big", 7, hour) else {
+            panic!("the key still names the call")
+        };
+        let (body, _) = stand_in.outcome().expect("finished");
+        let text = String::from_utf8_lossy(&body);
+        assert!(text.contains("-32603") && text.contains("--idempotency-bytes-per-core"), "{text}");
+        assert_eq!(table.metrics.keyed_answers_not_retained_total.get(), 1);
+        let stand_in_bytes = body.len();
+        drop((reader, stand_in));
+        assert_eq!(table.bytes().held(), stand_in_bytes, "freed with its last reader");
+    }
+
+    #[test]
+    fn one_client_runs_at_most_its_share_and_others_still_run() {
+        // Goal: issue 17 item 3: one client's calls that never finish filled the table and
+        // every other client got 503. Method: a share of 2 in a table of 16.
+        let mut table = table(16, 1 << 20, 2);
+        for key in ["a1", "a2"] {
+            let r = record_of(&table, 1, 1);
+            table.insert(key.into(), r).expect("within the share");
+        }
+        let third = record_of(&table, 1, 1);
+        assert_eq!(table.insert("a3".into(), third).err(), Some(Full::ClientShare));
+        assert_eq!(table.metrics.limit_keyed_calls_per_client.get(), 0, "the caller counts");
+        let other = record_of(&table, 1, 2);
+        table.insert("b1".into(), other).expect("another client still runs");
+        // A finished call frees its client's share.
+        let Lookup::Same(a1) = table.lookup("a1", 1, Duration::from_secs(60)) else {
+            panic!("a1 runs")
+        };
+        end(&mut table, "a1", &a1, 1);
+        let again = record_of(&table, 1, 1);
+        table.insert("a3".into(), again).expect("share freed");
     }
 }

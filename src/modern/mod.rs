@@ -305,8 +305,11 @@ async fn tools_call(
         }
     }
     let progress_token = request_meta.progress_token.clone();
-    let record = scoped_key.as_ref().map(|_| core.cfg.replay_bytes_max);
-    let sink = sink_for(request_meta, answers, record);
+    let record = scoped_key.as_ref().map(|_| call::RecordLimit {
+        max: core.cfg.replay_bytes_max,
+        core: core.keys.borrow().bytes(),
+    });
+    let sink = sink_for(core, request_meta, answers, record);
     let task_sink = may_become_task.then(|| task_call::TaskSink::new(sink.clone()));
     let cx = CallContext::new(
         task_call::call_sink(&sink, &task_sink),
@@ -320,18 +323,19 @@ async fn tools_call(
     let Some(scoped_key) = scoped_key else {
         return start_call(job, out, keep_alive).await;
     };
-    let record = Rc::new(keyed::Record {
-        fingerprint,
-        progress_token: progress_token.clone(),
-        sink,
-        outcome: std::cell::RefCell::new(None),
-        id: id.clone(),
-        finished_at: std::cell::Cell::new(None),
-        done: Default::default(),
-    });
-    if core.keys.borrow_mut().insert(scoped_key.clone(), record.clone()).is_err() {
-        core.metrics.limit_idempotency_keys.inc();
-        return refuse(out, Refusal::Unavailable, Some(&id), keep_alive);
+    let bytes = core.keys.borrow().bytes();
+    let token = progress_token.clone();
+    let record = Rc::new(keyed::Record::new(fingerprint, token, sink, id.clone(), req.peer, bytes));
+    if let Err(full) = core.keys.borrow_mut().insert(scoped_key.clone(), record.clone()) {
+        let (counter, refusal) = match full {
+            keyed::Full::Keys => (&core.metrics.limit_idempotency_keys, Refusal::KeyTableFull),
+            keyed::Full::Bytes => (&core.metrics.limit_idempotency_bytes, Refusal::KeyBytesFull),
+            keyed::Full::ClientShare => {
+                (&core.metrics.limit_keyed_calls_per_client, Refusal::KeyedCallShare)
+            }
+        };
+        counter.inc();
+        return refuse(out, refusal, Some(&id), keep_alive);
     }
     keyed::spawn(core.keys.clone(), scoped_key, record.clone(), job);
     observe(record, id, progress_token, None, keep_alive)
@@ -381,7 +385,7 @@ async fn prompts_get(
         Err(e) => return meta_refusal(out, &id, &e, keep_alive),
     };
     let arguments = params.get("arguments").map(dispatch::to_public).unwrap_or(Value::Null);
-    let sink = sink_for(request_meta, answers, None);
+    let sink = sink_for(core, request_meta, answers, None);
     let cx = CallContext::new(sink.clone(), SessionRef::STATELESS, meta::MODERN_VERSION);
     let registry_core = core.clone();
     let work = Box::pin(async move {
@@ -399,9 +403,10 @@ fn string_name(params: &WireValue) -> Option<String> {
 /// The sink of a call that runs with `request_meta`, the client's `answers` so far, and (a
 /// keyed call) a record of its notifications up to `record` bytes.
 fn sink_for(
+    core: &ModernCore,
     request_meta: RequestMeta,
     answers: serde_json::Map<String, Value>,
-    record: Option<usize>,
+    record: Option<call::RecordLimit>,
 ) -> Rc<ModernSink> {
     Rc::new(ModernSink::new(SinkSetup {
         progress_token: request_meta.progress_token,
@@ -409,6 +414,7 @@ fn sink_for(
         client_capabilities: request_meta.client_capabilities,
         answers,
         record,
+        input_requests_max: core.cfg.client_requests_pending_max,
     }))
 }
 

@@ -83,7 +83,7 @@ impl Observer {
 impl Source for Observer {
     fn fill(&mut self, core: &Core, out: &mut Vec<u8>, frames: &mut Vec<u8>) -> Step {
         let shared_with = origin(core, self.shared_with);
-        let finished = self.record.outcome.borrow().clone();
+        let finished = self.record.outcome();
         // A retry writes nothing until the outcome is there (then all at once), or its wait
         // ran out (then 409, below).
         let waiting = self.wait_until.is_some() && finished.is_none();

@@ -247,6 +247,16 @@ pub enum ProviderError {
     Unavailable(String),
 }
 
+impl ProviderError {
+    /// A server→client request past `--max-pending-client-requests` (both eras): the tool's
+    /// request fails at once instead of waiting in a table that would grow without end.
+    pub fn too_many_client_requests() -> ProviderError {
+        ProviderError::Internal(
+            "too many server→client requests outstanding (--max-pending-client-requests)".into(),
+        )
+    }
+}
+
 /// The result type of every provider method.
 pub type ProviderResult<T> = Result<T, ProviderError>;
 

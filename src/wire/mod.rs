@@ -182,6 +182,15 @@ pub(crate) enum Refusal {
     /// Us: a request handed to the core its names choose would be handed on again (the cores
     /// disagree on its owner: a bug). Answered at once, never moved a second time.
     HandedTwice,
+    /// Us: `--max-idempotency-keys-per-core` keyed calls run on this core (none finished to
+    /// evict). 503 with `Retry-After`.
+    KeyTableFull,
+    /// Us: running keyed calls hold `--idempotency-bytes-per-core` on this core (finished
+    /// records were evicted). 503 with `Retry-After`.
+    KeyBytesFull,
+    /// Peer: this client (its peer address) already runs
+    /// `--max-running-keyed-calls-per-client` keyed calls on this core. 429 with `Retry-After`.
+    KeyedCallShare,
 }
 
 impl Refusal {
@@ -218,7 +227,23 @@ impl Refusal {
             Refusal::BufferBudget => (503, Code::InternalError),
             Refusal::UpstreamBusy => (503, Code::InternalError),
             Refusal::HandedTwice => (500, Code::InternalError),
+            Refusal::KeyTableFull | Refusal::KeyBytesFull => (503, Code::InternalError),
+            Refusal::KeyedCallShare => (429, Code::InternalError),
         }
+    }
+
+    /// True for the refusals that clear by themselves (a full store, a drain): they carry
+    /// `Retry-After`.
+    fn retry_after(self) -> bool {
+        matches!(
+            self,
+            Refusal::Draining
+                | Refusal::BufferBudget
+                | Refusal::UpstreamBusy
+                | Refusal::KeyTableFull
+                | Refusal::KeyBytesFull
+                | Refusal::KeyedCallShare
+        )
     }
 
     pub(crate) fn message(self) -> &'static str {
@@ -275,6 +300,18 @@ impl Refusal {
                  after Retry-After"
             }
             Refusal::HandedTwice => "request was handed between cores twice",
+            Refusal::KeyTableFull => {
+                "every Idempotency-Key record of this core is a running call \
+                 (--max-idempotency-keys-per-core): retry after Retry-After"
+            }
+            Refusal::KeyBytesFull => {
+                "running keyed calls hold this core's --idempotency-bytes-per-core: retry after \
+                 Retry-After"
+            }
+            Refusal::KeyedCallShare => {
+                "this client already runs --max-running-keyed-calls-per-client keyed calls on \
+                 this core: retry after Retry-After, when one has finished"
+            }
         }
     }
 }
@@ -449,7 +486,7 @@ fn refuse(out: &mut Vec<u8>, r: Refusal, id: Option<&RawId>, keep_alive: bool) {
     let retry_after: [(&str, &[u8]); 1];
     let headers: &[(&str, &[u8])] = if r == Refusal::MethodNotAllowed {
         &[("Allow", b"GET, POST, DELETE")]
-    } else if matches!(r, Refusal::Draining | Refusal::BufferBudget | Refusal::UpstreamBusy) {
+    } else if r.retry_after() {
         push_decimal(&mut seconds, crate::config::DRAIN_RETRY_AFTER_SECS);
         retry_after = [("Retry-After", &seconds)];
         &retry_after

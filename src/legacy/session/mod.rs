@@ -275,6 +275,8 @@ pub struct Session {
     pub held_posts: usize,
     /// Request streams retained at most (`--max-streams-per-session`).
     pub streams_max: usize,
+    /// `--max-pending-client-requests`: entries `pending_client` may hold.
+    pub pending_client_max: usize,
     /// `--replay-bytes`: named in the error of an event that cannot fit.
     replay_bytes_max: usize,
     /// The ring bytes of every session of this core together (`--core-buffer-bytes`); this
@@ -349,6 +351,7 @@ impl Session {
             closed: false,
             held_posts: 0,
             streams_max: cfg.streams_per_session_max,
+            pending_client_max: cfg.client_requests_pending_max,
             replay_bytes_max: cfg.replay_bytes_max,
             core_bytes: Rc::default(),
         }
