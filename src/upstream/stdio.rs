@@ -107,15 +107,17 @@ impl StdioTransport {
             pid: Cell::new(Some(pid)),
             watcher,
         });
-        let watched = watcher.watch(pid, settings.kill_grace, count.clone()).and_then(adopt_exit);
-        let (exited, note) = match watched {
-            Ok(parts) => parts,
+        let watched = match watcher.watch(pid, settings.kill_grace, count.clone()) {
+            Ok(watched) => adopt_exit(watched),
             Err(e) => {
                 transport.pid.set(None);
                 process::abandon(pid, &count);
                 return Err(SpawnError::Failed(format!("cannot watch {program}: {e}")));
             }
         };
+        // Watched: dropping `transport` (its `shutdown`) has the watcher end the child.
+        let (exited, note) =
+            watched.map_err(|e| SpawnError::Failed(format!("cannot watch {program}: {e}")))?;
         let end = Rc::new(ChildEnd::default());
         monoio::spawn(write_stdin(stdin, transport.queue.clone(), transport.queued.clone()));
         monoio::spawn(read_stdout(stdout, settings.line_bytes, end.clone(), peer.clone()));
