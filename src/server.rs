@@ -109,7 +109,8 @@ impl Running {
         for worker in self.workers {
             let _ = worker.join();
         }
-        // The cores stopped their upstream children; they get their kill grace to exit.
+        // The cores stopped their upstream children; they get their kill grace to exit, then
+        // every descendant left (a setsid daemon of one) is killed.
         crate::upstream::wait_for_children();
     }
 
@@ -131,7 +132,8 @@ impl Running {
     /// Handles SIGTERM and SIGINT as the `tidemark` binary does (`Server::run` calls it before
     /// the banner): the first begins the drain; a second one, or one after `shutdown`, exits
     /// the process at once with status 128 + the signal's number (143 for SIGTERM, 130 for
-    /// SIGINT, the shell's convention), without waiting for anything. A thread of its own
+    /// SIGINT, the shell's convention), without waiting for anything but the SIGKILL of every
+    /// stdio upstream's process and descendant (at most a second). A thread of its own
     /// reads the signals (signal-hook's self-pipe), so no worker's io wait is involved.
     /// Calling it again changes nothing.
     pub fn handle_signals(&self) -> Result<(), ServerError> {
@@ -155,6 +157,8 @@ impl Running {
                         );
                     } else {
                         tracing::warn!(signal, "second signal: exiting at once");
+                        // No upstream descendant outlives tidemark (at most a second).
+                        crate::upstream::end_descendants();
                         std::process::exit(128 + signal);
                     }
                 }

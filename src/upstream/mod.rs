@@ -21,6 +21,7 @@
 
 mod http;
 mod peer;
+mod process;
 mod settings;
 mod stdio;
 
@@ -42,8 +43,8 @@ use crate::signal::Signal;
 pub(crate) use http::deletes_settled;
 use http::HttpTransport;
 use peer::{upstream_fault, Peer, PeerEvents};
+pub(crate) use process::{end_descendants, wait_for_children, ProcessCount};
 pub(crate) use settings::Settings;
-pub(crate) use stdio::{wait_for_children, ProcessCount};
 use stdio::{SpawnError, StdioTransport};
 
 /// The separator between an upstream's name and a tool or prompt name with several upstreams

@@ -8,43 +8,28 @@
 //!
 //! Owns: the child (its own process group), its write queue (bounded by
 //! `--upstream-queue-bytes`), its stdout reader (lines bounded by `--upstream-line-bytes`),
-//! its stderr logger (rate-limited), and its end: SIGTERM to the group, then SIGKILL after
-//! `--upstream-kill-grace-ms`, reaped by one process-wide reaper thread.
-//! Never: runs a shell, blocks a worker thread, or buffers without a bound.
+//! its stderr logger (rate-limited), and the core's side of its end: the child's exit as the
+//! process watcher (`process`) reports it, which ends its calls even while a grandchild keeps
+//! its stdout open, and the stop (the watcher's SIGTERM to the group, SIGKILL after
+//! `--upstream-kill-grace-ms`).
+//! Never: runs a shell, blocks a worker thread, waits for a process, or buffers without a bound.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::rc::{Rc, Weak};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 use monoio::net::UnixStream;
 
 use super::peer::{Peer, Transport};
+use super::process::{self, ExitNote, ProcessCount, Watched, Watcher};
 use super::settings::Settings;
 use crate::signal::Signal;
-
-/// Live children of all cores, against `--upstream-max-processes`. A slot is taken before the
-/// spawn and given back when the reaper has waited for the child.
-#[derive(Default)]
-pub(crate) struct ProcessCount(AtomicUsize);
-
-impl ProcessCount {
-    fn try_take(&self, max: usize) -> bool {
-        self.0
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
-            .is_ok()
-    }
-
-    fn give_back(&self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
 
 /// Why a child could not be started.
 pub(crate) enum SpawnError {
@@ -66,9 +51,22 @@ pub(crate) struct StdioTransport {
     queue: Rc<RefCell<WriteQueue>>,
     queued: Rc<Signal>,
     queue_max: usize,
-    child: Rc<RefCell<Option<Child>>>,
-    grace: Duration,
-    count: Arc<ProcessCount>,
+    /// The child's pid, `Some` until the transport stops it.
+    pid: Cell<Option<u32>>,
+    watcher: &'static Watcher,
+}
+
+/// How the child ended, as its core learns it: set once, by `watch_exit`.
+#[derive(Default)]
+struct ChildEnd {
+    reason: RefCell<Option<String>>,
+    known: Signal,
+}
+
+impl ChildEnd {
+    fn reason(&self) -> Option<String> {
+        self.reason.borrow().clone()
+    }
 }
 
 impl StdioTransport {
@@ -83,6 +81,9 @@ impl StdioTransport {
         let Some((program, args)) = argv.split_first() else {
             return Err(SpawnError::Failed("empty command".into()));
         };
+        // Before the first spawn: from then on tidemark is the subreaper of what children leave.
+        let watcher = process::watcher()
+            .map_err(|e| SpawnError::Failed(format!("cannot watch upstream processes: {e}")))?;
         if !count.try_take(settings.max_processes) {
             return Err(SpawnError::AtCapacity);
         }
@@ -94,21 +95,42 @@ impl StdioTransport {
                 return Err(SpawnError::Failed(format!("cannot start {program}: {e}")));
             }
         };
-        tracing::info!(upstream = %name, pid = child.id(), command = %argv.join(" "), "upstream started");
+        let pid = child.id();
+        // The watcher reaps the child from here on; `Child` would only race it for the status.
+        drop(child);
+        tracing::info!(upstream = %name, pid, command = %argv.join(" "), "upstream started");
         let transport = Rc::new(StdioTransport {
             name: name.clone(),
             queue: Rc::new(RefCell::new(WriteQueue::default())),
             queued: Rc::new(Signal::default()),
             queue_max: settings.queue_bytes,
-            child: Rc::new(RefCell::new(Some(child))),
-            grace: settings.kill_grace,
-            count,
+            pid: Cell::new(Some(pid)),
+            watcher,
         });
+        let watched = match watcher.watch(pid, settings.kill_grace, count.clone()) {
+            Ok(watched) => adopt_exit(watched),
+            Err(e) => {
+                transport.pid.set(None);
+                process::abandon(pid, &count);
+                return Err(SpawnError::Failed(format!("cannot watch {program}: {e}")));
+            }
+        };
+        // Watched: dropping `transport` (its `shutdown`) has the watcher end the child.
+        let (exited, note) =
+            watched.map_err(|e| SpawnError::Failed(format!("cannot watch {program}: {e}")))?;
+        let end = Rc::new(ChildEnd::default());
         monoio::spawn(write_stdin(stdin, transport.queue.clone(), transport.queued.clone()));
-        monoio::spawn(read_stdout(stdout, settings.line_bytes, transport.child.clone(), peer));
+        monoio::spawn(read_stdout(stdout, settings.line_bytes, end.clone(), peer.clone()));
+        monoio::spawn(watch_exit(exited, note, end, peer));
         monoio::spawn(log_stderr(stderr, name));
         Ok(transport)
     }
+}
+
+/// The core's end of a watched child's exit socket, as a socket of this core's runtime.
+fn adopt_exit(watched: Watched) -> std::io::Result<(UnixStream, Arc<ExitNote>)> {
+    watched.exited.set_nonblocking(true)?;
+    Ok((UnixStream::from_std(watched.exited)?, watched.note))
 }
 
 type ChildStreams = (Child, UnixStream, UnixStream, UnixStream);
@@ -188,9 +210,9 @@ impl Transport for StdioTransport {
     fn shutdown(&self) {
         self.queue.borrow_mut().closed = true;
         self.queued.notify_all();
-        let child = self.child.borrow_mut().take();
-        if let Some(child) = child {
-            stop(child, self.grace, self.count.clone(), &self.name);
+        if let Some(pid) = self.pid.take() {
+            self.watcher.stop(pid);
+            tracing::info!(upstream = %self.name, pid, "upstream stopped");
         }
     }
 }
@@ -229,13 +251,9 @@ async fn write_stdin(mut stdin: UnixStream, queue: Rc<RefCell<WriteQueue>>, queu
 }
 
 /// Reads the child's stdout, hands each line (one JSON-RPC message) to the peer, and reports
-/// the child's end. A line longer than `line_max` is skipped to its end and logged.
-async fn read_stdout(
-    mut stdout: UnixStream,
-    line_max: usize,
-    child: Rc<RefCell<Option<Child>>>,
-    peer: Weak<Peer>,
-) {
+/// the child's end when stdout closes. A line longer than `line_max` is skipped to its end and
+/// logged.
+async fn read_stdout(mut stdout: UnixStream, line_max: usize, end: Rc<ChildEnd>, peer: Weak<Peer>) {
     let mut line: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut skipping = false;
     let mut buf = Vec::with_capacity(READ_CHUNK);
@@ -270,11 +288,43 @@ async fn read_stdout(
         }
         buf.clear();
     }
-    let why = exit_reason(&child).await;
+    let why = exit_reason(&end).await;
     if let Some(peer) = peer.upgrade() {
         peer.closed(&why);
     }
 }
+
+/// Waits for the watcher to report the child's exit (its end of the exit socket closes), then
+/// ends the child's calls with how it ended. Its stdout may still hold the last lines it wrote
+/// (an answer just before it exited): `read_stdout` gets `STDOUT_DRAIN_WAIT` to deliver them
+/// and report the end itself at stdout's end. A stdout that a grandchild keeps open never ends;
+/// the calls end here then, instead of at `--upstream-timeout-secs`.
+async fn watch_exit(
+    mut exited: UnixStream,
+    note: Arc<ExitNote>,
+    end: Rc<ChildEnd>,
+    peer: Weak<Peer>,
+) {
+    let mut buf = Vec::with_capacity(1);
+    loop {
+        let (result, unused) = exited.read(buf).await;
+        buf = unused;
+        buf.clear();
+        if !matches!(result, Ok(n) if n > 0) {
+            break;
+        }
+    }
+    let why = note.reason().unwrap_or_else(|| "ended (its watcher stopped)".to_owned());
+    *end.reason.borrow_mut() = Some(why.clone());
+    end.known.notify_all();
+    monoio::time::sleep(STDOUT_DRAIN_WAIT).await;
+    if let Some(peer) = peer.upgrade() {
+        peer.closed(&why);
+    }
+}
+
+/// How long a child's stdout may go on after the child exited before its calls end anyway.
+const STDOUT_DRAIN_WAIT: Duration = Duration::from_millis(100);
 
 /// Bytes asked for per read of the child's stdout or stderr.
 const READ_CHUNK: usize = 64 * 1024;
@@ -303,34 +353,16 @@ fn deliver(peer: &Rc<Peer>, line: &[u8]) {
 
 /// What ended the child, for the fault of its calls: its exit status when it exited within a
 /// moment of closing stdout, else that it closed stdout.
-async fn exit_reason(child: &Rc<RefCell<Option<Child>>>) -> String {
-    let deadline = Instant::now() + EXIT_STATUS_WAIT;
-    loop {
-        let status = match child.borrow_mut().as_mut() {
-            None => return "stopped by tidemark".to_owned(),
-            Some(c) => c.try_wait().ok().flatten(),
-        };
-        if let Some(status) = status {
-            return describe(status);
-        }
-        if Instant::now() >= deadline {
-            return "closed its stdout".to_owned();
-        }
-        monoio::time::sleep(Duration::from_millis(10)).await;
+async fn exit_reason(end: &ChildEnd) -> String {
+    let known = end.known.notified();
+    if end.reason().is_none() {
+        let _ = monoio::time::timeout(EXIT_STATUS_WAIT, known).await;
     }
+    end.reason().unwrap_or_else(|| "closed its stdout".to_owned())
 }
 
 /// How long a child that closed its stdout is given to exit before its calls fail anyway.
 const EXIT_STATUS_WAIT: Duration = Duration::from_millis(500);
-
-fn describe(status: ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exited with status {code}"),
-        (None, Some(signal)) => format!("killed by signal {signal}"),
-        _ => format!("ended ({status})"),
-    }
-}
 
 /// Logs the child's stderr line by line, at most `STDERR_LINES_PER_SEC` lines a second (the
 /// rest are counted and the count logged).
@@ -378,108 +410,3 @@ async fn log_stderr(mut stderr: UnixStream, name: Rc<str>) {
 const STDERR_LINES_PER_SEC: u32 = 50;
 /// Longest stderr line logged (the rest of the line is cut).
 const STDERR_LINE_MAX: usize = 4096;
-
-/// Ends a child: SIGTERM to its process group now, SIGKILL after `grace` if it still runs; the
-/// reaper thread waits for it and gives its slot back.
-fn stop(child: Child, grace: Duration, count: Arc<ProcessCount>, name: &str) {
-    let pid = child.id();
-    UNREAPED.fetch_add(1, Ordering::AcqRel);
-    let grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);
-    LONGEST_GRACE_MS.fetch_max(grace_ms, Ordering::AcqRel);
-    signal_group(pid, rustix::process::Signal::TERM);
-    tracing::info!(upstream = name, pid, "upstream stopped");
-    reaper().send(Reap { child, kill_at: Instant::now() + grace, count });
-}
-
-fn signal_group(pid: u32, signal: rustix::process::Signal) {
-    let pid = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw);
-    if let Some(pid) = pid {
-        // ESRCH (already gone) is the expected case for a child that exited by itself.
-        let _ = rustix::process::kill_process_group(pid, signal);
-    }
-}
-
-/// A child to wait for.
-struct Reap {
-    child: Child,
-    kill_at: Instant,
-    count: Arc<ProcessCount>,
-}
-
-/// The process-wide reaper: one thread that waits for stopped children (SIGKILL at their
-/// deadline), so no worker thread ever waits for a process.
-struct Reaper(mpsc::Sender<Reap>);
-
-impl Reaper {
-    fn send(&self, reap: Reap) {
-        if self.0.send(reap).is_err() {
-            tracing::warn!("upstream reaper is gone; a child may be left unreaped");
-        }
-    }
-}
-
-fn reaper() -> &'static Reaper {
-    static REAPER: OnceLock<Reaper> = OnceLock::new();
-    REAPER.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<Reap>();
-        let spawned = std::thread::Builder::new()
-            .name("tidemark-reaper".into())
-            .spawn(move || reap_forever(rx));
-        if let Err(e) = spawned {
-            tracing::warn!(error = %e, "cannot start the upstream reaper thread");
-        }
-        Reaper(tx)
-    })
-}
-
-fn reap_forever(rx: mpsc::Receiver<Reap>) {
-    let mut waiting: Vec<Reap> = Vec::new();
-    loop {
-        let next = if waiting.is_empty() {
-            rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected)
-        } else {
-            rx.recv_timeout(REAP_POLL)
-        };
-        match next {
-            Ok(reap) => waiting.push(reap),
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) if waiting.is_empty() => return,
-            Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(REAP_POLL),
-        }
-        let now = Instant::now();
-        waiting.retain_mut(|r| {
-            if let Ok(Some(_)) = r.child.try_wait() {
-                r.count.give_back();
-                UNREAPED.fetch_sub(1, Ordering::AcqRel);
-                return false;
-            }
-            if now >= r.kill_at {
-                signal_group(r.child.id(), rustix::process::Signal::KILL);
-                let _ = r.child.kill();
-            }
-            true
-        });
-    }
-}
-
-/// Children stopped and not yet waited for, all cores.
-static UNREAPED: AtomicUsize = AtomicUsize::new(0);
-/// The longest kill grace any stopped child was given.
-static LONGEST_GRACE_MS: AtomicU64 = AtomicU64::new(0);
-
-/// Blocks (the process's main thread, after the workers ended) until every stopped child has
-/// exited: at most the longest kill grace plus `REAP_SLACK`, since the reaper sends SIGKILL at
-/// the end of the grace. Without this the process would exit before its children's SIGKILL.
-pub(crate) fn wait_for_children() {
-    let grace = Duration::from_millis(LONGEST_GRACE_MS.load(Ordering::Acquire));
-    let deadline = Instant::now() + grace + REAP_SLACK;
-    while UNREAPED.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
-        std::thread::sleep(REAP_POLL);
-    }
-}
-
-/// Time beyond the kill grace for a SIGKILLed child to be reaped.
-const REAP_SLACK: Duration = Duration::from_secs(1);
-
-/// How often the reaper looks at the children it waits for.
-const REAP_POLL: Duration = Duration::from_millis(20);
