@@ -28,15 +28,25 @@ fn in_session(sid: &str) -> [(&str, &str); 1] {
     [("Mcp-Session-Id", sid)]
 }
 
+/// A 409's JSON-RPC code and its `data.matchedBy` (CONTRACT §4 step 2).
+type Refusal = (i64, Option<&'static str>);
+/// -31001 for a retry with the owed request's id.
+const OWED_BY_ID: Refusal = (-31001, Some("id"));
+/// -31001 for a request without an `Idempotency-Key` with the owed request's method and params.
+const OWED_BY_PARAMS: Refusal = (-31001, Some("params"));
+/// -31004: held too long while the session owed; no match, so no `matchedBy`.
+const HELD_TOO_LONG: Refusal = (-31004, None);
+
 /// Checks a 409 refusal: headers, JSON-RPC error (retry's id, `code`) and `data.owedStreams[0]`
 /// naming request `owed_id`, its `first` event and the last event `written` to the client.
 /// The hint is the last event the client is *known* to hold; for a stream never resumed that is
 /// its priming event (`first`), never the last one written, which may have been lost in flight.
+/// `refusal` is the code and the `data.matchedBy` it must carry (see `OWED_BY_ID`).
 /// Returns `(hint header, inFlight)`.
 fn assert_conflict(
     r: &Response,
     id: u64,
-    code: i64,
+    refusal: Refusal,
     owed_id: u64,
     written: &str,
     first: &str,
@@ -49,7 +59,10 @@ fn assert_conflict(
     assert_eq!(hint, first, "{ctx}: the hint is the last event known delivered");
     let v = r.json();
     assert_eq!(v["id"], id, "{ctx}: the error answers the retry: {v}");
+    let (code, matched_by) = refusal;
     assert_eq!(v["error"]["code"], code, "{ctx}: {v}");
+    let matched = v["error"]["data"].get("matchedBy").and_then(|m| m.as_str());
+    assert_eq!(matched, matched_by, "{ctx}: how the retry was matched: {v}");
     let owed = &v["error"]["data"]["owedStreams"][0];
     assert_eq!(owed["requestId"], owed_id, "{ctx}: {v}");
     assert_eq!(owed["lastEventId"], first, "{ctx}: {v}");
@@ -94,12 +107,12 @@ fn seed_case_1_re_post_of_a_dropped_call_is_refused_and_resume_delivers_the_rest
         let (priming, last) = call_and_cut(&server, &sid, 1, LONG, 3, driver);
         let same_id = call(1, "slow_counter", LONG, true);
         let r = post(&server, &in_session(&sid), &same_id);
-        let (_, in_flight) = assert_conflict(&r, 1, -31001, 1, &last, &priming, driver);
+        let (_, in_flight) = assert_conflict(&r, 1, OWED_BY_ID, 1, &last, &priming, driver);
         assert!(in_flight, "{driver}: the call is still running");
         assert_eq!(counter(&server), before + 1, "{driver}: the same-id re-POST ran nothing");
         let new_id = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"_meta":{"progressToken":"other"},"arguments":{"delay_ms":50,"steps":10},"name":"slow_counter"}}"#;
         let r = post(&server, &in_session(&sid), new_id);
-        let (hint, _) = assert_conflict(&r, 2, -31001, 1, &last, &priming, driver);
+        let (hint, _) = assert_conflict(&r, 2, OWED_BY_PARAMS, 1, &last, &priming, driver);
         assert_eq!(counter(&server), before + 1, "{driver}: the new-id re-POST ran nothing");
         let started = Instant::now();
         let evs = resume(&server, &sid, &hint).rest();
@@ -114,6 +127,90 @@ fn seed_case_1_re_post_of_a_dropped_call_is_refused_and_resume_delivers_the_rest
         let retry = r#"migrations_rejected_total{reason="retry_of_owed"}"#;
         assert!(metric(&m1, retry) >= metric(&m0, retry) + 2, "{driver}: {m1}");
         assert!(metric(&m1, "replays_total") > metric(&m0, "replays_total"), "{driver}");
+    }
+}
+
+/// Goal: issue 17 item 8, CONTRACT §4 step 2: two identical calls on one session (new ids,
+/// distinct progress tokens) are two calls once the client says so. The first's stream is cut
+/// while it runs; the second, re-sent with an `Idempotency-Key` the session has not seen, is
+/// not matched by params (it was 409 -31001 naming the first's stream) but held by step 4 until
+/// the first's stream is resumed, then runs: the first's tail arrives once, the second's whole
+/// stream follows under its own id and token, and `slow_counter` ran exactly twice.
+/// Method: `--threads 1`, the first cut after 2 events; the keyed POST on its own socket, the
+/// resume sent once `posts_held_total` says the POST is held.
+#[test]
+fn an_identical_call_with_a_fresh_key_is_a_new_call_held_until_the_resume() {
+    for driver in DRIVERS {
+        let (server, m) = server_with_metrics(driver, &["--threads", "1"]);
+        let sid = open_session(&server);
+        let before = counter(&server);
+        let (_, last) = call_and_cut(&server, &sid, 1, LONG, 2, driver);
+        let held_before = metric(&scrape(&m), "posts_held_total");
+        let mut h: Vec<(&str, &str)> = POST_HEADERS.to_vec();
+        h.extend([("Mcp-Session-Id", sid.as_str()), ("Idempotency-Key", "second-call")]);
+        let second = call(2, "slow_counter", LONG, true);
+        let mut socket = server.connect();
+        send(&mut socket, &request("POST", &server.path, &server.host(), &h, Some(&second)));
+        let held = poll_until(PROMPT, || {
+            metric(&scrape(&m), "posts_held_total") > held_before || has_bytes(&socket)
+        });
+        assert!(held, "{driver}: the keyed POST was neither held nor answered");
+        assert!(
+            metric(&scrape(&m), "posts_held_total") > held_before,
+            "{driver}: the keyed POST was answered, not held: {}",
+            read_response(&mut socket).text()
+        );
+        let tail = resume(&server, &sid, &last).rest();
+        let text = assert_rest(&tail, &last, 3, 10, 1, driver);
+        assert_eq!(text, (before + 1).to_string(), "{driver}: the first call's result");
+        assert_tokens(&tail, 1, driver);
+        let mut s2 = SseStream::from_stream(socket);
+        let priming = read_priming(&mut s2, driver);
+        let evs = s2.rest();
+        let text = assert_rest(&evs, &priming, 1, 10, 2, &format!("{driver} second"));
+        assert_eq!(text, (before + 2).to_string(), "{driver}: the second ran after the first");
+        assert_tokens(&evs, 2, driver);
+        assert_eq!(counter(&server), before + 2, "{driver}: exactly two executions");
+    }
+}
+
+/// True when `socket` has bytes waiting to be read (an answer arrived).
+fn has_bytes(socket: &TcpStream) -> bool {
+    let mut one = [0u8; 1];
+    socket.set_nonblocking(true).expect("nonblocking");
+    let peeked = socket.peek(&mut one);
+    socket.set_nonblocking(false).expect("blocking");
+    matches!(peeked, Ok(n) if n > 0)
+}
+
+/// Every progress notification of `evs` carries progress token `token`.
+fn assert_tokens(evs: &[Event], token: u64, ctx: &str) {
+    for ev in messages(evs).iter().filter(|e| progress_of(e).is_some()) {
+        assert_eq!(ev.json()["params"]["progressToken"], token, "{ctx}: {}", ev.data);
+    }
+}
+
+/// Goal: a request whose id names a retained request of the session is that request's retry
+/// or reuse, never another call's: a settled call's id POSTed again with the params of another
+/// call that is owed is 409 -31002 naming its own stream (step 3), not -31001 naming the owed
+/// one, whose stream a client would then resume (issue 17 item 8).
+/// Method: a short call (id 5) read to its end, then an identical call (id 1) cut while it
+/// runs; id 5 POSTed again with the same params.
+#[test]
+fn a_retained_id_is_never_matched_by_params_to_another_call() {
+    for driver in DRIVERS {
+        let server = Server::with_admin(driver, &["--threads", "1"]);
+        let sid = open_session(&server);
+        let before = counter(&server);
+        let settled = call(5, "slow_counter", LONG, true);
+        complete(&server, &sid, &settled, driver);
+        call_and_cut(&server, &sid, 1, LONG, 2, driver);
+        let r = post(&server, &in_session(&sid), &settled);
+        assert_eq!(r.status, 409, "{driver}: {}", r.text());
+        let v = r.json();
+        assert_eq!(v["error"]["code"], -31002, "{driver}: the id is its own request's: {v}");
+        assert_eq!(v["error"]["data"]["owedStreams"][0]["requestId"], 5, "{driver}: {v}");
+        assert_eq!(counter(&server), before + 2, "{driver}: the refusal ran nothing");
     }
 }
 
@@ -345,7 +442,8 @@ fn re_post_of_a_parked_call_is_refused_and_the_get_answers() {
         for id in [1, 2] {
             let r = post(&server, &in_session(&sid), &body(id));
             let ctx = format!("{driver} re-POST id {id}");
-            hint = assert_conflict(&r, id, -31001, 1, &priming, &priming, &ctx).0;
+            let by = if id == 1 { OWED_BY_ID } else { OWED_BY_PARAMS };
+            hint = assert_conflict(&r, id, by, 1, &priming, &priming, &ctx).0;
         }
         let msgs = messages(&resume(&server, &sid, &hint).rest());
         assert_eq!(msgs.len(), 1, "{driver}: the result, once: {msgs:#?}");
@@ -412,7 +510,7 @@ fn post_held_too_long_gets_409_with_the_hint() {
         let started = Instant::now();
         let r = post(&server, &in_session(&sid), &call(2, "echo", r#"{"text":"x"}"#, false));
         let waited = started.elapsed();
-        let (hint, _) = assert_conflict(&r, 2, -31004, 1, &last, &priming, driver);
+        let (hint, _) = assert_conflict(&r, 2, HELD_TOO_LONG, 1, &last, &priming, driver);
         assert!(waited >= Duration::from_millis(250), "{driver}: not held: {waited:?}");
         assert!(waited < PROMPT, "{driver}: held far too long: {waited:?}");
         assert_rest(&resume(&server, &sid, &hint).rest(), &hint, 1, 10, 1, driver);

@@ -294,6 +294,11 @@ struct FaultArgs {
     /// counters changed over the run is reported as `server.*`.
     #[arg(long)]
     metrics_url: Option<String>,
+    /// Two workers per session calling at once, with calls that may be identical (same method
+    /// and params, new ids): a 409 -31001 matched by params to the other caller's stream is
+    /// answered by re-sending with a fresh Idempotency-Key. Sessions: --connections / 2.
+    #[arg(long)]
+    concurrent_callers: bool,
 }
 
 #[derive(Args, Debug)]
@@ -901,14 +906,22 @@ fn fault(a: &FaultArgs) -> anyhow::Result<RunReport> {
     }
     let target = Target::parse(&common.url)?;
     let workers = common.connections.unwrap_or(16).max(1);
-    let session_count = common.sessions.unwrap_or(64).max(1);
+    let session_count = if a.concurrent_callers {
+        if !workers.is_multiple_of(2) || common.sessions.is_some() {
+            bail!("--concurrent-callers takes an even --connections and no --sessions");
+        }
+        workers / 2
+    } else {
+        common.sessions.unwrap_or(64).max(1)
+    };
     let seed = a.seed.unwrap_or_else(fault::clock_seed);
     let timeout = common.timeout.0;
     let config = config_json(
         common,
         serde_json::json!({"calls": a.calls, "first_call": a.first_call, "seed": seed,
                            "max_cuts": a.max_cuts, "steps": a.steps, "delay_ms": a.delay_ms,
-                           "workers": workers, "sessions": session_count}),
+                           "workers": workers, "sessions": session_count,
+                           "concurrent_callers": a.concurrent_callers}),
     );
     print_config("fault", &config);
     let sessions = fault::open_sessions(&target, session_count, timeout)?;
@@ -940,6 +953,7 @@ fn fault(a: &FaultArgs) -> anyhow::Result<RunReport> {
         delays_ms: a.delay_ms.clone(),
         traces: a.traces,
         trace_to: writer.as_ref().map(|(tx, _)| tx.clone()),
+        concurrent_callers: a.concurrent_callers,
     };
     let started = Instant::now();
     let outcome = fault::run(sessions, workers, settings, lives);
@@ -997,6 +1011,7 @@ fn fault(a: &FaultArgs) -> anyhow::Result<RunReport> {
         "incomplete",
         "calls_failed",
         "id_reused",
+        "foreign_events",
         "bad_messages",
         "hint_not_held",
         "hint_missing",
@@ -1016,10 +1031,12 @@ fn fault(a: &FaultArgs) -> anyhow::Result<RunReport> {
     let get = |k: &str| report.counters.get(k).copied().unwrap_or(0);
     println!(
         "fault: seed={seed} calls={calls} completed={completed} lost={} duplicated={} \
-         double_executions={} incomplete={incomplete} failed_calls={} cuts={} elapsed={:.1}s {}",
+         double_executions={} foreign_events={} incomplete={incomplete} failed_calls={} \
+         cuts={} elapsed={:.1}s {}",
         get("lost") + get("gaps"),
         get("duplicated") + get("out_of_order"),
         get("double_executions"),
+        get("foreign_events"),
         get("calls_failed"),
         get("cuts"),
         elapsed.as_secs_f64(),

@@ -13,7 +13,7 @@ use std::time::Instant;
 use simd_json::prelude::*;
 
 use super::core::LegacyCore;
-use super::migration::{self, Decision, Facts, KeyMatch};
+use super::migration::{self, Decision, Facts, KeyMatch, MatchedBy};
 use super::replay::StreamKey;
 use super::session::{self, Session, SessionRc};
 use crate::config::MigrationPolicy;
@@ -33,10 +33,26 @@ pub(super) struct Classified {
 /// How a request that may not run yet ends (CONTRACT §4 steps 1–4).
 pub(super) enum Verdict {
     Run,
-    /// 409 with the hint of `key` (or of every owed stream when `None`).
-    Conflict(Option<StreamKey>, Code),
+    /// 409 with its code and resume hint.
+    Conflict(Refused),
     KeyReused,
     Deduplicated(StreamKey),
+}
+
+/// A 409 of the migration boundary (CONTRACT §4 steps 2–4).
+pub(super) struct Refused {
+    /// The stream whose hint the answer gives; `None`: every owed or replaying stream.
+    pub(super) key: Option<StreamKey>,
+    pub(super) code: Code,
+    /// How step 2 matched the retry: `Some` exactly for -31001.
+    pub(super) matched_by: Option<MatchedBy>,
+}
+
+impl Refused {
+    /// A refusal that matched no retry (-31002, -31004).
+    fn verdict(key: Option<StreamKey>, code: Code) -> Verdict {
+        Verdict::Conflict(Refused { key, code, matched_by: None })
+    }
 }
 
 /// The migration decision for one request, holding it while the session owes a stream (step
@@ -71,7 +87,7 @@ pub(super) async fn decide(
                     // `--max-held-per-session` wait at once, later ones learn to resume first.
                     let Some(slot) = HeldSlot::take(session, core.cfg.held_per_session_max) else {
                         core.metrics.limit_held.inc();
-                        return Verdict::Conflict(None, Code::HeldTooLong);
+                        return Refused::verdict(None, Code::HeldTooLong);
                     };
                     held = Some(slot);
                     core.metrics.posts_held_total.inc();
@@ -82,16 +98,17 @@ pub(super) async fn decide(
                     || monoio::time::timeout(deadline - now, signal.notified()).await.is_err();
                 if timed_out && session.borrow().owes() {
                     core.metrics.rejected_held_too_long.inc();
-                    return Verdict::Conflict(None, Code::HeldTooLong);
+                    return Refused::verdict(None, Code::HeldTooLong);
                 }
             }
-            Decision::RetryOfOwed(key) => {
+            Decision::RetryOfOwed(key, matched_by) => {
                 core.metrics.rejected_owed.inc();
-                return Verdict::Conflict(Some(key), Code::StreamOwed);
+                let (key, code, matched_by) = (Some(key), Code::StreamOwed, Some(matched_by));
+                return Verdict::Conflict(Refused { key, code, matched_by });
             }
             Decision::IdReused(key) => {
                 core.metrics.rejected_id_reused.inc();
-                return Verdict::Conflict(Some(key), Code::RequestIdReused);
+                return Refused::verdict(Some(key), Code::RequestIdReused);
             }
             Decision::KeyReused => {
                 core.metrics.rejected_key_reused.inc();
@@ -174,35 +191,41 @@ pub fn facts(
     key: Option<&str>,
     idempotent: bool,
 ) -> Facts {
-    let key = match key.and_then(|k| s.by_idempotency_key(k)) {
+    let key = match key.map(|k| s.by_idempotency_key(k)) {
         None => KeyMatch::None,
-        Some(st) if st.fingerprint == fp => KeyMatch::SameRequest(st.key),
-        Some(_) => KeyMatch::OtherRequest,
+        Some(None) => KeyMatch::Unseen,
+        Some(Some(st)) if st.fingerprint == fp => KeyMatch::SameRequest(st.key),
+        Some(Some(_)) => KeyMatch::OtherRequest,
     };
     let by_id = s.by_request_id(id);
-    let retry_by_id = by_id.filter(|st| !st.is_settled()).map(|st| st.key);
-    let retry_by_fp = s
+    let retry_by_params = s
         .by_fingerprint(fp)
         .filter(|st| st.is_owed() || (st.is_parked() && !st.is_settled()))
         .map(|st| st.key);
     Facts {
         strict: policy == MigrationPolicy::Strict,
         key,
-        retry_of: retry_by_id.or(retry_by_fp),
+        retry_by_id: by_id.filter(|st| !st.is_settled()).map(|st| st.key),
+        retry_by_params,
         reused_id_of: by_id.filter(|st| st.is_settled()).map(|st| st.key),
         idempotent,
         session_owes: s.owes(),
     }
 }
 
-/// The `owedStreams` data of a conflict, and the `Last-Event-ID` hint of its first stream:
-/// stream `key`, or every owed or replaying stream when `None`.
-pub(super) fn owed_streams(s: &Session, key: Option<StreamKey>) -> (String, Vec<u8>) {
-    let listed: Vec<&session::StreamState> = match key {
+/// The data of a conflict, and the `Last-Event-ID` hint of its first stream: `matchedBy` when
+/// the retry matched (-31001), then `owedStreams`: the refusal's stream alone (for a -31001 the
+/// matched one, so `owedStreams[0].requestId` names it), or every owed or replaying stream.
+pub(super) fn owed_streams(s: &Session, refused: &Refused) -> (String, Vec<u8>) {
+    let listed: Vec<&session::StreamState> = match refused.key {
         Some(k) => s.stream(k).into_iter().collect(),
         None => s.streams().filter(|st| st.is_owed() || st.is_replaying()).collect(),
     };
-    let mut data = String::from("{\"owedStreams\":[");
+    let mut data = String::from("{");
+    if let Some(by) = refused.matched_by {
+        data.push_str(&format!("\"matchedBy\":\"{}\",", by.as_str()));
+    }
+    data.push_str("\"owedStreams\":[");
     let mut hint = Vec::new();
     for (i, st) in listed.iter().enumerate() {
         if i > 0 {
@@ -234,13 +257,13 @@ pub(super) fn owed_streams(s: &Session, key: Option<StreamKey>) -> (String, Vec<
 /// 409 with the resume hint (CONTRACT §4 steps 2–4).
 pub(super) fn conflict<J>(
     session: &SessionRc,
-    key: Option<StreamKey>,
+    refused: &Refused,
     id: &RawId,
-    code: Code,
     out: &mut Vec<u8>,
     keep_alive: bool,
 ) -> Outcome<J> {
-    let (data, hint) = owed_streams(&session.borrow(), key);
+    let (data, hint) = owed_streams(&session.borrow(), refused);
+    let code = refused.code;
     let hint = (!hint.is_empty()).then_some(hint.as_slice());
     reply(out, Answer::Conflict { id, code, data: &data, hint }, keep_alive)
 }

@@ -478,7 +478,7 @@ async fn request(
         .map(|t| Box::from(t.encode().as_str()));
     match decide(core, session, &id, &class, idempotency_key.as_deref()).await {
         Verdict::Run => {}
-        Verdict::Conflict(key, code) => return conflict(session, key, &id, code, out, keep_alive),
+        Verdict::Conflict(refused) => return conflict(session, &refused, &id, out, keep_alive),
         Verdict::KeyReused => return reply(out, Answer::KeyReused { id: &id }, keep_alive),
         Verdict::Deduplicated(key) => {
             return deduplicated(session, key, id, progress_token, out, keep_alive)
@@ -633,10 +633,10 @@ async fn batch_answer(
     };
     match decide(core, session, id, &class, None).await {
         Verdict::Run => answer_inline(core, session, id, method, params, body).await,
-        Verdict::Conflict(key, code) => {
-            let (data, _hint) = owed_streams(&session.borrow(), key);
+        Verdict::Conflict(refused) => {
+            let (data, _hint) = owed_streams(&session.borrow(), &refused);
             let message = "conflict: see the 409 of a single request";
-            crate::wire::push_error_response(body, Some(id), code, message, Some(&data));
+            crate::wire::push_error_response(body, Some(id), refused.code, message, Some(&data));
         }
         // Unreachable without an Idempotency-Key; answered like a single request would be.
         Verdict::KeyReused | Verdict::Deduplicated(_) => {

@@ -45,6 +45,16 @@
 //! demo tool ignores it): no two calls have the same method+params, so CONTRACT §4's
 //! same-params retry rule never ties one call to another even when sessions are shared
 //! (`--sessions` < `--connections`).
+//!
+//! `--concurrent-callers` (issue 17 item 8): every session has exactly two workers calling at
+//! once, and the nonce is the same for all calls, so two concurrent calls of a session (new ids,
+//! their own progress tokens) are identical whenever they drew the same delay. A re-POST may
+//! then be matched by params to the other caller's owed stream: on a `409 -31001` whose
+//! `data.matchedBy` is `"params"` and whose `owedStreams[0].requestId` is not its own, the
+//! caller re-sends its call with a fresh `Idempotency-Key` (a new call by CONTRACT §4 step 2;
+//! from then on the call is keyed) and never follows that hint. An event of another call (a
+//! progress of another token, a response to another id) is counted as a *foreign event*; a
+//! client that followed the hint of a params match would read them.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap};
@@ -130,6 +140,8 @@ pub struct Settings {
     pub traces: usize,
     /// Every call's trace goes here too, when set (`trace_writer` writes them to a file).
     pub trace_to: Option<mpsc::Sender<String>>,
+    /// Two workers per session, issuing calls that may be identical (module doc).
+    pub concurrent_callers: bool,
 }
 
 pub struct Outcome {
@@ -222,7 +234,9 @@ pub fn run(
     let results = flow::run_workers(workers, {
         let settings = settings.clone();
         move |w| {
-            let mine: Vec<Session> = if sessions.len() >= workers {
+            let mine: Vec<Session> = if settings.concurrent_callers {
+                vec![sessions[(w / 2) % sessions.len()].clone()]
+            } else if sessions.len() >= workers {
                 sessions.iter().skip(w).step_by(workers).cloned().collect()
             } else {
                 vec![sessions[w % sessions.len()].clone()]
@@ -390,7 +404,9 @@ enum Msg {
     Gap(String),
     /// Any other final error (JSON-RPC error, or a result with `isError`).
     Error(String),
-    /// Not what this call can receive (bad JSON, another id or token, a value out of range).
+    /// A message of another call: a progress of another token, a response to another id.
+    Foreign(String),
+    /// Not what this call can receive (bad JSON, a value out of range).
     Bad(String),
 }
 
@@ -414,7 +430,7 @@ fn classify(data: &[u8], request_id: u64, steps: u64) -> Msg {
         }
         let params = &v["params"];
         if params["progressToken"].as_u64() != Some(request_id) {
-            return Msg::Bad(format!("progress of another token: {}", text()));
+            return Msg::Foreign(format!("progress of another token: {}", text()));
         }
         let value = params["progress"].as_f64().unwrap_or(f64::NAN);
         if !(value >= 1.0 && value <= steps as f64 && value.fract() == 0.0) {
@@ -423,7 +439,7 @@ fn classify(data: &[u8], request_id: u64, steps: u64) -> Msg {
         return Msg::Carried(Carried::Progress(value as u64));
     }
     if v["id"].as_u64() != Some(request_id) {
-        return Msg::Bad(format!("response for another id: {}", text()));
+        return Msg::Foreign(format!("response for another id: {}", text()));
     }
     if let Some(error) = v.get("error") {
         if error["code"].as_i64() == Some(-31003) {
@@ -459,6 +475,9 @@ struct Received {
     duplicated: u64,
     out_of_order: u64,
     id_reused: u64,
+    /// Events of another call received (`Msg::Foreign`), and the first of them.
+    foreign: u64,
+    first_foreign: Option<String>,
     bad: Vec<String>,
     known_replayed: u64,
     without_id: u64,
@@ -489,6 +508,8 @@ impl Received {
             duplicated: 0,
             out_of_order: 0,
             id_reused: 0,
+            foreign: 0,
+            first_foreign: None,
             bad: Vec::new(),
             known_replayed: 0,
             without_id: 0,
@@ -509,6 +530,12 @@ impl Received {
                 let _ = write!(log.text, " ERROR@{shown}");
                 self.error.get_or_insert(text);
                 return true;
+            }
+            Msg::Foreign(text) => {
+                let _ = write!(log.text, " FOREIGN@{shown}");
+                self.first_foreign.get_or_insert(text);
+                self.foreign += 1;
+                return false;
             }
             Msg::Bad(text) => {
                 let _ = write!(log.text, " BAD@{shown}");
@@ -590,6 +617,12 @@ impl Received {
     }
 }
 
+/// The POST of a call's `body` on `session`, with `Idempotency-Key: key` when keyed.
+fn post_of(s: &Settings, session: &Session, body: &str, key: Option<&str>) -> Vec<u8> {
+    let headers: Vec<(&str, &str)> = key.map(|k| ("Idempotency-Key", k)).into_iter().collect();
+    wire::post_request(&s.target, &session.id, &session.version, body.as_bytes(), &headers)
+}
+
 /// A call that passed but took longer than this is traced as a note.
 const SLOW_CALL: Duration = Duration::from_secs(1);
 
@@ -612,6 +645,8 @@ struct Call<'a> {
     index: u64,
     rng: Rng,
     keyed: bool,
+    /// The call's JSON-RPC request, for a re-send under a fresh key.
+    body: String,
     post: Vec<u8>,
     got: Received,
     counters: BTreeMap<String, i64>,
@@ -637,6 +672,8 @@ impl<'a> Call<'a> {
         let keyed = rng.coin();
         let delay = s.delays_ms[rng.below(s.delays_ms.len() as u64) as usize];
         let id = CALL_ID_BASE + index;
+        // Concurrent callers share one nonce, so that their calls may be identical.
+        let nonce = if s.concurrent_callers { 0 } else { index };
         let body = format!(
             concat!(
                 r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"slow_counter","#,
@@ -646,13 +683,10 @@ impl<'a> Call<'a> {
             id = id,
             steps = s.steps,
             delay = delay,
-            index = index
+            index = nonce
         );
-        let key = format!("fault-{:016x}-{index}", s.seed);
-        let headers: Vec<(&str, &str)> =
-            if keyed { vec![("Idempotency-Key", key.as_str())] } else { Vec::new() };
-        let post =
-            wire::post_request(&s.target, &session.id, &session.version, body.as_bytes(), &headers);
+        let key = keyed.then(|| format!("fault-{:016x}-{index}", s.seed));
+        let post = post_of(s, session, &body, key.as_deref());
         let mut trace = String::new();
         let _ = writeln!(
             trace,
@@ -673,6 +707,7 @@ impl<'a> Call<'a> {
             index,
             rng,
             keyed,
+            body,
             post,
             got: Received::new(id, s.steps),
             counters,
@@ -960,7 +995,17 @@ impl<'a> Call<'a> {
             owed["lastWrittenEventId"],
             owed["inFlight"]
         );
+        let matched_by = value["error"]["data"]["matchedBy"].as_str();
+        let other_call = owed["requestId"].as_u64() != Some(self.got.request_id);
         match code {
+            -31001 if matched_by == Some("params") && other_call => {
+                // Another call that looks like ours: ours is new (the server holds no stream
+                // of its id), so it is sent again as a new call, under a key of its own.
+                let _ = writeln!(self.trace, " matched by params: re-sent with a fresh key");
+                self.count("rekeyed");
+                self.rekey();
+                Ok(Some(Next::Post))
+            }
             -31001 | -31002 => {
                 let hint = match &head.last_event_id {
                     Some(h) => h.clone(),
@@ -1025,6 +1070,14 @@ impl<'a> Call<'a> {
         }
     }
 
+    /// Makes the call keyed under a key no earlier call used (CONTRACT §4 step 2: a key the
+    /// session has not seen is a new call); every later POST of the call carries it.
+    fn rekey(&mut self) {
+        let key = format!("fault-{:016x}-{}-fresh", self.s.seed, self.index);
+        self.post = post_of(self.s, self.session, &self.body, Some(&key));
+        self.keyed = true;
+    }
+
     /// Resumes another (completed) call's stream from `last` and reads it to its end,
     /// discarding its events; says how it went.
     fn drain(&self, last: &str) -> String {
@@ -1062,6 +1115,7 @@ impl<'a> Call<'a> {
             ("duplicated", got.duplicated),
             ("out_of_order", got.out_of_order),
             ("id_reused", got.id_reused),
+            ("foreign_events", got.foreign),
             ("bad_messages", got.bad.len() as u64),
             ("events_without_id", got.without_id),
             ("hint_not_held", self.hint_not_held),
@@ -1080,7 +1134,7 @@ impl<'a> Call<'a> {
                 problems.push(format!("{name} = {n}"));
             }
         }
-        for b in bad {
+        for b in bad.into_iter().chain(got.first_foreign.clone()) {
             problems.push(b);
         }
         add(&mut self.counters, "known_events_replayed", known as i64);
@@ -1230,7 +1284,9 @@ mod tests {
         let gap = br#"{"jsonrpc":"2.0","id":7,"error":{"code":-31003,"message":"lost","data":{}}}"#;
         assert!(matches!(classify(gap, 7, 3), Msg::Gap(_)));
         let other = br#"{"jsonrpc":"2.0","id":8,"result":{}}"#;
-        assert!(matches!(classify(other, 7, 3), Msg::Bad(_)));
+        assert!(matches!(classify(other, 7, 3), Msg::Foreign(_)));
+        let other_token = br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":8,"progress":1}}"#;
+        assert!(matches!(classify(other_token, 7, 3), Msg::Foreign(_)));
         assert!(matches!(classify(&progress(4), 7, 3), Msg::Bad(_)));
         assert!(matches!(classify(&result(5), 7, 3), Msg::Carried(Carried::Result(Some(5), _))));
         assert!(matches!(classify(b"", 7, 3), Msg::Carried(Carried::Priming)));
