@@ -10,6 +10,11 @@
 //! `--upstream-queue-bytes`), its stdout reader (lines bounded by `--upstream-line-bytes`),
 //! its stderr logger (rate-limited), and its end: SIGTERM to the group, then SIGKILL after
 //! `--upstream-kill-grace-ms`, reaped by one process-wide reaper thread.
+//!
+//! Backpressure: while a running call's client is attached and has not been written its share
+//! of the ring (`config::UNWRITTEN_SHARE_DIVISOR`), the stdout reader takes no further line; the
+//! socket's buffer fills and the child blocks in its write, which is how a flood of
+//! notifications is slowed to what the client reads instead of evicting its unwritten events.
 //! Never: runs a shell, blocks a worker thread, or buffers without a bound.
 
 use std::cell::RefCell;
@@ -229,7 +234,10 @@ async fn write_stdin(mut stdin: UnixStream, queue: Rc<RefCell<WriteQueue>>, queu
 }
 
 /// Reads the child's stdout, hands each line (one JSON-RPC message) to the peer, and reports
-/// the child's end. A line longer than `line_max` is skipped to its end and logged.
+/// the child's end. A line longer than `line_max` is skipped to its end and logged. After each
+/// line it waits until every running call has room (`peer::room`): one child's stdout carries
+/// all its calls' messages, so a call whose attached client lags pauses the reading for all of
+/// them (in `shared` isolation, for every session of the core that uses the child).
 async fn read_stdout(
     mut stdout: UnixStream,
     line_max: usize,
@@ -257,6 +265,9 @@ async fn read_stdout(
             }
             line.clear();
             rest = &rest[end + 1..];
+            // Backpressure: the next line is not taken while a call's client has not been
+            // written its share; the child then blocks on its full stdout (module doc).
+            super::peer::room(&peer, None).await;
         }
         if !skipping {
             line.extend_from_slice(rest);

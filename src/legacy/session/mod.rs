@@ -83,6 +83,9 @@ pub struct StreamState {
     pub signal: Rc<Signal>,
     /// Fired when the stream is cancelled: the running tool stops.
     pub cancel: Rc<Signal>,
+    /// Woken when the stream may have room again for a paused producer (`Session::has_room`):
+    /// its writer sent events, it detached, or its run ended.
+    pub room: Rc<Signal>,
     run: Run,
     writer: Writer,
     next_epoch: u64,
@@ -98,6 +101,10 @@ pub struct StreamState {
     acknowledged: EventSeq,
     /// Last event a connection finished sending.
     written: EventSeq,
+    /// Payload bytes and count of this stream's held events after `written` (appended, not yet
+    /// sent whole by any connection): what backpressure bounds while a client is attached.
+    unwritten_bytes: usize,
+    unwritten_events: usize,
     /// A tool asked to close the connection (SEP-1699); the next writer batch acts on it.
     close_requested: bool,
     /// The tool was told to stop (cancel, session end); its outcome is ignored.
@@ -277,6 +284,9 @@ pub struct Session {
     pub streams_max: usize,
     /// `--replay-bytes`: named in the error of an event that cannot fit.
     replay_bytes_max: usize,
+    /// The unwritten bytes and events an attached stream may hold before its producer is
+    /// paused (`config::UNWRITTEN_SHARE_DIVISOR` of the ring's bounds, at least one).
+    unwritten_share: (usize, usize),
     /// The ring bytes of every session of this core together (`--core-buffer-bytes`); this
     /// session adds and removes its own as its ring changes, and its remainder when dropped.
     core_bytes: Rc<Cell<usize>>,
@@ -350,6 +360,10 @@ impl Session {
             held_posts: 0,
             streams_max: cfg.streams_per_session_max,
             replay_bytes_max: cfg.replay_bytes_max,
+            unwritten_share: (
+                (cfg.replay_bytes_max / crate::config::UNWRITTEN_SHARE_DIVISOR).max(1),
+                (cfg.replay_events_max / crate::config::UNWRITTEN_SHARE_DIVISOR).max(1),
+            ),
             core_bytes: Rc::default(),
         }
     }
@@ -441,6 +455,7 @@ impl Session {
                 first: EventSeq(0),
                 signal: Rc::new(Signal::default()),
                 cancel: Rc::new(Signal::default()),
+                room: Rc::new(Signal::default()),
                 run: Run::Running,
                 writer: Writer::Detached,
                 next_epoch: 1,
@@ -448,6 +463,8 @@ impl Session {
                 delivered: EventSeq(0),
                 acknowledged: EventSeq(0),
                 written: EventSeq(0),
+                unwritten_bytes: 0,
+                unwritten_events: 0,
                 close_requested: false,
                 cancelled: false,
                 evicted_through: EventSeq(0),
@@ -525,6 +542,7 @@ impl Session {
         self.pending_client.retain(|_, p| p.stream != key);
         s.signal.notify_all();
         s.cancel.notify_all();
+        s.room.notify_all();
         self.owed_signal.notify_all();
         self.debug_check_counts();
     }
@@ -564,6 +582,7 @@ impl Session {
     }
 
     fn append_to_ring_uncounted(&mut self, key: StreamKey, payload: Bytes) -> Option<EventSeq> {
+        let bytes = payload.len();
         let streams = &mut self.streams;
         let seq = self
             .ring
@@ -571,11 +590,17 @@ impl Session {
                 if let Some(s) = streams.get_mut(&ev.stream) {
                     s.evicted_through = ev.seq;
                     s.first_held = ev.next_in_stream;
+                    if ev.seq > s.written {
+                        s.unwritten_bytes -= ev.bytes;
+                        s.unwritten_events -= 1;
+                    }
                 }
             })
             .ok()?;
         let s = self.streams.get_mut(&key)?;
         s.produced = seq;
+        s.unwritten_bytes += bytes;
+        s.unwritten_events += 1;
         if s.first_held.is_none() {
             s.first_held = Some(seq);
         }
@@ -623,6 +648,7 @@ impl Session {
         debug_assert!(s.run == Run::Running || run == Run::Dropped, "a run ends once");
         s.run = run;
         s.signal.notify_all();
+        s.room.notify_all();
         self.refresh(key);
     }
 
@@ -632,6 +658,7 @@ impl Session {
             s.cancelled = true;
             s.cancel.notify_all();
             s.signal.notify_all();
+            s.room.notify_all();
         }
     }
 
@@ -685,6 +712,7 @@ impl Session {
         s.writer = writer;
         let now = s.is_replaying();
         s.signal.notify_all();
+        s.room.notify_all();
         if was != now {
             if now {
                 self.replaying_count += 1;
@@ -749,13 +777,46 @@ impl Session {
         }
     }
 
-    /// The writer with `epoch` finished sending everything up to `seq`.
+    /// The writer with `epoch` finished sending everything up to `seq`: the events it sent
+    /// for the first time leave the stream's unwritten count (O(events sent)), and a producer
+    /// paused on the stream's room is woken.
     pub fn wrote(&mut self, key: StreamKey, epoch: u64, seq: EventSeq) {
-        if let Some(s) = self.streams.get_mut(&key) {
-            if s.is_attached_by(epoch) && seq > s.written {
-                s.written = seq;
+        let Some(s) = self.streams.get(&key) else { return };
+        if !s.is_attached_by(epoch) || seq <= s.written {
+            return;
+        }
+        // The first event after `written`: its successor when held, else the stream's oldest
+        // held event (eviction is oldest-first, so everything held is after an evicted one).
+        let first = match self.ring.get(s.written) {
+            Some(ev) if ev.stream == key => ev.next_in_stream,
+            _ => s.first_held,
+        };
+        let (mut bytes, mut events) = (0, 0);
+        if let Some(first) = first {
+            for ev in self.ring.iter_from(first).take_while(|ev| ev.seq <= seq) {
+                bytes += ev.payload.len();
+                events += 1;
             }
         }
+        let Some(s) = self.streams.get_mut(&key) else { return };
+        s.written = seq;
+        s.unwritten_bytes -= bytes;
+        s.unwritten_events -= events;
+        s.room.notify_all();
+    }
+
+    /// False while stream `key` is attached, still running, and holds its share of the ring in
+    /// events not yet written (`config::UNWRITTEN_SHARE_DIVISOR`): its producer waits on the
+    /// stream's `room` signal rather than evict what the reading client has not got. A stream
+    /// that is detached (its client gone), parked, ended or removed always has room: eviction
+    /// and the -31003 gap on resume are the answer there (CONTRACT §3). O(1).
+    pub fn has_room(&self, key: StreamKey) -> bool {
+        let Some(s) = self.streams.get(&key) else { return true };
+        let (bytes_share, events_share) = self.unwritten_share;
+        self.closed
+            || !s.is_attached()
+            || !s.is_running()
+            || (s.unwritten_bytes < bytes_share && s.unwritten_events < events_share)
     }
 
     /// The client holds everything up to `seq` of this stream.

@@ -1,0 +1,172 @@
+//! Goal: issue 17 item 7, backpressure from the replay ring to the upstream. An upstream that
+//! floods notifications during a call (stdio progress lines, an HTTP upstream's event stream)
+//! must not evict the call's own unwritten events while its client is attached and reading:
+//! tidemark stops reading that upstream until the writer has drained (CONTRACT §3, "either the
+//! producer is paused or the stream is marked lost"), so the call ends with its result, every
+//! event delivered once and in order, and memory stays inside its budget. A client that went
+//! away still gets eviction (a -31003 gap on resume), never an upstream stalled for good. The
+//! 2026-07-28 path has no ring: its pending notifications are bounded the same way.
+//! Method: the real binary fronting tests/fixtures/stdio_upstream.py (its `flood` tool), and a
+//! second tidemark in front of that one for the HTTP upstream, with rings far smaller than a
+//! flood (`--replay-bytes 65536 --replay-events 256`); the server's `VmHWM` from
+//! `/proc/<pid>/status` bounds what it held at any moment.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use support::{
+    assert_rest, call, call_stream, open_session, poll_until, post, read_priming, read_progress,
+    resume, Server, SseStream, DRIVERS,
+};
+
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/stdio_upstream.py");
+
+/// Notifications of one flood: far beyond any ring the tests configure.
+const FLOOD: u64 = 100_000;
+
+/// Small rings: without backpressure a flood evicts the events of its own call at once.
+const SMALL_RING: [&str; 4] = ["--replay-bytes", "65536", "--replay-events", "256"];
+
+/// Growth of the server's resident memory a flood may cause: the ring (64 KiB), the write
+/// buffer (256 KiB), one stdout read (64 KiB) and the allocator's slack, with room to spare;
+/// a flood buffered whole would take tens of MiB.
+const GROWTH_MAX: usize = 24 * 1024 * 1024;
+
+/// The files the fixture writes beside its counter, removed on drop.
+struct Files(std::path::PathBuf);
+
+impl Files {
+    fn new(name: &str) -> Files {
+        let path = std::env::temp_dir()
+            .join(format!("tidemark-flood-{name}-{}.count", std::process::id()));
+        let files = Files(path);
+        files.remove();
+        files
+    }
+
+    fn env(&self) -> String {
+        format!("COUNTER_FILE={}", self.0.display())
+    }
+
+    /// True once the fixture wrote every line of a flood and its result.
+    fn flooded(&self) -> bool {
+        self.0.with_extension("count.flooded").exists()
+    }
+
+    fn remove(&self) {
+        let _ = std::fs::remove_file(&self.0);
+        let _ = std::fs::remove_file(self.0.with_extension("count.flooded"));
+    }
+}
+
+impl Drop for Files {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+/// tidemark fronting the fixture with small rings, plus `extra`.
+fn bridge(driver: &str, files: &Files, extra: &[&str]) -> Server {
+    let upstream = format!("stdio:python3 {FIXTURE}");
+    let env = files.env();
+    let mut args = vec!["--upstream", upstream.as_str(), "--upstream-env", env.as_str()];
+    args.extend_from_slice(&["--threads", "1", "--upstream-kill-grace-ms", "200"]);
+    args.extend_from_slice(&SMALL_RING);
+    args.extend_from_slice(extra);
+    Server::on(driver, &args)
+}
+
+/// `VmRSS` or `VmHWM` (bytes) of process `pid`.
+fn proc_status(pid: u32, field: &str) -> usize {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let line = status.lines().find(|l| l.starts_with(field)).expect("field");
+    let kib: usize = line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("kB");
+    kib * 1024
+}
+
+/// Asserts the server's peak resident size grew by at most `GROWTH_MAX` over `start`.
+fn assert_within_budget(server: &Server, start: usize, ctx: &str) {
+    let peak = proc_status(server.pid(), "VmHWM");
+    let growth = peak.saturating_sub(start);
+    assert!(growth <= GROWTH_MAX, "{ctx}: peak RSS grew by {growth} bytes (> {GROWTH_MAX})");
+}
+
+/// Reads a legacy flood call's stream to its end and checks it: progress 1..=`FLOOD` once each,
+/// in order, then the result, nothing lost (no -31003, no cut).
+fn read_whole_flood(mut s: SseStream, id: u64, ctx: &str) {
+    let priming = read_priming(&mut s, ctx);
+    let evs = s.rest();
+    assert!(s.ended(), "{ctx}: the stream was cut after {} events", evs.len());
+    if let Some(last) = evs.last() {
+        let last = last.json();
+        assert!(last["error"].is_null(), "{ctx}: the call ended with an error: {last}");
+    }
+    let text = assert_rest(&evs, &priming, 1, FLOOD, id, ctx);
+    assert_eq!(text, FLOOD.to_string(), "{ctx}: the flood's own result");
+}
+
+#[test]
+fn a_stdio_flood_reaches_a_reading_client_whole() {
+    // Goal: 100 000 progress notifications from a stdio upstream through a 256-event ring reach
+    // the client that reads them, every one once and in order, then the result; the server's
+    // memory stays within its budget. Without backpressure the ring evicts the call's unwritten
+    // events and the client gets a -31003 gap (or a cut) instead of its result.
+    for driver in DRIVERS {
+        let ctx = format!("{driver}: stdio flood");
+        let files = Files::new(&format!("stdio-{driver}"));
+        let server = bridge(driver, &files, &[]);
+        let sid = open_session(&server);
+        let start = proc_status(server.pid(), "VmRSS");
+        let body = call(1, "flood", &format!(r#"{{"count":{FLOOD}}}"#), true);
+        read_whole_flood(call_stream(&server, &sid, &body, &[]), 1, &ctx);
+        assert_within_budget(&server, start, &ctx);
+    }
+}
+
+#[test]
+fn an_http_flood_reaches_a_reading_client_whole() {
+    // Goal: the same through an HTTP upstream: tidemark stops reading the upstream's response
+    // stream while its own client has not been written what it holds, so the flood arrives
+    // whole. Method: an outer tidemark whose `--upstream` is an inner tidemark fronting the
+    // fixture; both have small rings, so the inner is paused through TCP by the outer's pause.
+    let files = Files::new("http");
+    let inner = bridge("uring", &files, &[]);
+    let url = format!("http://{}{}", inner.addr, inner.path);
+    let mut args = vec!["--upstream", url.as_str(), "--threads", "1"];
+    args.extend_from_slice(&SMALL_RING);
+    let front = Server::start(&args);
+    let sid = open_session(&front);
+    let start = proc_status(front.pid(), "VmRSS");
+    let body = call(1, "flood", &format!(r#"{{"count":{FLOOD}}}"#), true);
+    read_whole_flood(call_stream(&front, &sid, &body, &[]), 1, "http flood");
+    assert_within_budget(&front, start, "http flood: the front");
+}
+
+#[test]
+fn a_flood_whose_client_left_is_evicted_not_stalled() {
+    // Goal: backpressure holds only while a client is attached: when it leaves, the ring
+    // evicts as before, the upstream is read to the call's end (it is not paused forever), and
+    // a resume from the client's last event reports the evicted events as -31003.
+    // Method: read 10 of a 20 000-event flood, cut; re-POST the call (409 -31001, whose
+    // `inFlight` says whether it still runs) until it finished; then resume.
+    let files = Files::new("gone");
+    let server = bridge("uring", &files, &[]);
+    let sid = open_session(&server);
+    let body = call(1, "flood", r#"{"count":20000}"#, true);
+    let mut s = call_stream(&server, &sid, &body, &[]);
+    let priming = read_priming(&mut s, "gone");
+    let last = read_progress(&mut s, 10, priming, "gone");
+    s.cut();
+    let finished = poll_until(Duration::from_secs(60), || {
+        let r = post(&server, &[("Mcp-Session-Id", &sid)], &body);
+        assert_eq!(r.status, 409, "gone: the retry is refused: {}", r.text());
+        r.json()["error"]["data"]["owedStreams"][0]["inFlight"] == json!(false)
+    });
+    assert!(finished, "gone: the call never finished: its upstream stayed paused");
+    assert!(files.flooded(), "gone: the fixture wrote the whole flood");
+    let evs = resume(&server, &sid, &last).rest();
+    let gap = evs.iter().find(|e| !e.is_priming()).expect("an event").json();
+    assert_eq!(gap["error"]["code"], -31003, "gone: the evicted events are reported: {gap}");
+}
