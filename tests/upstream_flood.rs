@@ -13,12 +13,13 @@
 
 mod support;
 
+use std::io::Write;
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{json, Value};
 use support::{
     assert_rest, call, call_stream, open_session, poll_until, post, read_priming, read_progress,
-    resume, Server, SseStream, DRIVERS,
+    request, resume, Server, SseStream, DRIVERS, POST_HEADERS,
 };
 
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/stdio_upstream.py");
@@ -30,9 +31,9 @@ const FLOOD: u64 = 100_000;
 const SMALL_RING: [&str; 4] = ["--replay-bytes", "65536", "--replay-events", "256"];
 
 /// Growth of the server's resident memory a flood may cause: the ring (64 KiB), the write
-/// buffer (256 KiB), one stdout read (64 KiB) and the allocator's slack, with room to spare;
-/// a flood buffered whole would take tens of MiB.
-const GROWTH_MAX: usize = 24 * 1024 * 1024;
+/// buffer (256 KiB), one stdout read (64 KiB) and the allocator's slack, with room to spare
+/// (about 4 MiB was measured); a flood taken in whole grew it by 57 MiB within 3 s.
+const GROWTH_MAX: usize = 16 * 1024 * 1024;
 
 /// The files the fixture writes beside its counter, removed on drop.
 struct Files(std::path::PathBuf);
@@ -169,4 +170,71 @@ fn a_flood_whose_client_left_is_evicted_not_stalled() {
     let evs = resume(&server, &sid, &last).rest();
     let gap = evs.iter().find(|e| !e.is_priming()).expect("an event").json();
     assert_eq!(gap["error"]["code"], -31003, "gone: the evicted events are reported: {gap}");
+}
+
+/// The bytes of a 2026-07-28 `tools/call` of `tool` with `arguments` and a progress token.
+fn modern_call(server: &Server, id: u64, tool: &str, arguments: Value) -> Vec<u8> {
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": { "name": "flood-test", "version": "1" },
+        "progressToken": id,
+    });
+    let params = json!({ "name": tool, "arguments": arguments, "_meta": meta });
+    let body = json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params });
+    let mut h: Vec<(&str, &str)> = POST_HEADERS.to_vec();
+    h.extend([
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", tool),
+    ]);
+    request("POST", &server.path, &server.host(), &h, Some(&body.to_string()))
+}
+
+/// A connection whose receive buffer is `rcvbuf` bytes (set before connecting, so the window is
+/// small from the start): a client that stops reading holds little in its kernel.
+fn small_window(server: &Server, rcvbuf: usize) -> std::net::TcpStream {
+    let socket =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    socket.set_recv_buffer_size(rcvbuf).expect("SO_RCVBUF");
+    socket.connect(&server.addr.into()).expect("connect");
+    let stream: std::net::TcpStream = socket.into();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    stream
+}
+
+#[test]
+fn a_modern_flood_waits_for_its_client_and_arrives_whole() {
+    // Goal: a 2026-07-28 call has no ring, but what it has not written is bounded too: while
+    // its client does not read, the upstream is not read either (the fixture cannot finish
+    // writing its flood), and once the client reads, every notification arrives in order, then
+    // the result, with the server's memory within budget. Without backpressure tidemark takes
+    // the whole flood (~30 MB) into memory while the client reads nothing.
+    // Method: a client with a 16 KiB receive buffer that reads nothing for a window, in which
+    // the fixture's "flooded" marker must not appear (elapsed time is what is tested: a paused
+    // upstream shows itself only by not finishing); then it reads everything.
+    let files = Files::new("modern");
+    let server = bridge("uring", &files, &[]);
+    let start = proc_status(server.pid(), "VmRSS");
+    let mut stream = small_window(&server, 16 * 1024);
+    let arguments = json!({ "count": FLOOD, "pad": 200 });
+    stream.write_all(&modern_call(&server, 7, "flood", arguments)).expect("send");
+    let finished = poll_until(Duration::from_secs(3), || files.flooded());
+    assert!(!finished, "modern: the upstream finished its flood while the client read nothing");
+    assert_within_budget(&server, start, "modern: while the client read nothing");
+    let mut s = SseStream::from_stream(stream);
+    assert_eq!(s.status, 200, "modern");
+    let evs = s.rest();
+    assert!(s.ended(), "modern: the stream was cut after {} events", evs.len());
+    let got: Vec<u64> = evs
+        .iter()
+        .map(|e| e.json())
+        .filter(|m| m["method"] == "notifications/progress")
+        .filter_map(|m| m["params"]["progress"].as_f64().map(|p| p as u64))
+        .collect();
+    assert!(got.iter().copied().eq(1..=FLOOD), "modern: progress 1..={FLOOD} once, in order");
+    let last = evs.last().expect("the result").json();
+    assert_eq!(last["result"]["content"][0]["text"], FLOOD.to_string(), "modern: {last}");
+    assert_eq!(evs.len() as u64, FLOOD + 1, "modern: nothing else on the stream");
+    assert_within_budget(&server, start, "modern");
 }

@@ -183,6 +183,7 @@ mod tests {
             client_capabilities: serde_json::json!({}),
             answers: serde_json::Map::new(),
             record: Some(1024),
+            pending_max: 1024,
         };
         Rc::new(Record {
             fingerprint,

@@ -306,7 +306,7 @@ async fn tools_call(
     }
     let progress_token = request_meta.progress_token.clone();
     let record = scoped_key.as_ref().map(|_| core.cfg.replay_bytes_max);
-    let sink = sink_for(request_meta, answers, record);
+    let sink = sink_for(request_meta, answers, record, core.cfg.replay_bytes_max);
     let task_sink = may_become_task.then(|| task_call::TaskSink::new(sink.clone()));
     let cx = CallContext::new(
         task_call::call_sink(&sink, &task_sink),
@@ -381,7 +381,7 @@ async fn prompts_get(
         Err(e) => return meta_refusal(out, &id, &e, keep_alive),
     };
     let arguments = params.get("arguments").map(dispatch::to_public).unwrap_or(Value::Null);
-    let sink = sink_for(request_meta, answers, None);
+    let sink = sink_for(request_meta, answers, None, core.cfg.replay_bytes_max);
     let cx = CallContext::new(sink.clone(), SessionRef::STATELESS, meta::MODERN_VERSION);
     let registry_core = core.clone();
     let work = Box::pin(async move {
@@ -397,11 +397,13 @@ fn string_name(params: &WireValue) -> Option<String> {
 }
 
 /// The sink of a call that runs with `request_meta`, the client's `answers` so far, and (a
-/// keyed call) a record of its notifications up to `record` bytes.
+/// keyed call) a record of its notifications up to `record` bytes, else a backlog of at most
+/// `pending_max` bytes waiting for the writer.
 fn sink_for(
     request_meta: RequestMeta,
     answers: serde_json::Map<String, Value>,
     record: Option<usize>,
+    pending_max: usize,
 ) -> Rc<ModernSink> {
     Rc::new(ModernSink::new(SinkSetup {
         progress_token: request_meta.progress_token,
@@ -409,6 +411,7 @@ fn sink_for(
         client_capabilities: request_meta.client_capabilities,
         answers,
         record,
+        pending_max,
     }))
 }
 
