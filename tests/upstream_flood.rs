@@ -132,17 +132,20 @@ fn an_http_flood_reaches_a_reading_client_whole() {
     // stream while its own client has not been written what it holds, so the flood arrives
     // whole. Method: an outer tidemark whose `--upstream` is an inner tidemark fronting the
     // fixture; both have small rings, so the inner is paused through TCP by the outer's pause.
-    let files = Files::new("http");
-    let inner = bridge("uring", &files, &[]);
-    let url = format!("http://{}{}", inner.addr, inner.path);
-    let mut args = vec!["--upstream", url.as_str(), "--threads", "1"];
-    args.extend_from_slice(&SMALL_RING);
-    let front = Server::start(&args);
-    let sid = open_session(&front);
-    let start = proc_status(front.pid(), "VmRSS");
-    let body = call(1, "flood", &format!(r#"{{"count":{FLOOD}}}"#), true);
-    read_whole_flood(call_stream(&front, &sid, &body, &[]), 1, "http flood");
-    assert_within_budget(&front, start, "http flood: the front");
+    for driver in DRIVERS {
+        let ctx = format!("{driver}: http flood");
+        let files = Files::new(&format!("http-{driver}"));
+        let inner = bridge(driver, &files, &[]);
+        let url = format!("http://{}{}", inner.addr, inner.path);
+        let mut args = vec!["--upstream", url.as_str(), "--threads", "1"];
+        args.extend_from_slice(&SMALL_RING);
+        let front = Server::on(driver, &args);
+        let sid = open_session(&front);
+        let start = proc_status(front.pid(), "VmRSS");
+        let body = call(1, "flood", &format!(r#"{{"count":{FLOOD}}}"#), true);
+        read_whole_flood(call_stream(&front, &sid, &body, &[]), 1, &ctx);
+        assert_within_budget(&front, start, &ctx);
+    }
 }
 
 #[test]
@@ -152,24 +155,27 @@ fn a_flood_whose_client_left_is_evicted_not_stalled() {
     // a resume from the client's last event reports the evicted events as -31003.
     // Method: read 10 of a 20 000-event flood, cut; re-POST the call (409 -31001, whose
     // `inFlight` says whether it still runs) until it finished; then resume.
-    let files = Files::new("gone");
-    let server = bridge("uring", &files, &[]);
-    let sid = open_session(&server);
-    let body = call(1, "flood", r#"{"count":20000}"#, true);
-    let mut s = call_stream(&server, &sid, &body, &[]);
-    let priming = read_priming(&mut s, "gone");
-    let last = read_progress(&mut s, 10, priming, "gone");
-    s.cut();
-    let finished = poll_until(Duration::from_secs(60), || {
-        let r = post(&server, &[("Mcp-Session-Id", &sid)], &body);
-        assert_eq!(r.status, 409, "gone: the retry is refused: {}", r.text());
-        r.json()["error"]["data"]["owedStreams"][0]["inFlight"] == json!(false)
-    });
-    assert!(finished, "gone: the call never finished: its upstream stayed paused");
-    assert!(files.flooded(), "gone: the fixture wrote the whole flood");
-    let evs = resume(&server, &sid, &last).rest();
-    let gap = evs.iter().find(|e| !e.is_priming()).expect("an event").json();
-    assert_eq!(gap["error"]["code"], -31003, "gone: the evicted events are reported: {gap}");
+    for driver in DRIVERS {
+        let ctx = format!("{driver}: gone");
+        let files = Files::new(&format!("gone-{driver}"));
+        let server = bridge(driver, &files, &[]);
+        let sid = open_session(&server);
+        let body = call(1, "flood", r#"{"count":20000}"#, true);
+        let mut s = call_stream(&server, &sid, &body, &[]);
+        let priming = read_priming(&mut s, &ctx);
+        let last = read_progress(&mut s, 10, priming, &ctx);
+        s.cut();
+        let finished = poll_until(Duration::from_secs(60), || {
+            let r = post(&server, &[("Mcp-Session-Id", &sid)], &body);
+            assert_eq!(r.status, 409, "{ctx}: the retry is refused: {}", r.text());
+            r.json()["error"]["data"]["owedStreams"][0]["inFlight"] == json!(false)
+        });
+        assert!(finished, "{ctx}: the call never finished: its upstream stayed paused");
+        assert!(files.flooded(), "{ctx}: the fixture wrote the whole flood");
+        let evs = resume(&server, &sid, &last).rest();
+        let gap = evs.iter().find(|e| !e.is_priming()).expect("an event").json();
+        assert_eq!(gap["error"]["code"], -31003, "{ctx}: the evicted events are reported: {gap}");
+    }
 }
 
 /// The bytes of a 2026-07-28 `tools/call` of `tool` with `arguments` and a progress token.
@@ -213,28 +219,31 @@ fn a_modern_flood_waits_for_its_client_and_arrives_whole() {
     // Method: a client with a 16 KiB receive buffer that reads nothing for a window, in which
     // the fixture's "flooded" marker must not appear (elapsed time is what is tested: a paused
     // upstream shows itself only by not finishing); then it reads everything.
-    let files = Files::new("modern");
-    let server = bridge("uring", &files, &[]);
-    let start = proc_status(server.pid(), "VmRSS");
-    let mut stream = small_window(&server, 16 * 1024);
-    let arguments = json!({ "count": FLOOD, "pad": 200 });
-    stream.write_all(&modern_call(&server, 7, "flood", arguments)).expect("send");
-    let finished = poll_until(Duration::from_secs(3), || files.flooded());
-    assert!(!finished, "modern: the upstream finished its flood while the client read nothing");
-    assert_within_budget(&server, start, "modern: while the client read nothing");
-    let mut s = SseStream::from_stream(stream);
-    assert_eq!(s.status, 200, "modern");
-    let evs = s.rest();
-    assert!(s.ended(), "modern: the stream was cut after {} events", evs.len());
-    let got: Vec<u64> = evs
-        .iter()
-        .map(|e| e.json())
-        .filter(|m| m["method"] == "notifications/progress")
-        .filter_map(|m| m["params"]["progress"].as_f64().map(|p| p as u64))
-        .collect();
-    assert!(got.iter().copied().eq(1..=FLOOD), "modern: progress 1..={FLOOD} once, in order");
-    let last = evs.last().expect("the result").json();
-    assert_eq!(last["result"]["content"][0]["text"], FLOOD.to_string(), "modern: {last}");
-    assert_eq!(evs.len() as u64, FLOOD + 1, "modern: nothing else on the stream");
-    assert_within_budget(&server, start, "modern");
+    for driver in DRIVERS {
+        let ctx = format!("{driver}: modern");
+        let files = Files::new(&format!("modern-{driver}"));
+        let server = bridge(driver, &files, &[]);
+        let start = proc_status(server.pid(), "VmRSS");
+        let mut stream = small_window(&server, 16 * 1024);
+        let arguments = json!({ "count": FLOOD, "pad": 200 });
+        stream.write_all(&modern_call(&server, 7, "flood", arguments)).expect("send");
+        let finished = poll_until(Duration::from_secs(3), || files.flooded());
+        assert!(!finished, "{ctx}: the upstream finished its flood while the client read nothing");
+        assert_within_budget(&server, start, &format!("{ctx}, while the client read nothing"));
+        let mut s = SseStream::from_stream(stream);
+        assert_eq!(s.status, 200, "{ctx}");
+        let evs = s.rest();
+        assert!(s.ended(), "{ctx}: the stream was cut after {} events", evs.len());
+        let got: Vec<u64> = evs
+            .iter()
+            .map(|e| e.json())
+            .filter(|m| m["method"] == "notifications/progress")
+            .filter_map(|m| m["params"]["progress"].as_f64().map(|p| p as u64))
+            .collect();
+        assert!(got.iter().copied().eq(1..=FLOOD), "{ctx}: progress 1..={FLOOD} once, in order");
+        let last = evs.last().expect("the result").json();
+        assert_eq!(last["result"]["content"][0]["text"], FLOOD.to_string(), "{ctx}: {last}");
+        assert_eq!(evs.len() as u64, FLOOD + 1, "{ctx}: nothing else on the stream");
+        assert_within_budget(&server, start, &ctx);
+    }
 }
