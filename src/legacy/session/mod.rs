@@ -101,10 +101,9 @@ pub struct StreamState {
     acknowledged: EventSeq,
     /// Last event a connection finished sending.
     written: EventSeq,
-    /// Payload bytes and count of this stream's held events after `written` (appended, not yet
-    /// sent whole by any connection): what backpressure bounds while a client is attached.
-    unwritten_bytes: usize,
-    unwritten_events: usize,
+    /// This stream's held events after `written` (appended, not yet sent whole by any
+    /// connection): what backpressure bounds while a client is attached.
+    unwritten: Unwritten,
     /// A tool asked to close the connection (SEP-1699); the next writer batch acts on it.
     close_requested: bool,
     /// The tool was told to stop (cancel, session end); its outcome is ignored.
@@ -222,6 +221,27 @@ impl StreamState {
     }
 }
 
+/// Bytes and events appended to a stream and not yet sent whole by any connection (or a sum of
+/// them over streams); both only move by what was appended, sent or evicted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Unwritten {
+    pub(crate) bytes: usize,
+    pub(crate) events: usize,
+}
+
+impl Unwritten {
+    fn add(&mut self, more: Unwritten) {
+        self.bytes += more.bytes;
+        self.events += more.events;
+    }
+
+    /// Panics on underflow: every event taken away was added before (our invariant).
+    fn sub(&mut self, less: Unwritten) {
+        self.bytes = self.bytes.checked_sub(less.bytes).expect("invariant: unwritten bytes");
+        self.events = self.events.checked_sub(less.events).expect("invariant: unwritten events");
+    }
+}
+
 /// Where a resume of a stream starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ResumeStart {
@@ -284,9 +304,12 @@ pub struct Session {
     pub streams_max: usize,
     /// `--replay-bytes`: named in the error of an event that cannot fit.
     replay_bytes_max: usize,
-    /// The unwritten bytes and events an attached stream may hold before its producer is
-    /// paused (`config::UNWRITTEN_SHARE_DIVISOR` of the ring's bounds, at least one).
-    unwritten_share: (usize, usize),
+    /// The sum of `unwritten` over the attached streams: eviction is ring-wide, so what must
+    /// fit the ring is what every reading client has not got yet, not one stream's part.
+    attached_unwritten: Unwritten,
+    /// The `attached_unwritten` at which producers of attached streams are paused
+    /// (`config::UNWRITTEN_SHARE_DIVISOR` of the ring's bounds, at least one each).
+    unwritten_share: Unwritten,
     /// The ring bytes of every session of this core together (`--core-buffer-bytes`); this
     /// session adds and removes its own as its ring changes, and its remainder when dropped.
     core_bytes: Rc<Cell<usize>>,
@@ -360,10 +383,11 @@ impl Session {
             held_posts: 0,
             streams_max: cfg.streams_per_session_max,
             replay_bytes_max: cfg.replay_bytes_max,
-            unwritten_share: (
-                (cfg.replay_bytes_max / crate::config::UNWRITTEN_SHARE_DIVISOR).max(1),
-                (cfg.replay_events_max / crate::config::UNWRITTEN_SHARE_DIVISOR).max(1),
-            ),
+            attached_unwritten: Unwritten::default(),
+            unwritten_share: Unwritten {
+                bytes: (cfg.replay_bytes_max / crate::config::UNWRITTEN_SHARE_DIVISOR).max(1),
+                events: (cfg.replay_events_max / crate::config::UNWRITTEN_SHARE_DIVISOR).max(1),
+            },
             core_bytes: Rc::default(),
         }
     }
@@ -463,8 +487,7 @@ impl Session {
                 delivered: EventSeq(0),
                 acknowledged: EventSeq(0),
                 written: EventSeq(0),
-                unwritten_bytes: 0,
-                unwritten_events: 0,
+                unwritten: Unwritten::default(),
                 close_requested: false,
                 cancelled: false,
                 evicted_through: EventSeq(0),
@@ -517,6 +540,9 @@ impl Session {
     /// Forgets a stream and its map entries (retention over, or evicted for room).
     pub fn remove_stream(&mut self, key: StreamKey) {
         let Some(s) = self.streams.remove(&key) else { return };
+        if s.is_attached() {
+            self.attached_unwritten.sub(s.unwritten);
+        }
         if s.owed_counted {
             self.owed_count -= 1;
         }
@@ -583,7 +609,7 @@ impl Session {
 
     fn append_to_ring_uncounted(&mut self, key: StreamKey, payload: Bytes) -> Option<EventSeq> {
         let bytes = payload.len();
-        let streams = &mut self.streams;
+        let (streams, attached) = (&mut self.streams, &mut self.attached_unwritten);
         let seq = self
             .ring
             .try_append(key, payload, |ev: Evicted| {
@@ -591,16 +617,22 @@ impl Session {
                     s.evicted_through = ev.seq;
                     s.first_held = ev.next_in_stream;
                     if ev.seq > s.written {
-                        s.unwritten_bytes -= ev.bytes;
-                        s.unwritten_events -= 1;
+                        let lost = Unwritten { bytes: ev.bytes, events: 1 };
+                        s.unwritten.sub(lost);
+                        if s.is_attached() {
+                            attached.sub(lost);
+                        }
                     }
                 }
             })
             .ok()?;
         let s = self.streams.get_mut(&key)?;
         s.produced = seq;
-        s.unwritten_bytes += bytes;
-        s.unwritten_events += 1;
+        let appended = Unwritten { bytes, events: 1 };
+        s.unwritten.add(appended);
+        if s.is_attached() {
+            self.attached_unwritten.add(appended);
+        }
         if s.first_held.is_none() {
             s.first_held = Some(seq);
         }
@@ -702,6 +734,12 @@ impl Session {
             assert_eq!(owed, self.owed_count, "owed count drifted");
             assert_eq!(replaying, self.replaying_count, "replaying count drifted");
             assert!(self.streams.values().all(|s| s.owed_counted == s.is_owed()));
+            let mut attached = Unwritten::default();
+            self.streams
+                .values()
+                .filter(|s| s.is_attached())
+                .for_each(|s| attached.add(s.unwritten));
+            assert_eq!(attached, self.attached_unwritten, "attached unwritten drifted");
         }
     }
 
@@ -709,7 +747,13 @@ impl Session {
     fn set_writer(&mut self, key: StreamKey, writer: Writer) {
         let Some(s) = self.streams.get_mut(&key) else { return };
         let was = s.is_replaying();
+        let was_attached = s.is_attached();
         s.writer = writer;
+        match (was_attached, s.is_attached()) {
+            (false, true) => self.attached_unwritten.add(s.unwritten),
+            (true, false) => self.attached_unwritten.sub(s.unwritten),
+            _ => {}
+        }
         let now = s.is_replaying();
         s.signal.notify_all();
         s.room.notify_all();
@@ -791,32 +835,33 @@ impl Session {
             Some(ev) if ev.stream == key => ev.next_in_stream,
             _ => s.first_held,
         };
-        let (mut bytes, mut events) = (0, 0);
+        let mut sent = Unwritten::default();
         if let Some(first) = first {
             for ev in self.ring.iter_from(first).take_while(|ev| ev.seq <= seq) {
-                bytes += ev.payload.len();
-                events += 1;
+                sent.add(Unwritten { bytes: ev.payload.len(), events: 1 });
             }
         }
         let Some(s) = self.streams.get_mut(&key) else { return };
         s.written = seq;
-        s.unwritten_bytes -= bytes;
-        s.unwritten_events -= events;
+        s.unwritten.sub(sent);
+        self.attached_unwritten.sub(sent);
         s.room.notify_all();
+        self.debug_check_counts();
     }
 
-    /// False while stream `key` is attached, still running, and holds its share of the ring in
-    /// events not yet written (`config::UNWRITTEN_SHARE_DIVISOR`): its producer waits on the
-    /// stream's `room` signal rather than evict what the reading client has not got. A stream
-    /// that is detached (its client gone), parked, ended or removed always has room: eviction
-    /// and the -31003 gap on resume are the answer there (CONTRACT §3). O(1).
+    /// False while stream `key` is attached and still running, and the attached streams of the
+    /// session together hold their share of the ring in events not yet written
+    /// (`config::UNWRITTEN_SHARE_DIVISOR`): its producer waits on the stream's `room` signal
+    /// rather than evict what a reading client has not got. A stream that is detached (its
+    /// client gone), parked, ended or removed always has room: eviction and the -31003 gap on
+    /// resume are the answer there (CONTRACT §3). O(1).
     pub fn has_room(&self, key: StreamKey) -> bool {
         let Some(s) = self.streams.get(&key) else { return true };
-        let (bytes_share, events_share) = self.unwritten_share;
+        let (held, share) = (self.attached_unwritten, self.unwritten_share);
         self.closed
             || !s.is_attached()
             || !s.is_running()
-            || (s.unwritten_bytes < bytes_share && s.unwritten_events < events_share)
+            || (held.bytes < share.bytes && held.events < share.events)
     }
 
     /// The client holds everything up to `seq` of this stream.

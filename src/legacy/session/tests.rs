@@ -166,7 +166,7 @@ fn an_attached_stream_has_room_until_its_unwritten_share_and_again_once_written(
     let mut s = session();
     let k = open(&mut s, "1");
     let (epoch, _) = s.attach_fresh(k).unwrap();
-    let unwritten = |s: &Session| s.stream(k).map(|st| st.unwritten_events).unwrap();
+    let unwritten = |s: &Session| s.stream(k).map(|st| st.unwritten.events).unwrap();
     assert_eq!(unwritten(&s), 1, "the priming event");
     for _ in 0..6 {
         s.append(k, Bytes::from_static(b"p")).unwrap();
@@ -187,6 +187,34 @@ fn an_attached_stream_has_room_until_its_unwritten_share_and_again_once_written(
     assert!(!s.has_room(k), "a resumed writer behind: no room");
     s.wrote(k, epoch, last);
     assert_eq!(unwritten(&s), 0);
-    assert_eq!(s.stream(k).unwrap().unwritten_bytes, 0);
+    assert_eq!(s.stream(k).unwrap().unwritten.bytes, 0);
     assert!(s.has_room(k));
+}
+
+#[test]
+fn the_share_counts_every_attached_stream_of_the_session() {
+    // Goal: eviction is ring-wide, so two attached streams' unwritten events together are
+    // bounded: with 4 unwritten on each (8 = N), neither has room; one writer's sends or its
+    // detach give both room back. Method: drive `Session` (test_min: 16 events → share 8).
+    let mut s = session();
+    let (a, b) = (open(&mut s, "1"), open(&mut s, "2"));
+    let (ea, _) = s.attach_fresh(a).unwrap();
+    let (eb, _) = s.attach_fresh(b).unwrap();
+    for _ in 0..3 {
+        s.append(a, Bytes::from_static(b"p")).unwrap();
+    }
+    s.append(b, Bytes::from_static(b"p")).unwrap();
+    let last_b = s.append(b, Bytes::from_static(b"p")).unwrap();
+    assert!(s.has_room(a) && s.has_room(b), "4 + 3 = 7 unwritten (N - 1): room");
+    s.append(b, Bytes::from_static(b"p")).unwrap();
+    assert!(!s.has_room(a) && !s.has_room(b), "4 + 4 = 8 (N): no room for either");
+    s.wrote(b, eb, last_b);
+    assert!(s.has_room(a), "b's writer sent 3 of its 4: 5 left, room again");
+    for _ in 0..3 {
+        s.append(b, Bytes::from_static(b"p")).unwrap();
+    }
+    assert!(!s.has_room(a), "8 again");
+    s.detach(b, eb);
+    assert!(s.has_room(a), "b's client left: its events no longer count");
+    s.detach(a, ea);
 }
