@@ -48,12 +48,13 @@ pub(crate) const STREAMS_PER_SESSION_MAX: usize = 256;
 pub(crate) const REPLAY_EVENTS_MAX: usize = 4096;
 /// Payload bytes held per session ring.
 pub(crate) const REPLAY_BYTES_MAX: usize = 4 * 1024 * 1024;
-/// The part of a session ring (1/N of `--replay-events` and of `--replay-bytes`) that one
-/// call's events not yet written to its attached client may fill before tidemark stops reading
-/// the call's upstream (backpressure, CONTRACT §3) until the writer has sent some. Half: the
-/// producer is checked once per upstream message, so it overshoots by at most one message, and
-/// the other half stays for the session's other streams; eviction then takes only events that
-/// were written, or whose client is gone. A 2026-07-28 call's pending notifications pause at the
+/// The part of a session ring (1/N of `--replay-events` and of `--replay-bytes`) that the
+/// events of its attached streams not yet written may fill before tidemark stops reading the
+/// upstreams of their running calls (backpressure, CONTRACT §3) until a writer has sent some.
+/// Half: a producer is checked once per upstream message, so each overshoots by at most one
+/// message, and what other producers (built-in tools, detached streams) add is evicted before
+/// any unwritten event of an attached stream; eviction then takes only events that were
+/// written, or whose client is gone. A 2026-07-28 call's pending notifications pause at the
 /// same share of `--replay-bytes`, and past the whole of it are dropped (counted).
 pub(crate) const UNWRITTEN_SHARE_DIVISOR: usize = 2;
 /// How long a completed, delivered request stream stays resumable and deduplicable.
