@@ -52,9 +52,9 @@ pub(crate) const REPLAY_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// events of its attached streams not yet written may fill before tidemark stops reading the
 /// upstreams of their running calls (backpressure, CONTRACT §3) until a writer has sent some.
 /// Half: a producer is checked once per upstream message, so each overshoots by at most one
-/// message, and what other producers (built-in tools, detached streams) add is evicted before
-/// any unwritten event of an attached stream; eviction then takes only events that were
-/// written, or whose client is gone. A 2026-07-28 call's pending notifications pause at the
+/// message, and the other half is room for what producers that do not wait (built-in tools,
+/// streams whose client is gone) add meanwhile; only more than that from them makes the
+/// oldest-first eviction reach an attached stream's unwritten events. A 2026-07-28 call's pending notifications pause at the
 /// same share of `--replay-bytes`, and past the whole of it are dropped (counted).
 pub(crate) const UNWRITTEN_SHARE_DIVISOR: usize = 2;
 /// How long a completed, delivered request stream stays resumable and deduplicable.
