@@ -94,6 +94,16 @@ fn assert_within_budget(server: &Server, start: usize, ctx: &str) {
     assert!(growth <= GROWTH_MAX, "{ctx}: peak RSS grew by {growth} bytes (> {GROWTH_MAX})");
 }
 
+/// Calls `flood` on a new session of `server` and reads its stream to the end: it must carry
+/// every notification and the result (`read_whole_flood`), within the memory budget.
+fn assert_flood_arrives(server: &Server, ctx: &str) {
+    let sid = open_session(server);
+    let start = proc_status(server.pid(), "VmRSS");
+    let body = call(1, "flood", &format!(r#"{{"count":{FLOOD}}}"#), true);
+    read_whole_flood(call_stream(server, &sid, &body, &[]), 1, ctx);
+    assert_within_budget(server, start, ctx);
+}
+
 /// Reads a legacy flood call's stream to its end and checks it: progress 1..=`FLOOD` once each,
 /// in order, then the result, nothing lost (no -31003, no cut).
 fn read_whole_flood(mut s: SseStream, id: u64, ctx: &str) {
@@ -117,12 +127,7 @@ fn a_stdio_flood_reaches_a_reading_client_whole() {
     for driver in DRIVERS {
         let ctx = format!("{driver}: stdio flood");
         let files = Files::new(&format!("stdio-{driver}"));
-        let server = bridge(driver, &files, &[]);
-        let sid = open_session(&server);
-        let start = proc_status(server.pid(), "VmRSS");
-        let body = call(1, "flood", &format!(r#"{{"count":{FLOOD}}}"#), true);
-        read_whole_flood(call_stream(&server, &sid, &body, &[]), 1, &ctx);
-        assert_within_budget(&server, start, &ctx);
+        assert_flood_arrives(&bridge(driver, &files, &[]), &ctx);
     }
 }
 
@@ -139,12 +144,7 @@ fn an_http_flood_reaches_a_reading_client_whole() {
         let url = format!("http://{}{}", inner.addr, inner.path);
         let mut args = vec!["--upstream", url.as_str(), "--threads", "1"];
         args.extend_from_slice(&SMALL_RING);
-        let front = Server::on(driver, &args);
-        let sid = open_session(&front);
-        let start = proc_status(front.pid(), "VmRSS");
-        let body = call(1, "flood", &format!(r#"{{"count":{FLOOD}}}"#), true);
-        read_whole_flood(call_stream(&front, &sid, &body, &[]), 1, &ctx);
-        assert_within_budget(&front, start, &ctx);
+        assert_flood_arrives(&Server::on(driver, &args), &ctx);
     }
 }
 
