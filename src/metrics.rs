@@ -39,6 +39,7 @@ counters! {
     modern_requests_total => "tidemark_modern_requests_total", "MCP 2026-07-28 (stateless) requests that passed the header and _meta checks.";
     request_state_refused_total => "tidemark_request_state_refused_total", "MRTR requestState refused (tampered, expired or another request's).";
     modern_cancelled_total => "tidemark_modern_cancelled_total", "MCP 2026-07-28 requests cancelled because the client closed the response stream.";
+    modern_notifications_dropped_total => "tidemark_modern_notifications_dropped_total", "Notifications of MCP 2026-07-28 calls dropped because the call's unwritten notifications were at --replay-bytes (a producer that does not wait for room; the bridge waits).";
     tasks_created_total => "tidemark_tasks_created_total", "MCP 2026-07-28 tool calls that became tasks (io.modelcontextprotocol/tasks).";
     sessions_created_total => "tidemark_sessions_created_total", "Sessions created by initialize.";
     sessions_expired_total => "tidemark_sessions_expired_total", "Sessions ended by idle expiry.";

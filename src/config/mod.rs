@@ -48,6 +48,15 @@ pub(crate) const STREAMS_PER_SESSION_MAX: usize = 256;
 pub(crate) const REPLAY_EVENTS_MAX: usize = 4096;
 /// Payload bytes held per session ring.
 pub(crate) const REPLAY_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// The part of a session ring (1/N of `--replay-events` and of `--replay-bytes`) that the
+/// events of its attached streams not yet written may fill before tidemark stops reading the
+/// upstreams of their running calls (backpressure, CONTRACT §3) until a writer has sent some.
+/// Half: a producer is checked once per upstream message, so each overshoots by at most one
+/// message, and the other half is room for what producers that do not wait (built-in tools,
+/// streams whose client is gone) add meanwhile; only more than that from them makes the
+/// oldest-first eviction reach an attached stream's unwritten events. A 2026-07-28 call's pending notifications pause at the
+/// same share of `--replay-bytes`, and past the whole of it are dropped (counted).
+pub(crate) const UNWRITTEN_SHARE_DIVISOR: usize = 2;
 /// How long a completed, delivered request stream stays resumable and deduplicable.
 pub(crate) const STREAM_RETENTION_SECS: u64 = 300;
 /// Idle time after which a session expires (then 404).
@@ -189,6 +198,7 @@ pub(crate) const TASK_INPUT_REQUESTS_MAX: usize = 16;
 pub(crate) const TASK_POLL_INTERVAL_MS: u64 = 500;
 
 const _: () = assert!(REPLAY_EVENTS_MAX.is_power_of_two());
+const _: () = assert!(UNWRITTEN_SHARE_DIVISOR >= 2 && REPLAY_EVENTS_MAX >= UNWRITTEN_SHARE_DIVISOR);
 const _: () = assert!(HEADER_BYTES_MAX >= 1024);
 const _: () = assert!(THREADS_MAX <= u16::MAX as usize);
 const _: () = assert!(OWED_WAIT_MS < OWED_TIMEOUT_SECS * 1000);

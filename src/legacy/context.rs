@@ -3,6 +3,10 @@
 //! stream in the session's replay ring, so it is resumable like the result (MCP 2025-11-25
 //! transports: messages SHOULD relate to the originating request).
 //!
+//! A producer that can wait (the bridge's upstream reader) asks `room` before each message:
+//! while the call's client is attached and has not been written its share of the ring, it waits
+//! for the writer instead of making the ring evict what that client has not got (CONTRACT §3).
+//!
 //! Called by: providers, through `CallContext`. Never: writes to a socket (the stream's writer
 //! does), or keeps the session alive (it holds a `Weak`).
 
@@ -132,6 +136,28 @@ impl CallSink for StreamSink {
 
     fn cancelled(&self) -> LocalBoxFuture<'static, ()> {
         Box::pin(crate::legacy::stream::cancelled(self.session.clone(), self.key))
+    }
+
+    fn has_room(&self) -> bool {
+        self.session.upgrade().is_none_or(|s| s.borrow().has_room(self.key))
+    }
+
+    fn room(&self) -> LocalBoxFuture<'static, ()> {
+        let (session, key) = (self.session.clone(), self.key);
+        Box::pin(async move {
+            loop {
+                // Single-core: nothing changes between the check and the wait's registration.
+                let room = {
+                    let Some(rc) = session.upgrade() else { return };
+                    let s = rc.borrow();
+                    match s.stream(key) {
+                        Some(st) if !s.has_room(key) => st.room.clone(),
+                        _ => return,
+                    }
+                };
+                room.notified().await;
+            }
+        })
     }
 }
 

@@ -32,8 +32,12 @@ use super::state;
 
 /// A request's `CallSink` on the modern path.
 pub(crate) struct ModernSink {
-    /// Notifications not yet written, each a whole JSON-RPC message (an unkeyed call).
+    /// Notifications not yet written, each a whole JSON-RPC message (an unkeyed call); their
+    /// bytes are `backlog.bytes`.
     events: RefCell<Vec<Bytes>>,
+    /// What bounds `events` (an unkeyed call): its bytes, and the room a paused producer waits
+    /// for.
+    backlog: Rc<Backlog>,
     /// Every notification of a keyed call, kept for its observers (the first request and its
     /// retries read it from their own positions); `None` for an unkeyed call.
     recorded: Option<RefCell<Recorded>>,
@@ -67,6 +71,32 @@ pub(crate) struct SinkSetup {
     pub record: Option<RecordLimit>,
     /// `--max-pending-client-requests`.
     pub input_requests_max: usize,
+    /// Bytes of an unkeyed call's notifications that may wait to be written (`--replay-bytes`):
+    /// a producer that can wait is paused at `config::UNWRITTEN_SHARE_DIVISOR` of it (the
+    /// bridge's upstream reader), and past all of it a notification is dropped (counted in
+    /// `tidemark_modern_notifications_dropped_total`); the final result never is.
+    pub pending_max: usize,
+}
+
+/// The notifications of an unkeyed call that wait for its connection's writer, bounded in
+/// bytes (`SinkSetup::pending_max`). Shared with the futures of `CallSink::room`.
+struct Backlog {
+    bytes: Cell<usize>,
+    /// Past it a producer has no room (`pending_max / UNWRITTEN_SHARE_DIVISOR`, at least 1).
+    share: usize,
+    max: usize,
+    /// Notifications refused past `max`, not yet counted in the core's metrics.
+    dropped: Cell<u64>,
+    /// The call was cancelled (its stream closed): nothing more is written, so nothing waits.
+    closed: Cell<bool>,
+    /// Woken when the writer took the backlog, or the call was cancelled.
+    room: Signal,
+}
+
+impl Backlog {
+    fn has_room(&self) -> bool {
+        self.closed.get() || self.bytes.get() < self.share
+    }
 }
 
 /// How much a keyed call may record: `max` bytes of its own (`--replay-bytes`), inside what
@@ -145,11 +175,20 @@ impl Drop for Recorded {
 
 impl ModernSink {
     pub(crate) fn new(setup: SinkSetup) -> ModernSink {
+        let backlog = Backlog {
+            bytes: Cell::new(0),
+            share: (setup.pending_max / crate::config::UNWRITTEN_SHARE_DIVISOR).max(1),
+            max: setup.pending_max,
+            dropped: Cell::new(0),
+            closed: Cell::new(false),
+            room: Signal::default(),
+        };
         ModernSink {
             events: RefCell::new(Vec::new()),
             recorded: setup
                 .record
                 .map(|limit| RefCell::new(Recorded { events: Vec::new(), bytes: 0, limit })),
+            backlog: Rc::new(backlog),
             progress_token: setup.progress_token,
             log_level: setup.log_level,
             client_capabilities: setup.client_capabilities,
@@ -180,7 +219,17 @@ impl ModernSink {
                 r.bytes += message.len();
                 r.events.push(message);
             }
-            None => self.events.borrow_mut().push(message),
+            None => {
+                let backlog = &self.backlog;
+                let bytes = backlog.bytes.get() + message.len();
+                if bytes > backlog.max {
+                    // A producer that did not wait for room (`CallSink::room`) overran it.
+                    backlog.dropped.set(backlog.dropped.get() + 1);
+                    return;
+                }
+                backlog.bytes.set(bytes);
+                self.events.borrow_mut().push(message);
+            }
         }
         self.wake.notify_all();
     }
@@ -191,7 +240,8 @@ impl ModernSink {
         self.push(vec![b'x'; bytes]);
     }
 
-    /// Moves the pending events, SSE-framed, into `frames`; true when there were some.
+    /// Moves the pending events, SSE-framed, into `frames`; true when there were some. A
+    /// producer paused for room is woken.
     pub(crate) fn take_frames(&self, frames: &mut Vec<u8>) -> bool {
         let mut events = self.events.borrow_mut();
         for event in events.iter() {
@@ -199,7 +249,14 @@ impl ModernSink {
         }
         let any = !events.is_empty();
         events.clear();
+        self.backlog.bytes.set(0);
+        self.backlog.room.notify_all();
         any
+    }
+
+    /// Notifications dropped past the backlog's bound since the last call (for the metric).
+    pub(crate) fn take_dropped(&self) -> u64 {
+        self.backlog.dropped.replace(0)
     }
 
     /// A keyed call's notifications from position `from` on (appended to `into`).
@@ -224,6 +281,14 @@ impl ModernSink {
         if !self.cancelled.replace(true) {
             self.cancel_signal.notify_all();
         }
+        self.close_backlog();
+    }
+
+    /// Nothing more of this sink's backlog will be written (the call was cancelled, or became a
+    /// task whose notifications go nowhere): a producer paused for room goes on.
+    pub(crate) fn close_backlog(&self) {
+        self.backlog.closed.set(true);
+        self.backlog.room.notify_all();
     }
 
     /// The `InputRequiredResult` for the input the work waits for.
@@ -332,6 +397,25 @@ impl CallSink for ModernSink {
         }
         let signal = self.cancel_signal.clone();
         Box::pin(async move { signal.notified().await })
+    }
+
+    /// A keyed call's record is bounded on its own (`Recorded`) and read by observers at their
+    /// own pace: it has room always; an unkeyed call while its backlog is below its share.
+    fn has_room(&self) -> bool {
+        self.recorded.is_some() || self.backlog.has_room()
+    }
+
+    fn room(&self) -> LocalBoxFuture<'static, ()> {
+        if self.has_room() {
+            return Box::pin(std::future::ready(()));
+        }
+        let backlog = self.backlog.clone();
+        Box::pin(async move {
+            // Single-core: nothing changes between the check and the wait's registration.
+            while !backlog.has_room() {
+                backlog.room.notified().await;
+            }
+        })
     }
 }
 
@@ -492,6 +576,7 @@ pub(crate) fn origin(core: &Core, index: Option<usize>) -> Option<&str> {
 impl Source for CallStream {
     fn fill(&mut self, core: &Core, out: &mut Vec<u8>, frames: &mut Vec<u8>) -> Step {
         let shared_with = origin(core, self.shared_with);
+        core.metrics.modern_notifications_dropped_total.add(self.job.sink.take_dropped());
         if self.job.sink.take_frames(frames) {
             if !self.streaming {
                 Answer::SseHeadStateless.render_shared(out, true, shared_with);
@@ -599,6 +684,7 @@ mod tests {
             answers: serde_json::Map::new(),
             record: None,
             input_requests_max: 2,
+            pending_max: 1024,
         });
         let waker = std::task::Waker::noop();
         let mut cx = std::task::Context::from_waker(waker);
@@ -612,5 +698,46 @@ mod tests {
         };
         assert_eq!(e, ProviderError::too_many_client_requests());
         assert_eq!(sink.needed.borrow().len(), 2);
+    }
+
+    fn sink(pending_max: usize) -> ModernSink {
+        ModernSink::new(SinkSetup {
+            progress_token: Some("1".into()),
+            log_level: None,
+            client_capabilities: serde_json::json!({}),
+            answers: serde_json::Map::new(),
+            record: None,
+            pending_max,
+            input_requests_max: 1,
+        })
+    }
+
+    #[test]
+    fn an_unkeyed_backlog_pauses_at_its_share_and_drops_past_its_bound() {
+        // Goal: issue 17 item 7 on the 2026-07-28 path: an unkeyed call's unwritten
+        // notifications leave room below half of `pending_max`, none at it, room again once
+        // the writer took them; past `pending_max` a notification is dropped and counted; a
+        // cancelled call has room (nothing will write its backlog). Method: drive the sink.
+        let sink = sink(1000);
+        let message = |n: usize| {
+            let mut m = b"{\"jsonrpc\":\"2.0\",\"method\":\"x\"}".to_vec();
+            m.resize(n, b' ');
+            m
+        };
+        sink.push(message(499));
+        assert!(sink.has_room(), "499 of a 500-byte share: room");
+        sink.push(message(1));
+        assert!(!sink.has_room(), "500: no room");
+        sink.push(message(500));
+        assert_eq!(sink.take_dropped(), 0, "1000 bytes fit the bound");
+        sink.push(message(32));
+        assert_eq!(sink.take_dropped(), 1, "past the bound: dropped, counted once");
+        let mut frames = Vec::new();
+        assert!(sink.take_frames(&mut frames));
+        assert!(sink.has_room(), "written: room again");
+        sink.push(message(900));
+        assert!(!sink.has_room());
+        sink.cancel();
+        assert!(sink.has_room(), "cancelled: nothing waits");
     }
 }

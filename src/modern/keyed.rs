@@ -275,6 +275,7 @@ fn not_retained(record: &Record, held: usize, bytes: Rc<KeyBytes>) -> Record {
         answers: serde_json::Map::new(),
         record: Some(RecordLimit { max: 0, core: bytes.clone() }),
         input_requests_max: 1,
+        pending_max: 1,
     }));
     let mut body = Vec::with_capacity(256);
     let status = render_outcome(&record.id, Err(ProviderError::Internal(message)), &mut body);
@@ -366,6 +367,7 @@ mod tests {
             answers: serde_json::Map::new(),
             record: Some(RecordLimit { max: 1024, core: table.bytes() }),
             input_requests_max: 1,
+            pending_max: 1024,
         };
         let client = Some(IpAddr::from([127, 0, 0, client]));
         let sink = Rc::new(ModernSink::new(setup));

@@ -401,7 +401,8 @@ fn string_name(params: &WireValue) -> Option<String> {
 }
 
 /// The sink of a call that runs with `request_meta`, the client's `answers` so far, and (a
-/// keyed call) a record of its notifications up to `record` bytes.
+/// keyed call) a record of its notifications up to `record` bytes, else a backlog of at most
+/// `pending_max` bytes waiting for the writer.
 fn sink_for(
     core: &ModernCore,
     request_meta: RequestMeta,
@@ -415,6 +416,7 @@ fn sink_for(
         answers,
         record,
         input_requests_max: core.cfg.client_requests_pending_max,
+        pending_max: core.cfg.replay_bytes_max,
     }))
 }
 

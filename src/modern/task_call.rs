@@ -207,6 +207,15 @@ impl CallSink for TaskSink {
             None => self.call.cancelled(),
         }
     }
+
+    /// A task's notifications are dropped, so it always has room; before, the request's.
+    fn has_room(&self) -> bool {
+        self.task.borrow().is_some() || self.call.has_room()
+    }
+
+    fn room(&self) -> LocalBoxFuture<'static, ()> {
+        self.call.room()
+    }
 }
 
 /// The sink of a call's `CallContext`: `task_sink` when the call may become a task, else the
@@ -315,6 +324,9 @@ async fn run(
         InRequest::Abandoned => {}
         InRequest::Task(handle) => {
             *sink.task.borrow_mut() = Some(handle.clone());
+            // The request's stream ends with the task's creation: a producer paused on its
+            // backlog must not wait for a writer that is gone.
+            sink.call.close_backlog();
             *handover.answer.borrow_mut() = Some(Ok(handle.create_result()));
             handover.wake_request();
             tasks::drive(handle, async move { task_outcome(work.await) }).await;

@@ -588,6 +588,17 @@ pub(crate) trait CallSink {
     fn is_cancelled(&self) -> bool;
     /// Completes when the call is cancelled.
     fn cancelled(&self) -> LocalBoxFuture<'static, ()>;
+    /// False while the call's client is attached and has not yet been written its share of
+    /// the call's messages (`config::UNWRITTEN_SHARE_DIVISOR`): a producer that can wait
+    /// (the bridge's upstream reader) waits on `room` instead of overrunning the buffer.
+    fn has_room(&self) -> bool {
+        true
+    }
+    /// Completes once `has_room` holds, or the call ended, or its client went away (eviction
+    /// is then the answer, CONTRACT §3). Woken by the writer's progress, never polled.
+    fn room(&self) -> LocalBoxFuture<'static, ()> {
+        Box::pin(std::future::ready(()))
+    }
 }
 
 /// What a running tool may do besides computing its result. Cheap to clone (one `Rc`).
@@ -671,6 +682,20 @@ impl CallContext {
     /// Completes when the call is cancelled; for work the tool started outside its own future.
     pub fn cancelled(&self) -> LocalBoxFuture<'static, ()> {
         self.sink.cancelled()
+    }
+
+    /// Completes once the call's stream has room for more messages: at once, unless a client is
+    /// reading the stream and has not yet been written a good part of what the call sent. A
+    /// tool that sends many messages (progress of a long loop, relayed logs) awaits it between
+    /// them, so a slow reader slows the tool instead of losing messages to eviction; a client
+    /// that went away never holds it up (its stream's resume reports what was evicted).
+    pub fn room(&self) -> LocalBoxFuture<'static, ()> {
+        self.sink.room()
+    }
+
+    /// `room` would complete at once (checked before awaiting it, which allocates).
+    pub(crate) fn has_room(&self) -> bool {
+        self.sink.has_room()
     }
 
     /// The session this call belongs to.

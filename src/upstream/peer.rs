@@ -321,6 +321,20 @@ impl Peer {
         pending.slot.fill(answer);
     }
 
+    /// A running tool call whose client has not been written its share of the call's messages
+    /// (`CallContext::has_room`): call `only`, or, without it, any running call. The reader of
+    /// a transport that carries several calls' messages on one stream (stdio's stdout, HTTP's
+    /// standalone stream) asks for any: it cannot read one call's next message without the
+    /// others', so it pauses for all.
+    fn call_without_room(&self, only: Option<u64>) -> Option<CallContext> {
+        let state = self.state.borrow();
+        let full = |id: &u64| state.pending.get(id)?.call.clone().filter(|cx| !cx.has_room());
+        match only {
+            Some(id) => full(&id),
+            None => state.calls.iter().find_map(full),
+        }
+    }
+
     /// The context of the newest running tool call, if any.
     fn newest_call(&self) -> Option<CallContext> {
         let state = self.state.borrow();
@@ -381,6 +395,21 @@ impl Peer {
             "notifications/cancelled" => {}
             _ if is_plain_method(method) => self.events.notification(method, params),
             _ => {}
+        }
+    }
+}
+
+/// Backpressure (CONTRACT §3): returns once every running call of `peer` — call `only`, when
+/// the stream being read carries only its messages — has room for more, so a transport's reader
+/// awaits it between messages and stops reading the upstream meanwhile (its pipe or TCP window
+/// then fills, and the upstream blocks in its write). Each wait is on the call's own signal,
+/// woken when its writer sent events, its client left or the call ended; never a poll.
+pub(crate) async fn room(peer: &std::rc::Weak<Peer>, only: Option<u64>) {
+    loop {
+        let full = peer.upgrade().and_then(|p| p.call_without_room(only));
+        match full {
+            Some(call) => call.room().await,
+            None => return,
         }
     }
 }

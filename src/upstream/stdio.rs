@@ -12,6 +12,11 @@
 //! process watcher (`process`) reports it, which ends its calls even while a grandchild keeps
 //! its stdout open, and the stop (the watcher's SIGTERM to the group, SIGKILL after
 //! `--upstream-kill-grace-ms`).
+//!
+//! Backpressure: while a running call's client is attached and has not been written its share
+//! of the ring (`config::UNWRITTEN_SHARE_DIVISOR`), the stdout reader takes no further line; the
+//! socket's buffer fills and the child blocks in its write, which is how a flood of
+//! notifications is slowed to what the client reads instead of evicting its unwritten events.
 //! Never: runs a shell, blocks a worker thread, waits for a process, or buffers without a bound.
 
 use std::cell::{Cell, RefCell};
@@ -251,8 +256,10 @@ async fn write_stdin(mut stdin: UnixStream, queue: Rc<RefCell<WriteQueue>>, queu
 }
 
 /// Reads the child's stdout, hands each line (one JSON-RPC message) to the peer, and reports
-/// the child's end when stdout closes. A line longer than `line_max` is skipped to its end and
-/// logged.
+/// the child's end. A line longer than `line_max` is skipped to its end and logged. After each
+/// line it waits until every running call has room (`peer::room`): one child's stdout carries
+/// all its calls' messages, so a call whose attached client lags pauses the reading for all of
+/// them (in `shared` isolation, for every session of the core that uses the child).
 async fn read_stdout(mut stdout: UnixStream, line_max: usize, end: Rc<ChildEnd>, peer: Weak<Peer>) {
     let mut line: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut skipping = false;
@@ -275,6 +282,9 @@ async fn read_stdout(mut stdout: UnixStream, line_max: usize, end: Rc<ChildEnd>,
             }
             line.clear();
             rest = &rest[end + 1..];
+            // Backpressure: the next line is not taken while a call's client has not been
+            // written its share; the child then blocks on its full stdout (module doc).
+            super::peer::room(&peer, None).await;
         }
         if !skipping {
             line.extend_from_slice(rest);

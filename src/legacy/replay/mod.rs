@@ -59,6 +59,8 @@ pub struct Evicted {
     /// stream's newest, even if the append that caused the eviction belongs to the same stream:
     /// the callback fires before the new event is stored.
     pub next_in_stream: Option<EventSeq>,
+    /// The evicted payload's length (the stream layer keeps per-stream unwritten bytes).
+    pub bytes: usize,
 }
 
 /// Why an append was refused; the ring is unchanged when it is returned.

@@ -248,6 +248,7 @@ impl Ring {
             stream: slot.stream,
             seq: EventSeq(slot.seq.get()),
             next_in_stream: slot.next.map(|next| EventSeq(next.get())),
+            bytes: slot.payload.len(),
         }
     }
 

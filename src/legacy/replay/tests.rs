@@ -120,7 +120,7 @@ fn events_max_at_n_and_n_plus_one() {
         let expected_next = (n > 1).then_some(EventSeq(2));
         assert_eq!(
             evicted,
-            vec![Evicted { stream: A, seq: EventSeq(1), next_in_stream: expected_next }],
+            vec![Evicted { stream: A, seq: EventSeq(1), next_in_stream: expected_next, bytes: 1 }],
             "n = {n}"
         );
         assert_eq!(ring.len(), n);
@@ -143,7 +143,7 @@ fn bytes_max_at_limit_and_one_over() {
     assert_eq!(seq, EventSeq(3));
     assert_eq!(
         evicted,
-        vec![Evicted { stream: A, seq: EventSeq(1), next_in_stream: None }],
+        vec![Evicted { stream: A, seq: EventSeq(1), next_in_stream: None, bytes: 4 }],
         "seq 3 of A is stored after the eviction report"
     );
     assert_eq!(ring.bytes(), 7);
@@ -362,7 +362,7 @@ fn chains_survive_evictions() {
     let (_, evicted) = append(&mut ring, A, 1); // seq 5 evicts seq 1 (A → 3)
     assert_eq!(
         evicted,
-        vec![Evicted { stream: A, seq: EventSeq(1), next_in_stream: Some(EventSeq(3)) }]
+        vec![Evicted { stream: A, seq: EventSeq(1), next_in_stream: Some(EventSeq(3)), bytes: 1 }]
     );
     assert_eq!(ring.get(EventSeq(3)).expect("held").next_in_stream, Some(EventSeq(5)));
     assert_eq!(seqs(ring.replay_after(A, EventSeq(3))), vec![5]);
@@ -399,9 +399,9 @@ fn evictions_are_reported_in_seq_order() {
     assert_eq!(
         evicted,
         vec![
-            Evicted { stream: A, seq: EventSeq(1), next_in_stream: Some(EventSeq(3)) },
-            Evicted { stream: B, seq: EventSeq(2), next_in_stream: None },
-            Evicted { stream: A, seq: EventSeq(3), next_in_stream: None },
+            Evicted { stream: A, seq: EventSeq(1), next_in_stream: Some(EventSeq(3)), bytes: 2 },
+            Evicted { stream: B, seq: EventSeq(2), next_in_stream: None, bytes: 2 },
+            Evicted { stream: A, seq: EventSeq(3), next_in_stream: None, bytes: 2 },
         ]
     );
     assert_eq!(ring.oldest(), Some(EventSeq(4)));
@@ -447,6 +447,7 @@ impl Model {
                 stream: old_stream,
                 seq: old_seq,
                 next_in_stream: self.stream_from(old_stream, old_seq.0 + 1).first().copied(),
+                bytes: old_payload.len(),
             });
         }
         self.bytes += payload.len();

@@ -83,6 +83,9 @@ pub struct StreamState {
     pub signal: Rc<Signal>,
     /// Fired when the stream is cancelled: the running tool stops.
     pub cancel: Rc<Signal>,
+    /// Woken when the stream may have room again for a paused producer (`Session::has_room`):
+    /// its writer sent events, it detached, or its run ended.
+    pub room: Rc<Signal>,
     run: Run,
     writer: Writer,
     next_epoch: u64,
@@ -98,6 +101,9 @@ pub struct StreamState {
     acknowledged: EventSeq,
     /// Last event a connection finished sending.
     written: EventSeq,
+    /// This stream's held events after `written` (appended, not yet sent whole by any
+    /// connection): what backpressure bounds while a client is attached.
+    unwritten: Unwritten,
     /// A tool asked to close the connection (SEP-1699); the next writer batch acts on it.
     close_requested: bool,
     /// The tool was told to stop (cancel, session end); its outcome is ignored.
@@ -215,6 +221,27 @@ impl StreamState {
     }
 }
 
+/// Bytes and events appended to a stream and not yet sent whole by any connection (or a sum of
+/// them over streams); both only move by what was appended, sent or evicted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Unwritten {
+    pub(crate) bytes: usize,
+    pub(crate) events: usize,
+}
+
+impl Unwritten {
+    fn add(&mut self, more: Unwritten) {
+        self.bytes += more.bytes;
+        self.events += more.events;
+    }
+
+    /// Panics on underflow: every event taken away was added before (our invariant).
+    fn sub(&mut self, less: Unwritten) {
+        self.bytes = self.bytes.checked_sub(less.bytes).expect("invariant: unwritten bytes");
+        self.events = self.events.checked_sub(less.events).expect("invariant: unwritten events");
+    }
+}
+
 /// Where a resume of a stream starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ResumeStart {
@@ -279,6 +306,12 @@ pub struct Session {
     pub pending_client_max: usize,
     /// `--replay-bytes`: named in the error of an event that cannot fit.
     replay_bytes_max: usize,
+    /// The sum of `unwritten` over the attached streams: eviction is ring-wide, so what must
+    /// fit the ring is what every reading client has not got yet, not one stream's part.
+    attached_unwritten: Unwritten,
+    /// The `attached_unwritten` at which producers of attached streams are paused
+    /// (`config::UNWRITTEN_SHARE_DIVISOR` of the ring's bounds, at least one each).
+    unwritten_share: Unwritten,
     /// The ring bytes of every session of this core together (`--core-buffer-bytes`); this
     /// session adds and removes its own as its ring changes, and its remainder when dropped.
     core_bytes: Rc<Cell<usize>>,
@@ -353,6 +386,11 @@ impl Session {
             streams_max: cfg.streams_per_session_max,
             pending_client_max: cfg.client_requests_pending_max,
             replay_bytes_max: cfg.replay_bytes_max,
+            attached_unwritten: Unwritten::default(),
+            unwritten_share: Unwritten {
+                bytes: (cfg.replay_bytes_max / crate::config::UNWRITTEN_SHARE_DIVISOR).max(1),
+                events: (cfg.replay_events_max / crate::config::UNWRITTEN_SHARE_DIVISOR).max(1),
+            },
             core_bytes: Rc::default(),
         }
     }
@@ -444,6 +482,7 @@ impl Session {
                 first: EventSeq(0),
                 signal: Rc::new(Signal::default()),
                 cancel: Rc::new(Signal::default()),
+                room: Rc::new(Signal::default()),
                 run: Run::Running,
                 writer: Writer::Detached,
                 next_epoch: 1,
@@ -451,6 +490,7 @@ impl Session {
                 delivered: EventSeq(0),
                 acknowledged: EventSeq(0),
                 written: EventSeq(0),
+                unwritten: Unwritten::default(),
                 close_requested: false,
                 cancelled: false,
                 evicted_through: EventSeq(0),
@@ -503,6 +543,9 @@ impl Session {
     /// Forgets a stream and its map entries (retention over, or evicted for room).
     pub fn remove_stream(&mut self, key: StreamKey) {
         let Some(s) = self.streams.remove(&key) else { return };
+        if s.is_attached() {
+            self.attached_unwritten.sub(s.unwritten);
+        }
         if s.owed_counted {
             self.owed_count -= 1;
         }
@@ -528,6 +571,7 @@ impl Session {
         self.pending_client.retain(|_, p| p.stream != key);
         s.signal.notify_all();
         s.cancel.notify_all();
+        s.room.notify_all();
         self.owed_signal.notify_all();
         self.debug_check_counts();
     }
@@ -567,18 +611,31 @@ impl Session {
     }
 
     fn append_to_ring_uncounted(&mut self, key: StreamKey, payload: Bytes) -> Option<EventSeq> {
-        let streams = &mut self.streams;
+        let bytes = payload.len();
+        let (streams, attached) = (&mut self.streams, &mut self.attached_unwritten);
         let seq = self
             .ring
             .try_append(key, payload, |ev: Evicted| {
                 if let Some(s) = streams.get_mut(&ev.stream) {
                     s.evicted_through = ev.seq;
                     s.first_held = ev.next_in_stream;
+                    if ev.seq > s.written {
+                        let lost = Unwritten { bytes: ev.bytes, events: 1 };
+                        s.unwritten.sub(lost);
+                        if s.is_attached() {
+                            attached.sub(lost);
+                        }
+                    }
                 }
             })
             .ok()?;
         let s = self.streams.get_mut(&key)?;
         s.produced = seq;
+        let appended = Unwritten { bytes, events: 1 };
+        s.unwritten.add(appended);
+        if s.is_attached() {
+            self.attached_unwritten.add(appended);
+        }
         if s.first_held.is_none() {
             s.first_held = Some(seq);
         }
@@ -626,6 +683,7 @@ impl Session {
         debug_assert!(s.run == Run::Running || run == Run::Dropped, "a run ends once");
         s.run = run;
         s.signal.notify_all();
+        s.room.notify_all();
         self.refresh(key);
     }
 
@@ -635,6 +693,7 @@ impl Session {
             s.cancelled = true;
             s.cancel.notify_all();
             s.signal.notify_all();
+            s.room.notify_all();
         }
     }
 
@@ -678,6 +737,12 @@ impl Session {
             assert_eq!(owed, self.owed_count, "owed count drifted");
             assert_eq!(replaying, self.replaying_count, "replaying count drifted");
             assert!(self.streams.values().all(|s| s.owed_counted == s.is_owed()));
+            let mut attached = Unwritten::default();
+            self.streams
+                .values()
+                .filter(|s| s.is_attached())
+                .for_each(|s| attached.add(s.unwritten));
+            assert_eq!(attached, self.attached_unwritten, "attached unwritten drifted");
         }
     }
 
@@ -685,9 +750,16 @@ impl Session {
     fn set_writer(&mut self, key: StreamKey, writer: Writer) {
         let Some(s) = self.streams.get_mut(&key) else { return };
         let was = s.is_replaying();
+        let was_attached = s.is_attached();
         s.writer = writer;
+        match (was_attached, s.is_attached()) {
+            (false, true) => self.attached_unwritten.add(s.unwritten),
+            (true, false) => self.attached_unwritten.sub(s.unwritten),
+            _ => {}
+        }
         let now = s.is_replaying();
         s.signal.notify_all();
+        s.room.notify_all();
         if was != now {
             if now {
                 self.replaying_count += 1;
@@ -752,13 +824,47 @@ impl Session {
         }
     }
 
-    /// The writer with `epoch` finished sending everything up to `seq`.
+    /// The writer with `epoch` finished sending everything up to `seq`: the events it sent
+    /// for the first time leave the stream's unwritten count (O(events sent)), and a producer
+    /// paused on the stream's room is woken.
     pub fn wrote(&mut self, key: StreamKey, epoch: u64, seq: EventSeq) {
-        if let Some(s) = self.streams.get_mut(&key) {
-            if s.is_attached_by(epoch) && seq > s.written {
-                s.written = seq;
+        let Some(s) = self.streams.get(&key) else { return };
+        if !s.is_attached_by(epoch) || seq <= s.written {
+            return;
+        }
+        // The first event after `written`: its successor when held, else the stream's oldest
+        // held event (eviction is oldest-first, so everything held is after an evicted one).
+        let first = match self.ring.get(s.written) {
+            Some(ev) if ev.stream == key => ev.next_in_stream,
+            _ => s.first_held,
+        };
+        let mut sent = Unwritten::default();
+        if let Some(first) = first {
+            for ev in self.ring.iter_from(first).take_while(|ev| ev.seq <= seq) {
+                sent.add(Unwritten { bytes: ev.payload.len(), events: 1 });
             }
         }
+        let Some(s) = self.streams.get_mut(&key) else { return };
+        s.written = seq;
+        s.unwritten.sub(sent);
+        self.attached_unwritten.sub(sent);
+        s.room.notify_all();
+        self.debug_check_counts();
+    }
+
+    /// False while stream `key` is attached and still running, and the attached streams of the
+    /// session together hold their share of the ring in events not yet written
+    /// (`config::UNWRITTEN_SHARE_DIVISOR`): its producer waits on the stream's `room` signal
+    /// rather than evict what a reading client has not got. A stream that is detached (its
+    /// client gone), parked, ended or removed always has room: eviction and the -31003 gap on
+    /// resume are the answer there (CONTRACT §3). O(1).
+    pub fn has_room(&self, key: StreamKey) -> bool {
+        let Some(s) = self.streams.get(&key) else { return true };
+        let (held, share) = (self.attached_unwritten, self.unwritten_share);
+        self.closed
+            || !s.is_attached()
+            || !s.is_running()
+            || (held.bytes < share.bytes && held.events < share.events)
     }
 
     /// The client holds everything up to `seq` of this stream.

@@ -156,3 +156,65 @@ fn eviction_takes_the_oldest_settled_and_skips_one_being_resumed() {
     assert!(s.stream(keys[2]).is_none(), "back in line at the front once detached");
     assert!(s.stream(keys[1]).is_some());
 }
+
+#[test]
+fn an_attached_stream_has_room_until_its_unwritten_share_and_again_once_written() {
+    // Goal: backpressure's O(1) question (issue 17 item 7): an attached, running stream has room
+    // below half the ring (test_min: 16 events → 8) in events not yet written, none at it, room
+    // again once its writer sent them; a detached stream always has room (eviction answers a
+    // client that is gone), and evictions keep the count exact. Method: drive `Session`.
+    let mut s = session();
+    let k = open(&mut s, "1");
+    let (epoch, _) = s.attach_fresh(k).unwrap();
+    let unwritten = |s: &Session| s.stream(k).map(|st| st.unwritten.events).unwrap();
+    assert_eq!(unwritten(&s), 1, "the priming event");
+    for _ in 0..6 {
+        s.append(k, Bytes::from_static(b"p")).unwrap();
+    }
+    assert!(s.has_room(k), "7 unwritten (N - 1): room");
+    let mut last = s.append(k, Bytes::from_static(b"p")).unwrap();
+    assert!(!s.has_room(k), "8 unwritten (N): no room");
+    s.wrote(k, epoch, EventSeq(last.0 - 1));
+    assert_eq!(unwritten(&s), 1, "all but the last were written");
+    assert!(s.has_room(k));
+    s.detach(k, epoch);
+    for _ in 0..40 {
+        last = s.append(k, Bytes::from_static(b"p")).unwrap();
+    }
+    assert!(s.has_room(k), "detached: room whatever it holds");
+    assert_eq!(unwritten(&s), s.ring.len(), "evicted unwritten events left the count");
+    let epoch = s.attach(k).unwrap();
+    assert!(!s.has_room(k), "a resumed writer behind: no room");
+    s.wrote(k, epoch, last);
+    assert_eq!(unwritten(&s), 0);
+    assert_eq!(s.stream(k).unwrap().unwritten.bytes, 0);
+    assert!(s.has_room(k));
+}
+
+#[test]
+fn the_share_counts_every_attached_stream_of_the_session() {
+    // Goal: eviction is ring-wide, so two attached streams' unwritten events together are
+    // bounded: with 4 unwritten on each (8 = N), neither has room; one writer's sends or its
+    // detach give both room back. Method: drive `Session` (test_min: 16 events → share 8).
+    let mut s = session();
+    let (a, b) = (open(&mut s, "1"), open(&mut s, "2"));
+    let (ea, _) = s.attach_fresh(a).unwrap();
+    let (eb, _) = s.attach_fresh(b).unwrap();
+    for _ in 0..3 {
+        s.append(a, Bytes::from_static(b"p")).unwrap();
+    }
+    s.append(b, Bytes::from_static(b"p")).unwrap();
+    let last_b = s.append(b, Bytes::from_static(b"p")).unwrap();
+    assert!(s.has_room(a) && s.has_room(b), "4 + 3 = 7 unwritten (N - 1): room");
+    s.append(b, Bytes::from_static(b"p")).unwrap();
+    assert!(!s.has_room(a) && !s.has_room(b), "4 + 4 = 8 (N): no room for either");
+    s.wrote(b, eb, last_b);
+    assert!(s.has_room(a), "b's writer sent 3 of its 4: 5 left, room again");
+    for _ in 0..3 {
+        s.append(b, Bytes::from_static(b"p")).unwrap();
+    }
+    assert!(!s.has_room(a), "8 again");
+    s.detach(b, eb);
+    assert!(s.has_room(a), "b's client left: its events no longer count");
+    s.detach(a, ea);
+}

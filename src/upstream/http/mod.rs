@@ -769,7 +769,10 @@ async fn round_trip(
     }
 }
 
-/// Reads an event stream to its end, handing each event's message to the peer.
+/// Reads an event stream to its end, handing each event's message to the peer. After each
+/// event it waits until the call the stream answers (any running call, for the standalone
+/// stream) has room (`peer::room`): the response is then not read, the TCP window fills, and the
+/// upstream is slowed to what tidemark's client reads (backpressure, CONTRACT §3).
 async fn read_events(
     conn: &mut Conn,
     framing: Framing,
@@ -780,10 +783,12 @@ async fn read_events(
     let mut body = Body::new(framing);
     let mut piece = Vec::with_capacity(READ_CHUNK);
     let mut events: Vec<Vec<u8>> = Vec::new();
+    let only = stream.awaited.as_ref().and_then(Value::as_u64);
     while body.next(conn, &link.stop, until, &mut piece).await? {
         stream.decoder.feed(&piece, &mut |data: &[u8]| events.push(data.to_vec()))?;
         for data in events.drain(..) {
             stream.deliver(link, &data);
+            super::peer::room(&link.peer, only).await;
         }
     }
     Ok(())

@@ -1,0 +1,249 @@
+//! Goal: issue 17 item 7, backpressure from the replay ring to the upstream. An upstream that
+//! floods notifications during a call (stdio progress lines, an HTTP upstream's event stream)
+//! must not evict the call's own unwritten events while its client is attached and reading:
+//! tidemark stops reading that upstream until the writer has drained (CONTRACT §3, "either the
+//! producer is paused or the stream is marked lost"), so the call ends with its result, every
+//! event delivered once and in order, and memory stays inside its budget. A client that went
+//! away still gets eviction (a -31003 gap on resume), never an upstream stalled for good. The
+//! 2026-07-28 path has no ring: its pending notifications are bounded the same way.
+//! Method: the real binary fronting tests/fixtures/stdio_upstream.py (its `flood` tool), and a
+//! second tidemark in front of that one for the HTTP upstream, with rings far smaller than a
+//! flood (`--replay-bytes 65536 --replay-events 256`); the server's `VmHWM` from
+//! `/proc/<pid>/status` bounds what it held at any moment.
+
+mod support;
+
+use std::io::Write;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::{
+    assert_rest, call, call_stream, open_session, poll_until, post, read_priming, read_progress,
+    request, resume, Server, SseStream, DRIVERS, POST_HEADERS,
+};
+
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/stdio_upstream.py");
+
+/// Notifications of one flood: far beyond any ring the tests configure.
+const FLOOD: u64 = 100_000;
+
+/// Small rings: without backpressure a flood evicts the events of its own call at once.
+const SMALL_RING: [&str; 4] = ["--replay-bytes", "65536", "--replay-events", "256"];
+
+/// Growth of the server's resident memory a flood may cause: the ring (64 KiB), the write
+/// buffer (256 KiB), one stdout read (64 KiB) and the allocator's slack, with room to spare
+/// (about 4 MiB was measured); a flood taken in whole grew it by 57 MiB within 3 s.
+const GROWTH_MAX: usize = 16 * 1024 * 1024;
+
+/// The files the fixture writes beside its counter, removed on drop.
+struct Files(std::path::PathBuf);
+
+impl Files {
+    fn new(name: &str) -> Files {
+        let path = std::env::temp_dir()
+            .join(format!("tidemark-flood-{name}-{}.count", std::process::id()));
+        let files = Files(path);
+        files.remove();
+        files
+    }
+
+    fn env(&self) -> String {
+        format!("COUNTER_FILE={}", self.0.display())
+    }
+
+    /// True once the fixture wrote every line of a flood and its result.
+    fn flooded(&self) -> bool {
+        self.0.with_extension("count.flooded").exists()
+    }
+
+    fn remove(&self) {
+        let _ = std::fs::remove_file(&self.0);
+        let _ = std::fs::remove_file(self.0.with_extension("count.flooded"));
+    }
+}
+
+impl Drop for Files {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+/// tidemark fronting the fixture with small rings, plus `extra`.
+fn bridge(driver: &str, files: &Files, extra: &[&str]) -> Server {
+    let upstream = format!("stdio:python3 {FIXTURE}");
+    let env = files.env();
+    let mut args = vec!["--upstream", upstream.as_str(), "--upstream-env", env.as_str()];
+    args.extend_from_slice(&["--threads", "1", "--upstream-kill-grace-ms", "200"]);
+    args.extend_from_slice(&SMALL_RING);
+    args.extend_from_slice(extra);
+    Server::on(driver, &args)
+}
+
+/// `VmRSS` or `VmHWM` (bytes) of process `pid`.
+fn proc_status(pid: u32, field: &str) -> usize {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let line = status.lines().find(|l| l.starts_with(field)).expect("field");
+    let kib: usize = line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("kB");
+    kib * 1024
+}
+
+/// Asserts the server's peak resident size grew by at most `GROWTH_MAX` over `start`.
+fn assert_within_budget(server: &Server, start: usize, ctx: &str) {
+    let peak = proc_status(server.pid(), "VmHWM");
+    let growth = peak.saturating_sub(start);
+    assert!(growth <= GROWTH_MAX, "{ctx}: peak RSS grew by {growth} bytes (> {GROWTH_MAX})");
+}
+
+/// Calls `flood` on a new session of `server` and reads its stream to the end: it must carry
+/// every notification and the result (`read_whole_flood`), within the memory budget.
+fn assert_flood_arrives(server: &Server, ctx: &str) {
+    let sid = open_session(server);
+    let start = proc_status(server.pid(), "VmRSS");
+    let body = call(1, "flood", &format!(r#"{{"count":{FLOOD}}}"#), true);
+    read_whole_flood(call_stream(server, &sid, &body, &[]), 1, ctx);
+    assert_within_budget(server, start, ctx);
+}
+
+/// Reads a legacy flood call's stream to its end and checks it: progress 1..=`FLOOD` once each,
+/// in order, then the result, nothing lost (no -31003, no cut).
+fn read_whole_flood(mut s: SseStream, id: u64, ctx: &str) {
+    let priming = read_priming(&mut s, ctx);
+    let evs = s.rest();
+    assert!(s.ended(), "{ctx}: the stream was cut after {} events", evs.len());
+    if let Some(last) = evs.last() {
+        let last = last.json();
+        assert!(last["error"].is_null(), "{ctx}: the call ended with an error: {last}");
+    }
+    let text = assert_rest(&evs, &priming, 1, FLOOD, id, ctx);
+    assert_eq!(text, FLOOD.to_string(), "{ctx}: the flood's own result");
+}
+
+#[test]
+fn a_stdio_flood_reaches_a_reading_client_whole() {
+    // Goal: 100 000 progress notifications from a stdio upstream through a 256-event ring reach
+    // the client that reads them, every one once and in order, then the result; the server's
+    // memory stays within its budget. Without backpressure the ring evicts the call's unwritten
+    // events and the client gets a -31003 gap (or a cut) instead of its result.
+    for driver in DRIVERS {
+        let ctx = format!("{driver}: stdio flood");
+        let files = Files::new(&format!("stdio-{driver}"));
+        assert_flood_arrives(&bridge(driver, &files, &[]), &ctx);
+    }
+}
+
+#[test]
+fn an_http_flood_reaches_a_reading_client_whole() {
+    // Goal: the same through an HTTP upstream: tidemark stops reading the upstream's response
+    // stream while its own client has not been written what it holds, so the flood arrives
+    // whole. Method: an outer tidemark whose `--upstream` is an inner tidemark fronting the
+    // fixture; both have small rings, so the inner is paused through TCP by the outer's pause.
+    for driver in DRIVERS {
+        let ctx = format!("{driver}: http flood");
+        let files = Files::new(&format!("http-{driver}"));
+        let inner = bridge(driver, &files, &[]);
+        let url = format!("http://{}{}", inner.addr, inner.path);
+        let mut args = vec!["--upstream", url.as_str(), "--threads", "1"];
+        args.extend_from_slice(&SMALL_RING);
+        assert_flood_arrives(&Server::on(driver, &args), &ctx);
+    }
+}
+
+#[test]
+fn a_flood_whose_client_left_is_evicted_not_stalled() {
+    // Goal: backpressure holds only while a client is attached: when it leaves, the ring
+    // evicts as before, the upstream is read to the call's end (it is not paused forever), and
+    // a resume from the client's last event reports the evicted events as -31003.
+    // Method: read 10 of a 20 000-event flood, cut; re-POST the call (409 -31001, whose
+    // `inFlight` says whether it still runs) until it finished; then resume.
+    for driver in DRIVERS {
+        let ctx = format!("{driver}: gone");
+        let files = Files::new(&format!("gone-{driver}"));
+        let server = bridge(driver, &files, &[]);
+        let sid = open_session(&server);
+        let body = call(1, "flood", r#"{"count":20000}"#, true);
+        let mut s = call_stream(&server, &sid, &body, &[]);
+        let priming = read_priming(&mut s, &ctx);
+        let last = read_progress(&mut s, 10, priming, &ctx);
+        s.cut();
+        let finished = poll_until(Duration::from_secs(60), || {
+            let r = post(&server, &[("Mcp-Session-Id", &sid)], &body);
+            assert_eq!(r.status, 409, "{ctx}: the retry is refused: {}", r.text());
+            r.json()["error"]["data"]["owedStreams"][0]["inFlight"] == json!(false)
+        });
+        assert!(finished, "{ctx}: the call never finished: its upstream stayed paused");
+        assert!(files.flooded(), "{ctx}: the fixture wrote the whole flood");
+        let evs = resume(&server, &sid, &last).rest();
+        let gap = evs.iter().find(|e| !e.is_priming()).expect("an event").json();
+        assert_eq!(gap["error"]["code"], -31003, "{ctx}: the evicted events are reported: {gap}");
+    }
+}
+
+/// The bytes of a 2026-07-28 `tools/call` of `tool` with `arguments` and a progress token.
+fn modern_call(server: &Server, id: u64, tool: &str, arguments: Value) -> Vec<u8> {
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": { "name": "flood-test", "version": "1" },
+        "progressToken": id,
+    });
+    let params = json!({ "name": tool, "arguments": arguments, "_meta": meta });
+    let body = json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params });
+    let mut h: Vec<(&str, &str)> = POST_HEADERS.to_vec();
+    h.extend([
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", tool),
+    ]);
+    request("POST", &server.path, &server.host(), &h, Some(&body.to_string()))
+}
+
+/// A connection whose receive buffer is `rcvbuf` bytes (set before connecting, so the window is
+/// small from the start): a client that stops reading holds little in its kernel.
+fn small_window(server: &Server, rcvbuf: usize) -> std::net::TcpStream {
+    let socket =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    socket.set_recv_buffer_size(rcvbuf).expect("SO_RCVBUF");
+    socket.connect(&server.addr.into()).expect("connect");
+    let stream: std::net::TcpStream = socket.into();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    stream
+}
+
+#[test]
+fn a_modern_flood_waits_for_its_client_and_arrives_whole() {
+    // Goal: a 2026-07-28 call has no ring, but what it has not written is bounded too: while
+    // its client does not read, the upstream is not read either (the fixture cannot finish
+    // writing its flood), and once the client reads, every notification arrives in order, then
+    // the result, with the server's memory within budget. Without backpressure tidemark takes
+    // the whole flood (~30 MB) into memory while the client reads nothing.
+    // Method: a client with a 16 KiB receive buffer that reads nothing for a window, in which
+    // the fixture's "flooded" marker must not appear (elapsed time is what is tested: a paused
+    // upstream shows itself only by not finishing); then it reads everything.
+    for driver in DRIVERS {
+        let ctx = format!("{driver}: modern");
+        let files = Files::new(&format!("modern-{driver}"));
+        let server = bridge(driver, &files, &[]);
+        let start = proc_status(server.pid(), "VmRSS");
+        let mut stream = small_window(&server, 16 * 1024);
+        let arguments = json!({ "count": FLOOD, "pad": 200 });
+        stream.write_all(&modern_call(&server, 7, "flood", arguments)).expect("send");
+        let finished = poll_until(Duration::from_secs(3), || files.flooded());
+        assert!(!finished, "{ctx}: the upstream finished its flood while the client read nothing");
+        assert_within_budget(&server, start, &format!("{ctx}, while the client read nothing"));
+        let mut s = SseStream::from_stream(stream);
+        assert_eq!(s.status, 200, "{ctx}");
+        let evs = s.rest();
+        assert!(s.ended(), "{ctx}: the stream was cut after {} events", evs.len());
+        let got: Vec<u64> = evs
+            .iter()
+            .map(|e| e.json())
+            .filter(|m| m["method"] == "notifications/progress")
+            .filter_map(|m| m["params"]["progress"].as_f64().map(|p| p as u64))
+            .collect();
+        assert!(got.iter().copied().eq(1..=FLOOD), "{ctx}: progress 1..={FLOOD} once, in order");
+        let last = evs.last().expect("the result").json();
+        assert_eq!(last["result"]["content"][0]["text"], FLOOD.to_string(), "{ctx}: {last}");
+        assert_eq!(evs.len() as u64, FLOOD + 1, "{ctx}: nothing else on the stream");
+        assert_within_budget(&server, start, &ctx);
+    }
+}
