@@ -294,6 +294,30 @@ struct FaultArgs {
     /// counters changed over the run is reported as `server.*`.
     #[arg(long)]
     metrics_url: Option<String>,
+    /// Which calls: `legacy` (sessions, built-in `slow_counter`), `modern` (2026-07-28
+    /// stateless keyed calls), `bridge-stdio` / `bridge-http` (legacy calls through tidemark's
+    /// `--upstream` to the stdio fixture / to an HTTP upstream behind --proxy-listen).
+    #[arg(long, value_enum, default_value = "legacy")]
+    path: FaultPath,
+    /// Bridged paths: one call in N gets an upstream fault mid-call (stdio: its child is
+    /// killed; HTTP: the proxy cuts every upstream connection); 0: none.
+    #[arg(long, default_value_t = 8)]
+    upstream_fault_every: u64,
+    /// `bridge-http`: where the cutting proxy listens (tidemark's `--upstream` points here).
+    #[arg(long)]
+    proxy_listen: Option<std::net::SocketAddr>,
+    /// `bridge-http`: the upstream the proxy forwards to (HOST:PORT).
+    #[arg(long)]
+    proxy_to: Option<std::net::SocketAddr>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum FaultPath {
+    Legacy,
+    Modern,
+    BridgeStdio,
+    BridgeHttp,
 }
 
 #[derive(Args, Debug)]
@@ -901,16 +925,26 @@ fn fault(a: &FaultArgs) -> anyhow::Result<RunReport> {
     }
     let target = Target::parse(&common.url)?;
     let workers = common.connections.unwrap_or(16).max(1);
-    let session_count = common.sessions.unwrap_or(64).max(1);
+    // The modern path has no sessions (one opens for the probe); a bridged stdio session is a
+    // child process, so by default one per worker.
+    let session_count = match a.path {
+        FaultPath::Modern => 1,
+        FaultPath::BridgeStdio => common.sessions.unwrap_or(workers),
+        _ => common.sessions.unwrap_or(64),
+    }
+    .max(1);
     let seed = a.seed.unwrap_or_else(fault::clock_seed);
     let timeout = common.timeout.0;
     let config = config_json(
         common,
         serde_json::json!({"calls": a.calls, "first_call": a.first_call, "seed": seed,
                            "max_cuts": a.max_cuts, "steps": a.steps, "delay_ms": a.delay_ms,
-                           "workers": workers, "sessions": session_count}),
+                           "workers": workers, "sessions": session_count, "path": a.path,
+                           "upstream_fault_every": a.upstream_fault_every}),
     );
     print_config("fault", &config);
+    // Before any session: a bridged session's initialize goes through the proxy.
+    let upstream = fault_upstream(a, &target, timeout)?;
     let sessions = fault::open_sessions(&target, session_count, timeout)?;
     let by_owner = fault::sessions_by_owner(&sessions);
     eprintln!(
@@ -940,9 +974,14 @@ fn fault(a: &FaultArgs) -> anyhow::Result<RunReport> {
         delays_ms: a.delay_ms.clone(),
         traces: a.traces,
         trace_to: writer.as_ref().map(|(tx, _)| tx.clone()),
+        upstream: upstream.clone(),
+    };
+    let run_call: fault::RunCall = match a.path {
+        FaultPath::Modern => scenario::fault_modern::run_call,
+        _ => fault::legacy_call,
     };
     let started = Instant::now();
-    let outcome = fault::run(sessions, workers, settings, lives);
+    let outcome = fault::run_with(sessions, workers, settings, lives, run_call);
     let elapsed = started.elapsed();
     if let Some((tx, handle)) = writer {
         drop(tx);
@@ -968,7 +1007,13 @@ fn fault(a: &FaultArgs) -> anyhow::Result<RunReport> {
     let executions = counter_after as i64 - counter_before as i64;
     report.counters.insert("executions_by_counter".into(), executions);
     report.counters.insert("double_executions".into(), (executions - calls).max(0));
-    report.counters.insert("executions_missing".into(), (calls - executions).max(0));
+    // A bridged call whose upstream failed before its first progress value may never have
+    // reached the upstream: it may be missing from the counter, never counted twice.
+    let may_not_have_run =
+        report.counters.get("upstream_failed_before_progress").copied().unwrap_or(0);
+    report
+        .counters
+        .insert("executions_missing".into(), (calls - may_not_have_run - executions).max(0));
     // Each execution reports the counter after its own increment: distinct values in range.
     let mut values = outcome.results.clone();
     values.sort_unstable();
@@ -1006,6 +1051,7 @@ fn fault(a: &FaultArgs) -> anyhow::Result<RunReport> {
         "phantom_owed",
         "result_values_repeated",
         "result_values_out_of_range",
+        "results_disagree",
     ] {
         report.counters.entry(key.into()).or_insert(0);
         report.require_zero(key);
@@ -1016,16 +1062,43 @@ fn fault(a: &FaultArgs) -> anyhow::Result<RunReport> {
     let get = |k: &str| report.counters.get(k).copied().unwrap_or(0);
     println!(
         "fault: seed={seed} calls={calls} completed={completed} lost={} duplicated={} \
-         double_executions={} incomplete={incomplete} failed_calls={} cuts={} elapsed={:.1}s {}",
+         double_executions={} incomplete={incomplete} failed_calls={} cuts={} \
+         upstream_faults={} upstream_failed={} elapsed={:.1}s {}",
         get("lost") + get("gaps"),
         get("duplicated") + get("out_of_order"),
-        get("double_executions"),
+        get("double_executions") + get("results_disagree"),
         get("calls_failed"),
         get("cuts"),
+        get("upstream_faults.injected"),
+        get("upstream_failed"),
         elapsed.as_secs_f64(),
         if report.ok { "OK" } else { "FAILED" }
     );
     finish(common, report)
+}
+
+/// The upstream faults of a bridged path (`None` for the others, or with --upstream-fault-every 0).
+fn fault_upstream(
+    a: &FaultArgs,
+    target: &Target,
+    timeout: Duration,
+) -> anyhow::Result<Option<Arc<dyn scenario::fault::UpstreamFaults>>> {
+    use scenario::fault_bridge::{CutProxy, HttpUpstreamCuts, StdioChildKills};
+    let every = a.upstream_fault_every;
+    Ok(match a.path {
+        FaultPath::Legacy | FaultPath::Modern => None,
+        FaultPath::BridgeStdio => {
+            (every > 0).then(|| Arc::new(StdioChildKills::new(target.clone(), timeout, every)) as _)
+        }
+        FaultPath::BridgeHttp => {
+            let (Some(listen), Some(to)) = (a.proxy_listen, a.proxy_to) else {
+                bail!("--path bridge-http needs --proxy-listen and --proxy-to");
+            };
+            // The proxy carries every upstream request, faults or not.
+            let proxy = CutProxy::start(listen, to)?;
+            (every > 0).then(|| Arc::new(HttpUpstreamCuts::new(proxy, every)) as _)
+        }
+    })
 }
 
 fn sessions(a: &SessionsArgs) -> anyhow::Result<RunReport> {
