@@ -16,8 +16,9 @@
 #                HTTP server, with the official clients, the cut proxy, raw retries and faults
 #   conformance  scripts/conformance.sh: the official MCP conformance suite (0.1.16 active,
 #                pending, all; 0.2.0-alpha.12 --requirements 2025-11-25 and 2026-07-28)
-#   fault        scripts/fault.sh: the randomized fault test, 2 000 cut-and-recovered calls on
-#                each driver (io_uring, epoll)
+#   fault        scripts/fault.sh: the randomized fault test on each driver (io_uring, epoll):
+#                2 000 legacy and 2 000 modern keyed cut-and-recovered calls, 500 bridged calls
+#                per upstream (stdio, HTTP) with upstream faults
 #   fuzz         scripts/fuzz.sh --seconds 20: each coverage-guided fuzz target (libFuzzer via
 #                cargo-fuzz on stable) for 20 s from the committed seed corpora
 #   --only SUITES  run only these (comma-separated: cargo,clients,browser,bridge,

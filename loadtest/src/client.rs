@@ -242,21 +242,28 @@ pub fn get_counter(
     id: u64,
     timeout: Duration,
 ) -> anyhow::Result<u64> {
+    let text = tool_text(target, session, id, jsonrpc::GET_COUNTER_BODY, timeout)?;
+    text.trim().parse().with_context(|| format!("get_counter returned {text:?}"))
+}
+
+/// The text of the result of one `tools/call` (`body`, with `{id}` for the JSON-RPC id) on a
+/// new connection.
+pub fn tool_text(
+    target: &Target,
+    session: &Session,
+    id: u64,
+    body: &str,
+    timeout: Duration,
+) -> anyhow::Result<String> {
     let mut conn = Conn::connect(target, timeout)?;
-    let request =
-        PostTemplate::new(target, Some(&session.id), &session.version, jsonrpc::GET_COUNTER_BODY);
+    let request = PostTemplate::new(target, Some(&session.id), &session.version, body);
     let (head, messages) = conn.call(&request.bytes(id))?;
     for message in messages {
         match message {
-            Message::Result { text, .. } => {
-                return text
-                    .trim()
-                    .parse()
-                    .with_context(|| format!("get_counter returned {text:?}"))
-            }
-            Message::Error { code, message, .. } => bail!("get_counter failed: {code} {message}"),
+            Message::Result { text, .. } => return Ok(text),
+            Message::Error { code, message, .. } => bail!("tools/call failed: {code} {message}"),
             _ => {}
         }
     }
-    bail!("get_counter: HTTP {} without a result", head.status)
+    bail!("tools/call: HTTP {} without a result", head.status)
 }

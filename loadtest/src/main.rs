@@ -299,6 +299,30 @@ struct FaultArgs {
     /// answered by re-sending with a fresh Idempotency-Key. Sessions: --connections / 2.
     #[arg(long)]
     concurrent_callers: bool,
+    /// Which calls: `legacy` (sessions, built-in `slow_counter`), `modern` (2026-07-28
+    /// stateless keyed calls), `bridge-stdio` / `bridge-http` (legacy calls through tidemark's
+    /// `--upstream` to the stdio fixture / to an HTTP upstream behind --proxy-listen).
+    #[arg(long, value_enum, default_value = "legacy")]
+    path: FaultPath,
+    /// Bridged paths: one call in N gets an upstream fault mid-call (stdio: its child is
+    /// killed; HTTP: the proxy cuts every upstream connection); 0: none.
+    #[arg(long, default_value_t = 8)]
+    upstream_fault_every: u64,
+    /// `bridge-http`: where the cutting proxy listens (tidemark's `--upstream` points here).
+    #[arg(long)]
+    proxy_listen: Option<std::net::SocketAddr>,
+    /// `bridge-http`: the upstream the proxy forwards to (HOST:PORT).
+    #[arg(long)]
+    proxy_to: Option<std::net::SocketAddr>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum FaultPath {
+    Legacy,
+    Modern,
+    BridgeStdio,
+    BridgeHttp,
 }
 
 #[derive(Args, Debug)]
@@ -906,13 +930,20 @@ fn fault(a: &FaultArgs) -> anyhow::Result<RunReport> {
     }
     let target = Target::parse(&common.url)?;
     let workers = common.connections.unwrap_or(16).max(1);
+    // Concurrent callers: two workers per session. The modern path has no sessions (one opens
+    // for the probe); a bridged stdio session is a child process, so by default one per worker.
     let session_count = if a.concurrent_callers {
-        if !workers.is_multiple_of(2) || common.sessions.is_some() {
-            bail!("--concurrent-callers takes an even --connections and no --sessions");
+        if !workers.is_multiple_of(2) || common.sessions.is_some() || a.path != FaultPath::Legacy {
+            bail!("--concurrent-callers takes the legacy path, an even --connections and no --sessions");
         }
         workers / 2
     } else {
-        common.sessions.unwrap_or(64).max(1)
+        match a.path {
+            FaultPath::Modern => 1,
+            FaultPath::BridgeStdio => common.sessions.unwrap_or(workers),
+            _ => common.sessions.unwrap_or(64),
+        }
+        .max(1)
     };
     let seed = a.seed.unwrap_or_else(fault::clock_seed);
     let timeout = common.timeout.0;
@@ -920,10 +951,13 @@ fn fault(a: &FaultArgs) -> anyhow::Result<RunReport> {
         common,
         serde_json::json!({"calls": a.calls, "first_call": a.first_call, "seed": seed,
                            "max_cuts": a.max_cuts, "steps": a.steps, "delay_ms": a.delay_ms,
-                           "workers": workers, "sessions": session_count,
+                           "workers": workers, "sessions": session_count, "path": a.path,
+                           "upstream_fault_every": a.upstream_fault_every,
                            "concurrent_callers": a.concurrent_callers}),
     );
     print_config("fault", &config);
+    // Before any session: a bridged session's initialize goes through the proxy.
+    let upstream = fault_upstream(a, &target, timeout)?;
     let sessions = fault::open_sessions(&target, session_count, timeout)?;
     let by_owner = fault::sessions_by_owner(&sessions);
     eprintln!(
@@ -954,9 +988,14 @@ fn fault(a: &FaultArgs) -> anyhow::Result<RunReport> {
         traces: a.traces,
         trace_to: writer.as_ref().map(|(tx, _)| tx.clone()),
         concurrent_callers: a.concurrent_callers,
+        upstream: upstream.clone(),
+    };
+    let run_call: fault::RunCall = match a.path {
+        FaultPath::Modern => scenario::fault_modern::run_call,
+        _ => fault::legacy_call,
     };
     let started = Instant::now();
-    let outcome = fault::run(sessions, workers, settings, lives);
+    let outcome = fault::run_with(sessions, workers, settings, lives, run_call);
     let elapsed = started.elapsed();
     if let Some((tx, handle)) = writer {
         drop(tx);
@@ -982,7 +1021,13 @@ fn fault(a: &FaultArgs) -> anyhow::Result<RunReport> {
     let executions = counter_after as i64 - counter_before as i64;
     report.counters.insert("executions_by_counter".into(), executions);
     report.counters.insert("double_executions".into(), (executions - calls).max(0));
-    report.counters.insert("executions_missing".into(), (calls - executions).max(0));
+    // A bridged call whose upstream failed before its first progress value may never have
+    // reached the upstream: it may be missing from the counter, never counted twice.
+    let may_not_have_run =
+        report.counters.get("upstream_failed_before_progress").copied().unwrap_or(0);
+    report
+        .counters
+        .insert("executions_missing".into(), (calls - may_not_have_run - executions).max(0));
     // Each execution reports the counter after its own increment: distinct values in range.
     let mut values = outcome.results.clone();
     values.sort_unstable();
@@ -1021,6 +1066,7 @@ fn fault(a: &FaultArgs) -> anyhow::Result<RunReport> {
         "phantom_owed",
         "result_values_repeated",
         "result_values_out_of_range",
+        "results_disagree",
     ] {
         report.counters.entry(key.into()).or_insert(0);
         report.require_zero(key);
@@ -1032,17 +1078,43 @@ fn fault(a: &FaultArgs) -> anyhow::Result<RunReport> {
     println!(
         "fault: seed={seed} calls={calls} completed={completed} lost={} duplicated={} \
          double_executions={} foreign_events={} incomplete={incomplete} failed_calls={} \
-         cuts={} elapsed={:.1}s {}",
+         cuts={} upstream_faults={} upstream_failed={} elapsed={:.1}s {}",
         get("lost") + get("gaps"),
         get("duplicated") + get("out_of_order"),
-        get("double_executions"),
+        get("double_executions") + get("results_disagree"),
         get("foreign_events"),
         get("calls_failed"),
         get("cuts"),
+        get("upstream_faults.injected"),
+        get("upstream_failed"),
         elapsed.as_secs_f64(),
         if report.ok { "OK" } else { "FAILED" }
     );
     finish(common, report)
+}
+
+/// The upstream faults of a bridged path (`None` for the others, or with --upstream-fault-every 0).
+fn fault_upstream(
+    a: &FaultArgs,
+    target: &Target,
+    timeout: Duration,
+) -> anyhow::Result<Option<Arc<dyn scenario::fault::UpstreamFaults>>> {
+    use scenario::fault_bridge::{CutProxy, HttpUpstreamCuts, StdioChildKills};
+    let every = a.upstream_fault_every;
+    Ok(match a.path {
+        FaultPath::Legacy | FaultPath::Modern => None,
+        FaultPath::BridgeStdio => {
+            (every > 0).then(|| Arc::new(StdioChildKills::new(target.clone(), timeout, every)) as _)
+        }
+        FaultPath::BridgeHttp => {
+            let (Some(listen), Some(to)) = (a.proxy_listen, a.proxy_to) else {
+                bail!("--path bridge-http needs --proxy-listen and --proxy-to");
+            };
+            // The proxy carries every upstream request, faults or not.
+            let proxy = CutProxy::start(listen, to)?;
+            (every > 0).then(|| Arc::new(HttpUpstreamCuts::new(proxy, every)) as _)
+        }
+    })
 }
 
 fn sessions(a: &SessionsArgs) -> anyhow::Result<RunReport> {

@@ -76,15 +76,15 @@ use crate::stats::{self, Live};
 use crate::wire::{self, BodyKind, Head, Target};
 
 /// JSON-RPC id of call `c` is `CALL_ID_BASE + c` (the probe session uses 1 and 2).
-const CALL_ID_BASE: u64 = 1_000_000;
+pub(crate) const CALL_ID_BASE: u64 = 1_000_000;
 /// Requests one call may send before it is given up as incomplete.
-const ATTEMPTS_MAX: u32 = 48;
+pub(crate) const ATTEMPTS_MAX: u32 = 48;
 /// Pause before re-POSTing after `409 -31004` (held too long while another stream was owed).
-const HELD_BACKOFF: Duration = Duration::from_millis(20);
+pub(crate) const HELD_BACKOFF: Duration = Duration::from_millis(20);
 /// Pause before trying again after a failed connect.
-const CONNECT_BACKOFF: Duration = Duration::from_millis(50);
+pub(crate) const CONNECT_BACKOFF: Duration = Duration::from_millis(50);
 /// Most connect failures in a row before a call gives up.
-const CONNECTS_FAILED_MAX: u32 = 20;
+pub(crate) const CONNECTS_FAILED_MAX: u32 = 20;
 
 /// SplitMix64: tiny, fast, and the same sequence on every machine for a seed.
 #[derive(Clone, Debug)]
@@ -142,6 +142,32 @@ pub struct Settings {
     pub trace_to: Option<mpsc::Sender<String>>,
     /// Two workers per session, issuing calls that may be identical (module doc).
     pub concurrent_callers: bool,
+    /// Bridged runs: faults between the server and its upstream (`fault_bridge`).
+    pub upstream: Option<Arc<dyn UpstreamFaults>>,
+}
+
+/// Faults a bridged run injects between tidemark and its upstream, one call in `every()`, once
+/// the call has received a drawn number of progress values (so the upstream has started it).
+/// Such a call may end with the bridge's `-32603` (CONTRACT §7): counted as `upstream_failed`,
+/// not as lost.
+pub(crate) trait UpstreamFaults: Send + Sync + std::fmt::Debug {
+    /// One call in this many gets an upstream fault.
+    fn every(&self) -> u64;
+    /// Before the call's first POST: what `inject` needs (the session's child pid), or why the
+    /// fault cannot be prepared.
+    fn prepare(&self, session: &Session) -> Result<u64, String>;
+    /// Injects the fault now; says what it did (for the trace).
+    fn inject(&self, handle: u64) -> String;
+    /// After the call: waits until the server has seen the fault's effect (a killed child
+    /// reaped), so the session's next call is not the one that meets it.
+    fn settle(&self, handle: u64);
+}
+
+/// A call's planned upstream fault.
+struct PlannedUpstreamFault {
+    after_progress: u64,
+    handle: u64,
+    fired: bool,
 }
 
 pub struct Outcome {
@@ -214,14 +240,31 @@ pub fn sessions_by_owner(sessions: &[Session]) -> BTreeMap<String, i64> {
     by
 }
 
-/// Runs every call on `workers` threads. Worker `w` runs calls `first + w`, `first + w +
-/// workers`, …, cycling through its own sessions (`w`, `w + workers`, … when there are at
-/// least as many sessions as workers; else it shares session `w % sessions`).
-pub fn run(
+/// A legacy call (a `RunCall`).
+pub(crate) fn legacy_call(
+    s: &Settings,
+    session: &Session,
+    call: u64,
+    completed: &Completed,
+    conn: &mut Option<Conn>,
+) -> CallReport {
+    Call::new(s, session, call, completed).run(conn)
+}
+
+/// Runs one call (settings, its session, its index, which calls completed, the worker's
+/// kept-alive connection): a legacy call here, a 2026-07-28 keyed one in `fault_modern`.
+pub(crate) type RunCall = fn(&Settings, &Session, u64, &Completed, &mut Option<Conn>) -> CallReport;
+
+/// Runs every call on `workers` threads, each call by `run_call`. Worker `w` runs calls
+/// `first + w`, `first + w + workers`, …, cycling through its own sessions (`w`, `w + workers`,
+/// … when there are at least as many sessions as workers; else it shares session `w %
+/// sessions`).
+pub(crate) fn run_with(
     sessions: Vec<Session>,
     workers: usize,
     settings: Settings,
     lives: Vec<Arc<Live>>,
+    run_call: RunCall,
 ) -> anyhow::Result<Outcome> {
     if sessions.is_empty() {
         bail!("no sessions");
@@ -241,7 +284,7 @@ pub fn run(
             } else {
                 vec![sessions[w % sessions.len()].clone()]
             };
-            Ok(worker(&mine, w, workers, &settings, &completed, &lives[w]))
+            Ok(worker(&mine, w, workers, &settings, &completed, &lives[w], run_call))
         }
     })?;
     let mut total = Outcome::new();
@@ -252,7 +295,7 @@ pub fn run(
 }
 
 /// Which calls have completed so far (all workers), by call index − `--first-call`.
-type Completed = Arc<Vec<AtomicBool>>;
+pub(crate) type Completed = Arc<Vec<AtomicBool>>;
 
 /// Whether the call with JSON-RPC id `request` has completed.
 fn is_completed(completed: &Completed, s: &Settings, request: u64) -> bool {
@@ -286,6 +329,7 @@ fn worker(
     s: &Settings,
     completed: &Completed,
     live: &Live,
+    run_call: RunCall,
 ) -> Outcome {
     let mut out = Outcome::new();
     let mut interval = stats::new_histogram();
@@ -298,7 +342,7 @@ fn worker(
         let session = &sessions[k % sessions.len()];
         k += 1;
         let started = Instant::now();
-        let report = Call::new(s, session, call, completed).run(&mut conn);
+        let report = run_call(s, session, call, completed, &mut conn);
         if report.complete {
             completed[(call - s.first_call) as usize].store(true, Ordering::Relaxed);
         }
@@ -346,7 +390,7 @@ enum Next {
 
 /// Where a response is cut.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum CutAt {
+pub(crate) enum CutAt {
     /// Right after sending the request: nothing read, not even the head.
     Sent,
     /// Right after processing this many events (0: the head and maybe some bytes were read,
@@ -357,7 +401,7 @@ enum CutAt {
 }
 
 impl CutAt {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             CutAt::Sent => "sent",
             CutAt::Events(0) => "head",
@@ -369,13 +413,13 @@ impl CutAt {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum How {
+pub(crate) enum How {
     Fin,
     Rst,
 }
 
 /// How one request's answer ended.
-enum Exchange {
+pub(crate) enum Exchange {
     /// Cut as planned.
     Cut,
     /// Read to its end.
@@ -389,7 +433,7 @@ enum Exchange {
 /// What one event carried (events are deduplicated by id; an id seen again must carry the
 /// same thing).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Carried {
+pub(crate) enum Carried {
     Priming,
     Progress(u64),
     /// The final result: the counter value it reports and a hash of the whole message.
@@ -398,7 +442,7 @@ enum Carried {
 }
 
 /// A message as the checks see it.
-enum Msg {
+pub(crate) enum Msg {
     Carried(Carried),
     /// `-31003`: events were evicted before we got them.
     Gap(String),
@@ -410,13 +454,18 @@ enum Msg {
     Bad(String),
 }
 
+/// Whether a final error (its JSON text) is the bridge's `-32603` for a failed upstream.
+fn is_upstream_failure(error: &str) -> bool {
+    serde_json::from_str::<Value>(error).is_ok_and(|v| v["error"]["code"].as_i64() == Some(-32603))
+}
+
 fn hash_of(data: &[u8]) -> u64 {
     let mut h = DefaultHasher::new();
     data.hash(&mut h);
     h.finish()
 }
 
-fn classify(data: &[u8], request_id: u64, steps: u64) -> Msg {
+pub(crate) fn classify(data: &[u8], request_id: u64, steps: u64) -> Msg {
     if data.is_empty() {
         return Msg::Carried(Carried::Priming);
     }
@@ -624,18 +673,18 @@ fn post_of(s: &Settings, session: &Session, body: &str, key: Option<&str>) -> Ve
 }
 
 /// A call that passed but took longer than this is traced as a note.
-const SLOW_CALL: Duration = Duration::from_secs(1);
+pub(crate) const SLOW_CALL: Duration = Duration::from_secs(1);
 
 /// What a finished call reports to its worker.
-struct CallReport {
-    ok: bool,
+pub(crate) struct CallReport {
+    pub ok: bool,
     /// The call ended: its result arrived and a response of it ended normally.
-    complete: bool,
+    pub complete: bool,
     /// Passed, but worth a look: held too long (`-31004`) or slow.
-    note: bool,
-    result: Option<u64>,
-    counters: BTreeMap<String, i64>,
-    trace: String,
+    pub note: bool,
+    pub result: Option<u64>,
+    pub counters: BTreeMap<String, i64>,
+    pub trace: String,
 }
 
 struct Call<'a> {
@@ -658,6 +707,10 @@ struct Call<'a> {
     timeouts: u64,
     held_too_long: u64,
     phantom_owed: u64,
+    /// Drawn upstream fault, if any (bridged runs); prepared when the call starts.
+    upstream: Option<PlannedUpstreamFault>,
+    /// The call ended with the bridge's `-32603` (bridged runs only).
+    upstream_failed: bool,
     started: Instant,
 }
 
@@ -671,6 +724,9 @@ impl<'a> Call<'a> {
         let mut rng = Rng::for_call(s.seed, index);
         let keyed = rng.coin();
         let delay = s.delays_ms[rng.below(s.delays_ms.len() as u64) as usize];
+        let upstream = s.upstream.as_ref().filter(|f| rng.below(f.every().max(1)) == 0).map(|_| {
+            PlannedUpstreamFault { after_progress: 1 + rng.below(s.steps), handle: 0, fired: false }
+        });
         let id = CALL_ID_BASE + index;
         // Concurrent callers share one nonce, so that their calls may be identical.
         let nonce = if s.concurrent_callers { 0 } else { index };
@@ -719,6 +775,8 @@ impl<'a> Call<'a> {
             timeouts: 0,
             held_too_long: 0,
             phantom_owed: 0,
+            upstream,
+            upstream_failed: false,
             started: Instant::now(),
         }
     }
@@ -733,6 +791,7 @@ impl<'a> Call<'a> {
         } else {
             1 + self.rng.below(u64::from(self.s.max_cuts)) as u32
         };
+        self.prepare_upstream_fault();
         let mut next = Next::Post;
         let mut posts = 0u32;
         let mut connect_failures = 0u32;
@@ -758,11 +817,8 @@ impl<'a> Call<'a> {
                     (bytes, "get")
                 }
             };
-            let plan = (cuts_left > 0 && (attempts == 1 || self.rng.coin())).then(|| {
-                let at = self.pick_cut();
-                let how = if self.rng.coin() { How::Fin } else { How::Rst };
-                (at, how)
-            });
+            let plan = (cuts_left > 0 && (attempts == 1 || self.rng.coin()))
+                .then(|| plan_cut(&mut self.rng, self.s.steps));
             match &next {
                 Next::Post => {
                     let _ = write!(self.trace, "  {label}");
@@ -781,34 +837,20 @@ impl<'a> Call<'a> {
                 posts += 1;
             }
             match exchange {
-                Exchange::NoConnection(e) => {
-                    let _ = writeln!(self.trace, " no connection: {e}");
-                    self.count("errors.connect");
-                    connect_failures += 1;
-                    if connect_failures >= CONNECTS_FAILED_MAX {
-                        break Err(format!("cannot connect: {e}"));
+                unanswered @ (Exchange::NoConnection(_)
+                | Exchange::Cut
+                | Exchange::Broken { .. }) => {
+                    let tally = (&mut self.counters, &mut self.trace, &mut self.timeouts);
+                    match after_unanswered(unanswered, plan, tally, &mut connect_failures) {
+                        Unanswered::NoConnection => attempts -= 1,
+                        Unanswered::GiveUp(e) => break Err(e),
+                        Unanswered::Cut => {
+                            cuts_left -= 1;
+                            self.count(&format!("cuts.on_{label}"));
+                            next = self.recover();
+                        }
+                        Unanswered::Dropped => next = self.recover(),
                     }
-                    std::thread::sleep(CONNECT_BACKOFF);
-                    attempts -= 1;
-                }
-                Exchange::Cut => {
-                    let (at, how) = plan.expect("invariant: a cut was planned");
-                    let _ = writeln!(self.trace, " | cut");
-                    cuts_left -= 1;
-                    self.count("cuts");
-                    self.count(&format!("cuts.{}", if how == How::Fin { "fin" } else { "rst" }));
-                    self.count(&format!("cuts.at_{}", at.name()));
-                    self.count(&format!("cuts.on_{label}"));
-                    next = self.recover();
-                }
-                Exchange::Broken { timeout, error } => {
-                    let _ = writeln!(self.trace, " | broken: {error}");
-                    if timeout {
-                        self.timeouts += 1;
-                    } else {
-                        self.count("unplanned_drops");
-                    }
-                    next = self.recover();
                 }
                 Exchange::Complete { head, body } => {
                     match self.answer(label, &head, &body, &log, primings_before) {
@@ -819,19 +861,33 @@ impl<'a> Call<'a> {
                 }
             }
         };
+        if let (Some(fault), Some(faults)) = (&self.upstream, &self.s.upstream) {
+            if fault.fired {
+                faults.settle(fault.handle);
+            }
+        }
         self.finish(verdict)
     }
 
-    /// A cut point: before the first event, mid-stream or after the result, a third each.
-    fn pick_cut(&mut self) -> CutAt {
-        match self.rng.below(3) {
-            0 => match self.rng.below(3) {
-                0 => CutAt::Sent,
-                1 => CutAt::Events(0),
-                _ => CutAt::Events(1),
-            },
-            1 => CutAt::Events(2 + self.rng.below(self.s.steps.max(1))),
-            _ => CutAt::AfterResult,
+    fn prepare_upstream_fault(&mut self) {
+        let (Some(fault), Some(faults)) = (&mut self.upstream, &self.s.upstream) else {
+            return;
+        };
+        match faults.prepare(self.session) {
+            Ok(handle) => {
+                fault.handle = handle;
+                let _ = writeln!(
+                    self.trace,
+                    "  upstream fault after progress {} (handle {handle})",
+                    fault.after_progress
+                );
+                add(&mut self.counters, "upstream_faults.planned", 1);
+            }
+            Err(e) => {
+                let _ = writeln!(self.trace, "  upstream fault not prepared: {e}");
+                add(&mut self.counters, "upstream_faults.not_prepared", 1);
+                self.upstream = None;
+            }
         }
     }
 
@@ -849,7 +905,8 @@ impl<'a> Call<'a> {
         Next::Post
     }
 
-    /// Sends `request` and reads its answer, cutting it as planned.
+    /// Sends `request` and reads its answer, cutting it as planned; a bridged call's upstream
+    /// fault fires once the planned number of progress values has arrived.
     fn exchange(
         &mut self,
         slot: &mut Option<Conn>,
@@ -857,76 +914,18 @@ impl<'a> Call<'a> {
         plan: Option<(CutAt, How)>,
     ) -> (Exchange, ResponseLog) {
         let mut log = ResponseLog::default();
-        let reused = slot.is_some();
-        let mut conn = match slot.take() {
-            Some(c) => c,
-            None => match Conn::connect(&self.s.target, self.s.timeout) {
-                Ok(c) => c,
-                Err(e) => return (Exchange::NoConnection(format!("{e:#}")), log),
-            },
-        };
-        if let Err(e) = conn.send(request) {
-            if !reused {
-                return (Exchange::Broken { timeout: false, error: format!("{e:#}") }, log);
-            }
-            // A kept-alive connection the server closed meanwhile: once more, on a new one.
-            conn = match Conn::connect(&self.s.target, self.s.timeout) {
-                Ok(c) => c,
-                Err(e) => return (Exchange::NoConnection(format!("{e:#}")), log),
-            };
-            if let Err(e) = conn.send(request) {
-                return (Exchange::Broken { timeout: false, error: format!("{e:#}") }, log);
-            }
-        }
-        let cut = |conn: Conn, how: How| match how {
-            How::Fin => conn.close_fin(),
-            How::Rst => conn.cut(true),
-        };
-        if let Some((CutAt::Sent, how)) = plan {
-            cut(conn, how);
-            return (Exchange::Cut, log);
-        }
-        let at = plan.map(|(at, _)| at);
-        let got = &mut self.got;
-        let mut processed = 0u64;
-        let read = conn.read(|ev| {
-            if let Some(CutAt::Events(k)) = at {
-                if processed >= k {
-                    return true;
+        let (got, upstream) = (&mut self.got, &mut self.upstream);
+        let exchange = exchange(self.s, slot, request, plan, |id, data| {
+            let is_final = got.on_event(id, data, &mut log);
+            if let (Some(fault), Some(faults)) = (upstream.as_mut(), &self.s.upstream) {
+                if !fault.fired && got.highest >= fault.after_progress {
+                    fault.fired = true;
+                    let what = faults.inject(fault.handle);
+                    let _ = write!(log.text, " [upstream fault: {what}]");
                 }
             }
-            let is_final = got.on_event(ev.id, ev.data, &mut log);
-            processed += 1;
-            match at {
-                Some(CutAt::Events(k)) => processed >= k,
-                Some(CutAt::AfterResult) => is_final,
-                _ => false,
-            }
+            is_final
         });
-        let exchange = match read {
-            Ok(ReadEnd::Stopped { .. }) => {
-                let how = plan.map_or(How::Fin, |(_, how)| how);
-                cut(conn, how);
-                Exchange::Cut
-            }
-            Ok(ReadEnd::Complete { head, body }) => {
-                if !head.close {
-                    *slot = Some(conn);
-                }
-                Exchange::Complete { head, body }
-            }
-            Err(e) => {
-                let timeout = e.chain().any(|c| {
-                    c.downcast_ref::<std::io::Error>().is_some_and(|io| {
-                        matches!(
-                            io.kind(),
-                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                        )
-                    })
-                });
-                Exchange::Broken { timeout, error: format!("{e:#}") }
-            }
-        };
         (exchange, log)
     }
 
@@ -962,6 +961,12 @@ impl<'a> Call<'a> {
                 return Err(format!("-31003 gap: {gap}"));
             }
             if let Some(error) = self.got.error.clone() {
+                if self.s.upstream.is_some() && is_upstream_failure(&error) {
+                    // CONTRACT §7: the bridge's final answer for a call whose upstream failed.
+                    self.upstream_failed = true;
+                    let _ = writeln!(self.trace, " | upstream failed");
+                    return Ok(None);
+                }
                 let _ = writeln!(self.trace);
                 return Err(format!("final error: {error}"));
             }
@@ -1103,7 +1108,8 @@ impl<'a> Call<'a> {
     fn finish(mut self, verdict: Result<(), String>) -> CallReport {
         let got = &self.got;
         let ended = verdict.is_ok() || got.gap.is_some();
-        let lost = if ended { got.missing() } else { 0 };
+        // A call whose upstream failed ends with the -32603 in place of the rest.
+        let lost = if ended && !self.upstream_failed { got.missing() } else { 0 };
         let result = got.result.flatten();
         let mut problems = Vec::new();
         if let Err(e) = &verdict {
@@ -1125,8 +1131,19 @@ impl<'a> Call<'a> {
             ("second_priming", got.primings.len().saturating_sub(1) as u64),
             ("timeouts", self.timeouts),
             ("phantom_owed", self.phantom_owed),
-            ("result_without_value", u64::from(verdict.is_ok() && result.is_none())),
+            (
+                "result_without_value",
+                u64::from(verdict.is_ok() && !self.upstream_failed && result.is_none()),
+            ),
         ];
+        if self.upstream_failed {
+            add(&mut self.counters, "upstream_failed", 1);
+            let before = got.highest == 0;
+            add(&mut self.counters, "upstream_failed_before_progress", i64::from(before));
+        }
+        if self.upstream.as_ref().is_some_and(|f| f.fired) {
+            add(&mut self.counters, "upstream_faults.injected", 1);
+        }
         let (known, bad) = (got.known_replayed, got.bad.clone());
         for (name, n) in checks {
             add(&mut self.counters, name, n as i64);
@@ -1161,6 +1178,156 @@ impl<'a> Call<'a> {
         }
         CallReport { ok, complete, note, result, counters: self.counters, trace }
     }
+}
+
+/// Sends `request` on the worker's kept-alive connection (or a new one) and reads its answer,
+/// cutting it as planned; `on_event(id, data)` sees every event and says whether it was the
+/// final response.
+pub(crate) fn exchange(
+    s: &Settings,
+    slot: &mut Option<Conn>,
+    request: &[u8],
+    plan: Option<(CutAt, How)>,
+    mut on_event: impl FnMut(&[u8], &[u8]) -> bool,
+) -> Exchange {
+    let reused = slot.is_some();
+    let mut conn = match slot.take() {
+        Some(c) => c,
+        None => match Conn::connect(&s.target, s.timeout) {
+            Ok(c) => c,
+            Err(e) => return Exchange::NoConnection(format!("{e:#}")),
+        },
+    };
+    if let Err(e) = conn.send(request) {
+        if !reused {
+            return Exchange::Broken { timeout: false, error: format!("{e:#}") };
+        }
+        // A kept-alive connection the server closed meanwhile: once more, on a new one.
+        conn = match Conn::connect(&s.target, s.timeout) {
+            Ok(c) => c,
+            Err(e) => return Exchange::NoConnection(format!("{e:#}")),
+        };
+        if let Err(e) = conn.send(request) {
+            return Exchange::Broken { timeout: false, error: format!("{e:#}") };
+        }
+    }
+    let cut = |conn: Conn, how: How| match how {
+        How::Fin => conn.close_fin(),
+        How::Rst => conn.cut(true),
+    };
+    if let Some((CutAt::Sent, how)) = plan {
+        cut(conn, how);
+        return Exchange::Cut;
+    }
+    let at = plan.map(|(at, _)| at);
+    let mut processed = 0u64;
+    let read = conn.read(|ev| {
+        if let Some(CutAt::Events(k)) = at {
+            if processed >= k {
+                return true;
+            }
+        }
+        let is_final = on_event(ev.id, ev.data);
+        processed += 1;
+        match at {
+            Some(CutAt::Events(k)) => processed >= k,
+            Some(CutAt::AfterResult) => is_final,
+            _ => false,
+        }
+    });
+    match read {
+        Ok(ReadEnd::Stopped { .. }) => {
+            let how = plan.map_or(How::Fin, |(_, how)| how);
+            cut(conn, how);
+            Exchange::Cut
+        }
+        Ok(ReadEnd::Complete { head, body }) => {
+            if !head.close {
+                *slot = Some(conn);
+            }
+            Exchange::Complete { head, body }
+        }
+        Err(e) => {
+            let timeout = e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>().is_some_and(|io| {
+                    matches!(
+                        io.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    )
+                })
+            });
+            Exchange::Broken { timeout, error: format!("{e:#}") }
+        }
+    }
+}
+
+/// How a request without a complete answer goes on.
+pub(crate) enum Unanswered {
+    /// No connection: the same request again after `CONNECT_BACKOFF` (not an attempt).
+    NoConnection,
+    /// Cut as planned: recover.
+    Cut,
+    /// The connection broke (or timed out): recover.
+    Dropped,
+    /// Too many connect failures in a row.
+    GiveUp(String),
+}
+
+/// Counts and traces a request without a complete answer the same way on every path
+/// (`tally`: the call's counters, trace and timeouts); sleeps before a reconnect.
+pub(crate) fn after_unanswered(
+    exchange: Exchange,
+    plan: Option<(CutAt, How)>,
+    tally: (&mut BTreeMap<String, i64>, &mut String, &mut u64),
+    connect_failures: &mut u32,
+) -> Unanswered {
+    let (counters, trace, timeouts) = tally;
+    match exchange {
+        Exchange::NoConnection(e) => {
+            let _ = writeln!(trace, " no connection: {e}");
+            add(counters, "errors.connect", 1);
+            *connect_failures += 1;
+            if *connect_failures >= CONNECTS_FAILED_MAX {
+                return Unanswered::GiveUp(format!("cannot connect: {e}"));
+            }
+            std::thread::sleep(CONNECT_BACKOFF);
+            Unanswered::NoConnection
+        }
+        Exchange::Cut => {
+            let (at, how) = plan.expect("invariant: a cut was planned");
+            let _ = writeln!(trace, " | cut");
+            add(counters, "cuts", 1);
+            add(counters, &format!("cuts.{}", if how == How::Fin { "fin" } else { "rst" }), 1);
+            add(counters, &format!("cuts.at_{}", at.name()), 1);
+            Unanswered::Cut
+        }
+        Exchange::Broken { timeout, error } => {
+            let _ = writeln!(trace, " | broken: {error}");
+            if timeout {
+                *timeouts += 1;
+            } else {
+                add(counters, "unplanned_drops", 1);
+            }
+            Unanswered::Dropped
+        }
+        Exchange::Complete { .. } => unreachable!("invariant: only unanswered exchanges"),
+    }
+}
+
+/// A cut: before the first event, mid-stream (of a call with `steps` progress values) or after
+/// the result, a third each; FIN or RST, half each.
+pub(crate) fn plan_cut(rng: &mut Rng, steps: u64) -> (CutAt, How) {
+    let at = match rng.below(3) {
+        0 => match rng.below(3) {
+            0 => CutAt::Sent,
+            1 => CutAt::Events(0),
+            _ => CutAt::Events(1),
+        },
+        1 => CutAt::Events(2 + rng.below(steps.max(1))),
+        _ => CutAt::AfterResult,
+    };
+    let how = if rng.coin() { How::Fin } else { How::Rst };
+    (at, how)
 }
 
 /// The server's Prometheus counters (`name{labels} value` lines) from `url`.
