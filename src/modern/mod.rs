@@ -256,6 +256,13 @@ async fn tools_call(
     };
     core.registry.refresh_if_stale().await;
     let Some(route) = core.registry.tool(&name) else {
+        // A provider that could not open the core's stateless session (an upstream that is
+        // down, or redirects) lists nothing: its refusal says more than "unknown tool".
+        if let Some(e) = core.registry.stateless_failure() {
+            let mut body = Vec::with_capacity(256);
+            dispatch::push_provider_error(&mut body, &id, &e);
+            return reply(out, Answer::Json(&body), keep_alive);
+        }
         let message = format!("unknown tool: {name}");
         return crate::core::reply_error(out, &id, Code::InvalidParams, &message, keep_alive);
     };
