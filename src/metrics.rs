@@ -46,6 +46,8 @@ counters! {
     sessions_active => "tidemark_sessions_active", "Live sessions.";
     connections_active => "tidemark_connections_active", "Open connections.";
     handoffs_total => "tidemark_handoffs_total", "Connections moved to the core owning their request (its task, session or Idempotency-Key).";
+    accept_descriptors_exhausted_total => "tidemark_accept_descriptors_exhausted_total", "Accepts that failed with EMFILE/ENFILE (out of file descriptors): each answered one connection 503 from the reserve descriptor, or backed off.";
+    drain_backlog_accepted_total => "tidemark_drain_backlog_accepted_total", "Connections taken from the accept queue when the drain began (served, or answered 503), instead of reset by closing the listener.";
     handoffs_refused_total => "tidemark_handoffs_refused_total", "Requests answered 500 because the core they were handed to would have handed them on again (at most one hand-off per request).";
     rejected_owed => "migrations_rejected_total{reason=\"retry_of_owed\"}", "POSTs refused by the migration boundary.";
     rejected_id_reused => "migrations_rejected_total{reason=\"id_reused\"}", "POSTs refused by the migration boundary.";

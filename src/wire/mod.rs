@@ -182,6 +182,12 @@ pub(crate) enum Refusal {
     /// Us: a request handed to the core its names choose would be handed on again (the cores
     /// disagree on its owner: a bug). Answered at once, never moved a second time.
     HandedTwice,
+    /// Us: the drain ended before a connection sent its first request (it was waiting in the
+    /// accept queue, or had just connected); 503 with `Retry-After` and `Connection: close`.
+    ShuttingDown,
+    /// The OS: the process or system is out of file descriptors (EMFILE/ENFILE); the
+    /// connection is answered from the reserve descriptor and closed. 503 with `Retry-After`.
+    OutOfDescriptors,
 }
 
 impl Refusal {
@@ -215,6 +221,8 @@ impl Refusal {
             Refusal::ConflictingMcpHeader => (400, Code::HeaderMismatch),
             Refusal::BadIdempotencyKey => (400, Code::InvalidRequest),
             Refusal::Draining => (503, Code::InternalError),
+            Refusal::ShuttingDown => (503, Code::InternalError),
+            Refusal::OutOfDescriptors => (503, Code::InternalError),
             Refusal::BufferBudget => (503, Code::InternalError),
             Refusal::UpstreamBusy => (503, Code::InternalError),
             Refusal::HandedTwice => (500, Code::InternalError),
@@ -275,6 +283,12 @@ impl Refusal {
                  after Retry-After"
             }
             Refusal::HandedTwice => "request was handed between cores twice",
+            Refusal::ShuttingDown => {
+                "server shutting down: send the request again after Retry-After"
+            }
+            Refusal::OutOfDescriptors => {
+                "server out of file descriptors: connect again after Retry-After"
+            }
         }
     }
 }
@@ -449,7 +463,14 @@ fn refuse(out: &mut Vec<u8>, r: Refusal, id: Option<&RawId>, keep_alive: bool) {
     let retry_after: [(&str, &[u8]); 1];
     let headers: &[(&str, &[u8])] = if r == Refusal::MethodNotAllowed {
         &[("Allow", b"GET, POST, DELETE")]
-    } else if matches!(r, Refusal::Draining | Refusal::BufferBudget | Refusal::UpstreamBusy) {
+    } else if matches!(
+        r,
+        Refusal::Draining
+            | Refusal::BufferBudget
+            | Refusal::UpstreamBusy
+            | Refusal::ShuttingDown
+            | Refusal::OutOfDescriptors
+    ) {
         push_decimal(&mut seconds, crate::config::DRAIN_RETRY_AFTER_SECS);
         retry_after = [("Retry-After", &seconds)];
         &retry_after
