@@ -450,6 +450,8 @@ fn input_round(
             })?
         }
     };
+    // The retry's own answers are laid over the sealed ones: every answer came from the client,
+    // so its newest word wins (README, "Decisions where the revision is silent").
     match params.get("inputResponses") {
         None => {}
         Some(responses) => match dispatch::to_public(responses) {
