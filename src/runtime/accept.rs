@@ -27,7 +27,7 @@ use crate::runtime::handoff::Inboxes;
 use crate::wire::{Answer, Refusal};
 
 /// How long the accept loop waits after an EMFILE/ENFILE it could not answer (the reserve
-/// descriptor is in use): long enough not to spin on a listener that stays readable, short
+/// descriptor is in use), or another failure that would repeat at once: long enough not to spin on a listener that stays readable, short
 /// enough that a freed descriptor is used within a blink.
 const EXHAUSTED_BACKOFF: Duration = Duration::from_millis(50);
 /// Least time between two logs of descriptor exhaustion on one core (`error` level: resource
@@ -93,8 +93,15 @@ pub(super) async fn accept_until_drain(
         match accepted {
             Ok((socket, _peer)) => admit(core, drain, inboxes, socket),
             Err(e) if out_of_descriptors(&e) => exhausted(core, acceptor).await,
-            // Interrupted, aborted by the peer, or cancelled by the drain: nothing to answer.
-            Err(_) => {}
+            // Cancelled by the drain, interrupted, or aborted by the peer: nothing to answer.
+            Err(_) if draining => {}
+            Err(e) if passing(&e) => {}
+            // Another failure (ENOBUFS, ENOMEM: the kernel short of memory) would come back at
+            // once: wait rather than spin.
+            Err(e) => {
+                tracing::warn!(core = index, error = %e, "accept failed");
+                monoio::time::sleep(EXHAUSTED_BACKOFF).await;
+            }
         }
         if draining {
             return;
@@ -104,9 +111,9 @@ pub(super) async fn accept_until_drain(
 
 /// At the drain's start, before the listener closes: takes every connection already in the
 /// accept queue (at most `LISTEN_BACKLOG`, so a flood arriving meanwhile cannot prolong the
-/// sweep) and serves it as the drain serves any
-/// connection (its first request is read and answered with `Connection: close`; one that
-/// sends nothing before the drain ends gets 503). Closing a listener resets what its queue
+/// sweep) and serves it as the drain serves any connection (its first request is read and
+/// answered with `Connection: close`; one that sends nothing before the drain ends gets 503).
+/// Closing a listener resets what its queue
 /// holds; a connection whose handshake completes between the last accept here and the close
 /// still is (Linux's `net.ipv4.tcp_migrate_req` moves it to another core's open listener).
 pub(super) fn answer_backlog(
@@ -119,7 +126,7 @@ pub(super) fn answer_backlog(
     for _ in 0..LISTEN_BACKLOG {
         let socket = match queue.accept() {
             Ok((socket, _)) => socket,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) if passing(&e) => continue,
             Err(e) if out_of_descriptors(&e) => match accept_with_reserve(core, acceptor) {
                 Some(()) => continue,
                 None => return,
@@ -197,6 +204,16 @@ fn log_exhausted(core: &Endpoint, acceptor: &Acceptor) {
     let unlogged = acceptor.unlogged.replace(0);
     let core = core.index;
     tracing::error!(core, unlogged, "out of file descriptors: new connections answered 503");
+}
+
+/// A failed accept that says nothing about the next one: interrupted, or a connection the peer
+/// aborted while it waited in the queue.
+fn passing(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind;
+    matches!(
+        e.kind(),
+        ErrorKind::Interrupted | ErrorKind::ConnectionAborted | ErrorKind::WouldBlock
+    )
 }
 
 /// EMFILE (the process's limit) or ENFILE (the system's).
