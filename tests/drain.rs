@@ -322,3 +322,29 @@ fn connections_queued_at_the_drain_are_answered_never_reset() {
         assert!(status.success(), "{driver}: {status:?}");
     }
 }
+
+#[test]
+fn a_connection_that_sent_nothing_gets_503_at_the_drains_end() {
+    // Goal: a connection whose first request had not come when the drain ended (one the drain
+    // took from the accept queue, or just opened) is told to come back, not closed without a
+    // word. Method: an accepted connection that sends nothing (the server has counted it),
+    // SIGTERM on an otherwise idle server; the connection must read a 503 with Retry-After
+    // and then an orderly close.
+    for driver in DRIVERS {
+        let mut server = Proc(Server::with_admin(driver, &["--threads", "1"]));
+        let mut silent = server.connect();
+        let open = "tidemark_connections_active";
+        support::wait_metric(&server.metrics(), open, Duration::from_secs(10), driver, |n| n == 1);
+        server.signal("TERM");
+        let (bytes, ending) = support::read_until_closed(&mut silent, Duration::from_secs(10));
+        let answer = parse_complete(&bytes).unwrap_or_else(|| {
+            panic!("{driver}: no whole answer ({ending:?}): {:?}", String::from_utf8_lossy(&bytes))
+        });
+        assert_eq!(answer.status, 503, "{driver}: {}", answer.text());
+        assert_eq!(answer.header("Retry-After"), Some("1"), "{driver}");
+        assert_eq!(answer.header("Connection"), Some("close"), "{driver}");
+        assert_eq!(ending, support::Ending::Closed, "{driver}");
+        let status = server.exit_within(Duration::from_secs(10)).expect("drained");
+        assert!(status.success(), "{driver}: {status:?}");
+    }
+}

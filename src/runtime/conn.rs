@@ -3,7 +3,9 @@
 //! core, or hand a response stream to the driver (`runtime::stream`).
 //!
 //! During a drain (`runtime::Drain`): an idle keep-alive connection closes at once and every
-//! answer carries `Connection: close` (a stream's end at the drain's end is the driver's).
+//! answer carries `Connection: close` (a stream's end at the drain's end is the driver's); a
+//! connection that has not sent its first request yet (one the drain took from the accept
+//! queue) is waited for, and answered 503 if the drain ends first.
 //!
 //! Called by `runtime` for each accepted or handed-over socket. Never: interprets MCP or
 //! writes a stream itself; never leaves a read buffer inside a dropped I/O future (timeouts
