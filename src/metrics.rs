@@ -47,6 +47,8 @@ counters! {
     sessions_active => "tidemark_sessions_active", "Live sessions.";
     connections_active => "tidemark_connections_active", "Open connections.";
     handoffs_total => "tidemark_handoffs_total", "Connections moved to the core owning their request (its task, session or Idempotency-Key).";
+    accept_descriptors_exhausted_total => "tidemark_accept_descriptors_exhausted_total", "Accepts that failed with EMFILE/ENFILE (out of file descriptors): each answered one connection 503 from the reserve descriptor, or backed off.";
+    drain_backlog_accepted_total => "tidemark_drain_backlog_accepted_total", "Connections taken from the accept queue when the drain began (served, or answered 503), instead of reset by closing the listener.";
     handoffs_refused_total => "tidemark_handoffs_refused_total", "Requests answered 500 because the core they were handed to would have handed them on again (at most one hand-off per request).";
     idempotency_bytes => "tidemark_idempotency_bytes", "Bytes the 2026-07-28 Idempotency-Key records hold (recorded notifications and final answers; per core at most --idempotency-bytes-per-core, plus records a connection still reads).";
     keyed_events_dropped_total => "tidemark_keyed_events_dropped_total", "Notifications of keyed calls not recorded: past --replay-bytes for the call or --idempotency-bytes-per-core for its core.";

@@ -417,7 +417,7 @@ fn reuseport_listener(addr: SocketAddr) -> Result<std::net::TcpListener, ServerE
     socket.set_reuse_port(true).map_err(io("SO_REUSEPORT"))?;
     socket.set_nodelay(true).map_err(io("TCP_NODELAY"))?;
     socket.bind(&addr.into()).map_err(io(format!("bind {addr}")))?;
-    socket.listen(1024).map_err(io("listen"))?;
+    socket.listen(config::LISTEN_BACKLOG as i32).map_err(io("listen"))?;
     socket.set_nonblocking(true).map_err(io("O_NONBLOCK"))?;
     Ok(socket.into())
 }

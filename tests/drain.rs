@@ -272,3 +272,79 @@ fn zero_drain_secs_is_refused_at_start() {
     assert_ne!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("--drain-secs must be greater than zero"), "{stderr}");
 }
+
+/// Connections the test queues in the server's accept queues while it is stopped: more than a
+/// worker accepts in the instant between resuming and seeing the drain, fewer than the
+/// listeners' backlog (1024 each).
+const QUEUED_CONNECTIONS: usize = 300;
+
+#[test]
+fn connections_queued_at_the_drain_are_answered_never_reset() {
+    // Goal: a connection the kernel already accepted (its handshake done, its request sent)
+    // but tidemark had not yet taken from the accept queue when the drain began gets an HTTP
+    // answer (served, or 503 + Connection: close), never a reset from closing the listener.
+    // Method: SIGSTOP the server, connect and send an `initialize` on many sockets (they wait
+    // in the kernel's accept queues), SIGTERM then SIGCONT; every socket must read a whole
+    // HTTP response and then an orderly close.
+    for driver in DRIVERS {
+        let mut server = Proc::start(driver, &[]);
+        server.signal("STOP");
+        let raw = server.post_bytes(&[], INIT);
+        let mut queued: Vec<TcpStream> = (0..QUEUED_CONNECTIONS)
+            .map(|_| {
+                let mut s = TcpStream::connect(server.addr).expect("queued by the kernel");
+                s.write_all(&raw).expect("request sent");
+                s
+            })
+            .collect();
+        server.signal("TERM");
+        server.signal("CONT");
+        let mut unanswered = Vec::new();
+        for (n, s) in queued.iter_mut().enumerate() {
+            let (bytes, ending) = support::read_until_closed(s, Duration::from_secs(10));
+            let answered =
+                bytes.starts_with(b"HTTP/1.1 200 ") || bytes.starts_with(b"HTTP/1.1 503 ");
+            if !answered || ending != support::Ending::Closed {
+                unanswered.push((
+                    n,
+                    ending,
+                    String::from_utf8_lossy(&bytes[..bytes.len().min(40)]).into_owned(),
+                ));
+            }
+        }
+        assert!(
+            unanswered.is_empty(),
+            "{driver}: {} of {QUEUED_CONNECTIONS} unanswered: {:?}",
+            unanswered.len(),
+            &unanswered[..unanswered.len().min(5)]
+        );
+        let status = server.exit_within(Duration::from_secs(10)).expect("drained");
+        assert!(status.success(), "{driver}: {status:?}");
+    }
+}
+
+#[test]
+fn a_connection_that_sent_nothing_gets_503_at_the_drains_end() {
+    // Goal: a connection whose first request had not come when the drain ended (one the drain
+    // took from the accept queue, or just opened) is told to come back, not closed without a
+    // word. Method: an accepted connection that sends nothing (the server has counted it),
+    // SIGTERM on an otherwise idle server; the connection must read a 503 with Retry-After
+    // and then an orderly close.
+    for driver in DRIVERS {
+        let mut server = Proc(Server::with_admin(driver, &["--threads", "1"]));
+        let mut silent = server.connect();
+        let open = "tidemark_connections_active";
+        support::wait_metric(&server.metrics(), open, Duration::from_secs(10), driver, |n| n == 1);
+        server.signal("TERM");
+        let (bytes, ending) = support::read_until_closed(&mut silent, Duration::from_secs(10));
+        let answer = parse_complete(&bytes).unwrap_or_else(|| {
+            panic!("{driver}: no whole answer ({ending:?}): {:?}", String::from_utf8_lossy(&bytes))
+        });
+        assert_eq!(answer.status, 503, "{driver}: {}", answer.text());
+        assert_eq!(answer.header("Retry-After"), Some("1"), "{driver}");
+        assert_eq!(answer.header("Connection"), Some("close"), "{driver}");
+        assert_eq!(ending, support::Ending::Closed, "{driver}");
+        let status = server.exit_within(Duration::from_secs(10)).expect("drained");
+        assert!(status.success(), "{driver}: {status:?}");
+    }
+}

@@ -519,6 +519,68 @@ fn greet_asks_for_input_and_finishes_on_the_retry() {
     }
 }
 
+/// Goal: the MRTR decisions the revision leaves open, as the README states them (issue 17 item
+/// 9b): for a key answered both in the `requestState` and in `inputResponses` the latter wins;
+/// a state may be sent again within its lifetime and the tool runs again with the same answers;
+/// with an `Idempotency-Key` a replay of the finished round gets the recorded outcome (even with
+/// other answers) instead of a second run. Method: the conformance two-round tool
+/// (`step1` name, `step2` colour), each round a 2026-07-28 request on a fresh connection.
+#[test]
+fn request_state_precedence_and_replay_are_as_documented() {
+    let server = Server::start(&["--tools", "conformance"]);
+    let tool = "test_input_required_result_multi_round";
+    let round = |id: u64, state: Option<&str>, answers: Value| {
+        let mut req = Modern::call(id, tool, json!({})).meta(META_CAPABILITIES, elicitation());
+        if let Some(state) = state {
+            req = req.param("requestState", json!(state));
+        }
+        if answers != json!({}) {
+            req = req.param("inputResponses", answers);
+        }
+        req
+    };
+    let form =
+        |field: &str, value: &str| json!({ "action": "accept", "content": { field: value } });
+    let state_of = |r: &Response, asked: &str, ctx: &str| -> String {
+        let v = r.json();
+        assert_eq!(v["result"]["resultType"], "input_required", "{ctx}: {v}");
+        let requests = v["result"]["inputRequests"].as_object().expect("inputRequests");
+        assert_eq!(requests.keys().collect::<Vec<_>>(), [asked], "{ctx}: {v}");
+        v["result"]["requestState"].as_str().expect("requestState").to_owned()
+    };
+    let first = state_of(&round(1, None, json!({})).send(&server), "step1", "round 1");
+    let step1 = json!({ "step1": form("name", "Ada") });
+    let second = state_of(&round(2, Some(&first), step1).send(&server), "step2", "round 2");
+
+    let blue = json!({ "step2": form("color", "blue") });
+    let cases: [(&str, u64, Value, &str); 3] = [
+        ("the sealed answer and the new one", 3, blue.clone(), "Ada likes blue"),
+        (
+            "inputResponses over the sealed answer",
+            4,
+            json!({ "step1": form("name", "Bob"), "step2": form("color", "blue") }),
+            "Bob likes blue",
+        ),
+        ("the same round replayed", 5, blue.clone(), "Ada likes blue"),
+    ];
+    for (ctx, id, answers, text) in cases {
+        let r = round(id, Some(&second), answers).send(&server);
+        assert_eq!(text_of(&assert_complete(&r, &json!(id), ctx)), text, "{ctx}");
+    }
+    let again = round(6, Some(&second), json!({})).send(&server);
+    state_of(&again, "step2", "the state alone: its answers used, the next one asked again");
+
+    let keyed = |id: u64, answers: Value| {
+        round(id, Some(&second), answers).header("Idempotency-Key", "mrtr-final").send(&server)
+    };
+    let r = keyed(7, blue);
+    assert_eq!(text_of(&assert_complete(&r, &json!(7), "keyed")), "Ada likes blue");
+    let red = json!({ "step2": form("color", "red") });
+    let r = keyed(8, red);
+    let ctx = "keyed replay with other answers: the recorded outcome, no second run";
+    assert_eq!(text_of(&assert_complete(&r, &json!(8), ctx)), "Ada likes blue", "{ctx}");
+}
+
 /// A `subscriptions/listen` request for the notification types in `filter`.
 fn listen(id: Value, filter: Value) -> Modern {
     Modern::new(id, "subscriptions/listen", json!({ "notifications": filter }))

@@ -3,9 +3,13 @@
 //! the front, run once upstream, and an upstream that dies mid-call ends the call with -32603.
 //! Method: the real binary in front of a second real tidemark serving the demo tools (a
 //! Streamable HTTP MCP server with event ids), both on loopback; the inner `get_counter` shows
-//! how often `slow_counter` ran.
+//! how often `slow_counter` ran; a raw `TcpListener` answering every request with a 307 for
+//! an upstream that redirects.
 
 mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
 
 use support::{
     assert_rest, call, call_stream, counter, open_session, post, read_priming, read_progress,
@@ -93,4 +97,82 @@ fn the_drain_deletes_the_upstream_sessions() {
         1,
         "the upstream session was deleted"
     );
+}
+
+/// Where the redirecting upstream sends its clients.
+const REDIRECT_TARGET: &str = "http://elsewhere.example:8080/mcp";
+
+/// A tiny HTTP server on 127.0.0.1:0 (a thread, for the test's lifetime) answering every
+/// request with `307` and `Location: REDIRECT_TARGET`, then closing the connection.
+fn redirecting_upstream() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && conn.read(&mut byte).is_ok_and(|n| n == 1) {
+                head.push(byte[0]);
+            }
+            let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+            let length = text
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            let mut body = vec![0u8; length];
+            let _ = conn.read_exact(&mut body);
+            let answer = format!(
+                "HTTP/1.1 307 Temporary Redirect\r\nLocation: {REDIRECT_TARGET}\r\n\
+                 Content-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            let _ = conn.write_all(answer.as_bytes());
+        }
+    });
+    addr
+}
+
+#[test]
+fn an_upstream_answering_a_redirect_is_named_with_its_status_and_location() {
+    // Goal: tidemark does not follow an upstream's redirect (a credential sent to the upstream
+    // must not follow to another origin), and says so: the legacy `initialize` fails with a
+    // message naming the upstream, the status and the Location; a 2026-07-28 call (served on
+    // the core's shared link) ends with -32603 whose data names the upstream, not with
+    // "unknown tool". Method: the front bridged to a raw listener that answers 307 to all.
+    let upstream = format!("http://{}/mcp", redirecting_upstream());
+    let front = Server::start(&["--upstream", upstream.as_str(), "--threads", "1"]);
+    let init = post(
+        &front,
+        &[],
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+    );
+    let error = &init.json()["error"];
+    assert_eq!(error["code"], -32603, "{}", init.text());
+    let message = error["message"].as_str().expect("a message");
+    for part in [upstream.as_str(), "307", REDIRECT_TARGET] {
+        assert!(message.contains(part), "{part:?} in {message:?}");
+    }
+    assert_eq!(error["data"]["upstream"], upstream.as_str(), "{error}");
+    assert_eq!(error["data"]["status"], 307, "{error}");
+    assert_eq!(error["data"]["location"], REDIRECT_TARGET, "{error}");
+
+    let meta = serde_json::json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    let body = serde_json::json!({
+        "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": { "name": "echo", "arguments": { "text": "a" }, "_meta": meta },
+    });
+    let headers = [
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "echo"),
+    ];
+    let answer = post(&front, &headers, &body.to_string());
+    let error = &answer.json()["error"];
+    assert_eq!(error["code"], -32603, "{}", answer.text());
+    assert_eq!(error["data"]["upstream"], upstream.as_str(), "{error}");
+    assert_eq!(error["data"]["location"], REDIRECT_TARGET, "{error}");
 }

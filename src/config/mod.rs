@@ -101,6 +101,10 @@ pub(crate) const CORE_BUFFER_BYTES: usize = 1024 * 1024 * 1024;
 /// last chunk, an answer being written) before the process exits regardless. One second covers
 /// a slow reader on a loopback or LAN link; a peer that reads nothing is cut then.
 pub(crate) const DRAIN_FLUSH_MS: u64 = 1000;
+/// The kernel's accept queue of each core's listener (`listen(2)` backlog; the kernel caps it
+/// at `net.core.somaxconn`). Connections beyond it wait in SYN retries; the drain takes at
+/// most this many from the queue before closing the listener.
+pub(crate) const LISTEN_BACKLOG: usize = 1024;
 /// `Retry-After` of the 503 a new `initialize` gets during a drain, in seconds: by then a
 /// restarted process or another replica answers.
 pub(crate) const DRAIN_RETRY_AFTER_SECS: u64 = 1;
@@ -202,6 +206,7 @@ const _: () = assert!(UNWRITTEN_SHARE_DIVISOR >= 2 && REPLAY_EVENTS_MAX >= UNWRI
 const _: () = assert!(HEADER_BYTES_MAX >= 1024);
 const _: () = assert!(THREADS_MAX <= u16::MAX as usize);
 const _: () = assert!(OWED_WAIT_MS < OWED_TIMEOUT_SECS * 1000);
+const _: () = assert!(LISTEN_BACKLOG > 0 && LISTEN_BACKLOG <= i32::MAX as usize);
 const _: () = assert!(DRAIN_SECS > 0 && DRAIN_FLUSH_MS > 0 && DRAIN_RETRY_AFTER_SECS > 0);
 const _: () = assert!(ADMIN_CONNECTIONS_MAX > 0 && ADMIN_IO_TIMEOUT_MS > 0);
 const _: () = assert!(TASKS_PER_CORE_MAX > 0 && TASK_BYTES_PER_CORE > 0);

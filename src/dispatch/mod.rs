@@ -56,6 +56,10 @@ pub(crate) struct Registry {
     /// this core), and a wake-up for requests waiting while it opens.
     stateless: std::cell::Cell<StatelessOpen>,
     stateless_opened: crate::signal::Signal,
+    /// `Some` while the last attempt to open `SessionRef::STATELESS` failed: the refusal (a
+    /// bridge's names its upstream), the answer to a 2026-07-28 call of a tool no provider
+    /// lists (that provider could not list its tools), instead of "unknown tool".
+    stateless_failure: RefCell<Option<ProviderError>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,6 +93,7 @@ impl Registry {
             listing: std::cell::Cell::new(0),
             stateless: std::cell::Cell::new(StatelessOpen::Closed),
             stateless_opened: Default::default(),
+            stateless_failure: RefCell::new(None),
         };
         registry.relist_tools().await;
         registry
@@ -198,8 +203,14 @@ impl Registry {
             tracing::warn!(error = %e, "providers could not open the stateless (2026-07-28) session");
         }
         let state = if opened.is_ok() { StatelessOpen::Open } else { StatelessOpen::Closed };
+        *self.stateless_failure.borrow_mut() = opened.err();
         self.stateless.set(state);
         self.stateless_opened.notify_all();
+    }
+
+    /// Why the last attempt to open `SessionRef::STATELESS` failed, if it did.
+    pub(crate) fn stateless_failure(&self) -> Option<ProviderError> {
+        self.stateless_failure.borrow().clone()
     }
 
     /// Tells every provider that the core stops.

@@ -256,6 +256,13 @@ async fn tools_call(
     };
     core.registry.refresh_if_stale().await;
     let Some(route) = core.registry.tool(&name) else {
+        // A provider that could not open the core's stateless session (an upstream that is
+        // down, or redirects) lists nothing: its refusal says more than "unknown tool".
+        if let Some(e) = core.registry.stateless_failure() {
+            let mut body = Vec::with_capacity(256);
+            dispatch::push_provider_error(&mut body, &id, &e);
+            return reply(out, Answer::Json(&body), keep_alive);
+        }
         let message = format!("unknown tool: {name}");
         return crate::core::reply_error(out, &id, Code::InvalidParams, &message, keep_alive);
     };
@@ -451,6 +458,8 @@ fn input_round(
             })?
         }
     };
+    // The retry's own answers are laid over the sealed ones: every answer came from the client,
+    // so its newest word wins (README, "Decisions where the revision is silent").
     match params.get("inputResponses") {
         None => {}
         Some(responses) => match dispatch::to_public(responses) {

@@ -8,6 +8,11 @@
 //! (or given by `--request-state-key-file`, so that several nodes accept each other's state).
 //! Text form: `base64url(payload) "." base64url(tag)`.
 //!
+//! A state is not single-use: within its lifetime the client may present it again, and the tool
+//! runs again with the same answers (a record of spent states would have to be shared by every
+//! node; at-most-once is the `Idempotency-Key`'s job). The retry's `inputResponses` are laid
+//! over the answers it carries (`modern::input_round`).
+//!
 //! Owns: sealing and opening. Never: decides what a tool asks.
 
 use std::sync::OnceLock;

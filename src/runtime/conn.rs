@@ -3,7 +3,9 @@
 //! core, or hand a response stream to the driver (`runtime::stream`).
 //!
 //! During a drain (`runtime::Drain`): an idle keep-alive connection closes at once and every
-//! answer carries `Connection: close` (a stream's end at the drain's end is the driver's).
+//! answer carries `Connection: close` (a stream's end at the drain's end is the driver's); a
+//! connection that has not sent its first request yet (one the drain took from the accept
+//! queue) is waited for, and answered 503 if the drain ends first.
 //!
 //! Called by `runtime` for each accepted or handed-over socket. Never: interprets MCP or
 //! writes a stream itself; never leaves a read buffer inside a dropped I/O future (timeouts
@@ -16,19 +18,20 @@ use monoio::net::TcpStream;
 
 use crate::endpoint::{self, Endpoint, Outcome, Request};
 use crate::http::{self, Method};
-use crate::runtime::drain::Drain;
+use crate::runtime::drain::Admitted;
 use crate::runtime::handoff::{self, Inboxes, Moved};
 use crate::runtime::socket::{read_some, read_some_or, shrink, Conn, ReadEnd, BUFFER_KEEP_BYTES};
 use crate::runtime::stream;
 use crate::wire::{Answer, Refusal};
 
-/// Serves one connection until it closes, or hands it to another core. `hops`: how many times
+/// Serves one connection until it closes, or hands it to another core; `admitted` counts it in
+/// its core's drain from before this task first ran. `hops`: how many times
 /// its first request (in `buf`) was already handed between cores (0 for an accepted socket); a
 /// handed request that would be handed on again is refused instead (`Refusal::HandedTwice`),
 /// so no request bounces between cores. Later requests on the connection start at 0.
 pub(crate) async fn serve(
     core: Rc<Endpoint>,
-    drain: Rc<Drain>,
+    admitted: Admitted,
     inboxes: Inboxes,
     socket: TcpStream,
     buf: Vec<u8>,
@@ -36,19 +39,22 @@ pub(crate) async fn serve(
 ) {
     assert!(hops <= handoff::HOPS_MAX, "a request was handed {hops} times");
     core.metrics.connections_active.inc();
-    let open = drain.open();
     // Once per connection, not per request: only a keyed call's per-client share reads it.
     let peer = socket.peer_addr().ok().map(|a| a.ip());
     let mut conn = Conn {
         core: &core,
-        drain: &drain,
+        drain: admitted.drain(),
         socket,
         buf,
         out: Vec::with_capacity(4096),
         frames: Vec::with_capacity(4096),
     };
+    // No request read yet: during a drain such a connection is waited for (its client
+    // connected to send one), not closed as an idle keep-alive one.
+    let mut first = true;
     loop {
-        let Some(head) = next_request(&mut conn).await else { break };
+        let Some(head) = next_request(&mut conn, first).await else { break };
+        first = false;
         let consumed = head.head.head_len + head.body_len;
         let outcome = {
             let (head_bytes, rest) = conn.buf.split_at_mut(head.head.head_len);
@@ -91,7 +97,7 @@ pub(crate) async fn serve(
             }
         }
     }
-    drop(open);
+    // `conn` (its socket) and then `admitted` drop here, in that order.
     core.metrics.connections_active.sub(1);
 }
 
@@ -103,15 +109,20 @@ struct Whole {
 
 /// Reads the next whole request (head and body). `None`: the connection ends (closed, idle,
 /// timed out, or refused here: the refusal is written and the connection lingers closed).
-async fn next_request(conn: &mut Conn<'_>) -> Option<Whole> {
+async fn next_request(conn: &mut Conn<'_>, first: bool) -> Option<Whole> {
     let core = conn.core;
     let mut deadline: Option<Instant> = None;
-    let mut head = match next_head(conn, &mut deadline).await {
+    let mut head = match next_head(conn, &mut deadline, first).await {
         Ok(Some(h)) => h,
         Ok(None) => return None,
         Err(refusal) => {
             Answer::Refused { refusal, id: None }.render(&mut conn.out, false);
             let _ = conn.write().await;
+            if refusal == Refusal::ShuttingDown {
+                // Its request may be in the socket unread (a read the drain's end cancelled):
+                // closing now would reset the answer away.
+                linger_close(&mut conn.socket, &mut conn.buf, usize::MAX).await;
+            }
             return None;
         }
     };
@@ -155,12 +166,16 @@ fn release_request(buf: &mut Vec<u8>, consumed: usize) {
 }
 
 /// Reads until a whole request head is buffered. `Ok(None)`: closed, idle too long, or idle
-/// while the core drains. The head (and then the body) must arrive within
+/// while the core drains. A connection's `first` request is waited for while the core drains
+/// (the drain takes the accept queue: those clients have not sent theirs yet, or it is not
+/// read yet), up to `--header-timeout-ms`, counted idle (a drain does not wait for it); at the
+/// drain's end with nothing read it is answered 503 (`Refusal::ShuttingDown`). The head (and then the body) must arrive within
 /// `--header-timeout-ms` of the request's first byte: a deadline, not a per-read timeout, so a
 /// peer dripping one byte at a time cannot hold the connection (slowloris).
 async fn next_head(
     conn: &mut Conn<'_>,
     deadline: &mut Option<Instant>,
+    first: bool,
 ) -> Result<Option<http::RequestHead>, Refusal> {
     let Conn { core, drain, socket, buf, .. } = conn;
     if !buf.is_empty() {
@@ -181,10 +196,13 @@ async fn next_head(
         let end = match deadline {
             Some(d) => read_some(socket, buf, d.saturating_duration_since(Instant::now())).await,
             // Idle keep-alive: nothing of a request yet. A drain closes it at once.
-            None if drain.draining() => return Ok(None),
+            None if drain.draining() && !first => return Ok(None),
+            None if drain.ending() => return Err(Refusal::ShuttingDown),
             None => {
                 let _idle = drain.idle();
-                read_some_or(socket, buf, core.cfg.idle_timeout, drain.changed()).await
+                let wait =
+                    if drain.draining() { core.cfg.header_timeout } else { core.cfg.idle_timeout };
+                read_some_or(socket, buf, wait, drain.changed()).await
             }
         };
         match end {
@@ -224,7 +242,7 @@ const LINGER: Duration = Duration::from_secs(1);
 /// Closes after a refusal without a TCP reset: stops sending, then reads and discards up to
 /// `unread` announced body bytes (bounded by `LINGER`), so the refusal is not destroyed by an
 /// RST for unread data (RFC 9112 §9.6).
-async fn linger_close(socket: &mut TcpStream, buf: &mut Vec<u8>, unread: usize) {
+pub(super) async fn linger_close(socket: &mut TcpStream, buf: &mut Vec<u8>, unread: usize) {
     use monoio::io::AsyncWriteRent;
     let _ = socket.shutdown().await;
     let deadline = Instant::now() + LINGER;

@@ -7,6 +7,7 @@
 use std::cell::{Cell, RefCell};
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::OnceLock;
 use std::task::{Context, Poll, Waker};
@@ -213,9 +214,11 @@ impl Drain {
         self.watch.notify_all();
     }
 
-    /// Counts a connection while the guard lives.
-    pub(crate) fn open(&self) -> Counted<'_> {
-        Counted::new(&self.open)
+    /// Counts a connection open from now (its admission, before its task first runs) until
+    /// the guard is dropped.
+    pub(crate) fn admit(self: &Rc<Self>) -> Admitted {
+        self.open.set(self.open.get() + 1);
+        Admitted(self.clone())
     }
 
     /// Counts the connection as idle while the guard lives.
@@ -226,6 +229,25 @@ impl Drain {
     /// No connection of this core is mid-request or writing a request stream.
     pub(super) fn connections_quiet(&self) -> bool {
         self.open.get() <= self.idle.get()
+    }
+}
+
+/// One connection counted in `Drain::open` from its admission until dropped. Counted before
+/// its task first runs, so neither the drain's quiet check nor the end of its flush misses a
+/// connection accepted a moment ago: one that ended the runtime with its task unrun would be
+/// closed with its request unread, a reset.
+pub(crate) struct Admitted(Rc<Drain>);
+
+impl Admitted {
+    /// The core's drain the connection belongs to.
+    pub(crate) fn drain(&self) -> &Rc<Drain> {
+        &self.0
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.0.open.set(self.0.open.get() - 1);
     }
 }
 
@@ -348,7 +370,7 @@ mod tests {
         // Goal: connections that wait for a phase change and then go on leave nothing behind
         // (a waiter list that only grows would leak per connection). Method: poll and drop
         // many waiters by hand, then one that sees a change.
-        let drain = Drain::default();
+        let drain = Rc::new(Drain::default());
         let mut cx = Context::from_waker(Waker::noop());
         for _ in 0..1000 {
             let mut waiter = std::pin::pin!(drain.changed());
@@ -362,7 +384,7 @@ mod tests {
         assert!(waiter.as_mut().poll(&mut cx).is_ready());
         assert!(drain.draining() && !drain.ending());
         let idle = drain.idle();
-        let open = drain.open();
+        let open = drain.admit();
         assert!(drain.connections_quiet(), "an idle connection is not waited for");
         drop(idle);
         assert!(!drain.connections_quiet(), "a busy one is");

@@ -3,7 +3,8 @@
 //! reaper that expires idle sessions, abandons owed streams nobody resumes and forgets settled
 //! streams past retention, and its part in a graceful drain (`Lifecycle`, `Drain`).
 //!
-//! Its connections: `conn` (one socket: read a request, `endpoint::handle`, write or hand over)
+//! Its accept loop: `accept` (admission, the accept queue at the drain, running out of file
+//! descriptors). Its connections: `conn` (one socket: read a request, `endpoint::handle`, write or hand over)
 //! and `stream` (the one driver of a response stream, over a `core::Source`).
 //!
 //! Called by `server` once per thread. Never: touches another core's sessions.
@@ -12,7 +13,8 @@
 //!
 //! `Lifecycle` (shared, atomics) moves `Serving` → `Draining` → `Ending`, only forward. On
 //! `Draining` (SIGTERM/SIGINT through `server`, or `Running::shutdown`) each worker closes its
-//! listener (new connections are refused), sets `Core::draining` (a new `initialize` gets 503 +
+//! listener (new connections are refused; those already in its accept queue are taken first
+//! and served, never reset), sets `Core::draining` (a new `initialize` gets 503 +
 //! Retry-After), answers every further request with `Connection: close`, closes idle
 //! keep-alive connections, and reports every `DRAIN_TICK` whether it is still busy: a call
 //! running, or a connection mid-request or writing a request stream. When every core is quiet,
@@ -22,6 +24,7 @@
 //! phase change from another thread through its slot's `AtomicWaker` (the hand-off inbox's
 //! pattern, monoio's `sync` feature); its connections learn it from the core-local `Drain`.
 
+mod accept;
 pub(crate) mod conn;
 mod drain;
 pub(crate) mod handoff;
@@ -33,8 +36,6 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use monoio::io::Canceller;
-
 use crate::config::{self, Config, DriverChoice};
 use crate::core::Core;
 use crate::dispatch::Registry;
@@ -44,7 +45,6 @@ use crate::legacy::{end_session, SessionEnd};
 use crate::metrics::CoreMetrics;
 use crate::provider::Provider;
 use crate::runtime::handoff::Inboxes;
-use crate::wire::{Answer, Refusal};
 pub(crate) use drain::{Drain, Lifecycle, Phase};
 
 /// Builds one core's instance of a provider (called once on each worker thread, so the
@@ -172,6 +172,9 @@ async fn serve(spec: WorkerSpec) {
         draining: Cell::new(false),
     });
     let core = Rc::new(Endpoint::new(shared));
+    // The accept queue once more, read without waiting when descriptors run out and at the
+    // drain (`accept`).
+    let acceptor = accept::Acceptor::new(listener.try_clone().ok());
     let listener = match monoio::net::TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {
@@ -185,9 +188,14 @@ async fn serve(spec: WorkerSpec) {
     drain.set_phase(Phase::Serving);
     monoio::spawn(drain_inbox(core.clone(), drain.clone(), inboxes.clone()));
     monoio::spawn(reap(core.clone()));
-    accept_until_drain(&core, &drain, &inboxes, &listener, &life).await;
-    // Closing the listener refuses new connections (and resets those still in its backlog).
+    accept::accept_until_drain(&core, &drain, &inboxes, &listener, &acceptor, &life).await;
+    // Closing the listener refuses new connections and resets those still in its queue: the
+    // queue is emptied first, each connection served as the drain serves any.
+    core.draining.set(true);
+    drain.set_phase(Phase::Draining);
+    accept::answer_backlog(&core, &drain, &inboxes, &acceptor);
     drop(listener);
+    drop(acceptor);
     drain_core(&core, &drain, &life).await;
     // The core's tasks (and with them `core`) are not dropped when its runtime ends: what
     // providers hold outside the process (upstream children and sessions) is released here,
@@ -196,53 +204,11 @@ async fn serve(spec: WorkerSpec) {
     crate::upstream::deletes_settled().await;
 }
 
-/// Accepts connections until the drain begins.
-async fn accept_until_drain(
-    core: &Rc<Endpoint>,
-    drain: &Rc<Drain>,
-    inboxes: &Inboxes,
-    listener: &monoio::net::TcpListener,
-    life: &Lifecycle,
-) {
-    let index = usize::from(core.index);
-    loop {
-        let canceller = Canceller::new();
-        let accepting = listener.cancelable_accept(canceller.handle());
-        let mut accepting = std::pin::pin!(accepting);
-        let accepted = monoio::select! {
-            r = &mut accepting => r,
-            _ = life.reached(index, Phase::Draining) => {
-                let _canceled = canceller.cancel();
-                // A connection accepted in that same instant is closed unanswered, like the
-                // ones still in the backlog.
-                drop(accepting.await);
-                return;
-            }
-        };
-        let Ok((socket, _peer)) = accepted else { continue };
-        let _ = socket.set_nodelay(true);
-        if core.metrics.connections_active.get() as usize >= core.cfg.connections_per_core_max {
-            core.metrics.limit_connections.inc();
-            monoio::spawn(refuse_connection(socket));
-            continue;
-        }
-        monoio::spawn(crate::runtime::conn::serve(
-            core.clone(),
-            drain.clone(),
-            inboxes.clone(),
-            socket,
-            Vec::new(),
-            0,
-        ));
-    }
-}
-
 /// The drain on this core: report busy or quiet until every core is quiet or the deadline
 /// passed, then end the open streams and wait (bounded) for the connections to go.
 async fn drain_core(core: &Rc<Endpoint>, drain: &Drain, life: &Lifecycle) {
     let index = usize::from(core.index);
-    core.draining.set(true);
-    drain.set_phase(Phase::Draining);
+    assert!(drain.draining(), "invariant: the drain began before the listener closed");
     tracing::info!(core = index, "draining: listener closed, new sessions refused");
     loop {
         life.report(index, !is_quiet(core, drain));
@@ -279,13 +245,6 @@ fn is_quiet(core: &Endpoint, drain: &Drain) -> bool {
     !running
 }
 
-async fn refuse_connection(mut socket: monoio::net::TcpStream) {
-    use monoio::io::AsyncWriteRentExt;
-    let mut out = Vec::new();
-    Answer::Refused { refusal: Refusal::Unavailable, id: None }.render(&mut out, false);
-    let _ = socket.write_all(out).await;
-}
-
 /// Adopts connections other cores moved here because their request belongs to this core.
 async fn drain_inbox(core: Rc<Endpoint>, drain: Rc<Drain>, inboxes: Inboxes) {
     let index = usize::from(core.index);
@@ -298,7 +257,7 @@ async fn drain_inbox(core: Rc<Endpoint>, drain: Rc<Drain>, inboxes: Inboxes) {
         let Ok(socket) = monoio::net::TcpStream::from_std(moved.socket) else { continue };
         monoio::spawn(crate::runtime::conn::serve(
             core.clone(),
-            drain.clone(),
+            drain.admit(),
             inboxes.clone(),
             socket,
             moved.pending,

@@ -191,6 +191,12 @@ pub(crate) enum Refusal {
     /// Peer: this client (its peer address) already runs
     /// `--max-running-keyed-calls-per-client` keyed calls on this core. 429 with `Retry-After`.
     KeyedCallShare,
+    /// Us: the drain ended before a connection sent its first request (it was waiting in the
+    /// accept queue, or had just connected); 503 with `Retry-After` and `Connection: close`.
+    ShuttingDown,
+    /// The OS: the process or system is out of file descriptors (EMFILE/ENFILE); the
+    /// connection is answered from the reserve descriptor and closed. 503 with `Retry-After`.
+    OutOfDescriptors,
 }
 
 impl Refusal {
@@ -224,6 +230,8 @@ impl Refusal {
             Refusal::ConflictingMcpHeader => (400, Code::HeaderMismatch),
             Refusal::BadIdempotencyKey => (400, Code::InvalidRequest),
             Refusal::Draining => (503, Code::InternalError),
+            Refusal::ShuttingDown => (503, Code::InternalError),
+            Refusal::OutOfDescriptors => (503, Code::InternalError),
             Refusal::BufferBudget => (503, Code::InternalError),
             Refusal::UpstreamBusy => (503, Code::InternalError),
             Refusal::HandedTwice => (500, Code::InternalError),
@@ -243,6 +251,8 @@ impl Refusal {
                 | Refusal::KeyTableFull
                 | Refusal::KeyBytesFull
                 | Refusal::KeyedCallShare
+                | Refusal::ShuttingDown
+                | Refusal::OutOfDescriptors
         )
     }
 
@@ -311,6 +321,12 @@ impl Refusal {
             Refusal::KeyedCallShare => {
                 "this client already runs --max-running-keyed-calls-per-client keyed calls on \
                  this core: retry after Retry-After, when one has finished"
+            }
+            Refusal::ShuttingDown => {
+                "server shutting down: send the request again after Retry-After"
+            }
+            Refusal::OutOfDescriptors => {
+                "server out of file descriptors: connect again after Retry-After"
             }
         }
     }

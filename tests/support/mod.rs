@@ -23,9 +23,24 @@ pub struct Server {
 impl Server {
     /// Starts the binary with `--listen 127.0.0.1:0` plus `args`.
     pub fn start(args: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tidemark"))
-            .args(["--listen", "127.0.0.1:0"])
-            .args(args)
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tidemark"));
+        command.args(["--listen", "127.0.0.1:0"]).args(args);
+        Server::spawn(command)
+    }
+
+    /// `Server::start` with the process's file-descriptor limit (RLIMIT_NOFILE) set to
+    /// `nofile` first (`ulimit -n` in a shell that then execs the binary).
+    pub fn start_with_nofile(nofile: u32, args: &[&str]) -> Server {
+        let mut command = Command::new("sh");
+        let script = format!("ulimit -n {nofile} && exec \"$0\" \"$@\"");
+        command.args(["-c", &script, env!("CARGO_BIN_EXE_tidemark"), "--listen", "127.0.0.1:0"]);
+        command.args(args);
+        Server::spawn(command)
+    }
+
+    /// Runs `command` (the binary, or a shell that execs it) and reads its banner.
+    fn spawn(mut command: Command) -> Server {
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

@@ -28,7 +28,8 @@
 //! `DELETE` that ends the upstream session.
 //! Called by: `upstream` (`HttpTransport::connect` for an `--upstream http://…`, then its `Peer`
 //! through `Transport`), and the runtime at the end of a drain (`deletes_settled`).
-//! Never: follows redirects, buffers a body or event beyond `--upstream-line-bytes`, or lets a
+//! Never: follows redirects (what is sent to an upstream must not go to an origin the operator
+//! did not name; the error names the `Location` instead), buffers a body or event beyond `--upstream-line-bytes`, or lets a
 //! failed POST leave its call waiting: a JSON-RPC error for it goes to the peer at once.
 
 mod conn;
@@ -407,11 +408,19 @@ fn classify(message: &[u8]) -> Option<Expect> {
 }
 
 /// Why a request got no answer from the upstream.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Failure {
     Http(HttpError),
-    /// The upstream answered with this status (not 2xx).
+    /// The upstream answered with this status (not 2xx, not 3xx).
     Status(u16),
+    /// The upstream answered with a redirect (3xx), which is not followed: the request carries
+    /// what the operator configured for this upstream (its headers, and a credential once
+    /// upstreams take one), which must not follow to an origin the operator did not name. The
+    /// error names the status and the `Location` so the operator can configure that URL.
+    Redirect {
+        status: u16,
+        location: Option<Box<str>>,
+    },
     /// The upstream answered 404 while we had a session id.
     SessionExpired,
     /// The response (or its stream and every resumption) ended without the answer.
@@ -457,11 +466,21 @@ async fn post_task(link: Rc<Link>, body: Vec<u8>, expect: Expect, turn: Turn) {
 /// upstream and what happened).
 fn fail_request(link: &Link, id: &Value, failure: Failure) {
     let name = &*link.name;
-    let (message, data) = match failure {
+    let (message, data) = match &failure {
         Failure::Status(status) => (
             format!("upstream {name} answered HTTP {status}"),
             json!({ "upstream": name, "status": status }),
         ),
+        Failure::Redirect { status, location } => {
+            let to = location.as_deref().unwrap_or("(no valid Location)");
+            (
+                format!(
+                    "upstream {name} answered HTTP {status} redirecting to {to}; redirects are \
+                     not followed: configure --upstream with the URL to use"
+                ),
+                json!({ "upstream": name, "status": status, "location": location.as_deref() }),
+            )
+        }
         Failure::Http(e) => (
             format!("upstream {name} failed: {e}"),
             json!({ "upstream": name, "reason": e.to_string() }),
@@ -659,12 +678,16 @@ pub(crate) async fn deletes_settled() {
     }
 }
 
-/// Maps a response's status: 2xx passes; 404 with a session id means the session is gone.
+/// Maps a response's status: 2xx passes; 404 with a session id means the session is gone; a
+/// redirect is named, not followed (`Failure::Redirect`).
 fn check_status(link: &Link, head: &Head) -> Result<(), Failure> {
     link.note_session(head);
     match head.status {
         200..=299 => Ok(()),
         404 if link.session.borrow().is_some() => Err(Failure::SessionExpired),
+        status @ 300..=399 => {
+            Err(Failure::Redirect { status, location: head.location.as_deref().map(Box::from) })
+        }
         status => Err(Failure::Status(status)),
     }
 }
@@ -889,6 +912,7 @@ mod tests {
             kind: Kind::Json,
             framing: Framing::Length(0),
             session: Some("s-1".into()),
+            location: None,
             keep_alive: true,
         };
         link.note_session(&head);

@@ -2,7 +2,8 @@
 //! de-framed by length, by chunks (§7.1) or by the end of the connection.
 //!
 //! Owns: what the transport takes from a head (`Head`: status, `Kind`, `Framing`, session id,
-//! keep-alive) and its bounds (`HEAD_BYTES_MAX`, `HEADERS_MAX`, `SESSION_ID_BYTES_MAX`), the
+//! a redirect's `Location`, keep-alive) and its bounds (`HEAD_BYTES_MAX`, `HEADERS_MAX`,
+//! `SESSION_ID_BYTES_MAX`, `LOCATION_BYTES_MAX`), the
 //! body reader over a `Conn` (`Body`, `read_json`), and the chunked decoder with its bound
 //! (`CHUNK_EXTRA_BYTES_MAX`).
 //! Called by: the transport (`mod.rs`), after each request it writes.
@@ -20,6 +21,9 @@ const HEADERS_MAX: usize = 64;
 /// Longest `Mcp-Session-Id` taken from the upstream (echoed on every request); a longer one is
 /// not taken.
 const SESSION_ID_BYTES_MAX: usize = 1024;
+/// Longest `Location` of a redirect taken into the error that names it; a longer one (or one
+/// with bytes that are not visible ASCII) is left out of the error.
+const LOCATION_BYTES_MAX: usize = 1024;
 /// Longest chunk extension, and trailer section, of a chunked body.
 const CHUNK_EXTRA_BYTES_MAX: usize = 4096;
 
@@ -50,6 +54,9 @@ pub(super) struct Head {
     pub(super) framing: Framing,
     /// A valid `Mcp-Session-Id` (visible ASCII, at most `SESSION_ID_BYTES_MAX`), if any.
     pub(super) session: Option<String>,
+    /// A redirect's (3xx) `Location` when it is visible ASCII of at most `LOCATION_BYTES_MAX`:
+    /// only named in the error (redirects are not followed), never taken for other statuses.
+    pub(super) location: Option<String>,
     /// The connection may carry another request after this response.
     pub(super) keep_alive: bool,
 }
@@ -70,6 +77,7 @@ pub(super) fn parse_head(bytes: &[u8]) -> Result<Option<(Head, usize)>, HttpErro
     let mut length: Option<u64> = None;
     let mut transfer: Option<bool> = None;
     let mut session = None;
+    let mut location = None;
     let mut close = response.version != Some(1);
     for header in response.headers.iter() {
         let name = header.name;
@@ -87,12 +95,9 @@ pub(super) fn parse_head(bytes: &[u8]) -> Result<Option<(Head, usize)>, HttpErro
         } else if name.eq_ignore_ascii_case("content-type") {
             kind = media_kind(value);
         } else if name.eq_ignore_ascii_case("mcp-session-id") {
-            let valid = !value.is_empty()
-                && value.len() <= SESSION_ID_BYTES_MAX
-                && value.iter().all(|&b| (0x21..=0x7e).contains(&b));
-            if valid {
-                session = std::str::from_utf8(value).ok().map(str::to_owned);
-            }
+            session = visible_ascii(value, SESSION_ID_BYTES_MAX);
+        } else if name.eq_ignore_ascii_case("location") && (300..400).contains(&status) {
+            location = visible_ascii(value, LOCATION_BYTES_MAX);
         } else if name.eq_ignore_ascii_case("connection") {
             close |=
                 value.split(|&b| b == b',').any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"));
@@ -108,7 +113,17 @@ pub(super) fn parse_head(bytes: &[u8]) -> Result<Option<(Head, usize)>, HttpErro
     // Both framings given: the sender must close after the response (RFC 9112 §6.1).
     let keep_alive =
         !close && framing != Framing::Close && !(transfer.is_some() && length.is_some());
-    Ok(Some((Head { status, kind, framing, session, keep_alive }, used)))
+    Ok(Some((Head { status, kind, framing, session, location, keep_alive }, used)))
+}
+
+/// `value` as a string when it is 1 to `max` bytes of visible ASCII (nothing that could break
+/// a header or a log line); else `None`.
+fn visible_ascii(value: &[u8], max: usize) -> Option<String> {
+    let valid = !value.is_empty()
+        && value.len() <= max
+        && value.iter().all(|&b| (0x21..=0x7e).contains(&b));
+    // Visible ASCII is UTF-8: nothing is replaced.
+    valid.then(|| String::from_utf8_lossy(value).into_owned())
 }
 
 /// A `Content-Length` value: 1 to 18 ASCII digits (so it fits a `u64`), whitespace around it
@@ -436,6 +451,7 @@ mod tests {
             kind: Kind::Json,
             framing: Framing::Length(12),
             session: Some("abc-123".into()),
+            location: None,
             keep_alive: true,
         };
         assert_eq!(head, expected);
@@ -477,6 +493,27 @@ mod tests {
         for (bytes, kind, framing, keep_alive) in cases {
             let (head, _) = parse_head(bytes).expect("valid").expect("complete");
             assert_eq!((head.kind, head.framing, head.keep_alive), (kind, framing, keep_alive));
+        }
+    }
+
+    #[test]
+    fn a_redirects_location_is_kept_only_when_valid_and_only_for_3xx() {
+        // Goal: the error of a redirect can name where it pointed, without a byte that could
+        // break a log line, and no other status keeps one. Method: table of heads, the bound
+        // at N and N+1.
+        let at_max = format!("/{}", "a".repeat(LOCATION_BYTES_MAX - 1));
+        let over = format!("/{}", "a".repeat(LOCATION_BYTES_MAX));
+        let cases: [(u16, &str, Option<&str>); 5] = [
+            (307, "http://b.example/mcp", Some("http://b.example/mcp")),
+            (301, &at_max, Some(&at_max)),
+            (308, &over, None),
+            (302, "http://b.example/a b", None),
+            (200, "http://b.example/mcp", None),
+        ];
+        for (status, location, expected) in cases {
+            let bytes = format!("HTTP/1.1 {status} X\r\nLocation: {location}\r\n\r\n");
+            let (head, _) = parse_head(bytes.as_bytes()).expect("valid").expect("complete");
+            assert_eq!(head.location.as_deref(), expected, "{status} {}", location.len());
         }
     }
 
