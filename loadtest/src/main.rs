@@ -1008,7 +1008,11 @@ fn fault(a: &FaultArgs) -> anyhow::Result<RunReport> {
     let outcome = outcome?;
     // A second execution, were there one, counts when it starts; give a late one time to start.
     std::thread::sleep(Duration::from_millis(200));
-    let counter_after = client::get_counter(&target, &probe, 2, timeout)?;
+    // A new session: the first one sat idle for the whole run, and a run longer than the
+    // server's --session-idle-secs (600 s) finds it expired. The counter is process-wide (the
+    // stdio fixture's is a file), so any session reads it.
+    let after = fault::open_sessions(&target, 1, timeout)?.remove(0);
+    let counter_after = client::get_counter(&target, &after, 2, timeout)?;
     let metrics_after = scrape("after")?;
     let mut report = RunReport::new("fault", &common.label, &common.url, config);
     report.measured_s = elapsed.as_secs_f64();
