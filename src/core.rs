@@ -34,15 +34,22 @@ pub(crate) struct Core {
 
 /// The parts of a request an era reads: the head's bytes and the (mutable) body.
 pub(crate) struct Request<'a> {
-    /// The connection's peer address (`None` when the OS could not say): who a per-client
-    /// share counts against until authorization names subjects.
-    pub(crate) peer: Option<std::net::IpAddr>,
+    /// The connection's socket, for its peer address (`peer`).
+    pub(crate) socket: &'a monoio::net::TcpStream,
     pub(crate) head: &'a RequestHead,
     pub(crate) head_bytes: &'a [u8],
     pub(crate) body: &'a mut [u8],
 }
 
 impl Request<'_> {
+    /// The connection's peer address (`None` when the OS could not say): who a per-client
+    /// share counts against until authorization names subjects. Asked only by the requests
+    /// that need it (a keyed call), so other connections pay no `getpeername`; the socket
+    /// keeps the answer.
+    pub(crate) fn peer(&self) -> Option<std::net::IpAddr> {
+        self.socket.peer_addr().ok().map(|a| a.ip())
+    }
+
     /// The bytes of a header the head parser found (`None`: absent).
     pub(crate) fn header(&self, r: &Option<Range<usize>>) -> Option<&[u8]> {
         r.as_ref().map(|r| &self.head_bytes[r.clone()])

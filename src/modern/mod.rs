@@ -332,7 +332,8 @@ async fn tools_call(
     };
     let bytes = core.keys.borrow().bytes();
     let token = progress_token.clone();
-    let record = Rc::new(keyed::Record::new(fingerprint, token, sink, id.clone(), req.peer, bytes));
+    let record =
+        Rc::new(keyed::Record::new(fingerprint, token, sink, id.clone(), req.peer(), bytes));
     if let Err(full) = core.keys.borrow_mut().insert(scoped_key.clone(), record.clone()) {
         let (counter, refusal) = match full {
             keyed::Full::Keys => (&core.metrics.limit_idempotency_keys, Refusal::KeyTableFull),

@@ -39,8 +39,6 @@ pub(crate) async fn serve(
 ) {
     assert!(hops <= handoff::HOPS_MAX, "a request was handed {hops} times");
     core.metrics.connections_active.inc();
-    // Once per connection, not per request: only a keyed call's per-client share reads it.
-    let peer = socket.peer_addr().ok().map(|a| a.ip());
     let mut conn = Conn {
         core: &core,
         drain: admitted.drain(),
@@ -59,7 +57,7 @@ pub(crate) async fn serve(
         let outcome = {
             let (head_bytes, rest) = conn.buf.split_at_mut(head.head.head_len);
             let body = &mut rest[..head.body_len];
-            let req = Request { peer, head: &head.head, head_bytes, body };
+            let req = Request { socket: &conn.socket, head: &head.head, head_bytes, body };
             endpoint::handle(&core, req, &mut conn.out).await
         };
         match outcome {
