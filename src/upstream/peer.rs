@@ -328,7 +328,10 @@ impl Peer {
     /// others', so it pauses for all.
     fn call_without_room(&self, only: Option<u64>) -> Option<CallContext> {
         let state = self.state.borrow();
-        let full = |id: &u64| state.pending.get(id)?.call.clone().filter(|cx| !cx.has_room());
+        // Checked by reference: only the call found without room is cloned (this runs after
+        // every line an upstream writes).
+        let full =
+            |id: &u64| state.pending.get(id)?.call.as_ref().filter(|cx| !cx.has_room()).cloned();
         match only {
             Some(id) => full(&id),
             None => state.calls.iter().find_map(full),
