@@ -11,7 +11,7 @@ use tidemark::bench_support::*;
 
 /// A session with `streams` settled request streams, one owed stream, and `events` events.
 fn session(random: u128, events: usize, cfg: &Config) -> Session {
-    let mut s = Session::new(SessionId { core: 0, random }, 1, LEGACY_VERSIONS[0], cfg);
+    let mut s = Session::new(SessionId { node: 0, core: 0, random }, 1, LEGACY_VERSIONS[0], cfg);
     let mut keys = Vec::new();
     for i in 0..8u64 {
         let id = RawId(i.to_string());
@@ -34,7 +34,7 @@ fn by_events(c: &mut Criterion) {
         cfg.replay_events_max = events;
         cfg.replay_bytes_max = 1 << 30;
         let mut table = SessionTable::new(10);
-        let id = SessionId { core: 0, random: 42 };
+        let id = SessionId { node: 0, core: 0, random: 42 };
         table.insert(session(42, events, &cfg));
         let rid = RawId("12345".into());
         g.bench_with_input(BenchmarkId::from_parameter(events), &events, |b, _| {
@@ -61,7 +61,7 @@ fn by_sessions(c: &mut Criterion) {
         for i in 0..sessions {
             let random = (i as u128).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835);
             table.insert(session(random, 16, &cfg));
-            ids.push(SessionId { core: 0, random });
+            ids.push(SessionId { node: 0, core: 0, random });
         }
         let rid = RawId("12345".into());
         let mut i = 0usize;

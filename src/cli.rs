@@ -106,6 +106,11 @@ struct Flags {
     /// open streams are ended and the process exits 0 (a second signal exits at once).
     #[arg(long, default_value_t = config::DRAIN_SECS)]
     drain_secs: u64,
+    /// This node's id behind a balancer, 0..=255: the first two hex digits of every session
+    /// and task id, which the balancer routes on (deploy/haproxy-config). Unique per node.
+    #[arg(long, default_value_t = config::NODE_ID_DEFAULT,
+          value_parser = clap::value_parser!(u8).range(..=i64::from(config::NODE_ID_MAX)))]
+    node_id: u8,
     /// SSE bytes one connection buffers per send; larger events go out in windows (min 4096).
     #[arg(long, default_value_t = config::WRITE_BUFFER_BYTES)]
     write_buffer_bytes: usize,
@@ -234,6 +239,7 @@ impl Flags {
             owed_timeout: Duration::from_secs(self.owed_timeout_secs),
             metrics_listen: self.metrics_listen,
             drain: Duration::from_secs(self.drain_secs),
+            node_id: self.node_id,
             write_buffer_bytes: self.write_buffer_bytes,
             core_buffer_bytes: self.core_buffer_bytes,
             held_per_session_max: self.max_held_per_session,
@@ -326,6 +332,21 @@ mod tests {
         let bad = Config::try_from_args(["tidemark", "--tools", "demo,bogus"]).expect_err("bogus");
         assert!(bad.contains("\"bogus\"") && bad.contains("demo, conformance"), "{bad}");
         assert!(Config::try_from_args(["tidemark", "--no-such-flag"]).is_err());
+    }
+
+    #[test]
+    fn node_id_defaults_to_zero_takes_its_largest_value_and_refuses_past_it() {
+        // Goal: --node-id is 0..=NODE_ID_MAX (the ids' two-digit prefix); past it is refused at
+        // parse time with the range named. Method: parse the default, the limit, one past it.
+        let cfg = Config::try_from_args(["tidemark"]).expect("defaults parse");
+        assert_eq!(cfg.node_id, config::NODE_ID_DEFAULT);
+        let max = config::NODE_ID_MAX.to_string();
+        let cfg = Config::try_from_args(["tidemark", "--node-id", &max]).expect("parses");
+        assert_eq!(cfg.node_id, config::NODE_ID_MAX);
+        let past = (u32::from(config::NODE_ID_MAX) + 1).to_string();
+        let bad = Config::try_from_args(["tidemark", "--node-id", &past]).expect_err("past max");
+        assert!(bad.contains("0..=255"), "{bad}");
+        assert!(Config::try_from_args(["tidemark", "--node-id", "-1"]).is_err());
     }
 
     #[test]

@@ -68,6 +68,8 @@ counters! {
     cors_headers_left_out_total => "tidemark_cors_headers_left_out_total", "Header names a CORS preflight asked for and its answer left out (not an MCP request header, or past CORS_PARAM_HEADERS_MAX): the browser refuses that request.";
     limit_header => "tidemark_limit_hits_total{limit=\"header\"}", "Requests refused at a limit.";
     limit_body => "tidemark_limit_hits_total{limit=\"body\"}", "Requests refused at a limit.";
+    misrouted_sessions => "tidemark_misrouted_total{name=\"session\"}", "Requests naming a session or task of another node (--node-id): the balancer sent them to the wrong node.";
+    misrouted_tasks => "tidemark_misrouted_total{name=\"task\"}", "Requests naming a session or task of another node (--node-id): the balancer sent them to the wrong node.";
     limit_sessions => "tidemark_limit_hits_total{limit=\"sessions\"}", "Requests refused at a limit.";
     limit_streams => "tidemark_limit_hits_total{limit=\"streams\"}", "Requests refused at a limit.";
     limit_held => "tidemark_limit_hits_total{limit=\"held_posts\"}", "Requests refused at a limit.";

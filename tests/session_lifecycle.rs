@@ -81,7 +81,7 @@ fn initialize_creates_distinct_well_formed_sessions() {
             assert_eq!(r.status, 200, "{driver}: {}", r.text());
             assert_eq!(r.header("Content-Type"), Some("application/json"), "{driver}");
             let sid = r.header("Mcp-Session-Id").expect("Mcp-Session-Id").to_owned();
-            assert_eq!(sid.len(), 36, "{driver}: session id {sid:?}");
+            assert_eq!(sid.len(), 38, "{driver}: session id {sid:?}");
             assert!(
                 sid.bytes().all(|b| (0x21..=0x7e).contains(&b)),
                 "{driver}: visible ASCII {sid:?}"

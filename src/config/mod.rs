@@ -71,6 +71,11 @@ pub(crate) const OWED_WAIT_MS: u64 = 2000;
 pub(crate) const OWED_TIMEOUT_SECS: u64 = 60;
 /// Connections queued in one core's hand-off inbox. Full: the sender answers 503.
 pub(crate) const HANDOFF_INBOX_MAX: usize = 1024;
+/// This node's id when `--node-id` is not given: a single node needs no other.
+pub(crate) const NODE_ID_DEFAULT: u8 = 0;
+/// The largest `--node-id`: session and task ids carry the owner node in 8 bits, as their first
+/// two hex digits (the prefix a balancer routes on), so a cluster has at most 256 nodes.
+pub(crate) const NODE_ID_MAX: u8 = u8::MAX;
 /// Cores the server may run on; session ids carry the owner core in 16 bits.
 pub(crate) const THREADS_MAX: usize = 1024;
 /// Longest graceful drain after SIGTERM/SIGINT (or `Running::shutdown`): running calls get this
@@ -361,6 +366,9 @@ pub struct Config {
     pub metrics_listen: Option<SocketAddr>,
     /// Longest graceful drain (`--drain-secs`, `DRAIN_SECS`).
     pub drain: Duration,
+    /// This node's id among the nodes behind one balancer (`--node-id`, `NODE_ID_DEFAULT`, at
+    /// most `NODE_ID_MAX`): the first two hex digits of every session and task id it mints.
+    pub node_id: u8,
     /// `--write-buffer-bytes` (`WRITE_BUFFER_BYTES`, at least `WINDOW_BYTES_MIN`).
     pub write_buffer_bytes: usize,
     /// `--core-buffer-bytes` (`CORE_BUFFER_BYTES`).
@@ -426,6 +434,7 @@ impl Default for Config {
             listen: LISTEN_DEFAULT.parse().expect("invariant: constant address parses"),
             path: PATH_DEFAULT.to_owned(),
             threads: 1,
+            node_id: NODE_ID_DEFAULT,
             driver: DriverChoice::Auto,
             response_mode: ResponseMode::Auto,
             migration_policy: MigrationPolicy::Strict,

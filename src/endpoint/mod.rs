@@ -21,6 +21,7 @@ use crate::http::{is_media_type, lists_media_type, Method};
 use crate::legacy::{self, LegacyCore};
 use crate::modern::{self, ModernCore};
 use crate::wire::{Answer, Refusal};
+use owner::{Misrouted, Owner};
 
 /// One core's endpoint: the shared `Core` (through `Deref`) and each era's own state.
 pub(crate) struct Endpoint {
@@ -161,9 +162,20 @@ async fn route(edge: &Endpoint, mut req: Request<'_>, out: &mut Vec<u8>) -> Outc
         }
     }
     // The one place a request's core is chosen (its task, session, then key): before the era
-    // and before the body is decoded.
-    if let Some(owner) = owner::elsewhere(&req, edge.index, edge.threads) {
-        return Outcome::HandOff(owner);
+    // and before the body is decoded. A misrouted task is served here: the task store answers
+    // it not found (it holds no other node's task), with the request's id.
+    match owner::owner(&req, edge.cfg.node_id, edge.index, edge.threads) {
+        Owner::Here => {}
+        Owner::Core(core) => return Outcome::HandOff(core),
+        Owner::Misrouted(Misrouted::Task { node }) => {
+            edge.metrics.misrouted_tasks.inc();
+            tracing::debug!(node, "tasks/* request for another node's task (misrouted)");
+        }
+        Owner::Misrouted(Misrouted::Session { node }) => {
+            edge.metrics.misrouted_sessions.inc();
+            tracing::debug!(node, "request for another node's session (misrouted)");
+            return refuse(out, Refusal::MisroutedSession, None, keep_alive).into_edge();
+        }
     }
     match (req.head.method(), era) {
         (Method::Post, Era::Legacy) => {

@@ -68,10 +68,11 @@ impl From<Early> for Outcome {
     }
 }
 
-/// The core that owns the session a request names in `Mcp-Session-Id`, whichever core that is:
-/// one of the names `endpoint::owner` decides a request's core from. A malformed id names none.
-pub(crate) fn named_core(req: &Request<'_>) -> Option<u16> {
-    SessionId::core_named(req.header(&req.head.session_id)?)
+/// The node and core that own the session a request names in `Mcp-Session-Id`, whichever they
+/// are: one of the names `endpoint::owner` decides a request's owner from. A malformed id names
+/// none.
+pub(crate) fn named_owner(req: &Request<'_>) -> Option<(u8, u16)> {
+    SessionId::owner_named(req.header(&req.head.session_id)?)
 }
 
 /// Writes a refusal into `out` and ends the request early.
@@ -336,7 +337,8 @@ async fn initialize(
     let requested = params.get("protocolVersion").and_then(|v| v.as_str()).unwrap_or("");
     let version =
         LEGACY_VERSIONS.iter().copied().find(|v| *v == requested).unwrap_or(LEGACY_VERSIONS[0]);
-    let (Ok(sid), Ok(tag)) = (SessionId::generate(core.index), random_u32()) else {
+    let (Ok(sid), Ok(tag)) = (SessionId::generate(core.cfg.node_id, core.index), random_u32())
+    else {
         return refuse(out, Refusal::Unavailable, Some(&id), keep_alive);
     };
     let mut session = Session::new(sid, tag, version, &core.cfg);

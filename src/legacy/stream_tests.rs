@@ -25,7 +25,7 @@ fn session(replay_bytes: usize, replay_events: usize) -> Session {
         replay_events_max: replay_events,
         ..Config::test_min()
     };
-    Session::new(SessionId { core: 0, random: 7 }, 0xabcd, LEGACY_VERSIONS[0], &cfg)
+    Session::new(SessionId { node: 0, core: 0, random: 7 }, 0xabcd, LEGACY_VERSIONS[0], &cfg)
 }
 
 /// A request stream as `legacy::request` opens it: attached, written from its priming event.

@@ -162,6 +162,12 @@ impl KeyTable {
         }
     }
 
+    /// Whether a keyed call of this core still runs (what a drain waits for: its client may
+    /// have dropped, and its answer must be recorded for the re-issue).
+    pub(crate) fn any_running(&self) -> bool {
+        !self.running.is_empty()
+    }
+
     /// The budget a new keyed call's recording draws on.
     pub(crate) fn bytes(&self) -> Rc<KeyBytes> {
         self.bytes.clone()

@@ -17,14 +17,14 @@
 //!
 //! Tasks live on the core that created them (`tasks`); a `tasks/*` request on another core is
 //! handed to the owner by its `Mcp-Name` header (the task id, SEP-2663 §Routing Headers) before
-//! its body is decoded (`named_core`, read by `endpoint::owner`, which decides every request's
+//! its body is decoded (`named_owner`, read by `endpoint::owner`, which decides every request's
 //! core; decoding works in place, so a hand-off must come first). The task outranks an
 //! `Idempotency-Key`: a keyed `tasks/*` request is served on the task's core, and that costs it
 //! nothing, since `tasks/*` requests take no key record (only `tools/call` keeps one, in
 //! `keyed`): the key of a `tasks/get`, `tasks/update` or `tasks/cancel` is ignored (all three
 //! are safe to repeat: a read, answers delivered once, a cancel that settles once).
 //!
-//! Owns: `named_core`, `admission` (which calls may become tasks, and the -32021 refusal of a
+//! Owns: `named_owner`, `admission` (which calls may become tasks, and the -32021 refusal of a
 //! task-only tool), `TaskSink`, `augment`, `serve` (the three methods). Called by `modern`.
 //! Never: decides a task's state (`tasks` does), or touches a socket.
 
@@ -52,12 +52,12 @@ use super::tasks::{self, TaskError, TaskHandle, TaskId};
 /// The extension's methods (each names its task in `params.taskId` and `Mcp-Name`).
 pub(crate) const METHODS: [&str; 3] = ["tasks/get", "tasks/update", "tasks/cancel"];
 
-/// The core that holds the task a `tasks/*` request names in its `Mcp-Name` header (the task
-/// id), whichever core that is: one of the names `endpoint::owner` decides a request's core
+/// The node and core that hold the task a `tasks/*` request names in its `Mcp-Name` header (the
+/// task id), whichever they are: one of the names `endpoint::owner` decides a request's owner
 /// from, before its body is decoded. A missing or foreign header names no core: the request is
 /// served where its other names put it and its checks refuse it (-32020) or find no task
 /// (-32602).
-pub(crate) fn named_core(req: &Request<'_>) -> Option<u16> {
+pub(crate) fn named_owner(req: &Request<'_>) -> Option<(u8, u16)> {
     let method = req.header(&req.head.mcp_method)?;
     if !METHODS.iter().any(|m| m.as_bytes() == method) {
         return None;
@@ -139,6 +139,7 @@ fn provider_error(e: TaskError) -> ProviderError {
     match e {
         TaskError::Cancelled => ProviderError::Cancelled,
         TaskError::NotFound
+        | TaskError::Misrouted
         | TaskError::Full
         | TaskError::Random
         | TaskError::TooManyInputRequests => ProviderError::Internal(e.to_string()),
@@ -413,7 +414,7 @@ pub(crate) fn serve(
             crate::dispatch::push_result_value(&mut body, id, &result);
             reply(out, Answer::Json(&body), keep_alive)
         }
-        Err(e @ TaskError::NotFound) => {
+        Err(e @ (TaskError::NotFound | TaskError::Misrouted)) => {
             error(out, id, Code::InvalidParams, &format!("{e}: {task_id}"), keep_alive)
         }
         Err(e) => error(out, id, Code::InternalError, &e.to_string(), keep_alive),

@@ -232,10 +232,15 @@ async fn drain_core(core: &Rc<Endpoint>, drain: &Drain, life: &Lifecycle) {
     tracing::info!(core = index, cut = drain.open.get(), "drained");
 }
 
-/// No call runs on this core and no connection is mid-request or writing a request stream.
-/// Owed streams are not waited for: their clients cannot reconnect to a draining server.
+/// No call runs on this core (a legacy request stream, a 2026-07-28 keyed call whose client
+/// dropped, a working task) and no connection is mid-request or writing a request stream.
+/// Owed streams and tasks waiting for input are not waited for: their clients cannot reconnect
+/// to a draining server.
 fn is_quiet(core: &Endpoint, drain: &Drain) -> bool {
     if !drain.connections_quiet() {
+        return false;
+    }
+    if core.modern.keys.borrow().any_running() || core.modern.tasks.any_working() {
         return false;
     }
     let sessions = core.legacy.sessions.borrow().all();

@@ -135,6 +135,9 @@ pub(crate) enum Refusal {
     SessionRequired,
     /// Peer: unknown, expired or deleted session.
     SessionNotFound,
+    /// The balancer: a session of another node (`--node-id`): 404 as for an unknown one, with a
+    /// message naming the misrouting (CONTRACT §9).
+    MisroutedSession,
     /// Peer: MCP-Protocol-Version names no supported revision.
     BadProtocolVersion,
     /// Peer: initialize inside an existing session.
@@ -213,6 +216,7 @@ impl Refusal {
             Refusal::InvalidRequest => (400, Code::InvalidRequest),
             Refusal::SessionRequired => (400, Code::InvalidRequest),
             Refusal::SessionNotFound => (404, Code::InvalidRequest),
+            Refusal::MisroutedSession => (404, Code::InvalidRequest),
             Refusal::BadProtocolVersion => (400, Code::InvalidRequest),
             Refusal::AlreadyInitialized => (400, Code::InvalidRequest),
             Refusal::LastEventIdOnPost => (400, Code::InvalidRequest),
@@ -274,6 +278,10 @@ impl Refusal {
             }
             Refusal::SessionRequired => "Mcp-Session-Id header is required",
             Refusal::SessionNotFound => "session not found (expired or deleted): initialize again",
+            Refusal::MisroutedSession => {
+                "session not found on this node: its id names another node (misrouted: a \
+                 balancer routes on the id's first two hex digits); initialize again"
+            }
             Refusal::BadProtocolVersion => "unsupported MCP-Protocol-Version",
             Refusal::AlreadyInitialized => "session already initialized",
             Refusal::LastEventIdOnPost => "Last-Event-ID is not accepted on POST: resume with GET",

@@ -44,7 +44,7 @@ fn session() -> Session {
         (EVENTS_MAX, BYTES_MAX, STREAMS_MAX),
         "the model assumes test_min's limits"
     );
-    Session::new(SessionId { core: 0, random: 7 }, 0xabcd, LEGACY_VERSIONS[0], &cfg)
+    Session::new(SessionId { node: 0, core: 0, random: 7 }, 0xabcd, LEGACY_VERSIONS[0], &cfg)
 }
 
 /// A payload of `len` letters (no newline, no space, so SSE framing stays one `data:` line and

@@ -5,7 +5,7 @@ use crate::config::Config;
 
 fn session() -> Session {
     let cfg = Config::test_min();
-    Session::new(SessionId { core: 0, random: 7 }, 0xabcd, LEGACY_VERSIONS[0], &cfg)
+    Session::new(SessionId { node: 0, core: 0, random: 7 }, 0xabcd, LEGACY_VERSIONS[0], &cfg)
 }
 
 fn open(s: &mut Session, id: &str) -> StreamKey {

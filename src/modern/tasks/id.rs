@@ -1,8 +1,9 @@
-//! Task ids: the bearer handle a client names a task by, with the owner core inside it.
+//! Task ids: the bearer handle a client names a task by, with the owner node and core inside it.
 //!
-//! Owns: `TaskId`, its minting from the OS CSPRNG, its 36-hex-digit text form and parsing.
-//! Called by: the store (minting, lookup) and `modern::task_call`, which reads the owner core
-//! from `Mcp-Name` to hand a request to the core that holds the task.
+//! Owns: `TaskId`, its minting from the OS CSPRNG, its 38-hex-digit text form (`NN` node, `CCCC`
+//! core, 32 random digits: the session id's layout, so one balancer rule reads both) and parsing.
+//! Called by: the store (minting, lookup) and `modern::task_call`, which reads the owner node and
+//! core from `Mcp-Name` for `endpoint::owner`.
 //! Never: accepts anything but the exact text it prints (upper case, other lengths and other
 //! shapes are `None`), or looks a task up.
 
@@ -10,23 +11,25 @@ use std::fmt;
 
 use super::error::TaskError;
 
-/// A task id: the owner core in 16 bits and 128 bits from the OS CSPRNG (SEP-2663 §Security:
-/// ids are bearer handles and must be unguessable), written as 36 lower-case hex digits.
+/// A task id: the owner node in 8 bits (`--node-id`), the owner core in 16 bits and 128 bits
+/// from the OS CSPRNG (SEP-2663 §Security: ids are bearer handles and must be unguessable),
+/// written as 38 lower-case hex digits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct TaskId {
+    pub(super) node: u8,
     pub(super) core: u16,
     pub(super) random: u128,
 }
 
 impl TaskId {
     /// Length of the text form.
-    pub(super) const LEN: usize = 36;
+    pub(super) const LEN: usize = 38;
 
-    /// A fresh id owned by `core`.
-    pub(super) fn generate(core: u16) -> Result<TaskId, TaskError> {
+    /// A fresh id owned by `core` of `node`.
+    pub(super) fn generate(node: u8, core: u16) -> Result<TaskId, TaskError> {
         let mut bytes = [0u8; 16];
         getrandom::fill(&mut bytes).map_err(|_| TaskError::Random)?;
-        Ok(TaskId { core, random: u128::from_le_bytes(bytes) })
+        Ok(TaskId { node, core, random: u128::from_le_bytes(bytes) })
     }
 
     /// Parses the text form; `None` for anything that is not exactly ours.
@@ -35,20 +38,21 @@ impl TaskId {
         if text.len() != TaskId::LEN {
             return None;
         }
-        let core = u16::try_from(parse_hex(&text[..4])?).ok()?;
-        Some(TaskId { core, random: parse_hex(&text[4..])? })
+        let node = u8::try_from(parse_hex(&text[..2])?).ok()?;
+        let core = u16::try_from(parse_hex(&text[2..6])?).ok()?;
+        Some(TaskId { node, core, random: parse_hex(&text[6..])? })
     }
 
-    /// The core that holds the task named `text`, when `text` is a task id (the hand-off
-    /// target of `tasks/get|update|cancel`).
-    pub(crate) fn owner(text: &str) -> Option<u16> {
-        TaskId::parse(text).map(|id| id.core)
+    /// The node and core that hold the task named `text`, when `text` is a task id (what
+    /// `endpoint::owner` routes `tasks/get|update|cancel` by).
+    pub(crate) fn owner(text: &str) -> Option<(u8, u16)> {
+        TaskId::parse(text).map(|id| (id.node, id.core))
     }
 }
 
 impl fmt::Display for TaskId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:04x}{:032x}", self.core, self.random)
+        write!(f, "{:02x}{:04x}{:032x}", self.node, self.core, self.random)
     }
 }
 
@@ -75,15 +79,15 @@ mod tests {
     fn ids_are_36_hex_digits_that_name_their_core() {
         // Goal: ids are unguessable handles whose owner core routing can read without a
         // lookup. Method: generate, print, parse; reject every malformed variant.
-        let a = TaskId::generate(0x01ab).expect("random");
-        let b = TaskId::generate(0x01ab).expect("random");
+        let a = TaskId::generate(0x7f, 0x01ab).expect("random");
+        let b = TaskId::generate(0x7f, 0x01ab).expect("random");
         assert_ne!(a, b);
         let text = a.to_string();
         assert_eq!(text.len(), TaskId::LEN);
         assert!(text.bytes().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
-        assert!(text.starts_with("01ab"));
+        assert!(text.starts_with("7f01ab"));
         assert_eq!(TaskId::parse(&text), Some(a));
-        assert_eq!(TaskId::owner(&text), Some(0x01ab));
+        assert_eq!(TaskId::owner(&text), Some((0x7f, 0x01ab)));
         let upper = text.to_ascii_uppercase();
         for bad in [
             "",
@@ -91,6 +95,8 @@ mod tests {
             &text[1..],
             &format!("{text}0"),
             &upper,
+            &text[2..],
+            &format!("g{}", &text[1..]),
             "tasks-conformance-nonexistent-12345",
         ] {
             assert_eq!(TaskId::parse(bad), None, "{bad:?}");

@@ -21,6 +21,7 @@ use super::error::TaskError;
 use super::handle::{Shared, TaskHandle};
 use super::id::TaskId;
 use super::limits::TaskLimits;
+use super::task::Status;
 use super::task::{parse_input_key, Input, Phase, Task};
 use crate::metrics::CoreMetrics;
 
@@ -31,6 +32,8 @@ pub(crate) struct TaskStore {
 }
 
 struct StoreInner {
+    /// `--node-id`: minted into every id, and compared on every lookup.
+    node: u8,
     core: u16,
     shared: Rc<Shared>,
     /// Live tasks by the random part of their id.
@@ -41,10 +44,16 @@ struct StoreInner {
 }
 
 impl TaskStore {
-    pub(crate) fn new(core: u16, limits: TaskLimits, metrics: Arc<CoreMetrics>) -> TaskStore {
+    pub(crate) fn new(
+        node: u8,
+        core: u16,
+        limits: TaskLimits,
+        metrics: Arc<CoreMetrics>,
+    ) -> TaskStore {
         assert!(limits.tasks_max > 0 && limits.bytes_max > 0, "invariant: limits are validated");
         let shared = Rc::new(Shared { limits, metrics, bytes: Cell::new(0) });
         let inner = StoreInner {
+            node,
             core,
             shared,
             tasks: RefCell::new(HashMap::new()),
@@ -76,7 +85,7 @@ impl TaskStore {
             self.inner.shared.metrics.limit_tasks.inc();
             return Err(TaskError::Full);
         }
-        let id = TaskId::generate(self.inner.core)?;
+        let id = TaskId::generate(self.inner.node, self.inner.core)?;
         let task = Rc::new(Task::new(id, SystemTime::now()));
         let mut tasks = self.inner.tasks.borrow_mut();
         if tasks.contains_key(&id.random) {
@@ -88,6 +97,13 @@ impl TaskStore {
         debug_assert_eq!(tasks.len(), self.inner.order.borrow().len());
         self.inner.shared.metrics.tasks_created_total.inc();
         Ok(TaskHandle::new(task, self.inner.shared.clone()))
+    }
+
+    /// Whether a task of this core is working (what a drain waits for: it runs detached from
+    /// any connection). One waiting for `tasks/update` input is not waited for: its client
+    /// cannot reach a draining node to give it.
+    pub(crate) fn any_working(&self) -> bool {
+        self.inner.tasks.borrow().values().any(|t| t.live.get() && t.status() == Status::Working)
     }
 
     /// The `tasks/get` result (`DetailedTask` with `resultType: "complete"`).
@@ -168,6 +184,9 @@ impl TaskStore {
     fn find(&self, task_id: &str, now: Instant) -> Result<Rc<Task>, TaskError> {
         self.expire(now);
         let id = TaskId::parse(task_id).ok_or(TaskError::NotFound)?;
+        if id.node != self.inner.node {
+            return Err(TaskError::Misrouted);
+        }
         if id.core != self.inner.core {
             return Err(TaskError::NotFound);
         }

@@ -48,7 +48,7 @@ fn store() -> TaskStore {
 
 fn counted_store() -> (TaskStore, Arc<CoreMetrics>) {
     let metrics = Arc::new(CoreMetrics::default());
-    (TaskStore::new(7, limits(), metrics.clone()), metrics)
+    (TaskStore::new(0, 7, limits(), metrics.clone()), metrics)
 }
 
 fn keys(value: &Value) -> Vec<&str> {
@@ -150,7 +150,7 @@ fn cancel_settles_a_running_task_and_is_idempotent_on_a_finished_one() {
     assert!(!done.is_cancelled());
     assert_eq!(store.get(&done.id().to_string(), now).expect("present")["status"], "completed");
 
-    let foreign = TaskId { core: 8, random: done.id().random }.to_string();
+    let foreign = TaskId { node: 0, core: 8, random: done.id().random }.to_string();
     for unknown in ["tasks-conformance-nonexistent-12345", "gate-test", foreign.as_str()] {
         assert_eq!(store.cancel(unknown, now), Err(TaskError::NotFound));
         assert_eq!(store.get(unknown, now), Err(TaskError::NotFound));
