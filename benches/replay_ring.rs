@@ -97,7 +97,8 @@ fn interleaved_session(events_max: usize) -> (Session, StreamKey) {
     cfg.replay_events_max = events_max;
     cfg.replay_bytes_max = events_max * PAYLOAD.len();
     cfg.streams_per_session_max = 2;
-    let mut session = Session::new(SessionId { node: 0, core: 0, random: 1 }, 1, LEGACY_VERSIONS[0], &cfg);
+    let mut session =
+        Session::new(SessionId { node: 0, core: 0, random: 1 }, 1, LEGACY_VERSIONS[0], &cfg);
     let mut open = |id: &str, fingerprint| {
         let id = Some(RawId(id.to_owned()));
         session.open_stream(StreamKind::Request, id, fingerprint, None, None).expect("room")

@@ -21,22 +21,27 @@
 #                per upstream (stdio, HTTP) with upstream faults
 #   fuzz         scripts/fuzz.sh --seconds 20: each coverage-guided fuzz target (libFuzzer via
 #                cargo-fuzz on stable) for 20 s from the committed seed corpora
+#   haproxy      scripts/haproxy.sh: two nodes behind two real HAProxy instances (Debian's
+#                package, apt-installed) on the configuration deploy/haproxy-config generates:
+#                the official clients of both eras and cut streams through it, re-POST 409,
+#                keyed re-issue across instances, tasks/get, a node drained mid-call
 #   --only SUITES  run only these (comma-separated: cargo,clients,browser,bridge,
-#                conformance,fault,fuzz)
+#                conformance,fault,fuzz,haproxy)
 #
 # Needs cargo, python3 (with venv), node/npm (any version npm runs on; Node 22 is installed from
-# npm into .cache/); installs everything else into .cache/ (and Debian's chromium, with apt).
+# npm into .cache/); installs everything else into .cache/ (and Debian's chromium and haproxy,
+# with apt).
 # Prints one line per suite and a final `suites: N passed, M failed`; exit 0 only when all passed.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ALL_SUITES="cargo,clients,browser,bridge,conformance,fault,fuzz"
+ALL_SUITES="cargo,clients,browser,bridge,conformance,fault,fuzz,haproxy"
 
 only="$ALL_SUITES"
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --only) only="${2:?--only needs a value}"; shift 2 ;;
-        --help) sed -n '2,31s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        --help) sed -n '2,36s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "test.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -68,6 +73,7 @@ for s in "${selected[@]}"; do
         conformance) scripts/conformance.sh || rc=$? ;;
         fault) scripts/fault.sh || rc=$? ;;
         fuzz) scripts/fuzz.sh --seconds 20 || rc=$? ;;
+        haproxy) scripts/haproxy.sh || rc=$? ;;
     esac
     secs=$((SECONDS - start))
     if [ "$rc" = 0 ]; then
