@@ -8,7 +8,8 @@
 # binary, then:
 #   config   `haproxy -c` accepts the generated configuration; deploy/haproxy.cfg is exactly what
 #            the generator prints for its documented arguments (so the committed example is
-#            never stale)
+#            never stale); `systemd-analyze verify` accepts deploy/tidemark.service (when
+#            systemd-analyze is installed)
 #   spread   sessions opened through A land on both nodes; a node-2 session sent straight to
 #            node 1 gets the misrouted 404
 #   clients  (both nodes share --request-state-key-file) through A, at once: the TypeScript client at each legacy version, the Python client
@@ -46,7 +47,7 @@ build=1
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --no-build) build=0; shift ;;
-        --help) sed -n '2,33s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        --help) sed -n '2,35s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "haproxy.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -149,6 +150,16 @@ rc=0
     --node 2=127.0.0.1:8082,admin=9082 | diff - "$ROOT/deploy/haproxy.cfg" \
     >"$RESULTS/config-diff.log" 2>&1 || rc=$?
 verdict config-example-current "$rc" "(deploy/haproxy.cfg is the generator's output)"
+
+if command -v systemd-analyze >/dev/null; then
+    # The unit as shipped, pointed at the binary just built.
+    sed "s|/usr/local/bin/tidemark|$TIDEMARK|" "$ROOT/deploy/tidemark.service" \
+        >"$RESULTS/tidemark.service"
+    rc=0
+    out="$(systemd-analyze verify "$RESULTS/tidemark.service" 2>&1)" || rc=$?
+    [ -z "$out" ] || { echo "$out" >"$RESULTS/systemd-verify.log"; rc=1; }
+    verdict systemd-unit "$rc" "(systemd-analyze verify deploy/tidemark.service)"
+fi
 
 haproxy -db -f "$RESULTS/a.cfg" >"$RESULTS/haproxy-a.log" 2>&1 &
 pids+=("$!")
