@@ -229,6 +229,9 @@ fn unknown_and_forged_session_ids_get_404() {
             ("too long", format!("{real}0")),
             ("not hex", "z".repeat(36)),
             ("UUID shaped", "123e4567-e89b-12d3-a456-426614174000".into()),
+            ("node 0, core 0, all zero", "0".repeat(38)),
+            ("node 0, core 1 (exists), unknown random", format!("000001{}", "f".repeat(32))),
+            ("node 0, core 0xffff (does not exist)", format!("00ffff{}", &real[6..])),
             ("empty", String::new()),
         ];
         for (name, id) in &cases {

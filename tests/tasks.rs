@@ -161,9 +161,15 @@ fn refusals_name_the_extension_the_task_or_the_header() {
     let (status, message) = call_tool(&server, "failing_job", json!({}), false);
     assert_eq!((status, message["error"]["code"].as_i64()), (400, Some(-32021)), "{message}");
     let unknown = "tasks-conformance-nonexistent-12345";
-    for id in
-        [unknown, "0001ffffffffffffffffffffffffffffffff", "ffffffffffffffffffffffffffffffffffff"]
-    {
+    // Unknown shapes, then ids of this node (00) on core 1 (exists, unknown random) and on
+    // core 0xffff (does not exist).
+    for id in [
+        unknown,
+        "0001ffffffffffffffffffffffffffffffff",
+        "ffffffffffffffffffffffffffffffffffff",
+        "000001ffffffffffffffffffffffffffffffff",
+        "00ffffffffffffffffffffffffffffffffffff",
+    ] {
         let (_, message) = modern(&server, "tasks/get", json!({ "taskId": id }), true);
         assert_eq!(message["error"]["code"], -32602, "{id}: {message}");
     }

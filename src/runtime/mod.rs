@@ -17,7 +17,8 @@
 //! and served, never reset), sets `Core::draining` (a new `initialize` gets 503 +
 //! Retry-After), answers every further request with `Connection: close`, closes idle
 //! keep-alive connections, and reports every `DRAIN_TICK` whether it is still busy: a call
-//! running, or a connection mid-request or writing a request stream. When every core is quiet,
+//! running (a legacy request stream, a 2026-07-28 keyed call, a working task), or a connection
+//! mid-request or writing a request stream. When every core is quiet,
 //! or `--drain-secs` passed, the first worker to notice moves the lifecycle to `Ending`: every
 //! SSE writer sends what is ready plus the chunked body's last chunk and closes, and the worker
 //! returns once its connections are gone (at most `DRAIN_FLUSH_MS` later). A worker learns of a
