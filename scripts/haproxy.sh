@@ -2,9 +2,9 @@
 # Usage: scripts/haproxy.sh [--no-build] [--help]
 #
 # tidemark scaled out behind a real HAProxy (Debian's `haproxy` package, apt-installed when
-# missing; 2.6 or later): two nodes on loopback (--node-id 1 with --threads 2, --node-id 2) and
-# two HAProxy instances (A and B) running the configuration deploy/haproxy-config generates for
-# them. Installs the official clients as scripts/clients.sh does (.cache/), builds the release
+# missing; 2.6 or later): two nodes on loopback, each --threads 2 (--node-id 1 on the default
+# driver, --node-id 2 with --driver epoll), and two HAProxy instances (A and B) running the
+# configuration deploy/haproxy-config generates for them. Installs the official clients as scripts/clients.sh does (.cache/), builds the release
 # binary, then:
 #   config   `haproxy -c` accepts the generated configuration; deploy/haproxy.cfg is exactly what
 #            the generator prints for its documented arguments (so the committed example is
@@ -47,7 +47,7 @@ build=1
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --no-build) build=0; shift ;;
-        --help) sed -n '2,35s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        --help) sed -n '2,34s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "haproxy.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -130,7 +130,7 @@ start_node() {
 P1="$(free_port)"; A1="$(free_port)"; P2="$(free_port)"; A2="$(free_port)"
 start_node node1 1 "$P1" "$A1" --threads 2
 NODE1_PID=$node_pid
-start_node node2 2 "$P2" "$A2"
+start_node node2 2 "$P2" "$A2" --threads 2 --driver epoll
 NODE2_PID=$node_pid
 NODE1="http://127.0.0.1:$P1/mcp"
 NODE2="http://127.0.0.1:$P2/mcp"
