@@ -150,6 +150,19 @@ rc=0
     --node 2=127.0.0.1:8082,admin=9082 | diff - "$ROOT/deploy/haproxy.cfg" \
     >"$RESULTS/config-diff.log" 2>&1 || rc=$?
 verdict config-example-current "$rc" "(deploy/haproxy.cfg is the generator's output)"
+# The generator refuses what no tidemark node can be: an id past 255, one id twice.
+refused=0
+for bad in "--node 256=127.0.0.1:1" "--node 1=127.0.0.1:1 --node 1=127.0.0.1:2" "--node x"; do
+    # shellcheck disable=SC2086  # each case is a list of arguments
+    if "$ROOT/deploy/haproxy-config" $bad >/dev/null 2>>"$RESULTS/config-refusals.log"; then
+        echo "accepted: $bad" >>"$RESULTS/config-refusals.log"
+    else
+        refused=$((refused + 1))
+    fi
+done
+rc=0
+[ "$refused" = 3 ] || rc=1
+verdict config-refusals "$rc" "(node id 256, a repeated id, a malformed --node: $refused of 3 refused)"
 
 if command -v systemd-analyze >/dev/null; then
     # The unit as shipped, pointed at the binary just built.
