@@ -142,48 +142,64 @@ fn node_id_255_is_the_last_and_256_is_refused_at_start() {
     assert!(stderr.contains("0..=255"), "the range is named: {stderr}");
 }
 
+/// What runs on the server while it drains.
+#[derive(Clone, Copy, Debug)]
+enum Running {
+    /// A 2026-07-28 keyed call of 4 s whose client dropped after its first event.
+    DroppedKeyedCall,
+    /// A task of 4 s, detached from every connection.
+    WorkingTask,
+}
+
+fn start_dropped_keyed_call(server: &Server) {
+    let params = json!({ "name": "slow_counter", "arguments": { "steps": 40, "delay_ms": 100 },
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": { "name": "drain-test", "version": "1" },
+            "progressToken": 1,
+        } });
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params });
+    let mut h: Vec<(&str, &str)> = POST_HEADERS.to_vec();
+    h.extend([
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "slow_counter"),
+        ("Idempotency-Key", "drain-key"),
+    ]);
+    let raw = request("POST", &server.path, &server.host(), &h, Some(&body.to_string()));
+    let mut keyed = SseStream::open(server, &raw);
+    assert!(keyed.next_event().is_some(), "the keyed call's first event");
+    keyed.cut();
+}
+
 #[test]
 fn a_drain_waits_for_a_dropped_keyed_call_and_a_working_task_then_exits_0() {
     for driver in DRIVERS {
-        let mut server = Server::with_admin(
-            driver,
-            &["--threads", "2", "--tools", "demo,conformance", "--drain-secs", "30"],
-        );
-        let admin = server.metrics();
-        // A keyed call of 2 s whose client drops after its first event: it runs on, recorded.
-        let params = json!({ "name": "slow_counter", "arguments": { "steps": 20, "delay_ms": 100 },
-            "_meta": {
-                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientCapabilities": {},
-                "io.modelcontextprotocol/clientInfo": { "name": "drain-test", "version": "1" },
-                "progressToken": 1,
-            } });
-        let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params });
-        let mut h: Vec<(&str, &str)> = POST_HEADERS.to_vec();
-        h.extend([
-            ("MCP-Protocol-Version", "2026-07-28"),
-            ("Mcp-Method", "tools/call"),
-            ("Mcp-Name", "slow_counter"),
-            ("Idempotency-Key", "drain-key"),
-        ]);
-        let raw = request("POST", &server.path, &server.host(), &h, Some(&body.to_string()));
-        let mut keyed = SseStream::open(&server, &raw);
-        assert!(keyed.next_event().is_some(), "{driver}: the keyed call's first event");
-        keyed.cut();
-        // A task of 2 s, detached from every connection.
-        start_task(&server, 2.0);
-        server.signal("TERM");
-        // /readyz fails at once, so a balancer stops sending new sessions here.
-        wait_until(Duration::from_secs(2), "/readyz 503", || {
-            readyz(&admin).starts_with("HTTP/1.1 503")
-        });
-        // Both still run: the drain does not end under them (an idle server exits in ~50 ms).
-        assert!(
-            server.exit_within(Duration::from_millis(1000)).is_none(),
-            "{driver}: exited before the keyed call and the task finished"
-        );
-        let status = server.exit_within(Duration::from_secs(15)).expect("exits after the drain");
-        assert!(status.success(), "{driver}: {status:?}");
+        for running in [Running::DroppedKeyedCall, Running::WorkingTask] {
+            let mut server = Server::with_admin(
+                driver,
+                &["--threads", "2", "--tools", "demo,conformance", "--drain-secs", "30"],
+            );
+            let admin = server.metrics();
+            match running {
+                Running::DroppedKeyedCall => start_dropped_keyed_call(&server),
+                Running::WorkingTask => drop(start_task(&server, 4.0)),
+            }
+            server.signal("TERM");
+            // /readyz fails at once, so a balancer stops sending new sessions here.
+            wait_until(Duration::from_secs(2), "/readyz 503", || {
+                readyz(&admin).starts_with("HTTP/1.1 503")
+            });
+            // It still runs: the drain does not end under it (an idle server exits in ~50 ms).
+            assert!(
+                server.exit_within(Duration::from_millis(1000)).is_none(),
+                "{driver}: {running:?}: exited before it finished"
+            );
+            let status =
+                server.exit_within(Duration::from_secs(15)).expect("exits after the drain");
+            assert!(status.success(), "{driver}: {running:?}: {status:?}");
+        }
     }
 }
 
