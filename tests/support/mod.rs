@@ -50,7 +50,9 @@ impl Server {
         BufReader::new(stdout).read_line(&mut line).expect("read banner");
         // "tidemark listening on http://127.0.0.1:PORT/mcp driver=... threads=N tools=..."
         let url = line.split_whitespace().nth(3).unwrap_or_else(|| panic!("banner: {line:?}"));
-        let rest = url.strip_prefix("http://").expect("http url");
+        // `https://` when started with `--tls-cert`.
+        let rest = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"));
+        let rest = rest.expect("http(s) url");
         let slash = rest.find('/').expect("path");
         // "... metrics=http://127.0.0.1:PORT/metrics" when the admin listener is on.
         let admin =
