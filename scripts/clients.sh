@@ -44,13 +44,18 @@
 #            greet, whose elicitation/create ("What is your name?", a required string `name`)
 #            comes back as an InputRequiredResult that the SDK answers through the client's
 #            elicitation handler ({name: "Ada"}) and retries with inputResponses: "Hello, Ada!"
+#   tls      a server with --tls-cert/--tls-key (a test CA and a certificate for 127.0.0.1 made
+#            with the openssl CLI into .cache/clients-results/tls/) and --threads 2, over https://:
+#            the TS client (NODE_EXTRA_CA_CERTS = the CA) at 2025-11-25 and the TS v2 client pinned
+#            to 2026-07-28; the Python client (SSL_CERT_FILE = the CA) in legacy mode and in its
+#            default mode ending in 2026-07-28; each with --check-counter (one execution)
 #
 # The servers of the resuming stages run with --sse-retry-ms 200 (the SDK clients wait the SSE
 # `retry:` before resuming, so each resume costs ~0.2 s instead of the default ~1 s); the basic
 # server and one migration run keep the default, so the default value stays covered.
 #
 #   --only STAGES       run only these stages (comma-separated: basic,cut,epoll,threads,
-#                       migration,example,modern)
+#                       migration,example,modern,tls)
 #   --no-build          do not run cargo build (use the existing target/release/tidemark and
 #                       target/release/examples/custom_tool); the modern stage's rmcp client is
 #                       still built when its binary is missing
@@ -76,11 +81,11 @@ VENV="$CACHE/venv"
 TS_MODERN_DIR="$CACHE/ts-modern"
 RMCP_MODERN_TARGET="$CACHE/rmcp-modern-target"
 RMCP_MODERN_BIN="$RMCP_MODERN_TARGET/release/tidemark-rmcp-modern-client"
-ALL_STAGES="basic,cut,epoll,threads,migration,example,modern"
+ALL_STAGES="basic,cut,epoll,threads,migration,example,modern,tls"
 START_TIMEOUT_S=30
 CLIENT_TIMEOUT_S=120
 
-usage() { sed -n '2,70s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,76s/^# \{0,1\}//p' "$0"; }
 
 only="$ALL_STAGES"
 build=1
@@ -120,7 +125,7 @@ npm_ci_pinned "$CLIENTS" "$TS_DIR" @modelcontextprotocol/sdk
 cp "$CLIENTS/ts_client.mjs" "$TS_DIR/ts_client.mjs"
 pip_install_pinned "$VENV" "$CLIENTS/requirements.txt" tidemark-requirements.txt
 PY="$VENV/bin/python"
-if want_stage modern; then
+if want_stage modern || want_stage tls; then
     # The TypeScript v2 client: its own package (tests/clients/ts_modern), so the v1 SDK install
     # of the other stages is untouched.
     npm_ci_pinned "$CLIENTS/ts_modern" "$TS_MODERN_DIR" @modelcontextprotocol/client
@@ -420,6 +425,37 @@ if want_stage modern; then
         sequential modern-rmcp rmcp-modern "$server_url" "${MODERN_ARGS[@]}"
     fi
     stop_server modern
+fi
+
+if want_stage tls; then
+    # TLS on the MCP listener (issue 18 item 6): the real clients over https://, trusting a test
+    # CA through the variables each runtime reads.
+    command -v openssl >/dev/null || apt-get install -y -qq --no-install-recommends openssl >/dev/null
+    TLS_DIR="$RESULTS/tls"
+    mkdir -p "$TLS_DIR"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+        -subj "/CN=tidemark clients test CA" -keyout "$TLS_DIR/ca.key" -out "$TLS_DIR/ca.pem" \
+        -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign 2>/dev/null
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=127.0.0.1" \
+        -keyout "$TLS_DIR/key.pem" -out "$TLS_DIR/server.csr" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' \
+        >"$TLS_DIR/server.ext"
+    openssl x509 -req -in "$TLS_DIR/server.csr" -CA "$TLS_DIR/ca.pem" -CAkey "$TLS_DIR/ca.key" \
+        -CAcreateserial -days 2 -extfile "$TLS_DIR/server.ext" -out "$TLS_DIR/cert.pem" 2>/dev/null
+    start_server tls --tools demo --threads 2 --tls-cert "$TLS_DIR/cert.pem" \
+        --tls-key "$TLS_DIR/key.pem"
+    case "$server_url" in
+        https://*) ;;
+        *) echo "clients: FAIL tls: the server did not announce https: $server_url"; failed=$((failed + 1)) ;;
+    esac
+    export NODE_EXTRA_CA_CERTS="$TLS_DIR/ca.pem" SSL_CERT_FILE="$TLS_DIR/ca.pem"
+    sequential tls-ts ts "$server_url" --check-counter
+    sequential tls-ts-modern ts-modern "$server_url" --check-counter --steps 3 --negotiation pin
+    sequential tls-py-legacy py "$server_url" --check-counter --mode legacy
+    sequential tls-py-modern py "$server_url" --check-counter --steps 3 --mode sdk-default \
+        --expect-era modern
+    unset NODE_EXTRA_CA_CERTS SSL_CERT_FILE
+    stop_server tls
 fi
 
 if [ "$failed" -gt 0 ]; then

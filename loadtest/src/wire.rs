@@ -34,6 +34,10 @@ pub const MODERN_PROTOCOL_VERSION: &str = "2026-07-28";
 #[derive(Clone, Debug)]
 pub struct Target {
     pub addr: SocketAddr,
+    /// `https://`: every connection speaks TLS (`tls`, trusting `--tls-ca`).
+    pub tls: bool,
+    /// The host part of the authority (the TLS server name).
+    pub host: String,
     /// The `Host` header value (`host:port` as written in the URL).
     pub authority: String,
     pub path: String,
@@ -41,9 +45,11 @@ pub struct Target {
 
 impl Target {
     pub fn parse(url: &str) -> anyhow::Result<Target> {
-        let rest = url
-            .strip_prefix("http://")
-            .with_context(|| format!("{url}: only http:// URLs are supported"))?;
+        let (rest, tls) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+            (Some(rest), _) => (rest, false),
+            (_, Some(rest)) => (rest, true),
+            _ => anyhow::bail!("{url}: only http:// and https:// URLs are supported"),
+        };
         let (authority, path) = match rest.find('/') {
             Some(slash) => (&rest[..slash], &rest[slash..]),
             None => (rest, "/mcp"),
@@ -52,14 +58,18 @@ impl Target {
         {
             authority.to_owned()
         } else {
-            format!("{authority}:80")
+            format!("{authority}:{}", if tls { 443 } else { 80 })
+        };
+        let host = match with_port.rsplit_once(':') {
+            Some((host, _)) => host.trim_start_matches('[').trim_end_matches(']').to_owned(),
+            None => authority.to_owned(),
         };
         let addr = with_port
             .to_socket_addrs()
             .with_context(|| format!("resolving {authority}"))?
             .next()
             .with_context(|| format!("{authority} resolves to no address"))?;
-        Ok(Target { addr, authority: authority.to_owned(), path: path.to_owned() })
+        Ok(Target { addr, tls, host, authority: authority.to_owned(), path: path.to_owned() })
     }
 }
 
