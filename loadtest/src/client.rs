@@ -146,7 +146,7 @@ impl Conn {
         let _ = self.stream.set_nonblocking(true);
         let mut sink = [0u8; 16 << 10];
         for _ in 0..FIN_DRAIN_READS_MAX {
-            match (&mut self.stream).read(&mut sink) {
+            match self.stream.read(&mut sink) {
                 Ok(n) if n > 0 => {}
                 _ => break,
             }

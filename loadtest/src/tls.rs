@@ -29,6 +29,9 @@ pub fn configure(ca: &std::path::Path) -> anyhow::Result<()> {
         .with_root_certificates(roots)
         .with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // Every connection pays the full handshake (certificate sent and verified): the cost a new
+    // client pays, not the cheaper resumption a returning one may.
+    config.resumption = rustls::client::Resumption::disabled();
     let _ = CONFIG.set(Arc::new(config));
     Ok(())
 }

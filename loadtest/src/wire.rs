@@ -543,6 +543,18 @@ fn ends_with_ignore_case(value: &[u8], suffix: &[u8]) -> bool {
 mod tests {
     use super::*;
 
+    #[test]
+    fn targets_name_their_scheme_host_and_port() {
+        let t = Target::parse("https://127.0.0.1:8443/mcp").expect("parse");
+        assert!(t.tls);
+        assert_eq!((t.host.as_str(), t.addr.port(), t.path.as_str()), ("127.0.0.1", 8443, "/mcp"));
+        let t = Target::parse("https://localhost/x").expect("parse");
+        assert_eq!((t.tls, t.host.as_str(), t.addr.port()), (true, "localhost", 443));
+        let t = Target::parse("http://[::1]:9000/mcp").expect("parse");
+        assert_eq!((t.tls, t.host.as_str(), t.addr.port()), (false, "::1", 9000));
+        assert!(Target::parse("ftp://x/").is_err());
+    }
+
     /// Feeds `bytes` split at every position and returns (status, kind, events, body) of each
     /// response, so framing bugs at boundaries show up.
     fn parse_all(bytes: &[u8]) -> Vec<(u16, BodyKind, Vec<String>, String)> {
