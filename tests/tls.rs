@@ -400,6 +400,46 @@ fn slow_silent_and_plaintext_peers_are_closed() {
     }
 }
 
+/// Goal: a TLS connection the server closes (here after `Connection: close`) ends with the
+/// TLS `close_notify`, so the client sees a clean end (rustls reports a bare TCP close as an
+/// unexpected EOF); and over `--max-connections-per-core` a new TLS connection is closed at
+/// the accept without an answer, and served again once a slot is free.
+#[test]
+fn closes_are_clean_and_the_connection_limit_closes_at_accept() {
+    let pki = Pki::new("close");
+    for driver in DRIVERS {
+        let args = ["--threads", "1", "--max-connections-per-core", "1"];
+        let tls_server = TlsServer::start(driver, &pki, &args);
+        let server = &tls_server.server;
+        let ctx = format!("{driver}: clean close");
+        let mut tls = Tls::connect(server, &pki);
+        let r = tls.exchange(&post_raw(server, &[("Connection", "close")], INIT), &ctx);
+        assert_eq!(r.status, 200, "{ctx}: {}", r.text());
+        tls.stream.sock.set_read_timeout(Some(PROMPT)).expect("timeout");
+        let mut rest = Vec::new();
+        let end = tls.stream.read_to_end(&mut rest);
+        assert!(end.is_ok(), "{ctx}: not a clean TLS end: {end:?}");
+
+        let ctx = format!("{driver}: connection limit");
+        let holder = poll_until(PROMPT, || tls_server.metric("tidemark_connections_active") == 0);
+        assert!(holder, "{ctx}: the closed connection still counted");
+        let mut first = Tls::connect(server, &pki);
+        first.exchange(&post_raw(server, &[], INIT), &ctx);
+        let mut over = server.connect();
+        let (bytes, ending) = read_until_closed(&mut over, PROMPT);
+        assert!(!matches!(ending, Ending::StillOpen), "{ctx}: the one over the limit stayed open");
+        assert!(bytes.is_empty(), "{ctx}: answered: {bytes:?}");
+        drop(first);
+        let served = poll_until(PROMPT, || {
+            Tls::try_connect(server, client_config(&pki.ca, &[b"http/1.1"])).is_ok_and(|mut t| {
+                t.send(&post_raw(server, &[], INIT));
+                t.read_until(PROMPT, |b| parse_next(b).is_some())
+            })
+        });
+        assert!(served, "{ctx}: a freed slot is not served");
+    }
+}
+
 /// Goal: ALPN is `http/1.1` only: a client offering only `h2` gets the
 /// `no_application_protocol` alert; one offering no ALPN is served HTTP/1.1.
 #[test]

@@ -85,7 +85,8 @@ pub(crate) async fn serve(
             Outcome::HandOff(target) => {
                 let Conn { socket, buf, .. } = conn;
                 hand_off(&core, &inboxes, target, socket, buf, hops + 1);
-                break;
+                core.metrics.connections_active.sub(1);
+                return;
             }
             Outcome::Reply { keep_alive } => {
                 hops = 0;
@@ -105,6 +106,8 @@ pub(crate) async fn serve(
             }
         }
     }
+    // A TLS client sees a clean end, not a truncation.
+    conn.socket.close_notify(LINGER).await;
     // `conn` (its socket) and then `admitted` drop here, in that order.
     core.metrics.connections_active.sub(1);
 }

@@ -81,6 +81,18 @@ impl Transport {
         let _ = self.tcp.shutdown().await;
     }
 
+    /// On TLS, tells the peer this side is done (`close_notify`) before the socket closes, so a
+    /// client sees a clean end rather than a truncation; the write is bounded by `timeout` (a
+    /// peer that does not read cannot hold the connection). Nothing on a plain socket.
+    pub(super) async fn close_notify(&mut self, timeout: Duration) {
+        let Some(tls) = &mut self.tls else { return };
+        if tls.session.is_handshaking() {
+            return;
+        }
+        tls.session.send_close_notify();
+        let _ = monoio::time::timeout(timeout, flush(&mut self.tcp, tls)).await;
+    }
+
     /// Gives back what a large answer grew the ciphertext buffers to.
     pub(super) fn shrink_buffers(&mut self) {
         if let Some(tls) = &mut self.tls {
