@@ -148,6 +148,7 @@ impl Running {
     /// SIGINT, the shell's convention), without waiting for anything but the SIGKILL of every
     /// stdio upstream's process and descendant (at most a second). A thread of its own
     /// reads the signals (signal-hook's self-pipe), so no worker's io wait is involved.
+    /// SIGHUP reloads the TLS files (`reload_tls`; logged, and ignored without TLS).
     /// Calling it again changes nothing.
     pub fn handle_signals(&self) -> Result<(), ServerError> {
         if self.signals.swap(true, Ordering::AcqRel) {

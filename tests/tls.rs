@@ -441,9 +441,10 @@ fn closes_are_clean_and_the_connection_limit_closes_at_accept() {
 }
 
 /// Goal: ALPN is `http/1.1` only: a client offering only `h2` gets the
-/// `no_application_protocol` alert; one offering no ALPN is served HTTP/1.1.
+/// `no_application_protocol` alert; one offering no ALPN is served HTTP/1.1; a TLS 1.2-only
+/// client is served over TLS 1.2, and a default one gets TLS 1.3.
 #[test]
-fn alpn_is_http11_only() {
+fn alpn_is_http11_only_and_both_versions_are_served() {
     let pki = Pki::new("alpn");
     for driver in DRIVERS {
         let tls_server = TlsServer::start(driver, &pki, &[]);
@@ -455,6 +456,22 @@ fn alpn_is_http11_only() {
         let mut none = Tls::try_connect(server, client_config(&pki.ca, &[])).expect("no ALPN");
         assert_eq!(none.stream.conn.alpn_protocol(), None, "{driver}");
         let r = none.exchange(&post_raw(server, &[], INIT), driver);
+        assert_eq!(r.status, 200, "{driver}: {}", r.text());
+        let version = none.stream.conn.protocol_version();
+        assert_eq!(version, Some(rustls::ProtocolVersion::TLSv1_3), "{driver}");
+
+        let mut roots = RootCertStore::empty();
+        roots.add(pki.ca.clone()).expect("add CA");
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let tls12 = ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS12])
+            .expect("TLS 1.2")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let mut old = Tls::try_connect(server, Arc::new(tls12)).expect("TLS 1.2 handshake");
+        let version = old.stream.conn.protocol_version();
+        assert_eq!(version, Some(rustls::ProtocolVersion::TLSv1_2), "{driver}");
+        let r = old.exchange(&post_raw(server, &[], INIT), driver);
         assert_eq!(r.status, 200, "{driver}: {}", r.text());
     }
 }
