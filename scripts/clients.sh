@@ -119,6 +119,8 @@ source "$ROOT/scripts/setup-node.sh"
 SCRIPT_NAME=clients.sh
 # shellcheck source=SCRIPTDIR/client-lib.sh
 source "$ROOT/scripts/client-lib.sh"
+# shellcheck source=SCRIPTDIR/test-pki.sh
+source "$ROOT/scripts/test-pki.sh"
 
 npm_ci_pinned "$CLIENTS" "$TS_DIR" @modelcontextprotocol/sdk
 # ESM resolves imports next to the script, so the client runs from the install directory.
@@ -430,23 +432,17 @@ fi
 if want_stage tls; then
     # TLS on the MCP listener (issue 18 item 6): the real clients over https://, trusting a test
     # CA through the variables each runtime reads.
-    command -v openssl >/dev/null || apt-get install -y -qq --no-install-recommends openssl >/dev/null
     TLS_DIR="$RESULTS/tls"
-    mkdir -p "$TLS_DIR"
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
-        -subj "/CN=tidemark clients test CA" -keyout "$TLS_DIR/ca.key" -out "$TLS_DIR/ca.pem" \
-        -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign 2>/dev/null
-    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=127.0.0.1" \
-        -keyout "$TLS_DIR/key.pem" -out "$TLS_DIR/server.csr" 2>/dev/null
-    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' \
-        >"$TLS_DIR/server.ext"
-    openssl x509 -req -in "$TLS_DIR/server.csr" -CA "$TLS_DIR/ca.pem" -CAkey "$TLS_DIR/ca.key" \
-        -CAcreateserial -days 2 -extfile "$TLS_DIR/server.ext" -out "$TLS_DIR/cert.pem" 2>/dev/null
+    make_test_pki "$TLS_DIR" "tidemark clients test CA"
     start_server tls --tools demo --threads 2 --tls-cert "$TLS_DIR/cert.pem" \
         --tls-key "$TLS_DIR/key.pem"
     case "$server_url" in
         https://*) ;;
-        *) echo "clients: FAIL tls: the server did not announce https: $server_url"; failed=$((failed + 1)) ;;
+        *)
+            echo "clients: FAIL tls-banner: the server did not announce https: $server_url"
+            failed=$((failed + 1))
+            failed_names+=("tls-banner")
+            ;;
     esac
     export NODE_EXTRA_CA_CERTS="$TLS_DIR/ca.pem" SSL_CERT_FILE="$TLS_DIR/ca.pem"
     sequential tls-ts ts "$server_url" --check-counter

@@ -61,21 +61,15 @@ rm -f "$RUNS_DIR"/*.json
 
 # shellcheck source=scripts/server-lib.sh
 source "$ROOT/scripts/server-lib.sh"
+# shellcheck source=scripts/test-pki.sh
+source "$ROOT/scripts/test-pki.sh"
 pin_cpus "$SERVER_CPU" "$LOAD_CPU"
 
 if [ "$BUILD" = 1 ]; then
     (cd "$ROOT" && cargo build --release --quiet -p tidemark -p tidemark-load)
 fi
 
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
-    -subj "/CN=tidemark tls-cost CA" -keyout "$PKI/ca.key" -out "$PKI/ca.pem" \
-    -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign 2>/dev/null
-openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=127.0.0.1" \
-    -keyout "$PKI/key.pem" -out "$PKI/server.csr" 2>/dev/null
-printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' \
-    >"$PKI/server.ext"
-openssl x509 -req -in "$PKI/server.csr" -CA "$PKI/ca.pem" -CAkey "$PKI/ca.key" \
-    -CAcreateserial -days 2 -extfile "$PKI/server.ext" -out "$PKI/cert.pem" 2>/dev/null
+make_test_pki "$PKI" "tidemark tls-cost CA"
 
 # cpu_ticks PID: user + system time of PID so far, in clock ticks.
 cpu_ticks() {

@@ -14,7 +14,6 @@ mod support;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -525,25 +524,6 @@ fn sighup_serves_the_new_certificate_to_new_connections() {
     }
 }
 
-/// Runs the binary to its exit; (status, stderr).
-fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tidemark"))
-        .args(["--listen", "127.0.0.1:0"])
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tidemark");
-    let Some(status) = exit_within(&mut child, Duration::from_secs(10)) else {
-        let _ = child.kill();
-        let _ = child.wait();
-        return (None, "still running after 10 s".into());
-    };
-    let mut err = String::new();
-    child.stderr.take().expect("stderr").read_to_string(&mut err).expect("stderr");
-    (status.code(), err)
-}
-
 /// Goal: start-up refuses `--tls-cert` without `--tls-key` (and the reverse), a missing file,
 /// a file with no certificate, and a key that is not the certificate's, each saying which.
 #[test]
@@ -564,7 +544,8 @@ fn startup_refuses_half_or_broken_tls() {
         (vec!["--tls-cert", &cert, "--tls-key", &other_key], "--tls-key"),
     ];
     for (args, says) in cases {
-        let (status, err) = run_to_exit(&args);
+        let all: Vec<&str> = ["--listen", "127.0.0.1:0"].iter().chain(&args).copied().collect();
+        let (status, err) = run_to_exit(&all);
         assert!(matches!(status, Some(s) if s != 0), "{args:?}: exit {status:?}: {err}");
         assert!(err.contains(says), "{args:?}: stderr does not say {says:?}: {err}");
     }

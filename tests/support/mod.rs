@@ -971,3 +971,23 @@ pub fn closed_by_peer(client: &TcpStream) -> bool {
 
 /// `TCP_ESTABLISHED` in `/proc/net/tcp`'s `st` column.
 const TCP_ESTABLISHED: u8 = 1;
+
+// ---- Start-up refusals (startup.rs, tls.rs) ----
+
+/// Runs the binary with `args` and waits (bounded) for it to exit; returns (status, stderr).
+pub fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tidemark"))
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tidemark");
+    let Some(status) = exit_within(&mut child, Duration::from_secs(10)) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return (None, "still running after 10 s".into());
+    };
+    let mut err = String::new();
+    child.stderr.take().expect("stderr").read_to_string(&mut err).expect("stderr");
+    (status.code(), err)
+}
