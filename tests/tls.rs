@@ -325,6 +325,29 @@ fn both_eras_and_a_resume_over_tls() {
     }
 }
 
+/// Goal: a request and an answer much larger than one TLS record (16 KiB) and than one
+/// encrypted write (64 KiB of plaintext) arrive whole and in order, twice on one connection.
+/// Method: echo of a 1 MiB text (a body of many records; an answer of many encrypted writes).
+#[test]
+fn large_messages_cross_many_records() {
+    let pki = Pki::new("large");
+    for driver in DRIVERS {
+        let tls_server = TlsServer::start(driver, &pki, &[]);
+        let server = &tls_server.server;
+        let ctx = format!("{driver}: 1 MiB echo");
+        let mut tls = Tls::connect(server, &pki);
+        let sid = open_session_on(&mut tls, server, &ctx);
+        for round in 0..2u8 {
+            let text: String = (0..1 << 20)
+                .map(|i| char::from(b'a' + ((i + round as usize) % 26) as u8))
+                .collect();
+            let body = call(7, "echo", &json!({ "text": text }).to_string(), false);
+            let r = tls.exchange(&post_raw(server, &[("Mcp-Session-Id", &sid)], &body), &ctx);
+            assert!(result_text(&r, &ctx) == text, "{ctx}: round {round}: the echo differs");
+        }
+    }
+}
+
 /// Goal: one TLS keep-alive connection carries requests for sessions living on both cores of
 /// `--threads 2`: each request for the other core's session moves the connection (socket and
 /// TLS session) there, and it goes on there over the same TLS session. Method: 16 sessions

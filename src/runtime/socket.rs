@@ -223,9 +223,11 @@ fn absorb(tls: &mut Tls, plain: &mut Vec<u8>) -> Result<bool, rustls::Error> {
     let mut rest = &tls.incoming[..];
     let mut peer_closed = false;
     while !rest.is_empty() {
-        // Takes at most what its record buffer has room for; processing empties that.
-        if tls.session.read_tls(&mut rest).is_err() {
-            return Err(rustls::Error::General("TLS record buffer full".into()));
+        // Takes at most what its record buffer has room for; processing empties that. Taking
+        // nothing of a non-empty slice would repeat forever: a failure too.
+        match tls.session.read_tls(&mut rest) {
+            Ok(n) if n > 0 => {}
+            _ => return Err(rustls::Error::General("TLS record buffer full".into())),
         }
         let state = tls.session.process_new_packets()?;
         let ready = state.plaintext_bytes_to_read();
