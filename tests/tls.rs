@@ -325,6 +325,33 @@ fn both_eras_and_a_resume_over_tls() {
     }
 }
 
+/// Goal: the drain on a TLS listener: after SIGTERM a running call's TLS stream is ended at
+/// `--drain-secs` with the chunked body's last chunk and then `close_notify` (a clean end, not a
+/// cut), and the process exits 0. Method: `slow_counter` of 50 steps of 100 ms, 2 progress
+/// events read, SIGTERM with `--drain-secs 1`, the rest read to the TLS end.
+#[test]
+fn the_drain_ends_a_tls_stream_cleanly() {
+    let pki = Pki::new("drain");
+    for driver in DRIVERS {
+        let mut tls_server = TlsServer::start(driver, &pki, &["--drain-secs", "1"]);
+        let ctx = format!("{driver}: drain");
+        let server = &tls_server.server;
+        let mut tls = Tls::connect(server, &pki);
+        let sid = open_session_on(&mut tls, server, &ctx);
+        let body = call(3, "slow_counter", r#"{"steps":50,"delay_ms":100}"#, true);
+        tls.send(&post_raw(server, &[("Mcp-Session-Id", &sid)], &body));
+        tls.events_until(2, &ctx);
+        server.signal("TERM");
+        let ended = tls.read_until(Duration::from_secs(10), |b| parse_next(b).is_some());
+        assert!(ended, "{ctx}: the stream did not end: {:?}", String::from_utf8_lossy(&tls.buf));
+        let mut rest = Vec::new();
+        let end = tls.stream.read_to_end(&mut rest);
+        assert!(end.is_ok(), "{ctx}: not a clean TLS end: {end:?}");
+        let status = tls_server.server.exit_within(Duration::from_secs(10));
+        assert!(status.is_some_and(|s| s.success()), "{ctx}: exit {status:?}");
+    }
+}
+
 /// Goal: a request and an answer much larger than one TLS record (16 KiB) and than one
 /// encrypted write (64 KiB of plaintext) arrive whole and in order, twice on one connection.
 /// Method: echo of a 1 MiB text (a body of many records; an answer of many encrypted writes).
