@@ -10,7 +10,7 @@
 //! the queue. Without the reserve (its connection is still being answered) the loop backs off
 //! `EXHAUSTED_BACKOFF`. Each exhaustion is counted; the log says so at most once a second.
 //! On a TLS listener an accepted socket starts its TLS session here with the configuration
-//! current at the accept (`tls::Certs`); a connection refused at admission is closed without
+//! current on its core at the accept (`tls::CoreCerts`); a connection refused at admission is closed without
 //! an answer there (a 503 would first cost the full handshake the refusal is meant to save).
 //! Called by: `runtime` (`serve`), once per core. Never: reads a request (`conn` does), or
 //! leaves a queued connection to the reset a closing listener gives it.
