@@ -27,13 +27,13 @@ pip_install_pinned() {
     fi
 }
 
-# wait_for_url FILE PID WHAT: prints the first http:// URL of FILE's first line, waiting up to
+# wait_for_url FILE PID WHAT: prints the first http:// (or https://) URL of FILE's first line, waiting up to
 # START_TIMEOUT_S while PID lives.
 wait_for_url() {
     local file="$1" pid="$2" what="$3" url=""
     for _ in $(seq $((START_TIMEOUT_S * 10))); do
         if [ -s "$file" ]; then
-            url="$(head -n 1 "$file" | grep -o 'http://[^ ]*' || true)"
+            url="$(head -n 1 "$file" | grep -o 'https\{0,1\}://[^ ]*' || true)"
             if [ -n "$url" ]; then
                 echo "$url"
                 return 0

@@ -44,13 +44,18 @@
 #            greet, whose elicitation/create ("What is your name?", a required string `name`)
 #            comes back as an InputRequiredResult that the SDK answers through the client's
 #            elicitation handler ({name: "Ada"}) and retries with inputResponses: "Hello, Ada!"
+#   tls      a server with --tls-cert/--tls-key (a test CA and a certificate for 127.0.0.1 made
+#            with the openssl CLI into .cache/clients-results/tls/) and --threads 2, over https://:
+#            the TS client (NODE_EXTRA_CA_CERTS = the CA) at 2025-11-25 and the TS v2 client pinned
+#            to 2026-07-28; the Python client (SSL_CERT_FILE = the CA) in legacy mode and in its
+#            default mode ending in 2026-07-28; each with --check-counter (one execution)
 #
 # The servers of the resuming stages run with --sse-retry-ms 200 (the SDK clients wait the SSE
 # `retry:` before resuming, so each resume costs ~0.2 s instead of the default ~1 s); the basic
 # server and one migration run keep the default, so the default value stays covered.
 #
 #   --only STAGES       run only these stages (comma-separated: basic,cut,epoll,threads,
-#                       migration,example,modern)
+#                       migration,example,modern,tls)
 #   --no-build          do not run cargo build (use the existing target/release/tidemark and
 #                       target/release/examples/custom_tool); the modern stage's rmcp client is
 #                       still built when its binary is missing
@@ -76,11 +81,11 @@ VENV="$CACHE/venv"
 TS_MODERN_DIR="$CACHE/ts-modern"
 RMCP_MODERN_TARGET="$CACHE/rmcp-modern-target"
 RMCP_MODERN_BIN="$RMCP_MODERN_TARGET/release/tidemark-rmcp-modern-client"
-ALL_STAGES="basic,cut,epoll,threads,migration,example,modern"
+ALL_STAGES="basic,cut,epoll,threads,migration,example,modern,tls"
 START_TIMEOUT_S=30
 CLIENT_TIMEOUT_S=120
 
-usage() { sed -n '2,70s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,76s/^# \{0,1\}//p' "$0"; }
 
 only="$ALL_STAGES"
 build=1
@@ -114,13 +119,15 @@ source "$ROOT/scripts/setup-node.sh"
 SCRIPT_NAME=clients.sh
 # shellcheck source=SCRIPTDIR/client-lib.sh
 source "$ROOT/scripts/client-lib.sh"
+# shellcheck source=SCRIPTDIR/test-pki.sh
+source "$ROOT/scripts/test-pki.sh"
 
 npm_ci_pinned "$CLIENTS" "$TS_DIR" @modelcontextprotocol/sdk
 # ESM resolves imports next to the script, so the client runs from the install directory.
 cp "$CLIENTS/ts_client.mjs" "$TS_DIR/ts_client.mjs"
 pip_install_pinned "$VENV" "$CLIENTS/requirements.txt" tidemark-requirements.txt
 PY="$VENV/bin/python"
-if want_stage modern; then
+if want_stage modern || want_stage tls; then
     # The TypeScript v2 client: its own package (tests/clients/ts_modern), so the v1 SDK install
     # of the other stages is untouched.
     npm_ci_pinned "$CLIENTS/ts_modern" "$TS_MODERN_DIR" @modelcontextprotocol/client
@@ -420,6 +427,31 @@ if want_stage modern; then
         sequential modern-rmcp rmcp-modern "$server_url" "${MODERN_ARGS[@]}"
     fi
     stop_server modern
+fi
+
+if want_stage tls; then
+    # TLS on the MCP listener (issue 18 item 6): the real clients over https://, trusting a test
+    # CA through the variables each runtime reads.
+    TLS_DIR="$RESULTS/tls"
+    make_test_pki "$TLS_DIR" "tidemark clients test CA"
+    start_server tls --tools demo --threads 2 --tls-cert "$TLS_DIR/cert.pem" \
+        --tls-key "$TLS_DIR/key.pem"
+    case "$server_url" in
+        https://*) ;;
+        *)
+            echo "clients: FAIL tls-banner: the server did not announce https: $server_url"
+            failed=$((failed + 1))
+            failed_names+=("tls-banner")
+            ;;
+    esac
+    export NODE_EXTRA_CA_CERTS="$TLS_DIR/ca.pem" SSL_CERT_FILE="$TLS_DIR/ca.pem"
+    sequential tls-ts ts "$server_url" --check-counter
+    sequential tls-ts-modern ts-modern "$server_url" --check-counter --steps 3 --negotiation pin
+    sequential tls-py-legacy py "$server_url" --check-counter --mode legacy
+    sequential tls-py-modern py "$server_url" --check-counter --steps 3 --mode sdk-default \
+        --expect-era modern
+    unset NODE_EXTRA_CA_CERTS SSL_CERT_FILE
+    stop_server tls
 fi
 
 if [ "$failed" -gt 0 ]; then

@@ -1,6 +1,6 @@
 # Shared by bench.sh and compare.sh (sourced, not run): start and stop one server under test.
 # start_server LOG CMD...: starts CMD in the background with its output in LOG, waits for its
-# "listening on http://..." line and sets SERVER_PID and SERVER_URL; exits 1 with the log if
+# "listening on http(s)://..." line and sets SERVER_PID and SERVER_URL; exits 1 with the log if
 # the server dies or never says where it listens. stop_server: kills it (also on EXIT).
 # pin_cpus SERVER_CPU LOAD_CPU: sets the PIN_SERVER and PIN_LOAD command prefixes (taskset), or
 # leaves both empty, with a warning, where there are fewer than 2 CPUs or no taskset.
@@ -22,7 +22,7 @@ start_server() {
     SERVER_PID=$!
     SERVER_URL=""
     for _ in $(seq 1 200); do
-        SERVER_URL="$(grep -o 'http://[^ ]*' "$log" | head -n 1 || true)"
+        SERVER_URL="$(grep -o 'https\{0,1\}://[^ ]*' "$log" | head -n 1 || true)"
         [ -n "$SERVER_URL" ] && return 0
         kill -0 "$SERVER_PID" 2>/dev/null || break
         sleep 0.05

@@ -98,6 +98,13 @@ struct Flags {
     owed_wait_ms: u64,
     #[arg(long, default_value_t = config::OWED_TIMEOUT_SECS)]
     owed_timeout_secs: u64,
+    /// Serve every MCP listener over TLS (1.3/1.2, ALPN http/1.1) with this PEM certificate
+    /// chain, leaf first; needs --tls-key. Reloaded with the key on SIGHUP.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1); needs --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
     /// Admin listener: Prometheus text at http://ADDR/metrics, /healthz, /readyz (off by
     /// default).
     #[arg(long)]
@@ -237,6 +244,11 @@ impl Flags {
             sse_keepalive: Duration::from_secs(self.sse_keepalive_secs),
             owed_wait: Duration::from_millis(self.owed_wait_ms),
             owed_timeout: Duration::from_secs(self.owed_timeout_secs),
+            tls: match (self.tls_cert, self.tls_key) {
+                (Some(cert), Some(key)) => Some(config::TlsFiles { cert, key }),
+                // clap's `requires` refuses one without the other.
+                _ => None,
+            },
             metrics_listen: self.metrics_listen,
             drain: Duration::from_secs(self.drain_secs),
             node_id: self.node_id,

@@ -60,6 +60,7 @@
 //! | 5 | `upstream` | the bridge (`--upstream`): one provider per upstream; an MCP client (`peer`) over stdio children (`stdio`, their lives in `process`) or Streamable HTTP (`http/`) |
 //! | 4 | `provider` | the public `Provider` trait, `CallContext`, `ProviderError`, `Value`; `builtin` (demo, conformance) |
 //! | 3 | `wire` | every answer as a value rendered in one place: HTTP statuses (`Status`), JSON-RPC codes (`Code`), refusals; the JSON-RPC envelope, SSE framing, the revisions, notification encoders |
+//! | 2 | `tls` | the listeners' rustls `ServerConfig` from the PEM files (`--tls-cert`, `--tls-key`), swapped whole on reload (SIGHUP); no socket |
 //! | 2 | `http` | request head → byte ranges; status line and headers → bytes; knows nothing of MCP |
 //! | 1 | `config` | every limit as a named constant; `Config`; the `--upstream` spec |
 //! | 1 | `metrics` | per-core counters, Prometheus text |
@@ -83,11 +84,12 @@ mod provider;
 mod runtime;
 mod server;
 mod signal;
+mod tls;
 mod upstream;
 mod wire;
 
 pub use config::{BuiltinSet, Config, ConfigError, DriverChoice, MigrationPolicy, ResponseMode};
-pub use config::{Isolation, UpstreamSpec, UpstreamSpecError, UpstreamTarget};
+pub use config::{Isolation, TlsFiles, UpstreamSpec, UpstreamSpecError, UpstreamTarget};
 pub use provider::{
     Annotations, CallContext, Changes, LocalBoxFuture, LogLevel, Notifier, Provider, ProviderError,
     ProviderResult, SessionInfo, SessionRef, SessionStart, TaskSupport, ToolInfo, Value,

@@ -46,6 +46,8 @@ counters! {
     sessions_deleted_total => "tidemark_sessions_deleted_total", "Sessions ended by DELETE.";
     sessions_active => "tidemark_sessions_active", "Live sessions.";
     connections_active => "tidemark_connections_active", "Open connections.";
+    tls_handshakes_total => "tidemark_tls_handshakes_total", "TLS handshakes completed on the MCP listeners.";
+    tls_handshakes_failed_total => "tidemark_tls_handshakes_failed_total", "TLS handshakes that failed (an alert sent, e.g. no common ALPN or plaintext HTTP), were closed, or did not finish within --header-timeout-ms.";
     handoffs_total => "tidemark_handoffs_total", "Connections moved to the core owning their request (its task, session or Idempotency-Key).";
     accept_descriptors_exhausted_total => "tidemark_accept_descriptors_exhausted_total", "Accepts that failed with EMFILE/ENFILE (out of file descriptors): each answered one connection 503 from the reserve descriptor, or backed off.";
     drain_backlog_accepted_total => "tidemark_drain_backlog_accepted_total", "Connections taken from the accept queue when the drain began (served, or answered 503), instead of reset by closing the listener.";

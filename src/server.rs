@@ -1,9 +1,9 @@
 //! The embedding entry point: `Server` takes a `Config` and providers, and runs the endpoint
 //! exactly as the `tidemark` binary does: SO_REUSEPORT listeners, one pinned thread with its own
 //! monoio runtime per core, the hand-off inboxes, the optional admin listener (`admin`:
-//! `/metrics`, `/healthz`, `/readyz`), the one-line start-up banner on stdout, and the graceful
+//! `/metrics`, `/healthz`, `/readyz`), the one-line start-up banner on stdout, the graceful
 //! drain on SIGTERM/SIGINT (`Running::handle_signals`, `Running::shutdown`; the drain itself is
-//! `runtime`'s).
+//! `runtime`'s), and the TLS certificate's reload on SIGHUP (`Running::reload_tls`).
 //!
 //! Owns: start-up, signal handling and the threads' lifetime. Never: handles a request (the
 //! workers do).
@@ -21,6 +21,7 @@ use crate::provider::builtin::BuiltinProvider;
 use crate::provider::Provider;
 use crate::runtime::handoff::Inbox;
 use crate::runtime::{self, Lifecycle, ProviderFactory, WorkerSpec};
+use crate::tls::Certs as Tls;
 
 /// How long `Running::join` sleeps between looks while nothing wakes it (a worker's return and
 /// every phase change do).
@@ -44,6 +45,9 @@ pub enum ServerError {
     /// A worker's runtime could not be built (e.g. `--driver uring` without io_uring).
     #[error("{0}")]
     Worker(String),
+    /// `--tls-cert`/`--tls-key` could not be loaded: which file and why.
+    #[error("{0}")]
+    Tls(String),
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServerError {
@@ -84,6 +88,8 @@ pub struct Running {
     pub driver: &'static str,
     workers: Vec<std::thread::JoinHandle<()>>,
     life: Arc<Lifecycle>,
+    /// The MCP listeners' TLS, when `--tls-cert` was given.
+    tls: Option<Arc<Tls>>,
     /// `handle_signals` ran (a second call would see every signal twice).
     signals: AtomicBool,
 }
@@ -129,26 +135,39 @@ impl Running {
         }
     }
 
+    /// Reads `--tls-cert` and `--tls-key` again (what SIGHUP does under `handle_signals`): new
+    /// TLS handshakes use the new certificate, connections already up keep theirs. `Ok(false)`
+    /// without TLS; `Err` says why the files did not load, and the old certificate stays.
+    pub fn reload_tls(&self) -> Result<bool, ServerError> {
+        reload_tls(self.tls.as_deref())
+    }
+
     /// Handles SIGTERM and SIGINT as the `tidemark` binary does (`Server::run` calls it before
     /// the banner): the first begins the drain; a second one, or one after `shutdown`, exits
     /// the process at once with status 128 + the signal's number (143 for SIGTERM, 130 for
     /// SIGINT, the shell's convention), without waiting for anything but the SIGKILL of every
     /// stdio upstream's process and descendant (at most a second). A thread of its own
     /// reads the signals (signal-hook's self-pipe), so no worker's io wait is involved.
+    /// SIGHUP reloads the TLS files (`reload_tls`; logged, and ignored without TLS).
     /// Calling it again changes nothing.
     pub fn handle_signals(&self) -> Result<(), ServerError> {
         if self.signals.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        use signal_hook::consts::{SIGINT, SIGTERM};
-        let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
-            .map_err(io("install the SIGTERM/SIGINT handlers"))?;
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
+            .map_err(io("install the SIGTERM/SIGINT/SIGHUP handlers"))?;
         let life = self.life.clone();
+        let tls = self.tls.clone();
         let drain_secs = life.drain().as_secs();
         std::thread::Builder::new()
             .name("tidemark-signals".into())
             .spawn(move || {
                 for signal in signals.forever() {
+                    if signal == SIGHUP {
+                        let _ = reload_tls(tls.as_deref());
+                        continue;
+                    }
                     if life.begin_drain() {
                         tracing::info!(
                             signal,
@@ -233,8 +252,9 @@ impl Server {
             None => String::new(),
         };
         // The first stdout line: scripts read the bound address (port 0) and the driver from it.
+        let scheme = if cfg.tls.is_some() { "https" } else { "http" };
         println!(
-            "tidemark listening on http://{}{} driver={} threads={} tools={tools_label}{metrics_note}",
+            "tidemark listening on {scheme}://{}{} driver={} threads={} tools={tools_label}{metrics_note}",
             started.local_addr, cfg.path, started.driver, cfg.threads
         );
         let _ = std::io::stdout().flush();
@@ -276,6 +296,10 @@ fn upstream_providers(cfg: &Config) -> Vec<(String, ProviderFactory)> {
 
 /// Listeners, the admin listener and one pinned worker thread per core.
 fn start_workers(cfg: &Config, providers: Vec<ProviderFactory>) -> Result<Running, ServerError> {
+    let tls = match &cfg.tls {
+        Some(files) => Some(Arc::new(Tls::load(files, cfg.threads).map_err(ServerError::Tls)?)),
+        None => None,
+    };
     refuse_shared_port(cfg.listen)?;
     let first = reuseport_listener(cfg.listen)?;
     let bound = first.local_addr().map_err(io("local address"))?;
@@ -301,6 +325,7 @@ fn start_workers(cfg: &Config, providers: Vec<ProviderFactory>) -> Result<Runnin
             index: index as u16,
             cfg: cfg.clone(),
             listener,
+            tls: tls.clone(),
             inboxes: inboxes.clone(),
             metrics: metrics[index].clone(),
             providers: providers.clone(),
@@ -341,7 +366,25 @@ fn start_workers(cfg: &Config, providers: Vec<ProviderFactory>) -> Result<Runnin
         None => None,
     };
     let signals = AtomicBool::new(false);
-    Ok(Running { local_addr: bound, metrics_addr, driver, workers, life, signals })
+    Ok(Running { local_addr: bound, metrics_addr, driver, workers, life, tls, signals })
+}
+
+/// The SIGHUP reload of the TLS files (`Running::reload_tls`), logged either way.
+fn reload_tls(tls: Option<&Tls>) -> Result<bool, ServerError> {
+    let Some(tls) = tls else {
+        tracing::info!("reload: no --tls-cert, nothing to reload");
+        return Ok(false);
+    };
+    match tls.reload() {
+        Ok(()) => {
+            tracing::info!("reload: TLS certificate loaded; new connections use it");
+            Ok(true)
+        }
+        Err(why) => {
+            tracing::error!(error = %why, "reload: TLS files not loaded; the old certificate stays");
+            Err(ServerError::Tls(why))
+        }
+    }
 }
 
 /// Tells the lifecycle that worker `.1`'s thread returned (also when it unwinds).

@@ -4,28 +4,8 @@
 mod support;
 
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
-use support::Server;
-
-/// Runs the binary with `args` and waits (bounded) for it to exit; returns (status, stderr).
-fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tidemark"))
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tidemark");
-    let Some(status) = support::exit_within(&mut child, Duration::from_secs(10)) else {
-        let _ = child.kill();
-        let _ = child.wait();
-        return (None, "still running after 10 s".into());
-    };
-    let mut err = String::new();
-    use std::io::Read;
-    child.stderr.take().expect("stderr").read_to_string(&mut err).expect("stderr");
-    (status.code(), err)
-}
+use support::{run_to_exit, Server};
 
 #[test]
 fn a_second_server_on_a_port_in_use_fails_at_start() {

@@ -43,8 +43,56 @@ pub enum ReadEnd {
     Stopped { head: Head },
 }
 
+/// The blocking stream of a `Conn`: plain, or TLS over the same socket.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Stream {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => &s.sock,
+        }
+    }
+    fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+        self.tcp().set_read_timeout(t)
+    }
+    fn set_nonblocking(&self, on: bool) -> std::io::Result<()> {
+        self.tcp().set_nonblocking(on)
+    }
+    fn shutdown(&self, how: std::net::Shutdown) -> std::io::Result<()> {
+        self.tcp().shutdown(how)
+    }
+}
+
+impl std::io::Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl std::io::Write for Stream {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write(data),
+            Stream::Tls(s) => s.write(data),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        }
+    }
+}
+
 pub struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     buf: Vec<u8>,
     start: usize,
     end: usize,
@@ -58,6 +106,12 @@ impl Conn {
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(timeout))?;
         stream.set_write_timeout(Some(timeout))?;
+        let stream = if target.tls {
+            let session = crate::tls::session(target)?;
+            Stream::Tls(Box::new(rustls::StreamOwned::new(session, stream)))
+        } else {
+            Stream::Plain(stream)
+        };
         Ok(Conn {
             stream,
             buf: vec![0; READ_BUF_BYTES],
@@ -78,7 +132,7 @@ impl Conn {
     /// Closes the connection in the middle of a response: FIN, or RST when `reset`.
     pub fn cut(self, reset: bool) {
         if reset {
-            let socket = socket2::SockRef::from(&self.stream);
+            let socket = socket2::SockRef::from(self.stream.tcp());
             let _ = socket.set_linger(Some(Duration::ZERO));
         }
         drop(self);
@@ -88,11 +142,11 @@ impl Conn {
     /// arrived (a close with unread bytes makes the kernel send RST instead), then shuts both
     /// directions down. Bytes still in flight may yet draw an RST from the kernel; a cut that
     /// must reset uses `cut(true)`.
-    pub fn close_fin(self) {
+    pub fn close_fin(mut self) {
         let _ = self.stream.set_nonblocking(true);
         let mut sink = [0u8; 16 << 10];
         for _ in 0..FIN_DRAIN_READS_MAX {
-            match (&self.stream).read(&mut sink) {
+            match self.stream.read(&mut sink) {
                 Ok(n) if n > 0 => {}
                 _ => break,
             }

@@ -24,6 +24,8 @@ use hdrhistogram::Histogram;
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 
+use crate::tls::Sock;
+
 use crate::stats::{self, ErrorKind, Errors, Live};
 use crate::wire::{Head, ResponseParser, Target};
 
@@ -108,6 +110,9 @@ pub struct EngineConfig {
     /// No operation starts at or after this instant.
     pub end: Instant,
     pub timeout: Duration,
+    /// Every operation on a connection of its own (`--new-connection`): a handshake per
+    /// request (pipeline 1).
+    pub new_connection: bool,
 }
 
 /// What a thread measured.
@@ -135,7 +140,7 @@ struct Inflight {
 }
 
 struct Conn {
-    sock: TcpStream,
+    sock: Sock,
     out: Vec<u8>,
     out_at: usize,
     inbuf: Vec<u8>,
@@ -162,11 +167,11 @@ struct Engine<W: Workload> {
     result: ThreadResult,
 }
 
-fn connect(target: &Target) -> std::io::Result<TcpStream> {
+fn connect(target: &Target) -> std::io::Result<Sock> {
     let std = std::net::TcpStream::connect_timeout(&target.addr, Duration::from_secs(5))?;
     std.set_nodelay(true)?;
     std.set_nonblocking(true)?;
-    Ok(TcpStream::from_std(std))
+    Sock::new(TcpStream::from_std(std), target)
 }
 
 /// Runs one load thread to the end of its schedule (or until the workload has no more work
@@ -181,7 +186,8 @@ pub fn run<W: Workload>(
     for i in 0..cfg.connections {
         let mut sock =
             connect(&cfg.target).with_context(|| format!("connecting to {}", cfg.target.addr))?;
-        poll.registry().register(&mut sock, Token(i), Interest::READABLE | Interest::WRITABLE)?;
+        let interest = Interest::READABLE | Interest::WRITABLE;
+        poll.registry().register(&mut sock.tcp, Token(i), interest)?;
         conns.push(Conn {
             sock,
             out: Vec::with_capacity(4096),
@@ -322,6 +328,9 @@ impl<W: Workload> Engine<W> {
 
     fn flush(&mut self, ci: usize) -> Result<(), ErrorKind> {
         let conn = &mut self.conns[ci];
+        if conn.sock.pending() && conn.sock.flush_pending().is_err() {
+            return Err(ErrorKind::Io);
+        }
         while conn.out_at < conn.out.len() {
             match conn.sock.write(&conn.out[conn.out_at..]) {
                 Ok(0) => return Err(ErrorKind::Io),
@@ -426,14 +435,16 @@ impl<W: Workload> Engine<W> {
                 }
                 Ok(n) => {
                     let space = conn.inbuf.len() - conn.in_end;
+                    let plain = !conn.sock.is_tls();
                     conn.in_end += n;
                     if let Err(kind) = self.process(ci) {
                         self.fail_conn(ci, kind);
                         return;
                     }
-                    if n < space {
+                    if n < space && plain {
                         // A short read drained the socket; new bytes raise a new edge (as tokio
-                        // does), so skip the read that would only return EAGAIN.
+                        // does), so skip the read that would only return EAGAIN. (On TLS a short
+                        // read says nothing of the socket: rustls may hold more records.)
                         return;
                     }
                 }
@@ -473,6 +484,7 @@ impl<W: Workload> Engine<W> {
             }
             let close = conn.parser.head.close;
             self.complete_front(ci, Instant::now());
+            let close = close || (self.cfg.new_connection && self.conns[ci].inflight.is_empty());
             if close {
                 self.reconnect(ci, None);
                 return Ok(());
@@ -502,7 +514,10 @@ impl<W: Workload> Engine<W> {
             }
             Outcome::Done(result) => {
                 self.finish(inflight.due, now, result);
-                self.refill(ci, now);
+                // With --new-connection the next operation starts on the new connection.
+                if !self.cfg.new_connection {
+                    self.refill(ci, now);
+                }
             }
         }
     }
@@ -546,7 +561,7 @@ impl<W: Workload> Engine<W> {
             self.finish(inflight.due, now, Err(fail.unwrap_or(ErrorKind::Io)));
         }
         let conn = &mut self.conns[ci];
-        let _ = self.poll.registry().deregister(&mut conn.sock);
+        let _ = self.poll.registry().deregister(&mut conn.sock.tcp);
         conn.out.clear();
         conn.out_at = 0;
         conn.in_start = 0;
@@ -558,7 +573,7 @@ impl<W: Workload> Engine<W> {
                 if self
                     .poll
                     .registry()
-                    .register(&mut sock, Token(ci), Interest::READABLE | Interest::WRITABLE)
+                    .register(&mut sock.tcp, Token(ci), Interest::READABLE | Interest::WRITABLE)
                     .is_err()
                 {
                     self.result.errors.add(ErrorKind::Io, 1);

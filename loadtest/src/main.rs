@@ -26,6 +26,7 @@ mod scenario;
 mod sse;
 mod stats;
 mod stdio_direct;
+mod tls;
 mod wire;
 
 use std::path::PathBuf;
@@ -173,6 +174,13 @@ struct Common {
     /// No progress line.
     #[arg(long)]
     quiet: bool,
+    /// PEM file of the CA that signed an https:// server's certificate (trusted alone).
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// Every operation on a new connection, closed after its answer (engine scenarios, with
+    /// --pipeline 1): measures connection set-up, a TLS handshake on https://.
+    #[arg(long)]
+    new_connection: bool,
 }
 
 #[derive(Args, Debug)]
@@ -412,6 +420,14 @@ fn main() {
     }
 }
 
+/// The target of `--url`, with `--tls-ca` set up for an https:// one.
+fn target_of(common: &Common) -> anyhow::Result<Target> {
+    if let Some(ca) = &common.tls_ca {
+        tls::configure(ca)?;
+    }
+    Target::parse(&common.url)
+}
+
 /// Runs a command; `Ok(false)` when a run failed its checks.
 fn run(command: Command) -> anyhow::Result<bool> {
     let report = match command {
@@ -571,12 +587,13 @@ where
             thread_index: t,
             thread_count: threads,
             connections: connections / threads + usize::from(t < connections % threads),
-            pipeline: common.pipeline.max(1),
+            pipeline: if common.new_connection { 1 } else { common.pipeline.max(1) },
             rate: common.rate.filter(|r| *r > 0.0).map(|r| r / threads as f64),
             start,
             measure_from,
             end,
             timeout: common.timeout.0,
+            new_connection: common.new_connection,
         };
         let workload = make(t);
         let live = live.clone();
@@ -634,7 +651,7 @@ fn calls(
     steps: Option<u32>,
     extra: serde_json::Value,
 ) -> anyhow::Result<RunReport> {
-    let target = Target::parse(&common.url)?;
+    let target = target_of(common)?;
     let connections = common.connections.unwrap_or(64).max(1);
     let session_count = common.sessions.unwrap_or(connections).max(1);
     let duration = common.duration.map_or(Duration::from_secs(5), |d| d.0);
@@ -716,7 +733,7 @@ fn modern(a: &ModernArgs) -> anyhow::Result<RunReport> {
     if common.sessions.is_some() {
         bail!("modern opens no sessions: --sessions does not apply");
     }
-    let target = Target::parse(&common.url)?;
+    let target = target_of(common)?;
     let duration = common.duration.map_or(Duration::from_secs(5), |d| d.0);
     let warmup = common.warmup.map_or(Duration::from_secs(1), |d| d.0);
     let config = config_json(
@@ -802,7 +819,7 @@ fn resume(a: &ResumeArgs) -> anyhow::Result<RunReport> {
     if a.buffered.is_empty() {
         bail!("--buffered needs at least one value");
     }
-    let target = Target::parse(&common.url)?;
+    let target = target_of(common)?;
     let workers = common.connections.unwrap_or(4).max(1);
     let duration = common.duration.map_or(Duration::from_secs(5), |d| d.0);
     let warmup = common.warmup.map_or(Duration::from_secs(1), |d| d.0);
@@ -851,7 +868,7 @@ fn migration(a: &MigrationArgs) -> anyhow::Result<RunReport> {
     if a.cut_after == 0 || a.cut_after >= a.steps {
         bail!("--cut-after must be between 1 and --steps - 1");
     }
-    let target = Target::parse(&common.url)?;
+    let target = target_of(common)?;
     let workers = common.connections.unwrap_or(4).max(1);
     let duration = common.duration.map_or(Duration::from_secs(5), |d| d.0);
     let warmup = common.warmup.map_or(Duration::from_secs(1), |d| d.0);
@@ -928,7 +945,7 @@ fn fault(a: &FaultArgs) -> anyhow::Result<RunReport> {
     if a.delay_ms.is_empty() || a.delay_ms.iter().any(|d| *d > 10_000) {
         bail!("--delay-ms takes values 0..=10000");
     }
-    let target = Target::parse(&common.url)?;
+    let target = target_of(common)?;
     let workers = common.connections.unwrap_or(16).max(1);
     // Concurrent callers: two workers per session. The modern path has no sessions (one opens
     // for the probe); a bridged stdio session is a child process, so by default one per worker.
@@ -1123,7 +1140,7 @@ fn fault_upstream(
 
 fn sessions(a: &SessionsArgs) -> anyhow::Result<RunReport> {
     let common = &a.common;
-    let target = Target::parse(&common.url)?;
+    let target = target_of(common)?;
     let count = common.sessions.unwrap_or(10_000);
     let connections = common.connections.unwrap_or(16).max(1);
     let cap = common.duration.map_or(Duration::from_secs(300), |d| d.0);

@@ -34,6 +34,10 @@ pub const MODERN_PROTOCOL_VERSION: &str = "2026-07-28";
 #[derive(Clone, Debug)]
 pub struct Target {
     pub addr: SocketAddr,
+    /// `https://`: every connection speaks TLS (`tls`, trusting `--tls-ca`).
+    pub tls: bool,
+    /// The host part of the authority (the TLS server name).
+    pub host: String,
     /// The `Host` header value (`host:port` as written in the URL).
     pub authority: String,
     pub path: String,
@@ -41,9 +45,11 @@ pub struct Target {
 
 impl Target {
     pub fn parse(url: &str) -> anyhow::Result<Target> {
-        let rest = url
-            .strip_prefix("http://")
-            .with_context(|| format!("{url}: only http:// URLs are supported"))?;
+        let (rest, tls) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+            (Some(rest), _) => (rest, false),
+            (_, Some(rest)) => (rest, true),
+            _ => anyhow::bail!("{url}: only http:// and https:// URLs are supported"),
+        };
         let (authority, path) = match rest.find('/') {
             Some(slash) => (&rest[..slash], &rest[slash..]),
             None => (rest, "/mcp"),
@@ -52,14 +58,18 @@ impl Target {
         {
             authority.to_owned()
         } else {
-            format!("{authority}:80")
+            format!("{authority}:{}", if tls { 443 } else { 80 })
+        };
+        let host = match with_port.rsplit_once(':') {
+            Some((host, _)) => host.trim_start_matches('[').trim_end_matches(']').to_owned(),
+            None => authority.to_owned(),
         };
         let addr = with_port
             .to_socket_addrs()
             .with_context(|| format!("resolving {authority}"))?
             .next()
             .with_context(|| format!("{authority} resolves to no address"))?;
-        Ok(Target { addr, authority: authority.to_owned(), path: path.to_owned() })
+        Ok(Target { addr, tls, host, authority: authority.to_owned(), path: path.to_owned() })
     }
 }
 
@@ -532,6 +542,18 @@ fn ends_with_ignore_case(value: &[u8], suffix: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn targets_name_their_scheme_host_and_port() {
+        let t = Target::parse("https://127.0.0.1:8443/mcp").expect("parse");
+        assert!(t.tls);
+        assert_eq!((t.host.as_str(), t.addr.port(), t.path.as_str()), ("127.0.0.1", 8443, "/mcp"));
+        let t = Target::parse("https://localhost/x").expect("parse");
+        assert_eq!((t.tls, t.host.as_str(), t.addr.port()), (true, "localhost", 443));
+        let t = Target::parse("http://[::1]:9000/mcp").expect("parse");
+        assert_eq!((t.tls, t.host.as_str(), t.addr.port()), (false, "::1", 9000));
+        assert!(Target::parse("ftp://x/").is_err());
+    }
 
     /// Feeds `bytes` split at every position and returns (status, kind, events, body) of each
     /// response, so framing bugs at boundaries show up.

@@ -297,6 +297,16 @@ impl BuiltinSet {
     }
 }
 
+/// The PEM files the MCP listeners' TLS is configured from (`--tls-cert`, `--tls-key`: both
+/// or neither); read at start and again on SIGHUP.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The certificate chain, leaf first (`--tls-cert`).
+    pub cert: std::path::PathBuf,
+    /// The leaf's private key: PKCS#8, PKCS#1 (RSA) or SEC1 (EC) (`--tls-key`).
+    pub key: std::path::PathBuf,
+}
+
 /// Everything a worker needs to know, checked once by `validate`.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -362,6 +372,9 @@ pub struct Config {
     /// How long an owed stream waits for a resume before it is abandoned (`--owed-timeout-secs`,
     /// `OWED_TIMEOUT_SECS`).
     pub owed_timeout: Duration,
+    /// TLS on every MCP listener (`--tls-cert`, `--tls-key`), when set; the handshake must end
+    /// within `header_timeout` of the accept. The admin listener stays plain HTTP.
+    pub tls: Option<TlsFiles>,
     /// The admin listener (`/metrics`, `/healthz`, `/readyz`), when set.
     pub metrics_listen: Option<SocketAddr>,
     /// Longest graceful drain (`--drain-secs`, `DRAIN_SECS`).
@@ -456,6 +469,7 @@ impl Default for Config {
             sse_keepalive: Duration::from_secs(SSE_KEEPALIVE_SECS),
             owed_wait: Duration::from_millis(OWED_WAIT_MS),
             owed_timeout: Duration::from_secs(OWED_TIMEOUT_SECS),
+            tls: None,
             metrics_listen: None,
             drain: Duration::from_secs(DRAIN_SECS),
             write_buffer_bytes: WRITE_BUFFER_BYTES,

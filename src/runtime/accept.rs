@@ -9,11 +9,15 @@
 //! practice of nginx and libuv's users), so a client learns to come back instead of waiting in
 //! the queue. Without the reserve (its connection is still being answered) the loop backs off
 //! `EXHAUSTED_BACKOFF`. Each exhaustion is counted; the log says so at most once a second.
+//! On a TLS listener an accepted socket starts its TLS session here with the configuration
+//! current on its core at the accept (`tls::CoreCerts`); a connection refused at admission is closed without
+//! an answer there (a 503 would first cost the full handshake the refusal is meant to save).
 //! Called by: `runtime` (`serve`), once per core. Never: reads a request (`conn` does), or
 //! leaves a queued connection to the reset a closing listener gives it.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use monoio::io::Canceller;
@@ -24,6 +28,8 @@ use crate::endpoint::Endpoint;
 use crate::runtime::conn::{self, linger_close};
 use crate::runtime::drain::{Drain, Lifecycle, Phase};
 use crate::runtime::handoff::Inboxes;
+use crate::runtime::socket::{write_out, Transport};
+use crate::tls::{Certs, CoreCerts};
 use crate::wire::{Answer, Refusal};
 
 /// How long the accept loop waits after an EMFILE/ENFILE it could not answer (the reserve
@@ -45,11 +51,18 @@ pub(super) struct Acceptor {
     /// When exhaustion was last logged, and how many went unlogged since.
     logged: Cell<Option<Instant>>,
     unlogged: Cell<u64>,
+    /// The listener's TLS, when it has it.
+    tls: Option<CoreCerts>,
 }
 
 impl Acceptor {
-    /// `queue`: a duplicate of the core's listener (see the field).
-    pub(super) fn new(queue: Option<std::net::TcpListener>) -> Acceptor {
+    /// `queue`: a duplicate of the core's listener (see the field); `tls`: the listener's TLS.
+    /// `index`: the core's.
+    pub(super) fn new(
+        queue: Option<std::net::TcpListener>,
+        tls: Option<Arc<Certs>>,
+        index: usize,
+    ) -> Acceptor {
         let queue = queue.filter(|q| q.set_nonblocking(true).is_ok());
         if queue.is_none() {
             tracing::warn!("accept queue not duplicated: the drain resets queued connections");
@@ -59,6 +72,7 @@ impl Acceptor {
             reserve: Rc::new(RefCell::new(open_reserve())),
             logged: Cell::new(None),
             unlogged: Cell::new(0),
+            tls: tls.map(|certs| certs.for_core(index)),
         }
     }
 }
@@ -91,7 +105,7 @@ pub(super) async fn accept_until_drain(
             }
         };
         match accepted {
-            Ok((socket, _peer)) => admit(core, drain, inboxes, socket),
+            Ok((socket, _peer)) => admit(core, drain, inboxes, acceptor, socket),
             Err(e) if out_of_descriptors(&e) => exhausted(core, acceptor).await,
             // Cancelled by the drain, interrupted, or aborted by the peer: nothing to answer.
             Err(_) if draining => {}
@@ -136,7 +150,7 @@ pub(super) fn answer_backlog(
         };
         core.metrics.drain_backlog_accepted_total.inc();
         if let Some(socket) = into_runtime(socket) {
-            admit(core, drain, inboxes, socket);
+            admit(core, drain, inboxes, acceptor, socket);
         }
     }
 }
@@ -147,15 +161,33 @@ fn into_runtime(socket: std::net::TcpStream) -> Option<TcpStream> {
     TcpStream::from_std(socket).ok()
 }
 
-/// Serves an accepted socket, or answers 503 when the core has its
-/// `--max-connections-per-core`.
-fn admit(core: &Rc<Endpoint>, drain: &Rc<Drain>, inboxes: &Inboxes, socket: TcpStream) {
+/// Serves an accepted socket (its TLS session started on a TLS listener), or answers 503 when
+/// the core has its `--max-connections-per-core`.
+fn admit(
+    core: &Rc<Endpoint>,
+    drain: &Rc<Drain>,
+    inboxes: &Inboxes,
+    acceptor: &Acceptor,
+    socket: TcpStream,
+) {
     let _ = socket.set_nodelay(true);
     if core.metrics.connections_active.get() as usize >= core.cfg.connections_per_core_max {
         core.metrics.limit_connections.inc();
-        monoio::spawn(refuse(socket, Refusal::Unavailable));
+        if acceptor.tls.is_none() {
+            monoio::spawn(refuse(socket, Refusal::Unavailable));
+        }
         return;
     }
+    let socket = match &acceptor.tls {
+        None => Transport::plain(socket),
+        Some(certs) => match rustls::ServerConnection::new(certs.current()) {
+            Ok(session) => Transport::tls(socket, session),
+            Err(e) => {
+                tracing::warn!(error = %e, "TLS session not started");
+                return;
+            }
+        },
+    };
     let admitted = drain.admit();
     monoio::spawn(conn::serve(core.clone(), admitted, inboxes.clone(), socket, Vec::new(), 0));
 }
@@ -184,6 +216,12 @@ fn accept_with_reserve(core: &Endpoint, acceptor: &Acceptor) -> Option<()> {
         return None;
     };
     let reserve = acceptor.reserve.clone();
+    if acceptor.tls.is_some() {
+        // No plaintext answer on a TLS listener (see the module's doc): closed.
+        drop(socket);
+        *reserve.borrow_mut() = open_reserve();
+        return Some(());
+    }
     monoio::spawn(async move {
         refuse(socket, Refusal::OutOfDescriptors).await;
         *reserve.borrow_mut() = open_reserve();
@@ -224,12 +262,12 @@ fn out_of_descriptors(e: &std::io::Error) -> bool {
 
 /// Writes `refusal` (with `Connection: close`) and closes without a reset for the request
 /// bytes it did not read.
-async fn refuse(mut socket: TcpStream, refusal: Refusal) {
-    use monoio::io::AsyncWriteRentExt;
+async fn refuse(socket: TcpStream, refusal: Refusal) {
     let mut out = Vec::new();
     Answer::Refused { refusal, id: None }.render(&mut out, false);
-    let (written, _) = socket.write_all(out).await;
-    if written.is_ok() {
+    let mut socket = Transport::plain(socket);
+    let (written, _) = write_out(&mut socket, out).await;
+    if written {
         linger_close(&mut socket, &mut Vec::new(), usize::MAX).await;
     }
 }

@@ -14,13 +14,12 @@
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use monoio::net::TcpStream;
-
 use crate::endpoint::{self, Endpoint, Outcome, Request};
 use crate::http::{self, Method};
 use crate::runtime::drain::Admitted;
 use crate::runtime::handoff::{self, Inboxes, Moved};
-use crate::runtime::socket::{read_some, read_some_or, shrink, Conn, ReadEnd, BUFFER_KEEP_BYTES};
+use crate::runtime::socket::BUFFER_KEEP_BYTES;
+use crate::runtime::socket::{self, read_some, read_some_or, shrink, Conn, ReadEnd, Transport};
 use crate::runtime::stream;
 use crate::wire::{Answer, Refusal};
 
@@ -28,12 +27,13 @@ use crate::wire::{Answer, Refusal};
 /// its core's drain from before this task first ran. `hops`: how many times
 /// its first request (in `buf`) was already handed between cores (0 for an accepted socket); a
 /// handed request that would be handed on again is refused instead (`Refusal::HandedTwice`),
-/// so no request bounces between cores. Later requests on the connection start at 0.
+/// so no request bounces between cores. Later requests on the connection start at 0. A TLS
+/// connection's handshake (none yet on a handed one) must end within `--header-timeout-ms`.
 pub(crate) async fn serve(
     core: Rc<Endpoint>,
     admitted: Admitted,
     inboxes: Inboxes,
-    socket: TcpStream,
+    socket: Transport,
     buf: Vec<u8>,
     mut hops: u8,
 ) {
@@ -47,6 +47,16 @@ pub(crate) async fn serve(
         out: Vec::with_capacity(4096),
         frames: Vec::with_capacity(4096),
     };
+    if conn.socket.handshaking() {
+        let timeout = core.cfg.header_timeout;
+        if !socket::handshake(&mut conn.socket, &mut conn.buf, timeout).await {
+            // Closed, failed (the alert was sent) or too slow: nothing to answer in HTTP.
+            core.metrics.tls_handshakes_failed_total.inc();
+            core.metrics.connections_active.sub(1);
+            return;
+        }
+        core.metrics.tls_handshakes_total.inc();
+    }
     // No request read yet: during a drain such a connection is waited for (its client
     // connected to send one), not closed as an idle keep-alive one.
     let mut first = true;
@@ -57,7 +67,7 @@ pub(crate) async fn serve(
         let outcome = {
             let (head_bytes, rest) = conn.buf.split_at_mut(head.head.head_len);
             let body = &mut rest[..head.body_len];
-            let req = Request { socket: &conn.socket, head: &head.head, head_bytes, body };
+            let req = Request { socket: conn.socket.tcp(), head: &head.head, head_bytes, body };
             endpoint::handle(&core, req, &mut conn.out).await
         };
         match outcome {
@@ -75,7 +85,8 @@ pub(crate) async fn serve(
             Outcome::HandOff(target) => {
                 let Conn { socket, buf, .. } = conn;
                 hand_off(&core, &inboxes, target, socket, buf, hops + 1);
-                break;
+                core.metrics.connections_active.sub(1);
+                return;
             }
             Outcome::Reply { keep_alive } => {
                 hops = 0;
@@ -95,6 +106,8 @@ pub(crate) async fn serve(
             }
         }
     }
+    // A TLS client sees a clean end, not a truncation.
+    conn.socket.close_notify(LINGER).await;
     // `conn` (its socket) and then `admitted` drop here, in that order.
     core.metrics.connections_active.sub(1);
 }
@@ -240,9 +253,8 @@ const LINGER: Duration = Duration::from_secs(1);
 /// Closes after a refusal without a TCP reset: stops sending, then reads and discards up to
 /// `unread` announced body bytes (bounded by `LINGER`), so the refusal is not destroyed by an
 /// RST for unread data (RFC 9112 §9.6).
-pub(super) async fn linger_close(socket: &mut TcpStream, buf: &mut Vec<u8>, unread: usize) {
-    use monoio::io::AsyncWriteRent;
-    let _ = socket.shutdown().await;
+pub(super) async fn linger_close(socket: &mut Transport, buf: &mut Vec<u8>, unread: usize) {
+    socket.shutdown().await;
     let deadline = Instant::now() + LINGER;
     let mut drained = 0usize;
     while drained < unread {
@@ -254,24 +266,28 @@ pub(super) async fn linger_close(socket: &mut TcpStream, buf: &mut Vec<u8>, unre
     }
 }
 
-/// Moves the connection, with its unhandled bytes, to `target`'s inbox; `hops` counts this
-/// hand-off (at most `HOPS_MAX`).
+/// Moves the connection, with its unhandled bytes (and its TLS session), to `target`'s inbox;
+/// `hops` counts this hand-off (at most `HOPS_MAX`).
 fn hand_off(
     core: &Endpoint,
     inboxes: &Inboxes,
     target: u16,
-    socket: TcpStream,
+    socket: Transport,
     pending: Vec<u8>,
     hops: u8,
 ) {
     assert!(hops <= handoff::HOPS_MAX, "a request handed {hops} times");
+    let (socket, tls) = socket.into_parts();
     let Ok(socket) = handoff::detach_socket(socket) else { return };
     core.metrics.handoffs_total.inc();
     if let Some(inbox) = inboxes.get(usize::from(target)) {
-        if let Err(back) = inbox.send(Moved { socket, pending, hops }) {
+        if let Err(back) = inbox.send(Moved { socket, tls, pending, hops }) {
             // Full inbox: answer 503 on the (now std, blocking-capable) socket and close.
             let mut out = Vec::new();
             Answer::Refused { refusal: Refusal::Unavailable, id: None }.render(&mut out, false);
+            if let Some(mut session) = back.tls {
+                out = socket::seal(&mut session, &out);
+            }
             let mut s = back.socket;
             let _ = s.set_nonblocking(false);
             let _ = std::io::Write::write_all(&mut s, &out);

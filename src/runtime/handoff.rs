@@ -1,5 +1,6 @@
 //! Per-core inbox for connections whose request belongs to another core (its task, session or
-//! key: `endpoint::owner`; runtime-notes §5): the receiving core pushes the socket (as a std `TcpStream`) plus the bytes it already read into
+//! key: `endpoint::owner`; runtime-notes §5): the receiving core pushes the socket (as a std
+//! `TcpStream`, with its TLS session on a TLS listener) plus the bytes it already read into
 //! the owner's bounded queue and wakes the owner's drain task, which adopts the connection.
 //! After that every event of the session is written locally, with no per-event hop.
 //!
@@ -21,6 +22,9 @@ pub(crate) const HOPS_MAX: u8 = 1;
 /// A connection on its way to its request's owner core.
 pub(crate) struct Moved {
     pub socket: std::net::TcpStream,
+    /// The connection's TLS session (handshake done, nothing unsent), on a TLS listener: it
+    /// goes with the socket, and the owner core goes on with it.
+    pub tls: Option<Box<rustls::ServerConnection>>,
     /// Bytes read but not yet handled (the request that named the session, and any pipelined
     /// after it).
     pub pending: Vec<u8>,

@@ -46,6 +46,7 @@ use crate::legacy::{end_session, SessionEnd};
 use crate::metrics::CoreMetrics;
 use crate::provider::Provider;
 use crate::runtime::handoff::Inboxes;
+use crate::runtime::socket::Transport;
 pub(crate) use drain::{Drain, Lifecycle, Phase};
 
 /// Builds one core's instance of a provider (called once on each worker thread, so the
@@ -67,6 +68,8 @@ pub(crate) struct WorkerSpec {
     pub index: u16,
     pub cfg: Arc<Config>,
     pub listener: std::net::TcpListener,
+    /// The listener's TLS (`--tls-cert`), shared by every core and swapped on reload.
+    pub tls: Option<Arc<crate::tls::Certs>>,
     pub inboxes: Inboxes,
     pub metrics: Arc<CoreMetrics>,
     pub providers: Vec<ProviderFactory>,
@@ -162,7 +165,7 @@ pub(crate) fn run(spec: WorkerSpec, ready: std::sync::mpsc::Sender<Result<Driver
 }
 
 async fn serve(spec: WorkerSpec) {
-    let WorkerSpec { index, cfg, listener, inboxes, metrics, providers, life } = spec;
+    let WorkerSpec { index, cfg, listener, tls, inboxes, metrics, providers, life } = spec;
     let providers: Vec<Rc<dyn Provider>> = providers.iter().map(|make| make()).collect();
     let shared = Rc::new(Core {
         registry: Registry::build(providers).await,
@@ -175,7 +178,7 @@ async fn serve(spec: WorkerSpec) {
     let core = Rc::new(Endpoint::new(shared));
     // The accept queue once more, read without waiting when descriptors run out and at the
     // drain (`accept`).
-    let acceptor = accept::Acceptor::new(listener.try_clone().ok());
+    let acceptor = accept::Acceptor::new(listener.try_clone().ok(), tls, usize::from(index));
     let listener = match monoio::net::TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {
@@ -261,6 +264,10 @@ async fn drain_inbox(core: Rc<Endpoint>, drain: Rc<Drain>, inboxes: Inboxes) {
             continue;
         }
         let Ok(socket) = monoio::net::TcpStream::from_std(moved.socket) else { continue };
+        let socket = match moved.tls {
+            Some(session) => Transport::tls(socket, *session),
+            None => Transport::plain(socket),
+        };
         monoio::spawn(crate::runtime::conn::serve(
             core.clone(),
             drain.admit(),

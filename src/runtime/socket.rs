@@ -1,20 +1,106 @@
-//! One connection's socket and buffers (`Conn`) and the I/O both the request loop (`conn`)
+//! One connection's transport and buffers (`Conn`) and the I/O both the request loop (`conn`)
 //! and the stream driver (`stream`) do on it: a read with a timeout that never loses its
 //! buffer (`read_some`), a whole write (`Conn::write`), and giving back grown buffers.
+//!
+//! The transport (`Transport`) is the socket, plain or TLS: with `--tls-cert` the connection's
+//! `rustls::ServerConnection` is driven here by hand over owned buffers (ciphertext read into
+//! the transport's own buffer → `read_tls`/`process_new_packets` → plaintext appended to the
+//! request buffer; plaintext → `writer()` → `write_tls` into an owned buffer → socket), so
+//! everything above this file reads and writes plaintext exactly as on a plain socket.
 //! Never: parses a request or knows what it writes.
 
 use std::future::Future;
-use std::time::Duration;
+use std::io::{Read as _, Write as _};
+use std::time::{Duration, Instant};
 
 use monoio::buf::IoBufMut;
-use monoio::io::{AsyncWriteRentExt, CancelableAsyncReadRent, Canceller};
+use monoio::io::{AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncReadRent, Canceller};
 use monoio::net::TcpStream;
+use rustls::ServerConnection;
 
 use crate::endpoint::Endpoint;
 use crate::runtime::drain::Drain;
 
 /// Read buffer growth step.
 const READ_CHUNK: usize = 16 * 1024;
+
+/// Plaintext given to rustls per encrypted write: rustls's own default limit of buffered
+/// plaintext, so `writer()` takes all of it, and the ciphertext buffer stays this size (plus
+/// record overhead) however large the answer.
+const TLS_WRITE_SLICE: usize = 64 * 1024;
+
+/// A connection's socket, with its TLS session when the listener has TLS.
+pub(crate) struct Transport {
+    tcp: TcpStream,
+    tls: Option<Box<Tls>>,
+}
+
+/// One TLS connection's state: the session and its ciphertext buffers.
+struct Tls {
+    session: ServerConnection,
+    /// Ciphertext read from the socket and not yet taken by rustls.
+    incoming: Vec<u8>,
+    /// Ciphertext rustls produced, on its way to the socket.
+    outgoing: Vec<u8>,
+}
+
+impl Transport {
+    /// A plain socket.
+    pub(crate) fn plain(tcp: TcpStream) -> Transport {
+        Transport { tcp, tls: None }
+    }
+
+    /// A TLS socket whose session is `session` (new, or moved from another core mid-life).
+    pub(crate) fn tls(tcp: TcpStream, session: ServerConnection) -> Transport {
+        let tls = Tls { session, incoming: Vec::new(), outgoing: Vec::new() };
+        Transport { tcp, tls: Some(Box::new(tls)) }
+    }
+
+    /// The socket beneath (its peer address, readiness).
+    pub(crate) fn tcp(&self) -> &TcpStream {
+        &self.tcp
+    }
+
+    /// The socket and the TLS session, for the trip to another core (`handoff`); nothing is
+    /// in flight and no ciphertext is unsent between requests.
+    pub(crate) fn into_parts(self) -> (TcpStream, Option<Box<ServerConnection>>) {
+        (self.tcp, self.tls.map(|tls| Box::new(tls.session)))
+    }
+
+    /// Whether the TLS handshake is still to finish (false on a plain socket).
+    pub(super) fn handshaking(&self) -> bool {
+        self.tls.as_ref().is_some_and(|tls| tls.session.is_handshaking())
+    }
+
+    /// Ends what this side sends: a TLS `close_notify` first, then the TCP FIN.
+    pub(super) async fn shutdown(&mut self) {
+        if let Some(tls) = &mut self.tls {
+            tls.session.send_close_notify();
+            let _ = flush(&mut self.tcp, tls).await;
+        }
+        let _ = self.tcp.shutdown().await;
+    }
+
+    /// On TLS, tells the peer this side is done (`close_notify`) before the socket closes, so a
+    /// client sees a clean end rather than a truncation; the write is bounded by `timeout` (a
+    /// peer that does not read cannot hold the connection). Nothing on a plain socket.
+    pub(super) async fn close_notify(&mut self, timeout: Duration) {
+        let Some(tls) = &mut self.tls else { return };
+        if tls.session.is_handshaking() {
+            return;
+        }
+        tls.session.send_close_notify();
+        let _ = monoio::time::timeout(timeout, flush(&mut self.tcp, tls)).await;
+    }
+
+    /// Gives back what a large answer grew the ciphertext buffers to.
+    pub(super) fn shrink_buffers(&mut self) {
+        if let Some(tls) = &mut self.tls {
+            shrink(&mut tls.incoming, BUFFER_KEEP_BYTES);
+            shrink(&mut tls.outgoing, BUFFER_KEEP_BYTES);
+        }
+    }
+}
 
 /// How a read ended.
 pub(super) enum ReadEnd {
@@ -28,9 +114,10 @@ pub(super) enum ReadEnd {
     Stopped,
 }
 
-/// Appends whatever arrives within `timeout` to `buf`.
+/// Appends whatever arrives within `timeout` to `buf` (plaintext: on TLS, what the records
+/// read decrypt to).
 pub(super) async fn read_some(
-    socket: &mut TcpStream,
+    socket: &mut Transport,
     buf: &mut Vec<u8>,
     timeout: Duration,
 ) -> ReadEnd {
@@ -39,6 +126,141 @@ pub(super) async fn read_some(
 
 /// `read_some`, also ended (`Stopped`) when `stop` completes first.
 pub(super) async fn read_some_or(
+    socket: &mut Transport,
+    buf: &mut Vec<u8>,
+    timeout: Duration,
+    stop: impl Future<Output = ()>,
+) -> ReadEnd {
+    match &mut socket.tls {
+        None => read_socket(&mut socket.tcp, buf, timeout, stop).await,
+        Some(tls) => match read_tls(&mut socket.tcp, tls, buf, timeout, stop).await {
+            TlsRead::Plaintext => ReadEnd::Data,
+            // Only `handshake` waits for this; to `read_some` it is a read that goes on.
+            TlsRead::Handshaken => ReadEnd::Data,
+            TlsRead::End(end) => end,
+        },
+    }
+}
+
+/// Drives the TLS handshake to its end within `timeout` (plaintext a client sends with its
+/// last flight is appended to `buf`); true at once on a plain socket. False: the peer closed,
+/// failed the handshake (the alert was sent), or was too slow.
+pub(super) async fn handshake(
+    socket: &mut Transport,
+    buf: &mut Vec<u8>,
+    timeout: Duration,
+) -> bool {
+    let Some(tls) = &mut socket.tls else { return true };
+    let deadline = Instant::now() + timeout;
+    while tls.session.is_handshaking() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let read = read_tls(&mut socket.tcp, tls, buf, left, std::future::pending()).await;
+        if let TlsRead::End(_) = read {
+            return false;
+        }
+    }
+    true
+}
+
+/// How a TLS read ended.
+enum TlsRead {
+    /// Plaintext was appended.
+    Plaintext,
+    /// The handshake finished (no plaintext yet).
+    Handshaken,
+    /// As a plain read ends; `Closed` also for a TLS failure or the peer's `close_notify`.
+    End(ReadEnd),
+}
+
+/// Reads records until one decrypts to plaintext (appended to `plain`), the handshake
+/// finishes, or the socket ends, within `timeout` (one deadline across the records: a peer
+/// dripping a record byte by byte gets no more time than one sending it whole). What rustls
+/// answers (handshake flights, alerts) is written before it returns.
+async fn read_tls(
+    tcp: &mut TcpStream,
+    tls: &mut Tls,
+    plain: &mut Vec<u8>,
+    timeout: Duration,
+    stop: impl Future<Output = ()>,
+) -> TlsRead {
+    let deadline = Instant::now() + timeout;
+    let mut stop = std::pin::pin!(stop);
+    let was_handshaking = tls.session.is_handshaking();
+    loop {
+        tls.incoming.clear();
+        let left = deadline.saturating_duration_since(Instant::now());
+        match read_socket(tcp, &mut tls.incoming, left, stop.as_mut()).await {
+            ReadEnd::Data => {}
+            end => return TlsRead::End(end),
+        }
+        let before = plain.len();
+        let absorbed = absorb(tls, plain);
+        // Handshake flights, session tickets, alerts (also the one for a failure).
+        if !flush(tcp, tls).await {
+            return TlsRead::End(ReadEnd::Closed);
+        }
+        let peer_closed = match absorbed {
+            Ok(peer_closed) => peer_closed,
+            Err(_) => return TlsRead::End(ReadEnd::Closed),
+        };
+        if plain.len() > before {
+            return TlsRead::Plaintext;
+        }
+        if peer_closed {
+            return TlsRead::End(ReadEnd::Closed);
+        }
+        if was_handshaking && !tls.session.is_handshaking() {
+            return TlsRead::Handshaken;
+        }
+        // Part of a record, or a record with no plaintext: read on.
+    }
+}
+
+/// Gives rustls all of `tls.incoming` and appends the plaintext it yields to `plain`;
+/// `Ok(true)` when the peer sent `close_notify`. `Err`: the peer broke the protocol (rustls
+/// queued the alert).
+fn absorb(tls: &mut Tls, plain: &mut Vec<u8>) -> Result<bool, rustls::Error> {
+    let mut rest = &tls.incoming[..];
+    let mut peer_closed = false;
+    while !rest.is_empty() {
+        // Takes at most what its record buffer has room for; processing empties that. Taking
+        // nothing of a non-empty slice would repeat forever: a failure too.
+        match tls.session.read_tls(&mut rest) {
+            Ok(n) if n > 0 => {}
+            _ => return Err(rustls::Error::General("TLS record buffer full".into())),
+        }
+        let state = tls.session.process_new_packets()?;
+        let ready = state.plaintext_bytes_to_read();
+        if ready > 0 {
+            let start = plain.len();
+            plain.resize(start + ready, 0);
+            if tls.session.reader().read_exact(&mut plain[start..]).is_err() {
+                plain.truncate(start);
+                return Err(rustls::Error::General("TLS plaintext lost".into()));
+            }
+        }
+        peer_closed |= state.peer_has_closed();
+    }
+    Ok(peer_closed)
+}
+
+/// Writes out whatever ciphertext rustls has ready; false when the socket failed.
+async fn flush(tcp: &mut TcpStream, tls: &mut Tls) -> bool {
+    while tls.session.wants_write() {
+        // Into a Vec: cannot fail.
+        let _ = tls.session.write_tls(&mut tls.outgoing);
+    }
+    if tls.outgoing.is_empty() {
+        return true;
+    }
+    let (ok, outgoing) = write_socket(tcp, std::mem::take(&mut tls.outgoing)).await;
+    tls.outgoing = outgoing;
+    ok
+}
+
+/// Appends whatever arrives on the socket within `timeout` to `buf`, also ended (`Stopped`)
+/// when `stop` completes first.
+async fn read_socket(
     socket: &mut TcpStream,
     buf: &mut Vec<u8>,
     timeout: Duration,
@@ -85,7 +307,7 @@ pub(super) async fn read_some_or(
 pub(super) struct Conn<'c> {
     pub(super) core: &'c Endpoint,
     pub(super) drain: &'c Drain,
-    pub(super) socket: TcpStream,
+    pub(super) socket: Transport,
     /// Bytes read and not yet handled (a pipelined request stays here across a stream).
     pub(super) buf: Vec<u8>,
     /// What the next write sends: a reply, or a stream's head and chunks.
@@ -106,14 +328,44 @@ impl Conn<'_> {
     pub(super) fn shrink_buffers(&mut self) {
         shrink(&mut self.frames, BUFFER_KEEP_BYTES);
         shrink(&mut self.out, BUFFER_KEEP_BYTES);
+        self.socket.shrink_buffers();
     }
 }
 
-/// Writes all of `out` and gives the buffer back (cleared on success).
-pub(super) async fn write_out(socket: &mut TcpStream, out: Vec<u8>) -> (bool, Vec<u8>) {
+/// Writes all of `out` (plaintext: on TLS, encrypted first) and gives the buffer back
+/// (cleared on success).
+pub(super) async fn write_out(socket: &mut Transport, mut out: Vec<u8>) -> (bool, Vec<u8>) {
+    let Some(tls) = &mut socket.tls else { return write_socket(&mut socket.tcp, out).await };
+    let mut ok = true;
+    for slice in out.chunks(TLS_WRITE_SLICE) {
+        // rustls buffers up to `TLS_WRITE_SLICE` of plaintext, and `flush` empties it.
+        ok = tls.session.writer().write_all(slice).is_ok() && flush(&mut socket.tcp, tls).await;
+        if !ok {
+            break;
+        }
+    }
+    out.clear();
+    (ok, out)
+}
+
+/// Writes all of `out` to the socket and gives the buffer back (cleared).
+async fn write_socket(socket: &mut TcpStream, out: Vec<u8>) -> (bool, Vec<u8>) {
     let (res, mut out) = socket.write_all(out).await;
     out.clear();
     (res.is_ok(), out)
+}
+
+/// `out` (plaintext) as the TLS records `session` sends it, for a blocking write on a socket
+/// that left the runtime (a hand-off refused at a full inbox).
+pub(crate) fn seal(session: &mut ServerConnection, out: &[u8]) -> Vec<u8> {
+    let mut sealed = Vec::new();
+    for slice in out.chunks(TLS_WRITE_SLICE) {
+        let _ = session.writer().write_all(slice);
+        while session.wants_write() {
+            let _ = session.write_tls(&mut sealed);
+        }
+    }
+    sealed
 }
 
 /// Capacity a connection's buffers keep between requests. A large request or stream grows

@@ -98,7 +98,7 @@ async fn drive<S: Source>(conn: &mut Conn<'_>, mut source: S) -> bool {
                 beat = beat.map(|_| Instant::now());
                 false
             }
-            _ = socket.readable(false), if watch_peer => true,
+            _ = socket.tcp().readable(false), if watch_peer => true,
         };
         if readable {
             if peer_closed(conn).await {

@@ -50,7 +50,9 @@ impl Server {
         BufReader::new(stdout).read_line(&mut line).expect("read banner");
         // "tidemark listening on http://127.0.0.1:PORT/mcp driver=... threads=N tools=..."
         let url = line.split_whitespace().nth(3).unwrap_or_else(|| panic!("banner: {line:?}"));
-        let rest = url.strip_prefix("http://").expect("http url");
+        // `https://` when started with `--tls-cert`.
+        let rest = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"));
+        let rest = rest.expect("http(s) url");
         let slash = rest.find('/').expect("path");
         // "... metrics=http://127.0.0.1:PORT/metrics" when the admin listener is on.
         let admin =
@@ -969,3 +971,23 @@ pub fn closed_by_peer(client: &TcpStream) -> bool {
 
 /// `TCP_ESTABLISHED` in `/proc/net/tcp`'s `st` column.
 const TCP_ESTABLISHED: u8 = 1;
+
+// ---- Start-up refusals (startup.rs, tls.rs) ----
+
+/// Runs the binary with `args` and waits (bounded) for it to exit; returns (status, stderr).
+pub fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tidemark"))
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tidemark");
+    let Some(status) = exit_within(&mut child, Duration::from_secs(10)) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return (None, "still running after 10 s".into());
+    };
+    let mut err = String::new();
+    child.stderr.take().expect("stderr").read_to_string(&mut err).expect("stderr");
+    (status.code(), err)
+}

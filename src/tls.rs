@@ -1,0 +1,99 @@
+//! TLS for the MCP listeners (`--tls-cert`, `--tls-key`): the certificate chain and private key
+//! read from PEM files into one rustls `ServerConfig` (TLS 1.3 and 1.2, ALPN `http/1.1` only,
+//! no client certificates), and each core's current one (`CoreCerts`), which its accept takes
+//! for a new connection. `Certs::reload` (SIGHUP) builds a new one and posts it to every core's
+//! one-slot mailbox (a newer reload replaces one not yet taken); a core takes it at its next
+//! accept, without a lock: new handshakes use the new certificate, connections already up keep
+//! theirs, and files that do not load leave the old one in place (the caller logs why).
+//!
+//! Never: touches a socket (`runtime::socket` drives each connection's `ServerConnection` over
+//! its owned buffers), knows HTTP, or logs key material.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use crossbeam_queue::ArrayQueue;
+use rustls::ServerConfig;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::config::TlsFiles;
+
+/// The one application protocol offered: a client that offers ALPN without it (e.g. only
+/// `h2`) gets the `no_application_protocol` alert; one that offers none is served HTTP/1.1.
+pub(crate) const ALPN_HTTP11: &[u8] = b"http/1.1";
+
+/// The TLS files and what every core is to use next.
+pub(crate) struct Certs {
+    files: TlsFiles,
+    /// The configuration loaded at start.
+    initial: Arc<ServerConfig>,
+    /// Per core: the configuration of the last reload it has not taken yet.
+    mailboxes: Vec<ArrayQueue<Arc<ServerConfig>>>,
+}
+
+impl Certs {
+    /// Loads `files` for `cores` cores; `Err` says which file and why (a start-up error).
+    pub(crate) fn load(files: &TlsFiles, cores: usize) -> Result<Certs, String> {
+        let initial = Arc::new(server_config(files)?);
+        let mailboxes = (0..cores).map(|_| ArrayQueue::new(1)).collect();
+        Ok(Certs { files: files.clone(), initial, mailboxes })
+    }
+
+    /// Core `index`'s view, which starts with the configuration loaded at start.
+    pub(crate) fn for_core(self: &Arc<Certs>, index: usize) -> CoreCerts {
+        CoreCerts { certs: self.clone(), index, current: RefCell::new(self.initial.clone()) }
+    }
+
+    /// Reads the files again; on success every core's next handshake uses them, on failure
+    /// the old configuration stays and `Err` says why.
+    pub(crate) fn reload(&self) -> Result<(), String> {
+        let config = Arc::new(server_config(&self.files)?);
+        for mailbox in &self.mailboxes {
+            // A reload the core had not taken yet is replaced: only the newest matters.
+            let _older = mailbox.force_push(config.clone());
+        }
+        Ok(())
+    }
+}
+
+/// One core's current TLS configuration.
+pub(crate) struct CoreCerts {
+    certs: Arc<Certs>,
+    index: usize,
+    current: RefCell<Arc<ServerConfig>>,
+}
+
+impl CoreCerts {
+    /// The configuration a new connection's handshake uses (a reload's, once posted).
+    pub(crate) fn current(&self) -> Arc<ServerConfig> {
+        if let Some(reloaded) = self.certs.mailboxes.get(self.index).and_then(|m| m.pop()) {
+            *self.current.borrow_mut() = reloaded;
+        }
+        self.current.borrow().clone()
+    }
+}
+/// A rustls server configuration from the PEM files.
+fn server_config(files: &TlsFiles) -> Result<ServerConfig, String> {
+    let cert_path = files.cert.display();
+    let chain = CertificateDer::pem_file_iter(&files.cert)
+        .map_err(|e| format!("--tls-cert {cert_path}: {e}"))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("--tls-cert {cert_path}: {e}"))?;
+    if chain.is_empty() {
+        return Err(format!("--tls-cert {cert_path}: no CERTIFICATE block"));
+    }
+    let key = PrivateKeyDer::from_pem_file(&files.key)
+        .map_err(|e| format!("--tls-key {}: {e}", files.key.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| format!("TLS versions: {e}"))?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| {
+            format!("--tls-cert {cert_path} with --tls-key {}: {e}", files.key.display())
+        })?;
+    config.alpn_protocols = vec![ALPN_HTTP11.to_vec()];
+    Ok(config)
+}
