@@ -21,8 +21,11 @@
 #                per upstream (stdio, HTTP) with upstream faults
 #   fuzz         scripts/fuzz.sh --seconds 20: each coverage-guided fuzz target (libFuzzer via
 #                cargo-fuzz on stable) for 20 s from the committed seed corpora
+#   auth         scripts/auth.sh: a real OAuth authorization server (oidc-provider, npm) issuing
+#                JWT access tokens; the verifier checks them through its JWKS URL, across a
+#                key rotation
 #   --only SUITES  run only these (comma-separated: cargo,clients,browser,bridge,
-#                conformance,fault,fuzz)
+#                conformance,fault,fuzz,auth)
 #
 # Needs cargo, python3 (with venv), node/npm (any version npm runs on; Node 22 is installed from
 # npm into .cache/); installs everything else into .cache/ (and Debian's chromium, with apt).
@@ -30,13 +33,13 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ALL_SUITES="cargo,clients,browser,bridge,conformance,fault,fuzz"
+ALL_SUITES="cargo,clients,browser,bridge,conformance,fault,fuzz,auth"
 
 only="$ALL_SUITES"
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --only) only="${2:?--only needs a value}"; shift 2 ;;
-        --help) sed -n '2,31s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        --help) sed -n '2,34s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "test.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -68,6 +71,7 @@ for s in "${selected[@]}"; do
         conformance) scripts/conformance.sh || rc=$? ;;
         fault) scripts/fault.sh || rc=$? ;;
         fuzz) scripts/fuzz.sh --seconds 20 || rc=$? ;;
+        auth) scripts/auth.sh || rc=$? ;;
     esac
     secs=$((SECONDS - start))
     if [ "$rc" = 0 ]; then

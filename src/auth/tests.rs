@@ -469,3 +469,120 @@ fn a_url_source_is_fetched_refreshed_and_its_failures_keep_the_last_good_set() {
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(hits.load(Ordering::SeqCst), settled, "the refresher outlived its key set");
 }
+
+/// The real authorization server's settings, from `scripts/auth.sh` (tests/auth/provider.mjs).
+struct RealServer {
+    issuer: String,
+    resource: String,
+    agent: ureq::Agent,
+}
+
+impl RealServer {
+    fn from_env() -> RealServer {
+        let var = |name: &str| {
+            std::env::var(name).unwrap_or_else(|_| panic!("{name} unset: run scripts/auth.sh"))
+        };
+        let agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        RealServer {
+            issuer: var("TIDEMARK_AUTH_ISSUER"),
+            resource: var("TIDEMARK_AUTH_RESOURCE"),
+            agent,
+        }
+    }
+
+    fn json(&self, mut response: ureq::http::Response<ureq::Body>) -> Value {
+        let status = response.status();
+        let text = response.body_mut().read_to_string().expect("body");
+        assert_eq!(status, 200, "{text}");
+        serde_json::from_str(&text).expect("JSON")
+    }
+
+    /// The `jwks_uri` the server's discovery document names.
+    fn jwks_uri(&self) -> String {
+        let url = format!("{}/.well-known/openid-configuration", self.issuer);
+        let discovery = self.json(self.agent.get(&url).call().expect("discovery"));
+        assert_eq!(discovery["issuer"], json!(self.issuer));
+        discovery["jwks_uri"].as_str().expect("jwks_uri").to_owned()
+    }
+
+    /// An access token from the client credentials grant with a resource indicator.
+    fn token(&self, scope: &str) -> String {
+        let form = [
+            ("grant_type", "client_credentials"),
+            ("client_id", "tidemark-test"),
+            ("client_secret", "tidemark-test-secret"),
+            ("resource", self.resource.as_str()),
+            ("scope", scope),
+        ];
+        let url = format!("{}/token", self.issuer);
+        let answer = self.json(self.agent.post(&url).send_form(form).expect("token request"));
+        answer["access_token"].as_str().expect("access_token").to_owned()
+    }
+
+    fn control(&self, path: &str) -> Value {
+        let url = format!("{}/control/{path}", self.issuer);
+        self.json(self.agent.post(&url).send_empty().expect("control"))
+    }
+}
+
+fn header_of(token: &str) -> Value {
+    let header = token.split('.').next().expect("header");
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(header).expect("base64");
+    serde_json::from_slice(&bytes).expect("header JSON")
+}
+
+#[test]
+#[ignore = "needs the real authorization server: scripts/auth.sh runs it"]
+fn real_authorization_server_tokens_verify_through_its_jwks_url_across_a_rotation() {
+    // Goal (issue 18 item 7): tokens a real OAuth authorization server (oidc-provider) issues
+    // for our resource by the client credentials grant with a resource indicator verify through
+    // its JWKS URL, found by discovery, in each algorithm; a token for this resource is refused
+    // by a verifier of another resource or issuer; after the server rotates its signing key the
+    // first token with the new kid is refused at once and the background refetch makes later
+    // ones pass, while tokens of the old key still verify.
+    let server = RealServer::from_env();
+    let keys = Jwks::start(JwksSettings {
+        file: None,
+        url: Some(server.jwks_uri()),
+        refresh: Duration::from_secs(3600),
+        min_refetch: Duration::from_millis(500),
+    })
+    .expect("starts");
+    let jwt_settings = JwtSettings {
+        resource: server.resource.clone(),
+        issuers: vec![server.issuer.clone()],
+        leeway: Duration::from_secs(30),
+    };
+    let verifier = JwtVerifier::new(jwt_settings.clone(), keys.clone()).expect("settings");
+    for alg in ["ES256", "EdDSA", "RS256"] {
+        server.control(&format!("alg/{alg}"));
+        let token = server.token("tools:read");
+        assert_eq!(header_of(&token)["alg"], json!(alg));
+        let claims = verify(&verifier, &token).unwrap_or_else(|e| panic!("{alg}: {e:?}"));
+        assert_eq!(&*claims.subject, "tidemark-test");
+        assert_eq!(claims.scopes, vec![Box::from("tools:read")]);
+        assert!(claims.expires_at.expect("exp") > SystemTime::now());
+    }
+    let both = verify(&verifier, &server.token("tools:read tools:write")).expect("valid");
+    assert_eq!(both.scopes, vec![Box::from("tools:read"), Box::from("tools:write")]);
+
+    let old = server.token("tools:read");
+    let mut elsewhere = jwt_settings.clone();
+    elsewhere.resource = "https://another-resource.example/mcp".to_owned();
+    let elsewhere = JwtVerifier::new(elsewhere, keys.clone()).expect("settings");
+    assert_eq!(verify(&elsewhere, &old).unwrap_err(), TokenError::WrongAudience);
+    let mut stranger = jwt_settings;
+    stranger.issuers = vec!["https://another-issuer.example".to_owned()];
+    let stranger = JwtVerifier::new(stranger, keys.clone()).expect("settings");
+    assert_eq!(verify(&stranger, &old).unwrap_err(), TokenError::WrongIssuer);
+
+    let rotated = server.control("rotate");
+    let new = server.token("tools:read");
+    assert_eq!(header_of(&new)["kid"], rotated["kid"]);
+    assert_eq!(verify(&verifier, &new).unwrap_err(), TokenError::UnknownKey);
+    eventually("the rotated key", || verify(&verifier, &new).is_ok());
+    assert!(verify(&verifier, &old).is_ok(), "a token of the old key still verifies");
+    let (reads, failures) = keys.reads();
+    assert_eq!(failures, 0);
+    assert!(reads >= 2, "the refetch after the unknown kid: {reads} reads");
+}
