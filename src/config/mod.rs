@@ -231,6 +231,10 @@ pub(crate) const JWKS_KEYS_MAX: usize = 64;
 /// long at most; no worker ever waits for it.
 pub(crate) const JWKS_FETCH_TIMEOUT_SECS: u64 = 10;
 
+/// Bytes of the `--upstream-credentials` file; larger is refused at start-up (the file holds a
+/// few lines per upstream).
+pub(crate) const UPSTREAM_CREDENTIALS_BYTES_MAX: usize = 64 * 1024;
+
 const _: () = assert!(REPLAY_EVENTS_MAX.is_power_of_two());
 const _: () = assert!(UNWRITTEN_SHARE_DIVISOR >= 2 && REPLAY_EVENTS_MAX >= UNWRITTEN_SHARE_DIVISOR);
 const _: () = assert!(HEADER_BYTES_MAX >= 1024);
