@@ -115,6 +115,30 @@ pub mod bench_support {
     };
     pub use crate::legacy::{facts, fingerprint};
     pub use crate::wire::jsonrpc::RawId;
+
+    /// A JWT verifier over a fixed JWK Set (`benches/auth_jwt.rs`): the cold path, every
+    /// token decoded and its signature checked.
+    pub struct JwtVerifier(crate::auth::jwt::JwtVerifier);
+
+    impl JwtVerifier {
+        /// Over the keys of `jwks` (a JWK Set document), for tokens of `resource` by `issuer`.
+        pub fn new(jwks: &[u8], resource: &str, issuer: &str) -> JwtVerifier {
+            let keys = crate::auth::jwks::KeySet::parse(jwks).expect("a usable JWK Set");
+            let settings = crate::auth::jwt::JwtSettings {
+                resource: resource.to_owned(),
+                issuers: vec![issuer.to_owned()],
+                leeway: std::time::Duration::from_secs(crate::config::AUTH_LEEWAY_SECS),
+            };
+            let keys = crate::auth::jwks::Jwks::fixed(keys);
+            JwtVerifier(crate::auth::jwt::JwtVerifier::new(settings, keys).expect("settings"))
+        }
+
+        /// Whether `token` verifies at `now`; the subject's length when it does.
+        pub fn verify(&self, token: &str, now: std::time::SystemTime) -> Option<usize> {
+            use crate::auth::TokenVerifier as _;
+            self.0.verify(token, now).ok().map(|claims| claims.subject.len())
+        }
+    }
 }
 
 /// Parsers and encoders the fuzz targets (`fuzz/`) drive directly; not part of the API.
