@@ -61,5 +61,43 @@ fn verify_cold(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, verify_cold);
+/// How a worker core reads the shared key set once per token: `arc-swap`'s load (what `Jwks`
+/// does) against an `RwLock<Arc<_>>` read, uncontended and while another thread keeps reading
+/// (every core reads; only the refresher writes, rarely).
+#[allow(clippy::disallowed_types)] // the RwLock is the comparison, not a design
+fn key_set_read(c: &mut Criterion) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, RwLock};
+
+    let swap = Arc::new(arc_swap::ArcSwap::from_pointee(vec![1u8; 64]));
+    let lock = Arc::new(RwLock::new(Arc::new(vec![1u8; 64])));
+    let mut group = c.benchmark_group("key_set_read");
+    group.throughput(Throughput::Elements(1));
+    for contended in [false, true] {
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = contended.then(|| {
+            let (swap, lock, stop) = (swap.clone(), lock.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    black_box(swap.load()[0]);
+                    black_box(lock.read().expect("lock")[0]);
+                }
+            })
+        });
+        let label = if contended { "with_another_reader" } else { "alone" };
+        group.bench_function(BenchmarkId::new("arc_swap", label), |b| {
+            b.iter(|| black_box(swap.load()[0]))
+        });
+        group.bench_function(BenchmarkId::new("rwlock", label), |b| {
+            b.iter(|| black_box(lock.read().expect("lock")[0]))
+        });
+        stop.store(true, Ordering::Relaxed);
+        if let Some(reader) = reader {
+            reader.join().expect("reader");
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, verify_cold, key_set_read);
 criterion_main!(benches);
