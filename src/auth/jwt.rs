@@ -23,9 +23,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, Validation};
 
-use super::jwks::Jwks;
+use super::jwks::{Jwks, JwksError, JwksSettings};
 use super::{Claims, TokenError, TokenVerifier};
-use crate::config::AUTH_TOKEN_BYTES_MAX;
+use crate::config::{Config, AUTH_TOKEN_BYTES_MAX};
 
 /// The algorithms a token may be signed with (asymmetric only).
 const ALGORITHMS: [Algorithm; 3] = [Algorithm::RS256, Algorithm::ES256, Algorithm::EdDSA];
@@ -48,6 +48,8 @@ pub(crate) enum JwtSettingsError {
     NoResource,
     #[error("JWT access tokens need at least one --auth-issuer")]
     NoIssuer,
+    #[error(transparent)]
+    Keys(#[from] JwksError),
 }
 
 /// Checks JWT access tokens against the current key set.
@@ -87,6 +89,34 @@ struct AlgOnly {
 }
 
 impl JwtVerifier {
+    /// The verifier the flags ask for: `None` without `--auth-jwks-url` and
+    /// `--auth-jwks-file`; else their keys (read once now, then by the refresher thread) for
+    /// tokens of `resource` (`--auth-resource`) by one of `issuers` (`--auth-issuer`). Called
+    /// once at start-up, before the workers run; an error stops the start.
+    pub(crate) fn from_config(
+        cfg: &Config,
+        resource: &str,
+        issuers: &[String],
+    ) -> Result<Option<JwtVerifier>, JwtSettingsError> {
+        if cfg.auth_jwks_url.is_none() && cfg.auth_jwks_file.is_none() {
+            return Ok(None);
+        }
+        let settings = JwtSettings {
+            resource: resource.to_owned(),
+            issuers: issuers.to_vec(),
+            leeway: cfg.auth_leeway,
+        };
+        // Checked before any key is read: a misconfiguration starts no thread.
+        JwtVerifier::new(settings.clone(), Jwks::fixed(Default::default()))?;
+        let keys = Jwks::start(JwksSettings {
+            file: cfg.auth_jwks_file.clone(),
+            url: cfg.auth_jwks_url.clone(),
+            refresh: cfg.auth_jwks_refresh,
+            min_refetch: cfg.auth_jwks_min_refetch,
+        })?;
+        JwtVerifier::new(settings, keys).map(Some)
+    }
+
     pub(crate) fn new(settings: JwtSettings, keys: Arc<Jwks>) -> Result<Self, JwtSettingsError> {
         if settings.resource.is_empty() {
             return Err(JwtSettingsError::NoResource);

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use super::jwks::{Jwks, JwksSettings, KeySet};
 use super::jwt::{JwtSettings, JwtVerifier};
 use super::{TokenError, TokenVerifier};
-use crate::config::{AUTH_TOKEN_BYTES_MAX, JWKS_BYTES_MAX};
+use crate::config::{Config, AUTH_TOKEN_BYTES_MAX, JWKS_BYTES_MAX};
 
 const RSA_A: &str = include_str!("../../tests/auth/keys/rsa-a.pem");
 const RSA_A_PUBLIC: &str = include_str!("../../tests/auth/keys/rsa-a.pub.pem");
@@ -468,6 +468,34 @@ fn a_url_source_is_fetched_refreshed_and_its_failures_keep_the_last_good_set() {
     let settled = hits.load(Ordering::SeqCst);
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(hits.load(Ordering::SeqCst), settled, "the refresher outlived its key set");
+}
+
+#[test]
+fn the_flags_make_a_verifier_only_with_a_key_source_and_a_resource_and_issuer() {
+    // Goal: `JwtVerifier::from_config` (the integrator's one call) makes none without JWKS
+    // flags, refuses a missing resource/issuer or an unusable file, and otherwise verifies
+    // with the file's keys and `--auth-leeway-secs`. Method: Configs from flags.
+    let none = Config::try_from_args(["tidemark"]).expect("parses");
+    assert!(JwtVerifier::from_config(&none, RESOURCE, &[ISSUER.to_owned()]).expect("ok").is_none());
+    let path = std::env::temp_dir().join(format!("tidemark-jwks-cfg-{}.json", std::process::id()));
+    std::fs::write(&path, jwks_document(&standard_keys())).expect("write");
+    let file = path.to_str().expect("utf-8");
+    let cfg =
+        Config::try_from_args(["tidemark", "--auth-jwks-file", file, "--auth-leeway-secs", "0"])
+            .expect("parses");
+    assert!(JwtVerifier::from_config(&cfg, "", &[ISSUER.to_owned()]).is_err());
+    assert!(JwtVerifier::from_config(&cfg, RESOURCE, &[]).is_err());
+    let verifier = JwtVerifier::from_config(&cfg, RESOURCE, &[ISSUER.to_owned()])
+        .expect("usable")
+        .expect("a verifier");
+    assert!(verify(&verifier, &sign(&good_claims(), ED, Algorithm::EdDSA, "ed")).is_ok());
+    let mut claims = good_claims();
+    claims["exp"] = json!(now_secs() - 1);
+    let token = sign(&claims, ED, Algorithm::EdDSA, "ed");
+    assert_eq!(verify(&verifier, &token).unwrap_err(), TokenError::Expired, "no leeway");
+    std::fs::write(&path, b"[]").expect("write");
+    assert!(JwtVerifier::from_config(&cfg, RESOURCE, &[ISSUER.to_owned()]).is_err());
+    let _ = std::fs::remove_file(&path);
 }
 
 /// The real authorization server's settings, from `scripts/auth.sh` (tests/auth/provider.mjs).
