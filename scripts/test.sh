@@ -25,8 +25,11 @@
 #                package, apt-installed) on the configuration deploy/haproxy-config generates:
 #                the official clients of both eras and cut streams through it, re-POST 409,
 #                keyed re-issue across instances, tasks/get, a node drained mid-call
+#   auth         scripts/auth.sh: a real OAuth authorization server (oidc-provider, npm) issuing
+#                JWT access tokens; the verifier checks them through its JWKS URL, across a
+#                key rotation
 #   --only SUITES  run only these (comma-separated: cargo,clients,browser,bridge,
-#                conformance,fault,fuzz,haproxy)
+#                conformance,fault,fuzz,haproxy,auth)
 #
 # Needs cargo, python3 (with venv), node/npm (any version npm runs on; Node 22 is installed from
 # npm into .cache/); installs everything else into .cache/ (and Debian's chromium and haproxy,
@@ -35,13 +38,13 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ALL_SUITES="cargo,clients,browser,bridge,conformance,fault,fuzz,haproxy"
+ALL_SUITES="cargo,clients,browser,bridge,conformance,fault,fuzz,haproxy,auth"
 
 only="$ALL_SUITES"
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --only) only="${2:?--only needs a value}"; shift 2 ;;
-        --help) sed -n '2,36s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        --help) sed -n '2,37s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "test.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -74,6 +77,7 @@ for s in "${selected[@]}"; do
         fault) scripts/fault.sh || rc=$? ;;
         fuzz) scripts/fuzz.sh --seconds 20 || rc=$? ;;
         haproxy) scripts/haproxy.sh || rc=$? ;;
+        auth) scripts/auth.sh || rc=$? ;;
     esac
     secs=$((SECONDS - start))
     if [ "$rc" = 0 ]; then

@@ -156,6 +156,30 @@ struct Flags {
     /// From SIGTERM to SIGKILL when an upstream child is stopped.
     #[arg(long, default_value_t = config::UPSTREAM_KILL_GRACE_MS)]
     upstream_kill_grace_ms: u64,
+    /// Per-upstream credentials: HTTP headers and stdio environment, from this file (lines
+    /// 'NAME header HEADER VALUE' / 'NAME env KEY VALUE'; VALUE may be $VAR or use ${VAR} from
+    /// tidemark's environment). Never on the command line, where ps shows it.
+    #[arg(long)]
+    upstream_credentials: Option<std::path::PathBuf>,
+    /// Send the client's own Authorization header to the HTTP upstream NAME (repeatable): only
+    /// for an upstream that is this same resource (the token's audience). Off by default.
+    #[arg(long)]
+    upstream_forward_authorization: Vec<String>,
+    /// A local JWK Set (the authorization server's signing keys), read again every refresh.
+    #[arg(long)]
+    auth_jwks_file: Option<std::path::PathBuf>,
+    /// The authorization server's jwks_uri, fetched off the worker cores.
+    #[arg(long)]
+    auth_jwks_url: Option<String>,
+    /// How often the JWK Set is read again.
+    #[arg(long, default_value_t = config::JWKS_REFRESH_SECS)]
+    auth_jwks_refresh_secs: u64,
+    /// Shortest time between two JWK Set reads (a token with an unknown kid asks for one).
+    #[arg(long, default_value_t = config::JWKS_MIN_REFETCH_SECS)]
+    auth_jwks_min_refetch_secs: u64,
+    /// Clock skew allowed on a JWT's exp and nbf, in seconds (at most 300).
+    #[arg(long, default_value_t = config::AUTH_LEEWAY_SECS)]
+    auth_leeway_secs: u64,
     /// The `ttlMs` caching hint on 2026-07-28 list and read results (0: re-fetch when needed).
     #[arg(long, default_value_t = config::CACHE_TTL_MS)]
     cache_ttl_ms: u64,
@@ -288,6 +312,13 @@ impl Flags {
             task_bytes_per_core: self.task_bytes_per_core,
             task_input_requests_max: self.max_task_input_requests,
             task_poll_interval: Duration::from_millis(self.task_poll_interval_ms),
+            auth_jwks_file: self.auth_jwks_file,
+            auth_jwks_url: self.auth_jwks_url,
+            auth_jwks_refresh: Duration::from_secs(self.auth_jwks_refresh_secs),
+            auth_jwks_min_refetch: Duration::from_secs(self.auth_jwks_min_refetch_secs),
+            auth_leeway: Duration::from_secs(self.auth_leeway_secs),
+            upstream_credentials: self.upstream_credentials,
+            upstream_forward_authorization: self.upstream_forward_authorization,
         };
         if let Some(path) = &self.request_state_key_file {
             let bytes = std::fs::read(path)
@@ -442,5 +473,42 @@ mod tests {
             let error = BuiltinSet::parse_list(spec).expect_err(spec).to_string();
             assert!(error.contains("demo, conformance"), "{spec:?}: {error}");
         }
+    }
+
+    #[test]
+    fn jwks_flags_reach_the_config_and_the_leeway_is_capped() {
+        // Goal: the JWT/JWKS flags reach Config (defaults = the constants), the leeway is
+        // taken at its cap and refused one past it, the refresh intervals refuse zero, and the
+        // JWKS URL must be http(s). Method: parse, then validate.
+        let cfg = Config::try_from_args(["tidemark"]).expect("defaults parse");
+        assert_eq!(cfg.auth_leeway, Duration::from_secs(config::AUTH_LEEWAY_SECS));
+        assert_eq!(cfg.auth_jwks_refresh, Duration::from_secs(config::JWKS_REFRESH_SECS));
+        assert_eq!(cfg.auth_jwks_min_refetch, Duration::from_secs(config::JWKS_MIN_REFETCH_SECS));
+        let max = config::AUTH_LEEWAY_SECS_MAX.to_string();
+        let args = [
+            "tidemark",
+            "--auth-jwks-url",
+            "https://as.example/jwks",
+            "--auth-jwks-file",
+            "/etc/tidemark/jwks.json",
+            "--auth-leeway-secs",
+            max.as_str(),
+        ];
+        let cfg = Config::try_from_args(args).expect("parses");
+        assert_eq!(cfg.auth_jwks_url.as_deref(), Some("https://as.example/jwks"));
+        assert_eq!(cfg.auth_jwks_file, Some(std::path::PathBuf::from("/etc/tidemark/jwks.json")));
+        assert_eq!(cfg.validate(), Ok(()));
+        let over = (config::AUTH_LEEWAY_SECS_MAX + 1).to_string();
+        let cfg = Config::try_from_args(["tidemark", "--auth-leeway-secs", &over]).expect("parses");
+        let refused = Err(ConfigError::LeewayTooLong(config::AUTH_LEEWAY_SECS_MAX + 1));
+        assert_eq!(cfg.validate(), refused);
+        for flag in ["auth-jwks-refresh-secs", "auth-jwks-min-refetch-secs"] {
+            let cfg =
+                Config::try_from_args(["tidemark", &format!("--{flag}"), "0"]).expect("parses");
+            assert_eq!(cfg.validate(), Err(ConfigError::Zero(flag)));
+        }
+        let cfg = Config::try_from_args(["tidemark", "--auth-jwks-url", "file:///etc/passwd"])
+            .expect("parses");
+        assert!(matches!(cfg.validate(), Err(ConfigError::BadJwksUrl(_))));
     }
 }

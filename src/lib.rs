@@ -56,6 +56,7 @@
 //! | 8 | `legacy` | the 2025-era path: `LegacyCore` (sessions), streams with an explicit lifecycle, `migration` (the pure O(1) decision), `replay` (the ring), the call context's sink |
 //! | 8 | `modern` | the 2026-07-28 path: `ModernCore` (keys, tasks), `_meta`/header checks, `server/discover`, input-required rounds (`state`), calls, `keyed`, `listen`, `tasks/`; its streams as `core::Source`s |
 //! | 7 | `core` | one core's state both eras share (`Core`), the request, the shape of an era's answer (`Outcome`), and `Source`, the shape of a response stream the runtime drives |
+//! | 6 | `auth` | who a bearer token names: the verifier seam (`Claims`, `TokenError`, `TokenVerifier`); `jwt` (JWT access tokens: signature, `aud`, `iss`, `exp`/`nbf`, scopes) over `jwks` (the issuer's keys, read off the worker cores) |
 //! | 6 | `dispatch` | MCP methods → providers; the tool table with each tool's idempotency; a provider's error as JSON-RPC |
 //! | 5 | `upstream` | the bridge (`--upstream`): one provider per upstream; an MCP client (`peer`) over stdio children (`stdio`, their lives in `process`) or Streamable HTTP (`http/`) |
 //! | 4 | `provider` | the public `Provider` trait, `CallContext`, `ProviderError`, `Value`; `builtin` (demo, conformance) |
@@ -70,6 +71,10 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod admin;
+// The verifier half of issue 18: the request path (`--auth-*` answers) plugs it in; until then
+// only its tests and the bench use it.
+#[allow(dead_code)]
+mod auth;
 mod cli;
 mod config;
 mod core;
@@ -112,6 +117,30 @@ pub mod bench_support {
     };
     pub use crate::legacy::{facts, fingerprint};
     pub use crate::wire::jsonrpc::RawId;
+
+    /// A JWT verifier over a fixed JWK Set (`benches/auth_jwt.rs`): the cold path, every
+    /// token decoded and its signature checked.
+    pub struct JwtVerifier(crate::auth::jwt::JwtVerifier);
+
+    impl JwtVerifier {
+        /// Over the keys of `jwks` (a JWK Set document), for tokens of `resource` by `issuer`.
+        pub fn new(jwks: &[u8], resource: &str, issuer: &str) -> JwtVerifier {
+            let keys = crate::auth::jwks::KeySet::parse(jwks).expect("a usable JWK Set");
+            let settings = crate::auth::jwt::JwtSettings {
+                resource: resource.to_owned(),
+                issuers: vec![issuer.to_owned()],
+                leeway: std::time::Duration::from_secs(crate::config::AUTH_LEEWAY_SECS),
+            };
+            let keys = crate::auth::jwks::Jwks::fixed(keys);
+            JwtVerifier(crate::auth::jwt::JwtVerifier::new(settings, keys).expect("settings"))
+        }
+
+        /// Whether `token` verifies at `now`; the subject's length when it does.
+        pub fn verify(&self, token: &str, now: std::time::SystemTime) -> Option<usize> {
+            use crate::auth::TokenVerifier as _;
+            self.0.verify(token, now).ok().map(|claims| claims.subject.len())
+        }
+    }
 }
 
 /// Parsers and encoders the fuzz targets (`fuzz/`) drive directly; not part of the API.

@@ -48,6 +48,9 @@ pub enum ServerError {
     /// `--tls-cert`/`--tls-key` could not be loaded: which file and why.
     #[error("{0}")]
     Tls(String),
+    /// `--upstream-credentials` is unusable; the message names the line, never a value.
+    #[error("{0}")]
+    Credentials(String),
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServerError {
@@ -234,7 +237,7 @@ impl Server {
             None if providers.is_empty() && cfg.upstreams.is_empty() => vec![BuiltinSet::Demo],
             None => Vec::new(),
         };
-        providers.extend(upstream_providers(&cfg));
+        providers.extend(upstream_providers(&cfg)?);
         for (index, set) in builtin.into_iter().enumerate() {
             let factory: ProviderFactory =
                 Arc::new(move || Rc::new(BuiltinProvider::new(set)) as Rc<dyn Provider>);
@@ -263,7 +266,14 @@ impl Server {
 }
 
 /// One provider per `--upstream`, after the embedding program's own.
-fn upstream_providers(cfg: &Config) -> Vec<(String, ProviderFactory)> {
+fn upstream_providers(cfg: &Config) -> Result<Vec<(String, ProviderFactory)>, ServerError> {
+    let names: Vec<&str> = cfg.upstreams.iter().filter_map(|spec| spec.name.as_deref()).collect();
+    let credentials = crate::upstream::CredentialTable::load(
+        cfg.upstream_credentials.as_deref(),
+        &names,
+        &cfg.upstream_forward_authorization,
+    )
+    .map_err(|e: crate::upstream::CredentialsError| ServerError::Credentials(e.to_string()))?;
     let settings = Arc::new(crate::upstream::Settings {
         env: cfg.upstream_env.clone(),
         isolation: cfg.upstream_isolation,
@@ -273,10 +283,12 @@ fn upstream_providers(cfg: &Config) -> Vec<(String, ProviderFactory)> {
         line_bytes: cfg.upstream_line_bytes,
         queue_bytes: cfg.upstream_queue_bytes,
         kill_grace: cfg.upstream_kill_grace,
+        credentials,
     });
     let count = Arc::new(crate::upstream::ProcessCount::default());
     let prefixed = cfg.upstreams.len() > 1;
-    cfg.upstreams
+    Ok(cfg
+        .upstreams
         .iter()
         .map(|spec| {
             let (spec, settings, count) = (spec.clone(), settings.clone(), count.clone());
@@ -291,7 +303,7 @@ fn upstream_providers(cfg: &Config) -> Vec<(String, ProviderFactory)> {
             });
             (label, factory)
         })
-        .collect()
+        .collect::<Vec<_>>())
 }
 
 /// Listeners, the admin listener and one pinned worker thread per core.

@@ -5,6 +5,7 @@
 //! `Config::validate`. Never: reads the environment or touches I/O.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 mod upstream;
@@ -206,6 +207,39 @@ pub(crate) const TASK_INPUT_REQUESTS_MAX: usize = 16;
 /// `pollIntervalMs` suggested to clients polling `tasks/get` (`--task-poll-interval-ms`).
 pub(crate) const TASK_POLL_INTERVAL_MS: u64 = 500;
 
+/// Bytes of one bearer token (JWT access token) the verifier reads (`auth::jwt`); a longer one
+/// is refused as malformed before any decoding. 8 KiB: a JWT with a few dozen scopes and an
+/// RSA-4096 signature is under 2 KiB; the request head's own limit (`--max-header-bytes`) is
+/// larger, so this is what bounds the verifier's work. No flag: no real token comes near it.
+pub(crate) const AUTH_TOKEN_BYTES_MAX: usize = 8 * 1024;
+/// Clock skew allowed on a JWT's `exp` and `nbf` (`--auth-leeway-secs`). 30 s: hosts synced by
+/// NTP are within a second; a token stays usable this long past its `exp` at most.
+pub(crate) const AUTH_LEEWAY_SECS: u64 = 30;
+/// The largest `--auth-leeway-secs` accepted: past five minutes an expired token would be
+/// honoured long enough to matter.
+pub(crate) const AUTH_LEEWAY_SECS_MAX: u64 = 300;
+/// How often the JWK Set is read again from `--auth-jwks-url`/`--auth-jwks-file`
+/// (`--auth-jwks-refresh-secs`), so a key the authorization server adds in advance of a
+/// rotation is known before tokens use it.
+pub(crate) const JWKS_REFRESH_SECS: u64 = 300;
+/// The shortest time between two reads of the JWK Set (`--auth-jwks-min-refetch-secs`): a
+/// token naming an unknown `kid` asks for a read, and a flood of such tokens makes one per
+/// this interval, not one each.
+pub(crate) const JWKS_MIN_REFETCH_SECS: u64 = 10;
+/// Bytes of one JWK Set document (file or fetched body); larger ones are refused and the last
+/// good set stays. 256 KiB: a set of `JWKS_KEYS_MAX` RSA-4096 keys is under 64 KiB.
+pub(crate) const JWKS_BYTES_MAX: usize = 256 * 1024;
+/// Keys of one JWK Set document; more and the document is refused (a key lookup is a hash
+/// probe, but every key is parsed and held).
+pub(crate) const JWKS_KEYS_MAX: usize = 64;
+/// Longest one JWK Set fetch may take, connect to last byte. The refresher thread waits this
+/// long at most; no worker ever waits for it.
+pub(crate) const JWKS_FETCH_TIMEOUT_SECS: u64 = 10;
+
+/// Bytes of the `--upstream-credentials` file; larger is refused at start-up (the file holds a
+/// few lines per upstream).
+pub(crate) const UPSTREAM_CREDENTIALS_BYTES_MAX: usize = 64 * 1024;
+
 const _: () = assert!(REPLAY_EVENTS_MAX.is_power_of_two());
 const _: () = assert!(UNWRITTEN_SHARE_DIVISOR >= 2 && REPLAY_EVENTS_MAX >= UNWRITTEN_SHARE_DIVISOR);
 const _: () = assert!(HEADER_BYTES_MAX >= 1024);
@@ -217,6 +251,7 @@ const _: () = assert!(ADMIN_CONNECTIONS_MAX > 0 && ADMIN_IO_TIMEOUT_MS > 0);
 const _: () = assert!(TASKS_PER_CORE_MAX > 0 && TASK_BYTES_PER_CORE > 0);
 const _: () = assert!(IDEMPOTENCY_BYTES_PER_CORE > 0 && KEYED_CALL_MAX_SECS > 0);
 const _: () = assert!(CLIENT_REQUESTS_PENDING_MAX > 0);
+const _: () = assert!(AUTH_LEEWAY_SECS <= AUTH_LEEWAY_SECS_MAX && JWKS_MIN_REFETCH_SECS > 0);
 const _: () = assert!(KEYED_CALLS_RUNNING_PER_CLIENT_MAX < IDEMPOTENCY_KEYS_PER_CORE_MAX);
 const _: () = assert!(TASK_INPUT_REQUESTS_MAX > 0 && TASK_POLL_INTERVAL_MS > 0);
 const _: () = assert!(TASK_POLL_INTERVAL_MS < TASK_RETENTION_SECS * 1000);
@@ -439,6 +474,23 @@ pub struct Config {
     pub task_input_requests_max: usize,
     /// `--task-poll-interval-ms` (`TASK_POLL_INTERVAL_MS`).
     pub task_poll_interval: Duration,
+    /// A local JWK Set of the authorization server (`--auth-jwks-file`), read again on each
+    /// refresh.
+    pub auth_jwks_file: Option<PathBuf>,
+    /// The authorization server's `jwks_uri` (`--auth-jwks-url`), fetched off the worker cores.
+    pub auth_jwks_url: Option<String>,
+    /// `--auth-jwks-refresh-secs` (`JWKS_REFRESH_SECS`).
+    pub auth_jwks_refresh: Duration,
+    /// `--auth-jwks-min-refetch-secs` (`JWKS_MIN_REFETCH_SECS`).
+    pub auth_jwks_min_refetch: Duration,
+    /// `--auth-leeway-secs` (`AUTH_LEEWAY_SECS`, at most `AUTH_LEEWAY_SECS_MAX`).
+    pub auth_leeway: Duration,
+    /// Per-upstream credentials, headers and environment (`--upstream-credentials FILE`); read
+    /// when the bridge starts.
+    pub upstream_credentials: Option<PathBuf>,
+    /// Upstreams (by `NAME=`) that get the client's own `Authorization` header
+    /// (`--upstream-forward-authorization`): only for an upstream that is this same resource.
+    pub upstream_forward_authorization: Vec<String>,
 }
 
 impl Default for Config {
@@ -497,6 +549,13 @@ impl Default for Config {
             task_bytes_per_core: TASK_BYTES_PER_CORE,
             task_input_requests_max: TASK_INPUT_REQUESTS_MAX,
             task_poll_interval: Duration::from_millis(TASK_POLL_INTERVAL_MS),
+            auth_jwks_file: None,
+            auth_jwks_url: None,
+            auth_jwks_refresh: Duration::from_secs(JWKS_REFRESH_SECS),
+            auth_jwks_min_refetch: Duration::from_secs(JWKS_MIN_REFETCH_SECS),
+            auth_leeway: Duration::from_secs(AUTH_LEEWAY_SECS),
+            upstream_credentials: None,
+            upstream_forward_authorization: Vec::new(),
         }
     }
 }
@@ -538,6 +597,15 @@ pub enum ConfigError {
     /// An `--upstream-env` value is not `KEY=VALUE` with a non-empty key.
     #[error("--upstream-env expects KEY=VALUE, got {0:?}")]
     BadUpstreamEnv(String),
+    /// `--auth-leeway-secs` is over `AUTH_LEEWAY_SECS_MAX`.
+    #[error("--auth-leeway-secs must be at most {AUTH_LEEWAY_SECS_MAX}, got {0}")]
+    LeewayTooLong(u64),
+    /// `--auth-jwks-url` is not an http:// or https:// URL.
+    #[error("--auth-jwks-url must be an http:// or https:// URL, got {0:?}")]
+    BadJwksUrl(String),
+    /// `--upstream-forward-authorization` names no `--upstream NAME=http://…`.
+    #[error("--upstream-forward-authorization {0:?}: no HTTP --upstream has that NAME=")]
+    ForwardToUnknownUpstream(String),
 }
 
 impl Config {
@@ -558,7 +626,7 @@ impl Config {
 
     /// Checks every value once, so workers can rely on them.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let nonzero: [(&'static str, u128); 35] = [
+        let nonzero: [(&'static str, u128); 37] = [
             ("threads", self.threads as u128),
             ("max-header-bytes", self.header_bytes_max as u128),
             ("max-headers", self.headers_max as u128),
@@ -594,6 +662,8 @@ impl Config {
             ("upstream-start-timeout-secs", self.upstream_start_timeout.as_millis()),
             ("upstream-line-bytes", self.upstream_line_bytes as u128),
             ("upstream-queue-bytes", self.upstream_queue_bytes as u128),
+            ("auth-jwks-refresh-secs", self.auth_jwks_refresh.as_millis()),
+            ("auth-jwks-min-refetch-secs", self.auth_jwks_min_refetch.as_millis()),
         ];
         for (name, value) in nonzero {
             if value == 0 {
@@ -601,6 +671,23 @@ impl Config {
             }
         }
         UpstreamSpec::check_names(&self.upstreams)?;
+        if self.auth_leeway.as_secs() > AUTH_LEEWAY_SECS_MAX {
+            return Err(ConfigError::LeewayTooLong(self.auth_leeway.as_secs()));
+        }
+        if let Some(url) = &self.auth_jwks_url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(ConfigError::BadJwksUrl(url.clone()));
+            }
+        }
+        for name in &self.upstream_forward_authorization {
+            let known = self.upstreams.iter().any(|spec| {
+                spec.name.as_deref() == Some(name.as_str())
+                    && matches!(spec.target, UpstreamTarget::Http(_))
+            });
+            if !known {
+                return Err(ConfigError::ForwardToUnknownUpstream(name.clone()));
+            }
+        }
         if !self.replay_events_max.is_power_of_two() {
             return Err(ConfigError::NotPowerOfTwo(self.replay_events_max));
         }

@@ -19,6 +19,7 @@
 //! Called by: `server` (one `Bridge` per upstream per core), `dispatch` (as any provider).
 //! Never: runs a shell, or lets a client's session reach another session's upstream process.
 
+mod credentials;
 mod http;
 mod peer;
 mod process;
@@ -40,6 +41,8 @@ use crate::provider::{
     ProviderResult, SessionInfo, SessionRef, SessionStart, ToolInfo, Value,
 };
 use crate::signal::Signal;
+use credentials::Credentials;
+pub(crate) use credentials::{CredentialTable, CredentialsError};
 pub(crate) use http::deletes_settled;
 use http::HttpTransport;
 use peer::{upstream_fault, Peer, PeerEvents};
@@ -150,6 +153,8 @@ pub(crate) struct Bridge {
     prefix: Option<String>,
     target: UpstreamTarget,
     settings: Arc<Settings>,
+    /// What this upstream is shown (`--upstream-credentials`), never the client's token.
+    credentials: Arc<Credentials>,
     count: Arc<ProcessCount>,
     shared: Rc<Shared>,
     /// The upstream's tools as last listed (names as clients see them).
@@ -170,6 +175,7 @@ impl Bridge {
             name: Rc::from(spec.label()),
             prefix: if prefixed { spec.name.clone() } else { None },
             target: spec.target.clone(),
+            credentials: settings.credentials.for_upstream(spec.name.as_deref()),
             settings,
             count,
             shared: Rc::new(Shared {
@@ -245,6 +251,7 @@ impl Bridge {
                     self.name.clone(),
                     argv,
                     &self.settings,
+                    &self.credentials,
                     self.count.clone(),
                     weak,
                 );
@@ -261,7 +268,14 @@ impl Bridge {
             }
             UpstreamTarget::Http(url) => {
                 let weak = Rc::downgrade(&peer);
-                match HttpTransport::connect(self.name.clone(), url, &self.settings, weak) {
+                let credentials = self.credentials.clone();
+                match HttpTransport::connect(
+                    self.name.clone(),
+                    url,
+                    &self.settings,
+                    credentials,
+                    weak,
+                ) {
                     Ok(transport) => peer.bind(transport),
                     Err(why) => return Err(self.fault(&why)),
                 }

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::credentials::CredentialTable;
 use crate::config::Isolation;
 
 /// The bridge flags, shared by every core.
@@ -16,4 +17,6 @@ pub(crate) struct Settings {
     pub(crate) line_bytes: usize,
     pub(crate) queue_bytes: usize,
     pub(crate) kill_grace: Duration,
+    /// `--upstream-credentials` and `--upstream-forward-authorization`, read at start-up.
+    pub(crate) credentials: CredentialTable,
 }

@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 use monoio::net::UnixStream;
 
+use super::credentials::Credentials;
 use super::peer::{Peer, Transport};
 use super::process::{self, ExitNote, ProcessCount, Watched, Watcher};
 use super::settings::Settings;
@@ -80,6 +81,7 @@ impl StdioTransport {
         name: Rc<str>,
         argv: &[String],
         settings: &Settings,
+        credentials: &Credentials,
         count: Arc<ProcessCount>,
         peer: Weak<Peer>,
     ) -> Result<Rc<StdioTransport>, SpawnError> {
@@ -92,7 +94,7 @@ impl StdioTransport {
         if !count.try_take(settings.max_processes) {
             return Err(SpawnError::AtCapacity);
         }
-        let started = start_child(program, args, settings);
+        let started = start_child(program, args, settings, credentials);
         let (child, stdin, stdout, stderr) = match started {
             Ok(parts) => parts,
             Err(e) => {
@@ -146,6 +148,7 @@ fn start_child(
     program: &str,
     args: &[String],
     settings: &Settings,
+    credentials: &Credentials,
 ) -> std::io::Result<ChildStreams> {
     let (stdin_ours, stdin_theirs) = StdUnixStream::pair()?;
     let (stdout_ours, stdout_theirs) = StdUnixStream::pair()?;
@@ -154,6 +157,8 @@ fn start_child(
     command
         .args(args)
         .envs(settings.env.iter().map(|(k, v)| (k, v)))
+        // The operator's credentials for this upstream: in its environment, never its argv.
+        .envs(credentials.env.iter().map(|(k, v)| (&**k, &**v)))
         .stdin(Stdio::from(OwnedFd::from(stdin_theirs)))
         .stdout(Stdio::from(OwnedFd::from(stdout_theirs)))
         .stderr(Stdio::from(OwnedFd::from(stderr_theirs)))

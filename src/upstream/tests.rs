@@ -78,6 +78,7 @@ fn bridge(spec: &str, prefixed: bool) -> Bridge {
         line_bytes: 1024,
         queue_bytes: 1024,
         kill_grace: Duration::from_millis(10),
+        credentials: Default::default(),
     });
     let spec = UpstreamSpec::parse(spec).expect("parses");
     Bridge::new(&spec, prefixed, settings, Arc::new(ProcessCount::default()))

@@ -38,13 +38,19 @@ impl Server {
         Server::spawn(command)
     }
 
+    /// `Server::start` with `envs` added to its environment and its log (stderr, at the most
+    /// verbose level: `RUST_LOG=trace`) written to `log`.
+    pub fn start_logged(args: &[&str], envs: &[(&str, &str)], log: &std::path::Path) -> Server {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tidemark"));
+        command.args(["--listen", "127.0.0.1:0"]).args(args);
+        command.env("RUST_LOG", "trace").envs(envs.iter().copied());
+        command.stderr(std::fs::File::create(log).expect("log file"));
+        Server::spawn(command)
+    }
+
     /// Runs `command` (the binary, or a shell that execs it) and reads its banner.
     fn spawn(mut command: Command) -> Server {
-        let mut child = command
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn tidemark");
+        let mut child = command.stdout(Stdio::piped()).spawn().expect("spawn tidemark");
         let stdout = child.stdout.take().expect("stdout");
         let mut line = String::new();
         BufReader::new(stdout).read_line(&mut line).expect("read banner");

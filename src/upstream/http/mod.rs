@@ -42,10 +42,12 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::rc::{Rc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use super::credentials::Credentials;
 use super::peer::{Peer, Transport};
 use super::settings::Settings;
 use crate::provider::Value;
@@ -114,6 +116,9 @@ struct Link {
     pool: Pool,
     /// The standalone `GET` stream was started (it is started once).
     listening: Cell<bool>,
+    /// The operator's headers for this upstream (`--upstream-credentials`), on every request.
+    /// Nothing of the client's request reaches a request head here: not its `Authorization`.
+    credentials: Arc<Credentials>,
 }
 
 impl HttpTransport {
@@ -122,12 +127,14 @@ impl HttpTransport {
         name: Rc<str>,
         url: &str,
         settings: &Settings,
+        credentials: Arc<Credentials>,
         peer: Weak<Peer>,
     ) -> Result<Rc<HttpTransport>, String> {
         let endpoint = parse_url(url).map_err(|e| format!("{url}: {e}"))?;
         let addr = resolve(&endpoint)?;
         tracing::info!(upstream = %name, %addr, "upstream http transport ready");
-        let link = Link::new(name, endpoint, addr, settings.line_bytes, settings.timeout, peer);
+        let mut link = Link::new(name, endpoint, addr, settings.line_bytes, settings.timeout, peer);
+        link.credentials = credentials;
         Ok(Rc::new(HttpTransport { link: Rc::new(link) }))
     }
 }
@@ -200,6 +207,7 @@ impl Link {
             order: Order::default(),
             pool: Pool::default(),
             listening: Cell::new(false),
+            credentials: Arc::default(),
         }
     }
 
@@ -298,6 +306,9 @@ impl Link {
         }
         if let Some(id) = last_event_id {
             line("Last-Event-ID", id);
+        }
+        for (name, value) in &self.credentials.headers {
+            line(name, value);
         }
         out.extend_from_slice(b"\r\n");
         if let Some(body) = body {
@@ -932,6 +943,24 @@ mod tests {
         assert!(
             delete.contains("Connection: close\r\nContent-Length: 0\r\nMcp-Session-Id: s-1\r\n")
         );
+    }
+
+    #[test]
+    fn configured_credential_headers_go_on_every_request() {
+        // Goal: `--upstream-credentials` headers are on POST, GET and DELETE, after the
+        // transport's own. Method: encode each with credentials set.
+        let mut link = test_link("http://127.0.0.1:8000/mcp");
+        link.credentials = Arc::new(Credentials {
+            headers: vec![
+                ("Authorization".into(), "Bearer k".into()),
+                ("X-T".into(), "a b".into()),
+            ],
+            ..Credentials::default()
+        });
+        for method in [Method::Post, Method::Get, Method::Delete] {
+            let head = String::from_utf8(link.encode(method, None, None)).expect("ascii");
+            assert!(head.ends_with("\r\nAuthorization: Bearer k\r\nX-T: a b\r\n\r\n"), "{head}");
+        }
     }
 
     #[test]
