@@ -13,6 +13,7 @@ use std::future::Future;
 use std::ops::Range;
 use std::sync::Arc;
 
+use crate::auth::{Authorizer, Claims, ConnCache};
 use crate::config::Config;
 use crate::dispatch::Registry;
 use crate::http::RequestHead;
@@ -27,6 +28,8 @@ pub(crate) struct Core {
     pub(crate) threads: u16,
     pub(crate) registry: Registry,
     pub(crate) metrics: Arc<CoreMetrics>,
+    /// The endpoint's authorization, shared by every core (`None`: off).
+    pub(crate) auth: Option<Arc<Authorizer>>,
     /// True once this core drains (SIGTERM/SIGINT, `Running::shutdown`): a new `initialize`
     /// is refused (503 + Retry-After). Set only by `runtime`, never cleared.
     pub(crate) draining: Cell<bool>,
@@ -39,6 +42,11 @@ pub(crate) struct Request<'a> {
     pub(crate) head: &'a RequestHead,
     pub(crate) head_bytes: &'a [u8],
     pub(crate) body: &'a mut [u8],
+    /// The connection's last validated token (`auth`), so keep-alive requests validate once.
+    pub(crate) auth_cache: &'a ConnCache,
+    /// Who the request's token names, once the endpoint authorized it (`None`: authorization
+    /// is off): what the eras scope sessions, keys, tasks and request states by.
+    pub(crate) claims: Option<std::rc::Rc<Claims>>,
 }
 
 impl Request<'_> {

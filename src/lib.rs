@@ -59,6 +59,7 @@
 //! | 6 | `dispatch` | MCP methods → providers; the tool table with each tool's idempotency; a provider's error as JSON-RPC |
 //! | 5 | `upstream` | the bridge (`--upstream`): one provider per upstream; an MCP client (`peer`) over stdio children (`stdio`, their lives in `process`) or Streamable HTTP (`http/`) |
 //! | 4 | `provider` | the public `Provider` trait, `CallContext`, `ProviderError`, `Value`; `builtin` (demo, conformance) |
+//! | 3 | `auth` | authorization (OAuth 2.1 resource server): `Claims`, the verifier chain (`--auth-tokens` static tokens, then the JWT seam `TokenVerifier`), the per-connection token cache, the `WWW-Authenticate` challenges, the protected resource metadata (RFC 9728), the per-tool policy |
 //! | 3 | `wire` | every answer as a value rendered in one place: HTTP statuses (`Status`), JSON-RPC codes (`Code`), refusals; the JSON-RPC envelope, SSE framing, the revisions, notification encoders |
 //! | 2 | `http` | request head → byte ranges; status line and headers → bytes; knows nothing of MCP |
 //! | 1 | `config` | every limit as a named constant; `Config`; the `--upstream` spec |
@@ -69,6 +70,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod admin;
+mod auth;
 mod cli;
 mod config;
 mod core;
@@ -86,7 +88,8 @@ mod signal;
 mod upstream;
 mod wire;
 
-pub use config::{BuiltinSet, Config, ConfigError, DriverChoice, MigrationPolicy, ResponseMode};
+pub use config::ResponseMode;
+pub use config::{AuthConfig, BuiltinSet, Config, ConfigError, DriverChoice, MigrationPolicy};
 pub use config::{Isolation, UpstreamSpec, UpstreamSpecError, UpstreamTarget};
 pub use provider::{
     Annotations, CallContext, Changes, LocalBoxFuture, LogLevel, Notifier, Provider, ProviderError,

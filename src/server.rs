@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::auth::Authorizer;
 use crate::config::{self, BuiltinSet, Config, ConfigError};
 use crate::metrics::CoreMetrics;
 use crate::provider::builtin::BuiltinProvider;
@@ -84,6 +85,8 @@ pub struct Running {
     pub driver: &'static str,
     workers: Vec<std::thread::JoinHandle<()>>,
     life: Arc<Lifecycle>,
+    /// The endpoint's authorization (`None`: off): SIGHUP reloads its token file.
+    auth: Option<Arc<Authorizer>>,
     /// `handle_signals` ran (a second call would see every signal twice).
     signals: AtomicBool,
 }
@@ -129,7 +132,8 @@ impl Running {
         }
     }
 
-    /// Handles SIGTERM and SIGINT as the `tidemark` binary does (`Server::run` calls it before
+    /// SIGHUP reloads `--auth-tokens` (`reload`). Handles SIGTERM and SIGINT as the `tidemark`
+    /// binary does (`Server::run` calls it before
     /// the banner): the first begins the drain; a second one, or one after `shutdown`, exits
     /// the process at once with status 128 + the signal's number (143 for SIGTERM, 130 for
     /// SIGINT, the shell's convention), without waiting for anything but the SIGKILL of every
@@ -140,16 +144,19 @@ impl Running {
         if self.signals.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        use signal_hook::consts::{SIGINT, SIGTERM};
-        let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
-            .map_err(io("install the SIGTERM/SIGINT handlers"))?;
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
+            .map_err(io("install the SIGTERM/SIGINT/SIGHUP handlers"))?;
         let life = self.life.clone();
+        let auth = self.auth.clone();
         let drain_secs = life.drain().as_secs();
         std::thread::Builder::new()
             .name("tidemark-signals".into())
             .spawn(move || {
                 for signal in signals.forever() {
-                    if life.begin_drain() {
+                    if signal == SIGHUP {
+                        reload(auth.as_deref());
+                    } else if life.begin_drain() {
                         tracing::info!(
                             signal,
                             drain_secs,
@@ -165,6 +172,21 @@ impl Running {
             })
             .map_err(io("spawn the signal thread"))?;
         Ok(())
+    }
+}
+
+/// SIGHUP: the authorization's token file read again; sessions and connections are untouched.
+/// A file that does not load keeps the old set, and the log says why (file and line only).
+fn reload(auth: Option<&Authorizer>) {
+    let Some(auth) = auth else {
+        tracing::info!("SIGHUP: nothing to reload (authorization is off)");
+        return;
+    };
+    match auth.reload() {
+        Ok(tokens) => tracing::info!(tokens, "SIGHUP: --auth-tokens reloaded"),
+        Err(why) => {
+            tracing::warn!(error = %why, "SIGHUP: --auth-tokens not reloaded, the old set stays")
+        }
     }
 }
 
@@ -293,6 +315,8 @@ fn start_workers(cfg: &Config, providers: Vec<ProviderFactory>) -> Result<Runnin
     let metrics: Vec<Arc<CoreMetrics>> =
         (0..cfg.threads).map(|_| Arc::new(CoreMetrics::default())).collect();
     let life = Arc::new(Lifecycle::new(cfg.threads, cfg.drain));
+    // After the bind: the default resource URL names the bound port.
+    let auth = Authorizer::build(&cfg)?.map(Arc::new);
     let cpus = allowed_cpus();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut workers = Vec::new();
@@ -305,6 +329,7 @@ fn start_workers(cfg: &Config, providers: Vec<ProviderFactory>) -> Result<Runnin
             metrics: metrics[index].clone(),
             providers: providers.clone(),
             life: life.clone(),
+            auth: auth.clone(),
         };
         let ready = ready_tx.clone();
         let finished = WorkerFinished(life.clone(), index);
@@ -341,7 +366,7 @@ fn start_workers(cfg: &Config, providers: Vec<ProviderFactory>) -> Result<Runnin
         None => None,
     };
     let signals = AtomicBool::new(false);
-    Ok(Running { local_addr: bound, metrics_addr, driver, workers, life, signals })
+    Ok(Running { local_addr: bound, metrics_addr, driver, workers, life, auth, signals })
 }
 
 /// Tells the lifecycle that worker `.1`'s thread returned (also when it unwinds).

@@ -7,6 +7,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+mod auth;
+pub use auth::AuthConfig;
+pub(crate) use auth::{AUTH_FILE_BYTES_MAX, AUTH_POLICY_RULES_MAX, AUTH_TOKENS_MAX};
 mod upstream;
 pub use upstream::{Isolation, UpstreamSpec, UpstreamSpecError, UpstreamTarget};
 
@@ -418,6 +421,8 @@ pub struct Config {
     pub task_input_requests_max: usize,
     /// `--task-poll-interval-ms` (`TASK_POLL_INTERVAL_MS`).
     pub task_poll_interval: Duration,
+    /// Authorization (`--auth-*`, `--allow-unauthenticated`).
+    pub auth: AuthConfig,
 }
 
 impl Default for Config {
@@ -474,6 +479,7 @@ impl Default for Config {
             task_bytes_per_core: TASK_BYTES_PER_CORE,
             task_input_requests_max: TASK_INPUT_REQUESTS_MAX,
             task_poll_interval: Duration::from_millis(TASK_POLL_INTERVAL_MS),
+            auth: AuthConfig::with_limits(),
         }
     }
 }
@@ -515,6 +521,16 @@ pub enum ConfigError {
     /// An `--upstream-env` value is not `KEY=VALUE` with a non-empty key.
     #[error("--upstream-env expects KEY=VALUE, got {0:?}")]
     BadUpstreamEnv(String),
+    /// A non-loopback `--listen` with no authorization and no `--allow-unauthenticated`.
+    #[error(
+        "refusing to listen on {0} (not a loopback address) without authorization: add \
+         --auth-tokens FILE (bearer tokens), or --allow-unauthenticated to serve anyone who \
+         reaches the port"
+    )]
+    Unauthenticated(SocketAddr),
+    /// An `--auth-tokens` or `--auth-policy` file could not be loaded: the path and why.
+    #[error("{0}")]
+    AuthFile(String),
 }
 
 impl Config {
@@ -535,7 +551,7 @@ impl Config {
 
     /// Checks every value once, so workers can rely on them.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let nonzero: [(&'static str, u128); 35] = [
+        let nonzero: [(&'static str, u128); 37] = [
             ("threads", self.threads as u128),
             ("max-header-bytes", self.header_bytes_max as u128),
             ("max-headers", self.headers_max as u128),
@@ -571,6 +587,8 @@ impl Config {
             ("upstream-start-timeout-secs", self.upstream_start_timeout.as_millis()),
             ("upstream-line-bytes", self.upstream_line_bytes as u128),
             ("upstream-queue-bytes", self.upstream_queue_bytes as u128),
+            ("auth-tokens-max", self.auth.tokens_max as u128),
+            ("auth-policy-rules-max", self.auth.policy_rules_max as u128),
         ];
         for (name, value) in nonzero {
             if value == 0 {
@@ -595,6 +613,14 @@ impl Config {
         }
         if self.headers_max > HEADERS_CAP {
             return Err(ConfigError::TooManyHeaders(HEADERS_CAP));
+        }
+        // Anyone who reaches a non-loopback port could otherwise use every session and tool
+        // (issue 18): serving them must be asked for by name.
+        if !self.listen.ip().is_loopback()
+            && !self.auth.enabled()
+            && !self.auth.allow_unauthenticated
+        {
+            return Err(ConfigError::Unauthenticated(self.listen));
         }
         Ok(())
     }
