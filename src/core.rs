@@ -58,6 +58,11 @@ impl Request<'_> {
         self.socket.peer_addr().ok().map(|a| a.ip())
     }
 
+    /// The subject of the request's token (`None`: authorization is off).
+    pub(crate) fn subject(&self) -> Option<&str> {
+        self.claims.as_deref().map(|c| &*c.subject)
+    }
+
     /// The bytes of a header the head parser found (`None`: absent).
     pub(crate) fn header(&self, r: &Option<Range<usize>>) -> Option<&[u8]> {
         r.as_ref().map(|r| &self.head_bytes[r.clone()])

@@ -102,6 +102,12 @@ fn find_session(
     }
     let found = core.sessions.borrow().get(&id);
     let now = Instant::now();
+    // Another subject's session (or a session opened with a token, named without one) is
+    // answered exactly as an unknown one: a 403 would confirm the id exists (CONTRACT §8).
+    if found.as_ref().is_some_and(|s| s.borrow().subject.as_deref() != req.subject()) {
+        core.metrics.auth_foreign_subject.inc();
+        return Err(refuse_early(out, Refusal::SessionNotFound, keep_alive));
+    }
     match found {
         Some(s) if !s.borrow().closed => {
             // Expired but not yet reaped: the reaper's tick must not decide whether it lives.
@@ -298,7 +304,8 @@ async fn sessionless(
     match body {
         Body::Single(Message::Request { id, method, params }) => {
             if method == "initialize" {
-                initialize(core, id, params, out, keep_alive).await
+                let subject = req.subject().map(Box::from);
+                initialize(core, id, params, subject, out, keep_alive).await
             } else if !version_ok(req) {
                 let requested = req.header(&req.head.protocol_version).map(String::from_utf8_lossy);
                 let answer = Answer::UnsupportedVersion {
@@ -322,6 +329,7 @@ async fn initialize(
     core: &Rc<LegacyCore>,
     id: RawId,
     params: WireValue,
+    subject: Option<Box<str>>,
     out: &mut Vec<u8>,
     keep_alive: bool,
 ) -> Outcome {
@@ -340,6 +348,7 @@ async fn initialize(
         return refuse(out, Refusal::Unavailable, Some(&id), keep_alive);
     };
     let mut session = Session::new(sid, tag, version, &core.cfg);
+    session.subject = subject;
     session.count_bytes_in(core.buffered_bytes.clone());
     let reference = session.reference();
     // In the table while the providers open it (no client knows its id yet), so that a
