@@ -13,7 +13,8 @@ use std::future::Future;
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::auth::{Authorizer, Claims, ConnCache};
+use crate::auth::policy::{Item, Kind};
+use crate::auth::{Access, Authorizer, Claims, ConnCache};
 use crate::config::Config;
 use crate::dispatch::Registry;
 use crate::http::RequestHead;
@@ -33,6 +34,60 @@ pub(crate) struct Core {
     /// True once this core drains (SIGTERM/SIGINT, `Running::shutdown`): a new `initialize`
     /// is refused (503 + Retry-After). Set only by `runtime`, never cleared.
     pub(crate) draining: Cell<bool>,
+}
+
+impl Core {
+    /// The policy's view of a request authorized as `claims` (`None`: no policy, or
+    /// authorization off: nothing is filtered or refused by scope).
+    pub(crate) fn access<'a>(&'a self, claims: Option<&'a Claims>) -> Option<Access<'a>> {
+        Access::of(self.auth.as_deref(), claims)
+    }
+
+    /// The per-tool policy's verdict on `method` (`tools/call`, `prompts/get`,
+    /// `resources/read`; anything else passes): `Some` is the `WWW-Authenticate` of the 403
+    /// naming the scopes the token lacks. The decision `dispatch` lists by, so what is listed
+    /// can be called and what is refused is not listed. A tool no provider lists passes (the
+    /// era answers "unknown tool").
+    pub(crate) fn forbidden(
+        &self,
+        access: Option<Access<'_>>,
+        method: &str,
+        params: &crate::wire::WireValue,
+    ) -> Option<String> {
+        use simd_json::prelude::*;
+        let access = access?;
+        let text = |field: &str| params.get(field).and_then(|v| v.as_str());
+        let missing = match method {
+            "tools/call" => access.missing(self.registry.tool(text("name")?)?.item()),
+            "prompts/get" => access.missing(Item {
+                kind: Kind::Prompt,
+                name: text("name")?,
+                provider: "",
+                read_only: true,
+            }),
+            "resources/read" => access.missing(Item {
+                kind: Kind::Resource,
+                name: text("uri")?,
+                provider: "",
+                read_only: true,
+            }),
+            _ => return None,
+        };
+        (!missing.is_empty()).then(|| access.challenge(&missing))
+    }
+}
+
+/// The 403 of a request the policy refuses (`Core::forbidden`'s challenge), with its id.
+pub(crate) fn refuse_scope<J>(
+    out: &mut Vec<u8>,
+    id: Option<&RawId>,
+    challenge: &str,
+    keep_alive: bool,
+) -> Outcome<J> {
+    let message = "insufficient scope: the token lacks a scope this tool, prompt or resource \
+                   needs (see WWW-Authenticate)";
+    let status = crate::wire::Status::Forbidden;
+    reply(out, Answer::Challenge { status, challenge, id, message }, keep_alive)
 }
 
 /// The parts of a request an era reads: the head's bytes and the (mutable) body.

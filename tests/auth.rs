@@ -414,3 +414,99 @@ fn trace_log_holds_no_token() {
         assert!(!text.contains(secret), "the log holds {secret}");
     }
 }
+
+/// Goal: the per-tool policy (`--auth-policy`, `--auth-write-scope`), both eras: `tools/list`
+/// shows a subject exactly the tools it may call, and a call of any other is refused 403
+/// `insufficient_scope` naming the missing scopes (a JSON-RPC error with the request's id);
+/// the write default spares tools annotated `readOnlyHint: true`. Method: the demo tools
+/// (`slow_counter` is not read-only), a rule for `get_counter`; for every tool the server has,
+/// each subject's listing is compared with the answer to calling it.
+#[test]
+fn policy_lists_what_it_allows_and_refuses_the_rest() {
+    for driver in DRIVERS {
+        let dir = temp_dir(&format!("policy-{driver}"));
+        let tokens = dir.join("tokens");
+        std::fs::write(&tokens, "tok-alice alice\ntok-bob bob counters,write\n").expect("tokens");
+        let policy = dir.join("policy");
+        std::fs::write(&policy, "# counters\ntool get_counter counters\n").expect("policy");
+        let server = Server::on(
+            driver,
+            &[
+                "--tools",
+                "demo",
+                "--auth-tokens",
+                tokens.to_str().expect("path"),
+                "--auth-policy",
+                policy.to_str().expect("path"),
+                "--auth-write-scope",
+                "write",
+            ],
+        );
+        let all = ["echo", "slow_counter", "get_counter", "greet"];
+        let wanted = [("tok-alice", vec!["echo", "greet"]), ("tok-bob", all.to_vec())];
+        for (token, allowed) in wanted {
+            let sid = open_session_as(&server, token);
+            let session = [("Mcp-Session-Id", sid.as_str())];
+            let list = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+            let listed = post_as(&server, token, &session, list).json();
+            let names = |v: &serde_json::Value| -> Vec<String> {
+                let tools = v["result"]["tools"].as_array().expect("tools").iter();
+                tools.map(|t| t["name"].as_str().expect("name").to_owned()).collect()
+            };
+            let mut legacy = names(&listed);
+            legacy.sort();
+            let mut want: Vec<String> = allowed.iter().map(|s| s.to_string()).collect();
+            want.sort();
+            assert_eq!(legacy, want, "{driver} {token}: legacy tools/list");
+            let modern_list = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+            let headers = [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/list")];
+            let mut modern = names(&post_as(&server, token, &headers, modern_list).json());
+            modern.sort();
+            assert_eq!(modern, want, "{driver} {token}: 2026-07-28 tools/list");
+            for (index, tool) in all.into_iter().enumerate() {
+                let id = 5 + index as u64;
+                if tool == "greet" {
+                    // Allowed to both; a call would wait for an elicitation answer.
+                    continue;
+                }
+                let args =
+                    if tool == "slow_counter" { r#"{"steps":1,"delay_ms":1}"# } else { "{}" };
+                let r = post_as(&server, token, &session, &call(id, tool, args, false));
+                let ctx = format!("{driver} {token} legacy {tool}");
+                if allowed.contains(&tool) {
+                    assert_eq!(r.status, 200, "{ctx}: {}", r.text());
+                    continue;
+                }
+                assert_eq!(r.status, 403, "{ctx}: {}", r.text());
+                let challenge = r.header("WWW-Authenticate").expect("challenge");
+                let scope = if tool == "get_counter" { "counters" } else { "write" };
+                let tail = format!(", error=\"insufficient_scope\", scope=\"{scope}\"");
+                assert!(challenge.ends_with(&tail), "{ctx}: {challenge}");
+                assert_eq!(r.json()["id"], id, "{ctx}");
+                let body = format!(
+                    r#"{{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{{"name":"{tool}","arguments":{args},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
+                );
+                let headers = [
+                    ("MCP-Protocol-Version", "2026-07-28"),
+                    ("Mcp-Method", "tools/call"),
+                    ("Mcp-Name", tool),
+                ];
+                let r = post_as(&server, token, &headers, &body);
+                assert_eq!(r.status, 403, "{driver} {token} modern {tool}: {}", r.text());
+                assert!(r.header("WWW-Authenticate").expect("challenge").ends_with(&tail));
+            }
+        }
+    }
+}
+
+/// Goal: the policy flags without a verifier are refused at start (nothing would name scopes).
+#[test]
+fn policy_without_auth_is_refused() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tidemark"))
+        .args(["--listen", "127.0.0.1:0", "--auth-write-scope", "write"])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--auth-write-scope needs authorization"), "{stderr}");
+}

@@ -11,6 +11,7 @@
 //! or puts a token or any part of one in a log line, an error, a metric label or an answer;
 //! never calls the network on a request's path.
 
+pub(crate) mod policy;
 pub(crate) mod tokens;
 
 use std::cell::RefCell;
@@ -24,6 +25,7 @@ use arc_swap::ArcSwap;
 use subtle::ConstantTimeEq;
 
 use crate::config::{Config, ConfigError};
+use policy::{Item, Policy};
 use tokens::{TokenDigest, TokenSet};
 
 /// Who a valid token names, and what it may do.
@@ -117,6 +119,8 @@ pub(crate) struct Authorizer {
     /// configured). The integrator sets it to `Some(Arc::new(jwt::JwtVerifier::…))` in
     /// `Authorizer::build`; nothing else changes.
     verifier: Option<Arc<dyn TokenVerifier>>,
+    /// The per-tool policy (`--auth-policy`, `--auth-write-scope`).
+    policy: Policy,
     /// `--auth-required-scope`: held by every request's token.
     required_scopes: Vec<Box<str>>,
     /// `WWW-Authenticate` of a 401 without a token, with `invalid_token`, and of a 400 for a
@@ -148,6 +152,12 @@ impl Authorizer {
                 .map_err(|e| ConfigError::AuthFile(e.to_string()))?,
             None => TokenSet::default(),
         };
+        let policy = Policy::load(
+            auth.policy_file.as_deref(),
+            auth.write_scope.as_deref(),
+            auth.policy_rules_max,
+        )
+        .map_err(|e| ConfigError::AuthFile(e.to_string()))?;
         let resource =
             auth.resource.clone().unwrap_or_else(|| format!("http://{}{}", cfg.listen, cfg.path));
         let metadata_url = metadata_url(&resource);
@@ -173,6 +183,7 @@ impl Authorizer {
             tokens_file: auth.tokens_file.clone(),
             tokens_max: auth.tokens_max,
             verifier: None,
+            policy,
             required_scopes: auth.required_scopes.iter().map(|s| Box::from(s.as_str())).collect(),
             challenge_missing: format!("{base}{scope}").into(),
             challenge_invalid: format!("{base}, error=\"invalid_token\"{scope}").into(),
@@ -253,7 +264,45 @@ impl Authorizer {
             None => Err(TokenError::Unknown),
         }
     }
+}
 
+/// A request's authorization as the listings and calls ask it: the policy and the request's
+/// claims. Only made when the policy has rules (`Access::of`), so without one nothing is
+/// filtered or checked.
+#[derive(Clone, Copy)]
+pub(crate) struct Access<'a> {
+    auth: &'a Authorizer,
+    claims: &'a Claims,
+}
+
+impl<'a> Access<'a> {
+    /// The access of a request authorized as `claims`; `None` when `auth` has no policy.
+    pub(crate) fn of(
+        auth: Option<&'a Authorizer>,
+        claims: Option<&'a Claims>,
+    ) -> Option<Access<'a>> {
+        let (auth, claims) = (auth?, claims?);
+        (!auth.policy.is_empty()).then_some(Access { auth, claims })
+    }
+
+    /// The scopes `item` needs that the token lacks (empty: allowed): the one decision.
+    pub(crate) fn missing(&self, item: Item<'_>) -> Vec<&'a str> {
+        self.auth.policy.missing(item, |s| self.claims.has_scope(s))
+    }
+
+    /// True when the token may use (and so is listed) `item`.
+    pub(crate) fn allows(&self, item: Item<'_>) -> bool {
+        self.missing(item).is_empty()
+    }
+
+    /// The `WWW-Authenticate` value of a 403 for the scopes `missing`.
+    pub(crate) fn challenge(&self, missing: &[&str]) -> String {
+        let needed: Vec<Box<str>> = missing.iter().map(|s| Box::from(*s)).collect();
+        self.auth.insufficient_scope(&needed)
+    }
+}
+
+impl Authorizer {
     /// The `WWW-Authenticate` value answering `denial` (`Scope`: see `insufficient_scope`).
     pub(crate) fn challenge(&self, denial: Denial) -> std::borrow::Cow<'_, str> {
         match denial {

@@ -528,6 +528,10 @@ pub enum ConfigError {
          reaches the port"
     )]
     Unauthenticated(SocketAddr),
+    /// `--auth-policy`, `--auth-write-scope` or `--auth-required-scope` without a verifier
+    /// (`--auth-tokens`): nothing would name the scopes they ask for.
+    #[error("{0} needs authorization: add --auth-tokens FILE")]
+    AuthFlagWithoutAuth(&'static str),
     /// An `--auth-tokens` or `--auth-policy` file could not be loaded: the path and why.
     #[error("{0}")]
     AuthFile(String),
@@ -613,6 +617,14 @@ impl Config {
         }
         if self.headers_max > HEADERS_CAP {
             return Err(ConfigError::TooManyHeaders(HEADERS_CAP));
+        }
+        let scoped = [
+            ("--auth-policy", self.auth.policy_file.is_some()),
+            ("--auth-write-scope", self.auth.write_scope.is_some()),
+            ("--auth-required-scope", !self.auth.required_scopes.is_empty()),
+        ];
+        if let Some((flag, _)) = scoped.iter().find(|(_, set)| *set && !self.auth.enabled()) {
+            return Err(ConfigError::AuthFlagWithoutAuth(flag));
         }
         // Anyone who reaches a non-loopback port could otherwise use every session and tool
         // (issue 18): serving them must be asked for by name.

@@ -32,7 +32,7 @@ use std::rc::Rc;
 use simd_json::prelude::*;
 
 pub(crate) use self::core::ModernCore;
-use crate::core::{refuse, reply, Request};
+use crate::core::{refuse, refuse_scope, reply, Request};
 use crate::dispatch::{self, ToolRoute};
 use crate::provider::{CallContext, SessionRef, Value};
 use crate::wire::jsonrpc::{self, Body, Message, RawId};
@@ -127,6 +127,10 @@ pub(crate) async fn serve(
     if method != "server/discover" {
         core.registry.open_stateless().await;
     }
+    // The per-tool policy: every 2026-07-28 request is authorized on its own.
+    if let Some(challenge) = core.forbidden(core.access(req.claims.as_deref()), &method, &params) {
+        return refuse_scope(out, Some(&id), &challenge, keep_alive);
+    }
     match method.as_str() {
         "server/discover" => {
             let mut body = Vec::with_capacity(512);
@@ -139,14 +143,17 @@ pub(crate) async fn serve(
         | "resources/templates/list"
         | "resources/read" => {
             let mut body = Vec::with_capacity(512);
-            core.registry.answer(SessionRef::STATELESS, &id, &method, &params, &mut body).await;
+            let access = core.access(req.claims.as_deref());
+            let registry = &core.registry;
+            registry.answer(SessionRef::STATELESS, access, &id, &method, &params, &mut body).await;
             let hints = cache_hints(core);
             decorate_result(&mut body, &id, &hints);
             reply(out, Answer::Json(&body), keep_alive)
         }
         "completion/complete" => {
             let mut body = Vec::with_capacity(256);
-            core.registry.answer(SessionRef::STATELESS, &id, &method, &params, &mut body).await;
+            let registry = &core.registry;
+            registry.answer(SessionRef::STATELESS, None, &id, &method, &params, &mut body).await;
             decorate_result(&mut body, &id, RESULT_COMPLETE);
             reply(out, Answer::Json(&body), keep_alive)
         }
