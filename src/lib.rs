@@ -113,6 +113,32 @@ pub mod bench_support {
     };
     pub use crate::legacy::{facts, fingerprint};
     pub use crate::wire::jsonrpc::RawId;
+
+    /// Static-token validation as the endpoint runs it (`benches/token_validation.rs`): the
+    /// `--auth-tokens` set of a config, and one connection's token cache.
+    pub struct TokenValidation {
+        auth: crate::auth::Authorizer,
+        cache: crate::auth::ConnCache,
+    }
+
+    impl TokenValidation {
+        /// The set `cfg.auth.tokens_file` names (panics when it does not load).
+        pub fn new(cfg: &Config) -> TokenValidation {
+            let auth = crate::auth::Authorizer::build(cfg).expect("tokens load");
+            let auth = auth.expect("--auth-tokens set");
+            TokenValidation { auth, cache: crate::auth::ConnCache::default() }
+        }
+
+        /// Validates `token` through the connection's cache (a keep-alive request).
+        pub fn cached(&self, token: &[u8]) -> bool {
+            self.auth.validate(token, &self.cache).is_ok()
+        }
+
+        /// Validates `token` with an empty cache (a connection's first request).
+        pub fn uncached(&self, token: &[u8]) -> bool {
+            self.auth.validate(token, &crate::auth::ConnCache::default()).is_ok()
+        }
+    }
 }
 
 /// Parsers and encoders the fuzz targets (`fuzz/`) drive directly; not part of the API.
