@@ -261,6 +261,14 @@ fn metadata_document_at_both_paths() {
             );
             assert_eq!(r.status, 405, "{driver} {path} POST");
         }
+        // A listed page reads the 401's challenge (its OAuth client starts from it).
+        let mut h: Vec<(&str, &str)> = POST_HEADERS.to_vec();
+        h.push(("Origin", "https://app.example"));
+        let raw = request("POST", &server.path, &server.host(), &h, Some(INIT_BODY));
+        let r = exchange(&server, &raw);
+        assert_eq!(r.status, 401, "{driver}");
+        let exposed = r.header("Access-Control-Expose-Headers").expect("exposed");
+        assert!(exposed.contains("WWW-Authenticate"), "{driver}: {exposed}");
         let r = exchange(
             &server,
             &request("GET", &format!("{well_known}/other"), &server.host(), &[], None),

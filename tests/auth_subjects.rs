@@ -93,6 +93,10 @@ fn a_session_is_its_openers() {
             unknown,
             "{driver} POST"
         );
+        // Without a token: the 401 of any tokenless request, before any session is looked up.
+        let none = |sid: &str| shape(&post(&server, &[("Mcp-Session-Id", sid)], ping));
+        assert_eq!(none(&sid), none(&unknown_like(&sid)), "{driver}: no token");
+        assert_eq!(none(&sid).0, 401, "{driver}: no token");
         // A call of alice's that drops after its first progress: owed, with events to replay.
         let mut bearer = String::new();
         let headers = with_token(ALICE, &mut bearer, &[]);
