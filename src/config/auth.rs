@@ -5,9 +5,9 @@
 
 use std::path::PathBuf;
 
-/// Tokens one `--auth-tokens` file may list (`--auth-tokens-max`). A validation that misses the
-/// per-connection cache compares the digest with every entry (constant time over the set), so
-/// the set is bounded; a longer file is refused at start (and kept out on a reload).
+/// Tokens one `--auth-tokens` file may list (`--auth-tokens-max`): the set is held in memory
+/// (a digest, a subject and scopes each) and rebuilt whole on a reload, so it is bounded; a
+/// longer file is refused at start (and kept out on a reload).
 pub(crate) const AUTH_TOKENS_MAX: usize = 10_000;
 /// Rules one `--auth-policy` file may hold (`--auth-policy-rules-max`). A decision walks the
 /// rules in order until the first match; a longer file is refused at start.
