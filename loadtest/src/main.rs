@@ -129,8 +129,9 @@ struct Common {
     #[arg(long, default_value = "http://127.0.0.1:8080/mcp")]
     url: String,
     /// A bearer token sent as `Authorization: Bearer` on every request (a server with
-    /// `--auth-tokens`).
+    /// `--auth-tokens`). Never printed: the config line and the JSON report leave it out.
     #[arg(long)]
+    #[serde(skip)]
     bearer_token: Option<String>,
     /// Name of the server under test in reports and plots (e.g. tidemark, rmcp).
     #[arg(long, default_value = "server")]
