@@ -1,6 +1,7 @@
 //! The edge of the MCP endpoint: one parsed HTTP request → the path check, the Host/Origin
-//! rules (DNS-rebinding protection), CORS, HEAD and unknown methods, a POST's Content-Type and
-//! Accept, the core that serves it (`owner`: from its task, session and key, in that order),
+//! rules (DNS-rebinding protection), CORS, the protected resource metadata and the bearer
+//! token (`auth`: 401/400/403 before any session or era is looked at), HEAD and unknown
+//! methods, a POST's Content-Type and Accept, the core that serves it (`owner`: from its task, session and key, in that order),
 //! and the choice of the protocol path (era) that serves it. The only module that sees
 //! both eras: each answers with its own `Outcome`, which `handle` turns into the connection's.
 //!
@@ -130,7 +131,8 @@ pub(crate) async fn handle(edge: &Endpoint, req: Request<'_>, out: &mut Vec<u8>)
     outcome
 }
 
-/// The edge's rules in order (head conflicts, path, Host/Origin, a POST's media types), the
+/// The edge's rules in order (head conflicts, path, Host/Origin, a preflight, the resource
+/// metadata, authorization, a POST's media types), the
 /// request's owner core (`owner`: moved there unanswered), then the protocol path.
 async fn route(edge: &Endpoint, mut req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
     let keep_alive = req.head.keep_alive;

@@ -194,7 +194,7 @@ pub(crate) enum Refusal {
     /// Us: running keyed calls hold `--idempotency-bytes-per-core` on this core (finished
     /// records were evicted). 503 with `Retry-After`.
     KeyBytesFull,
-    /// Peer: this client (its peer address) already runs
+    /// Peer: this client (its token's subject, else its peer address) already runs
     /// `--max-running-keyed-calls-per-client` keyed calls on this core. 429 with `Retry-After`.
     KeyedCallShare,
     /// Us: the drain ended before a connection sent its first request (it was waiting in the
