@@ -518,3 +518,62 @@ fn policy_without_auth_is_refused() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--auth-write-scope needs authorization"), "{stderr}");
 }
+
+/// Goal: an `upstream` rule of the policy covers every tool of that upstream (by its name) and
+/// no other: a subject without its scope is not listed `b__*` and gets 403 calling one; with
+/// the scope it is listed and served; upstream `a`'s tools need nothing. Method: tidemark in
+/// front of two copies of tests/fixtures/stdio_upstream.py named `a` and `b`.
+#[test]
+fn policy_upstream_rule_covers_that_upstreams_tools() {
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/stdio_upstream.py");
+    for driver in DRIVERS {
+        let dir = temp_dir(&format!("policy-upstream-{driver}"));
+        let tokens = dir.join("tokens");
+        std::fs::write(&tokens, "tok-alice alice\ntok-bob bob b.use\n").expect("tokens");
+        let policy = dir.join("policy");
+        std::fs::write(&policy, "upstream b b.use\n").expect("policy");
+        let counter = format!("COUNTER_FILE={}", dir.join("count").display());
+        let (a, b) = (format!("a=stdio:python3 {fixture}"), format!("b=stdio:python3 {fixture}"));
+        let server = Server::on(
+            driver,
+            &[
+                "--threads",
+                "1",
+                "--upstream",
+                &a,
+                "--upstream",
+                &b,
+                "--upstream-env",
+                &counter,
+                "--auth-tokens",
+                tokens.to_str().expect("path"),
+                "--auth-policy",
+                policy.to_str().expect("path"),
+            ],
+        );
+        for (token, sees_b) in [("tok-alice", false), ("tok-bob", true)] {
+            let sid = open_session_as(&server, token);
+            let session = [("Mcp-Session-Id", sid.as_str())];
+            let list = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+            let listed = post_as(&server, token, &session, list).json();
+            let tools = listed["result"]["tools"].as_array().expect("tools");
+            let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+            assert!(names.contains(&"a__echo"), "{driver} {token}: {names:?}");
+            assert_eq!(names.contains(&"b__echo"), sees_b, "{driver} {token}: {names:?}");
+            assert_eq!(names.iter().any(|n| n.starts_with("b__")), sees_b, "{driver} {token}");
+            let r =
+                post_as(&server, token, &session, &call(2, "b__echo", r#"{"text":"hi"}"#, false));
+            if sees_b {
+                assert_eq!(r.status, 200, "{driver} {token}: {}", r.text());
+                assert!(r.text().contains("hi"), "{driver} {token}: {}", r.text());
+            } else {
+                assert_eq!(r.status, 403, "{driver} {token}: {}", r.text());
+                let challenge = r.header("WWW-Authenticate").expect("challenge");
+                assert!(challenge.ends_with("scope=\"b.use\""), "{challenge}");
+            }
+            let r =
+                post_as(&server, token, &session, &call(3, "a__echo", r#"{"text":"hi"}"#, false));
+            assert_eq!(r.status, 200, "{driver} {token} a__echo: {}", r.text());
+        }
+    }
+}
