@@ -53,8 +53,8 @@ stage() {
 }
 
 stage jwt env TIDEMARK_AUTH_ISSUER="$AUTH_ISSUER" TIDEMARK_AUTH_RESOURCE="$AUTH_RESOURCE" \
-    cargo test --lib auth::tests::real_authorization_server -- --ignored --exact \
-    auth::tests::real_authorization_server_tokens_verify_through_its_jwks_url_across_a_rotation
+    cargo test --lib auth::jwt_tests::real_authorization_server -- --ignored --exact \
+    auth::jwt_tests::real_authorization_server_tokens_verify_through_its_jwks_url_across_a_rotation
 
 # ---- end-to-end stages (the request path's 401 / discovery / retry) go here -----------------
 

@@ -49,13 +49,17 @@
 #            the TS client (NODE_EXTRA_CA_CERTS = the CA) at 2025-11-25 and the TS v2 client pinned
 #            to 2026-07-28; the Python client (SSL_CERT_FILE = the CA) in legacy mode and in its
 #            default mode ending in 2026-07-28; each with --check-counter (one execution)
+#   auth     a server with --auth-tokens (a token file written to .cache/clients-results): a
+#            request without a token must get 401 with a WWW-Authenticate challenge; then the
+#            Python client with --bearer-token in both eras (legacy, and the SDK default mode
+#            ending in 2026-07-28), each checking one slow_counter execution
 #
 # The servers of the resuming stages run with --sse-retry-ms 200 (the SDK clients wait the SSE
 # `retry:` before resuming, so each resume costs ~0.2 s instead of the default ~1 s); the basic
 # server and one migration run keep the default, so the default value stays covered.
 #
 #   --only STAGES       run only these stages (comma-separated: basic,cut,epoll,threads,
-#                       migration,example,modern,tls)
+#                       migration,example,modern,tls,auth)
 #   --no-build          do not run cargo build (use the existing target/release/tidemark and
 #                       target/release/examples/custom_tool); the modern stage's rmcp client is
 #                       still built when its binary is missing
@@ -81,11 +85,11 @@ VENV="$CACHE/venv"
 TS_MODERN_DIR="$CACHE/ts-modern"
 RMCP_MODERN_TARGET="$CACHE/rmcp-modern-target"
 RMCP_MODERN_BIN="$RMCP_MODERN_TARGET/release/tidemark-rmcp-modern-client"
-ALL_STAGES="basic,cut,epoll,threads,migration,example,modern,tls"
+ALL_STAGES="basic,cut,epoll,threads,migration,example,modern,tls,auth"
 START_TIMEOUT_S=30
 CLIENT_TIMEOUT_S=120
 
-usage() { sed -n '2,76s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,80s/^# \{0,1\}//p' "$0"; }
 
 only="$ALL_STAGES"
 build=1
@@ -452,6 +456,38 @@ if want_stage tls; then
         --expect-era modern
     unset NODE_EXTRA_CA_CERTS SSL_CERT_FILE
     stop_server tls
+fi
+
+if want_stage auth; then
+    # Issue 18: a static bearer token. The tokens are made up here (the file is the server's).
+    AUTH_TOKENS="$RESULTS/auth-tokens"
+    printf '# clients.sh auth stage\nclients-token-%s py-client\n' "$$" >"$AUTH_TOKENS"
+    start_server auth --tools demo --auth-tokens "$AUTH_TOKENS"
+    # Without the token: 401 with the challenge, or the runs below could not fail for auth.
+    if python3 - "$server_url" <<'PY'
+import sys, urllib.error, urllib.request
+req = urllib.request.Request(sys.argv[1], data=b'{"jsonrpc":"2.0","id":1,"method":"ping"}',
+    headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
+try:
+    urllib.request.urlopen(req, timeout=10)
+    sys.exit(1)
+except urllib.error.HTTPError as e:
+    challenge = e.headers.get("WWW-Authenticate", "")
+    sys.exit(0 if e.code == 401 and challenge.startswith("Bearer resource_metadata=") else 1)
+PY
+    then
+        passed=$((passed + 1))
+        echo "clients: PASS auth-no-token (401 with the Bearer challenge)"
+    else
+        failed=$((failed + 1))
+        failed_names+=("auth-no-token")
+        echo "clients: FAIL auth-no-token (expected 401 with WWW-Authenticate: Bearer resource_metadata=...)"
+    fi
+    AUTH_ARGS=(--check-counter --bearer-token "clients-token-$$")
+    sequential auth-py-legacy py "$server_url" "${AUTH_ARGS[@]}" --mode legacy
+    sequential auth-py-modern py "$server_url" "${AUTH_ARGS[@]}" --mode sdk-default \
+        --expect-era modern
+    stop_server auth
 fi
 
 if [ "$failed" -gt 0 ]; then

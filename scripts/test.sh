@@ -6,8 +6,9 @@
 #                test mode), the doc tests, and `cargo doc --no-deps` with warnings as errors
 #   clients      scripts/clients.sh: the official TypeScript and Python SDK clients against the
 #                release binary, including mid-call stream drops (cut proxy) and --threads 2,
-#                and the 2026-07-28 era's clients (Python SDK default mode, TypeScript v2
-#                client auto and pinned, rmcp Discover), and both SDKs over https:// (--tls-cert)
+#                the 2026-07-28 era's clients (Python SDK default mode, TypeScript v2
+#                client auto and pinned, rmcp Discover), both SDKs over https:// (--tls-cert),
+#                and the Python client with a bearer token (--auth-tokens) in both eras
 #   browser      scripts/browser.sh: the official TypeScript clients (both eras) in headless
 #                Chromium from a page of a listed --allowed-origin (CORS), and pages of
 #                unlisted origins blocked by the browser

@@ -225,6 +225,40 @@ struct Flags {
     /// The `pollIntervalMs` suggested to clients polling `tasks/get`.
     #[arg(long, default_value_t = config::TASK_POLL_INTERVAL_MS)]
     task_poll_interval_ms: u64,
+    /// Static bearer tokens: `TOKEN SUBJECT [SCOPE,SCOPE…]` per line, `#` comments; reloaded on
+    /// SIGHUP. Turns authorization on: every request needs a valid token.
+    #[arg(long)]
+    auth_tokens: Option<std::path::PathBuf>,
+    /// This server's resource URL (the metadata's `resource`; the `aud` a JWT must name).
+    /// Default: http://<listen address><path>.
+    #[arg(long)]
+    auth_resource: Option<String>,
+    /// An authorization server's issuer URL (repeatable): the metadata's
+    /// `authorization_servers`.
+    #[arg(long)]
+    auth_issuer: Vec<String>,
+    /// Scopes listed in the metadata's `scopes_supported` (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    auth_scopes_supported: Vec<String>,
+    /// A scope every request's token must hold (repeatable): else 403 insufficient_scope.
+    #[arg(long)]
+    auth_required_scope: Vec<String>,
+    /// The per-tool policy: `tool|prompt|resource|upstream PATTERN SCOPE[,SCOPE…]` per line.
+    #[arg(long)]
+    auth_policy: Option<std::path::PathBuf>,
+    /// The annotation default: tools not annotated `readOnlyHint: true` need this scope.
+    #[arg(long)]
+    auth_write_scope: Option<String>,
+    /// Serve a non-loopback --listen address without authorization (anyone who reaches the
+    /// port may use every session and tool).
+    #[arg(long)]
+    allow_unauthenticated: bool,
+    /// Tokens one --auth-tokens file may list.
+    #[arg(long, default_value_t = config::AUTH_TOKENS_MAX)]
+    auth_tokens_max: usize,
+    /// Rules one --auth-policy file may hold.
+    #[arg(long, default_value_t = config::AUTH_POLICY_RULES_MAX)]
+    auth_policy_rules_max: usize,
 }
 
 impl Flags {
@@ -319,6 +353,18 @@ impl Flags {
             auth_leeway: Duration::from_secs(self.auth_leeway_secs),
             upstream_credentials: self.upstream_credentials,
             upstream_forward_authorization: self.upstream_forward_authorization,
+            auth: config::AuthConfig {
+                tokens_file: self.auth_tokens,
+                resource: self.auth_resource,
+                issuers: self.auth_issuer,
+                scopes_supported: self.auth_scopes_supported,
+                required_scopes: self.auth_required_scope,
+                policy_file: self.auth_policy,
+                write_scope: self.auth_write_scope,
+                allow_unauthenticated: self.allow_unauthenticated,
+                tokens_max: self.auth_tokens_max,
+                policy_rules_max: self.auth_policy_rules_max,
+            },
         };
         if let Some(path) = &self.request_state_key_file {
             let bytes = std::fs::read(path)

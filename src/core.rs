@@ -13,6 +13,8 @@ use std::future::Future;
 use std::ops::Range;
 use std::sync::Arc;
 
+use crate::auth::policy::{Item, Kind};
+use crate::auth::{Access, Authorizer, Claims, ConnCache};
 use crate::config::Config;
 use crate::dispatch::Registry;
 use crate::http::RequestHead;
@@ -27,9 +29,65 @@ pub(crate) struct Core {
     pub(crate) threads: u16,
     pub(crate) registry: Registry,
     pub(crate) metrics: Arc<CoreMetrics>,
+    /// The endpoint's authorization, shared by every core (`None`: off).
+    pub(crate) auth: Option<Arc<Authorizer>>,
     /// True once this core drains (SIGTERM/SIGINT, `Running::shutdown`): a new `initialize`
     /// is refused (503 + Retry-After). Set only by `runtime`, never cleared.
     pub(crate) draining: Cell<bool>,
+}
+
+impl Core {
+    /// The policy's view of a request authorized as `claims` (`None`: no policy, or
+    /// authorization off: nothing is filtered or refused by scope).
+    pub(crate) fn access<'a>(&'a self, claims: Option<&'a Claims>) -> Option<Access<'a>> {
+        Access::of(self.auth.as_deref(), claims)
+    }
+
+    /// The per-tool policy's verdict on `method` (`tools/call`, `prompts/get`,
+    /// `resources/read`; anything else passes): `Some` is the `WWW-Authenticate` of the 403
+    /// naming the scopes the token lacks. The decision `dispatch` lists by, so what is listed
+    /// can be called and what is refused is not listed. A tool no provider lists passes (the
+    /// era answers "unknown tool").
+    pub(crate) fn forbidden(
+        &self,
+        access: Option<Access<'_>>,
+        method: &str,
+        params: &crate::wire::WireValue,
+    ) -> Option<String> {
+        use simd_json::prelude::*;
+        let access = access?;
+        let text = |field: &str| params.get(field).and_then(|v| v.as_str());
+        let missing = match method {
+            "tools/call" => access.missing(self.registry.tool(text("name")?)?.item()),
+            "prompts/get" => access.missing(Item {
+                kind: Kind::Prompt,
+                name: text("name")?,
+                provider: "",
+                read_only: true,
+            }),
+            "resources/read" => access.missing(Item {
+                kind: Kind::Resource,
+                name: text("uri")?,
+                provider: "",
+                read_only: true,
+            }),
+            _ => return None,
+        };
+        (!missing.is_empty()).then(|| access.challenge(&missing))
+    }
+}
+
+/// The 403 of a request the policy refuses (`Core::forbidden`'s challenge), with its id.
+pub(crate) fn refuse_scope<J>(
+    out: &mut Vec<u8>,
+    id: Option<&RawId>,
+    challenge: &str,
+    keep_alive: bool,
+) -> Outcome<J> {
+    let message = "insufficient scope: the token lacks a scope this tool, prompt or resource \
+                   needs (see WWW-Authenticate)";
+    let status = crate::wire::Status::Forbidden;
+    reply(out, Answer::Challenge { status, challenge, id, message }, keep_alive)
 }
 
 /// The parts of a request an era reads: the head's bytes and the (mutable) body.
@@ -39,6 +97,11 @@ pub(crate) struct Request<'a> {
     pub(crate) head: &'a RequestHead,
     pub(crate) head_bytes: &'a [u8],
     pub(crate) body: &'a mut [u8],
+    /// The connection's last validated token (`auth`), so keep-alive requests validate once.
+    pub(crate) auth_cache: &'a ConnCache,
+    /// Who the request's token names, once the endpoint authorized it (`None`: authorization
+    /// is off): what the eras scope sessions, keys, tasks and request states by.
+    pub(crate) claims: Option<std::rc::Rc<Claims>>,
 }
 
 impl Request<'_> {
@@ -48,6 +111,11 @@ impl Request<'_> {
     /// keeps the answer.
     pub(crate) fn peer(&self) -> Option<std::net::IpAddr> {
         self.socket.peer_addr().ok().map(|a| a.ip())
+    }
+
+    /// The subject of the request's token (`None`: authorization is off).
+    pub(crate) fn subject(&self) -> Option<&str> {
+        self.claims.as_deref().map(|c| &*c.subject)
     }
 
     /// The bytes of a header the head parser found (`None`: absent).

@@ -56,10 +56,10 @@
 //! | 8 | `legacy` | the 2025-era path: `LegacyCore` (sessions), streams with an explicit lifecycle, `migration` (the pure O(1) decision), `replay` (the ring), the call context's sink |
 //! | 8 | `modern` | the 2026-07-28 path: `ModernCore` (keys, tasks), `_meta`/header checks, `server/discover`, input-required rounds (`state`), calls, `keyed`, `listen`, `tasks/`; its streams as `core::Source`s |
 //! | 7 | `core` | one core's state both eras share (`Core`), the request, the shape of an era's answer (`Outcome`), and `Source`, the shape of a response stream the runtime drives |
-//! | 6 | `auth` | who a bearer token names: the verifier seam (`Claims`, `TokenError`, `TokenVerifier`); `jwt` (JWT access tokens: signature, `aud`, `iss`, `exp`/`nbf`, scopes) over `jwks` (the issuer's keys, read off the worker cores) |
 //! | 6 | `dispatch` | MCP methods → providers; the tool table with each tool's idempotency; a provider's error as JSON-RPC |
 //! | 5 | `upstream` | the bridge (`--upstream`): one provider per upstream; an MCP client (`peer`) over stdio children (`stdio`, their lives in `process`) or Streamable HTTP (`http/`) |
 //! | 4 | `provider` | the public `Provider` trait, `CallContext`, `ProviderError`, `Value`; `builtin` (demo, conformance) |
+//! | 3 | `auth` | authorization (OAuth 2.1 resource server): `Claims`, the verifier chain (`--auth-tokens` static tokens, then the JWT seam `TokenVerifier`), the per-connection token cache, the `WWW-Authenticate` challenges, the protected resource metadata (RFC 9728), the per-tool policy; `jwt` (JWT access tokens: signature, `aud`, `iss`, `exp`/`nbf`, scopes) over `jwks` (the issuer's keys, read off the worker cores) |
 //! | 3 | `wire` | every answer as a value rendered in one place: HTTP statuses (`Status`), JSON-RPC codes (`Code`), refusals; the JSON-RPC envelope, SSE framing, the revisions, notification encoders |
 //! | 2 | `tls` | the listeners' rustls `ServerConfig` from the PEM files (`--tls-cert`, `--tls-key`), swapped whole on reload (SIGHUP); no socket |
 //! | 2 | `http` | request head → byte ranges; status line and headers → bytes; knows nothing of MCP |
@@ -71,9 +71,6 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod admin;
-// The verifier half of issue 18: the request path (`--auth-*` answers) plugs it in; until then
-// only its tests and the bench use it.
-#[allow(dead_code)]
 mod auth;
 mod cli;
 mod config;
@@ -93,8 +90,10 @@ mod tls;
 mod upstream;
 mod wire;
 
-pub use config::{BuiltinSet, Config, ConfigError, DriverChoice, MigrationPolicy, ResponseMode};
-pub use config::{Isolation, TlsFiles, UpstreamSpec, UpstreamSpecError, UpstreamTarget};
+pub use config::{AuthConfig, BuiltinSet, Config, ConfigError, DriverChoice, MigrationPolicy};
+pub use config::{
+    Isolation, ResponseMode, TlsFiles, UpstreamSpec, UpstreamSpecError, UpstreamTarget,
+};
 pub use provider::{
     Annotations, CallContext, Changes, LocalBoxFuture, LogLevel, Notifier, Provider, ProviderError,
     ProviderResult, SessionInfo, SessionRef, SessionStart, TaskSupport, ToolInfo, Value,
@@ -139,6 +138,32 @@ pub mod bench_support {
         pub fn verify(&self, token: &str, now: std::time::SystemTime) -> Option<usize> {
             use crate::auth::TokenVerifier as _;
             self.0.verify(token, now).ok().map(|claims| claims.subject.len())
+        }
+    }
+
+    /// Static-token validation as the endpoint runs it (`benches/token_validation.rs`): the
+    /// `--auth-tokens` set of a config, and one connection's token cache.
+    pub struct TokenValidation {
+        auth: crate::auth::Authorizer,
+        cache: crate::auth::ConnCache,
+    }
+
+    impl TokenValidation {
+        /// The set `cfg.auth.tokens_file` names (panics when it does not load).
+        pub fn new(cfg: &Config) -> TokenValidation {
+            let auth = crate::auth::Authorizer::build(cfg).expect("tokens load");
+            let auth = auth.expect("--auth-tokens set");
+            TokenValidation { auth, cache: crate::auth::ConnCache::default() }
+        }
+
+        /// Validates `token` through the connection's cache (a keep-alive request).
+        pub fn cached(&self, token: &[u8]) -> bool {
+            self.auth.validate(token, &self.cache).is_ok()
+        }
+
+        /// Validates `token` with an empty cache (a connection's first request).
+        pub fn uncached(&self, token: &[u8]) -> bool {
+            self.auth.validate(token, &crate::auth::ConnCache::default()).is_ok()
         }
     }
 }

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::auth::Authorizer;
 use crate::config::{self, BuiltinSet, Config, ConfigError};
 use crate::metrics::CoreMetrics;
 use crate::provider::builtin::BuiltinProvider;
@@ -93,6 +94,8 @@ pub struct Running {
     life: Arc<Lifecycle>,
     /// The MCP listeners' TLS, when `--tls-cert` was given.
     tls: Option<Arc<Tls>>,
+    /// The endpoint's authorization (`None`: off): SIGHUP reloads its token file.
+    auth: Option<Arc<Authorizer>>,
     /// `handle_signals` ran (a second call would see every signal twice).
     signals: AtomicBool,
 }
@@ -145,7 +148,8 @@ impl Running {
         reload_tls(self.tls.as_deref())
     }
 
-    /// Handles SIGTERM and SIGINT as the `tidemark` binary does (`Server::run` calls it before
+    /// SIGHUP reloads `--auth-tokens` (`reload`). Handles SIGTERM and SIGINT as the `tidemark`
+    /// binary does (`Server::run` calls it before
     /// the banner): the first begins the drain; a second one, or one after `shutdown`, exits
     /// the process at once with status 128 + the signal's number (143 for SIGTERM, 130 for
     /// SIGINT, the shell's convention), without waiting for anything but the SIGKILL of every
@@ -162,12 +166,14 @@ impl Running {
             .map_err(io("install the SIGTERM/SIGINT/SIGHUP handlers"))?;
         let life = self.life.clone();
         let tls = self.tls.clone();
+        let auth = self.auth.clone();
         let drain_secs = life.drain().as_secs();
         std::thread::Builder::new()
             .name("tidemark-signals".into())
             .spawn(move || {
                 for signal in signals.forever() {
                     if signal == SIGHUP {
+                        reload(auth.as_deref());
                         let _ = reload_tls(tls.as_deref());
                         continue;
                     }
@@ -187,6 +193,21 @@ impl Running {
             })
             .map_err(io("spawn the signal thread"))?;
         Ok(())
+    }
+}
+
+/// SIGHUP: the authorization's token file read again; sessions and connections are untouched.
+/// A file that does not load keeps the old set, and the log says why (file and line only).
+fn reload(auth: Option<&Authorizer>) {
+    let Some(auth) = auth else {
+        tracing::info!("SIGHUP: nothing to reload (authorization is off)");
+        return;
+    };
+    match auth.reload() {
+        Ok(tokens) => tracing::info!(tokens, "SIGHUP: --auth-tokens reloaded"),
+        Err(why) => {
+            tracing::warn!(error = %why, "SIGHUP: --auth-tokens not reloaded, the old set stays")
+        }
     }
 }
 
@@ -329,6 +350,8 @@ fn start_workers(cfg: &Config, providers: Vec<ProviderFactory>) -> Result<Runnin
     let metrics: Vec<Arc<CoreMetrics>> =
         (0..cfg.threads).map(|_| Arc::new(CoreMetrics::default())).collect();
     let life = Arc::new(Lifecycle::new(cfg.threads, cfg.drain));
+    // After the bind: the default resource URL names the bound port.
+    let auth = Authorizer::build(&cfg)?.map(Arc::new);
     let cpus = allowed_cpus();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut workers = Vec::new();
@@ -342,6 +365,7 @@ fn start_workers(cfg: &Config, providers: Vec<ProviderFactory>) -> Result<Runnin
             metrics: metrics[index].clone(),
             providers: providers.clone(),
             life: life.clone(),
+            auth: auth.clone(),
         };
         let ready = ready_tx.clone();
         let finished = WorkerFinished(life.clone(), index);
@@ -378,7 +402,7 @@ fn start_workers(cfg: &Config, providers: Vec<ProviderFactory>) -> Result<Runnin
         None => None,
     };
     let signals = AtomicBool::new(false);
-    Ok(Running { local_addr: bound, metrics_addr, driver, workers, life, tls, signals })
+    Ok(Running { local_addr: bound, metrics_addr, driver, workers, life, tls, auth, signals })
 }
 
 /// The SIGHUP reload of the TLS files (`Running::reload_tls`), logged either way.

@@ -21,7 +21,8 @@ const BODY_MAX: usize = 1024;
 /// `Access-Control-Allow-Headers` of every preflight answer, before any echoed param header.
 const ALLOWED_HEADERS: &str = "Content-Type, Accept, Authorization, Mcp-Session-Id, \
     MCP-Protocol-Version, Last-Event-ID, Idempotency-Key, Mcp-Method, Mcp-Name";
-const EXPOSED: &str = "Mcp-Session-Id, Last-Event-ID, Mcp-Stream-Resumable, Retry-After";
+const EXPOSED: &str =
+    "Mcp-Session-Id, Last-Event-ID, Mcp-Stream-Resumable, Retry-After, WWW-Authenticate";
 
 fn start(driver: &str) -> (Server, String) {
     let body_max = BODY_MAX.to_string();

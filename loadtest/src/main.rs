@@ -129,6 +129,11 @@ struct Common {
     /// The MCP endpoint.
     #[arg(long, default_value = "http://127.0.0.1:8080/mcp")]
     url: String,
+    /// A bearer token sent as `Authorization: Bearer` on every request (a server with
+    /// `--auth-tokens`). Never printed: the config line and the JSON report leave it out.
+    #[arg(long)]
+    #[serde(skip)]
+    bearer_token: Option<String>,
     /// Name of the server under test in reports and plots (e.g. tidemark, rmcp).
     #[arg(long, default_value = "server")]
     label: String,
@@ -651,7 +656,7 @@ fn calls(
     steps: Option<u32>,
     extra: serde_json::Value,
 ) -> anyhow::Result<RunReport> {
-    let target = target_of(common)?;
+    let target = Target { bearer: common.bearer_token.clone(), ..target_of(common)? };
     let connections = common.connections.unwrap_or(64).max(1);
     let session_count = common.sessions.unwrap_or(connections).max(1);
     let duration = common.duration.map_or(Duration::from_secs(5), |d| d.0);
@@ -733,7 +738,7 @@ fn modern(a: &ModernArgs) -> anyhow::Result<RunReport> {
     if common.sessions.is_some() {
         bail!("modern opens no sessions: --sessions does not apply");
     }
-    let target = target_of(common)?;
+    let target = Target { bearer: common.bearer_token.clone(), ..target_of(common)? };
     let duration = common.duration.map_or(Duration::from_secs(5), |d| d.0);
     let warmup = common.warmup.map_or(Duration::from_secs(1), |d| d.0);
     let config = config_json(
@@ -819,7 +824,7 @@ fn resume(a: &ResumeArgs) -> anyhow::Result<RunReport> {
     if a.buffered.is_empty() {
         bail!("--buffered needs at least one value");
     }
-    let target = target_of(common)?;
+    let target = Target { bearer: common.bearer_token.clone(), ..target_of(common)? };
     let workers = common.connections.unwrap_or(4).max(1);
     let duration = common.duration.map_or(Duration::from_secs(5), |d| d.0);
     let warmup = common.warmup.map_or(Duration::from_secs(1), |d| d.0);
@@ -868,7 +873,7 @@ fn migration(a: &MigrationArgs) -> anyhow::Result<RunReport> {
     if a.cut_after == 0 || a.cut_after >= a.steps {
         bail!("--cut-after must be between 1 and --steps - 1");
     }
-    let target = target_of(common)?;
+    let target = Target { bearer: common.bearer_token.clone(), ..target_of(common)? };
     let workers = common.connections.unwrap_or(4).max(1);
     let duration = common.duration.map_or(Duration::from_secs(5), |d| d.0);
     let warmup = common.warmup.map_or(Duration::from_secs(1), |d| d.0);
@@ -945,7 +950,7 @@ fn fault(a: &FaultArgs) -> anyhow::Result<RunReport> {
     if a.delay_ms.is_empty() || a.delay_ms.iter().any(|d| *d > 10_000) {
         bail!("--delay-ms takes values 0..=10000");
     }
-    let target = target_of(common)?;
+    let target = Target { bearer: common.bearer_token.clone(), ..target_of(common)? };
     let workers = common.connections.unwrap_or(16).max(1);
     // Concurrent callers: two workers per session. The modern path has no sessions (one opens
     // for the probe); a bridged stdio session is a child process, so by default one per worker.
@@ -1140,7 +1145,7 @@ fn fault_upstream(
 
 fn sessions(a: &SessionsArgs) -> anyhow::Result<RunReport> {
     let common = &a.common;
-    let target = target_of(common)?;
+    let target = Target { bearer: common.bearer_token.clone(), ..target_of(common)? };
     let count = common.sessions.unwrap_or(10_000);
     let connections = common.connections.unwrap_or(16).max(1);
     let cap = common.duration.map_or(Duration::from_secs(300), |d| d.0);

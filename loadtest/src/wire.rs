@@ -41,6 +41,9 @@ pub struct Target {
     /// The `Host` header value (`host:port` as written in the URL).
     pub authority: String,
     pub path: String,
+    /// `Authorization: Bearer <token>` on every request, when set (`--bearer-token`: a server
+    /// with `--auth-tokens`).
+    pub bearer: Option<String>,
 }
 
 impl Target {
@@ -69,7 +72,23 @@ impl Target {
             .with_context(|| format!("resolving {authority}"))?
             .next()
             .with_context(|| format!("{authority} resolves to no address"))?;
-        Ok(Target { addr, tls, host, authority: authority.to_owned(), path: path.to_owned() })
+        Ok(Target {
+            addr,
+            tls,
+            host,
+            authority: authority.to_owned(),
+            path: path.to_owned(),
+            bearer: None,
+        })
+    }
+
+    /// The `Host` value and, with a bearer token, the `Authorization` line after it: what
+    /// every request writes after `Host: `.
+    pub fn host_lines(&self) -> String {
+        match &self.bearer {
+            None => self.authority.clone(),
+            Some(token) => format!("{}\r\nAuthorization: Bearer {token}", self.authority),
+        }
     }
 }
 
@@ -122,7 +141,7 @@ impl PostTemplate {
         head.extend_from_slice(b"POST ");
         head.extend_from_slice(target.path.as_bytes());
         head.extend_from_slice(b" HTTP/1.1\r\nHost: ");
-        head.extend_from_slice(target.authority.as_bytes());
+        head.extend_from_slice(target.host_lines().as_bytes());
         head.extend_from_slice(
             b"\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n",
         );
@@ -175,7 +194,7 @@ pub fn post_request(
     out.extend_from_slice(b"POST ");
     out.extend_from_slice(target.path.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
-    out.extend_from_slice(target.authority.as_bytes());
+    out.extend_from_slice(target.host_lines().as_bytes());
     out.extend_from_slice(
         b"\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n",
     );
@@ -208,7 +227,7 @@ pub fn get_request(
     out.extend_from_slice(b"GET ");
     out.extend_from_slice(target.path.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
-    out.extend_from_slice(target.authority.as_bytes());
+    out.extend_from_slice(target.host_lines().as_bytes());
     out.extend_from_slice(b"\r\nAccept: text/event-stream\r\nMcp-Session-Id: ");
     out.extend_from_slice(session.as_bytes());
     out.extend_from_slice(b"\r\nMCP-Protocol-Version: ");

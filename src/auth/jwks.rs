@@ -250,6 +250,7 @@ impl Jwks {
     }
 
     /// Completed reads of the sources since start (the first included), and failed ones.
+    #[cfg(test)]
     pub(crate) fn reads(&self) -> (u64, u64) {
         (self.reads.load(Ordering::Relaxed), self.read_failures.load(Ordering::Relaxed))
     }

@@ -1,40 +1,394 @@
-//! Authorization (issue 18): who a bearer token names. This branch holds only the seam the
-//! request path codes against (`Claims`, `TokenError`, `TokenVerifier`) and the JWT half:
-//! `jwt` (an access token's signature and claims) over `jwks` (the issuer's keys, fetched off
-//! the worker cores).
+//! Authorization at the MCP endpoint (MCP authorization spec; OAuth 2.1 resource server): who
+//! a request's bearer token names (`Claims`), the verifier chain that decides it (`Authorizer`:
+//! the static tokens of `--auth-tokens`, then the JWT verifier when one is configured), the
+//! per-connection cache of the last validated token (`ConnCache`), the `WWW-Authenticate`
+//! challenges, and the protected resource metadata document (RFC 9728).
 //!
-//! Owns: the verifier contract. Never: reaches the network on a worker core, or puts a token in
-//! a log line, an error or a panic message.
+//! Called by `endpoint` once per request (before the era is chosen), by the eras for the
+//! subject that scopes their sessions, keys, tasks and request states, and by `server` on
+//! SIGHUP (`Authorizer::reload`). Shared by every core in an `Arc`: the token set is swapped
+//! whole on a reload (`arc_swap`), never locked. Never: keeps a token (only SHA-256 digests),
+//! or puts a token or any part of one in a log line, an error, a metric label or an answer;
+//! never calls the network on a request's path.
 
+pub(crate) mod claims;
 pub(crate) mod jwks;
 pub(crate) mod jwt;
+pub(crate) mod policy;
+pub(crate) mod tokens;
 
-/// What a valid token says about its bearer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Claims {
-    pub(crate) subject: Box<str>,
-    pub(crate) scopes: Vec<Box<str>>,
-    pub(crate) expires_at: Option<std::time::SystemTime>,
-}
+#[cfg(test)]
+mod jwt_tests;
 
-/// Why a token was refused (each a 401 `invalid_token`; the kind is for counters and logs).
+use std::cell::RefCell;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use arc_swap::ArcSwap;
+use subtle::ConstantTimeEq;
+
+use crate::config::{Config, ConfigError};
+pub(crate) use claims::{Claims, TokenError, TokenVerifier};
+use policy::{Item, Policy};
+use tokens::{TokenDigest, TokenSet};
+
+/// Why a request is refused authorization, as the endpoint answers it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum TokenError {
-    Malformed,
-    BadSignature,
-    UnknownKey,
-    Expired,
-    NotYetValid,
-    WrongAudience,
-    WrongIssuer,
-    AlgorithmNotAllowed,
-    Unknown,
+pub(crate) enum Denial {
+    /// Peer: no bearer token (no `Authorization` header, or one of another scheme): 401 with
+    /// the challenge and no `error` (RFC 6750 §3.1).
+    Missing,
+    /// Peer: a token in the query string (`access_token`, RFC 6750 §2.3), which this server
+    /// never accepts: 400 `invalid_request`, so the client learns to use the header.
+    QueryToken,
+    /// Peer: a bearer token that no verifier accepts: 401 `invalid_token`.
+    Invalid(TokenError),
+    /// Peer: a valid token without a scope every request needs (`--auth-required-scope`):
+    /// 403 `insufficient_scope`.
+    Scope,
 }
 
-/// Checks one bearer token at `now`, on a worker core: never blocks, never waits on the network.
-pub(crate) trait TokenVerifier: Send + Sync {
-    fn verify(&self, token: &str, now: std::time::SystemTime) -> Result<Claims, TokenError>;
+/// The last token a connection presented that validated: its digest, the token set it was
+/// found in (a reload ends it), and what it names. Rebuilt, not moved, when the connection is
+/// handed to another core (`runtime::handoff` moves only the socket and its bytes): the first
+/// request there validates once more.
+#[derive(Default)]
+pub(crate) struct ConnCache {
+    entry: RefCell<Option<Cached>>,
+}
+
+struct Cached {
+    digest: TokenDigest,
+    generation: u64,
+    claims: Rc<Claims>,
+}
+
+/// The endpoint's authorization: the verifier chain, the challenges and the metadata.
+pub(crate) struct Authorizer {
+    /// The static tokens, swapped whole by `reload`.
+    tokens: ArcSwap<TokenSet>,
+    /// Bumped by each reload that replaced the set: a connection's cached token found in an
+    /// older set is validated again (a token removed from the file stops working at once).
+    generation: AtomicU64,
+    tokens_file: Option<PathBuf>,
+    tokens_max: usize,
+    /// THE JWT SEAM: the verifier asked when a token is not a static one (`None`: none is
+    /// configured). The integrator sets it to `Some(Arc::new(jwt::JwtVerifier::…))` in
+    /// `Authorizer::build`; nothing else changes.
+    verifier: Option<Arc<dyn TokenVerifier>>,
+    /// The per-tool policy (`--auth-policy`, `--auth-write-scope`).
+    policy: Policy,
+    /// `--auth-required-scope`: held by every request's token.
+    required_scopes: Vec<Box<str>>,
+    /// `WWW-Authenticate` of a 401 without a token, with `invalid_token`, and of a 400 for a
+    /// query-string token.
+    challenge_missing: Box<str>,
+    challenge_invalid: Box<str>,
+    challenge_query: Box<str>,
+    /// The base of a 403's challenge: `Bearer resource_metadata="…"`.
+    challenge_base: Box<str>,
+    /// The protected resource metadata document (RFC 9728 §2), JSON.
+    metadata: Box<[u8]>,
+    /// The paths it is served at: the well-known one, and it with the endpoint path appended.
+    metadata_paths: [Box<str>; 2],
+}
+
+/// RFC 9728 §3: the well-known path of protected resource metadata.
+pub(crate) const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
+
+impl Authorizer {
+    /// The authorization `cfg` asks for (`None`: off), its files loaded; `cfg.listen` must
+    /// name the bound address (the default resource URL names it).
+    pub(crate) fn build(cfg: &Config) -> Result<Option<Authorizer>, ConfigError> {
+        let auth = &cfg.auth;
+        if !cfg.auth_enabled() {
+            return Ok(None);
+        }
+        let tokens = match &auth.tokens_file {
+            Some(path) => TokenSet::load(path, auth.tokens_max)
+                .map_err(|e| ConfigError::AuthFile(e.to_string()))?,
+            None => TokenSet::default(),
+        };
+        let policy = Policy::load(
+            auth.policy_file.as_deref(),
+            auth.write_scope.as_deref(),
+            auth.policy_rules_max,
+        )
+        .map_err(|e| ConfigError::AuthFile(e.to_string()))?;
+        let scheme = if cfg.tls.is_some() { "https" } else { "http" };
+        let resource = auth
+            .resource
+            .clone()
+            .unwrap_or_else(|| format!("{scheme}://{}{}", cfg.listen, cfg.path));
+        // The JWT verifier (`--auth-jwks-file`/`--auth-jwks-url`): its key refresher thread
+        // starts here, once, and every core shares it.
+        let verifier = jwt::JwtVerifier::from_config(cfg, &resource, &auth.issuers)
+            .map_err(|e| ConfigError::AuthFile(e.to_string()))?
+            .map(|v| Arc::new(v) as Arc<dyn TokenVerifier>);
+        let metadata_url = metadata_url(&resource);
+        let base = format!("Bearer resource_metadata=\"{metadata_url}\"");
+        let scope = if auth.required_scopes.is_empty() {
+            String::new()
+        } else {
+            format!(", scope=\"{}\"", auth.required_scopes.join(" "))
+        };
+        let mut document = serde_json::json!({
+            "resource": resource,
+            "bearer_methods_supported": ["header"],
+        });
+        if !auth.issuers.is_empty() {
+            document["authorization_servers"] = serde_json::json!(auth.issuers);
+        }
+        if !auth.scopes_supported.is_empty() {
+            document["scopes_supported"] = serde_json::json!(auth.scopes_supported);
+        }
+        Ok(Some(Authorizer {
+            tokens: ArcSwap::from_pointee(tokens),
+            generation: AtomicU64::new(0),
+            tokens_file: auth.tokens_file.clone(),
+            tokens_max: auth.tokens_max,
+            verifier,
+            policy,
+            required_scopes: auth.required_scopes.iter().map(|s| Box::from(s.as_str())).collect(),
+            challenge_missing: format!("{base}{scope}").into(),
+            challenge_invalid: format!("{base}, error=\"invalid_token\"{scope}").into(),
+            challenge_query: format!(
+                "{base}, error=\"invalid_request\", error_description=\"a token in the query \
+                 string is never accepted: send it in the Authorization header\""
+            )
+            .into(),
+            challenge_base: base.into(),
+            metadata: serde_json::to_vec(&document).unwrap_or_default().into(),
+            metadata_paths: [METADATA_PATH.into(), format!("{METADATA_PATH}{}", cfg.path).into()],
+        }))
+    }
+
+    /// SIGHUP: reads `--auth-tokens` again and swaps the set in; sessions are untouched (a
+    /// session names its subject, not a token). On an error the old set stays and the error
+    /// says why (the file and line, never a token). `Ok`: the new set's size.
+    pub(crate) fn reload(&self) -> Result<usize, String> {
+        let Some(path) = &self.tokens_file else { return Ok(0) };
+        let set = TokenSet::load(path, self.tokens_max).map_err(|e| e.to_string())?;
+        let len = set.len();
+        self.tokens.store(Arc::new(set));
+        self.generation.fetch_add(1, Ordering::Release);
+        Ok(len)
+    }
+
+    /// The request's claims from its `Authorization` header (`None`: absent) and its target's
+    /// query: the connection's cached token when it is the same one, else the verifier chain
+    /// (static tokens, then the JWT verifier), whose answer the connection then caches.
+    pub(crate) fn authenticate(
+        &self,
+        authorization: Option<&[u8]>,
+        query: &[u8],
+        cache: &ConnCache,
+    ) -> Result<Rc<Claims>, Denial> {
+        if query_names_token(query) {
+            return Err(Denial::QueryToken);
+        }
+        let token = bearer_token(authorization.ok_or(Denial::Missing)?)?;
+        let claims = self.validate(token, cache).map_err(Denial::Invalid)?;
+        if self.required_scopes.iter().any(|s| !claims.has_scope(s)) {
+            return Err(Denial::Scope);
+        }
+        Ok(claims)
+    }
+
+    /// A bearer token's claims: the cache, or the chain (and then the cache holds it).
+    pub(crate) fn validate(
+        &self,
+        token: &[u8],
+        cache: &ConnCache,
+    ) -> Result<Rc<Claims>, TokenError> {
+        let digest = tokens::digest(token);
+        let generation = self.generation.load(Ordering::Acquire);
+        if let Some(hit) = cache.entry.borrow().as_ref() {
+            let same = bool::from(hit.digest.ct_eq(&digest)) && hit.generation == generation;
+            if same && hit.claims.expires_at.is_none_or(|at| SystemTime::now() < at) {
+                return Ok(hit.claims.clone());
+            }
+        }
+        let claims = Rc::new(self.verify_uncached(token, &digest)?);
+        *cache.entry.borrow_mut() = Some(Cached { digest, generation, claims: claims.clone() });
+        Ok(claims)
+    }
+
+    /// The verifier chain without the cache: the static tokens first, then (THE JWT SEAM)
+    /// the configured verifier.
+    fn verify_uncached(&self, token: &[u8], digest: &TokenDigest) -> Result<Claims, TokenError> {
+        if let Some(grant) = self.tokens.load().lookup(digest) {
+            let (subject, scopes) = (grant.subject.clone(), grant.scopes.clone());
+            return Ok(Claims { subject, scopes, expires_at: None });
+        }
+        match &self.verifier {
+            Some(verifier) => {
+                let text = std::str::from_utf8(token).map_err(|_| TokenError::Malformed)?;
+                verifier.verify(text, SystemTime::now())
+            }
+            None => Err(TokenError::Unknown),
+        }
+    }
+}
+
+/// A request's authorization as the listings and calls ask it: the policy and the request's
+/// claims. Only made when the policy has rules (`Access::of`), so without one nothing is
+/// filtered or checked.
+#[derive(Clone, Copy)]
+pub(crate) struct Access<'a> {
+    auth: &'a Authorizer,
+    claims: &'a Claims,
+}
+
+impl<'a> Access<'a> {
+    /// The access of a request authorized as `claims`; `None` when `auth` has no policy.
+    pub(crate) fn of(
+        auth: Option<&'a Authorizer>,
+        claims: Option<&'a Claims>,
+    ) -> Option<Access<'a>> {
+        let (auth, claims) = (auth?, claims?);
+        (!auth.policy.is_empty()).then_some(Access { auth, claims })
+    }
+
+    /// The scopes `item` needs that the token lacks (empty: allowed): the one decision.
+    pub(crate) fn missing(&self, item: Item<'_>) -> Vec<&'a str> {
+        self.auth.policy.missing(item, |s| self.claims.has_scope(s))
+    }
+
+    /// True when the token may use (and so is listed) `item`.
+    pub(crate) fn allows(&self, item: Item<'_>) -> bool {
+        self.missing(item).is_empty()
+    }
+
+    /// The `WWW-Authenticate` value of a 403 for the scopes `missing`.
+    pub(crate) fn challenge(&self, missing: &[&str]) -> String {
+        let needed: Vec<Box<str>> = missing.iter().map(|s| Box::from(*s)).collect();
+        self.auth.insufficient_scope(&needed)
+    }
+}
+
+impl Authorizer {
+    /// The `WWW-Authenticate` value answering `denial` (`Scope`: see `insufficient_scope`).
+    pub(crate) fn challenge(&self, denial: Denial) -> std::borrow::Cow<'_, str> {
+        match denial {
+            Denial::Missing => (*self.challenge_missing).into(),
+            Denial::Invalid(_) => (*self.challenge_invalid).into(),
+            Denial::QueryToken => (*self.challenge_query).into(),
+            Denial::Scope => self.insufficient_scope(&self.required_scopes).into(),
+        }
+    }
+
+    /// The `WWW-Authenticate` value of a 403: `insufficient_scope` naming the scopes `needed`
+    /// (RFC 6750 §3.1), so a client can ask for them (step-up).
+    pub(crate) fn insufficient_scope(&self, needed: &[Box<str>]) -> String {
+        format!(
+            "{}, error=\"insufficient_scope\", scope=\"{}\"",
+            self.challenge_base,
+            needed.join(" ")
+        )
+    }
+
+    /// The metadata document when `path` is one of its paths.
+    pub(crate) fn metadata_at(&self, path: &[u8]) -> Option<&[u8]> {
+        self.metadata_paths.iter().any(|p| p.as_bytes() == path).then_some(&*self.metadata)
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` value: the scheme case-insensitive (RFC
+/// 9110 §11.1), one or more spaces, an RFC 6750 b64token. Another scheme is no bearer token
+/// (`Missing`); a bearer value that is no b64token is `Invalid(Malformed)`.
+fn bearer_token(value: &[u8]) -> Result<&[u8], Denial> {
+    let Some((scheme, rest)) = value.split_at_checked(6) else {
+        return Err(if value.eq_ignore_ascii_case(b"bearer") {
+            Denial::Invalid(TokenError::Malformed)
+        } else {
+            Denial::Missing
+        });
+    };
+    if !scheme.eq_ignore_ascii_case(b"bearer") {
+        return Err(Denial::Missing);
+    }
+    let token = rest.trim_ascii_start();
+    if token.len() == rest.len() || !tokens::is_b64token(token) {
+        // `Bearerx…` is another scheme's name; `Bearer` with no token or a bad one is a token.
+        return Err(if token.len() == rest.len() && !rest.is_empty() {
+            Denial::Missing
+        } else {
+            Denial::Invalid(TokenError::Malformed)
+        });
+    }
+    Ok(token)
+}
+
+/// True when a request target's query has an `access_token` parameter (RFC 6750 §2.3).
+fn query_names_token(query: &[u8]) -> bool {
+    query.split(|&b| b == b'&').any(|param| {
+        let name = param.split(|&b| b == b'=').next().unwrap_or(param);
+        name.eq_ignore_ascii_case(b"access_token")
+    })
+}
+
+/// RFC 9728 §3.1: the metadata URL of resource `resource`: the well-known path inserted
+/// between its authority and its path (`https://h/mcp` → `https://h/.well-known/…/mcp`).
+fn metadata_url(resource: &str) -> String {
+    let (scheme, rest) = resource.split_once("://").unwrap_or(("http", resource));
+    let (authority, path) = match rest.find('/') {
+        Some(slash) => rest.split_at(slash),
+        None => (rest, ""),
+    };
+    let path = path.split(['?', '#']).next().unwrap_or("");
+    let path = if path == "/" { "" } else { path };
+    format!("{scheme}://{authority}{METADATA_PATH}{path}")
 }
 
 #[cfg(test)]
-mod tests;
+mod tests {
+    use super::*;
+
+    /// Goal: the Authorization header's shapes: `Bearer` in any case with one or more spaces,
+    /// other schemes counted as no token, an empty or non-b64token bearer value a bad token.
+    #[test]
+    fn bearer_header_shapes() {
+        assert_eq!(bearer_token(b"Bearer abc"), Ok(&b"abc"[..]));
+        assert_eq!(bearer_token(b"bearer   abc="), Ok(&b"abc="[..]));
+        assert_eq!(bearer_token(b"BEARER abc"), Ok(&b"abc"[..]));
+        assert_eq!(bearer_token(b"Basic dXNlcjpwYXNz"), Err(Denial::Missing));
+        assert_eq!(bearer_token(b"Bearerabc"), Err(Denial::Missing));
+        assert_eq!(bearer_token(b"Token"), Err(Denial::Missing));
+        let malformed = Err(Denial::Invalid(TokenError::Malformed));
+        assert_eq!(bearer_token(b"Bearer"), malformed);
+        assert_eq!(bearer_token(b"Bearer "), malformed);
+        assert_eq!(bearer_token(b"Bearer a b"), malformed);
+        assert_eq!(bearer_token(b"Bearer a\"b"), malformed);
+    }
+
+    /// Goal: an `access_token` query parameter is found whatever its place or case; other
+    /// parameters are not it.
+    #[test]
+    fn query_token_is_found() {
+        assert!(query_names_token(b"access_token=x"));
+        assert!(query_names_token(b"a=1&ACCESS_TOKEN=x"));
+        assert!(query_names_token(b"access_token"));
+        assert!(!query_names_token(b""));
+        assert!(!query_names_token(b"token=x&access_tokens=y"));
+    }
+
+    /// Goal: RFC 9728 §3.1's path insertion for the metadata URL.
+    #[test]
+    fn metadata_url_inserts_the_well_known_path() {
+        let m = |r| metadata_url(r);
+        assert_eq!(
+            m("https://mcp.example/mcp"),
+            "https://mcp.example/.well-known/oauth-protected-resource/mcp"
+        );
+        assert_eq!(
+            m("http://127.0.0.1:8080/"),
+            "http://127.0.0.1:8080/.well-known/oauth-protected-resource"
+        );
+        assert_eq!(m("https://h:1"), "https://h:1/.well-known/oauth-protected-resource");
+        assert_eq!(m("https://h/a/b?x"), "https://h/.well-known/oauth-protected-resource/a/b");
+    }
+}

@@ -8,6 +8,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod auth;
+pub use auth::AuthConfig;
+pub(crate) use auth::{AUTH_FILE_BYTES_MAX, AUTH_POLICY_RULES_MAX, AUTH_TOKENS_MAX};
 mod upstream;
 pub use upstream::{Isolation, UpstreamSpec, UpstreamSpecError, UpstreamTarget};
 
@@ -491,6 +494,8 @@ pub struct Config {
     /// Upstreams (by `NAME=`) that get the client's own `Authorization` header
     /// (`--upstream-forward-authorization`): only for an upstream that is this same resource.
     pub upstream_forward_authorization: Vec<String>,
+    /// Authorization (`--auth-*`, `--allow-unauthenticated`).
+    pub auth: AuthConfig,
 }
 
 impl Default for Config {
@@ -556,6 +561,7 @@ impl Default for Config {
             auth_leeway: Duration::from_secs(AUTH_LEEWAY_SECS),
             upstream_credentials: None,
             upstream_forward_authorization: Vec::new(),
+            auth: AuthConfig::with_limits(),
         }
     }
 }
@@ -606,6 +612,21 @@ pub enum ConfigError {
     /// `--upstream-forward-authorization` names no `--upstream NAME=http://…`.
     #[error("--upstream-forward-authorization {0:?}: no HTTP --upstream has that NAME=")]
     ForwardToUnknownUpstream(String),
+    /// A non-loopback `--listen` with no authorization and no `--allow-unauthenticated`.
+    #[error(
+        "refusing to listen on {0} (not a loopback address) without authorization: add \
+         --auth-tokens FILE (bearer tokens) or --auth-jwks-url URL (JWT access tokens), or \
+         --allow-unauthenticated to serve anyone who \
+         reaches the port"
+    )]
+    Unauthenticated(SocketAddr),
+    /// `--auth-policy`, `--auth-write-scope` or `--auth-required-scope` without a verifier
+    /// (`--auth-tokens`): nothing would name the scopes they ask for.
+    #[error("{0} needs authorization: add --auth-tokens FILE or --auth-jwks-url URL")]
+    AuthFlagWithoutAuth(&'static str),
+    /// An `--auth-tokens` or `--auth-policy` file could not be loaded: the path and why.
+    #[error("{0}")]
+    AuthFile(String),
 }
 
 impl Config {
@@ -626,7 +647,7 @@ impl Config {
 
     /// Checks every value once, so workers can rely on them.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let nonzero: [(&'static str, u128); 37] = [
+        let nonzero: [(&'static str, u128); 39] = [
             ("threads", self.threads as u128),
             ("max-header-bytes", self.header_bytes_max as u128),
             ("max-headers", self.headers_max as u128),
@@ -664,6 +685,8 @@ impl Config {
             ("upstream-queue-bytes", self.upstream_queue_bytes as u128),
             ("auth-jwks-refresh-secs", self.auth_jwks_refresh.as_millis()),
             ("auth-jwks-min-refetch-secs", self.auth_jwks_min_refetch.as_millis()),
+            ("auth-tokens-max", self.auth.tokens_max as u128),
+            ("auth-policy-rules-max", self.auth.policy_rules_max as u128),
         ];
         for (name, value) in nonzero {
             if value == 0 {
@@ -706,7 +729,29 @@ impl Config {
         if self.headers_max > HEADERS_CAP {
             return Err(ConfigError::TooManyHeaders(HEADERS_CAP));
         }
+        let scoped = [
+            ("--auth-policy", self.auth.policy_file.is_some()),
+            ("--auth-write-scope", self.auth.write_scope.is_some()),
+            ("--auth-required-scope", !self.auth.required_scopes.is_empty()),
+        ];
+        if let Some((flag, _)) = scoped.iter().find(|(_, set)| *set && !self.auth_enabled()) {
+            return Err(ConfigError::AuthFlagWithoutAuth(flag));
+        }
+        // Anyone who reaches a non-loopback port could otherwise use every session and tool
+        // (issue 18): serving them must be asked for by name.
+        if !self.listen.ip().is_loopback()
+            && !self.auth_enabled()
+            && !self.auth.allow_unauthenticated
+        {
+            return Err(ConfigError::Unauthenticated(self.listen));
+        }
         Ok(())
+    }
+
+    /// True when some verifier is configured (static tokens, or JWT access tokens over a
+    /// JWK Set), so every request must carry a valid token.
+    pub fn auth_enabled(&self) -> bool {
+        self.auth.enabled() || self.auth_jwks_file.is_some() || self.auth_jwks_url.is_some()
     }
 }
 

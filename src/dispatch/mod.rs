@@ -11,6 +11,8 @@ use std::rc::Rc;
 
 use simd_json::prelude::*;
 
+use crate::auth::policy::{Item, Kind};
+use crate::auth::Access;
 use crate::fasthash::FastMap;
 use crate::provider::{
     Changes, Provider, ProviderError, SessionInfo, SessionRef, SessionStart, ToolInfo, Value,
@@ -30,6 +32,8 @@ pub(crate) struct ToolRoute {
     pub provider: Rc<dyn Provider>,
     /// Read-only or idempotent: a retried call may run again (CONTRACT §4 step 3).
     pub safe_to_repeat: bool,
+    /// Annotated `readOnlyHint: true` (the policy's write-scope default spares it).
+    pub read_only: bool,
     /// `(header name, property)` of each `x-mcp-header` parameter (MCP 2026-07-28 SEP-2243),
     /// checked against the request's `Mcp-Param-*` headers; empty for most tools.
     pub header_params: Rc<[(String, String)]>,
@@ -42,6 +46,9 @@ struct ToolTable {
     /// The `tools/list` result (`{"tools":[...]}`) encoded once per listing, so the method
     /// costs no encoding per request.
     list_json: Vec<u8>,
+    /// Each listed tool's JSON with its route, in listing order: what a listing filtered by
+    /// the policy (`auth::Access`) is encoded from.
+    listed: Vec<(Value, ToolRoute)>,
 }
 
 /// All providers of one core.
@@ -128,9 +135,11 @@ impl Registry {
                     name: Rc::from(tool.name.as_str()),
                     provider: provider.clone(),
                     safe_to_repeat: tool.annotations.safe_to_repeat(),
+                    read_only: tool.annotations.read_only == Some(true),
                     header_params: header_params(&tool.input_schema).into(),
                 };
-                table.by_name.insert(tool.name.clone(), route);
+                table.by_name.insert(tool.name.clone(), route.clone());
+                table.listed.push((tool.to_json(), route));
                 listed.push(tool);
             }
         }
@@ -233,6 +242,7 @@ impl Registry {
     pub(crate) async fn answer(
         &self,
         session: SessionRef,
+        access: Option<Access<'_>>,
         id: &RawId,
         method: &str,
         params: &WireValue,
@@ -253,10 +263,16 @@ impl Registry {
             }
             "tools/list" => {
                 self.refresh_if_stale().await;
-                jsonrpc::push_result(out, id, &self.tools.borrow().list_json);
+                match access {
+                    None => jsonrpc::push_result(out, id, &self.tools.borrow().list_json),
+                    Some(access) => push_result_value(out, id, &self.tools_for(access)),
+                }
                 return;
             }
-            "resources/list" => self.gather("resources", |p| p.list_resources(session)).await,
+            "resources/list" => {
+                let listed = self.gather("resources", |p| p.list_resources(session)).await;
+                listed.map(|list| only_allowed(list, "resources", "uri", Kind::Resource, access))
+            }
             "resources/templates/list" => {
                 self.gather("resourceTemplates", |p| p.list_resource_templates(session)).await
             }
@@ -266,7 +282,10 @@ impl Registry {
                     Err(ProviderError::InvalidParams("resources/read needs a string uri".into()))
                 }
             },
-            "prompts/list" => self.gather("prompts", |p| p.list_prompts(session)).await,
+            "prompts/list" => {
+                let listed = self.gather("prompts", |p| p.list_prompts(session)).await;
+                listed.map(|list| only_allowed(list, "prompts", "name", Kind::Prompt, access))
+            }
             "prompts/get" => match params.get("name").and_then(|u| u.as_str()) {
                 Some(name) => {
                     let arguments = params.get("arguments").map(to_public).unwrap_or(Value::Null);
@@ -290,6 +309,19 @@ impl Registry {
             Ok(v) => push_result_value(out, id, &v),
             Err(e) => push_provider_error(out, id, &e),
         }
+    }
+
+    /// The `tools/list` result with only the tools `access` allows (the decision a call is
+    /// refused by, so a subject is never listed a tool it may not call).
+    fn tools_for(&self, access: Access<'_>) -> Value {
+        let table = self.tools.borrow();
+        let tools: Vec<Value> = table
+            .listed
+            .iter()
+            .filter(|(_, route)| access.allows(route.item()))
+            .map(|(json, _)| json.clone())
+            .collect();
+        serde_json::json!({ "tools": tools })
     }
 
     /// `{"<key>": [...]}` from every provider's list, in provider order. A provider whose list
@@ -395,6 +427,38 @@ impl Registry {
             }
         }
         completion(values)
+    }
+}
+
+/// A prompts or resources listing with only the items `access` allows (by their `field`:
+/// name or uri; the policy's name rules, as `core::forbidden` applies to `prompts/get` and
+/// `resources/read`).
+fn only_allowed(
+    mut list: Value,
+    key: &str,
+    field: &str,
+    kind: Kind,
+    access: Option<Access<'_>>,
+) -> Value {
+    let Some(access) = access else { return list };
+    if let Some(Value::Array(items)) = list.get_mut(key) {
+        items.retain(|item| {
+            let name = item.get(field).and_then(Value::as_str).unwrap_or("");
+            access.allows(Item { kind, name, provider: "", read_only: true })
+        });
+    }
+    list
+}
+
+impl ToolRoute {
+    /// The tool as the policy sees it.
+    pub(crate) fn item(&self) -> Item<'_> {
+        Item {
+            kind: Kind::Tool,
+            name: &self.name,
+            provider: self.provider.name(),
+            read_only: self.read_only,
+        }
     }
 }
 

@@ -38,7 +38,7 @@ fn respond_text(registry: &Registry, method: &str, params: &str) -> Vec<u8> {
     let mut text = params.as_bytes().to_vec();
     let params: WireValue = simd_json::to_owned_value(&mut text).expect("params are JSON");
     let mut out = Vec::new();
-    run(registry.answer(SessionRef::NONE, &RawId(ID.to_owned()), method, &params, &mut out));
+    run(registry.answer(SessionRef::NONE, None, &RawId(ID.to_owned()), method, &params, &mut out));
     out
 }
 

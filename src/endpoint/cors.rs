@@ -277,7 +277,7 @@ mod tests {
         let want = "earlier bytesHTTP/1.1 202 Accepted\r\n\
             Access-Control-Allow-Origin: http://app.example:3000\r\n\
             Access-Control-Expose-Headers: Mcp-Session-Id, Last-Event-ID, Mcp-Stream-Resumable, \
-            Retry-After\r\nVary: Origin\r\nContent-Length: 0\r\n\r\n";
+            Retry-After, WWW-Authenticate\r\nVary: Origin\r\nContent-Length: 0\r\n\r\n";
         assert_eq!(String::from_utf8_lossy(&out), want);
 
         let mut cfg = Config::test_min();

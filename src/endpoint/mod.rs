@@ -1,6 +1,7 @@
 //! The edge of the MCP endpoint: one parsed HTTP request → the path check, the Host/Origin
-//! rules (DNS-rebinding protection), CORS, HEAD and unknown methods, a POST's Content-Type and
-//! Accept, the core that serves it (`owner`: from its task, session and key, in that order),
+//! rules (DNS-rebinding protection), CORS, the protected resource metadata and the bearer
+//! token (`auth`: 401/400/403 before any session or era is looked at), HEAD and unknown
+//! methods, a POST's Content-Type and Accept, the core that serves it (`owner`: from its task, session and key, in that order),
 //! and the choice of the protocol path (era) that serves it. The only module that sees
 //! both eras: each answers with its own `Outcome`, which `handle` turns into the connection's.
 //!
@@ -14,13 +15,14 @@ mod owner;
 
 use std::rc::Rc;
 
+use crate::auth::{Denial, TokenError};
 use crate::config::Config;
 pub(crate) use crate::core::Request;
 use crate::core::{refuse, reply, Core};
 use crate::http::{is_media_type, lists_media_type, Method};
 use crate::legacy::{self, LegacyCore};
 use crate::modern::{self, ModernCore};
-use crate::wire::{Answer, Refusal};
+use crate::wire::{Answer, Refusal, Status};
 use owner::{Misrouted, Owner};
 
 /// One core's endpoint: the shared `Core` (through `Deref`) and each era's own state.
@@ -130,7 +132,8 @@ pub(crate) async fn handle(edge: &Endpoint, req: Request<'_>, out: &mut Vec<u8>)
     outcome
 }
 
-/// The edge's rules in order (head conflicts, path, Host/Origin, a POST's media types), the
+/// The edge's rules in order (head conflicts, path, Host/Origin, a preflight, the resource
+/// metadata, authorization, a POST's media types), the
 /// request's owner core (`owner`: moved there unanswered), then the protocol path.
 async fn route(edge: &Endpoint, mut req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
     let keep_alive = req.head.keep_alive;
@@ -140,9 +143,13 @@ async fn route(edge: &Endpoint, mut req: Request<'_>, out: &mut Vec<u8>) -> Outc
         let refusal = if mcp { Refusal::ConflictingMcpHeader } else { Refusal::ConflictingHeader };
         return refuse(out, refusal, None, keep_alive).into_edge();
     }
-    let (authority, path) = split_target(&req.head_bytes[req.head.path.clone()]);
-    let path = path.split(|&b| b == b'?').next().unwrap_or(path);
-    if path != edge.cfg.path.as_bytes() {
+    let (authority, target) = split_target(&req.head_bytes[req.head.path.clone()]);
+    let (path, query) = match target.iter().position(|&b| b == b'?') {
+        Some(mark) => (&target[..mark], &target[mark + 1..]),
+        None => (target, &b""[..]),
+    };
+    let metadata = edge.auth.as_deref().and_then(|auth| auth.metadata_at(path));
+    if path != edge.cfg.path.as_bytes() && metadata.is_none() {
         return refuse(out, Refusal::NotFoundPath, None, keep_alive).into_edge();
     }
     if !host_and_origin_allowed(&edge.cfg, &req)
@@ -153,6 +160,26 @@ async fn route(edge: &Endpoint, mut req: Request<'_>, out: &mut Vec<u8>) -> Outc
     // Before the era is chosen: a preflight carries no MCP header, so it has no era.
     if cors::answer_preflight(edge, &req, out, keep_alive) {
         return Outcome::Reply { keep_alive };
+    }
+    // RFC 9728: the protected resource metadata, which never needs a token.
+    if let Some(document) = metadata {
+        return match req.head.method() {
+            Method::Get => reply(out, Answer::Json(document), keep_alive).into_edge(),
+            Method::Head => reply(out, Answer::HeadNotAllowed, keep_alive).into_edge(),
+            _ => refuse(out, Refusal::MethodNotAllowed, None, keep_alive).into_edge(),
+        };
+    }
+    // Authorization: after the HTTP rules, before the era and the owner core, so a request
+    // without a valid token is never decoded, moved, or shown anything of a session.
+    if let Some(auth) = edge.auth.as_deref() {
+        let header = req.header(&req.head.authorization);
+        match auth.authenticate(header, query, req.auth_cache) {
+            Ok(claims) => {
+                tracing::trace!(subject = &*claims.subject, "authorized");
+                req.claims = Some(claims);
+            }
+            Err(denial) => return deny(edge, auth, denial, out, keep_alive),
+        }
     }
     let era = era(&req);
     if req.head.method() == Method::Post {
@@ -193,6 +220,55 @@ async fn route(edge: &Endpoint, mut req: Request<'_>, out: &mut Vec<u8>) -> Outc
         (Method::Head, _) => reply(out, Answer::HeadNotAllowed, keep_alive).into_edge(),
         (Method::Other, _) => refuse(out, Refusal::MethodNotAllowed, None, keep_alive).into_edge(),
     }
+}
+
+/// A request refused authorization: counted by reason, answered with its challenge.
+fn deny(
+    edge: &Endpoint,
+    auth: &crate::auth::Authorizer,
+    denial: Denial,
+    out: &mut Vec<u8>,
+    keep_alive: bool,
+) -> Outcome {
+    let m = &edge.metrics;
+    let (counter, status, message) = match denial {
+        Denial::Missing => (
+            &m.auth_refused_missing,
+            Status::Unauthorized,
+            "authorization required: send Authorization: Bearer <token> (see the \
+             WWW-Authenticate header's resource_metadata)",
+        ),
+        Denial::QueryToken => (
+            &m.auth_refused_query_token,
+            Status::BadRequest,
+            "a token in the query string is never accepted: send it in the Authorization header",
+        ),
+        Denial::Invalid(error) => (
+            match error {
+                TokenError::Malformed => &m.auth_refused_malformed,
+                TokenError::BadSignature => &m.auth_refused_signature,
+                TokenError::UnknownKey => &m.auth_refused_key,
+                TokenError::Expired => &m.auth_refused_expired,
+                TokenError::NotYetValid => &m.auth_refused_not_yet_valid,
+                TokenError::WrongAudience => &m.auth_refused_audience,
+                TokenError::WrongIssuer => &m.auth_refused_issuer,
+                TokenError::AlgorithmNotAllowed => &m.auth_refused_algorithm,
+                TokenError::Unknown => &m.auth_refused_unknown,
+            },
+            Status::Unauthorized,
+            "invalid token: get a new token for this resource",
+        ),
+        Denial::Scope => (
+            &m.auth_refused_scope,
+            Status::Forbidden,
+            "insufficient scope: the token lacks a scope this server requires",
+        ),
+    };
+    counter.inc();
+    tracing::debug!(?denial, "authorization refused");
+    let challenge = auth.challenge(denial);
+    let answer = Answer::Challenge { status, challenge: &challenge, id: None, message };
+    reply(out, answer, keep_alive).into_edge()
 }
 
 /// The legacy path's outcome as the connection's; a sessionless request whose `_meta` names

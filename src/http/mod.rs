@@ -56,8 +56,12 @@ pub struct RequestHead {
     pub mcp_method: Option<Range<usize>>,
     /// `Mcp-Name` value, trimmed: the tool or prompt name or resource uri (single-valued).
     pub mcp_name: Option<Range<usize>>,
+    /// `Authorization` value, trimmed (single-valued: two different credentials are a
+    /// `conflict`, never one picked).
+    pub authorization: Option<Range<usize>>,
     /// The name of the first single-valued header (`Mcp-Session-Id`, `MCP-Protocol-Version`,
-    /// `Last-Event-ID`, `Idempotency-Key`, `Mcp-Method`, `Mcp-Name`, any `Mcp-Param-*`) given
+    /// `Last-Event-ID`, `Idempotency-Key`, `Mcp-Method`, `Mcp-Name`, any `Mcp-Param-*`,
+    /// `Authorization`) given
     /// again with another value; the endpoint refuses such a request (400; -32020 for the
     /// `Mcp-*` ones) rather than pick one, since a proxy reading the first and us the last would
     /// disagree about the request. `None` when each is given at most once or only repeated
@@ -201,6 +205,8 @@ pub fn parse_head(
             (&mut head.mcp_method, true)
         } else if name.eq_ignore_ascii_case(b"mcp-name") {
             (&mut head.mcp_name, true)
+        } else if name.eq_ignore_ascii_case(b"authorization") {
+            (&mut head.authorization, true)
         } else {
             continue;
         };

@@ -28,8 +28,9 @@ use std::time::Instant;
 use bytes::Bytes;
 use simd_json::prelude::*;
 
+use crate::auth::Access;
 use crate::config::ResponseMode;
-use crate::core::{refuse, reply, Request};
+use crate::core::{refuse, refuse_scope, reply, Request};
 use crate::dispatch::{self, ToolRoute};
 use crate::http::lists_media_type;
 use crate::provider::{CallContext, LogLevel, Notifier, ProviderError, SessionInfo, SessionStart};
@@ -103,6 +104,12 @@ fn find_session(
     }
     let found = core.sessions.borrow().get(&id);
     let now = Instant::now();
+    // Another subject's session (or a session opened with a token, named without one) is
+    // answered exactly as an unknown one: a 403 would confirm the id exists (CONTRACT §8).
+    if found.as_ref().is_some_and(|s| s.borrow().subject.as_deref() != req.subject()) {
+        core.metrics.auth_foreign_subject.inc();
+        return Err(refuse_early(out, Refusal::SessionNotFound, keep_alive));
+    }
     match found {
         Some(s) if !s.borrow().closed => {
             // Expired but not yet reaped: the reaper's tick must not decide whether it lives.
@@ -260,13 +267,20 @@ pub(crate) async fn post(
     let Some(session) = session else {
         return sessionless(core, req, body, out).await;
     };
+    let claims = req.claims.clone();
+    let access = core.access(claims.as_deref());
+    // The per-tool policy, before the migration decision: a refused call is never recorded,
+    // held or deduplicated (a batch is refused whole when one of its requests is).
+    if let Some((id, challenge)) = forbidden_in(core, access, &body) {
+        return refuse_scope(out, id.as_ref(), &challenge, keep_alive);
+    }
     match body {
         Body::Single(Message::Request { id, method, params }) => {
             if method == "initialize" {
                 return refuse(out, Refusal::AlreadyInitialized, Some(&id), keep_alive);
             }
             let parts = RequestParts { id, method, params, idempotency_key };
-            request(core, &session, parts, out, keep_alive).await
+            request(core, &session, access, parts, out, keep_alive).await
         }
         Body::Single(Message::Notification { method, params }) => {
             notification(&session, &method, &params);
@@ -276,7 +290,29 @@ pub(crate) async fn post(
             client_answer(&session, &id, outcome);
             reply(out, Answer::Accepted, keep_alive)
         }
-        Body::Batch(msgs) => batch(core, &session, msgs, out, keep_alive).await,
+        Body::Batch(msgs) => batch(core, &session, access, msgs, out, keep_alive).await,
+    }
+}
+
+/// The policy's refusal of a request of `body` (`Core::forbidden`): the request's id (none for
+/// a batch) and the 403's challenge.
+fn forbidden_in(
+    core: &LegacyCore,
+    access: Option<Access<'_>>,
+    body: &Body,
+) -> Option<(Option<RawId>, String)> {
+    access?;
+    match body {
+        Body::Single(Message::Request { id, method, params }) => {
+            core.forbidden(access, method, params).map(|c| (Some(id.clone()), c))
+        }
+        Body::Single(_) => None,
+        Body::Batch(msgs) => msgs.iter().find_map(|m| match m {
+            Message::Request { method, params, .. } => {
+                core.forbidden(access, method, params).map(|c| (None, c))
+            }
+            _ => None,
+        }),
     }
 }
 
@@ -299,7 +335,8 @@ async fn sessionless(
     match body {
         Body::Single(Message::Request { id, method, params }) => {
             if method == "initialize" {
-                initialize(core, id, params, out, keep_alive).await
+                let subject = req.subject().map(Box::from);
+                initialize(core, id, params, subject, out, keep_alive).await
             } else if !version_ok(req) {
                 let requested = req.header(&req.head.protocol_version).map(String::from_utf8_lossy);
                 let answer = Answer::UnsupportedVersion {
@@ -323,6 +360,7 @@ async fn initialize(
     core: &Rc<LegacyCore>,
     id: RawId,
     params: WireValue,
+    subject: Option<Box<str>>,
     out: &mut Vec<u8>,
     keep_alive: bool,
 ) -> Outcome {
@@ -342,6 +380,7 @@ async fn initialize(
         return refuse(out, Refusal::Unavailable, Some(&id), keep_alive);
     };
     let mut session = Session::new(sid, tag, version, &core.cfg);
+    session.subject = subject;
     session.count_bytes_in(core.buffered_bytes.clone());
     let reference = session.reference();
     // In the table while the providers open it (no client knows its id yet), so that a
@@ -461,6 +500,7 @@ struct RequestParts {
 async fn request(
     core: &Rc<LegacyCore>,
     session: &SessionRc,
+    access: Option<Access<'_>>,
     parts: RequestParts,
     out: &mut Vec<u8>,
     keep_alive: bool,
@@ -494,7 +534,7 @@ async fn request(
     }
     if !streams {
         let mut body = Vec::with_capacity(256);
-        answer_inline(core, session, &id, &method, &params, &mut body).await;
+        answer_inline(core, session, access, &id, &method, &params, &mut body).await;
         return reply(out, Answer::Json(&body), keep_alive);
     }
     let opened = session.borrow_mut().open_stream(
@@ -520,7 +560,7 @@ async fn request(
         }
         None => {
             let mut payload = Vec::with_capacity(256);
-            answer_inline(core, session, &id, &method, &params, &mut payload).await;
+            answer_inline(core, session, access, &id, &method, &params, &mut payload).await;
             session.borrow_mut().finish(key, Bytes::from(payload));
         }
     }
@@ -548,6 +588,7 @@ fn call_context(session: &SessionRc, key: StreamKey) -> CallContext {
 async fn answer_inline(
     core: &Rc<LegacyCore>,
     session: &SessionRc,
+    access: Option<Access<'_>>,
     id: &RawId,
     method: &str,
     params: &WireValue,
@@ -555,7 +596,7 @@ async fn answer_inline(
 ) {
     if method != "logging/setLevel" {
         let reference = session.borrow().reference();
-        core.registry.answer(reference, id, method, params, out).await;
+        core.registry.answer(reference, access, id, method, params, out).await;
         return;
     }
     match params.get("level").and_then(|l| l.as_str()).and_then(LogLevel::parse) {
@@ -580,6 +621,7 @@ async fn answer_inline(
 async fn batch(
     core: &Rc<LegacyCore>,
     session: &SessionRc,
+    access: Option<Access<'_>>,
     msgs: Vec<Message>,
     out: &mut Vec<u8>,
     keep_alive: bool,
@@ -603,7 +645,7 @@ async fn batch(
         };
         body.push(if answered == 0 { b'[' } else { b',' });
         answered += 1;
-        batch_answer(core, session, &id, &method, &params, &mut body).await;
+        batch_answer(core, session, access, &id, &method, &params, &mut body).await;
     }
     if answered == 0 {
         return reply(out, Answer::Accepted, keep_alive);
@@ -616,6 +658,7 @@ async fn batch(
 async fn batch_answer(
     core: &Rc<LegacyCore>,
     session: &SessionRc,
+    access: Option<Access<'_>>,
     id: &RawId,
     method: &str,
     params: &WireValue,
@@ -634,7 +677,7 @@ async fn batch_answer(
         }
     };
     match decide(core, session, id, &class, None).await {
-        Verdict::Run => answer_inline(core, session, id, method, params, body).await,
+        Verdict::Run => answer_inline(core, session, access, id, method, params, body).await,
         Verdict::Conflict(refused) => {
             let (data, _hint) = owed_streams(&session.borrow(), &refused);
             let message = "conflict: see the 409 of a single request";
@@ -642,7 +685,7 @@ async fn batch_answer(
         }
         // Unreachable without an Idempotency-Key; answered like a single request would be.
         Verdict::KeyReused | Verdict::Deduplicated(_) => {
-            answer_inline(core, session, id, method, params, body).await
+            answer_inline(core, session, access, id, method, params, body).await
         }
     }
 }

@@ -60,9 +60,18 @@ pub(crate) struct Record {
     /// Woken when the outcome is set.
     pub done: Signal,
     /// Who started it: the client whose share of running keyed calls it counts against.
-    client: Option<IpAddr>,
+    client: Client,
     /// Where the outcome's bytes are counted (released when the record is freed).
     bytes: Rc<KeyBytes>,
+}
+
+/// Who a keyed call's share (`--max-running-keyed-calls-per-client`) counts against: the
+/// authorized subject when authorization is on (one user behind many addresses is one client,
+/// and users behind one NAT are not), else the connection's peer address.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Client {
+    Subject(Rc<str>),
+    Peer(Option<IpAddr>),
 }
 
 impl Record {
@@ -71,7 +80,7 @@ impl Record {
         progress_token: Option<Box<str>>,
         sink: Rc<ModernSink>,
         id: RawId,
-        client: Option<IpAddr>,
+        client: Client,
         bytes: Rc<KeyBytes>,
     ) -> Record {
         Record {
@@ -146,7 +155,7 @@ pub(crate) struct KeyTable {
     limits: KeyLimits,
     bytes: Rc<KeyBytes>,
     /// Running keyed calls per client (entries at zero are removed).
-    running: FastMap<Option<IpAddr>, usize>,
+    running: FastMap<Client, usize>,
     metrics: Arc<CoreMetrics>,
 }
 
@@ -215,7 +224,7 @@ impl KeyTable {
                 return Err(Full::Bytes);
             }
         }
-        *self.running.entry(record.client).or_insert(0) += 1;
+        *self.running.entry(record.client.clone()).or_insert(0) += 1;
         self.order.push_back(scoped_key.clone());
         self.by_key.insert(scoped_key, record);
         Ok(())
@@ -286,7 +295,7 @@ fn not_retained(record: &Record, held: usize, bytes: Rc<KeyBytes>) -> Record {
     let mut body = Vec::with_capacity(256);
     let status = render_outcome(&record.id, Err(ProviderError::Internal(message)), &mut body);
     let id = record.id.clone();
-    let stand_in = Record::new(record.fingerprint, None, sink, id, record.client, bytes);
+    let stand_in = Record::new(record.fingerprint, None, sink, id, record.client.clone(), bytes);
     stand_in.finish(Bytes::from(body), status);
     stand_in
 }
@@ -322,20 +331,30 @@ pub(crate) fn spawn(
     });
 }
 
-/// The key as the table keeps it: scoped by the client's `clientInfo` name and version (no
-/// authorization exists yet to scope it by), so two clients that pick the same key do not meet.
+/// The key as the table keeps it: scoped by the authorized subject when authorization is on
+/// (`s`: another subject with the same key meets nothing, CONTRACT §8), else by the client's
+/// `clientInfo` name and version, so two clients that pick the same key do not meet (anyone
+/// presenting the same `clientInfo` does).
 /// Every part is length-prefixed (the name and version as their JSON text, so a non-string
 /// value is not the string it prints as), so no two distinct (name, version, key) triples make
-/// one scoped key. A request without `clientInfo` gets the one shared scope `-`, distinct from
+/// one scoped key, and no subject's scope is a `clientInfo`'s. A request without `clientInfo`
+/// gets the one shared scope `-`, distinct from
 /// every `clientInfo` (even `{}`): such clients' keys meet. `None`: the key is not UTF-8 (the
 /// caller refuses it with `Refusal::BadIdempotencyKey`, never decodes it lossily).
-pub(crate) fn scoped(key: &[u8], client_info: Option<&crate::provider::Value>) -> Option<Box<str>> {
+pub(crate) fn scoped(
+    key: &[u8],
+    subject: Option<&str>,
+    client_info: Option<&crate::provider::Value>,
+) -> Option<Box<str>> {
     use std::fmt::Write;
     let key = std::str::from_utf8(key).ok()?;
     let mut scoped = String::with_capacity(key.len() + 32);
-    match client_info {
-        None => scoped.push('-'),
-        Some(info) => {
+    match (subject, client_info) {
+        (Some(subject), _) => {
+            let _ = write!(scoped, "s{}:{subject}", subject.len());
+        }
+        (None, None) => scoped.push('-'),
+        (None, Some(info)) => {
             scoped.push('c');
             for field in ["name", "version"] {
                 let text = info.get(field).map(|v| v.to_string()).unwrap_or_default();
@@ -375,7 +394,7 @@ mod tests {
             input_requests_max: 1,
             pending_max: 1024,
         };
-        let client = Some(IpAddr::from([127, 0, 0, client]));
+        let client = Client::Peer(Some(IpAddr::from([127, 0, 0, client])));
         let sink = Rc::new(ModernSink::new(setup));
         Rc::new(Record::new(fingerprint, None, sink, RawId("1".into()), client, table.bytes()))
     }
@@ -430,9 +449,9 @@ mod tests {
         // Goal: two clients' equal keys differ; a key always maps to the same core in range.
         let a = serde_json::json!({"name": "a", "version": "1"});
         let b = serde_json::json!({"name": "b", "version": "1"});
-        assert_ne!(scoped(b"k", Some(&a)), scoped(b"k", Some(&b)));
-        assert_eq!(scoped(b"k", Some(&a)), scoped(b"k", Some(&a)));
-        assert!(scoped(b"k", Some(&a)).is_some());
+        assert_ne!(scoped(b"k", None, Some(&a)), scoped(b"k", None, Some(&b)));
+        assert_eq!(scoped(b"k", None, Some(&a)), scoped(b"k", None, Some(&a)));
+        assert!(scoped(b"k", None, Some(&a)).is_some());
         for threads in 1..8u16 {
             let core = owner_core(b"some-key", threads);
             assert!(core < threads);
@@ -449,20 +468,30 @@ mod tests {
         let info = |name: serde_json::Value, version: serde_json::Value| serde_json::json!({ "name": name, "version": version });
         let nul_a = info("a\0b".into(), "c".into());
         let nul_b = info("a".into(), "b\0c".into());
-        assert_ne!(scoped(b"k", Some(&nul_a)), scoped(b"k", Some(&nul_b)));
+        assert_ne!(scoped(b"k", None, Some(&nul_a)), scoped(b"k", None, Some(&nul_b)));
         // The key's bytes too cannot shift into the version.
         let v1 = info("a".into(), "b".into());
         let v2 = info("a".into(), "b\0k".into());
-        assert_ne!(scoped(b"k\0x", Some(&v1)), scoped(b"x", Some(&v2)));
+        assert_ne!(scoped(b"k\0x", None, Some(&v1)), scoped(b"x", None, Some(&v2)));
         let empty = info("".into(), "".into());
-        assert_ne!(scoped(b"k", None), scoped(b"k", Some(&empty)));
-        assert_ne!(scoped(b"k", None), scoped(b"k", Some(&serde_json::json!({}))));
-        assert_eq!(scoped(b"k", None), scoped(b"k", None), "no clientInfo: one shared scope");
+        assert_ne!(scoped(b"k", None, None), scoped(b"k", None, Some(&empty)));
+        assert_ne!(scoped(b"k", None, None), scoped(b"k", None, Some(&serde_json::json!({}))));
+        assert_eq!(
+            scoped(b"k", None, None),
+            scoped(b"k", None, None),
+            "no clientInfo: one shared scope"
+        );
+        // Authorized: the subject scopes the key, whatever clientInfo says.
+        let alice = scoped(b"k", Some("alice"), Some(&v1));
+        assert_eq!(alice, scoped(b"k", Some("alice"), Some(&v2)));
+        assert_ne!(alice, scoped(b"k", Some("bob"), Some(&v1)));
+        assert_ne!(alice, scoped(b"k", None, Some(&v1)));
+        assert_ne!(scoped(b"k", Some("a"), None), scoped(b"k", None, None));
         let number = info(1.into(), "1".into());
         let string = info("1".into(), "1".into());
-        assert_ne!(scoped(b"k", Some(&number)), scoped(b"k", Some(&string)));
-        assert_eq!(scoped(b"k\xff", Some(&v1)), None);
-        assert_eq!(scoped(b"k\xfe", None), None);
+        assert_ne!(scoped(b"k", None, Some(&number)), scoped(b"k", None, Some(&string)));
+        assert_eq!(scoped(b"k\xff", None, Some(&v1)), None);
+        assert_eq!(scoped(b"k\xfe", None, None), None);
     }
 
     #[test]

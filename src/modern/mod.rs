@@ -32,7 +32,7 @@ use std::rc::Rc;
 use simd_json::prelude::*;
 
 pub(crate) use self::core::ModernCore;
-use crate::core::{refuse, reply, Request};
+use crate::core::{refuse, refuse_scope, reply, Request};
 use crate::dispatch::{self, ToolRoute};
 use crate::provider::{CallContext, SessionRef, Value};
 use crate::wire::jsonrpc::{self, Body, Message, RawId};
@@ -127,6 +127,10 @@ pub(crate) async fn serve(
     if method != "server/discover" {
         core.registry.open_stateless().await;
     }
+    // The per-tool policy: every 2026-07-28 request is authorized on its own.
+    if let Some(challenge) = core.forbidden(core.access(req.claims.as_deref()), &method, &params) {
+        return refuse_scope(out, Some(&id), &challenge, keep_alive);
+    }
     match method.as_str() {
         "server/discover" => {
             let mut body = Vec::with_capacity(512);
@@ -139,14 +143,17 @@ pub(crate) async fn serve(
         | "resources/templates/list"
         | "resources/read" => {
             let mut body = Vec::with_capacity(512);
-            core.registry.answer(SessionRef::STATELESS, &id, &method, &params, &mut body).await;
+            let access = core.access(req.claims.as_deref());
+            let registry = &core.registry;
+            registry.answer(SessionRef::STATELESS, access, &id, &method, &params, &mut body).await;
             let hints = cache_hints(core);
             decorate_result(&mut body, &id, &hints);
             reply(out, Answer::Json(&body), keep_alive)
         }
         "completion/complete" => {
             let mut body = Vec::with_capacity(256);
-            core.registry.answer(SessionRef::STATELESS, &id, &method, &params, &mut body).await;
+            let registry = &core.registry;
+            registry.answer(SessionRef::STATELESS, None, &id, &method, &params, &mut body).await;
             decorate_result(&mut body, &id, RESULT_COMPLETE);
             reply(out, Answer::Json(&body), keep_alive)
         }
@@ -155,7 +162,7 @@ pub(crate) async fn serve(
         "subscriptions/listen" => listen::start(core, id, &params, out).map_job(Job::Listen),
         "tasks/get" | "tasks/update" | "tasks/cancel" => {
             let capabilities = &request_meta.client_capabilities;
-            task_call::serve(core, &id, &method, &params, capabilities, out, keep_alive).widen()
+            task_call::serve(core, req, &id, &method, &params, capabilities, out).widen()
         }
         _ => {
             let known_removed = REMOVED_METHODS.contains(&method.as_str());
@@ -279,7 +286,7 @@ async fn tools_call(
         Ok(may) => may,
         Err(e) => return meta_refusal(out, &id, &e, keep_alive),
     };
-    let (answers, binding) = match input_round(core, "tools/call", &name, &params) {
+    let (answers, binding) = match input_round(core, req, "tools/call", &name, &params) {
         Ok(round) => round,
         Err(e) => return meta_refusal(out, &id, &e, keep_alive),
     };
@@ -288,7 +295,7 @@ async fn tools_call(
     let scoped_key = match req.header(&req.head.idempotency_key) {
         None => None,
         // A key that is not UTF-8 (the edge refuses it already; never decoded lossily).
-        Some(k) => match keyed::scoped(k, request_meta.client_info.as_ref()) {
+        Some(k) => match keyed::scoped(k, req.subject(), request_meta.client_info.as_ref()) {
             Some(scoped) => Some(scoped),
             None => return refuse(out, Refusal::BadIdempotencyKey, Some(&id), keep_alive),
         },
@@ -325,15 +332,18 @@ async fn tools_call(
     );
     let ToolRoute { name, provider, .. } = route;
     let work = Box::pin(async move { provider.call_tool(&name, arguments, cx).await });
-    let work = task_call::augment(core, task_sink, work);
+    let work = task_call::augment(core, req.subject(), task_sink, work);
     let job = CallJob::new(id.clone(), sink.clone(), work, binding, core.cfg.request_state_ttl);
     let Some(scoped_key) = scoped_key else {
         return start_call(job, out, keep_alive).await;
     };
     let bytes = core.keys.borrow().bytes();
     let token = progress_token.clone();
-    let record =
-        Rc::new(keyed::Record::new(fingerprint, token, sink, id.clone(), req.peer(), bytes));
+    let client = match req.subject() {
+        Some(subject) => keyed::Client::Subject(Rc::from(subject)),
+        None => keyed::Client::Peer(req.peer()),
+    };
+    let record = Rc::new(keyed::Record::new(fingerprint, token, sink, id.clone(), client, bytes));
     if let Err(full) = core.keys.borrow_mut().insert(scoped_key.clone(), record.clone()) {
         let (counter, refusal) = match full {
             keyed::Full::Keys => (&core.metrics.limit_idempotency_keys, Refusal::KeyTableFull),
@@ -388,7 +398,7 @@ async fn prompts_get(
         let message = "prompts/get needs a string name";
         return crate::core::reply_error(out, &id, Code::InvalidParams, message, keep_alive);
     };
-    let (answers, binding) = match input_round(core, "prompts/get", &name, &params) {
+    let (answers, binding) = match input_round(core, req, "prompts/get", &name, &params) {
         Ok(round) => round,
         Err(e) => return meta_refusal(out, &id, &e, keep_alive),
     };
@@ -433,6 +443,7 @@ fn sink_for(
 /// (-32602, HTTP 400); so is a state that fails verification.
 fn input_round(
     core: &ModernCore,
+    req: &Request<'_>,
     method: &str,
     name: &str,
     params: &WireValue,
@@ -446,7 +457,7 @@ fn input_round(
     if let Some(arguments) = params.get("arguments") {
         jsonrpc::canonical_params(arguments, &mut canonical);
     }
-    let binding = state::binding(method, name, &canonical);
+    let binding = state::binding(method, name, &canonical, req.subject());
     let mut answers = match params.get("requestState") {
         None => serde_json::Map::new(),
         Some(text) => {

@@ -69,10 +69,18 @@ impl StateError {
     }
 }
 
-/// The digest a state is bound to: method, then the name or uri, then the canonical arguments.
-pub(crate) fn binding(method: &str, name: &str, canonical_arguments: &str) -> String {
+/// The digest a state is bound to: method, then the name or uri, then the canonical arguments,
+/// then who asked (the authorized subject, `s…`; `-` when authorization is off), so a state
+/// sealed for one subject is "another request's" to every other (CONTRACT §8).
+pub(crate) fn binding(
+    method: &str,
+    name: &str,
+    canonical_arguments: &str,
+    subject: Option<&str>,
+) -> String {
     let mut h = Sha256::new();
-    for part in [method, name, canonical_arguments] {
+    let who = subject.map_or_else(|| "-".to_owned(), |s| format!("s{s}"));
+    for part in [method, name, canonical_arguments, &who] {
         h.update((part.len() as u64).to_le_bytes());
         h.update(part.as_bytes());
     }
@@ -137,7 +145,7 @@ mod tests {
     fn a_sealed_state_opens_only_unaltered_for_its_request_and_in_time() {
         // Goal: the MRTR requirements: integrity, binding to the request, expiry. Method:
         // seal one state, then present it altered, for another request, and expired.
-        let b = binding("tools/call", "t", "{}");
+        let b = binding("tools/call", "t", "{}", None);
         let mut answers = serde_json::Map::new();
         answers.insert("step1".into(), serde_json::json!({"action":"accept"}));
         let text = seal(&b, &answers, Duration::from_secs(60));
@@ -149,7 +157,7 @@ mod tests {
         let forged = format!("{}.{tag}", URL_SAFE_NO_PAD.encode(forged));
         assert_eq!(open(&forged, &b), Err(StateError::Tampered));
         assert_eq!(open("no-dot", &b), Err(StateError::Tampered));
-        let other = binding("tools/call", "t", "{\"a\":1}");
+        let other = binding("tools/call", "t", "{\"a\":1}", None);
         assert_eq!(open(&text, &other), Err(StateError::OtherRequest));
         let expired = seal(&b, &answers, Duration::ZERO);
         std::thread::sleep(Duration::from_millis(5));
@@ -159,7 +167,12 @@ mod tests {
     #[test]
     fn bindings_separate_their_parts() {
         // Goal: ("ab","c") and ("a","bc") are different requests. Method: compare digests.
-        assert_ne!(binding("m", "ab", "c"), binding("m", "a", "bc"));
-        assert_eq!(binding("m", "a", "b"), binding("m", "a", "b"));
+        assert_ne!(binding("m", "ab", "c", None), binding("m", "a", "bc", None));
+        assert_eq!(binding("m", "a", "b", None), binding("m", "a", "b", None));
+        // Another subject's state is another request's; none is no subject's.
+        let alice = binding("m", "a", "b", Some("alice"));
+        assert_ne!(alice, binding("m", "a", "b", Some("bob")));
+        assert_ne!(alice, binding("m", "a", "b", None));
+        assert_ne!(binding("m", "a", "b", Some("-")), binding("m", "a", "b", None));
     }
 }

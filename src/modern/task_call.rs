@@ -242,13 +242,15 @@ pub(crate) fn call_sink(
 /// `--max-tasks-per-core` tasks the call simply goes on in its request.
 pub(crate) fn augment(
     core: &Rc<ModernCore>,
+    owner: Option<&str>,
     task_sink: Option<Rc<TaskSink>>,
     work: LocalBoxFuture<'static, ProviderResult<Value>>,
 ) -> LocalBoxFuture<'static, ProviderResult<Value>> {
     let Some(sink) = task_sink else { return work };
     let core = core.clone();
     let handover = Rc::new(Handover::default());
-    monoio::spawn(run(core, sink, work, handover.clone()));
+    let owner = owner.map(Box::from);
+    monoio::spawn(run(core, owner, sink, work, handover.clone()));
     Box::pin(CallAnswer { handover })
 }
 
@@ -288,6 +290,7 @@ enum InRequest {
 /// anything else (then it becomes a task and runs to its end through `tasks::drive`).
 async fn run(
     core: Rc<ModernCore>,
+    owner: Option<Box<str>>,
     sink: Rc<TaskSink>,
     mut work: LocalBoxFuture<'static, ProviderResult<Value>>,
     handover: Rc<Handover>,
@@ -304,7 +307,7 @@ async fn run(
             return Poll::Ready(InRequest::InputNeeded);
         }
         if !synchronous {
-            match core.tasks.create(Instant::now()) {
+            match core.tasks.create(owner.as_deref(), Instant::now()) {
                 Ok(handle) => return Poll::Ready(InRequest::Task(handle)),
                 Err(e) => {
                     tracing::debug!(error = %e, "call goes on in its request");
@@ -382,13 +385,14 @@ fn task_outcome(outcome: ProviderResult<Value>) -> Result<Value, Value> {
 /// the `DetailedTask`, or the empty ack (`{"resultType":"complete"}`).
 pub(crate) fn serve(
     core: &ModernCore,
+    req: &Request<'_>,
     id: &RawId,
     method: &str,
     params: &WireValue,
     client_capabilities: &Value,
     out: &mut Vec<u8>,
-    keep_alive: bool,
 ) -> Answered {
+    let (owner, keep_alive) = (req.subject(), req.head.keep_alive);
     if !tasks::declared(Some(client_capabilities)) {
         let e = missing_extension(&format!("{method} needs the tasks extension"));
         return e.refuse(out, id, keep_alive);
@@ -398,15 +402,15 @@ pub(crate) fn serve(
     };
     let now = Instant::now();
     let answered = match method {
-        "tasks/get" => core.tasks.get(task_id, now),
+        "tasks/get" => core.tasks.get(owner, task_id, now),
         "tasks/update" => {
             let responses = match input_responses(params) {
                 Ok(responses) => responses,
                 Err(message) => return error(out, id, Code::InvalidParams, message, keep_alive),
             };
-            core.tasks.update(task_id, &responses, now).map(|()| ack())
+            core.tasks.update(owner, task_id, &responses, now).map(|()| ack())
         }
-        _ => core.tasks.cancel(task_id, now).map(|()| ack()),
+        _ => core.tasks.cancel(owner, task_id, now).map(|()| ack()),
     };
     match answered {
         Ok(result) => {

@@ -46,6 +46,7 @@ pub(crate) async fn serve(
         buf,
         out: Vec::with_capacity(4096),
         frames: Vec::with_capacity(4096),
+        auth_cache: Default::default(),
     };
     if conn.socket.handshaking() {
         let timeout = core.cfg.header_timeout;
@@ -67,7 +68,14 @@ pub(crate) async fn serve(
         let outcome = {
             let (head_bytes, rest) = conn.buf.split_at_mut(head.head.head_len);
             let body = &mut rest[..head.body_len];
-            let req = Request { socket: conn.socket.tcp(), head: &head.head, head_bytes, body };
+            let req = Request {
+                socket: conn.socket.tcp(),
+                head: &head.head,
+                head_bytes,
+                body,
+                auth_cache: &conn.auth_cache,
+                claims: None,
+            };
             endpoint::handle(&core, req, &mut conn.out).await
         };
         match outcome {

@@ -74,6 +74,8 @@ pub(crate) struct WorkerSpec {
     pub metrics: Arc<CoreMetrics>,
     pub providers: Vec<ProviderFactory>,
     pub life: Arc<Lifecycle>,
+    /// The endpoint's authorization, the same for every core (`None`: off).
+    pub auth: Option<Arc<crate::auth::Authorizer>>,
 }
 
 /// Which driver a worker got.
@@ -165,7 +167,7 @@ pub(crate) fn run(spec: WorkerSpec, ready: std::sync::mpsc::Sender<Result<Driver
 }
 
 async fn serve(spec: WorkerSpec) {
-    let WorkerSpec { index, cfg, listener, tls, inboxes, metrics, providers, life } = spec;
+    let WorkerSpec { index, cfg, listener, tls, inboxes, metrics, providers, life, auth } = spec;
     let providers: Vec<Rc<dyn Provider>> = providers.iter().map(|make| make()).collect();
     let shared = Rc::new(Core {
         registry: Registry::build(providers).await,
@@ -173,6 +175,7 @@ async fn serve(spec: WorkerSpec) {
         index,
         metrics,
         cfg,
+        auth,
         draining: Cell::new(false),
     });
     let core = Rc::new(Endpoint::new(shared));

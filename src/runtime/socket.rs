@@ -314,6 +314,9 @@ pub(super) struct Conn<'c> {
     pub(super) out: Vec<u8>,
     /// SSE frames of one batch before they become a chunk; reused by every stream.
     pub(super) frames: Vec<u8>,
+    /// The last bearer token this connection presented that validated (`auth`); a connection
+    /// handed to another core starts with an empty one there.
+    pub(super) auth_cache: crate::auth::ConnCache,
 }
 
 impl Conn<'_> {

@@ -9,11 +9,12 @@
 
 /// The CORS header lines of every answer to a listed origin, around the echoed origin. Exposed:
 /// the session id a page must send back, the resume headers of a 409 (CONTRACT §4) and SSE
-/// heads, and the `Retry-After` of a 503; `Content-Type` and `Content-Length` are readable
+/// heads, the `Retry-After` of a 503, and the `WWW-Authenticate` challenge of a 401/403 (a
+/// page's OAuth client finds the resource metadata there); `Content-Type` and `Content-Length` are readable
 /// anyway (CORS-safelisted response headers).
 const SHARE_BEFORE_ORIGIN: &[u8] = b"Access-Control-Allow-Origin: ";
 const SHARE_AFTER_ORIGIN: &[u8] = b"\r\nAccess-Control-Expose-Headers: Mcp-Session-Id, \
-    Last-Event-ID, Mcp-Stream-Resumable, Retry-After\r\nVary: Origin\r\n";
+    Last-Event-ID, Mcp-Stream-Resumable, Retry-After, WWW-Authenticate\r\nVary: Origin\r\n";
 
 /// Inserts the CORS header lines for `origin` right after the status line of the answer whose
 /// head starts at `head_start` in `out` (the body, if any, moves along: one `memmove`).

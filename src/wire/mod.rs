@@ -84,6 +84,10 @@ pub(crate) enum Status {
     NoContent,
     /// 400: the peer's request is malformed or fails a 2026-07-28 check.
     BadRequest,
+    /// 401: no valid bearer token (MCP authorization; RFC 6750 §3).
+    Unauthorized,
+    /// 403: a valid token without the scope the operation needs (`insufficient_scope`).
+    Forbidden,
     /// 404: no such method in 2026-07-28 (`-32601`), or no such session or path.
     NotFound,
     /// 405: the method is not served there (the admin listener: GET only).
@@ -103,6 +107,8 @@ impl Status {
             Status::Ok => 200,
             Status::NoContent => 204,
             Status::BadRequest => 400,
+            Status::Unauthorized => 401,
+            Status::Forbidden => 403,
             Status::NotFound => 404,
             Status::Conflict => 409,
             Status::MethodNotAllowed => 405,
@@ -164,8 +170,8 @@ pub(crate) enum Refusal {
     BadContentLength,
     /// Peer: HTTP/1.1 without Host, or Host or Origin given twice (RFC 9112 §3.2).
     BadHost,
-    /// Peer: a single-valued header (Last-Event-ID, Idempotency-Key) given twice with
-    /// different values.
+    /// Peer: a single-valued header (Last-Event-ID, Idempotency-Key, Authorization) given
+    /// twice with different values.
     ConflictingHeader,
     /// Peer: an `Mcp-*` header (Mcp-Session-Id, MCP-Protocol-Version, Mcp-Method, Mcp-Name,
     /// Mcp-Param-*) given twice with different values: 400 with HeaderMismatch, since an
@@ -191,7 +197,7 @@ pub(crate) enum Refusal {
     /// Us: running keyed calls hold `--idempotency-bytes-per-core` on this core (finished
     /// records were evicted). 503 with `Retry-After`.
     KeyBytesFull,
-    /// Peer: this client (its peer address) already runs
+    /// Peer: this client (its token's subject, else its peer address) already runs
     /// `--max-running-keyed-calls-per-client` keyed calls on this core. 429 with `Retry-After`.
     KeyedCallShare,
     /// Us: the drain ended before a connection sent its first request (it was waiting in the
@@ -298,8 +304,8 @@ impl Refusal {
             }
             Refusal::BadHost => "bad Host: missing, or Host or Origin given more than once",
             Refusal::ConflictingHeader => {
-                "conflicting duplicate header: Last-Event-ID and Idempotency-Key take a single \
-                 value"
+                "conflicting duplicate header: Last-Event-ID, Idempotency-Key and Authorization \
+                 take a single value"
             }
             Refusal::ConflictingMcpHeader => {
                 "conflicting duplicate header: an Mcp-* header (Mcp-Session-Id, \
@@ -376,6 +382,10 @@ pub(crate) enum Answer<'a> {
     /// 400 with MCP's UnsupportedProtocolVersion (-32022) listing the revisions we serve, to a
     /// request naming a revision older than any we serve.
     UnsupportedVersion { id: &'a RawId, requested: &'a str, supported: &'a [&'a str] },
+    /// An authorization refusal (MCP authorization; RFC 6750 §3): 401 (no valid token), 400
+    /// (a token in the query string) or 403 (`insufficient_scope`), with its `WWW-Authenticate`
+    /// challenge and a JSON-RPC error (-32600) saying what to do. Never names the token.
+    Challenge { status: Status, challenge: &'a str, id: Option<&'a RawId>, message: &'a str },
 }
 
 impl Answer<'_> {
@@ -437,6 +447,12 @@ impl Answer<'_> {
                 let data = Some(r#"{"inFlight":true}"#);
                 push_error_response(&mut body, Some(id), Code::HeldTooLong, message, data);
                 json(out, Status::Conflict.code(), &[], &body, keep_alive);
+            }
+            Answer::Challenge { status, challenge, id, message } => {
+                let mut body = Vec::with_capacity(96 + message.len());
+                push_error_response(&mut body, id, Code::InvalidRequest, message, None);
+                let headers: [(&str, &[u8]); 1] = [("WWW-Authenticate", challenge.as_bytes())];
+                json(out, status.code(), &headers, &body, keep_alive);
             }
             Answer::UnsupportedVersion { id, requested, supported } => {
                 let data = serde_json::json!({ "supported": supported, "requested": requested });

@@ -137,6 +137,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--get-counter", action="store_true")
     p.add_argument("--scenario", choices=["sequence", "reverse"], default="sequence")
     p.add_argument("--greet", action="store_true")
+    # A static bearer token (tidemark --auth-tokens): sent as `Authorization: Bearer` on every
+    # request, as an MCP client holding an access token does.
+    p.add_argument("--bearer-token")
     args = p.parse_args()
     for name in ("steps", "delay_ms", "min_resumes"):
         if getattr(args, name) < 0:
@@ -383,9 +386,15 @@ async def run_reverse(client: Client, args: argparse.Namespace, wire: Wire) -> d
     return {"version": version, "era": era, "summary": summary}
 
 
-async def check_terminated(url: str, session_id: str, version: str, wire: Wire) -> None:
+def auth_headers(args: argparse.Namespace) -> dict[str, str]:
+    return {"authorization": f"Bearer {args.bearer_token}"} if args.bearer_token else {}
+
+
+async def check_terminated(
+    url: str, session_id: str, version: str, wire: Wire, headers: dict[str, str]
+) -> None:
     check(wire.deletes == 1, f"close: expected 1 DELETE, saw {wire.deletes}")
-    async with httpx2.AsyncClient(timeout=10) as http:
+    async with httpx2.AsyncClient(timeout=10, headers=headers) as http:
         r = await http.post(
             url,
             headers={
@@ -404,6 +413,7 @@ async def main(args: argparse.Namespace, wire: Wire) -> None:
         # The SDK offers LATEST_HANDSHAKE_VERSION, read from this module at call time.
         mcp_client_session.LATEST_HANDSHAKE_VERSION = args.protocol_version
     http = httpx2.AsyncClient(
+        headers=auth_headers(args),
         timeout=httpx2.Timeout(30.0, read=300.0),
         event_hooks={"request": [wire.on_request], "response": [wire.on_response]},
     )
@@ -427,7 +437,7 @@ async def main(args: argparse.Namespace, wire: Wire) -> None:
             r = await run_scenario(client, args, wire)
         # Leaving the Client context sends the DELETE (terminate_on_close).
         if r["era"] == "legacy":
-            await check_terminated(args.url, wire.session_id or "", r["version"], wire)
+            await check_terminated(args.url, wire.session_id or "", r["version"], wire, auth_headers(args))
     elapsed_ms = int((time.monotonic() - started) * 1000)
     print(
         f"[{args.label}] ok: mode={mode_shown} era={r['era']} version={r['version']} {r['summary']} "

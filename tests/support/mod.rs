@@ -48,8 +48,9 @@ impl Server {
         Server::spawn(command)
     }
 
-    /// Runs `command` (the binary, or a shell that execs it) and reads its banner.
-    fn spawn(mut command: Command) -> Server {
+    /// Runs `command` (the binary, or a shell that execs it) and reads its banner; its stderr
+    /// is inherited unless the command set it (a test that reads the log).
+    pub fn spawn(mut command: Command) -> Server {
         let mut child = command.stdout(Stdio::piped()).spawn().expect("spawn tidemark");
         let stdout = child.stdout.take().expect("stdout");
         let mut line = String::new();

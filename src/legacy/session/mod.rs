@@ -296,6 +296,10 @@ pub struct Session {
     /// Server→client requests awaiting the client's POSTed answer: id → (stream, slot).
     pub pending_client: FastMap<u64, PendingClientRequest>,
     next_client_request: u64,
+    /// The subject whose token opened the session (`None`: authorization is off). A request
+    /// naming the session with another subject's token, or none, finds no session (CONTRACT
+    /// §8: 404, as for an unknown id); a new token of the same subject continues it.
+    pub subject: Option<Box<str>>,
     /// DELETEd or expired: writers end, tools stop.
     pub closed: bool,
     /// POSTs held at the migration boundary right now (`--max-held-per-session`).
@@ -381,6 +385,7 @@ impl Session {
             settled_order: std::collections::VecDeque::new(),
             pending_client: FastMap::default(),
             next_client_request: 1,
+            subject: None,
             closed: false,
             held_posts: 0,
             streams_max: cfg.streams_per_session_max,

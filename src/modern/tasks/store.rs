@@ -79,14 +79,20 @@ impl TaskStore {
 
     /// A new `working` task, present in the store (so `tasks/get` resolves it) before the
     /// caller answers with its `create_result` (SEP-2663 §Task Creation: strongly consistent).
-    pub(crate) fn create(&self, now: Instant) -> Result<TaskHandle, TaskError> {
+    /// `owner`: the subject whose token created it (`None`: authorization is off); only the
+    /// same subject finds it again.
+    pub(crate) fn create(
+        &self,
+        owner: Option<&str>,
+        now: Instant,
+    ) -> Result<TaskHandle, TaskError> {
         self.expire(now);
         if self.len() >= self.limits().tasks_max {
             self.inner.shared.metrics.limit_tasks.inc();
             return Err(TaskError::Full);
         }
         let id = TaskId::generate(self.inner.node, self.inner.core)?;
-        let task = Rc::new(Task::new(id, SystemTime::now()));
+        let task = Rc::new(Task::new(id, owner.map(Box::from), SystemTime::now()));
         let mut tasks = self.inner.tasks.borrow_mut();
         if tasks.contains_key(&id.random) {
             // 128 random bits collided: the OS source is broken; never overwrite a task.
@@ -107,8 +113,13 @@ impl TaskStore {
     }
 
     /// The `tasks/get` result (`DetailedTask` with `resultType: "complete"`).
-    pub(crate) fn get(&self, task_id: &str, now: Instant) -> Result<Value, TaskError> {
-        let task = self.find(task_id, now)?;
+    pub(crate) fn get(
+        &self,
+        owner: Option<&str>,
+        task_id: &str,
+        now: Instant,
+    ) -> Result<Value, TaskError> {
+        let task = self.find(owner, task_id, now)?;
         Ok(task.detailed(self.limits()))
     }
 
@@ -117,11 +128,12 @@ impl TaskStore {
     /// A task that is not running ignores them all. The ack is the caller's.
     pub(crate) fn update(
         &self,
+        owner: Option<&str>,
         task_id: &str,
         responses: &Map<String, Value>,
         now: Instant,
     ) -> Result<(), TaskError> {
-        let task = self.find(task_id, now)?;
+        let task = self.find(owner, task_id, now)?;
         let mut delivered = false;
         let mut inputs = task.inputs.borrow_mut();
         for (key, answer) in responses {
@@ -145,8 +157,13 @@ impl TaskStore {
 
     /// `tasks/cancel`: a running task becomes `cancelled` at once and its tool is signalled
     /// (the runner drops it); a finished task is left as it is (the ack is idempotent).
-    pub(crate) fn cancel(&self, task_id: &str, now: Instant) -> Result<(), TaskError> {
-        let task = self.find(task_id, now)?;
+    pub(crate) fn cancel(
+        &self,
+        owner: Option<&str>,
+        task_id: &str,
+        now: Instant,
+    ) -> Result<(), TaskError> {
+        let task = self.find(owner, task_id, now)?;
         if task.is_running() {
             *task.phase.borrow_mut() = Phase::Cancelled;
             *task.status_message.borrow_mut() = Some("cancelled by tasks/cancel".into());
@@ -181,7 +198,14 @@ impl TaskStore {
         task.signal_cancel();
     }
 
-    fn find(&self, task_id: &str, now: Instant) -> Result<Rc<Task>, TaskError> {
+    /// The task `task_id` names when `owner` created it: another subject's task (or one made
+    /// with a token, named without one) is not found, exactly as an unknown id (CONTRACT §8).
+    fn find(
+        &self,
+        owner: Option<&str>,
+        task_id: &str,
+        now: Instant,
+    ) -> Result<Rc<Task>, TaskError> {
         self.expire(now);
         let id = TaskId::parse(task_id).ok_or(TaskError::NotFound)?;
         if id.node != self.inner.node {
@@ -190,7 +214,12 @@ impl TaskStore {
         if id.core != self.inner.core {
             return Err(TaskError::NotFound);
         }
-        self.inner.tasks.borrow().get(&id.random).cloned().ok_or(TaskError::NotFound)
+        let task = self.inner.tasks.borrow().get(&id.random).cloned().ok_or(TaskError::NotFound)?;
+        if task.owner.as_deref() != owner {
+            self.inner.shared.metrics.auth_foreign_subject.inc();
+            return Err(TaskError::NotFound);
+        }
+        Ok(task)
     }
 }
 

@@ -73,7 +73,7 @@ fn a_new_task_is_working_and_its_create_result_is_flat() {
     // tasks-wire-fields, tasks-request-state-removal). Method: create, inspect keys.
     let store = store();
     let now = Instant::now();
-    let handle = store.create(now).expect("room");
+    let handle = store.create(None, now).expect("room");
     let created = handle.create_result();
     assert_eq!(
         keys(&created),
@@ -88,7 +88,7 @@ fn a_new_task_is_working_and_its_create_result_is_flat() {
     assert_eq!(at.len(), "2026-07-28T00:00:00.000Z".len());
     assert_eq!((&at[4..5], &at[10..11], &at[23..]), ("-", "T", "Z"));
     // Strongly consistent: tasks/get resolves before anyone answers the client.
-    let got = store.get(&handle.id().to_string(), now).expect("present");
+    let got = store.get(None, &handle.id().to_string(), now).expect("present");
     assert_eq!(got["resultType"], "complete");
     assert_eq!(got["status"], "working");
     assert_eq!(keys(&got), keys(&created));
@@ -100,17 +100,17 @@ fn a_completed_task_inlines_the_result_and_a_failed_one_the_error() {
     // no `result` (tasks-lifecycle). Method: finish two tasks, get them.
     let store = store();
     let now = Instant::now();
-    let ok = store.create(now).expect("room");
+    let ok = store.create(None, now).expect("room");
     let tool_error = json!({ "content": [{ "type": "text", "text": "boom" }], "isError": true });
     ok.complete(tool_error.clone());
-    let got = store.get(&ok.id().to_string(), now).expect("present");
+    let got = store.get(None, &ok.id().to_string(), now).expect("present");
     assert_eq!(got["status"], "completed");
     assert_eq!(got["result"], tool_error);
     assert!(got.get("error").is_none() && got.get("inputRequests").is_none());
 
-    let bad = store.create(now).expect("room");
+    let bad = store.create(None, now).expect("room");
     bad.fail(error_object(-32603, "tool panicked", None));
-    let got = store.get(&bad.id().to_string(), now).expect("present");
+    let got = store.get(None, &bad.id().to_string(), now).expect("present");
     assert_eq!(got["status"], "failed");
     assert_eq!(got["error"], json!({ "code": -32603, "message": "tool panicked" }));
     assert_eq!(got["statusMessage"], "tool panicked");
@@ -118,8 +118,8 @@ fn a_completed_task_inlines_the_result_and_a_failed_one_the_error() {
     // A finished task does not change again.
     bad.complete(json!({ "content": [] }));
     ok.fail(error_object(-1, "late", None));
-    assert_eq!(store.get(&bad.id().to_string(), now).expect("present")["status"], "failed");
-    assert_eq!(store.get(&ok.id().to_string(), now).expect("present")["status"], "completed");
+    assert_eq!(store.get(None, &bad.id().to_string(), now).expect("present")["status"], "failed");
+    assert_eq!(store.get(None, &ok.id().to_string(), now).expect("present")["status"], "completed");
 }
 
 #[test]
@@ -128,33 +128,36 @@ fn cancel_settles_a_running_task_and_is_idempotent_on_a_finished_one() {
     // terminal task it changes nothing but still succeeds; an unknown id is NotFound.
     let store = store();
     let now = Instant::now();
-    let running = store.create(now).expect("room");
+    let running = store.create(None, now).expect("room");
     let (wakes, waker) = counting_waker();
     let mut signal = Box::pin(running.cancelled());
     assert!(poll_once(&mut signal, &waker).is_pending());
     let id = running.id().to_string();
-    store.cancel(&id, now).expect("known");
+    store.cancel(None, &id, now).expect("known");
     assert_eq!(wakes.0.load(Ordering::SeqCst), 1);
     assert!(poll_once(&mut signal, &waker).is_ready());
     assert!(running.is_cancelled());
-    let got = store.get(&id, now).expect("present");
+    let got = store.get(None, &id, now).expect("present");
     assert_eq!(got["status"], "cancelled");
     assert!(got.get("result").is_none() && got.get("error").is_none());
     running.complete(json!({ "content": [] }));
-    assert_eq!(store.get(&id, now).expect("present")["status"], "cancelled");
-    store.cancel(&id, now).expect("idempotent");
+    assert_eq!(store.get(None, &id, now).expect("present")["status"], "cancelled");
+    store.cancel(None, &id, now).expect("idempotent");
 
-    let done = store.create(now).expect("room");
+    let done = store.create(None, now).expect("room");
     done.complete(json!({ "content": [] }));
-    store.cancel(&done.id().to_string(), now).expect("idempotent on terminal");
+    store.cancel(None, &done.id().to_string(), now).expect("idempotent on terminal");
     assert!(!done.is_cancelled());
-    assert_eq!(store.get(&done.id().to_string(), now).expect("present")["status"], "completed");
+    assert_eq!(
+        store.get(None, &done.id().to_string(), now).expect("present")["status"],
+        "completed"
+    );
 
     let foreign = TaskId { node: 0, core: 8, random: done.id().random }.to_string();
     for unknown in ["tasks-conformance-nonexistent-12345", "gate-test", foreign.as_str()] {
-        assert_eq!(store.cancel(unknown, now), Err(TaskError::NotFound));
-        assert_eq!(store.get(unknown, now), Err(TaskError::NotFound));
-        assert_eq!(store.update(unknown, &Map::new(), now), Err(TaskError::NotFound));
+        assert_eq!(store.cancel(None, unknown, now), Err(TaskError::NotFound));
+        assert_eq!(store.get(None, unknown, now), Err(TaskError::NotFound));
+        assert_eq!(store.update(None, unknown, &Map::new(), now), Err(TaskError::NotFound));
     }
 }
 
@@ -165,7 +168,7 @@ fn input_requests_are_listed_until_answered_one_at_a_time() {
     // makes it working again; unknown and repeated keys are ignored (tasks-mrtr-input).
     let store = store();
     let now = Instant::now();
-    let handle = store.create(now).expect("room");
+    let handle = store.create(None, now).expect("room");
     let id = handle.id().to_string();
     let mut first =
         handle.request_input("elicitation/create", json!({ "message": "1" })).expect("room");
@@ -175,7 +178,7 @@ fn input_requests_are_listed_until_answered_one_at_a_time() {
     assert!(poll_once(&mut first, &waker).is_pending());
     assert!(poll_once(&mut second, &waker).is_pending());
 
-    let got = store.get(&id, now).expect("present");
+    let got = store.get(None, &id, now).expect("present");
     assert_eq!(got["status"], "input_required");
     assert_eq!(input_keys(&got), ["input-1", "input-2"]);
     assert_eq!(
@@ -186,27 +189,28 @@ fn input_requests_are_listed_until_answered_one_at_a_time() {
     let answer = json!({ "action": "accept", "content": { "confirm": true } });
     store
         .update(
+            None,
             &id,
             &responses(&[("input-1", answer.clone()), ("unknown-key", json!({ "ignored": true }))]),
             now,
         )
         .expect("known");
     assert_eq!(wakes.0.load(Ordering::SeqCst), 1);
-    let got = store.get(&id, now).expect("present");
+    let got = store.get(None, &id, now).expect("present");
     assert_eq!(got["status"], "input_required");
     assert_eq!(input_keys(&got), ["input-2"]);
     assert_eq!(poll_once(&mut first, &waker), Poll::Ready(Ok(answer.clone())));
 
     // A repeated answer to a key already taken is ignored.
-    store.update(&id, &responses(&[("input-1", json!("again"))]), now).expect("known");
-    store.update(&id, &responses(&[("input-2", answer.clone())]), now).expect("known");
-    assert_eq!(store.get(&id, now).expect("present")["status"], "working");
+    store.update(None, &id, &responses(&[("input-1", json!("again"))]), now).expect("known");
+    store.update(None, &id, &responses(&[("input-2", answer.clone())]), now).expect("known");
+    assert_eq!(store.get(None, &id, now).expect("present")["status"], "working");
     assert_eq!(poll_once(&mut second, &waker), Poll::Ready(Ok(answer)));
     // Keys are never reused.
     let third = handle.request_input("elicitation/create", json!({})).expect("room");
-    assert_eq!(input_keys(&store.get(&id, now).expect("present")), ["input-3"]);
+    assert_eq!(input_keys(&store.get(None, &id, now).expect("present")), ["input-3"]);
     drop(third);
-    assert_eq!(store.get(&id, now).expect("present")["status"], "working");
+    assert_eq!(store.get(None, &id, now).expect("present")["status"], "working");
 }
 
 #[test]
@@ -216,7 +220,7 @@ fn input_requests_stop_at_the_limit_and_end_with_the_task() {
     // task takes no new ones. Method: limit 2.
     let (store, metrics) = counted_store();
     let now = Instant::now();
-    let handle = store.create(now).expect("room");
+    let handle = store.create(None, now).expect("room");
     let mut a = handle.request_input("elicitation/create", json!({})).expect("1 of 2");
     let _b = handle.request_input("elicitation/create", json!({})).expect("2 of 2");
     assert!(matches!(
@@ -226,12 +230,12 @@ fn input_requests_stop_at_the_limit_and_end_with_the_task() {
     assert_eq!(metrics.limit_task_input_requests.get(), 1);
     let (wakes, waker) = counting_waker();
     assert!(poll_once(&mut a, &waker).is_pending());
-    store.cancel(&handle.id().to_string(), now).expect("known");
+    store.cancel(None, &handle.id().to_string(), now).expect("known");
     assert_eq!(wakes.0.load(Ordering::SeqCst), 1);
     assert_eq!(poll_once(&mut a, &waker), Poll::Ready(Err(TaskError::Cancelled)));
     assert!(matches!(handle.request_input("x", json!({})), Err(TaskError::Cancelled)));
     assert!(store
-        .get(&handle.id().to_string(), now)
+        .get(None, &handle.id().to_string(), now)
         .expect("present")
         .get("inputRequests")
         .is_none());
@@ -244,17 +248,17 @@ fn the_store_holds_at_most_max_tasks_and_refuses_rather_than_evicts() {
     // is room again. Method: limit 3, a controlled clock.
     let (store, metrics) = counted_store();
     let t0 = Instant::now();
-    let first = store.create(t0).expect("1");
+    let first = store.create(None, t0).expect("1");
     first.complete(json!({ "content": [] }));
-    store.create(t0 + Duration::from_secs(1)).expect("2");
-    store.create(t0 + Duration::from_secs(2)).expect("3");
+    store.create(None, t0 + Duration::from_secs(1)).expect("2");
+    store.create(None, t0 + Duration::from_secs(2)).expect("3");
     assert_eq!(store.len(), 3);
-    assert!(matches!(store.create(t0 + Duration::from_secs(3)), Err(TaskError::Full)));
+    assert!(matches!(store.create(None, t0 + Duration::from_secs(3)), Err(TaskError::Full)));
     assert_eq!((metrics.limit_tasks.get(), metrics.tasks_created_total.get()), (1, 3));
-    assert!(store.create(t0 + Duration::from_secs(10) + Duration::from_millis(1)).is_ok());
+    assert!(store.create(None, t0 + Duration::from_secs(10) + Duration::from_millis(1)).is_ok());
     assert_eq!(store.len(), 3);
     assert_eq!(
-        store.get(&first.id().to_string(), t0 + Duration::from_secs(11)),
+        store.get(None, &first.id().to_string(), t0 + Duration::from_secs(11)),
         Err(TaskError::NotFound)
     );
 }
@@ -266,12 +270,12 @@ fn a_task_lives_exactly_its_retention_and_a_running_one_is_cancelled_at_its_end(
     // result is dropped. Method: a controlled clock.
     let store = store();
     let t0 = Instant::now();
-    let handle = store.create(t0).expect("room");
+    let handle = store.create(None, t0).expect("room");
     let id = handle.id().to_string();
     let ttl = Duration::from_secs(10);
-    assert!(store.get(&id, t0 + ttl).is_ok());
+    assert!(store.get(None, &id, t0 + ttl).is_ok());
     assert!(!handle.is_cancelled());
-    assert_eq!(store.get(&id, t0 + ttl + Duration::from_millis(1)), Err(TaskError::NotFound));
+    assert_eq!(store.get(None, &id, t0 + ttl + Duration::from_millis(1)), Err(TaskError::NotFound));
     assert!(handle.is_cancelled());
     assert_eq!(store.len(), 0);
     handle.complete(json!({ "content": [{ "type": "text", "text": "late" }] }));
@@ -287,14 +291,14 @@ fn results_are_counted_against_the_byte_budget() {
     let t0 = Instant::now();
     let half = json!("x".repeat(498)); // 500 bytes serialized
     assert_eq!(json_len(&half), 500);
-    let a = store.create(t0).expect("room");
+    let a = store.create(None, t0).expect("room");
     a.complete(half.clone());
-    let b = store.create(t0).expect("room");
+    let b = store.create(None, t0).expect("room");
     b.complete(half);
     assert_eq!(store.bytes(), 1000);
-    let c = store.create(t0 + Duration::from_secs(1)).expect("room");
+    let c = store.create(None, t0 + Duration::from_secs(1)).expect("room");
     c.complete(json!(""));
-    let got = store.get(&c.id().to_string(), t0 + Duration::from_secs(1)).expect("present");
+    let got = store.get(None, &c.id().to_string(), t0 + Duration::from_secs(1)).expect("present");
     assert_eq!(got["status"], "failed");
     assert_eq!(got["error"]["code"], json!(-32603));
     assert!(got["error"]["message"].as_str().expect("text").contains("--task-bytes-per-core"));
@@ -315,12 +319,12 @@ fn drive_completes_fails_or_drops_the_tool() {
     let now = Instant::now();
     let (_, waker) = counting_waker();
 
-    let ok = store.create(now).expect("room");
+    let ok = store.create(None, now).expect("room");
     let mut run = Box::pin(drive(ok.clone(), async { Ok(json!({ "content": [] })) }));
     assert!(poll_once(&mut run, &waker).is_ready());
     assert_eq!(ok.status(), Status::Completed);
 
-    let err = store.create(now).expect("room");
+    let err = store.create(None, now).expect("room");
     let mut run = Box::pin(drive(err.clone(), async { Err(error_object(-32603, "x", None)) }));
     assert!(poll_once(&mut run, &waker).is_ready());
     assert_eq!(err.status(), Status::Failed);
@@ -333,7 +337,7 @@ fn drive_completes_fails_or_drops_the_tool() {
     }
     let dropped = Rc::new(Cell::new(false));
     let flag = DropFlag(dropped.clone());
-    let slow = store.create(now).expect("room");
+    let slow = store.create(None, now).expect("room");
     let (wakes, waker) = counting_waker();
     let mut run = Box::pin(drive(slow.clone(), async move {
         let _flag = flag;
@@ -341,7 +345,7 @@ fn drive_completes_fails_or_drops_the_tool() {
     }));
     assert!(poll_once(&mut run, &waker).is_pending());
     assert!(!dropped.get());
-    store.cancel(&slow.id().to_string(), now).expect("known");
+    store.cancel(None, &slow.id().to_string(), now).expect("known");
     assert_eq!(wakes.0.load(Ordering::SeqCst), 1);
     assert!(poll_once(&mut run, &waker).is_ready());
     drop(run);

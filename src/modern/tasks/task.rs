@@ -69,6 +69,8 @@ const INPUT_KEY_PREFIX: &str = "input-";
 /// One task. Lives in its core's store and in the handle of the tool that runs it.
 pub(super) struct Task {
     pub(super) id: TaskId,
+    /// The subject whose token created the task (`None`: authorization is off).
+    pub(super) owner: Option<Box<str>>,
     created_at: SystemTime,
     updated_at: Cell<SystemTime>,
     pub(super) phase: RefCell<Phase>,
@@ -89,9 +91,10 @@ pub(super) struct Task {
 
 impl Task {
     /// A `working` task created at `wall`, with no inputs, no result and no bytes counted.
-    pub(super) fn new(id: TaskId, wall: SystemTime) -> Task {
+    pub(super) fn new(id: TaskId, owner: Option<Box<str>>, wall: SystemTime) -> Task {
         Task {
             id,
+            owner,
             created_at: wall,
             updated_at: Cell::new(wall),
             phase: RefCell::new(Phase::Running),

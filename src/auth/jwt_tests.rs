@@ -15,9 +15,9 @@ use jsonwebtoken::jwk::Jwk;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{json, Value};
 
+use super::claims::{Claims, TokenError, TokenVerifier};
 use super::jwks::{Jwks, JwksSettings, KeySet};
 use super::jwt::{JwtSettings, JwtVerifier};
-use super::{TokenError, TokenVerifier};
 use crate::config::{Config, AUTH_TOKEN_BYTES_MAX, JWKS_BYTES_MAX};
 
 const RSA_A: &str = include_str!("../../tests/auth/keys/rsa-a.pem");
@@ -104,7 +104,7 @@ fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
-fn verify(verifier: &JwtVerifier, token: &str) -> Result<super::Claims, TokenError> {
+fn verify(verifier: &JwtVerifier, token: &str) -> Result<Claims, TokenError> {
     verifier.verify(token, SystemTime::now())
 }
 
