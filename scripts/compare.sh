@@ -9,8 +9,10 @@
 # `stream` against each server, alternating tidemark and rmcp run by run so drift on the shared
 # VM hits both alike, plus the bare-HTTP `ping` baseline against tidemark, and tidemark's
 # stateless 2026-07-28 echo (`modern`: no session) next to its legacy `echo`, before it in odd
-# runs and after it in even ones. Each server runs one worker thread on --server-cpu; the load
-# generator runs on --load-cpu (taskset).
+# runs and after it in even ones, and tidemark's echo with authorization on (`tidemark-auth`:
+# --auth-tokens on the server, a bearer token on every request) next to it, the ratio
+# tidemark-auth/tidemark being what authorization costs. Each server runs one worker thread on
+# --server-cpu; the load generator runs on --load-cpu (taskset).
 #
 # Output (default target/bench/): compare.md (medians, the tidemark/rmcp and modern/echo ratio
 # tables and the echo/ping ratio, ready for the README), compare.json, compare-echo.svg,
@@ -79,21 +81,32 @@ fi
 
 
 FAILED=0
+# The token of the tidemark-auth runs: made up here, in a file only the server reads.
+AUTH_TOKENS="$OUT/compare-auth-tokens"
+AUTH_TOKEN="compare-$$-$RANDOM$RANDOM"
+printf '# compare.sh: the tidemark-auth runs\n%s compare-load\n' "$AUTH_TOKEN" >"$AUTH_TOKENS"
+chmod 600 "$AUTH_TOKENS"
+
 # one SERVER SCENARIO RUN LOAD_ARGS...
 one() {
     local server="$1" scenario="$2" run="$3"
     shift 3
     local log="$OUT/logs/compare-$scenario-$server-$run"
+    local auth_args=()
     case "$server" in
         tidemark)
             start_server "$log.server.log" "${PIN_SERVER[@]}" "$TIDEMARK_BIN" \
                 --listen 127.0.0.1:0 --threads 1 --tools demo ;;
+        tidemark-auth)
+            start_server "$log.server.log" "${PIN_SERVER[@]}" "$TIDEMARK_BIN" \
+                --listen 127.0.0.1:0 --threads 1 --tools demo --auth-tokens "$AUTH_TOKENS"
+            auth_args=(--bearer-token "$AUTH_TOKEN") ;;
         rmcp)
             start_server "$log.server.log" "${PIN_SERVER[@]}" "$PEER_BIN" \
                 --listen 127.0.0.1:0 --threads 1 ;;
     esac
     echo "== $scenario against $server, run $run/$RUNS"
-    if ! "${PIN_LOAD[@]}" "$LOAD_BIN" "$scenario" "$@" --url "$SERVER_URL" --label "$server" \
+    if ! "${PIN_LOAD[@]}" "$LOAD_BIN" "$scenario" "$@" "${auth_args[@]}" --url "$SERVER_URL" --label "$server" \
         --duration "$DURATION" --warmup "$WARMUP" --quiet \
         --json "$RUNS_DIR/$scenario-$server-$run.json" >"$log.load.log" 2>&1; then
         echo "   FAILED (see $log.load.log)"
@@ -111,6 +124,8 @@ for run in $(seq 1 "$RUNS"); do
     for server in "${order[@]}"; do
         one "$server" echo "$run" --connections "$CONNECTIONS"
     done
+    # Authorization's cost: right after tidemark's own echo in odd runs, before it in even ones.
+    one tidemark-auth echo "$run" --connections "$CONNECTIONS"
     if [ $((run % 2)) = 0 ]; then one tidemark modern "$run" --connections "$CONNECTIONS"; fi
     for server in "${order[@]}"; do
         one "$server" stream "$run" --connections 16 --steps "$STEPS"
@@ -119,7 +134,7 @@ for run in $(seq 1 "$RUNS"); do
 done
 
 FILES=("$RUNS_DIR"/*-tidemark-*.json "$RUNS_DIR"/*-rmcp-*.json) # tidemark's rows first
-"$LOAD_BIN" report --ratio tidemark/rmcp --ratio modern/echo --markdown "$OUT/compare.md.tmp" \
+"$LOAD_BIN" report --ratio tidemark/rmcp --ratio tidemark-auth/tidemark --ratio modern/echo --markdown "$OUT/compare.md.tmp" \
     --json "$OUT/compare.json" --title "tidemark vs rmcp (median runs)" "${FILES[@]}" >/dev/null
 "$LOAD_BIN" plot --out "$OUT/compare-echo.svg" --title "echo: tidemark vs rmcp, every run" \
     "$RUNS_DIR"/echo-*.json "$RUNS_DIR"/modern-*.json "$RUNS_DIR"/ping-*.json
