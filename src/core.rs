@@ -16,8 +16,8 @@ use std::sync::Arc;
 use crate::config::Config;
 use crate::dispatch::Registry;
 use crate::http::RequestHead;
-use crate::metrics::CoreMetrics;
-use crate::wire::jsonrpc::RawId;
+use crate::metrics::{CoreMetrics, RequestLabel};
+use crate::wire::jsonrpc::{Body, Message, RawId};
 use crate::wire::{Answer, Code, Refusal};
 
 /// One core's view of the server, shared by both eras.
@@ -39,6 +39,9 @@ pub(crate) struct Request<'a> {
     pub(crate) head: &'a RequestHead,
     pub(crate) head_bytes: &'a [u8],
     pub(crate) body: &'a mut [u8],
+    /// What the request is, for `tidemark_request_duration_seconds`: set by the era that
+    /// decodes it, read by the connection once it is answered.
+    pub(crate) label: &'a Cell<RequestLabel>,
 }
 
 impl Request<'_> {
@@ -53,6 +56,16 @@ impl Request<'_> {
     /// The bytes of a header the head parser found (`None`: absent).
     pub(crate) fn header(&self, r: &Option<Range<usize>>) -> Option<&[u8]> {
         r.as_ref().map(|r| &self.head_bytes[r.clone()])
+    }
+}
+
+/// The `method` label of a decoded body (`metrics::RequestLabel`): a request's method, any
+/// notification as `notification`, anything else (responses, batches) as `other`.
+pub(crate) fn label_method(body: &Body) -> &str {
+    match body {
+        Body::Single(Message::Request { method, .. }) => method,
+        Body::Single(Message::Notification { .. }) => "notification",
+        _ => "other",
     }
 }
 

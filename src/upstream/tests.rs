@@ -80,7 +80,7 @@ fn bridge(spec: &str, prefixed: bool) -> Bridge {
         kill_grace: Duration::from_millis(10),
     });
     let spec = UpstreamSpec::parse(spec).expect("parses");
-    Bridge::new(&spec, prefixed, settings, Arc::new(ProcessCount::default()))
+    Bridge::new(&spec, 0, prefixed, settings, Arc::new(ProcessCount::default()))
 }
 
 #[test]
