@@ -25,23 +25,26 @@
 #                package, apt-installed) on the configuration deploy/haproxy-config generates:
 #                the official clients of both eras and cut streams through it, re-POST 409,
 #                keyed re-issue across instances, tasks/get, a node drained mid-call
+#   metrics      scripts/metrics.sh: `promtool check metrics` on the exposition, the Grafana
+#                dashboard's names exist, and a real Prometheus (Debian's package,
+#                apt-installed) scraping during a load run: rates, p99 and counts as the load says
 #   --only SUITES  run only these (comma-separated: cargo,clients,browser,bridge,
-#                conformance,fault,fuzz,haproxy)
+#                conformance,fault,fuzz,haproxy,metrics)
 #
 # Needs cargo, python3 (with venv), node/npm (any version npm runs on; Node 22 is installed from
 # npm into .cache/); installs everything else into .cache/ (and Debian's chromium and haproxy,
-# with apt).
+# with apt; and prometheus).
 # Prints one line per suite and a final `suites: N passed, M failed`; exit 0 only when all passed.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ALL_SUITES="cargo,clients,browser,bridge,conformance,fault,fuzz,haproxy"
+ALL_SUITES="cargo,clients,browser,bridge,conformance,fault,fuzz,haproxy,metrics"
 
 only="$ALL_SUITES"
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --only) only="${2:?--only needs a value}"; shift 2 ;;
-        --help) sed -n '2,36s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        --help) sed -n '2,40s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "test.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -74,6 +77,7 @@ for s in "${selected[@]}"; do
         fault) scripts/fault.sh || rc=$? ;;
         fuzz) scripts/fuzz.sh --seconds 20 || rc=$? ;;
         haproxy) scripts/haproxy.sh || rc=$? ;;
+        metrics) scripts/metrics.sh || rc=$? ;;
     esac
     secs=$((SECONDS - start))
     if [ "$rc" = 0 ]; then

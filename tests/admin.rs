@@ -250,6 +250,14 @@ fn request_durations_are_counted_by_era_and_method_and_the_stream_gauges_sampled
             let sample = format!("tidemark_request_duration_seconds_count{{{labels}}}");
             support::metric(text, &sample)
         };
+        // A request is counted once its answer is written: the client may read it first.
+        let ping_counted =
+            r#"tidemark_request_duration_seconds_count{era="legacy",method="ping"} 1"#;
+        wait_until(Duration::from_secs(2), &format!("{driver}: the ping counted"), || {
+            let text = fetch(server.admin, "GET", "/metrics").1;
+            let calls = format!("_count{{era=\"legacy\",method=\"tools/call\"}} {CALLS}\n");
+            text.contains(ping_counted) && text.contains(&calls)
+        });
         let (_, text) = fetch(server.admin, "GET", "/metrics");
         assert_eq!(count(&text, r#"era="legacy",method="initialize""#), 1, "{driver}");
         assert_eq!(count(&text, r#"era="legacy",method="notification""#), 1, "{driver}");
