@@ -701,6 +701,11 @@ fn seed_case_2_new_post_never_overtakes_the_replayed_tail() {
             metric(&m1, "tidemark_replays_total") >= metric(&m0, "tidemark_replays_total") + 100,
             "{driver}"
         );
+        // Every held POST's wait and every resume's replayed events were observed.
+        let held = "tidemark_post_held_seconds_count";
+        assert!(metric(&m1, held) >= metric(&m0, held) + 50, "{driver}: held waits timed");
+        let replayed = "tidemark_resume_replay_events_count";
+        assert!(metric(&m1, replayed) >= metric(&m0, replayed) + 100, "{driver}: replays sized");
     }
 }
 
