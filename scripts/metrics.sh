@@ -9,7 +9,8 @@
 #      when missing, as curl, through sudo when not root) scrapes it every second from a temp config and
 #      data directory while `tidemark-load echo` runs --duration seconds of calls over
 #      --connections connections; then its HTTP API (/api/v1/query) must say that:
-#      - rate(tidemark_requests_total[3s]) was above zero mid-load and is zero after it;
+#      - rate(tidemark_requests_total[3s]) was above zero mid-load (within 50 % of the load's
+#        mean calls/s) and is zero after it;
 #      - histogram_quantile(0.99, ...tidemark_request_duration_seconds_bucket{method="tools/call"})
 #        was a number above zero and at most the load's own p99 (the server's time is within the
 #        client's) times the widest bucket ratio (2.5, interpolation inside a bucket), and is
@@ -32,7 +33,7 @@ DASHBOARD="$ROOT/deploy/grafana-dashboard.json"
 duration=6
 connections=8
 build=1
-usage() { sed -n '2,26s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,27s/^# \{0,1\}//p' "$0"; }
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --duration) duration="${2:?--duration needs a value}"; shift 2 ;;
@@ -201,8 +202,8 @@ echo "  load: $load_calls calls, client p99 ${load_p99_us} us; Prometheus: tools
 is() { python3 -c "import math, sys; x = float(sys.argv[1]); sys.exit(0 if ($1) else 1)" "$2"; }
 check "rate(tidemark_requests_total) above zero mid-load" is 'x > 0' "$rate_mid"
 check "rate(tidemark_requests_total) zero after the load" is 'x == 0' "$rate_idle"
-check "mid-load rate within 25% of the load's calls/s" \
-    is "abs(x - $load_calls / $duration) <= 0.25 * $load_calls / $duration" "$rate_mid"
+check "mid-load rate within 50% of the load's mean calls/s" \
+    is "abs(x - $load_calls / $duration) <= 0.5 * $load_calls / $duration" "$rate_mid"
 check "p99 of tools/call mid-load above zero, within the client's p99 x 2.5" \
     is "0 < x <= $load_p99_us / 1e6 * 2.5" "$p99_mid"
 check "p99 of tools/call NaN without calls" is 'math.isnan(x)' "$p99_idle"
