@@ -29,23 +29,26 @@
 #   auth         scripts/auth.sh: a real OAuth authorization server (oidc-provider, npm) issuing
 #                JWT access tokens; the verifier checks them through its JWKS URL, across a
 #                key rotation
+#   metrics      scripts/metrics.sh: `promtool check metrics` on the exposition, the Grafana
+#                dashboard's names exist, and a real Prometheus (Debian's package,
+#                apt-installed) scraping during a load run: rates, p99 and counts as the load says
 #   --only SUITES  run only these (comma-separated: cargo,clients,browser,bridge,
-#                conformance,fault,fuzz,haproxy,auth)
+#                conformance,fault,fuzz,haproxy,auth,metrics)
 #
 # Needs cargo, python3 (with venv), node/npm (any version npm runs on; Node 22 is installed from
 # npm into .cache/); installs everything else into .cache/ (and Debian's chromium and haproxy,
-# with apt).
+# with apt; and prometheus).
 # Prints one line per suite and a final `suites: N passed, M failed`; exit 0 only when all passed.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ALL_SUITES="cargo,clients,browser,bridge,conformance,fault,fuzz,haproxy,auth"
+ALL_SUITES="cargo,clients,browser,bridge,conformance,fault,fuzz,haproxy,auth,metrics"
 
 only="$ALL_SUITES"
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --only) only="${2:?--only needs a value}"; shift 2 ;;
-        --help) sed -n '2,37s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        --help) sed -n '2,43s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "test.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -79,6 +82,7 @@ for s in "${selected[@]}"; do
         fuzz) scripts/fuzz.sh --seconds 20 || rc=$? ;;
         haproxy) scripts/haproxy.sh || rc=$? ;;
         auth) scripts/auth.sh || rc=$? ;;
+        metrics) scripts/metrics.sh || rc=$? ;;
     esac
     secs=$((SECONDS - start))
     if [ "$rc" = 0 ]; then

@@ -1,5 +1,5 @@
 //! The admin listener (`--metrics-listen`): `GET /metrics` (Prometheus text, every core's
-//! counters summed), `GET /healthz` (200 while the process runs), `GET /readyz` (200 while
+//! counters, gauges and histograms merged, and the process-wide upstream children), `GET /healthz` (200 while the process runs), `GET /readyz` (200 while
 //! serving, 503 once a drain began, so a load balancer stops sending before the listeners
 //! close); 404 for any other path, 405 for another method.
 //!
@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use crate::config::{ADMIN_CONNECTIONS_MAX, ADMIN_HEAD_BYTES_MAX, ADMIN_IO_TIMEOUT_MS};
 use crate::metrics::CoreMetrics;
 use crate::runtime::{Lifecycle, Phase};
+use crate::upstream::ProcessCount;
 use crate::wire::Status;
 
 /// Stack of a connection thread: it parses one request line and renders the counters.
@@ -39,6 +40,8 @@ const REFUSED_LINGER: Duration = Duration::from_secs(1);
 /// What the admin threads share.
 struct Admin {
     metrics: Vec<Arc<CoreMetrics>>,
+    /// The upstream children of every core (`tidemark_upstream_children`).
+    children: Arc<ProcessCount>,
     life: Arc<Lifecycle>,
     /// Connections being served (their threads alive); at most `ADMIN_CONNECTIONS_MAX`.
     active: AtomicUsize,
@@ -49,11 +52,12 @@ struct Admin {
 pub(crate) fn start(
     addr: SocketAddr,
     metrics: Vec<Arc<CoreMetrics>>,
+    children: Arc<ProcessCount>,
     life: Arc<Lifecycle>,
 ) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr)?;
     let bound = listener.local_addr()?;
-    let admin = Arc::new(Admin { metrics, life, active: AtomicUsize::new(0) });
+    let admin = Arc::new(Admin { metrics, children, life, active: AtomicUsize::new(0) });
     std::thread::Builder::new()
         .name("tidemark-admin".into())
         .spawn(move || accept(listener, admin))?;
@@ -148,6 +152,9 @@ fn serve(mut conn: TcpStream, admin: &Admin) {
         "/metrics" => {
             let mut body = String::with_capacity(4096);
             CoreMetrics::render(&admin.metrics, &mut body);
+            body.push_str("# HELP tidemark_upstream_children Live --upstream child processes (all cores), against --upstream-max-processes.\n");
+            body.push_str("# TYPE tidemark_upstream_children gauge\n");
+            body.push_str(&format!("tidemark_upstream_children {}\n", admin.children.live()));
             let kind = ("Content-Type", "text/plain; version=0.0.4; charset=utf-8");
             respond(&mut conn, Status::Ok, &[kind], body.as_bytes());
         }

@@ -18,8 +18,8 @@ use crate::auth::{Access, Authorizer, Claims, ConnCache};
 use crate::config::Config;
 use crate::dispatch::Registry;
 use crate::http::RequestHead;
-use crate::metrics::CoreMetrics;
-use crate::wire::jsonrpc::RawId;
+use crate::metrics::{CoreMetrics, RequestLabel};
+use crate::wire::jsonrpc::{Body, Message, RawId};
 use crate::wire::{Answer, Code, Refusal};
 
 /// One core's view of the server, shared by both eras.
@@ -102,6 +102,9 @@ pub(crate) struct Request<'a> {
     /// Who the request's token names, once the endpoint authorized it (`None`: authorization
     /// is off): what the eras scope sessions, keys, tasks and request states by.
     pub(crate) claims: Option<std::rc::Rc<Claims>>,
+    /// What the request is, for `tidemark_request_duration_seconds`: set by the era that
+    /// decodes it, read by the connection once it is answered.
+    pub(crate) label: &'a Cell<RequestLabel>,
 }
 
 impl Request<'_> {
@@ -121,6 +124,16 @@ impl Request<'_> {
     /// The bytes of a header the head parser found (`None`: absent).
     pub(crate) fn header(&self, r: &Option<Range<usize>>) -> Option<&[u8]> {
         r.as_ref().map(|r| &self.head_bytes[r.clone()])
+    }
+}
+
+/// The `method` label of a decoded body (`metrics::RequestLabel`): a request's method, any
+/// notification as `notification`, anything else (responses, batches) as `other`.
+pub(crate) fn label_method(body: &Body) -> &str {
+    match body {
+        Body::Single(Message::Request { method, .. }) => method,
+        Body::Single(Message::Notification { .. }) => "notification",
+        _ => "other",
     }
 }
 

@@ -64,7 +64,7 @@
 //! | 2 | `tls` | the listeners' rustls `ServerConfig` from the PEM files (`--tls-cert`, `--tls-key`), swapped whole on reload (SIGHUP); no socket |
 //! | 2 | `http` | request head → byte ranges; status line and headers → bytes; knows nothing of MCP |
 //! | 1 | `config` | every limit as a named constant; `Config`; the `--upstream` spec |
-//! | 1 | `metrics` | per-core counters, Prometheus text |
+//! | 1 | `metrics` | per-core counters, gauges and histograms (one writer each), merged into Prometheus text |
 //! | 1 | `signal` | a core-local wake-up for many waiters |
 //! | 1 | `fasthash` | the core-local hash map of session and key tables |
 

@@ -1,34 +1,56 @@
-//! Counters, one set per core, written only by their core (a relaxed load + store, no
-//! read-modify-write on the hot path) and summed by the admin listener (`admin`, `GET
-//! /metrics`) into the Prometheus text format.
+//! Counters, gauges and histograms, one set per core, written only by their core (a relaxed
+//! load + store, no read-modify-write and no cell another core writes on the hot path) and
+//! merged by the admin listener (`admin`, `GET /metrics`) into the Prometheus text format:
+//! counters and gauges summed (gauges also per core, `tidemark_core_*{core}`), histograms
+//! bucket by bucket. Every family is `tidemark_`-prefixed, in base units, with `# HELP` and
+//! `# TYPE`; the six unprefixed names of earlier releases are still rendered for one release
+//! as deprecated copies (`DEPRECATED_ALIASES`).
 //!
 //! Never: blocks a worker; the exporter only reads.
 
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 macro_rules! counters {
     ($($name:ident => $prom:literal, $help:literal;)*) => {
         /// One core's counters.
         #[derive(Default)]
-        pub(crate) struct CoreMetrics { $(pub(crate) $name: Counter,)* }
+        pub(crate) struct CoreMetrics {
+            $(pub(crate) $name: Counter,)*
+            /// The latency and size histograms (`Histograms`).
+            pub(crate) hist: Histograms,
+        }
 
         impl CoreMetrics {
-            /// Appends every counter, summed over `cores`, in the Prometheus text format.
+            /// Appends every family in the Prometheus text format: counters and gauges summed
+            /// over `cores`, each gauge again per core, the histograms, the deprecated copies.
             #[allow(unused_assignments)]
-            pub(crate) fn render(cores: &[std::sync::Arc<CoreMetrics>], out: &mut String) {
-                use std::fmt::Write;
+            pub(crate) fn render(cores: &[Arc<CoreMetrics>], out: &mut String) {
                 let mut last_family = "";
                 $(
                     let total: u64 = cores.iter().map(|c| c.$name.get()).sum();
                     let family = $prom.split('{').next().unwrap_or($prom);
                     if family != last_family {
                         let _ = writeln!(out, "# HELP {} {}", family, $help);
-                        let kind = if family.ends_with("_total") { "counter" } else { "gauge" };
-                        let _ = writeln!(out, "# TYPE {} {}", family, kind);
+                        let _ = writeln!(out, "# TYPE {} {}", family, kind_of(family));
                         last_family = family;
                     }
                     let _ = writeln!(out, "{} {}", $prom, total);
                 )*
+                $(
+                    if kind_of($prom) == "gauge" && !$prom.contains('{') {
+                        let family = per_core_family($prom);
+                        let _ = writeln!(out, "# HELP {} {} (per core)", family, $help);
+                        let _ = writeln!(out, "# TYPE {} gauge", family);
+                        for (core, c) in cores.iter().enumerate() {
+                            let _ = writeln!(out, "{}{{core=\"{}\"}} {}", family, core, c.$name.get());
+                        }
+                    }
+                )*
+                Histograms::render(cores, out);
+                render_deprecated(out);
             }
         }
     };
@@ -46,6 +68,10 @@ counters! {
     sessions_deleted_total => "tidemark_sessions_deleted_total", "Sessions ended by DELETE.";
     sessions_active => "tidemark_sessions_active", "Live sessions.";
     connections_active => "tidemark_connections_active", "Open connections.";
+    streams_live => "tidemark_streams_live", "Legacy request streams with a connection writing them (sampled every REAP_INTERVAL).";
+    streams_owed => "tidemark_streams_owed", "Legacy request streams owed to a resume: detached, running or not fully delivered (sampled every REAP_INTERVAL).";
+    ring_bytes => "tidemark_ring_bytes", "Bytes the sessions' replay rings hold, against --core-buffer-bytes per core (sampled every REAP_INTERVAL).";
+    tasks_active => "tidemark_tasks_active", "MCP 2026-07-28 tasks held (working, waiting for input or finished and not yet expired; sampled every REAP_INTERVAL).";
     tls_handshakes_total => "tidemark_tls_handshakes_total", "TLS handshakes completed on the MCP listeners.";
     tls_handshakes_failed_total => "tidemark_tls_handshakes_failed_total", "TLS handshakes that failed (an alert sent, e.g. no common ALPN or plaintext HTTP), were closed, or did not finish within --header-timeout-ms.";
     handoffs_total => "tidemark_handoffs_total", "Connections moved to the core owning their request (its task, session or Idempotency-Key).";
@@ -56,15 +82,15 @@ counters! {
     keyed_events_dropped_total => "tidemark_keyed_events_dropped_total", "Notifications of keyed calls not recorded: past --replay-bytes for the call or --idempotency-bytes-per-core for its core.";
     keyed_calls_timed_out_total => "tidemark_keyed_calls_timed_out_total", "Keyed calls cancelled after --keyed-call-max-secs.";
     keyed_answers_not_retained_total => "tidemark_keyed_answers_not_retained_total", "Keyed calls whose final answer alone did not fit --idempotency-bytes-per-core: delivered, not kept for retries (they get -32603).";
-    rejected_owed => "migrations_rejected_total{reason=\"retry_of_owed\"}", "POSTs refused by the migration boundary.";
-    rejected_id_reused => "migrations_rejected_total{reason=\"id_reused\"}", "POSTs refused by the migration boundary.";
-    rejected_held_too_long => "migrations_rejected_total{reason=\"held_too_long\"}", "POSTs refused by the migration boundary.";
-    rejected_key_reused => "migrations_rejected_total{reason=\"idempotency_key_reused\"}", "POSTs refused by the migration boundary.";
-    posts_held_total => "posts_held_total", "POSTs held until owed streams were resumed.";
-    dedup_hits_total => "dedup_hits_total", "POSTs answered from an earlier stream by Idempotency-Key.";
-    replays_total => "replays_total", "Resumes with Last-Event-ID that replayed a stream.";
-    gaps_total => "gaps_total", "Resumes that found evicted events (-31003).";
-    owed_abandoned_total => "owed_abandoned_total", "Owed streams nobody resumed in time.";
+    rejected_owed => "tidemark_migrations_rejected_total{reason=\"retry_of_owed\"}", "POSTs refused by the migration boundary.";
+    rejected_id_reused => "tidemark_migrations_rejected_total{reason=\"id_reused\"}", "POSTs refused by the migration boundary.";
+    rejected_held_too_long => "tidemark_migrations_rejected_total{reason=\"held_too_long\"}", "POSTs refused by the migration boundary.";
+    rejected_key_reused => "tidemark_migrations_rejected_total{reason=\"idempotency_key_reused\"}", "POSTs refused by the migration boundary.";
+    posts_held_total => "tidemark_posts_held_total", "POSTs held until owed streams were resumed.";
+    dedup_hits_total => "tidemark_dedup_hits_total", "POSTs answered from an earlier stream by Idempotency-Key.";
+    replays_total => "tidemark_replays_total", "Resumes with Last-Event-ID that replayed a stream.";
+    gaps_total => "tidemark_gaps_total", "Resumes that found evicted events (-31003).";
+    owed_abandoned_total => "tidemark_owed_abandoned_total", "Owed streams nobody resumed in time.";
     drain_streams_ended => "tidemark_drain_streams_ended_total", "SSE responses ended by the end of a drain before their final response (standalone GET streams included).";
     cors_preflights_total => "tidemark_cors_preflights_total", "CORS preflights answered (204) for a listed --allowed-origin.";
     cors_headers_left_out_total => "tidemark_cors_headers_left_out_total", "Header names a CORS preflight asked for and its answer left out (not an MCP request header, or past CORS_PARAM_HEADERS_MAX): the browser refuses that request.";
@@ -83,8 +109,6 @@ counters! {
     auth_foreign_subject => "tidemark_auth_foreign_subject_total", "Requests naming a session, task, Idempotency-Key or requestState of another subject (or none): answered as unknown (404 / not found).";
     limit_header => "tidemark_limit_hits_total{limit=\"header\"}", "Requests refused at a limit.";
     limit_body => "tidemark_limit_hits_total{limit=\"body\"}", "Requests refused at a limit.";
-    misrouted_sessions => "tidemark_misrouted_total{name=\"session\"}", "Requests naming a session or task of another node (--node-id): the balancer sent them to the wrong node.";
-    misrouted_tasks => "tidemark_misrouted_total{name=\"task\"}", "Requests naming a session or task of another node (--node-id): the balancer sent them to the wrong node.";
     limit_sessions => "tidemark_limit_hits_total{limit=\"sessions\"}", "Requests refused at a limit.";
     limit_streams => "tidemark_limit_hits_total{limit=\"streams\"}", "Requests refused at a limit.";
     limit_held => "tidemark_limit_hits_total{limit=\"held_posts\"}", "Requests refused at a limit.";
@@ -98,6 +122,402 @@ counters! {
     limit_tasks => "tidemark_limit_hits_total{limit=\"tasks\"}", "Requests refused at a limit.";
     limit_task_bytes => "tidemark_limit_hits_total{limit=\"task_bytes\"}", "Requests refused at a limit.";
     limit_task_input_requests => "tidemark_limit_hits_total{limit=\"task_input_requests\"}", "Requests refused at a limit.";
+    misrouted_sessions => "tidemark_misrouted_total{name=\"session\"}", "Requests naming a session or task of another node (--node-id): the balancer sent them to the wrong node.";
+    misrouted_tasks => "tidemark_misrouted_total{name=\"task\"}", "Requests naming a session or task of another node (--node-id): the balancer sent them to the wrong node.";
+}
+
+/// The Prometheus type of a counter table family: `_total` counts, anything else is a level.
+fn kind_of(family: &str) -> &'static str {
+    if family.split('{').next().unwrap_or(family).ends_with("_total") {
+        "counter"
+    } else {
+        "gauge"
+    }
+}
+
+/// The per-core family of gauge `family`: `tidemark_x` → `tidemark_core_x`.
+fn per_core_family(family: &str) -> String {
+    format!("tidemark_core_{}", family.strip_prefix("tidemark_").unwrap_or(family))
+}
+
+/// Families renamed to the `tidemark_` prefix, (old, new): the old name is still rendered, a
+/// copy of the new one's samples marked deprecated in its HELP, for one release (dashboards
+/// built on it keep working and say why they should move); removed in the release after.
+pub(crate) const DEPRECATED_ALIASES: [(&str, &str); 6] = [
+    ("migrations_rejected_total", "tidemark_migrations_rejected_total"),
+    ("posts_held_total", "tidemark_posts_held_total"),
+    ("dedup_hits_total", "tidemark_dedup_hits_total"),
+    ("replays_total", "tidemark_replays_total"),
+    ("gaps_total", "tidemark_gaps_total"),
+    ("owed_abandoned_total", "tidemark_owed_abandoned_total"),
+];
+
+/// Appends the deprecated copies of `DEPRECATED_ALIASES` from the samples already in `out`.
+fn render_deprecated(out: &mut String) {
+    let mut copies = String::new();
+    for (old, new) in DEPRECATED_ALIASES {
+        let _ = writeln!(
+            copies,
+            "# HELP {old} Deprecated: renamed {new}; removed in the next release."
+        );
+        let _ = writeln!(copies, "# TYPE {old} counter");
+        for line in out.lines() {
+            if let Some(rest) = line.strip_prefix(new) {
+                if rest.starts_with('{') || rest.starts_with(' ') {
+                    let _ = writeln!(copies, "{old}{rest}");
+                }
+            }
+        }
+    }
+    out.push_str(&copies);
+}
+
+/// Bucket bounds of every duration histogram, in seconds: 10 µs to 5 minutes, about three per
+/// decade (a local echo call takes tens of µs, an upstream call or a held POST seconds, a
+/// drain up to its --drain-secs).
+pub(crate) const DURATION_BUCKETS_SECONDS: [f64; 23] = [
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
+
+/// Bucket bounds of the resume replay size, in events (a ring holds at most
+/// --replay-events per stream).
+pub(crate) const EVENT_COUNT_BUCKETS: [f64; 12] =
+    [0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 10000.0];
+
+/// Distinct `tool` labels of `tidemark_upstream_call_duration_seconds` per upstream and core;
+/// calls of further tools are counted under `tool="other"`, so a server listing thousands of
+/// tools cannot blow up the exposition.
+pub(crate) const UPSTREAM_TOOL_LABELS_MAX: usize = 32;
+
+/// Upstreams with a series of their own in `tidemark_upstream_call_duration_seconds` (more
+/// are counted under the last one's index as `upstream="other"`).
+pub(crate) const UPSTREAM_LABELS_MAX: usize = 16;
+
+/// The era a request was served by (the `era` label): `none` when it was refused before an
+/// era was chosen or its body decoded.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub(crate) enum EraLabel {
+    #[default]
+    None,
+    Legacy,
+    Modern,
+}
+
+const ERA_LABELS: [&str; 3] = ["none", "legacy", "modern"];
+
+/// The `method` label values: the MCP methods, `notification` for any client notification,
+/// `GET`/`DELETE` for those HTTP requests (stream resumes, standalone streams, session ends),
+/// `other` for anything else (unknown methods, responses, undecodable bodies): a bounded set,
+/// whatever clients send.
+const METHOD_LABELS: [&str; 22] = [
+    "other",
+    "initialize",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "logging/setLevel",
+    "tasks/get",
+    "tasks/result",
+    "tasks/list",
+    "tasks/cancel",
+    "tasks/update",
+    "subscriptions/listen",
+    "server/discover",
+    "notification",
+    "GET",
+    "DELETE",
+];
+
+/// What a request was (its `era` and `method` labels), set by the era that decoded it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub(crate) struct RequestLabel {
+    era: EraLabel,
+    method: u8,
+}
+
+impl RequestLabel {
+    /// A request of `era` whose JSON-RPC method (or `notification`, `GET`, `DELETE`) is
+    /// `method`.
+    pub(crate) fn new(era: EraLabel, method: &str) -> RequestLabel {
+        let index = METHOD_LABELS.iter().position(|m| *m == method).unwrap_or(0);
+        RequestLabel { era, method: index as u8 }
+    }
+}
+
+/// One histogram of one core: counts per bucket (not cumulative; the exporter adds them up)
+/// and the sum of the observations in raw units (nanoseconds or events). Written by its core
+/// only, as `Counter`s.
+pub(crate) struct Histogram {
+    /// Upper bounds in raw units, ascending; an observation above the last lands in +Inf.
+    bounds: &'static [u64],
+    buckets: Box<[Counter]>,
+    sum: Counter,
+}
+
+/// Raw units per second of a duration histogram (observations are nanoseconds).
+const NANOS_PER_SECOND: f64 = 1e9;
+
+fn nanos_bounds() -> &'static [u64] {
+    static BOUNDS: OnceLock<Vec<u64>> = OnceLock::new();
+    BOUNDS.get_or_init(|| {
+        DURATION_BUCKETS_SECONDS.iter().map(|s| (s * NANOS_PER_SECOND).round() as u64).collect()
+    })
+}
+
+fn count_bounds() -> &'static [u64] {
+    static BOUNDS: OnceLock<Vec<u64>> = OnceLock::new();
+    BOUNDS.get_or_init(|| EVENT_COUNT_BUCKETS.iter().map(|n| *n as u64).collect())
+}
+
+impl Histogram {
+    fn with_bounds(bounds: &'static [u64]) -> Histogram {
+        let buckets = (0..=bounds.len()).map(|_| Counter::default()).collect();
+        Histogram { bounds, buckets, sum: Counter::default() }
+    }
+
+    /// A duration histogram (`DURATION_BUCKETS_SECONDS`).
+    pub(crate) fn seconds() -> Histogram {
+        Histogram::with_bounds(nanos_bounds())
+    }
+
+    /// An event-count histogram (`EVENT_COUNT_BUCKETS`).
+    pub(crate) fn events() -> Histogram {
+        Histogram::with_bounds(count_bounds())
+    }
+
+    /// Counts one observation of `raw` units: a binary search over the bounds, two stores.
+    pub(crate) fn observe(&self, raw: u64) {
+        let bucket = self.bounds.partition_point(|bound| *bound < raw);
+        self.buckets[bucket].inc();
+        self.sum.add(raw);
+    }
+
+    /// Counts the time since `start` (a duration histogram).
+    pub(crate) fn observe_since(&self, start: Instant) {
+        self.observe(u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX));
+    }
+
+    fn count(&self) -> u64 {
+        self.buckets.iter().map(Counter::get).sum()
+    }
+}
+
+/// Appends one histogram series, merged over `parts` (the same series of every core): the
+/// cumulative `_bucket`s, `_sum` (in base units) and `_count`. `labels` is empty or
+/// `a="x",b="y"`.
+fn render_series(out: &mut String, family: &str, labels: &str, parts: &[&Histogram]) {
+    let Some(first) = parts.first() else { return };
+    let seconds = std::ptr::eq(first.bounds, nanos_bounds());
+    let sep = if labels.is_empty() { "" } else { "," };
+    let mut cumulative = 0u64;
+    for (i, bound) in first.bounds.iter().enumerate() {
+        cumulative += parts.iter().map(|h| h.buckets[i].get()).sum::<u64>();
+        let le = if seconds { *bound as f64 / NANOS_PER_SECOND } else { *bound as f64 };
+        let _ = writeln!(out, "{family}_bucket{{{labels}{sep}le=\"{le}\"}} {cumulative}");
+    }
+    let count: u64 = parts.iter().map(|h| h.count()).sum();
+    let _ = writeln!(out, "{family}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
+    let raw: u64 = parts.iter().map(|h| h.sum.get()).sum();
+    let sum = if seconds { raw as f64 / NANOS_PER_SECOND } else { raw as f64 };
+    let braced = if labels.is_empty() { String::new() } else { format!("{{{labels}}}") };
+    let _ = writeln!(out, "{family}_sum{braced} {sum}");
+    let _ = writeln!(out, "{family}_count{braced} {count}");
+}
+
+fn render_header(out: &mut String, family: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {family} {help}");
+    let _ = writeln!(out, "# TYPE {family} histogram");
+}
+
+/// One upstream's call durations on one core: a series per tool label, claimed in call order
+/// (the name is written once by the core, read by the exporter), the last slot `other`.
+pub(crate) struct UpstreamCalls {
+    tools: [OnceLock<Box<str>>; UPSTREAM_TOOL_LABELS_MAX],
+    durations: [Histogram; UPSTREAM_TOOL_LABELS_MAX + 1],
+    /// Slots claimed so far (written by this core only).
+    claimed: Counter,
+}
+
+impl Default for UpstreamCalls {
+    fn default() -> Self {
+        UpstreamCalls {
+            tools: std::array::from_fn(|_| OnceLock::new()),
+            durations: std::array::from_fn(|_| Histogram::seconds()),
+            claimed: Counter::default(),
+        }
+    }
+}
+
+impl UpstreamCalls {
+    /// The series of `tool`: its own slot (claimed now if one is free), else `other`.
+    fn series(&self, tool: &str) -> &Histogram {
+        let claimed = self.claimed.get() as usize;
+        if let Some(i) =
+            self.tools[..claimed].iter().position(|t| t.get().is_some_and(|t| &**t == tool))
+        {
+            return &self.durations[i];
+        }
+        if claimed < UPSTREAM_TOOL_LABELS_MAX {
+            let _ = self.tools[claimed].set(Box::from(tool));
+            self.claimed.inc();
+            return &self.durations[claimed];
+        }
+        &self.durations[UPSTREAM_TOOL_LABELS_MAX]
+    }
+}
+
+/// Picks one of a core's unlabelled histograms (for rendering them alike).
+type PickHistogram = fn(&Histograms) -> &Histogram;
+
+/// One core's histograms.
+pub(crate) struct Histograms {
+    /// `tidemark_request_duration_seconds`, by `RequestLabel` (era × method).
+    request: Box<[Histogram]>,
+    /// `tidemark_sse_first_event_seconds`.
+    pub(crate) sse_first_event: Histogram,
+    /// `tidemark_resume_replay_events`.
+    pub(crate) resume_replay: Histogram,
+    /// `tidemark_post_held_seconds`.
+    pub(crate) post_held: Histogram,
+    /// `tidemark_drain_duration_seconds`.
+    pub(crate) drain: Histogram,
+    /// `tidemark_upstream_call_duration_seconds`, by upstream index then tool; the names of
+    /// the upstreams are set once at start (`name_upstreams`).
+    upstreams: [UpstreamCalls; UPSTREAM_LABELS_MAX],
+    upstream_names: OnceLock<Vec<String>>,
+}
+
+impl Default for Histograms {
+    fn default() -> Self {
+        Histograms {
+            request: (0..ERA_LABELS.len() * METHOD_LABELS.len())
+                .map(|_| Histogram::seconds())
+                .collect(),
+            sse_first_event: Histogram::seconds(),
+            resume_replay: Histogram::events(),
+            post_held: Histogram::seconds(),
+            drain: Histogram::seconds(),
+            upstreams: std::array::from_fn(|_| UpstreamCalls::default()),
+            upstream_names: OnceLock::new(),
+        }
+    }
+}
+
+impl Histograms {
+    /// Counts a request of `label` that took from `start` until now.
+    pub(crate) fn request(&self, label: RequestLabel, start: Instant) {
+        let index = label.era as usize * METHOD_LABELS.len() + usize::from(label.method);
+        self.request[index].observe_since(start);
+    }
+
+    /// Names the upstreams (`upstream` label, by their index in --upstream); once, at start.
+    pub(crate) fn name_upstreams(&self, names: Vec<String>) {
+        let _ = self.upstream_names.set(names);
+    }
+
+    /// Counts a call of `tool` on upstream `index` that took from `start` until now.
+    pub(crate) fn upstream_call(&self, index: usize, tool: &str, start: Instant) {
+        self.upstreams[index.min(UPSTREAM_LABELS_MAX - 1)].series(tool).observe_since(start);
+    }
+
+    /// Appends every histogram family merged over `cores` (series nobody observed left out).
+    fn render(cores: &[Arc<CoreMetrics>], out: &mut String) {
+        let family = "tidemark_request_duration_seconds";
+        render_header(out, family, "From a request read whole to its answer written (a stream: to its end), by era and method.");
+        for (era_index, era) in ERA_LABELS.iter().enumerate() {
+            for (method_index, method) in METHOD_LABELS.iter().enumerate() {
+                let index = era_index * METHOD_LABELS.len() + method_index;
+                let parts: Vec<&Histogram> = cores.iter().map(|c| &c.hist.request[index]).collect();
+                if parts.iter().any(|h| h.count() > 0) {
+                    let labels = format!("era=\"{era}\",method=\"{method}\"");
+                    render_series(out, family, &labels, &parts);
+                }
+            }
+        }
+        let singles: [(&str, &str, PickHistogram); 4] = [
+            ("tidemark_sse_first_event_seconds", "From a request read whole to the first write of its SSE stream (its head and the events ready then, the priming event of a legacy stream).", |h| &h.sse_first_event),
+            ("tidemark_resume_replay_events", "Events a resume with Last-Event-ID replayed from the ring.", |h| &h.resume_replay),
+            ("tidemark_post_held_seconds", "How long a POST was held until owed streams were resumed (or it was refused, held_too_long).", |h| &h.post_held),
+            ("tidemark_drain_duration_seconds", "From a drain's start (SIGTERM/SIGINT) to a core's quiet or the drain's end.", |h| &h.drain),
+        ];
+        for (family, help, pick) in singles {
+            render_header(out, family, help);
+            let parts: Vec<&Histogram> = cores.iter().map(|c| pick(&c.hist)).collect();
+            render_series(out, family, "", &parts);
+        }
+        let family = "tidemark_upstream_call_duration_seconds";
+        render_header(out, family, "tools/call forwarded to an --upstream, from sent to answered, by upstream and tool (at most UPSTREAM_TOOL_LABELS_MAX tools each, the rest as tool=\"other\").");
+        let names = cores.first().and_then(|c| c.hist.upstream_names.get());
+        for (index, name) in names.into_iter().flatten().enumerate().take(UPSTREAM_LABELS_MAX) {
+            let name = if index == UPSTREAM_LABELS_MAX - 1
+                && names.is_some_and(|n| n.len() > UPSTREAM_LABELS_MAX)
+            {
+                "other"
+            } else {
+                name.as_str()
+            };
+            // Tool slots are claimed per core, in call order: merge by name.
+            let mut tools: Vec<&str> = Vec::new();
+            for c in cores {
+                for t in c.hist.upstreams[index].tools.iter().filter_map(|t| t.get()) {
+                    if !tools.contains(&&**t) {
+                        tools.push(t);
+                    }
+                }
+            }
+            for tool in &tools {
+                let parts: Vec<&Histogram> = cores
+                    .iter()
+                    .filter_map(|c| {
+                        let calls = &c.hist.upstreams[index];
+                        let slot = calls
+                            .tools
+                            .iter()
+                            .position(|t| t.get().is_some_and(|t| &**t == *tool))?;
+                        Some(&calls.durations[slot])
+                    })
+                    .collect();
+                let labels = format!("upstream=\"{}\",tool=\"{}\"", escape(name), escape(tool));
+                render_series(out, family, &labels, &parts);
+            }
+            let other: Vec<&Histogram> = cores
+                .iter()
+                .map(|c| &c.hist.upstreams[index].durations[UPSTREAM_TOOL_LABELS_MAX])
+                .collect();
+            if other.iter().any(|h| h.count() > 0) {
+                let labels = format!("upstream=\"{}\",tool=\"other\"", escape(name));
+                render_series(out, family, &labels, &other);
+            }
+        }
+    }
+}
+
+/// A label value as the text format writes it (backslash, double quote and newline escaped).
+fn escape(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+thread_local! {
+    /// The metrics of the core this thread runs (`enter_core`), for what is built on the core
+    /// without a handle to them (an upstream's provider, made by its factory).
+    static THIS_CORE: std::cell::RefCell<Option<Arc<CoreMetrics>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Marks this thread as the core owning `metrics` (a worker, before its providers are made).
+pub(crate) fn enter_core(metrics: Arc<CoreMetrics>) {
+    THIS_CORE.with(|core| *core.borrow_mut() = Some(metrics));
+}
+
+/// The metrics of this thread's core (`None` off the worker threads).
+pub(crate) fn this_core() -> Option<Arc<CoreMetrics>> {
+    THIS_CORE.with(|core| core.borrow().clone())
 }
 
 /// A counter written by one core only.
@@ -116,6 +536,11 @@ impl Counter {
 
     pub(crate) fn sub(&self, n: u64) {
         self.0.store(self.0.load(Ordering::Relaxed).wrapping_sub(n), Ordering::Relaxed);
+    }
+
+    /// Sets a gauge (its core's value, e.g. sampled by the reaper).
+    pub(crate) fn set(&self, n: u64) {
+        self.0.store(n, Ordering::Relaxed);
     }
 
     pub(crate) fn get(&self) -> u64 {
@@ -137,8 +562,119 @@ mod tests {
         b.rejected_id_reused.inc();
         let mut out = String::new();
         CoreMetrics::render(&[a, b], &mut out);
-        assert!(out.contains("migrations_rejected_total{reason=\"retry_of_owed\"} 3\n"));
-        assert!(out.contains("migrations_rejected_total{reason=\"id_reused\"} 1\n"));
-        assert_eq!(out.matches("# TYPE migrations_rejected_total counter").count(), 1);
+        assert!(out.contains("\ntidemark_migrations_rejected_total{reason=\"retry_of_owed\"} 3\n"));
+        assert!(out.contains("\ntidemark_migrations_rejected_total{reason=\"id_reused\"} 1\n"));
+        assert_eq!(out.matches("# TYPE tidemark_migrations_rejected_total counter").count(), 1);
+    }
+
+    #[test]
+    fn every_family_is_prefixed_typed_and_helped_but_the_deprecated_copies() {
+        let mut out = String::new();
+        CoreMetrics::render(&[Arc::new(CoreMetrics::default())], &mut out);
+        let deprecated: Vec<&str> = DEPRECATED_ALIASES.iter().map(|(old, _)| *old).collect();
+        for line in out.lines().filter(|l| !l.starts_with('#')) {
+            let name = line.split(['{', ' ']).next().unwrap();
+            let family = name.trim_end_matches("_bucket").trim_end_matches("_sum");
+            let family = family.trim_end_matches("_count");
+            assert!(name.starts_with("tidemark_") || deprecated.contains(&name), "{line}");
+            let typed = out.contains(&format!("# TYPE {name} "))
+                || out.contains(&format!("# TYPE {family} histogram"));
+            assert!(typed, "no TYPE for {line}");
+        }
+    }
+
+    #[test]
+    fn each_family_is_introduced_once() {
+        let mut out = String::new();
+        CoreMetrics::render(&[Arc::new(CoreMetrics::default())], &mut out);
+        for help in out.lines().filter(|l| l.starts_with("# HELP ")) {
+            assert_eq!(out.matches(&format!("{help}\n")).count(), 1, "{help}");
+        }
+    }
+
+    #[test]
+    fn a_renamed_family_is_copied_under_its_old_name_marked_deprecated() {
+        let core = Arc::new(CoreMetrics::default());
+        core.gaps_total.add(4);
+        core.rejected_owed.inc();
+        let mut out = String::new();
+        CoreMetrics::render(&[core], &mut out);
+        assert!(out.contains("\ntidemark_gaps_total 4\n"));
+        assert!(out.contains("\ngaps_total 4\n"));
+        assert!(out.contains("\nmigrations_rejected_total{reason=\"retry_of_owed\"} 1\n"));
+        assert!(out.contains("# HELP gaps_total Deprecated: renamed tidemark_gaps_total"));
+    }
+
+    #[test]
+    fn histograms_are_cumulative_and_merged_over_cores() {
+        let (a, b) = (Arc::new(CoreMetrics::default()), Arc::new(CoreMetrics::default()));
+        a.hist.resume_replay.observe(0);
+        a.hist.resume_replay.observe(3);
+        b.hist.resume_replay.observe(3);
+        b.hist.resume_replay.observe(1_000_000);
+        let mut out = String::new();
+        CoreMetrics::render(&[a, b], &mut out);
+        assert!(out.contains("\ntidemark_resume_replay_events_bucket{le=\"0\"} 1\n"), "{out}");
+        assert!(out.contains("\ntidemark_resume_replay_events_bucket{le=\"2\"} 1\n"));
+        assert!(out.contains("\ntidemark_resume_replay_events_bucket{le=\"5\"} 3\n"));
+        assert!(out.contains("\ntidemark_resume_replay_events_bucket{le=\"10000\"} 3\n"));
+        assert!(out.contains("\ntidemark_resume_replay_events_bucket{le=\"+Inf\"} 4\n"));
+        assert!(out.contains("\ntidemark_resume_replay_events_sum 1000006\n"));
+        assert!(out.contains("\ntidemark_resume_replay_events_count 4\n"));
+    }
+
+    #[test]
+    fn a_duration_on_a_bound_counts_in_that_bucket_in_seconds() {
+        let core = Arc::new(CoreMetrics::default());
+        core.hist.post_held.observe(1_000_000); // 1 ms, the bound `le="0.001"`
+        let mut out = String::new();
+        CoreMetrics::render(&[core], &mut out);
+        assert!(out.contains("\ntidemark_post_held_seconds_bucket{le=\"0.0005\"} 0\n"), "{out}");
+        assert!(out.contains("\ntidemark_post_held_seconds_bucket{le=\"0.001\"} 1\n"));
+        assert!(out.contains("\ntidemark_post_held_seconds_sum 0.001\n"));
+    }
+
+    #[test]
+    fn requests_are_labelled_by_era_and_method_and_unknown_methods_fold_into_other() {
+        let core = Arc::new(CoreMetrics::default());
+        let start = Instant::now();
+        core.hist.request(RequestLabel::new(EraLabel::Modern, "tools/call"), start);
+        core.hist.request(RequestLabel::new(EraLabel::Legacy, "vendor/anything"), start);
+        let mut out = String::new();
+        CoreMetrics::render(&[core], &mut out);
+        let call =
+            "tidemark_request_duration_seconds_count{era=\"modern\",method=\"tools/call\"} 1";
+        assert!(out.contains(call), "{out}");
+        assert!(out.contains("_count{era=\"legacy\",method=\"other\"} 1"));
+        assert!(!out.contains("method=\"vendor/anything\""));
+    }
+
+    #[test]
+    fn tool_labels_stop_at_the_cap_and_the_rest_count_as_other() {
+        let core = Arc::new(CoreMetrics::default());
+        core.hist.name_upstreams(vec!["fs".to_owned()]);
+        let start = Instant::now();
+        for i in 0..UPSTREAM_TOOL_LABELS_MAX + 5 {
+            core.hist.upstream_call(0, &format!("tool{i}"), start);
+        }
+        core.hist.upstream_call(0, "tool0", start);
+        let mut out = String::new();
+        CoreMetrics::render(&[core], &mut out);
+        let family = "tidemark_upstream_call_duration_seconds_count";
+        assert_eq!(out.matches(family).count(), UPSTREAM_TOOL_LABELS_MAX + 1, "{out}");
+        assert!(out.contains(&format!("{family}{{upstream=\"fs\",tool=\"tool0\"}} 2\n")));
+        assert!(out.contains(&format!("{family}{{upstream=\"fs\",tool=\"other\"}} 5\n")));
+    }
+
+    #[test]
+    fn gauges_are_summed_and_given_per_core() {
+        let (a, b) = (Arc::new(CoreMetrics::default()), Arc::new(CoreMetrics::default()));
+        a.sessions_active.set(2);
+        b.sessions_active.set(3);
+        let mut out = String::new();
+        CoreMetrics::render(&[a, b], &mut out);
+        assert!(out.contains("\ntidemark_sessions_active 5\n"));
+        assert!(out.contains("\ntidemark_core_sessions_active{core=\"0\"} 2\n"));
+        assert!(out.contains("\ntidemark_core_sessions_active{core=\"1\"} 3\n"));
     }
 }

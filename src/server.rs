@@ -258,7 +258,8 @@ impl Server {
             None if providers.is_empty() && cfg.upstreams.is_empty() => vec![BuiltinSet::Demo],
             None => Vec::new(),
         };
-        providers.extend(upstream_providers(&cfg)?);
+        let children = Arc::new(crate::upstream::ProcessCount::default());
+        providers.extend(upstream_providers(&cfg, &children)?);
         for (index, set) in builtin.into_iter().enumerate() {
             let factory: ProviderFactory =
                 Arc::new(move || Rc::new(BuiltinProvider::new(set)) as Rc<dyn Provider>);
@@ -267,7 +268,7 @@ impl Server {
         let names: Vec<&str> = providers.iter().map(|(name, _)| name.as_str()).collect();
         let tools_label = if names.is_empty() { "none".to_owned() } else { names.join(",") };
         let factories = providers.iter().map(|(_, f)| f.clone()).collect::<Vec<_>>();
-        let started = start_workers(&cfg, factories)?;
+        let started = start_workers(&cfg, factories, children)?;
         if signals {
             started.handle_signals()?;
         }
@@ -287,7 +288,10 @@ impl Server {
 }
 
 /// One provider per `--upstream`, after the embedding program's own.
-fn upstream_providers(cfg: &Config) -> Result<Vec<(String, ProviderFactory)>, ServerError> {
+fn upstream_providers(
+    cfg: &Config,
+    count: &Arc<crate::upstream::ProcessCount>,
+) -> Result<Vec<(String, ProviderFactory)>, ServerError> {
     let names: Vec<&str> = cfg.upstreams.iter().filter_map(|spec| spec.name.as_deref()).collect();
     let credentials = crate::upstream::CredentialTable::load(
         cfg.upstream_credentials.as_deref(),
@@ -306,20 +310,25 @@ fn upstream_providers(cfg: &Config) -> Result<Vec<(String, ProviderFactory)>, Se
         kill_grace: cfg.upstream_kill_grace,
         credentials,
     });
-    let count = Arc::new(crate::upstream::ProcessCount::default());
     let prefixed = cfg.upstreams.len() > 1;
     Ok(cfg
         .upstreams
         .iter()
-        .map(|spec| {
+        .enumerate()
+        .map(|(index, spec)| {
             let (spec, settings, count) = (spec.clone(), settings.clone(), count.clone());
             let label = match &spec.name {
                 Some(name) => format!("upstream:{name}"),
                 None => "upstream".to_owned(),
             };
             let factory: ProviderFactory = Arc::new(move || {
-                let bridge =
-                    crate::upstream::Bridge::new(&spec, prefixed, settings.clone(), count.clone());
+                let bridge = crate::upstream::Bridge::new(
+                    &spec,
+                    index,
+                    prefixed,
+                    settings.clone(),
+                    count.clone(),
+                );
                 Rc::new(bridge) as Rc<dyn Provider>
             });
             (label, factory)
@@ -328,7 +337,12 @@ fn upstream_providers(cfg: &Config) -> Result<Vec<(String, ProviderFactory)>, Se
 }
 
 /// Listeners, the admin listener and one pinned worker thread per core.
-fn start_workers(cfg: &Config, providers: Vec<ProviderFactory>) -> Result<Running, ServerError> {
+/// `children`: the upstream children of every core (`tidemark_upstream_children`).
+fn start_workers(
+    cfg: &Config,
+    providers: Vec<ProviderFactory>,
+    children: Arc<crate::upstream::ProcessCount>,
+) -> Result<Running, ServerError> {
     let tls = match &cfg.tls {
         Some(files) => Some(Arc::new(Tls::load(files, cfg.threads).map_err(ServerError::Tls)?)),
         None => None,
@@ -349,6 +363,12 @@ fn start_workers(cfg: &Config, providers: Vec<ProviderFactory>) -> Result<Runnin
     );
     let metrics: Vec<Arc<CoreMetrics>> =
         (0..cfg.threads).map(|_| Arc::new(CoreMetrics::default())).collect();
+    let upstream_names: Vec<String> = (cfg.upstreams.iter())
+        .map(|spec| spec.name.clone().unwrap_or_else(|| "upstream".to_owned()))
+        .collect();
+    for core in &metrics {
+        core.hist.name_upstreams(upstream_names.clone());
+    }
     let life = Arc::new(Lifecycle::new(cfg.threads, cfg.drain));
     // After the bind: the default resource URL names the bound port.
     let auth = Authorizer::build(&cfg)?.map(Arc::new);
@@ -396,7 +416,7 @@ fn start_workers(cfg: &Config, providers: Vec<ProviderFactory>) -> Result<Runnin
     }
     let metrics_addr = match cfg.metrics_listen {
         Some(addr) => Some(
-            crate::admin::start(addr, metrics, life.clone())
+            crate::admin::start(addr, metrics, children, life.clone())
                 .map_err(io(format!("admin listener on {addr}")))?,
         ),
         None => None,

@@ -228,3 +228,54 @@ fn open_session(addr: SocketAddr) -> String {
     assert_eq!(r.status, 200, "{}", r.text());
     r.header("Mcp-Session-Id").expect("session id").to_owned()
 }
+
+#[test]
+fn request_durations_are_counted_by_era_and_method_and_the_stream_gauges_sampled() {
+    // initialize (+ notifications/initialized), 7 echo calls, a ping: each lands in its
+    // (era, method) series with the right count, the SSE calls in the first-event histogram,
+    // and the reaper's sample shows the session's ring bytes within a few of its intervals.
+    const CALLS: u64 = 7;
+    for driver in DRIVERS {
+        let server = Proc::start(driver, &[]);
+        let sid = support::open_session(&server.server);
+        let session = [("Mcp-Session-Id", sid.as_str())];
+        for id in 1..=CALLS {
+            let body = support::call(id, "echo", r#"{"text":"hi"}"#, true);
+            let r = support::post(&server.server, &session, &body);
+            assert_eq!(r.status, 200, "{driver}: {}", r.text());
+        }
+        let ping = r#"{"jsonrpc":"2.0","id":99,"method":"ping"}"#;
+        assert_eq!(support::post(&server.server, &session, ping).status, 200, "{driver}");
+        let count = |text: &str, labels: &str| {
+            let sample = format!("tidemark_request_duration_seconds_count{{{labels}}}");
+            support::metric(text, &sample)
+        };
+        // A request is counted once its answer is written: the client may read it first.
+        let ping_counted =
+            r#"tidemark_request_duration_seconds_count{era="legacy",method="ping"} 1"#;
+        wait_until(Duration::from_secs(2), &format!("{driver}: the ping counted"), || {
+            let text = fetch(server.admin, "GET", "/metrics").1;
+            let calls = format!("_count{{era=\"legacy\",method=\"tools/call\"}} {CALLS}\n");
+            text.contains(ping_counted) && text.contains(&calls)
+        });
+        let (_, text) = fetch(server.admin, "GET", "/metrics");
+        assert_eq!(count(&text, r#"era="legacy",method="initialize""#), 1, "{driver}");
+        assert_eq!(count(&text, r#"era="legacy",method="notification""#), 1, "{driver}");
+        assert_eq!(count(&text, r#"era="legacy",method="tools/call""#), CALLS, "{driver}");
+        assert_eq!(count(&text, r#"era="legacy",method="ping""#), 1, "{driver}");
+        let first = support::metric(&text, "tidemark_sse_first_event_seconds_count");
+        assert!(first >= CALLS, "{driver}: {first} first events");
+        let inf = r#"tidemark_request_duration_seconds_bucket{era="legacy",method="tools/call",le="+Inf"}"#;
+        assert_eq!(support::metric(&text, inf), CALLS, "{driver}");
+        assert_eq!(support::metric(&text, "tidemark_sessions_active"), 1, "{driver}");
+        wait_until(Duration::from_secs(3), &format!("{driver}: ring bytes sampled"), || {
+            let (_, text) = fetch(server.admin, "GET", "/metrics");
+            let per_core: u64 = (text.lines())
+                .filter_map(|l| l.strip_prefix("tidemark_core_ring_bytes{core=\""))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                .sum();
+            let total = support::metric(&text, "tidemark_ring_bytes");
+            total > 0 && per_core == total
+        });
+    }
+}

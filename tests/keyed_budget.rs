@@ -80,7 +80,7 @@ fn the_key_budget_keeps_two_answers_at_n_and_evicts_the_oldest_at_n_minus_one() 
             let ctx = format!("{driver}, budget {budget} for records of {record_bytes}");
             echo_keyed(&server, 1, "a", 1000);
             echo_keyed(&server, 2, "b", 1000);
-            let hits = || metric(&scrape(&admin), "dedup_hits_total");
+            let hits = || metric(&scrape(&admin), "tidemark_dedup_hits_total");
             let held = metric(&scrape(&admin), "tidemark_idempotency_bytes");
             assert!(held as usize <= budget, "{ctx}: {held} bytes held");
             // The second (newest) record is kept either way.

@@ -395,7 +395,9 @@ fn held_posts_per_session_at_n_and_n_plus_one() {
             .collect();
         // Wait until both are held (counted), then the next one is refused at once.
         let what = format!("{driver}: the pings to be held");
-        wait_metric(&metrics, "posts_held_total", Duration::from_secs(5), &what, |n| n >= HELD_MAX);
+        wait_metric(&metrics, "tidemark_posts_held_total", Duration::from_secs(5), &what, |n| {
+            n >= HELD_MAX
+        });
         let started = Instant::now();
         let r = post(&server, &[("Mcp-Session-Id", &sid)], &ping(99));
         assert!(started.elapsed() < Duration::from_secs(2), "{driver}: N+1 was held too");

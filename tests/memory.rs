@@ -377,7 +377,7 @@ fn slow_consumers(driver: &str, k: usize, text_len: usize, extra: &[&str]) -> Rs
     });
     let m = scrape(&metrics);
     let answered = metric(&m, "tidemark_requests_total").saturating_sub(2);
-    let held = metric(&m, "posts_held_total");
+    let held = metric(&m, "tidemark_posts_held_total");
     let open = metric(&m, "tidemark_connections_active");
     let timeouts = metric(&m, "tidemark_limit_hits_total{limit=\"header_timeout\"}");
     let end = proc_status(pid, "VmRSS");

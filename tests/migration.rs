@@ -124,9 +124,12 @@ fn seed_case_1_re_post_of_a_dropped_call_is_refused_and_resume_delivers_the_rest
         assert_eq!(assert_rest(&own, &last, 4, 10, 1, driver), text, "{driver}: own cursor");
         assert_eq!(counter(&server), before + 1, "{driver}: exactly one execution");
         let m1 = scrape(&m);
-        let retry = r#"migrations_rejected_total{reason="retry_of_owed"}"#;
+        let retry = r#"tidemark_migrations_rejected_total{reason="retry_of_owed"}"#;
         assert!(metric(&m1, retry) >= metric(&m0, retry) + 2, "{driver}: {m1}");
-        assert!(metric(&m1, "replays_total") > metric(&m0, "replays_total"), "{driver}");
+        assert!(
+            metric(&m1, "tidemark_replays_total") > metric(&m0, "tidemark_replays_total"),
+            "{driver}"
+        );
     }
 }
 
@@ -137,7 +140,7 @@ fn seed_case_1_re_post_of_a_dropped_call_is_refused_and_resume_delivers_the_rest
 /// the first's stream is resumed, then runs: the first's tail arrives once, the second's whole
 /// stream follows under its own id and token, and `slow_counter` ran exactly twice.
 /// Method: `--threads 1`, the first cut after 2 events; the keyed POST on its own socket, the
-/// resume sent once `posts_held_total` says the POST is held.
+/// resume sent once `tidemark_posts_held_total` says the POST is held.
 #[test]
 fn an_identical_call_with_a_fresh_key_is_a_new_call_held_until_the_resume() {
     for driver in DRIVERS {
@@ -145,18 +148,18 @@ fn an_identical_call_with_a_fresh_key_is_a_new_call_held_until_the_resume() {
         let sid = open_session(&server);
         let before = counter(&server);
         let (_, last) = call_and_cut(&server, &sid, 1, LONG, 2, driver);
-        let held_before = metric(&scrape(&m), "posts_held_total");
+        let held_before = metric(&scrape(&m), "tidemark_posts_held_total");
         let mut h: Vec<(&str, &str)> = POST_HEADERS.to_vec();
         h.extend([("Mcp-Session-Id", sid.as_str()), ("Idempotency-Key", "second-call")]);
         let second = call(2, "slow_counter", LONG, true);
         let mut socket = server.connect();
         send(&mut socket, &request("POST", &server.path, &server.host(), &h, Some(&second)));
         let held = poll_until(PROMPT, || {
-            metric(&scrape(&m), "posts_held_total") > held_before || has_bytes(&socket)
+            metric(&scrape(&m), "tidemark_posts_held_total") > held_before || has_bytes(&socket)
         });
         assert!(held, "{driver}: the keyed POST was neither held nor answered");
         assert!(
-            metric(&scrape(&m), "posts_held_total") > held_before,
+            metric(&scrape(&m), "tidemark_posts_held_total") > held_before,
             "{driver}: the keyed POST was answered, not held: {}",
             read_response(&mut socket).text()
         );
@@ -246,7 +249,7 @@ fn policy_off_shows_the_double_execution() {
 /// original stream from its first message with its own id on the final response, whether the
 /// first call completed or was dropped mid-way; the key with other params is 422 -31005. Under
 /// `--migration-policy off` step 1 still applies (CONTRACT §4 says off skips steps 2–4).
-/// Method: counter and `dedup_hits_total` around each case.
+/// Method: counter and `tidemark_dedup_hits_total` around each case.
 #[test]
 fn idempotency_key_dedups_and_refuses_other_params() {
     for driver in DRIVERS {
@@ -302,7 +305,8 @@ fn idempotency_key_dedups_and_refuses_other_params() {
             assert_eq!(counter(&server), before + 2, "{ctx}: nothing ran");
             let m1 = scrape(&m);
             assert!(
-                metric(&m1, "dedup_hits_total") >= metric(&m0, "dedup_hits_total") + 2,
+                metric(&m1, "tidemark_dedup_hits_total")
+                    >= metric(&m0, "tidemark_dedup_hits_total") + 2,
                 "{ctx}"
             );
         }
@@ -359,7 +363,7 @@ fn reused_ids_run_fresh_only_when_idempotent() {
             assert!(r.header("Last-Event-ID").is_some(), "{ctx}: no hint: {:?}", r.headers);
         }
         assert_eq!(counter(&server), before + executions, "{driver}: refused reuses ran nothing");
-        let reused = r#"migrations_rejected_total{reason="id_reused"}"#;
+        let reused = r#"tidemark_migrations_rejected_total{reason="id_reused"}"#;
         assert!(metric(&scrape(&m), reused) >= metric(&m0, reused) + 2, "{driver}");
     }
 }
@@ -478,7 +482,7 @@ fn cancelled_releases_the_owed_stream() {
 }
 
 /// Goal: `--owed-timeout-secs 1`: an owed stream nobody resumes is abandoned (counted in
-/// `owed_abandoned_total`) after about a second, and then a POST runs without waiting (a hold
+/// `tidemark_owed_abandoned_total`) after about a second, and then a POST runs without waiting (a hold
 /// would end in 409 -31004 after `--owed-wait-ms 500`). Method: cut a short call at once and
 /// poll `/metrics`.
 #[test]
@@ -488,9 +492,9 @@ fn owed_stream_nobody_resumes_is_abandoned() {
         let (server, m) = server_with_metrics(driver, &args);
         let sid = open_session(&server);
         call_and_cut(&server, &sid, 1, r#"{"steps":3,"delay_ms":5}"#, 0, driver);
-        assert_eq!(metric(&scrape(&m), "owed_abandoned_total"), 0, "{driver}: not yet");
+        assert_eq!(metric(&scrape(&m), "tidemark_owed_abandoned_total"), 0, "{driver}: not yet");
         let what = format!("{driver}: the owed stream to be abandoned");
-        wait_metric(&m, "owed_abandoned_total", Duration::from_secs(4), &what, |n| n > 0);
+        wait_metric(&m, "tidemark_owed_abandoned_total", Duration::from_secs(4), &what, |n| n > 0);
         let r = post(&server, &in_session(&sid), &call(2, "echo", r#"{"text":"free"}"#, false));
         assert_eq!(r.status, 200, "{driver}: {}", r.text());
         assert_eq!(answer_of(&r, driver)["result"]["content"][0]["text"], "free", "{driver}");
@@ -517,9 +521,12 @@ fn post_held_too_long_gets_409_with_the_hint() {
         let r = post(&server, &in_session(&sid), &call(3, "echo", r#"{"text":"y"}"#, false));
         assert_eq!(r.status, 200, "{driver}: {}", r.text());
         let m1 = scrape(&m);
-        let held = r#"migrations_rejected_total{reason="held_too_long"}"#;
+        let held = r#"tidemark_migrations_rejected_total{reason="held_too_long"}"#;
         assert!(metric(&m1, held) > metric(&m0, held), "{driver}");
-        assert!(metric(&m1, "posts_held_total") > metric(&m0, "posts_held_total"), "{driver}");
+        assert!(
+            metric(&m1, "tidemark_posts_held_total") > metric(&m0, "tidemark_posts_held_total"),
+            "{driver}"
+        );
     }
 }
 
@@ -630,7 +637,7 @@ fn seed_case_2_trial(
     // PostFirst sends the resume once the server has the POST: holds it (strict), or has
     // parsed it (off, where nothing is held).
     let metrics = server.metrics();
-    let has_post = if strict { "posts_held_total" } else { "tidemark_requests_total" };
+    let has_post = if strict { "tidemark_posts_held_total" } else { "tidemark_requests_total" };
     let before = metric(&scrape(&metrics), has_post);
     let mut tail = match order {
         Order::ResumeFirst => Some(Watched::open(server, &get)),
@@ -667,7 +674,7 @@ fn seed_case_2_trial(
 
 /// Seed case 2: resume, and POST a new request on the same session at once (or just before) →
 /// the new request is held until the replay is flushed: over 100 trials the echo's answer is
-/// never complete before the replayed tail. `posts_held_total` and `replays_total` move.
+/// never complete before the replayed tail. `tidemark_posts_held_total` and `tidemark_replays_total` move.
 /// Method: `seed_case_2_trial`, alternating the order of the two requests.
 #[test]
 fn seed_case_2_new_post_never_overtakes_the_replayed_tail() {
@@ -686,10 +693,19 @@ fn seed_case_2_new_post_never_overtakes_the_replayed_tail() {
         }
         let m1 = scrape(&m);
         assert!(
-            metric(&m1, "posts_held_total") >= metric(&m0, "posts_held_total") + 50,
+            metric(&m1, "tidemark_posts_held_total")
+                >= metric(&m0, "tidemark_posts_held_total") + 50,
             "{driver}: {m1}"
         );
-        assert!(metric(&m1, "replays_total") >= metric(&m0, "replays_total") + 100, "{driver}");
+        assert!(
+            metric(&m1, "tidemark_replays_total") >= metric(&m0, "tidemark_replays_total") + 100,
+            "{driver}"
+        );
+        // Every held POST's wait and every resume's replayed events were observed.
+        let held = "tidemark_post_held_seconds_count";
+        assert!(metric(&m1, held) >= metric(&m0, held) + 50, "{driver}: held waits timed");
+        let replayed = "tidemark_resume_replay_events_count";
+        assert!(metric(&m1, replayed) >= metric(&m0, replayed) + 100, "{driver}: replays sized");
     }
 }
 

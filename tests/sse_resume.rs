@@ -225,7 +225,7 @@ fn bad_cursors_are_400_and_leak_nothing() {
 /// and for an acknowledged one (read to its end, then pushed out by a later call); and at the
 /// limit, a tail that just fits the ring is replayed whole while one event more is a gap.
 /// Method: `--replay-events 16`; each case in a fresh session, resumed after its call is done;
-/// `gaps_total` on `/metrics` counts every gap.
+/// `tidemark_gaps_total` on `/metrics` counts every gap.
 #[test]
 fn evicted_events_are_reported_as_a_gap_never_a_silent_200() {
     for driver in DRIVERS {
@@ -269,7 +269,10 @@ fn evicted_events_are_reported_as_a_gap_never_a_silent_200() {
                 assert_gap(&server, &sid, &priming, 9, &ctx);
             }
         }
-        assert!(metric(&scrape(&metrics), "gaps_total") >= 3, "{driver}: gaps_total moved");
+        assert!(
+            metric(&scrape(&metrics), "tidemark_gaps_total") >= 3,
+            "{driver}: tidemark_gaps_total moved"
+        );
     }
 }
 

@@ -620,3 +620,36 @@ fn modern_requests_use_the_cores_link_and_upstream_requests_become_input_rounds(
     assert_eq!(done["result"]["resultType"], "complete", "{done}");
     assert_eq!(done["result"]["content"][0]["text"], "client said: because", "{done}");
 }
+
+#[test]
+fn upstream_calls_are_timed_by_upstream_and_tool() {
+    // Two echo calls and a 4-step slow_counter (its steps take time upstream): each tool has its
+    // own series of `tidemark_upstream_call_duration_seconds`, with its count.
+    for driver in DRIVERS {
+        let counter = Counter::new(&format!("timed-{driver}"));
+        let server = bridge(driver, &counter, &["--metrics-listen", "127.0.0.1:0"]);
+        let sid = open_session(&server);
+        for id in [2, 3] {
+            assert_eq!(call_all(&server, &sid, id, "echo", r#"{"text":"x"}"#).len(), 1, "{driver}");
+        }
+        let steps = call_all(&server, &sid, 4, "slow_counter", r#"{"steps":4,"delay_ms":20}"#);
+        assert!(!steps.is_empty(), "{driver}");
+        let family = "tidemark_upstream_call_duration_seconds";
+        let series = |tool: &str, part: &str| {
+            format!("{family}{part}{{upstream=\"upstream\",tool=\"{tool}\"}}")
+        };
+        support::wait_until(Duration::from_secs(2), &format!("{driver}: calls counted"), || {
+            let text = support::scrape(&server.metrics());
+            text.contains(&format!("{} 2\n", series("echo", "_count")))
+                && text.contains(&format!("{} 1\n", series("slow_counter", "_count")))
+        });
+        let text = support::scrape(&server.metrics());
+        let slow_sum: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{} ", series("slow_counter", "_sum"))))
+            .expect("slow_counter's sum")
+            .parse()
+            .expect("a number");
+        assert!(slow_sum >= 0.06, "{driver}: 4 steps of 20 ms took {slow_sum} s upstream");
+    }
+}

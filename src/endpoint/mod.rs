@@ -21,6 +21,7 @@ pub(crate) use crate::core::Request;
 use crate::core::{refuse, reply, Core};
 use crate::http::{is_media_type, lists_media_type, Method};
 use crate::legacy::{self, LegacyCore};
+use crate::metrics::{EraLabel, RequestLabel};
 use crate::modern::{self, ModernCore};
 use crate::wire::{Answer, Refusal, Status};
 use owner::{Misrouted, Owner};
@@ -210,9 +211,11 @@ async fn route(edge: &Endpoint, mut req: Request<'_>, out: &mut Vec<u8>) -> Outc
             legacy_outcome(edge, &req, outcome, out).await
         }
         (Method::Get, Era::Legacy) => {
+            req.label.set(RequestLabel::new(EraLabel::Legacy, "GET"));
             legacy_outcome(edge, &req, legacy::get(&edge.legacy, &req, out), out).await
         }
         (Method::Delete, Era::Legacy) => {
+            req.label.set(RequestLabel::new(EraLabel::Legacy, "DELETE"));
             legacy_outcome(edge, &req, legacy::delete(&edge.legacy, &req, out), out).await
         }
         (Method::Post, Era::Modern) => modern::post(&edge.modern, req, out).await.into(),

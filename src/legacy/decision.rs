@@ -8,6 +8,7 @@
 
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Instant;
 
 use simd_json::prelude::*;
@@ -19,6 +20,7 @@ use super::session::{self, Session, SessionRc};
 use crate::config::MigrationPolicy;
 use crate::core::{reply, Outcome};
 use crate::dispatch::ToolRoute;
+use crate::metrics::CoreMetrics;
 use crate::wire::jsonrpc::{self, RawId};
 use crate::wire::{Answer, Code, WireValue};
 
@@ -85,7 +87,8 @@ pub(super) async fn decide(
                 if held.is_none() {
                     // A held POST keeps its request (body and parse) in memory: at most
                     // `--max-held-per-session` wait at once, later ones learn to resume first.
-                    let Some(slot) = HeldSlot::take(session, core.cfg.held_per_session_max) else {
+                    let max = core.cfg.held_per_session_max;
+                    let Some(slot) = HeldSlot::take(session, max, &core.metrics) else {
                         core.metrics.limit_held.inc();
                         return Refused::verdict(None, Code::HeldTooLong);
                     };
@@ -123,24 +126,31 @@ pub(super) async fn decide(
 }
 
 /// One of a session's `--max-held-per-session` places for a POST held at the migration
-/// boundary; given back when dropped (the request ran or was refused).
-struct HeldSlot(SessionRc);
+/// boundary; given back when dropped (the request ran or was refused), and the wait counted
+/// then (`tidemark_post_held_seconds`).
+struct HeldSlot {
+    session: SessionRc,
+    since: Instant,
+    metrics: Arc<CoreMetrics>,
+}
 
 impl HeldSlot {
-    fn take(session: &SessionRc, max: usize) -> Option<HeldSlot> {
+    fn take(session: &SessionRc, max: usize, metrics: &Arc<CoreMetrics>) -> Option<HeldSlot> {
         let mut s = session.borrow_mut();
         if s.held_posts >= max {
             return None;
         }
         s.held_posts += 1;
-        Some(HeldSlot(session.clone()))
+        let (session, metrics) = (session.clone(), metrics.clone());
+        Some(HeldSlot { session, since: Instant::now(), metrics })
     }
 }
 
 impl Drop for HeldSlot {
     fn drop(&mut self) {
+        self.metrics.hist.post_held.observe_since(self.since);
         // Dropped when `decide` returns: no borrow of the session is live then.
-        match self.0.try_borrow_mut() {
+        match self.session.try_borrow_mut() {
             Ok(mut s) => s.held_posts -= 1,
             Err(_) => debug_assert!(false, "invariant: no session borrow outlives decide"),
         }

@@ -30,9 +30,10 @@ use simd_json::prelude::*;
 
 use crate::auth::Access;
 use crate::config::ResponseMode;
-use crate::core::{refuse, refuse_scope, reply, Request};
+use crate::core::{label_method, refuse, refuse_scope, reply, Request};
 use crate::dispatch::{self, ToolRoute};
 use crate::http::lists_media_type;
+use crate::metrics::{EraLabel, RequestLabel};
 use crate::provider::{CallContext, LogLevel, Notifier, ProviderError, SessionInfo, SessionStart};
 use crate::wire::jsonrpc::{self, Body, Message, RawId};
 use crate::wire::{Answer, Code, Refusal, WireValue};
@@ -185,10 +186,11 @@ fn resume(
     let Some((tag, key, after)) = session::parse_event_id(text) else {
         return refuse(out, Refusal::BadLastEventId, None, keep_alive);
     };
-    if tag != s.tag || s.resume_start(key, after).is_err() {
+    let Some(start) = s.resume_start(key, after).ok().filter(|_| tag == s.tag) else {
         return refuse(out, Refusal::BadLastEventId, None, keep_alive);
-    }
+    };
     core.metrics.replays_total.inc();
+    core.metrics.hist.resume_replay.observe(s.replay_len(key, start));
     let Some(epoch) = s.attach_resume(key, after) else {
         return refuse(out, Refusal::BadLastEventId, None, keep_alive);
     };
@@ -264,6 +266,7 @@ pub(crate) async fn post(
             return refuse(out, Refusal::InvalidRequest, None, keep_alive)
         }
     };
+    req.label.set(RequestLabel::new(EraLabel::Legacy, label_method(&body)));
     let Some(session) = session else {
         return sessionless(core, req, body, out).await;
     };

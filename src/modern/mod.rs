@@ -32,8 +32,9 @@ use std::rc::Rc;
 use simd_json::prelude::*;
 
 pub(crate) use self::core::ModernCore;
-use crate::core::{refuse, refuse_scope, reply, Request};
+use crate::core::{label_method, refuse, refuse_scope, reply, Request};
 use crate::dispatch::{self, ToolRoute};
+use crate::metrics::{EraLabel, RequestLabel};
 use crate::provider::{CallContext, SessionRef, Value};
 use crate::wire::jsonrpc::{self, Body, Message, RawId};
 use crate::wire::LEGACY_VERSIONS;
@@ -102,6 +103,7 @@ pub(crate) async fn serve(
     out: &mut Vec<u8>,
 ) -> Outcome {
     let keep_alive = req.head.keep_alive;
+    req.label.set(RequestLabel::new(EraLabel::Modern, label_method(&body)));
     let (id, method, params) = match body {
         Body::Single(Message::Request { id, method, params }) => (id, method, params),
         // The core revision defines no client notification over HTTP; one is taken (202) so

@@ -11,11 +11,13 @@
 //! writes a stream itself; never leaves a read buffer inside a dropped I/O future (timeouts
 //! cancel and take the buffer back).
 
+use std::cell::Cell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use crate::endpoint::{self, Endpoint, Outcome, Request};
 use crate::http::{self, Method};
+use crate::metrics::RequestLabel;
 use crate::runtime::drain::Admitted;
 use crate::runtime::handoff::{self, Inboxes, Moved};
 use crate::runtime::socket::BUFFER_KEEP_BYTES;
@@ -64,17 +66,21 @@ pub(crate) async fn serve(
     loop {
         let Some(head) = next_request(&mut conn, first).await else { break };
         first = false;
+        let started = Instant::now();
+        let label = Cell::new(RequestLabel::default());
         let consumed = head.head.head_len + head.body_len;
         let outcome = {
             let (head_bytes, rest) = conn.buf.split_at_mut(head.head.head_len);
             let body = &mut rest[..head.body_len];
+            let socket = conn.socket.tcp();
             let req = Request {
-                socket: conn.socket.tcp(),
+                socket,
                 head: &head.head,
                 head_bytes,
                 body,
                 auth_cache: &conn.auth_cache,
                 claims: None,
+                label: &label,
             };
             endpoint::handle(&core, req, &mut conn.out).await
         };
@@ -99,14 +105,17 @@ pub(crate) async fn serve(
             Outcome::Reply { keep_alive } => {
                 hops = 0;
                 release_request(&mut conn.buf, consumed);
-                if !conn.write().await || !keep_alive {
+                let written = conn.write().await;
+                core.metrics.hist.request(label.get(), started);
+                if !written || !keep_alive {
                     break;
                 }
             }
             Outcome::Stream(s) => {
                 hops = 0;
                 release_request(&mut conn.buf, consumed);
-                let reusable = stream::drive_stream(&mut conn, s).await;
+                let reusable = stream::drive_stream(&mut conn, s, started).await;
+                core.metrics.hist.request(label.get(), started);
                 conn.shrink_buffers();
                 if !reusable || !head.head.keep_alive {
                     break;

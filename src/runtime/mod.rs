@@ -168,6 +168,7 @@ pub(crate) fn run(spec: WorkerSpec, ready: std::sync::mpsc::Sender<Result<Driver
 
 async fn serve(spec: WorkerSpec) {
     let WorkerSpec { index, cfg, listener, tls, inboxes, metrics, providers, life, auth } = spec;
+    crate::metrics::enter_core(metrics.clone());
     let providers: Vec<Rc<dyn Provider>> = providers.iter().map(|make| make()).collect();
     let shared = Rc::new(Core {
         registry: Registry::build(providers).await,
@@ -203,7 +204,9 @@ async fn serve(spec: WorkerSpec) {
     accept::answer_backlog(&core, &drain, &inboxes, &acceptor);
     drop(listener);
     drop(acceptor);
+    let drain_began = Instant::now();
     drain_core(&core, &drain, &life).await;
+    core.metrics.hist.drain.observe_since(drain_began);
     // The core's tasks (and with them `core`) are not dropped when its runtime ends: what
     // providers hold outside the process (upstream children and sessions) is released here,
     // and the upstream sessions' DELETEs go out before the runtime ends.
@@ -282,15 +285,22 @@ async fn drain_inbox(core: Rc<Endpoint>, drain: Rc<Drain>, inboxes: Inboxes) {
     }
 }
 
-/// Periodic housekeeping; off the request path.
+/// Periodic housekeeping; off the request path. Samples the gauges that are cheaper to count
+/// here than to keep on every change (`tidemark_streams_live`, `_owed`, `_ring_bytes`,
+/// `_tasks_active`): at most `REAP_INTERVAL` old.
 async fn reap(core: Rc<Endpoint>) {
     loop {
         monoio::time::sleep(REAP_INTERVAL).await;
         let now = Instant::now();
         core.modern.tasks.expire(now);
         let sessions = core.legacy.sessions.borrow().all();
+        let (mut live, mut owed) = (0u64, 0u64);
         for rc in sessions {
             let mut s = rc.borrow_mut();
+            for st in s.streams().filter(|st| st.kind == StreamKind::Request) {
+                live += u64::from(st.is_attached());
+                owed += u64::from(st.is_owed());
+            }
             let (abandoned, expired) =
                 s.overdue(now, core.cfg.owed_timeout, core.cfg.stream_retention);
             for k in abandoned {
@@ -306,5 +316,10 @@ async fn reap(core: Rc<Endpoint>) {
                 end_session(&core.legacy, &id, SessionEnd::Expired);
             }
         }
+        let m = &core.metrics;
+        m.streams_live.set(live);
+        m.streams_owed.set(owed);
+        m.ring_bytes.set(core.legacy.buffered_bytes.get() as u64);
+        m.tasks_active.set(core.modern.tasks.len() as u64);
     }
 }

@@ -21,19 +21,20 @@ use crate::runtime::socket::{read_some, Conn, ReadEnd};
 use crate::wire::sse;
 
 /// Drives the stream the endpoint handed over; true when the connection can serve another
-/// request (the caller also honours the request's own `Connection`).
-pub(super) async fn drive_stream(conn: &mut Conn<'_>, stream: Stream) -> bool {
+/// request (the caller also honours the request's own `Connection`). `started`: when its
+/// request was read whole (`tidemark_sse_first_event_seconds` counts from there).
+pub(super) async fn drive_stream(conn: &mut Conn<'_>, stream: Stream, started: Instant) -> bool {
     match stream {
-        Stream::Ring(ring) => drive(conn, ring).await,
-        Stream::Call(call) => drive(conn, call).await,
-        Stream::Observe(observer) => drive(conn, observer).await,
-        Stream::Listen(listen) => drive(conn, listen).await,
+        Stream::Ring(ring) => drive(conn, ring, started).await,
+        Stream::Call(call) => drive(conn, call, started).await,
+        Stream::Observe(observer) => drive(conn, observer, started).await,
+        Stream::Listen(listen) => drive(conn, listen, started).await,
     }
 }
 
 /// Drives `source` to its end; true when the connection can serve another request. The source
 /// is dropped on return (a 2026-07-28 call is cancelled by that when it had not finished).
-async fn drive<S: Source>(conn: &mut Conn<'_>, mut source: S) -> bool {
+async fn drive<S: Source>(conn: &mut Conn<'_>, mut source: S, started: Instant) -> bool {
     let core: &Core = conn.core;
     let drain = conn.drain;
     let _idle = (!source.holds_drain()).then(|| drain.idle());
@@ -41,12 +42,17 @@ async fn drive<S: Source>(conn: &mut Conn<'_>, mut source: S) -> bool {
     // The last keep-alive of a `KeepAlive::Every` stream (set at its first wait).
     let mut beat: Option<Instant> = None;
     let mut watch_peer = true;
+    // Until the stream's first write: then counted once.
+    let mut unwritten = Some(started);
     loop {
         conn.frames.clear();
         match source.fill(core, &mut conn.out, &mut conn.frames) {
             Step::Open => {}
             Step::Ended { reusable } => {
                 let ok = conn.write().await;
+                if let Some(started) = unwritten.take() {
+                    core.metrics.hist.sse_first_event.observe_since(started);
+                }
                 if ok {
                     source.sent(core);
                 } else {
@@ -73,6 +79,9 @@ async fn drive<S: Source>(conn: &mut Conn<'_>, mut source: S) -> bool {
             if !conn.write().await {
                 source.gone(core);
                 return false;
+            }
+            if let Some(started) = unwritten.take() {
+                core.metrics.hist.sse_first_event.observe_since(started);
             }
             source.sent(core);
             continue;

@@ -36,6 +36,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::config::{Isolation, UpstreamSpec, UpstreamTarget};
+use crate::metrics::CoreMetrics;
 use crate::provider::{
     Annotations, CallContext, Changes, LocalBoxFuture, LogLevel, Notifier, Provider, ProviderError,
     ProviderResult, SessionInfo, SessionRef, SessionStart, ToolInfo, Value,
@@ -156,6 +157,9 @@ pub(crate) struct Bridge {
     /// What this upstream is shown (`--upstream-credentials`), never the client's token.
     credentials: Arc<Credentials>,
     count: Arc<ProcessCount>,
+    /// This core's metrics and this upstream's index (`tidemark_upstream_call_duration_seconds`);
+    /// `None` when made off a worker thread.
+    calls: Option<(Arc<CoreMetrics>, usize)>,
     shared: Rc<Shared>,
     /// The upstream's tools as last listed (names as clients see them).
     catalog: RefCell<Vec<ToolInfo>>,
@@ -165,8 +169,10 @@ pub(crate) struct Bridge {
 }
 
 impl Bridge {
+    /// The provider of `spec`, the `index`-th --upstream (its `upstream` label).
     pub(crate) fn new(
         spec: &UpstreamSpec,
+        index: usize,
         prefixed: bool,
         settings: Arc<Settings>,
         count: Arc<ProcessCount>,
@@ -178,6 +184,7 @@ impl Bridge {
             credentials: settings.credentials.for_upstream(spec.name.as_deref()),
             settings,
             count,
+            calls: crate::metrics::this_core().map(|metrics| (metrics, index)),
             shared: Rc::new(Shared {
                 prefix: if prefixed { spec.name.clone() } else { None },
                 changes: RefCell::new(None),
@@ -493,7 +500,12 @@ impl Provider for Bridge {
             if !arguments.is_null() {
                 params["arguments"] = arguments;
             }
-            peer.request("tools/call", params, Some(cx), self.settings.timeout).await
+            let started = std::time::Instant::now();
+            let answer = peer.request("tools/call", params, Some(cx), self.settings.timeout).await;
+            if let Some((metrics, index)) = &self.calls {
+                metrics.hist.upstream_call(*index, upstream_name, started);
+            }
+            answer
         })
     }
 

@@ -42,6 +42,11 @@ impl ProcessCount {
             .is_ok()
     }
 
+    /// Children alive now (what the admin listener reports).
+    pub(crate) fn live(&self) -> usize {
+        self.0.load(Ordering::Acquire)
+    }
+
     pub(super) fn give_back(&self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }

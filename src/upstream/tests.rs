@@ -81,7 +81,7 @@ fn bridge(spec: &str, prefixed: bool) -> Bridge {
         credentials: Default::default(),
     });
     let spec = UpstreamSpec::parse(spec).expect("parses");
-    Bridge::new(&spec, prefixed, settings, Arc::new(ProcessCount::default()))
+    Bridge::new(&spec, 0, prefixed, settings, Arc::new(ProcessCount::default()))
 }
 
 #[test]

@@ -1357,15 +1357,15 @@ pub fn scrape_metrics(url: &str, timeout: Duration) -> anyhow::Result<BTreeMap<S
 
 /// The migration-boundary counters of the server worth reporting next to the client's.
 pub const SERVER_COUNTERS: [&str; 9] = [
-    "migrations_rejected_total{reason=\"retry_of_owed\"}",
-    "migrations_rejected_total{reason=\"id_reused\"}",
-    "migrations_rejected_total{reason=\"held_too_long\"}",
-    "migrations_rejected_total{reason=\"idempotency_key_reused\"}",
-    "posts_held_total",
-    "dedup_hits_total",
-    "replays_total",
-    "gaps_total",
-    "owed_abandoned_total",
+    "tidemark_migrations_rejected_total{reason=\"retry_of_owed\"}",
+    "tidemark_migrations_rejected_total{reason=\"id_reused\"}",
+    "tidemark_migrations_rejected_total{reason=\"held_too_long\"}",
+    "tidemark_migrations_rejected_total{reason=\"idempotency_key_reused\"}",
+    "tidemark_posts_held_total",
+    "tidemark_dedup_hits_total",
+    "tidemark_replays_total",
+    "tidemark_gaps_total",
+    "tidemark_owed_abandoned_total",
 ];
 
 #[cfg(test)]

@@ -952,6 +952,21 @@ impl Session {
         })
     }
 
+    /// How many events of stream `key` a resume from `start` replays from the ring (walks
+    /// them: a resume writes each of them anyway).
+    pub fn replay_len(&self, key: StreamKey, start: ResumeStart) -> u64 {
+        let ResumeStart::From(mut seq) = start else { return 0 };
+        let mut events = 0;
+        while let Some(ev) = self.ring.get(seq).filter(|ev| ev.stream == key) {
+            events += 1;
+            match ev.next_in_stream {
+                Some(next) => seq = next,
+                None => break,
+            }
+        }
+        events
+    }
+
     /// Allocates the id of a server→client request.
     pub fn next_client_request_id(&mut self) -> u64 {
         let id = self.next_client_request;

@@ -67,7 +67,7 @@ impl TaskStore {
     }
 
     /// Live tasks (running or retained).
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.inner.tasks.borrow().len()
     }
 
