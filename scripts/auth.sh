@@ -27,7 +27,9 @@
 #            answer as an unknown session
 #   ts-oauth the official TypeScript client with the SDK's ClientCredentialsProvider does the whole
 #            discovery (401 -> metadata -> authorization server metadata -> token -> retry), then
-#            tools/list + tools/call (legacy era; the 2026-07-28 TS client is not run: see README)
+#            tools/list + tools/call (legacy era)
+#   ts-modern-oauth  the same with the TypeScript v2 client (@modelcontextprotocol/client) pinned
+#            to 2026-07-28
 #   py-legacy, py-modern  the official Python client with a provider token (--bearer-token)
 #   no-token-in-log  tidemark's log (RUST_LOG=trace) contains none of the tokens sent above
 #
@@ -74,7 +76,9 @@ mkdir -p "$RESULTS"
 
 auth_server_install
 npm_ci_pinned "$ROOT/tests/clients" "$CACHE/ts-clients" @modelcontextprotocol/sdk
+npm_ci_pinned "$ROOT/tests/clients/ts_modern" "$CACHE/ts-modern" @modelcontextprotocol/client
 cp "$ROOT/tests/auth/ts_oauth_client.mjs" "$CACHE/ts-clients/ts_oauth_client.mjs"
+cp "$ROOT/tests/auth/ts_oauth_client.mjs" "$CACHE/ts-modern/ts_oauth_client.mjs"
 pip_install_pinned "$CACHE/venv" "$ROOT/tests/clients/requirements.txt" tidemark-requirements.txt
 if [ "$build" -eq 1 ]; then
     cargo build --release --bin tidemark
@@ -142,7 +146,9 @@ stage wire e2e wire
 stage rotation e2e rotation
 stage hostile e2e hostile
 stage cross-subject e2e cross-subject
-stage ts-oauth node "$CACHE/ts-clients/ts_oauth_client.mjs" --url "$TIDEMARK_URL" \
+stage ts-oauth node "$CACHE/ts-clients/ts_oauth_client.mjs" --sdk v1 --url "$TIDEMARK_URL" \
+    --issuer "$AUTH_ISSUER" --client-id tidemark-test --client-secret tidemark-test-secret
+stage ts-modern-oauth node "$CACHE/ts-modern/ts_oauth_client.mjs" --sdk v2 --url "$TIDEMARK_URL" \
     --issuer "$AUTH_ISSUER" --client-id tidemark-test --client-secret tidemark-test-secret
 py_token="$(auth_server_token "tools:read tools:write")"
 echo "$py_token" >>"$TOKENS_SEEN"

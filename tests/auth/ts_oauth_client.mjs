@@ -1,22 +1,21 @@
-// The official TypeScript client (@modelcontextprotocol/sdk, legacy era) with the SDK's own OAuth
-// client provider for the client credentials grant (ClientCredentialsProvider) against a tidemark
-// that requires JWT access tokens: the SDK does the whole discovery itself (401 → the protected
-// resource metadata named by the challenge → the authorization server's metadata → token with
-// the resource indicator → retry), then lists and calls a tool. A fetch wrapper records what it
-// asked for, so the test sees that discovery happened in that order.
+// The official TypeScript clients with the SDK's own OAuth client provider for the client
+// credentials grant (ClientCredentialsProvider) against a tidemark that requires JWT access
+// tokens: the SDK does the whole discovery itself (401 → the protected resource metadata named by
+// the challenge → the authorization server's metadata → token with the resource indicator →
+// retry), then lists and calls a tool. --sdk v1: @modelcontextprotocol/sdk, the legacy era;
+// --sdk v2: @modelcontextprotocol/client pinned to 2026-07-28 (its server/discover is the first
+// request). A fetch wrapper records what the SDK asked for, so the test sees that discovery
+// happened in that order (it never alters a request).
 //
-// Usage (from the directory where the SDK is installed, scripts/auth.sh copies it there):
-//   node ts_oauth_client.mjs --url URL --issuer ISSUER --client-id ID --client-secret SECRET
+// Usage (from the directory where that SDK is installed, scripts/auth.sh copies it there):
+//   node ts_oauth_client.mjs --sdk v1|v2 --url URL --issuer ISSUER --client-id ID --client-secret S
 // Prints what it checks; exits 1 on a failure.
 
 import { parseArgs } from 'node:util';
 
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { ClientCredentialsProvider } from '@modelcontextprotocol/sdk/client/auth-extensions.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-
 const { values: args } = parseArgs({
   options: {
+    sdk: { type: 'string', default: 'v1' },
     url: { type: 'string' },
     issuer: { type: 'string' },
     'client-id': { type: 'string' },
@@ -33,6 +32,15 @@ function check(cond, message) {
   console.log(`ok: ${message}`);
 }
 
+const v2 = args.sdk === 'v2';
+const { Client, ClientCredentialsProvider, StreamableHTTPClientTransport } = v2
+  ? await import('@modelcontextprotocol/client')
+  : {
+    ...(await import('@modelcontextprotocol/sdk/client/index.js')),
+    ...(await import('@modelcontextprotocol/sdk/client/auth-extensions.js')),
+    ...(await import('@modelcontextprotocol/sdk/client/streamableHttp.js')),
+  };
+
 const steps = [];
 const recordingFetch = async (input, init) => {
   const url = new URL(typeof input === 'string' || input instanceof URL ? input : input.url);
@@ -43,25 +51,32 @@ const recordingFetch = async (input, init) => {
   return response;
 };
 
-const provider = new ClientCredentialsProvider({
+// The client is registered at the authorization server with client_secret_post; its client
+// information says so, as a registration answer would, and the SDK then uses that method instead
+// of its default (client_secret_basic).
+class RegisteredClientCredentials extends ClientCredentialsProvider {
+  clientInformation() {
+    return { ...super.clientInformation(), token_endpoint_auth_method: 'client_secret_post' };
+  }
+}
+const provider = new RegisteredClientCredentials({
   clientId: args['client-id'],
   clientSecret: args['client-secret'],
   scope: 'tools:read',
   expectedIssuer: args.issuer,
-});
-// The client is registered at the authorization server with client_secret_post (as a client's
-// registration says; the SDK then uses that method instead of its default, client_secret_basic).
-provider.saveClientInformation({
-  ...provider.clientInformation(),
-  token_endpoint_auth_method: 'client_secret_post',
 });
 
 const transport = new StreamableHTTPClientTransport(new URL(args.url), {
   authProvider: provider,
   fetch: recordingFetch,
 });
-const client = new Client({ name: 'tidemark-auth-e2e', version: '1.0.0' });
+const client = new Client({ name: 'tidemark-auth-e2e', version: '1.0.0' },
+  v2 ? { versionNegotiation: { mode: { pin: '2026-07-28' } } } : {});
 await client.connect(transport).catch((e) => fail(`connect: ${e?.stack ?? e}`));
+if (v2) {
+  check(client.getNegotiatedProtocolVersion() === '2026-07-28' && client.getProtocolEra() === 'modern',
+    `the v2 client is in the 2026-07-28 era (${client.getNegotiatedProtocolVersion()})`);
+}
 
 const mcp = new URL(args.url).origin;
 const issuer = new URL(args.issuer).origin;
