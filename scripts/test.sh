@@ -28,7 +28,12 @@
 #                keyed re-issue across instances, tasks/get, a node drained mid-call
 #   auth         scripts/auth.sh: a real OAuth authorization server (oidc-provider, npm) issuing
 #                JWT access tokens; the verifier checks them through its JWKS URL, across a
-#                key rotation
+#                key rotation; then the release binary requiring them: both eras with a
+#                provider token, hostile tokens (alg none, HS256, expired, nbf, aud, iss, kid,
+#                tampered, 100 KB, query) refused with nothing leaked, a rotation over the
+#                wire, A's session with B's token -> 404, the official TypeScript clients'
+#                own OAuth discovery (client credentials; v1 legacy, v2 2026-07-28), the Python
+#                client in both eras, and a trace-level log holding no token
 #   --only SUITES  run only these (comma-separated: cargo,clients,browser,bridge,
 #                conformance,fault,fuzz,haproxy,auth)
 #
