@@ -38,6 +38,9 @@ auth_server_start() {
     local resource="$1" log="$2" other=()
     [ -n "${3:-}" ] && other=(--other-resource "$3")
     AUTH_RESOURCE="$resource"
+    # Created here, not by the background job's redirect: the first read below may come first,
+    # and a sed of a missing file would end the caller (set -e).
+    : >"$log"
     node "$AUTH_SERVER_DIR/provider.mjs" --resource "$resource" "${other[@]}" >"$log" 2>&1 &
     AUTH_SERVER_PID=$!
     AUTH_ISSUER=""

@@ -32,6 +32,9 @@
 #            to 2026-07-28
 #   py-legacy, py-modern  the official Python client with a provider token (--bearer-token)
 #   no-token-in-log  tidemark's log (RUST_LOG=trace) contains none of the tokens sent above
+#   debug-trace-log  the debug build (cargo build unless --no-build) at RUST_LOG=trace, where
+#            tidemark's own debug/trace lines exist: hostile + cross-subject again, then the same
+#            log check
 #
 #   --only LIST   run only these stages (the servers still start)
 #   --no-build    do not run cargo build (use the existing binary)
@@ -48,7 +51,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --no-build) build=0; shift ;;
         --only) only="${2:?--only needs a list}"; shift 2 ;;
-        --help) sed -n '2,45s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        --help) sed -n '2,48s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "auth.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -118,28 +121,32 @@ TOKENS_SEEN="$RESULTS/tokens-sent.txt"
 : >"$TOKENS_SEEN"
 node "$AUTH_SERVER_DIR/e2e.mjs" keygen "$TEST_KEYS"
 printf 'tool get_counter tools:write\n' >"$RESULTS/policy"
-RUST_LOG=trace "$TIDEMARK_BIN" --listen "127.0.0.1:$PORT" \
-    --auth-jwks-url "$AUTH_ISSUER/jwks" --auth-jwks-file "$TEST_KEYS" \
-    --auth-jwks-min-refetch-secs "$MIN_REFETCH_SECS" \
-    --auth-issuer "$AUTH_ISSUER" --auth-resource "$TIDEMARK_URL" \
-    --auth-scopes-supported tools:read,tools:write --auth-policy "$RESULTS/policy" \
-    >"$RESULTS/tidemark.log" 2>&1 &
-TIDEMARK_PID=$!
-# The banner is not the log's first line (the JWKS read at start logs before it at trace level).
-for _ in $(seq $((START_TIMEOUT_S * 10))); do
-    grep -q '^tidemark listening on ' "$RESULTS/tidemark.log" && break
-    kill -0 "$TIDEMARK_PID" 2>/dev/null || break
-    sleep 0.1
-done
-grep -q '^tidemark listening on ' "$RESULTS/tidemark.log" || {
-    echo "auth.sh: tidemark did not start; its log:" >&2
-    tail -n 40 "$RESULTS/tidemark.log" >&2
+# start_tidemark BIN LISTEN LOG: starts BIN at RUST_LOG=trace requiring the provider's tokens for
+# the resource $TIDEMARK_URL (also when it listens elsewhere: the resource is a name), sets
+# TIDEMARK_PID, waits for its banner (not the log's first line: the JWKS read at start logs first).
+start_tidemark() {
+    local bin="$1" listen="$2" log="$3"
+    RUST_LOG=trace "$bin" --listen "$listen" \
+        --auth-jwks-url "$AUTH_ISSUER/jwks" --auth-jwks-file "$TEST_KEYS" \
+        --auth-jwks-min-refetch-secs "$MIN_REFETCH_SECS" \
+        --auth-issuer "$AUTH_ISSUER" --auth-resource "$TIDEMARK_URL" \
+        --auth-scopes-supported tools:read,tools:write --auth-policy "$RESULTS/policy" \
+        >"$log" 2>&1 &
+    TIDEMARK_PID=$!
+    for _ in $(seq $((START_TIMEOUT_S * 10))); do
+        grep -q '^tidemark listening on ' "$log" && return 0
+        kill -0 "$TIDEMARK_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    echo "auth.sh: $bin did not start; its log:" >&2
+    tail -n 40 "$log" >&2
     exit 1
 }
+start_tidemark "$TIDEMARK_BIN" "127.0.0.1:$PORT" "$RESULTS/tidemark.log"
 e2e() {
-    env TIDEMARK_URL="$TIDEMARK_URL" AUTH_ISSUER="$AUTH_ISSUER" AUTH_RESOURCE="$AUTH_RESOURCE" \
-        AUTH_OTHER_RESOURCE="http://127.0.0.1:$PORT/another-resource" TEST_KEYS="$TEST_KEYS" \
-        MIN_REFETCH_SECS="$MIN_REFETCH_SECS" TOKENS_SEEN="$TOKENS_SEEN" \
+    env TIDEMARK_URL="${E2E_URL:-$TIDEMARK_URL}" AUTH_ISSUER="$AUTH_ISSUER" \
+        AUTH_RESOURCE="$AUTH_RESOURCE" AUTH_OTHER_RESOURCE="http://127.0.0.1:$PORT/another-resource" \
+        TEST_KEYS="$TEST_KEYS" MIN_REFETCH_SECS="$MIN_REFETCH_SECS" TOKENS_SEEN="$TOKENS_SEEN" \
         node "$AUTH_SERVER_DIR/e2e.mjs" "$@"
 }
 stage wire e2e wire
@@ -156,14 +163,13 @@ stage py-legacy "$CACHE/venv/bin/python" tests/clients/py_client.py --url "$TIDE
     --mode legacy --check-counter --bearer-token "$py_token"
 stage py-modern "$CACHE/venv/bin/python" tests/clients/py_client.py --url "$TIDEMARK_URL" \
     --mode auto --expect-era modern --greet --bearer-token "$py_token"
-# The TS client's token is only in its provider's memory: its digest-free check is that the log
+# The TS clients' tokens are only in their providers' memory: for them the check is that the log
 # holds no JWT-shaped string at all (base64url header.payload.signature starting with eyJ).
 no_token_in_log() {
-    local log="$RESULTS/tidemark.log" lines
+    local log="$1" lines
     lines="$(wc -l <"$log")"
-    echo "tidemark.log: $lines lines"
+    echo "$log: $lines lines"
     [ "$lines" -gt 20 ] || { echo "the log is too short to mean anything"; return 1; }
-    grep -q 'TRACE\|DEBUG' "$log" || echo "(no trace/debug lines: the release build's levels)"
     local t n=0
     while IFS= read -r t; do
         [ -n "$t" ] || continue
@@ -182,7 +188,29 @@ no_token_in_log() {
         return 1
     fi
 }
-stage no-token-in-log no_token_in_log
+stage no-token-in-log no_token_in_log "$RESULTS/tidemark.log"
+
+# The release build's tracing stops at info (release_max_level_info): tidemark's own debug and
+# trace lines exist only in a debug build. One more instance, the debug binary at RUST_LOG=trace,
+# gets the hostile tokens and the cross-subject request; its log must hold none of them.
+debug_trace_log() {
+    local debug_port debug_log="$RESULTS/tidemark-debug.log"
+    if [ "$build" -eq 1 ]; then
+        cargo build --bin tidemark
+    fi
+    debug_port="$(free_port)"
+    kill "$TIDEMARK_PID" 2>/dev/null || true
+    wait "$TIDEMARK_PID" 2>/dev/null || true
+    start_tidemark "$ROOT/target/debug/tidemark" "127.0.0.1:$debug_port" "$debug_log"
+    E2E_URL="http://127.0.0.1:$debug_port/mcp" e2e hostile
+    E2E_URL="http://127.0.0.1:$debug_port/mcp" e2e cross-subject
+    grep -qE 'DEBUG|TRACE' <(sed 's/\x1b\[[0-9;]*m//g' "$debug_log" | grep ' tidemark::') || {
+        echo "no debug/trace line of tidemark's own: not a debug build at RUST_LOG=trace?"
+        return 1
+    }
+    no_token_in_log "$debug_log"
+}
+stage debug-trace-log debug_trace_log
 
 echo "auth: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
