@@ -23,8 +23,8 @@
 #            provider's token for another resource), wrong iss, unknown kid, tampered payload:
 #            401 invalid_token in both eras; a 100 KB header -> 431; a token in the query -> 400;
 #            nothing of a token in any answer
-#   cross-subject  two client ids (two subjects): A's session id with B's token -> 404, the same
-#            answer as an unknown session
+#   cross-subject  two client ids (two subjects): A's session id with B's token (POST, GET,
+#            DELETE) -> 404, the POST's answer the same as an unknown session's; A's session lives on
 #   ts-oauth the official TypeScript client with the SDK's ClientCredentialsProvider does the whole
 #            discovery (401 -> metadata -> authorization server metadata -> token -> retry), then
 #            tools/list + tools/call (legacy era)

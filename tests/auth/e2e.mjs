@@ -272,7 +272,18 @@ async function stageCrossSubject() {
   check(stolen.status === 404 && !stolen.text.includes('mine'), `bob's token on alice's session: 404 (${stolen.status})`);
   const unknown = await legacyCall(bob, 'no-such-session-id', 'echo', { text: 'theirs' });
   check(stolen.text === unknown.text, "bob gets exactly what an unknown session gets (nothing confirms alice's exists)");
-  check(echoed(await legacyCall(alice, session, 'echo', { text: 'still' }), 'still'), "alice's session is untouched");
+  for (const method of ['GET', 'DELETE']) {
+    const r = await fetch(env.TIDEMARK_URL, {
+      method,
+      headers: {
+        authorization: `Bearer ${bob}`, accept: 'text/event-stream',
+        'mcp-session-id': session, 'mcp-protocol-version': LEGACY_VERSION,
+      },
+    });
+    await r.body?.cancel();
+    check(r.status === 404, `bob's token, ${method} on alice's session: 404 (${r.status})`);
+  }
+  check(echoed(await legacyCall(alice, session, 'echo', { text: 'still' }), 'still'), "alice's session is untouched (bob's DELETE ended nothing)");
 }
 
 const [stage, arg] = process.argv.slice(2);
