@@ -50,7 +50,7 @@ only="$ALL_SUITES"
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --only) only="${2:?--only needs a value}"; shift 2 ;;
-        --help) sed -n '2,37s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        --help) sed -n '2,42s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "test.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
 done
