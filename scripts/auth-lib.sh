@@ -2,13 +2,14 @@
 # server: oidc-provider (npm, pinned in tests/auth/package-lock.json) installed into
 # .cache/auth-server, started on loopback by tests/auth/provider.mjs under Node 22.
 #
-# auth_server_install: installs Node 22 and oidc-provider (idempotent).
-# auth_server_start RESOURCE LOG: starts the server for RESOURCE (the URL access tokens are
-#   issued for: their `aud`), waits for its first line and sets AUTH_ISSUER (its issuer URL;
-#   discovery at $AUTH_ISSUER/.well-known/openid-configuration, keys at $AUTH_ISSUER/jwks,
+# auth_server_install: installs Node 22 and oidc-provider (idempotent), with provider.mjs and
+#   e2e.mjs (the end-to-end driver of scripts/auth.sh) next to it.
+# auth_server_start RESOURCE LOG [OTHER_RESOURCE]: starts the server for RESOURCE (the URL access
+#   tokens are issued for: their `aud`; also for OTHER_RESOURCE when given), waits for its first
+#   line and sets AUTH_ISSUER (its issuer URL; discovery at $AUTH_ISSUER/.well-known/openid-configuration, keys at $AUTH_ISSUER/jwks,
 #   tokens at $AUTH_ISSUER/token) and AUTH_SERVER_PID; exits 1 with the log if it does not
 #   start. The test client is tidemark-test / tidemark-test-secret (client_secret_post), its
-#   scopes tools:read and tools:write.
+#   scopes tools:read and tools:write; a second subject is tidemark-test-b / tidemark-test-b-secret.
 # auth_server_token [SCOPE]: prints an access token (client credentials + resource indicator).
 # auth_server_rotate: a new signing key signs later tokens (the old ones stay listed); prints
 #   the new kid.
@@ -30,13 +31,17 @@ auth_server_install() {
         (cd "$AUTH_SERVER_DIR" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
     fi
     # ESM resolves imports next to the script, so the program runs from the install directory.
-    cp "$src/provider.mjs" "$AUTH_SERVER_DIR/provider.mjs"
+    cp "$src/provider.mjs" "$src/e2e.mjs" "$AUTH_SERVER_DIR/"
 }
 
 auth_server_start() {
-    local resource="$1" log="$2"
+    local resource="$1" log="$2" other=()
+    [ -n "${3:-}" ] && other=(--other-resource "$3")
     AUTH_RESOURCE="$resource"
-    node "$AUTH_SERVER_DIR/provider.mjs" --resource "$resource" >"$log" 2>&1 &
+    # Created here, not by the background job's redirect: the first read below may come first,
+    # and a sed of a missing file would end the caller (set -e).
+    : >"$log"
+    node "$AUTH_SERVER_DIR/provider.mjs" --resource "$resource" "${other[@]}" >"$log" 2>&1 &
     AUTH_SERVER_PID=$!
     AUTH_ISSUER=""
     for _ in $(seq 1 300); do

@@ -28,7 +28,12 @@
 #                keyed re-issue across instances, tasks/get, a node drained mid-call
 #   auth         scripts/auth.sh: a real OAuth authorization server (oidc-provider, npm) issuing
 #                JWT access tokens; the verifier checks them through its JWKS URL, across a
-#                key rotation
+#                key rotation; then the release binary requiring them: both eras with a
+#                provider token, hostile tokens (alg none, HS256, expired, nbf, aud, iss, kid,
+#                tampered, 100 KB, query) refused with nothing leaked, a rotation over the
+#                wire, A's session with B's token -> 404, the official TypeScript clients'
+#                own OAuth discovery (client credentials; v1 legacy, v2 2026-07-28), the Python
+#                client in both eras, and a trace-level log holding no token
 #   metrics      scripts/metrics.sh: `promtool check metrics` on the exposition, the Grafana
 #                dashboard's names exist, and a real Prometheus (Debian's package,
 #                apt-installed) scraping during a load run: rates, p99 and counts as the load says
@@ -48,7 +53,7 @@ only="$ALL_SUITES"
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --only) only="${2:?--only needs a value}"; shift 2 ;;
-        --help) sed -n '2,43s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        --help) sed -n '2,46s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "test.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
 done

@@ -2,7 +2,10 @@
 // OpenID Provider for Node) on loopback, issuing JWT access tokens for one resource through the
 // client credentials grant with an RFC 8707 resource indicator (aud = the resource).
 //
-// Usage: node provider.mjs --resource URL [--port N] [--client-id ID] [--client-secret S]
+// Usage: node provider.mjs --resource URL [--other-resource URL] [--port N] [--client-id ID]
+//                           [--client-secret S]
+// A second client, ID-b / ID-b-secret, is a second subject (`sub` is the client id). Tokens are
+// also issued for --other-resource (aud = that URL): a real token for another resource.
 //
 // Prints `authorization server listening on ISSUER` once it listens (ISSUER is
 // http://127.0.0.1:PORT; discovery at ISSUER/.well-known/openid-configuration, keys at
@@ -22,6 +25,7 @@ import Provider from 'oidc-provider';
 const { values: args } = parseArgs({
   options: {
     resource: { type: 'string' },
+    'other-resource': { type: 'string' },
     port: { type: 'string', default: '0' },
     'client-id': { type: 'string', default: 'tidemark-test' },
     'client-secret': { type: 'string', default: 'tidemark-test-secret' },
@@ -51,15 +55,18 @@ let issuer = null;
 
 function build() {
   const provider = new Provider(issuer, {
-    clients: [{
-      client_id: args['client-id'],
-      client_secret: args['client-secret'],
+    clients: [
+      [args['client-id'], args['client-secret']],
+      [`${args['client-id']}-b`, `${args['client-id']}-b-secret`],
+    ].map(([id, secret]) => ({
+      client_id: id,
+      client_secret: secret,
       grant_types: ['client_credentials'],
       redirect_uris: [],
       response_types: [],
       token_endpoint_auth_method: 'client_secret_post',
       scope: args.scopes,
-    }],
+    })),
     jwks: { keys },
     scopes: args.scopes.split(' '),
     features: {
@@ -70,12 +77,12 @@ function build() {
         defaultResource: () => args.resource,
         useGrantedResource: () => true,
         getResourceServerInfo: (_ctx, resourceIndicator) => {
-          if (resourceIndicator !== args.resource) {
+          if (resourceIndicator !== args.resource && resourceIndicator !== args['other-resource']) {
             throw new Error(`unknown resource ${resourceIndicator}`);
           }
           return {
             scope: args.scopes,
-            audience: args.resource,
+            audience: resourceIndicator,
             accessTokenTTL: 300,
             accessTokenFormat: 'jwt',
             jwt: { sign: { alg: tokenAlg } },
