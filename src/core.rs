@@ -11,6 +11,7 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::ops::Range;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::auth::policy::{Item, Kind};
@@ -19,6 +20,7 @@ use crate::config::Config;
 use crate::dispatch::Registry;
 use crate::http::RequestHead;
 use crate::metrics::CoreMetrics;
+use crate::provider::Caller;
 use crate::wire::jsonrpc::RawId;
 use crate::wire::{Answer, Code, Refusal};
 
@@ -116,6 +118,15 @@ impl Request<'_> {
     /// The subject of the request's token (`None`: authorization is off).
     pub(crate) fn subject(&self) -> Option<&str> {
         self.claims.as_deref().map(|c| &*c.subject)
+    }
+
+    /// Who the request was authorized for, with its `Authorization` value (`None`:
+    /// authorization is off): what a bridge presents to the upstreams configured for it.
+    pub(crate) fn caller(&self) -> Option<Caller> {
+        let claims = self.claims.as_deref()?;
+        let authorization = self.header(&self.head.authorization)?;
+        let authorization = std::str::from_utf8(authorization).ok()?.trim();
+        Some(Caller::new(Rc::from(&*claims.subject), Rc::from(authorization)))
     }
 
     /// The bytes of a header the head parser found (`None`: absent).

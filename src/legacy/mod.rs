@@ -33,7 +33,9 @@ use crate::config::ResponseMode;
 use crate::core::{refuse, refuse_scope, reply, Request};
 use crate::dispatch::{self, ToolRoute};
 use crate::http::lists_media_type;
-use crate::provider::{CallContext, LogLevel, Notifier, ProviderError, SessionInfo, SessionStart};
+use crate::provider::{
+    CallContext, Caller, LogLevel, Notifier, ProviderError, SessionInfo, SessionStart,
+};
 use crate::wire::jsonrpc::{self, Body, Message, RawId};
 use crate::wire::{Answer, Code, Refusal, WireValue};
 use replay::{EventSeq, StreamKey};
@@ -336,7 +338,7 @@ async fn sessionless(
         Body::Single(Message::Request { id, method, params }) => {
             if method == "initialize" {
                 let subject = req.subject().map(Box::from);
-                initialize(core, id, params, subject, out, keep_alive).await
+                initialize(core, id, params, subject, req.caller(), out, keep_alive).await
             } else if !version_ok(req) {
                 let requested = req.header(&req.head.protocol_version).map(String::from_utf8_lossy);
                 let answer = Answer::UnsupportedVersion {
@@ -361,6 +363,7 @@ async fn initialize(
     id: RawId,
     params: WireValue,
     subject: Option<Box<str>>,
+    caller: Option<Caller>,
     out: &mut Vec<u8>,
     keep_alive: bool,
 ) -> Outcome {
@@ -381,6 +384,7 @@ async fn initialize(
     };
     let mut session = Session::new(sid, tag, version, &core.cfg);
     session.subject = subject;
+    session.caller = caller.clone();
     session.count_bytes_in(core.buffered_bytes.clone());
     let reference = session.reference();
     // In the table while the providers open it (no client knows its id yet), so that a
@@ -388,8 +392,13 @@ async fn initialize(
     let session = core.sessions.borrow_mut().insert(session);
     let notifier = Notifier::new(Rc::new(context::SessionNotifier::new(&session)));
     let client_params = dispatch::into_public(params);
-    let start =
-        SessionStart { session: reference, protocol_version: version, client_params, notifier };
+    let start = SessionStart {
+        session: reference,
+        protocol_version: version,
+        client_params,
+        notifier,
+        caller,
+    };
     let infos = match core.registry.open_session(&start).await {
         Ok(infos) => infos,
         Err(e) => {
@@ -575,12 +584,12 @@ async fn request(
 
 /// The context of a tool call on stream `key`.
 fn call_context(session: &SessionRc, key: StreamKey) -> CallContext {
-    let (identity, version) = {
+    let (identity, version, caller) = {
         let s = session.borrow();
-        (s.reference(), s.version)
+        (s.reference(), s.version, s.caller.clone())
     };
     let sink = Rc::new(context::StreamSink { session: Rc::downgrade(session), key });
-    CallContext::new(sink, identity, version)
+    CallContext::new(sink, identity, version).with_caller(caller)
 }
 
 /// Answers a request that needs no stream into `out`: `logging/setLevel` here (it is session

@@ -329,7 +329,8 @@ async fn tools_call(
         task_call::call_sink(&sink, &task_sink),
         SessionRef::STATELESS,
         meta::MODERN_VERSION,
-    );
+    )
+    .with_caller(req.caller());
     let ToolRoute { name, provider, .. } = route;
     let work = Box::pin(async move { provider.call_tool(&name, arguments, cx).await });
     let work = task_call::augment(core, req.subject(), task_sink, work);
@@ -404,7 +405,8 @@ async fn prompts_get(
     };
     let arguments = params.get("arguments").map(dispatch::to_public).unwrap_or(Value::Null);
     let sink = sink_for(core, request_meta, answers, None);
-    let cx = CallContext::new(sink.clone(), SessionRef::STATELESS, meta::MODERN_VERSION);
+    let cx = CallContext::new(sink.clone(), SessionRef::STATELESS, meta::MODERN_VERSION)
+        .with_caller(req.caller());
     let registry_core = core.clone();
     let work = Box::pin(async move {
         registry_core.registry.get_prompt_with_context(&name, arguments, cx).await
