@@ -14,7 +14,7 @@ use std::ops::Range;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use crate::auth::policy::{Item, Kind};
+use crate::auth::policy::{Item, Kind, Policy};
 use crate::auth::{Access, Authorizer, Claims, ConnCache};
 use crate::config::Config;
 use crate::dispatch::Registry;
@@ -41,8 +41,12 @@ pub(crate) struct Core {
 impl Core {
     /// The policy's view of a request authorized as `claims` (`None`: no policy, or
     /// authorization off: nothing is filtered or refused by scope).
-    pub(crate) fn access<'a>(&'a self, claims: Option<&'a Claims>) -> Option<Access<'a>> {
-        Access::of(self.auth.as_deref(), claims)
+    pub(crate) fn access<'a>(
+        &'a self,
+        claims: Option<&'a Claims>,
+        policy: Option<&'a Policy>,
+    ) -> Option<Access<'a>> {
+        Access::of(self.auth.as_deref(), policy, claims)
     }
 
     /// The per-tool policy's verdict on `method` (`tools/call`, `prompts/get`,
@@ -104,6 +108,9 @@ pub(crate) struct Request<'a> {
     /// Who the request's token names, once the endpoint authorized it (`None`: authorization
     /// is off): what the eras scope sessions, keys, tasks and request states by.
     pub(crate) claims: Option<std::rc::Rc<Claims>>,
+    /// The per-tool policy in force when the request was authorized (`None`: authorization
+    /// is off): one request is held to one policy, whatever a SIGHUP swaps in meanwhile.
+    pub(crate) policy: Option<Arc<Policy>>,
 }
 
 impl Request<'_> {

@@ -270,7 +270,8 @@ pub(crate) async fn post(
         return sessionless(core, req, body, out).await;
     };
     let claims = req.claims.clone();
-    let access = core.access(claims.as_deref());
+    let policy = req.policy.clone();
+    let access = core.access(claims.as_deref(), policy.as_deref());
     // The per-tool policy, before the migration decision: a refused call is never recorded,
     // held or deduplicated (a batch is refused whole when one of its requests is).
     if let Some((id, challenge)) = forbidden_in(core, access, &body) {

@@ -128,7 +128,9 @@ pub(crate) async fn serve(
         core.registry.open_stateless().await;
     }
     // The per-tool policy: every 2026-07-28 request is authorized on its own.
-    if let Some(challenge) = core.forbidden(core.access(req.claims.as_deref()), &method, &params) {
+    if let Some(challenge) =
+        core.forbidden(core.access(req.claims.as_deref(), req.policy.as_deref()), &method, &params)
+    {
         return refuse_scope(out, Some(&id), &challenge, keep_alive);
     }
     match method.as_str() {
@@ -143,7 +145,7 @@ pub(crate) async fn serve(
         | "resources/templates/list"
         | "resources/read" => {
             let mut body = Vec::with_capacity(512);
-            let access = core.access(req.claims.as_deref());
+            let access = core.access(req.claims.as_deref(), req.policy.as_deref());
             let registry = &core.registry;
             registry.answer(SessionRef::STATELESS, access, &id, &method, &params, &mut body).await;
             let hints = cache_hints(core);

@@ -75,6 +75,7 @@ pub(crate) async fn serve(
                 body,
                 auth_cache: &conn.auth_cache,
                 claims: None,
+                policy: None,
             };
             endpoint::handle(&core, req, &mut conn.out).await
         };
