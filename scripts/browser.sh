@@ -24,10 +24,16 @@
 #   modern            the page on the listed origin, @modelcontextprotocol/client 2.4.0 pinned to
 #                     the 2026-07-28 revision (server/discover, stateless): echo and slow_counter
 #                     with 3 progress notifications. Needs tidemark's modern-era path
+#   auth-legacy, auth-modern  the legacy and modern runs against a second tidemark started
+#                     with --auth-tokens (and the same --allowed-origin): the page's client sends
+#                     `Authorization: Bearer …` (the SDKs' requestInit headers) and must succeed
+#   auth-missing      the legacy page without a token against that server: its first request
+#                     must get a 401 that JavaScript can read, WWW-Authenticate included
 # After the runs: tidemark's counters must show every preflight answered and no requested
 # header left out (tidemark_cors_headers_left_out_total 0).
 #
-#   --only RUNS   run only these (comma-separated: legacy,blocked-loopback,blocked-foreign,modern)
+#   --only RUNS   run only these (comma-separated: legacy,blocked-loopback,blocked-foreign,modern,
+#                 auth-legacy,auth-modern,auth-missing)
 #   --no-build    do not run cargo build --release (use the existing target/release/tidemark)
 #
 # Prints one PASS/FAIL line per run (with the page's failing step) and a final
@@ -41,14 +47,16 @@ PAGE_SRC="$ROOT/tests/browser"
 BUNDLE_DIR="$CACHE/browser"
 SITE="$BUNDLE_DIR/site"
 RESULTS="$CACHE/browser-results"
-ALL_RUNS="legacy,blocked-loopback,blocked-foreign,modern"
+ALL_RUNS="legacy,blocked-loopback,blocked-foreign,modern,auth-legacy,auth-modern,auth-missing"
+# The token of the auth runs' tidemark (a test value in its --auth-tokens file).
+BROWSER_TOKEN="browser-token-3d9f"
 START_TIMEOUT_S=30
 # The page gives up after 45 s (RUN_TIMEOUT_MS in page.mjs); this covers the browser's start.
 RUN_TIMEOUT_S=75
 # The name the blocked-foreign page is loaded from; Chromium resolves it to 127.0.0.1 itself.
 FOREIGN_HOST="evil.test"
 
-usage() { sed -n '2,39s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,45s/^# \{0,1\}//p' "$0"; }
 
 only="$ALL_RUNS"
 build=1
@@ -143,7 +151,8 @@ metric() {
 # RESULTS/reports/NAME.json, the browser's log (console included) RESULTS/NAME.chromium.log.
 open_page() {
     local name="$1" origin="$2" era="$3" expect="${4:-}"
-    local url="$origin/index.html?mcp=$mcp_url&era=$era&run=$name&expect=$expect"
+    local url="$origin/index.html?mcp=${PAGE_MCP_URL:-$mcp_url}&era=$era&run=$name&expect=$expect"
+    url+="${PAGE_TOKEN:+&token=$PAGE_TOKEN}"
     # --no-sandbox: CI runs as root, where Chromium's sandbox cannot start; the page is ours.
     chromium --headless --no-sandbox --disable-gpu --no-first-run \
         --enable-logging=stderr --v=0 --user-data-dir="$RESULTS/$name.profile" \
@@ -229,6 +238,32 @@ if want_run modern; then
         && [ "$(report_field modern "(r['exchanges'] or [{}])[0].get('status')")" = 400 ]; then
         echo "    hint: the server/discover probe passed CORS and got a readable 400 (tidemark's" \
             "answer to a revision it does not serve): this build has no 2026-07-28 path"
+    fi
+fi
+
+# The auth runs: one more tidemark, with a token file, on the same listed origin.
+if want_run auth-legacy || want_run auth-modern || want_run auth-missing; then
+    printf '# browser.sh test token\n%s browser\n' "$BROWSER_TOKEN" >"$RESULTS/tokens"
+    chmod 600 "$RESULTS/tokens"
+    "$ROOT/target/release/tidemark" --tools demo --listen 127.0.0.1:0 \
+        --allowed-origin "$listed_origin" --auth-tokens "$RESULTS/tokens" \
+        >"$RESULTS/tidemark-auth.stdout" 2>"$RESULTS/tidemark-auth.stderr" &
+    auth_pid=$!
+    pids+=("$auth_pid")
+    auth_url="$(wait_for_url "$RESULTS/tidemark-auth.stdout" "$auth_pid" "tidemark --auth-tokens")"
+    auth_url="${auth_url%%$'\n'*}"
+    echo "browser: with a token: $(head -n 1 "$RESULTS/tidemark-auth.stdout")"
+    if want_run auth-legacy; then PAGE_MCP_URL="$auth_url" PAGE_TOKEN="$BROWSER_TOKEN" run_listed auth-legacy legacy; fi
+    if want_run auth-modern; then PAGE_MCP_URL="$auth_url" PAGE_TOKEN="$BROWSER_TOKEN" run_listed auth-modern modern; fi
+    if want_run auth-missing; then
+        PAGE_MCP_URL="$auth_url" open_page auth-missing "$listed_origin" legacy unauthorized
+        if page_verdict auth-missing; then
+            pass auth-missing "$(report_field auth-missing "'401 readable, WWW-Authenticate: ' + r['exchanges'][0]['challenge']")"
+        fi
+    fi
+    if ! kill -0 "$auth_pid" 2>/dev/null; then
+        fail tidemark-auth "the server died; stderr tail:"
+        tail -n 20 "$RESULTS/tidemark-auth.stderr" | sed 's/^/    /'
     fi
 fi
 

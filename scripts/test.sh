@@ -10,8 +10,9 @@
 #                client auto and pinned, rmcp Discover), both SDKs over https:// (--tls-cert),
 #                and the Python client with a bearer token (--auth-tokens) in both eras
 #   browser      scripts/browser.sh: the official TypeScript clients (both eras) in headless
-#                Chromium from a page of a listed --allowed-origin (CORS), and pages of
-#                unlisted origins blocked by the browser
+#                Chromium from a page of a listed --allowed-origin (CORS), pages of
+#                unlisted origins blocked by the browser, and both eras with a bearer token
+#                against --auth-tokens (requestInit headers) plus the tokenless 401
 #   bridge       scripts/bridge.sh: tidemark in front of real MCP servers (--upstream):
 #                server-everything (npm), mcp-server-time (PyPI), an official-Python-SDK stdio and
 #                HTTP server, with the official clients, the cut proxy, raw retries and faults

@@ -11,14 +11,16 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::ops::Range;
+use std::rc::Rc;
 use std::sync::Arc;
 
-use crate::auth::policy::{Item, Kind};
+use crate::auth::policy::{Item, Kind, Policy};
 use crate::auth::{Access, Authorizer, Claims, ConnCache};
 use crate::config::Config;
 use crate::dispatch::Registry;
 use crate::http::RequestHead;
 use crate::metrics::{CoreMetrics, RequestLabel};
+use crate::provider::Caller;
 use crate::wire::jsonrpc::{Body, Message, RawId};
 use crate::wire::{Answer, Code, Refusal};
 
@@ -39,8 +41,12 @@ pub(crate) struct Core {
 impl Core {
     /// The policy's view of a request authorized as `claims` (`None`: no policy, or
     /// authorization off: nothing is filtered or refused by scope).
-    pub(crate) fn access<'a>(&'a self, claims: Option<&'a Claims>) -> Option<Access<'a>> {
-        Access::of(self.auth.as_deref(), claims)
+    pub(crate) fn access<'a>(
+        &'a self,
+        claims: Option<&'a Claims>,
+        policy: Option<&'a Policy>,
+    ) -> Option<Access<'a>> {
+        Access::of(self.auth.as_deref(), policy, claims)
     }
 
     /// The per-tool policy's verdict on `method` (`tools/call`, `prompts/get`,
@@ -105,6 +111,9 @@ pub(crate) struct Request<'a> {
     /// What the request is, for `tidemark_request_duration_seconds`: set by the era that
     /// decodes it, read by the connection once it is answered.
     pub(crate) label: &'a Cell<RequestLabel>,
+    /// The per-tool policy in force when the request was authorized (`None`: authorization
+    /// is off): one request is held to one policy, whatever a SIGHUP swaps in meanwhile.
+    pub(crate) policy: Option<Arc<Policy>>,
 }
 
 impl Request<'_> {
@@ -119,6 +128,15 @@ impl Request<'_> {
     /// The subject of the request's token (`None`: authorization is off).
     pub(crate) fn subject(&self) -> Option<&str> {
         self.claims.as_deref().map(|c| &*c.subject)
+    }
+
+    /// Who the request was authorized for, with its `Authorization` value (`None`:
+    /// authorization is off): what a bridge presents to the upstreams configured for it.
+    pub(crate) fn caller(&self) -> Option<Caller> {
+        let claims = self.claims.as_deref()?;
+        let authorization = self.header(&self.head.authorization)?;
+        let authorization = std::str::from_utf8(authorization).ok()?.trim();
+        Some(Caller::new(Rc::from(&*claims.subject), Rc::from(authorization)))
     }
 
     /// The bytes of a header the head parser found (`None`: absent).

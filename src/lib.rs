@@ -95,8 +95,9 @@ pub use config::{
     Isolation, ResponseMode, TlsFiles, UpstreamSpec, UpstreamSpecError, UpstreamTarget,
 };
 pub use provider::{
-    Annotations, CallContext, Changes, LocalBoxFuture, LogLevel, Notifier, Provider, ProviderError,
-    ProviderResult, SessionInfo, SessionRef, SessionStart, TaskSupport, ToolInfo, Value,
+    Annotations, CallContext, Caller, Changes, LocalBoxFuture, LogLevel, Notifier, Provider,
+    ProviderError, ProviderResult, SessionInfo, SessionRef, SessionStart, TaskSupport, ToolInfo,
+    Value,
 };
 pub use server::{Running, Server, ServerError};
 

@@ -94,7 +94,7 @@ pub struct Running {
     life: Arc<Lifecycle>,
     /// The MCP listeners' TLS, when `--tls-cert` was given.
     tls: Option<Arc<Tls>>,
-    /// The endpoint's authorization (`None`: off): SIGHUP reloads its token file.
+    /// The endpoint's authorization (`None`: off): SIGHUP reloads its token and policy files.
     auth: Option<Arc<Authorizer>>,
     /// `handle_signals` ran (a second call would see every signal twice).
     signals: AtomicBool,
@@ -148,7 +148,7 @@ impl Running {
         reload_tls(self.tls.as_deref())
     }
 
-    /// SIGHUP reloads `--auth-tokens` (`reload`). Handles SIGTERM and SIGINT as the `tidemark`
+    /// SIGHUP reloads `--auth-tokens` and `--auth-policy` (`reload`). Handles SIGTERM and SIGINT as the `tidemark`
     /// binary does (`Server::run` calls it before
     /// the banner): the first begins the drain; a second one, or one after `shutdown`, exits
     /// the process at once with status 128 + the signal's number (143 for SIGTERM, 130 for
@@ -196,8 +196,9 @@ impl Running {
     }
 }
 
-/// SIGHUP: the authorization's token file read again; sessions and connections are untouched.
-/// A file that does not load keeps the old set, and the log says why (file and line only).
+/// SIGHUP: the authorization's token file and policy file read again; sessions and
+/// connections are untouched. A file that does not load keeps the old set (or policy), and the
+/// log says why (file and line only).
 fn reload(auth: Option<&Authorizer>) {
     let Some(auth) = auth else {
         tracing::info!("SIGHUP: nothing to reload (authorization is off)");
@@ -207,6 +208,13 @@ fn reload(auth: Option<&Authorizer>) {
         Ok(tokens) => tracing::info!(tokens, "SIGHUP: --auth-tokens reloaded"),
         Err(why) => {
             tracing::warn!(error = %why, "SIGHUP: --auth-tokens not reloaded, the old set stays")
+        }
+    }
+    match auth.reload_policy() {
+        Ok(Some(rules)) => tracing::info!(rules, "SIGHUP: --auth-policy reloaded"),
+        Ok(None) => {}
+        Err(why) => {
+            tracing::warn!(error = %why, "SIGHUP: --auth-policy not reloaded, the old policy stays")
         }
     }
 }

@@ -577,3 +577,53 @@ fn policy_upstream_rule_covers_that_upstreams_tools() {
         }
     }
 }
+
+/// Goal: SIGHUP reloads `--auth-policy` as it does the tokens: a new rule holds for the
+/// requests after it, and a bad file keeps the old policy, logged with the file and line.
+/// Method: the real binary with a policy that lets alice call `echo`; rewrite it to need a
+/// scope alice lacks, SIGHUP, see the 403; break it, SIGHUP, see the warning naming file and
+/// line while the old rule still holds.
+#[test]
+fn sighup_reloads_the_policy_and_a_bad_file_keeps_the_old_one() {
+    for driver in DRIVERS {
+        let dir = temp_dir(&format!("policy-reload-{driver}"));
+        let tokens = dir.join("tokens");
+        std::fs::write(&tokens, "tok-alice alice read\n").expect("tokens");
+        let policy = dir.join("policy");
+        std::fs::write(&policy, "tool echo read\n").expect("policy");
+        let log = dir.join("log");
+        let args = [
+            "--driver",
+            driver,
+            "--auth-tokens",
+            tokens.to_str().expect("path"),
+            "--auth-policy",
+            policy.to_str().expect("path"),
+        ];
+        let server = Server::start_logged(&args, &[], &log);
+        let sid = open_session_as(&server, "tok-alice");
+        let session = [("Mcp-Session-Id", sid.as_str())];
+        let echo = |id: u64| call(id, "echo", r#"{"text":"hi"}"#, false);
+        assert_eq!(post_as(&server, "tok-alice", &session, &echo(2)).status, 200, "{driver}");
+        std::fs::write(&policy, "# echo now needs admin\ntool echo admin\n").expect("rewrite");
+        server.signal("HUP");
+        let refused = poll_until(Duration::from_secs(10), || {
+            post_as(&server, "tok-alice", &session, &echo(3)).status == 403
+        });
+        assert!(refused, "{driver}: the reloaded policy never held");
+        std::fs::write(&policy, "tool echo read\ntool echo\n").expect("break");
+        server.signal("HUP");
+        let path = policy.display().to_string();
+        let logged = poll_until(Duration::from_secs(10), || {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            text.contains("--auth-policy not reloaded") && text.contains(&path)
+        });
+        assert!(logged, "{driver}: no warning naming the file");
+        let text = std::fs::read_to_string(&log).expect("log");
+        let warning =
+            text.lines().find(|l| l.contains("--auth-policy not reloaded")).expect("line");
+        assert!(warning.contains(&format!("{path}:2:")), "{driver}: file:line: {warning}");
+        let r = post_as(&server, "tok-alice", &session, &echo(4));
+        assert_eq!(r.status, 403, "{driver}: the old policy did not stay: {}", r.text());
+    }
+}

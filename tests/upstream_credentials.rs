@@ -90,7 +90,8 @@ fn serve_recorded(conn: std::net::TcpStream, heads: mpsc::Sender<String>) {
         if reader.read_exact(&mut body).is_err() {
             return;
         }
-        let _ = heads.send(head.clone());
+        // The head, then the body: which message a head carried.
+        let _ = heads.send(format!("{head}{}", String::from_utf8_lossy(&body)));
         let answer = if head.starts_with("POST") {
             let message: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
             let result = match message["method"].as_str() {
@@ -99,7 +100,12 @@ fn serve_recorded(conn: std::net::TcpStream, heads: mpsc::Sender<String>) {
                     "capabilities": { "tools": {} },
                     "serverInfo": { "name": "recorder", "version": "1" },
                 }),
-                Some("tools/list") => serde_json::json!({ "tools": [] }),
+                Some("tools/list") => serde_json::json!({ "tools": [
+                    { "name": "probe", "inputSchema": { "type": "object" } },
+                ] }),
+                Some("tools/call") => serde_json::json!({
+                    "content": [{ "type": "text", "text": "probed" }],
+                }),
                 _ => serde_json::Value::Null,
             };
             if message.get("id").is_some() && message.get("method").is_some() {
@@ -123,6 +129,11 @@ fn serve_recorded(conn: std::net::TcpStream, heads: mpsc::Sender<String>) {
             return;
         }
     }
+}
+
+/// The recorded requests whose body is a `tools/call`.
+fn calls(heads: &[String]) -> Vec<&String> {
+    heads.iter().filter(|h| h.contains(r#""method":"tools/call""#)).collect()
 }
 
 /// Every head the recorder got until it has been quiet for a moment.
@@ -299,4 +310,160 @@ fn a_bad_credentials_file_stops_the_start_naming_the_line_not_the_value() {
         .expect("runs");
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("\"nosuch\""));
+}
+
+/// `--auth-tokens` for the subject and forwarding tests: alice and bob.
+const TOKENS: &str = "tok-alice-5e1 alice\ntok-bob-9c2 bob\n";
+
+/// A legacy session as `token`, then a `tools/call` of `tool` in it and one in the 2026-07-28
+/// era; both must succeed.
+fn call_in_both_eras(server: &Server, token: &str, tool: &str) {
+    let auth = format!("Bearer {token}");
+    let init = post(
+        server,
+        &[("Authorization", &auth)],
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+    );
+    assert_eq!(init.status, 200, "{token}: {}", init.text());
+    let sid = init.header("mcp-session-id").expect("a session id").to_owned();
+    let session = [("Mcp-Session-Id", sid.as_str()), ("Authorization", auth.as_str())];
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    assert_eq!(post(server, &session, initialized).status, 202);
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"{tool}","arguments":{{}}}}}}"#
+    );
+    let legacy = post(server, &session, &body);
+    assert!(legacy.text().contains("probed"), "{token} legacy: {}", legacy.text());
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"{tool}","arguments":{{}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
+    );
+    let headers = [
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", tool),
+        ("Authorization", auth.as_str()),
+    ];
+    let modern = post(server, &headers, &body);
+    assert!(modern.text().contains("probed"), "{token} 2026-07-28: {}", modern.text());
+}
+
+/// Goal: `NAME subject-header H` gives that HTTP upstream `H: <subject>` on the requests made
+/// for an authorized client, with the right subject for two different tokens, in both eras and
+/// both isolations (per-session: every request of the session's link; shared: each call's),
+/// and never the token.
+#[test]
+fn the_subject_header_carries_each_callers_subject() {
+    let file = TempFile::new("subject", "* subject-header X-Mcp-Subject\n");
+    let tokens = TempFile::new("subject-tokens", TOKENS);
+    for driver in DRIVERS {
+        for isolation in ["per-session", "shared"] {
+            let (addr, received) = recording_upstream();
+            let url = format!("http://{addr}/mcp");
+            let args = [
+                "--upstream",
+                url.as_str(),
+                "--upstream-isolation",
+                isolation,
+                "--upstream-credentials",
+                file.path(),
+                "--auth-tokens",
+                tokens.path(),
+                "--threads",
+                "1",
+            ];
+            let front = Server::on(driver, &args);
+            for (token, subject, other) in
+                [("tok-alice-5e1", "alice", "bob"), ("tok-bob-9c2", "bob", "alice")]
+            {
+                let ctx = format!("{driver} {isolation} {subject}");
+                call_in_both_eras(&front, token, "probe");
+                let heads = drain_heads(&received);
+                let calls = calls(&heads);
+                assert_eq!(calls.len(), 2, "{ctx}: a call per era: {heads:?}");
+                let mine = format!("\r\nX-Mcp-Subject: {subject}\r\n");
+                for head in &calls {
+                    assert!(head.contains(&mine), "{ctx}: no subject on {head}");
+                }
+                for head in &heads {
+                    assert!(!head.contains(&format!("X-Mcp-Subject: {other}")), "{ctx}: {head}");
+                    assert!(!head.contains(token), "{ctx}: the token went up: {head}");
+                    assert!(!head.to_ascii_lowercase().contains("authorization:"), "{ctx}");
+                }
+                if isolation == "per-session" {
+                    // The session's own link: its initialize carries the opener's subject too.
+                    let init = heads.iter().find(|h| h.contains(r#""method":"initialize""#));
+                    let init = init.unwrap_or_else(|| panic!("{ctx}: no initialize: {heads:?}"));
+                    assert!(init.contains(&mine), "{ctx}: {init}");
+                }
+            }
+        }
+    }
+}
+
+/// Goal: `--upstream-forward-authorization NAME` sends the client's own `Authorization` to
+/// that upstream on the requests made for the client, in place of a configured one (which
+/// stays for the link's own requests that no client made), and to no other upstream.
+#[test]
+fn forwarding_sends_the_clients_token_to_the_named_upstream_only() {
+    let file = TempFile::new(
+        "forward",
+        "same header Authorization Bearer configured-fallback\n\
+         other header Authorization Bearer ${TIDEMARK_TEST_UPSTREAM_TOKEN}\n",
+    );
+    let tokens = TempFile::new("forward-tokens", TOKENS);
+    for driver in DRIVERS {
+        let (same_addr, same_heads) = recording_upstream();
+        let (other_addr, other_heads) = recording_upstream();
+        let same = format!("same=http://{same_addr}/mcp");
+        let other = format!("other=http://{other_addr}/mcp");
+        let args = [
+            "--upstream",
+            same.as_str(),
+            "--upstream",
+            other.as_str(),
+            "--upstream-forward-authorization",
+            "same",
+            "--upstream-credentials",
+            file.path(),
+            "--auth-tokens",
+            tokens.path(),
+            "--threads",
+            "1",
+            "--driver",
+            driver,
+        ];
+        let log = TempFile::new(&format!("forward-{driver}.log"), "");
+        let envs = [("TIDEMARK_TEST_UPSTREAM_TOKEN", UPSTREAM_TOKEN)];
+        let front = Server::start_logged(&args, &envs, &log.0);
+        for token in ["tok-alice-5e1", "tok-bob-9c2"] {
+            let ctx = format!("{driver} {token}");
+            call_in_both_eras(&front, token, "same__probe");
+            call_in_both_eras(&front, token, "other__probe");
+            let forwarded = format!("\r\nAuthorization: Bearer {token}\r\n");
+            let same = drain_heads(&same_heads);
+            assert_eq!(calls(&same).len(), 2, "{ctx}: {same:?}");
+            for head in calls(&same) {
+                assert!(head.contains(&forwarded), "{ctx}: not forwarded: {head}");
+                assert!(!head.contains("configured-fallback"), "{ctx}: {head}");
+            }
+            // The configured one only where no caller is (the core's stateless link's own
+            // initialize and listing); one `Authorization` per request.
+            for head in &same {
+                assert_eq!(head.matches("Authorization:").count(), 1, "{ctx}: {head}");
+            }
+            let other = drain_heads(&other_heads);
+            assert_eq!(calls(&other).len(), 2, "{ctx}: {other:?}");
+            let configured = format!("\r\nAuthorization: Bearer {UPSTREAM_TOKEN}\r\n");
+            for head in &other {
+                assert!(!head.contains(token), "{ctx}: the client's token reached another: {head}");
+                assert!(head.contains(&configured), "{ctx}: {head}");
+            }
+        }
+        drop(front);
+        let logged = std::fs::read_to_string(&log.0).expect("log");
+        assert!(logged.contains("upstream"), "{driver}: the trace log is empty: {logged:.200}");
+        for secret in ["tok-alice-5e1", "tok-bob-9c2", UPSTREAM_TOKEN, "configured-fallback"] {
+            assert!(!logged.contains(secret), "{driver}: {secret} in the log");
+        }
+    }
 }

@@ -79,8 +79,12 @@ pub(crate) struct Authorizer {
     /// configured). The integrator sets it to `Some(Arc::new(jwt::JwtVerifier::…))` in
     /// `Authorizer::build`; nothing else changes.
     verifier: Option<Arc<dyn TokenVerifier>>,
-    /// The per-tool policy (`--auth-policy`, `--auth-write-scope`).
-    policy: Policy,
+    /// The per-tool policy (`--auth-policy`, `--auth-write-scope`), swapped whole by
+    /// `reload`; a request keeps the one it was authorized under (`policy`).
+    policy: ArcSwap<Policy>,
+    policy_file: Option<PathBuf>,
+    write_scope: Option<Box<str>>,
+    policy_rules_max: usize,
     /// `--auth-required-scope`: held by every request's token.
     required_scopes: Vec<Box<str>>,
     /// `WWW-Authenticate` of a 401 without a token, with `invalid_token`, and of a 400 for a
@@ -151,7 +155,10 @@ impl Authorizer {
             tokens_file: auth.tokens_file.clone(),
             tokens_max: auth.tokens_max,
             verifier,
-            policy,
+            policy: ArcSwap::from_pointee(policy),
+            policy_file: auth.policy_file.clone(),
+            write_scope: auth.write_scope.as_deref().map(Box::from),
+            policy_rules_max: auth.policy_rules_max,
             required_scopes: auth.required_scopes.iter().map(|s| Box::from(s.as_str())).collect(),
             challenge_missing: format!("{base}{scope}").into(),
             challenge_invalid: format!("{base}, error=\"invalid_token\"{scope}").into(),
@@ -176,6 +183,23 @@ impl Authorizer {
         self.tokens.store(Arc::new(set));
         self.generation.fetch_add(1, Ordering::Release);
         Ok(len)
+    }
+
+    /// SIGHUP: reads `--auth-policy` again and swaps it in for the requests after; a request
+    /// under way keeps the policy it was authorized under. On an error the old policy stays
+    /// and the error names the file and line. `Ok(None)`: no policy file.
+    pub(crate) fn reload_policy(&self) -> Result<Option<usize>, String> {
+        let Some(path) = &self.policy_file else { return Ok(None) };
+        let policy = Policy::load(Some(path), self.write_scope.as_deref(), self.policy_rules_max)
+            .map_err(|e| e.to_string())?;
+        let rules = policy.len();
+        self.policy.store(Arc::new(policy));
+        Ok(Some(rules))
+    }
+
+    /// The policy in force now: what a request authorized now is held to.
+    pub(crate) fn policy(&self) -> Arc<Policy> {
+        self.policy.load_full()
     }
 
     /// The request's claims from its `Authorization` header (`None`: absent) and its target's
@@ -240,6 +264,7 @@ impl Authorizer {
 #[derive(Clone, Copy)]
 pub(crate) struct Access<'a> {
     auth: &'a Authorizer,
+    policy: &'a Policy,
     claims: &'a Claims,
 }
 
@@ -247,15 +272,16 @@ impl<'a> Access<'a> {
     /// The access of a request authorized as `claims`; `None` when `auth` has no policy.
     pub(crate) fn of(
         auth: Option<&'a Authorizer>,
+        policy: Option<&'a Policy>,
         claims: Option<&'a Claims>,
     ) -> Option<Access<'a>> {
-        let (auth, claims) = (auth?, claims?);
-        (!auth.policy.is_empty()).then_some(Access { auth, claims })
+        let (auth, policy, claims) = (auth?, policy?, claims?);
+        (!policy.is_empty()).then_some(Access { auth, policy, claims })
     }
 
     /// The scopes `item` needs that the token lacks (empty: allowed): the one decision.
     pub(crate) fn missing(&self, item: Item<'_>) -> Vec<&'a str> {
-        self.auth.policy.missing(item, |s| self.claims.has_scope(s))
+        self.policy.missing(item, |s| self.claims.has_scope(s))
     }
 
     /// True when the token may use (and so is listed) `item`.

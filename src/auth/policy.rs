@@ -142,6 +142,11 @@ impl Policy {
         Ok(Policy { rules, write_scope: None })
     }
 
+    /// The number of rules.
+    pub(crate) fn len(&self) -> usize {
+        self.rules.len()
+    }
+
     /// True when no rule and no default exists: everything is allowed to any valid token, and
     /// listings need no filtering.
     pub(crate) fn is_empty(&self) -> bool {

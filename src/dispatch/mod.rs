@@ -206,6 +206,7 @@ impl Registry {
                 "clientInfo": { "name": "tidemark", "version": env!("CARGO_PKG_VERSION") },
             }),
             notifier: crate::provider::Notifier::detached(),
+            caller: None,
         };
         let opened = self.open_session(&start).await;
         if let Err(e) = &opened {

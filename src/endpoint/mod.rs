@@ -178,6 +178,7 @@ async fn route(edge: &Endpoint, mut req: Request<'_>, out: &mut Vec<u8>) -> Outc
             Ok(claims) => {
                 tracing::trace!(subject = &*claims.subject, "authorized");
                 req.claims = Some(claims);
+                req.policy = Some(auth.policy());
             }
             Err(denial) => return deny(edge, auth, denial, out, keep_alive),
         }

@@ -34,7 +34,9 @@ use crate::core::{label_method, refuse, refuse_scope, reply, Request};
 use crate::dispatch::{self, ToolRoute};
 use crate::http::lists_media_type;
 use crate::metrics::{EraLabel, RequestLabel};
-use crate::provider::{CallContext, LogLevel, Notifier, ProviderError, SessionInfo, SessionStart};
+use crate::provider::{
+    CallContext, Caller, LogLevel, Notifier, ProviderError, SessionInfo, SessionStart,
+};
 use crate::wire::jsonrpc::{self, Body, Message, RawId};
 use crate::wire::{Answer, Code, Refusal, WireValue};
 use replay::{EventSeq, StreamKey};
@@ -271,7 +273,8 @@ pub(crate) async fn post(
         return sessionless(core, req, body, out).await;
     };
     let claims = req.claims.clone();
-    let access = core.access(claims.as_deref());
+    let policy = req.policy.clone();
+    let access = core.access(claims.as_deref(), policy.as_deref());
     // The per-tool policy, before the migration decision: a refused call is never recorded,
     // held or deduplicated (a batch is refused whole when one of its requests is).
     if let Some((id, challenge)) = forbidden_in(core, access, &body) {
@@ -339,7 +342,7 @@ async fn sessionless(
         Body::Single(Message::Request { id, method, params }) => {
             if method == "initialize" {
                 let subject = req.subject().map(Box::from);
-                initialize(core, id, params, subject, out, keep_alive).await
+                initialize(core, id, params, subject, req.caller(), out, keep_alive).await
             } else if !version_ok(req) {
                 let requested = req.header(&req.head.protocol_version).map(String::from_utf8_lossy);
                 let answer = Answer::UnsupportedVersion {
@@ -364,6 +367,7 @@ async fn initialize(
     id: RawId,
     params: WireValue,
     subject: Option<Box<str>>,
+    caller: Option<Caller>,
     out: &mut Vec<u8>,
     keep_alive: bool,
 ) -> Outcome {
@@ -384,6 +388,7 @@ async fn initialize(
     };
     let mut session = Session::new(sid, tag, version, &core.cfg);
     session.subject = subject;
+    session.caller = caller.clone();
     session.count_bytes_in(core.buffered_bytes.clone());
     let reference = session.reference();
     // In the table while the providers open it (no client knows its id yet), so that a
@@ -391,8 +396,13 @@ async fn initialize(
     let session = core.sessions.borrow_mut().insert(session);
     let notifier = Notifier::new(Rc::new(context::SessionNotifier::new(&session)));
     let client_params = dispatch::into_public(params);
-    let start =
-        SessionStart { session: reference, protocol_version: version, client_params, notifier };
+    let start = SessionStart {
+        session: reference,
+        protocol_version: version,
+        client_params,
+        notifier,
+        caller,
+    };
     let infos = match core.registry.open_session(&start).await {
         Ok(infos) => infos,
         Err(e) => {
@@ -578,12 +588,12 @@ async fn request(
 
 /// The context of a tool call on stream `key`.
 fn call_context(session: &SessionRc, key: StreamKey) -> CallContext {
-    let (identity, version) = {
+    let (identity, version, caller) = {
         let s = session.borrow();
-        (s.reference(), s.version)
+        (s.reference(), s.version, s.caller.clone())
     };
     let sink = Rc::new(context::StreamSink { session: Rc::downgrade(session), key });
-    CallContext::new(sink, identity, version)
+    CallContext::new(sink, identity, version).with_caller(caller)
 }
 
 /// Answers a request that needs no stream into `out`: `logging/setLevel` here (it is session

@@ -130,7 +130,9 @@ pub(crate) async fn serve(
         core.registry.open_stateless().await;
     }
     // The per-tool policy: every 2026-07-28 request is authorized on its own.
-    if let Some(challenge) = core.forbidden(core.access(req.claims.as_deref()), &method, &params) {
+    if let Some(challenge) =
+        core.forbidden(core.access(req.claims.as_deref(), req.policy.as_deref()), &method, &params)
+    {
         return refuse_scope(out, Some(&id), &challenge, keep_alive);
     }
     match method.as_str() {
@@ -145,7 +147,7 @@ pub(crate) async fn serve(
         | "resources/templates/list"
         | "resources/read" => {
             let mut body = Vec::with_capacity(512);
-            let access = core.access(req.claims.as_deref());
+            let access = core.access(req.claims.as_deref(), req.policy.as_deref());
             let registry = &core.registry;
             registry.answer(SessionRef::STATELESS, access, &id, &method, &params, &mut body).await;
             let hints = cache_hints(core);
@@ -331,7 +333,8 @@ async fn tools_call(
         task_call::call_sink(&sink, &task_sink),
         SessionRef::STATELESS,
         meta::MODERN_VERSION,
-    );
+    )
+    .with_caller(req.caller());
     let ToolRoute { name, provider, .. } = route;
     let work = Box::pin(async move { provider.call_tool(&name, arguments, cx).await });
     let work = task_call::augment(core, req.subject(), task_sink, work);
@@ -406,7 +409,8 @@ async fn prompts_get(
     };
     let arguments = params.get("arguments").map(dispatch::to_public).unwrap_or(Value::Null);
     let sink = sink_for(core, request_meta, answers, None);
-    let cx = CallContext::new(sink.clone(), SessionRef::STATELESS, meta::MODERN_VERSION);
+    let cx = CallContext::new(sink.clone(), SessionRef::STATELESS, meta::MODERN_VERSION)
+        .with_caller(req.caller());
     let registry_core = core.clone();
     let work = Box::pin(async move {
         registry_core.registry.get_prompt_with_context(&name, arguments, cx).await

@@ -425,6 +425,42 @@ pub struct SessionStart {
     /// Session-level messages to the client (list changes, resource updates, logs outside a
     /// call), on the session's standalone GET stream.
     pub notifier: Notifier,
+    /// Who opened the session, when its `initialize` was authorized (`None`: authorization is
+    /// off, or the core's own stateless session).
+    pub caller: Option<Caller>,
+}
+
+/// Who a request was authorized for: the token's subject and the client's own `Authorization`
+/// value. A bridge shows the subject to an upstream configured for it and the value to an
+/// upstream named by `--upstream-forward-authorization`, to no other. `Debug` shows neither.
+#[derive(Clone)]
+pub struct Caller {
+    subject: Rc<str>,
+    authorization: Rc<str>,
+}
+
+impl Caller {
+    pub(crate) fn new(subject: Rc<str>, authorization: Rc<str>) -> Caller {
+        Caller { subject, authorization }
+    }
+
+    /// The token's subject (`sub`, or the token file's name for it).
+    pub fn subject(&self) -> &str {
+        &self.subject
+    }
+
+    /// The client's `Authorization` header value as it sent it (`Bearer …`): a credential,
+    /// for an upstream that is this same resource only.
+    pub fn authorization(&self) -> &str {
+        &self.authorization
+    }
+}
+
+impl fmt::Debug for Caller {
+    // Never the subject or the token: neither belongs in a log line.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Caller { .. }")
+    }
 }
 
 /// What a provider adds to a session's `initialize` result.
@@ -607,6 +643,7 @@ pub struct CallContext {
     sink: Rc<dyn CallSink>,
     session: SessionRef,
     protocol_version: &'static str,
+    caller: Option<Caller>,
 }
 
 impl CallContext {
@@ -615,7 +652,19 @@ impl CallContext {
         session: SessionRef,
         protocol_version: &'static str,
     ) -> CallContext {
-        CallContext { sink, session, protocol_version }
+        CallContext { sink, session, protocol_version, caller: None }
+    }
+
+    /// The context with the request's caller (`None`: authorization is off).
+    pub(crate) fn with_caller(mut self, caller: Option<Caller>) -> CallContext {
+        self.caller = caller;
+        self
+    }
+
+    /// Who the call was authorized for (`None`: authorization is off). A bridge presents it to
+    /// the upstreams configured for it (`subject-header`, `--upstream-forward-authorization`).
+    pub fn caller(&self) -> Option<&Caller> {
+        self.caller.as_ref()
     }
 
     /// A context whose messages go nowhere and whose server→client requests fail with

@@ -81,6 +81,7 @@ pub(crate) async fn serve(
                 auth_cache: &conn.auth_cache,
                 claims: None,
                 label: &label,
+                policy: None,
             };
             endpoint::handle(&core, req, &mut conn.out).await
         };

@@ -50,12 +50,13 @@ pub(crate) struct Credentials {
     pub(crate) headers: Vec<(Box<str>, Box<str>)>,
     /// Added to a stdio upstream child's environment (after `--upstream-env`).
     pub(crate) env: Vec<(Box<str>, Box<str>)>,
-    /// The header that carries the client's subject to an HTTP upstream. Where it goes: the
-    /// HTTP transport of a per-session link, once the request path names subjects (the subject
-    /// is the session opener's: `SessionStart` will carry it).
+    /// The header that carries the client's subject to an HTTP upstream: on every request of
+    /// a per-session link (the session opener's, from `SessionStart::caller`), and on each
+    /// call's requests (the call's, from `CallContext::caller`) of any link.
     pub(crate) subject_header: Option<Box<str>>,
     /// `--upstream-forward-authorization NAME`: the client's own `Authorization` header is sent
-    /// on, in place of any configured one (same hook as `subject_header`).
+    /// on where `subject_header` would be, in place of a configured one (which stays for the
+    /// link's own requests that no client made: a shared link's `initialize` and listings).
     pub(crate) forward_authorization: bool,
 }
 

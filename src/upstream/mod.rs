@@ -38,8 +38,8 @@ use serde_json::json;
 use crate::config::{Isolation, UpstreamSpec, UpstreamTarget};
 use crate::metrics::CoreMetrics;
 use crate::provider::{
-    Annotations, CallContext, Changes, LocalBoxFuture, LogLevel, Notifier, Provider, ProviderError,
-    ProviderResult, SessionInfo, SessionRef, SessionStart, ToolInfo, Value,
+    Annotations, CallContext, Caller, Changes, LocalBoxFuture, LogLevel, Notifier, Provider,
+    ProviderError, ProviderResult, SessionInfo, SessionRef, SessionStart, ToolInfo, Value,
 };
 use crate::signal::Signal;
 use credentials::Credentials;
@@ -71,6 +71,9 @@ struct Link {
     connected: Signal,
     /// Where notifications outside calls go (the session's; all sessions' when shared).
     notify: Rc<dyn PeerEvents>,
+    /// The session opener (a per-session link's; `None` for the core's link, which speaks for
+    /// every client: its calls carry their own).
+    caller: Option<Caller>,
 }
 
 /// The state the bridge shares with its links' event handlers.
@@ -215,6 +218,7 @@ impl Bridge {
             return link;
         }
         let mut generic = start.clone();
+        generic.caller = None;
         generic.client_params = json!({
             "capabilities": { "sampling": {}, "elicitation": {}, "roots": {} },
             "clientInfo": { "name": "tidemark", "version": env!("CARGO_PKG_VERSION") },
@@ -281,6 +285,7 @@ impl Bridge {
                     url,
                     &self.settings,
                     credentials,
+                    link.caller.clone(),
                     weak,
                 ) {
                     Ok(transport) => peer.bind(transport),
@@ -729,6 +734,7 @@ fn new_link(start: &SessionStart, notify: Rc<dyn PeerEvents>) -> Link {
         connecting: Cell::new(false),
         connected: Signal::default(),
         notify,
+        caller: start.caller.clone(),
     }
 }
 

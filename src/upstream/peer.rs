@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::provider::{CallContext, LogLevel, ProviderError, Value};
+use crate::provider::{CallContext, Caller, LogLevel, ProviderError, Value};
 use crate::wire::Code;
 
 /// How messages reach the upstream. Sending queues; a reader task of the transport hands what
@@ -26,6 +26,12 @@ pub(crate) trait Transport {
     /// Queues one JSON-RPC message (a whole JSON object, no newline). `Err` says why it cannot
     /// be sent (the transport ended, or its queue is full).
     fn send(&self, message: Vec<u8>) -> Result<(), String>;
+    /// `send` for a call's request, made for `caller`: a transport that presents callers to
+    /// its upstream (HTTP's `subject-header`, a forwarded token) uses it; others ignore it.
+    fn send_as(&self, message: Vec<u8>, caller: Option<&Caller>) -> Result<(), String> {
+        let _ = caller;
+        self.send(message)
+    }
     /// Ends the transport (the child is stopped, the HTTP session deleted); `Peer::closed`
     /// follows.
     fn shutdown(&self);
@@ -143,10 +149,14 @@ impl Peer {
     }
 
     fn send(&self, message: &Value) -> Result<(), String> {
+        self.send_as(message, None)
+    }
+
+    fn send_as(&self, message: &Value, caller: Option<&Caller>) -> Result<(), String> {
         let bytes = serde_json::to_vec(message).map_err(|e| e.to_string())?;
         let transport = self.transport.borrow().clone();
         match transport {
-            Some(t) => t.send(bytes),
+            Some(t) => t.send_as(bytes, caller),
             None => Err("not connected".to_owned()),
         }
     }
@@ -192,7 +202,8 @@ impl Peer {
             }
         }
         let message = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
-        if let Err(why) = self.send(&message) {
+        let caller = call.as_ref().and_then(CallContext::caller);
+        if let Err(why) = self.send_as(&message, caller) {
             let mut guard = guard;
             guard.done = true;
             self.forget(id);

@@ -16,6 +16,11 @@
 //                (server/discover, no session): echo and slow_counter with progress
 //   expect=blocked  the run must fail at connect with the browser's network error (CORS), and
 //                reports ok when it does
+//   token=T      the transport sends `Authorization: Bearer T` on every request (requestInit
+//                headers), as a web application holding an access token does
+//   expect=unauthorized  the run (without a token, against tidemark with --auth-tokens) must
+//                fail at its first request with a 401 that JavaScript can read, its
+//                WWW-Authenticate challenge included (CORS exposes it)
 
 import { Client as LegacyClient } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport as LegacyTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -35,6 +40,10 @@ const mcpUrl = new URL(query.get('mcp'));
 const era = query.get('era') ?? 'legacy';
 const run = query.get('run') ?? era;
 const expectBlocked = query.get('expect') === 'blocked';
+const expectUnauthorized = query.get('expect') === 'unauthorized';
+const token = query.get('token');
+// The SDKs' requestInit: its headers go on every request the transport makes.
+const requestInit = token ? { headers: { Authorization: `Bearer ${token}` } } : undefined;
 
 // What JavaScript saw of each exchange: method, status, and whether the session id and the
 // content type were readable (they are only when the answer is shared with this origin).
@@ -48,6 +57,7 @@ async function recordingFetch(input, init) {
       status: response.status,
       sessionIdReadable: response.headers.get('mcp-session-id') !== null,
       contentType: response.headers.get('content-type'),
+      challenge: response.headers.get('www-authenticate'),
     });
     return response;
   } catch (error) {
@@ -68,7 +78,7 @@ function firstText(result) {
 
 async function legacyRun() {
   const client = new LegacyClient({ name: 'tidemark-browser-legacy', version: '1.0.0' });
-  const transport = new LegacyTransport(mcpUrl, { fetch: recordingFetch });
+  const transport = new LegacyTransport(mcpUrl, { fetch: recordingFetch, requestInit });
   await client.connect(transport);
   check('initialize', transport.sessionId !== undefined, {
     sessionIdReadable: transport.sessionId !== undefined,
@@ -103,7 +113,7 @@ async function modernRun() {
     { name: 'tidemark-browser-modern', version: '1.0.0' },
     { versionNegotiation: { mode: { pin: MODERN_REVISION } } },
   );
-  const transport = new ModernTransport(mcpUrl, { fetch: recordingFetch });
+  const transport = new ModernTransport(mcpUrl, { fetch: recordingFetch, requestInit });
   await client.connect(transport);
   check('server/discover', client.getProtocolEra() === 'modern', {
     era: client.getProtocolEra(),
@@ -140,6 +150,12 @@ async function main() {
     // answer was readable (a 403 or 405 that JavaScript could read would be a leak).
     const first = exchanges[0];
     ok = error !== undefined && steps.length === 0 && first?.error?.startsWith('TypeError') === true;
+  }
+  if (expectUnauthorized) {
+    // Refused by tidemark, not by the browser: the 401 and its challenge are readable.
+    const first = exchanges[0];
+    ok = error !== undefined && steps.length === 0 && first?.status === 401
+      && first?.challenge?.startsWith('Bearer resource_metadata=') === true;
   }
   const report = { run, era, origin: location.origin, expectBlocked, ok, error, steps, exchanges };
   document.getElementById('result').textContent = JSON.stringify(report);

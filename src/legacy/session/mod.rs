@@ -19,7 +19,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use crate::legacy::replay::{EventSeq, Evicted, Ring, StreamKey};
-use crate::provider::LogLevel;
+use crate::provider::{Caller, LogLevel};
 use crate::signal::Signal;
 use crate::wire::jsonrpc::RawId;
 pub use id::SessionId;
@@ -300,6 +300,9 @@ pub struct Session {
     /// naming the session with another subject's token, or none, finds no session (CONTRACT
     /// §8: 404, as for an unknown id); a new token of the same subject continues it.
     pub subject: Option<Box<str>>,
+    /// The opener's subject and `Authorization` value, for the session's calls through a
+    /// shared upstream link (a per-session link has them from `SessionStart`).
+    pub caller: Option<Caller>,
     /// DELETEd or expired: writers end, tools stop.
     pub closed: bool,
     /// POSTs held at the migration boundary right now (`--max-held-per-session`).
@@ -386,6 +389,7 @@ impl Session {
             pending_client: FastMap::default(),
             next_client_request: 1,
             subject: None,
+            caller: None,
             closed: false,
             held_posts: 0,
             streams_max: cfg.streams_per_session_max,

@@ -50,7 +50,7 @@ use serde_json::json;
 use super::credentials::Credentials;
 use super::peer::{Peer, Transport};
 use super::settings::Settings;
-use crate::provider::Value;
+use crate::provider::{Caller, Value};
 use crate::signal::Signal;
 use crate::wire::Code;
 use conn::{Conn, Pool, Stop, Until, READ_CHUNK};
@@ -117,8 +117,12 @@ struct Link {
     /// The standalone `GET` stream was started (it is started once).
     listening: Cell<bool>,
     /// The operator's headers for this upstream (`--upstream-credentials`), on every request.
-    /// Nothing of the client's request reaches a request head here: not its `Authorization`.
+    /// Of the client's request only its `Caller` reaches a request head, and only as these
+    /// credentials say: the subject under `subject_header`, the `Authorization` value when
+    /// `forward_authorization`.
     credentials: Arc<Credentials>,
+    /// The session opener's (a per-session link's), for the messages that are not a call's.
+    caller: Option<Caller>,
 }
 
 impl HttpTransport {
@@ -128,6 +132,7 @@ impl HttpTransport {
         url: &str,
         settings: &Settings,
         credentials: Arc<Credentials>,
+        caller: Option<Caller>,
         peer: Weak<Peer>,
     ) -> Result<Rc<HttpTransport>, String> {
         let endpoint = parse_url(url).map_err(|e| format!("{url}: {e}"))?;
@@ -135,12 +140,17 @@ impl HttpTransport {
         tracing::info!(upstream = %name, %addr, "upstream http transport ready");
         let mut link = Link::new(name, endpoint, addr, settings.line_bytes, settings.timeout, peer);
         link.credentials = credentials;
+        link.caller = caller;
         Ok(Rc::new(HttpTransport { link: Rc::new(link) }))
     }
 }
 
 impl Transport for HttpTransport {
     fn send(&self, message: Vec<u8>) -> Result<(), String> {
+        self.send_as(message, None)
+    }
+
+    fn send_as(&self, message: Vec<u8>, caller: Option<&Caller>) -> Result<(), String> {
         let link = &self.link;
         if link.stop.is_set() {
             return Err("the transport is shut down".to_owned());
@@ -151,7 +161,8 @@ impl Transport for HttpTransport {
         let expect = classify(&message).ok_or("the message is not a JSON-RPC object")?;
         let turn = Turn::take(link);
         link.in_flight.set(link.in_flight.get() + 1);
-        monoio::spawn(post_task(link.clone(), message, expect, turn));
+        let caller = caller.cloned();
+        monoio::spawn(post_task(link.clone(), message, caller, expect, turn));
         Ok(())
     }
 
@@ -208,6 +219,7 @@ impl Link {
             pool: Pool::default(),
             listening: Cell::new(false),
             credentials: Arc::default(),
+            caller: None,
         }
     }
 
@@ -270,8 +282,15 @@ impl Link {
         self.pool.keep(conn);
     }
 
-    /// Encodes a request head (and body) to the endpoint with the session's headers.
-    fn encode(&self, method: Method, body: Option<&[u8]>, last_event_id: Option<&str>) -> Vec<u8> {
+    /// Encodes a request head (and body) to the endpoint with the session's headers; `caller`
+    /// (a call's) in place of the link's own.
+    fn encode(
+        &self,
+        method: Method,
+        body: Option<&[u8]>,
+        last_event_id: Option<&str>,
+        caller: Option<&Caller>,
+    ) -> Vec<u8> {
         let verb = match method {
             Method::Post => "POST",
             Method::Get => "GET",
@@ -307,8 +326,22 @@ impl Link {
         if let Some(id) = last_event_id {
             line("Last-Event-ID", id);
         }
+        let caller = caller.or(self.caller.as_ref());
+        let forwarded = caller.filter(|_| self.credentials.forward_authorization);
         for (name, value) in &self.credentials.headers {
-            line(name, value);
+            // A forwarded token replaces the configured one: one `Authorization` only.
+            if forwarded.is_none() || !name.eq_ignore_ascii_case("authorization") {
+                line(name, value);
+            }
+        }
+        if let Some(caller) = forwarded.filter(|c| is_header_value(c.authorization())) {
+            line("Authorization", caller.authorization());
+        }
+        if let (Some(name), Some(caller)) = (&self.credentials.subject_header, caller) {
+            // A subject that is no header value (a CR, LF, control byte) is not sent at all.
+            if is_header_value(caller.subject()) {
+                line(name, caller.subject());
+            }
         }
         out.extend_from_slice(b"\r\n");
         if let Some(body) = body {
@@ -316,6 +349,12 @@ impl Link {
         }
         out
     }
+}
+
+/// Whether `value` can stand in a request head as is: visible ASCII, spaces and tabs (what
+/// the client's own header passed, and a subject from a token may not).
+fn is_header_value(value: &str) -> bool {
+    !value.is_empty() && value.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -445,12 +484,18 @@ impl From<HttpError> for Failure {
 }
 
 /// One message's POST, and the error its call gets when it fails.
-async fn post_task(link: Rc<Link>, body: Vec<u8>, expect: Expect, turn: Turn) {
+async fn post_task(
+    link: Rc<Link>,
+    body: Vec<u8>,
+    caller: Option<Caller>,
+    expect: Expect,
+    turn: Turn,
+) {
     let _slot = Slot(link.clone());
     let until = Until { deadline: Some(Instant::now() + link.timeout), stoppable: true };
     match expect {
         Expect::Answer { id, initialize } => {
-            let outcome = request(&link, body, &id, initialize, turn, until).await;
+            let outcome = request(&link, body, caller, &id, initialize, turn, until).await;
             match outcome {
                 Ok(()) | Err(Failure::Http(HttpError::Stopped)) => {}
                 Err(Failure::SessionExpired) => link.session_expired(),
@@ -516,12 +561,13 @@ fn fail_request(link: &Link, id: &Value, failure: Failure) {
 async fn request(
     link: &Rc<Link>,
     body: Vec<u8>,
+    caller: Option<Caller>,
     id: &Value,
     initialize: bool,
     turn: Turn,
     until: Until,
 ) -> Result<(), Failure> {
-    let bytes = PostBytes { body, turn: Some(turn), hold_turn: false };
+    let bytes = PostBytes { body, caller: caller.clone(), turn: Some(turn), hold_turn: false };
     let (mut conn, head) = round_trip(link, Method::Post, bytes, until).await?;
     check_status(link, &head)?;
     let mut stream = Stream::new(link.line_max, Some(id.clone()), initialize);
@@ -539,7 +585,7 @@ async fn request(
                 Err(e) => return Err(e.into()),
             }
             if !stream.answered {
-                resume(link, &mut stream, until).await?;
+                resume(link, &mut stream, caller.as_ref(), until).await?;
             }
         }
         Kind::Other => return Err(HttpError::ContentType.into()),
@@ -553,7 +599,12 @@ async fn request(
 
 /// Resumes a request's event stream from its last event id until the answer came, at most
 /// `RESUME_ATTEMPTS_MAX` times in a row without an event.
-async fn resume(link: &Rc<Link>, stream: &mut Stream, until: Until) -> Result<(), Failure> {
+async fn resume(
+    link: &Rc<Link>,
+    stream: &mut Stream,
+    caller: Option<&Caller>,
+    until: Until,
+) -> Result<(), Failure> {
     let mut attempts = 0;
     while !stream.answered {
         let Some(last_id) = stream.decoder.last_id().map(str::to_owned) else {
@@ -569,7 +620,7 @@ async fn resume(link: &Rc<Link>, stream: &mut Stream, until: Until) -> Result<()
             return Err(HttpError::Stopped.into());
         }
         let seen = stream.decoder.events();
-        let request = link.encode(Method::Get, None, Some(&last_id));
+        let request = link.encode(Method::Get, None, Some(&last_id), caller);
         let (mut conn, head) = match round_trip(link, Method::Get, GetBytes(request), until).await {
             Ok(response) => response,
             // The upstream may be restarting: another attempt, within the bound.
@@ -597,7 +648,7 @@ async fn resume(link: &Rc<Link>, stream: &mut Stream, until: Until) -> Result<()
 
 /// POSTs a notification or response; done when the upstream accepted it.
 async fn notice(link: &Rc<Link>, body: Vec<u8>, turn: Turn, until: Until) -> Result<(), Failure> {
-    let bytes = PostBytes { body, turn: Some(turn), hold_turn: true };
+    let bytes = PostBytes { body, caller: None, turn: Some(turn), hold_turn: true };
     let (conn, head) = round_trip(link, Method::Post, bytes, until).await?;
     check_status(link, &head)?;
     // A body (none is expected) is not read: the connection is not reused then.
@@ -614,7 +665,7 @@ async fn listen(link: Rc<Link>) {
     while !link.stop.is_set() {
         let seen = stream.decoder.events();
         let last_id = stream.decoder.last_id().map(str::to_owned);
-        let request = link.encode(Method::Get, None, last_id.as_deref());
+        let request = link.encode(Method::Get, None, last_id.as_deref(), None);
         let outcome = match round_trip(&link, Method::Get, GetBytes(request), until).await {
             Ok((mut conn, head)) => match check_status(&link, &head) {
                 Ok(()) if head.kind != Kind::EventStream => Err(HttpError::ContentType.into()),
@@ -651,7 +702,7 @@ async fn listen(link: Rc<Link>) {
 /// Ends the upstream session (§Session Management), best effort.
 async fn delete(link: Rc<Link>, session: Rc<str>) {
     let until = Until { deadline: Some(Instant::now() + DELETE_TIMEOUT), stoppable: false };
-    let request = link.encode(Method::Delete, None, None);
+    let request = link.encode(Method::Delete, None, None, None);
     let status =
         round_trip(&link, Method::Delete, GetBytes(request), until).await.map(|(_, h)| h.status);
     let prefix = &session[..session.len().min(8)];
@@ -738,6 +789,8 @@ trait Outgoing {
 /// A POST: its body and its turn.
 struct PostBytes {
     body: Vec<u8>,
+    /// The call's caller, when the message is a call's request.
+    caller: Option<Caller>,
     turn: Option<Turn>,
     /// Keep the turn until the response head came (notifications and responses).
     hold_turn: bool,
@@ -753,7 +806,7 @@ impl Outgoing for PostBytes {
         }
     }
     fn bytes(&self, link: &Link, method: Method) -> Vec<u8> {
-        link.encode(method, Some(&self.body), None)
+        link.encode(method, Some(&self.body), None, self.caller.as_ref())
     }
 }
 
@@ -913,7 +966,7 @@ mod tests {
         // Goal: before initialize only the basics; after it the session id and protocol version
         // on every request, Last-Event-ID on a resumption. Method: encode before and after.
         let link = test_link("http://127.0.0.1:8000/mcp?x=1");
-        let first = link.encode(Method::Post, Some(b"{}"), None);
+        let first = link.encode(Method::Post, Some(b"{}"), None, None);
         let expected = "POST /mcp?x=1 HTTP/1.1\r\nHost: 127.0.0.1:8000\r\n\
             Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n\
             Content-Length: 2\r\n\r\n{}";
@@ -932,13 +985,14 @@ mod tests {
             &json!({ "id": 1, "result": { "protocolVersion": "2025-11-25" } }),
         );
         link.note_protocol_version(&json!({ "id": 1, "result": { "protocolVersion": "a\r\nb" } }));
-        let resume = link.encode(Method::Get, None, Some("7"));
+        let resume = link.encode(Method::Get, None, Some("7"), None);
         let expected =
             "GET /mcp?x=1 HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nAccept: text/event-stream\r\n\
             Content-Length: 0\r\nMcp-Session-Id: s-1\r\nMCP-Protocol-Version: 2025-11-25\r\n\
             Last-Event-ID: 7\r\n\r\n";
         assert_eq!(String::from_utf8(resume).expect("ascii"), expected);
-        let delete = String::from_utf8(link.encode(Method::Delete, None, None)).expect("ascii");
+        let delete =
+            String::from_utf8(link.encode(Method::Delete, None, None, None)).expect("ascii");
         assert!(delete.starts_with("DELETE /mcp?x=1 HTTP/1.1\r\n"), "{delete}");
         assert!(
             delete.contains("Connection: close\r\nContent-Length: 0\r\nMcp-Session-Id: s-1\r\n")
@@ -958,7 +1012,7 @@ mod tests {
             ..Credentials::default()
         });
         for method in [Method::Post, Method::Get, Method::Delete] {
-            let head = String::from_utf8(link.encode(method, None, None)).expect("ascii");
+            let head = String::from_utf8(link.encode(method, None, None, None)).expect("ascii");
             assert!(head.ends_with("\r\nAuthorization: Bearer k\r\nX-T: a b\r\n\r\n"), "{head}");
         }
     }
@@ -969,5 +1023,33 @@ mod tests {
         assert_eq!(backoff(1), BACKOFF_MIN);
         assert_eq!(backoff(2), BACKOFF_MIN * 2);
         assert_eq!(backoff(u32::MAX), BACKOFF_MAX);
+    }
+
+    #[test]
+    fn a_callers_subject_and_forwarded_token_go_only_where_configured() {
+        // Goal: the subject under `subject_header`; with forwarding the caller's
+        // `Authorization` in place of a configured one, which stays for a request with no
+        // caller; a subject that is no header value is left out. Method: encode each case.
+        let mut link = test_link("http://127.0.0.1:8000/mcp");
+        link.credentials = Arc::new(Credentials {
+            headers: vec![("Authorization".into(), "Bearer configured".into())],
+            subject_header: Some("X-Subject".into()),
+            forward_authorization: true,
+            ..Credentials::default()
+        });
+        let alice = Caller::new(Rc::from("alice"), Rc::from("Bearer tok-alice"));
+        let head = |caller: Option<&Caller>| {
+            String::from_utf8(link.encode(Method::Post, None, None, caller)).expect("ascii")
+        };
+        let called = head(Some(&alice));
+        assert!(called.contains("\r\nAuthorization: Bearer tok-alice\r\n"), "{called}");
+        assert!(called.contains("\r\nX-Subject: alice\r\n"), "{called}");
+        assert!(!called.contains("configured"), "{called}");
+        let own = head(None);
+        assert!(own.contains("\r\nAuthorization: Bearer configured\r\n"), "{own}");
+        assert!(!own.contains("X-Subject"), "{own}");
+        let hostile = Caller::new(Rc::from("eve\r\nX-Admin: 1"), Rc::from("Bearer tok-eve"));
+        let injected = head(Some(&hostile));
+        assert!(!injected.contains("X-Admin") && !injected.contains("X-Subject"), "{injected}");
     }
 }
