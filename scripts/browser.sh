@@ -77,17 +77,9 @@ for r in "${runs[@]}"; do
 done
 
 # ---- installs (idempotent) ----------------------------------------------------------------
-if ! command -v chromium >/dev/null; then
-    echo "browser.sh: installing chromium (Debian package)"
-    as_root=()
-    if [ "$(id -u)" != 0 ]; then
-        command -v sudo >/dev/null || { echo "browser.sh: chromium missing and no sudo" >&2; exit 1; }
-        as_root=(sudo)
-    fi
-    "${as_root[@]}" apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq \
-        --no-install-recommends chromium >/dev/null
-fi
+# shellcheck source=SCRIPTDIR/apt-lib.sh
+source "$ROOT/scripts/apt-lib.sh"
+command -v chromium >/dev/null || apt_install browser.sh chromium
 # shellcheck source=SCRIPTDIR/setup-node.sh
 source "$ROOT/scripts/setup-node.sh"
 SCRIPT_NAME=browser.sh

@@ -53,17 +53,9 @@ while [ "$#" -gt 0 ]; do
 done
 
 # ---- installs (idempotent) ----------------------------------------------------------------
-if ! command -v haproxy >/dev/null; then
-    echo "haproxy.sh: installing haproxy (Debian package)"
-    as_root=()
-    if [ "$(id -u)" != 0 ]; then
-        command -v sudo >/dev/null || { echo "haproxy.sh: haproxy missing and no sudo" >&2; exit 1; }
-        as_root=(sudo)
-    fi
-    "${as_root[@]}" apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq \
-        --no-install-recommends haproxy >/dev/null
-fi
+# shellcheck source=SCRIPTDIR/apt-lib.sh
+source "$ROOT/scripts/apt-lib.sh"
+command -v haproxy >/dev/null || apt_install haproxy.sh haproxy
 echo "haproxy.sh: $(haproxy -v | head -n 1)"
 # shellcheck source=SCRIPTDIR/setup-node.sh
 source "$ROOT/scripts/setup-node.sh"

@@ -51,15 +51,9 @@ if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
 fi
 command -v curl >/dev/null || packages+=(curl)
 if [ "${#packages[@]}" -gt 0 ]; then
-    echo "metrics.sh: installing ${packages[*]} (Debian packages)"
-    as_root=()
-    if [ "$(id -u)" != 0 ]; then
-        command -v sudo >/dev/null || { echo "metrics.sh: prometheus missing and no sudo" >&2; exit 1; }
-        as_root=(sudo)
-    fi
-    "${as_root[@]}" apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq \
-        --no-install-recommends "${packages[@]}" >/dev/null
+    # shellcheck source=SCRIPTDIR/apt-lib.sh
+    source "$ROOT/scripts/apt-lib.sh"
+    apt_install metrics.sh "${packages[@]}"
 fi
 if [ "$build" = 1 ]; then
     (cd "$ROOT" && cargo build --release --quiet -p tidemark -p tidemark-load)
