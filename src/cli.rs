@@ -64,20 +64,29 @@ struct Flags {
     /// Extra Host value to accept (repeatable), e.g. mcp.example:8080.
     #[arg(long)]
     allowed_host: Vec<String>,
+    /// Bytes of one request head (request line and headers); over it: 431, closed.
     #[arg(long, default_value_t = config::HEADER_BYTES_MAX)]
     max_header_bytes: usize,
+    /// Header lines of one request (at most HEADERS_CAP, 128); over it: 431, closed.
     #[arg(long, default_value_t = config::HEADERS_MAX)]
     max_headers: usize,
+    /// Bytes of one POST body; over it: 413, closed.
     #[arg(long, default_value_t = config::BODY_BYTES_MAX)]
     max_body_bytes: usize,
+    /// Time to receive a request head once its first byte came (and, with TLS, the handshake
+    /// from the accept); past it: 408, closed.
     #[arg(long, default_value_t = config::HEADER_TIMEOUT_MS)]
     header_timeout_ms: u64,
+    /// An idle keep-alive connection is closed after this long.
     #[arg(long, default_value_t = config::IDLE_TIMEOUT_SECS)]
     idle_timeout_secs: u64,
+    /// Open connections per core; over it: 503, closed.
     #[arg(long, default_value_t = config::CONNECTIONS_PER_CORE_MAX)]
     max_connections_per_core: usize,
+    /// Live legacy sessions per core; over it: initialize gets 503.
     #[arg(long, default_value_t = config::SESSIONS_PER_CORE_MAX)]
     max_sessions_per_core: usize,
+    /// Request streams a session retains (settled ones are evicted first); over it: 429.
     #[arg(long, default_value_t = config::STREAMS_PER_SESSION_MAX)]
     max_streams_per_session: usize,
     /// Events held per session replay ring (power of two).
@@ -86,16 +95,22 @@ struct Flags {
     /// Payload bytes held per session replay ring.
     #[arg(long, default_value_t = config::REPLAY_BYTES_MAX)]
     replay_bytes: usize,
+    /// How long a settled stream stays resumable and deduplicable; a resume after it: 400.
     #[arg(long, default_value_t = config::STREAM_RETENTION_SECS)]
     stream_retention_secs: u64,
+    /// An idle legacy session expires after this long (404 after).
     #[arg(long, default_value_t = config::SESSION_IDLE_SECS)]
     session_idle_secs: u64,
+    /// The `retry:` field of priming events: how long a client waits before it resumes.
     #[arg(long, default_value_t = config::SSE_RETRY_MS)]
     sse_retry_ms: u64,
+    /// Interval of the SSE keep-alive comment on a quiet stream.
     #[arg(long, default_value_t = config::SSE_KEEPALIVE_SECS)]
     sse_keepalive_secs: u64,
+    /// How long a POST is held while its session owes a stream's tail; past it: 409 -31004.
     #[arg(long, default_value_t = config::OWED_WAIT_MS)]
     owed_wait_ms: u64,
+    /// How long an owed stream waits for a resume before it is abandoned (counted).
     #[arg(long, default_value_t = config::OWED_TIMEOUT_SECS)]
     owed_timeout_secs: u64,
     /// Serve every MCP listener over TLS (1.3/1.2, ALPN http/1.1) with this PEM certificate
@@ -406,6 +421,20 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_flag_has_a_line_of_help() {
+        // Goal: `--help` explains every setting (an operator reads it before the README).
+        // Method: walk clap's own argument list; a flag without a doc comment has no help.
+        use clap::CommandFactory;
+        let command = Flags::command();
+        let silent: Vec<String> = command
+            .get_arguments()
+            .filter(|arg| arg.get_long().is_some() && arg.get_help().is_none())
+            .map(|arg| format!("--{}", arg.get_long().unwrap_or_default()))
+            .collect();
+        assert!(silent.is_empty(), "flags without help: {silent:?}");
+    }
 
     #[test]
     fn flags_map_onto_the_config_and_tools_default_to_unset() {
