@@ -99,18 +99,8 @@ fi
 # ---- processes ----------------------------------------------------------------------------
 rm -rf "$RESULTS"
 mkdir -p "$RESULTS/reports"
-pids=()
-cleanup() {
-    local p
-    for p in "${pids[@]}"; do
-        if kill -0 "$p" 2>/dev/null; then
-            kill "$p" 2>/dev/null || true
-            wait "$p" 2>/dev/null || true
-        fi
-    done
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+# shellcheck source=SCRIPTDIR/pids-lib.sh
+source "$ROOT/scripts/pids-lib.sh"
 
 python3 "$PAGE_SRC/page_server.py" --site "$SITE" --reports "$RESULTS/reports" \
     >"$RESULTS/page-server.stdout" 2>"$RESULTS/page-server.stderr" &

@@ -153,18 +153,8 @@ fi
 # ---- process bookkeeping ------------------------------------------------------------------
 rm -rf "$RESULTS"
 mkdir -p "$RESULTS"
-pids=()
-cleanup() {
-    local p
-    for p in "${pids[@]}"; do
-        if kill -0 "$p" 2>/dev/null; then
-            kill "$p" 2>/dev/null || true
-            wait "$p" 2>/dev/null || true
-        fi
-    done
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+# shellcheck source=SCRIPTDIR/pids-lib.sh
+source "$ROOT/scripts/pids-lib.sh"
 
 # launch_server NAME CMD LISTEN FLAGS...: starts CMD --listen LISTEN FLAGS..., sets server_pid
 # and server_url (read from the first stdout line).

@@ -48,18 +48,8 @@ LOAD="$ROOT/target/release/tidemark-load"
 rm -rf "$OUT"
 mkdir -p "$OUT"
 
-pids=()
-cleanup() {
-    local p
-    for p in "${pids[@]}"; do
-        if kill -0 "$p" 2>/dev/null; then
-            kill "$p" 2>/dev/null || true
-            wait "$p" 2>/dev/null || true
-        fi
-    done
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+# shellcheck source=SCRIPTDIR/pids-lib.sh
+source "$ROOT/scripts/pids-lib.sh"
 
 head -c 64 /dev/urandom >"$OUT/request-state.key"
 P1="$(free_port)"; A1="$(free_port)"; P2="$(free_port)"; A2="$(free_port)"; HA="$(free_port)"

@@ -76,18 +76,8 @@ TIDEMARK="$ROOT/target/release/tidemark"
 # ---- processes ----------------------------------------------------------------------------
 rm -rf "$RESULTS"
 mkdir -p "$RESULTS"
-pids=()
-cleanup() {
-    local p
-    for p in "${pids[@]}"; do
-        if kill -0 "$p" 2>/dev/null; then
-            kill "$p" 2>/dev/null || true
-            wait "$p" 2>/dev/null || true
-        fi
-    done
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+# shellcheck source=SCRIPTDIR/pids-lib.sh
+source "$ROOT/scripts/pids-lib.sh"
 
 passed=0
 failed=0
