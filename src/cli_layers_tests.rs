@@ -47,13 +47,16 @@ fn source_of(resolved: &layers::Resolved, key: &str) -> Source {
     found.map(|(_, source)| source.clone()).unwrap_or_else(|| panic!("no key {key}"))
 }
 
+/// Arguments, environment, the expected `--max-body-bytes` and its source.
+type Layered<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], usize, Source);
+
 #[test]
 fn each_layer_overrides_the_one_below_for_one_key() {
     // Goal: default < file < env < flag for one key. Method: add the layers one at a time.
     let path = file_with("precedence", "max-body-bytes = 1000\n");
     let file = path.to_str().expect("utf-8 path");
     let env_var = ("TIDEMARK_MAX_BODY_BYTES", "2000");
-    let cases: [(&[&str], &[(&str, &str)], usize, Source); 4] = [
+    let cases: [Layered; 4] = [
         (&[], &[], config::BODY_BYTES_MAX, Source::Default),
         (&["--config", file], &[], 1000, Source::File(path.clone())),
         (&["--config", file], &[env_var], 2000, Source::Env("TIDEMARK_MAX_BODY_BYTES".into())),
