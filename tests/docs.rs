@@ -87,7 +87,10 @@ fn cell(text: &str) -> String {
     one_line.replace('|', "\\|").replace('<', "&lt;")
 }
 
-fn render_flags_table(command: &clap::Command, constants: &BTreeMap<String, Vec<String>>) -> String {
+fn render_flags_table(
+    command: &clap::Command,
+    constants: &BTreeMap<String, Vec<String>>,
+) -> String {
     let mut out = String::from(
         "| flag | default | constant | what it sets (its `--help` text) |\n| --- | --- | --- | --- |\n",
     );
@@ -110,7 +113,8 @@ fn render_flags_table(command: &clap::Command, constants: &BTreeMap<String, Vec<
             }
             _ => "—".to_string(),
         };
-        let help = arg.get_long_help().or(arg.get_help()).map(|h| h.to_string()).unwrap_or_default();
+        let help =
+            arg.get_long_help().or(arg.get_help()).map(|h| h.to_string()).unwrap_or_default();
         let mut help = cell(&help);
         let takes_values = arg.get_action().takes_values();
         let values: Vec<String> = arg
@@ -174,7 +178,8 @@ fn flags_table_is_the_rendering_of_help() {
         return;
     }
     let first_line = doc[..begin].lines().count() + 1;
-    let (ours, theirs): (Vec<&str>, Vec<&str>) = (committed.lines().collect(), rendered.lines().collect());
+    let (ours, theirs): (Vec<&str>, Vec<&str>) =
+        (committed.lines().collect(), rendered.lines().collect());
     let differs = (0..ours.len().max(theirs.len()))
         .find(|&n| ours.get(n) != theirs.get(n))
         .unwrap_or_default();
@@ -297,7 +302,11 @@ fn hand_written_flag_tables_agree_with_help() {
     for (name, text) in markdown_files() {
         rows.extend(hand_written_flag_rows(&name, &text));
     }
-    assert!(rows.len() > 20, "found only {} hand-written flag rows: is the parser blind?", rows.len());
+    assert!(
+        rows.len() > 20,
+        "found only {} hand-written flag rows: is the parser blind?",
+        rows.len()
+    );
     let problems = check_flag_rows(&rows, &command);
     assert!(problems.is_empty(), "flag tables disagree with --help:\n{}", problems.join("\n"));
 }
@@ -534,11 +543,7 @@ fn check_links(files: &BTreeMap<String, String>, exists: &dyn Fn(&str) -> bool) 
                 Some((path, anchor)) => (path, Some(anchor)),
                 None => (target.as_str(), None),
             };
-            let file = if path.is_empty() {
-                Some(name.clone())
-            } else {
-                resolve(name, path)
-            };
+            let file = if path.is_empty() { Some(name.clone()) } else { resolve(name, path) };
             let Some(file) = file else {
                 report.problems.push(format!("{at}: {target} leaves the repository"));
                 continue;
@@ -554,9 +559,9 @@ fn check_links(files: &BTreeMap<String, String>, exists: &dyn Fn(&str) -> bool) 
             let Some(anchor) = anchor else { continue };
             report.with_anchor += 1;
             match anchors_of.get(file.as_str()) {
-                Some(known) if !known.contains(anchor) => report.problems.push(format!(
-                    "{at}: {target}: no heading of {file} has the anchor #{anchor}"
-                )),
+                Some(known) if !known.contains(anchor) => report
+                    .problems
+                    .push(format!("{at}: {target}: no heading of {file} has the anchor #{anchor}")),
                 Some(_) => {}
                 // An anchor into a file that is no markdown here (a line of a source): not ours.
                 None => {}
@@ -598,8 +603,16 @@ fn links_and_anchors_resolve_and_every_doc_is_reachable() {
     for link in &report.external {
         println!("  {link}");
     }
-    assert!(report.relative > 20, "only {} relative links found: is the parser blind?", report.relative);
-    assert!(report.problems.is_empty(), "broken documentation links:\n{}", report.problems.join("\n"));
+    assert!(
+        report.relative > 20,
+        "only {} relative links found: is the parser blind?",
+        report.relative
+    );
+    assert!(
+        report.problems.is_empty(),
+        "broken documentation links:\n{}",
+        report.problems.join("\n")
+    );
 }
 
 #[test]
@@ -612,7 +625,10 @@ fn link_checks_fail_on_made_up_breakage() {
              [d](docs/a.md#deep-one-1) [e](src/lib.rs#L3) [f](missing.rs) <https://example.com>\n"
                 .to_string(),
         ),
-        ("docs/a.md".to_string(), "# A\n## Deep one\n## Deep one\n[up](../README.md#top)\n".to_string()),
+        (
+            "docs/a.md".to_string(),
+            "# A\n## Deep one\n## Deep one\n[up](../README.md#top)\n".to_string(),
+        ),
         ("docs/orphan.md".to_string(), "# Orphan\n[x](../../outside.md)\n".to_string()),
     ]);
     let report = check_links(&files, &|path| path == "src/lib.rs");
@@ -628,7 +644,10 @@ fn link_checks_fail_on_made_up_breakage() {
         "{problems:#?}"
     );
     assert_eq!(report.external, ["README.md:10: https://example.com"]);
-    assert_eq!(slug("End to end (`loadtest/`, `scripts/compare.sh`)"), "end-to-end-loadtest-scriptscomparesh");
+    assert_eq!(
+        slug("End to end (`loadtest/`, `scripts/compare.sh`)"),
+        "end-to-end-loadtest-scriptscomparesh"
+    );
     assert_eq!(slug("What a client sees (legacy sessions)"), "what-a-client-sees-legacy-sessions");
     assert_eq!(slug("2026-07-28: the `tasks/*` extension"), "2026-07-28-the-tasks-extension");
 }
