@@ -407,6 +407,13 @@ impl Config {
         Flags::parse().into_config()
     }
 
+    /// The command line `from_args` parses, as clap's `Command`: every flag with its help and
+    /// default. `docs/flags.md`'s table is rendered from it (`tests/docs.rs`), so the two agree.
+    pub fn command() -> clap::Command {
+        use clap::CommandFactory;
+        Flags::command()
+    }
+
     /// `from_args` over an explicit argument list (the first item is the program name).
     pub fn try_from_args<I, T>(args: I) -> Result<Config, String>
     where
