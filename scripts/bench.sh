@@ -23,7 +23,7 @@
 # and scripts/callgrind.sh for regressions.
 #
 # Output (default target/bench/): runs/*.json (one per run), bench.md (markdown tables to paste
-# into the README), bench.json (medians), bench-*.svg (HDR percentile plots), criterion.md,
+# into docs/performance.md), bench.json (medians), bench-*.svg (HDR percentile plots), criterion.md,
 # logs/. Exit status 1 when a run failed its correctness checks (migration and resume counters).
 #
 # Flags:

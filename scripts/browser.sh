@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Usage: scripts/browser.sh [--only RUN[,RUN...]] [--no-build] [--help]
 #
-# A real browser against tidemark (CORS, both eras; README "Browser clients (CORS)"). Headless
+# A real browser against tidemark (CORS, both eras; docs/security.md "Browser clients (CORS)"). Headless
 # Chromium (Debian's `chromium` package; apt-installed when missing, through sudo when not root)
 # opens a page served by tests/browser/page_server.py from another origin than tidemark's. The
 # page runs the official TypeScript MCP clients, bundled for the browser by esbuild (npm

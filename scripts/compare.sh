@@ -15,7 +15,7 @@
 # --server-cpu; the load generator runs on --load-cpu (taskset).
 #
 # Output (default target/bench/): compare.md (medians, the tidemark/rmcp and modern/echo ratio
-# tables and the echo/ping ratio, ready for the README), compare.json, compare-echo.svg,
+# tables and the echo/ping ratio, ready for docs/performance.md), compare.json, compare-echo.svg,
 # compare-stream.svg, compare-runs/*.json, logs/.
 #
 # Flags:

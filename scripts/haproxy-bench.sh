@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Usage: scripts/haproxy-bench.sh [--no-build] [--duration SECS] [--rate N] [--help]
 #
-# The numbers of README "Running several nodes", one run each, with tidemark-load (loadtest/):
+# The numbers of docs/deployment.md "Running several nodes", one run each, with tidemark-load (loadtest/):
 # two tidemark nodes (--threads 1 each, --node-id 1 and 2) and one HAProxy (Debian's package;
 # installed by scripts/haproxy.sh) on the configuration deploy/haproxy-config generates, all on
 # loopback. Not a test (nothing is asserted but the load tool's own correctness checks).

@@ -14,7 +14,7 @@
 # certificate chain) runs on its own CPU, so the handshake figure is what the pair sustains.
 #
 # Output (default target/bench/): tls-cost.md (medians, the tls/plain ratios and the server's
-# CPU share in each run, ready for the README), tls-cost.json, tls-cost-runs/*.json, logs/.
+# CPU share in each run, ready for docs/deployment.md "TLS"), tls-cost.json, tls-cost-runs/*.json, logs/.
 #
 # Flags:
 #   --runs N          runs per server and scenario (default 3)

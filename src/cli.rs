@@ -439,6 +439,12 @@ impl Config {
         config_of(resolved)
     }
 
+    /// The command line `from_args` parses, as clap's `Command`: every flag with its help and
+    /// default. `docs/flags.md`'s table is rendered from it (`tests/docs.rs`), so the two agree.
+    pub fn command() -> clap::Command {
+        Flags::command()
+    }
+
     /// `from_args` over an explicit argument list (the first item is the program name),
     /// without the process's environment: a `--config FILE` among `args` is read, and
     /// `--print-config` changes nothing here.

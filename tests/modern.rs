@@ -519,7 +519,7 @@ fn greet_asks_for_input_and_finishes_on_the_retry() {
     }
 }
 
-/// Goal: the MRTR decisions the revision leaves open, as the README states them (issue 17 item
+/// Goal: the MRTR decisions the revision leaves open, as docs/wire.md states them (issue 17 item
 /// 9b): for a key answered both in the `requestState` and in `inputResponses` the latter wins;
 /// a state may be sent again within its lifetime and the tool runs again with the same answers;
 /// with an `Idempotency-Key` a replay of the finished round gets the recorded outcome (even with

@@ -1,5 +1,5 @@
 //! `tidemark-load report`: folds the `--json` files of repeated runs into medians, a markdown
-//! table for the README, a summary JSON, ratios between two servers (or two scenarios of the same
+//! table for docs/performance.md, a summary JSON, ratios between two servers (or two scenarios of the same
 //! server, e.g. `modern/echo`), and one combined plot.
 //!
 //! Owns: grouping (by scenario and label, in the order first seen), medians, the markdown.

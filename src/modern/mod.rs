@@ -477,7 +477,7 @@ fn input_round(
         }
     };
     // The retry's own answers are laid over the sealed ones: every answer came from the client,
-    // so its newest word wins (README, "Decisions where the revision is silent").
+    // so its newest word wins (docs/wire.md, "Decisions where the revision is silent").
     match params.get("inputResponses") {
         None => {}
         Some(responses) => match dispatch::to_public(responses) {

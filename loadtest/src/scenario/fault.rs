@@ -24,9 +24,10 @@
 //!   (c, keyed calls) re-POST with the key → the original stream, replayed from its first event.
 //!   Every documented answer is handled: `409 -31004` (held too long while another stream was
 //!   owed: the listed streams of calls that already completed are resumed and drained, as the
-//!   README's "resume first" asks, those of running calls left to their workers; then the same
-//!   POST again), a held POST answered later, a re-POST that runs because the server never saw
-//!   the original (nothing had been received), a `-31003` gap (counted as lost).
+//!   `--max-held-per-session` row of docs/flags.md ("resume first") asks, those of running
+//!   calls left to their workers; then the same POST again), a held POST answered later, a
+//!   re-POST that runs because the server never saw the original (nothing had been received),
+//!   a `-31003` gap (counted as lost).
 //!
 //! The checks. Events are deduplicated by event id (a resume from a hint may repeat events the
 //! client has, under the same ids, and that is allowed); an id seen again must carry the same

@@ -1,0 +1,653 @@
+//! Goal: the documentation cannot drift from the binary or from itself (issue 21 item 6).
+//!
+//! - `docs/flags.md`'s flag table is rendered from the same clap `Command` as `tidemark
+//!   --help` (`Config::command()`), with each default's constant read from `src/cli.rs`; the
+//!   committed table must equal the rendering. `UPDATE_DOCS=1 cargo test --test docs` rewrites
+//!   it. Every hand-written table whose first column is `flag` names only flags `--help` has,
+//!   and a default it states (a number or a `literal`) is the one `--help` has.
+//! - Every relative link of `README.md` and `docs/*.md` names a file that exists, every
+//!   `#anchor` (in the file or another `.md`) names a heading by GitHub's slug rules, and every
+//!   `docs/*.md` is reachable from `README.md` by links. External `http(s)` links are counted
+//!   and listed, never fetched (CI must not depend on other sites).
+//!
+//! Method: plain text parsing (fenced code blocks and code spans are not markdown links). Each
+//! failure names `file:line`. The checkers are first run on small made-up inputs, so the tests
+//! are known to fail when the rules are broken.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::{Component, Path, PathBuf};
+
+const FLAGS_DOC: &str = "docs/flags.md";
+const FLAGS_BEGIN: &str = "<!-- BEGIN flags: generated from `tidemark --help` by tests/docs.rs; \
+                           regenerate with `UPDATE_DOCS=1 cargo test --test docs` -->";
+const FLAGS_END: &str = "<!-- END flags -->";
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flags: the table rendered from clap's Command.
+
+/// Field name → the `config::NAME` constants its `#[arg(…)]` attribute names, read from the
+/// source of the flags (`src/cli.rs`, or `src/cli/**.rs` should it become a folder).
+fn flag_constants(sources: &[String]) -> BTreeMap<String, Vec<String>> {
+    let mut constants = BTreeMap::new();
+    for text in sources {
+        let mut attribute: Option<String> = None;
+        for line in text.lines() {
+            let trimmed = line.trim();
+            if trimmed.starts_with("//") {
+                continue;
+            }
+            if trimmed.starts_with("#[arg") {
+                attribute = Some(String::new());
+            }
+            if let Some(attr) = attribute.as_mut() {
+                if let Some(field) = field_name(trimmed) {
+                    let names = config_names(attr);
+                    constants.insert(format!("--{}", field.replace('_', "-")), names);
+                    attribute = None;
+                } else {
+                    attr.push_str(trimmed);
+                    attr.push(' ');
+                }
+            }
+        }
+    }
+    constants
+}
+
+/// `name: Type,` (a struct field) → `name`.
+fn field_name(line: &str) -> Option<&str> {
+    let line = line.strip_prefix("pub ").unwrap_or(line);
+    let (name, rest) = line.split_once(':')?;
+    let is_ident = !name.is_empty()
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    (is_ident && !rest.starts_with(':') && line.ends_with(',')).then_some(name)
+}
+
+fn config_names(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for (at, _) in text.match_indices("config::") {
+        let name: String = text[at + "config::".len()..]
+            .chars()
+            .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+            .collect();
+        if name.len() > 1 && !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+}
+
+/// Text for a table cell: one line, no `|` splitting the row, no `<…>` taken for HTML.
+fn cell(text: &str) -> String {
+    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    one_line.replace('|', "\\|").replace('<', "&lt;")
+}
+
+fn render_flags_table(
+    command: &clap::Command,
+    constants: &BTreeMap<String, Vec<String>>,
+) -> String {
+    let mut out = String::from(
+        "| flag | default | constant | what it sets (its `--help` text) |\n| --- | --- | --- | --- |\n",
+    );
+    for arg in command.get_arguments() {
+        let Some(long) = arg.get_long() else { continue };
+        if long == "help" || long == "version" {
+            continue;
+        }
+        let flag = format!("--{long}");
+        let defaults: Vec<String> =
+            arg.get_default_values().iter().map(|v| v.to_string_lossy().into_owned()).collect();
+        let default = if defaults.is_empty() {
+            "—".to_string()
+        } else {
+            format!("`{}`", defaults.join(","))
+        };
+        let constant = match constants.get(&flag) {
+            Some(names) if !names.is_empty() => {
+                names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+            }
+            _ => "—".to_string(),
+        };
+        let help =
+            arg.get_long_help().or(arg.get_help()).map(|h| h.to_string()).unwrap_or_default();
+        let mut help = cell(&help);
+        let takes_values = arg.get_action().takes_values();
+        let values: Vec<String> = arg
+            .get_possible_values()
+            .iter()
+            .filter(|v| !v.is_hide_set())
+            .map(|v| format!("`{}`", v.get_name()))
+            .collect();
+        if takes_values && !values.is_empty() {
+            help.push_str(&format!("; values: {}", values.join(", ")));
+        }
+        if matches!(arg.get_action(), clap::ArgAction::Append) && !help.contains("repeatable") {
+            help.push_str("; repeatable");
+        }
+        out.push_str(&format!("| `{flag}` | {default} | {constant} | {help} |\n"));
+    }
+    out
+}
+
+fn cli_sources() -> Vec<String> {
+    let root = repo_root().join("src");
+    let mut files = vec![root.join("cli.rs")];
+    let mut folders = vec![root.join("cli")];
+    while let Some(dir) = folders.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files.iter().filter_map(|f| std::fs::read_to_string(f).ok()).collect()
+}
+
+/// The committed text between the markers, or why there is none.
+fn generated_region(doc: &str) -> Result<(usize, usize), String> {
+    let begin = doc.find(FLAGS_BEGIN).ok_or("the BEGIN marker is missing")? + FLAGS_BEGIN.len();
+    let end = doc[begin..].find(FLAGS_END).ok_or("the END marker is missing")? + begin;
+    Ok((begin, end))
+}
+
+#[test]
+fn flags_table_is_the_rendering_of_help() {
+    let command = tidemark::Config::command();
+    let table = render_flags_table(&command, &flag_constants(&cli_sources()));
+    let path = repo_root().join(FLAGS_DOC);
+    let doc = std::fs::read_to_string(&path).expect("docs/flags.md");
+    let (begin, end) = generated_region(&doc).unwrap_or_else(|e| panic!("{FLAGS_DOC}: {e}"));
+    let committed = doc[begin..end].trim_matches('\n');
+    let rendered = table.trim_matches('\n');
+    if committed == rendered {
+        return;
+    }
+    if std::env::var_os("UPDATE_DOCS").is_some() {
+        let updated = format!("{}\n{}\n{}", &doc[..begin], rendered, &doc[end..]);
+        std::fs::write(&path, updated).expect("write docs/flags.md");
+        eprintln!("docs: rewrote the flag table of {FLAGS_DOC}");
+        return;
+    }
+    let first_line = doc[..begin].lines().count() + 1;
+    let (ours, theirs): (Vec<&str>, Vec<&str>) =
+        (committed.lines().collect(), rendered.lines().collect());
+    let differs = (0..ours.len().max(theirs.len()))
+        .find(|&n| ours.get(n) != theirs.get(n))
+        .unwrap_or_default();
+    let (line, ours, theirs) = (
+        first_line + differs,
+        ours.get(differs).copied().unwrap_or("(no line)"),
+        theirs.get(differs).copied().unwrap_or("(no line)"),
+    );
+    panic!(
+        "{FLAGS_DOC}:{line}: the flag table differs from `tidemark --help`\n  committed: {ours}\n  \
+         rendered:  {theirs}\n({} committed rows, {} rendered). Fix: UPDATE_DOCS=1 cargo test \
+         --test docs",
+        committed.lines().count(),
+        rendered.lines().count()
+    );
+}
+
+/// One row of a hand-written table whose header starts with `flag`.
+struct FlagRow {
+    at: String,
+    flags: Vec<String>,
+    default: Option<String>,
+}
+
+fn split_row(line: &str) -> Vec<String> {
+    let inner = line.trim().trim_start_matches('|').trim_end_matches('|');
+    let mut cells = vec![String::new()];
+    let mut escaped = false;
+    for c in inner.chars() {
+        if c == '|' && !escaped {
+            cells.push(String::new());
+        } else if let Some(last) = cells.last_mut() {
+            last.push(c);
+        }
+        escaped = c == '\\';
+    }
+    cells.iter().map(|c| c.trim().to_string()).collect()
+}
+
+fn hand_written_flag_rows(name: &str, text: &str) -> Vec<FlagRow> {
+    let mut rows = Vec::new();
+    let (mut in_flag_table, mut has_default, mut generated) = (false, false, false);
+    for (n, line) in text.lines().enumerate() {
+        if line.starts_with("<!-- BEGIN flags") {
+            generated = true;
+        } else if line.starts_with(FLAGS_END) {
+            generated = false;
+        }
+        if generated || !line.trim_start().starts_with('|') {
+            in_flag_table = false;
+            continue;
+        }
+        let cells = split_row(line);
+        if cells.first().is_some_and(|c| c == "flag") {
+            in_flag_table = true;
+            has_default = cells.get(1).is_some_and(|c| c == "default");
+            continue;
+        }
+        if !in_flag_table || cells.first().is_none_or(|c| c.starts_with("---")) {
+            continue;
+        }
+        let first = &cells[0];
+        if !first.starts_with("`--") {
+            continue;
+        }
+        let flags: Vec<String> = first
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter_map(|span| span.split_whitespace().next())
+            .filter(|f| f.starts_with("--"))
+            .map(str::to_string)
+            .collect();
+        let default = (has_default && flags.len() == 1).then(|| cells.get(1).cloned()).flatten();
+        rows.push(FlagRow { at: format!("{name}:{}", n + 1), flags, default });
+    }
+    rows
+}
+
+/// A stated default's value: a leading number, or a leading `literal`; anything else
+/// ("cores", "off", "none") is prose, not compared.
+fn stated_default(cell: &str) -> Option<String> {
+    if let Some(rest) = cell.strip_prefix('`') {
+        return rest.split('`').next().map(str::to_string);
+    }
+    let number: String = cell.chars().take_while(char::is_ascii_digit).collect();
+    (!number.is_empty()).then_some(number)
+}
+
+fn check_flag_rows(rows: &[FlagRow], command: &clap::Command) -> Vec<String> {
+    let mut problems = Vec::new();
+    for row in rows {
+        for flag in &row.flags {
+            let long = &flag[2..];
+            let Some(arg) = command.get_arguments().find(|a| a.get_long() == Some(long)) else {
+                problems.push(format!("{}: {flag} is no flag of `tidemark --help`", row.at));
+                continue;
+            };
+            let help_default: Vec<String> =
+                arg.get_default_values().iter().map(|v| v.to_string_lossy().into_owned()).collect();
+            let (Some(cell), false) = (&row.default, help_default.is_empty()) else { continue };
+            if let Some(stated) = stated_default(cell) {
+                let actual = help_default.join(",");
+                if stated != actual {
+                    problems.push(format!(
+                        "{}: {flag}'s default is {stated} here but {actual} in `tidemark --help`",
+                        row.at
+                    ));
+                }
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn hand_written_flag_tables_agree_with_help() {
+    let command = tidemark::Config::command();
+    let mut rows = Vec::new();
+    for (name, text) in markdown_files() {
+        rows.extend(hand_written_flag_rows(&name, &text));
+    }
+    assert!(
+        rows.len() > 20,
+        "found only {} hand-written flag rows: is the parser blind?",
+        rows.len()
+    );
+    let problems = check_flag_rows(&rows, &command);
+    assert!(problems.is_empty(), "flag tables disagree with --help:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn flag_checks_fail_on_made_up_drift() {
+    let command = clap::Command::new("t")
+        .arg(clap::Arg::new("a").long("alpha").default_value("5"))
+        .arg(clap::Arg::new("b").long("beta-name").default_value("x"));
+    let doc = "| flag | default | what |\n| --- | --- | --- |\n| `--alpha` | 6 (why) | a |\n\
+               | `--beta-name N` | `x` | b |\n| `--gone` | 1 | c |\n| `--alpha`, `--beta-name` | 9 | d |\n";
+    let problems = check_flag_rows(&hand_written_flag_rows("t.md", doc), &command);
+    assert_eq!(problems.len(), 2, "{problems:#?}");
+    assert!(problems[0].starts_with("t.md:3: --alpha's default is 6"), "{problems:#?}");
+    assert!(problems[1].starts_with("t.md:5: --gone is no flag"), "{problems:#?}");
+
+    let source = "struct Flags {\n    /// Help.\n    #[arg(long, default_value_t = config::A_MAX,\n          \
+                  value_parser = x(config::B_MIN))]\n    some_flag: u8,\n    #[arg(long)]\n    other: bool,\n}\n";
+    let constants = flag_constants(&[source.to_string()]);
+    assert_eq!(constants["--some-flag"], ["A_MAX", "B_MIN"]);
+    assert!(constants["--other"].is_empty());
+    let table = render_flags_table(&command, &constants);
+    assert!(table.contains("| `--alpha` | `5` | — |"), "{table}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Links.
+
+/// `README.md` and every `docs/*.md`, by path relative to the repository.
+fn markdown_files() -> BTreeMap<String, String> {
+    let root = repo_root();
+    let mut files = BTreeMap::new();
+    files.insert("README.md".to_string(), std::fs::read_to_string(root.join("README.md")).unwrap());
+    for entry in std::fs::read_dir(root.join("docs")).expect("docs/").flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "md") {
+            let name = format!("docs/{}", path.file_name().unwrap().to_string_lossy());
+            files.insert(name, std::fs::read_to_string(&path).unwrap());
+        }
+    }
+    files
+}
+
+/// GitHub's heading anchor: lower case, everything but letters, digits, `_`, `-` and spaces
+/// dropped, spaces to `-` (github-slugger); inline markup is not part of the text.
+fn slug(heading: &str) -> String {
+    let text = strip_inline_markup(heading);
+    text.to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | ' '))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// Rendered text of inline markdown: code-span ticks, emphasis stars, link targets and HTML
+/// tags removed.
+fn strip_inline_markup(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        if c == '[' {
+            if let Some(close) = rest.find("](") {
+                if let Some(end) = rest[close..].find(')') {
+                    out.push_str(&rest[1..close]);
+                    rest = &rest[close + end + 1..];
+                    continue;
+                }
+            }
+        }
+        if c == '<' {
+            if let Some(end) = rest.find('>') {
+                rest = &rest[end + 1..];
+                continue;
+            }
+        }
+        if c != '`' && c != '*' {
+            out.push(c);
+        }
+        rest = &rest[c.len_utf8()..];
+    }
+    out
+}
+
+/// A markdown file's lines with fenced code blocks blanked (line numbers kept) and code spans
+/// replaced by spaces, so neither yields headings or links.
+fn prose_lines(text: &str) -> Vec<String> {
+    let mut fence: Option<&str> = None;
+    let mut lines = Vec::new();
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        if let Some(open) = fence {
+            if trimmed.starts_with(open) {
+                fence = None;
+            }
+            lines.push(String::new());
+            continue;
+        }
+        if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
+            fence = Some(if trimmed.starts_with("```") { "```" } else { "~~~" });
+            lines.push(String::new());
+            continue;
+        }
+        lines.push(line.to_string());
+    }
+    lines
+}
+
+fn without_code_spans(line: &str) -> String {
+    let mut out = String::new();
+    let mut in_code = false;
+    for c in line.chars() {
+        if c == '`' {
+            in_code = !in_code;
+            out.push(' ');
+        } else {
+            out.push(if in_code { ' ' } else { c });
+        }
+    }
+    out
+}
+
+/// The anchors of a markdown file: its headings' slugs (a repeated slug gets `-1`, `-2`, …)
+/// and explicit `id="…"` / `name="…"` anchors.
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut anchors = BTreeSet::new();
+    for line in prose_lines(text) {
+        let hashes = line.chars().take_while(|c| *c == '#').count();
+        if (1..=6).contains(&hashes) && line[hashes..].starts_with(' ') {
+            let heading = line[hashes..].trim().trim_end_matches('#').trim();
+            let base = slug(heading);
+            let count = seen.entry(base.clone()).or_insert(0);
+            anchors.insert(if *count == 0 { base.clone() } else { format!("{base}-{count}") });
+            *count += 1;
+        }
+        for attr in ["id=\"", "name=\""] {
+            for (at, _) in line.match_indices(attr) {
+                let value = &line[at + attr.len()..];
+                if let Some(end) = value.find('"') {
+                    anchors.insert(value[..end].to_string());
+                }
+            }
+        }
+    }
+    anchors
+}
+
+/// Every link target of a file with its line: `[text](target)`, `![alt](target)`,
+/// `[label]: target` definitions and `<http…>` autolinks.
+fn links(text: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    for (n, line) in prose_lines(text).iter().enumerate() {
+        let line = without_code_spans(line);
+        let trimmed = line.trim_start();
+        if trimmed.starts_with('[') {
+            if let Some((label, target)) = trimmed.split_once("]:") {
+                if !label.contains(']') {
+                    found.push((n + 1, target.split_whitespace().next().unwrap_or("").to_string()));
+                    continue;
+                }
+            }
+        }
+        let mut rest = line.as_str();
+        while let Some(at) = rest.find("](") {
+            let after = &rest[at + 2..];
+            let target_end = after.find(')').unwrap_or(after.len());
+            let target = after[..target_end].split_whitespace().next().unwrap_or("");
+            found.push((n + 1, target.trim_matches(|c| c == '<' || c == '>').to_string()));
+            rest = &after[target_end..];
+        }
+        let mut rest = line.as_str();
+        while let Some(at) = rest.find("<http") {
+            let after = &rest[at + 1..];
+            let end = after.find('>').unwrap_or(after.len());
+            found.push((n + 1, after[..end].to_string()));
+            rest = &after[end..];
+        }
+    }
+    found
+}
+
+/// `base`'s folder joined with `target`, `.` and `..` resolved; `None` when it leaves the
+/// repository.
+fn resolve(base: &str, target: &str) -> Option<String> {
+    let mut parts: Vec<String> = Vec::new();
+    let joined = if let Some(from_root) = target.strip_prefix('/') {
+        PathBuf::from(from_root)
+    } else {
+        Path::new(base).parent().unwrap_or(Path::new("")).join(target)
+    };
+    for component in joined.components() {
+        match component {
+            Component::Normal(part) => parts.push(part.to_string_lossy().into_owned()),
+            Component::ParentDir => {
+                parts.pop()?;
+            }
+            _ => {}
+        }
+    }
+    Some(parts.join("/"))
+}
+
+#[derive(Default)]
+struct LinkReport {
+    problems: Vec<String>,
+    relative: usize,
+    with_anchor: usize,
+    external: Vec<String>,
+}
+
+/// Checks every link of `files` (path → text). `exists` answers for paths that are not one of
+/// `files` (sources, scripts, folders).
+fn check_links(files: &BTreeMap<String, String>, exists: &dyn Fn(&str) -> bool) -> LinkReport {
+    let anchors_of: BTreeMap<&str, BTreeSet<String>> =
+        files.iter().map(|(name, text)| (name.as_str(), anchors(text))).collect();
+    let mut report = LinkReport::default();
+    let mut edges: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    for (name, text) in files {
+        for (line, target) in links(text) {
+            let at = format!("{name}:{line}");
+            if target.starts_with("http://") || target.starts_with("https://") {
+                report.external.push(format!("{at}: {target}"));
+                continue;
+            }
+            if target.starts_with("mailto:") {
+                continue;
+            }
+            if target.is_empty() {
+                report.problems.push(format!("{at}: a link with no target"));
+                continue;
+            }
+            report.relative += 1;
+            let (path, anchor) = match target.split_once('#') {
+                Some((path, anchor)) => (path, Some(anchor)),
+                None => (target.as_str(), None),
+            };
+            let file = if path.is_empty() { Some(name.clone()) } else { resolve(name, path) };
+            let Some(file) = file else {
+                report.problems.push(format!("{at}: {target} leaves the repository"));
+                continue;
+            };
+            let is_doc = files.contains_key(&file);
+            if !is_doc && !exists(&file) {
+                report.problems.push(format!("{at}: {target}: no file {file}"));
+                continue;
+            }
+            if is_doc {
+                edges.entry(name.as_str()).or_default().insert(file.clone());
+            }
+            let Some(anchor) = anchor else { continue };
+            report.with_anchor += 1;
+            match anchors_of.get(file.as_str()) {
+                Some(known) if !known.contains(anchor) => report
+                    .problems
+                    .push(format!("{at}: {target}: no heading of {file} has the anchor #{anchor}")),
+                Some(_) => {}
+                // An anchor into a file that is no markdown here (a line of a source): not ours.
+                None => {}
+            }
+        }
+    }
+    let mut reached = BTreeSet::from(["README.md".to_string()]);
+    let mut queue = VecDeque::from(["README.md".to_string()]);
+    while let Some(file) = queue.pop_front() {
+        for next in edges.get(file.as_str()).into_iter().flatten() {
+            if reached.insert(next.clone()) {
+                queue.push_back(next.clone());
+            }
+        }
+    }
+    for name in files.keys() {
+        if !reached.contains(name) {
+            report.problems.push(format!(
+                "{name}:1: not reachable by links from README.md (link it from docs/README.md)"
+            ));
+        }
+    }
+    report
+}
+
+#[test]
+fn links_and_anchors_resolve_and_every_doc_is_reachable() {
+    let root = repo_root();
+    let files = markdown_files();
+    let report = check_links(&files, &|path| root.join(path).exists());
+    println!(
+        "docs: {} files, {} relative links checked ({} with an anchor), {} external links not \
+         fetched:",
+        files.len(),
+        report.relative,
+        report.with_anchor,
+        report.external.len()
+    );
+    for link in &report.external {
+        println!("  {link}");
+    }
+    assert!(
+        report.relative > 20,
+        "only {} relative links found: is the parser blind?",
+        report.relative
+    );
+    assert!(
+        report.problems.is_empty(),
+        "broken documentation links:\n{}",
+        report.problems.join("\n")
+    );
+}
+
+#[test]
+fn link_checks_fail_on_made_up_breakage() {
+    let files = BTreeMap::from([
+        (
+            "README.md".to_string(),
+            "# Top\n\n## Two `commands` (here)\n\n[a](#two-commands-here) [b](docs/a.md#deep-one) \
+             [c](#nowhere)\n```\n[not](a/link.md)\n# not a heading\n```\n`[code](x.md)` \
+             [d](docs/a.md#deep-one-1) [e](src/lib.rs#L3) [f](missing.rs) <https://example.com>\n"
+                .to_string(),
+        ),
+        (
+            "docs/a.md".to_string(),
+            "# A\n## Deep one\n## Deep one\n[up](../README.md#top)\n".to_string(),
+        ),
+        ("docs/orphan.md".to_string(), "# Orphan\n[x](../../outside.md)\n".to_string()),
+    ]);
+    let report = check_links(&files, &|path| path == "src/lib.rs");
+    let problems = &report.problems;
+    assert_eq!(
+        problems,
+        &[
+            "README.md:5: #nowhere: no heading of README.md has the anchor #nowhere",
+            "README.md:10: missing.rs: no file missing.rs",
+            "docs/orphan.md:2: ../../outside.md leaves the repository",
+            "docs/orphan.md:1: not reachable by links from README.md (link it from docs/README.md)",
+        ],
+        "{problems:#?}"
+    );
+    assert_eq!(report.external, ["README.md:10: https://example.com"]);
+    assert_eq!(
+        slug("End to end (`loadtest/`, `scripts/compare.sh`)"),
+        "end-to-end-loadtest-scriptscomparesh"
+    );
+    assert_eq!(slug("What a client sees (legacy sessions)"), "what-a-client-sees-legacy-sessions");
+    assert_eq!(slug("2026-07-28: the `tasks/*` extension"), "2026-07-28-the-tasks-extension");
+}
