@@ -6,10 +6,13 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use std::ffi::OsString;
 
-use crate::config::ResponseMode;
+use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
+
 use crate::config::{self, BuiltinSet, Config, ConfigError, DriverChoice, MigrationPolicy};
+use crate::config::{ConfigFileOrigin, ResponseMode};
+use crate::layers::{self, FileValues, LayerError, ResolveError, Resolved};
 
 #[derive(Clone, Copy, ValueEnum)]
 enum DriverFlag {
@@ -36,6 +39,13 @@ enum PolicyFlag {
 #[derive(Parser)]
 #[command(version, about)]
 struct Flags {
+    /// A TOML configuration file: every flag's long name is a key (docs/configuration.md);
+    /// flags and TIDEMARK_* environment variables override it. Also TIDEMARK_CONFIG.
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+    /// Print the effective configuration as TOML, each key's source above it, and exit.
+    #[arg(long)]
+    print_config: bool,
     /// Address to listen on (loopback by default: DNS-rebinding protection applies).
     #[arg(long, default_value = config::LISTEN_DEFAULT)]
     listen: SocketAddr,
@@ -178,7 +188,7 @@ struct Flags {
     upstream_credentials: Option<std::path::PathBuf>,
     /// Send the client's own Authorization header to the HTTP upstream NAME (repeatable): only
     /// for an upstream that is this same resource (the token's audience). Off by default.
-    #[arg(long)]
+    #[arg(long, value_name = "NAME")]
     upstream_forward_authorization: Vec<String>,
     /// A local JWK Set (the authorization server's signing keys), read again every refresh.
     #[arg(long)]
@@ -380,6 +390,7 @@ impl Flags {
                 tokens_max: self.auth_tokens_max,
                 policy_rules_max: self.auth_policy_rules_max,
             },
+            config_file: None,
         };
         if let Some(path) = &self.request_state_key_file {
             let bytes = std::fs::read(path)
@@ -403,26 +414,80 @@ impl Config {
     /// flags). Prints usage and exits on a malformed flag, as command-line tools do; a value
     /// that parses but cannot be served is an `Err`. The result is checked again by
     /// `Server::run`.
+    ///
+    /// Each flag may also come from a `TIDEMARK_*` environment variable or the `--config`
+    /// TOML file (flag > env > file > default; docs/configuration.md). Unknown `TIDEMARK_*`
+    /// variables are logged as warnings. `--print-config` prints the effective configuration
+    /// and exits 0.
     pub fn from_args() -> Result<Config, ConfigError> {
-        Flags::parse().into_config()
+        let argv: Vec<OsString> = std::env::args_os().collect();
+        let env: Vec<(String, String)> = std::env::vars_os()
+            .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
+            .collect();
+        let resolved = match layers::resolve(Flags::command(), &argv, &env) {
+            Ok(resolved) => resolved,
+            Err(ResolveError::Clap(error)) => error.exit(),
+            Err(ResolveError::Layer(error)) => return Err(ConfigError::Layer(error.to_string())),
+        };
+        for warning in &resolved.warnings {
+            tracing::warn!("{warning}");
+        }
+        if resolved.print {
+            print!("{}", layers::print_config(&Flags::command(), &resolved));
+            std::process::exit(0);
+        }
+        config_of(resolved)
     }
 
     /// The command line `from_args` parses, as clap's `Command`: every flag with its help and
     /// default. `docs/flags.md`'s table is rendered from it (`tests/docs.rs`), so the two agree.
     pub fn command() -> clap::Command {
-        use clap::CommandFactory;
         Flags::command()
     }
 
-    /// `from_args` over an explicit argument list (the first item is the program name).
+    /// `from_args` over an explicit argument list (the first item is the program name),
+    /// without the process's environment: a `--config FILE` among `args` is read, and
+    /// `--print-config` changes nothing here.
     pub fn try_from_args<I, T>(args: I) -> Result<Config, String>
     where
         I: IntoIterator<Item = T>,
-        T: Into<std::ffi::OsString> + Clone,
+        T: Into<OsString> + Clone,
     {
-        let flags = Flags::try_parse_from(args).map_err(|e| e.to_string())?;
-        flags.into_config().map_err(|e| e.to_string())
+        try_from_layers(args, &[])
     }
+}
+
+/// `try_from_args` with `env` as the environment (`TIDEMARK_*` variables; others ignored).
+pub(crate) fn try_from_layers<I, T>(args: I, env: &[(String, String)]) -> Result<Config, String>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let argv: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let resolved = match layers::resolve(Flags::command(), &argv, env) {
+        Ok(resolved) => resolved,
+        Err(ResolveError::Clap(error)) => return Err(error.to_string()),
+        Err(ResolveError::Layer(error)) => return Err(error.to_string()),
+    };
+    config_of(resolved).map_err(|e| e.to_string())
+}
+
+/// The `Config` of resolved matches, remembering the file (and its shadowed keys) for SIGHUP.
+fn config_of(resolved: Resolved) -> Result<Config, ConfigError> {
+    let flags = Flags::from_arg_matches(&resolved.matches)
+        .map_err(|e| ConfigError::Layer(e.to_string()))?;
+    let mut cfg = flags.into_config()?;
+    cfg.config_file = resolved.file.as_ref().map(|file| ConfigFileOrigin {
+        path: file.path.clone(),
+        shadowed: resolved.shadowed_file_keys(),
+    });
+    Ok(cfg)
+}
+
+/// The `--config` file read again against the binary's flags (SIGHUP): its values by key, or
+/// why it no longer loads.
+pub(crate) fn reread_config_file(path: &std::path::Path) -> Result<FileValues, LayerError> {
+    layers::read_file(&Flags::command(), path)
 }
 
 #[cfg(test)]
@@ -433,7 +498,6 @@ mod tests {
     fn every_flag_has_a_line_of_help() {
         // Goal: `--help` explains every setting (an operator reads it before the README).
         // Method: walk clap's own argument list; a flag without a doc comment has no help.
-        use clap::CommandFactory;
         let command = Flags::command();
         let silent: Vec<String> = command
             .get_arguments()
@@ -594,3 +658,8 @@ mod tests {
         assert!(matches!(cfg.validate(), Err(ConfigError::BadJwksUrl(_))));
     }
 }
+
+// After `mod tests`: the env, file and `--print-config` tests of the layers over these flags.
+#[cfg(test)]
+#[path = "cli_layers_tests.rs"]
+mod layers_tests;

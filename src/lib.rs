@@ -50,7 +50,7 @@
 //! | --- | --- | --- |
 //! | 12 | `server` | `Server` (the public entry): listeners (one owner per port), one pinned thread + runtime per core, signals and the graceful drain, the banner |
 //! | 11 | `admin` | the admin listener: `/metrics`, `/healthz`, `/readyz` |
-//! | 11 | `cli` | the binary's flags → `Config` (`Config::from_args`) |
+//! | 11 | `cli` | the binary's flags → `Config` (`Config::from_args`), over the `layers` (env, `--config` file) |
 //! | 10 | `runtime` | one core: driver choice, accept loop, session reaper; `conn` (one socket: buffers, timeouts, read → `endpoint::handle` → write), `stream` (the one stream driver over a `core::Source`), `handoff` (moving a connection to its owner core) |
 //! | 9 | `endpoint` | HTTP rules at the MCP endpoint (path, Host/Origin, CORS, a POST's media types) and era selection; the only module that sees both eras, and gathers their streams in one `Stream` |
 //! | 8 | `legacy` | the 2025-era path: `LegacyCore` (sessions), streams with an explicit lifecycle, `migration` (the pure O(1) decision), `replay` (the ring), the call context's sink |
@@ -61,6 +61,7 @@
 //! | 4 | `provider` | the public `Provider` trait, `CallContext`, `ProviderError`, `Value`; `builtin` (demo, conformance) |
 //! | 3 | `auth` | authorization (OAuth 2.1 resource server): `Claims`, the verifier chain (`--auth-tokens` static tokens, then the JWT seam `TokenVerifier`), the per-connection token cache, the `WWW-Authenticate` challenges, the protected resource metadata (RFC 9728), the per-tool policy; `jwt` (JWT access tokens: signature, `aud`, `iss`, `exp`/`nbf`, scopes) over `jwks` (the issuer's keys, read off the worker cores) |
 //! | 3 | `wire` | every answer as a value rendered in one place: HTTP statuses (`Status`), JSON-RPC codes (`Code`), refusals; the JSON-RPC envelope, SSE framing, the revisions, notification encoders |
+//! | 2 | `layers` | the layers under the flags: the `--config` TOML file and `TIDEMARK_*` env, merged generically over clap's arguments (flag > env > file > default), each value's source (`--print-config`), the file's re-read (SIGHUP) |
 //! | 2 | `tls` | the listeners' rustls `ServerConfig` from the PEM files (`--tls-cert`, `--tls-key`), swapped whole on reload (SIGHUP); no socket |
 //! | 2 | `http` | request head → byte ranges; status line and headers → bytes; knows nothing of MCP |
 //! | 1 | `config` | every limit as a named constant; `Config`; the `--upstream` spec |
@@ -79,6 +80,7 @@ mod dispatch;
 mod endpoint;
 mod fasthash;
 mod http;
+mod layers;
 mod legacy;
 mod metrics;
 mod modern;

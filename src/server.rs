@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::auth::Authorizer;
 use crate::config::{self, BuiltinSet, Config, ConfigError};
+use crate::layers::{self, FileValues};
 use crate::metrics::CoreMetrics;
 use crate::provider::builtin::BuiltinProvider;
 use crate::provider::Provider;
@@ -98,6 +99,8 @@ pub struct Running {
     auth: Option<Arc<Authorizer>>,
     /// `handle_signals` ran (a second call would see every signal twice).
     signals: AtomicBool,
+    /// The `--config` file, which SIGHUP reads again (`reload_config_file`).
+    config_file: Option<config::ConfigFileOrigin>,
 }
 
 impl Running {
@@ -155,7 +158,8 @@ impl Running {
     /// SIGINT, the shell's convention), without waiting for anything but the SIGKILL of every
     /// stdio upstream's process and descendant (at most a second). A thread of its own
     /// reads the signals (signal-hook's self-pipe), so no worker's io wait is involved.
-    /// SIGHUP reloads the TLS files (`reload_tls`; logged, and ignored without TLS).
+    /// SIGHUP reloads the TLS files (`reload_tls`; logged, and ignored without TLS), and reads the
+    /// `--config` file again, logging which changed keys reload and which need a restart.
     /// Calling it again changes nothing.
     pub fn handle_signals(&self) -> Result<(), ServerError> {
         if self.signals.swap(true, Ordering::AcqRel) {
@@ -168,6 +172,11 @@ impl Running {
         let tls = self.tls.clone();
         let auth = self.auth.clone();
         let drain_secs = life.drain().as_secs();
+        // What the file says now: the baseline a SIGHUP's re-read is compared with.
+        let mut config_file = self.config_file.clone().map(|origin| {
+            let values = crate::cli::reread_config_file(&origin.path).unwrap_or_default();
+            (origin, values)
+        });
         std::thread::Builder::new()
             .name("tidemark-signals".into())
             .spawn(move || {
@@ -175,6 +184,9 @@ impl Running {
                     if signal == SIGHUP {
                         reload(auth.as_deref());
                         let _ = reload_tls(tls.as_deref());
+                        if let Some((origin, values)) = &mut config_file {
+                            let _ = reload_config_file(origin, values);
+                        }
                         continue;
                     }
                     if life.begin_drain() {
@@ -217,6 +229,45 @@ fn reload(auth: Option<&Authorizer>) {
             tracing::warn!(error = %why, "SIGHUP: --auth-policy not reloaded, the old policy stays")
         }
     }
+}
+
+/// SIGHUP: the `--config` file read again and compared with `last` (then replaced by it).
+/// Logs the changed keys by what applying them takes: reloadable ones
+/// (`layers::RELOADABLE_KEYS`), ones that need a restart, ones the env or a flag shadow. A file
+/// that no longer loads changes nothing (logged). Returns the new values when they loaded (the
+/// reloadable keys' own reloads read them there).
+fn reload_config_file(
+    origin: &config::ConfigFileOrigin,
+    last: &mut FileValues,
+) -> Option<FileValues> {
+    let path = origin.path.display().to_string();
+    let new = match crate::cli::reread_config_file(&origin.path) {
+        Ok(new) => new,
+        Err(why) => {
+            tracing::warn!(error = %why, "SIGHUP: --config {path} not re-read; nothing changes");
+            return None;
+        }
+    };
+    let changed = layers::changes(last, &new, &origin.shadowed);
+    if changed == layers::FileChanges::default() {
+        tracing::info!("SIGHUP: --config {path} re-read, no key changed");
+    }
+    if !changed.reloadable.is_empty() {
+        let keys = changed.reloadable.join(", ");
+        tracing::info!("SIGHUP: --config {path}: reloadable keys changed: {keys}");
+    }
+    if !changed.restart_needed.is_empty() {
+        let keys = changed.restart_needed.join(", ");
+        tracing::warn!("SIGHUP: --config {path}: restart needed for {keys}");
+    }
+    if !changed.shadowed.is_empty() {
+        let keys = changed.shadowed.join(", ");
+        tracing::info!(
+            "SIGHUP: --config {path}: changed but set by env or flag (no effect): {keys}"
+        );
+    }
+    *last = new.clone();
+    Some(new)
 }
 
 impl Server {
@@ -430,7 +481,18 @@ fn start_workers(
         None => None,
     };
     let signals = AtomicBool::new(false);
-    Ok(Running { local_addr: bound, metrics_addr, driver, workers, life, tls, auth, signals })
+    let config_file = cfg.config_file.clone();
+    Ok(Running {
+        local_addr: bound,
+        metrics_addr,
+        driver,
+        workers,
+        life,
+        tls,
+        auth,
+        signals,
+        config_file,
+    })
 }
 
 /// The SIGHUP reload of the TLS files (`Running::reload_tls`), logged either way.

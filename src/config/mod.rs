@@ -496,6 +496,18 @@ pub struct Config {
     pub upstream_forward_authorization: Vec<String>,
     /// Authorization (`--auth-*`, `--allow-unauthenticated`).
     pub auth: AuthConfig,
+    /// The `--config` file this configuration was read from, if any: SIGHUP reads it again.
+    pub(crate) config_file: Option<ConfigFileOrigin>,
+}
+
+/// The `--config` file of a configuration, and the keys it sets that the environment or the
+/// command line set over it (a change of those in the file changes nothing).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ConfigFileOrigin {
+    /// The file as named.
+    pub(crate) path: PathBuf,
+    /// Its keys that a higher layer shadows.
+    pub(crate) shadowed: Vec<String>,
 }
 
 impl Default for Config {
@@ -562,6 +574,7 @@ impl Default for Config {
             upstream_credentials: None,
             upstream_forward_authorization: Vec::new(),
             auth: AuthConfig::with_limits(),
+            config_file: None,
         }
     }
 }
@@ -627,6 +640,10 @@ pub enum ConfigError {
     /// An `--auth-tokens` or `--auth-policy` file could not be loaded: the path and why.
     #[error("{0}")]
     AuthFile(String),
+    /// The `--config` file or a `TIDEMARK_*` environment variable is unusable; the message
+    /// names the file (and table) or the variable, and the key.
+    #[error("{0}")]
+    Layer(String),
 }
 
 impl Config {
