@@ -98,6 +98,8 @@ pub struct Running {
     auth: Option<Arc<Authorizer>>,
     /// `handle_signals` ran (a second call would see every signal twice).
     signals: AtomicBool,
+    /// `--log-level` as given (empty: `RUST_LOG`, else info): what SIGHUP applies again.
+    log_level: String,
 }
 
 impl Running {
@@ -117,6 +119,8 @@ impl Running {
                 Some(at) => std::thread::park_timeout((at - now).min(JOIN_POLL)),
                 None => std::thread::park_timeout(JOIN_POLL),
             }
+            // The log's "N more suppressed" lines and refusal summary when nobody logs.
+            crate::logging::flush();
         }
         for worker in self.workers {
             let _ = worker.join();
@@ -168,11 +172,13 @@ impl Running {
         let tls = self.tls.clone();
         let auth = self.auth.clone();
         let drain_secs = life.drain().as_secs();
+        let log_level = self.log_level.clone();
         std::thread::Builder::new()
             .name("tidemark-signals".into())
             .spawn(move || {
                 for signal in signals.forever() {
                     if signal == SIGHUP {
+                        let _ = crate::logging::reload_log_level(&log_level);
                         reload(auth.as_deref());
                         let _ = reload_tls(tls.as_deref());
                         continue;
@@ -261,6 +267,7 @@ impl Server {
     fn launch(self, signals: bool) -> Result<Running, ServerError> {
         let Server { cfg, mut providers } = self;
         cfg.validate()?;
+        crate::logging::configure(&cfg);
         let builtin = match &cfg.builtin_tools {
             Some(sets) => sets.clone(),
             None if providers.is_empty() && cfg.upstreams.is_empty() => vec![BuiltinSet::Demo],
@@ -291,6 +298,30 @@ impl Server {
             started.local_addr, cfg.path, started.driver, cfg.threads
         );
         let _ = std::io::stdout().flush();
+        tracing::info!(
+            listen = %started.local_addr,
+            scheme,
+            path = %cfg.path,
+            metrics = ?started.metrics_addr,
+            driver = started.driver,
+            threads = cfg.threads,
+            node = cfg.node_id,
+            tools = %tools_label,
+            max_connections_per_core = cfg.connections_per_core_max,
+            max_sessions_per_core = cfg.sessions_per_core_max,
+            max_streams_per_session = cfg.streams_per_session_max,
+            max_body_bytes = cfg.body_bytes_max,
+            replay_events = cfg.replay_events_max,
+            replay_bytes = cfg.replay_bytes_max,
+            core_buffer_bytes = cfg.core_buffer_bytes,
+            session_idle_secs = cfg.session_idle.as_secs(),
+            owed_timeout_secs = cfg.owed_timeout.as_secs(),
+            upstreams = cfg.upstreams.len(),
+            auth = cfg.auth_enabled(),
+            tls = cfg.tls.is_some(),
+            log_events_per_kind_per_sec = cfg.log_events_per_kind_per_sec,
+            "started"
+        );
         Ok(started)
     }
 }
@@ -430,7 +461,18 @@ fn start_workers(
         None => None,
     };
     let signals = AtomicBool::new(false);
-    Ok(Running { local_addr: bound, metrics_addr, driver, workers, life, tls, auth, signals })
+    let log_level = crate::logging::current_flag(&cfg);
+    Ok(Running {
+        local_addr: bound,
+        metrics_addr,
+        driver,
+        workers,
+        life,
+        tls,
+        auth,
+        signals,
+        log_level,
+    })
 }
 
 /// The SIGHUP reload of the TLS files (`Running::reload_tls`), logged either way.
