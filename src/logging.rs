@@ -13,7 +13,7 @@
 
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use tracing_subscriber::layer::SubscriberExt;
@@ -329,9 +329,6 @@ pub fn init_logging(cfg: &Config) -> Result<(), String> {
 /// Replaces the log filter (SIGHUP) with `new`, in `RUST_LOG` syntax; `None`-like empty
 /// means `RUST_LOG` or `info` again. Logged either way; `Err` says why (the old filter stays).
 pub fn reload_log_level(new: &str) -> Result<(), String> {
-    // One reload at a time: two SIGHUPs' lines stay in order.
-    static ONE: Mutex<()> = Mutex::new(());
-    let _one = ONE.lock().unwrap_or_else(|p| p.into_inner());
     let level = effective_level(Some(new).filter(|n| !n.is_empty()));
     let result = match RELOAD.get() {
         None => Err("the log subscriber is not tidemark's (init_logging was not called)".into()),
