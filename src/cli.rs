@@ -29,6 +29,12 @@ enum ModeFlag {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum LogFormatFlag {
+    Text,
+    Json,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum PolicyFlag {
     Strict,
     Off,
@@ -284,6 +290,20 @@ struct Flags {
     /// Rules one --auth-policy file may hold.
     #[arg(long, default_value_t = config::AUTH_POLICY_RULES_MAX)]
     auth_policy_rules_max: usize,
+    /// Log lines on stderr: text (colour only on a terminal) or json (one object a line).
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormatFlag,
+    /// Log filter in RUST_LOG syntax, e.g. debug or tidemark::legacy=debug,info (default:
+    /// RUST_LOG, else info). Applied again on SIGHUP.
+    #[arg(long)]
+    log_level: Option<String>,
+    /// Lines one kind of log event may write per second; the rest become one "N more
+    /// suppressed" line.
+    #[arg(long, default_value_t = config::LOG_EVENTS_PER_KIND_PER_SEC)]
+    log_events_per_kind_per_sec: u32,
+    /// Interval of the info-level count of refusals (each refusal is a debug line).
+    #[arg(long, default_value_t = config::LOG_REFUSAL_SUMMARY_SECS)]
+    log_refusal_summary_secs: u64,
 }
 
 impl Flags {
@@ -391,6 +411,13 @@ impl Flags {
                 policy_rules_max: self.auth_policy_rules_max,
             },
             config_file: None,
+            log_format: match self.log_format {
+                LogFormatFlag::Text => config::LogFormat::Text,
+                LogFormatFlag::Json => config::LogFormat::Json,
+            },
+            log_level: self.log_level,
+            log_events_per_kind_per_sec: self.log_events_per_kind_per_sec,
+            log_refusal_summary: Duration::from_secs(self.log_refusal_summary_secs),
         };
         if let Some(path) = &self.request_state_key_file {
             let bytes = std::fs::read(path)

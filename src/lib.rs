@@ -62,6 +62,7 @@
 //! | 3 | `auth` | authorization (OAuth 2.1 resource server): `Claims`, the verifier chain (`--auth-tokens` static tokens, then the JWT seam `TokenVerifier`), the per-connection token cache, the `WWW-Authenticate` challenges, the protected resource metadata (RFC 9728), the per-tool policy; `jwt` (JWT access tokens: signature, `aud`, `iss`, `exp`/`nbf`, scopes) over `jwks` (the issuer's keys, read off the worker cores) |
 //! | 3 | `wire` | every answer as a value rendered in one place: HTTP statuses (`Status`), JSON-RPC codes (`Code`), refusals; the JSON-RPC envelope, SSE framing, the revisions, notification encoders |
 //! | 2 | `layers` | the layers under the flags: the `--config` TOML file and `TIDEMARK_*` env, merged generically over clap's arguments (flag > env > file > default), each value's source (`--print-config`), the file's re-read (SIGHUP) |
+//! | 2 | `logging` | the subscriber (`--log-format`, `--log-level`, colour only on a terminal), its SIGHUP reload, the per-kind rate limiter and its "N more suppressed" lines, the fixed field names and culprits |
 //! | 2 | `tls` | the listeners' rustls `ServerConfig` from the PEM files (`--tls-cert`, `--tls-key`), swapped whole on reload (SIGHUP); no socket |
 //! | 2 | `http` | request head → byte ranges; status line and headers → bytes; knows nothing of MCP |
 //! | 1 | `config` | every limit as a named constant; `Config`; the `--upstream` spec |
@@ -82,6 +83,7 @@ mod fasthash;
 mod http;
 mod layers;
 mod legacy;
+mod logging;
 mod metrics;
 mod modern;
 mod provider;
@@ -92,10 +94,12 @@ mod tls;
 mod upstream;
 mod wire;
 
-pub use config::{AuthConfig, BuiltinSet, Config, ConfigError, DriverChoice, MigrationPolicy};
+pub use config::MigrationPolicy;
+pub use config::{AuthConfig, BuiltinSet, Config, ConfigError, DriverChoice, LogFormat};
 pub use config::{
     Isolation, ResponseMode, TlsFiles, UpstreamSpec, UpstreamSpecError, UpstreamTarget,
 };
+pub use logging::{init_logging, reload_log_level};
 pub use provider::{
     Annotations, CallContext, Caller, Changes, LocalBoxFuture, LogLevel, Notifier, Provider,
     ProviderError, ProviderResult, SessionInfo, SessionRef, SessionStart, TaskSupport, ToolInfo,

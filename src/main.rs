@@ -7,13 +7,9 @@ use anyhow::Context;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let config = tidemark::Config::from_args()?;
+    // --log-format and --log-level: a bad filter is the operator's mistake, said at once.
+    tidemark::init_logging(&config).map_err(anyhow::Error::msg)?;
     tidemark::Server::new(config).run().context("tidemark")?;
     Ok(())
 }

@@ -101,6 +101,8 @@ pub struct Running {
     signals: AtomicBool,
     /// The `--config` file, which SIGHUP reads again (`reload_config_file`).
     config_file: Option<config::ConfigFileOrigin>,
+    /// `--log-level` as given (empty: `RUST_LOG`, else info): what SIGHUP applies again.
+    log_level: String,
 }
 
 impl Running {
@@ -120,6 +122,8 @@ impl Running {
                 Some(at) => std::thread::park_timeout((at - now).min(JOIN_POLL)),
                 None => std::thread::park_timeout(JOIN_POLL),
             }
+            // The log's "N more suppressed" lines and refusal summary when nobody logs.
+            crate::logging::flush();
         }
         for worker in self.workers {
             let _ = worker.join();
@@ -177,16 +181,27 @@ impl Running {
             let values = crate::cli::reread_config_file(&origin.path).unwrap_or_default();
             (origin, values)
         });
+        let mut log_level = self.log_level.clone();
         std::thread::Builder::new()
             .name("tidemark-signals".into())
             .spawn(move || {
                 for signal in signals.forever() {
                     if signal == SIGHUP {
+                        // The file's log level wins over the one at start unless the env or a
+                        // flag set it (then the file's change has no effect, and says so).
+                        if let Some((origin, values)) = &mut config_file {
+                            if let Some(new) = reload_config_file(origin, values) {
+                                if !origin.shadowed.iter().any(|key| key == LOG_LEVEL_KEY) {
+                                    log_level = new
+                                        .get(LOG_LEVEL_KEY)
+                                        .and_then(|v| v.first().cloned())
+                                        .unwrap_or_default();
+                                }
+                            }
+                        }
+                        let _ = crate::logging::reload_log_level(&log_level);
                         reload(auth.as_deref());
                         let _ = reload_tls(tls.as_deref());
-                        if let Some((origin, values)) = &mut config_file {
-                            let _ = reload_config_file(origin, values);
-                        }
                         continue;
                     }
                     if life.begin_drain() {
@@ -207,6 +222,9 @@ impl Running {
         Ok(())
     }
 }
+
+/// The `--config` key of `--log-level` (one of `layers::RELOADABLE_KEYS`).
+const LOG_LEVEL_KEY: &str = "log-level";
 
 /// SIGHUP: the authorization's token file and policy file read again; sessions and
 /// connections are untouched. A file that does not load keeps the old set (or policy), and the
@@ -312,6 +330,7 @@ impl Server {
     fn launch(self, signals: bool) -> Result<Running, ServerError> {
         let Server { cfg, mut providers } = self;
         cfg.validate()?;
+        crate::logging::configure(&cfg);
         let builtin = match &cfg.builtin_tools {
             Some(sets) => sets.clone(),
             None if providers.is_empty() && cfg.upstreams.is_empty() => vec![BuiltinSet::Demo],
@@ -342,6 +361,30 @@ impl Server {
             started.local_addr, cfg.path, started.driver, cfg.threads
         );
         let _ = std::io::stdout().flush();
+        tracing::info!(
+            listen = %started.local_addr,
+            scheme,
+            path = %cfg.path,
+            metrics = ?started.metrics_addr,
+            driver = started.driver,
+            threads = cfg.threads,
+            node = cfg.node_id,
+            tools = %tools_label,
+            max_connections_per_core = cfg.connections_per_core_max,
+            max_sessions_per_core = cfg.sessions_per_core_max,
+            max_streams_per_session = cfg.streams_per_session_max,
+            max_body_bytes = cfg.body_bytes_max,
+            replay_events = cfg.replay_events_max,
+            replay_bytes = cfg.replay_bytes_max,
+            core_buffer_bytes = cfg.core_buffer_bytes,
+            session_idle_secs = cfg.session_idle.as_secs(),
+            owed_timeout_secs = cfg.owed_timeout.as_secs(),
+            upstreams = cfg.upstreams.len(),
+            auth = cfg.auth_enabled(),
+            tls = cfg.tls.is_some(),
+            log_events_per_kind_per_sec = cfg.log_events_per_kind_per_sec,
+            "started"
+        );
         Ok(started)
     }
 }
@@ -482,6 +525,7 @@ fn start_workers(
     };
     let signals = AtomicBool::new(false);
     let config_file = cfg.config_file.clone();
+    let log_level = crate::logging::current_flag(&cfg);
     Ok(Running {
         local_addr: bound,
         metrics_addr,
@@ -492,6 +536,7 @@ fn start_workers(
         auth,
         signals,
         config_file,
+        log_level,
     })
 }
 

@@ -140,3 +140,36 @@ fn sighup_rereads_the_file_and_logs_what_needs_a_restart() {
     let r = post(&server, &[], INIT);
     assert_eq!(r.status, 200, "still serving: {}", r.text());
 }
+
+/// Goal: `log-level` is the reloadable key: changed in the file, a SIGHUP applies it (the
+/// debug lines of a refusal appear only after it); set by a flag, the file's change has no
+/// effect and the log says so.
+#[test]
+fn sighup_applies_the_files_log_level_unless_a_flag_sets_it() {
+    let path = file_with("hup-level.toml", "log-level = \"info\"\n");
+    let file = path.to_str().expect("utf-8");
+    let log = std::env::temp_dir().join(format!("tidemark-config-lvl-{}.log", std::process::id()));
+    let server = Server::start_logged(&["--config", file, "--threads", "1"], &[], &log);
+    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+    std::fs::write(&path, "log-level = \"debug\"\n").expect("rewrite");
+    server.signal("HUP");
+    wait_until(Duration::from_secs(10), "the reloaded-level line", || {
+        read().contains("reloadable keys changed: log-level") && read().contains("log level reloaded")
+    });
+    assert!(read().contains("debug"), "the new level is named: {}", read());
+
+    let pinned = file_with("hup-pinned.toml", "log-level = \"warn\"\n");
+    let pinned_file = pinned.to_str().expect("utf-8");
+    let log2 = std::env::temp_dir().join(format!("tidemark-config-pin-{}.log", std::process::id()));
+    let flagged = Server::start_logged(
+        &["--config", pinned_file, "--log-level", "info", "--threads", "1"],
+        &[],
+        &log2,
+    );
+    std::fs::write(&pinned, "log-level = \"debug\"\n").expect("rewrite");
+    flagged.signal("HUP");
+    let read2 = || std::fs::read_to_string(&log2).unwrap_or_default();
+    wait_until(Duration::from_secs(10), "the shadowed line", || {
+        read2().contains("set by env or flag (no effect): log-level")
+    });
+}

@@ -243,6 +243,14 @@ pub(crate) const JWKS_FETCH_TIMEOUT_SECS: u64 = 10;
 /// few lines per upstream).
 pub(crate) const UPSTREAM_CREDENTIALS_BYTES_MAX: usize = 64 * 1024;
 
+/// Log lines one kind of event (refusal, migration decision, resume, eviction, …) may write
+/// per second (`--log-events-per-kind-per-sec`); the rest are counted and reported as one
+/// "N more suppressed" line when the second turns, so a flood cannot fill a disk.
+pub(crate) const LOG_EVENTS_PER_KIND_PER_SEC: u32 = 20;
+/// How often the info summary of refusals is written (`--log-refusal-summary-secs`): each
+/// refusal itself is a debug line, the summary tells an info-level log how many there were.
+pub(crate) const LOG_REFUSAL_SUMMARY_SECS: u64 = 60;
+
 const _: () = assert!(REPLAY_EVENTS_MAX.is_power_of_two());
 const _: () = assert!(UNWRITTEN_SHARE_DIVISOR >= 2 && REPLAY_EVENTS_MAX >= UNWRITTEN_SHARE_DIVISOR);
 const _: () = assert!(HEADER_BYTES_MAX >= 1024);
@@ -259,6 +267,17 @@ const _: () = assert!(KEYED_CALLS_RUNNING_PER_CLIENT_MAX < IDEMPOTENCY_KEYS_PER_
 const _: () = assert!(TASK_INPUT_REQUESTS_MAX > 0 && TASK_POLL_INTERVAL_MS > 0);
 const _: () = assert!(TASK_POLL_INTERVAL_MS < TASK_RETENTION_SECS * 1000);
 const _: () = assert!(CORS_MAX_AGE_SECS > 0 && CORS_PARAM_HEADERS_MAX > 0);
+
+/// How log lines are written to stderr (`--log-format`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum LogFormat {
+    /// One human-readable line per event (colour only when stderr is a terminal).
+    #[default]
+    Text,
+    /// One JSON object per line (`jq`-friendly; field names in docs/logging.md).
+    Json,
+}
 
 /// Which io driver a worker runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -496,6 +515,15 @@ pub struct Config {
     pub upstream_forward_authorization: Vec<String>,
     /// Authorization (`--auth-*`, `--allow-unauthenticated`).
     pub auth: AuthConfig,
+    /// `--log-format`: text or JSON lines on stderr.
+    pub log_format: LogFormat,
+    /// `--log-level`: a filter in `RUST_LOG` syntax (`info`, `tidemark::legacy=debug,info`);
+    /// `None`: `RUST_LOG`, else `info`.
+    pub log_level: Option<String>,
+    /// `--log-events-per-kind-per-sec`: the per-kind line budget of the log.
+    pub log_events_per_kind_per_sec: u32,
+    /// `--log-refusal-summary-secs`: the interval of the info summary of refusals.
+    pub log_refusal_summary: Duration,
     /// The `--config` file this configuration was read from, if any: SIGHUP reads it again.
     pub(crate) config_file: Option<ConfigFileOrigin>,
 }
@@ -574,6 +602,10 @@ impl Default for Config {
             upstream_credentials: None,
             upstream_forward_authorization: Vec::new(),
             auth: AuthConfig::with_limits(),
+            log_format: LogFormat::Text,
+            log_level: None,
+            log_events_per_kind_per_sec: LOG_EVENTS_PER_KIND_PER_SEC,
+            log_refusal_summary: Duration::from_secs(LOG_REFUSAL_SUMMARY_SECS),
             config_file: None,
         }
     }
@@ -664,7 +696,7 @@ impl Config {
 
     /// Checks every value once, so workers can rely on them.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let nonzero: [(&'static str, u128); 39] = [
+        let nonzero: [(&'static str, u128); 41] = [
             ("threads", self.threads as u128),
             ("max-header-bytes", self.header_bytes_max as u128),
             ("max-headers", self.headers_max as u128),
@@ -704,6 +736,8 @@ impl Config {
             ("auth-jwks-min-refetch-secs", self.auth_jwks_min_refetch.as_millis()),
             ("auth-tokens-max", self.auth.tokens_max as u128),
             ("auth-policy-rules-max", self.auth.policy_rules_max as u128),
+            ("log-events-per-kind-per-sec", u128::from(self.log_events_per_kind_per_sec)),
+            ("log-refusal-summary-secs", self.log_refusal_summary.as_millis()),
         ];
         for (name, value) in nonzero {
             if value == 0 {

@@ -51,6 +51,33 @@ pub(crate) fn end_session(core: &LegacyCore, id: &SessionId, why: SessionEnd) {
     let removed = core.sessions.borrow_mut().remove(id);
     if let Some(session) = removed {
         let reference = session.borrow().reference();
+        let (level_info, reason) = match why {
+            SessionEnd::Expired => (true, "idle past --session-idle-secs"),
+            SessionEnd::Deleted => (false, "DELETE"),
+        };
+        if level_info {
+            crate::logging::limited!(
+                crate::logging::Kind::Session,
+                tracing::Level::INFO,
+                session = %id.to_header(),
+                core = id.core,
+                node = id.node,
+                reason,
+                culprit = "peer",
+                "session expired"
+            );
+        } else {
+            crate::logging::limited!(
+                crate::logging::Kind::Session,
+                tracing::Level::DEBUG,
+                session = %id.to_header(),
+                core = id.core,
+                node = id.node,
+                reason,
+                culprit = "peer",
+                "session deleted"
+            );
+        }
         core.registry.close_session(reference);
         match why {
             SessionEnd::Deleted => core.metrics.sessions_deleted_total.inc(),

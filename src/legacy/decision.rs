@@ -90,10 +90,13 @@ pub(super) async fn decide(
                     let max = core.cfg.held_per_session_max;
                     let Some(slot) = HeldSlot::take(session, max, &core.metrics) else {
                         core.metrics.limit_held.inc();
+                        let why = "held_limit (--max-held-per-session)";
+                        log_decision(session, id, why, None, Some(Code::HeldTooLong));
                         return Refused::verdict(None, Code::HeldTooLong);
                     };
                     held = Some(slot);
                     core.metrics.posts_held_total.inc();
+                    log_decision(session, id, "hold (the session owes a stream)", None, None);
                 }
                 let signal = session.borrow().owed_signal.clone();
                 let now = Instant::now();
@@ -101,28 +104,64 @@ pub(super) async fn decide(
                     || monoio::time::timeout(deadline - now, signal.notified()).await.is_err();
                 if timed_out && session.borrow().owes() {
                     core.metrics.rejected_held_too_long.inc();
+                    let why = "held_too_long (--owed-wait-ms)";
+                    log_decision(session, id, why, None, Some(Code::HeldTooLong));
                     return Refused::verdict(None, Code::HeldTooLong);
                 }
             }
             Decision::RetryOfOwed(key, matched_by) => {
                 core.metrics.rejected_owed.inc();
+                let why = match matched_by {
+                    MatchedBy::Id => "retry_of_owed (matched by id)",
+                    MatchedBy::Params => "retry_of_owed (matched by params)",
+                };
+                log_decision(session, id, why, Some(key), Some(Code::StreamOwed));
                 let (key, code, matched_by) = (Some(key), Code::StreamOwed, Some(matched_by));
                 return Verdict::Conflict(Refused { key, code, matched_by });
             }
             Decision::IdReused(key) => {
                 core.metrics.rejected_id_reused.inc();
+                log_decision(session, id, "id_reused", Some(key), Some(Code::RequestIdReused));
                 return Refused::verdict(Some(key), Code::RequestIdReused);
             }
             Decision::KeyReused => {
                 core.metrics.rejected_key_reused.inc();
+                log_decision(session, id, "key_reused (other params)", None, None);
                 return Verdict::KeyReused;
             }
             Decision::Deduplicated(key) => {
                 core.metrics.dedup_hits_total.inc();
+                log_decision(session, id, "deduplicated (Idempotency-Key)", Some(key), None);
                 return Verdict::Deduplicated(key);
             }
         }
     }
+}
+
+/// A migration decision other than fresh, at info (rate-limited): the session, the request,
+/// the stream it names and why. The client's request is the culprit: it retried, reused an
+/// id or a key, or came while the session owed a stream.
+fn log_decision(
+    session: &SessionRc,
+    id: &RawId,
+    reason: &str,
+    stream: Option<StreamKey>,
+    code: Option<Code>,
+) {
+    crate::logging::limited!(
+        crate::logging::Kind::Migration,
+        tracing::Level::INFO,
+        session = %session.borrow().id.to_header(),
+        core = session.borrow().id.core,
+        node = session.borrow().id.node,
+        request_id = crate::logging::clip(&id.0),
+        stream = stream.map(|k| k.0),
+        code = code.map(Code::value),
+        status = code.map(|_| 409u16),
+        reason,
+        culprit = "peer",
+        "migration decision"
+    );
 }
 
 /// One of a session's `--max-held-per-session` places for a POST held at the migration

@@ -192,7 +192,20 @@ fn resume(
         return refuse(out, Refusal::BadLastEventId, None, keep_alive);
     };
     core.metrics.replays_total.inc();
-    core.metrics.hist.resume_replay.observe(s.replay_len(key, start));
+    let replay = s.replay_len(key, start);
+    core.metrics.hist.resume_replay.observe(replay);
+    crate::logging::limited!(
+        crate::logging::Kind::Resume,
+        tracing::Level::INFO,
+        session = %s.id.to_header(),
+        stream = key.0,
+        after = after.0,
+        replay,
+        core = s.id.core,
+        node = s.id.node,
+        reason = "resume",
+        "stream resumed (GET + Last-Event-ID): replaying"
+    );
     let Some(epoch) = s.attach_resume(key, after) else {
         return refuse(out, Refusal::BadLastEventId, None, keep_alive);
     };

@@ -113,7 +113,14 @@ pub(super) async fn accept_until_drain(
             // Another failure (ENOBUFS, ENOMEM: the kernel short of memory) would come back at
             // once: wait rather than spin.
             Err(e) => {
-                tracing::warn!(core = index, error = %e, "accept failed");
+                crate::logging::limited!(
+                    crate::logging::Kind::Accept,
+                    tracing::Level::WARN,
+                    core = index,
+                    error = %e,
+                    culprit = "os",
+                    "accept failed"
+                );
                 monoio::time::sleep(EXHAUSTED_BACKOFF).await;
             }
         }
@@ -241,7 +248,12 @@ fn log_exhausted(core: &Endpoint, acceptor: &Acceptor) {
     acceptor.logged.set(Some(now));
     let unlogged = acceptor.unlogged.replace(0);
     let core = core.index;
-    tracing::error!(core, unlogged, "out of file descriptors: new connections answered 503");
+    tracing::error!(
+        core,
+        unlogged,
+        culprit = "os",
+        "out of file descriptors: new connections answered 503"
+    );
 }
 
 /// A failed accept that says nothing about the next one: interrupted, or a connection the peer

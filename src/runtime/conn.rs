@@ -301,6 +301,16 @@ fn hand_off(
     if let Some(inbox) = inboxes.get(usize::from(target)) {
         if let Err(back) = inbox.send(Moved { socket, tls, pending, hops }) {
             // Full inbox: answer 503 on the (now std, blocking-capable) socket and close.
+            crate::logging::limited!(
+                crate::logging::Kind::Handoff,
+                tracing::Level::WARN,
+                core = core.index,
+                target_core = target,
+                hops,
+                culprit = "us",
+                reason = "inbox full",
+                "hand-off to the owner core failed: answered 503"
+            );
             let mut out = Vec::new();
             Answer::Refused { refusal: Refusal::Unavailable, id: None }.render(&mut out, false);
             if let Some(mut session) = back.tls {

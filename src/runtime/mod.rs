@@ -304,6 +304,17 @@ async fn reap(core: Rc<Endpoint>) {
             let (abandoned, expired) =
                 s.overdue(now, core.cfg.owed_timeout, core.cfg.stream_retention);
             for k in abandoned {
+                crate::logging::limited!(
+                    crate::logging::Kind::Loss,
+                    tracing::Level::WARN,
+                    session = %s.id.to_header(),
+                    stream = k.0,
+                    core = s.id.core,
+                    node = s.id.node,
+                    culprit = "peer",
+                    reason = "not resumed within --owed-timeout-secs",
+                    "owed stream abandoned"
+                );
                 s.drop_stream(k);
                 core.metrics.owed_abandoned_total.inc();
             }

@@ -222,14 +222,28 @@ impl Peer {
                 }
             }
             // The guard cancels it upstream.
-            Err(_) => Err(ProviderError::Rpc {
-                code: Code::InternalError.value(),
-                message: format!(
-                    "upstream {} did not answer {method} within {} s (--upstream-timeout-secs)",
-                    self.name,
-                    timeout.as_secs()
-                ),
-                data: Some(json!({ "upstream": &*self.name, "timeoutSecs": timeout.as_secs() })),
+            Err(_) => Err({
+                crate::logging::limited!(
+                    crate::logging::Kind::Upstream,
+                    tracing::Level::WARN,
+                    upstream = %self.name,
+                    method,
+                    timeout_secs = timeout.as_secs(),
+                    culprit = crate::logging::Culprit::Upstream.as_str(),
+                    reason = "timeout",
+                    "upstream did not answer in time (--upstream-timeout-secs)"
+                );
+                ProviderError::Rpc {
+                    code: Code::InternalError.value(),
+                    message: format!(
+                        "upstream {} did not answer {method} within {} s (--upstream-timeout-secs)",
+                        self.name,
+                        timeout.as_secs()
+                    ),
+                    data: Some(
+                        json!({ "upstream": &*self.name, "timeoutSecs": timeout.as_secs() }),
+                    ),
+                }
             }),
         }
     }
@@ -277,7 +291,7 @@ impl Peer {
     /// The transport ended: every waiting request fails with `why`.
     pub(crate) fn closed(&self, why: &str) {
         if self.is_alive() {
-            tracing::warn!(upstream = %self.name, reason = why, "upstream ended");
+            tracing::warn!(upstream = %self.name, reason = why, culprit = "upstream", "upstream ended");
         }
         self.end(why);
     }

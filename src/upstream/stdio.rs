@@ -222,7 +222,7 @@ impl Transport for StdioTransport {
         self.queued.notify_all();
         if let Some(pid) = self.pid.take() {
             self.watcher.stop(pid);
-            tracing::info!(upstream = %self.name, pid, "upstream stopped");
+            tracing::info!(upstream = %self.name, pid, culprit = "us", "upstream stopped");
         }
     }
 }

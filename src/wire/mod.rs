@@ -15,6 +15,8 @@ pub(crate) mod sse;
 use crate::http::{push_decimal, write_header, write_status};
 use jsonrpc::RawId;
 
+use crate::logging::{limited, Culprit, Kind};
+
 pub use revision::LEGACY_VERSIONS;
 
 /// A decoded request value (simd-json's, internal: the provider API gets `provider::Value`).
@@ -209,6 +211,23 @@ pub(crate) enum Refusal {
 }
 
 impl Refusal {
+    /// Whose fault the refusal is (each variant's doc; the log's `culprit`).
+    pub(crate) fn culprit(self) -> Culprit {
+        match self {
+            Refusal::TooManySessions
+            | Refusal::Unavailable
+            | Refusal::Draining
+            | Refusal::BufferBudget
+            | Refusal::HandedTwice
+            | Refusal::KeyTableFull
+            | Refusal::KeyBytesFull
+            | Refusal::ShuttingDown => Culprit::Us,
+            Refusal::UpstreamBusy => Culprit::Us,
+            Refusal::OutOfDescriptors => Culprit::Os,
+            _ => Culprit::Peer,
+        }
+    }
+
     /// HTTP status and JSON-RPC code. Exhaustive: a new variant must be mapped here.
     pub(crate) fn status_and_code(self) -> (u16, Code) {
         match self {
@@ -520,6 +539,18 @@ pub(crate) fn push_oversize_error(
 /// Writes a whole refusal: status, headers, JSON-RPC error body.
 fn refuse(out: &mut Vec<u8>, r: Refusal, id: Option<&RawId>, keep_alive: bool) {
     let (status, code) = r.status_and_code();
+    crate::logging::refused();
+    limited!(
+        Kind::Refusal,
+        tracing::Level::DEBUG,
+        status,
+        code = code.value(),
+        reason = ?r,
+        culprit = r.culprit().as_str(),
+        request_id = id.map(|id| crate::logging::clip(&id.0)),
+        "refused: {}",
+        r.message()
+    );
     let mut body = Vec::with_capacity(128);
     jsonrpc::push_error(&mut body, id, code.value(), r.message(), None);
     let mut seconds = Vec::new();

@@ -622,6 +622,7 @@ impl Session {
     fn append_to_ring_uncounted(&mut self, key: StreamKey, payload: Bytes) -> Option<EventSeq> {
         let bytes = payload.len();
         let (streams, attached) = (&mut self.streams, &mut self.attached_unwritten);
+        let id = self.id;
         let seq = self
             .ring
             .try_append(key, payload, |ev: Evicted| {
@@ -629,6 +630,19 @@ impl Session {
                     s.evicted_through = ev.seq;
                     s.first_held = ev.next_in_stream;
                     if ev.seq > s.written {
+                        crate::logging::limited!(
+                            crate::logging::Kind::Loss,
+                            tracing::Level::WARN,
+                            session = %id.to_header(),
+                            stream = ev.stream.0,
+                            seq = ev.seq.0,
+                            core = id.core,
+                            node = id.node,
+                            owed = s.is_owed(),
+                            culprit = "us",
+                            reason = "replay ring full (--replay-bytes, --replay-events)",
+                            "an event not yet delivered was evicted: the client gets a gap"
+                        );
                         let lost = Unwritten { bytes: ev.bytes, events: 1 };
                         s.unwritten.sub(lost);
                         if s.is_attached() {
