@@ -443,9 +443,9 @@ fn refusals_section(samples: &Samples<'_>, recent: &Recent, out: &mut String) {
             push_escaped(out, reason.unwrap_or("—"));
             out.push_str("</td>");
             figure(out, "td", samples, family, labels, &extra);
-            let _ = write!(
+            let _ = writeln!(
                 out,
-                "<td data-recent>{}</td></tr>\n",
+                "<td data-recent>{}</td></tr>",
                 recent.of(&series_key(family, labels))
             );
         }
