@@ -29,11 +29,20 @@
 #                     `Authorization: Bearer …` (the SDKs' requestInit headers) and must succeed
 #   auth-missing      the legacy page without a token against that server: its first request
 #                     must get a 401 that JavaScript can read, WWW-Authenticate included
+#   status            the admin listener's /status page (docs/status-page.md): two sessions, an
+#                     owed stream (a slow_counter call whose client left), a misrouted session
+#                     and a head over the header limit are made with curl; once /metrics stops
+#                     changing, Chromium renders /status (--dump-dom) and every data-metric
+#                     figure must equal its samples in a scrape of the same moment
+#                     (tests/browser/status_check.py); its headers must be HTML, no-store and a
+#                     CSP of default-src 'none'; left open with ?refresh=1 its NetLog must show
+#                     it reloading itself and loading nothing else; after one more session a
+#                     second load must show it, matching /metrics again
 # After the runs: tidemark's counters must show every preflight answered and no requested
 # header left out (tidemark_cors_headers_left_out_total 0).
 #
 #   --only RUNS   run only these (comma-separated: legacy,blocked-loopback,blocked-foreign,modern,
-#                 auth-legacy,auth-modern,auth-missing)
+#                 status,auth-legacy,auth-modern,auth-missing)
 #   --no-build    do not run cargo build --release (use the existing target/release/tidemark)
 #
 # Prints one PASS/FAIL line per run (with the page's failing step) and a final
@@ -47,7 +56,7 @@ PAGE_SRC="$ROOT/tests/browser"
 BUNDLE_DIR="$CACHE/browser"
 SITE="$BUNDLE_DIR/site"
 RESULTS="$CACHE/browser-results"
-ALL_RUNS="legacy,blocked-loopback,blocked-foreign,modern,auth-legacy,auth-modern,auth-missing"
+ALL_RUNS="legacy,blocked-loopback,blocked-foreign,modern,status,auth-legacy,auth-modern,auth-missing"
 # The token of the auth runs' tidemark (a test value in its --auth-tokens file).
 BROWSER_TOKEN="browser-token-3d9f"
 START_TIMEOUT_S=30
@@ -55,8 +64,12 @@ START_TIMEOUT_S=30
 RUN_TIMEOUT_S=75
 # The name the blocked-foreign page is loaded from; Chromium resolves it to 127.0.0.1 itself.
 FOREIGN_HOST="evil.test"
+# The status run: how long its page stays open with ?refresh=1 (at least two reloads), and
+# how long the gauges take to follow a change (two of the cores' REAP_INTERVAL, 250 ms).
+STATUS_OPEN_S=6
+GAUGE_SETTLE_S=0.6
 
-usage() { sed -n '2,45s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,50s/^# \{0,1\}//p' "$0"; }
 
 only="$ALL_RUNS"
 build=1
@@ -222,6 +235,105 @@ if want_run modern; then
             "answer to a revision it does not serve): this build has no 2026-07-28 path"
     fi
 fi
+
+# ---- the status run ---------------------------------------------------------------------
+# Chromium without its own background traffic, so the NetLog shows what the page loaded.
+status_chromium=(chromium --headless --no-sandbox --disable-gpu --no-first-run
+    --disable-background-networking --disable-component-update --disable-sync
+    --disable-default-apps --disable-extensions)
+LEGACY_HEADERS=(-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream')
+
+# open_session: initializes a 2025-era session with curl; prints its id.
+open_session() {
+    curl -fsS -D - -o /dev/null "${LEGACY_HEADERS[@]}" "$mcp_url" -d \
+        '{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"browser.sh","version":"1"}}}' \
+        | tr -d '\r' | awk 'tolower($1) == "mcp-session-id:" { print $2 }'
+}
+
+# status_snapshot NAME: /status rendered by Chromium into RESULTS/NAME.html and a /metrics
+# scrape of the same moment into RESULTS/NAME.metrics: scraped before and after the render
+# until both agree (the server state did not move meanwhile; three tries).
+status_snapshot() {
+    local name="$1" try
+    for try in 1 2 3; do
+        curl -fsS "$metrics_url" >"$RESULTS/$name.before"
+        "${status_chromium[@]}" --user-data-dir="$RESULTS/$name.profile" --dump-dom \
+            "$status_url" >"$RESULTS/$name.html" 2>"$RESULTS/$name.chromium.log" || true
+        curl -fsS "$metrics_url" >"$RESULTS/$name.metrics"
+        cmp -s "$RESULTS/$name.before" "$RESULTS/$name.metrics" && return 0
+        sleep "$GAUGE_SETTLE_S"
+    done
+    return 1
+}
+
+run_status() {
+    status_url="${metrics_url%/metrics}/status"
+    local headers verdict sid sessions
+    headers="$(curl -fsS -D - -o /dev/null "$status_url" | tr -d '\r')"
+    if ! grep -qix 'content-type: text/html; charset=utf-8' <<<"$headers" \
+        || ! grep -qix 'cache-control: no-store' <<<"$headers" \
+        || ! grep -qi "^content-security-policy: default-src 'none'; style-src 'unsafe-inline'" <<<"$headers"; then
+        fail status "headers of $status_url:"$'\n'"$headers"
+        return 0
+    fi
+    # The state to show: two sessions, an owed stream, a misrouted session, a header limit hit.
+    sid="$(open_session)"
+    open_session >/dev/null
+    curl -s -o /dev/null --max-time 0.3 "${LEGACY_HEADERS[@]}" -H "Mcp-Session-Id: $sid" \
+        -H 'MCP-Protocol-Version: 2025-11-25' "$mcp_url" -d \
+        '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow_counter","arguments":{"steps":3,"delay_ms":200}}}' \
+        || true
+    curl -sS -o /dev/null "${LEGACY_HEADERS[@]}" -H "Mcp-Session-Id: ff${sid:2}" \
+        -H 'MCP-Protocol-Version: 2025-11-25' "$mcp_url" -d '{"jsonrpc":"2.0","id":2,"method":"ping"}'
+    curl -sS -o /dev/null -H "X-Padding: $(head -c 20000 /dev/zero | tr '\0' a)" "$mcp_url" || true
+    sleep 1 # the call's 3 × 200 ms, then the reaper's sample
+    if ! status_snapshot status-first; then
+        fail status "/metrics kept changing while /status was rendered"
+        return 0
+    fi
+    if ! verdict="$(python3 "$PAGE_SRC/status_check.py" figures "$RESULTS/status-first.html" \
+        "$RESULTS/status-first.metrics" --want 'tidemark_sessions_active>=2' \
+        --want 'tidemark_streams_owed>=1' --want 'tidemark_ring_bytes>=1' \
+        --want 'tidemark_misrouted_total{name="session"}>=1' \
+        --want 'tidemark_limit_hits_total{limit="header"}>=1')"; then
+        fail status "first load: $verdict"
+        return 0
+    fi
+    sessions="$(metric tidemark_sessions_active)"
+    # Left open, the page reloads itself, and loads nothing but itself.
+    "${status_chromium[@]}" --user-data-dir="$RESULTS/status-open.profile" \
+        --enable-logging=stderr --v=0 --log-net-log="$RESULTS/status-open.netlog.json" \
+        "$status_url?refresh=1" >"$RESULTS/status-open.chromium.log" 2>&1 &
+    local browser_pid=$!
+    pids+=("$browser_pid")
+    sleep "$STATUS_OPEN_S"
+    kill "$browser_pid" 2>/dev/null || true
+    wait "$browser_pid" 2>/dev/null || true
+    local loads
+    if ! loads="$(python3 "$PAGE_SRC/status_check.py" netlog "$RESULTS/status-open.netlog.json" \
+        "$status_url?refresh=1" --min-loads 2)"; then
+        fail status "left open: $loads"
+        return 0
+    fi
+    if grep -q 'Content Security Policy' "$RESULTS/status-open.chromium.log"; then
+        fail status "the page broke its CSP: $(grep -m 1 'Content Security Policy' "$RESULTS/status-open.chromium.log")"
+        return 0
+    fi
+    # A new session shows on the next load.
+    open_session >/dev/null
+    sleep "$GAUGE_SETTLE_S"
+    local second
+    if ! status_snapshot status-second; then
+        fail status "/metrics kept changing while /status was rendered (second load)"
+    elif ! second="$(python3 "$PAGE_SRC/status_check.py" figures "$RESULTS/status-second.html" \
+        "$RESULTS/status-second.metrics" --want "tidemark_sessions_active>=$((sessions + 1))")"; then
+        fail status "second load: $second"
+    else
+        pass status "$verdict; $loads; second load: $second"
+    fi
+}
+
+if want_run status; then run_status; fi
 
 # The auth runs: one more tidemark, with a token file, on the same listed origin.
 if want_run auth-legacy || want_run auth-modern || want_run auth-missing; then

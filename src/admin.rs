@@ -1,7 +1,9 @@
 //! The admin listener (`--metrics-listen`): `GET /metrics` (Prometheus text, every core's
-//! counters, gauges and histograms merged, and the process-wide upstream children), `GET /healthz` (200 while the process runs), `GET /readyz` (200 while
-//! serving, 503 once a drain began, so a load balancer stops sending before the listeners
-//! close); 404 for any other path, 405 for another method.
+//! counters, gauges and histograms merged, and the process-wide upstream children), `GET
+//! /status` (the same exposition rendered as an HTML page by `status`, which reloads itself),
+//! `GET /healthz` (200 while the process runs), `GET /readyz` (200 while serving, 503 once a
+//! drain began, so a load balancer stops sending before the listeners close); 404 for any
+//! other path, 405 for another method.
 //!
 //! Off the worker cores: one acceptor thread and one short-lived thread per connection, at most
 //! `ADMIN_CONNECTIONS_MAX` at once (over it: 503, closed). A connection has
@@ -23,8 +25,14 @@ use std::time::{Duration, Instant};
 use crate::config::{ADMIN_CONNECTIONS_MAX, ADMIN_HEAD_BYTES_MAX, ADMIN_IO_TIMEOUT_MS};
 use crate::metrics::CoreMetrics;
 use crate::runtime::{Lifecycle, Phase};
+use crate::status::{DrainState, Facts, RecentRefusals, Samples, STATUS_REFRESH_SECS};
 use crate::upstream::ProcessCount;
 use crate::wire::Status;
+
+/// The status page's `Content-Security-Policy`: nothing may load, not even from the admin
+/// listener itself; only the page's own inline style sheet applies.
+const STATUS_CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; \
+                          form-action 'none'; frame-ancestors 'none'";
 
 /// Stack of a connection thread: it parses one request line and renders the counters.
 const CONNECTION_STACK_BYTES: usize = 256 * 1024;
@@ -45,6 +53,25 @@ struct Admin {
     life: Arc<Lifecycle>,
     /// Connections being served (their threads alive); at most `ADMIN_CONNECTIONS_MAX`.
     active: AtomicUsize,
+    /// What `/status` shows that is not a metric.
+    about: About,
+    /// Refusal counts sampled at `/status` loads ("recent" on the page). The crate's one lock:
+    /// only admin connection threads take it, never a worker core (what the lint guards), and
+    /// only while a page load compares and pushes one sample.
+    #[allow(clippy::disallowed_types, reason = "admin threads only, never a worker core")]
+    recent: std::sync::Mutex<RecentRefusals>,
+}
+
+/// The facts of this process the status page shows beside the metrics, fixed at start.
+pub(crate) struct About {
+    pub(crate) node_id: u8,
+    /// The workers' I/O driver (`uring` or `epoll`).
+    pub(crate) driver: &'static str,
+    /// `--core-buffer-bytes`.
+    pub(crate) core_buffer_bytes: u64,
+    /// The upstreams' labels, in `--upstream` order.
+    pub(crate) upstreams: Vec<String>,
+    pub(crate) started: Instant,
 }
 
 /// Binds `addr` and serves it from threads of its own; returns the bound address (port 0
@@ -54,10 +81,14 @@ pub(crate) fn start(
     metrics: Vec<Arc<CoreMetrics>>,
     children: Arc<ProcessCount>,
     life: Arc<Lifecycle>,
+    about: About,
 ) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr)?;
     let bound = listener.local_addr()?;
-    let admin = Arc::new(Admin { metrics, children, life, active: AtomicUsize::new(0) });
+    #[allow(clippy::disallowed_types, reason = "admin threads only, never a worker core")]
+    let recent = std::sync::Mutex::new(RecentRefusals::default());
+    let admin =
+        Arc::new(Admin { metrics, children, life, active: AtomicUsize::new(0), about, recent });
     std::thread::Builder::new()
         .name("tidemark-admin".into())
         .spawn(move || accept(listener, admin))?;
@@ -134,9 +165,10 @@ fn serve(mut conn: TcpStream, admin: &Admin) {
     let mut parts = line.split(' ');
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = target.split('?').next().unwrap_or(target);
-    let known = matches!(path, "/metrics" | "/healthz" | "/readyz");
+    let known = matches!(path, "/metrics" | "/status" | "/healthz" | "/readyz");
     if !known {
-        respond(&mut conn, Status::NotFound, &[], b"not found: /metrics, /healthz, /readyz\n");
+        let body = b"not found: /metrics, /status, /healthz, /readyz\n";
+        respond(&mut conn, Status::NotFound, &[], body);
         return;
     }
     if method != "GET" {
@@ -150,20 +182,74 @@ fn serve(mut conn: TcpStream, admin: &Admin) {
     }
     match path {
         "/metrics" => {
-            let mut body = String::with_capacity(4096);
-            CoreMetrics::render(&admin.metrics, &mut body);
-            body.push_str("# HELP tidemark_upstream_children Live --upstream child processes (all cores), against --upstream-max-processes.\n");
-            body.push_str("# TYPE tidemark_upstream_children gauge\n");
-            body.push_str(&format!("tidemark_upstream_children {}\n", admin.children.live()));
+            let body = exposition(admin);
             let kind = ("Content-Type", "text/plain; version=0.0.4; charset=utf-8");
             respond(&mut conn, Status::Ok, &[kind], body.as_bytes());
         }
+        "/status" => status_page(&mut conn, admin, target),
         "/readyz" if admin.life.phase() == Phase::Serving => {
             respond(&mut conn, Status::Ok, &[], b"ready\n");
         }
         "/readyz" => respond(&mut conn, Status::ServiceUnavailable, &[], b"draining\n"),
         _ => respond(&mut conn, Status::Ok, &[], b"ok\n"),
     }
+}
+
+/// The `/metrics` text: every core's families, then the process-wide upstream children.
+fn exposition(admin: &Admin) -> String {
+    let mut body = String::with_capacity(16 * 1024);
+    CoreMetrics::render(&admin.metrics, &mut body);
+    body.push_str("# HELP tidemark_upstream_children Live --upstream child processes (all cores), against --upstream-max-processes.\n");
+    body.push_str("# TYPE tidemark_upstream_children gauge\n");
+    body.push_str(&format!("tidemark_upstream_children {}\n", admin.children.live()));
+    body
+}
+
+/// Answers `/status`: the page rendered from one `exposition` (the figures `/metrics` would
+/// answer at this moment); 400 for a `?refresh=` out of bounds.
+fn status_page(conn: &mut TcpStream, admin: &Admin, target: &str) {
+    let refresh_secs = match crate::status::refresh_query(target) {
+        Ok(refresh) => refresh.unwrap_or(STATUS_REFRESH_SECS),
+        Err(why) => {
+            respond(conn, Status::BadRequest, &[], why.as_bytes());
+            return;
+        }
+    };
+    let text = exposition(admin);
+    let samples = Samples::parse(&text);
+    let now = Instant::now();
+    let counts = crate::status::refusal_counts(&samples);
+    // A poisoned lock only means a page thread panicked mid-update; the ring is still whole.
+    let recent = admin.recent.lock().unwrap_or_else(|p| p.into_inner()).observe(now, &counts);
+    let drain = match (admin.life.phase(), admin.life.deadline()) {
+        (Phase::Serving, _) => DrainState::Serving,
+        (Phase::Draining, deadline) => DrainState::Draining {
+            left: deadline.map_or(Duration::ZERO, |d| d.saturating_duration_since(now)),
+        },
+        (Phase::Ending, _) => DrainState::Ending,
+    };
+    let about = &admin.about;
+    let facts = Facts {
+        version: env!("CARGO_PKG_VERSION"),
+        node_id: about.node_id,
+        driver: about.driver,
+        uptime: now.duration_since(about.started),
+        cores: admin.metrics.len(),
+        core_buffer_bytes: about.core_buffer_bytes,
+        drain,
+        upstreams: &about.upstreams,
+        refresh_secs,
+    };
+    let mut page = String::with_capacity(16 * 1024);
+    crate::status::render(&facts, &samples, &recent, &mut page);
+    let headers = [
+        ("Content-Type", "text/html; charset=utf-8"),
+        ("Cache-Control", "no-store"),
+        ("Content-Security-Policy", STATUS_CSP),
+        ("X-Content-Type-Options", "nosniff"),
+        ("Referrer-Policy", "no-referrer"),
+    ];
+    respond(conn, Status::Ok, &headers, page.as_bytes());
 }
 
 /// Reads until the end of the request head, within `ADMIN_IO_TIMEOUT_MS` of the start (a

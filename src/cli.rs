@@ -136,8 +136,8 @@ struct Flags {
     /// The PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1); needs --tls-cert.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<std::path::PathBuf>,
-    /// Admin listener: Prometheus text at http://ADDR/metrics, /healthz, /readyz (off by
-    /// default).
+    /// Admin listener: Prometheus text at http://ADDR/metrics, an HTML page at /status,
+    /// /healthz, /readyz (off by default; no authentication: keep it on loopback).
     #[arg(long)]
     metrics_listen: Option<SocketAddr>,
     /// On SIGTERM/SIGINT: how long running calls may finish and deliver their results before

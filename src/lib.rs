@@ -49,7 +49,7 @@
 //! | floor | module | owns |
 //! | --- | --- | --- |
 //! | 12 | `server` | `Server` (the public entry): listeners (one owner per port), one pinned thread + runtime per core, signals and the graceful drain, the banner |
-//! | 11 | `admin` | the admin listener: `/metrics`, `/healthz`, `/readyz` |
+//! | 11 | `admin` | the admin listener: `/metrics`, `/status`, `/healthz`, `/readyz` |
 //! | 11 | `cli` | the binary's flags → `Config` (`Config::from_args`), over the `layers` (env, `--config` file) |
 //! | 10 | `runtime` | one core: driver choice, accept loop, session reaper; `conn` (one socket: buffers, timeouts, read → `endpoint::handle` → write), `stream` (the one stream driver over a `core::Source`), `handoff` (moving a connection to its owner core) |
 //! | 9 | `endpoint` | HTTP rules at the MCP endpoint (path, Host/Origin, CORS, a POST's media types) and era selection; the only module that sees both eras, and gathers their streams in one `Stream` |
@@ -67,6 +67,7 @@
 //! | 2 | `http` | request head → byte ranges; status line and headers → bytes; knows nothing of MCP |
 //! | 1 | `config` | every limit as a named constant; `Config`; the `--upstream` spec |
 //! | 1 | `metrics` | per-core counters, gauges and histograms (one writer each), merged into Prometheus text |
+//! | 1 | `status` | the admin listener's `/status` HTML page, rendered from the parsed `/metrics` exposition (no bookkeeping of its own) |
 //! | 1 | `signal` | a core-local wake-up for many waiters |
 //! | 1 | `fasthash` | the core-local hash map of session and key tables |
 
@@ -90,6 +91,7 @@ mod provider;
 mod runtime;
 mod server;
 mod signal;
+mod status;
 mod tls;
 mod upstream;
 mod wire;

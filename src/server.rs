@@ -517,10 +517,19 @@ fn start_workers(
         }
     }
     let metrics_addr = match cfg.metrics_listen {
-        Some(addr) => Some(
-            crate::admin::start(addr, metrics, children, life.clone())
-                .map_err(io(format!("admin listener on {addr}")))?,
-        ),
+        Some(addr) => {
+            let about = crate::admin::About {
+                node_id: cfg.node_id,
+                driver,
+                core_buffer_bytes: cfg.core_buffer_bytes as u64,
+                upstreams: cfg.upstreams.iter().map(|u| u.label()).collect(),
+                started: std::time::Instant::now(),
+            };
+            Some(
+                crate::admin::start(addr, metrics, children, life.clone(), about)
+                    .map_err(io(format!("admin listener on {addr}")))?,
+            )
+        }
         None => None,
     };
     let signals = AtomicBool::new(false);
