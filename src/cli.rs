@@ -274,6 +274,15 @@ struct Flags {
     /// Rules one --auth-policy file may hold.
     #[arg(long, default_value_t = config::AUTH_POLICY_RULES_MAX)]
     auth_policy_rules_max: usize,
+    /// A token-bucket rate limit, SCOPE=COUNT/UNIT[/BURST] (repeatable): SCOPE client (per
+    /// subject, else peer IP), tool:NAME (per client) or upstream:NAME (all clients); UNIT s,
+    /// m or h; e.g. client=10/s/20. Over it: 429 + Retry-After (docs/rate-limits.md).
+    #[arg(long)]
+    rate_limit: Vec<String>,
+    /// Rate-limit buckets one core keeps; past it idle (full) buckets are evicted, and when
+    /// none is, a client without a bucket gets 429.
+    #[arg(long, default_value_t = config::RATE_BUCKETS_PER_CORE_MAX)]
+    rate_buckets_per_core: usize,
 }
 
 impl Flags {
@@ -380,6 +389,12 @@ impl Flags {
                 tokens_max: self.auth_tokens_max,
                 policy_rules_max: self.auth_policy_rules_max,
             },
+            rate_limits: self
+                .rate_limit
+                .iter()
+                .map(|r| config::RateLimit::parse(r))
+                .collect::<Result<_, _>>()?,
+            rate_buckets_per_core_max: self.rate_buckets_per_core,
         };
         if let Some(path) = &self.request_state_key_file {
             let bytes = std::fs::read(path)

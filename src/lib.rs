@@ -62,6 +62,7 @@
 //! | 3 | `auth` | authorization (OAuth 2.1 resource server): `Claims`, the verifier chain (`--auth-tokens` static tokens, then the JWT seam `TokenVerifier`), the per-connection token cache, the `WWW-Authenticate` challenges, the protected resource metadata (RFC 9728), the per-tool policy; `jwt` (JWT access tokens: signature, `aud`, `iss`, `exp`/`nbf`, scopes) over `jwks` (the issuer's keys, read off the worker cores) |
 //! | 3 | `wire` | every answer as a value rendered in one place: HTTP statuses (`Status`), JSON-RPC codes (`Code`), refusals; the JSON-RPC envelope, SSE framing, the revisions, notification encoders |
 //! | 2 | `tls` | the listeners' rustls `ServerConfig` from the PEM files (`--tls-cert`, `--tls-key`), swapped whole on reload (SIGHUP); no socket |
+//! | 2 | `ratelimit` | one core's token buckets of `--rate-limit` (GCRA: one instant per bucket), the per-core share of each limit, the bounded bucket table that evicts only full buckets |
 //! | 2 | `http` | request head → byte ranges; status line and headers → bytes; knows nothing of MCP |
 //! | 1 | `config` | every limit as a named constant; `Config`; the `--upstream` spec |
 //! | 1 | `metrics` | per-core counters, gauges and histograms (one writer each), merged into Prometheus text |
@@ -83,6 +84,7 @@ mod legacy;
 mod metrics;
 mod modern;
 mod provider;
+mod ratelimit;
 mod runtime;
 mod server;
 mod signal;
@@ -94,6 +96,7 @@ pub use config::{AuthConfig, BuiltinSet, Config, ConfigError, DriverChoice, Migr
 pub use config::{
     Isolation, ResponseMode, TlsFiles, UpstreamSpec, UpstreamSpecError, UpstreamTarget,
 };
+pub use config::{RateLimit, RateLimitError, RateScope};
 pub use provider::{
     Annotations, CallContext, Caller, Changes, LocalBoxFuture, LogLevel, Notifier, Provider,
     ProviderError, ProviderResult, SessionInfo, SessionRef, SessionStart, TaskSupport, ToolInfo,

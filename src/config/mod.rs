@@ -11,6 +11,9 @@ use std::time::Duration;
 mod auth;
 pub use auth::AuthConfig;
 pub(crate) use auth::{AUTH_FILE_BYTES_MAX, AUTH_POLICY_RULES_MAX, AUTH_TOKENS_MAX};
+mod rate;
+pub(crate) use rate::RATE_BUCKETS_PER_CORE_MAX;
+pub use rate::{RateLimit, RateLimitError, RateScope};
 mod upstream;
 pub use upstream::{Isolation, UpstreamSpec, UpstreamSpecError, UpstreamTarget};
 
@@ -496,6 +499,10 @@ pub struct Config {
     pub upstream_forward_authorization: Vec<String>,
     /// Authorization (`--auth-*`, `--allow-unauthenticated`).
     pub auth: AuthConfig,
+    /// Token-bucket rate limits (`--rate-limit`, at most `RATE_LIMITS_MAX`; none by default).
+    pub rate_limits: Vec<RateLimit>,
+    /// `--rate-buckets-per-core` (`RATE_BUCKETS_PER_CORE_MAX`).
+    pub rate_buckets_per_core_max: usize,
 }
 
 impl Default for Config {
@@ -562,6 +569,8 @@ impl Default for Config {
             upstream_credentials: None,
             upstream_forward_authorization: Vec::new(),
             auth: AuthConfig::with_limits(),
+            rate_limits: Vec::new(),
+            rate_buckets_per_core_max: RATE_BUCKETS_PER_CORE_MAX,
         }
     }
 }
@@ -627,6 +636,9 @@ pub enum ConfigError {
     /// An `--auth-tokens` or `--auth-policy` file could not be loaded: the path and why.
     #[error("{0}")]
     AuthFile(String),
+    /// A `--rate-limit` value, or the set of them, is unusable.
+    #[error(transparent)]
+    RateLimit(#[from] RateLimitError),
 }
 
 impl Config {
@@ -647,7 +659,7 @@ impl Config {
 
     /// Checks every value once, so workers can rely on them.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let nonzero: [(&'static str, u128); 39] = [
+        let nonzero: [(&'static str, u128); 40] = [
             ("threads", self.threads as u128),
             ("max-header-bytes", self.header_bytes_max as u128),
             ("max-headers", self.headers_max as u128),
@@ -687,6 +699,7 @@ impl Config {
             ("auth-jwks-min-refetch-secs", self.auth_jwks_min_refetch.as_millis()),
             ("auth-tokens-max", self.auth.tokens_max as u128),
             ("auth-policy-rules-max", self.auth.policy_rules_max as u128),
+            ("rate-buckets-per-core", self.rate_buckets_per_core_max as u128),
         ];
         for (name, value) in nonzero {
             if value == 0 {
@@ -694,6 +707,7 @@ impl Config {
             }
         }
         UpstreamSpec::check_names(&self.upstreams)?;
+        RateLimit::check_set(&self.rate_limits)?;
         if self.auth_leeway.as_secs() > AUTH_LEEWAY_SECS_MAX {
             return Err(ConfigError::LeewayTooLong(self.auth_leeway.as_secs()));
         }
