@@ -304,6 +304,15 @@ struct Flags {
     /// Interval of the info-level count of refusals (each refusal is a debug line).
     #[arg(long, default_value_t = config::LOG_REFUSAL_SUMMARY_SECS)]
     log_refusal_summary_secs: u64,
+    /// A token-bucket rate limit, SCOPE=COUNT/UNIT[/BURST] (repeatable): SCOPE client (per
+    /// subject, else peer IP), tool:NAME (per client) or upstream:NAME (all clients); UNIT s,
+    /// m or h; e.g. client=10/s/20. Over it: 429 + Retry-After (docs/rate-limits.md).
+    #[arg(long)]
+    rate_limit: Vec<String>,
+    /// Rate-limit buckets one core keeps; past it idle (full) buckets are evicted, and when
+    /// none is, a client without a bucket gets 429.
+    #[arg(long, default_value_t = config::RATE_BUCKETS_PER_CORE_MAX)]
+    rate_buckets_per_core: usize,
 }
 
 impl Flags {
@@ -418,6 +427,12 @@ impl Flags {
             log_level: self.log_level,
             log_events_per_kind_per_sec: self.log_events_per_kind_per_sec,
             log_refusal_summary: Duration::from_secs(self.log_refusal_summary_secs),
+            rate_limits: self
+                .rate_limit
+                .iter()
+                .map(|r| config::RateLimit::parse(r))
+                .collect::<Result<_, _>>()?,
+            rate_buckets_per_core_max: self.rate_buckets_per_core,
         };
         if let Some(path) = &self.request_state_key_file {
             let bytes = std::fs::read(path)

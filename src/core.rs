@@ -1,6 +1,6 @@
 //! One core's shared state and the shape of an era's answer: what both protocol paths read
 //! (`Core`: the config, the provider registry, the metrics, the drain flag, which core this
-//! is), what they hand back to `endpoint` (`Outcome`, rendered with `reply`/`refuse`), and
+//! is, the rate limits' buckets), what they hand back to `endpoint` (`Outcome`, rendered with `reply`/`refuse`), and
 //! `Source`, the shape of a response stream that `runtime::stream` drives (below).
 //!
 //! Below both eras and above `dispatch`: each era keeps its own state in a core of its own
@@ -8,7 +8,7 @@
 //! this one, so neither era names the other's state. Built by `runtime` once per core.
 //! Never: holds an era's state, touches a socket, or decodes a body.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::ops::Range;
 use std::rc::Rc;
@@ -17,10 +17,11 @@ use std::sync::Arc;
 use crate::auth::policy::{Item, Kind, Policy};
 use crate::auth::{Access, Authorizer, Claims, ConnCache};
 use crate::config::Config;
-use crate::dispatch::Registry;
+use crate::dispatch::{Registry, ToolRoute};
 use crate::http::RequestHead;
 use crate::metrics::{CoreMetrics, RequestLabel};
 use crate::provider::Caller;
+use crate::ratelimit::{self, Cause, Client, Limits};
 use crate::wire::jsonrpc::{Body, Message, RawId};
 use crate::wire::{Answer, Code, Refusal};
 
@@ -36,6 +37,55 @@ pub(crate) struct Core {
     /// True once this core drains (SIGTERM/SIGINT, `Running::shutdown`): a new `initialize`
     /// is refused (503 + Retry-After). Set only by `runtime`, never cleared.
     pub(crate) draining: Cell<bool>,
+    /// This core's `--rate-limit` buckets.
+    pub(crate) rate: Rate,
+}
+
+/// One core's rate limits and the clock they count on.
+pub(crate) struct Rate {
+    limits: RefCell<Limits>,
+    /// Where the buckets' nanoseconds count from (the core's start).
+    origin: std::time::Instant,
+    /// False when no `--rate-limit` is given: a request then costs one branch.
+    on: bool,
+}
+
+impl Rate {
+    /// The limits of `cfg` as one of `threads` cores enforces them.
+    pub(crate) fn new(cfg: &Config, threads: u16) -> Rate {
+        let limits = Limits::new(cfg, threads);
+        let on = !limits.is_empty();
+        Rate { limits: RefCell::new(limits), origin: std::time::Instant::now(), on }
+    }
+}
+
+/// A request over a rate limit, as its 429 says it.
+#[derive(Debug)]
+pub(crate) struct RateRefusal {
+    /// The limit's scope as configured (`client`, `tool:NAME`, `upstream:NAME`).
+    scope: Box<str>,
+    retry_after_secs: u64,
+    retry_after_ms: u64,
+    table_full: bool,
+}
+
+impl RateRefusal {
+    /// The 429 answer to request `id`.
+    pub(crate) fn answer<'a>(&'a self, id: Option<&'a RawId>) -> Answer<'a> {
+        Answer::RateLimited {
+            id,
+            scope: &self.scope,
+            retry_after_secs: self.retry_after_secs,
+            retry_after_ms: self.retry_after_ms,
+            table_full: self.table_full,
+        }
+    }
+
+    /// The JSON-RPC error alone (one element of a batch's array).
+    pub(crate) fn push_error(&self, body: &mut Vec<u8>, id: &RawId) {
+        let (scope, ms, full) = (&*self.scope, self.retry_after_ms, self.table_full);
+        crate::wire::push_rate_limited(body, Some(id), scope, ms, full);
+    }
 }
 
 impl Core {
@@ -81,6 +131,59 @@ impl Core {
         };
         (!missing.is_empty()).then(|| access.challenge(&missing))
     }
+}
+
+impl Core {
+    /// The rate limits' verdict on one request of `req`'s client (its subject, else its peer
+    /// address): `call` is a `tools/call`'s route, which the `tool:` and `upstream:` limits
+    /// look at. `Some` takes no token and is counted; the era answers it 429 (`refuse_rate`).
+    /// Asked only where a request starts new work: never for a resume, a notification or
+    /// response, a retry answered from what is recorded, or a continuation (docs/rate-limits.md).
+    pub(crate) fn rate_limited(
+        &self,
+        req: &Request<'_>,
+        call: Option<&ToolRoute>,
+    ) -> Option<RateRefusal> {
+        if !self.rate.on {
+            return None;
+        }
+        let mut limits = self.rate.limits.borrow_mut();
+        let call = call.filter(|_| limits.names_calls).map(|r| (&*r.name, r.provider.name()));
+        let client = match req.subject() {
+            Some(subject) => Client::Subject(subject),
+            None => Client::Peer(req.peer()),
+        };
+        let now_ns = self.rate.origin.elapsed().as_nanos() as u64;
+        let denied = limits.admit(now_ns, client, call).err()?;
+        let counter = match (denied.cause, denied.kind) {
+            (Cause::TableFull, _) => &self.metrics.limit_rate_buckets,
+            (Cause::Over, ratelimit::Kind::Client) => &self.metrics.rate_limited_client,
+            (Cause::Over, ratelimit::Kind::Tool) => &self.metrics.rate_limited_tool,
+            (Cause::Over, ratelimit::Kind::Upstream) => &self.metrics.rate_limited_upstream,
+        };
+        counter.inc();
+        tracing::debug!(
+            scope = limits.scope_text(denied.rule),
+            wait_ns = denied.wait_ns,
+            "rate limited"
+        );
+        Some(RateRefusal {
+            scope: Box::from(limits.scope_text(denied.rule)),
+            retry_after_secs: denied.retry_after_secs(),
+            retry_after_ms: denied.retry_after_ms(),
+            table_full: denied.cause == Cause::TableFull,
+        })
+    }
+}
+
+/// The 429 of a request over a rate limit (`Core::rate_limited`), with its id.
+pub(crate) fn refuse_rate<J>(
+    out: &mut Vec<u8>,
+    id: Option<&RawId>,
+    refusal: &RateRefusal,
+    keep_alive: bool,
+) -> Outcome<J> {
+    reply(out, refusal.answer(id), keep_alive)
 }
 
 /// The 403 of a request the policy refuses (`Core::forbidden`'s challenge), with its id.

@@ -64,6 +64,7 @@
 //! | 2 | `layers` | the layers under the flags: the `--config` TOML file and `TIDEMARK_*` env, merged generically over clap's arguments (flag > env > file > default), each value's source (`--print-config`), the file's re-read (SIGHUP) |
 //! | 2 | `logging` | the subscriber (`--log-format`, `--log-level`, colour only on a terminal), its SIGHUP reload, the per-kind rate limiter and its "N more suppressed" lines, the fixed field names and culprits |
 //! | 2 | `tls` | the listeners' rustls `ServerConfig` from the PEM files (`--tls-cert`, `--tls-key`), swapped whole on reload (SIGHUP); no socket |
+//! | 2 | `ratelimit` | one core's token buckets of `--rate-limit` (GCRA: one instant per bucket), the per-core share of each limit, the bounded bucket table that evicts only full buckets |
 //! | 2 | `http` | request head → byte ranges; status line and headers → bytes; knows nothing of MCP |
 //! | 1 | `config` | every limit as a named constant; `Config`; the `--upstream` spec |
 //! | 1 | `metrics` | per-core counters, gauges and histograms (one writer each), merged into Prometheus text |
@@ -88,6 +89,7 @@ mod logging;
 mod metrics;
 mod modern;
 mod provider;
+mod ratelimit;
 mod runtime;
 mod server;
 mod signal;
@@ -102,6 +104,7 @@ pub use config::{
     Isolation, ResponseMode, TlsFiles, UpstreamSpec, UpstreamSpecError, UpstreamTarget,
 };
 pub use logging::{init_logging, reload_log_level};
+pub use config::{RateLimit, RateLimitError, RateScope};
 pub use provider::{
     Annotations, CallContext, Caller, Changes, LocalBoxFuture, LogLevel, Notifier, Provider,
     ProviderError, ProviderResult, SessionInfo, SessionRef, SessionStart, TaskSupport, ToolInfo,

@@ -122,8 +122,12 @@ counters! {
     limit_tasks => "tidemark_limit_hits_total{limit=\"tasks\"}", "Requests refused at a limit.";
     limit_task_bytes => "tidemark_limit_hits_total{limit=\"task_bytes\"}", "Requests refused at a limit.";
     limit_task_input_requests => "tidemark_limit_hits_total{limit=\"task_input_requests\"}", "Requests refused at a limit.";
+    limit_rate_buckets => "tidemark_limit_hits_total{limit=\"rate_buckets\"}", "Requests refused at a limit.";
     misrouted_sessions => "tidemark_misrouted_total{name=\"session\"}", "Requests naming a session or task of another node (--node-id): the balancer sent them to the wrong node.";
     misrouted_tasks => "tidemark_misrouted_total{name=\"task\"}", "Requests naming a session or task of another node (--node-id): the balancer sent them to the wrong node.";
+    rate_limited_client => "tidemark_rate_limited_total{scope=\"client\"}", "Requests refused 429 by a --rate-limit, by the kind of its scope (client, tool:NAME, upstream:NAME).";
+    rate_limited_tool => "tidemark_rate_limited_total{scope=\"tool\"}", "Requests refused 429 by a --rate-limit, by the kind of its scope (client, tool:NAME, upstream:NAME).";
+    rate_limited_upstream => "tidemark_rate_limited_total{scope=\"upstream\"}", "Requests refused 429 by a --rate-limit, by the kind of its scope (client, tool:NAME, upstream:NAME).";
 }
 
 /// The Prometheus type of a counter table family: `_total` counts, anything else is a level.

@@ -11,6 +11,9 @@ use std::time::Duration;
 mod auth;
 pub use auth::AuthConfig;
 pub(crate) use auth::{AUTH_FILE_BYTES_MAX, AUTH_POLICY_RULES_MAX, AUTH_TOKENS_MAX};
+mod rate;
+pub(crate) use rate::RATE_BUCKETS_PER_CORE_MAX;
+pub use rate::{RateLimit, RateLimitError, RateScope};
 mod upstream;
 pub use upstream::{Isolation, UpstreamSpec, UpstreamSpecError, UpstreamTarget};
 
@@ -515,6 +518,10 @@ pub struct Config {
     pub upstream_forward_authorization: Vec<String>,
     /// Authorization (`--auth-*`, `--allow-unauthenticated`).
     pub auth: AuthConfig,
+    /// Token-bucket rate limits (`--rate-limit`, at most `RATE_LIMITS_MAX`; none by default).
+    pub rate_limits: Vec<RateLimit>,
+    /// `--rate-buckets-per-core` (`RATE_BUCKETS_PER_CORE_MAX`).
+    pub rate_buckets_per_core_max: usize,
     /// `--log-format`: text or JSON lines on stderr.
     pub log_format: LogFormat,
     /// `--log-level`: a filter in `RUST_LOG` syntax (`info`, `tidemark::legacy=debug,info`);
@@ -607,6 +614,8 @@ impl Default for Config {
             log_events_per_kind_per_sec: LOG_EVENTS_PER_KIND_PER_SEC,
             log_refusal_summary: Duration::from_secs(LOG_REFUSAL_SUMMARY_SECS),
             config_file: None,
+            rate_limits: Vec::new(),
+            rate_buckets_per_core_max: RATE_BUCKETS_PER_CORE_MAX,
         }
     }
 }
@@ -676,6 +685,9 @@ pub enum ConfigError {
     /// names the file (and table) or the variable, and the key.
     #[error("{0}")]
     Layer(String),
+    /// A `--rate-limit` value, or the set of them, is unusable.
+    #[error(transparent)]
+    RateLimit(#[from] RateLimitError),
 }
 
 impl Config {
@@ -696,7 +708,7 @@ impl Config {
 
     /// Checks every value once, so workers can rely on them.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let nonzero: [(&'static str, u128); 41] = [
+        let nonzero: [(&'static str, u128); 42] = [
             ("threads", self.threads as u128),
             ("max-header-bytes", self.header_bytes_max as u128),
             ("max-headers", self.headers_max as u128),
@@ -738,6 +750,7 @@ impl Config {
             ("auth-policy-rules-max", self.auth.policy_rules_max as u128),
             ("log-events-per-kind-per-sec", u128::from(self.log_events_per_kind_per_sec)),
             ("log-refusal-summary-secs", self.log_refusal_summary.as_millis()),
+            ("rate-buckets-per-core", self.rate_buckets_per_core_max as u128),
         ];
         for (name, value) in nonzero {
             if value == 0 {
@@ -745,6 +758,7 @@ impl Config {
             }
         }
         UpstreamSpec::check_names(&self.upstreams)?;
+        RateLimit::check_set(&self.rate_limits)?;
         if self.auth_leeway.as_secs() > AUTH_LEEWAY_SECS_MAX {
             return Err(ConfigError::LeewayTooLong(self.auth_leeway.as_secs()));
         }

@@ -30,7 +30,7 @@ use simd_json::prelude::*;
 
 use crate::auth::Access;
 use crate::config::ResponseMode;
-use crate::core::{label_method, refuse, refuse_scope, reply, Request};
+use crate::core::{label_method, refuse, refuse_rate, refuse_scope, reply, Request};
 use crate::dispatch::{self, ToolRoute};
 use crate::http::lists_media_type;
 use crate::metrics::{EraLabel, RequestLabel};
@@ -299,7 +299,7 @@ pub(crate) async fn post(
                 return refuse(out, Refusal::AlreadyInitialized, Some(&id), keep_alive);
             }
             let parts = RequestParts { id, method, params, idempotency_key };
-            request(core, &session, access, parts, out, keep_alive).await
+            request(core, req, &session, access, parts, out, keep_alive).await
         }
         Body::Single(Message::Notification { method, params }) => {
             notification(&session, &method, &params);
@@ -309,7 +309,7 @@ pub(crate) async fn post(
             client_answer(&session, &id, outcome);
             reply(out, Answer::Accepted, keep_alive)
         }
-        Body::Batch(msgs) => batch(core, &session, access, msgs, out, keep_alive).await,
+        Body::Batch(msgs) => batch(core, req, &session, access, msgs, out, keep_alive).await,
     }
 }
 
@@ -354,6 +354,10 @@ async fn sessionless(
     match body {
         Body::Single(Message::Request { id, method, params }) => {
             if method == "initialize" {
+                // A session (and maybe an upstream child) is the most a request can cost.
+                if let Some(limited) = core.rate_limited(req, None) {
+                    return refuse_rate(out, Some(&id), &limited, keep_alive);
+                }
                 let subject = req.subject().map(Box::from);
                 initialize(core, id, params, subject, req.caller(), out, keep_alive).await
             } else if !version_ok(req) {
@@ -525,6 +529,7 @@ struct RequestParts {
 /// A JSON-RPC request on a session: the migration decision, then the answer.
 async fn request(
     core: &Rc<LegacyCore>,
+    req: &Request<'_>,
     session: &SessionRc,
     access: Option<Access<'_>>,
     parts: RequestParts,
@@ -551,6 +556,11 @@ async fn request(
         Verdict::Deduplicated(key) => {
             return deduplicated(session, key, id, progress_token, out, keep_alive)
         }
+    }
+    // Rate limits only once the request is known to run: a retry the boundary answers from
+    // what is recorded (or points to its owed stream) is never throttled out of its data.
+    if let Some(limited) = core.rate_limited(req, class.tool.as_ref()) {
+        return refuse_rate(out, Some(&id), &limited, keep_alive);
     }
     let streams = class.tool.is_some() || core.cfg.response_mode == ResponseMode::Sse;
     // Rings at the core's ceiling: no new stream (running ones go on) rather than growing.
@@ -646,6 +656,7 @@ async fn answer_inline(
 /// session). Idempotency keys name a single request, so a batch has none.
 async fn batch(
     core: &Rc<LegacyCore>,
+    req: &Request<'_>,
     session: &SessionRc,
     access: Option<Access<'_>>,
     msgs: Vec<Message>,
@@ -671,7 +682,7 @@ async fn batch(
         };
         body.push(if answered == 0 { b'[' } else { b',' });
         answered += 1;
-        batch_answer(core, session, access, &id, &method, &params, &mut body).await;
+        batch_answer(core, req, session, access, &id, &method, &params, &mut body).await;
     }
     if answered == 0 {
         return reply(out, Answer::Accepted, keep_alive);
@@ -681,8 +692,10 @@ async fn batch(
 }
 
 /// One request of a batch, answered into the batch's array.
+#[allow(clippy::too_many_arguments)]
 async fn batch_answer(
     core: &Rc<LegacyCore>,
+    req: &Request<'_>,
     session: &SessionRc,
     access: Option<Access<'_>>,
     id: &RawId,
@@ -703,7 +716,12 @@ async fn batch_answer(
         }
     };
     match decide(core, session, id, &class, None).await {
-        Verdict::Run => answer_inline(core, session, access, id, method, params, body).await,
+        // Each request of a batch meets the limits on its own; one over them gets its error
+        // in the array (the batch's status is shared: 200).
+        Verdict::Run => match core.rate_limited(req, None) {
+            Some(limited) => limited.push_error(body, id),
+            None => answer_inline(core, session, access, id, method, params, body).await,
+        },
         Verdict::Conflict(refused) => {
             let (data, _hint) = owed_streams(&session.borrow(), &refused);
             let message = "conflict: see the 409 of a single request";

@@ -32,7 +32,7 @@ use std::rc::Rc;
 use simd_json::prelude::*;
 
 pub(crate) use self::core::ModernCore;
-use crate::core::{label_method, refuse, refuse_scope, reply, Request};
+use crate::core::{label_method, refuse, refuse_rate, refuse_scope, reply, Request};
 use crate::dispatch::{self, ToolRoute};
 use crate::metrics::{EraLabel, RequestLabel};
 use crate::provider::{CallContext, SessionRef, Value};
@@ -134,6 +134,15 @@ pub(crate) async fn serve(
         core.forbidden(core.access(req.claims.as_deref(), req.policy.as_deref()), &method, &params)
     {
         return refuse_scope(out, Some(&id), &challenge, keep_alive);
+    }
+    // Rate limits: `tools/call` meets them once its key is looked up (`tools_call`); a task's
+    // get, update (input responses) or cancel and a continuation (`requestState`: the
+    // answer to an input-required round, verified before it runs) complete admitted work.
+    let continues = method.starts_with("tasks/") || params.get("requestState").is_some();
+    if method != "tools/call" && !continues {
+        if let Some(limited) = core.rate_limited(req, None) {
+            return refuse_rate(out, Some(&id), &limited, keep_alive);
+        }
     }
     match method.as_str() {
         "server/discover" => {
@@ -320,6 +329,12 @@ async fn tools_call(
                 return observe(record, id, token, Some(until), keep_alive);
             }
             keyed::Lookup::Fresh => {}
+        }
+    }
+    // New work only: a keyed retry was answered from its record above.
+    if params.get("requestState").is_none() {
+        if let Some(limited) = core.rate_limited(req, Some(&route)) {
+            return refuse_rate(out, Some(&id), &limited, keep_alive);
         }
     }
     let progress_token = request_meta.progress_token.clone();

@@ -170,14 +170,17 @@ async fn serve(spec: WorkerSpec) {
     let WorkerSpec { index, cfg, listener, tls, inboxes, metrics, providers, life, auth } = spec;
     crate::metrics::enter_core(metrics.clone());
     let providers: Vec<Rc<dyn Provider>> = providers.iter().map(|make| make()).collect();
+    let threads = inboxes.len() as u16;
+    let rate = crate::core::Rate::new(&cfg, threads);
     let shared = Rc::new(Core {
         registry: Registry::build(providers).await,
-        threads: inboxes.len() as u16,
+        threads,
         index,
         metrics,
         cfg,
         auth,
         draining: Cell::new(false),
+        rate,
     });
     let core = Rc::new(Endpoint::new(shared));
     // The accept queue once more, read without waiting when descriptors run out and at the

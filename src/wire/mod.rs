@@ -45,6 +45,8 @@ pub(crate) enum Code {
     HeldTooLong,
     /// -31005: Idempotency-Key reused with other method or params (step 1).
     KeyReused,
+    /// -31007: over a `--rate-limit` (429 + `Retry-After`; `data: {scope, retryAfterMs}`).
+    RateLimited,
     /// -32020: MCP 2026-07-28 `HeaderMismatch`: a required header is missing or disagrees with
     /// the body (`MCP-Protocol-Version` vs `_meta`, `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`).
     HeaderMismatch,
@@ -69,6 +71,7 @@ impl Code {
             Code::EventsLost => -31003,
             Code::HeldTooLong => -31004,
             Code::KeyReused => -31005,
+            Code::RateLimited => -31007,
             Code::HeaderMismatch => -32020,
             Code::MissingCapability => -32021,
             Code::UnsupportedProtocolVersion => -32022,
@@ -96,6 +99,8 @@ pub(crate) enum Status {
     MethodNotAllowed,
     /// 409: a retry whose outcome is not there yet, or a stream still owed (CONTRACT §4, §5).
     Conflict,
+    /// 429: over a `--rate-limit` (with `Retry-After`).
+    TooManyRequests,
     /// 431: a request head too large (the admin listener).
     HeaderFieldsTooLarge,
     /// 503: not now (the admin listener: too many connections, or `/readyz` while draining).
@@ -114,6 +119,7 @@ impl Status {
             Status::NotFound => 404,
             Status::Conflict => 409,
             Status::MethodNotAllowed => 405,
+            Status::TooManyRequests => 429,
             Status::HeaderFieldsTooLarge => 431,
             Status::ServiceUnavailable => 503,
         }
@@ -401,6 +407,16 @@ pub(crate) enum Answer<'a> {
     /// 400 with MCP's UnsupportedProtocolVersion (-32022) listing the revisions we serve, to a
     /// request naming a revision older than any we serve.
     UnsupportedVersion { id: &'a RawId, requested: &'a str, supported: &'a [&'a str] },
+    /// 429 with `Retry-After` (whole seconds, rounded up) and -31007, to a request over a
+    /// `--rate-limit`: `data` is `{"scope":…,"retryAfterMs":…}`; `table_full` when the client
+    /// had no bucket and the core's table had no room (`--rate-buckets-per-core`).
+    RateLimited {
+        id: Option<&'a RawId>,
+        scope: &'a str,
+        retry_after_secs: u64,
+        retry_after_ms: u64,
+        table_full: bool,
+    },
     /// An authorization refusal (MCP authorization; RFC 6750 §3): 401 (no valid token), 400
     /// (a token in the query string) or 403 (`insufficient_scope`), with its `WWW-Authenticate`
     /// challenge and a JSON-RPC error (-32600) saying what to do. Never names the token.
@@ -473,6 +489,14 @@ impl Answer<'_> {
                 let headers: [(&str, &[u8]); 1] = [("WWW-Authenticate", challenge.as_bytes())];
                 json(out, status.code(), &headers, &body, keep_alive);
             }
+            Answer::RateLimited { id, scope, retry_after_secs, retry_after_ms, table_full } => {
+                let mut body = Vec::with_capacity(160 + scope.len());
+                push_rate_limited(&mut body, id, scope, retry_after_ms, table_full);
+                let mut seconds = Vec::with_capacity(20);
+                push_decimal(&mut seconds, retry_after_secs);
+                let headers: [(&str, &[u8]); 1] = [("Retry-After", &seconds)];
+                json(out, Status::TooManyRequests.code(), &headers, &body, keep_alive);
+            }
             Answer::UnsupportedVersion { id, requested, supported } => {
                 let data = serde_json::json!({ "supported": supported, "requested": requested });
                 let mut body = Vec::with_capacity(160);
@@ -514,6 +538,31 @@ pub(crate) fn push_error_response(
     data: Option<&str>,
 ) {
     jsonrpc::push_error(out, id, code.value(), message, data);
+}
+
+/// The JSON-RPC error of a request over a `--rate-limit` (-31007), alone or as one element of
+/// a batch's array: `data` names the limit's scope (as configured, JSON-escaped) and the wait.
+pub(crate) fn push_rate_limited(
+    out: &mut Vec<u8>,
+    id: Option<&RawId>,
+    scope: &str,
+    retry_after_ms: u64,
+    table_full: bool,
+) {
+    let mut data = Vec::with_capacity(48 + scope.len());
+    data.extend_from_slice(b"{\"scope\":");
+    data.extend_from_slice(serde_json::Value::from(scope).to_string().as_bytes());
+    data.extend_from_slice(b",\"retryAfterMs\":");
+    push_decimal(&mut data, retry_after_ms);
+    data.push(b'}');
+    let data = String::from_utf8_lossy(&data);
+    let message = if table_full {
+        "rate limited: this core tracks --rate-buckets-per-core clients and none is idle; \
+         retry after Retry-After"
+    } else {
+        "rate limited (--rate-limit): retry after Retry-After"
+    };
+    jsonrpc::push_error(out, id, Code::RateLimited.value(), message, Some(&data));
 }
 
 /// The error that ends a request whose event does not fit the replay ring at all (bigger

@@ -1,0 +1,238 @@
+//! `--rate-limit` against the real binary over real sockets: a burst passes exactly and the
+//! next request gets 429 + `Retry-After` with the JSON-RPC error (-31007) in both eras; the
+//! bucket refills after the wait; two clients (two bearer tokens) are counted apart; a resume
+//! of an owed stream and a retry the boundary answers are never throttled; `tool:` and
+//! `upstream:` limits meet only their calls; the bucket table at `--rate-buckets-per-core`.
+//!
+//! Every server runs one worker (`--threads 1`): the per-core share (rate and burst divided by
+//! the cores) is then the whole limit, and the counts below are exact (the division itself is
+//! unit-tested in `src/ratelimit/tests.rs`). Limits are per minute, so that a refill cannot
+//! land inside a test, except in the refill test.
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::*;
+
+const V: &str = "2026-07-28";
+
+/// A 2026-07-28 request (`_meta` and the headers it must carry), with `Authorization` when
+/// `token` is not empty.
+fn modern(server: &Server, token: &str, id: u64, method: &str, params: Value) -> Response {
+    let mut params = params;
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": V,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": { "name": "rate-test", "version": "1" },
+    });
+    let name = params["name"].as_str().map(str::to_owned);
+    let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+    let auth = format!("Bearer {token}");
+    let mut headers: Vec<(&str, &str)> = vec![("MCP-Protocol-Version", V), ("Mcp-Method", method)];
+    if let Some(name) = &name {
+        headers.push(("Mcp-Name", name));
+    }
+    if !token.is_empty() {
+        headers.push(("Authorization", &auth));
+    }
+    post(server, &headers, &body.to_string())
+}
+
+fn list(server: &Server, id: u64) -> Response {
+    modern(server, "", id, "tools/list", json!({}))
+}
+
+fn tool(server: &Server, id: u64, name: &str, arguments: Value) -> Response {
+    modern(server, "", id, "tools/call", json!({ "name": name, "arguments": arguments }))
+}
+
+/// A legacy request on session `sid`.
+fn legacy(server: &Server, sid: &str, body: &str) -> Response {
+    post(server, &[("Mcp-Session-Id", sid)], body)
+}
+
+/// Asserts `r` is the 429 of a rate limit: `Retry-After` in whole seconds, the JSON-RPC
+/// error -31007 with the request's id, `data.scope` and `data.retryAfterMs` within a second
+/// of `Retry-After`. Returns `retryAfterMs`.
+fn assert_limited(r: &Response, id: u64, scope: &str, retry_after: u64, ctx: &str) -> u64 {
+    assert_eq!(r.status, 429, "{ctx}: {}", r.text());
+    assert_eq!(r.header("Retry-After"), Some(retry_after.to_string().as_str()), "{ctx}");
+    let body = r.json();
+    assert_eq!(body["id"], id, "{ctx}: the request's id: {body}");
+    assert_eq!(body["error"]["code"], -31007, "{ctx}: {body}");
+    assert_eq!(body["error"]["data"]["scope"], scope, "{ctx}: {body}");
+    let ms = body["error"]["data"]["retryAfterMs"].as_u64().expect("retryAfterMs");
+    assert!(ms > (retry_after - 1) * 1000 && ms <= retry_after * 1000, "{ctx}: {ms} ms");
+    ms
+}
+
+fn token_file(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tidemark-rate-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("tokens");
+    std::fs::write(&path, text).expect("write tokens");
+    path
+}
+
+#[test]
+fn a_burst_passes_exactly_and_the_next_request_gets_429_in_both_eras() {
+    // Goal: with `client=1/m/3`, three requests pass and the fourth gets 429, Retry-After 60
+    // and -31007 naming the scope, in the legacy era (initialize counts; a notification does
+    // not, and is still taken while over) and in 2026-07-28 (a tools/call too); counted.
+    // Method: one server per era (both eras' requests come from 127.0.0.1, one client).
+    for driver in DRIVERS {
+        let limit = ["--threads", "1", "--rate-limit", "client=1/m/3"];
+        let (server, metrics) = server_with_metrics(driver, &limit);
+        let sid = open_session(&server);
+        let ping = |id: u64| format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
+        assert_eq!(legacy(&server, &sid, &ping(1)).status, 200, "{driver}: second token");
+        assert_eq!(legacy(&server, &sid, &ping(2)).status, 200, "{driver}: third token");
+        let over = legacy(&server, &sid, &ping(3));
+        assert_limited(&over, 3, "client", 60, &format!("{driver}: legacy, the fourth"));
+        let call = legacy(&server, &sid, &call(4, "echo", r#"{"text":"x"}"#, false));
+        assert_limited(&call, 4, "client", 60, &format!("{driver}: legacy tools/call"));
+        let note = r#"{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}"#;
+        assert_eq!(legacy(&server, &sid, note).status, 202, "{driver}: notifications pass");
+        let init = post(&server, &[], INIT);
+        assert_limited(&init, 0, "client", 60, &format!("{driver}: initialize counts"));
+        let text = scrape(&metrics);
+        assert_eq!(metric(&text, "tidemark_rate_limited_total{scope=\"client\"}"), 3);
+        assert_eq!(metric(&text, "tidemark_rate_limited_total{scope=\"tool\"}"), 0);
+
+        let server = Server::on(driver, &limit);
+        for id in 1..=3 {
+            assert_eq!(list(&server, id).status, 200, "{driver}: modern request {id}");
+        }
+        assert_limited(&list(&server, 4), 4, "client", 60, &format!("{driver}: modern"));
+        let call = tool(&server, 5, "echo", json!({ "text": "x" }));
+        assert_limited(&call, 5, "client", 60, &format!("{driver}: modern tools/call"));
+    }
+}
+
+#[test]
+fn the_bucket_refills_after_the_wait() {
+    // Goal: Retry-After is honest: after `retryAfterMs` the next request passes.
+    // Method: `client=10/s/1`; the second request waits at most 100 ms. Elapsed time is what
+    // is tested, so this test sleeps.
+    let server = Server::start(&["--threads", "1", "--rate-limit", "client=10/s/1"]);
+    assert_eq!(list(&server, 1).status, 200);
+    let ms = assert_limited(&list(&server, 2), 2, "client", 1, "the second at once");
+    assert!(ms <= 100, "one token every 100 ms: {ms}");
+    std::thread::sleep(Duration::from_millis(ms));
+    assert_eq!(list(&server, 3).status, 200, "refilled");
+}
+
+#[test]
+fn two_subjects_are_counted_apart() {
+    // Goal: with authorization the client is the token's subject: alice over her limit
+    // leaves bob's requests alone (both from 127.0.0.1), in both eras.
+    let tokens = token_file("subjects", "tok-alice alice\ntok-bob bob\n");
+    let path = tokens.to_str().expect("path");
+    let args = ["--threads", "1", "--auth-tokens", path, "--rate-limit", "client=1/m/2"];
+    let server = Server::start(&args);
+    for id in 1..=2 {
+        assert_eq!(modern(&server, "tok-alice", id, "tools/list", json!({})).status, 200);
+    }
+    let over = modern(&server, "tok-alice", 3, "tools/list", json!({}));
+    assert_limited(&over, 3, "client", 60, "alice, the third");
+    assert_eq!(modern(&server, "tok-bob", 4, "tools/list", json!({})).status, 200, "bob");
+    let bob = [("Authorization", "Bearer tok-bob")];
+    let init = post(&server, &bob, INIT);
+    assert_eq!(init.status, 200, "bob's second request: {}", init.text());
+    let alice = [("Authorization", "Bearer tok-alice")];
+    assert_limited(&post(&server, &alice, INIT), 0, "client", 60, "alice, legacy");
+}
+
+#[test]
+fn a_resume_of_an_owed_stream_and_a_recorded_retry_pass_while_over_the_limit() {
+    // Goal: a client over its limit still gets its data: GET + Last-Event-ID replays its owed
+    // stream to the end, and a re-POST of the owed call gets the 409 that points to it (not
+    // 429); new work is refused meanwhile.
+    // Method: `client=1/m/4`: initialize and the call take two tokens; the call's stream is
+    // cut after its first progress event, so the session owes it (a POST on it would be held,
+    // CONTRACT §4): a second session takes the other two and is refused the next.
+    for driver in DRIVERS {
+        let server = Server::on(driver, &["--threads", "1", "--rate-limit", "client=1/m/4"]);
+        let sid = open_session(&server);
+        let body = call(1, "slow_counter", r#"{"steps":3,"delay_ms":100}"#, true);
+        let mut stream = call_stream(&server, &sid, &body, &[]);
+        let last = read_priming(&mut stream, driver);
+        let last = read_progress(&mut stream, 1, last, driver);
+        stream.cut();
+        let other = open_session(&server);
+        let ping = r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
+        assert_eq!(legacy(&server, &other, ping).status, 200, "{driver}: the fourth token");
+        let ping = r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#;
+        assert_limited(&legacy(&server, &other, ping), 3, "client", 60, driver);
+        let retry = legacy(&server, &sid, &body);
+        assert_eq!(retry.status, 409, "{driver}: the owed call's retry: {}", retry.text());
+        assert_eq!(retry.json()["error"]["code"], -31001, "{driver}");
+        let mut resumed = resume(&server, &sid, &last);
+        assert_eq!(resumed.status, 200, "{driver}: the resume is not limited");
+        let events = messages(&resumed.rest());
+        let end = events.last().expect("the final response").json();
+        assert_eq!(end["id"], 1, "{driver}: replayed to the end: {end}");
+        assert!(end["result"].is_object(), "{driver}: {end}");
+    }
+}
+
+#[test]
+fn tool_and_upstream_limits_meet_only_their_calls() {
+    // Goal: `tool:echo` limits echo alone (other tools and requests pass); `upstream:demo`
+    // limits every call into the demo provider; a call refused by one takes no token of the
+    // other; each is counted under its own scope.
+    let args = [
+        "--threads",
+        "1",
+        "--rate-limit",
+        "tool:echo=1/m/1",
+        "--rate-limit",
+        "upstream:demo=1/m/3",
+    ];
+    let (server, metrics) = server_with_metrics("epoll", &args);
+    let echo = |id| tool(&server, id, "echo", json!({ "text": "x" }));
+    let counter = |id| tool(&server, id, "get_counter", json!({}));
+    assert_eq!(echo(1).status, 200, "echo, first (demo: 1 of 3)");
+    assert_limited(&echo(2), 2, "tool:echo", 60, "echo, second");
+    assert_eq!(counter(3).status, 200, "another tool (demo: 2 of 3)");
+    assert_eq!(list(&server, 4).status, 200, "not a call");
+    assert_eq!(counter(5).status, 200, "demo: 3 of 3 (the refused echo took none)");
+    assert_limited(&counter(6), 6, "upstream:demo", 60, "demo's fourth call");
+    let text = scrape(&metrics);
+    assert_eq!(metric(&text, "tidemark_rate_limited_total{scope=\"tool\"}"), 1);
+    assert_eq!(metric(&text, "tidemark_rate_limited_total{scope=\"upstream\"}"), 1);
+    assert_eq!(metric(&text, "tidemark_rate_limited_total{scope=\"client\"}"), 0);
+}
+
+#[test]
+fn the_bucket_table_at_its_maximum_refuses_new_clients_and_keeps_the_old() {
+    // Goal: at `--rate-buckets-per-core 2` two subjects hold the two buckets (neither full:
+    // both used); a third gets 429 (table full, counted), and nobody's bucket was reset:
+    // alice still has exactly her one remaining token.
+    let tokens = token_file("table", "tok-alice alice\ntok-bob bob\ntok-carol carol\n");
+    let path = tokens.to_str().expect("path");
+    let args = [
+        "--threads",
+        "1",
+        "--auth-tokens",
+        path,
+        "--rate-limit",
+        "client=1/m/2",
+        "--rate-buckets-per-core",
+        "2",
+    ];
+    let (server, metrics) = server_with_metrics("epoll", &args);
+    let as_ = |token: &str, id| modern(&server, token, id, "tools/list", json!({}));
+    assert_eq!(as_("tok-alice", 1).status, 200);
+    assert_eq!(as_("tok-bob", 2).status, 200);
+    let carol = as_("tok-carol", 3);
+    assert_limited(&carol, 3, "client", 60, "carol: no bucket free until one is full");
+    assert!(carol.text().contains("--rate-buckets-per-core"), "{}", carol.text());
+    assert_eq!(metric(&scrape(&metrics), "tidemark_limit_hits_total{limit=\"rate_buckets\"}"), 1);
+    assert_eq!(as_("tok-alice", 4).status, 200, "alice's second token");
+    assert_limited(&as_("tok-alice", 5), 5, "client", 60, "alice's bucket was kept, empty");
+}
