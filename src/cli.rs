@@ -180,6 +180,17 @@ struct Flags {
     /// for an upstream that is this same resource (the token's audience). Off by default.
     #[arg(long)]
     upstream_forward_authorization: Vec<String>,
+    /// Expose only the tools of upstream NAME ('*': every upstream) whose own names match a
+    /// GLOB ('*' any run, '?' one character); repeatable; 'NAME=GLOB[,GLOB…]'.
+    #[arg(long)]
+    upstream_allow_tools: Vec<String>,
+    /// Hide the tools of upstream NAME ('*': every upstream) matching a GLOB, listed and
+    /// called alike (refused as unknown); wins over --upstream-allow-tools; 'NAME=GLOB[,GLOB…]'.
+    #[arg(long)]
+    upstream_deny_tools: Vec<String>,
+    /// Most --upstream-allow-tools and --upstream-deny-tools globs for one upstream.
+    #[arg(long, default_value_t = config::UPSTREAM_FILTER_GLOBS_MAX)]
+    upstream_filter_globs_max: usize,
     /// A local JWK Set (the authorization server's signing keys), read again every refresh.
     #[arg(long)]
     auth_jwks_file: Option<std::path::PathBuf>,
@@ -368,6 +379,9 @@ impl Flags {
             auth_leeway: Duration::from_secs(self.auth_leeway_secs),
             upstream_credentials: self.upstream_credentials,
             upstream_forward_authorization: self.upstream_forward_authorization,
+            upstream_allow_tools: self.upstream_allow_tools,
+            upstream_deny_tools: self.upstream_deny_tools,
+            upstream_filter_globs_max: self.upstream_filter_globs_max,
             auth: config::AuthConfig {
                 tokens_file: self.auth_tokens,
                 resource: self.auth_resource,

@@ -92,7 +92,7 @@ mod wire;
 
 pub use config::{AuthConfig, BuiltinSet, Config, ConfigError, DriverChoice, MigrationPolicy};
 pub use config::{
-    Isolation, ResponseMode, TlsFiles, UpstreamSpec, UpstreamSpecError, UpstreamTarget,
+    FilterError, Isolation, ResponseMode, TlsFiles, UpstreamSpec, UpstreamSpecError, UpstreamTarget,
 };
 pub use provider::{
     Annotations, CallContext, Caller, Changes, LocalBoxFuture, LogLevel, Notifier, Provider,

@@ -11,6 +11,10 @@ use std::time::Duration;
 mod auth;
 pub use auth::AuthConfig;
 pub(crate) use auth::{AUTH_FILE_BYTES_MAX, AUTH_POLICY_RULES_MAX, AUTH_TOKENS_MAX};
+mod filter;
+pub use filter::FilterError;
+pub(crate) use filter::NameFilter;
+pub(crate) use filter::UPSTREAM_FILTER_GLOBS_MAX;
 mod upstream;
 pub use upstream::{Isolation, UpstreamSpec, UpstreamSpecError, UpstreamTarget};
 
@@ -494,6 +498,12 @@ pub struct Config {
     /// Upstreams (by `NAME=`) that get the client's own `Authorization` header
     /// (`--upstream-forward-authorization`): only for an upstream that is this same resource.
     pub upstream_forward_authorization: Vec<String>,
+    /// `--upstream-allow-tools NAME=GLOB[,GLOB…]` values (see `NameFilter`).
+    pub upstream_allow_tools: Vec<String>,
+    /// `--upstream-deny-tools NAME=GLOB[,GLOB…]` values; deny wins over allow.
+    pub upstream_deny_tools: Vec<String>,
+    /// `--upstream-filter-globs-max` (`UPSTREAM_FILTER_GLOBS_MAX`): globs per upstream.
+    pub upstream_filter_globs_max: usize,
     /// Authorization (`--auth-*`, `--allow-unauthenticated`).
     pub auth: AuthConfig,
 }
@@ -561,6 +571,9 @@ impl Default for Config {
             auth_leeway: Duration::from_secs(AUTH_LEEWAY_SECS),
             upstream_credentials: None,
             upstream_forward_authorization: Vec::new(),
+            upstream_allow_tools: Vec::new(),
+            upstream_deny_tools: Vec::new(),
+            upstream_filter_globs_max: UPSTREAM_FILTER_GLOBS_MAX,
             auth: AuthConfig::with_limits(),
         }
     }
@@ -603,6 +616,9 @@ pub enum ConfigError {
     /// An `--upstream-env` value is not `KEY=VALUE` with a non-empty key.
     #[error("--upstream-env expects KEY=VALUE, got {0:?}")]
     BadUpstreamEnv(String),
+    /// An `--upstream-allow-tools` or `--upstream-deny-tools` value is unusable.
+    #[error(transparent)]
+    Filter(#[from] FilterError),
     /// `--auth-leeway-secs` is over `AUTH_LEEWAY_SECS_MAX`.
     #[error("--auth-leeway-secs must be at most {AUTH_LEEWAY_SECS_MAX}, got {0}")]
     LeewayTooLong(u64),
@@ -645,9 +661,28 @@ impl Config {
         }
     }
 
+    /// Each `--upstream`'s tool filter, in order (`--upstream-allow-tools`,
+    /// `--upstream-deny-tools`); a flag naming no upstream is an error even with none given.
+    pub(crate) fn upstream_tool_filters(&self) -> Result<Vec<NameFilter>, FilterError> {
+        let (allow, deny) = (&self.upstream_allow_tools, &self.upstream_deny_tools);
+        if self.upstreams.is_empty() && !(allow.is_empty() && deny.is_empty()) {
+            let flag =
+                if allow.is_empty() { "--upstream-deny-tools" } else { "--upstream-allow-tools" };
+            let value = allow.iter().chain(deny).next().cloned().unwrap_or_default();
+            return Err(FilterError::UnknownUpstream(flag, value, "(no --upstream given)".into()));
+        }
+        self.upstreams
+            .iter()
+            .map(|spec| {
+                let max = self.upstream_filter_globs_max;
+                NameFilter::for_upstream(spec, &self.upstreams, allow, deny, max)
+            })
+            .collect()
+    }
+
     /// Checks every value once, so workers can rely on them.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let nonzero: [(&'static str, u128); 39] = [
+        let nonzero: [(&'static str, u128); 40] = [
             ("threads", self.threads as u128),
             ("max-header-bytes", self.header_bytes_max as u128),
             ("max-headers", self.headers_max as u128),
@@ -683,6 +718,7 @@ impl Config {
             ("upstream-start-timeout-secs", self.upstream_start_timeout.as_millis()),
             ("upstream-line-bytes", self.upstream_line_bytes as u128),
             ("upstream-queue-bytes", self.upstream_queue_bytes as u128),
+            ("upstream-filter-globs-max", self.upstream_filter_globs_max as u128),
             ("auth-jwks-refresh-secs", self.auth_jwks_refresh.as_millis()),
             ("auth-jwks-min-refetch-secs", self.auth_jwks_min_refetch.as_millis()),
             ("auth-tokens-max", self.auth.tokens_max as u128),
@@ -694,6 +730,7 @@ impl Config {
             }
         }
         UpstreamSpec::check_names(&self.upstreams)?;
+        self.upstream_tool_filters()?;
         if self.auth_leeway.as_secs() > AUTH_LEEWAY_SECS_MAX {
             return Err(ConfigError::LeewayTooLong(self.auth_leeway.as_secs()));
         }

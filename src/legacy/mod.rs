@@ -277,7 +277,7 @@ pub(crate) async fn post(
     let access = core.access(claims.as_deref(), policy.as_deref());
     // The per-tool policy, before the migration decision: a refused call is never recorded,
     // held or deduplicated (a batch is refused whole when one of its requests is).
-    if let Some((id, challenge)) = forbidden_in(core, access, &body) {
+    if let Some((id, challenge)) = forbidden_in(core, session.borrow().reference(), access, &body) {
         return refuse_scope(out, id.as_ref(), &challenge, keep_alive);
     }
     match body {
@@ -304,18 +304,19 @@ pub(crate) async fn post(
 /// a batch) and the 403's challenge.
 fn forbidden_in(
     core: &LegacyCore,
+    reference: crate::provider::SessionRef,
     access: Option<Access<'_>>,
     body: &Body,
 ) -> Option<(Option<RawId>, String)> {
     access?;
     match body {
         Body::Single(Message::Request { id, method, params }) => {
-            core.forbidden(access, method, params).map(|c| (Some(id.clone()), c))
+            core.forbidden(reference, access, method, params).map(|c| (Some(id.clone()), c))
         }
         Body::Single(_) => None,
         Body::Batch(msgs) => msgs.iter().find_map(|m| match m {
             Message::Request { method, params, .. } => {
-                core.forbidden(access, method, params).map(|c| (None, c))
+                core.forbidden(reference, access, method, params).map(|c| (None, c))
             }
             _ => None,
         }),
@@ -519,7 +520,7 @@ async fn request(
     keep_alive: bool,
 ) -> Outcome {
     let RequestParts { id, method, mut params, idempotency_key } = parts;
-    let class = match classify(core, &method, &params).await {
+    let class = match classify(core, session.borrow().reference(), &method, &params).await {
         Ok(class) => class,
         Err((code, message)) => {
             let mut body = Vec::with_capacity(64 + message.len());
@@ -682,7 +683,7 @@ async fn batch_answer(
         crate::wire::push_error_response(body, Some(id), Code::InvalidRequest, message, None);
         return;
     }
-    let class = match classify(core, method, params).await {
+    let class = match classify(core, session.borrow().reference(), method, params).await {
         Ok(class) => class,
         Err((code, message)) => {
             crate::wire::push_error_response(body, Some(id), code, &message, None);
