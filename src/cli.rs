@@ -188,7 +188,21 @@ struct Flags {
     /// called alike (refused as unknown); wins over --upstream-allow-tools; 'NAME=GLOB[,GLOB…]'.
     #[arg(long)]
     upstream_deny_tools: Vec<String>,
-    /// Most --upstream-allow-tools and --upstream-deny-tools globs for one upstream.
+    /// Expose only the prompts of upstream NAME ('*': all) whose names match a GLOB (as for
+    /// tools: listed, fetched and completed alike); 'NAME=GLOB[,GLOB…]'.
+    #[arg(long)]
+    upstream_allow_prompts: Vec<String>,
+    /// Hide the prompts of upstream NAME ('*': all) matching a GLOB; wins over allow.
+    #[arg(long)]
+    upstream_deny_prompts: Vec<String>,
+    /// Expose only the resources of upstream NAME ('*': all) whose URIs (or URI templates)
+    /// match a GLOB; read and subscribe are refused as not found for the rest.
+    #[arg(long)]
+    upstream_allow_resources: Vec<String>,
+    /// Hide the resources of upstream NAME ('*': all) whose URIs match a GLOB; wins over allow.
+    #[arg(long)]
+    upstream_deny_resources: Vec<String>,
+    /// Most --upstream-allow-* and --upstream-deny-* globs (all kinds) for one upstream.
     #[arg(long, default_value_t = config::UPSTREAM_FILTER_GLOBS_MAX)]
     upstream_filter_globs_max: usize,
     /// A local JWK Set (the authorization server's signing keys), read again every refresh.
@@ -381,6 +395,10 @@ impl Flags {
             upstream_forward_authorization: self.upstream_forward_authorization,
             upstream_allow_tools: self.upstream_allow_tools,
             upstream_deny_tools: self.upstream_deny_tools,
+            upstream_allow_prompts: self.upstream_allow_prompts,
+            upstream_deny_prompts: self.upstream_deny_prompts,
+            upstream_allow_resources: self.upstream_allow_resources,
+            upstream_deny_resources: self.upstream_deny_resources,
             upstream_filter_globs_max: self.upstream_filter_globs_max,
             auth: config::AuthConfig {
                 tokens_file: self.auth_tokens,

@@ -308,8 +308,8 @@ fn upstream_providers(
     )
     .map_err(|e: crate::upstream::CredentialsError| ServerError::Credentials(e.to_string()))?;
     // Checked by `Config::validate`; an error here is a Config built without it.
-    let tool_filters = cfg
-        .upstream_tool_filters()
+    let filters = cfg
+        .upstream_filters()
         .map_err(|e| ServerError::Credentials(e.to_string()))?
         .into_iter()
         .map(Arc::new)
@@ -324,7 +324,7 @@ fn upstream_providers(
         queue_bytes: cfg.upstream_queue_bytes,
         kill_grace: cfg.upstream_kill_grace,
         credentials,
-        tool_filters,
+        filters,
     });
     let prefixed = cfg.upstreams.len() > 1;
     Ok(cfg

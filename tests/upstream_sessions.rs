@@ -120,6 +120,28 @@ fn filtered_tools_are_neither_listed_nor_callable() {
 }
 
 #[test]
+fn filtered_prompts_are_neither_listed_nor_fetched() {
+    let listed = |server: &Server, sid: &str| {
+        let body = r#"{"jsonrpc":"2.0","id":1,"method":"prompts/list"}"#;
+        let r = post(server, &[("Mcp-Session-Id", sid)], body);
+        let prompts = r.json()["result"]["prompts"].as_array().expect("prompts").clone();
+        prompts.iter().filter_map(|p| p["name"].as_str().map(str::to_owned)).collect::<Vec<_>>()
+    };
+    let get = r#"{"jsonrpc":"2.0","id":2,"method":"prompts/get","params":{"name":"greet"}}"#;
+    let open = bridge(&[]);
+    let sid = open_with(&open, "{}");
+    assert_eq!(listed(&open, &sid), ["greet"], "the fixture's prompt, unfiltered");
+    let got = post(&open, &[("Mcp-Session-Id", &sid)], get).json();
+    assert!(got["result"]["messages"].is_array(), "{got}");
+    // Denied by '?', even though an allow glob matches it: deny wins.
+    let server = bridge(&["--upstream-allow-prompts", "*=g*", "--upstream-deny-prompts", "*=gr??t"]);
+    let sid = open_with(&server, "{}");
+    assert!(listed(&server, &sid).is_empty());
+    let refused = post(&server, &[("Mcp-Session-Id", &sid)], get).json();
+    assert_eq!(refused["error"]["code"], -32602, "refused as an unknown prompt: {refused}");
+}
+
+#[test]
 fn filter_flags_are_checked_at_start() {
     let upstream = format!("a=stdio:python3 {FIXTURE}");
     let base = ["--listen", "127.0.0.1:0", "--upstream", upstream.as_str()];

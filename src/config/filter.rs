@@ -1,17 +1,19 @@
-//! `--upstream-allow-tools` and `--upstream-deny-tools`: per upstream, globs of the tool names
-//! it may expose (`NameFilter`), parsed and checked at start-up. The bridge (`upstream`) asks the
-//! filter once per tool when it lists an upstream's tools, so a filtered tool is absent from
-//! `tools/list` and, being in no table, refused like an unknown tool.
+//! `--upstream-allow-tools`/`--upstream-deny-tools` and the same for prompts and resources:
+//! per upstream, globs of the tool and prompt names and resource URIs it may expose
+//! (`NameFilter`, three per upstream in `UpstreamFilters`), parsed and checked at start-up. The
+//! bridge (`upstream`) asks the tool filter once per tool when it lists an upstream's tools, so
+//! a filtered tool is absent from `tools/list` and, being in no table, refused like an unknown
+//! tool; prompts and resources are filtered where they are listed and where they are fetched.
 //!
 //! Owns: the flag syntax (`NAME=GLOB[,GLOB…]`, NAME an `--upstream`'s `NAME=` or `*` for every
 //! upstream), the glob (`*` any run, `?` one character), deny-over-allow, and the limit on globs
-//! per upstream. Never: knows prefixes (globs match the upstream's own names).
+//! per upstream. Never: knows prefixes (globs match the upstream's own names and URIs).
 
 use super::UpstreamSpec;
 
-/// Globs one upstream's filter may hold, allow and deny together, `*` rules included
-/// (`--upstream-filter-globs-max`): each listed tool is matched against every one, so the bound
-/// keeps a listing's cost linear in the tools.
+/// Globs one upstream's filters may hold, allow and deny of tools, prompts and resources
+/// together, `*` rules included (`--upstream-filter-globs-max`): each listed item is matched
+/// against its kind's globs, so the bound keeps a listing's cost linear in the items.
 pub(crate) const UPSTREAM_FILTER_GLOBS_MAX: usize = 64;
 
 /// Which tool names of one upstream are exposed: those an allow glob matches (every name when
@@ -29,21 +31,16 @@ impl NameFilter {
         allowed && !self.deny.iter().any(|g| glob_matches(g, name))
     }
 
-    /// The filter of the upstream `spec` from the flags' values (`NAME=GLOB[,GLOB…]` each),
-    /// checked: NAME is `*` or a given upstream's `NAME=`, no glob is empty, and the upstream's
-    /// globs are at most `globs_max`.
-    pub(crate) fn for_upstream(
+    /// The filter of the upstream `spec` from one kind's flags (`NAME=GLOB[,GLOB…]` each),
+    /// checked: NAME is `*` or a given upstream's `NAME=`, and no glob is empty.
+    fn for_upstream(
         spec: &UpstreamSpec,
         specs: &[UpstreamSpec],
-        allow: &[String],
-        deny: &[String],
-        globs_max: usize,
+        allow: FilterFlag<'_>,
+        deny: FilterFlag<'_>,
     ) -> Result<NameFilter, FilterError> {
         let mut filter = NameFilter::default();
-        for (flag, values, into) in [
-            ("--upstream-allow-tools", allow, &mut filter.allow),
-            ("--upstream-deny-tools", deny, &mut filter.deny),
-        ] {
+        for ((flag, values), into) in [(allow, &mut filter.allow), (deny, &mut filter.deny)] {
             for value in values {
                 let (name, globs) = parse(flag, value, specs)?;
                 if name == "*" || spec.name.as_deref() == Some(name) {
@@ -51,11 +48,57 @@ impl NameFilter {
                 }
             }
         }
-        let globs = filter.allow.len() + filter.deny.len();
+        Ok(filter)
+    }
+
+    fn globs(&self) -> usize {
+        self.allow.len() + self.deny.len()
+    }
+}
+
+/// A filter flag's name and its values.
+pub(crate) type FilterFlag<'a> = (&'static str, &'a [String]);
+
+/// The filter flags' values, by kind: `[allow, deny]` each.
+pub(crate) struct FilterFlags<'a> {
+    pub(crate) tools: [&'a [String]; 2],
+    pub(crate) prompts: [&'a [String]; 2],
+    pub(crate) resources: [&'a [String]; 2],
+}
+
+/// One upstream's filters: tool names, prompt names, resource URIs (and URI templates).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct UpstreamFilters {
+    pub(crate) tools: NameFilter,
+    pub(crate) prompts: NameFilter,
+    pub(crate) resources: NameFilter,
+}
+
+impl UpstreamFilters {
+    /// The filters of the upstream `spec`, checked (`NameFilter::for_upstream`), with at most
+    /// `globs_max` globs of all kinds together.
+    pub(crate) fn for_upstream(
+        spec: &UpstreamSpec,
+        specs: &[UpstreamSpec],
+        flags: &FilterFlags<'_>,
+        globs_max: usize,
+    ) -> Result<UpstreamFilters, FilterError> {
+        let kind = |[allow, deny]: [&[String]; 2], what: [&'static str; 2]| {
+            NameFilter::for_upstream(spec, specs, (what[0], allow), (what[1], deny))
+        };
+        let filters = UpstreamFilters {
+            tools: kind(flags.tools, ["--upstream-allow-tools", "--upstream-deny-tools"])?,
+            prompts: kind(flags.prompts, ["--upstream-allow-prompts", "--upstream-deny-prompts"])?,
+            resources: kind(
+                flags.resources,
+                ["--upstream-allow-resources", "--upstream-deny-resources"],
+            )?,
+        };
+        let globs = filters.tools.globs() + filters.prompts.globs() + filters.resources.globs();
         if globs > globs_max {
             return Err(FilterError::TooMany { upstream: spec.label(), globs, max: globs_max });
         }
-        Ok(filter)
+        Ok(filters)
     }
 }
 
@@ -70,7 +113,9 @@ pub enum FilterError {
     #[error("{0} {1:?}: no --upstream is named {2:?} (or use '*')")]
     UnknownUpstream(&'static str, String, String),
     /// More globs for one upstream than `--upstream-filter-globs-max`.
-    #[error("upstream {upstream}: {globs} tool filter globs, at most {max} (--upstream-filter-globs-max)")]
+    #[error(
+        "upstream {upstream}: {globs} filter globs, at most {max} (--upstream-filter-globs-max)"
+    )]
     TooMany {
         /// The upstream's label.
         upstream: String,
@@ -169,6 +214,19 @@ mod tests {
         values.iter().map(|v| (*v).to_owned()).collect()
     }
 
+    /// The tool filter of `spec` from tool flags alone, with `globs_max`.
+    fn tools_of(
+        spec: &UpstreamSpec,
+        specs: &[UpstreamSpec],
+        allow: &[String],
+        deny: &[String],
+        globs_max: usize,
+    ) -> Result<NameFilter, FilterError> {
+        let flags =
+            FilterFlags { tools: [allow, deny], prompts: [&[], &[]], resources: [&[], &[]] };
+        UpstreamFilters::for_upstream(spec, specs, &flags, globs_max).map(|f| f.tools)
+    }
+
     /// Goal: deny wins over allow; no allow means all; `*` applies to every upstream; a flag of
     /// another upstream does not apply.
     #[test]
@@ -176,8 +234,8 @@ mod tests {
         let specs = specs();
         let allow = strings(&["a=get-*,echo"]);
         let deny = strings(&["*=get-secret*", "b=echo"]);
-        let a = NameFilter::for_upstream(&specs[0], &specs, &allow, &deny, 8).expect("a");
-        let b = NameFilter::for_upstream(&specs[1], &specs, &allow, &deny, 8).expect("b");
+        let a = tools_of(&specs[0], &specs, &allow, &deny, 8).expect("a");
+        let b = tools_of(&specs[1], &specs, &allow, &deny, 8).expect("b");
         assert!(a.allows("get-sum") && a.allows("echo"));
         assert!(!a.allows("get-secret-key"), "deny wins over allow");
         assert!(!a.allows("delete"), "an allow list admits only its names");
@@ -193,25 +251,48 @@ mod tests {
         let specs = specs();
         let allow = strings(&["a=x1,x2", "*=x3"]);
         let deny = strings(&["a=y1"]);
-        assert!(NameFilter::for_upstream(&specs[0], &specs, &allow, &deny, 4).is_ok());
-        let over = NameFilter::for_upstream(&specs[0], &specs, &allow, &deny, 3);
+        assert!(tools_of(&specs[0], &specs, &allow, &deny, 4).is_ok());
+        let over = tools_of(&specs[0], &specs, &allow, &deny, 3);
         assert_eq!(
             over,
             Err(FilterError::TooMany { upstream: "a".into(), globs: 4, max: 3 }),
             "one glob past the limit"
         );
         assert!(
-            NameFilter::for_upstream(&specs[1], &specs, &allow, &deny, 1).is_ok(),
+            tools_of(&specs[1], &specs, &allow, &deny, 1).is_ok(),
             "b has one glob (the '*' rule)"
         );
         for bad in ["a", "a=", "a=x,,y", "=x"] {
-            let got = NameFilter::for_upstream(&specs[0], &specs, &strings(&[bad]), &[], 8);
+            let got = tools_of(&specs[0], &specs, &strings(&[bad]), &[], 8);
             assert!(
                 matches!(got, Err(FilterError::Syntax(..)) | Err(FilterError::UnknownUpstream(..))),
                 "{bad}: {got:?}"
             );
         }
-        let unknown = NameFilter::for_upstream(&specs[0], &specs, &[], &strings(&["c=x"]), 8);
+        let unknown = tools_of(&specs[0], &specs, &[], &strings(&["c=x"]), 8);
         assert!(matches!(unknown, Err(FilterError::UnknownUpstream(..))));
+    }
+
+    /// Goal: prompts and resources have filters of their own, and their globs count toward the
+    /// same per-upstream limit as the tools'.
+    #[test]
+    fn prompts_and_resources_filter_apart_and_count_together() {
+        let specs = specs();
+        let (tools, prompts, uris) =
+            (strings(&["a=echo"]), strings(&["a=secret_*"]), strings(&["*=file:///etc/*"]));
+        let flags =
+            FilterFlags { tools: [&tools, &[]], prompts: [&[], &prompts], resources: [&[], &uris] };
+        let a = UpstreamFilters::for_upstream(&specs[0], &specs, &flags, 3).expect("at the limit");
+        assert!(a.tools.allows("echo") && !a.tools.allows("secret_x"));
+        assert!(a.prompts.allows("echo") && !a.prompts.allows("secret_x"));
+        assert!(!a.resources.allows("file:///etc/passwd") && a.resources.allows("file:///srv/a"));
+        let over = UpstreamFilters::for_upstream(&specs[0], &specs, &flags, 2);
+        assert!(matches!(over, Err(FilterError::TooMany { globs: 3, .. })), "{over:?}");
+        let bad = FilterFlags { prompts: [&strings(&["z=x"]), &[]], ..flags };
+        let refused = UpstreamFilters::for_upstream(&specs[0], &specs, &bad, 8);
+        assert!(
+            matches!(&refused, Err(FilterError::UnknownUpstream("--upstream-allow-prompts", ..))),
+            "{refused:?}"
+        );
     }
 }

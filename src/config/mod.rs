@@ -13,8 +13,8 @@ pub use auth::AuthConfig;
 pub(crate) use auth::{AUTH_FILE_BYTES_MAX, AUTH_POLICY_RULES_MAX, AUTH_TOKENS_MAX};
 mod filter;
 pub use filter::FilterError;
-pub(crate) use filter::NameFilter;
 pub(crate) use filter::UPSTREAM_FILTER_GLOBS_MAX;
+pub(crate) use filter::{NameFilter, UpstreamFilters};
 mod upstream;
 pub use upstream::{Isolation, UpstreamSpec, UpstreamSpecError, UpstreamTarget};
 
@@ -502,7 +502,16 @@ pub struct Config {
     pub upstream_allow_tools: Vec<String>,
     /// `--upstream-deny-tools NAME=GLOB[,GLOB…]` values; deny wins over allow.
     pub upstream_deny_tools: Vec<String>,
-    /// `--upstream-filter-globs-max` (`UPSTREAM_FILTER_GLOBS_MAX`): globs per upstream.
+    /// `--upstream-allow-prompts` values (prompt names).
+    pub upstream_allow_prompts: Vec<String>,
+    /// `--upstream-deny-prompts` values.
+    pub upstream_deny_prompts: Vec<String>,
+    /// `--upstream-allow-resources` values (resource URIs and URI templates).
+    pub upstream_allow_resources: Vec<String>,
+    /// `--upstream-deny-resources` values.
+    pub upstream_deny_resources: Vec<String>,
+    /// `--upstream-filter-globs-max` (`UPSTREAM_FILTER_GLOBS_MAX`): globs per upstream, all
+    /// kinds together.
     pub upstream_filter_globs_max: usize,
     /// Authorization (`--auth-*`, `--allow-unauthenticated`).
     pub auth: AuthConfig,
@@ -573,6 +582,10 @@ impl Default for Config {
             upstream_forward_authorization: Vec::new(),
             upstream_allow_tools: Vec::new(),
             upstream_deny_tools: Vec::new(),
+            upstream_allow_prompts: Vec::new(),
+            upstream_deny_prompts: Vec::new(),
+            upstream_allow_resources: Vec::new(),
+            upstream_deny_resources: Vec::new(),
             upstream_filter_globs_max: UPSTREAM_FILTER_GLOBS_MAX,
             auth: AuthConfig::with_limits(),
         }
@@ -661,22 +674,29 @@ impl Config {
         }
     }
 
-    /// Each `--upstream`'s tool filter, in order (`--upstream-allow-tools`,
-    /// `--upstream-deny-tools`); a flag naming no upstream is an error even with none given.
-    pub(crate) fn upstream_tool_filters(&self) -> Result<Vec<NameFilter>, FilterError> {
-        let (allow, deny) = (&self.upstream_allow_tools, &self.upstream_deny_tools);
-        if self.upstreams.is_empty() && !(allow.is_empty() && deny.is_empty()) {
-            let flag =
-                if allow.is_empty() { "--upstream-deny-tools" } else { "--upstream-allow-tools" };
-            let value = allow.iter().chain(deny).next().cloned().unwrap_or_default();
-            return Err(FilterError::UnknownUpstream(flag, value, "(no --upstream given)".into()));
+    /// Each `--upstream`'s filters, in order (`--upstream-allow-tools`, `--upstream-deny-tools`
+    /// and the same for prompts and resources); a filter flag with no `--upstream` is an error.
+    pub(crate) fn upstream_filters(&self) -> Result<Vec<UpstreamFilters>, FilterError> {
+        let flags = filter::FilterFlags {
+            tools: [&self.upstream_allow_tools, &self.upstream_deny_tools],
+            prompts: [&self.upstream_allow_prompts, &self.upstream_deny_prompts],
+            resources: [&self.upstream_allow_resources, &self.upstream_deny_resources],
+        };
+        if self.upstreams.is_empty() {
+            let all = [flags.tools, flags.prompts, flags.resources];
+            if let Some(value) = all.iter().flatten().flat_map(|v| v.iter()).next() {
+                let why = "(no --upstream given)".to_owned();
+                return Err(FilterError::UnknownUpstream(
+                    "--upstream-allow-*/--upstream-deny-*",
+                    value.clone(),
+                    why,
+                ));
+            }
         }
+        let max = self.upstream_filter_globs_max;
         self.upstreams
             .iter()
-            .map(|spec| {
-                let max = self.upstream_filter_globs_max;
-                NameFilter::for_upstream(spec, &self.upstreams, allow, deny, max)
-            })
+            .map(|spec| UpstreamFilters::for_upstream(spec, &self.upstreams, &flags, max))
             .collect()
     }
 
@@ -730,7 +750,7 @@ impl Config {
             }
         }
         UpstreamSpec::check_names(&self.upstreams)?;
-        self.upstream_tool_filters()?;
+        self.upstream_filters()?;
         if self.auth_leeway.as_secs() > AUTH_LEEWAY_SECS_MAX {
             return Err(ConfigError::LeewayTooLong(self.auth_leeway.as_secs()));
         }

@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::config::{Isolation, NameFilter, UpstreamSpec, UpstreamTarget};
+use crate::config::{Isolation, NameFilter, UpstreamFilters, UpstreamSpec, UpstreamTarget};
 use crate::metrics::CoreMetrics;
 use crate::provider::{
     Annotations, CallContext, Caller, Changes, LocalBoxFuture, LogLevel, Notifier, Provider,
@@ -186,8 +186,9 @@ pub(crate) struct Bridge {
     /// `None` when made off a worker thread.
     calls: Option<(Arc<CoreMetrics>, usize)>,
     shared: Rc<Shared>,
-    /// `--upstream-allow-tools` / `--upstream-deny-tools` of this upstream.
-    tool_filter: Arc<NameFilter>,
+    /// `--upstream-allow-*` / `--upstream-deny-*` of this upstream: its tools, prompts and
+    /// resources that clients may see.
+    filters: Arc<UpstreamFilters>,
     links: RefCell<HashMap<SessionRef, Rc<Link>>>,
     /// `shared` isolation: the core's one link, made at the first session.
     core_link: RefCell<Option<Rc<Link>>>,
@@ -207,7 +208,7 @@ impl Bridge {
             prefix: if prefixed { spec.name.clone() } else { None },
             target: spec.target.clone(),
             credentials: settings.credentials.for_upstream(spec.name.as_deref()),
-            tool_filter: settings.tool_filter(index),
+            filters: settings.filters(index),
             settings,
             count,
             calls: crate::metrics::this_core().map(|metrics| (metrics, index)),
@@ -384,7 +385,7 @@ impl Bridge {
     /// tool filter leaves out (then it is neither listed nor callable: one table decides both).
     fn tool_info(&self, tool: &Value) -> Option<ToolInfo> {
         let name = tool.get("name")?.as_str()?;
-        if !self.tool_filter.allows(name) {
+        if !self.filters.tools.allows(name) {
             return None;
         }
         let hints = tool.get("annotations");
@@ -462,12 +463,13 @@ impl Bridge {
         Ok(declared.then_some(peer))
     }
 
-    /// A list method's items from the session's upstream, `rewrite` applied to each.
+    /// A list method's items from the session's upstream: those whose string member `field`
+    /// `filter` allows, `rewrite` applied to each.
     async fn list(
         &self,
         session: SessionRef,
-        method: &str,
-        key: &str,
+        (method, key): (&str, &str),
+        (filter, field): (&NameFilter, &str),
         rewrite: impl Fn(&mut serde_json::Map<String, Value>),
     ) -> ProviderResult<Vec<Value>> {
         let capability = method.split('/').next().unwrap_or(method);
@@ -475,6 +477,7 @@ impl Bridge {
             return Ok(Vec::new());
         };
         let mut items = peer.list_all(method, key, self.settings.timeout).await?;
+        items.retain(|item| filter.allows(item.get(field).and_then(Value::as_str).unwrap_or("")));
         if self.prefix.is_some() {
             for item in &mut items {
                 if let Some(object) = item.as_object_mut() {
@@ -544,7 +547,7 @@ impl Provider for Bridge {
         cx: CallContext,
     ) -> LocalBoxFuture<'a, ProviderResult<Value>> {
         Box::pin(async move {
-            let upstream_name = self.inward(name).filter(|n| self.tool_filter.allows(n));
+            let upstream_name = self.inward(name).filter(|n| self.filters.tools.allows(n));
             let Some(upstream_name) = upstream_name else {
                 return Err(ProviderError::NotFound(format!("unknown tool: {name}")));
             };
@@ -569,7 +572,8 @@ impl Provider for Bridge {
         &self,
         session: SessionRef,
     ) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
-        Box::pin(self.list(session, "resources/list", "resources", |item| {
+        let filter = (&self.filters.resources, "uri");
+        Box::pin(self.list(session, ("resources/list", "resources"), filter, |item| {
             Self::rewrite_member(item, "uri", |uri| self.outward_uri(uri))
         }))
     }
@@ -578,7 +582,9 @@ impl Provider for Bridge {
         &self,
         session: SessionRef,
     ) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
-        Box::pin(self.list(session, "resources/templates/list", "resourceTemplates", |item| {
+        let filter = (&self.filters.resources, "uriTemplate");
+        let method = ("resources/templates/list", "resourceTemplates");
+        Box::pin(self.list(session, method, filter, |item| {
             Self::rewrite_member(item, "uriTemplate", |uri| self.outward_uri(uri))
         }))
     }
@@ -589,7 +595,8 @@ impl Provider for Bridge {
         uri: &'a str,
     ) -> LocalBoxFuture<'a, ProviderResult<Option<Value>>> {
         Box::pin(async move {
-            let Some(upstream_uri) = self.inward_uri(uri) else { return Ok(None) };
+            let upstream_uri = self.inward_uri(uri).filter(|u| self.filters.resources.allows(u));
+            let Some(upstream_uri) = upstream_uri else { return Ok(None) };
             let Some(peer) = self.session_peer(session, "resources").await? else {
                 return Ok(None);
             };
@@ -614,7 +621,8 @@ impl Provider for Bridge {
         subscribe: bool,
     ) -> LocalBoxFuture<'a, ProviderResult<bool>> {
         Box::pin(async move {
-            let Some(upstream_uri) = self.inward_uri(uri) else { return Ok(false) };
+            let upstream_uri = self.inward_uri(uri).filter(|u| self.filters.resources.allows(u));
+            let Some(upstream_uri) = upstream_uri else { return Ok(false) };
             let Some(peer) = self.session_peer(session, "resources").await? else {
                 return Ok(false);
             };
@@ -626,7 +634,8 @@ impl Provider for Bridge {
     }
 
     fn list_prompts(&self, session: SessionRef) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
-        Box::pin(self.list(session, "prompts/list", "prompts", |item| {
+        let filter = (&self.filters.prompts, "name");
+        Box::pin(self.list(session, ("prompts/list", "prompts"), filter, |item| {
             Self::rewrite_member(item, "name", |name| self.outward(name))
         }))
     }
@@ -638,7 +647,8 @@ impl Provider for Bridge {
         arguments: Value,
     ) -> LocalBoxFuture<'a, ProviderResult<Option<Value>>> {
         Box::pin(async move {
-            let Some(upstream_name) = self.inward(name) else { return Ok(None) };
+            let upstream_name = self.inward(name).filter(|n| self.filters.prompts.allows(n));
+            let Some(upstream_name) = upstream_name else { return Ok(None) };
             let Some(peer) = self.session_peer(session, "prompts").await? else { return Ok(None) };
             let mut params = json!({ "name": upstream_name });
             if !arguments.is_null() {
@@ -659,11 +669,13 @@ impl Provider for Bridge {
             let ours = match reference.get("type").and_then(Value::as_str) {
                 Some("ref/prompt") => {
                     let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
-                    self.inward(name).map(|n| ("name", n.to_owned()))
+                    let ours = self.inward(name).filter(|n| self.filters.prompts.allows(n));
+                    ours.map(|n| ("name", n.to_owned()))
                 }
                 Some("ref/resource") => {
                     let uri = reference.get("uri").and_then(Value::as_str).unwrap_or("");
-                    self.inward_uri(uri).map(|u| ("uri", u.to_owned()))
+                    let ours = self.inward_uri(uri).filter(|u| self.filters.resources.allows(u));
+                    ours.map(|u| ("uri", u.to_owned()))
                 }
                 _ => None,
             };

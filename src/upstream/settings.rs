@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::credentials::CredentialTable;
-use crate::config::{Isolation, NameFilter};
+use crate::config::{Isolation, UpstreamFilters};
 
 /// The bridge flags, shared by every core.
 #[derive(Clone, Debug)]
@@ -20,13 +20,13 @@ pub(crate) struct Settings {
     pub(crate) kill_grace: Duration,
     /// `--upstream-credentials` and `--upstream-forward-authorization`, read at start-up.
     pub(crate) credentials: CredentialTable,
-    /// Each upstream's tool filter (index: the `--upstream` flags' order).
-    pub(crate) tool_filters: Vec<Arc<NameFilter>>,
+    /// Each upstream's tool, prompt and resource filters (index: the `--upstream` flags' order).
+    pub(crate) filters: Vec<Arc<UpstreamFilters>>,
 }
 
 impl Settings {
-    /// The tool filter of the `index`-th upstream (open when there is none).
-    pub(crate) fn tool_filter(&self, index: usize) -> Arc<NameFilter> {
-        self.tool_filters.get(index).cloned().unwrap_or_default()
+    /// The filters of the `index`-th upstream (open when there are none).
+    pub(crate) fn filters(&self, index: usize) -> Arc<UpstreamFilters> {
+        self.filters.get(index).cloned().unwrap_or_default()
     }
 }
