@@ -68,7 +68,13 @@ async function connect(url, name, capabilities) {
     client.setRequestHandler(ElicitRequestSchema, async () => (
       { action: 'accept', content: { name: ELICIT_NAME, check: true, integer: 3 } }));
   }
-  await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+  const transport = new StreamableHTTPClientTransport(new URL(url));
+  await client.connect(transport);
+  // DELETE ends the session and so its upstream child (bridge.sh checks none is left).
+  client.end = async () => {
+    await transport.terminateSession();
+    await client.close();
+  };
   return client;
 }
 
@@ -134,8 +140,8 @@ async function sessions() {
   const probeLast = await names(probe);
   check(!probeLast.includes(ELICIT) && probeLast.length === probeFirst.length,
     `the probe's list changed after the elicitor listed: ${JSON.stringify(probeFirst)} -> ${JSON.stringify(probeLast)}`);
-  await probe.close();
-  await elicitor.close();
+  await probe.end();
+  await elicitor.end();
   return `${summary}; the probe's call of ${ELICIT} refused -32602 twice; echo ok for both`;
 }
 
@@ -166,8 +172,8 @@ async function filter() {
   }
   for (const h of opts.hidden) checkUnknown(await callOutcome(filtered, h, {}), h, 'filtered');
   await echoes(filtered, 'filtered');
-  await full.close();
-  await filtered.close();
+  await full.end();
+  await filtered.end();
   return `${got.length} of ${fullNames.length} tools listed, same JSON (${annotated} with annotations); ` +
     `${opts.hidden.length} hidden refused -32602`;
 }
