@@ -134,7 +134,8 @@ fn filtered_prompts_are_neither_listed_nor_fetched() {
     let got = post(&open, &[("Mcp-Session-Id", &sid)], get).json();
     assert!(got["result"]["messages"].is_array(), "{got}");
     // Denied by '?', even though an allow glob matches it: deny wins.
-    let server = bridge(&["--upstream-allow-prompts", "*=g*", "--upstream-deny-prompts", "*=gr??t"]);
+    let server =
+        bridge(&["--upstream-allow-prompts", "*=g*", "--upstream-deny-prompts", "*=gr??t"]);
     let sid = open_with(&server, "{}");
     assert!(listed(&server, &sid).is_empty());
     let refused = post(&server, &[("Mcp-Session-Id", &sid)], get).json();

@@ -277,7 +277,8 @@ pub(crate) async fn post(
     let access = core.access(claims.as_deref(), policy.as_deref());
     // The per-tool policy, before the migration decision: a refused call is never recorded,
     // held or deduplicated (a batch is refused whole when one of its requests is).
-    if let Some((id, challenge)) = forbidden_in(core, session.borrow().reference(), access, &body) {
+    let reference = session.borrow().reference();
+    if let Some((id, challenge)) = forbidden_in(core, reference, access, &body) {
         return refuse_scope(out, id.as_ref(), &challenge, keep_alive);
     }
     match body {
@@ -520,7 +521,8 @@ async fn request(
     keep_alive: bool,
 ) -> Outcome {
     let RequestParts { id, method, mut params, idempotency_key } = parts;
-    let class = match classify(core, session.borrow().reference(), &method, &params).await {
+    let reference = session.borrow().reference();
+    let class = match classify(core, reference, &method, &params).await {
         Ok(class) => class,
         Err((code, message)) => {
             let mut body = Vec::with_capacity(64 + message.len());
@@ -683,7 +685,8 @@ async fn batch_answer(
         crate::wire::push_error_response(body, Some(id), Code::InvalidRequest, message, None);
         return;
     }
-    let class = match classify(core, session.borrow().reference(), method, params).await {
+    let reference = session.borrow().reference();
+    let class = match classify(core, reference, method, params).await {
         Ok(class) => class,
         Err((code, message)) => {
             crate::wire::push_error_response(body, Some(id), code, &message, None);
