@@ -9,7 +9,7 @@
 //! upstream), the glob (`*` any run, `?` one character), deny-over-allow, and the limit on globs
 //! per upstream. Never: knows prefixes (globs match the upstream's own names and URIs).
 
-use super::UpstreamSpec;
+use super::upstream::UpstreamSpec;
 
 /// Globs one upstream's filters may hold, allow and deny of tools, prompts and resources
 /// together, `*` rules included (`--upstream-filter-globs-max`): each listed item is matched
