@@ -16,6 +16,16 @@
 #               call, lists and reads resources (static and templated), lists and gets a prompt,
 #               completes a prompt argument; once directly and once through cut_proxy.py (the
 #               long-running call's stream is cut and must be resumed by the SDK)
+#   sessions    per-session tool tables and tool filters (issue 22 items 3, 2), server-everything
+#               behind tidemark, tests/bridge/everything_sessions.mjs (official TS SDK): a probe
+#               client without capabilities connects first, then one declaring elicitation; in
+#               turns each lists (the elicitor: the probe's tools + trigger-elicitation-request)
+#               and calls (the elicitor's trigger-elicitation-request runs and carries its
+#               handler's answer; the probe's is refused -32602 unknown tool; echo for both).
+#               Then a second tidemark with --upstream-allow-tools '*=echo,get-*,trigger-*,
+#               toggle-*' and --upstream-deny-tools '*=trigger-*,get-e?v': its list is the
+#               unfiltered one's minus exactly the 5 filtered tools, each remaining tool's JSON
+#               (annotations included) unchanged, each filtered tool's call refused -32602
 #   time        --upstream 'stdio:.cache/venv/bin/mcp-server-time --local-timezone UTC': the
 #               Python SDK client (tests/bridge/py_bridge_client.py --scenario time) lists the
 #               tools and calls get_current_time and convert_time
@@ -52,8 +62,8 @@
 # processes (checked: no child of it alive 3 s after it exits; the faults stage leaves two
 # sessions open for this).
 #
-#   --only STAGES       run only these stages (comma-separated: everything,time,counter,retry,
-#                       faults,http,multi)
+#   --only STAGES       run only these stages (comma-separated: everything,sessions,time,counter,
+#                       retry,faults,http,multi)
 #   --no-build          do not run cargo build (use the existing target/release/tidemark)
 #   --server-cmd CMD    start CMD instead of target/release/tidemark (the flags are appended; CMD
 #                       must print tidemark's first line)
@@ -71,12 +81,12 @@ RESULTS="$CACHE/bridge-results"
 TS_DIR="$CACHE/ts-clients"
 NPM_DIR="$CACHE/bridge-npm"
 VENV="$CACHE/venv"
-ALL_STAGES="everything,time,counter,retry,faults,http,multi"
+ALL_STAGES="everything,sessions,time,counter,retry,faults,http,multi"
 START_TIMEOUT_S=30
 CLIENT_TIMEOUT_S=120
 CHILD_EXIT_S=3
 
-usage() { sed -n '2,63s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,73s/^# \{0,1\}//p' "$0"; }
 
 only="$ALL_STAGES"
 build=1
@@ -116,6 +126,7 @@ cp "$CLIENTS/ts_client.mjs" "$TS_DIR/ts_client.mjs"
 # server-everything and the TS SDK for everything_client.mjs, pinned by tests/bridge's lock file.
 npm_ci_pinned "$BRIDGE" "$NPM_DIR" @modelcontextprotocol/server-everything
 cp "$BRIDGE/everything_client.mjs" "$NPM_DIR/everything_client.mjs"
+cp "$BRIDGE/everything_sessions.mjs" "$NPM_DIR/everything_sessions.mjs"
 EVERYTHING_JS="$NPM_DIR/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
 
 # The venv of scripts/clients.sh (same creation and marker), plus mcp-server-time.
@@ -233,7 +244,8 @@ read_counter() {
 }
 
 # run_client NAME KIND TARGET ARGS...: one run in the background; verdict in RESULTS/NAME.rc.
-# KIND: ts (ts_client.mjs), py (py_client.py), ev (everything_client.mjs), pyb
+# KIND: ts (ts_client.mjs), py (py_client.py), ev (everything_client.mjs), evs
+# (everything_sessions.mjs), pyb
 # (py_bridge_client.py), raw (raw_checks.py). TARGET is a URL or proxy:K:N:ON_CUT (cut_proxy.py in
 # front of the server). With `expect_delta` set (and `counter_file`), the counter file must rise by
 # exactly that much during the run (only for runs that are alone on their upstream).
@@ -264,6 +276,7 @@ run_client() {
             ts) cmd=("$NODE" "$TS_DIR/ts_client.mjs") ;;
             py) cmd=("$PY" "$CLIENTS/py_client.py") ;;
             ev) cmd=("$NODE" "$NPM_DIR/everything_client.mjs") ;;
+            evs) cmd=("$NODE" "$NPM_DIR/everything_sessions.mjs") ;;
             pyb) cmd=("$PY" "$BRIDGE/py_bridge_client.py") ;;
             raw) cmd=("$PY" "$BRIDGE/raw_checks.py") ;;
         esac
@@ -400,6 +413,28 @@ if want_stage everything; then
         # The long-running call's stream (progress events) is cut after 2; the SDK must resume.
         sequential everything-ts-cut ev "proxy:2:1:close" --skip cancel
         check_no_children everything-children
+        stop_server
+    fi
+fi
+
+if want_stage sessions; then
+    EVERYTHING_UP="stdio:$NODE $EVERYTHING_JS stdio"
+    start_server sessions --upstream "$EVERYTHING_UP" "${FAST[@]}"
+    if [ -n "$server_url" ]; then
+        sequential sessions-ts evs "$server_url" --scenario sessions
+        # The unfiltered server stays up as the filtered one's reference.
+        unfiltered=("$server_name" "$server_pid" "$server_url")
+        start_server filter --upstream "$EVERYTHING_UP" "${FAST[@]}" \
+            --upstream-allow-tools '*=echo,get-*,trigger-*,toggle-*' \
+            --upstream-deny-tools '*=trigger-*,get-e?v'
+        if [ -n "$server_url" ]; then
+            sequential filter-ts evs "$server_url" --scenario filter \
+                --compare-url "${unfiltered[2]}" --hidden \
+                gzip-file-as-resource,simulate-research-query,trigger-long-running-operation,trigger-elicitation-request,get-env
+            stop_server
+        fi
+        server_name="${unfiltered[0]}" server_pid="${unfiltered[1]}" server_url="${unfiltered[2]}"
+        check_no_children sessions-children
         stop_server
     fi
 fi

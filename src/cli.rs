@@ -196,6 +196,31 @@ struct Flags {
     /// for an upstream that is this same resource (the token's audience). Off by default.
     #[arg(long, value_name = "NAME")]
     upstream_forward_authorization: Vec<String>,
+    /// Expose only the tools of upstream NAME ('*': every upstream) whose own names match a
+    /// GLOB ('*' any run, '?' one character); repeatable; 'NAME=GLOB[,GLOB…]'.
+    #[arg(long)]
+    upstream_allow_tools: Vec<String>,
+    /// Hide the tools of upstream NAME ('*': every upstream) matching a GLOB, listed and
+    /// called alike (refused as unknown); wins over --upstream-allow-tools; 'NAME=GLOB[,GLOB…]'.
+    #[arg(long)]
+    upstream_deny_tools: Vec<String>,
+    /// Expose only the prompts of upstream NAME ('*': all) whose names match a GLOB (as for
+    /// tools: listed, fetched and completed alike); 'NAME=GLOB[,GLOB…]'.
+    #[arg(long)]
+    upstream_allow_prompts: Vec<String>,
+    /// Hide the prompts of upstream NAME ('*': all) matching a GLOB; wins over allow.
+    #[arg(long)]
+    upstream_deny_prompts: Vec<String>,
+    /// Expose only the resources of upstream NAME ('*': all) whose URIs (or URI templates)
+    /// match a GLOB; read and subscribe are refused as not found for the rest.
+    #[arg(long)]
+    upstream_allow_resources: Vec<String>,
+    /// Hide the resources of upstream NAME ('*': all) whose URIs match a GLOB; wins over allow.
+    #[arg(long)]
+    upstream_deny_resources: Vec<String>,
+    /// Most --upstream-allow-* and --upstream-deny-* globs (all kinds) for one upstream.
+    #[arg(long, default_value_t = config::UPSTREAM_FILTER_GLOBS_MAX)]
+    upstream_filter_globs_max: usize,
     /// A local JWK Set (the authorization server's signing keys), read again every refresh.
     #[arg(long)]
     auth_jwks_file: Option<std::path::PathBuf>,
@@ -407,6 +432,13 @@ impl Flags {
             auth_leeway: Duration::from_secs(self.auth_leeway_secs),
             upstream_credentials: self.upstream_credentials,
             upstream_forward_authorization: self.upstream_forward_authorization,
+            upstream_allow_tools: self.upstream_allow_tools,
+            upstream_deny_tools: self.upstream_deny_tools,
+            upstream_allow_prompts: self.upstream_allow_prompts,
+            upstream_deny_prompts: self.upstream_deny_prompts,
+            upstream_allow_resources: self.upstream_allow_resources,
+            upstream_deny_resources: self.upstream_deny_resources,
+            upstream_filter_globs_max: self.upstream_filter_globs_max,
             auth: config::AuthConfig {
                 tokens_file: self.auth_tokens,
                 resource: self.auth_resource,

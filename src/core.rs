@@ -100,12 +100,14 @@ impl Core {
     }
 
     /// The per-tool policy's verdict on `method` (`tools/call`, `prompts/get`,
-    /// `resources/read`; anything else passes): `Some` is the `WWW-Authenticate` of the 403
+    /// `resources/read`; anything else passes) for a request of `session` (whose tools it is
+    /// listed): `Some` is the `WWW-Authenticate` of the 403
     /// naming the scopes the token lacks. The decision `dispatch` lists by, so what is listed
     /// can be called and what is refused is not listed. A tool no provider lists passes (the
     /// era answers "unknown tool").
     pub(crate) fn forbidden(
         &self,
+        session: crate::provider::SessionRef,
         access: Option<Access<'_>>,
         method: &str,
         params: &crate::wire::WireValue,
@@ -114,7 +116,7 @@ impl Core {
         let access = access?;
         let text = |field: &str| params.get(field).and_then(|v| v.as_str());
         let missing = match method {
-            "tools/call" => access.missing(self.registry.tool(text("name")?)?.item()),
+            "tools/call" => access.missing(self.registry.tool(session, text("name")?)?.item()),
             "prompts/get" => access.missing(Item {
                 kind: Kind::Prompt,
                 name: text("name")?,

@@ -101,7 +101,7 @@ mod wire;
 pub use config::MigrationPolicy;
 pub use config::{AuthConfig, BuiltinSet, Config, ConfigError, DriverChoice, LogFormat};
 pub use config::{
-    Isolation, ResponseMode, TlsFiles, UpstreamSpec, UpstreamSpecError, UpstreamTarget,
+    FilterError, Isolation, ResponseMode, TlsFiles, UpstreamSpec, UpstreamSpecError, UpstreamTarget,
 };
 pub use logging::{init_logging, reload_log_level};
 pub use config::{RateLimit, RateLimitError, RateScope};

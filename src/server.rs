@@ -401,6 +401,13 @@ fn upstream_providers(
         &cfg.upstream_forward_authorization,
     )
     .map_err(|e: crate::upstream::CredentialsError| ServerError::Credentials(e.to_string()))?;
+    // Checked by `Config::validate`; an error here is a Config built without it.
+    let filters = cfg
+        .upstream_filters()
+        .map_err(|e| ServerError::Credentials(e.to_string()))?
+        .into_iter()
+        .map(Arc::new)
+        .collect();
     let settings = Arc::new(crate::upstream::Settings {
         env: cfg.upstream_env.clone(),
         isolation: cfg.upstream_isolation,
@@ -411,6 +418,7 @@ fn upstream_providers(
         queue_bytes: cfg.upstream_queue_bytes,
         kill_grace: cfg.upstream_kill_grace,
         credentials,
+        filters,
     });
     let prefixed = cfg.upstreams.len() > 1;
     Ok(cfg

@@ -14,6 +14,10 @@ pub(crate) use auth::{AUTH_FILE_BYTES_MAX, AUTH_POLICY_RULES_MAX, AUTH_TOKENS_MA
 mod rate;
 pub(crate) use rate::RATE_BUCKETS_PER_CORE_MAX;
 pub use rate::{RateLimit, RateLimitError, RateScope};
+mod filter;
+pub use filter::FilterError;
+pub(crate) use filter::UPSTREAM_FILTER_GLOBS_MAX;
+pub(crate) use filter::{NameFilter, UpstreamFilters};
 mod upstream;
 pub use upstream::{Isolation, UpstreamSpec, UpstreamSpecError, UpstreamTarget};
 
@@ -516,6 +520,21 @@ pub struct Config {
     /// Upstreams (by `NAME=`) that get the client's own `Authorization` header
     /// (`--upstream-forward-authorization`): only for an upstream that is this same resource.
     pub upstream_forward_authorization: Vec<String>,
+    /// `--upstream-allow-tools NAME=GLOB[,GLOB…]` values (see `NameFilter`).
+    pub upstream_allow_tools: Vec<String>,
+    /// `--upstream-deny-tools NAME=GLOB[,GLOB…]` values; deny wins over allow.
+    pub upstream_deny_tools: Vec<String>,
+    /// `--upstream-allow-prompts` values (prompt names).
+    pub upstream_allow_prompts: Vec<String>,
+    /// `--upstream-deny-prompts` values.
+    pub upstream_deny_prompts: Vec<String>,
+    /// `--upstream-allow-resources` values (resource URIs and URI templates).
+    pub upstream_allow_resources: Vec<String>,
+    /// `--upstream-deny-resources` values.
+    pub upstream_deny_resources: Vec<String>,
+    /// `--upstream-filter-globs-max` (`UPSTREAM_FILTER_GLOBS_MAX`): globs per upstream, all
+    /// kinds together.
+    pub upstream_filter_globs_max: usize,
     /// Authorization (`--auth-*`, `--allow-unauthenticated`).
     pub auth: AuthConfig,
     /// Token-bucket rate limits (`--rate-limit`, at most `RATE_LIMITS_MAX`; none by default).
@@ -608,6 +627,13 @@ impl Default for Config {
             auth_leeway: Duration::from_secs(AUTH_LEEWAY_SECS),
             upstream_credentials: None,
             upstream_forward_authorization: Vec::new(),
+            upstream_allow_tools: Vec::new(),
+            upstream_deny_tools: Vec::new(),
+            upstream_allow_prompts: Vec::new(),
+            upstream_deny_prompts: Vec::new(),
+            upstream_allow_resources: Vec::new(),
+            upstream_deny_resources: Vec::new(),
+            upstream_filter_globs_max: UPSTREAM_FILTER_GLOBS_MAX,
             auth: AuthConfig::with_limits(),
             log_format: LogFormat::Text,
             log_level: None,
@@ -657,6 +683,9 @@ pub enum ConfigError {
     /// An `--upstream-env` value is not `KEY=VALUE` with a non-empty key.
     #[error("--upstream-env expects KEY=VALUE, got {0:?}")]
     BadUpstreamEnv(String),
+    /// An `--upstream-allow-tools` or `--upstream-deny-tools` value is unusable.
+    #[error(transparent)]
+    Filter(#[from] FilterError),
     /// `--auth-leeway-secs` is over `AUTH_LEEWAY_SECS_MAX`.
     #[error("--auth-leeway-secs must be at most {AUTH_LEEWAY_SECS_MAX}, got {0}")]
     LeewayTooLong(u64),
@@ -706,9 +735,35 @@ impl Config {
         }
     }
 
+    /// Each `--upstream`'s filters, in order (`--upstream-allow-tools`, `--upstream-deny-tools`
+    /// and the same for prompts and resources); a filter flag with no `--upstream` is an error.
+    pub(crate) fn upstream_filters(&self) -> Result<Vec<UpstreamFilters>, FilterError> {
+        let flags = filter::FilterFlags {
+            tools: [&self.upstream_allow_tools, &self.upstream_deny_tools],
+            prompts: [&self.upstream_allow_prompts, &self.upstream_deny_prompts],
+            resources: [&self.upstream_allow_resources, &self.upstream_deny_resources],
+        };
+        if self.upstreams.is_empty() {
+            let all = [flags.tools, flags.prompts, flags.resources];
+            if let Some(value) = all.iter().flatten().flat_map(|v| v.iter()).next() {
+                let why = "(no --upstream given)".to_owned();
+                return Err(FilterError::UnknownUpstream(
+                    "--upstream-allow-*/--upstream-deny-*",
+                    value.clone(),
+                    why,
+                ));
+            }
+        }
+        let max = self.upstream_filter_globs_max;
+        self.upstreams
+            .iter()
+            .map(|spec| UpstreamFilters::for_upstream(spec, &self.upstreams, &flags, max))
+            .collect()
+    }
+
     /// Checks every value once, so workers can rely on them.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let nonzero: [(&'static str, u128); 42] = [
+        let nonzero: [(&'static str, u128); 43] = [
             ("threads", self.threads as u128),
             ("max-header-bytes", self.header_bytes_max as u128),
             ("max-headers", self.headers_max as u128),
@@ -744,6 +799,7 @@ impl Config {
             ("upstream-start-timeout-secs", self.upstream_start_timeout.as_millis()),
             ("upstream-line-bytes", self.upstream_line_bytes as u128),
             ("upstream-queue-bytes", self.upstream_queue_bytes as u128),
+            ("upstream-filter-globs-max", self.upstream_filter_globs_max as u128),
             ("auth-jwks-refresh-secs", self.auth_jwks_refresh.as_millis()),
             ("auth-jwks-min-refetch-secs", self.auth_jwks_min_refetch.as_millis()),
             ("auth-tokens-max", self.auth.tokens_max as u128),
@@ -759,6 +815,7 @@ impl Config {
         }
         UpstreamSpec::check_names(&self.upstreams)?;
         RateLimit::check_set(&self.rate_limits)?;
+        self.upstream_filters()?;
         if self.auth_leeway.as_secs() > AUTH_LEEWAY_SECS_MAX {
             return Err(ConfigError::LeewayTooLong(self.auth_leeway.as_secs()));
         }

@@ -39,7 +39,10 @@ pub(crate) struct ToolRoute {
     pub header_params: Rc<[(String, String)]>,
 }
 
-/// The tools of all providers, as last listed.
+/// The tools of all providers, as last listed: for every session (the core's table), or for
+/// one session whose providers list it tools of its own (`Provider::list_session_tools`).
+/// Listing and `tools/call` read the same table, so a session may call exactly what it is
+/// listed.
 #[derive(Default)]
 struct ToolTable {
     by_name: FastMap<String, ToolRoute>,
@@ -51,13 +54,61 @@ struct ToolTable {
     listed: Vec<(Value, ToolRoute)>,
 }
 
+impl ToolTable {
+    /// The table of these providers' lists, in provider order (on a duplicate name the first
+    /// wins).
+    fn build<'a>(lists: impl Iterator<Item = (&'a Rc<dyn Provider>, &'a [ToolInfo])>) -> ToolTable {
+        let mut table = ToolTable::default();
+        let mut items: Vec<Value> = Vec::new();
+        for (provider, tools) in lists {
+            for tool in tools {
+                if table.by_name.contains_key(&tool.name) {
+                    tracing::warn!(provider = provider.name(), tool = %tool.name, "duplicate tool name not listed");
+                    continue;
+                }
+                let route = ToolRoute {
+                    name: Rc::from(tool.name.as_str()),
+                    provider: provider.clone(),
+                    safe_to_repeat: tool.annotations.safe_to_repeat(),
+                    read_only: tool.annotations.read_only == Some(true),
+                    header_params: header_params(&tool.input_schema).into(),
+                };
+                let json = tool.to_json();
+                table.by_name.insert(tool.name.clone(), route.clone());
+                items.push(json.clone());
+                table.listed.push((json, route));
+            }
+        }
+        table.list_json = serde_json::to_vec(&serde_json::json!({ "tools": items }))
+            .unwrap_or_else(|_| b"{\"tools\":[]}".to_vec());
+        table
+    }
+}
+
+/// A session's own tool table, and the core listing it was built with (the providers that
+/// have no list of the session's contribute the core's).
+struct SessionTools {
+    table: Rc<ToolTable>,
+    core_listing: u64,
+}
+
 /// All providers of one core.
 pub(crate) struct Registry {
     providers: Vec<Rc<dyn Provider>>,
     changes: Changes,
-    tools: RefCell<ToolTable>,
+    /// The core's table: every session's whose providers list nothing of their own (built-in
+    /// tools, shared upstreams) and the 2026-07-28 requests'. Shared by `Rc`, never copied.
+    tools: RefCell<Rc<ToolTable>>,
+    /// Each provider's tools as the core last listed them (index: `providers`), for the
+    /// session tables.
+    core_lists: RefCell<Rc<[Rc<[ToolInfo]>]>>,
+    /// The tables of sessions that have their own (per-session upstreams); a session without
+    /// an entry reads the core's. Removed when the session closes.
+    session_tools: RefCell<FastMap<SessionRef, SessionTools>>,
     /// Bumped when a re-listing starts: a slower, older listing must not overwrite a newer one.
     listing: std::cell::Cell<u64>,
+    /// The listing the core's table is from (session tables built on an older one are rebuilt).
+    core_listing: std::cell::Cell<u64>,
     capabilities: Value,
     /// Whether every provider has opened `SessionRef::STATELESS` (the 2026-07-28 requests of
     /// this core), and a wake-up for requests waiting while it opens.
@@ -96,8 +147,11 @@ impl Registry {
             capabilities: capabilities(has_resources, has_prompts),
             providers,
             changes,
-            tools: RefCell::new(ToolTable::default()),
+            tools: RefCell::new(Rc::new(ToolTable::default())),
+            core_lists: RefCell::new(Rc::from(Vec::new())),
+            session_tools: RefCell::new(FastMap::default()),
             listing: std::cell::Cell::new(0),
+            core_listing: std::cell::Cell::new(0),
             stateless: std::cell::Cell::new(StatelessOpen::Closed),
             stateless_opened: Default::default(),
             stateless_failure: RefCell::new(None),
@@ -106,54 +160,95 @@ impl Registry {
         registry
     }
 
-    /// Lists every provider's tools again if one said they changed.
-    pub(crate) async fn refresh_if_stale(&self) {
+    /// Lists the providers' tools again if one said they changed: the core's, and `session`'s
+    /// own (when it has one and it changed, or was built on an older core listing).
+    pub(crate) async fn refresh_if_stale(&self, session: SessionRef) {
         if self.changes.take_tools_stale() {
             self.relist_tools().await;
+        }
+        if session == SessionRef::STATELESS || session == SessionRef::NONE {
+            return;
+        }
+        let outdated = self
+            .session_tools
+            .borrow()
+            .get(&session)
+            .is_some_and(|own| own.core_listing != self.core_listing.get());
+        if self.changes.take_session_stale(session) || outdated {
+            self.relist_session(session).await;
         }
     }
 
     async fn relist_tools(&self) {
         let listing = self.listing.get() + 1;
         self.listing.set(listing);
-        let mut table = ToolTable::default();
-        let mut listed: Vec<ToolInfo> = Vec::new();
+        let mut lists: Vec<Rc<[ToolInfo]>> = Vec::with_capacity(self.providers.len());
         for provider in &self.providers {
             let tools = match provider.list_tools().await {
                 Ok(tools) => tools,
                 Err(e) => {
                     tracing::warn!(provider = provider.name(), error = %e, "tools/list failed");
-                    continue;
+                    Vec::new()
                 }
             };
-            for tool in tools {
-                if table.by_name.contains_key(&tool.name) {
-                    tracing::warn!(provider = provider.name(), tool = %tool.name, "duplicate tool name not listed");
-                    continue;
-                }
-                let route = ToolRoute {
-                    name: Rc::from(tool.name.as_str()),
-                    provider: provider.clone(),
-                    safe_to_repeat: tool.annotations.safe_to_repeat(),
-                    read_only: tool.annotations.read_only == Some(true),
-                    header_params: header_params(&tool.input_schema).into(),
-                };
-                table.by_name.insert(tool.name.clone(), route.clone());
-                table.listed.push((tool.to_json(), route));
-                listed.push(tool);
-            }
+            lists.push(tools.into());
         }
-        let items: Vec<Value> = listed.iter().map(ToolInfo::to_json).collect();
-        table.list_json = serde_json::to_vec(&serde_json::json!({ "tools": items }))
-            .unwrap_or_else(|_| b"{\"tools\":[]}".to_vec());
+        let table = ToolTable::build(self.providers.iter().zip(lists.iter().map(|l| &l[..])));
         if self.listing.get() == listing {
-            *self.tools.borrow_mut() = table;
+            *self.tools.borrow_mut() = Rc::new(table);
+            *self.core_lists.borrow_mut() = lists.into();
+            self.core_listing.set(listing);
         }
     }
 
-    /// The route of tool `name`, for `tools/call`; `None` when no provider lists it.
-    pub(crate) fn tool(&self, name: &str) -> Option<ToolRoute> {
-        self.tools.borrow().by_name.get(name).cloned()
+    /// Builds `session`'s own table, or drops it when no provider has a list of the session's
+    /// (the session then reads the core's table).
+    async fn relist_session(&self, session: SessionRef) {
+        let core_listing = self.core_listing.get();
+        let core_lists = self.core_lists.borrow().clone();
+        let mut own_any = false;
+        let mut lists: Vec<Rc<[ToolInfo]>> = Vec::with_capacity(self.providers.len());
+        for (index, provider) in self.providers.iter().enumerate() {
+            let core = || core_lists.get(index).cloned().unwrap_or_else(|| Rc::from(Vec::new()));
+            match provider.list_session_tools(session).await {
+                Ok(Some(tools)) => {
+                    own_any = true;
+                    lists.push(tools.into());
+                }
+                Ok(None) => lists.push(core()),
+                Err(e) => {
+                    tracing::warn!(provider = provider.name(), error = %e, "session tools/list failed");
+                    own_any = true;
+                    lists.push(Rc::from(Vec::new()));
+                }
+            }
+        }
+        if !own_any {
+            self.session_tools.borrow_mut().remove(&session);
+            return;
+        }
+        let table = ToolTable::build(self.providers.iter().zip(lists.iter().map(|l| &l[..])));
+        let own = SessionTools { table: Rc::new(table), core_listing };
+        self.session_tools.borrow_mut().insert(session, own);
+    }
+
+    /// The table `session` is listed from and calls by.
+    fn table(&self, session: SessionRef) -> Rc<ToolTable> {
+        let own = self.session_tools.borrow();
+        match own.get(&session) {
+            Some(own) => own.table.clone(),
+            None => self.tools.borrow().clone(),
+        }
+    }
+
+    /// The route of tool `name` for `session`'s `tools/call`; `None` when no provider lists
+    /// it to that session.
+    pub(crate) fn tool(&self, session: SessionRef, name: &str) -> Option<ToolRoute> {
+        let own = self.session_tools.borrow();
+        match own.get(&session) {
+            Some(own) => own.table.by_name.get(name).cloned(),
+            None => self.tools.borrow().by_name.get(name).cloned(),
+        }
     }
 
     /// `ServerCapabilities` for the `initialize` result.
@@ -180,8 +275,15 @@ impl Registry {
                 }
             }
         }
-        // A provider may have re-listed its tools while opening (a bridge's first upstream).
-        self.refresh_if_stale().await;
+        // A provider may have re-listed its tools while opening (a bridge's first upstream),
+        // and a per-session upstream lists this session's own.
+        if self.changes.take_tools_stale() {
+            self.relist_tools().await;
+        }
+        if start.session != SessionRef::STATELESS && start.session != SessionRef::NONE {
+            self.changes.take_session_stale(start.session);
+            self.relist_session(start.session).await;
+        }
         Ok(infos)
     }
 
@@ -232,6 +334,8 @@ impl Registry {
 
     /// Tells every provider that a session ended.
     pub(crate) fn close_session(&self, session: SessionRef) {
+        self.session_tools.borrow_mut().remove(&session);
+        self.changes.take_session_stale(session);
         for provider in &self.providers {
             provider.close_session(session);
         }
@@ -263,10 +367,11 @@ impl Registry {
                 }
             }
             "tools/list" => {
-                self.refresh_if_stale().await;
+                self.refresh_if_stale(session).await;
+                let table = self.table(session);
                 match access {
-                    None => jsonrpc::push_result(out, id, &self.tools.borrow().list_json),
-                    Some(access) => push_result_value(out, id, &self.tools_for(access)),
+                    None => jsonrpc::push_result(out, id, &table.list_json),
+                    Some(access) => push_result_value(out, id, &tools_for(&table, access)),
                 }
                 return;
             }
@@ -310,19 +415,6 @@ impl Registry {
             Ok(v) => push_result_value(out, id, &v),
             Err(e) => push_provider_error(out, id, &e),
         }
-    }
-
-    /// The `tools/list` result with only the tools `access` allows (the decision a call is
-    /// refused by, so a subject is never listed a tool it may not call).
-    fn tools_for(&self, access: Access<'_>) -> Value {
-        let table = self.tools.borrow();
-        let tools: Vec<Value> = table
-            .listed
-            .iter()
-            .filter(|(_, route)| access.allows(route.item()))
-            .map(|(json, _)| json.clone())
-            .collect();
-        serde_json::json!({ "tools": tools })
     }
 
     /// `{"<key>": [...]}` from every provider's list, in provider order. A provider whose list
@@ -429,6 +521,18 @@ impl Registry {
         }
         completion(values)
     }
+}
+
+/// The `tools/list` result of `table` with only the tools `access` allows (the decision a
+/// call is refused by, so a subject is never listed a tool it may not call).
+fn tools_for(table: &ToolTable, access: Access<'_>) -> Value {
+    let tools: Vec<Value> = table
+        .listed
+        .iter()
+        .filter(|(_, route)| access.allows(route.item()))
+        .map(|(json, _)| json.clone())
+        .collect();
+    serde_json::json!({ "tools": tools })
 }
 
 /// A prompts or resources listing with only the items `access` allows (by their `field`:

@@ -172,7 +172,7 @@ fn tools_list_is_valid_json_with_every_required_field() {
         let name = item["name"].as_str().expect("name");
         assert!(valid_tool_name(name), "{name}");
         assert!(item["description"].as_str().is_some_and(|d| !d.is_empty()), "{name}");
-        assert!(registry.tool(name).is_some(), "{name}: a listed tool is routed");
+        assert!(registry.tool(SessionRef::NONE, name).is_some(), "{name}: a listed tool is routed");
         let spec = specs.iter().find(|s| s.name == name).expect("listed tool has a spec");
         assert_eq!(item["description"], json!(spec.description), "{name}");
         let written = parse(spec.input_schema);
@@ -199,10 +199,10 @@ fn registry_dedups_repeated_providers_and_finds_tools_by_name() {
     let list = |r: &Registry| result(r, "tools/list", "{}");
     assert_eq!(list(&once), list(&twice));
     assert_eq!(listed_names(&twice), ["echo", "slow_counter", "get_counter", "greet"]);
-    assert!(twice.tool("echo").is_some());
-    assert!(twice.tool("test_simple_text").is_none());
-    assert!(twice.tool("").is_none());
-    assert!(full().tool("ECHO").is_none());
+    assert!(twice.tool(SessionRef::NONE, "echo").is_some());
+    assert!(twice.tool(SessionRef::NONE, "test_simple_text").is_none());
+    assert!(twice.tool(SessionRef::NONE, "").is_none());
+    assert!(full().tool(SessionRef::NONE, "ECHO").is_none());
     let empty = builtin(&[]);
     assert_eq!(list(&empty), json!({ "tools": [] }));
     assert_eq!(result(&empty, "resources/list", "{}"), json!({ "resources": [] }));
@@ -221,7 +221,8 @@ fn on_a_duplicate_tool_name_the_first_provider_wins() {
     let b: Rc<dyn Provider> = Rc::new(Synthetic::new("b", &["shared", "only_b"]));
     let registry = build(vec![a, b]);
     assert_eq!(listed_names(&registry), ["shared", "only_a", "only_b"]);
-    let route = |name: &str| registry.tool(name).expect(name).provider.name().to_owned();
+    let route =
+        |name: &str| registry.tool(SessionRef::NONE, name).expect(name).provider.name().to_owned();
     assert_eq!(route("shared"), "a");
     assert_eq!(route("only_a"), "a");
     assert_eq!(route("only_b"), "b");
@@ -231,7 +232,7 @@ fn on_a_duplicate_tool_name_the_first_provider_wins() {
 fn registry_runs_a_tool_through_its_route() {
     // Goal: Registry::tool hands out a callable provider. Method: echo through the route.
     let registry = full();
-    let route = registry.tool("echo").expect("echo");
+    let route = registry.tool(SessionRef::NONE, "echo").expect("echo");
     let result =
         run(route.provider.call_tool("echo", json!({ "text": "x" }), CallContext::detached()));
     assert_eq!(result, Ok(json!({ "content": [{ "type": "text", "text": "x" }] })));
@@ -390,23 +391,23 @@ fn tools_changed_relists_and_nothing_else_does() {
     let provider = Rc::new(Synthetic::new("live", &["before"]));
     let registry = build(vec![provider.clone(), Rc::new(BuiltinProvider::new(BuiltinSet::Demo))]);
     assert_eq!(provider.list_calls.get(), 1);
-    assert!(registry.tool("before").is_some());
+    assert!(registry.tool(SessionRef::NONE, "before").is_some());
 
     // Edited but not announced: every path answers from the cache.
     provider.set_tools(&["after"]);
-    run(registry.refresh_if_stale());
+    run(registry.refresh_if_stale(SessionRef::NONE));
     assert_eq!(listed_names(&registry), ["before", "echo", "slow_counter", "get_counter", "greet"]);
-    assert!(registry.tool("after").is_none());
+    assert!(registry.tool(SessionRef::NONE, "after").is_none());
     assert_eq!(provider.list_calls.get(), 1);
 
     // Announced: refresh_if_stale lists again, once.
     provider.announce();
-    run(registry.refresh_if_stale());
+    run(registry.refresh_if_stale(SessionRef::NONE));
     assert_eq!(provider.list_calls.get(), 2);
-    assert!(registry.tool("before").is_none());
-    assert_eq!(registry.tool("after").expect("after").provider.name(), "live");
+    assert!(registry.tool(SessionRef::NONE, "before").is_none());
+    assert_eq!(registry.tool(SessionRef::NONE, "after").expect("after").provider.name(), "live");
     assert_eq!(listed_names(&registry), ["after", "echo", "slow_counter", "get_counter", "greet"]);
-    run(registry.refresh_if_stale());
+    run(registry.refresh_if_stale(SessionRef::NONE));
     assert_eq!(provider.list_calls.get(), 2);
 
     // tools/list refreshes by itself.
@@ -417,7 +418,10 @@ fn tools_changed_relists_and_nothing_else_does() {
         ["third", "fourth", "echo", "slow_counter", "get_counter", "greet"]
     );
     assert_eq!(provider.list_calls.get(), 3);
-    assert!(registry.tool("third").is_some() && registry.tool("after").is_none());
+    assert!(
+        registry.tool(SessionRef::NONE, "third").is_some()
+            && registry.tool(SessionRef::NONE, "after").is_none()
+    );
     assert_eq!(listed_names(&registry).len(), 6);
     assert_eq!(provider.list_calls.get(), 3);
 }
@@ -435,8 +439,8 @@ fn a_provider_whose_listing_fails_is_skipped() {
     ]);
     assert_eq!(broken.list_calls.get(), 1);
     assert_eq!(listed_names(&registry), ["kept", "echo", "slow_counter", "get_counter", "greet"]);
-    assert!(registry.tool("lost").is_none());
-    assert_eq!(registry.tool("kept").expect("kept").provider.name(), "working");
+    assert!(registry.tool(SessionRef::NONE, "lost").is_none());
+    assert_eq!(registry.tool(SessionRef::NONE, "kept").expect("kept").provider.name(), "working");
 
     working.set_tools(&["kept", "new"]);
     broken.announce();
@@ -477,11 +481,158 @@ fn safe_to_repeat_follows_the_annotations() {
         cases.iter().map(|(name, annotations, _)| tool(name, annotations.clone())).collect();
     let registry = build(vec![Rc::new(provider)]);
     for (name, _, safe) in &cases {
-        assert_eq!(registry.tool(name).expect(name).safe_to_repeat, *safe, "{name}");
+        assert_eq!(
+            registry.tool(SessionRef::NONE, name).expect(name).safe_to_repeat,
+            *safe,
+            "{name}"
+        );
     }
     // The built-in sets too: slow_counter has no hints, echo and get_counter have some.
     let demo = builtin(&[BuiltinSet::Demo]);
-    assert!(demo.tool("echo").expect("echo").safe_to_repeat);
-    assert!(demo.tool("get_counter").expect("get_counter").safe_to_repeat);
-    assert!(!demo.tool("slow_counter").expect("slow_counter").safe_to_repeat);
+    assert!(demo.tool(SessionRef::NONE, "echo").expect("echo").safe_to_repeat);
+    assert!(demo.tool(SessionRef::NONE, "get_counter").expect("get_counter").safe_to_repeat);
+    assert!(!demo.tool(SessionRef::NONE, "slow_counter").expect("slow_counter").safe_to_repeat);
+}
+
+/// A provider that lists each session its own tools, as a per-session upstream started with the
+/// client's capabilities does: `elicit` only to a session whose `initialize` declared
+/// elicitation; `echo` (idempotent) to all. Its core-wide list (`list_tools`) is `core_only`.
+#[derive(Default)]
+struct PerSession {
+    elicitors: RefCell<Vec<SessionRef>>,
+    changes: RefCell<Option<Changes>>,
+    session_lists: Cell<usize>,
+}
+
+impl Provider for PerSession {
+    fn name(&self) -> &str {
+        "per-session"
+    }
+
+    fn attach(&self, changes: Changes) {
+        *self.changes.borrow_mut() = Some(changes);
+    }
+
+    fn list_tools(&self) -> LocalBoxFuture<'_, ProviderResult<Vec<ToolInfo>>> {
+        Box::pin(async { Ok(vec![tool("core_only", Annotations::default())]) })
+    }
+
+    fn list_session_tools(
+        &self,
+        session: SessionRef,
+    ) -> LocalBoxFuture<'_, ProviderResult<Option<Vec<ToolInfo>>>> {
+        self.session_lists.set(self.session_lists.get() + 1);
+        let idempotent = Annotations { idempotent: Some(true), ..Annotations::default() };
+        let mut tools = vec![tool("echo", idempotent)];
+        if self.elicitors.borrow().contains(&session) {
+            tools.push(tool("elicit", Annotations::default()));
+        }
+        Box::pin(async move { Ok(Some(tools)) })
+    }
+
+    fn open_session<'a>(
+        &'a self,
+        start: &'a SessionStart,
+    ) -> LocalBoxFuture<'a, ProviderResult<SessionInfo>> {
+        if start.client_params.pointer("/capabilities/elicitation").is_some() {
+            self.elicitors.borrow_mut().push(start.session);
+        }
+        Box::pin(async { Ok(SessionInfo::default()) })
+    }
+
+    fn call_tool<'a>(
+        &'a self,
+        _name: &'a str,
+        _arguments: Value,
+        _cx: CallContext,
+    ) -> LocalBoxFuture<'a, ProviderResult<Value>> {
+        Box::pin(async { Ok(json!({ "content": [] })) })
+    }
+}
+
+fn session_start(session: SessionRef, capabilities: Value) -> SessionStart {
+    SessionStart {
+        session,
+        protocol_version: "2025-11-25",
+        client_params: json!({ "capabilities": capabilities }),
+        notifier: crate::provider::Notifier::detached(),
+        caller: None,
+    }
+}
+
+fn names_for(registry: &Registry, session: SessionRef) -> Vec<String> {
+    let params: WireValue = simd_json::to_owned_value(&mut b"{}".to_vec()).expect("JSON");
+    let mut out = Vec::new();
+    run(registry.answer(session, None, &RawId(ID.to_owned()), "tools/list", &params, &mut out));
+    let response: Value = serde_json::from_slice(&out).expect("JSON");
+    let items = response["result"]["tools"].as_array().expect("tools").clone();
+    items.iter().map(|t| t["name"].as_str().expect("name").to_owned()).collect()
+}
+
+#[test]
+fn each_session_is_listed_and_routed_by_its_own_tools() {
+    // Goal (issue 22 item 3): a session is listed, and may call, exactly the tools its own
+    // providers' lists hold, never another session's, whichever listed last; a provider
+    // without lists of its own (built-in) is shared by every session's table; idempotency
+    // comes from the session's table; a change of one session's list re-lists that session
+    // only; a closed session's table is gone. Method: a registry over a per-session provider
+    // and the demo set, two sessions opened in interleaved order (the one without elicitation
+    // first, as a probing client does), listing and routing for each after each step.
+    let provider = Rc::new(PerSession::default());
+    let registry = build(vec![provider.clone(), Rc::new(BuiltinProvider::new(BuiltinSet::Demo))]);
+    let (probe, elicitor) = (SessionRef::new(11), SessionRef::new(22));
+    let demo = ["echo", "slow_counter", "get_counter", "greet"].map(String::from);
+    run(registry.open_session(&session_start(probe, json!({})))).expect("probe opens");
+    run(registry.open_session(&session_start(elicitor, json!({ "elicitation": {} }))))
+        .expect("elicitor opens");
+    for _ in 0..2 {
+        // The duplicate `echo` of the demo set loses to the first provider's, per session.
+        let mut want_probe = vec!["echo".to_owned()];
+        want_probe.extend(demo[1..].iter().cloned());
+        assert_eq!(names_for(&registry, probe), want_probe);
+        let mut want_elicitor = vec!["echo".to_owned(), "elicit".to_owned()];
+        want_elicitor.extend(demo[1..].iter().cloned());
+        assert_eq!(names_for(&registry, elicitor), want_elicitor);
+        assert!(registry.tool(probe, "elicit").is_none(), "not listed to it, not callable");
+        let route = registry.tool(elicitor, "elicit").expect("the elicitor's own tool");
+        assert_eq!(route.provider.name(), "per-session");
+        assert!(!route.safe_to_repeat);
+        assert!(registry.tool(probe, "echo").expect("echo").safe_to_repeat, "its annotations");
+        assert_eq!(registry.tool(probe, "greet").expect("greet").provider.name(), "demo");
+        assert!(registry.tool(probe, "core_only").is_none(), "the session reads its own list");
+        assert!(registry.tool(SessionRef::STATELESS, "core_only").is_some(), "the core's");
+    }
+    assert_eq!(provider.session_lists.get(), 2, "listing answers from the tables");
+
+    // One session's change re-lists that session only.
+    let changes = provider.changes.borrow().clone().expect("attached");
+    changes.session_tools_changed(probe);
+    provider.elicitors.borrow_mut().push(probe);
+    assert_eq!(names_for(&registry, elicitor).len(), 5);
+    assert_eq!(provider.session_lists.get(), 2);
+    assert!(names_for(&registry, probe).contains(&"elicit".to_owned()));
+    assert_eq!(provider.session_lists.get(), 3);
+    assert!(registry.tool(probe, "elicit").is_some());
+
+    // A core re-listing rebuilds the session tables at their next request (shared parts).
+    changes.tools_changed();
+    run(registry.refresh_if_stale(elicitor));
+    assert_eq!(provider.session_lists.get(), 4);
+
+    registry.close_session(probe);
+    assert!(registry.tool(probe, "elicit").is_none(), "a closed session's table is dropped");
+    assert!(registry.session_tools.borrow().get(&probe).is_none());
+}
+
+#[test]
+fn sessions_share_the_core_table_when_no_provider_lists_per_session() {
+    // Goal: the hot path of built-in tools: a session of providers without lists of their own
+    // gets no table of its own (it reads the core's, shared by `Rc`). Method: the demo set,
+    // a session opened, the tables compared by pointer.
+    let registry = full();
+    let session = SessionRef::new(5);
+    run(registry.open_session(&session_start(session, json!({})))).expect("opens");
+    assert!(registry.session_tools.borrow().is_empty());
+    assert!(Rc::ptr_eq(&registry.table(session), &registry.table(SessionRef::NONE)));
+    assert!(registry.tool(session, "echo").is_some());
 }

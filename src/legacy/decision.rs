@@ -200,6 +200,7 @@ impl Drop for HeldSlot {
 /// `tools/call` that names no tool we serve (given without a decision: nothing can run).
 pub(super) async fn classify(
     core: &Rc<LegacyCore>,
+    session: crate::provider::SessionRef,
     method: &str,
     params: &WireValue,
 ) -> Result<Classified, (Code, String)> {
@@ -211,8 +212,8 @@ pub(super) async fn classify(
     let Some(name) = params.get("name").and_then(|n| n.as_str()) else {
         return Err((Code::InvalidParams, "tools/call needs a string name".to_owned()));
     };
-    core.registry.refresh_if_stale().await;
-    match core.registry.tool(name) {
+    core.registry.refresh_if_stale(session).await;
+    match core.registry.tool(session, name) {
         Some(route) => {
             let idempotent = route.safe_to_repeat;
             Ok(Classified { tool: Some(route), idempotent, fingerprint })

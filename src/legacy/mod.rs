@@ -290,7 +290,8 @@ pub(crate) async fn post(
     let access = core.access(claims.as_deref(), policy.as_deref());
     // The per-tool policy, before the migration decision: a refused call is never recorded,
     // held or deduplicated (a batch is refused whole when one of its requests is).
-    if let Some((id, challenge)) = forbidden_in(core, access, &body) {
+    let reference = session.borrow().reference();
+    if let Some((id, challenge)) = forbidden_in(core, reference, access, &body) {
         return refuse_scope(out, id.as_ref(), &challenge, keep_alive);
     }
     match body {
@@ -317,18 +318,19 @@ pub(crate) async fn post(
 /// a batch) and the 403's challenge.
 fn forbidden_in(
     core: &LegacyCore,
+    reference: crate::provider::SessionRef,
     access: Option<Access<'_>>,
     body: &Body,
 ) -> Option<(Option<RawId>, String)> {
     access?;
     match body {
         Body::Single(Message::Request { id, method, params }) => {
-            core.forbidden(access, method, params).map(|c| (Some(id.clone()), c))
+            core.forbidden(reference, access, method, params).map(|c| (Some(id.clone()), c))
         }
         Body::Single(_) => None,
         Body::Batch(msgs) => msgs.iter().find_map(|m| match m {
             Message::Request { method, params, .. } => {
-                core.forbidden(access, method, params).map(|c| (None, c))
+                core.forbidden(reference, access, method, params).map(|c| (None, c))
             }
             _ => None,
         }),
@@ -537,7 +539,8 @@ async fn request(
     keep_alive: bool,
 ) -> Outcome {
     let RequestParts { id, method, mut params, idempotency_key } = parts;
-    let class = match classify(core, &method, &params).await {
+    let reference = session.borrow().reference();
+    let class = match classify(core, reference, &method, &params).await {
         Ok(class) => class,
         Err((code, message)) => {
             let mut body = Vec::with_capacity(64 + message.len());
@@ -708,7 +711,8 @@ async fn batch_answer(
         crate::wire::push_error_response(body, Some(id), Code::InvalidRequest, message, None);
         return;
     }
-    let class = match classify(core, method, params).await {
+    let reference = session.borrow().reference();
+    let class = match classify(core, reference, method, params).await {
         Ok(class) => class,
         Err((code, message)) => {
             crate::wire::push_error_response(body, Some(id), code, &message, None);

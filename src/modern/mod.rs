@@ -130,9 +130,12 @@ pub(crate) async fn serve(
         core.registry.open_stateless().await;
     }
     // The per-tool policy: every 2026-07-28 request is authorized on its own.
-    if let Some(challenge) =
-        core.forbidden(core.access(req.claims.as_deref(), req.policy.as_deref()), &method, &params)
-    {
+    if let Some(challenge) = core.forbidden(
+        SessionRef::STATELESS,
+        core.access(req.claims.as_deref(), req.policy.as_deref()),
+        &method,
+        &params,
+    ) {
         return refuse_scope(out, Some(&id), &challenge, keep_alive);
     }
     // Rate limits: `tools/call` meets them once its key is looked up (`tools_call`); a task's
@@ -274,8 +277,8 @@ async fn tools_call(
         let message = "tools/call needs a string name";
         return crate::core::reply_error(out, &id, Code::InvalidParams, message, keep_alive);
     };
-    core.registry.refresh_if_stale().await;
-    let Some(route) = core.registry.tool(&name) else {
+    core.registry.refresh_if_stale(SessionRef::STATELESS).await;
+    let Some(route) = core.registry.tool(SessionRef::STATELESS, &name) else {
         // A provider that could not open the core's stateless session (an upstream that is
         // down, or redirects) lists nothing: its refusal says more than "unknown tool".
         if let Some(e) = core.registry.stateless_failure() {

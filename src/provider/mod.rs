@@ -282,6 +282,19 @@ pub trait Provider {
     /// `Changes::tools_changed`; `tools/list` answers from that cache.
     fn list_tools(&self) -> LocalBoxFuture<'_, ProviderResult<Vec<ToolInfo>>>;
 
+    /// The tools client session `session` is listed and may call, when they are its own (a
+    /// bridge with one upstream per session, started with that client's capabilities, may be
+    /// offered other tools than another session's). `None`, the default: the tools of
+    /// `list_tools`, the same for every session. Asked when the session opens and again after
+    /// `Changes::session_tools_changed` for it; never for `SessionRef::STATELESS`.
+    fn list_session_tools(
+        &self,
+        session: SessionRef,
+    ) -> LocalBoxFuture<'_, ProviderResult<Option<Vec<ToolInfo>>>> {
+        let _ = session;
+        Box::pin(async { Ok(None) })
+    }
+
     /// Runs tool `name` (one this provider listed). `arguments` is the request's `arguments`
     /// object, or `Value::Null` when the client sent none. Returns a `CallToolResult` object
     /// (`{"content": [...]}`); a tool-level failure is a result with `isError: true`, not an
@@ -522,6 +535,9 @@ pub(crate) trait NotifySink {
 #[derive(Clone, Default)]
 pub struct Changes {
     tools_stale: Rc<Cell<bool>>,
+    /// Sessions whose own tool list (`Provider::list_session_tools`) changed; a few at a time
+    /// (each is taken at its session's next request), so a scan is cheaper than a map.
+    stale_sessions: Rc<std::cell::RefCell<Vec<SessionRef>>>,
 }
 
 /// Process-wide counts of list changes, by kind (read by `subscriptions/listen` streams on any
@@ -559,6 +575,27 @@ impl Changes {
     /// True once after `tools_changed` (the registry consumes the flag).
     pub(crate) fn take_tools_stale(&self) -> bool {
         self.tools_stale.replace(false)
+    }
+
+    /// The tools of one session (`Provider::list_session_tools`) changed: the server lists
+    /// them again before that session's next `tools/list` or `tools/call`.
+    pub fn session_tools_changed(&self, session: SessionRef) {
+        let mut stale = self.stale_sessions.borrow_mut();
+        if !stale.contains(&session) {
+            stale.push(session);
+        }
+    }
+
+    /// True once after `session_tools_changed(session)` (the registry consumes it).
+    pub(crate) fn take_session_stale(&self, session: SessionRef) -> bool {
+        let mut stale = self.stale_sessions.borrow_mut();
+        match stale.iter().position(|s| *s == session) {
+            Some(at) => {
+                stale.swap_remove(at);
+                true
+            }
+            None => false,
+        }
     }
 }
 

@@ -7,9 +7,12 @@
 //! Owns: the `--upstream` spec (`UpstreamSpec`), the bridge settings, and per core and
 //! upstream the links to upstream connections: one per client session (`per-session`
 //! isolation, the default: the child starts at `initialize` and ends with the session) or one
-//! for all sessions of the core (`shared`). The tool catalog (the upstream's tools, names
-//! prefixed when there are several upstreams) is kept per core and re-listed when an upstream
-//! says its tools changed.
+//! for all sessions of the core (`shared`). Each link keeps its own tool catalog (the tools that
+//! connection lists, filtered by `--upstream-allow-tools`/`--upstream-deny-tools`, names
+//! prefixed when there are several upstreams), re-listed when its upstream says they changed:
+//! an upstream started with one client's capabilities may offer it other tools than another
+//! client's, so a per-session link's catalog is that session's (`list_session_tools`) and the
+//! core's link's is every other session's (`list_tools`).
 //!
 //! A session's upstream I/O runs on the core that owns the session: the child's streams are
 //! sockets of that core's runtime (`stdio`). Starting a child (fork+exec) is the one
@@ -35,7 +38,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::config::{Isolation, UpstreamSpec, UpstreamTarget};
+use crate::config::{Isolation, NameFilter, UpstreamFilters, UpstreamSpec, UpstreamTarget};
 use crate::metrics::CoreMetrics;
 use crate::provider::{
     Annotations, CallContext, Caller, Changes, LocalBoxFuture, LogLevel, Notifier, Provider,
@@ -59,9 +62,21 @@ pub(crate) const NAME_SEPARATOR: &str = "__";
 /// keeps the result a URI (`+` is allowed in a scheme).
 pub(crate) const URI_SEPARATOR: &str = "+";
 
+/// The tools one link's upstream connection lists, as clients see them.
+#[derive(Default)]
+struct Catalog {
+    tools: RefCell<Vec<ToolInfo>>,
+    /// Set when the upstream said its tools changed (or a listing failed): listed again at the
+    /// next look.
+    stale: Cell<bool>,
+}
+
 /// A client session's (or, shared, a core's) connection to the upstream, made on demand: the
 /// first `initialize`, and again after the upstream ended (the next request respawns it).
 struct Link {
+    /// The client session whose link this is; `None` for the core's link.
+    session: Option<SessionRef>,
+    catalog: Rc<Catalog>,
     protocol_version: &'static str,
     client_params: Value,
     peer: RefCell<Option<Rc<Peer>>>,
@@ -81,7 +96,6 @@ struct Shared {
     /// The bridge's prefix (several upstreams), for URIs in forwarded notifications.
     prefix: Option<String>,
     changes: RefCell<Option<Changes>>,
-    catalog_stale: Cell<bool>,
     /// Sessions of this core using the shared link (for its session-level notifications).
     notifiers: RefCell<HashMap<SessionRef, Notifier>>,
 }
@@ -98,10 +112,14 @@ impl Shared {
         params
     }
 
-    fn tools_changed(&self) {
-        self.catalog_stale.set(true);
+    /// A link's catalog changed: the registry lists the session's tools (a per-session link)
+    /// or the core's (the core's link) again.
+    fn announce(&self, session: Option<SessionRef>) {
         if let Some(changes) = self.changes.borrow().as_ref() {
-            changes.tools_changed();
+            match session {
+                Some(session) => changes.session_tools_changed(session),
+                None => changes.tools_changed(),
+            }
         }
     }
 }
@@ -110,11 +128,14 @@ impl Shared {
 struct SessionEvents {
     shared: Rc<Shared>,
     notifier: Notifier,
+    session: SessionRef,
+    catalog: Rc<Catalog>,
 }
 
 impl PeerEvents for SessionEvents {
     fn tools_changed(&self) {
-        self.shared.tools_changed();
+        self.catalog.stale.set(true);
+        self.shared.announce(Some(self.session));
         self.notifier.notify("notifications/tools/list_changed", Value::Null);
     }
 
@@ -128,11 +149,12 @@ impl PeerEvents for SessionEvents {
 }
 
 /// The shared link's notifications: to every session of the core.
-struct BroadcastEvents(Rc<Shared>);
+struct BroadcastEvents(Rc<Shared>, Rc<Catalog>);
 
 impl PeerEvents for BroadcastEvents {
     fn tools_changed(&self) {
-        self.0.tools_changed();
+        self.1.stale.set(true);
+        self.0.announce(None);
         self.notification("notifications/tools/list_changed", Value::Null);
     }
 
@@ -164,8 +186,9 @@ pub(crate) struct Bridge {
     /// `None` when made off a worker thread.
     calls: Option<(Arc<CoreMetrics>, usize)>,
     shared: Rc<Shared>,
-    /// The upstream's tools as last listed (names as clients see them).
-    catalog: RefCell<Vec<ToolInfo>>,
+    /// `--upstream-allow-*` / `--upstream-deny-*` of this upstream: its tools, prompts and
+    /// resources that clients may see.
+    filters: Arc<UpstreamFilters>,
     links: RefCell<HashMap<SessionRef, Rc<Link>>>,
     /// `shared` isolation: the core's one link, made at the first session.
     core_link: RefCell<Option<Rc<Link>>>,
@@ -185,16 +208,15 @@ impl Bridge {
             prefix: if prefixed { spec.name.clone() } else { None },
             target: spec.target.clone(),
             credentials: settings.credentials.for_upstream(spec.name.as_deref()),
+            filters: settings.filters(index),
             settings,
             count,
             calls: crate::metrics::this_core().map(|metrics| (metrics, index)),
             shared: Rc::new(Shared {
                 prefix: if prefixed { spec.name.clone() } else { None },
                 changes: RefCell::new(None),
-                catalog_stale: Cell::new(true),
                 notifiers: RefCell::new(HashMap::new()),
             }),
-            catalog: RefCell::new(Vec::new()),
             links: RefCell::new(HashMap::new()),
             core_link: RefCell::new(None),
         }
@@ -223,8 +245,9 @@ impl Bridge {
             "capabilities": { "sampling": {}, "elicitation": {}, "roots": {} },
             "clientInfo": { "name": "tidemark", "version": env!("CARGO_PKG_VERSION") },
         });
-        let events = BroadcastEvents(self.shared.clone());
-        let link = Rc::new(new_link(&generic, Rc::new(events)));
+        let catalog = Rc::new(Catalog::default());
+        let events = BroadcastEvents(self.shared.clone(), catalog.clone());
+        let link = Rc::new(new_link(&generic, None, catalog, Rc::new(events)));
         *self.core_link.borrow_mut() = Some(link.clone());
         link
     }
@@ -309,9 +332,8 @@ impl Bridge {
             }
         };
         peer.notify("notifications/initialized", Value::Null);
-        if self.shared.catalog_stale.get() {
-            self.relist(&peer, self.settings.start_timeout).await;
-        }
+        // A new connection (a first one, or a respawned child) may list other tools.
+        self.relist(&peer, link, self.settings.start_timeout).await;
         let info = SessionInfo {
             instructions: result.get("instructions").and_then(Value::as_str).map(
                 |text| match &self.prefix {
@@ -329,29 +351,43 @@ impl Bridge {
         Ok((peer, info))
     }
 
-    /// Lists the upstream's tools into the catalog; announces a change.
-    async fn relist(&self, peer: &Peer, timeout: Duration) {
-        self.shared.catalog_stale.set(false);
+    /// Lists the link's upstream tools into its catalog; announces a change.
+    async fn relist(&self, peer: &Peer, link: &Link, timeout: Duration) {
+        let catalog = &link.catalog;
+        catalog.stale.set(false);
         let listed = match peer.list_all("tools/list", "tools", timeout).await {
             Ok(listed) => listed,
             Err(e) => {
                 tracing::warn!(upstream = %self.name, error = %e, "upstream tools/list failed");
-                self.shared.catalog_stale.set(true);
+                catalog.stale.set(true);
                 return;
             }
         };
         let tools: Vec<ToolInfo> = listed.iter().filter_map(|t| self.tool_info(t)).collect();
-        if *self.catalog.borrow() != tools {
-            *self.catalog.borrow_mut() = tools;
-            if let Some(changes) = self.shared.changes.borrow().as_ref() {
-                changes.tools_changed();
-            }
+        if *catalog.tools.borrow() != tools {
+            *catalog.tools.borrow_mut() = tools;
+            self.shared.announce(link.session);
         }
     }
 
-    /// An upstream `tools/list` item as tidemark lists it (prefixed name).
+    /// The link's catalog, listed again first when it is stale and its upstream is up.
+    async fn catalog_of(&self, link: &Link) -> Vec<ToolInfo> {
+        if link.catalog.stale.get() {
+            let peer = link.peer.borrow().clone().filter(|p| p.is_alive());
+            if let Some(peer) = peer {
+                self.relist(&peer, link, self.settings.timeout).await;
+            }
+        }
+        link.catalog.tools.borrow().clone()
+    }
+
+    /// An upstream `tools/list` item as tidemark lists it (prefixed name); `None` for one the
+    /// tool filter leaves out (then it is neither listed nor callable: one table decides both).
     fn tool_info(&self, tool: &Value) -> Option<ToolInfo> {
         let name = tool.get("name")?.as_str()?;
+        if !self.filters.tools.allows(name) {
+            return None;
+        }
         let hints = tool.get("annotations");
         let hint = |key: &str| hints.and_then(|h| h.get(key)).and_then(Value::as_bool);
         let annotations = Annotations {
@@ -427,12 +463,13 @@ impl Bridge {
         Ok(declared.then_some(peer))
     }
 
-    /// A list method's items from the session's upstream, `rewrite` applied to each.
+    /// A list method's items from the session's upstream: those whose string member `field`
+    /// `filter` allows, `rewrite` applied to each.
     async fn list(
         &self,
         session: SessionRef,
-        method: &str,
-        key: &str,
+        (method, key): (&str, &str),
+        (filter, field): (&NameFilter, &str),
         rewrite: impl Fn(&mut serde_json::Map<String, Value>),
     ) -> ProviderResult<Vec<Value>> {
         let capability = method.split('/').next().unwrap_or(method);
@@ -440,6 +477,7 @@ impl Bridge {
             return Ok(Vec::new());
         };
         let mut items = peer.list_all(method, key, self.settings.timeout).await?;
+        items.retain(|item| filter.allows(item.get(field).and_then(Value::as_str).unwrap_or("")));
         if self.prefix.is_some() {
             for item in &mut items {
                 if let Some(object) = item.as_object_mut() {
@@ -471,19 +509,34 @@ impl Provider for Bridge {
         *self.shared.changes.borrow_mut() = Some(changes);
     }
 
+    /// The core's link's tools: every session's with `shared` isolation, the 2026-07-28
+    /// requests' with `per-session` (whose sessions list their own: `list_session_tools`).
     fn list_tools(&self) -> LocalBoxFuture<'_, ProviderResult<Vec<ToolInfo>>> {
         Box::pin(async move {
-            if self.shared.catalog_stale.get() {
-                let live = match self.settings.isolation {
-                    Isolation::Shared => self.core_link.borrow().clone(),
-                    Isolation::PerSession => self.links.borrow().values().next().cloned(),
-                };
-                let peer = live.and_then(|l| l.peer.borrow().clone()).filter(|p| p.is_alive());
-                if let Some(peer) = peer {
-                    self.relist(&peer, self.settings.timeout).await;
-                }
+            let core_link = self.core_link.borrow().clone();
+            match core_link {
+                Some(link) => Ok(self.catalog_of(&link).await),
+                None => Ok(Vec::new()),
             }
-            Ok(self.catalog.borrow().clone())
+        })
+    }
+
+    /// With `per-session` isolation, the tools of the session's own upstream (started with
+    /// that client's capabilities); a session without a link here has none of this upstream.
+    fn list_session_tools(
+        &self,
+        session: SessionRef,
+    ) -> LocalBoxFuture<'_, ProviderResult<Option<Vec<ToolInfo>>>> {
+        Box::pin(async move {
+            if self.settings.isolation != Isolation::PerSession || session == SessionRef::STATELESS
+            {
+                return Ok(None);
+            }
+            let link = self.links.borrow().get(&session).cloned();
+            match link {
+                Some(link) => Ok(Some(self.catalog_of(&link).await)),
+                None => Ok(Some(Vec::new())),
+            }
         })
     }
 
@@ -494,8 +547,9 @@ impl Provider for Bridge {
         cx: CallContext,
     ) -> LocalBoxFuture<'a, ProviderResult<Value>> {
         Box::pin(async move {
-            let Some(upstream_name) = self.inward(name) else {
-                return Err(ProviderError::NotFound(name.to_owned()));
+            let upstream_name = self.inward(name).filter(|n| self.filters.tools.allows(n));
+            let Some(upstream_name) = upstream_name else {
+                return Err(ProviderError::NotFound(format!("unknown tool: {name}")));
             };
             let Some(link) = self.link(cx.session()) else {
                 return Err(self.fault("the session has no upstream connection"));
@@ -518,7 +572,8 @@ impl Provider for Bridge {
         &self,
         session: SessionRef,
     ) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
-        Box::pin(self.list(session, "resources/list", "resources", |item| {
+        let filter = (&self.filters.resources, "uri");
+        Box::pin(self.list(session, ("resources/list", "resources"), filter, |item| {
             Self::rewrite_member(item, "uri", |uri| self.outward_uri(uri))
         }))
     }
@@ -527,7 +582,9 @@ impl Provider for Bridge {
         &self,
         session: SessionRef,
     ) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
-        Box::pin(self.list(session, "resources/templates/list", "resourceTemplates", |item| {
+        let filter = (&self.filters.resources, "uriTemplate");
+        let method = ("resources/templates/list", "resourceTemplates");
+        Box::pin(self.list(session, method, filter, |item| {
             Self::rewrite_member(item, "uriTemplate", |uri| self.outward_uri(uri))
         }))
     }
@@ -538,7 +595,8 @@ impl Provider for Bridge {
         uri: &'a str,
     ) -> LocalBoxFuture<'a, ProviderResult<Option<Value>>> {
         Box::pin(async move {
-            let Some(upstream_uri) = self.inward_uri(uri) else { return Ok(None) };
+            let upstream_uri = self.inward_uri(uri).filter(|u| self.filters.resources.allows(u));
+            let Some(upstream_uri) = upstream_uri else { return Ok(None) };
             let Some(peer) = self.session_peer(session, "resources").await? else {
                 return Ok(None);
             };
@@ -563,7 +621,8 @@ impl Provider for Bridge {
         subscribe: bool,
     ) -> LocalBoxFuture<'a, ProviderResult<bool>> {
         Box::pin(async move {
-            let Some(upstream_uri) = self.inward_uri(uri) else { return Ok(false) };
+            let upstream_uri = self.inward_uri(uri).filter(|u| self.filters.resources.allows(u));
+            let Some(upstream_uri) = upstream_uri else { return Ok(false) };
             let Some(peer) = self.session_peer(session, "resources").await? else {
                 return Ok(false);
             };
@@ -575,7 +634,8 @@ impl Provider for Bridge {
     }
 
     fn list_prompts(&self, session: SessionRef) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
-        Box::pin(self.list(session, "prompts/list", "prompts", |item| {
+        let filter = (&self.filters.prompts, "name");
+        Box::pin(self.list(session, ("prompts/list", "prompts"), filter, |item| {
             Self::rewrite_member(item, "name", |name| self.outward(name))
         }))
     }
@@ -587,7 +647,8 @@ impl Provider for Bridge {
         arguments: Value,
     ) -> LocalBoxFuture<'a, ProviderResult<Option<Value>>> {
         Box::pin(async move {
-            let Some(upstream_name) = self.inward(name) else { return Ok(None) };
+            let upstream_name = self.inward(name).filter(|n| self.filters.prompts.allows(n));
+            let Some(upstream_name) = upstream_name else { return Ok(None) };
             let Some(peer) = self.session_peer(session, "prompts").await? else { return Ok(None) };
             let mut params = json!({ "name": upstream_name });
             if !arguments.is_null() {
@@ -608,11 +669,13 @@ impl Provider for Bridge {
             let ours = match reference.get("type").and_then(Value::as_str) {
                 Some("ref/prompt") => {
                     let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
-                    self.inward(name).map(|n| ("name", n.to_owned()))
+                    let ours = self.inward(name).filter(|n| self.filters.prompts.allows(n));
+                    ours.map(|n| ("name", n.to_owned()))
                 }
                 Some("ref/resource") => {
                     let uri = reference.get("uri").and_then(Value::as_str).unwrap_or("");
-                    self.inward_uri(uri).map(|u| ("uri", u.to_owned()))
+                    let ours = self.inward_uri(uri).filter(|u| self.filters.resources.allows(u));
+                    ours.map(|u| ("uri", u.to_owned()))
                 }
                 _ => None,
             };
@@ -640,11 +703,15 @@ impl Provider for Bridge {
             let stateless = start.session == SessionRef::STATELESS;
             match self.settings.isolation {
                 Isolation::PerSession if !stateless => {
+                    let catalog = Rc::new(Catalog::default());
                     let events = SessionEvents {
                         shared: self.shared.clone(),
                         notifier: start.notifier.clone(),
+                        session: start.session,
+                        catalog: catalog.clone(),
                     };
-                    let link = Rc::new(new_link(start, Rc::new(events)));
+                    let session = Some(start.session);
+                    let link = Rc::new(new_link(start, session, catalog, Rc::new(events)));
                     // 64 random bits name a session: a clash is ~2^-64 per pair, but it would
                     // hand one client another's upstream, so it is refused, not overwritten.
                     if self.links.borrow().contains_key(&start.session) {
@@ -725,8 +792,15 @@ fn forwarded_capabilities(capabilities: &Value) -> Value {
     Value::Object(kept)
 }
 
-fn new_link(start: &SessionStart, notify: Rc<dyn PeerEvents>) -> Link {
+fn new_link(
+    start: &SessionStart,
+    session: Option<SessionRef>,
+    catalog: Rc<Catalog>,
+    notify: Rc<dyn PeerEvents>,
+) -> Link {
     Link {
+        session,
+        catalog,
         protocol_version: start.protocol_version,
         client_params: start.client_params.clone(),
         peer: RefCell::new(None),

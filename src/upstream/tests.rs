@@ -79,6 +79,7 @@ fn bridge(spec: &str, prefixed: bool) -> Bridge {
         queue_bytes: 1024,
         kill_grace: Duration::from_millis(10),
         credentials: Default::default(),
+        filters: Vec::new(),
     });
     let spec = UpstreamSpec::parse(spec).expect("parses");
     Bridge::new(&spec, 0, prefixed, settings, Arc::new(ProcessCount::default()))
