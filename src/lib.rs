@@ -62,6 +62,7 @@
 //! | 3 | `auth` | authorization (OAuth 2.1 resource server): `Claims`, the verifier chain (`--auth-tokens` static tokens, then the JWT seam `TokenVerifier`), the per-connection token cache, the `WWW-Authenticate` challenges, the protected resource metadata (RFC 9728), the per-tool policy; `jwt` (JWT access tokens: signature, `aud`, `iss`, `exp`/`nbf`, scopes) over `jwks` (the issuer's keys, read off the worker cores) |
 //! | 3 | `wire` | every answer as a value rendered in one place: HTTP statuses (`Status`), JSON-RPC codes (`Code`), refusals; the JSON-RPC envelope, SSE framing, the revisions, notification encoders |
 //! | 2 | `tls` | the listeners' rustls `ServerConfig` from the PEM files (`--tls-cert`, `--tls-key`), swapped whole on reload (SIGHUP); no socket |
+//! | 2 | `trace` | OpenTelemetry traces (`--otlp-endpoint`): W3C `traceparent`, a request's or an upstream call's span, the per-core bounded queues of finished spans and the exporter thread (OTLP/HTTP JSON) |
 //! | 2 | `http` | request head → byte ranges; status line and headers → bytes; knows nothing of MCP |
 //! | 1 | `config` | every limit as a named constant; `Config`; the `--upstream` spec |
 //! | 1 | `metrics` | per-core counters, gauges and histograms (one writer each), merged into Prometheus text |
@@ -87,6 +88,7 @@ mod runtime;
 mod server;
 mod signal;
 mod tls;
+mod trace;
 mod upstream;
 mod wire;
 
@@ -176,6 +178,7 @@ pub mod fuzz_support {
     pub use crate::legacy::fingerprint;
     pub use crate::legacy::replay::{EventSeq, StreamKey};
     pub use crate::legacy::session::{parse_event_id, push_event_id};
+    pub use crate::trace::{TraceParent, TRACEPARENT_LEN};
     pub use crate::wire::jsonrpc::{canonical_params, decode, Body, DecodeError, Message};
     pub use crate::wire::sse::push_event;
 }

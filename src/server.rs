@@ -98,6 +98,9 @@ pub struct Running {
     auth: Option<Arc<Authorizer>>,
     /// `handle_signals` ran (a second call would see every signal twice).
     signals: AtomicBool,
+    /// The OTLP exporter thread (`--otlp-endpoint`); dropped last, it sends what the cores'
+    /// queues still hold.
+    _exporter: Option<crate::trace::Exporter>,
 }
 
 impl Running {
@@ -378,6 +381,11 @@ fn start_workers(
         core.hist.name_upstreams(upstream_names.clone());
     }
     let life = Arc::new(Lifecycle::new(cfg.threads, cfg.drain));
+    let (exporter, span_queues) =
+        match crate::trace::Exporter::start(&cfg).map_err(io("spawn the OTLP exporter thread"))? {
+            Some((exporter, queues)) => (Some(exporter), queues.into_iter().map(Some).collect()),
+            None => (None, vec![None; cfg.threads]),
+        };
     // After the bind: the default resource URL names the bound port.
     let auth = Authorizer::build(&cfg)?.map(Arc::new);
     let cpus = allowed_cpus();
@@ -394,6 +402,7 @@ fn start_workers(
             providers: providers.clone(),
             life: life.clone(),
             auth: auth.clone(),
+            spans: span_queues[index].clone(),
         };
         let ready = ready_tx.clone();
         let finished = WorkerFinished(life.clone(), index);
@@ -430,7 +439,17 @@ fn start_workers(
         None => None,
     };
     let signals = AtomicBool::new(false);
-    Ok(Running { local_addr: bound, metrics_addr, driver, workers, life, tls, auth, signals })
+    Ok(Running {
+        local_addr: bound,
+        metrics_addr,
+        driver,
+        workers,
+        life,
+        tls,
+        auth,
+        signals,
+        _exporter: exporter,
+    })
 }
 
 /// The SIGHUP reload of the TLS files (`Running::reload_tls`), logged either way.

@@ -198,6 +198,30 @@ pub(crate) fn response_body_offset(id: &RawId) -> usize {
     RESPONSE_PREFIX.len() + id.0.len()
 }
 
+/// The code of an error response this module encoded (`{"jsonrpc":"2.0","id":<id>,"error":
+/// {"code":<code>`), for a span's `error.type`; `None` for a result or anything else. An id is
+/// a number, `null` or a string (skipped to its closing quote), so a nested `"error"` inside
+/// a result is never mistaken for one.
+pub(crate) fn response_error_code(body: &[u8]) -> Option<i64> {
+    let rest = body.strip_prefix(RESPONSE_PREFIX)?;
+    let id_len = match rest.first()? {
+        b'"' => {
+            let mut i = 1;
+            loop {
+                match *rest.get(i)? {
+                    b'\\' => i += 2,
+                    b'"' => break i + 1,
+                    _ => i += 1,
+                }
+            }
+        }
+        _ => rest.iter().position(|b| *b == b',')?,
+    };
+    let code = rest.get(id_len..)?.strip_prefix(b",\"error\":{\"code\":")?;
+    let end = code.iter().position(|b| !(b.is_ascii_digit() || *b == b'-')).unwrap_or(code.len());
+    std::str::from_utf8(&code[..end]).ok()?.parse().ok()
+}
+
 /// Appends `{"jsonrpc":"2.0","id":<id>,"result":<result>}`.
 pub(crate) fn push_result(out: &mut Vec<u8>, id: &RawId, result_json: &[u8]) {
     push_result_prefix(out, id);
