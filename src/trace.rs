@@ -541,6 +541,48 @@ mod tests {
     }
 
     #[test]
+    fn an_export_takes_at_most_a_batch_from_the_queues_round_robin() {
+        // Goal: --otlp-batch-spans bounds one export; the queues are emptied in turns.
+        // Method: a refused connection (nothing on port 1) fails each POST at once.
+        let (a, b) = (Arc::new(ArrayQueue::new(8)), Arc::new(ArrayQueue::new(8)));
+        for _ in 0..3 {
+            let _ = a.push(Span::server(None, "POST"));
+        }
+        for _ in 0..2 {
+            let _ = b.push(Span::server(None, "POST"));
+        }
+        let mut batcher = Batcher {
+            endpoint: "http://127.0.0.1:1/v1/traces".into(),
+            queues: vec![a.clone(), b.clone()],
+            batch_max: 2,
+            agent: export_agent(),
+            failing: false,
+        };
+        assert_eq!(batcher.export_one(), 2);
+        assert_eq!((a.len(), b.len()), (2, 1), "one from each queue");
+        assert_eq!(batcher.export_one(), 2);
+        assert_eq!(batcher.export_one(), 1);
+        assert_eq!(batcher.export_one(), 0);
+        assert!(batcher.failing);
+    }
+
+    #[test]
+    fn attribute_values_stop_at_their_limit_on_a_character_boundary() {
+        let mut span = Span::server(None, "POST");
+        let long = "é".repeat(ATTRIBUTE_VALUE_BYTES_MAX);
+        span.set_str("gen_ai.tool.name", &long);
+        span.set_str("mcp.session.id", &"s".repeat(ATTRIBUTE_VALUE_BYTES_MAX));
+        span.set_str("mcp.session.id", &"t".repeat(ATTRIBUTE_VALUE_BYTES_MAX + 1));
+        let value = |key: &str| match span.attributes.iter().find(|(k, _)| *k == key) {
+            Some((_, AttrValue::Str(s))) => s.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(value("gen_ai.tool.name").len(), ATTRIBUTE_VALUE_BYTES_MAX);
+        assert_eq!(value("mcp.session.id"), "t".repeat(ATTRIBUTE_VALUE_BYTES_MAX));
+        assert_eq!(span.attributes.len(), 2, "a key set twice is kept once");
+    }
+
+    #[test]
     fn the_json_encoding_names_ids_in_hex_and_kinds_as_numbers() {
         let mut span = Span::server(Some(VALID), "POST");
         span.rename("tools/call echo");

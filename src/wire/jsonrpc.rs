@@ -461,4 +461,19 @@ mod tests {
         assert_eq!(ca, cb);
         assert_eq!(ca, r#"{"a":"s","b":{"x":[2,{"p":2,"q":1}],"y":1}}"#);
     }
+
+    #[test]
+    fn an_error_answers_code_is_read_and_a_result_with_an_error_inside_is_not() {
+        let code = |body: &str| response_error_code(body.as_bytes());
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":5,"error":{"code":-32602,"message":"m"}}"#),
+            Some(-32602)
+        );
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":"a,\"b","error":{"code":-1}}"#), Some(-1));
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700}}"#), Some(-32700));
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":5,"result":{"error":{"code":1}}}"#), None);
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":"x,\"error\":{\"code\":3","result":{}}"#), None);
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":"unterminated"#), None);
+        assert_eq!(code("event: message"), None);
+    }
 }

@@ -565,6 +565,8 @@ fn fail_request(link: &Link, id: &Value, failure: Failure) {
 }
 
 /// POSTs a request and delivers what its response carries until the answer to it came.
+/// (`caller` and `trace` are what the call's head carries beyond the link's own headers.)
+#[allow(clippy::too_many_arguments)]
 async fn request(
     link: &Rc<Link>,
     body: Vec<u8>,
