@@ -88,7 +88,9 @@ for attempt in 1 2 3 4 5; do
         "$SERVER_BIN" $SERVER_ARGS >"$LOG" 2>&1 &
     PID=$!
     for _ in $(seq 1 300); do
-        URL="$(grep -o 'http://[^ ]*' "$LOG" | head -n 1 || true)"
+        # The banner's URL: valgrind echoes the command line, which may name other URLs
+        # (--otlp-endpoint, --upstream).
+        URL="$(grep -o 'listening on http://[^ ]*' "$LOG" | head -n 1 | cut -d' ' -f3 || true)"
         [ -n "$URL" ] && break
         kill -0 "$PID" 2>/dev/null || break
         sleep 0.1

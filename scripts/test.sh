@@ -38,8 +38,12 @@
 #   metrics      scripts/metrics.sh: `promtool check metrics` on the exposition, the Grafana
 #                dashboard's names exist, and a real Prometheus (Debian's package,
 #                apt-installed) scraping during a load run: rates, p99 and counts as the load says
+#   traces       scripts/traces.sh: OpenTelemetry spans (--otlp-endpoint) received by an OTLP
+#                receiver on the official opentelemetry-proto bindings (PyPI): attributes,
+#                parentage from the client's traceparent, through a bridged call into an
+#                upstream tidemark; a stalled receiver: spans dropped and counted
 #   --only SUITES  run only these (comma-separated: cargo,clients,browser,bridge,
-#                conformance,fault,fuzz,haproxy,auth,metrics)
+#                conformance,fault,fuzz,haproxy,auth,metrics,traces)
 #
 # Needs cargo, python3 (with venv), node/npm (any version npm runs on; Node 22 is installed from
 # npm into .cache/); installs everything else into .cache/ (and Debian's chromium and haproxy,
@@ -48,7 +52,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ALL_SUITES="cargo,clients,browser,bridge,conformance,fault,fuzz,haproxy,auth,metrics"
+ALL_SUITES="cargo,clients,browser,bridge,conformance,fault,fuzz,haproxy,auth,metrics,traces"
 
 only="$ALL_SUITES"
 while [ "$#" -gt 0 ]; do
@@ -89,6 +93,7 @@ for s in "${selected[@]}"; do
         haproxy) scripts/haproxy.sh || rc=$? ;;
         auth) scripts/auth.sh || rc=$? ;;
         metrics) scripts/metrics.sh || rc=$? ;;
+        traces) scripts/traces.sh || rc=$? ;;
     esac
     secs=$((SECONDS - start))
     if [ "$rc" = 0 ]; then

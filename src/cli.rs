@@ -140,6 +140,22 @@ struct Flags {
     /// /healthz, /readyz (off by default; no authentication: keep it on loopback).
     #[arg(long)]
     metrics_listen: Option<SocketAddr>,
+    /// Export OpenTelemetry traces (OTLP/HTTP JSON) to this URL, e.g.
+    /// http://127.0.0.1:4318/v1/traces: a SERVER span per request, a CLIENT span per upstream
+    /// call (off by default).
+    #[arg(long, value_name = "URL")]
+    otlp_endpoint: Option<String>,
+    /// Share of new traces recorded, 0..=1 (a request with a traceparent follows its sampled
+    /// flag).
+    #[arg(long, default_value_t = config::OTLP_SAMPLE_RATIO)]
+    otlp_sample_ratio: f64,
+    /// Finished spans each core holds for the exporter; past it spans are dropped and counted
+    /// (tidemark_trace_spans_dropped_total).
+    #[arg(long, default_value_t = config::OTLP_QUEUE_SPANS)]
+    otlp_queue_spans: usize,
+    /// Spans in one OTLP export request.
+    #[arg(long, default_value_t = config::OTLP_BATCH_SPANS)]
+    otlp_batch_spans: usize,
     /// On SIGTERM/SIGINT: how long running calls may finish and deliver their results before
     /// open streams are ended and the process exits 0 (a second signal exits at once).
     #[arg(long, default_value_t = config::DRAIN_SECS)]
@@ -387,6 +403,10 @@ impl Flags {
                 _ => None,
             },
             metrics_listen: self.metrics_listen,
+            otlp_endpoint: self.otlp_endpoint,
+            otlp_sample_ratio: self.otlp_sample_ratio,
+            otlp_queue_spans: self.otlp_queue_spans,
+            otlp_batch_spans: self.otlp_batch_spans,
             drain: Duration::from_secs(self.drain_secs),
             node_id: self.node_id,
             write_buffer_bytes: self.write_buffer_bytes,

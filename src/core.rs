@@ -22,6 +22,7 @@ use crate::http::RequestHead;
 use crate::metrics::{CoreMetrics, RequestLabel};
 use crate::provider::Caller;
 use crate::ratelimit::{self, Cause, Client, Limits};
+use crate::trace::{Span, TraceParent};
 use crate::wire::jsonrpc::{Body, Message, RawId};
 use crate::wire::{Answer, Code, Refusal};
 
@@ -219,6 +220,10 @@ pub(crate) struct Request<'a> {
     /// The per-tool policy in force when the request was authorized (`None`: authorization
     /// is off): one request is held to one policy, whatever a SIGHUP swaps in meanwhile.
     pub(crate) policy: Option<Arc<Policy>>,
+    /// The request's span (`--otlp-endpoint`; `None`: tracing is off): named and given its
+    /// MCP attributes by the era that decodes the body (`note_span`), finished by the
+    /// connection once the request is answered.
+    pub(crate) span: Option<&'a std::cell::RefCell<Span>>,
 }
 
 impl Request<'_> {
@@ -244,6 +249,11 @@ impl Request<'_> {
         Some(Caller::new(Rc::from(&*claims.subject), Rc::from(authorization)))
     }
 
+    /// The request span's context, the parent of its upstream calls (`None`: tracing is off).
+    pub(crate) fn trace(&self) -> Option<TraceParent> {
+        self.span.map(|span| span.borrow().context())
+    }
+
     /// The bytes of a header the head parser found (`None`: absent).
     pub(crate) fn header(&self, r: &Option<Range<usize>>) -> Option<&[u8]> {
         r.as_ref().map(|r| &self.head_bytes[r.clone()])
@@ -257,6 +267,57 @@ pub(crate) fn label_method(body: &Body) -> &str {
         Body::Single(Message::Request { method, .. }) => method,
         Body::Single(Message::Notification { .. }) => "notification",
         _ => "other",
+    }
+}
+
+/// Names the request's span after its decoded body, as the MCP semantic conventions say:
+/// `{mcp.method.name} {target}` (the tool or prompt name), `mcp.method.name`,
+/// `jsonrpc.request.id`, `gen_ai.tool.name` (tools/call), `gen_ai.prompt.name`,
+/// `mcp.resource.uri`, and `mcp.protocol.version` of an `initialize`. Nothing when tracing is
+/// off (or for a batch: its span keeps the HTTP method's name).
+pub(crate) fn note_span(req: &Request<'_>, body: &Body) {
+    use simd_json::prelude::*;
+    let Some(span) = req.span else { return };
+    let mut span = span.borrow_mut();
+    match body {
+        Body::Single(Message::Request { id, method, params }) => {
+            let text = |field: &str| params.get(field).and_then(|v| v.as_str());
+            let target = match method.as_str() {
+                "tools/call" | "prompts/get" => text("name"),
+                _ => None,
+            };
+            match target {
+                Some(target) => span.rename(&format!("{method} {target}")),
+                None => span.rename(method),
+            }
+            span.set_str("mcp.method.name", method);
+            let id = id.0.as_str();
+            let id = id.strip_prefix('"').and_then(|i| i.strip_suffix('"')).unwrap_or(id);
+            span.set_str("jsonrpc.request.id", id);
+            match (method.as_str(), target) {
+                ("tools/call", Some(tool)) => {
+                    span.set_str("gen_ai.tool.name", tool);
+                    span.set_str("gen_ai.operation.name", "execute_tool");
+                }
+                ("prompts/get", Some(prompt)) => span.set_str("gen_ai.prompt.name", prompt),
+                ("resources/read", _) => {
+                    if let Some(uri) = text("uri") {
+                        span.set_str("mcp.resource.uri", uri);
+                    }
+                }
+                ("initialize", _) => {
+                    if let Some(version) = text("protocolVersion") {
+                        span.set_str("mcp.protocol.version", version);
+                    }
+                }
+                _ => {}
+            }
+        }
+        Body::Single(Message::Notification { method, .. }) => {
+            span.rename(method);
+            span.set_str("mcp.method.name", method);
+        }
+        _ => {}
     }
 }
 

@@ -65,6 +65,7 @@
 //! | 2 | `logging` | the subscriber (`--log-format`, `--log-level`, colour only on a terminal), its SIGHUP reload, the per-kind rate limiter and its "N more suppressed" lines, the fixed field names and culprits |
 //! | 2 | `tls` | the listeners' rustls `ServerConfig` from the PEM files (`--tls-cert`, `--tls-key`), swapped whole on reload (SIGHUP); no socket |
 //! | 2 | `ratelimit` | one core's token buckets of `--rate-limit` (GCRA: one instant per bucket), the per-core share of each limit, the bounded bucket table that evicts only full buckets |
+//! | 2 | `trace` | OpenTelemetry traces (`--otlp-endpoint`): W3C `traceparent`, a request's or an upstream call's span, the per-core bounded queues of finished spans and the exporter thread (OTLP/HTTP JSON) |
 //! | 2 | `http` | request head → byte ranges; status line and headers → bytes; knows nothing of MCP |
 //! | 1 | `config` | every limit as a named constant; `Config`; the `--upstream` spec |
 //! | 1 | `metrics` | per-core counters, gauges and histograms (one writer each), merged into Prometheus text |
@@ -95,6 +96,7 @@ mod server;
 mod signal;
 mod status;
 mod tls;
+mod trace;
 mod upstream;
 mod wire;
 
@@ -187,6 +189,7 @@ pub mod fuzz_support {
     pub use crate::legacy::fingerprint;
     pub use crate::legacy::replay::{EventSeq, StreamKey};
     pub use crate::legacy::session::{parse_event_id, push_event_id};
+    pub use crate::trace::{TraceParent, TRACEPARENT_LEN};
     pub use crate::wire::jsonrpc::{canonical_params, decode, Body, DecodeError, Message};
     pub use crate::wire::sse::push_event;
 }

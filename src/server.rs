@@ -103,6 +103,9 @@ pub struct Running {
     config_file: Option<config::ConfigFileOrigin>,
     /// `--log-level` as given (empty: `RUST_LOG`, else info): what SIGHUP applies again.
     log_level: String,
+    /// The OTLP exporter thread (`--otlp-endpoint`); dropped last, it sends what the cores'
+    /// queues still hold.
+    _exporter: Option<crate::trace::Exporter>,
 }
 
 impl Running {
@@ -480,6 +483,11 @@ fn start_workers(
         core.hist.name_upstreams(upstream_names.clone());
     }
     let life = Arc::new(Lifecycle::new(cfg.threads, cfg.drain));
+    let (exporter, span_queues) =
+        match crate::trace::Exporter::start(&cfg).map_err(io("spawn the OTLP exporter thread"))? {
+            Some((exporter, queues)) => (Some(exporter), queues.into_iter().map(Some).collect()),
+            None => (None, vec![None; cfg.threads]),
+        };
     // After the bind: the default resource URL names the bound port.
     let auth = Authorizer::build(&cfg)?.map(Arc::new);
     let cpus = allowed_cpus();
@@ -496,6 +504,7 @@ fn start_workers(
             providers: providers.clone(),
             life: life.clone(),
             auth: auth.clone(),
+            spans: span_queues[index].clone(),
         };
         let ready = ready_tx.clone();
         let finished = WorkerFinished(life.clone(), index);
@@ -554,6 +563,7 @@ fn start_workers(
         signals,
         config_file,
         log_level,
+        _exporter: exporter,
     })
 }
 

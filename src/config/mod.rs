@@ -371,6 +371,32 @@ pub struct TlsFiles {
     pub key: std::path::PathBuf,
 }
 
+/// Finished spans one core holds for the exporter (`--otlp-queue-spans`): a span that finds its
+/// core's queue full is dropped and counted (`tidemark_trace_spans_dropped_total`), never
+/// waited for. 4096 spans (each at most a few `ATTRIBUTE_VALUE_BYTES_MAX` values, ~2 KiB)
+/// ride out a collector's pause of a second or more at thousands of requests per second.
+pub(crate) const OTLP_QUEUE_SPANS: usize = 4096;
+
+/// Spans in one OTLP export request (`--otlp-batch-spans`); the exporter sends full batches
+/// at once and a partial one every `OTLP_EXPORT_INTERVAL_MS`. 512 is the OpenTelemetry SDKs'
+/// default batch size.
+pub(crate) const OTLP_BATCH_SPANS: usize = 512;
+
+/// Share of new traces (requests without a client `traceparent`) that are recorded
+/// (`--otlp-sample-ratio`, 0..=1). A request with a `traceparent` follows its sampled flag.
+pub(crate) const OTLP_SAMPLE_RATIO: f64 = 1.0;
+
+/// How often the exporter sends a partial batch, in ms (the OpenTelemetry SDKs wait 5 s; a
+/// shorter wait keeps queues short and traces prompt, at one POST per interval at most).
+pub(crate) const OTLP_EXPORT_INTERVAL_MS: u64 = 200;
+
+/// Longest OTLP export request, in seconds; a collector slower than that loses the batch.
+pub(crate) const OTLP_EXPORT_TIMEOUT_SECS: u64 = 5;
+
+/// Longest span attribute value (a tool name, session or request id, an error), in bytes;
+/// longer values are cut there, so a peer's header or id cannot grow a queued span.
+pub(crate) const ATTRIBUTE_VALUE_BYTES_MAX: usize = 256;
+
 /// Everything a worker needs to know, checked once by `validate`.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -441,6 +467,15 @@ pub struct Config {
     pub tls: Option<TlsFiles>,
     /// The admin listener (`/metrics`, `/healthz`, `/readyz`), when set.
     pub metrics_listen: Option<SocketAddr>,
+    /// OTLP/HTTP traces endpoint (`--otlp-endpoint`, e.g. `http://127.0.0.1:4318/v1/traces`):
+    /// `None` (the default) turns tracing off.
+    pub otlp_endpoint: Option<String>,
+    /// `--otlp-sample-ratio` (`OTLP_SAMPLE_RATIO`).
+    pub otlp_sample_ratio: f64,
+    /// `--otlp-queue-spans` (`OTLP_QUEUE_SPANS`), per core.
+    pub otlp_queue_spans: usize,
+    /// `--otlp-batch-spans` (`OTLP_BATCH_SPANS`).
+    pub otlp_batch_spans: usize,
     /// Longest graceful drain (`--drain-secs`, `DRAIN_SECS`).
     pub drain: Duration,
     /// This node's id among the nodes behind one balancer (`--node-id`, `NODE_ID_DEFAULT`, at
@@ -594,6 +629,10 @@ impl Default for Config {
             owed_timeout: Duration::from_secs(OWED_TIMEOUT_SECS),
             tls: None,
             metrics_listen: None,
+            otlp_endpoint: None,
+            otlp_sample_ratio: OTLP_SAMPLE_RATIO,
+            otlp_queue_spans: OTLP_QUEUE_SPANS,
+            otlp_batch_spans: OTLP_BATCH_SPANS,
             drain: Duration::from_secs(DRAIN_SECS),
             write_buffer_bytes: WRITE_BUFFER_BYTES,
             core_buffer_bytes: CORE_BUFFER_BYTES,
@@ -650,6 +689,12 @@ impl Default for Config {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ConfigError {
+    /// `--otlp-endpoint` is not an http(s) URL.
+    #[error("--otlp-endpoint must be an http:// or https:// URL, got {0:?}")]
+    BadOtlpEndpoint(String),
+    /// `--otlp-sample-ratio` is not within 0..=1.
+    #[error("--otlp-sample-ratio must be within 0 and 1")]
+    BadSampleRatio,
     /// `--request-state-key-file` is unreadable or too short; the path and why.
     #[error("--request-state-key-file {0}")]
     KeyFile(String),
@@ -761,6 +806,25 @@ impl Config {
             .collect()
     }
 
+    /// The tracing flags: an http(s) endpoint, a ratio within 0..=1, nonzero sizes.
+    fn validate_otlp(&self) -> Result<(), ConfigError> {
+        if let Some(url) = &self.otlp_endpoint {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(ConfigError::BadOtlpEndpoint(url.clone()));
+            }
+        }
+        if !(0.0..=1.0).contains(&self.otlp_sample_ratio) {
+            return Err(ConfigError::BadSampleRatio);
+        }
+        if self.otlp_queue_spans == 0 {
+            return Err(ConfigError::Zero("otlp-queue-spans"));
+        }
+        if self.otlp_batch_spans == 0 {
+            return Err(ConfigError::Zero("otlp-batch-spans"));
+        }
+        Ok(())
+    }
+
     /// Checks every value once, so workers can rely on them.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let nonzero: [(&'static str, u128); 43] = [
@@ -816,6 +880,7 @@ impl Config {
         UpstreamSpec::check_names(&self.upstreams)?;
         RateLimit::check_set(&self.rate_limits)?;
         self.upstream_filters()?;
+        self.validate_otlp()?;
         if self.auth_leeway.as_secs() > AUTH_LEEWAY_SECS_MAX {
             return Err(ConfigError::LeewayTooLong(self.auth_leeway.as_secs()));
         }

@@ -282,6 +282,7 @@ pub(crate) async fn post(
         }
     };
     req.label.set(RequestLabel::new(EraLabel::Legacy, label_method(&body)));
+    crate::core::note_span(req, &body);
     let Some(session) = session else {
         return sessionless(core, req, body, out).await;
     };
@@ -299,7 +300,8 @@ pub(crate) async fn post(
             if method == "initialize" {
                 return refuse(out, Refusal::AlreadyInitialized, Some(&id), keep_alive);
             }
-            let parts = RequestParts { id, method, params, idempotency_key };
+            let trace = req.trace();
+            let parts = RequestParts { id, method, params, idempotency_key, trace };
             request(core, req, &session, access, parts, out, keep_alive).await
         }
         Body::Single(Message::Notification { method, params }) => {
@@ -526,6 +528,8 @@ struct RequestParts {
     method: String,
     params: WireValue,
     idempotency_key: Option<Box<str>>,
+    /// The request span's context (`None`: tracing is off), for the call's upstream spans.
+    trace: Option<crate::trace::TraceParent>,
 }
 
 /// A JSON-RPC request on a session: the migration decision, then the answer.
@@ -538,7 +542,7 @@ async fn request(
     out: &mut Vec<u8>,
     keep_alive: bool,
 ) -> Outcome {
-    let RequestParts { id, method, mut params, idempotency_key } = parts;
+    let RequestParts { id, method, mut params, idempotency_key, trace } = parts;
     let reference = session.borrow().reference();
     let class = match classify(core, reference, &method, &params).await {
         Ok(class) => class,
@@ -592,7 +596,7 @@ async fn request(
             let arguments = params.as_object_mut().and_then(|p| p.remove("arguments"));
             let arguments =
                 arguments.map(dispatch::into_public).unwrap_or(crate::provider::Value::Null);
-            let cx = call_context(session, key);
+            let cx = call_context(session, key).with_trace(trace);
             let ToolRoute { name, provider, .. } = route;
             let work = Box::pin(async move { provider.call_tool(&name, arguments, cx).await });
             stream::spawn_job(session.clone(), key, id.clone(), work);

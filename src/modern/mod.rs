@@ -104,6 +104,7 @@ pub(crate) async fn serve(
 ) -> Outcome {
     let keep_alive = req.head.keep_alive;
     req.label.set(RequestLabel::new(EraLabel::Modern, label_method(&body)));
+    crate::core::note_span(req, &body);
     let (id, method, params) = match body {
         Body::Single(Message::Request { id, method, params }) => (id, method, params),
         // The core revision defines no client notification over HTTP; one is taken (202) so
@@ -352,7 +353,8 @@ async fn tools_call(
         SessionRef::STATELESS,
         meta::MODERN_VERSION,
     )
-    .with_caller(req.caller());
+    .with_caller(req.caller())
+    .with_trace(req.trace());
     let ToolRoute { name, provider, .. } = route;
     let work = Box::pin(async move { provider.call_tool(&name, arguments, cx).await });
     let work = task_call::augment(core, req.subject(), task_sink, work);
@@ -428,7 +430,8 @@ async fn prompts_get(
     let arguments = params.get("arguments").map(dispatch::to_public).unwrap_or(Value::Null);
     let sink = sink_for(core, request_meta, answers, None);
     let cx = CallContext::new(sink.clone(), SessionRef::STATELESS, meta::MODERN_VERSION)
-        .with_caller(req.caller());
+        .with_caller(req.caller())
+        .with_trace(req.trace());
     let registry_core = core.clone();
     let work = Box::pin(async move {
         registry_core.registry.get_prompt_with_context(&name, arguments, cx).await

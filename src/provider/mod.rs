@@ -681,6 +681,9 @@ pub struct CallContext {
     session: SessionRef,
     protocol_version: &'static str,
     caller: Option<Caller>,
+    /// The trace context of the request that made the call (`--otlp-endpoint`; `None`:
+    /// tracing is off): the parent of the bridge's CLIENT span.
+    trace: Option<crate::trace::TraceParent>,
 }
 
 impl CallContext {
@@ -689,13 +692,24 @@ impl CallContext {
         session: SessionRef,
         protocol_version: &'static str,
     ) -> CallContext {
-        CallContext { sink, session, protocol_version, caller: None }
+        CallContext { sink, session, protocol_version, caller: None, trace: None }
     }
 
     /// The context with the request's caller (`None`: authorization is off).
     pub(crate) fn with_caller(mut self, caller: Option<Caller>) -> CallContext {
         self.caller = caller;
         self
+    }
+
+    /// The context in the trace `trace` (a request's span, or the bridge's CLIENT span).
+    pub(crate) fn with_trace(mut self, trace: Option<crate::trace::TraceParent>) -> CallContext {
+        self.trace = trace;
+        self
+    }
+
+    /// The span this call runs under (`None`: tracing is off).
+    pub(crate) fn trace(&self) -> Option<crate::trace::TraceParent> {
+        self.trace
     }
 
     /// Who the call was authorized for (`None`: authorization is off). A bridge presents it to

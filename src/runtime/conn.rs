@@ -11,7 +11,7 @@
 //! writes a stream itself; never leaves a read buffer inside a dropped I/O future (timeouts
 //! cancel and take the buffer back).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -23,6 +23,7 @@ use crate::runtime::handoff::{self, Inboxes, Moved};
 use crate::runtime::socket::BUFFER_KEEP_BYTES;
 use crate::runtime::socket::{self, read_some, read_some_or, shrink, Conn, ReadEnd, Transport};
 use crate::runtime::stream;
+use crate::trace::Span;
 use crate::wire::{Answer, Refusal};
 
 /// Serves one connection until it closes, or hands it to another core; `admitted` counts it in
@@ -68,6 +69,13 @@ pub(crate) async fn serve(
         first = false;
         let started = Instant::now();
         let label = Cell::new(RequestLabel::default());
+        // Off (no --otlp-endpoint): this test is all tracing costs a request.
+        let span = match core.cfg.otlp_endpoint {
+            Some(_) => {
+                Some(RefCell::new(request_span(&conn.buf[..head.head.head_len], &head.head)))
+            }
+            None => None,
+        };
         let consumed = head.head.head_len + head.body_len;
         let outcome = {
             let (head_bytes, rest) = conn.buf.split_at_mut(head.head.head_len);
@@ -82,6 +90,7 @@ pub(crate) async fn serve(
                 claims: None,
                 label: &label,
                 policy: None,
+                span: span.as_ref(),
             };
             endpoint::handle(&core, req, &mut conn.out).await
         };
@@ -106,8 +115,14 @@ pub(crate) async fn serve(
             Outcome::Reply { keep_alive } => {
                 hops = 0;
                 release_request(&mut conn.buf, consumed);
+                if let Some(span) = &span {
+                    note_answer(&mut span.borrow_mut(), &conn.out);
+                }
                 let written = conn.write().await;
                 core.metrics.hist.request(label.get(), started);
+                if let Some(span) = span {
+                    span.into_inner().finish();
+                }
                 if !written || !keep_alive {
                     break;
                 }
@@ -115,8 +130,14 @@ pub(crate) async fn serve(
             Outcome::Stream(s) => {
                 hops = 0;
                 release_request(&mut conn.buf, consumed);
+                if let Some(span) = &span {
+                    note_answer(&mut span.borrow_mut(), &conn.out);
+                }
                 let reusable = stream::drive_stream(&mut conn, s, started).await;
                 core.metrics.hist.request(label.get(), started);
+                if let Some(span) = span {
+                    span.into_inner().finish();
+                }
                 conn.shrink_buffers();
                 if !reusable || !head.head.keep_alive {
                     break;
@@ -128,6 +149,49 @@ pub(crate) async fn serve(
     conn.socket.close_notify(LINGER).await;
     // `conn` (its socket) and then `admitted` drop here, in that order.
     core.metrics.connections_active.sub(1);
+}
+
+/// The SERVER span of a request (tracing on): the child of the client's `traceparent`, named
+/// by its HTTP method until the era decodes the body (`core::note_span`), with the transport
+/// and the MCP headers' attributes (`mcp.session.id`, `mcp.protocol.version`).
+fn request_span(head_bytes: &[u8], head: &http::RequestHead) -> Span {
+    let method = match head.method() {
+        Method::Get => "GET",
+        Method::Post => "POST",
+        Method::Delete => "DELETE",
+        Method::Head => "HEAD",
+        Method::Other => "_OTHER",
+    };
+    let mut span = Span::server(http::header_named(head_bytes, "traceparent"), method);
+    span.set_str("network.transport", "tcp");
+    span.set_str("network.protocol.name", "http");
+    span.set_str("http.request.method", method);
+    let header = |r: &Option<std::ops::Range<usize>>| {
+        r.as_ref().and_then(|r| std::str::from_utf8(&head_bytes[r.clone()]).ok())
+    };
+    if let Some(session) = header(&head.session_id) {
+        span.set_str("mcp.session.id", session);
+    }
+    if let Some(version) = header(&head.protocol_version) {
+        span.set_str("mcp.protocol.version", version);
+    }
+    span
+}
+
+/// Notes the answer about to be written on the request's span: its HTTP status, and as
+/// `error.type` a status of 400 or more or the code of a JSON-RPC error answer (a stream's
+/// events are not read: its span ends with the stream).
+fn note_answer(span: &mut Span, out: &[u8]) {
+    let status = out.get(9..12).and_then(|s| std::str::from_utf8(s).ok());
+    let Some(status) = status.and_then(|s| s.parse::<i64>().ok()) else { return };
+    span.set_int("http.response.status_code", status);
+    let body = out.windows(4).position(|w| w == b"\r\n\r\n").map(|at| &out[at + 4..]);
+    if let Some(code) = body.and_then(crate::wire::jsonrpc::response_error_code) {
+        span.set_int("rpc.response.status_code", code);
+        span.fail(&code.to_string(), "JSON-RPC error");
+    } else if status >= 400 {
+        span.fail(&status.to_string(), "HTTP error status");
+    }
 }
 
 /// A request whose head and body are buffered: the parsed head and the body's length.

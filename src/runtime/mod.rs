@@ -76,6 +76,8 @@ pub(crate) struct WorkerSpec {
     pub life: Arc<Lifecycle>,
     /// The endpoint's authorization, the same for every core (`None`: off).
     pub auth: Option<Arc<crate::auth::Authorizer>>,
+    /// This core's queue of finished spans (`None`: tracing is off).
+    pub spans: Option<Arc<crate::trace::SpanQueue>>,
 }
 
 /// Which driver a worker got.
@@ -167,8 +169,12 @@ pub(crate) fn run(spec: WorkerSpec, ready: std::sync::mpsc::Sender<Result<Driver
 }
 
 async fn serve(spec: WorkerSpec) {
-    let WorkerSpec { index, cfg, listener, tls, inboxes, metrics, providers, life, auth } = spec;
+    let WorkerSpec { index, cfg, listener, tls, inboxes, metrics, providers, life, auth, spans } =
+        spec;
     crate::metrics::enter_core(metrics.clone());
+    if let Some(queue) = spans {
+        crate::trace::enter_core(queue, metrics.clone(), cfg.otlp_sample_ratio);
+    }
     let providers: Vec<Rc<dyn Provider>> = providers.iter().map(|make| make()).collect();
     let threads = inboxes.len() as u16;
     let rate = crate::core::Rate::new(&cfg, threads);

@@ -195,6 +195,25 @@ pub(crate) struct Bridge {
 }
 
 impl Bridge {
+    /// The CLIENT span of a `tools/call` of `tool` (its name upstream) under `parent`, with
+    /// the MCP attributes of the upstream's side: the transport and, for HTTP, its address.
+    fn client_span(&self, parent: &crate::trace::TraceParent, tool: &str) -> crate::trace::Span {
+        use crate::trace::{Span, SpanKind};
+        let mut span = Span::child(parent, SpanKind::Client, format!("tools/call {tool}"));
+        span.set_str("mcp.method.name", "tools/call");
+        span.set_str("gen_ai.tool.name", tool);
+        span.set_str("gen_ai.operation.name", "execute_tool");
+        span.set_str("tidemark.upstream", &self.name);
+        match &self.target {
+            UpstreamTarget::Stdio(_) => span.set_str("network.transport", "pipe"),
+            UpstreamTarget::Http(url) => {
+                span.set_str("network.transport", "tcp");
+                span.set_str("url.full", url);
+            }
+        }
+        span
+    }
+
     /// The provider of `spec`, the `index`-th --upstream (its `upstream` label).
     pub(crate) fn new(
         spec: &UpstreamSpec,
@@ -559,10 +578,28 @@ impl Provider for Bridge {
             if !arguments.is_null() {
                 params["arguments"] = arguments;
             }
+            // Tracing on: the call's CLIENT span, a child of the request's, whose context the
+            // upstream is sent (`traceparent` header, `params._meta.traceparent`).
+            let span = cx.trace().map(|parent| self.client_span(&parent, upstream_name));
+            let cx = match &span {
+                Some(span) => cx.with_trace(Some(span.context())),
+                None => cx,
+            };
             let started = std::time::Instant::now();
             let answer = peer.request("tools/call", params, Some(cx), self.settings.timeout).await;
             if let Some((metrics, index)) = &self.calls {
                 metrics.hist.upstream_call(*index, upstream_name, started);
+            }
+            if let Some(mut span) = span {
+                if let Err(e) = &answer {
+                    let error_type = match e {
+                        ProviderError::Rpc { code, .. } => code.to_string(),
+                        ProviderError::Cancelled => "cancelled".to_owned(),
+                        _ => "tool_error".to_owned(),
+                    };
+                    span.fail(&error_type, &e.to_string());
+                }
+                span.finish();
             }
             answer
         })

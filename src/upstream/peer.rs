@@ -18,6 +18,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::provider::{CallContext, Caller, LogLevel, ProviderError, Value};
+use crate::trace::TraceParent;
 use crate::wire::Code;
 
 /// How messages reach the upstream. Sending queues; a reader task of the transport hands what
@@ -28,8 +29,15 @@ pub(crate) trait Transport {
     fn send(&self, message: Vec<u8>) -> Result<(), String>;
     /// `send` for a call's request, made for `caller`: a transport that presents callers to
     /// its upstream (HTTP's `subject-header`, a forwarded token) uses it; others ignore it.
-    fn send_as(&self, message: Vec<u8>, caller: Option<&Caller>) -> Result<(), String> {
-        let _ = caller;
+    /// `trace`: the call's CLIENT span (`--otlp-endpoint`), for a transport that sends it as
+    /// a `traceparent` header (HTTP).
+    fn send_as(
+        &self,
+        message: Vec<u8>,
+        caller: Option<&Caller>,
+        trace: Option<TraceParent>,
+    ) -> Result<(), String> {
+        let _ = (caller, trace);
         self.send(message)
     }
     /// Ends the transport (the child is stopped, the HTTP session deleted); `Peer::closed`
@@ -149,14 +157,19 @@ impl Peer {
     }
 
     fn send(&self, message: &Value) -> Result<(), String> {
-        self.send_as(message, None)
+        self.send_as(message, None, None)
     }
 
-    fn send_as(&self, message: &Value, caller: Option<&Caller>) -> Result<(), String> {
+    fn send_as(
+        &self,
+        message: &Value,
+        caller: Option<&Caller>,
+        trace: Option<TraceParent>,
+    ) -> Result<(), String> {
         let bytes = serde_json::to_vec(message).map_err(|e| e.to_string())?;
         let transport = self.transport.borrow().clone();
         match transport {
-            Some(t) => t.send_as(bytes, caller),
+            Some(t) => t.send_as(bytes, caller, trace),
             None => Err("not connected".to_owned()),
         }
     }
@@ -196,14 +209,20 @@ impl Peer {
             id
         };
         let guard = InFlight { peer: self, id, done: false };
+        let trace = call.as_ref().and_then(CallContext::trace);
         if call.is_some() {
             if let Some(object) = params.as_object_mut() {
-                object.insert("_meta".into(), json!({ "progressToken": id }));
+                let mut meta = json!({ "progressToken": id });
+                // The MCP semantic conventions' propagation, for every transport.
+                if let Some(trace) = &trace {
+                    meta["traceparent"] = Value::String(trace.header_value());
+                }
+                object.insert("_meta".into(), meta);
             }
         }
         let message = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
         let caller = call.as_ref().and_then(CallContext::caller);
-        if let Err(why) = self.send_as(&message, caller) {
+        if let Err(why) = self.send_as(&message, caller, trace) {
             let mut guard = guard;
             guard.done = true;
             self.forget(id);

@@ -198,6 +198,30 @@ pub(crate) fn response_body_offset(id: &RawId) -> usize {
     RESPONSE_PREFIX.len() + id.0.len()
 }
 
+/// The code of an error response this module encoded (`{"jsonrpc":"2.0","id":<id>,"error":
+/// {"code":<code>`), for a span's `error.type`; `None` for a result or anything else. An id is
+/// a number, `null` or a string (skipped to its closing quote), so a nested `"error"` inside
+/// a result is never mistaken for one.
+pub(crate) fn response_error_code(body: &[u8]) -> Option<i64> {
+    let rest = body.strip_prefix(RESPONSE_PREFIX)?;
+    let id_len = match rest.first()? {
+        b'"' => {
+            let mut i = 1;
+            loop {
+                match *rest.get(i)? {
+                    b'\\' => i += 2,
+                    b'"' => break i + 1,
+                    _ => i += 1,
+                }
+            }
+        }
+        _ => rest.iter().position(|b| *b == b',')?,
+    };
+    let code = rest.get(id_len..)?.strip_prefix(b",\"error\":{\"code\":")?;
+    let end = code.iter().position(|b| !(b.is_ascii_digit() || *b == b'-')).unwrap_or(code.len());
+    std::str::from_utf8(&code[..end]).ok()?.parse().ok()
+}
+
 /// Appends `{"jsonrpc":"2.0","id":<id>,"result":<result>}`.
 pub(crate) fn push_result(out: &mut Vec<u8>, id: &RawId, result_json: &[u8]) {
     push_result_prefix(out, id);
@@ -436,5 +460,20 @@ mod tests {
         canonical_params(&vb, &mut cb);
         assert_eq!(ca, cb);
         assert_eq!(ca, r#"{"a":"s","b":{"x":[2,{"p":2,"q":1}],"y":1}}"#);
+    }
+
+    #[test]
+    fn an_error_answers_code_is_read_and_a_result_with_an_error_inside_is_not() {
+        let code = |body: &str| response_error_code(body.as_bytes());
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":5,"error":{"code":-32602,"message":"m"}}"#),
+            Some(-32602)
+        );
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":"a,\"b","error":{"code":-1}}"#), Some(-1));
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700}}"#), Some(-32700));
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":5,"result":{"error":{"code":1}}}"#), None);
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":"x,\"error\":{\"code\":3","result":{}}"#), None);
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":"unterminated"#), None);
+        assert_eq!(code("event: message"), None);
     }
 }

@@ -52,6 +52,7 @@ use super::peer::{Peer, Transport};
 use super::settings::Settings;
 use crate::provider::{Caller, Value};
 use crate::signal::Signal;
+use crate::trace::TraceParent;
 use crate::wire::Code;
 use conn::{Conn, Pool, Stop, Until, READ_CHUNK};
 use error::HttpError;
@@ -147,10 +148,15 @@ impl HttpTransport {
 
 impl Transport for HttpTransport {
     fn send(&self, message: Vec<u8>) -> Result<(), String> {
-        self.send_as(message, None)
+        self.send_as(message, None, None)
     }
 
-    fn send_as(&self, message: Vec<u8>, caller: Option<&Caller>) -> Result<(), String> {
+    fn send_as(
+        &self,
+        message: Vec<u8>,
+        caller: Option<&Caller>,
+        trace: Option<TraceParent>,
+    ) -> Result<(), String> {
         let link = &self.link;
         if link.stop.is_set() {
             return Err("the transport is shut down".to_owned());
@@ -162,7 +168,7 @@ impl Transport for HttpTransport {
         let turn = Turn::take(link);
         link.in_flight.set(link.in_flight.get() + 1);
         let caller = caller.cloned();
-        monoio::spawn(post_task(link.clone(), message, caller, expect, turn));
+        monoio::spawn(post_task(link.clone(), message, caller, trace, expect, turn));
         Ok(())
     }
 
@@ -488,6 +494,7 @@ async fn post_task(
     link: Rc<Link>,
     body: Vec<u8>,
     caller: Option<Caller>,
+    trace: Option<TraceParent>,
     expect: Expect,
     turn: Turn,
 ) {
@@ -495,7 +502,7 @@ async fn post_task(
     let until = Until { deadline: Some(Instant::now() + link.timeout), stoppable: true };
     match expect {
         Expect::Answer { id, initialize } => {
-            let outcome = request(&link, body, caller, &id, initialize, turn, until).await;
+            let outcome = request(&link, body, caller, trace, &id, initialize, turn, until).await;
             match outcome {
                 Ok(()) | Err(Failure::Http(HttpError::Stopped)) => {}
                 Err(Failure::SessionExpired) => link.session_expired(),
@@ -558,16 +565,20 @@ fn fail_request(link: &Link, id: &Value, failure: Failure) {
 }
 
 /// POSTs a request and delivers what its response carries until the answer to it came.
+/// (`caller` and `trace` are what the call's head carries beyond the link's own headers.)
+#[allow(clippy::too_many_arguments)]
 async fn request(
     link: &Rc<Link>,
     body: Vec<u8>,
     caller: Option<Caller>,
+    trace: Option<TraceParent>,
     id: &Value,
     initialize: bool,
     turn: Turn,
     until: Until,
 ) -> Result<(), Failure> {
-    let bytes = PostBytes { body, caller: caller.clone(), turn: Some(turn), hold_turn: false };
+    let bytes =
+        PostBytes { body, caller: caller.clone(), trace, turn: Some(turn), hold_turn: false };
     let (mut conn, head) = round_trip(link, Method::Post, bytes, until).await?;
     check_status(link, &head)?;
     let mut stream = Stream::new(link.line_max, Some(id.clone()), initialize);
@@ -648,7 +659,7 @@ async fn resume(
 
 /// POSTs a notification or response; done when the upstream accepted it.
 async fn notice(link: &Rc<Link>, body: Vec<u8>, turn: Turn, until: Until) -> Result<(), Failure> {
-    let bytes = PostBytes { body, caller: None, turn: Some(turn), hold_turn: true };
+    let bytes = PostBytes { body, caller: None, trace: None, turn: Some(turn), hold_turn: true };
     let (conn, head) = round_trip(link, Method::Post, bytes, until).await?;
     check_status(link, &head)?;
     // A body (none is expected) is not read: the connection is not reused then.
@@ -791,6 +802,8 @@ struct PostBytes {
     body: Vec<u8>,
     /// The call's caller, when the message is a call's request.
     caller: Option<Caller>,
+    /// The call's CLIENT span (tracing on): sent as `traceparent`.
+    trace: Option<TraceParent>,
     turn: Option<Turn>,
     /// Keep the turn until the response head came (notifications and responses).
     hold_turn: bool,
@@ -806,8 +819,20 @@ impl Outgoing for PostBytes {
         }
     }
     fn bytes(&self, link: &Link, method: Method) -> Vec<u8> {
-        link.encode(method, Some(&self.body), None, self.caller.as_ref())
+        let mut bytes = link.encode(method, Some(&self.body), None, self.caller.as_ref());
+        if let Some(trace) = &self.trace {
+            with_traceparent(&mut bytes, trace);
+        }
+        bytes
     }
+}
+
+/// Adds a `traceparent` header (W3C Trace Context) naming `trace` to an encoded request, at
+/// the end of its head (the body stays as it is).
+fn with_traceparent(request: &mut Vec<u8>, trace: &TraceParent) {
+    let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") else { return };
+    let line = format!("\r\ntraceparent: {}", trace.header_value());
+    request.splice(end..end, line.into_bytes());
 }
 
 /// A GET or DELETE, already encoded; not ordered.
