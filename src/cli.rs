@@ -472,6 +472,7 @@ impl Flags {
                 policy_rules_max: self.auth_policy_rules_max,
             },
             config_file: None,
+            startup_warnings: Vec::new(),
             log_format: match self.log_format {
                 LogFormatFlag::Text => config::LogFormat::Text,
                 LogFormatFlag::Json => config::LogFormat::Json,
@@ -511,7 +512,7 @@ impl Config {
     ///
     /// Each flag may also come from a `TIDEMARK_*` environment variable or the `--config`
     /// TOML file (flag > env > file > default; docs/configuration.md). Unknown `TIDEMARK_*`
-    /// variables are logged as warnings. `--print-config` prints the effective configuration
+    /// variables are warnings that `init_logging` logs. `--print-config` prints the effective configuration
     /// and exits 0.
     pub fn from_args() -> Result<Config, ConfigError> {
         let argv: Vec<OsString> = std::env::args_os().collect();
@@ -523,10 +524,11 @@ impl Config {
             Err(ResolveError::Clap(error)) => error.exit(),
             Err(ResolveError::Layer(error)) => return Err(ConfigError::Layer(error.to_string())),
         };
-        for warning in &resolved.warnings {
-            tracing::warn!("{warning}");
-        }
         if resolved.print {
+            // No subscriber exists yet, and none will: the warnings go straight to stderr.
+            for warning in &resolved.warnings {
+                eprintln!("warning: {warning}");
+            }
             print!("{}", layers::print_config(&Flags::command(), &resolved));
             std::process::exit(0);
         }
@@ -571,6 +573,7 @@ fn config_of(resolved: Resolved) -> Result<Config, ConfigError> {
     let flags = Flags::from_arg_matches(&resolved.matches)
         .map_err(|e| ConfigError::Layer(e.to_string()))?;
     let mut cfg = flags.into_config()?;
+    cfg.startup_warnings = resolved.warnings.clone();
     cfg.config_file = resolved.file.as_ref().map(|file| ConfigFileOrigin {
         path: file.path.clone(),
         shadowed: resolved.shadowed_file_keys(),

@@ -105,8 +105,8 @@ pub use config::{AuthConfig, BuiltinSet, Config, ConfigError, DriverChoice, LogF
 pub use config::{
     FilterError, Isolation, ResponseMode, TlsFiles, UpstreamSpec, UpstreamSpecError, UpstreamTarget,
 };
-pub use logging::{init_logging, reload_log_level};
 pub use config::{RateLimit, RateLimitError, RateScope};
+pub use logging::{init_logging, reload_log_level};
 pub use provider::{
     Annotations, CallContext, Caller, Changes, LocalBoxFuture, LogLevel, Notifier, Provider,
     ProviderError, ProviderResult, SessionInfo, SessionRef, SessionStart, TaskSupport, ToolInfo,

@@ -323,6 +323,9 @@ pub fn init_logging(cfg: &Config) -> Result<(), String> {
         .map_err(|e| format!("log subscriber: {e}"))?;
     let _ = RELOAD.set(handle);
     configure(cfg);
+    for warning in &cfg.startup_warnings {
+        tracing::warn!("{warning}");
+    }
     Ok(())
 }
 

@@ -124,11 +124,11 @@ counters! {
     limit_task_input_requests => "tidemark_limit_hits_total{limit=\"task_input_requests\"}", "Requests refused at a limit.";
     limit_rate_buckets => "tidemark_limit_hits_total{limit=\"rate_buckets\"}", "Requests refused at a limit.";
     misrouted_sessions => "tidemark_misrouted_total{name=\"session\"}", "Requests naming a session or task of another node (--node-id): the balancer sent them to the wrong node.";
-    trace_spans_dropped_total => "tidemark_trace_spans_dropped_total", "Finished spans dropped because their core's queue held --otlp-queue-spans (the exporter fell behind or the collector is down).";
     misrouted_tasks => "tidemark_misrouted_total{name=\"task\"}", "Requests naming a session or task of another node (--node-id): the balancer sent them to the wrong node.";
     rate_limited_client => "tidemark_rate_limited_total{scope=\"client\"}", "Requests refused 429 by a --rate-limit, by the kind of its scope (client, tool:NAME, upstream:NAME).";
     rate_limited_tool => "tidemark_rate_limited_total{scope=\"tool\"}", "Requests refused 429 by a --rate-limit, by the kind of its scope (client, tool:NAME, upstream:NAME).";
     rate_limited_upstream => "tidemark_rate_limited_total{scope=\"upstream\"}", "Requests refused 429 by a --rate-limit, by the kind of its scope (client, tool:NAME, upstream:NAME).";
+    trace_spans_dropped_total => "tidemark_trace_spans_dropped_total", "Finished spans dropped because their core's queue held --otlp-queue-spans (the exporter fell behind or the collector is down).";
 }
 
 /// The Prometheus type of a counter table family: `_total` counts, anything else is a level.

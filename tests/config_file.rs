@@ -154,7 +154,8 @@ fn sighup_applies_the_files_log_level_unless_a_flag_sets_it() {
     std::fs::write(&path, "log-level = \"debug\"\n").expect("rewrite");
     server.signal("HUP");
     wait_until(Duration::from_secs(10), "the reloaded-level line", || {
-        read().contains("reloadable keys changed: log-level") && read().contains("log level reloaded")
+        read().contains("reloadable keys changed: log-level")
+            && read().contains("log level reloaded")
     });
     assert!(read().contains("debug"), "the new level is named: {}", read());
 

@@ -587,6 +587,9 @@ pub struct Config {
     pub log_refusal_summary: Duration,
     /// The `--config` file this configuration was read from, if any: SIGHUP reads it again.
     pub(crate) config_file: Option<ConfigFileOrigin>,
+    /// What reading the layers found worth a warning (an unknown `TIDEMARK_*` variable):
+    /// logged by `init_logging` once the subscriber exists (the layers are read before it).
+    pub(crate) startup_warnings: Vec<String>,
 }
 
 /// The `--config` file of a configuration, and the keys it sets that the environment or the
@@ -679,6 +682,7 @@ impl Default for Config {
             log_events_per_kind_per_sec: LOG_EVENTS_PER_KIND_PER_SEC,
             log_refusal_summary: Duration::from_secs(LOG_REFUSAL_SUMMARY_SECS),
             config_file: None,
+            startup_warnings: Vec::new(),
             rate_limits: Vec::new(),
             rate_buckets_per_core_max: RATE_BUCKETS_PER_CORE_MAX,
         }
