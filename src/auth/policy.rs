@@ -24,6 +24,9 @@
 
 use std::path::Path;
 
+// The one glob of the crate (`*`, `?`), shared with the upstream filters.
+use crate::config::glob_matches;
+
 /// What a rule applies to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -187,30 +190,6 @@ impl Policy {
         }
         missing
     }
-}
-
-/// `*` any run (also empty), `?` one character, anything else itself; the whole name.
-fn glob_matches(pattern: &str, name: &str) -> bool {
-    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
-    // Iterative wildcard match with one backtrack point: O(p × n) at worst, no recursion.
-    let (mut pi, mut ni, mut star, mut mark) = (0, 0, None, 0);
-    while ni < n.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
-            pi += 1;
-            ni += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some(pi);
-            mark = ni;
-            pi += 1;
-        } else if let Some(s) = star {
-            pi = s + 1;
-            mark += 1;
-            ni = mark;
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&c| c == '*')
 }
 
 #[cfg(test)]

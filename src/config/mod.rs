@@ -15,6 +15,7 @@ mod rate;
 pub(crate) use rate::RATE_BUCKETS_PER_CORE_MAX;
 pub use rate::{RateLimit, RateLimitError, RateScope};
 mod filter;
+pub(crate) use filter::glob_matches;
 pub use filter::FilterError;
 pub(crate) use filter::UPSTREAM_FILTER_GLOBS_MAX;
 pub(crate) use filter::{NameFilter, UpstreamFilters};
