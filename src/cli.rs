@@ -354,6 +354,25 @@ struct Flags {
     /// none is, a client without a bucket gets 429.
     #[arg(long, default_value_t = config::RATE_BUCKETS_PER_CORE_MAX)]
     rate_buckets_per_core: usize,
+    /// Mirror sessions, streams, events, keyed records and tasks to this Redis 7 / Valkey
+    /// server, redis://HOST:PORT[/DB], so a peer node can adopt them if this one dies
+    /// (docs/reliability.md). Off by default.
+    #[arg(long, value_name = "URL")]
+    durable: Option<String>,
+    /// Lifetime of this node's liveness lease in the durable store; a peer adopts this
+    /// node's sessions only after it has expired.
+    #[arg(long, default_value_t = config::DURABLE_LEASE_MS)]
+    durable_lease_ms: u64,
+    /// Mirror records one core may queue for the store; past it the record's session is
+    /// marked not durable (a worker never waits).
+    #[arg(long, default_value_t = config::DURABLE_QUEUE_RECORDS)]
+    durable_queue_records: usize,
+    /// Bytes of mirror records one core may queue for the store.
+    #[arg(long, default_value_t = config::DURABLE_QUEUE_BYTES)]
+    durable_queue_bytes: usize,
+    /// Records the mirror thread writes to the store in one pipelined batch.
+    #[arg(long, default_value_t = config::DURABLE_BATCH_RECORDS)]
+    durable_batch_records: usize,
 }
 
 impl Flags {
@@ -486,6 +505,15 @@ impl Flags {
                 .map(|r| config::RateLimit::parse(r))
                 .collect::<Result<_, _>>()?,
             rate_buckets_per_core_max: self.rate_buckets_per_core,
+            durable: self.durable.as_deref().map(config::DurableUrl::parse).transpose()?.map(
+                |url| config::DurableConfig {
+                    url,
+                    lease: Duration::from_millis(self.durable_lease_ms),
+                    queue_records_max: self.durable_queue_records,
+                    queue_bytes_max: self.durable_queue_bytes,
+                    batch_records_max: self.durable_batch_records,
+                },
+            ),
         };
         if let Some(path) = &self.request_state_key_file {
             let bytes = std::fs::read(path)

@@ -11,6 +11,12 @@ use std::time::Duration;
 mod auth;
 pub use auth::AuthConfig;
 pub(crate) use auth::{AUTH_FILE_BYTES_MAX, AUTH_POLICY_RULES_MAX, AUTH_TOKENS_MAX};
+mod durable;
+pub use durable::{DurableConfig, DurableUrl, DurableUrlError};
+pub(crate) use durable::{
+    DURABLE_BATCH_RECORDS, DURABLE_LEASE_MS, DURABLE_LEASE_MS_MIN, DURABLE_QUEUE_BYTES,
+    DURABLE_QUEUE_RECORDS,
+};
 mod rate;
 pub(crate) use rate::RATE_BUCKETS_PER_CORE_MAX;
 pub use rate::{RateLimit, RateLimitError, RateScope};
@@ -577,6 +583,9 @@ pub struct Config {
     pub rate_limits: Vec<RateLimit>,
     /// `--rate-buckets-per-core` (`RATE_BUCKETS_PER_CORE_MAX`).
     pub rate_buckets_per_core_max: usize,
+    /// The durable mirror (`--durable*`, CONTRACT §10); `None` (the default) keeps every
+    /// session in this process only.
+    pub durable: Option<DurableConfig>,
     /// `--log-format`: text or JSON lines on stderr.
     pub log_format: LogFormat,
     /// `--log-level`: a filter in `RUST_LOG` syntax (`info`, `tidemark::legacy=debug,info`);
@@ -686,6 +695,7 @@ impl Default for Config {
             startup_warnings: Vec::new(),
             rate_limits: Vec::new(),
             rate_buckets_per_core_max: RATE_BUCKETS_PER_CORE_MAX,
+            durable: None,
         }
     }
 }
@@ -767,6 +777,12 @@ pub enum ConfigError {
     /// A `--rate-limit` value, or the set of them, is unusable.
     #[error(transparent)]
     RateLimit(#[from] RateLimitError),
+    /// A `--durable` value is not `redis://HOST:PORT[/DB]`.
+    #[error(transparent)]
+    DurableUrl(#[from] DurableUrlError),
+    /// `--durable-lease-ms` is under `DURABLE_LEASE_MS_MIN`.
+    #[error("--durable-lease-ms must be at least {DURABLE_LEASE_MS_MIN}, got {0}")]
+    DurableLeaseTooShort(u64),
 }
 
 impl Config {
@@ -884,6 +900,20 @@ impl Config {
         }
         UpstreamSpec::check_names(&self.upstreams)?;
         RateLimit::check_set(&self.rate_limits)?;
+        if let Some(durable) = &self.durable {
+            let lease_ms = durable.lease.as_millis() as u64;
+            if lease_ms < DURABLE_LEASE_MS_MIN {
+                return Err(ConfigError::DurableLeaseTooShort(lease_ms));
+            }
+            let limits = [
+                ("durable-queue-records", durable.queue_records_max),
+                ("durable-queue-bytes", durable.queue_bytes_max),
+                ("durable-batch-records", durable.batch_records_max),
+            ];
+            if let Some((name, _)) = limits.iter().find(|(_, value)| *value == 0) {
+                return Err(ConfigError::Zero(name));
+            }
+        }
         self.upstream_filters()?;
         self.validate_otlp()?;
         if self.auth_leeway.as_secs() > AUTH_LEEWAY_SECS_MAX {

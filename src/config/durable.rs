@@ -1,0 +1,118 @@
+//! The `--durable redis://HOST:PORT[/DB]` flag's value (`DurableUrl`) and the bounds of the
+//! durable mirror (CONTRACT §10), parsed and checked at start-up. Owned here, on the ground
+//! floor, so `Config` imports nothing of the crate; `durable` reads them. Never: opens a
+//! connection.
+
+use std::fmt;
+use std::time::Duration;
+
+/// How long a node's liveness lease lives in the store (`--durable-lease-ms`). The mirror
+/// thread renews it every third of this; a peer adopts a node's sessions once it has expired,
+/// so this is the shortest time before a dead node's sessions can be served again.
+pub(crate) const DURABLE_LEASE_MS: u64 = 3_000;
+/// The shortest lease: under it a busy store's round trip would let a live node's lease lapse.
+pub(crate) const DURABLE_LEASE_MS_MIN: u64 = 300;
+/// Mirror records one core may have queued for the mirror thread (`--durable-queue-records`).
+/// Past it a record is not queued and its session is marked not durable (never a wait).
+pub(crate) const DURABLE_QUEUE_RECORDS: usize = 65_536;
+/// Bytes of mirror records one core may have queued (`--durable-queue-bytes`): event payloads
+/// dominate, so this, not the record count, is the usual bound.
+pub(crate) const DURABLE_QUEUE_BYTES: usize = 64 << 20;
+/// Records the mirror thread writes in one pipelined batch (`--durable-batch-records`).
+pub(crate) const DURABLE_BATCH_RECORDS: usize = 512;
+
+/// Where the durable mirror lives: a Redis 7 (or Valkey) server, `redis://HOST:PORT[/DB]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DurableUrl {
+    /// The host name or address.
+    pub host: String,
+    /// The TCP port.
+    pub port: u16,
+    /// The logical database (`SELECT`), 0 unless given.
+    pub db: u32,
+}
+
+/// Why a `--durable` value was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("--durable must be redis://HOST:PORT[/DB], got {0:?}")]
+pub struct DurableUrlError(pub String);
+
+impl DurableUrl {
+    /// Parses `redis://HOST:PORT[/DB]`; user info, TLS (`rediss://`) and query strings are
+    /// refused rather than half-supported.
+    pub fn parse(text: &str) -> Result<DurableUrl, DurableUrlError> {
+        let bad = || DurableUrlError(text.to_owned());
+        let rest = text.strip_prefix("redis://").ok_or_else(bad)?;
+        let (authority, db) = match rest.split_once('/') {
+            Some((authority, "")) => (authority, 0),
+            Some((authority, db)) => (authority, db.parse::<u32>().map_err(|_| bad())?),
+            None => (rest, 0),
+        };
+        if authority.contains('@') || authority.contains('?') {
+            return Err(bad());
+        }
+        let (host, port) = authority.rsplit_once(':').ok_or_else(bad)?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let port = port.parse::<u16>().map_err(|_| bad())?;
+        if host.is_empty() || port == 0 {
+            return Err(bad());
+        }
+        Ok(DurableUrl { host: host.to_owned(), port, db })
+    }
+}
+
+impl fmt::Display for DurableUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "redis://[{}]:{}/{}", self.host, self.port, self.db)
+        } else {
+            write!(f, "redis://{}:{}/{}", self.host, self.port, self.db)
+        }
+    }
+}
+
+/// The durable mirror's settings (`--durable*`); `Config::durable` is `None` when it is off.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DurableConfig {
+    /// The store (`--durable`).
+    pub url: DurableUrl,
+    /// This node's liveness lease (`--durable-lease-ms`).
+    pub lease: Duration,
+    /// Records one core may have queued (`--durable-queue-records`).
+    pub queue_records_max: usize,
+    /// Bytes one core may have queued (`--durable-queue-bytes`).
+    pub queue_bytes_max: usize,
+    /// Records per pipelined write (`--durable-batch-records`).
+    pub batch_records_max: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durable_urls_parse_and_bad_ones_are_refused() {
+        // Goal: the one accepted shape parses (with and without a database); every other
+        // shape is refused with the value named, never half-understood.
+        let url = DurableUrl::parse("redis://127.0.0.1:6379").expect("parses");
+        assert_eq!(url, DurableUrl { host: "127.0.0.1".into(), port: 6379, db: 0 });
+        let url = DurableUrl::parse("redis://cache.internal:6380/3").expect("parses");
+        assert_eq!((url.host.as_str(), url.port, url.db), ("cache.internal", 6380, 3));
+        assert_eq!(DurableUrl::parse("redis://[::1]:6379/").expect("v6").host, "::1");
+        assert_eq!(url.to_string(), "redis://cache.internal:6380/3");
+        for bad in [
+            "",
+            "redis://",
+            "redis://host",
+            "redis://host:0",
+            "redis://host:99999",
+            "redis://user:pw@host:6379",
+            "rediss://host:6379",
+            "http://host:6379",
+            "redis://host:6379/x",
+            "redis://:6379",
+        ] {
+            assert!(DurableUrl::parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}
