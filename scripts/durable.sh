@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# Usage: scripts/durable.sh [--only STAGE[,STAGE...]] [--calls N] [--modern-calls N] [--seed S]
+#                           [--no-build] [--help]
+#
+# Surviving a node's death (issue 20, CONTRACT §10), with the real thing: Debian's
+# `redis-server` and `haproxy` (apt-installed when missing), two tidemark nodes (--node-id 1 and
+# 2, --threads 2, --durable to one Redis, a short --durable-lease-ms) in front of the stdio
+# fixture tests/fixtures/stdio_upstream.py (shared isolation, one execution log for both nodes),
+# and HAProxy on the configuration deploy/haproxy-config generates with --backup-peers (each node
+# the other's backup). Stages:
+#   kill    tests/durable/node_death.py: legacy calls with progress (recovered at random by GET +
+#           Last-Event-ID, re-POST and its hint, Idempotency-Key retry) and keyed 2026-07-28
+#           calls through HAProxy; node 1 gets SIGKILL at a random moment. Every call ends with
+#           its result or -31006, no event lost or doubled, no tool run twice (the fixture's
+#           execution log), no 404 for a mirrored session
+#   redis   tests/durable/redis_outage.py: redis-server SIGKILLed mid-run and restarted on its
+#           port: node 2 keeps answering echo calls, marks and counts not-durable sessions, its
+#           queues stay inside --durable-queue-records/--durable-queue-bytes, and every session
+#           is durable again after the restart
+#   --only STAGES  comma-separated, from kill,redis (default both)
+#   --calls N      legacy calls of the kill stage (default 300)
+#   --modern-calls N  keyed 2026-07-28 calls of the kill stage (default 100)
+#   --seed S       the kill stage's random choices (default: new, printed)
+#   --no-build     use the existing target/release/tidemark
+#
+# Prints one PASS/FAIL line per stage and `durable: N passed, M failed`; logs in
+# .cache/durable-results/. Exit 0 only when every stage passed. Every process it started is
+# stopped on exit.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="$ROOT/.cache"
+RESULTS="$CACHE/durable-results"
+START_TIMEOUT_S=30
+STAGE_TIMEOUT_S=300
+# A short lease, so the kill stage's adoption waits about a second, not the default three.
+LEASE_MS=1000
+# Small queues in the redis stage, so an outage reaches their bounds within seconds.
+OUTAGE_QUEUE_RECORDS=2048
+OUTAGE_QUEUE_BYTES=1048576
+
+stages="kill,redis"
+calls=300
+modern_calls=100
+seed=()
+build=1
+while [ "$#" -gt 0 ]; do
+    case "$1" in
+        --only) stages="${2:?--only needs a value}"; shift 2 ;;
+        --calls) calls="${2:?}"; shift 2 ;;
+        --modern-calls) modern_calls="${2:?}"; shift 2 ;;
+        --seed) seed=(--seed "${2:?}"); shift 2 ;;
+        --no-build) build=0; shift ;;
+        --help) sed -n '2,30s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        *) echo "durable.sh: unknown argument: $1" >&2; exit 2 ;;
+    esac
+done
+
+# ---- installs (idempotent) ----------------------------------------------------------------
+# shellcheck source=SCRIPTDIR/apt-lib.sh
+source "$ROOT/scripts/apt-lib.sh"
+command -v redis-server >/dev/null || apt_install durable.sh redis-server
+command -v haproxy >/dev/null || apt_install durable.sh haproxy
+echo "durable.sh: $(redis-server --version | cut -d' ' -f1-3), $(haproxy -v | head -n 1 | cut -d' ' -f1-3)"
+SCRIPT_NAME=durable.sh
+# shellcheck source=SCRIPTDIR/client-lib.sh
+source "$ROOT/scripts/client-lib.sh"
+if [ "$build" = 1 ]; then
+    (cd "$ROOT" && cargo build --release --quiet)
+fi
+TIDEMARK="$ROOT/target/release/tidemark"
+
+rm -rf "$RESULTS"
+mkdir -p "$RESULTS"
+# shellcheck source=SCRIPTDIR/pids-lib.sh
+source "$ROOT/scripts/pids-lib.sh"
+
+passed=0
+failed=0
+verdict() { # verdict NAME RC DETAIL
+    if [ "$2" = 0 ]; then
+        passed=$((passed + 1))
+        echo "durable: PASS $1 $3"
+    else
+        failed=$((failed + 1))
+        echo "durable: FAIL $1 $3 (logs: $RESULTS)"
+    fi
+}
+
+# start_redis NAME PORT: a throw-away redis-server (no persistence); sets redis_pid, redis_cmd.
+start_redis() {
+    local name="$1" port="$2"
+    redis_cmd="redis-server --port $port --bind 127.0.0.1 --save '' --appendonly no"
+    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+        >"$RESULTS/$name.log" 2>&1 &
+    redis_pid=$!
+    pids+=("$redis_pid")
+    for _ in $(seq 100); do
+        redis-cli -p "$port" ping 2>/dev/null | grep -q PONG && return 0
+        sleep 0.1
+    done
+    echo "durable.sh: redis-server on $port never answered" >&2
+    cat "$RESULTS/$name.log" >&2
+    exit 1
+}
+
+head -c 64 /dev/urandom >"$RESULTS/request-state.key"
+# start_node NAME ID PORT ADMIN REDIS_PORT FLAGS...: a durable tidemark node; sets node_pid.
+start_node() {
+    local name="$1" id="$2" port="$3" admin="$4" redis_port="$5"
+    shift 5
+    COUNTER_FILE="$RESULTS/counter" "$TIDEMARK" --listen "127.0.0.1:$port" \
+        --metrics-listen "127.0.0.1:$admin" --node-id "$id" --threads 2 --sse-retry-ms 200 \
+        --upstream "stdio:python3 $ROOT/tests/fixtures/stdio_upstream.py" \
+        --upstream-isolation shared \
+        --request-state-key-file "$RESULTS/request-state.key" \
+        --durable "redis://127.0.0.1:$redis_port" --durable-lease-ms "$LEASE_MS" "$@" \
+        >"$RESULTS/$name.stdout" 2>"$RESULTS/$name.stderr" &
+    node_pid=$!
+    pids+=("$node_pid")
+    wait_for_url "$RESULTS/$name.stdout" "$node_pid" "$name" >/dev/null
+}
+
+stage_kill() {
+    local rport p1 a1 p2 a2 ha sa rc=0
+    rport="$(free_port)"; start_redis redis-kill "$rport"
+    p1="$(free_port)"; a1="$(free_port)"; p2="$(free_port)"; a2="$(free_port)"
+    : >"$RESULTS/counter.calls"
+    start_node kill-node1 1 "$p1" "$a1" "$rport"
+    local victim=$node_pid
+    start_node kill-node2 2 "$p2" "$a2" "$rport" --driver epoll
+    ha="$(free_port)"; sa="$(free_port)"
+    "$ROOT/deploy/haproxy-config" --node "1=127.0.0.1:$p1,admin=$a1" \
+        --node "2=127.0.0.1:$p2,admin=$a2" --backup-peers --listen "127.0.0.1:$ha" \
+        --stats "127.0.0.1:$sa" >"$RESULTS/kill-haproxy.cfg"
+    haproxy -c -f "$RESULTS/kill-haproxy.cfg" >"$RESULTS/kill-haproxy-check.log" 2>&1 || rc=$?
+    if [ "$rc" != 0 ]; then
+        verdict kill 1 "(haproxy -c refused the --backup-peers configuration)"
+        return
+    fi
+    haproxy -db -f "$RESULTS/kill-haproxy.cfg" >"$RESULTS/kill-haproxy.log" 2>&1 &
+    pids+=("$!")
+    sleep 1 # the first health checks
+    timeout "$STAGE_TIMEOUT_S" python3 "$ROOT/tests/durable/node_death.py" \
+        --via "http://127.0.0.1:$ha/mcp" --calls-log "$RESULTS/counter.calls" \
+        --victim-pid "$victim" --calls "$calls" --modern-calls "$modern_calls" "${seed[@]}" \
+        --json "$RESULTS/kill-report.json" >"$RESULTS/kill.log" 2>&1 || rc=$?
+    python3 -c 'import sys, urllib.request
+print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
+        "http://127.0.0.1:$a2/metrics" >"$RESULTS/kill-node2.metrics" 2>/dev/null || true
+    verdict kill "$rc" "$(grep -h '^node-death: calls' "$RESULTS/kill.log" || tail -n 1 "$RESULTS/kill.log")"
+}
+
+stage_redis() {
+    local rport p a rc=0
+    rport="$(free_port)"; start_redis redis-outage "$rport"
+    p="$(free_port)"; a="$(free_port)"
+    start_node outage-node 2 "$p" "$a" "$rport" \
+        --durable-queue-records "$OUTAGE_QUEUE_RECORDS" --durable-queue-bytes "$OUTAGE_QUEUE_BYTES"
+    timeout "$STAGE_TIMEOUT_S" python3 "$ROOT/tests/durable/redis_outage.py" \
+        --node "http://127.0.0.1:$p/mcp" --admin "http://127.0.0.1:$a" \
+        --redis-pid "$redis_pid" --redis-cmd "$redis_cmd" \
+        --redis-log "$RESULTS/redis-outage-restarted.log" \
+        --restarted-pid-file "$RESULTS/redis-restarted.pid" \
+        --queue-records "$OUTAGE_QUEUE_RECORDS" --queue-bytes "$OUTAGE_QUEUE_BYTES" \
+        >"$RESULTS/redis.log" 2>&1 || rc=$?
+    if [ -s "$RESULTS/redis-restarted.pid" ]; then
+        pids+=("$(cat "$RESULTS/redis-restarted.pid")")
+    fi
+    verdict redis "$rc" "$(grep -h '^redis-outage: [0-9]' "$RESULTS/redis.log" || tail -n 1 "$RESULTS/redis.log")"
+}
+
+IFS=',' read -r -a wanted <<<"$stages"
+for s in "${wanted[@]}"; do
+    case "$s" in
+        kill) stage_kill ;;
+        redis) stage_redis ;;
+        *) echo "durable.sh: unknown stage '$s' (known: kill, redis)" >&2; exit 2 ;;
+    esac
+done
+echo "durable: $passed passed, $failed failed"
+[ "$failed" = 0 ]

@@ -1,0 +1,345 @@
+#!/usr/bin/env python3
+"""The node-death fault test (issue 20, scripts/durable.sh): load through HAProxy on two nodes
+mirroring to one Redis, one node killed with SIGKILL at a random moment, every call followed to
+its end.
+
+Goal: show the durable mirror's promise (CONTRACT §10) with a real crash. Counted and checked:
+  - every call ends with its result or `-31006` (outcome unknown), within its deadline: no hang,
+    no other error;
+  - no lost event: the progress values a call's client holds (deduplicated by event id, as a
+    client holding its cursor does) are 1..j in order with no gap, and j is every step when the
+    call ends with its result;
+  - no duplicate: never the same progress value under two event ids, never two finals;
+  - no double execution: the upstream fixture logs each execution's tag
+    ($COUNTER_FILE.calls); a tag appears at most once, exactly once for a call with a result;
+  - no 404 for a mirrored session: a session 404s after the crash only if it was opened within
+    the mirror's lag of the kill (counted apart as `unmirrored`, reported; never over 1 s).
+Legacy calls (`slow_counter` with progress, through a bridged stdio upstream) are recovered at
+random by GET + Last-Event-ID, by re-POST (409 and its hint, then GET) or, for keyed calls, by an
+Idempotency-Key retry; 2026-07-28 keyed calls are re-issued with the same key and a new id.
+Standard library only; the HTTP client is tests/clients/haproxy_checks.py's.
+
+Usage: node_death.py --via URL --calls-log FILE --victim-pid PID [--calls N] [--modern-calls N]
+                     [--workers N] [--seed S] [--kill-after-ms A,B] [--json FILE]
+Prints one summary line and `node-death: PASS`/`FAIL ...`; exit 0 only on PASS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import socket
+import sys
+import threading
+import time
+from collections import Counter
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "clients"))
+from haproxy_checks import Conn, Fail, check, json_answer, modern, post  # noqa: E402
+
+OUTCOME_UNKNOWN = -31006
+CALL_DEADLINE_S = 90.0
+RETRY_PAUSE_S = 0.2
+UNMIRRORED_WINDOW_S = 1.0
+STEPS = 8
+DELAY_MS = 60
+
+
+class Call:
+    """What one call's client holds: events by id, progress values, finals, how it ended."""
+
+    def __init__(self, tag: str, era: str, keyed: bool):
+        self.tag, self.era, self.keyed = tag, era, keyed
+        self.seen_ids: set[str] = set()
+        self.progress: list[int] = []
+        self.finals: list[dict] = []
+        self.last_id: str | None = None
+        self.recoveries: Counter = Counter()
+        self.problem: str | None = None
+        self.session_opened = 0.0
+
+    def take(self, ev_id: str | None, data: str) -> None:
+        if ev_id is not None:
+            if ev_id in self.seen_ids:
+                return  # a repeat the hint rule allows; a client holding its cursor skips it
+            self.seen_ids.add(ev_id)
+            self.last_id = ev_id
+        if not data:
+            return
+        msg = json.loads(data)
+        if msg.get("method") == "notifications/progress":
+            self.progress.append(int(msg["params"]["progress"]))
+        elif "result" in msg or "error" in msg:
+            self.finals.append(msg)
+
+    def done(self) -> bool:
+        return bool(self.finals)
+
+
+def read_stream(conn: Conn, call: Call) -> None:
+    """Reads SSE events (or one JSON answer) into `call` until the body ends or the socket dies."""
+    status, headers = conn.head()
+    if status != 200:
+        body = conn.body()
+        conn.close()
+        raise Answered(status, headers, body)
+    if headers.get("content-type", "").startswith("application/json"):
+        call.take(None, conn.body().decode())
+        conn.close()
+        return
+    for ev_id, data in conn.events():
+        call.take(ev_id, data)
+    conn.close()
+
+
+class Answered(Exception):
+    """A non-200 answer: its status, headers and body."""
+
+    def __init__(self, status: int, headers: dict, body: bytes):
+        super().__init__(f"{status}")
+        self.status, self.headers, self.body = status, headers, body
+
+
+LEGACY_INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {},
+    "clientInfo": {"name": "node-death", "version": "1"}}}
+
+
+def open_session(via: str, deadline: float) -> str:
+    while True:
+        try:
+            status, headers, msg = json_answer(post(via, LEGACY_INIT))
+            if status == 200:
+                sid = headers["mcp-session-id"]
+                status, _, _ = json_answer(post(via, {"jsonrpc": "2.0",
+                                                      "method": "notifications/initialized"},
+                                                {"Mcp-Session-Id": sid}))
+                if status == 202:
+                    return sid
+        except (OSError, Fail, ValueError):
+            pass
+        if time.monotonic() > deadline:
+            raise Fail("initialize never succeeded")
+        time.sleep(RETRY_PAUSE_S)
+
+
+def legacy_call(via: str, sid: str, rid: int, call: Call, rng: random.Random, kill: dict) -> None:
+    args = {"steps": STEPS, "delay_ms": DELAY_MS, "tag": call.tag}
+    body = {"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+            "params": {"name": "slow_counter", "arguments": args,
+                       "_meta": {"progressToken": call.tag}}}
+    headers = {"Mcp-Session-Id": sid}
+    if call.keyed:
+        headers["Idempotency-Key"] = "key-" + call.tag
+    deadline = time.monotonic() + CALL_DEADLINE_S
+    attempt = "post"
+    while not call.done():
+        if time.monotonic() > deadline:
+            call.problem = f"no final within {CALL_DEADLINE_S:.0f} s ({dict(call.recoveries)})"
+            return
+        try:
+            if attempt == "get":
+                c = Conn(via)
+                c.send("GET", {"Accept": "text/event-stream", "Mcp-Session-Id": sid,
+                               "Last-Event-ID": call.last_id})
+            else:
+                c = post(via, body, headers)
+            read_stream(c, call)
+        except Answered as a:
+            if a.status == 409 and a.headers.get("last-event-id"):
+                # The call is owed: resume from the event we hold (or the hint, if we hold none).
+                call.last_id = call.last_id or a.headers["last-event-id"]
+                attempt = "get"
+                continue
+            if a.status == 404:
+                if kill["at"] and call.session_opened > kill["at"] - UNMIRRORED_WINDOW_S:
+                    call.problem = "unmirrored"
+                else:
+                    call.problem = f"404 for a mirrored session: {a.body[:200]!r}"
+                return
+            if a.status not in (502, 503, 504):
+                call.problem = f"HTTP {a.status}: {a.body[:200]!r}"
+                return
+            time.sleep(RETRY_PAUSE_S)
+        except (OSError, Fail, ValueError):
+            time.sleep(RETRY_PAUSE_S)
+        if call.done():
+            break
+        # Dropped (or refused while the balancer fails over): recover, as the client chooses.
+        choices = ["repost"] + (["get"] if call.last_id else []) + (["keyed"] if call.keyed else [])
+        attempt = rng.choice(choices)
+        call.recoveries[attempt] += 1
+        if attempt == "keyed":
+            attempt = "post"
+
+
+def modern_call(via: str, rid: int, call: Call) -> None:
+    msg, headers = modern(rid, "tools/call", {
+        "name": "slow_counter",
+        "arguments": {"steps": STEPS, "delay_ms": DELAY_MS, "tag": call.tag},
+        "_meta": {"progressToken": call.tag}})
+    headers["Idempotency-Key"] = "key-" + call.tag
+    deadline = time.monotonic() + CALL_DEADLINE_S
+    while not call.done():
+        if time.monotonic() > deadline:
+            call.problem = f"no final within {CALL_DEADLINE_S:.0f} s"
+            return
+        try:
+            # A re-issue is a new request: new id, same key; events of an earlier attempt are
+            # not the re-issue's, so only the re-issue's own stream counts.
+            call.seen_ids.clear()
+            call.progress.clear()
+            read_stream(post(via, msg, headers), call)
+        except Answered as a:
+            if a.status not in (502, 503, 504):
+                call.finals.append(json.loads(a.body or b"{}"))
+                return
+            time.sleep(RETRY_PAUSE_S)
+        except (OSError, Fail, ValueError):
+            time.sleep(RETRY_PAUSE_S)
+        if not call.done():
+            call.recoveries["reissue"] += 1
+            msg["id"] = msg["id"] + 100_000
+
+
+def verify(call: Call, executions: Counter) -> str | None:
+    """Why this call broke the promise, or None."""
+    if call.problem and call.problem != "unmirrored":
+        return call.problem
+    ran = executions.get(call.tag, 0)
+    if ran > 1:
+        return f"ran {ran} times"
+    if call.problem == "unmirrored":
+        return None
+    if len(call.finals) != 1:
+        return f"{len(call.finals)} finals"
+    final = call.finals[0]
+    if len(set(call.progress)) != len(call.progress):
+        return f"duplicate progress {call.progress}"
+    if call.progress != list(range(1, len(call.progress) + 1)):
+        return f"progress with a gap or out of order {call.progress}"
+    if "result" in final:
+        if call.progress != list(range(1, STEPS + 1)) and call.era == "legacy":
+            return f"result after progress {call.progress}"
+        if ran != 1:
+            return f"a result, yet the upstream ran it {ran} times"
+        return None
+    code = final.get("error", {}).get("code")
+    if code != OUTCOME_UNKNOWN:
+        return f"final error {final.get('error')}"
+    return None
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--via", required=True, help="the balancer's MCP URL")
+    p.add_argument("--calls-log", required=True, help="the fixture's $COUNTER_FILE.calls")
+    p.add_argument("--victim-pid", type=int, required=True, help="the node to SIGKILL")
+    p.add_argument("--calls", type=int, default=300, help="legacy calls")
+    p.add_argument("--modern-calls", type=int, default=100, help="2026-07-28 keyed calls")
+    p.add_argument("--workers", type=int, default=24)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--kill-after-ms", default="1500,4000", help="range of the kill's moment")
+    p.add_argument("--json", help="write the per-call report here")
+    a = p.parse_args()
+    seed = a.seed if a.seed is not None else random.randrange(1 << 30)
+    print(f"node-death: seed {seed}", flush=True)
+    rng = random.Random(seed)
+    lo, hi = (int(x) for x in a.kill_after_ms.split(","))
+    kill_delay = rng.uniform(lo, hi) / 1000
+
+    calls: list[Call] = []
+    for i in range(a.calls):
+        calls.append(Call(f"L{seed}-{i}", "legacy", keyed=rng.random() < 0.3))
+    for i in range(a.modern_calls):
+        calls.append(Call(f"M{seed}-{i}", "modern", keyed=True))
+    rng.shuffle(calls)
+    queue = list(enumerate(calls))
+    lock = threading.Lock()
+    kill = {"at": 0.0}
+
+    def worker(wid: int) -> None:
+        wrng = random.Random(seed * 1000 + wid)
+        sid, opened, used = None, 0.0, 0
+        while True:
+            with lock:
+                if not queue:
+                    return
+                idx, call = queue.pop()
+            try:
+                if call.era == "modern":
+                    modern_call(a.via, idx + 1, call)
+                    continue
+                if sid is None or used >= 4:
+                    sid = open_session(a.via, time.monotonic() + CALL_DEADLINE_S)
+                    opened, used = time.monotonic(), 0
+                used += 1
+                call.session_opened = opened
+                legacy_call(a.via, sid, idx + 1, call, wrng, kill)
+                if call.problem:
+                    sid = None
+            except Fail as e:
+                call.problem = str(e)
+
+    threads = [threading.Thread(target=worker, args=(w,), daemon=True) for w in range(a.workers)]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    time.sleep(kill_delay)
+    in_flight = sum(1 for c in calls if (c.progress or c.seen_ids) and not c.done())
+    os.kill(a.victim_pid, signal.SIGKILL)
+    kill["at"] = time.monotonic()
+    print(f"node-death: SIGKILL to pid {a.victim_pid} at {kill['at'] - started:.2f} s "
+          f"({in_flight} calls had events and no final)", flush=True)
+    for t in threads:
+        t.join(CALL_DEADLINE_S * 3)
+    hung = sum(1 for t in threads if t.is_alive())
+
+    executions: Counter = Counter()
+    with open(a.calls_log) as f:
+        executions.update(line.strip() for line in f if line.strip())
+    stats = Counter()
+    failures = []
+    for c in calls:
+        why = verify(c, executions)
+        if why:
+            failures.append(f"{c.tag} ({c.era}{', keyed' if c.keyed else ''}): {why}")
+        elif c.problem == "unmirrored":
+            stats["unmirrored"] += 1
+        elif "result" in c.finals[0]:
+            stats[f"{c.era}_result"] += 1
+        else:
+            stats[f"{c.era}_outcome_unknown"] += 1
+        for k, v in c.recoveries.items():
+            stats[f"recovered_by_{k}"] += v
+    double = sum(1 for n in executions.values() if n > 1)
+    summary = (f"calls {len(calls)} (legacy {a.calls}, modern {a.modern_calls}), "
+               f"{', '.join(f'{k} {v}' for k, v in sorted(stats.items()))}, "
+               f"double executions {double}, failures {len(failures)}, hung workers {hung}, "
+               f"{time.monotonic() - started:.1f} s")
+    print(f"node-death: {summary}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"seed": seed, "summary": summary, "failures": failures,
+                       "calls": [{"tag": c.tag, "era": c.era, "keyed": c.keyed,
+                                  "progress": c.progress, "finals": c.finals,
+                                  "problem": c.problem, "recoveries": dict(c.recoveries)}
+                                 for c in calls]}, f, indent=1)
+    # The kill must have hit calls in flight, or the run showed nothing.
+    if in_flight == 0:
+        failures.append("no call was in flight at the kill")
+    if failures or hung or double:
+        for line in failures[:20]:
+            print(f"  {line}")
+        print(f"node-death: FAIL ({len(failures)} calls; rerun with --seed {seed})")
+        return 1
+    print("node-death: PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    socket.setdefaulttimeout(30)
+    sys.exit(main())
