@@ -2,6 +2,9 @@
 # Usage: scripts/durable.sh [--only STAGE[,STAGE...]] [--calls N] [--modern-calls N] [--seed S]
 #                           [--no-build] [--help]
 #
+# NOT YET IN scripts/test.sh: it needs the durable mirror and adoption of issue 20, which are in
+# progress (only the --durable flags and the store's key schema exist); it fails until they land.
+#
 # Surviving a node's death (issue 20, CONTRACT §10), with the real thing: Debian's
 # `redis-server` and `haproxy` (apt-installed when missing), two tidemark nodes (--node-id 1 and
 # 2, --threads 2, --durable to one Redis, a short --durable-lease-ms) in front of the stdio

@@ -42,28 +42,23 @@
 #                receiver on the official opentelemetry-proto bindings (PyPI): attributes,
 #                parentage from the client's traceparent, through a bridged call into an
 #                upstream tidemark; a stalled receiver: spans dropped and counted
-#   durable      scripts/durable.sh: surviving a node's death with a real redis-server and
-#                HAProxy (Debian's packages): two durable nodes, each the other's backup; one
-#                SIGKILLed under load (legacy calls recovered by GET, re-POST, keyed retry;
-#                keyed 2026-07-28 calls): every call ends with its result or -31006, nothing
-#                lost or doubled, nothing run twice; Redis killed mid-run and restarted
 #   --only SUITES  run only these (comma-separated: cargo,clients,browser,bridge,
-#                conformance,fault,fuzz,haproxy,auth,metrics,traces,durable)
+#                conformance,fault,fuzz,haproxy,auth,metrics,traces)
 #
 # Needs cargo, python3 (with venv), node/npm (any version npm runs on; Node 22 is installed from
-# npm into .cache/); installs everything else into .cache/ (and Debian's chromium, haproxy and redis-server,
+# npm into .cache/); installs everything else into .cache/ (and Debian's chromium and haproxy,
 # with apt; and prometheus).
 # Prints one line per suite and a final `suites: N passed, M failed`; exit 0 only when all passed.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ALL_SUITES="cargo,clients,browser,bridge,conformance,fault,fuzz,haproxy,auth,metrics,traces,durable"
+ALL_SUITES="cargo,clients,browser,bridge,conformance,fault,fuzz,haproxy,auth,metrics,traces"
 
 only="$ALL_SUITES"
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --only) only="${2:?--only needs a value}"; shift 2 ;;
-        --help) sed -n '2,56s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        --help) sed -n '2,46s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "test.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -75,8 +70,6 @@ for s in "${selected[@]}"; do
     esac
 done
 
-# shellcheck source=SCRIPTDIR/apt-lib.sh
-source "$ROOT/scripts/apt-lib.sh"
 passed=0
 failed=0
 summary=()
@@ -87,10 +80,7 @@ for s in "${selected[@]}"; do
     rc=0
     case "$s" in
         cargo)
-            # The durable mirror's tests (tests/durable_*.rs) start a real redis-server; here
-            # they must run, not skip.
-            command -v redis-server >/dev/null || apt_install test.sh redis-server
-            TIDEMARK_REQUIRE_REDIS=1 cargo test --workspace --all-targets --no-fail-fast || rc=$?
+            cargo test --workspace --all-targets --no-fail-fast || rc=$?
             cargo test --doc || rc=$?
             RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --lib || rc=$?
             ;;
@@ -104,7 +94,6 @@ for s in "${selected[@]}"; do
         auth) scripts/auth.sh || rc=$? ;;
         metrics) scripts/metrics.sh || rc=$? ;;
         traces) scripts/traces.sh || rc=$? ;;
-        durable) scripts/durable.sh || rc=$? ;;
     esac
     secs=$((SECONDS - start))
     if [ "$rc" = 0 ]; then
