@@ -38,7 +38,8 @@ import time
 from collections import Counter
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "clients"))
-from haproxy_checks import Conn, Fail, check, json_answer, modern, post  # noqa: E402
+import haproxy_checks  # noqa: E402
+from haproxy_checks import Conn, Fail, modern, post  # noqa: E402
 
 OUTCOME_UNKNOWN = -31006
 CALL_DEADLINE_S = 90.0
@@ -103,23 +104,12 @@ class Answered(Exception):
         self.status, self.headers, self.body = status, headers, body
 
 
-LEGACY_INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {},
-    "clientInfo": {"name": "node-death", "version": "1"}}}
-
-
 def open_session(via: str, deadline: float) -> str:
+    """haproxy_checks' initialize exchange, retried while the balancer fails over."""
     while True:
         try:
-            status, headers, msg = json_answer(post(via, LEGACY_INIT))
-            if status == 200:
-                sid = headers["mcp-session-id"]
-                status, _, _ = json_answer(post(via, {"jsonrpc": "2.0",
-                                                      "method": "notifications/initialized"},
-                                                {"Mcp-Session-Id": sid}))
-                if status == 202:
-                    return sid
-        except (OSError, Fail, ValueError):
+            return haproxy_checks.open_session(via)
+        except (OSError, Fail, ValueError, KeyError):
             pass
         if time.monotonic() > deadline:
             raise Fail("initialize never succeeded")
