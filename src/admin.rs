@@ -55,6 +55,8 @@ struct Admin {
     active: AtomicUsize,
     /// What `/status` shows that is not a metric.
     about: About,
+    /// The durable mirror thread's figures (`--durable`).
+    durable: Option<Arc<crate::metrics::DurableStats>>,
     /// Refusal counts sampled at `/status` loads ("recent" on the page). The crate's one lock:
     /// only admin connection threads take it, never a worker core (what the lint guards), and
     /// only while a page load compares and pushes one sample.
@@ -82,13 +84,21 @@ pub(crate) fn start(
     children: Arc<ProcessCount>,
     life: Arc<Lifecycle>,
     about: About,
+    durable: Option<Arc<crate::metrics::DurableStats>>,
 ) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr)?;
     let bound = listener.local_addr()?;
     #[allow(clippy::disallowed_types, reason = "admin threads only, never a worker core")]
     let recent = std::sync::Mutex::new(RecentRefusals::default());
-    let admin =
-        Arc::new(Admin { metrics, children, life, active: AtomicUsize::new(0), about, recent });
+    let admin = Arc::new(Admin {
+        metrics,
+        children,
+        life,
+        active: AtomicUsize::new(0),
+        about,
+        recent,
+        durable,
+    });
     std::thread::Builder::new()
         .name("tidemark-admin".into())
         .spawn(move || accept(listener, admin))?;
@@ -202,6 +212,9 @@ fn exposition(admin: &Admin) -> String {
     body.push_str("# HELP tidemark_upstream_children Live --upstream child processes (all cores), against --upstream-max-processes.\n");
     body.push_str("# TYPE tidemark_upstream_children gauge\n");
     body.push_str(&format!("tidemark_upstream_children {}\n", admin.children.live()));
+    if let Some(durable) = &admin.durable {
+        durable.render(&mut body);
+    }
     body
 }
 

@@ -373,6 +373,15 @@ struct Flags {
     /// Records the mirror thread writes to the store in one pipelined batch.
     #[arg(long, default_value_t = config::DURABLE_BATCH_RECORDS)]
     durable_batch_records: usize,
+    /// How long a non-idempotent tools/call of a durable session waits for the store to
+    /// acknowledge its record before the tool starts (so an adopting peer never runs it
+    /// again); past it the call starts, the session stops being durable, and it is counted.
+    #[arg(long, default_value_t = config::DURABLE_WRITE_AHEAD_MS)]
+    durable_write_ahead_ms: u64,
+    /// Store lookups (adoptions of a dead node's sessions, its keyed records and tasks)
+    /// waiting at once on this node; past it the request gets 503 + Retry-After.
+    #[arg(long, default_value_t = config::DURABLE_ADOPTIONS_MAX)]
+    durable_adoptions_max: usize,
 }
 
 impl Flags {
@@ -512,6 +521,8 @@ impl Flags {
                     queue_records_max: self.durable_queue_records,
                     queue_bytes_max: self.durable_queue_bytes,
                     batch_records_max: self.durable_batch_records,
+                    write_ahead: Duration::from_millis(self.durable_write_ahead_ms),
+                    adoptions_max: self.durable_adoptions_max,
                 },
             ),
         };

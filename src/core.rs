@@ -40,6 +40,10 @@ pub(crate) struct Core {
     pub(crate) draining: Cell<bool>,
     /// This core's `--rate-limit` buckets.
     pub(crate) rate: Rate,
+    /// This core's tap on the durable mirror (`--durable`; `None`: off).
+    pub(crate) mirror: Option<Rc<crate::durable::CoreTap>>,
+    /// The node's store reader, for adoptions and other nodes' keys and tasks (`--durable`).
+    pub(crate) reader: Option<Arc<crate::durable::Reader>>,
 }
 
 /// One core's rate limits and the clock they count on.

@@ -128,6 +128,18 @@ counters! {
     rate_limited_client => "tidemark_rate_limited_total{scope=\"client\"}", "Requests refused 429 by a --rate-limit, by the kind of its scope (client, tool:NAME, upstream:NAME).";
     rate_limited_tool => "tidemark_rate_limited_total{scope=\"tool\"}", "Requests refused 429 by a --rate-limit, by the kind of its scope (client, tool:NAME, upstream:NAME).";
     rate_limited_upstream => "tidemark_rate_limited_total{scope=\"upstream\"}", "Requests refused 429 by a --rate-limit, by the kind of its scope (client, tool:NAME, upstream:NAME).";
+    durable_sessions_marked_not_durable_total => "tidemark_durable_sessions_marked_not_durable_total", "Sessions that stopped being durable (--durable): a record of theirs could not be queued or written; each is rewritten whole when the store is back.";
+    durable_sessions_not_durable => "tidemark_durable_sessions_not_durable", "Sessions not durable right now (--durable): never adopted by a peer until rewritten.";
+    durable_records_refused_total => "tidemark_durable_records_refused_total", "Mirror records not queued because the core's queue held --durable-queue-records or --durable-queue-bytes.";
+    durable_write_ahead_unprotected_total => "tidemark_durable_write_ahead_unprotected_total", "Non-idempotent calls started before the store acknowledged their record (store slow or down past --durable-write-ahead-ms): a node death could run them again elsewhere.";
+    durable_adopted_total => "tidemark_durable_adoptions_total{outcome=\"adopted\"}", "Requests for a session this node does not hold that asked the store, by outcome.";
+    durable_adopt_absent_total => "tidemark_durable_adoptions_total{outcome=\"absent\"}", "Requests for a session this node does not hold that asked the store, by outcome.";
+    durable_adopt_not_durable_total => "tidemark_durable_adoptions_total{outcome=\"not_durable\"}", "Requests for a session this node does not hold that asked the store, by outcome.";
+    durable_adopt_owner_alive_total => "tidemark_durable_adoptions_total{outcome=\"owner_alive\"}", "Requests for a session this node does not hold that asked the store, by outcome.";
+    durable_adopt_taken_total => "tidemark_durable_adoptions_total{outcome=\"taken\"}", "Requests for a session this node does not hold that asked the store, by outcome.";
+    durable_adopt_failed_total => "tidemark_durable_adoptions_total{outcome=\"failed\"}", "Requests for a session this node does not hold that asked the store, by outcome.";
+    durable_recovered_keyed_total => "tidemark_durable_recovered_total{name=\"keyed\"}", "2026-07-28 keyed calls and tasks of another node answered from the store.";
+    durable_recovered_tasks_total => "tidemark_durable_recovered_total{name=\"task\"}", "2026-07-28 keyed calls and tasks of another node answered from the store.";
     trace_spans_dropped_total => "tidemark_trace_spans_dropped_total", "Finished spans dropped because their core's queue held --otlp-queue-spans (the exporter fell behind or the collector is down).";
 }
 
@@ -393,6 +405,8 @@ pub(crate) struct Histograms {
     pub(crate) post_held: Histogram,
     /// `tidemark_drain_duration_seconds`.
     pub(crate) drain: Histogram,
+    /// `tidemark_durable_adoption_seconds`.
+    pub(crate) adoption: Histogram,
     /// `tidemark_upstream_call_duration_seconds`, by upstream index then tool; the names of
     /// the upstreams are set once at start (`name_upstreams`).
     upstreams: [UpstreamCalls; UPSTREAM_LABELS_MAX],
@@ -409,6 +423,7 @@ impl Default for Histograms {
             resume_replay: Histogram::events(),
             post_held: Histogram::seconds(),
             drain: Histogram::seconds(),
+            adoption: Histogram::seconds(),
             upstreams: std::array::from_fn(|_| UpstreamCalls::default()),
             upstream_names: OnceLock::new(),
         }
@@ -446,11 +461,12 @@ impl Histograms {
                 }
             }
         }
-        let singles: [(&str, &str, PickHistogram); 4] = [
+        let singles: [(&str, &str, PickHistogram); 5] = [
             ("tidemark_sse_first_event_seconds", "From a request read whole to the first write of its SSE stream (its head and the events ready then, the priming event of a legacy stream).", |h| &h.sse_first_event),
             ("tidemark_resume_replay_events", "Events a resume with Last-Event-ID replayed from the ring.", |h| &h.resume_replay),
             ("tidemark_post_held_seconds", "How long a POST was held until owed streams were resumed (or it was refused, held_too_long).", |h| &h.post_held),
             ("tidemark_drain_duration_seconds", "From a drain's start (SIGTERM/SIGINT) to a core's quiet or the drain's end.", |h| &h.drain),
+            ("tidemark_durable_adoption_seconds", "From a request naming a dead node's session to the session rebuilt here from the store (--durable).", |h| &h.adoption),
         ];
         for (family, help, pick) in singles {
             render_header(out, family, help);
@@ -507,6 +523,59 @@ impl Histograms {
 /// A label value as the text format writes it (backslash, double quote and newline escaped).
 fn escape(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// The durable mirror thread's figures (`--durable`), written by that thread only.
+pub(crate) struct DurableStats {
+    /// 1 while the store is connected and its last write succeeded.
+    pub(crate) up: Counter,
+    pub(crate) records_written_total: Counter,
+    pub(crate) records_dropped_total: Counter,
+    pub(crate) store_errors_total: Counter,
+    pub(crate) queue_records: Counter,
+    pub(crate) queue_bytes: Counter,
+    /// From a ring append to the store's acknowledgement of its event.
+    pub(crate) lag: Histogram,
+}
+
+impl Default for DurableStats {
+    fn default() -> Self {
+        DurableStats {
+            up: Counter::default(),
+            records_written_total: Counter::default(),
+            records_dropped_total: Counter::default(),
+            store_errors_total: Counter::default(),
+            queue_records: Counter::default(),
+            queue_bytes: Counter::default(),
+            lag: Histogram::seconds(),
+        }
+    }
+}
+
+impl DurableStats {
+    /// Appends the mirror's families in the Prometheus text format.
+    pub(crate) fn render(&self, out: &mut String) {
+        let families: [(&str, &str, &str, &Counter); 6] = [
+            ("tidemark_durable_up", "gauge", "1 while the durable store (--durable) is connected and its last write succeeded.", &self.up),
+            ("tidemark_durable_records_written_total", "counter", "Mirror records the store acknowledged.", &self.records_written_total),
+            ("tidemark_durable_records_dropped_total", "counter", "Mirror records not written because the store was down or failed (their sessions stop being durable until rewritten).", &self.records_dropped_total),
+            ("tidemark_durable_store_errors_total", "counter", "Connections to the durable store that failed or broke.", &self.store_errors_total),
+            ("tidemark_durable_queue_records", "gauge", "Mirror records queued on every core together.", &self.queue_records),
+            ("tidemark_durable_queue_bytes", "gauge", "Charged bytes of the mirror records queued on every core together.", &self.queue_bytes),
+        ];
+        for (family, kind, help, counter) in families {
+            let _ = writeln!(out, "# HELP {family} {help}");
+            let _ = writeln!(out, "# TYPE {family} {kind}");
+            let _ = writeln!(out, "{family} {}", counter.get());
+        }
+        let family = "tidemark_durable_lag_seconds";
+        render_header(
+            out,
+            family,
+            "From a ring append to the durable store's acknowledgement of its event (--durable).",
+        );
+        render_series(out, family, "", &[&self.lag]);
+    }
 }
 
 thread_local! {

@@ -106,6 +106,8 @@ pub struct Running {
     /// The OTLP exporter thread (`--otlp-endpoint`); dropped last, it sends what the cores'
     /// queues still hold.
     _exporter: Option<crate::trace::Exporter>,
+    /// The durable mirror's threads (`--durable`); dropped after the workers.
+    _durable: Option<crate::durable::Durable>,
 }
 
 impl Running {
@@ -488,6 +490,8 @@ fn start_workers(
             Some((exporter, queues)) => (Some(exporter), queues.into_iter().map(Some).collect()),
             None => (None, vec![None; cfg.threads]),
         };
+    let durable =
+        crate::durable::Durable::start(&cfg).map_err(io("spawn the durable mirror threads"))?;
     // After the bind: the default resource URL names the bound port.
     let auth = Authorizer::build(&cfg)?.map(Arc::new);
     let cpus = allowed_cpus();
@@ -505,6 +509,7 @@ fn start_workers(
             life: life.clone(),
             auth: auth.clone(),
             spans: span_queues[index].clone(),
+            durable: durable.as_ref().map(|d| d.for_core(index)),
         };
         let ready = ready_tx.clone();
         let finished = WorkerFinished(life.clone(), index);
@@ -533,6 +538,7 @@ fn start_workers(
             }
         }
     }
+    let durable_stats = durable.as_ref().map(|d| d.stats.clone());
     let metrics_addr = match cfg.metrics_listen {
         Some(addr) => {
             let about = crate::admin::About {
@@ -543,7 +549,7 @@ fn start_workers(
                 started: std::time::Instant::now(),
             };
             Some(
-                crate::admin::start(addr, metrics, children, life.clone(), about)
+                crate::admin::start(addr, metrics, children, life.clone(), about, durable_stats)
                     .map_err(io(format!("admin listener on {addr}")))?,
             )
         }
@@ -564,6 +570,7 @@ fn start_workers(
         config_file,
         log_level,
         _exporter: exporter,
+        _durable: durable,
     })
 }
 

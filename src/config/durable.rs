@@ -20,6 +20,14 @@ pub(crate) const DURABLE_QUEUE_RECORDS: usize = 65_536;
 pub(crate) const DURABLE_QUEUE_BYTES: usize = 64 << 20;
 /// Records the mirror thread writes in one pipelined batch (`--durable-batch-records`).
 pub(crate) const DURABLE_BATCH_RECORDS: usize = 512;
+/// How long a non-idempotent `tools/call` of a durable session waits for the store to
+/// acknowledge its stream record before the tool starts (`--durable-write-ahead-ms`): the
+/// record is what stops a peer that adopts the session from running the call again. Past it
+/// the call starts anyway, the session stops being durable, and it is counted.
+pub(crate) const DURABLE_WRITE_AHEAD_MS: u64 = 250;
+/// Store lookups (adoptions, keyed records and tasks of other nodes) waiting at once on this
+/// node (`--durable-adoptions-max`); past it a request is answered 503 + `Retry-After`.
+pub(crate) const DURABLE_ADOPTIONS_MAX: usize = 256;
 
 /// Where the durable mirror lives: a Redis 7 (or Valkey) server, `redis://HOST:PORT[/DB]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,6 +92,10 @@ pub struct DurableConfig {
     pub queue_bytes_max: usize,
     /// Records per pipelined write (`--durable-batch-records`).
     pub batch_records_max: usize,
+    /// A non-idempotent call's wait for its record (`--durable-write-ahead-ms`).
+    pub write_ahead: Duration,
+    /// Store lookups waiting at once (`--durable-adoptions-max`).
+    pub adoptions_max: usize,
 }
 
 #[cfg(test)]

@@ -45,6 +45,7 @@ pub(crate) fn keyed(subject: Option<&str>, key: &str) -> String {
 }
 
 /// `tm:t:TASK`: a task's record (hash).
+#[cfg(test)]
 pub(crate) fn task(id: &str) -> String {
     format!("{PREFIX}t:{id}")
 }
@@ -83,6 +84,9 @@ pub(crate) struct StreamRecord {
     /// The sequence number of its final event once it has one (the call finished).
     #[serde(rename = "final")]
     pub(crate) final_seq: Option<u64>,
+    /// Everything of it was delivered (it no longer owes the client anything).
+    #[serde(default)]
+    pub(crate) settled: bool,
 }
 
 /// Adoption's compare-and-set, atomic in the store (a Lua script): `KEYS[1]` the session

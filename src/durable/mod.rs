@@ -10,11 +10,11 @@
 //! | key | type | what |
 //! | --- | --- | --- |
 //! | `tm:lease:NODE` | string | the node's liveness lease: its boot id (16 hex digits), `SET … PX lease`; renewed every third of `--durable-lease-ms` by the mirror thread; absent = the node is dead |
-//! | `tm:s:SID` | hash | the session: `owner` (node id in decimal, changed only by `ADOPT_SCRIPT`), `tag` (the session's event-id tag, decimal u32), `rev` (protocol version), `subject` (absent without authorization), `caps` (the client's capabilities, JSON), `info` (its clientInfo, JSON), `log` (the logging level), `durable` (`1`, or `0` while the mirror of this session is incomplete: never adopted then) |
+//! | `tm:s:SID` | hash | the session: `owner` (node id in decimal, changed only by `ADOPT_SCRIPT`), `tag` (the session's event-id tag, decimal u32), `rev` (protocol version), `subject` (absent without authorization), `client` (the client's `initialize` params: capabilities, clientInfo; JSON), `log` (the logging level), `next` (the sequence number the ring's next event takes, for a ring that holds none), `durable` (`1`, or `0` while the mirror of this session is incomplete: never adopted then) |
 //! | `tm:st:SID` | hash | one field per request stream, the stream key in decimal → `StreamRecord` JSON |
-//! | `tm:ev:SID` | stream | one entry per ring event, id `event_entry_id(seq)` = `SEQ-1`; fields `s` (stream key, decimal), `d` (the event's payload bytes exactly as the ring holds them), `f` (`1` on a stream's final event; absent otherwise). Trimmed with `XTRIM … MINID event_entry_id(oldest kept)` as the ring evicts |
+//! | `tm:ev:SID` | stream | one entry per ring event, id `event_entry_id(seq)` = `SEQ-1`; fields `s` (stream key, decimal), `d` (the event's payload bytes exactly as the ring holds them). A stream's final event is the one its `StreamRecord` names. Trimmed with `XTRIM … MINID event_entry_id(oldest kept)` as the ring evicts |
 //! | `tm:k:SUBJ:KEY` | hash | a 2026-07-28 `Idempotency-Key` record: `SUBJ` the subject's bytes in hex (`-` without one), `KEY` the header as sent; fields `fp` (the params fingerprint, decimal u64), `state` (`running` or `done`), `node`, `result` (the final JSON-RPC response, when done) |
-//! | `tm:t:TASK` | hash | a task (tasks extension), `TASK` its id as on the wire: `state` (its status string), `node`, `subject`, `result` (the final result JSON, when there is one), `updated` (unix ms) |
+//! | `tm:t:TASK` | hash | reserved for tasks (tasks extension): not mirrored yet |
 //!
 //! Invariant the writer keeps: per session the store holds a gap-free prefix of the ring. When a
 //! record of a session cannot be queued or written, the session is marked not durable
@@ -26,6 +26,105 @@
 //! `--stream-retention-secs`, renewed on each write), keyed records and tasks their own
 //! retention, so the store's memory is bounded by the node's own limits.
 
-// The mirror thread and adoption build on these; until they land only the tests use them.
-#[allow(dead_code)]
 pub(crate) mod keys;
+mod mirror;
+pub(crate) mod queue;
+mod reader;
+pub(crate) mod record;
+pub(crate) mod store;
+
+use std::sync::Arc;
+
+pub(crate) use queue::CoreTap;
+pub(crate) use reader::{Answer, Query, Reader};
+pub(crate) use record::{EventImage, Record, SessionImage};
+pub(crate) use store::Claim;
+
+use crate::config::Config;
+use crate::metrics::DurableStats;
+
+/// The node's durable mirror (`--durable`): the mirror thread, the reader thread, and one queue
+/// per core. Dropping it stops both threads (the mirror after writing what is queued).
+pub(crate) struct Durable {
+    // Dropped first: the mirror's last write before the reader goes.
+    _mirror: mirror::Mirror,
+    reader: Arc<Reader>,
+    queues: Vec<Arc<queue::MirrorQueue>>,
+    state: Arc<queue::MirrorState>,
+    /// The mirror thread's figures, for `/metrics`.
+    pub(crate) stats: Arc<DurableStats>,
+    cfg: crate::config::DurableConfig,
+    node: u8,
+}
+
+impl Durable {
+    /// Starts the mirror for `cfg` (`Ok(None)` when `--durable` is off).
+    pub(crate) fn start(cfg: &Config) -> std::io::Result<Option<Durable>> {
+        let Some(durable) = cfg.durable.clone() else { return Ok(None) };
+        let queues: Vec<Arc<queue::MirrorQueue>> = (0..cfg.threads)
+            .map(|_| {
+                Arc::new(queue::MirrorQueue::new(
+                    durable.queue_records_max,
+                    durable.queue_bytes_max,
+                ))
+            })
+            .collect();
+        let state = Arc::new(queue::MirrorState::default());
+        let stats = Arc::new(DurableStats::default());
+        let session_ttl = cfg.session_idle + cfg.stream_retention;
+        let mirror = mirror::Mirror::start(
+            &durable,
+            cfg.node_id,
+            session_ttl,
+            queues.clone(),
+            state.clone(),
+            stats.clone(),
+        )?;
+        let reader = Reader::start(&durable, cfg.node_id)?;
+        tracing::info!(store = %durable.url, lease_ms = durable.lease.as_millis() as u64, "durable mirror on");
+        Ok(Some(Durable {
+            _mirror: mirror,
+            reader,
+            queues,
+            state,
+            stats,
+            cfg: durable,
+            node: cfg.node_id,
+        }))
+    }
+
+    /// Core `index`'s handles: its queue's tap and the shared reader.
+    pub(crate) fn for_core(&self, index: usize) -> CoreDurable {
+        CoreDurable {
+            queue: self.queues[index].clone(),
+            state: self.state.clone(),
+            reader: self.reader.clone(),
+            node: self.node,
+            write_ahead: self.cfg.write_ahead,
+        }
+    }
+}
+
+impl Drop for Durable {
+    fn drop(&mut self) {
+        self.reader.stop();
+    }
+}
+
+/// What a worker thread receives to build its `CoreTap` on (`Send`; the tap itself is not).
+#[derive(Clone, Debug)]
+pub(crate) struct CoreDurable {
+    queue: Arc<queue::MirrorQueue>,
+    state: Arc<queue::MirrorState>,
+    /// The node's reader thread.
+    pub(crate) reader: Arc<Reader>,
+    node: u8,
+    write_ahead: std::time::Duration,
+}
+
+impl CoreDurable {
+    /// The worker's tap on its queue, counting into `metrics`.
+    pub(crate) fn tap(&self, metrics: Arc<crate::metrics::CoreMetrics>) -> CoreTap {
+        CoreTap::new(self.queue.clone(), self.state.clone(), self.node, self.write_ahead, metrics)
+    }
+}

@@ -193,7 +193,8 @@ async fn route(edge: &Endpoint, mut req: Request<'_>, out: &mut Vec<u8>) -> Outc
     // The one place a request's core is chosen (its task, session, then key): before the era
     // and before the body is decoded. A misrouted task is served here: the task store answers
     // it not found (it holds no other node's task), with the request's id.
-    match owner::owner(&req, edge.cfg.node_id, edge.index, edge.threads) {
+    let adopts = edge.reader.is_some();
+    match owner::owner(&req, edge.cfg.node_id, edge.index, edge.threads, adopts) {
         Owner::Here => {}
         Owner::Core(core) => return Outcome::HandOff(core),
         Owner::Misrouted(Misrouted::Task { node }) => {
@@ -204,6 +205,12 @@ async fn route(edge: &Endpoint, mut req: Request<'_>, out: &mut Vec<u8>) -> Outc
             edge.metrics.misrouted_sessions.inc();
             tracing::debug!(node, "request for another node's session (misrouted)");
             return refuse(out, Refusal::MisroutedSession, None, keep_alive).into_edge();
+        }
+    }
+    // A session this node does not hold may be a dead node's, in the durable store.
+    if adopts && era == Era::Legacy && req.head.session_id.is_some() {
+        if let Err(keep_alive) = legacy::adopt_if_absent(&edge.legacy, &req, out).await {
+            return Outcome::Reply { keep_alive };
         }
     }
     match (req.head.method(), era) {

@@ -40,7 +40,9 @@ pub(crate) enum Misrouted {
 }
 
 /// Where `req` is served, accepted on core `here` of node `node` running `threads` cores.
-pub(crate) fn owner(req: &Request<'_>, node: u8, here: u16, threads: u16) -> Owner {
+/// `adopts` (`--durable`): a session of another node is not misrouted but served on the core
+/// it is adopted onto (`legacy::adopted_core`), where the store may hand it over.
+pub(crate) fn owner(req: &Request<'_>, node: u8, here: u16, threads: u16, adopts: bool) -> Owner {
     let ours = |core: u16| core < threads;
     if let Some((task_node, core)) = task_call::named_owner(req) {
         if task_node != node {
@@ -52,6 +54,9 @@ pub(crate) fn owner(req: &Request<'_>, node: u8, here: u16, threads: u16) -> Own
     }
     if let Some((session_node, core)) = legacy::named_owner(req) {
         if session_node != node {
+            if adopts {
+                return on(legacy::adopted_core(core, threads), here);
+            }
             return Owner::Misrouted(Misrouted::Session { node: session_node });
         }
         if ours(core) {

@@ -18,13 +18,16 @@ pub(crate) struct LegacyCore {
     pub(crate) sessions: RefCell<session::SessionTable>,
     /// Replay-ring bytes of every session of this core together (`--core-buffer-bytes`).
     pub(crate) buffered_bytes: Rc<std::cell::Cell<usize>>,
+    /// Sessions being adopted from the durable store right now, each with the signal its other
+    /// requests wait on (`adopt`); a handful at most.
+    pub(crate) adopting: RefCell<Vec<(SessionId, Rc<crate::signal::Signal>)>>,
 }
 
 impl LegacyCore {
     /// The legacy state of core `shared`, with no session yet.
     pub(crate) fn new(shared: Rc<Core>) -> LegacyCore {
         let sessions = RefCell::new(session::SessionTable::new(shared.cfg.sessions_per_core_max));
-        LegacyCore { shared, sessions, buffered_bytes: Rc::default() }
+        LegacyCore { shared, sessions, buffered_bytes: Rc::default(), adopting: RefCell::default() }
     }
 }
 
@@ -50,6 +53,7 @@ pub(crate) enum SessionEnd {
 pub(crate) fn end_session(core: &LegacyCore, id: &SessionId, why: SessionEnd) {
     let removed = core.sessions.borrow_mut().remove(id);
     if let Some(session) = removed {
+        session.borrow_mut().mirror_end();
         let reference = session.borrow().reference();
         let (level_info, reason) = match why {
             SessionEnd::Expired => (true, "idle past --session-idle-secs"),

@@ -11,6 +11,7 @@
 //! method are answered by `dispatch`. Never: touches a socket, or keeps a
 //! `RefCell` borrow across an await.
 
+mod adopt;
 pub(crate) mod context;
 mod core;
 mod decision;
@@ -44,6 +45,7 @@ use session::{Session, SessionId, StreamKind, LEGACY_VERSIONS};
 use stream::Cursor;
 
 pub(crate) use self::core::{end_session, LegacyCore, SessionEnd};
+pub(crate) use adopt::{adopt_if_absent, adopted_core, mirror_lost};
 use decision::{classify, conflict, decide, owed_streams, Verdict};
 pub use decision::{facts, fingerprint};
 pub(crate) use session::SessionRc;
@@ -102,7 +104,7 @@ fn find_session(
     // core we run (not found), or an earlier name outranked it: a `tasks/*` `Mcp-Name`, which
     // no legacy session uses (the legacy era serves no `tasks/*` method). Either way the
     // session is not here, and this core does not hand the request on.
-    if id.core != core.index {
+    if home_core(core, &id) != Some(core.index) {
         return Err(refuse_early(out, Refusal::SessionNotFound, keep_alive));
     }
     let found = core.sessions.borrow().get(&id);
@@ -125,6 +127,15 @@ fn find_session(
         }
         _ => Err(refuse_early(out, Refusal::SessionNotFound, keep_alive)),
     }
+}
+
+/// The core of this node a session lives on: its own (a session this node made), or, with
+/// `--durable`, another node's session folded onto our cores (`adopted_core`); `None`: none.
+fn home_core(core: &LegacyCore, id: &SessionId) -> Option<u16> {
+    if id.node == core.cfg.node_id {
+        return (id.core < core.threads).then_some(id.core);
+    }
+    core.reader.is_some().then(|| adopted_core(id.core, core.threads))
 }
 
 fn version_ok(req: &Request<'_>) -> bool {
@@ -439,6 +450,7 @@ async fn initialize(
     };
     core.metrics.sessions_created_total.inc();
     core.metrics.sessions_active.inc();
+    adopt::mirror_new_session(core, &session, &start.client_params);
     let result = initialize_result(core, version, &infos);
     let mut body = Vec::with_capacity(512);
     dispatch::push_result_value(&mut body, &id, &result);
@@ -593,6 +605,12 @@ async fn request(
     };
     match class.tool {
         Some(route) => {
+            // The store must know the call runs before it runs (CONTRACT §10): an adopter
+            // then ends it with its result or -31006, never by running it again.
+            if !class.idempotent && core.mirror.is_some() {
+                let ticket = session.borrow().mirror_ticket();
+                adopt::write_ahead(core, session, ticket).await;
+            }
             let arguments = params.as_object_mut().and_then(|p| p.remove("arguments"));
             let arguments =
                 arguments.map(dispatch::into_public).unwrap_or(crate::provider::Value::Null);

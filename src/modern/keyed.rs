@@ -308,6 +308,7 @@ pub(crate) fn spawn(
     scoped_key: Box<str>,
     record: Rc<Record>,
     mut job: CallJob,
+    mirror: Option<super::durable::KeyedMirror>,
 ) {
     monoio::spawn(async move {
         let limit = table.borrow().limits.call_max;
@@ -322,7 +323,11 @@ pub(crate) fn spawn(
         let input_round = !job.has_outcome() && record.sink.input_needed();
         let mut body = Vec::with_capacity(256);
         let status = job.finish(&mut body);
-        record.finish(Bytes::from(body), status);
+        let body = Bytes::from(body);
+        if let (Some(mirror), false) = (&mirror, input_round) {
+            mirror.done(body.clone());
+        }
+        record.finish(body, status);
         let mut table = table.borrow_mut();
         table.ended(&scoped_key, &record);
         if input_round {

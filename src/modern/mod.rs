@@ -19,6 +19,7 @@
 
 pub(crate) mod call;
 mod core;
+mod durable;
 pub(crate) mod keyed;
 pub(crate) mod listen;
 pub(crate) mod meta;
@@ -332,6 +333,22 @@ async fn tools_call(
                 let token = request_meta.progress_token;
                 return observe(record, id, token, Some(until), keep_alive);
             }
+            keyed::Lookup::Fresh if !route.safe_to_repeat => {
+                // Another node may have run it before it died (`--durable`).
+                match durable::recover(core, scoped_key, fingerprint, &id).await {
+                    durable::Recovered::Nothing => {}
+                    durable::Recovered::Answered(body) | durable::Recovered::Unknown(body) => {
+                        return reply(out, Answer::Json(&body), keep_alive);
+                    }
+                    durable::Recovered::OtherCall => {
+                        core.metrics.rejected_key_reused.inc();
+                        return reply(out, Answer::KeyReused { id: &id }, keep_alive);
+                    }
+                    durable::Recovered::Busy => {
+                        return refuse(out, Refusal::Unavailable, Some(&id), keep_alive);
+                    }
+                }
+            }
             keyed::Lookup::Fresh => {}
         }
     }
@@ -355,6 +372,7 @@ async fn tools_call(
     )
     .with_caller(req.caller())
     .with_trace(req.trace());
+    let route_safe_to_repeat = route.safe_to_repeat;
     let ToolRoute { name, provider, .. } = route;
     let work = Box::pin(async move { provider.call_tool(&name, arguments, cx).await });
     let work = task_call::augment(core, req.subject(), task_sink, work);
@@ -380,7 +398,11 @@ async fn tools_call(
         counter.inc();
         return refuse(out, refusal, Some(&id), keep_alive);
     }
-    keyed::spawn(core.keys.clone(), scoped_key, record.clone(), job);
+    let mirror = durable::KeyedMirror::new(core, &scoped_key, fingerprint);
+    if let (Some(mirror), false) = (&mirror, route_safe_to_repeat) {
+        mirror.running().await;
+    }
+    keyed::spawn(core.keys.clone(), scoped_key, record.clone(), job, mirror);
     observe(record, id, progress_token, None, keep_alive)
 }
 

@@ -78,6 +78,8 @@ pub(crate) struct WorkerSpec {
     pub auth: Option<Arc<crate::auth::Authorizer>>,
     /// This core's queue of finished spans (`None`: tracing is off).
     pub spans: Option<Arc<crate::trace::SpanQueue>>,
+    /// This core's part of the durable mirror (`None`: `--durable` is off).
+    pub durable: Option<crate::durable::CoreDurable>,
 }
 
 /// Which driver a worker got.
@@ -169,8 +171,19 @@ pub(crate) fn run(spec: WorkerSpec, ready: std::sync::mpsc::Sender<Result<Driver
 }
 
 async fn serve(spec: WorkerSpec) {
-    let WorkerSpec { index, cfg, listener, tls, inboxes, metrics, providers, life, auth, spans } =
-        spec;
+    let WorkerSpec {
+        index,
+        cfg,
+        listener,
+        tls,
+        inboxes,
+        metrics,
+        providers,
+        life,
+        auth,
+        spans,
+        durable,
+    } = spec;
     crate::metrics::enter_core(metrics.clone());
     if let Some(queue) = spans {
         crate::trace::enter_core(queue, metrics.clone(), cfg.otlp_sample_ratio);
@@ -178,6 +191,8 @@ async fn serve(spec: WorkerSpec) {
     let providers: Vec<Rc<dyn Provider>> = providers.iter().map(|make| make()).collect();
     let threads = inboxes.len() as u16;
     let rate = crate::core::Rate::new(&cfg, threads);
+    let mirror = durable.as_ref().map(|d| Rc::new(d.tap(metrics.clone())));
+    let reader = durable.as_ref().map(|d| d.reader.clone());
     let shared = Rc::new(Core {
         registry: Registry::build(providers).await,
         threads,
@@ -187,8 +202,14 @@ async fn serve(spec: WorkerSpec) {
         auth,
         draining: Cell::new(false),
         rate,
+        mirror,
+        reader,
     });
     let core = Rc::new(Endpoint::new(shared));
+    if let Some(tap) = core.mirror.clone() {
+        let legacy = core.legacy.clone();
+        monoio::spawn(tap.pump(move |lost| crate::legacy::mirror_lost(&legacy, lost)));
+    }
     // The accept queue once more, read without waiting when descriptors run out and at the
     // drain (`accept`).
     let acceptor = accept::Acceptor::new(listener.try_clone().ok(), tls, usize::from(index));
@@ -303,7 +324,7 @@ async fn reap(core: Rc<Endpoint>) {
         let now = Instant::now();
         core.modern.tasks.expire(now);
         let sessions = core.legacy.sessions.borrow().all();
-        let (mut live, mut owed) = (0u64, 0u64);
+        let (mut live, mut owed, mut not_durable) = (0u64, 0u64, 0u64);
         for rc in sessions {
             let mut s = rc.borrow_mut();
             for st in s.streams().filter(|st| st.kind == StreamKind::Request) {
@@ -330,6 +351,9 @@ async fn reap(core: Rc<Endpoint>) {
             for k in expired {
                 s.remove_stream(k);
             }
+            if s.mirror.is_some() && !s.mirror_catch_up() {
+                not_durable += 1;
+            }
             if s.is_expired(now, core.cfg.session_idle) {
                 let id = s.id;
                 drop(s);
@@ -339,6 +363,7 @@ async fn reap(core: Rc<Endpoint>) {
         let m = &core.metrics;
         m.streams_live.set(live);
         m.streams_owed.set(owed);
+        m.durable_sessions_not_durable.set(not_durable);
         m.ring_bytes.set(core.legacy.buffered_bytes.get() as u64);
         m.tasks_active.set(core.modern.tasks.len() as u64);
     }

@@ -45,6 +45,9 @@ pub(crate) enum Code {
     HeldTooLong,
     /// -31005: Idempotency-Key reused with other method or params (step 1).
     KeyReused,
+    /// -31006: outcome unknown: the node running the call stopped before its result reached the
+    /// durable store (`--durable`; `data: {node, lastEventId}`). The call is never run again.
+    OutcomeUnknown,
     /// -31007: over a `--rate-limit` (429 + `Retry-After`; `data: {scope, retryAfterMs}`).
     RateLimited,
     /// -32020: MCP 2026-07-28 `HeaderMismatch`: a required header is missing or disagrees with
@@ -71,6 +74,7 @@ impl Code {
             Code::EventsLost => -31003,
             Code::HeldTooLong => -31004,
             Code::KeyReused => -31005,
+            Code::OutcomeUnknown => -31006,
             Code::RateLimited => -31007,
             Code::HeaderMismatch => -32020,
             Code::MissingCapability => -32021,
@@ -538,6 +542,28 @@ pub(crate) fn push_error_response(
     data: Option<&str>,
 ) {
     jsonrpc::push_error(out, id, code.value(), message, data);
+}
+
+/// The final response (-31006) of a call whose node stopped before its result reached the
+/// durable store: `node` ran it, `last_event_id` is the last event of its stream the store
+/// holds (`None`: none after its priming event).
+pub(crate) fn push_outcome_unknown(
+    out: &mut Vec<u8>,
+    id: Option<&RawId>,
+    node: u8,
+    last_event_id: Option<&str>,
+) {
+    let data = match last_event_id {
+        Some(event) => format!("{{\"node\":{node},\"lastEventId\":\"{event}\"}}"),
+        None => format!("{{\"node\":{node},\"lastEventId\":null}}"),
+    };
+    jsonrpc::push_error(
+        out,
+        id,
+        Code::OutcomeUnknown.value(),
+        "outcome unknown: the node running this call stopped; it is not run again",
+        Some(&data),
+    );
 }
 
 /// The JSON-RPC error of a request over a `--rate-limit` (-31007), alone or as one element of

@@ -77,6 +77,18 @@ impl Ring {
         }
     }
 
+    /// Makes an empty ring's next append take `seq` (a session rebuilt from the durable store
+    /// keeps its sequence numbers, so the client's event ids stay valid). `false`, unchanged,
+    /// when the ring holds events or `seq` is 0.
+    pub fn resume_at(&mut self, seq: EventSeq) -> bool {
+        if !self.is_empty() || seq.0 == 0 || self.tail != 1 {
+            return false;
+        }
+        self.head = seq.0;
+        self.tail = seq.0;
+        true
+    }
+
     /// Appends `payload` as the newest event of `stream` and returns its sequence number.
     ///
     /// First evicts oldest-first, reporting each removed event to `on_evict` in sequence order,

@@ -10,6 +10,7 @@
 //! Never: does I/O or awaits; callers hold a `RefCell` borrow only between awaits.
 
 pub(crate) mod id;
+pub(crate) mod mirror;
 
 use crate::fasthash::FastMap;
 use std::cell::Cell;
@@ -322,6 +323,8 @@ pub struct Session {
     /// The ring bytes of every session of this core together (`--core-buffer-bytes`); this
     /// session adds and removes its own as its ring changes, and its remainder when dropped.
     core_bytes: Rc<Cell<usize>>,
+    /// Its part of the durable mirror (`--durable`); `None` when the mirror is off.
+    pub(crate) mirror: Option<mirror::SessionMirror>,
 }
 
 /// The client's answer to a server→client request: its `result`, or its `error` object.
@@ -401,6 +404,7 @@ impl Session {
                 events: (cfg.replay_events_max / crate::config::UNWRITTEN_SHARE_DIVISOR).max(1),
             },
             core_bytes: Rc::default(),
+            mirror: None,
         }
     }
 
@@ -467,6 +471,29 @@ impl Session {
         }
         let key = StreamKey(self.next_stream);
         self.next_stream = self.next_stream.wrapping_add(1).max(1);
+        self.insert_stream(key, kind, request_id, fingerprint, idempotency_key, EventSeq(0));
+        if let Some(s) = self.streams.get_mut(&key) {
+            s.progress_token = progress_token;
+        }
+        // An empty priming event always fits the ring (the byte budget is never zero).
+        let priming = self.append(key, Bytes::new()).unwrap_or(EventSeq(0));
+        if let Some(s) = self.streams.get_mut(&key) {
+            s.first = priming;
+        }
+        self.mirror_stream(key);
+        Ok(key)
+    }
+
+    /// Adds stream `key` (running, detached, nothing appended) and its map entries.
+    fn insert_stream(
+        &mut self,
+        key: StreamKey,
+        kind: StreamKind,
+        request_id: Option<RawId>,
+        fingerprint: u64,
+        idempotency_key: Option<Box<str>>,
+        first: EventSeq,
+    ) {
         if let Some(id) = &request_id {
             self.by_request_id.insert(id.clone(), key);
         }
@@ -487,8 +514,8 @@ impl Session {
                 request_id,
                 fingerprint,
                 idempotency_key,
-                progress_token,
-                first: EventSeq(0),
+                progress_token: None,
+                first,
                 signal: Rc::new(Signal::default()),
                 cancel: Rc::new(Signal::default()),
                 room: Rc::new(Signal::default()),
@@ -509,12 +536,6 @@ impl Session {
                 settled_at: None,
             },
         );
-        // An empty priming event always fits the ring (the byte budget is never zero).
-        let priming = self.append(key, Bytes::new()).unwrap_or(EventSeq(0));
-        if let Some(s) = self.streams.get_mut(&key) {
-            s.first = priming;
-        }
-        Ok(key)
     }
 
     /// The providers' name for this session (`SessionRef`): stable for its life, unique
@@ -578,6 +599,7 @@ impl Session {
             self.standalone = None;
         }
         self.pending_client.retain(|_, p| p.stream != key);
+        self.mirror_push(|sid| crate::durable::Record::StreamGone { sid: sid.clone(), key: key.0 });
         s.signal.notify_all();
         s.cancel.notify_all();
         s.room.notify_all();
@@ -621,11 +643,15 @@ impl Session {
 
     fn append_to_ring_uncounted(&mut self, key: StreamKey, payload: Bytes) -> Option<EventSeq> {
         let bytes = payload.len();
+        // A refcount, not a copy: the mirror writes the bytes the ring holds.
+        let mirrored = self.is_durable().then(|| payload.clone());
+        let mut evicted_any = false;
         let (streams, attached) = (&mut self.streams, &mut self.attached_unwritten);
         let id = self.id;
         let seq = self
             .ring
             .try_append(key, payload, |ev: Evicted| {
+                evicted_any = true;
                 if let Some(s) = streams.get_mut(&ev.stream) {
                     s.evicted_through = ev.seq;
                     s.first_held = ev.next_in_stream;
@@ -652,6 +678,9 @@ impl Session {
                 }
             })
             .ok()?;
+        if let Some(payload) = mirrored {
+            self.mirror_event(key, seq, payload, evicted_any);
+        }
         let s = self.streams.get_mut(&key)?;
         s.produced = seq;
         let appended = Unwritten { bytes, events: 1 };
@@ -708,6 +737,7 @@ impl Session {
         s.signal.notify_all();
         s.room.notify_all();
         self.refresh(key);
+        self.mirror_run_ended(key, run);
     }
 
     /// Tells the running tool to stop (its outcome is ignored from now on).
@@ -739,8 +769,10 @@ impl Session {
         }
         // Settling is permanent (delivered never goes back), so retention counts from the first
         // time; a later resume of the settled stream does not extend it.
+        let mut settled_now = false;
         if s.is_settled() && s.settled_at.is_none() {
             s.settled_at = Some(now);
+            settled_now = s.kind == StreamKind::Request;
             if s.kind == StreamKind::Request {
                 self.settled_order.push_back(key);
                 if self.settled_order.len() > 2 * self.streams_max {
@@ -748,6 +780,9 @@ impl Session {
                     self.settled_order.retain(|k| streams.contains_key(k));
                 }
             }
+        }
+        if settled_now {
+            self.mirror_stream(key);
         }
         self.debug_check_counts();
     }

@@ -1,0 +1,327 @@
+//! The mirror thread: drains every core's `MirrorQueue` in pipelined batches into the store,
+//! renews this node's lease every third of `--durable-lease-ms`, measures the lag from ring
+//! append to the store's acknowledgement, and keeps the one rule of the mirror: per session the
+//! store holds a gap-free prefix. A session is written only while its last whole image was
+//! written in the current connection's epoch; a record it cannot write (the store failed, or
+//! the session's image is older than the epoch) puts the session on its core's `lost` list,
+//! and the core rewrites it whole when the store is back.
+//!
+//! Never: blocks a worker (it only pops their queues), or writes a record of a session after a
+//! gap in it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::queue::{MirrorQueue, MirrorState, Queued};
+use super::record::Record;
+use super::store::{RedisStore, Store};
+use crate::config::DurableConfig;
+use crate::metrics::DurableStats;
+
+/// How long the thread waits for the store to connect or answer one batch; past it the store
+/// counts as down (sessions then stop being durable: never a worker's wait).
+pub(crate) const STORE_TIMEOUT_MS: u64 = 1_000;
+/// Pause between attempts to reach a store that is down.
+const RECONNECT_PAUSE_MS: u64 = 200;
+
+/// The mirror thread; dropping it stops the thread after it wrote what the queues hold.
+pub(crate) struct Mirror {
+    stop: Arc<AtomicBool>,
+    state: Arc<MirrorState>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Mirror {
+    /// Starts the thread writing `queues` (one per core) for node `node`.
+    pub(crate) fn start(
+        cfg: &DurableConfig,
+        node: u8,
+        session_ttl: Duration,
+        queues: Vec<Arc<MirrorQueue>>,
+        state: Arc<MirrorState>,
+        stats: Arc<DurableStats>,
+    ) -> std::io::Result<Mirror> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = Writer {
+            cfg: cfg.clone(),
+            node,
+            boot: boot_id(),
+            session_ttl,
+            queues,
+            state: state.clone(),
+            stats,
+            store: None,
+            written_epoch: HashMap::new(),
+            unmarked: Vec::new(),
+            lease_due: Instant::now(),
+            down_logged: false,
+        };
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("tidemark-mirror".into())
+            .spawn(move || writer.run(&flag))?;
+        let _ = state.thread.set(thread.thread().clone());
+        Ok(Mirror { stop, state, thread: Some(thread) })
+    }
+}
+
+impl Drop for Mirror {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
+            let _ = thread.join();
+        }
+        self.state.up.store(false, Ordering::Release);
+    }
+}
+
+/// 16 hex digits, new at each start: the lease's value, so a restarted node's lease is its own.
+fn boot_id() -> String {
+    let mut bytes = [0u8; 8];
+    let _ = getrandom::fill(&mut bytes);
+    format!("{:016x}", u64::from_le_bytes(bytes))
+}
+
+struct Writer {
+    cfg: DurableConfig,
+    node: u8,
+    boot: String,
+    session_ttl: Duration,
+    queues: Vec<Arc<MirrorQueue>>,
+    state: Arc<MirrorState>,
+    stats: Arc<DurableStats>,
+    store: Option<RedisStore>,
+    /// The epoch in which each session's whole image was last written; a session not here (or
+    /// older) is not written until its core sends a new image.
+    written_epoch: HashMap<Arc<str>, u64>,
+    /// Sessions to mark not durable in the store as soon as it answers.
+    unmarked: Vec<Arc<str>>,
+    lease_due: Instant,
+    down_logged: bool,
+}
+
+impl Writer {
+    fn run(mut self, stop: &AtomicBool) {
+        let renew_every = self.cfg.lease / 3;
+        loop {
+            let stopping = stop.load(Ordering::Acquire);
+            if self.store.is_none() && !self.connect() {
+                self.drop_queued();
+                if stopping {
+                    return;
+                }
+                std::thread::park_timeout(Duration::from_millis(RECONNECT_PAUSE_MS));
+                continue;
+            }
+            if Instant::now() >= self.lease_due {
+                let lease = self.cfg.lease;
+                if self.with_store(|store, node, boot| store.renew_lease(node, boot, lease)) {
+                    self.lease_due = Instant::now() + renew_every;
+                }
+                continue;
+            }
+            self.collect_broken();
+            if !self.unmarked.is_empty() {
+                let sids = std::mem::take(&mut self.unmarked);
+                let ttl = self.session_ttl;
+                if !self.with_store(|store, _, _| store.mark_not_durable(&sids, ttl)) {
+                    self.unmarked.extend(sids);
+                }
+                continue;
+            }
+            let written = self.write_batch();
+            if written == self.cfg.batch_records_max {
+                continue;
+            }
+            if stopping {
+                return;
+            }
+            if written == 0 {
+                self.state.sleeping.store(true, Ordering::Release);
+                if self.queues.iter().any(|q| q.len() > 0) {
+                    self.state.sleeping.store(false, Ordering::Release);
+                    continue;
+                }
+                std::thread::park_timeout(self.lease_due.saturating_duration_since(Instant::now()));
+                self.state.sleeping.store(false, Ordering::Release);
+            }
+        }
+    }
+
+    /// Connects and starts a new epoch; false when the store is unreachable.
+    fn connect(&mut self) -> bool {
+        match RedisStore::connect(&self.cfg.url, Duration::from_millis(STORE_TIMEOUT_MS)) {
+            Ok(store) => {
+                self.store = Some(store);
+                // Whatever the store held may be gone (it restarted): every session is written
+                // whole again before anything more of it.
+                self.written_epoch.clear();
+                self.state.epoch.fetch_add(1, Ordering::AcqRel);
+                self.state.up.store(true, Ordering::Release);
+                self.stats.up.set(1);
+                self.lease_due = Instant::now();
+                if std::mem::take(&mut self.down_logged) {
+                    tracing::info!(store = %self.cfg.url, "durable store reachable again: sessions are rewritten whole");
+                } else {
+                    tracing::info!(store = %self.cfg.url, "durable mirror connected");
+                }
+                true
+            }
+            Err(e) => {
+                self.went_down(&e.to_string());
+                false
+            }
+        }
+    }
+
+    fn went_down(&mut self, why: &str) {
+        self.store = None;
+        self.state.up.store(false, Ordering::Release);
+        self.stats.up.set(0);
+        self.stats.store_errors_total.inc();
+        if !std::mem::replace(&mut self.down_logged, true) {
+            tracing::warn!(store = %self.cfg.url, error = why,
+                "durable store unreachable: this node keeps serving; its sessions are not durable until it is back (logged once)");
+        }
+    }
+
+    /// Runs `op` on the store; on failure the store counts as down. Whether it succeeded.
+    fn with_store(
+        &mut self,
+        op: impl FnOnce(&mut RedisStore, u8, &str) -> Result<(), super::store::StoreError>,
+    ) -> bool {
+        let Some(store) = self.store.as_mut() else { return false };
+        match op(store, self.node, &self.boot) {
+            Ok(()) => true,
+            Err(e) => {
+                self.went_down(&e.0);
+                false
+            }
+        }
+    }
+
+    fn collect_broken(&mut self) {
+        for queue in &self.queues {
+            for sid in queue.take_broken() {
+                self.written_epoch.remove(&sid);
+                if !self.unmarked.contains(&sid) {
+                    self.unmarked.push(sid);
+                }
+            }
+        }
+    }
+
+    /// The store is down: what is queued cannot be written; its sessions are lost (their cores
+    /// rewrite them later) and the queues stay inside their bounds.
+    fn drop_queued(&mut self) {
+        for queue in &self.queues {
+            let mut last = 0;
+            while let Some(queued) = queue.pop() {
+                last = queued.ticket;
+                self.stats.records_dropped_total.inc();
+                if let Some(sid) = queued.record.session() {
+                    queue.lose(sid.clone());
+                    if !self.unmarked.contains(sid) {
+                        self.unmarked.push(sid.clone());
+                    }
+                }
+            }
+            queue.ack(last);
+        }
+        self.publish_queue_levels();
+    }
+
+    /// Takes up to a batch from the queues (round robin) and writes it; how many were taken.
+    fn write_batch(&mut self) -> usize {
+        let batch_max = self.cfg.batch_records_max;
+        let mut taken: Vec<(usize, Queued)> = Vec::new();
+        'fill: loop {
+            let before = taken.len();
+            for (core, queue) in self.queues.iter().enumerate() {
+                if taken.len() == batch_max {
+                    break 'fill;
+                }
+                if let Some(queued) = queue.pop() {
+                    taken.push((core, queued));
+                }
+            }
+            if taken.len() == before {
+                break;
+            }
+        }
+        self.publish_queue_levels();
+        if taken.is_empty() {
+            return 0;
+        }
+        let epoch = self.state.epoch.load(Ordering::Acquire);
+        let mut writable: Vec<&Record> = Vec::with_capacity(taken.len());
+        let mut skipped: Vec<(usize, Arc<str>)> = Vec::new();
+        for (core, queued) in &taken {
+            match &queued.record {
+                Record::Session(image) => {
+                    self.written_epoch.insert(image.sid.clone(), epoch);
+                    writable.push(&queued.record);
+                }
+                Record::End { sid } => {
+                    self.written_epoch.remove(sid);
+                    writable.push(&queued.record);
+                }
+                record => match record.session() {
+                    Some(sid) if self.written_epoch.get(sid) != Some(&epoch) => {
+                        skipped.push((*core, sid.clone()));
+                    }
+                    _ => writable.push(record),
+                },
+            }
+        }
+        let store = self.store.as_mut().expect("connected before a batch");
+        let outcome = store.write(&writable, self.session_ttl);
+        let acked_at = Instant::now();
+        match outcome {
+            Ok(()) => {
+                self.stats.records_written_total.add(writable.len() as u64);
+                for record in &writable {
+                    if let Record::Event { at, .. } = record {
+                        self.stats.lag.observe(
+                            u64::try_from(acked_at.duration_since(*at).as_nanos())
+                                .unwrap_or(u64::MAX),
+                        );
+                    }
+                }
+            }
+            Err(e) => {
+                for (core, queued) in &taken {
+                    if let Some(sid) = queued.record.session() {
+                        self.written_epoch.remove(sid);
+                        skipped.push((*core, sid.clone()));
+                        if !self.unmarked.contains(sid) {
+                            self.unmarked.push(sid.clone());
+                        }
+                    }
+                }
+                self.stats.records_dropped_total.add(taken.len() as u64);
+                self.went_down(&e.0);
+            }
+        }
+        for (core, sid) in skipped {
+            self.queues[core].lose(sid);
+        }
+        let mut last = vec![0u64; self.queues.len()];
+        for (core, queued) in &taken {
+            last[*core] = last[*core].max(queued.ticket);
+        }
+        for (core, ticket) in last.into_iter().enumerate() {
+            self.queues[core].ack(ticket);
+        }
+        taken.len()
+    }
+
+    fn publish_queue_levels(&self) {
+        self.stats.queue_records.set(self.queues.iter().map(|q| q.len() as u64).sum());
+        self.stats.queue_bytes.set(self.queues.iter().map(|q| q.bytes() as u64).sum());
+    }
+}

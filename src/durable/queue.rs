@@ -1,0 +1,281 @@
+//! One core's way to the mirror thread: `MirrorQueue` (shared with the thread: a bounded
+//! lock-free queue of records, its byte count, the tickets the thread has dealt with, and the
+//! two short lists of sessions whose mirror broke) and `CoreTap` (the worker's handle: it
+//! numbers records, refuses one that would pass a bound, and waits for a ticket's write).
+//!
+//! Never: blocks or waits on the worker except in `CoreTap::written`, which a caller awaits
+//! with its own bound; a full queue refuses at once.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+#[allow(clippy::disallowed_types, reason = "the failure lists only (see MirrorQueue)")]
+use std::sync::Mutex;
+use std::time::Duration;
+
+use atomic_waker::AtomicWaker;
+use crossbeam_queue::ArrayQueue;
+
+use super::record::Record;
+use crate::signal::Signal;
+
+/// A record and its ticket (its core's running number), as queued.
+#[derive(Debug)]
+pub(crate) struct Queued {
+    pub(crate) ticket: u64,
+    pub(crate) bytes: usize,
+    pub(crate) record: Record,
+}
+
+/// State shared by every core and the mirror thread.
+#[derive(Debug, Default)]
+pub(crate) struct MirrorState {
+    /// Bumped by the mirror thread each time it (re)connects to the store: a session is
+    /// durable only while its last whole image was written in the current epoch (a store that
+    /// restarted may have lost anything written before).
+    pub(crate) epoch: AtomicU64,
+    /// The mirror thread is connected and its last write succeeded.
+    pub(crate) up: AtomicBool,
+    /// The mirror thread is parked waiting for records (a push unparks it).
+    pub(crate) sleeping: AtomicBool,
+    /// The mirror thread, for `unpark` (set once it runs).
+    pub(crate) thread: std::sync::OnceLock<std::thread::Thread>,
+}
+
+impl MirrorState {
+    /// Wakes the mirror thread if it sleeps (one swap on the hot path otherwise).
+    pub(crate) fn wake(&self) {
+        if self.sleeping.swap(false, Ordering::AcqRel) {
+            if let Some(thread) = self.thread.get() {
+                thread.unpark();
+            }
+        }
+    }
+}
+
+/// One core's records for the mirror thread.
+#[derive(Debug)]
+pub(crate) struct MirrorQueue {
+    records: ArrayQueue<Queued>,
+    bytes: AtomicUsize,
+    bytes_max: usize,
+    /// The highest ticket the mirror thread has dealt with (written, or given up on: its
+    /// session is then in `lost` before this moves past it).
+    acked: AtomicU64,
+    /// Wakes the core's ack pump (`CoreTap::pump`).
+    waker: AtomicWaker,
+    /// Mirror → core: sessions some of whose records were not written (the store failed or
+    /// the session was not whole there); the core rewrites them. A lock, not a queue: taken
+    /// only when the mirror failed, and a list that must never drop an entry.
+    #[allow(
+        clippy::disallowed_types,
+        reason = "touched only on mirror failures, never per request"
+    )]
+    lost: Mutex<Vec<Arc<str>>>,
+    /// Core → mirror: sessions the core stopped mirroring (its queue was full): the thread
+    /// marks them `durable` = `0` in the store, so they are never adopted with a gap.
+    #[allow(
+        clippy::disallowed_types,
+        reason = "touched only on mirror failures, never per request"
+    )]
+    broken: Mutex<Vec<Arc<str>>>,
+}
+
+impl MirrorQueue {
+    /// A queue of at most `records_max` records and `bytes_max` charged bytes.
+    pub(crate) fn new(records_max: usize, bytes_max: usize) -> MirrorQueue {
+        #[allow(clippy::disallowed_types, reason = "the failure lists only (see the fields)")]
+        MirrorQueue {
+            records: ArrayQueue::new(records_max.max(1)),
+            bytes: AtomicUsize::new(0),
+            bytes_max,
+            acked: AtomicU64::new(0),
+            waker: AtomicWaker::new(),
+            lost: Mutex::default(),
+            broken: Mutex::default(),
+        }
+    }
+
+    /// The mirror thread takes the oldest record.
+    pub(crate) fn pop(&self) -> Option<Queued> {
+        let queued = self.records.pop()?;
+        self.bytes.fetch_sub(queued.bytes, Ordering::AcqRel);
+        Some(queued)
+    }
+
+    /// Records queued now.
+    pub(crate) fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Charged bytes queued now.
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Acquire)
+    }
+
+    /// The mirror thread has dealt with every ticket up to `ticket`; wakes the core.
+    pub(crate) fn ack(&self, ticket: u64) {
+        if ticket > self.acked.load(Ordering::Acquire) {
+            self.acked.store(ticket, Ordering::Release);
+            self.waker.wake();
+        }
+    }
+
+    /// The mirror thread could not write `sid` whole: the core learns it before the ticket
+    /// moves on (the caller acks after).
+    pub(crate) fn lose(&self, sid: Arc<str>) {
+        let mut lost = self.lost.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !lost.contains(&sid) {
+            lost.push(sid);
+        }
+    }
+
+    /// The sessions the core stopped mirroring since the last call (mirror thread).
+    pub(crate) fn take_broken(&self) -> Vec<Arc<str>> {
+        std::mem::take(&mut *self.broken.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+}
+
+/// Why a record was not queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// `--durable-queue-records` or `--durable-queue-bytes` reached.
+    Full,
+}
+
+/// A worker's handle on its queue (core-local).
+pub(crate) struct CoreTap {
+    pub(crate) queue: Arc<MirrorQueue>,
+    pub(crate) state: Arc<MirrorState>,
+    /// This node (`--node-id`), the owner every record names.
+    pub(crate) node: u8,
+    /// How long a non-idempotent call waits for its stream record (`--durable-write-ahead-ms`).
+    pub(crate) write_ahead: Duration,
+    /// The core's counters (not durable marks, refused records).
+    pub(crate) metrics: Arc<crate::metrics::CoreMetrics>,
+    next_ticket: Cell<u64>,
+    /// Notified by the core's ack pump whenever the thread acked more.
+    acked_signal: Rc<Signal>,
+}
+
+impl CoreTap {
+    /// The handle of the core whose queue is `queue`.
+    pub(crate) fn new(
+        queue: Arc<MirrorQueue>,
+        state: Arc<MirrorState>,
+        node: u8,
+        write_ahead: Duration,
+        metrics: Arc<crate::metrics::CoreMetrics>,
+    ) -> CoreTap {
+        CoreTap {
+            queue,
+            state,
+            node,
+            write_ahead,
+            metrics,
+            next_ticket: Cell::new(0),
+            acked_signal: Rc::default(),
+        }
+    }
+
+    /// The store's current epoch (a session whose image is older is not durable).
+    pub(crate) fn epoch(&self) -> u64 {
+        self.state.epoch.load(Ordering::Acquire)
+    }
+
+    /// The mirror thread is connected and writing.
+    pub(crate) fn is_up(&self) -> bool {
+        self.state.up.load(Ordering::Acquire)
+    }
+
+    /// Queues `record`; its ticket, or `Refused::Full` without waiting.
+    pub(crate) fn push(&self, record: Record) -> Result<u64, Refused> {
+        let bytes = record.charged_bytes();
+        let queue = &self.queue;
+        if queue.bytes.load(Ordering::Acquire) + bytes > queue.bytes_max {
+            self.metrics.durable_records_refused_total.inc();
+            return Err(Refused::Full);
+        }
+        let ticket = self.next_ticket.get() + 1;
+        queue.bytes.fetch_add(bytes, Ordering::AcqRel);
+        if let Err(back) = queue.records.push(Queued { ticket, bytes, record }) {
+            queue.bytes.fetch_sub(back.bytes, Ordering::AcqRel);
+            self.metrics.durable_records_refused_total.inc();
+            return Err(Refused::Full);
+        }
+        self.next_ticket.set(ticket);
+        self.state.wake();
+        Ok(ticket)
+    }
+
+    /// Whether the store has `bytes` more room in this core's queue now.
+    pub(crate) fn has_room(&self, bytes: usize) -> bool {
+        self.queue.bytes() + bytes <= self.queue.bytes_max
+            && self.queue.len() < self.queue.records.capacity()
+    }
+
+    /// Tells the mirror thread this core stopped mirroring `sid`.
+    pub(crate) fn broke(&self, sid: Arc<str>) {
+        self.queue.broken.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(sid);
+        self.state.wake();
+    }
+
+    /// Sessions whose records the thread could not write since the last call.
+    pub(crate) fn take_lost(&self) -> Vec<Arc<str>> {
+        std::mem::take(
+            &mut *self.queue.lost.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
+    /// Completes once the thread dealt with `ticket` (the caller bounds the wait). Whether it
+    /// was written: the session is not in `take_lost` (the pump applies that list first).
+    pub(crate) async fn written(&self, ticket: u64) {
+        loop {
+            let notified = self.acked_signal.notified();
+            if self.queue.acked.load(Ordering::Acquire) >= ticket {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// The core's ack pump, one task per core: waits for the thread's wake-ups and passes
+    /// them on to the waiters of `written`, after `on_lost` applied the lost sessions.
+    pub(crate) async fn pump(self: Rc<Self>, on_lost: impl Fn(Vec<Arc<str>>)) {
+        let mut seen = 0;
+        loop {
+            AckChanged { queue: &self.queue, seen }.await;
+            seen = self.queue.acked.load(Ordering::Acquire);
+            let lost = self.take_lost();
+            if !lost.is_empty() {
+                on_lost(lost);
+            }
+            self.acked_signal.notify_all();
+        }
+    }
+}
+
+/// Completes when the queue's acked ticket moved past `seen`.
+struct AckChanged<'a> {
+    queue: &'a MirrorQueue,
+    seen: u64,
+}
+
+impl std::future::Future for AckChanged<'_> {
+    type Output = ();
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if self.queue.acked.load(Ordering::Acquire) > self.seen {
+            return std::task::Poll::Ready(());
+        }
+        self.queue.waker.register(cx.waker());
+        if self.queue.acked.load(Ordering::Acquire) > self.seen {
+            return std::task::Poll::Ready(());
+        }
+        std::task::Poll::Pending
+    }
+}

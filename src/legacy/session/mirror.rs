@@ -1,0 +1,321 @@
+//! A session's part of the durable mirror (`--durable`, CONTRACT §10): `SessionMirror` (the
+//! core's tap, the session's name as the store knows it, the epoch its whole image was last
+//! queued in) and the `Session` methods every transition calls to queue what changed, the
+//! whole image a rewrite or an adopter's first write sends, and the marks of a session that
+//! stopped being durable.
+//!
+//! Never: waits (a full queue makes the session not durable at once), or queues anything of a
+//! session that is not durable, so the store only ever holds a gap-free prefix of it.
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use crate::durable::keys::StreamRecord;
+use crate::durable::{CoreTap, EventImage, Record, SessionImage};
+use crate::legacy::replay::{EventSeq, StreamKey};
+
+use super::{Run, Session, StreamKind, StreamState};
+
+/// What a durable session keeps of the mirror.
+pub(crate) struct SessionMirror {
+    pub(crate) tap: Rc<CoreTap>,
+    /// `Mcp-Session-Id`, shared by every record.
+    pub(crate) name: Arc<str>,
+    /// The client's `initialize` params (JSON), for whole images.
+    pub(crate) client: Arc<str>,
+    /// The store epoch in which the whole image was last queued; 0: not durable.
+    epoch: u64,
+    /// The ticket of the last record queued (what a write-ahead waits for).
+    last_ticket: u64,
+}
+
+impl SessionMirror {
+    /// A session not yet written (its first image makes it durable).
+    pub(crate) fn new(tap: Rc<CoreTap>, name: Arc<str>, client: Arc<str>) -> SessionMirror {
+        SessionMirror { tap, name, client, epoch: 0, last_ticket: 0 }
+    }
+
+    fn is_durable(&self) -> bool {
+        self.epoch != 0 && self.epoch == self.tap.epoch() && self.tap.is_up()
+    }
+}
+
+fn stream_record(s: &StreamState) -> StreamRecord {
+    StreamRecord {
+        kind: match s.kind {
+            StreamKind::Request => "post".into(),
+            StreamKind::Standalone => "standalone".into(),
+        },
+        rid: s.request_id.as_ref().map(|id| id.0.to_string()),
+        fp: s.fingerprint.to_string(),
+        key: s.idempotency_key.as_deref().map(str::to_owned),
+        idem: false,
+        method: String::new(),
+        tool: None,
+        first: s.first.0,
+        final_seq: s.final_seq().map(|seq| seq.0),
+        settled: s.is_settled(),
+    }
+}
+
+impl Session {
+    /// Whether the store holds this session whole right now (a peer could adopt it).
+    pub(crate) fn is_durable(&self) -> bool {
+        self.mirror.as_ref().is_some_and(SessionMirror::is_durable)
+    }
+
+    /// The ticket of the last record queued while the session is durable (`None` otherwise).
+    pub(crate) fn mirror_ticket(&self) -> Option<u64> {
+        self.mirror.as_ref().filter(|m| m.is_durable() && m.last_ticket != 0).map(|m| m.last_ticket)
+    }
+
+    /// Queues `record` for a durable session; a full queue makes it not durable. The ticket.
+    pub(crate) fn mirror_push(&mut self, make: impl FnOnce(&Arc<str>) -> Record) -> Option<u64> {
+        let mirror = self.mirror.as_mut().filter(|m| m.is_durable())?;
+        match mirror.tap.push(make(&mirror.name)) {
+            Ok(ticket) => {
+                mirror.last_ticket = ticket;
+                Some(ticket)
+            }
+            Err(_) => {
+                let name = mirror.name.clone();
+                mirror.tap.broke(name);
+                self.mirror_lost();
+                None
+            }
+        }
+    }
+
+    /// The mirror lost some of this session (or its queue was full): not durable until the
+    /// core rewrites it whole.
+    pub(crate) fn mirror_lost(&mut self) {
+        let Some(mirror) = self.mirror.as_mut() else { return };
+        if mirror.epoch != 0 {
+            mirror.epoch = 0;
+            mirror.tap.metrics.durable_sessions_marked_not_durable_total.inc();
+            crate::logging::limited!(
+                crate::logging::Kind::Loss,
+                tracing::Level::WARN,
+                session = %self.id.to_header(),
+                core = self.id.core,
+                node = self.id.node,
+                culprit = "us",
+                reason = "durable store slow or down, or the core's mirror queue full",
+                "session not durable until it is rewritten to the store"
+            );
+        }
+    }
+
+    pub(super) fn mirror_stream(&mut self, key: StreamKey) {
+        let Some(record) = self.streams.get(&key).map(stream_record) else { return };
+        self.mirror_push(|sid| Record::Stream {
+            sid: sid.clone(),
+            key: key.0,
+            record: Box::new(record),
+        });
+    }
+
+    /// The whole session as the store should hold it, owned by `owner`.
+    pub(crate) fn image(&self, owner: u8) -> Option<SessionImage> {
+        let mirror = self.mirror.as_ref()?;
+        let mut streams: Vec<(u32, StreamRecord)> =
+            self.streams.values().map(|s| (s.key.0, stream_record(s))).collect();
+        streams.sort_by_key(|(key, _)| *key);
+        let events = match self.ring.oldest() {
+            Some(first) => self
+                .ring
+                .iter_from(first)
+                .map(|e| EventImage { seq: e.seq.0, stream: e.stream.0, data: e.payload.clone() })
+                .collect(),
+            None => Vec::new(),
+        };
+        Some(SessionImage {
+            sid: mirror.name.clone(),
+            owner,
+            tag: self.tag,
+            version: self.version.to_owned(),
+            subject: self.subject.as_deref().map(str::to_owned),
+            client: mirror.client.to_string(),
+            log: self.log_level.as_str().to_owned(),
+            streams,
+            events,
+            next_seq: self.ring.next_seq().0,
+        })
+    }
+
+    /// Queues the whole session when it is not durable and the store is up and has room: the
+    /// reaper's tick, and a new or adopted session's first write. Whether it is durable now.
+    pub(crate) fn mirror_catch_up(&mut self) -> bool {
+        let Some(mirror) = self.mirror.as_ref() else { return false };
+        if mirror.is_durable() {
+            return true;
+        }
+        let tap = mirror.tap.clone();
+        if !tap.is_up() {
+            return false;
+        }
+        let epoch = tap.epoch();
+        let Some(image) = self.image(tap.node) else { return false };
+        let record = Record::Session(Box::new(image));
+        if !tap.has_room(record.charged_bytes()) {
+            return false;
+        }
+        let Ok(ticket) = tap.push(record) else { return false };
+        if let Some(mirror) = self.mirror.as_mut() {
+            mirror.epoch = epoch;
+            mirror.last_ticket = ticket;
+        }
+        true
+    }
+
+    /// Ends the session's mirror (DELETE or expiry): its keys go from the store.
+    pub(crate) fn mirror_end(&mut self) {
+        if let Some(mirror) = self.mirror.take() {
+            // Even a session that is not durable has its keys removed (they may hold a prefix).
+            let _ = mirror.tap.push(Record::End { sid: mirror.name.clone() });
+        }
+    }
+
+    /// The ring appended `seq` on `key` with `payload`.
+    pub(super) fn mirror_event(
+        &mut self,
+        key: StreamKey,
+        seq: EventSeq,
+        payload: bytes::Bytes,
+        evicted: bool,
+    ) {
+        let first_kept = self.ring.oldest().map_or(seq.0, |s| s.0);
+        let at = std::time::Instant::now();
+        self.mirror_push(|sid| Record::Event {
+            sid: sid.clone(),
+            event: EventImage { seq: seq.0, stream: key.0, data: payload },
+            at,
+        });
+        if evicted {
+            self.mirror_push(|sid| Record::Trim { sid: sid.clone(), first_kept });
+        }
+    }
+
+    /// Whether the stream's end is to be mirrored (a finished run).
+    pub(super) fn mirror_run_ended(&mut self, key: StreamKey, run: Run) {
+        if matches!(run, Run::Finished { .. }) {
+            self.mirror_stream(key);
+        }
+    }
+}
+
+/// Why a session image could not be rebuilt (the adopter then answers as for an unknown
+/// session, never with a gap).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RestoreError {
+    /// The image's events are not contiguous, or start past what its streams need.
+    #[error("the stored events of session {0} have a gap at {1}")]
+    Gap(String, u64),
+    /// The image names a protocol revision this build does not serve.
+    #[error("the stored session {0} has revision {1:?}")]
+    Revision(String, String),
+}
+
+impl Session {
+    /// Rebuilds an adopted session from its image: the ring at the same sequence numbers, each
+    /// stream as it was mirrored; a stream whose call was still running when its node died
+    /// ends with `-31006` (outcome unknown), which is mirrored like any final. `dead` is the
+    /// node that ran it. The session is not durable until its first image is queued
+    /// (`mirror_catch_up`).
+    pub(crate) fn restore(
+        id: super::SessionId,
+        image: &SessionImage,
+        dead: u8,
+        cfg: &crate::config::Config,
+        mirror: SessionMirror,
+    ) -> Result<Session, RestoreError> {
+        let sid = image.sid.to_string();
+        let version = super::LEGACY_VERSIONS
+            .iter()
+            .copied()
+            .find(|v| *v == image.version)
+            .ok_or_else(|| RestoreError::Revision(sid.clone(), image.version.clone()))?;
+        let mut s = Session::new(id, image.tag, version, cfg);
+        s.subject = image.subject.as_deref().map(Box::from);
+        s.log_level = crate::provider::LogLevel::parse(&image.log).unwrap_or(s.log_level);
+        let start = image.events.first().map_or(image.next_seq, |e| e.seq).max(1);
+        s.ring.resume_at(EventSeq(start));
+        for (key, record) in &image.streams {
+            let kind = if record.kind == "standalone" {
+                StreamKind::Standalone
+            } else {
+                StreamKind::Request
+            };
+            let request_id =
+                record.rid.as_ref().map(|rid| crate::wire::jsonrpc::RawId(rid.clone()));
+            let fingerprint = record.fp.parse::<u64>().unwrap_or(0);
+            let idempotency_key = record.key.as_deref().map(Box::from);
+            let key = StreamKey(*key);
+            s.insert_stream(
+                key,
+                kind,
+                request_id,
+                fingerprint,
+                idempotency_key,
+                EventSeq(record.first),
+            );
+            s.next_stream = s.next_stream.max(key.0.wrapping_add(1)).max(1);
+        }
+        for event in &image.events {
+            if s.ring.next_seq().0 != event.seq {
+                return Err(RestoreError::Gap(sid, event.seq));
+            }
+            let key = StreamKey(event.stream);
+            let before_final = s.streams.get(&key).map_or(EventSeq(0), |st| st.produced);
+            let _ = s.append_to_ring(key, event.data.clone());
+            let is_final = image
+                .streams
+                .iter()
+                .any(|(k, r)| *k == event.stream && r.final_seq == Some(event.seq));
+            if is_final {
+                s.end_run(key, Run::Finished { final_seq: EventSeq(event.seq), before_final });
+            }
+        }
+        // Events the ring no longer holds: what each stream lost before the image.
+        let oldest = s.ring.oldest().unwrap_or(s.ring.next_seq());
+        let keys: Vec<StreamKey> = s.streams.keys().copied().collect();
+        for key in &keys {
+            if let Some(st) = s.streams.get_mut(key) {
+                if st.first < oldest {
+                    st.evicted_through = EventSeq(oldest.0 - 1);
+                }
+            }
+        }
+        for (key, record) in &image.streams {
+            let key = StreamKey(*key);
+            let running = s
+                .streams
+                .get(&key)
+                .is_some_and(|st| st.kind == StreamKind::Request && st.is_running());
+            if let (true, Some(final_seq)) = (running, record.final_seq) {
+                // Finished, its final event already evicted from the ring.
+                let before_final = EventSeq(final_seq.saturating_sub(1));
+                s.end_run(key, Run::Finished { final_seq: EventSeq(final_seq), before_final });
+                if record.settled {
+                    s.mark_all_delivered(key);
+                }
+            } else if running {
+                let last =
+                    s.streams.get(&key).map(|st| st.produced).filter(|seq| seq.0 > record.first);
+                let mut last_event = Vec::new();
+                if let Some(seq) = last {
+                    s.push_event_id(&mut last_event, key, seq);
+                }
+                let last_event = std::str::from_utf8(&last_event).ok().filter(|t| !t.is_empty());
+                let mut payload = Vec::with_capacity(192);
+                let rid = s.streams.get(&key).and_then(|st| st.request_id.clone());
+                crate::wire::push_outcome_unknown(&mut payload, rid.as_ref(), dead, last_event);
+                s.finish(key, bytes::Bytes::from(payload));
+            } else if record.settled {
+                s.mark_all_delivered(key);
+            }
+        }
+        s.mirror = Some(mirror);
+        Ok(s)
+    }
+}
