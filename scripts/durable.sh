@@ -2,9 +2,6 @@
 # Usage: scripts/durable.sh [--only STAGE[,STAGE...]] [--calls N] [--modern-calls N] [--seed S]
 #                           [--no-build] [--help]
 #
-# NOT YET IN scripts/test.sh: it needs the durable mirror and adoption of issue 20, which are in
-# progress (only the --durable flags and the store's key schema exist); it fails until they land.
-#
 # Surviving a node's death (issue 20, CONTRACT §10), with the real thing: Debian's
 # `redis-server` and `haproxy` (apt-installed when missing), two tidemark nodes (--node-id 1 and
 # 2, --threads 2, --durable to one Redis, a short --durable-lease-ms) in front of the stdio
@@ -54,7 +51,7 @@ while [ "$#" -gt 0 ]; do
         --modern-calls) modern_calls="${2:?}"; shift 2 ;;
         --seed) seed=(--seed "${2:?}"); shift 2 ;;
         --no-build) build=0; shift ;;
-        --help) sed -n '2,30s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        --help) sed -n '2,28s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "durable.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
 done

@@ -3,7 +3,8 @@
 #
 # The project's test command. Runs, in order, and keeps going when one fails:
 #   cargo        cargo test --workspace --all-targets (unit, integration, proptest, benches in
-#                test mode), the doc tests, and `cargo doc --no-deps` with warnings as errors
+#                test mode), the doc tests, and `cargo doc --no-deps` with warnings as errors;
+#                Debian's redis-server (apt-installed) for tests/durable_adopt.rs, required
 #   clients      scripts/clients.sh: the official TypeScript and Python SDK clients against the
 #                release binary, including mid-call stream drops (cut proxy) and --threads 2,
 #                the 2026-07-28 era's clients (Python SDK default mode, TypeScript v2
@@ -38,27 +39,31 @@
 #   metrics      scripts/metrics.sh: `promtool check metrics` on the exposition, the Grafana
 #                dashboard's names exist, and a real Prometheus (Debian's package,
 #                apt-installed) scraping during a load run: rates, p99 and counts as the load says
+#   durable      scripts/durable.sh: two durable nodes (--durable to a real redis-server) behind
+#                HAProxy (--backup-peers): SIGKILL of one at a random moment under legacy and
+#                keyed 2026-07-28 load (every call ends with its result or -31006; no event lost
+#                or doubled, no tool run twice), then redis-server killed and restarted mid-run
 #   traces       scripts/traces.sh: OpenTelemetry spans (--otlp-endpoint) received by an OTLP
 #                receiver on the official opentelemetry-proto bindings (PyPI): attributes,
 #                parentage from the client's traceparent, through a bridged call into an
 #                upstream tidemark; a stalled receiver: spans dropped and counted
 #   --only SUITES  run only these (comma-separated: cargo,clients,browser,bridge,
-#                conformance,fault,fuzz,haproxy,auth,metrics,traces)
+#                conformance,fault,fuzz,haproxy,auth,metrics,durable,traces)
 #
 # Needs cargo, python3 (with venv), node/npm (any version npm runs on; Node 22 is installed from
-# npm into .cache/); installs everything else into .cache/ (and Debian's chromium and haproxy,
+# npm into .cache/); installs everything else into .cache/ (and Debian's chromium, haproxy and redis-server,
 # with apt; and prometheus).
 # Prints one line per suite and a final `suites: N passed, M failed`; exit 0 only when all passed.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ALL_SUITES="cargo,clients,browser,bridge,conformance,fault,fuzz,haproxy,auth,metrics,traces"
+ALL_SUITES="cargo,clients,browser,bridge,conformance,fault,fuzz,haproxy,auth,metrics,durable,traces"
 
 only="$ALL_SUITES"
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --only) only="${2:?--only needs a value}"; shift 2 ;;
-        --help) sed -n '2,46s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        --help) sed -n '2,56s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "test.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -80,7 +85,13 @@ for s in "${selected[@]}"; do
     rc=0
     case "$s" in
         cargo)
-            cargo test --workspace --all-targets --no-fail-fast || rc=$?
+            # tests/durable_adopt.rs talks to a real redis-server; required here, not skipped.
+            if ! command -v redis-server >/dev/null; then
+                # shellcheck source=scripts/apt-lib.sh
+                . "$ROOT/scripts/apt-lib.sh"
+                apt_install test.sh redis-server || rc=$?
+            fi
+            TIDEMARK_REQUIRE_REDIS=1 cargo test --workspace --all-targets --no-fail-fast || rc=$?
             cargo test --doc || rc=$?
             RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --lib || rc=$?
             ;;
@@ -93,6 +104,7 @@ for s in "${selected[@]}"; do
         haproxy) scripts/haproxy.sh || rc=$? ;;
         auth) scripts/auth.sh || rc=$? ;;
         metrics) scripts/metrics.sh || rc=$? ;;
+        durable) scripts/durable.sh || rc=$? ;;
         traces) scripts/traces.sh || rc=$? ;;
     esac
     secs=$((SECONDS - start))
