@@ -190,11 +190,20 @@ fn at_its_queue_bound_a_stalled_store_makes_the_session_not_durable_until_it_ans
     let sid = open_session(&server);
     redis.signal("STOP");
     let began = Instant::now();
-    let mut stream = call_stream(&server, &sid, &call(1, "echo", r#"{"text":"x"}"#, false), &[]);
-    assert!(stream.receive_to_end(Duration::from_secs(5)), "the call ends with the store stalled");
-    let idle = call(2, "slow_counter", r#"{"steps":12,"delay_ms":0}"#, true);
-    let mut second = call_stream(&server, &sid, &idle, &[]);
-    assert!(second.receive_to_end(Duration::from_secs(5)), "the second call ends too");
+    // Idempotent calls (no write-ahead wait): about five records each, queued faster than the
+    // stalled store takes them.
+    for id in 1..=6 {
+        let mut stream =
+            call_stream(&server, &sid, &call(id, "echo", r#"{"text":"x"}"#, false), &[]);
+        assert!(
+            stream.receive_to_end(Duration::from_secs(5)),
+            "call {id} ends with the store stalled"
+        );
+    }
+    // A non-idempotent call of a session that is not durable starts at once, counted.
+    let counted = call(9, "slow_counter", r#"{"steps":3,"delay_ms":0}"#, true);
+    let mut stream = call_stream(&server, &sid, &counted, &[]);
+    assert!(stream.receive_to_end(Duration::from_secs(5)), "the non-idempotent call ends too");
     assert!(
         began.elapsed() < Duration::from_secs(4),
         "no worker waited on the store: {:?}",
@@ -206,6 +215,7 @@ fn at_its_queue_bound_a_stalled_store_makes_the_session_not_durable_until_it_ans
         "records refused at the bound"
     );
     assert!(metric(&text, "tidemark_durable_sessions_marked_not_durable_total") >= 1);
+    assert!(metric(&text, "tidemark_durable_write_ahead_unprotected_total") >= 1);
     assert!(
         metric(&text, "tidemark_durable_queue_records") <= 4,
         "the queue stays inside its bound"
@@ -232,4 +242,35 @@ fn at_its_queue_bound_a_stalled_store_makes_the_session_not_durable_until_it_ans
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn a_non_idempotent_call_waits_for_its_record_at_most_the_write_ahead_bound() {
+    // Goal: --durable-write-ahead-ms at its limit. With the store answering, a non-idempotent
+    // call starts once its record is written (no unprotected count); with the store stalled
+    // it starts after the bound (not before, not much later), unprotected and counted, and its
+    // session is no longer durable.
+    let Some(redis) = Redis::start() else { return };
+    let server = node(&redis, "1", &["--durable-write-ahead-ms", "400"]);
+    let sid = open_session(&server);
+    let body = |id| call(id, "slow_counter", r#"{"steps":1,"delay_ms":0}"#, true);
+    let mut quick = call_stream(&server, &sid, &body(1), &[]);
+    assert!(quick.receive_to_end(Duration::from_secs(5)));
+    let text = scrape(&server.metrics());
+    assert_eq!(
+        metric(&text, "tidemark_durable_write_ahead_unprotected_total"),
+        0,
+        "written in time"
+    );
+    redis.signal("STOP");
+    let began = Instant::now();
+    let mut stalled = call_stream(&server, &sid, &body(2), &[]);
+    assert!(stalled.receive_to_end(Duration::from_secs(5)), "the call ends with the store stalled");
+    let took = began.elapsed();
+    assert!(took >= Duration::from_millis(380), "it waited for the store first: {took:?}");
+    assert!(took < Duration::from_millis(1_500), "at most about the bound: {took:?}");
+    let text = scrape(&server.metrics());
+    assert_eq!(metric(&text, "tidemark_durable_write_ahead_unprotected_total"), 1);
+    assert!(metric(&text, "tidemark_durable_sessions_marked_not_durable_total") >= 1);
+    redis.signal("CONT");
 }

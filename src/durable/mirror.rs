@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use super::queue::{MirrorQueue, MirrorState, Queued};
 use super::record::Record;
-use super::store::{RedisStore, Store};
+use super::store::{self, Store};
 use crate::config::DurableConfig;
 use crate::metrics::DurableStats;
 
@@ -94,7 +94,7 @@ struct Writer {
     queues: Vec<Arc<MirrorQueue>>,
     state: Arc<MirrorState>,
     stats: Arc<DurableStats>,
-    store: Option<RedisStore>,
+    store: Option<Box<dyn Store>>,
     /// The epoch in which each session's whole image was last written; a session not here (or
     /// older) is not written until its core sends a new image.
     written_epoch: HashMap<Arc<str>, u64>,
@@ -154,7 +154,7 @@ impl Writer {
 
     /// Connects and starts a new epoch; false when the store is unreachable.
     fn connect(&mut self) -> bool {
-        match RedisStore::connect(&self.cfg.url, Duration::from_millis(STORE_TIMEOUT_MS)) {
+        match store::connect(&self.cfg.url, Duration::from_millis(STORE_TIMEOUT_MS)) {
             Ok(store) => {
                 self.store = Some(store);
                 // Whatever the store held may be gone (it restarted): every session is written
@@ -192,10 +192,10 @@ impl Writer {
     /// Runs `op` on the store; on failure the store counts as down. Whether it succeeded.
     fn with_store(
         &mut self,
-        op: impl FnOnce(&mut RedisStore, u8, &str) -> Result<(), super::store::StoreError>,
+        op: impl FnOnce(&mut dyn Store, u8, &str) -> Result<(), super::store::StoreError>,
     ) -> bool {
         let Some(store) = self.store.as_mut() else { return false };
-        match op(store, self.node, &self.boot) {
+        match op(store.as_mut(), self.node, &self.boot) {
             Ok(()) => true,
             Err(e) => {
                 self.went_down(&e.0);
@@ -237,6 +237,9 @@ impl Writer {
 
     /// Takes up to a batch from the queues (round robin) and writes it; how many were taken.
     fn write_batch(&mut self) -> usize {
+        if self.store.is_none() {
+            return 0;
+        }
         let batch_max = self.cfg.batch_records_max;
         let mut taken: Vec<(usize, Queued)> = Vec::new();
         'fill: loop {
@@ -278,8 +281,10 @@ impl Writer {
                 },
             }
         }
-        let store = self.store.as_mut().expect("connected before a batch");
-        let outcome = store.write(&writable, self.session_ttl);
+        let outcome = match self.store.as_mut() {
+            Some(store) => store.write(&writable, self.session_ttl),
+            None => Err(super::store::StoreError("not connected".into())),
+        };
         let acked_at = Instant::now();
         match outcome {
             Ok(()) => {

@@ -16,7 +16,7 @@ use atomic_waker::AtomicWaker;
 use crossbeam_queue::ArrayQueue;
 
 use super::mirror::STORE_TIMEOUT_MS;
-use super::store::{Claim, KeyedImage, RedisStore, Store, StoreError};
+use super::store::{self, Claim, KeyedImage, Store, StoreError};
 use crate::config::DurableConfig;
 
 /// What a core asks the store.
@@ -96,7 +96,7 @@ impl Reader {
         let (queue, flag, url) = (jobs.clone(), stop.clone(), cfg.url.clone());
         let handle =
             std::thread::Builder::new().name("tidemark-adopt".into()).spawn(move || {
-                let mut store: Option<RedisStore> = None;
+                let mut store: Option<Box<dyn Store>> = None;
                 let timeout = Duration::from_millis(STORE_TIMEOUT_MS);
                 while !flag.load(Ordering::Acquire) {
                     let Some((query, pending)) = queue.pop() else {
@@ -104,13 +104,13 @@ impl Reader {
                         continue;
                     };
                     if store.is_none() {
-                        store = RedisStore::connect(&url, timeout).ok();
+                        store = store::connect(&url, timeout).ok();
                     }
                     let Some(connected) = store.as_mut() else {
                         pending.set(Answer::Failed("store unreachable".into()));
                         continue;
                     };
-                    match ask(connected, query, node) {
+                    match ask(connected.as_mut(), query, node) {
                         Ok(answer) => pending.set(answer),
                         Err(e) => {
                             store = None;
@@ -138,7 +138,7 @@ impl Reader {
     }
 }
 
-fn ask(store: &mut RedisStore, query: Query, node: u8) -> Result<Answer, StoreError> {
+fn ask(store: &mut dyn Store, query: Query, node: u8) -> Result<Answer, StoreError> {
     Ok(match query {
         Query::Claim { sid } => Answer::Claim(store.claim(&sid, node)?),
         Query::Keyed { name } => Answer::Keyed(match store.keyed(&name)? {

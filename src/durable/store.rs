@@ -74,6 +74,12 @@ pub(crate) trait Store: Send {
     fn lease_alive(&mut self, node: u8) -> Result<bool, StoreError>;
 }
 
+/// Connects to the store `url` names, bounded by `timeout` (the one place an engine is
+/// chosen: another engine adds its URL scheme here, nothing else changes).
+pub(crate) fn connect(url: &DurableUrl, timeout: Duration) -> Result<Box<dyn Store>, StoreError> {
+    Ok(Box::new(RedisStore::connect(url, timeout)?))
+}
+
 /// `Store` on one Redis connection.
 pub(crate) struct RedisStore {
     connection: redis::Connection,
