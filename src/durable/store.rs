@@ -4,7 +4,7 @@
 //! bounded by the connection's timeouts: only the mirror and reader threads call it, never a
 //! worker.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -83,6 +83,62 @@ pub(crate) fn connect(url: &DurableUrl, timeout: Duration) -> Result<Box<dyn Sto
 /// `Store` on one Redis connection.
 pub(crate) struct RedisStore {
     connection: redis::Connection,
+    /// Per session, the first sequence number of each `tm:ev` entry written (oldest first): an
+    /// entry holds a run of events, so a trim keeps the entry holding the oldest kept event.
+    /// At most one per event the ring holds; whole images reset it, a session's end drops it.
+    starts: HashMap<Arc<str>, VecDeque<u64>>,
+}
+
+/// One step of a batch's pipeline: a record, or a session's run of consecutive events of the
+/// batch written as one entry (a stream-heavy batch costs Redis one command per session, not
+/// one per event).
+enum Step<'a> {
+    Record(&'a Record),
+    Events(&'a Arc<str>, Vec<&'a EventImage>),
+}
+
+/// The batch as steps: each session's events gathered at the place of its first event (earlier
+/// than the records between them, which only ever follow their events), a run broken by the
+/// session's whole image or end, and by a gap in sequence numbers (never written together).
+/// A stream's record appears once, at the place of its last change in the batch (a crash
+/// mid-batch leaves its state from before the batch, never one ahead of its events).
+fn plan<'a>(records: &[&'a Record]) -> Vec<Step<'a>> {
+    let mut last_change: HashMap<(&'a str, u32), usize> = HashMap::new();
+    for (index, record) in records.iter().enumerate() {
+        if let Record::Stream { sid, key, .. } = record {
+            last_change.insert((&**sid, *key), index);
+        }
+    }
+    let mut steps: Vec<Step<'a>> = Vec::with_capacity(records.len());
+    let mut open: HashMap<&'a str, usize> = HashMap::new();
+    for (index, record) in records.iter().copied().enumerate() {
+        match record {
+            Record::Stream { sid, key, .. } if last_change.get(&(&**sid, *key)) != Some(&index) => {
+            }
+            Record::Event { sid, event, .. } => {
+                if let Some(&index) = open.get(&**sid) {
+                    if let Step::Events(_, events) = &mut steps[index] {
+                        if events.last().is_some_and(|last| last.seq + 1 == event.seq) {
+                            events.push(event);
+                            continue;
+                        }
+                    }
+                }
+                open.insert(sid, steps.len());
+                steps.push(Step::Events(sid, vec![event]));
+            }
+            Record::Session(image) => {
+                open.remove(&*image.sid);
+                steps.push(Step::Record(record));
+            }
+            Record::End { sid } => {
+                open.remove(&**sid);
+                steps.push(Step::Record(record));
+            }
+            _ => steps.push(Step::Record(record)),
+        }
+    }
+    steps
 }
 
 impl RedisStore {
@@ -92,7 +148,7 @@ impl RedisStore {
         let connection = client.get_connection_with_timeout(timeout)?;
         connection.set_read_timeout(Some(timeout))?;
         connection.set_write_timeout(Some(timeout))?;
-        Ok(RedisStore { connection })
+        Ok(RedisStore { connection, starts: HashMap::new() })
     }
 }
 
@@ -102,18 +158,18 @@ fn expire_session(pipe: &mut redis::Pipeline, sid: &str, ttl_ms: u64) {
     }
 }
 
-fn push_event(pipe: &mut redis::Pipeline, sid: &str, event: &EventImage) {
-    pipe.cmd("XADD")
-        .arg(keys::events(sid))
-        .arg(keys::event_entry_id(event.seq))
-        .arg("s")
-        .arg(event.stream)
-        .arg("d")
-        .arg(&event.data[..])
-        .ignore();
+/// One `tm:ev` entry for a run of consecutive events: id of the first, then `s`, `d` per
+/// event in order.
+fn push_run(pipe: &mut redis::Pipeline, sid: &str, events: &[&EventImage]) {
+    let Some(first) = events.first() else { return };
+    let xadd = pipe.cmd("XADD").arg(keys::events(sid)).arg(keys::event_entry_id(first.seq));
+    for event in events {
+        xadd.arg("s").arg(event.stream).arg("d").arg(&event.data[..]);
+    }
+    xadd.ignore();
 }
 
-fn push_image(pipe: &mut redis::Pipeline, image: &SessionImage) {
+fn push_image(pipe: &mut redis::Pipeline, image: &SessionImage, starts: &mut VecDeque<u64>) {
     let sid = &*image.sid;
     pipe.cmd("DEL").arg(keys::session(sid)).arg(keys::streams(sid)).arg(keys::events(sid)).ignore();
     let hset = pipe.cmd("HSET").arg(keys::session(sid));
@@ -138,13 +194,42 @@ fn push_image(pipe: &mut redis::Pipeline, image: &SessionImage) {
     for (key, record) in &image.streams {
         pipe.cmd("HSET").arg(keys::streams(sid)).arg(*key).arg(stream_json(record)).ignore();
     }
-    for event in &image.events {
-        push_event(pipe, sid, event);
+    for run in image.events.chunks(IMAGE_RUN_EVENTS) {
+        let run: Vec<&EventImage> = run.iter().collect();
+        starts.push_back(run[0].seq);
+        push_run(pipe, sid, &run);
     }
 }
 
+/// Events per `tm:ev` entry of a whole image (an entry's fields are one command's arguments).
+const IMAGE_RUN_EVENTS: usize = 256;
+
 fn stream_json(record: &StreamRecord) -> String {
     serde_json::to_string(record).unwrap_or_default()
+}
+
+impl RedisStore {
+    fn push_events(&mut self, pipe: &mut redis::Pipeline, sid: &Arc<str>, events: &[&EventImage]) {
+        if let Some(first) = events.first() {
+            self.starts.entry(sid.clone()).or_default().push_back(first.seq);
+            push_run(pipe, sid, events);
+        }
+    }
+
+    /// Trims the entries wholly before `first_kept`: the one holding it stays.
+    fn push_trim(&mut self, pipe: &mut redis::Pipeline, sid: &str, first_kept: u64) {
+        let Some(starts) = self.starts.get_mut(sid) else { return };
+        while starts.len() >= 2 && starts[1] <= first_kept {
+            starts.pop_front();
+        }
+        if let Some(&oldest) = starts.front() {
+            pipe.cmd("XTRIM")
+                .arg(keys::events(sid))
+                .arg("MINID")
+                .arg(keys::event_entry_id(oldest))
+                .ignore();
+        }
+    }
 }
 
 impl Store for RedisStore {
@@ -153,9 +238,21 @@ impl Store for RedisStore {
         let mut pipe = redis::pipe();
         let mut touched: Vec<&str> = Vec::new();
         let mut ended: Vec<&str> = Vec::new();
-        for record in records {
+        let mut trims: Vec<(&str, u64)> = Vec::new();
+        for step in plan(records) {
+            let record = match step {
+                Step::Events(sid, events) => {
+                    self.push_events(&mut pipe, sid, &events);
+                    continue;
+                }
+                Step::Record(record) => record,
+            };
             match record {
-                Record::Session(image) => push_image(&mut pipe, image),
+                Record::Session(image) => {
+                    let starts = self.starts.entry(image.sid.clone()).or_default();
+                    starts.clear();
+                    push_image(&mut pipe, image, starts);
+                }
                 Record::Stream { sid, key, record } => {
                     pipe.cmd("HSET")
                         .arg(keys::streams(sid))
@@ -166,13 +263,13 @@ impl Store for RedisStore {
                 Record::StreamGone { sid, key } => {
                     pipe.cmd("HDEL").arg(keys::streams(sid)).arg(*key).ignore();
                 }
-                Record::Event { sid, event, .. } => push_event(&mut pipe, sid, event),
+                // Grouped by `plan`.
+                Record::Event { .. } => {}
                 Record::Trim { sid, first_kept } => {
-                    pipe.cmd("XTRIM")
-                        .arg(keys::events(sid))
-                        .arg("MINID")
-                        .arg(keys::event_entry_id(*first_kept))
-                        .ignore();
+                    match trims.iter_mut().find(|(s, _)| *s == &**sid) {
+                        Some((_, kept)) => *kept = (*kept).max(*first_kept),
+                        None => trims.push((sid, *first_kept)),
+                    }
                 }
                 Record::End { sid } => {
                     pipe.cmd("DEL")
@@ -180,6 +277,8 @@ impl Store for RedisStore {
                         .arg(keys::streams(sid))
                         .arg(keys::events(sid))
                         .ignore();
+                    self.starts.remove(sid);
+                    trims.retain(|(s, _)| *s != &**sid);
                     ended.push(sid);
                 }
                 Record::Keyed { name, fingerprint, node, response, ttl_ms } => {
@@ -200,6 +299,9 @@ impl Store for RedisStore {
                     touched.push(sid);
                 }
             }
+        }
+        for (sid, first_kept) in trims {
+            self.push_trim(&mut pipe, sid, first_kept);
         }
         for sid in touched.into_iter().filter(|sid| !ended.contains(sid)) {
             expire_session(&mut pipe, sid, ttl_ms);
@@ -288,18 +390,22 @@ impl Store for RedisStore {
         }
         image.streams.sort_by_key(|(key, _)| *key);
         for (id, fields) in entries {
-            let seq = keys::event_seq(&id).ok_or_else(|| StoreError(format!("event id {id}")))?;
+            let mut seq =
+                keys::event_seq(&id).ok_or_else(|| StoreError(format!("event id {id}")))?;
             let mut stream = None;
-            let mut data = Bytes::new();
             for (name, value) in fields {
                 match name.as_str() {
                     "s" => stream = std::str::from_utf8(&value).ok().and_then(|s| s.parse().ok()),
-                    "d" => data = Bytes::from(value),
+                    "d" => {
+                        let stream = stream.take().ok_or_else(|| {
+                            StoreError(format!("entry {id}: data without a stream"))
+                        })?;
+                        image.events.push(EventImage { seq, stream, data: Bytes::from(value) });
+                        seq += 1;
+                    }
                     _ => {}
                 }
             }
-            let stream = stream.ok_or_else(|| StoreError(format!("event {id} names no stream")))?;
-            image.events.push(EventImage { seq, stream, data });
         }
         if let Some(last) = image.events.last() {
             image.next_seq = image.next_seq.max(last.seq + 1);
@@ -326,5 +432,74 @@ impl Store for RedisStore {
     fn lease_alive(&mut self, node: u8) -> Result<bool, StoreError> {
         let n: i64 = redis::cmd("EXISTS").arg(keys::lease(node)).query(&mut self.connection)?;
         Ok(n == 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(sid: &Arc<str>, seq: u64) -> Record {
+        Record::Event {
+            sid: sid.clone(),
+            event: EventImage { seq, stream: 1, data: Bytes::new() },
+            at: std::time::Instant::now(),
+        }
+    }
+
+    fn stream(sid: &Arc<str>, key: u32, first: u64) -> Record {
+        let record = StreamRecord {
+            kind: "post".into(),
+            rid: None,
+            fp: "0".into(),
+            key: None,
+            idem: false,
+            method: String::new(),
+            tool: None,
+            first,
+            final_seq: None,
+            settled: false,
+        };
+        Record::Stream { sid: sid.clone(), key, record: Box::new(record) }
+    }
+
+    fn shape(steps: &[Step<'_>]) -> Vec<String> {
+        steps
+            .iter()
+            .map(|step| match step {
+                Step::Events(sid, events) => {
+                    let seqs: Vec<String> = events.iter().map(|e| e.seq.to_string()).collect();
+                    format!("{sid}:{}", seqs.join(","))
+                }
+                Step::Record(Record::Stream { sid, record, .. }) => format!("{sid}:st{}", record.first),
+                Step::Record(Record::End { sid }) => format!("{sid}:end"),
+                Step::Record(_) => "other".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_writes_each_sessions_runs_of_events_once_and_each_stream_at_its_last_change() {
+        // Goal: the grouping that makes a stream-heavy batch cheap never reorders a stream's
+        // record ahead of its events, never joins events across a gap or a session's end, and
+        // keeps only a stream's last state.
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+        let records = [
+            stream(&a, 1, 1),
+            event(&a, 1),
+            event(&b, 7),
+            event(&a, 2),
+            stream(&a, 1, 2),
+            event(&a, 4),
+            event(&b, 8),
+            Record::End { sid: b.clone() },
+            event(&b, 9),
+        ];
+        let refs: Vec<&Record> = records.iter().collect();
+        assert_eq!(
+            shape(&plan(&refs)),
+            ["a:1,2", "b:7,8", "a:st2", "a:4", "b:end", "b:9"],
+            "runs of consecutive events at their first event; stream a/1 once, at its last change"
+        );
     }
 }

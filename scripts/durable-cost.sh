@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Usage: scripts/durable-cost.sh [--runs N] [--duration D] [--warmup D] [--server-cpu N]
+#                                [--load-cpu N] [--out DIR] [--no-build]
+#
+# What the durable mirror (--durable, issue 20) costs, with a real redis-server (Debian's
+# package, apt-installed when missing): the same release binary started plain and with
+# --durable, alternating run by run, two scenarios each:
+#   echo     legacy `tools/call echo` on established sessions (calls/s; echo is idempotent by
+#            its annotations, so no write-ahead wait: the mirror's cost is queueing its records)
+#   stream   slow_counter, 1000 progress events per call, no delay (events/s: one record each)
+# then, on two durable nodes (tests/durable/cost.py): Redis memory per idle session and per
+# event, the mirror lag p50/p99 (its histogram's bucket bounds), and the adoption time p50/p99
+# (a dead node's session's first request on the peer to its whole answer, client-side).
+# The server runs one worker thread on --server-cpu; the load generator and redis-server share
+# --load-cpu (taskset); the mirror thread is not pinned (it runs where the scheduler puts it).
+#
+# Output (default target/bench/): durable-cost.md (medians and durable/plain ratios, then the
+# store figures), durable-cost.json, durable-cost-runs/*.json, logs/.
+#
+# Flags:
+#   --runs N          runs per server and scenario (default 3)
+#   --duration D      measurement window per run (default 5s)
+#   --warmup D        warm-up per run (default 1s)
+#   --server-cpu N    CPU for the server (default 0)
+#   --load-cpu N      CPU for the load generator and redis-server (default 1)
+#   --out DIR         output directory (default target/bench)
+#   --no-build        use the binaries already built
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+RUNS=3
+DURATION=5s
+WARMUP=1s
+SERVER_CPU=0
+LOAD_CPU=1
+OUT="$ROOT/target/bench"
+BUILD=1
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --runs) RUNS="$2"; shift 2 ;;
+        --duration) DURATION="$2"; shift 2 ;;
+        --warmup) WARMUP="$2"; shift 2 ;;
+        --server-cpu) SERVER_CPU="$2"; shift 2 ;;
+        --load-cpu) LOAD_CPU="$2"; shift 2 ;;
+        --out) OUT="$2"; shift 2 ;;
+        --no-build) BUILD=0; shift ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) echo "durable-cost.sh: unknown flag $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+
+TIDEMARK_BIN="$ROOT/target/release/tidemark"
+LOAD_BIN="$ROOT/target/release/tidemark-load"
+RUNS_DIR="$OUT/durable-cost-runs"
+mkdir -p "$RUNS_DIR" "$OUT/logs"
+rm -f "$RUNS_DIR"/*.json
+
+# shellcheck source=scripts/server-lib.sh
+source "$ROOT/scripts/server-lib.sh"
+pin_cpus "$SERVER_CPU" "$LOAD_CPU"
+if ! command -v redis-server >/dev/null; then
+    # shellcheck source=scripts/apt-lib.sh
+    source "$ROOT/scripts/apt-lib.sh"
+    apt_install durable-cost.sh redis-server
+fi
+if [ "$BUILD" = 1 ]; then
+    (cd "$ROOT" && cargo build --release --quiet -p tidemark -p tidemark-load)
+fi
+
+REDIS_PID=""
+PEER_PIDS=()
+cleanup() {
+    stop_server
+    for pid in "${PEER_PIDS[@]}" $REDIS_PID; do kill -9 "$pid" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+REDIS_PORT="$(free_port)"
+"${PIN_LOAD[@]}" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+    >"$OUT/logs/durable-cost-redis.log" 2>&1 &
+REDIS_PID=$!
+sleep 0.5
+
+FAILED=0
+# one LABEL SCENARIO RUN LOAD_ARGS...: LABEL plain or durable.
+one() {
+    local label="$1" scenario="$2" run="$3"
+    shift 3
+    local log="$OUT/logs/durable-cost-$scenario-$label-$run" durable_flags=()
+    [ "$label" = durable ] && durable_flags=(--durable "redis://127.0.0.1:$REDIS_PORT")
+    start_server "$log.server.log" "${PIN_SERVER[@]}" "$TIDEMARK_BIN" \
+        --listen 127.0.0.1:0 --threads 1 --tools demo "${durable_flags[@]}"
+    echo "== $scenario $* against $label, run $run/$RUNS"
+    if ! "${PIN_LOAD[@]}" "$LOAD_BIN" "$scenario" "$@" --url "$SERVER_URL" --label "$label" \
+        --duration "$DURATION" --warmup "$WARMUP" --quiet \
+        --json "$RUNS_DIR/$scenario-$label-$run.json" >"$log.load.log" 2>&1; then
+        echo "   FAILED (see $log.load.log)"
+        FAILED=1
+    fi
+    grep -E '^  (calls|events)_per_s' "$log.load.log" || tail -n 3 "$log.load.log"
+    stop_server
+}
+
+for run in $(seq 1 "$RUNS"); do
+    if [ $((run % 2)) = 1 ]; then order=(plain durable); else order=(durable plain); fi
+    for label in "${order[@]}"; do one "$label" echo "$run" --connections 64; done
+    for label in "${order[@]}"; do one "$label" stream "$run" --connections 16 --steps 1000; done
+done
+
+"$LOAD_BIN" report --ratio durable/plain --markdown "$OUT/durable-cost.md.tmp" \
+    --json "$OUT/durable-cost.json" --title "tidemark: plain vs --durable (median runs)" \
+    "$RUNS_DIR"/*.json >/dev/null
+
+# The store figures: two durable nodes on the same Redis (flushed first).
+python3 - "$REDIS_PORT" <<'PY'
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"FLUSHALL\r\n"); s.recv(100)
+PY
+start_peer() {
+    local id="$1"
+    local log="$OUT/logs/durable-cost-node$id.log"
+    "$TIDEMARK_BIN" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --node-id "$id" --threads 2 \
+        --tools demo --durable "redis://127.0.0.1:$REDIS_PORT" --durable-lease-ms 1000 >"$log" 2>&1 &
+    PEER_PIDS+=($!)
+    for _ in $(seq 1 200); do
+        grep -q 'listening on' "$log" && break
+        sleep 0.05
+    done
+    PEER_URL="$(grep -o 'http://[^ ]*/mcp' "$log" | head -n 1)"
+    PEER_ADMIN="$(grep -o 'metrics=http://[^ ]*' "$log" | head -n 1 | sed 's/^metrics=//; s#/metrics$##')"
+}
+start_peer 1; URL1="$PEER_URL"; ADMIN1="$PEER_ADMIN"; PID1="${PEER_PIDS[0]}"
+start_peer 2; URL2="$PEER_URL"; ADMIN2="$PEER_ADMIN"
+python3 "$ROOT/tests/durable/cost.py" --node1 "$URL1" --admin1 "$ADMIN1" --node2 "$URL2" \
+    --admin2 "$ADMIN2" --node1-pid "$PID1" --redis-port "$REDIS_PORT" --lease-ms 1000 \
+    >"$OUT/durable-cost-store.txt" || FAILED=1
+
+{
+    echo "Machine: $(nproc --all) vCPU $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'),"
+    echo "$(uname -sr), $(rustc --version), $(redis-server --version | cut -d' ' -f1-3). Server: 1 worker"
+    echo "thread on CPU $SERVER_CPU; load generator and redis-server on CPU $LOAD_CPU; $RUNS alternating"
+    echo "run(s) of $DURATION after $WARMUP warm-up; medians."
+    echo
+    cat "$OUT/durable-cost.md.tmp"
+    echo
+    echo "Store figures (tests/durable/cost.py, one run):"
+    echo
+    echo '```'
+    cat "$OUT/durable-cost-store.txt"
+    echo '```'
+} >"$OUT/durable-cost.md"
+rm -f "$OUT/durable-cost.md.tmp"
+cat "$OUT/durable-cost.md"
+echo
+echo "durable-cost.sh: wrote $OUT/durable-cost.md, durable-cost.json"
+exit "$FAILED"
