@@ -128,6 +128,8 @@ counters! {
     rate_limited_client => "tidemark_rate_limited_total{scope=\"client\"}", "Requests refused 429 by a --rate-limit, by the kind of its scope (client, tool:NAME, upstream:NAME).";
     rate_limited_tool => "tidemark_rate_limited_total{scope=\"tool\"}", "Requests refused 429 by a --rate-limit, by the kind of its scope (client, tool:NAME, upstream:NAME).";
     rate_limited_upstream => "tidemark_rate_limited_total{scope=\"upstream\"}", "Requests refused 429 by a --rate-limit, by the kind of its scope (client, tool:NAME, upstream:NAME).";
+    tools_hidden_collision => "tidemark_tools_hidden_total{reason=\"collision\"}", "Tools left out of a tool table (not listed, refused as unknown), logged once per core: a name another provider already offered (found after start-up, e.g. at a list_changed), or a prefixed name longer than the 128 characters MCP allows.";
+    tools_hidden_name_too_long => "tidemark_tools_hidden_total{reason=\"name_too_long\"}", "Tools left out of a tool table (not listed, refused as unknown), logged once per core: a name another provider already offered (found after start-up, e.g. at a list_changed), or a prefixed name longer than the 128 characters MCP allows.";
     trace_spans_dropped_total => "tidemark_trace_spans_dropped_total", "Finished spans dropped because their core's queue held --otlp-queue-spans (the exporter fell behind or the collector is down).";
 }
 
