@@ -305,7 +305,9 @@ impl Server {
 
     /// Adds a provider. `make` runs once on every worker thread, so each core has its own
     /// instance (which may use `Rc`/`RefCell`); providers are asked in the order added, and on
-    /// a duplicate tool name the first one wins.
+    /// a duplicate tool name the first one wins (an `--upstream` sharing a name with a built-in
+    /// set or another upstream is a start-up error instead, unless `--upstream-prefix`
+    /// separates them; a provider's tool that appears later under a taken name is hidden).
     pub fn provider<P, F>(mut self, make: F) -> Server
     where
         P: Provider + 'static,

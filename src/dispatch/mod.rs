@@ -180,7 +180,8 @@ enum StatelessOpen {
 }
 
 impl Registry {
-    /// Attaches and lists every provider (in order: on a duplicate tool name the first wins).
+    /// Attaches and lists every provider (in order: on a duplicate tool name the first wins;
+    /// later, the tool already routed keeps its name: `ToolTable::build`).
     pub(crate) async fn build(providers: Vec<Rc<dyn Provider>>) -> Registry {
         let changes = Changes::default();
         for provider in &providers {
