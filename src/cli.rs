@@ -234,6 +234,12 @@ struct Flags {
     /// Hide the resources of upstream NAME ('*': all) whose URIs match a GLOB; wins over allow.
     #[arg(long)]
     upstream_deny_resources: Vec<String>,
+    /// Whether upstream NAME's tool and prompt names are prefixed NAME__ (resource URIs NAME+):
+    /// always, on-collision (only if one of its names is another provider's) or never; an
+    /// unresolved collision stops the start. Default: never with one upstream, always with
+    /// several (repeatable; 'NAME=POLICY').
+    #[arg(long, value_name = "NAME=POLICY")]
+    upstream_prefix: Vec<String>,
     /// Most --upstream-allow-* and --upstream-deny-* globs (all kinds) for one upstream.
     #[arg(long, default_value_t = config::UPSTREAM_FILTER_GLOBS_MAX)]
     upstream_filter_globs_max: usize,
@@ -486,6 +492,7 @@ impl Flags {
             upstream_deny_prompts: self.upstream_deny_prompts,
             upstream_allow_resources: self.upstream_allow_resources,
             upstream_deny_resources: self.upstream_deny_resources,
+            upstream_prefix: self.upstream_prefix,
             upstream_filter_globs_max: self.upstream_filter_globs_max,
             auth: config::AuthConfig {
                 tokens_file: self.auth_tokens,

@@ -264,6 +264,32 @@ pub(crate) fn flush() {
     }
 }
 
+/// Keys of "logged once" events this thread has logged (a tool hidden from a tool table: once
+/// per core, not at every re-listing, as each per-session upstream link lists its own), at most
+/// this many; past it such an event is logged every time, through the rate limiter. No flag:
+/// it bounds only this memory, nothing a peer sees.
+pub(crate) const REPORTED_MAX: usize = 256;
+
+thread_local! {
+    static REPORTED: std::cell::RefCell<std::collections::HashSet<String>> =
+        std::cell::RefCell::new(std::collections::HashSet::new());
+}
+
+/// Whether `key` is hidden for the first time on this thread (then it is logged and counted);
+/// past `REPORTED_MAX` keys every hiding is, through the rate-limited log.
+pub(crate) fn first_report(key: &str) -> bool {
+    REPORTED.with(|seen| {
+        let mut seen = seen.borrow_mut();
+        if seen.contains(key) {
+            return false;
+        }
+        if seen.len() < REPORTED_MAX {
+            seen.insert(key.to_owned());
+        }
+        true
+    })
+}
+
 /// A rate-limited event: `limited!(Kind::Migration, tracing::Level::INFO, field = …, "msg")`.
 /// Costs a callsite check when the level filters it out; only an admitted event reaches the
 /// limiter.

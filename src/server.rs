@@ -53,6 +53,10 @@ pub enum ServerError {
     /// `--upstream-credentials` is unusable; the message names the line, never a value.
     #[error("{0}")]
     Credentials(String),
+    /// Two providers offer one tool or prompt name that no `--upstream-prefix` separates; the
+    /// message names the name, both providers and the flag to set.
+    #[error("{0}")]
+    NameCollision(String),
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServerError {
@@ -303,7 +307,9 @@ impl Server {
 
     /// Adds a provider. `make` runs once on every worker thread, so each core has its own
     /// instance (which may use `Rc`/`RefCell`); providers are asked in the order added, and on
-    /// a duplicate tool name the first one wins.
+    /// a duplicate tool name the first one wins (an `--upstream` sharing a name with a built-in
+    /// set or another upstream is a start-up error instead, unless `--upstream-prefix`
+    /// separates them; a provider's tool that appears later under a taken name is hidden).
     pub fn provider<P, F>(mut self, make: F) -> Server
     where
         P: Provider + 'static,
@@ -342,7 +348,7 @@ impl Server {
             None => Vec::new(),
         };
         let children = Arc::new(crate::upstream::ProcessCount::default());
-        providers.extend(upstream_providers(&cfg, &children)?);
+        providers.extend(upstream_providers(&cfg, &builtin, &children)?);
         for (index, set) in builtin.into_iter().enumerate() {
             let factory: ProviderFactory =
                 Arc::new(move || Rc::new(BuiltinProvider::new(set)) as Rc<dyn Provider>);
@@ -394,9 +400,11 @@ impl Server {
     }
 }
 
-/// One provider per `--upstream`, after the embedding program's own.
+/// One provider per `--upstream`, after the embedding program's own, each prefixed as its
+/// `--upstream-prefix` decides next to the `builtin` sets and the other upstreams.
 fn upstream_providers(
     cfg: &Config,
+    builtin: &[BuiltinSet],
     count: &Arc<crate::upstream::ProcessCount>,
 ) -> Result<Vec<(String, ProviderFactory)>, ServerError> {
     let names: Vec<&str> = cfg.upstreams.iter().filter_map(|spec| spec.name.as_deref()).collect();
@@ -425,13 +433,16 @@ fn upstream_providers(
         credentials,
         filters,
     });
-    let prefixed = cfg.upstreams.len() > 1;
+    let policies = cfg.upstream_prefixes().map_err(ConfigError::from)?;
+    let prefixed = crate::upstream::probe::plan(&cfg.upstreams, &policies, builtin, &settings)
+        .map_err(|e: Box<crate::upstream::Collision>| ServerError::NameCollision(e.to_string()))?;
     Ok(cfg
         .upstreams
         .iter()
         .enumerate()
         .map(|(index, spec)| {
             let (spec, settings, count) = (spec.clone(), settings.clone(), count.clone());
+            let prefixed = prefixed[index];
             let label = match &spec.name {
                 Some(name) => format!("upstream:{name}"),
                 None => "upstream".to_owned(),

@@ -26,7 +26,10 @@ pub use filter::FilterError;
 pub(crate) use filter::UPSTREAM_FILTER_GLOBS_MAX;
 pub(crate) use filter::{NameFilter, UpstreamFilters};
 mod upstream;
+#[cfg(test)]
+pub(crate) use upstream::UPSTREAM_NAME_BYTES_MAX;
 pub use upstream::{Isolation, UpstreamSpec, UpstreamSpecError, UpstreamTarget};
+pub(crate) use upstream::{PrefixPolicy, TOOL_NAME_BYTES_MAX};
 
 /// Default listen address: loopback, so DNS-rebinding protection is on (MCP 2025-11-25
 /// transports §security: servers SHOULD bind to localhost when local).
@@ -574,6 +577,8 @@ pub struct Config {
     pub upstream_allow_resources: Vec<String>,
     /// `--upstream-deny-resources` values.
     pub upstream_deny_resources: Vec<String>,
+    /// `--upstream-prefix NAME=always|on-collision|never` values (see `upstream_prefixes`).
+    pub upstream_prefix: Vec<String>,
     /// `--upstream-filter-globs-max` (`UPSTREAM_FILTER_GLOBS_MAX`): globs per upstream, all
     /// kinds together.
     pub upstream_filter_globs_max: usize,
@@ -685,6 +690,7 @@ impl Default for Config {
             upstream_deny_prompts: Vec::new(),
             upstream_allow_resources: Vec::new(),
             upstream_deny_resources: Vec::new(),
+            upstream_prefix: Vec::new(),
             upstream_filter_globs_max: UPSTREAM_FILTER_GLOBS_MAX,
             auth: AuthConfig::with_limits(),
             log_format: LogFormat::Text,
@@ -827,6 +833,12 @@ impl Config {
             .collect()
     }
 
+    /// Each `--upstream`'s prefix policy, in order (`--upstream-prefix`, else the default: one
+    /// upstream `never`, several `always`).
+    pub(crate) fn upstream_prefixes(&self) -> Result<Vec<PrefixPolicy>, UpstreamSpecError> {
+        PrefixPolicy::for_upstreams(&self.upstreams, &self.upstream_prefix)
+    }
+
     /// The tracing flags: an http(s) endpoint, a ratio within 0..=1, nonzero sizes.
     fn validate_otlp(&self) -> Result<(), ConfigError> {
         if let Some(url) = &self.otlp_endpoint {
@@ -899,6 +911,7 @@ impl Config {
             }
         }
         UpstreamSpec::check_names(&self.upstreams)?;
+        self.upstream_prefixes()?;
         RateLimit::check_set(&self.rate_limits)?;
         if let Some(durable) = &self.durable {
             let lease_ms = durable.lease.as_millis() as u64;

@@ -44,6 +44,78 @@ pub enum UpstreamSpecError {
     /// Several upstreams, one unnamed or two with the same `NAME=`; says which.
     #[error("several --upstream flags: each needs a distinct NAME= (letters, digits, '-', '_'; no '__'): {0}")]
     Naming(String),
+    /// A `NAME=` before a target that is not a usable name: it prefixes tool names, so it must
+    /// keep them inside the MCP tool-name charset; the name as given.
+    #[error("--upstream name {0:?}: 1 to {UPSTREAM_NAME_BYTES_MAX} of A-Z a-z 0-9 '-' '_' with no '__' (it prefixes tool names as NAME__tool, MCP tool names are [A-Za-z0-9_.-])")]
+    BadName(String),
+    /// An `--upstream-prefix` value that is not `NAME=always|on-collision|never`; the value.
+    #[error("--upstream-prefix {0:?}: expected NAME=always, NAME=on-collision or NAME=never")]
+    PrefixSyntax(String),
+    /// An `--upstream-prefix` NAME that no `--upstream NAME=` has; the value and the name.
+    #[error("--upstream-prefix {0:?}: no --upstream is named {1:?}")]
+    PrefixUnknownUpstream(String, String),
+    /// Two `--upstream-prefix` values for one upstream; its name.
+    #[error("--upstream-prefix: upstream {0:?} is given twice")]
+    PrefixTwice(String),
+}
+
+/// Bytes of an upstream's `NAME=`: it is in every prefixed tool name (`NAME__tool`), in log
+/// lines and metric labels, and a tool name may have at most `TOOL_NAME_BYTES_MAX`.
+pub(crate) const UPSTREAM_NAME_BYTES_MAX: usize = 32;
+
+/// The longest tool name the MCP spec recommends (2025-11-25, server/tools, "Tool names":
+/// 1 to 128 characters of A-Z a-z 0-9 `_` `-` `.`). A prefixed name (`NAME__tool`) longer than
+/// this is left out of `tools/list` (and refused as unknown), logged and counted. No flag: the
+/// number is the spec's, not a budget of ours.
+pub(crate) const TOOL_NAME_BYTES_MAX: usize = 128;
+
+/// `--upstream-prefix NAME=POLICY`: whether an upstream's tool and prompt names carry
+/// `NAME__` (and its resource URIs `NAME+`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PrefixPolicy {
+    /// Always prefixed (the default with several upstreams).
+    Always,
+    /// Prefixed only when one of its names collides with another provider's (decided at
+    /// start-up from the upstream's first listing).
+    OnCollision,
+    /// Never prefixed (the default with one upstream); a collision is a start-up error.
+    Never,
+}
+
+impl PrefixPolicy {
+    fn parse(text: &str) -> Option<PrefixPolicy> {
+        match text {
+            "always" => Some(PrefixPolicy::Always),
+            "on-collision" => Some(PrefixPolicy::OnCollision),
+            "never" => Some(PrefixPolicy::Never),
+            _ => None,
+        }
+    }
+
+    /// Each upstream's policy, in order, from the `--upstream-prefix` values: the value naming
+    /// it, else the default (one upstream: `Never`; several: `Always`, as before the flag).
+    pub(crate) fn for_upstreams(
+        specs: &[UpstreamSpec],
+        values: &[String],
+    ) -> Result<Vec<PrefixPolicy>, UpstreamSpecError> {
+        let default = if specs.len() > 1 { PrefixPolicy::Always } else { PrefixPolicy::Never };
+        let mut policies: Vec<Option<PrefixPolicy>> = vec![None; specs.len()];
+        for value in values {
+            let syntax = || UpstreamSpecError::PrefixSyntax(value.clone());
+            let (name, policy) = value.split_once('=').ok_or_else(syntax)?;
+            let policy = PrefixPolicy::parse(policy).ok_or_else(syntax)?;
+            let Some(index) = specs.iter().position(|s| s.name.as_deref() == Some(name)) else {
+                return Err(UpstreamSpecError::PrefixUnknownUpstream(
+                    value.clone(),
+                    name.to_owned(),
+                ));
+            };
+            if policies[index].replace(policy).is_some() {
+                return Err(UpstreamSpecError::PrefixTwice(name.to_owned()));
+            }
+        }
+        Ok(policies.into_iter().map(|p| p.unwrap_or(default)).collect())
+    }
 }
 
 impl UpstreamSpec {
@@ -52,6 +124,10 @@ impl UpstreamSpec {
         let (name, rest) = match text.split_once('=') {
             Some((name, rest)) if is_upstream_name(name) && has_scheme(rest) => {
                 (Some(name.to_owned()), rest)
+            }
+            // `bad.name=stdio:…` meant a name (the text before `=` is no target of its own).
+            Some((name, rest)) if has_scheme(rest) && !has_scheme(name) => {
+                return Err(UpstreamSpecError::BadName(name.to_owned()));
             }
             _ => (None, text),
         };
@@ -112,7 +188,7 @@ impl fmt::Display for UpstreamSpec {
 
 fn is_upstream_name(name: &str) -> bool {
     !name.is_empty()
-        && name.len() <= 32
+        && name.len() <= UPSTREAM_NAME_BYTES_MAX
         && !name.contains("__")
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }

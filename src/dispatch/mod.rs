@@ -55,20 +55,51 @@ struct ToolTable {
 }
 
 impl ToolTable {
-    /// The table of these providers' lists, in provider order (on a duplicate name the first
-    /// wins).
-    fn build<'a>(lists: impl Iterator<Item = (&'a Rc<dyn Provider>, &'a [ToolInfo])>) -> ToolTable {
+    /// The table of these providers' lists, in provider order. A name two providers list goes
+    /// to the one `previous` routed it to, if it still lists it (a tool that appeared later,
+    /// e.g. at a `list_changed`, never takes a name from the tool clients were calling), else
+    /// to the first; the other's tool is hidden: neither listed nor callable, logged once per
+    /// core and counted (`tidemark_tools_hidden_total{reason="collision"}`). Collisions of
+    /// upstreams known at start-up stopped the start (`upstream::plan_prefixes`).
+    fn build<'a>(
+        lists: impl Iterator<Item = (&'a Rc<dyn Provider>, &'a [ToolInfo])>,
+        previous: &ToolTable,
+    ) -> ToolTable {
+        let lists: Vec<(&Rc<dyn Provider>, &[ToolInfo])> = lists.collect();
+        let mut owner: FastMap<&str, usize> = FastMap::default();
+        for (index, (provider, tools)) in lists.iter().enumerate() {
+            for tool in tools.iter() {
+                let Some(&held) = owner.get(tool.name.as_str()) else {
+                    owner.insert(tool.name.as_str(), index);
+                    continue;
+                };
+                if held == index {
+                    continue;
+                }
+                let routed_here = previous.by_name.get(&tool.name).is_some_and(|r| {
+                    std::ptr::addr_eq(Rc::as_ptr(&r.provider), Rc::as_ptr(provider))
+                });
+                let hidden = if routed_here {
+                    owner.insert(tool.name.as_str(), index);
+                    lists[held].0
+                } else {
+                    *provider
+                };
+                let winner = lists[owner[tool.name.as_str()]].0;
+                report_hidden(hidden.as_ref(), winner.as_ref(), &tool.name);
+            }
+        }
         let mut table = ToolTable::default();
         let mut items: Vec<Value> = Vec::new();
-        for (provider, tools) in lists {
-            for tool in tools {
-                if table.by_name.contains_key(&tool.name) {
-                    tracing::warn!(provider = provider.name(), tool = %tool.name, "duplicate tool name not listed");
+        for (index, (provider, tools)) in lists.iter().enumerate() {
+            for tool in tools.iter() {
+                let ours = owner.get(tool.name.as_str()) == Some(&index);
+                if !ours || table.by_name.contains_key(&tool.name) {
                     continue;
                 }
                 let route = ToolRoute {
                     name: Rc::from(tool.name.as_str()),
-                    provider: provider.clone(),
+                    provider: (*provider).clone(),
                     safe_to_repeat: tool.annotations.safe_to_repeat(),
                     read_only: tool.annotations.read_only == Some(true),
                     header_params: header_params(&tool.input_schema).into(),
@@ -83,6 +114,27 @@ impl ToolTable {
             .unwrap_or_else(|_| b"{\"tools\":[]}".to_vec());
         table
     }
+}
+
+/// A tool of `hidden` left out because `winner` offers the same name: logged once per core
+/// and counted (built-in sets among themselves too: `--tools demo,conformance` both offer
+/// `greet`, and the first set's is kept).
+fn report_hidden(hidden: &dyn Provider, winner: &dyn Provider, name: &str) {
+    let key = format!("collision\0{}\0{name}", hidden.name());
+    if !crate::logging::first_report(&key) {
+        return;
+    }
+    if let Some(metrics) = crate::metrics::this_core() {
+        metrics.tools_hidden_collision.inc();
+    }
+    crate::logging::limited!(
+        crate::logging::Kind::Upstream,
+        tracing::Level::WARN,
+        tool = %name,
+        provider = hidden.name(),
+        kept = winner.name(),
+        "tool hidden: another provider already offers this name (see --upstream-prefix)"
+    );
 }
 
 /// A session's own tool table, and the core listing it was built with (the providers that
@@ -128,7 +180,8 @@ enum StatelessOpen {
 }
 
 impl Registry {
-    /// Attaches and lists every provider (in order: on a duplicate tool name the first wins).
+    /// Attaches and lists every provider (in order: on a duplicate tool name the first wins;
+    /// later, the tool already routed keeps its name: `ToolTable::build`).
     pub(crate) async fn build(providers: Vec<Rc<dyn Provider>>) -> Registry {
         let changes = Changes::default();
         for provider in &providers {
@@ -193,7 +246,9 @@ impl Registry {
             };
             lists.push(tools.into());
         }
-        let table = ToolTable::build(self.providers.iter().zip(lists.iter().map(|l| &l[..])));
+        let previous = self.tools.borrow().clone();
+        let table =
+            ToolTable::build(self.providers.iter().zip(lists.iter().map(|l| &l[..])), &previous);
         if self.listing.get() == listing {
             *self.tools.borrow_mut() = Rc::new(table);
             *self.core_lists.borrow_mut() = lists.into();
@@ -227,7 +282,12 @@ impl Registry {
             self.session_tools.borrow_mut().remove(&session);
             return;
         }
-        let table = ToolTable::build(self.providers.iter().zip(lists.iter().map(|l| &l[..])));
+        // A session's first table has no history: the first provider wins a shared name.
+        let previous: Rc<ToolTable> = (self.session_tools.borrow().get(&session))
+            .map(|own| own.table.clone())
+            .unwrap_or_default();
+        let table =
+            ToolTable::build(self.providers.iter().zip(lists.iter().map(|l| &l[..])), &previous);
         let own = SessionTools { table: Rc::new(table), core_listing };
         self.session_tools.borrow_mut().insert(session, own);
     }

@@ -427,6 +427,42 @@ fn tools_changed_relists_and_nothing_else_does() {
 }
 
 #[test]
+fn a_name_that_appears_later_never_takes_the_route_clients_were_using() {
+    // Goal (issue 22 item 4): when a provider's list gains a name another provider already
+    // routes, the newcomer is hidden whichever comes first in provider order; a name that
+    // appears at two providers in one table goes to the first; the hidden tool comes back when
+    // the older one leaves. Method: two synthetic providers whose lists the test edits.
+    let (first, second) =
+        (Rc::new(Synthetic::new("first", &["a"])), Rc::new(Synthetic::new("second", &["b"])));
+    let registry = build(vec![first.clone(), second.clone()]);
+    let owner = |name: &str| {
+        run(registry.refresh_if_stale(SessionRef::NONE));
+        registry.tool(SessionRef::NONE, name).map(|r| r.provider.name().to_owned())
+    };
+    // `first` (earlier in order) gains `b`, which `second` routes: `second` keeps it.
+    first.set_tools(&["a", "b"]);
+    first.announce();
+    assert_eq!(listed_names(&registry), ["a", "b"]);
+    assert_eq!(owner("b").as_deref(), Some("second"));
+    // `second` gains `a`: `first` keeps it.
+    second.set_tools(&["b", "a"]);
+    second.announce();
+    assert_eq!(listed_names(&registry), ["a", "b"]);
+    assert_eq!((owner("a").as_deref(), owner("b").as_deref()), (Some("first"), Some("second")));
+    // `second` drops `b`: `first`'s `b`, hidden so far, takes the name.
+    second.set_tools(&["a"]);
+    second.announce();
+    assert_eq!(owner("b").as_deref(), Some("first"));
+    assert_eq!(owner("a").as_deref(), Some("first"));
+    // A new name at both in one listing: the first provider's.
+    first.set_tools(&["a", "b", "c"]);
+    second.set_tools(&["c"]);
+    first.announce();
+    assert_eq!(owner("c").as_deref(), Some("first"));
+    assert_eq!(listed_names(&registry), ["a", "b", "c"]);
+}
+
+#[test]
 fn a_provider_whose_listing_fails_is_skipped() {
     // Goal: one broken provider does not hide the others' tools, at build and on refresh.
     // Method: a failing synthetic provider listed ahead of two working ones.

@@ -24,7 +24,9 @@
 
 mod credentials;
 mod http;
+mod names;
 mod peer;
+pub(crate) mod probe;
 mod process;
 mod settings;
 mod stdio;
@@ -49,15 +51,13 @@ use credentials::Credentials;
 pub(crate) use credentials::{CredentialTable, CredentialsError};
 pub(crate) use http::deletes_settled;
 use http::HttpTransport;
+pub(crate) use names::Collision;
+use names::NAME_SEPARATOR;
 use peer::{upstream_fault, Peer, PeerEvents};
 pub(crate) use process::{end_descendants, wait_for_children, ProcessCount};
 pub(crate) use settings::Settings;
 use stdio::{SpawnError, StdioTransport};
 
-/// The separator between an upstream's name and a tool or prompt name with several upstreams
-/// (`NAME__tool`): tool names allow only `[A-Za-z0-9_.-]` in many clients, and upstream names
-/// may not contain it.
-pub(crate) const NAME_SEPARATOR: &str = "__";
 /// The separator between an upstream's name and a resource URI (`NAME+scheme://…`), which
 /// keeps the result a URI (`+` is allowed in a scheme).
 pub(crate) const URI_SEPARATOR: &str = "+";
@@ -416,8 +416,13 @@ impl Bridge {
             idempotent: hint("idempotentHint"),
             open_world: hint("openWorldHint"),
         };
+        let outward = self.outward(name);
+        if self.prefix.is_some() && !names::fits(&outward) {
+            names::report_too_long(&self.name, &outward);
+            return None;
+        }
         Some(ToolInfo {
-            name: self.outward(name),
+            name: outward,
             description: tool.get("description").and_then(Value::as_str).map(str::to_owned),
             input_schema: tool
                 .get("inputSchema")

@@ -55,7 +55,17 @@ fn bad_specs_say_what_is_wrong() {
     assert!(matches!(UpstreamSpec::parse("stdio:a \\"), Err(UpstreamSpecError::Unbalanced(_))));
     assert!(matches!(UpstreamSpec::parse("https://h/mcp"), Err(UpstreamSpecError::Https(_))));
     assert!(matches!(UpstreamSpec::parse("npx server"), Err(UpstreamSpecError::Unknown(_))));
-    assert!(matches!(UpstreamSpec::parse("a__b=stdio:x"), Err(UpstreamSpecError::Unknown(_))));
+    // A NAME= outside the tool-name charset (it prefixes tool names) says so.
+    for bad in ["a__b=stdio:x", "a.b=http://h/mcp", "a b=stdio:x", "=stdio:x"] {
+        assert!(matches!(UpstreamSpec::parse(bad), Err(UpstreamSpecError::BadName(_))), "{bad}");
+    }
+    let long = format!("{}=stdio:x", "n".repeat(crate::config::UPSTREAM_NAME_BYTES_MAX + 1));
+    assert!(matches!(UpstreamSpec::parse(&long), Err(UpstreamSpecError::BadName(_))));
+    let at_limit = format!("{}=stdio:x", "n".repeat(crate::config::UPSTREAM_NAME_BYTES_MAX));
+    assert!(UpstreamSpec::parse(&at_limit).expect("at the limit").name.is_some());
+    // An '=' inside a command or URL is no name.
+    let spec = UpstreamSpec::parse("stdio:cmd --url=http://h/mcp").expect("a command");
+    assert_eq!(spec.name, None);
 }
 
 #[test]

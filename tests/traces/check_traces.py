@@ -1,6 +1,7 @@
 """Drives a tidemark with tracing on and checks what reached the OTLP receiver (scripts/traces.sh).
 
-Scenario `bridge`: FRONT is a tidemark with `--tools demo --upstream UPSTREAM` whose upstream is
+Scenario `bridge`: FRONT is a tidemark with `--tools demo --upstream UPSTREAM` (the upstream's
+`greet` denied: the demo set has one) whose upstream is
 a second tidemark (`--tools conformance`); both export to the receiver. One legacy session over
 raw HTTP, every request with a client `traceparent` of one trace and a client span id of its
 own: initialize, tools/list, tools/call echo (built in), tools/call test_simple_text (bridged),
