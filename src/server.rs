@@ -411,6 +411,7 @@ fn upstream_providers(
         .into_iter()
         .map(Arc::new)
         .collect();
+    let policies = cfg.upstream_policies().map_err(|e| ServerError::Credentials(e.to_string()))?;
     let settings = Arc::new(crate::upstream::Settings {
         env: cfg.upstream_env.clone(),
         isolation: cfg.upstream_isolation,
@@ -422,6 +423,9 @@ fn upstream_providers(
         kill_grace: cfg.upstream_kill_grace,
         credentials,
         filters,
+        policies,
+        breaker_failures: cfg.upstream_breaker_failures,
+        breaker_pause: cfg.upstream_breaker_pause,
     });
     let prefixed = cfg.upstreams.len() > 1;
     Ok(cfg
@@ -435,14 +439,14 @@ fn upstream_providers(
                 None => "upstream".to_owned(),
             };
             let factory: ProviderFactory = Arc::new(move || {
-                let bridge = crate::upstream::Bridge::new(
+                let bridge = crate::upstream::Bridge::new_rc(
                     &spec,
                     index,
                     prefixed,
                     settings.clone(),
                     count.clone(),
                 );
-                Rc::new(bridge) as Rc<dyn Provider>
+                bridge as Rc<dyn Provider>
             });
             (label, factory)
         })
