@@ -243,6 +243,19 @@ struct Flags {
     /// Most --upstream-allow-* and --upstream-deny-* globs (all kinds) for one upstream.
     #[arg(long, default_value_t = config::UPSTREAM_FILTER_GLOBS_MAX)]
     upstream_filter_globs_max: usize,
+    /// What a session does when upstream NAME ('*': every upstream) is down as it starts:
+    /// required (the default: initialize gets 503 + Retry-After naming it) or optional (the
+    /// session starts without its tools; they return with tools/list_changed); repeatable.
+    #[arg(long, value_name = "NAME=POLICY")]
+    upstream_policy: Vec<String>,
+    /// Consecutive failed tool calls of one upstream (per core) that open its circuit breaker:
+    /// its calls then fail fast with -32603 naming it, without reaching it.
+    #[arg(long, default_value_t = config::UPSTREAM_BREAKER_FAILURES)]
+    upstream_breaker_failures: u32,
+    /// How long an open breaker fails calls fast before one probe call goes through; also the
+    /// retry interval of an optional upstream that is down.
+    #[arg(long, default_value_t = config::UPSTREAM_BREAKER_PAUSE_MS)]
+    upstream_breaker_pause_ms: u64,
     /// A local JWK Set (the authorization server's signing keys), read again every refresh.
     #[arg(long)]
     auth_jwks_file: Option<std::path::PathBuf>,
@@ -494,6 +507,9 @@ impl Flags {
             upstream_deny_resources: self.upstream_deny_resources,
             upstream_prefix: self.upstream_prefix,
             upstream_filter_globs_max: self.upstream_filter_globs_max,
+            upstream_policy: self.upstream_policy,
+            upstream_breaker_failures: self.upstream_breaker_failures,
+            upstream_breaker_pause: Duration::from_millis(self.upstream_breaker_pause_ms),
             auth: config::AuthConfig {
                 tokens_file: self.auth_tokens,
                 resource: self.auth_resource,

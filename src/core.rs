@@ -370,6 +370,23 @@ pub(crate) fn refuse<J>(
     reply(out, Answer::Refused { refusal, id }, keep_alive)
 }
 
+/// A provider's `Down` error (a required upstream that cannot be reached) as its whole
+/// answer: 503 with `Retry-After` and -32603 naming what is down; `None` for any other error.
+pub(crate) fn reply_down<J>(
+    out: &mut Vec<u8>,
+    error: &crate::provider::ProviderError,
+    id: &RawId,
+    keep_alive: bool,
+) -> Option<Outcome<J>> {
+    let crate::provider::ProviderError::Down { message, data, retry_after_secs } = error else {
+        return None;
+    };
+    let data = data.as_ref().map(|d| d.to_string());
+    let retry_after_secs = *retry_after_secs;
+    let answer = Answer::Down { id: Some(id), message, data: data.as_deref(), retry_after_secs };
+    Some(reply(out, answer, keep_alive))
+}
+
 /// A JSON-RPC error response for request `id` as a whole `200 application/json` answer.
 pub(crate) fn reply_error<J>(
     out: &mut Vec<u8>,

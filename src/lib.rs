@@ -106,7 +106,8 @@ pub use config::MigrationPolicy;
 pub use config::{AuthConfig, BuiltinSet, Config, ConfigError, DriverChoice, LogFormat};
 pub use config::{DurableConfig, DurableUrl, DurableUrlError};
 pub use config::{
-    FilterError, Isolation, ResponseMode, TlsFiles, UpstreamSpec, UpstreamSpecError, UpstreamTarget,
+    FilterError, Isolation, ResponseMode, TlsFiles, UpstreamPolicy, UpstreamSpec,
+    UpstreamSpecError, UpstreamTarget,
 };
 pub use config::{RateLimit, RateLimitError, RateScope};
 pub use logging::{init_logging, reload_log_level};

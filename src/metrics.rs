@@ -50,6 +50,7 @@ macro_rules! counters {
                     }
                 )*
                 Histograms::render(cores, out);
+                Histograms::render_health(cores, out);
                 render_deprecated(out);
             }
         }
@@ -412,7 +413,30 @@ pub(crate) struct Histograms {
     /// the upstreams are set once at start (`name_upstreams`).
     upstreams: [UpstreamCalls; UPSTREAM_LABELS_MAX],
     upstream_names: OnceLock<Vec<String>>,
+    /// The failure counters of each upstream (by index, as `upstreams`).
+    health: [UpstreamHealth; UPSTREAM_LABELS_MAX],
 }
+
+/// One upstream's failure counters on one core (`--upstream-policy`, the circuit breaker).
+#[derive(Default)]
+pub(crate) struct UpstreamHealth {
+    /// `tidemark_upstream_breaker_open_total`: times its breaker opened (or re-opened after a
+    /// failed probe).
+    pub(crate) breaker_opened: Counter,
+    /// `tidemark_upstream_breaker_rejected_total`: calls failed fast by its open breaker.
+    pub(crate) breaker_rejected: Counter,
+    /// `tidemark_upstream_down_total`: session starts that could not reach it (a required
+    /// upstream's refused `initialize`, an optional one's session started without it).
+    pub(crate) down: Counter,
+}
+
+/// The per-upstream counter families: name, help, and the counter of `UpstreamHealth`.
+type PickHealth = fn(&UpstreamHealth) -> &Counter;
+const HEALTH_FAMILIES: [(&str, &str, PickHealth); 3] = [
+    ("tidemark_upstream_breaker_open_total", "Times an upstream's circuit breaker opened (--upstream-breaker-failures consecutive failed calls, or a failed half-open probe), by upstream.", |h| &h.breaker_opened),
+    ("tidemark_upstream_breaker_rejected_total", "Tool calls failed fast (-32603) by an open circuit breaker without reaching the upstream, by upstream.", |h| &h.breaker_rejected),
+    ("tidemark_upstream_down_total", "Session starts (legacy initialize, or a core's 2026-07-28 link) that could not reach an upstream: refused 503 when it is required, started without it when optional; by upstream.", |h| &h.down),
+];
 
 impl Default for Histograms {
     fn default() -> Self {
@@ -427,6 +451,7 @@ impl Default for Histograms {
             adoption: Histogram::seconds(),
             upstreams: std::array::from_fn(|_| UpstreamCalls::default()),
             upstream_names: OnceLock::new(),
+            health: std::array::from_fn(|_| UpstreamHealth::default()),
         }
     }
 }
@@ -441,6 +466,32 @@ impl Histograms {
     /// Names the upstreams (`upstream` label, by their index in --upstream); once, at start.
     pub(crate) fn name_upstreams(&self, names: Vec<String>) {
         let _ = self.upstream_names.set(names);
+    }
+
+    /// The failure counters of upstream `index`.
+    pub(crate) fn upstream_health(&self, index: usize) -> &UpstreamHealth {
+        &self.health[index.min(UPSTREAM_LABELS_MAX - 1)]
+    }
+
+    /// Appends the per-upstream counter families (every upstream, zeros included, so a
+    /// dashboard sees the series before the first failure).
+    fn render_health(cores: &[Arc<CoreMetrics>], out: &mut String) {
+        let names = cores.first().and_then(|c| c.hist.upstream_names.get());
+        let Some(names) = names else { return };
+        for (family, help, pick) in HEALTH_FAMILIES {
+            let _ = writeln!(out, "# HELP {family} {help}");
+            let _ = writeln!(out, "# TYPE {family} counter");
+            for (index, name) in names.iter().enumerate().take(UPSTREAM_LABELS_MAX) {
+                let name = if index == UPSTREAM_LABELS_MAX - 1 && names.len() > UPSTREAM_LABELS_MAX
+                {
+                    "other"
+                } else {
+                    name.as_str()
+                };
+                let total: u64 = cores.iter().map(|c| pick(&c.hist.health[index]).get()).sum();
+                let _ = writeln!(out, "{family}{{upstream=\"{}\"}} {total}", escape(name));
+            }
+        }
     }
 
     /// Counts a call of `tool` on upstream `index` that took from `start` until now.
@@ -722,6 +773,21 @@ mod tests {
         assert!(out.contains(call), "{out}");
         assert!(out.contains("_count{era=\"legacy\",method=\"other\"} 1"));
         assert!(!out.contains("method=\"vendor/anything\""));
+    }
+
+    #[test]
+    fn upstream_failure_counters_are_per_upstream_and_summed_over_cores() {
+        let (a, b) = (Arc::new(CoreMetrics::default()), Arc::new(CoreMetrics::default()));
+        a.hist.name_upstreams(vec!["fs".to_owned(), "web".to_owned()]);
+        a.hist.upstream_health(1).breaker_opened.inc();
+        b.hist.upstream_health(1).breaker_opened.add(2);
+        b.hist.upstream_health(0).breaker_rejected.inc();
+        let mut out = String::new();
+        CoreMetrics::render(&[a, b], &mut out);
+        assert!(out.contains("\ntidemark_upstream_breaker_open_total{upstream=\"web\"} 3\n"));
+        assert!(out.contains("\ntidemark_upstream_breaker_open_total{upstream=\"fs\"} 0\n"));
+        assert!(out.contains("\ntidemark_upstream_breaker_rejected_total{upstream=\"fs\"} 1\n"));
+        assert!(out.contains("\ntidemark_upstream_down_total{upstream=\"web\"} 0\n"), "{out}");
     }
 
     #[test]

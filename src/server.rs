@@ -421,6 +421,7 @@ fn upstream_providers(
         .into_iter()
         .map(Arc::new)
         .collect();
+    let policies = cfg.upstream_policies().map_err(|e| ServerError::Credentials(e.to_string()))?;
     let settings = Arc::new(crate::upstream::Settings {
         env: cfg.upstream_env.clone(),
         isolation: cfg.upstream_isolation,
@@ -432,6 +433,9 @@ fn upstream_providers(
         kill_grace: cfg.upstream_kill_grace,
         credentials,
         filters,
+        policies,
+        breaker_failures: cfg.upstream_breaker_failures,
+        breaker_pause: cfg.upstream_breaker_pause,
     });
     let policies = cfg.upstream_prefixes().map_err(ConfigError::from)?;
     let prefixed = crate::upstream::probe::plan(&cfg.upstreams, &policies, builtin, &settings)
@@ -448,14 +452,14 @@ fn upstream_providers(
                 None => "upstream".to_owned(),
             };
             let factory: ProviderFactory = Arc::new(move || {
-                let bridge = crate::upstream::Bridge::new(
+                let bridge = crate::upstream::Bridge::new_rc(
                     &spec,
                     index,
                     prefixed,
                     settings.clone(),
                     count.clone(),
                 );
-                Rc::new(bridge) as Rc<dyn Provider>
+                bridge as Rc<dyn Provider>
             });
             (label, factory)
         })

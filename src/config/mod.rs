@@ -28,7 +28,7 @@ pub(crate) use filter::{NameFilter, UpstreamFilters};
 mod upstream;
 #[cfg(test)]
 pub(crate) use upstream::UPSTREAM_NAME_BYTES_MAX;
-pub use upstream::{Isolation, UpstreamSpec, UpstreamSpecError, UpstreamTarget};
+pub use upstream::{Isolation, UpstreamPolicy, UpstreamSpec, UpstreamSpecError, UpstreamTarget};
 pub(crate) use upstream::{PrefixPolicy, TOOL_NAME_BYTES_MAX};
 
 /// Default listen address: loopback, so DNS-rebinding protection is on (MCP 2025-11-25
@@ -173,6 +173,15 @@ pub(crate) const UPSTREAM_LINE_BYTES: usize = 16 * 1024 * 1024;
 pub(crate) const UPSTREAM_QUEUE_BYTES: usize = 16 * 1024 * 1024;
 /// From SIGTERM to SIGKILL when an upstream child is stopped (`--upstream-kill-grace-ms`).
 pub(crate) const UPSTREAM_KILL_GRACE_MS: u64 = 2000;
+/// Consecutive failed calls of one upstream's tools on one core that open its circuit breaker
+/// (`--upstream-breaker-failures`): then its calls fail fast with -32603 naming it, without
+/// reaching it, for `--upstream-breaker-pause-ms`. 5: a few timeouts or crashes in a row say
+/// the upstream is down, not unlucky; fewer would open on one bad argument's crash.
+pub(crate) const UPSTREAM_BREAKER_FAILURES: u32 = 5;
+/// How long an open breaker fails calls fast before one half-open probe call goes through
+/// (`--upstream-breaker-pause-ms`); also how often an optional upstream that was down is tried
+/// again, and the `Retry-After` (rounded up to whole seconds) of a 503 for a required one.
+pub(crate) const UPSTREAM_BREAKER_PAUSE_MS: u64 = 5000;
 
 /// The `ttlMs` caching hint of 2026-07-28 list and read results (`--cache-ttl-ms`). 0: a
 /// client should re-fetch whenever it needs the list (lists may change; a client learns of
@@ -582,6 +591,13 @@ pub struct Config {
     /// `--upstream-filter-globs-max` (`UPSTREAM_FILTER_GLOBS_MAX`): globs per upstream, all
     /// kinds together.
     pub upstream_filter_globs_max: usize,
+    /// `--upstream-policy NAME=required|optional` values (NAME an `--upstream`'s `NAME=` or
+    /// `*`); an upstream none names is `required`.
+    pub upstream_policy: Vec<String>,
+    /// `--upstream-breaker-failures` (`UPSTREAM_BREAKER_FAILURES`).
+    pub upstream_breaker_failures: u32,
+    /// `--upstream-breaker-pause-ms` (`UPSTREAM_BREAKER_PAUSE_MS`).
+    pub upstream_breaker_pause: Duration,
     /// Authorization (`--auth-*`, `--allow-unauthenticated`).
     pub auth: AuthConfig,
     /// Token-bucket rate limits (`--rate-limit`, at most `RATE_LIMITS_MAX`; none by default).
@@ -692,6 +708,9 @@ impl Default for Config {
             upstream_deny_resources: Vec::new(),
             upstream_prefix: Vec::new(),
             upstream_filter_globs_max: UPSTREAM_FILTER_GLOBS_MAX,
+            upstream_policy: Vec::new(),
+            upstream_breaker_failures: UPSTREAM_BREAKER_FAILURES,
+            upstream_breaker_pause: Duration::from_millis(UPSTREAM_BREAKER_PAUSE_MS),
             auth: AuthConfig::with_limits(),
             log_format: LogFormat::Text,
             log_level: None,
@@ -752,6 +771,10 @@ pub enum ConfigError {
     /// An `--upstream-allow-tools` or `--upstream-deny-tools` value is unusable.
     #[error(transparent)]
     Filter(#[from] FilterError),
+    /// An `--upstream-policy` value is not `NAME=required|optional` with NAME `*` or an
+    /// `--upstream`'s `NAME=`; the value as given.
+    #[error("--upstream-policy {0:?}: expected NAME=required|optional (NAME an --upstream's NAME= or '*')")]
+    UpstreamPolicy(String),
     /// `--auth-leeway-secs` is over `AUTH_LEEWAY_SECS_MAX`.
     #[error("--auth-leeway-secs must be at most {AUTH_LEEWAY_SECS_MAX}, got {0}")]
     LeewayTooLong(u64),
@@ -839,6 +862,28 @@ impl Config {
         PrefixPolicy::for_upstreams(&self.upstreams, &self.upstream_prefix)
     }
 
+    /// Each `--upstream`'s failure policy, in order (`--upstream-policy`; the last value naming
+    /// it wins, `*` names every upstream; `required` when none does).
+    pub(crate) fn upstream_policies(&self) -> Result<Vec<UpstreamPolicy>, ConfigError> {
+        let mut policies = vec![UpstreamPolicy::default(); self.upstreams.len()];
+        for value in &self.upstream_policy {
+            let bad = || ConfigError::UpstreamPolicy(value.clone());
+            let (name, policy) = value.split_once('=').ok_or_else(bad)?;
+            let policy = UpstreamPolicy::parse(policy).ok_or_else(bad)?;
+            let mut named = false;
+            for (spec, into) in self.upstreams.iter().zip(policies.iter_mut()) {
+                if name == "*" || spec.name.as_deref() == Some(name) {
+                    *into = policy;
+                    named = true;
+                }
+            }
+            if !named {
+                return Err(bad());
+            }
+        }
+        Ok(policies)
+    }
+
     /// The tracing flags: an http(s) endpoint, a ratio within 0..=1, nonzero sizes.
     fn validate_otlp(&self) -> Result<(), ConfigError> {
         if let Some(url) = &self.otlp_endpoint {
@@ -860,7 +905,7 @@ impl Config {
 
     /// Checks every value once, so workers can rely on them.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let nonzero: [(&'static str, u128); 43] = [
+        let nonzero: [(&'static str, u128); 45] = [
             ("threads", self.threads as u128),
             ("max-header-bytes", self.header_bytes_max as u128),
             ("max-headers", self.headers_max as u128),
@@ -897,6 +942,8 @@ impl Config {
             ("upstream-line-bytes", self.upstream_line_bytes as u128),
             ("upstream-queue-bytes", self.upstream_queue_bytes as u128),
             ("upstream-filter-globs-max", self.upstream_filter_globs_max as u128),
+            ("upstream-breaker-failures", u128::from(self.upstream_breaker_failures)),
+            ("upstream-breaker-pause-ms", self.upstream_breaker_pause.as_millis()),
             ("auth-jwks-refresh-secs", self.auth_jwks_refresh.as_millis()),
             ("auth-jwks-min-refetch-secs", self.auth_jwks_min_refetch.as_millis()),
             ("auth-tokens-max", self.auth.tokens_max as u128),
@@ -929,6 +976,7 @@ impl Config {
             }
         }
         self.upstream_filters()?;
+        self.upstream_policies()?;
         self.validate_otlp()?;
         if self.auth_leeway.as_secs() > AUTH_LEEWAY_SECS_MAX {
             return Err(ConfigError::LeewayTooLong(self.auth_leeway.as_secs()));

@@ -265,3 +265,36 @@ pub enum Isolation {
     /// One upstream connection per core for all its sessions.
     Shared,
 }
+
+/// `--upstream-policy NAME=…`: what a session does when the upstream cannot be reached as it
+/// starts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UpstreamPolicy {
+    /// A session cannot start without it: the legacy `initialize` gets 503 + `Retry-After`
+    /// with -32603 naming it; a 2026-07-28 call of a tool no up upstream lists, the same.
+    #[default]
+    Required,
+    /// The session starts without its tools (and prompts, resources); they come back, with
+    /// `notifications/tools/list_changed`, once it answers again.
+    Optional,
+}
+
+impl UpstreamPolicy {
+    /// `required` or `optional`.
+    pub(crate) fn parse(text: &str) -> Option<UpstreamPolicy> {
+        match text {
+            "required" => Some(UpstreamPolicy::Required),
+            "optional" => Some(UpstreamPolicy::Optional),
+            _ => None,
+        }
+    }
+
+    /// The flag's word for it.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            UpstreamPolicy::Required => "required",
+            UpstreamPolicy::Optional => "optional",
+        }
+    }
+}

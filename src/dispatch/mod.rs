@@ -350,7 +350,7 @@ impl Registry {
     /// Opens `SessionRef::STATELESS` on every provider, once per core, before the core's first
     /// 2026-07-28 request that reaches them (a bridge connects its core's upstream link and
     /// lists its tools). A failure is logged and tried again at the next request; the request
-    /// goes on with what the providers have.
+    /// goes on with what the providers have (a call of a tool none lists gets the failure).
     pub(crate) async fn open_stateless(&self) {
         loop {
             match self.stateless.get() {
@@ -370,12 +370,20 @@ impl Registry {
             notifier: crate::provider::Notifier::detached(),
             caller: None,
         };
-        let opened = self.open_session(&start).await;
-        if let Err(e) = &opened {
-            tracing::warn!(error = %e, "providers could not open the stateless (2026-07-28) session");
+        // Every provider is opened even when one fails: the others' tools are served (a
+        // request needing the failed one gets its refusal), and the open is tried again.
+        let mut failure = None;
+        for provider in &self.providers {
+            if let Err(e) = provider.open_session(&start).await {
+                tracing::warn!(provider = provider.name(), error = %e, "a provider could not open the stateless (2026-07-28) session");
+                failure.get_or_insert(e);
+            }
         }
-        let state = if opened.is_ok() { StatelessOpen::Open } else { StatelessOpen::Closed };
-        *self.stateless_failure.borrow_mut() = opened.err();
+        if self.changes.take_tools_stale() {
+            self.relist_tools().await;
+        }
+        let state = if failure.is_none() { StatelessOpen::Open } else { StatelessOpen::Closed };
+        *self.stateless_failure.borrow_mut() = failure;
         self.stateless.set(state);
         self.stateless_opened.notify_all();
     }
@@ -730,6 +738,9 @@ pub(crate) fn provider_error_parts(e: &ProviderError) -> (i64, &str, Option<&ser
         ProviderError::Cancelled => (Code::InternalError, "cancelled"),
         ProviderError::Internal(m) => (Code::InternalError, m.as_str()),
         ProviderError::Unavailable(m) => (Code::InternalError, m.as_str()),
+        ProviderError::Down { message, data, .. } => {
+            return (Code::InternalError.value(), message, data.as_ref())
+        }
         ProviderError::Rpc { code, message, data } => return (*code, message, data.as_ref()),
     };
     (code.value(), message, None)

@@ -471,7 +471,9 @@ mod tests {
                     let seqs: Vec<String> = events.iter().map(|e| e.seq.to_string()).collect();
                     format!("{sid}:{}", seqs.join(","))
                 }
-                Step::Record(Record::Stream { sid, record, .. }) => format!("{sid}:st{}", record.first),
+                Step::Record(Record::Stream { sid, record, .. }) => {
+                    format!("{sid}:st{}", record.first)
+                }
                 Step::Record(Record::End { sid }) => format!("{sid}:end"),
                 Step::Record(_) => "other".into(),
             })

@@ -443,6 +443,9 @@ async fn initialize(
                 core.metrics.limit_upstream.inc();
                 return refuse(out, Refusal::UpstreamBusy, Some(&id), keep_alive);
             }
+            if let Some(down) = crate::core::reply_down(out, &e, &id, keep_alive) {
+                return down;
+            }
             let mut body = Vec::with_capacity(128);
             crate::dispatch::push_provider_error(&mut body, &id, &e);
             return reply(out, Answer::Json(&body), keep_alive);

@@ -284,6 +284,9 @@ async fn tools_call(
         // A provider that could not open the core's stateless session (an upstream that is
         // down, or redirects) lists nothing: its refusal says more than "unknown tool".
         if let Some(e) = core.registry.stateless_failure() {
+            if let Some(down) = crate::core::reply_down(out, &e, &id, keep_alive) {
+                return down;
+            }
             let mut body = Vec::with_capacity(256);
             dispatch::push_provider_error(&mut body, &id, &e);
             return reply(out, Answer::Json(&body), keep_alive);

@@ -245,6 +245,17 @@ pub enum ProviderError {
     /// refused `initialize` gets 503.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// Something the request cannot go without is down (a required `--upstream` that cannot
+    /// be reached): 503 with `Retry-After` and -32603 with this message and `data`, naming it.
+    #[error("down: {message}")]
+    Down {
+        /// The -32603 message, naming what is down.
+        message: String,
+        /// The error `data` (the upstream's name, why); `None` leaves the member out.
+        data: Option<Value>,
+        /// The `Retry-After` seconds: when trying again may find it up.
+        retry_after_secs: u64,
+    },
 }
 
 impl ProviderError {

@@ -14,6 +14,11 @@
 //! client's, so a per-session link's catalog is that session's (`list_session_tools`) and the
 //! core's link's is every other session's (`list_tools`).
 //!
+//! When an upstream cannot be reached as a session starts, its `--upstream-policy` decides:
+//! `required` refuses the session (`ProviderError::Down`: 503 + `Retry-After`), `optional` starts
+//! it without the upstream and retries in the background (`watch_return`) until its tools can be
+//! announced. Its tool calls pass its circuit breaker (`breaker`), per core.
+//!
 //! A session's upstream I/O runs on the core that owns the session: the child's streams are
 //! sockets of that core's runtime (`stdio`). Starting a child (fork+exec) is the one
 //! synchronous system call on a worker, once per session in `per-session` mode; it takes well
@@ -22,6 +27,7 @@
 //! Called by: `server` (one `Bridge` per upstream per core), `dispatch` (as any provider).
 //! Never: runs a shell, or lets a client's session reach another session's upstream process.
 
+mod breaker;
 mod credentials;
 mod http;
 mod names;
@@ -34,12 +40,13 @@ mod stdio;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use crate::config::UpstreamPolicy;
 use crate::config::{Isolation, NameFilter, UpstreamFilters, UpstreamSpec, UpstreamTarget};
 use crate::metrics::CoreMetrics;
 use crate::provider::{
@@ -47,6 +54,7 @@ use crate::provider::{
     ProviderError, ProviderResult, SessionInfo, SessionRef, SessionStart, ToolInfo, Value,
 };
 use crate::signal::Signal;
+use breaker::{Admission, Breaker, Transition};
 use credentials::Credentials;
 pub(crate) use credentials::{CredentialTable, CredentialsError};
 pub(crate) use http::deletes_settled;
@@ -89,6 +97,10 @@ struct Link {
     /// The session opener (a per-session link's; `None` for the core's link, which speaks for
     /// every client: its calls carry their own).
     caller: Option<Caller>,
+    /// Set while an optional upstream could not be reached for this link (`--upstream-policy`):
+    /// no request connects on its own behalf (it would wait out the start each time), and
+    /// `watch_return` tries again every `--upstream-breaker-pause-ms` until it answers.
+    down: Cell<bool>,
 }
 
 /// The state the bridge shares with its links' event handlers.
@@ -192,6 +204,14 @@ pub(crate) struct Bridge {
     links: RefCell<HashMap<SessionRef, Rc<Link>>>,
     /// `shared` isolation: the core's one link, made at the first session.
     core_link: RefCell<Option<Rc<Link>>>,
+    /// `--upstream-policy` of this upstream: what a session does when it cannot be reached.
+    policy: UpstreamPolicy,
+    /// The circuit breaker of this upstream's tool calls on this core.
+    breaker: Breaker,
+    /// This bridge (`new_rc`), for the task that waits for an optional upstream's return.
+    me: Weak<Bridge>,
+    /// Set once the core stopped (`stop_all`): no link is tried again.
+    stopped: Cell<bool>,
 }
 
 impl Bridge {
@@ -222,6 +242,8 @@ impl Bridge {
         settings: Arc<Settings>,
         count: Arc<ProcessCount>,
     ) -> Bridge {
+        let policy = settings.policy(index);
+        let breaker = Breaker::new(settings.breaker_failures, settings.breaker_pause);
         Bridge {
             name: Rc::from(spec.label()),
             prefix: if prefixed { spec.name.clone() } else { None },
@@ -238,7 +260,27 @@ impl Bridge {
             }),
             links: RefCell::new(HashMap::new()),
             core_link: RefCell::new(None),
+            policy,
+            breaker,
+            me: Weak::new(),
+            stopped: Cell::new(false),
         }
+    }
+
+    /// `new` as the provider the server runs: it knows itself, so an optional upstream that
+    /// was down at a session's start is tried again in the background (`watch_return`).
+    pub(crate) fn new_rc(
+        spec: &UpstreamSpec,
+        index: usize,
+        prefixed: bool,
+        settings: Arc<Settings>,
+        count: Arc<ProcessCount>,
+    ) -> Rc<Bridge> {
+        Rc::new_cyclic(|me| {
+            let mut bridge = Bridge::new(spec, index, prefixed, settings, count);
+            bridge.me = me.clone();
+            bridge
+        })
     }
 
     /// The link serving `session`, if it has one: the core's link for `shared` isolation and
@@ -477,6 +519,9 @@ impl Bridge {
         capability: &str,
     ) -> ProviderResult<Option<Rc<Peer>>> {
         let Some(link) = self.link(session) else { return Ok(None) };
+        if link.down.get() {
+            return Ok(None);
+        }
         let peer = self.peer(&link).await?;
         let declared = link
             .info
@@ -578,34 +623,25 @@ impl Provider for Bridge {
             let Some(link) = self.link(cx.session()) else {
                 return Err(self.fault("the session has no upstream connection"));
             };
-            let peer = self.peer(&link).await?;
-            let mut params = json!({ "name": upstream_name });
-            if !arguments.is_null() {
-                params["arguments"] = arguments;
+            if link.down.get() {
+                return Err(
+                    self.fault("down (an optional upstream): its tools return when it answers")
+                );
             }
-            // Tracing on: the call's CLIENT span, a child of the request's, whose context the
-            // upstream is sent (`traceparent` header, `params._meta.traceparent`).
-            let span = cx.trace().map(|parent| self.client_span(&parent, upstream_name));
-            let cx = match &span {
-                Some(span) => cx.with_trace(Some(span.context())),
-                None => cx,
-            };
-            let started = std::time::Instant::now();
-            let answer = peer.request("tools/call", params, Some(cx), self.settings.timeout).await;
-            if let Some((metrics, index)) = &self.calls {
-                metrics.hist.upstream_call(*index, upstream_name, started);
-            }
-            if let Some(mut span) = span {
-                if let Err(e) = &answer {
-                    let error_type = match e {
-                        ProviderError::Rpc { code, .. } => code.to_string(),
-                        ProviderError::Cancelled => "cancelled".to_owned(),
-                        _ => "tool_error".to_owned(),
-                    };
-                    span.fail(&error_type, &e.to_string());
+            let probe = match self.breaker.admit(Instant::now()) {
+                Admission::Pass => false,
+                Admission::Probe => true,
+                Admission::Reject { retry_in } => {
+                    if let Some((metrics, index)) = &self.calls {
+                        metrics.hist.upstream_health(*index).breaker_rejected.inc();
+                    }
+                    return Err(self.breaker_open(retry_in));
                 }
-                span.finish();
-            }
+            };
+            let mut guard = ProbeGuard { breaker: &self.breaker, armed: probe };
+            let answer = self.forward(&link, upstream_name, arguments, cx).await;
+            guard.armed = false;
+            self.judge(&answer, probe);
             answer
         })
     }
@@ -760,7 +796,7 @@ impl Provider for Bridge {
                         return Err(self.fault("session identity clash; initialize again"));
                     }
                     self.links.borrow_mut().insert(start.session, link.clone());
-                    if let Err(e) = self.peer(&link).await {
+                    if let Err(e) = self.start_link(&link).await {
                         self.links.borrow_mut().remove(&start.session);
                         return Err(e);
                     }
@@ -769,7 +805,7 @@ impl Provider for Bridge {
                 }
                 Isolation::PerSession | Isolation::Shared => {
                     let link = self.core_link(start);
-                    self.peer(&link).await?;
+                    self.start_link(&link).await?;
                     self.shared
                         .notifiers
                         .borrow_mut()
@@ -798,8 +834,184 @@ impl Provider for Bridge {
 }
 
 impl Bridge {
+    /// A `tools/call` of `tool` (its name upstream) on `link`'s upstream, connecting first if
+    /// it has no live connection.
+    async fn forward(
+        &self,
+        link: &Link,
+        tool: &str,
+        arguments: Value,
+        cx: CallContext,
+    ) -> ProviderResult<Value> {
+        let peer = self.peer(link).await?;
+        let mut params = json!({ "name": tool });
+        if !arguments.is_null() {
+            params["arguments"] = arguments;
+        }
+        // Tracing on: the call's CLIENT span, a child of the request's, whose context the
+        // upstream is sent (`traceparent` header, `params._meta.traceparent`).
+        let span = cx.trace().map(|parent| self.client_span(&parent, tool));
+        let cx = match &span {
+            Some(span) => cx.with_trace(Some(span.context())),
+            None => cx,
+        };
+        let started = std::time::Instant::now();
+        let answer = peer.request("tools/call", params, Some(cx), self.settings.timeout).await;
+        if let Some((metrics, index)) = &self.calls {
+            metrics.hist.upstream_call(*index, tool, started);
+        }
+        if let Some(mut span) = span {
+            if let Err(e) = &answer {
+                let error_type = match e {
+                    ProviderError::Rpc { code, .. } => code.to_string(),
+                    ProviderError::Cancelled => "cancelled".to_owned(),
+                    _ => "tool_error".to_owned(),
+                };
+                span.fail(&error_type, &e.to_string());
+            }
+            span.finish();
+        }
+        answer
+    }
+
+    /// Tells the breaker how an admitted call (`probe`: the half-open one) ended; a cancelled
+    /// call says nothing of the upstream.
+    fn judge(&self, answer: &ProviderResult<Value>, probe: bool) {
+        let now = Instant::now();
+        if matches!(answer, Err(ProviderError::Cancelled)) {
+            if probe {
+                self.breaker.probe_abandoned(now);
+            }
+            return;
+        }
+        match self.breaker.record(breaker::is_failure(answer), now) {
+            Transition::Opened => {
+                if let Some((metrics, index)) = &self.calls {
+                    metrics.hist.upstream_health(*index).breaker_opened.inc();
+                }
+                tracing::warn!(
+                    upstream = %self.name,
+                    failures = self.breaker.failures_max(),
+                    pause_ms = self.settings.breaker_pause.as_millis() as u64,
+                    "upstream circuit breaker opened: its calls fail fast"
+                );
+            }
+            Transition::Closed => {
+                tracing::info!(upstream = %self.name, "upstream circuit breaker closed")
+            }
+            Transition::None => {}
+        }
+    }
+
+    /// The fail-fast answer of a call while the breaker is open (`retry_in` until the probe).
+    fn breaker_open(&self, retry_in: Duration) -> ProviderError {
+        let retry_after_ms = retry_in.as_millis() as u64;
+        let failures = self.breaker.failures_max();
+        ProviderError::Rpc {
+            code: crate::wire::Code::InternalError.value(),
+            message: format!(
+                "upstream {} unavailable: circuit breaker open after {failures} consecutive \
+                 failures (--upstream-breaker-failures); not called, retry in {retry_after_ms} ms",
+                self.name
+            ),
+            data: Some(json!({
+                "upstream": &*self.name,
+                "reason": "circuit breaker open",
+                "retryAfterMs": retry_after_ms,
+            })),
+        }
+    }
+
+    /// Opens `link`'s upstream connection as a session starts. When it cannot be reached: a
+    /// required upstream refuses the session (503 with `Retry-After`; a process-limit refusal
+    /// stays itself), an optional one leaves the link down, watched until it answers.
+    async fn start_link(&self, link: &Rc<Link>) -> ProviderResult<()> {
+        if link.down.get() {
+            return Ok(());
+        }
+        let Err(e) = self.peer(link).await else { return Ok(()) };
+        let required = self.policy == UpstreamPolicy::Required;
+        if required && matches!(e, ProviderError::Unavailable(_)) {
+            return Err(e);
+        }
+        if let Some((metrics, index)) = &self.calls {
+            metrics.hist.upstream_health(*index).down.inc();
+        }
+        if required {
+            return Err(self.required_down(e));
+        }
+        tracing::warn!(upstream = %self.name, error = %e, "optional upstream down: the session starts without it");
+        link.down.set(true);
+        self.watch_return(link.clone());
+        Ok(())
+    }
+
+    /// A required upstream's failure to start as the session's refusal: its message and data
+    /// (which name it), with `policy` and a `Retry-After` of the breaker's pause.
+    fn required_down(&self, e: ProviderError) -> ProviderError {
+        let (message, data) = match e {
+            ProviderError::Rpc { message, data, .. } => (message, data),
+            other => (format!("upstream {} failed: {other}", self.name), None),
+        };
+        let mut data = match data {
+            Some(Value::Object(map)) => map,
+            _ => serde_json::Map::from_iter([("upstream".to_owned(), json!(&*self.name))]),
+        };
+        data.insert("policy".to_owned(), json!(UpstreamPolicy::Required.as_str()));
+        ProviderError::Down {
+            message: format!("{message} (a required upstream: try again after Retry-After)"),
+            data: Some(Value::Object(data)),
+            retry_after_secs: self.settings.down_retry_after_secs(),
+        }
+    }
+
+    /// Whether `link` is still one of this bridge's (its session has not ended).
+    fn holds(&self, link: &Rc<Link>) -> bool {
+        if self.stopped.get() {
+            return false;
+        }
+        match link.session {
+            Some(session) => self.links.borrow().get(&session).is_some_and(|l| Rc::ptr_eq(l, link)),
+            None => self.core_link.borrow().as_ref().is_some_and(|l| Rc::ptr_eq(l, link)),
+        }
+    }
+
+    /// Tries `link`'s optional upstream again every `--upstream-breaker-pause-ms` until it
+    /// answers (then its tools are listed and the link's clients get
+    /// `notifications/tools/list_changed`) or the link ends. A background task of this core.
+    fn watch_return(&self, link: Rc<Link>) {
+        let me = self.me.clone();
+        let pause = self.settings.breaker_pause;
+        monoio::spawn(async move {
+            loop {
+                monoio::time::sleep(pause).await;
+                let Some(bridge) = me.upgrade() else { return };
+                if !bridge.holds(&link) {
+                    return;
+                }
+                match bridge.peer(&link).await {
+                    Ok(peer) if !bridge.holds(&link) => {
+                        link.peer.borrow_mut().take();
+                        peer.shutdown();
+                        return;
+                    }
+                    Ok(_) => {
+                        link.down.set(false);
+                        tracing::info!(upstream = %bridge.name, "optional upstream is back");
+                        link.notify.tools_changed();
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::debug!(upstream = %bridge.name, error = %e, "optional upstream still down")
+                    }
+                }
+            }
+        });
+    }
+
     /// Stops every upstream connection of this core.
     fn stop_all(&self) {
+        self.stopped.set(true);
         let links: Vec<Rc<Link>> = self.links.borrow_mut().drain().map(|(_, l)| l).collect();
         for link in links.iter().chain(self.core_link.borrow().iter()) {
             let peer = link.peer.borrow_mut().take();
@@ -851,6 +1063,22 @@ fn new_link(
         connected: Signal::default(),
         notify,
         caller: start.caller.clone(),
+        down: Cell::new(false),
+    }
+}
+
+/// The half-open probe of a call whose future may be dropped before it ends (the connection
+/// closed, the core stops): while `armed`, its drop lets the next call probe instead.
+struct ProbeGuard<'a> {
+    breaker: &'a Breaker,
+    armed: bool,
+}
+
+impl Drop for ProbeGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.breaker.probe_abandoned(Instant::now());
+        }
     }
 }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::credentials::CredentialTable;
-use crate::config::{Isolation, UpstreamFilters};
+use crate::config::{Isolation, UpstreamFilters, UpstreamPolicy};
 
 /// The bridge flags, shared by every core.
 #[derive(Clone, Debug)]
@@ -22,11 +22,28 @@ pub(crate) struct Settings {
     pub(crate) credentials: CredentialTable,
     /// Each upstream's tool, prompt and resource filters (index: the `--upstream` flags' order).
     pub(crate) filters: Vec<Arc<UpstreamFilters>>,
+    /// Each upstream's `--upstream-policy` (index: the `--upstream` flags' order).
+    pub(crate) policies: Vec<UpstreamPolicy>,
+    /// `--upstream-breaker-failures`: consecutive failed calls that open a breaker.
+    pub(crate) breaker_failures: u32,
+    /// `--upstream-breaker-pause-ms`: an open breaker's pause; an optional upstream's retry.
+    pub(crate) breaker_pause: Duration,
 }
 
 impl Settings {
     /// The filters of the `index`-th upstream (open when there are none).
     pub(crate) fn filters(&self, index: usize) -> Arc<UpstreamFilters> {
         self.filters.get(index).cloned().unwrap_or_default()
+    }
+
+    /// The policy of the `index`-th upstream (`required` when none is given).
+    pub(crate) fn policy(&self, index: usize) -> UpstreamPolicy {
+        self.policies.get(index).copied().unwrap_or_default()
+    }
+
+    /// The `Retry-After` of a 503 for a required upstream that is down: the breaker's pause
+    /// (when an optional one would be tried again), in whole seconds rounded up, at least 1.
+    pub(crate) fn down_retry_after_secs(&self) -> u64 {
+        self.breaker_pause.as_millis().div_ceil(1000).max(1) as u64
     }
 }

@@ -90,6 +90,9 @@ fn bridge(spec: &str, prefixed: bool) -> Bridge {
         kill_grace: Duration::from_millis(10),
         credentials: Default::default(),
         filters: Vec::new(),
+        policies: Vec::new(),
+        breaker_failures: 1,
+        breaker_pause: Duration::from_millis(10),
     });
     let spec = UpstreamSpec::parse(spec).expect("parses");
     Bridge::new(&spec, 0, prefixed, settings, Arc::new(ProcessCount::default()))

@@ -421,6 +421,9 @@ pub(crate) enum Answer<'a> {
         retry_after_ms: u64,
         table_full: bool,
     },
+    /// 503 with `Retry-After` and -32603: something the request cannot go without is down (a
+    /// required `--upstream`); `message` and `data` (JSON) name it.
+    Down { id: Option<&'a RawId>, message: &'a str, data: Option<&'a str>, retry_after_secs: u64 },
     /// An authorization refusal (MCP authorization; RFC 6750 §3): 401 (no valid token), 400
     /// (a token in the query string) or 403 (`insufficient_scope`), with its `WWW-Authenticate`
     /// challenge and a JSON-RPC error (-32600) saying what to do. Never names the token.
@@ -500,6 +503,14 @@ impl Answer<'_> {
                 push_decimal(&mut seconds, retry_after_secs);
                 let headers: [(&str, &[u8]); 1] = [("Retry-After", &seconds)];
                 json(out, Status::TooManyRequests.code(), &headers, &body, keep_alive);
+            }
+            Answer::Down { id, message, data, retry_after_secs } => {
+                let mut body = Vec::with_capacity(96 + message.len() + data.map_or(0, str::len));
+                push_error_response(&mut body, id, Code::InternalError, message, data);
+                let mut seconds = Vec::with_capacity(20);
+                push_decimal(&mut seconds, retry_after_secs);
+                let headers: [(&str, &[u8]); 1] = [("Retry-After", &seconds)];
+                json(out, Status::ServiceUnavailable.code(), &headers, &body, keep_alive);
             }
             Answer::UnsupportedVersion { id, requested, supported } => {
                 let data = serde_json::json!({ "supported": supported, "requested": requested });
