@@ -31,6 +31,7 @@ mod mirror;
 pub(crate) mod queue;
 mod reader;
 pub(crate) mod record;
+mod session;
 pub(crate) mod store;
 
 use std::sync::Arc;
@@ -38,6 +39,7 @@ use std::sync::Arc;
 pub(crate) use queue::CoreTap;
 pub(crate) use reader::{Answer, Query, Reader};
 pub(crate) use record::{EventImage, Record, SessionImage};
+pub(crate) use session::SessionMirror;
 pub(crate) use store::Claim;
 
 use crate::config::Config;

@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::core::LegacyCore;
-use super::session::mirror::SessionMirror;
 use super::session::{Session, SessionId, SessionRc};
 use crate::core::Request;
+use crate::durable::SessionMirror;
 use crate::durable::{Answer, Claim, Query};
 use crate::provider::{Notifier, SessionStart};
 use crate::wire::{Answer as WireAnswer, Refusal};

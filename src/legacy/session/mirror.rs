@@ -1,44 +1,17 @@
-//! A session's part of the durable mirror (`--durable`, CONTRACT §10): `SessionMirror` (the
-//! core's tap, the session's name as the store knows it, the epoch its whole image was last
-//! queued in) and the `Session` methods every transition calls to queue what changed, the
+//! A session's part of the durable mirror (`--durable`, CONTRACT §10): the `Session` methods every transition calls to queue what changed, the
 //! whole image a rewrite or an adopter's first write sends, and the marks of a session that
 //! stopped being durable.
 //!
 //! Never: waits (a full queue makes the session not durable at once), or queues anything of a
 //! session that is not durable, so the store only ever holds a gap-free prefix of it.
 
-use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::durable::keys::StreamRecord;
-use crate::durable::{CoreTap, EventImage, Record, SessionImage};
+use crate::durable::{EventImage, Record, SessionImage, SessionMirror};
 use crate::legacy::replay::{EventSeq, StreamKey};
 
 use super::{Run, Session, StreamKind, StreamState};
-
-/// What a durable session keeps of the mirror.
-pub(crate) struct SessionMirror {
-    pub(crate) tap: Rc<CoreTap>,
-    /// `Mcp-Session-Id`, shared by every record.
-    pub(crate) name: Arc<str>,
-    /// The client's `initialize` params (JSON), for whole images.
-    pub(crate) client: Arc<str>,
-    /// The store epoch in which the whole image was last queued; 0: not durable.
-    epoch: u64,
-    /// The ticket of the last record queued (what a write-ahead waits for).
-    last_ticket: u64,
-}
-
-impl SessionMirror {
-    /// A session not yet written (its first image makes it durable).
-    pub(crate) fn new(tap: Rc<CoreTap>, name: Arc<str>, client: Arc<str>) -> SessionMirror {
-        SessionMirror { tap, name, client, epoch: 0, last_ticket: 0 }
-    }
-
-    fn is_durable(&self) -> bool {
-        self.epoch != 0 && self.epoch == self.tap.epoch() && self.tap.is_up()
-    }
-}
 
 fn stream_record(s: &StreamState) -> StreamRecord {
     StreamRecord {

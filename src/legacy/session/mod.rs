@@ -324,7 +324,7 @@ pub struct Session {
     /// session adds and removes its own as its ring changes, and its remainder when dropped.
     core_bytes: Rc<Cell<usize>>,
     /// Its part of the durable mirror (`--durable`); `None` when the mirror is off.
-    pub(crate) mirror: Option<mirror::SessionMirror>,
+    pub(crate) mirror: Option<crate::durable::SessionMirror>,
 }
 
 /// The client's answer to a server→client request: its `result`, or its `error` object.
