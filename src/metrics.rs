@@ -139,7 +139,8 @@ counters! {
     durable_adopt_owner_alive_total => "tidemark_durable_adoptions_total{outcome=\"owner_alive\"}", "Requests for a session this node does not hold that asked the store, by outcome.";
     durable_adopt_taken_total => "tidemark_durable_adoptions_total{outcome=\"taken\"}", "Requests for a session this node does not hold that asked the store, by outcome.";
     durable_adopt_failed_total => "tidemark_durable_adoptions_total{outcome=\"failed\"}", "Requests for a session this node does not hold that asked the store, by outcome.";
-    durable_recovered_keyed_total => "tidemark_durable_recovered_total{name=\"keyed\"}", "2026-07-28 keyed calls of another node answered from the store.";
+    durable_recovered_keyed_total => "tidemark_durable_recovered_total{name=\"keyed\"}", "2026-07-28 keyed calls and tasks of another node answered from the store.";
+    durable_recovered_tasks_total => "tidemark_durable_recovered_total{name=\"task\"}", "2026-07-28 keyed calls and tasks of another node answered from the store.";
     tools_hidden_collision => "tidemark_tools_hidden_total{reason=\"collision\"}", "Tools left out of a tool table (not listed, refused as unknown), logged once per core: a name another provider already offered (found after start-up, e.g. at a list_changed), or a prefixed name longer than the 128 characters MCP allows.";
     tools_hidden_name_too_long => "tidemark_tools_hidden_total{reason=\"name_too_long\"}", "Tools left out of a tool table (not listed, refused as unknown), logged once per core: a name another provider already offered (found after start-up, e.g. at a list_changed), or a prefixed name longer than the 128 characters MCP allows.";
     trace_spans_dropped_total => "tidemark_trace_spans_dropped_total", "Finished spans dropped because their core's queue held --otlp-queue-spans (the exporter fell behind or the collector is down).";

@@ -45,7 +45,6 @@ pub(crate) fn keyed(subject: Option<&str>, key: &str) -> String {
 }
 
 /// `tm:t:TASK`: a task's record (hash).
-#[cfg(test)]
 pub(crate) fn task(id: &str) -> String {
     format!("{PREFIX}t:{id}")
 }

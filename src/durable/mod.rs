@@ -14,7 +14,7 @@
 //! | `tm:st:SID` | hash | one field per request stream, the stream key in decimal → `StreamRecord` JSON |
 //! | `tm:ev:SID` | stream | the ring's events in runs: one entry per run of consecutive events a batch wrote, id `event_entry_id(first seq)` = `SEQ-1`, fields `s` (stream key, decimal) and `d` (the event's payload bytes exactly as the ring holds them) repeated per event in order (the n-th pair is event SEQ+n). A stream's final event is the one its `StreamRecord` names. Trimmed with `XTRIM … MINID` of the entry holding the ring's oldest event as the ring evicts |
 //! | `tm:k:SUBJ:KEY` | hash | a 2026-07-28 `Idempotency-Key` record: `SUBJ` the subject's bytes in hex (`-` without one), `KEY` the header as sent; fields `fp` (the params fingerprint, decimal u64), `state` (`running` or `done`), `node`, `result` (the final JSON-RPC response, when done) |
-//! | `tm:t:TASK` | hash | reserved for tasks (tasks extension): not mirrored yet |
+//! | `tm:t:TASK` | hash | a task (tasks extension), `TASK` its id as on the wire: `node`, `subject` (absent without authorization), `detailed` (its `DetailedTask` JSON when last mirrored: created, finished), `state` (`running` or `done`) |
 //!
 //! Invariant the writer keeps: per session the store holds a gap-free prefix of the ring. When a
 //! record of a session cannot be queued or written, the session is marked not durable

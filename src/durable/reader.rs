@@ -16,7 +16,7 @@ use atomic_waker::AtomicWaker;
 use crossbeam_queue::ArrayQueue;
 
 use super::mirror::STORE_TIMEOUT_MS;
-use super::store::{self, Claim, KeyedImage, Store, StoreError};
+use super::store::{self, Claim, KeyedImage, Store, StoreError, TaskImage};
 use crate::config::DurableConfig;
 
 /// What a core asks the store.
@@ -26,6 +26,8 @@ pub(crate) enum Query {
     Claim { sid: String },
     /// The keyed record `name` and whether its node's lease is alive.
     Keyed { name: String },
+    /// Task `id` and whether its node's lease is alive.
+    Task { id: String },
 }
 
 /// The store's answer.
@@ -33,6 +35,7 @@ pub(crate) enum Query {
 pub(crate) enum Answer {
     Claim(Claim),
     Keyed(Option<(KeyedImage, bool)>),
+    Task(Option<(TaskImage, bool)>),
     /// The store could not be asked (down, timed out).
     Failed(String),
 }
@@ -141,6 +144,13 @@ impl Reader {
 fn ask(store: &mut dyn Store, query: Query, node: u8) -> Result<Answer, StoreError> {
     Ok(match query {
         Query::Claim { sid } => Answer::Claim(store.claim(&sid, node)?),
+        Query::Task { id } => Answer::Task(match store.task(&id)? {
+            Some(image) => {
+                let alive = image.node != node && store.lease_alive(image.node)?;
+                Some((image, alive))
+            }
+            None => None,
+        }),
         Query::Keyed { name } => Answer::Keyed(match store.keyed(&name)? {
             Some(image) => {
                 let alive = image.node != node && store.lease_alive(image.node)?;

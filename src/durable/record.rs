@@ -71,6 +71,16 @@ pub(crate) enum Record {
     /// A 2026-07-28 `Idempotency-Key` record (`keys::keyed` names it): running, or done with
     /// its final response.
     Keyed { name: String, fingerprint: u64, node: u8, response: Option<Bytes>, ttl_ms: u64 },
+    /// A task (tasks extension) as `tasks/get` would answer it now (`detailed`, JSON), whose
+    /// subject may read it, and whether it still runs.
+    Task {
+        id: String,
+        node: u8,
+        subject: Option<String>,
+        detailed: String,
+        running: bool,
+        ttl_ms: u64,
+    },
 }
 
 impl Record {
@@ -87,6 +97,7 @@ impl Record {
                 Record::Keyed { name, response, .. } => {
                     name.len() + response.as_ref().map_or(0, Bytes::len)
                 }
+                Record::Task { id, detailed, .. } => id.len() + detailed.len(),
                 Record::Stream { .. }
                 | Record::StreamGone { .. }
                 | Record::Trim { .. }
@@ -103,7 +114,7 @@ impl Record {
             | Record::Event { sid, .. }
             | Record::Trim { sid, .. }
             | Record::End { sid } => Some(sid),
-            Record::Keyed { .. } => None,
+            Record::Keyed { .. } | Record::Task { .. } => None,
         }
     }
 }

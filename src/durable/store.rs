@@ -28,6 +28,16 @@ impl From<redis::RedisError> for StoreError {
 /// One `XRANGE` entry: its id and its field-value pairs.
 type StoredEntry = (String, Vec<(String, Vec<u8>)>);
 
+/// A task as the store holds it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct TaskImage {
+    pub(crate) node: u8,
+    pub(crate) subject: Option<String>,
+    /// Its `DetailedTask` JSON when last mirrored.
+    pub(crate) detailed: String,
+    pub(crate) running: bool,
+}
+
 /// What adoption's compare-and-set found.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Claim {
@@ -70,6 +80,8 @@ pub(crate) trait Store: Send {
     fn claim(&mut self, sid: &str, me: u8) -> Result<Claim, StoreError>;
     /// Reads the keyed record `name` (`keys::keyed`).
     fn keyed(&mut self, name: &str) -> Result<Option<KeyedImage>, StoreError>;
+    /// Reads task `id`.
+    fn task(&mut self, id: &str) -> Result<Option<TaskImage>, StoreError>;
     /// Whether `node`'s lease is alive.
     fn lease_alive(&mut self, node: u8) -> Result<bool, StoreError>;
 }
@@ -281,6 +293,17 @@ impl Store for RedisStore {
                     trims.retain(|(s, _)| *s != &**sid);
                     ended.push(sid);
                 }
+                Record::Task { id, node, subject, detailed, running, ttl_ms } => {
+                    let key = keys::task(id);
+                    let hset = pipe.cmd("HSET").arg(&key);
+                    hset.arg("node").arg(*node).arg("detailed").arg(detailed);
+                    hset.arg("state").arg(if *running { "running" } else { "done" });
+                    if let Some(subject) = subject {
+                        hset.arg("subject").arg(subject);
+                    }
+                    hset.ignore();
+                    pipe.cmd("PEXPIRE").arg(&key).arg(*ttl_ms).ignore();
+                }
                 Record::Keyed { name, fingerprint, node, response, ttl_ms } => {
                     let hset = pipe.cmd("HSET").arg(name);
                     hset.arg("fp").arg(fingerprint.to_string()).arg("node").arg(*node);
@@ -427,6 +450,22 @@ impl Store for RedisStore {
             _ => None,
         };
         Ok(Some(KeyedImage { fingerprint, node, response }))
+    }
+
+    fn task(&mut self, id: &str) -> Result<Option<TaskImage>, StoreError> {
+        let fields: HashMap<String, String> =
+            redis::cmd("HGETALL").arg(keys::task(id)).query(&mut self.connection)?;
+        let (Some(node), Some(detailed)) =
+            (fields.get("node").and_then(|n| n.parse().ok()), fields.get("detailed"))
+        else {
+            return Ok(None);
+        };
+        Ok(Some(TaskImage {
+            node,
+            subject: fields.get("subject").cloned(),
+            detailed: detailed.clone(),
+            running: fields.get("state").map(String::as_str) == Some("running"),
+        }))
     }
 
     fn lease_alive(&mut self, node: u8) -> Result<bool, StoreError> {

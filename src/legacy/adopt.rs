@@ -172,7 +172,7 @@ async fn claim(
             m.durable_adopt_failed_total.inc();
             return Adopted::Busy;
         }
-        Answer::Keyed(_) => {
+        Answer::Keyed(_) | Answer::Task(_) => {
             m.durable_adopt_failed_total.inc();
             return Adopted::Busy;
         }

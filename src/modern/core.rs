@@ -32,8 +32,13 @@ impl ModernCore {
         let metrics = shared.metrics.clone();
         let keys = keyed::KeyTable::new(limits, cfg.idempotency_bytes_per_core, metrics);
         let limits = tasks::TaskLimits::from_config(cfg);
-        let tasks =
-            tasks::TaskStore::new(shared.cfg.node_id, shared.index, limits, shared.metrics.clone());
+        let tasks = tasks::TaskStore::new(
+            shared.cfg.node_id,
+            shared.index,
+            limits,
+            shared.metrics.clone(),
+            shared.mirror.clone(),
+        );
         ModernCore { keys: Rc::new(std::cell::RefCell::new(keys)), tasks, shared }
     }
 }

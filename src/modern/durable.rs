@@ -62,7 +62,7 @@ pub(crate) async fn recover(
             tracing::debug!(error = %why, "durable store not asked about a key");
             return Recovered::Nothing;
         }
-        Answer::Claim(_) => return Recovered::Nothing,
+        Answer::Claim(_) | Answer::Task(_) => return Recovered::Nothing,
     };
     let Some((image, alive)) = found else { return Recovered::Nothing };
     if image.fingerprint != fingerprint {
@@ -144,4 +144,46 @@ impl KeyedMirror {
     pub(crate) fn done(&self, response: Bytes) {
         let _ = self.push(Some(response));
     }
+}
+
+/// With `--durable`: a `tasks/get` for a task this node does not hold (its node died; the
+/// balancer sent the poll to a peer) answered from the store: its last mirrored state, or,
+/// when it was still running on a node whose lease expired, the same task `failed` with
+/// `-31006`. `None`: the store has no such task for this subject (the caller answers not found).
+pub(crate) async fn recover_task(
+    core: &ModernCore,
+    subject: Option<&str>,
+    task_id: &str,
+) -> Option<Result<serde_json::Value, ()>> {
+    let reader = core.reader.clone()?;
+    let Some(asked) = reader.ask(Query::Task { id: task_id.to_owned() }) else {
+        return Some(Err(()));
+    };
+    let answer = monoio::time::timeout(Duration::from_millis(LOOKUP_WAIT_MS), asked).await.ok()?;
+    let Answer::Task(Some((image, alive))) = answer else { return None };
+    // Another subject's task is answered exactly as an unknown one (CONTRACT §8).
+    if image.subject.as_deref() != subject {
+        return None;
+    }
+    let mut detailed: serde_json::Value = serde_json::from_str(&image.detailed).ok()?;
+    core.metrics.durable_recovered_tasks_total.inc();
+    if image.running {
+        if alive {
+            return Some(Err(()));
+        }
+        let message = "outcome unknown: the node running this task stopped";
+        let data = serde_json::json!({ "node": image.node });
+        let error = super::tasks::error_object(
+            crate::wire::Code::OutcomeUnknown.value(),
+            message,
+            Some(data),
+        );
+        if let Some(object) = detailed.as_object_mut() {
+            object.insert("status".into(), "failed".into());
+            object.insert("statusMessage".into(), message.into());
+            object.remove("inputRequests");
+            object.insert("error".into(), error);
+        }
+    }
+    Some(Ok(detailed))
 }

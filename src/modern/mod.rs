@@ -180,6 +180,11 @@ pub(crate) async fn serve(
         "subscriptions/listen" => listen::start(core, id, &params, out).map_job(Job::Listen),
         "tasks/get" | "tasks/update" | "tasks/cancel" => {
             let capabilities = &request_meta.client_capabilities;
+            if let Some(answer) =
+                task_call::recovered(core, req, &id, &method, &params, capabilities, out).await
+            {
+                return answer.widen();
+            }
             task_call::serve(core, req, &id, &method, &params, capabilities, out).widen()
         }
         _ => {

@@ -380,6 +380,43 @@ fn task_outcome(outcome: ProviderResult<Value>) -> Result<Value, Value> {
     }
 }
 
+/// With `--durable`, before `serve`: a `tasks/get` of a task this core does not hold is asked
+/// of the store (`durable::recover_task`); `Some` when the store answered it (or is busy: 503 +
+/// `Retry-After`), `None` to go on with `serve` (which answers the rest, not found included).
+pub(crate) async fn recovered(
+    core: &ModernCore,
+    req: &Request<'_>,
+    id: &RawId,
+    method: &str,
+    params: &WireValue,
+    client_capabilities: &Value,
+    out: &mut Vec<u8>,
+) -> Option<Answered> {
+    if core.reader.is_none() || method != "tasks/get" || !tasks::declared(Some(client_capabilities))
+    {
+        return None;
+    }
+    let task_id = params.get("taskId").and_then(|t| t.as_str())?;
+    let missing = matches!(
+        core.tasks.get(req.subject(), task_id, Instant::now()),
+        Err(TaskError::NotFound | TaskError::Misrouted)
+    );
+    if !missing {
+        return None;
+    }
+    let keep_alive = req.head.keep_alive;
+    match super::durable::recover_task(core, req.subject(), task_id).await? {
+        Ok(detailed) => {
+            let mut body = Vec::with_capacity(256);
+            crate::dispatch::push_result_value(&mut body, id, &detailed);
+            Some(reply(out, Answer::Json(&body), keep_alive))
+        }
+        Err(()) => {
+            Some(crate::core::refuse(out, crate::wire::Refusal::Unavailable, Some(id), keep_alive))
+        }
+    }
+}
+
 /// `tasks/get`, `tasks/update` or `tasks/cancel` (headers and `_meta` already checked): -32021
 /// without the extension, -32602 for a bad or unknown `taskId` or bad `inputResponses`; else
 /// the `DetailedTask`, or the empty ack (`{"resultType":"complete"}`).

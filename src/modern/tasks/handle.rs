@@ -34,6 +34,9 @@ pub(super) struct Shared {
     pub(super) metrics: Arc<CoreMetrics>,
     /// Result and error bytes held by live tasks (≤ `limits.bytes_max`).
     pub(super) bytes: Cell<usize>,
+    /// The durable mirror's tap (`--durable`): each task's state goes to the store as it
+    /// changes, so a peer answers `tasks/get` after this node dies.
+    pub(super) mirror: Option<Rc<crate::durable::CoreTap>>,
 }
 
 /// The running side of one task: what the runner and the tool's context hold.
@@ -147,6 +150,22 @@ impl TaskHandle {
         // Inputs still waiting belong to futures the tool dropped or never awaited.
         self.task.inputs.borrow_mut().clear();
         self.task.touch();
+        self.mirror();
+    }
+
+    /// Queues the task's state for the durable store (`--durable`; nothing without it). A
+    /// full queue drops it: a peer then answers from the last state it has.
+    pub(super) fn mirror(&self) {
+        let Some(tap) = &self.shared.mirror else { return };
+        let record = crate::durable::Record::Task {
+            id: self.task.id.to_string(),
+            node: tap.node,
+            subject: self.task.owner.as_deref().map(str::to_owned),
+            detailed: self.task.detailed(&self.shared.limits).to_string(),
+            running: self.task.is_running(),
+            ttl_ms: self.shared.limits.retention.as_millis() as u64,
+        };
+        let _ = tap.push(record);
     }
 
     /// Asks the client for input (`elicitation/create`, `sampling/createMessage`, …): the task

@@ -49,9 +49,10 @@ impl TaskStore {
         core: u16,
         limits: TaskLimits,
         metrics: Arc<CoreMetrics>,
+        mirror: Option<Rc<crate::durable::CoreTap>>,
     ) -> TaskStore {
         assert!(limits.tasks_max > 0 && limits.bytes_max > 0, "invariant: limits are validated");
-        let shared = Rc::new(Shared { limits, metrics, bytes: Cell::new(0) });
+        let shared = Rc::new(Shared { limits, metrics, bytes: Cell::new(0), mirror });
         let inner = StoreInner {
             node,
             core,
@@ -102,7 +103,9 @@ impl TaskStore {
         self.inner.order.borrow_mut().push_back((now, id.random));
         debug_assert_eq!(tasks.len(), self.inner.order.borrow().len());
         self.inner.shared.metrics.tasks_created_total.inc();
-        Ok(TaskHandle::new(task, self.inner.shared.clone()))
+        let handle = TaskHandle::new(task, self.inner.shared.clone());
+        handle.mirror();
+        Ok(handle)
     }
 
     /// Whether a task of this core is working (what a drain waits for: it runs detached from

@@ -48,7 +48,7 @@ fn store() -> TaskStore {
 
 fn counted_store() -> (TaskStore, Arc<CoreMetrics>) {
     let metrics = Arc::new(CoreMetrics::default());
-    (TaskStore::new(0, 7, limits(), metrics.clone()), metrics)
+    (TaskStore::new(0, 7, limits(), metrics.clone(), None), metrics)
 }
 
 fn keys(value: &Value) -> Vec<&str> {
