@@ -178,6 +178,12 @@ fn a_dead_nodes_session_is_adopted_by_one_peer_which_replays_it_and_never_reruns
     assert_eq!(again.status, 409, "a re-POST of the call is never run again: {}", again.text());
     let text = scrape(&winner.metrics());
     assert_eq!(metric(&text, "tidemark_durable_adoptions_total{outcome=\"adopted\"}"), 1);
+    // Every key of the session has a time to live (the store is bounded like the node).
+    for key in ["tm:s:", "tm:st:", "tm:ev:"] {
+        let ttl = redis.command(&format!("PTTL {key}{sid}")).unwrap_or_default();
+        let ms: i64 = ttl.trim_start_matches(':').parse().unwrap_or(-9);
+        assert!(ms > 0, "{key}{sid} has a TTL: {ttl}");
+    }
 }
 
 #[test]

@@ -99,6 +99,20 @@ pub(crate) struct RedisStore {
     /// entry holds a run of events, so a trim keeps the entry holding the oldest kept event.
     /// At most one per event the ring holds; whole images reset it, a session's end drops it.
     starts: HashMap<Arc<str>, VecDeque<u64>>,
+    /// Per session, when its keys' time to live was last renewed and which of its keys existed
+    /// then: renewed at most every `TTL_RENEW_MS`, and at once when a batch makes a new key.
+    expiry: HashMap<Arc<str>, Expiry>,
+}
+
+/// Renewing a session's three TTLs on every batch would cost Redis three commands per session
+/// per batch; once a second is plenty against TTLs of minutes.
+const TTL_RENEW_MS: u64 = 1_000;
+
+/// A session's last TTL renewal.
+struct Expiry {
+    renewed: std::time::Instant,
+    streams: bool,
+    events: bool,
 }
 
 /// One step of a batch's pipeline: a record, or a session's run of consecutive events of the
@@ -160,7 +174,7 @@ impl RedisStore {
         let connection = client.get_connection_with_timeout(timeout)?;
         connection.set_read_timeout(Some(timeout))?;
         connection.set_write_timeout(Some(timeout))?;
-        Ok(RedisStore { connection, starts: HashMap::new() })
+        Ok(RedisStore { connection, starts: HashMap::new(), expiry: HashMap::new() })
     }
 }
 
@@ -248,13 +262,15 @@ impl Store for RedisStore {
     fn write(&mut self, records: &[&Record], session_ttl: Duration) -> Result<(), StoreError> {
         let ttl_ms = session_ttl.as_millis().max(1) as u64;
         let mut pipe = redis::pipe();
-        let mut touched: Vec<&str> = Vec::new();
+        // Each session written in this batch: whether it made its streams or events key.
+        let mut touched: HashMap<&Arc<str>, (bool, bool)> = HashMap::new();
         let mut ended: Vec<&str> = Vec::new();
         let mut trims: Vec<(&str, u64)> = Vec::new();
         for step in plan(records) {
             let record = match step {
                 Step::Events(sid, events) => {
                     self.push_events(&mut pipe, sid, &events);
+                    touched.entry(sid).or_default().1 = true;
                     continue;
                 }
                 Step::Record(record) => record,
@@ -318,16 +334,46 @@ impl Store for RedisStore {
                 }
             }
             if let Some(sid) = record.session() {
-                if !touched.contains(&&**sid) {
-                    touched.push(sid);
+                let made = touched.entry(sid).or_default();
+                match record {
+                    Record::Stream { .. } => made.0 = true,
+                    Record::Session(image) => {
+                        self.expiry.remove(sid);
+                        made.0 |= !image.streams.is_empty();
+                        made.1 |= !image.events.is_empty();
+                    }
+                    _ => {}
                 }
             }
         }
         for (sid, first_kept) in trims {
             self.push_trim(&mut pipe, sid, first_kept);
         }
-        for sid in touched.into_iter().filter(|sid| !ended.contains(sid)) {
-            expire_session(&mut pipe, sid, ttl_ms);
+        let now = std::time::Instant::now();
+        for (sid, (streams, events)) in touched {
+            if ended.contains(&&**sid) {
+                self.expiry.remove(sid);
+                continue;
+            }
+            let due = match self.expiry.get(sid) {
+                None => true,
+                Some(e) => {
+                    (streams && !e.streams)
+                        || (events && !e.events)
+                        || now.duration_since(e.renewed) >= Duration::from_millis(TTL_RENEW_MS)
+                }
+            };
+            if due {
+                expire_session(&mut pipe, sid, ttl_ms);
+                let e = self.expiry.entry(sid.clone()).or_insert(Expiry {
+                    renewed: now,
+                    streams,
+                    events,
+                });
+                e.renewed = now;
+                e.streams |= streams;
+                e.events |= events;
+            }
         }
         pipe.query::<()>(&mut self.connection)?;
         Ok(())
