@@ -282,35 +282,6 @@ fn a_non_idempotent_call_waits_for_its_record_at_most_the_write_ahead_bound() {
     redis.signal("CONT");
 }
 
-/// A 2026-07-28 request declaring the tasks extension, on a fresh connection.
-fn modern_task_request(
-    server: &Server,
-    method: &str,
-    mut params: serde_json::Value,
-) -> (u16, serde_json::Value) {
-    params["_meta"] = serde_json::json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": { "extensions": { "io.modelcontextprotocol/tasks": {} } },
-    });
-    let name = params
-        .get("name")
-        .or_else(|| params.get("taskId"))
-        .and_then(|v| v.as_str())
-        .map(str::to_owned);
-    let body = serde_json::json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
-    let mut headers = vec![("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", method)];
-    if let Some(name) = &name {
-        headers.push(("Mcp-Name", name));
-    }
-    let r = post(server, &headers, &body.to_string());
-    let message = if r.header("Content-Type").is_some_and(|t| t.starts_with("text/event-stream")) {
-        messages(&r.events()).last().expect("an event").json()
-    } else {
-        r.json()
-    };
-    (r.status, message)
-}
-
 #[test]
 fn a_dead_nodes_tasks_are_answered_by_a_peer_finished_or_failed_with_outcome_unknown() {
     // Goal: `tasks/get` reaching a peer after the task's node died gets the last mirrored
@@ -328,10 +299,11 @@ fn a_dead_nodes_tasks_are_answered_by_a_peer_finished_or_failed_with_outcome_unk
         "300",
     ]);
     let create = |seconds: f64| {
-        let (status, message) = modern_task_request(
+        let (status, message) = modern_with_tasks(
             &first,
             "tools/call",
             serde_json::json!({ "name": "slow_compute", "arguments": { "seconds": seconds } }),
+            &[],
         );
         assert_eq!(status, 200, "{message}");
         assert_eq!(message["result"]["resultType"], "task", "{message}");
@@ -340,7 +312,7 @@ fn a_dead_nodes_tasks_are_answered_by_a_peer_finished_or_failed_with_outcome_unk
     let (done, working) = (create(0.3), create(60.0));
     let finished = poll_until(Duration::from_secs(10), || {
         let (_, m) =
-            modern_task_request(&first, "tasks/get", serde_json::json!({ "taskId": done }));
+            modern_with_tasks(&first, "tasks/get", serde_json::json!({ "taskId": done }), &[]);
         m["result"]["status"] == "completed"
     });
     assert!(finished, "the quick task completes on its own node");
@@ -349,20 +321,21 @@ fn a_dead_nodes_tasks_are_answered_by_a_peer_finished_or_failed_with_outcome_unk
     let peer = node(&redis, "2", &["--tools", "conformance"]);
     std::thread::sleep(Duration::from_millis(400)); // past the lease
     let (status, m) =
-        modern_task_request(&peer, "tasks/get", serde_json::json!({ "taskId": done }));
+        modern_with_tasks(&peer, "tasks/get", serde_json::json!({ "taskId": done }), &[]);
     assert_eq!(status, 200, "{m}");
     assert_eq!(m["result"]["status"], "completed", "{m}");
     assert!(m["result"]["result"].is_object(), "its result: {m}");
     let (status, m) =
-        modern_task_request(&peer, "tasks/get", serde_json::json!({ "taskId": working }));
+        modern_with_tasks(&peer, "tasks/get", serde_json::json!({ "taskId": working }), &[]);
     assert_eq!(status, 200, "{m}");
     assert_eq!(m["result"]["status"], "failed", "{m}");
     assert_eq!(m["result"]["error"]["code"], -31006, "{m}");
     assert_eq!(m["result"]["error"]["data"]["node"], 1, "{m}");
-    let (_, unknown) = modern_task_request(
+    let (_, unknown) = modern_with_tasks(
         &peer,
         "tasks/get",
         serde_json::json!({ "taskId": format!("{}0", &working[..working.len() - 1]) }),
+        &[],
     );
     assert!(unknown.get("error").is_some(), "an unknown task is still unknown: {unknown}");
 }

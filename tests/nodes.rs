@@ -17,41 +17,10 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use support::*;
 
-const EXTENSION: &str = "io.modelcontextprotocol/tasks";
-
-/// One 2026-07-28 request (the tasks extension declared) with its routing headers and `extra`
-/// ones. Returns the HTTP status and the JSON-RPC message (the last event of an SSE answer).
-fn modern(
-    server: &Server,
-    method: &str,
-    mut params: Value,
-    extra: &[(&str, &str)],
-) -> (u16, Value) {
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": { "extensions": { EXTENSION: {} } },
-    });
-    let name = params.get("name").or_else(|| params.get("taskId")).and_then(Value::as_str);
-    let name = name.map(str::to_owned);
-    let body = json!({ "jsonrpc": "2.0", "id": 7, "method": method, "params": params });
-    let mut headers = vec![("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", method)];
-    if let Some(name) = &name {
-        headers.push(("Mcp-Name", name));
-    }
-    headers.extend_from_slice(extra);
-    let r = post(server, &headers, &body.to_string());
-    let message = if r.header("Content-Type").is_some_and(|t| t.starts_with("text/event-stream")) {
-        messages(&r.events()).last().expect("an event").json()
-    } else {
-        r.json()
-    };
-    (r.status, message)
-}
-
 /// A task of `slow_compute` running `seconds` on `server`: its id.
 fn start_task(server: &Server, seconds: f64) -> String {
     let params = json!({ "name": "slow_compute", "arguments": { "seconds": seconds } });
-    let (status, message) = modern(server, "tools/call", params, &[]);
+    let (status, message) = modern_with_tasks(server, "tools/call", params, &[]);
     assert_eq!(status, 200, "{message}");
     assert_eq!(message["result"]["resultType"], "task", "{message}");
     message["result"]["taskId"].as_str().expect("taskId").to_owned()
@@ -93,7 +62,7 @@ fn ids_name_their_node_and_a_misrouted_request_is_unknown_and_counted() {
             assert!(message.contains("misrouted"), "{driver}: {method}: {message}");
         }
         // Node 2's task polled on node 1: the unknown task's -32602, saying misrouted.
-        let (_, message) = modern(&one, "tasks/get", json!({ "taskId": task_two }), &[]);
+        let (_, message) = modern_with_tasks(&one, "tasks/get", json!({ "taskId": task_two }), &[]);
         assert_eq!(message["error"]["code"], -32602, "{driver}: {message}");
         assert_eq!(message["id"], 7, "{driver}: the answer names the request: {message}");
         let text = message["error"]["message"].as_str().unwrap_or_default();
@@ -109,7 +78,8 @@ fn ids_name_their_node_and_a_misrouted_request_is_unknown_and_counted() {
             r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#,
         );
         assert_eq!(r.json()["result"], json!({}), "{driver}: {}", r.text());
-        let (status, message) = modern(&two, "tasks/get", json!({ "taskId": task_two }), &[]);
+        let (status, message) =
+            modern_with_tasks(&two, "tasks/get", json!({ "taskId": task_two }), &[]);
         assert_eq!(
             (status, message["result"]["status"].as_str()),
             (200, Some("working")),

@@ -998,3 +998,33 @@ pub fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
     child.stderr.take().expect("stderr").read_to_string(&mut err).expect("stderr");
     (status.code(), err)
 }
+
+/// One 2026-07-28 request (the tasks extension declared) with its routing headers and `extra`
+/// ones. Returns the HTTP status and the JSON-RPC message (the last event of an SSE answer).
+pub fn modern_with_tasks(
+    server: &Server,
+    method: &str,
+    mut params: serde_json::Value,
+    extra: &[(&str, &str)],
+) -> (u16, serde_json::Value) {
+    params["_meta"] = serde_json::json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": { "extensions": { "io.modelcontextprotocol/tasks": {} } },
+    });
+    let name =
+        params.get("name").or_else(|| params.get("taskId")).and_then(serde_json::Value::as_str);
+    let name = name.map(str::to_owned);
+    let body = serde_json::json!({ "jsonrpc": "2.0", "id": 7, "method": method, "params": params });
+    let mut headers = vec![("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", method)];
+    if let Some(name) = &name {
+        headers.push(("Mcp-Name", name));
+    }
+    headers.extend_from_slice(extra);
+    let r = post(server, &headers, &body.to_string());
+    let message = if r.header("Content-Type").is_some_and(|t| t.starts_with("text/event-stream")) {
+        messages(&r.events()).last().expect("an event").json()
+    } else {
+        r.json()
+    };
+    (r.status, message)
+}
