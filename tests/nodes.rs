@@ -14,7 +14,7 @@ use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use support::*;
 
 /// A task of `slow_compute` running `seconds` on `server`: its id.
