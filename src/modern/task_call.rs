@@ -397,11 +397,7 @@ pub(crate) async fn recovered(
         return None;
     }
     let task_id = params.get("taskId").and_then(|t| t.as_str())?;
-    let missing = matches!(
-        core.tasks.get(req.subject(), task_id, Instant::now()),
-        Err(TaskError::NotFound | TaskError::Misrouted)
-    );
-    if !missing {
+    if core.tasks.holds(req.subject(), task_id, Instant::now()) {
         return None;
     }
     let keep_alive = req.head.keep_alive;

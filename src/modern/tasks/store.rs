@@ -115,6 +115,12 @@ impl TaskStore {
         self.inner.tasks.borrow().values().any(|t| t.live.get() && t.status() == Status::Working)
     }
 
+    /// Whether `owner` finds task `task_id` here (what `tasks/get` would answer, without
+    /// building it, and without counting another subject's id: `tasks/get` counts that).
+    pub(crate) fn holds(&self, owner: Option<&str>, task_id: &str, now: Instant) -> bool {
+        self.find_any(task_id, now).is_ok_and(|task| task.owner.as_deref() == owner)
+    }
+
     /// The `tasks/get` result (`DetailedTask` with `resultType: "complete"`).
     pub(crate) fn get(
         &self,
@@ -209,6 +215,16 @@ impl TaskStore {
         task_id: &str,
         now: Instant,
     ) -> Result<Rc<Task>, TaskError> {
+        let task = self.find_any(task_id, now)?;
+        if task.owner.as_deref() != owner {
+            self.inner.shared.metrics.auth_foreign_subject.inc();
+            return Err(TaskError::NotFound);
+        }
+        Ok(task)
+    }
+
+    /// The task `task_id` names, whoever created it.
+    fn find_any(&self, task_id: &str, now: Instant) -> Result<Rc<Task>, TaskError> {
         self.expire(now);
         let id = TaskId::parse(task_id).ok_or(TaskError::NotFound)?;
         if id.node != self.inner.node {
@@ -217,12 +233,7 @@ impl TaskStore {
         if id.core != self.inner.core {
             return Err(TaskError::NotFound);
         }
-        let task = self.inner.tasks.borrow().get(&id.random).cloned().ok_or(TaskError::NotFound)?;
-        if task.owner.as_deref() != owner {
-            self.inner.shared.metrics.auth_foreign_subject.inc();
-            return Err(TaskError::NotFound);
-        }
-        Ok(task)
+        self.inner.tasks.borrow().get(&id.random).cloned().ok_or(TaskError::NotFound)
     }
 }
 
