@@ -9,7 +9,7 @@
 //! Never: blocks a worker (it only pops their queues), or writes a record of a session after a
 //! gap in it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -55,7 +55,7 @@ impl Mirror {
             stats,
             store: None,
             written_epoch: HashMap::new(),
-            unmarked: Vec::new(),
+            unmarked: HashSet::new(),
             lease_due: Instant::now(),
             down_logged: false,
         };
@@ -99,7 +99,7 @@ struct Writer {
     /// older) is not written until its core sends a new image.
     written_epoch: HashMap<Arc<str>, u64>,
     /// Sessions to mark not durable in the store as soon as it answers.
-    unmarked: Vec<Arc<str>>,
+    unmarked: HashSet<Arc<str>>,
     lease_due: Instant,
     down_logged: bool,
 }
@@ -126,7 +126,7 @@ impl Writer {
             }
             self.collect_broken();
             if !self.unmarked.is_empty() {
-                let sids = std::mem::take(&mut self.unmarked);
+                let sids: Vec<Arc<str>> = self.unmarked.drain().collect();
                 let ttl = self.session_ttl;
                 if !self.with_store(|store, _, _| store.mark_not_durable(&sids, ttl)) {
                     self.unmarked.extend(sids);
@@ -208,9 +208,7 @@ impl Writer {
         for queue in &self.queues {
             for sid in queue.take_broken() {
                 self.written_epoch.remove(&sid);
-                if !self.unmarked.contains(&sid) {
-                    self.unmarked.push(sid);
-                }
+                self.unmarked.insert(sid);
             }
         }
     }
@@ -220,15 +218,17 @@ impl Writer {
     fn drop_queued(&mut self) {
         for queue in &self.queues {
             let mut last = 0;
+            let mut lost: HashSet<Arc<str>> = HashSet::new();
             while let Some(queued) = queue.pop() {
                 last = queued.ticket;
                 self.stats.records_dropped_total.inc();
                 if let Some(sid) = queued.record.session() {
-                    queue.lose(sid.clone());
-                    if !self.unmarked.contains(sid) {
-                        self.unmarked.push(sid.clone());
-                    }
+                    lost.insert(sid.clone());
                 }
+            }
+            for sid in lost {
+                queue.lose(sid.clone());
+                self.unmarked.insert(sid);
             }
             queue.ack(last);
         }
@@ -262,7 +262,7 @@ impl Writer {
         }
         let epoch = self.state.epoch.load(Ordering::Acquire);
         let mut writable: Vec<&Record> = Vec::with_capacity(taken.len());
-        let mut skipped: Vec<(usize, Arc<str>)> = Vec::new();
+        let mut skipped: HashSet<(usize, Arc<str>)> = HashSet::new();
         for (core, queued) in &taken {
             match &queued.record {
                 Record::Session(image) => {
@@ -275,7 +275,7 @@ impl Writer {
                 }
                 record => match record.session() {
                     Some(sid) if self.written_epoch.get(sid) != Some(&epoch) => {
-                        skipped.push((*core, sid.clone()));
+                        skipped.insert((*core, sid.clone()));
                     }
                     _ => writable.push(record),
                 },
@@ -302,10 +302,8 @@ impl Writer {
                 for (core, queued) in &taken {
                     if let Some(sid) = queued.record.session() {
                         self.written_epoch.remove(sid);
-                        skipped.push((*core, sid.clone()));
-                        if !self.unmarked.contains(sid) {
-                            self.unmarked.push(sid.clone());
-                        }
+                        skipped.insert((*core, sid.clone()));
+                        self.unmarked.insert(sid.clone());
                     }
                 }
                 self.stats.records_dropped_total.add(taken.len() as u64);

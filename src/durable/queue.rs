@@ -123,12 +123,10 @@ impl MirrorQueue {
     }
 
     /// The mirror thread could not write `sid` whole: the core learns it before the ticket
-    /// moves on (the caller acks after).
+    /// moves on (the caller acks after, and names each session once per pass; a repeat across
+    /// passes is harmless: the core's marking is idempotent).
     pub(crate) fn lose(&self, sid: Arc<str>) {
-        let mut lost = self.lost.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !lost.contains(&sid) {
-            lost.push(sid);
-        }
+        self.lost.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(sid);
     }
 
     /// The sessions the core stopped mirroring since the last call (mirror thread).
