@@ -72,12 +72,6 @@ pub(crate) struct StreamRecord {
     pub(crate) fp: String,
     /// Its `Idempotency-Key`, if the client sent one.
     pub(crate) key: Option<String>,
-    /// Whether the tool may run again (its annotations say idempotent).
-    pub(crate) idem: bool,
-    /// The method (`tools/call`, …).
-    pub(crate) method: String,
-    /// The tool's name for a `tools/call`.
-    pub(crate) tool: Option<String>,
     /// The ring sequence number of the stream's first event.
     pub(crate) first: u64,
     /// The sequence number of its final event once it has one (the call finished).
