@@ -108,13 +108,35 @@ def figures(args):
     return 0
 
 
+def parse_unfinished_netlog(text):
+    """A NetLog as Chromium left it when stopped.
+
+    Chromium writes one event per line and closes the events array only on a clean exit; a
+    SIGTERM can land anywhere. So the array may be open and the last line cut: drop cut lines
+    (each a single event, or the polledData epilogue) until the rest closes into JSON."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    lines = text.rstrip().split("\n")
+    for _ in range(3):
+        if len(lines) < 3:
+            break
+        kept = "\n".join(lines).rstrip().rstrip(",")
+        # Cut among the events, the array is open; cut in the polledData epilogue, after the
+        # events line, it is closed.
+        for closing in ("]}", "}"):
+            try:
+                return json.loads(kept + closing)
+            except json.JSONDecodeError:
+                pass
+        lines.pop()
+    raise ValueError("the NetLog is cut before its events, or not JSON")
+
+
 def netlog(args):
     text = open(args.netlog, encoding="utf-8").read()
-    try:
-        log = json.loads(text)
-    except json.JSONDecodeError:
-        # Chromium was stopped mid-log: the events array is left open.
-        log = json.loads(text.rstrip().rstrip(",") + "]}")
+    log = parse_unfinished_netlog(text)
     kinds = {v: k for k, v in log["constants"]["logEventTypes"].items()}
     parts = urlsplit(args.page)
     origin = f"{parts.scheme}://{parts.netloc}"
