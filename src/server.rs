@@ -29,6 +29,10 @@ use crate::tls::Certs as Tls;
 /// every phase change do).
 const JOIN_POLL: Duration = Duration::from_secs(1);
 
+/// How long `Running::join` leaves a second signal's exit to the signal thread before exiting
+/// with its status itself: beyond that exit's sweep of the upstream descendants (a second).
+const IMMEDIATE_EXIT_WAIT: Duration = Duration::from_secs(3);
+
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -116,7 +120,8 @@ pub struct Running {
 
 impl Running {
     /// Blocks until the workers return, which they do once a drain ended (`shutdown`, or a
-    /// signal after `handle_signals`); before that, forever. A worker that is still busy
+    /// signal after `handle_signals`); before that, forever. While a second signal's immediate
+    /// exit is under way it does not return: the process ends with that exit's status. A worker that is still busy
     /// `DRAIN_FLUSH_MS` + 1 s after the drain's deadline (a provider blocking its thread) is
     /// left behind: `join` returns anyway, and the process may exit.
     pub fn join(self) {
@@ -140,6 +145,12 @@ impl Running {
         // The cores stopped their upstream children; they get their kill grace to exit, then
         // every descendant left (a setsid daemon of one) is killed.
         crate::upstream::wait_for_children();
+        // A second signal's exit killed the children this drain waited for: its status, not
+        // this drain's 0, is the process's. The signal thread exits once its sweep is done.
+        if let Some(status) = self.life.exiting_with() {
+            std::thread::sleep(IMMEDIATE_EXIT_WAIT);
+            std::process::exit(status);
+        }
     }
 
     /// Begins the graceful drain (see the type's doc) and returns at once; `join` waits for
@@ -221,6 +232,7 @@ impl Running {
                         );
                     } else {
                         tracing::warn!(signal, "second signal: exiting at once");
+                        life.exit_at_once(128 + signal);
                         // No upstream descendant outlives tidemark (at most a second).
                         crate::upstream::end_descendants();
                         std::process::exit(128 + signal);

@@ -8,7 +8,7 @@ use std::cell::{Cell, RefCell};
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
 use std::sync::OnceLock;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -53,6 +53,10 @@ pub(crate) struct Lifecycle {
     cores: Vec<CoreSlot>,
     /// The thread blocked in `Running::join`, unparked when a worker returns.
     joiner: OnceLock<std::thread::Thread>,
+    /// The status an immediate exit (a second signal) ends the process with, 0 while none is
+    /// under way. Set before that exit kills the upstream children, whose deaths can end the
+    /// drain: `Running::join` must not then return and let the binary exit 0 first.
+    exiting_with: AtomicI32,
 }
 
 /// One worker's slot in the lifecycle.
@@ -79,6 +83,7 @@ impl Lifecycle {
             drain_started: OnceLock::new(),
             cores: (0..cores).map(|_| slot()).collect(),
             joiner: OnceLock::new(),
+            exiting_with: AtomicI32::new(0),
         }
     }
 
@@ -96,6 +101,16 @@ impl Lifecycle {
             self.wake_all();
         }
         began.is_ok()
+    }
+
+    /// An immediate exit with `status` is under way (the signal thread's, on a second signal).
+    pub(crate) fn exit_at_once(&self, status: i32) {
+        self.exiting_with.store(status, Ordering::Release);
+    }
+
+    /// The status of the immediate exit under way, if one is.
+    pub(crate) fn exiting_with(&self) -> Option<i32> {
+        Some(self.exiting_with.load(Ordering::Acquire)).filter(|&status| status != 0)
     }
 
     /// Ends the drain (idempotent).
