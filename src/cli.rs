@@ -248,10 +248,20 @@ struct Flags {
     /// session starts without its tools; they return with tools/list_changed); repeatable.
     #[arg(long, value_name = "NAME=POLICY")]
     upstream_policy: Vec<String>,
+    /// Which MCP era to speak to HTTP upstream NAME ('*': every one): auto (the default: probe
+    /// with server/discover; 2026-07-28 when it is all the upstream serves, else initialize,
+    /// whose streams resume), legacy (initialize, no probe) or modern (2026-07-28 only);
+    /// repeatable.
+    #[arg(long, value_name = "NAME=PROTOCOL")]
+    upstream_protocol: Vec<String>,
     /// Consecutive failed tool calls of one upstream (per core) that open its circuit breaker:
     /// its calls then fail fast with -32603 naming it, without reaching it.
     #[arg(long, default_value_t = config::UPSTREAM_BREAKER_FAILURES)]
     upstream_breaker_failures: u32,
+    /// Rounds of input (InputRequiredResult after InputRequiredResult) one tool call of a
+    /// 2026-07-28 upstream may ask for before tidemark ends it with -32603.
+    #[arg(long, default_value_t = config::UPSTREAM_INPUT_ROUNDS_MAX)]
+    upstream_input_rounds_max: usize,
     /// How long an open breaker fails calls fast before one probe call goes through; also the
     /// retry interval of an optional upstream that is down.
     #[arg(long, default_value_t = config::UPSTREAM_BREAKER_PAUSE_MS)]
@@ -508,7 +518,9 @@ impl Flags {
             upstream_prefix: self.upstream_prefix,
             upstream_filter_globs_max: self.upstream_filter_globs_max,
             upstream_policy: self.upstream_policy,
+            upstream_protocol: self.upstream_protocol,
             upstream_breaker_failures: self.upstream_breaker_failures,
+            upstream_input_rounds_max: self.upstream_input_rounds_max,
             upstream_breaker_pause: Duration::from_millis(self.upstream_breaker_pause_ms),
             auth: config::AuthConfig {
                 tokens_file: self.auth_tokens,

@@ -106,7 +106,7 @@ pub use config::MigrationPolicy;
 pub use config::{AuthConfig, BuiltinSet, Config, ConfigError, DriverChoice, LogFormat};
 pub use config::{DurableConfig, DurableUrl, DurableUrlError};
 pub use config::{
-    FilterError, Isolation, ResponseMode, TlsFiles, UpstreamPolicy, UpstreamSpec,
+    FilterError, Isolation, ResponseMode, TlsFiles, UpstreamPolicy, UpstreamProtocol, UpstreamSpec,
     UpstreamSpecError, UpstreamTarget,
 };
 pub use config::{RateLimit, RateLimitError, RateScope};
@@ -114,7 +114,7 @@ pub use logging::{init_logging, reload_log_level};
 pub use provider::{
     Annotations, CallContext, Caller, Changes, LocalBoxFuture, LogLevel, Notifier, Provider,
     ProviderError, ProviderResult, SessionInfo, SessionRef, SessionStart, TaskSupport, ToolInfo,
-    Value,
+    Value, CARRIED_PREFIX,
 };
 pub use server::{Running, Server, ServerError};
 

@@ -434,6 +434,8 @@ fn upstream_providers(
         .map(Arc::new)
         .collect();
     let policies = cfg.upstream_policies().map_err(|e| ServerError::Credentials(e.to_string()))?;
+    let protocols =
+        cfg.upstream_protocols().map_err(|e| ServerError::Credentials(e.to_string()))?;
     let settings = Arc::new(crate::upstream::Settings {
         env: cfg.upstream_env.clone(),
         isolation: cfg.upstream_isolation,
@@ -446,7 +448,9 @@ fn upstream_providers(
         credentials,
         filters,
         policies,
+        protocols,
         breaker_failures: cfg.upstream_breaker_failures,
+        input_rounds_max: cfg.upstream_input_rounds_max,
         breaker_pause: cfg.upstream_breaker_pause,
     });
     let policies = cfg.upstream_prefixes().map_err(ConfigError::from)?;

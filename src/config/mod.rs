@@ -28,7 +28,9 @@ pub(crate) use filter::{NameFilter, UpstreamFilters};
 mod upstream;
 #[cfg(test)]
 pub(crate) use upstream::UPSTREAM_NAME_BYTES_MAX;
-pub use upstream::{Isolation, UpstreamPolicy, UpstreamSpec, UpstreamSpecError, UpstreamTarget};
+pub use upstream::{
+    Isolation, UpstreamPolicy, UpstreamProtocol, UpstreamSpec, UpstreamSpecError, UpstreamTarget,
+};
 pub(crate) use upstream::{PrefixPolicy, TOOL_NAME_BYTES_MAX};
 
 /// Default listen address: loopback, so DNS-rebinding protection is on (MCP 2025-11-25
@@ -178,6 +180,11 @@ pub(crate) const UPSTREAM_KILL_GRACE_MS: u64 = 2000;
 /// reaching it, for `--upstream-breaker-pause-ms`. 5: a few timeouts or crashes in a row say
 /// the upstream is down, not unlucky; fewer would open on one bad argument's crash.
 pub(crate) const UPSTREAM_BREAKER_FAILURES: u32 = 5;
+/// Rounds of input one tool call of a 2026-07-28 upstream may ask for (`InputRequiredResult`
+/// after `InputRequiredResult`, `--upstream-input-rounds-max`) before tidemark ends the call
+/// with -32603: a real tool asks a handful of questions; an upstream that keeps asking is
+/// looping, and each round holds the client.
+pub(crate) const UPSTREAM_INPUT_ROUNDS_MAX: usize = 16;
 /// How long an open breaker fails calls fast before one half-open probe call goes through
 /// (`--upstream-breaker-pause-ms`); also how often an optional upstream that was down is tried
 /// again, and the `Retry-After` (rounded up to whole seconds) of a 503 for a required one.
@@ -594,8 +601,13 @@ pub struct Config {
     /// `--upstream-policy NAME=required|optional` values (NAME an `--upstream`'s `NAME=` or
     /// `*`); an upstream none names is `required`.
     pub upstream_policy: Vec<String>,
+    /// `--upstream-protocol NAME=auto|legacy|modern` values (NAME an `--upstream`'s `NAME=` or
+    /// `*`); an upstream none names is `auto`.
+    pub upstream_protocol: Vec<String>,
     /// `--upstream-breaker-failures` (`UPSTREAM_BREAKER_FAILURES`).
     pub upstream_breaker_failures: u32,
+    /// `--upstream-input-rounds-max` (`UPSTREAM_INPUT_ROUNDS_MAX`).
+    pub upstream_input_rounds_max: usize,
     /// `--upstream-breaker-pause-ms` (`UPSTREAM_BREAKER_PAUSE_MS`).
     pub upstream_breaker_pause: Duration,
     /// Authorization (`--auth-*`, `--allow-unauthenticated`).
@@ -709,7 +721,9 @@ impl Default for Config {
             upstream_prefix: Vec::new(),
             upstream_filter_globs_max: UPSTREAM_FILTER_GLOBS_MAX,
             upstream_policy: Vec::new(),
+            upstream_protocol: Vec::new(),
             upstream_breaker_failures: UPSTREAM_BREAKER_FAILURES,
+            upstream_input_rounds_max: UPSTREAM_INPUT_ROUNDS_MAX,
             upstream_breaker_pause: Duration::from_millis(UPSTREAM_BREAKER_PAUSE_MS),
             auth: AuthConfig::with_limits(),
             log_format: LogFormat::Text,
@@ -775,6 +789,10 @@ pub enum ConfigError {
     /// `--upstream`'s `NAME=`; the value as given.
     #[error("--upstream-policy {0:?}: expected NAME=required|optional (NAME an --upstream's NAME= or '*')")]
     UpstreamPolicy(String),
+    /// An `--upstream-protocol` value is not `NAME=auto|legacy|modern` with NAME `*` or an
+    /// `--upstream`'s `NAME=`; the value as given.
+    #[error("--upstream-protocol {0:?}: expected NAME=auto|legacy|modern (NAME an --upstream's NAME= or '*')")]
+    UpstreamProtocol(String),
     /// `--auth-leeway-secs` is over `AUTH_LEEWAY_SECS_MAX`.
     #[error("--auth-leeway-secs must be at most {AUTH_LEEWAY_SECS_MAX}, got {0}")]
     LeewayTooLong(u64),
@@ -865,15 +883,33 @@ impl Config {
     /// Each `--upstream`'s failure policy, in order (`--upstream-policy`; the last value naming
     /// it wins, `*` names every upstream; `required` when none does).
     pub(crate) fn upstream_policies(&self) -> Result<Vec<UpstreamPolicy>, ConfigError> {
-        let mut policies = vec![UpstreamPolicy::default(); self.upstreams.len()];
-        for value in &self.upstream_policy {
-            let bad = || ConfigError::UpstreamPolicy(value.clone());
-            let (name, policy) = value.split_once('=').ok_or_else(bad)?;
-            let policy = UpstreamPolicy::parse(policy).ok_or_else(bad)?;
+        self.per_upstream(&self.upstream_policy, UpstreamPolicy::parse, ConfigError::UpstreamPolicy)
+    }
+
+    /// Each `--upstream`'s era, in order (`--upstream-protocol`, as `upstream_policies`; `auto`
+    /// when none names it).
+    pub(crate) fn upstream_protocols(&self) -> Result<Vec<UpstreamProtocol>, ConfigError> {
+        let parse = UpstreamProtocol::parse;
+        self.per_upstream(&self.upstream_protocol, parse, ConfigError::UpstreamProtocol)
+    }
+
+    /// One `NAME=VALUE` per-upstream flag's values as a value per `--upstream`, in order: the
+    /// last value naming an upstream wins, `*` names every one, the default where none does.
+    fn per_upstream<T: Copy + Default>(
+        &self,
+        values: &[String],
+        parse: fn(&str) -> Option<T>,
+        error: fn(String) -> ConfigError,
+    ) -> Result<Vec<T>, ConfigError> {
+        let mut chosen = vec![T::default(); self.upstreams.len()];
+        for value in values {
+            let bad = || error(value.clone());
+            let (name, word) = value.split_once('=').ok_or_else(bad)?;
+            let parsed = parse(word).ok_or_else(bad)?;
             let mut named = false;
-            for (spec, into) in self.upstreams.iter().zip(policies.iter_mut()) {
+            for (spec, into) in self.upstreams.iter().zip(chosen.iter_mut()) {
                 if name == "*" || spec.name.as_deref() == Some(name) {
-                    *into = policy;
+                    *into = parsed;
                     named = true;
                 }
             }
@@ -881,7 +917,7 @@ impl Config {
                 return Err(bad());
             }
         }
-        Ok(policies)
+        Ok(chosen)
     }
 
     /// The tracing flags: an http(s) endpoint, a ratio within 0..=1, nonzero sizes.
@@ -905,7 +941,7 @@ impl Config {
 
     /// Checks every value once, so workers can rely on them.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let nonzero: [(&'static str, u128); 45] = [
+        let nonzero: [(&'static str, u128); 46] = [
             ("threads", self.threads as u128),
             ("max-header-bytes", self.header_bytes_max as u128),
             ("max-headers", self.headers_max as u128),
@@ -943,6 +979,7 @@ impl Config {
             ("upstream-queue-bytes", self.upstream_queue_bytes as u128),
             ("upstream-filter-globs-max", self.upstream_filter_globs_max as u128),
             ("upstream-breaker-failures", u128::from(self.upstream_breaker_failures)),
+            ("upstream-input-rounds-max", self.upstream_input_rounds_max as u128),
             ("upstream-breaker-pause-ms", self.upstream_breaker_pause.as_millis()),
             ("auth-jwks-refresh-secs", self.auth_jwks_refresh.as_millis()),
             ("auth-jwks-min-refetch-secs", self.auth_jwks_min_refetch.as_millis()),
@@ -977,6 +1014,7 @@ impl Config {
         }
         self.upstream_filters()?;
         self.upstream_policies()?;
+        self.upstream_protocols()?;
         self.validate_otlp()?;
         if self.auth_leeway.as_secs() > AUTH_LEEWAY_SECS_MAX {
             return Err(ConfigError::LeewayTooLong(self.auth_leeway.as_secs()));

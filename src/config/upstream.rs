@@ -266,6 +266,34 @@ pub enum Isolation {
     Shared,
 }
 
+/// `--upstream-protocol NAME=…`: which MCP era tidemark speaks to an HTTP upstream (a stdio
+/// upstream always gets the legacy handshake: 2026-07-28 defines no stdio framing of its own).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UpstreamProtocol {
+    /// Probe with `server/discover`: an upstream that serves only 2026-07-28 is spoken to
+    /// statelessly; one that also (or only) serves a legacy revision gets `initialize`, whose
+    /// response streams can be resumed when a connection to it breaks mid-call.
+    #[default]
+    Auto,
+    /// `initialize` and a session, never a probe.
+    Legacy,
+    /// 2026-07-28 only: a session whose upstream does not offer it fails to start.
+    Modern,
+}
+
+impl UpstreamProtocol {
+    /// `auto`, `legacy` or `modern`.
+    pub(crate) fn parse(text: &str) -> Option<UpstreamProtocol> {
+        match text {
+            "auto" => Some(UpstreamProtocol::Auto),
+            "legacy" => Some(UpstreamProtocol::Legacy),
+            "modern" => Some(UpstreamProtocol::Modern),
+            _ => None,
+        }
+    }
+}
+
 /// `--upstream-policy NAME=…`: what a session does when the upstream cannot be reached as it
 /// starts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

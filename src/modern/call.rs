@@ -380,6 +380,15 @@ impl CallSink for ModernSink {
         input(self, key, method, params)
     }
 
+    fn carry(&self, key: &str, value: Value) {
+        self.used.borrow_mut().insert(key.to_owned(), value);
+    }
+
+    fn carried(&self, key: &str) -> Option<Value> {
+        // Only a sealed state holds such a key (`input_round` drops it from inputResponses).
+        self.answers.get(key).filter(|_| key.starts_with(crate::provider::CARRIED_PREFIX)).cloned()
+    }
+
     fn client_supports(&self, method: &str) -> bool {
         meta::client_can(&self.client_capabilities, method)
     }

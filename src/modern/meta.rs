@@ -16,9 +16,10 @@ use crate::provider::{LogLevel, Value};
 use crate::wire::jsonrpc::{self, RawId};
 use crate::wire::{Answer, Code, Status, WireValue};
 
-pub(crate) use crate::wire::revision::{META_PROTOCOL_VERSION, MODERN_VERSION, SUPPORTED_VERSIONS};
-pub(crate) const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
-pub(crate) const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+pub(crate) use crate::wire::revision::{
+    META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION, MODERN_VERSION,
+    SUPPORTED_VERSIONS,
+};
 pub(crate) const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 pub(crate) const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 pub(crate) const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";

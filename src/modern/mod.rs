@@ -36,7 +36,7 @@ pub(crate) use self::core::ModernCore;
 use crate::core::{label_method, refuse, refuse_rate, refuse_scope, reply, Request};
 use crate::dispatch::{self, ToolRoute};
 use crate::metrics::{EraLabel, RequestLabel};
-use crate::provider::{CallContext, SessionRef, Value};
+use crate::provider::{CallContext, SessionRef, Value, CARRIED_PREFIX};
 use crate::wire::jsonrpc::{self, Body, Message, RawId};
 use crate::wire::LEGACY_VERSIONS;
 use crate::wire::{Answer, Code, Refusal, Status, WireValue};
@@ -532,7 +532,9 @@ fn input_round(
     match params.get("inputResponses") {
         None => {}
         Some(responses) => match dispatch::to_public(responses) {
-            Value::Object(responses) => answers.extend(responses),
+            // A carried key (a bridge's upstream state) comes only from the sealed state.
+            Value::Object(responses) => answers
+                .extend(responses.into_iter().filter(|(key, _)| !key.starts_with(CARRIED_PREFIX))),
             _ => return Err(invalid("inputResponses must be an object")),
         },
     }

@@ -610,6 +610,10 @@ impl Changes {
     }
 }
 
+/// The prefix of the keys `CallContext::carry` keeps: a client's `inputResponses` entry whose
+/// key starts with it is dropped, so only tidemark's sealed state can bring one back.
+pub const CARRIED_PREFIX: &str = "tidemark/";
+
 /// An opaque identity of the client session a call belongs to: equal for every call of one
 /// session, different across sessions; carries no secret (it is not the `Mcp-Session-Id`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -659,6 +663,19 @@ pub(crate) trait CallSink {
     ) -> LocalBoxFuture<'static, ProviderResult<Value>> {
         let _ = key;
         self.request(method, params)
+    }
+    /// Keeps `value` under `key` for the call's next client round (2026-07-28: sealed into the
+    /// `requestState` of the `InputRequiredResult` this round may end with); a no-op where the
+    /// call's rounds run in one piece (the legacy path, tasks). `key` starts with
+    /// `CARRIED_PREFIX`, which a client's `inputResponses` cannot name.
+    fn carry(&self, key: &str, value: Value) {
+        let _ = (key, value);
+    }
+    /// What the previous client round of this call carried under `key` (from a verified
+    /// `requestState` only).
+    fn carried(&self, key: &str) -> Option<Value> {
+        let _ = key;
+        None
     }
     /// Whether the client declared the capability a server→client request `method` needs.
     /// Legacy sessions are not asked (their capabilities were negotiated at `initialize`).
@@ -770,6 +787,21 @@ impl CallContext {
         params: Value,
     ) -> LocalBoxFuture<'static, ProviderResult<Value>> {
         self.sink.input(key, method, params)
+    }
+
+    /// Keeps `value` under `key` (which must start with `CARRIED_PREFIX`) for this call's
+    /// next client round, when the call's rounds are split across client requests (2026-07-28
+    /// MRTR: sealed into tidemark's `requestState`, so it comes back unaltered and only for this
+    /// call); elsewhere the call runs in one piece and needs nothing carried. A bridge keeps
+    /// its upstream's own `requestState` here.
+    pub fn carry(&self, key: &str, value: Value) {
+        debug_assert!(key.starts_with(CARRIED_PREFIX), "carried keys are reserved");
+        self.sink.carry(key, value);
+    }
+
+    /// What the previous round of this call carried under `key`, if any.
+    pub fn carried(&self, key: &str) -> Option<Value> {
+        self.sink.carried(key)
     }
 
     /// Whether the client can answer server→client request `method` (it declared the

@@ -46,8 +46,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::config::UpstreamPolicy;
 use crate::config::{Isolation, NameFilter, UpstreamFilters, UpstreamSpec, UpstreamTarget};
+use crate::config::{UpstreamPolicy, UpstreamProtocol};
 use crate::metrics::CoreMetrics;
 use crate::provider::{
     Annotations, CallContext, Caller, Changes, LocalBoxFuture, LogLevel, Notifier, Provider,
@@ -65,6 +65,10 @@ use peer::{upstream_fault, Peer, PeerEvents};
 pub(crate) use process::{end_descendants, wait_for_children, ProcessCount};
 pub(crate) use settings::Settings;
 use stdio::{SpawnError, StdioTransport};
+
+/// Where a bridged call keeps its upstream's pending round of input between client rounds
+/// (`CallContext::carry`).
+const CARRIED_ROUND: &str = "tidemark/upstream-round";
 
 /// The separator between an upstream's name and a resource URI (`NAME+scheme://…`), which
 /// keeps the result a URI (`+` is allowed in a scheme).
@@ -206,6 +210,13 @@ pub(crate) struct Bridge {
     core_link: RefCell<Option<Rc<Link>>>,
     /// `--upstream-policy` of this upstream: what a session does when it cannot be reached.
     policy: UpstreamPolicy,
+    /// `--upstream-protocol` of this upstream (an HTTP one's era).
+    protocol: UpstreamProtocol,
+    /// What this core's first probe of an HTTP upstream found: `Some(Some(result))` its
+    /// `server/discover` result when it is spoken to in 2026-07-28, `Some(None)` legacy;
+    /// `None` before the first link connected (later links reuse the answer, so the probe
+    /// costs one round trip per core, not one per session).
+    discovered: RefCell<Option<Option<Value>>>,
     /// The circuit breaker of this upstream's tool calls on this core.
     breaker: Breaker,
     /// This bridge (`new_rc`), for the task that waits for an optional upstream's return.
@@ -243,6 +254,7 @@ impl Bridge {
         count: Arc<ProcessCount>,
     ) -> Bridge {
         let policy = settings.policy(index);
+        let protocol = settings.protocol(index);
         let breaker = Breaker::new(settings.breaker_failures, settings.breaker_pause);
         Bridge {
             name: Rc::from(spec.label()),
@@ -261,6 +273,8 @@ impl Bridge {
             links: RefCell::new(HashMap::new()),
             core_link: RefCell::new(None),
             policy,
+            protocol,
+            discovered: RefCell::new(None),
             breaker,
             me: Weak::new(),
             stopped: Cell::new(false),
@@ -364,16 +378,32 @@ impl Bridge {
             UpstreamTarget::Http(url) => {
                 let weak = Rc::downgrade(&peer);
                 let credentials = self.credentials.clone();
-                match HttpTransport::connect(
+                let client = http::Stateless::of_initialize(&link.client_params);
+                let transport = match HttpTransport::connect(
                     self.name.clone(),
                     url,
                     &self.settings,
                     credentials,
                     link.caller.clone(),
+                    client,
                     weak,
                 ) {
-                    Ok(transport) => peer.bind(transport),
+                    Ok(transport) => transport,
                     Err(why) => return Err(self.fault(&why)),
+                };
+                peer.bind(transport.clone());
+                let discovered = match self.discover(&peer).await {
+                    Ok(discovered) => discovered,
+                    Err(e) => {
+                        peer.shutdown();
+                        return Err(e);
+                    }
+                };
+                if let Some(result) = discovered {
+                    let capabilities = result.get("capabilities").cloned().unwrap_or_default();
+                    transport.enter_modern(&capabilities);
+                    self.relist(&peer, link, self.settings.start_timeout).await;
+                    return Ok((peer, self.session_info(&result, http::server_info(&result))));
                 }
             }
         }
@@ -395,7 +425,14 @@ impl Bridge {
         peer.notify("notifications/initialized", Value::Null);
         // A new connection (a first one, or a respawned child) may list other tools.
         self.relist(&peer, link, self.settings.start_timeout).await;
-        let info = SessionInfo {
+        Ok((peer, self.session_info(&result, result.get("serverInfo").cloned())))
+    }
+
+    /// What a client session is told of the upstream, from its `initialize` (or
+    /// `server/discover`) result: its instructions (prefixed with several upstreams), the
+    /// capabilities the bridge relays, and its `serverInfo` when it is the only upstream.
+    fn session_info(&self, result: &Value, server_info: Option<Value>) -> SessionInfo {
+        SessionInfo {
             instructions: result.get("instructions").and_then(Value::as_str).map(
                 |text| match &self.prefix {
                     Some(prefix) => format!("{prefix}: {text}"),
@@ -403,13 +440,46 @@ impl Bridge {
                 },
             ),
             capabilities: result.get("capabilities").map(forwarded_capabilities),
-            server_info: if self.prefix.is_none() {
-                result.get("serverInfo").cloned()
-            } else {
-                None
-            },
+            server_info: server_info.filter(|_| self.prefix.is_none()),
+        }
+    }
+
+    /// The era of an HTTP upstream (`--upstream-protocol`): `Some(discover result)` to speak
+    /// 2026-07-28 to it, `None` for `initialize`. `auto` probes with `server/discover` and
+    /// speaks 2026-07-28 only to an upstream that serves nothing else: one that also serves a
+    /// legacy revision gets `initialize`, whose response streams resume (`Last-Event-ID`) when
+    /// a connection to it breaks mid-call, where a broken 2026-07-28 stream is the call's
+    /// cancellation. A failed probe is a legacy upstream for `auto`, a failed start for
+    /// `modern`. The first answer on a core holds for its later links.
+    async fn discover(&self, peer: &Peer) -> ProviderResult<Option<Value>> {
+        if self.protocol == UpstreamProtocol::Legacy {
+            return Ok(None);
+        }
+        if let Some(known) = self.discovered.borrow().clone() {
+            return Ok(known);
+        }
+        let timeout = self.settings.start_timeout;
+        let probed = peer.request(http::DISCOVER, json!({}), None, timeout).await;
+        let modern = match (&probed, self.protocol) {
+            (Ok(result), UpstreamProtocol::Modern) if http::offers_modern(result) => true,
+            (Ok(result), _) => http::offers_modern(result) && !http::offers_legacy(result),
+            (Err(_), _) => false,
         };
-        Ok((peer, info))
+        if !modern && self.protocol == UpstreamProtocol::Modern {
+            let why = match probed {
+                Ok(_) => "its server/discover does not offer 2026-07-28".to_owned(),
+                Err(e) => format!("its server/discover failed: {e}"),
+            };
+            return Err(self.fault(&format!("{why} (--upstream-protocol {}=modern)", self.name)));
+        }
+        if let Err(e) = &probed {
+            tracing::debug!(upstream = %self.name, error = %e, "no server/discover: a legacy upstream");
+        }
+        let known = probed.ok().filter(|_| modern);
+        let era = if known.is_some() { "2026-07-28" } else { "legacy (initialize)" };
+        tracing::info!(upstream = %self.name, era, "upstream era chosen");
+        *self.discovered.borrow_mut() = Some(known.clone());
+        Ok(known)
     }
 
     /// Lists the link's upstream tools into its catalog; announces a change.
@@ -856,7 +926,7 @@ impl Bridge {
             None => cx,
         };
         let started = std::time::Instant::now();
-        let answer = peer.request("tools/call", params, Some(cx), self.settings.timeout).await;
+        let answer = self.call_rounds(&peer, params, &cx).await;
         if let Some((metrics, index)) = &self.calls {
             metrics.hist.upstream_call(*index, tool, started);
         }
@@ -872,6 +942,72 @@ impl Bridge {
             span.finish();
         }
         answer
+    }
+
+    /// A `tools/call` of the upstream through its rounds of input (2026-07-28 MRTR): while it
+    /// answers with an `InputRequiredResult`, each of its `inputRequests` is asked of the
+    /// client (`CallContext::input`, under the upstream's key: on a legacy session as a
+    /// server→client request on the call's stream, for a 2026-07-28 client as an entry of
+    /// tidemark's own `InputRequiredResult`) and the call is sent again with the
+    /// `inputResponses` and the upstream's `requestState`. When the client's answers come in
+    /// a later client request (2026-07-28 in front), the upstream's round is carried in
+    /// tidemark's sealed state (`CallContext::carry`), so the upstream sees each round once.
+    /// At most `--upstream-input-rounds-max` rounds.
+    async fn call_rounds(
+        &self,
+        peer: &Peer,
+        params: Value,
+        cx: &CallContext,
+    ) -> ProviderResult<Value> {
+        let mut pending = cx.carried(CARRIED_ROUND);
+        for _ in 0..=self.settings.input_rounds_max {
+            let mut round = params.clone();
+            if let Some(asked) = pending.take() {
+                // Carried before asking: an input the client has not given yet ends this
+                // client round, and the next one must find the upstream's state.
+                cx.carry(CARRIED_ROUND, asked.clone());
+                round["inputResponses"] = self.ask_client(&asked, cx).await?;
+                if let Some(state) = asked.get("requestState").filter(|s| !s.is_null()) {
+                    round["requestState"] = state.clone();
+                }
+            }
+            let timeout = self.settings.timeout;
+            let answer = peer.request("tools/call", round, Some(cx.clone()), timeout).await?;
+            if answer.get("resultType").and_then(Value::as_str) != Some("input_required") {
+                return Ok(answer);
+            }
+            pending = Some(json!({
+                "inputRequests": answer.get("inputRequests").cloned().unwrap_or_default(),
+                "requestState": answer.get("requestState").cloned().unwrap_or_default(),
+            }));
+        }
+        let max = self.settings.input_rounds_max;
+        Err(self.fault(&format!(
+            "it asked for input more than {max} times in one call (--upstream-input-rounds-max)"
+        )))
+    }
+
+    /// The client's answers to one `InputRequiredResult`'s `inputRequests`, by key. Every
+    /// request is made before any is awaited, so a 2026-07-28 client is asked them all in one
+    /// round.
+    async fn ask_client(&self, asked: &Value, cx: &CallContext) -> ProviderResult<Value> {
+        let Some(Value::Object(requests)) = asked.get("inputRequests") else {
+            return Err(self.fault("its InputRequiredResult has no inputRequests object"));
+        };
+        let mut waiting = Vec::with_capacity(requests.len());
+        for (key, request) in requests {
+            let method = request.get("method").and_then(Value::as_str);
+            let Some(method) = method.filter(|m| peer::is_plain_method(m)) else {
+                return Err(self.fault(&format!("its input request {key:?} names no method")));
+            };
+            let params = request.get("params").cloned().unwrap_or_else(|| json!({}));
+            waiting.push((key.clone(), cx.input(key, method, params)));
+        }
+        let mut answers = serde_json::Map::with_capacity(waiting.len());
+        for (key, answer) in waiting {
+            answers.insert(key, answer.await?);
+        }
+        Ok(Value::Object(answers))
     }
 
     /// Tells the breaker how an admitted call (`probe`: the half-open one) ended; a cancelled

@@ -469,7 +469,7 @@ const LIST_PAGES_MAX: usize = 1000;
 
 /// True for a method name made of the characters MCP method names use; anything else from an
 /// upstream is not passed on to clients.
-fn is_plain_method(method: &str) -> bool {
+pub(super) fn is_plain_method(method: &str) -> bool {
     !method.is_empty()
         && method.len() <= 128
         && method.bytes().all(|b| b.is_ascii_alphanumeric() || b"/_-.".contains(&b))

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::credentials::CredentialTable;
-use crate::config::{Isolation, UpstreamFilters, UpstreamPolicy};
+use crate::config::{Isolation, UpstreamFilters, UpstreamPolicy, UpstreamProtocol};
 
 /// The bridge flags, shared by every core.
 #[derive(Clone, Debug)]
@@ -24,8 +24,12 @@ pub(crate) struct Settings {
     pub(crate) filters: Vec<Arc<UpstreamFilters>>,
     /// Each upstream's `--upstream-policy` (index: the `--upstream` flags' order).
     pub(crate) policies: Vec<UpstreamPolicy>,
+    /// Each upstream's `--upstream-protocol` (index: the `--upstream` flags' order).
+    pub(crate) protocols: Vec<UpstreamProtocol>,
     /// `--upstream-breaker-failures`: consecutive failed calls that open a breaker.
     pub(crate) breaker_failures: u32,
+    /// `--upstream-input-rounds-max`: input rounds of one call of a 2026-07-28 upstream.
+    pub(crate) input_rounds_max: usize,
     /// `--upstream-breaker-pause-ms`: an open breaker's pause; an optional upstream's retry.
     pub(crate) breaker_pause: Duration,
 }
@@ -39,6 +43,11 @@ impl Settings {
     /// The policy of the `index`-th upstream (`required` when none is given).
     pub(crate) fn policy(&self, index: usize) -> UpstreamPolicy {
         self.policies.get(index).copied().unwrap_or_default()
+    }
+
+    /// The era of the `index`-th upstream (`auto` when none is given).
+    pub(crate) fn protocol(&self, index: usize) -> UpstreamProtocol {
+        self.protocols.get(index).copied().unwrap_or_default()
     }
 
     /// The `Retry-After` of a 503 for a required upstream that is down: the breaker's pause

@@ -91,7 +91,9 @@ fn bridge(spec: &str, prefixed: bool) -> Bridge {
         credentials: Default::default(),
         filters: Vec::new(),
         policies: Vec::new(),
+        protocols: Vec::new(),
         breaker_failures: 1,
+        input_rounds_max: 16,
         breaker_pause: Duration::from_millis(10),
     });
     let spec = UpstreamSpec::parse(spec).expect("parses");

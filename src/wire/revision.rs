@@ -18,6 +18,10 @@ pub(crate) const SUPPORTED_VERSIONS: [&str; 4] =
 
 /// The `_meta` member a 2026-07-28 request names its revision in.
 pub(crate) const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// The `_meta` member a 2026-07-28 request declares its client's capabilities in.
+pub(crate) const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// The `_meta` member a 2026-07-28 request names its client in.
+pub(crate) const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
 
 /// True when a decoded request's params carry the modern `_meta` protocol version (the era
 /// rule for a request that arrived without the header).
