@@ -58,12 +58,22 @@
 #   multi       two upstreams a=stdio:counter_server.py and t=stdio:mcp-server-time:
 #               py_bridge_client.py --scenario multi (a__echo, a__slow_counter, t__get_current_time,
 #               a__greeting, a+counter://value; no unprefixed names)
+#   modern      an HTTP upstream of the 2026-07-28 revision (issue 22 item 1):
+#               tests/bridge/py_modern_server.py (official Python SDK, MCPServer) behind a gate that
+#               refuses the legacy era (initialize 404 -32601), then the same server serving both
+#               eras (--both); each time tidemark --upstream URL (auto: server/discover, spoken to in
+#               2026-07-28) with py_client.py --greet --check-counter in legacy mode (the upstream's
+#               InputRequiredResult asked as a server->client request on the call's stream) and in
+#               auto mode (2026-07-28 in front: tidemark's own InputRequiredResult), ts_client.mjs,
+#               and ts_client.mjs through cut_proxy.py (resumed at tidemark, the upstream call run
+#               once); the counter rises once per call; the upstream's request log holds no
+#               initialize, no Mcp-Session-Id and only MCP-Protocol-Version 2026-07-28
 # Every stage's tidemark must survive its stage, and on SIGTERM it must end all its upstream
 # processes (checked: no child of it alive 3 s after it exits; the faults stage leaves two
 # sessions open for this).
 #
 #   --only STAGES       run only these stages (comma-separated: everything,sessions,time,counter,
-#                       retry,faults,http,multi)
+#                       retry,faults,http,multi,modern)
 #   --no-build          do not run cargo build (use the existing target/release/tidemark)
 #   --server-cmd CMD    start CMD instead of target/release/tidemark (the flags are appended; CMD
 #                       must print tidemark's first line)
@@ -81,12 +91,12 @@ RESULTS="$CACHE/bridge-results"
 TS_DIR="$CACHE/ts-clients"
 NPM_DIR="$CACHE/bridge-npm"
 VENV="$CACHE/venv"
-ALL_STAGES="everything,sessions,time,counter,retry,faults,http,multi"
+ALL_STAGES="everything,sessions,time,counter,retry,faults,http,multi,modern"
 START_TIMEOUT_S=30
 CLIENT_TIMEOUT_S=120
 CHILD_EXIT_S=3
 
-usage() { sed -n '2,73s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,83s/^# \{0,1\}//p' "$0"; }
 
 only="$ALL_STAGES"
 build=1
@@ -633,6 +643,54 @@ if want_stage multi; then
         check_no_children multi-children
         stop_server
     fi
+fi
+
+if want_stage modern; then
+    for variant in only both; do
+        counter_file="$RESULTS/counter-modern-$variant.txt"
+        up_port="$(free_port)"
+        up_flags=()
+        [ "$variant" = both ] && up_flags=(--both)
+        COUNTER_FILE="$counter_file" "$PY" "$BRIDGE/py_modern_server.py" "$up_port" \
+            "${up_flags[@]}" >"$RESULTS/upstream-modern-$variant.stdout" \
+            2>"$RESULTS/upstream-modern-$variant.stderr" &
+        up_pid=$!
+        pids+=("$up_pid")
+        if ! up_url="$(wait_for_url "$RESULTS/upstream-modern-$variant.stdout" "$up_pid" \
+            "py_modern_server")"; then
+            fail "modern-$variant-upstream-start" \
+                "$(tail -n 5 "$RESULTS/upstream-modern-$variant.stderr" | tr '\n' ' ')"
+            continue
+        fi
+        start_server "modern-$variant" --upstream "$up_url" "${FAST[@]}"
+        if [ -n "$server_url" ]; then
+            counted "modern-$variant-py-legacy" py "$server_url" --mode legacy --greet \
+                --check-counter
+            counted "modern-$variant-py-modern" py "$server_url" --mode auto --expect-era modern \
+                --greet --check-counter
+            counted "modern-$variant-ts" ts "$server_url" --check-counter
+            counted "modern-$variant-ts-cut" ts "proxy:3:1:close" "${CUT_ARGS[@]}" \
+                --check-counter --min-resumes 1
+            # What the upstream saw: the revision only, never a session or an initialize.
+            if verdict="$(curl -s "${up_url%/mcp}/debug/log" | python3 -c '
+import json, sys
+seen = json.load(sys.stdin)["requests"]
+bad = [r for r in seen if r["method"] == "initialize" or r["session"] is not None
+       or r["version"] != "2026-07-28"]
+calls = sum(r["method"] == "tools/call" for r in seen)
+first = seen[0]["method"] if seen else None
+print(f"{len(seen)} requests, {calls} tools/call, first {first}")
+sys.exit(1 if bad or first != "server/discover" else 0)
+')"; then
+                pass "modern-$variant-upstream-stateless ($verdict: all 2026-07-28, no session)"
+            else
+                fail "modern-$variant-upstream-stateless" "$verdict"
+            fi
+            stop_server
+        fi
+        kill "$up_pid" 2>/dev/null || true
+        wait "$up_pid" 2>/dev/null || true
+    done
 fi
 
 if [ "$failed" -gt 0 ]; then

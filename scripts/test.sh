@@ -16,7 +16,8 @@
 #                against --auth-tokens (requestInit headers) plus the tokenless 401
 #   bridge       scripts/bridge.sh: tidemark in front of real MCP servers (--upstream):
 #                server-everything (npm), mcp-server-time (PyPI), an official-Python-SDK stdio and
-#                HTTP server, with the official clients, the cut proxy, raw retries and faults
+#                HTTP server, and one serving 2026-07-28 (tidemark speaking that revision to it),
+#                with the official clients of both eras, the cut proxy, raw retries and faults
 #   conformance  scripts/conformance.sh: the official MCP conformance suite (0.1.16 active,
 #                pending, all; 0.2.0-alpha.12 --requirements 2025-11-25 and 2026-07-28)
 #   fault        scripts/fault.sh: the randomized fault test on each driver (io_uring, epoll):
