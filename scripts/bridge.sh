@@ -65,6 +65,7 @@
 #               2026-07-28) with py_client.py --greet --check-counter in legacy mode (the upstream's
 #               InputRequiredResult asked as a server->client request on the call's stream) and in
 #               auto mode (2026-07-28 in front: tidemark's own InputRequiredResult), ts_client.mjs,
+#               modern_ts_client.mjs (TypeScript SDK v2, pinned to 2026-07-28, greet's input round),
 #               and ts_client.mjs through cut_proxy.py (resumed at tidemark, the upstream call run
 #               once); the counter rises once per call; the upstream's request log holds no
 #               initialize, no Mcp-Session-Id and only MCP-Protocol-Version 2026-07-28
@@ -96,7 +97,7 @@ START_TIMEOUT_S=30
 CLIENT_TIMEOUT_S=120
 CHILD_EXIT_S=3
 
-usage() { sed -n '2,83s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,84s/^# \{0,1\}//p' "$0"; }
 
 only="$ALL_STAGES"
 build=1
@@ -138,6 +139,14 @@ npm_ci_pinned "$BRIDGE" "$NPM_DIR" @modelcontextprotocol/server-everything
 cp "$BRIDGE/everything_client.mjs" "$NPM_DIR/everything_client.mjs"
 cp "$BRIDGE/everything_sessions.mjs" "$NPM_DIR/everything_sessions.mjs"
 EVERYTHING_JS="$NPM_DIR/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+
+# The TypeScript SDK v2 client of the 2026-07-28 era, as scripts/clients.sh installs it (stage
+# modern only).
+TS_MODERN_DIR="$CACHE/ts-modern"
+if want_stage modern; then
+    npm_ci_pinned "$CLIENTS/ts_modern" "$TS_MODERN_DIR" @modelcontextprotocol/client
+    cp "$CLIENTS/modern_ts_client.mjs" "$TS_MODERN_DIR/modern_ts_client.mjs"
+fi
 
 # The venv of scripts/clients.sh (same creation and marker), plus mcp-server-time.
 pip_install_pinned "$VENV" "$CLIENTS/requirements.txt" tidemark-requirements.txt
@@ -284,6 +293,7 @@ run_client() {
         local start=$SECONDS cmd
         case "$kind" in
             ts) cmd=("$NODE" "$TS_DIR/ts_client.mjs") ;;
+            ts-modern) cmd=("$NODE" "$TS_MODERN_DIR/modern_ts_client.mjs") ;;
             py) cmd=("$PY" "$CLIENTS/py_client.py") ;;
             ev) cmd=("$NODE" "$NPM_DIR/everything_client.mjs") ;;
             evs) cmd=("$NODE" "$NPM_DIR/everything_sessions.mjs") ;;
@@ -669,6 +679,8 @@ if want_stage modern; then
             counted "modern-$variant-py-modern" py "$server_url" --mode auto --expect-era modern \
                 --greet --check-counter
             counted "modern-$variant-ts" ts "$server_url" --check-counter
+            counted "modern-$variant-ts-modern" ts-modern "$server_url" --check-counter \
+                --steps 3 --negotiation pin
             counted "modern-$variant-ts-cut" ts "proxy:3:1:close" "${CUT_ARGS[@]}" \
                 --check-counter --min-resumes 1
             # What the upstream saw: the revision only, never a session or an initialize.
