@@ -12,8 +12,8 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 
 use support::{
-    assert_rest, call, call_stream, counter, open_session, post, read_priming, read_progress,
-    resume, Server,
+    assert_rest, call, call_stream, counter, list_tools, open_session, post, read_priming,
+    read_progress, resume, Server,
 };
 
 fn front_of(inner: &Server, extra: &[&str]) -> Server {
@@ -28,12 +28,7 @@ fn an_http_upstreams_tools_stream_through_and_run_once() {
     let inner = Server::start(&["--tools", "demo", "--threads", "1"]);
     let front = front_of(&inner, &[]);
     let sid = open_session(&front);
-    let list = post(
-        &front,
-        &[("Mcp-Session-Id", &sid)],
-        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
-    );
-    let tools = list.json()["result"]["tools"].as_array().expect("tools").clone();
+    let tools = list_tools(&front, &sid);
     let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
     assert_eq!(names, ["echo", "slow_counter", "get_counter", "greet"]);
 

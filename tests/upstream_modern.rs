@@ -17,7 +17,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
 use serde_json::{json, Value};
-use support::{call, call_stream, post, Server, SseStream};
+use support::{call, call_stream, list_tools, post, Server, SseStream};
 
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/modern_upstream.py");
 
@@ -142,12 +142,7 @@ fn a_legacy_client_in_front_of_a_modern_only_upstream() {
     let front = front(&upstream.url, &[]);
     let sid = open_elicitor(&front);
 
-    let list = post(
-        &front,
-        &[("Mcp-Session-Id", &sid)],
-        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
-    );
-    let tools = list.json()["result"]["tools"].as_array().expect("tools").clone();
+    let tools = list_tools(&front, &sid);
     let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
     assert_eq!(names, ["echo", "slow_counter", "get_counter", "ask", "add_tool"]);
     assert_eq!(tools[0]["annotations"]["readOnlyHint"], true, "annotations pass through");

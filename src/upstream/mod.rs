@@ -926,7 +926,13 @@ impl Bridge {
             None => cx,
         };
         let started = std::time::Instant::now();
-        let answer = self.call_rounds(&peer, params, &cx).await;
+        // Only a 2026-07-28 upstream answers with rounds of input (a legacy one asks its
+        // questions as requests during the call): the others' calls go out once, as they are.
+        let answer = if self.speaks_modern() {
+            self.call_rounds(&peer, params, &cx).await
+        } else {
+            peer.request("tools/call", params, Some(cx), self.settings.timeout).await
+        };
         if let Some((metrics, index)) = &self.calls {
             metrics.hist.upstream_call(*index, tool, started);
         }
@@ -942,6 +948,11 @@ impl Bridge {
             span.finish();
         }
         answer
+    }
+
+    /// Whether this core speaks 2026-07-28 to the upstream (its probe found it modern).
+    fn speaks_modern(&self) -> bool {
+        matches!(*self.discovered.borrow(), Some(Some(_)))
     }
 
     /// A `tools/call` of the upstream through its rounds of input (2026-07-28 MRTR): while it

@@ -271,6 +271,13 @@ pub fn open_session_at(server: &Server, version: &str) -> String {
     sid
 }
 
+/// The session's `tools/list` (one page): its tools.
+pub fn list_tools(server: &Server, sid: &str) -> Vec<serde_json::Value> {
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+    let list = post(server, &[("Mcp-Session-Id", sid)], body);
+    list.json()["result"]["tools"].as_array().expect("tools").clone()
+}
+
 /// A `tools/call` body.
 pub fn call(id: u64, tool: &str, args: &str, progress: bool) -> String {
     let meta =

@@ -166,10 +166,8 @@ impl HttpTransport {
     pub(crate) fn enter_modern(&self, capabilities: &Value) {
         let link = &self.link;
         link.modern.set(true);
-        if let Some(listen_request) = link.client.listen(capabilities) {
-            if !link.listening.replace(true) && !link.stop.is_set() {
-                monoio::spawn(listen(link.clone(), Some(listen_request)));
-            }
+        if let Some(subscription) = link.client.listen(capabilities) {
+            link.start_listening(Some(subscription));
         }
     }
 }
@@ -334,10 +332,11 @@ impl Link {
         }
     }
 
-    /// Starts the standalone `GET` stream, once.
-    fn start_listening(self: &Rc<Self>) {
+    /// Starts the standalone `GET` stream (or, with `subscription`, the 2026-07-28
+    /// `subscriptions/listen` stream), once.
+    fn start_listening(self: &Rc<Self>, subscription: Option<(Vec<u8>, Heads)>) {
         if !self.listening.replace(true) && !self.stop.is_set() {
-            monoio::spawn(listen(self.clone(), None));
+            monoio::spawn(listen(self.clone(), subscription));
         }
     }
 
@@ -581,7 +580,7 @@ async fn post_task(link: Rc<Link>, post: PostBytes, expect: Expect) {
             }
         }
         Expect::Accepted { initialized } => match notice(&link, post, until).await {
-            Ok(()) if initialized => link.start_listening(),
+            Ok(()) if initialized => link.start_listening(None),
             Ok(()) | Err(Failure::Http(HttpError::Stopped)) => {}
             Err(Failure::SessionExpired) => link.session_expired(),
             Err(failure) => {
