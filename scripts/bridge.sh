@@ -69,12 +69,19 @@
 #               and ts_client.mjs through cut_proxy.py (resumed at tidemark, the upstream call run
 #               once); the counter rises once per call; the upstream's request log holds no
 #               initialize, no Mcp-Session-Id and only MCP-Protocol-Version 2026-07-28
+#   reload      upstreams changed without a restart (issue 22 item 7): tidemark --config FILE with
+#               [[upstream]] a=counter_server.py and t=mcp-server-time (prefix always);
+#               py_bridge_client.py --scenario reload (official Python SDK) starts a slow a call,
+#               rewrites FILE (a removed, t kept, b=counter_server.py added) and sends SIGHUP: the
+#               session gets tools/list_changed, the running call ends with its result, the new
+#               set is listed and callable in the same session, a's tools are refused, the
+#               counter rose once; afterwards no child of the removed upstream is left
 # Every stage's tidemark must survive its stage, and on SIGTERM it must end all its upstream
 # processes (checked: no child of it alive 3 s after it exits; the faults stage leaves two
 # sessions open for this).
 #
 #   --only STAGES       run only these stages (comma-separated: everything,sessions,time,counter,
-#                       retry,faults,http,multi,modern)
+#                       retry,faults,http,multi,modern,reload)
 #   --no-build          do not run cargo build (use the existing target/release/tidemark)
 #   --server-cmd CMD    start CMD instead of target/release/tidemark (the flags are appended; CMD
 #                       must print tidemark's first line)
@@ -92,7 +99,7 @@ RESULTS="$CACHE/bridge-results"
 TS_DIR="$CACHE/ts-clients"
 NPM_DIR="$CACHE/bridge-npm"
 VENV="$CACHE/venv"
-ALL_STAGES="everything,sessions,time,counter,retry,faults,http,multi,modern"
+ALL_STAGES="everything,sessions,time,counter,retry,faults,http,multi,modern,reload"
 START_TIMEOUT_S=30
 CLIENT_TIMEOUT_S=120
 CHILD_EXIT_S=3
@@ -651,6 +658,42 @@ if want_stage multi; then
     if [ -n "$server_url" ]; then
         sequential multi-py pyb "$server_url" --scenario multi --counter-file "$counter_file"
         check_no_children multi-children
+        stop_server
+    fi
+fi
+
+if want_stage reload; then
+    counter_file="$RESULTS/counter-reload.txt"
+    config="$RESULTS/reload.toml"
+    next_config="$RESULTS/reload-next.toml"
+    # upstream_table NAME SPEC: one [[upstream]] table, prefixed always (names stay NAME__tool
+    # whatever the set's size).
+    upstream_table() { printf '\n[[upstream]]\nname = "%s"\nspec = "%s"\nprefix = "always"\n' "$1" "$2"; }
+    { upstream_table a "$COUNTER_UP"; upstream_table t "$TIME_UP"; } >"$config"
+    { upstream_table t "$TIME_UP"; upstream_table b "$COUNTER_UP"; } >"$next_config"
+    start_server reload --config "$config" --upstream-env "COUNTER_FILE=$counter_file" \
+        --upstream-kill-grace-ms 500 "${FAST[@]}"
+    if [ -n "$server_url" ]; then
+        sequential reload-py pyb "$server_url" --scenario reload --counter-file "$counter_file" \
+            --config "$config" --next-config "$next_config" --pid "$server_pid"
+        # The removed upstream's child was stopped once its call finished, b's ended with the
+        # client's DELETE: no counter_server child is left.
+        left=""
+        for _ in $(seq 50); do
+            left="$(pgrep -P "$server_pid" -a | grep -c counter_server || true)"
+            [ "$left" -eq 0 ] && break
+            sleep 0.1
+        done
+        if [ "$left" -eq 0 ]; then
+            pass "reload-removed-child-exited (no counter_server child left)"
+        else
+            fail "reload-removed-child-exited" "$left counter_server children of tidemark left"
+        fi
+        if grep -q 'SIGHUP: upstream set applied' "$RESULTS/server-reload.stderr"; then
+            pass "reload-logged"
+        else
+            fail "reload-logged" "no 'SIGHUP: upstream set applied' in the server's log"
+        fi
         stop_server
     fi
 fi

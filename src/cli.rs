@@ -214,25 +214,25 @@ struct Flags {
     upstream_forward_authorization: Vec<String>,
     /// Expose only the tools of upstream NAME ('*': every upstream) whose own names match a
     /// GLOB ('*' any run, '?' one character); repeatable; 'NAME=GLOB[,GLOB…]'.
-    #[arg(long)]
+    #[arg(long, value_name = "NAME=GLOB")]
     upstream_allow_tools: Vec<String>,
     /// Hide the tools of upstream NAME ('*': every upstream) matching a GLOB, listed and
     /// called alike (refused as unknown); wins over --upstream-allow-tools; 'NAME=GLOB[,GLOB…]'.
-    #[arg(long)]
+    #[arg(long, value_name = "NAME=GLOB")]
     upstream_deny_tools: Vec<String>,
     /// Expose only the prompts of upstream NAME ('*': all) whose names match a GLOB (as for
     /// tools: listed, fetched and completed alike); 'NAME=GLOB[,GLOB…]'.
-    #[arg(long)]
+    #[arg(long, value_name = "NAME=GLOB")]
     upstream_allow_prompts: Vec<String>,
     /// Hide the prompts of upstream NAME ('*': all) matching a GLOB; wins over allow.
-    #[arg(long)]
+    #[arg(long, value_name = "NAME=GLOB")]
     upstream_deny_prompts: Vec<String>,
     /// Expose only the resources of upstream NAME ('*': all) whose URIs (or URI templates)
     /// match a GLOB; read and subscribe are refused as not found for the rest.
-    #[arg(long)]
+    #[arg(long, value_name = "NAME=GLOB")]
     upstream_allow_resources: Vec<String>,
     /// Hide the resources of upstream NAME ('*': all) whose URIs match a GLOB; wins over allow.
-    #[arg(long)]
+    #[arg(long, value_name = "NAME=GLOB")]
     upstream_deny_resources: Vec<String>,
     /// Whether upstream NAME's tool and prompt names are prefixed NAME__ (resource URIs NAME+):
     /// always, on-collision (only if one of its names is another provider's) or never; an
@@ -606,7 +606,7 @@ impl Config {
             print!("{}", layers::print_config(&Flags::command(), &resolved));
             std::process::exit(0);
         }
-        config_of(resolved)
+        config_of(resolved, &argv, &env)
     }
 
     /// The command line `from_args` parses, as clap's `Command`: every flag with its help and
@@ -639,11 +639,16 @@ where
         Err(ResolveError::Clap(error)) => return Err(error.to_string()),
         Err(ResolveError::Layer(error)) => return Err(error.to_string()),
     };
-    config_of(resolved).map_err(|e| e.to_string())
+    config_of(resolved, &argv, env).map_err(|e| e.to_string())
 }
 
-/// The `Config` of resolved matches, remembering the file (and its shadowed keys) for SIGHUP.
-fn config_of(resolved: Resolved) -> Result<Config, ConfigError> {
+/// The `Config` of resolved matches, remembering the file (its shadowed keys, and the command
+/// line and `TIDEMARK_*` environment to resolve it again with) for SIGHUP.
+fn config_of(
+    resolved: Resolved,
+    argv: &[OsString],
+    env: &[(String, String)],
+) -> Result<Config, ConfigError> {
     let flags = Flags::from_arg_matches(&resolved.matches)
         .map_err(|e| ConfigError::Layer(e.to_string()))?;
     let mut cfg = flags.into_config()?;
@@ -651,8 +656,21 @@ fn config_of(resolved: Resolved) -> Result<Config, ConfigError> {
     cfg.config_file = resolved.file.as_ref().map(|file| ConfigFileOrigin {
         path: file.path.clone(),
         shadowed: resolved.shadowed_file_keys(),
+        relaunch: crate::config::Relaunch {
+            argv: argv.to_vec(),
+            env: (env.iter())
+                .filter(|(name, _)| name.starts_with(layers::ENV_PREFIX))
+                .cloned()
+                .collect(),
+        },
     });
     Ok(cfg)
+}
+
+/// The configuration `origin` was resolved to, resolved again over what its file says now
+/// (SIGHUP); why not, when the file or a value no longer loads.
+pub(crate) fn reresolve(origin: &ConfigFileOrigin) -> Result<Config, String> {
+    try_from_layers(origin.relaunch.argv.iter().cloned(), &origin.relaunch.env)
 }
 
 /// The `--config` file read again against the binary's flags (SIGHUP): its values by key, or

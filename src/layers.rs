@@ -41,8 +41,22 @@ const UPSTREAM_TABLE_SPEC: &str = "spec";
 /// The long-name prefix of per-upstream flags (`--upstream-X NAME[=VALUE]` → table key `X`).
 const UPSTREAM_PREFIX: &str = "upstream-";
 /// Keys a SIGHUP applies when the file's value changed; any other changed key is logged as
-/// "restart needed". (`log-level` is applied by its own flag's reload function.)
-pub(crate) const RELOADABLE_KEYS: &[&str] = &["log-level"];
+/// "restart needed". (`log-level` is applied by its own flag's reload function; the upstream
+/// set — `[[upstream]]` tables and their per-upstream keys, `Config::with_upstream_set_of` —
+/// by the server's upstream reload.)
+pub(crate) const RELOADABLE_KEYS: &[&str] = &[
+    "log-level",
+    "upstream",
+    "upstream-allow-tools",
+    "upstream-deny-tools",
+    "upstream-allow-prompts",
+    "upstream-deny-prompts",
+    "upstream-allow-resources",
+    "upstream-deny-resources",
+    "upstream-prefix",
+    "upstream-policy",
+    "upstream-protocol",
+];
 /// Keys whose values may hold secrets: `--print-config` prints how many values they have,
 /// never the values. A unit test makes every flag whose name suggests a secret (token, key,
 /// secret, password, credential, env) either take a path or a number, or be listed here.

@@ -143,6 +143,9 @@ counters! {
     durable_recovered_tasks_total => "tidemark_durable_recovered_total{name=\"task\"}", "2026-07-28 keyed calls and tasks of another node answered from the store.";
     tools_hidden_collision => "tidemark_tools_hidden_total{reason=\"collision\"}", "Tools left out of a tool table (not listed, refused as unknown), logged once per core: a name another provider already offered (found after start-up, e.g. at a list_changed), or a prefixed name longer than the 128 characters MCP allows.";
     tools_hidden_name_too_long => "tidemark_tools_hidden_total{reason=\"name_too_long\"}", "Tools left out of a tool table (not listed, refused as unknown), logged once per core: a name another provider already offered (found after start-up, e.g. at a list_changed), or a prefixed name longer than the 128 characters MCP allows.";
+    upstream_reloads_applied => "tidemark_upstream_reloads_total{outcome=\"applied\"}", "SIGHUPs whose --config upstream set (the [[upstream]] tables and their per-upstream keys) was applied, refused whole (a bad value or a name collision: the old set stays) or unchanged; counted on core 0 by the signal thread.";
+    upstream_reloads_refused => "tidemark_upstream_reloads_total{outcome=\"refused\"}", "SIGHUPs whose --config upstream set (the [[upstream]] tables and their per-upstream keys) was applied, refused whole (a bad value or a name collision: the old set stays) or unchanged; counted on core 0 by the signal thread.";
+    upstream_reloads_unchanged => "tidemark_upstream_reloads_total{outcome=\"unchanged\"}", "SIGHUPs whose --config upstream set (the [[upstream]] tables and their per-upstream keys) was applied, refused whole (a bad value or a name collision: the old set stays) or unchanged; counted on core 0 by the signal thread.";
     trace_spans_dropped_total => "tidemark_trace_spans_dropped_total", "Finished spans dropped because their core's queue held --otlp-queue-spans (the exporter fell behind or the collector is down).";
 }
 
@@ -413,7 +416,7 @@ pub(crate) struct Histograms {
     /// `tidemark_upstream_call_duration_seconds`, by upstream index then tool; the names of
     /// the upstreams are set once at start (`name_upstreams`).
     upstreams: [UpstreamCalls; UPSTREAM_LABELS_MAX],
-    upstream_names: OnceLock<Vec<String>>,
+    upstream_names: arc_swap::ArcSwapOption<Vec<String>>,
     /// The failure counters of each upstream (by index, as `upstreams`).
     health: [UpstreamHealth; UPSTREAM_LABELS_MAX],
 }
@@ -451,7 +454,7 @@ impl Default for Histograms {
             drain: Histogram::seconds(),
             adoption: Histogram::seconds(),
             upstreams: std::array::from_fn(|_| UpstreamCalls::default()),
-            upstream_names: OnceLock::new(),
+            upstream_names: Default::default(),
             health: std::array::from_fn(|_| UpstreamHealth::default()),
         }
     }
@@ -464,9 +467,15 @@ impl Histograms {
         self.request[index].observe_since(start);
     }
 
-    /// Names the upstreams (`upstream` label, by their index in --upstream); once, at start.
+    /// Names the upstreams (`upstream` label, by index): at start, and again when a reload
+    /// adds one (a name keeps its index for the process's life, so its series go on).
     pub(crate) fn name_upstreams(&self, names: Vec<String>) {
-        let _ = self.upstream_names.set(names);
+        self.upstream_names.store(Some(Arc::new(names)));
+    }
+
+    /// The upstreams' names by index, as last set (`None` before the first).
+    fn names_of_upstreams(&self) -> Option<Arc<Vec<String>>> {
+        self.upstream_names.load_full()
     }
 
     /// The failure counters of upstream `index`.
@@ -477,7 +486,8 @@ impl Histograms {
     /// Appends the per-upstream counter families (every upstream, zeros included, so a
     /// dashboard sees the series before the first failure).
     fn render_health(cores: &[Arc<CoreMetrics>], out: &mut String) {
-        let names = cores.first().and_then(|c| c.hist.upstream_names.get());
+        let names = cores.first().and_then(|c| c.hist.names_of_upstreams());
+        let names = names.as_deref();
         let Some(names) = names else { return };
         for (family, help, pick) in HEALTH_FAMILIES {
             let _ = writeln!(out, "# HELP {family} {help}");
@@ -528,7 +538,8 @@ impl Histograms {
         }
         let family = "tidemark_upstream_call_duration_seconds";
         render_header(out, family, "tools/call forwarded to an --upstream, from sent to answered, by upstream and tool (at most UPSTREAM_TOOL_LABELS_MAX tools each, the rest as tool=\"other\").");
-        let names = cores.first().and_then(|c| c.hist.upstream_names.get());
+        let names = cores.first().and_then(|c| c.hist.names_of_upstreams());
+        let names = names.as_deref();
         for (index, name) in names.into_iter().flatten().enumerate().take(UPSTREAM_LABELS_MAX) {
             let name = if index == UPSTREAM_LABELS_MAX - 1
                 && names.is_some_and(|n| n.len() > UPSTREAM_LABELS_MAX)

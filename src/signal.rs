@@ -1,6 +1,6 @@
 //! A single-core, multi-waiter wake-up: `notify_all` wakes every task waiting at that moment.
 //! Used for "a stream has new events" (its writer) and "the session's owed state changed"
-//! (held POSTs). Core-local: `Rc`, no atomics.
+//! (held POSTs); `Countdown` waits for a group of tasks. Core-local: `Rc`, no atomics.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -44,5 +44,36 @@ impl Future for Notified<'_> {
             waiters.push(cx.waker().clone());
         }
         Poll::Pending
+    }
+}
+
+/// Completes once `done` was called `n` times: a core-local wait for a group of tasks.
+pub(crate) struct Countdown {
+    left: Cell<usize>,
+    signal: Signal,
+}
+
+impl Countdown {
+    pub(crate) fn new(n: usize) -> Countdown {
+        Countdown { left: Cell::new(n), signal: Signal::default() }
+    }
+
+    /// One of the `n` finished.
+    pub(crate) fn done(&self) {
+        self.left.set(self.left.get().saturating_sub(1));
+        if self.left.get() == 0 {
+            self.signal.notify_all();
+        }
+    }
+
+    /// Waits until all `n` finished.
+    pub(crate) async fn finished(&self) {
+        loop {
+            let notified = self.signal.notified();
+            if self.left.get() == 0 {
+                return;
+            }
+            notified.await;
+        }
     }
 }

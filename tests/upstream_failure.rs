@@ -100,31 +100,7 @@ fn tool_names(server: &Server, sid: &str) -> Vec<String> {
 fn call_final(server: &Server, sid: &str, id: u64, tool: &str) -> serde_json::Value {
     let r = post(server, &[("Mcp-Session-Id", sid)], &call(id, tool, r#"{"text":"hi"}"#, false));
     assert_eq!(r.status, 200, "{tool}: {}", r.text());
-    final_message(&r)
-}
-
-/// A 2026-07-28 `tools/call` of `tool` (no session).
-fn modern_call(server: &Server, id: u64, tool: &str) -> support::Response {
-    let meta = serde_json::json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-    });
-    let body = serde_json::json!({
-        "jsonrpc": "2.0", "id": id, "method": "tools/call",
-        "params": { "name": tool, "arguments": { "text": "hi" }, "_meta": meta },
-    });
-    let headers =
-        [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/call"), ("Mcp-Name", tool)];
-    post(server, &headers, &body.to_string())
-}
-
-/// The final JSON-RPC message of a response, JSON or SSE.
-fn final_message(r: &support::Response) -> serde_json::Value {
-    if r.header("Content-Type").is_some_and(|t| t.starts_with("text/event-stream")) {
-        let messages = support::messages(&r.events());
-        return messages.last().expect("an answer").json();
-    }
-    r.json()
+    support::final_message(&r)
 }
 
 #[test]
@@ -152,11 +128,11 @@ fn a_required_upstream_that_is_down_refuses_the_session_with_503_naming_it() {
         assert_eq!(metric(&server, "tidemark_upstream_down_total{upstream=\"gone\"}"), 1);
         assert_eq!(metric(&server, "tidemark_upstream_down_total{upstream=\"up\"}"), 0);
 
-        let served = modern_call(&server, 2, "up__echo");
+        let served = support::modern_echo_call(&server, 2, "up__echo");
         assert_eq!(served.status, 200, "{driver}: the other upstream: {}", served.text());
-        let answer = final_message(&served);
+        let answer = support::final_message(&served);
         assert_eq!(answer["result"]["content"][0]["text"], "hi", "{driver}: {answer}");
-        let refused = modern_call(&server, 3, "gone__echo");
+        let refused = support::modern_echo_call(&server, 3, "gone__echo");
         assert_eq!(refused.status, 503, "{driver}: {}", refused.text());
         assert_eq!(refused.header("Retry-After"), Some("2"), "{driver}");
         assert_eq!(refused.json()["error"]["data"]["upstream"], "gone", "{driver}");
@@ -193,7 +169,7 @@ fn an_optional_upstream_that_is_down_is_left_out_until_it_returns_with_list_chan
         let answer = call_final(&server, &sid, 3, "late__echo");
         assert_eq!(answer["error"]["code"], -32602, "{driver}: unknown while down: {answer}");
         // 2026-07-28: the core's link to it is down as well (the tool is unknown, not 503).
-        let answer = final_message(&modern_call(&server, 5, "late__echo"));
+        let answer = support::final_message(&support::modern_echo_call(&server, 5, "late__echo"));
         assert_eq!(answer["error"]["code"], -32602, "{driver}: modern, down: {answer}");
 
         let get = support::request(
@@ -219,7 +195,8 @@ fn an_optional_upstream_that_is_down_is_left_out_until_it_returns_with_list_chan
         assert_eq!(answer["result"]["content"][0]["text"], "hi", "{driver}: {answer}");
         // The core's link came back on its own too (its own retry).
         support::wait_until(Duration::from_secs(10), "the 2026-07-28 tool back", || {
-            final_message(&modern_call(&server, 6, "late__echo"))["result"]["content"][0]["text"]
+            support::final_message(&support::modern_echo_call(&server, 6, "late__echo"))["result"]
+                ["content"][0]["text"]
                 == "hi"
         });
     }

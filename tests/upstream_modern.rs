@@ -86,16 +86,6 @@ fn open_elicitor(server: &Server) -> String {
     sid
 }
 
-/// The final JSON-RPC message of a response, JSON or SSE.
-fn final_message(r: &support::Response) -> Value {
-    if r.header("Content-Type").is_some_and(|c| c.starts_with("text/event-stream")) {
-        let mut answer = r.events().into_iter().filter(|e| !e.is_priming()).map(|e| e.json());
-        answer.rfind(|m| m.get("id").is_some()).expect("a final message")
-    } else {
-        r.json()
-    }
-}
-
 fn text_of(message: &Value) -> String {
     let text = message["result"]["content"][0]["text"].as_str();
     text.unwrap_or_else(|| panic!("a text result: {message}")).to_owned()
@@ -149,7 +139,7 @@ fn a_legacy_client_in_front_of_a_modern_only_upstream() {
 
     let echo =
         post(&front, &[("Mcp-Session-Id", &sid)], &call(2, "echo", r#"{"text":"hi"}"#, false));
-    assert_eq!(text_of(&final_message(&echo)), "hi");
+    assert_eq!(text_of(&support::final_message(&echo)), "hi");
 
     // Progress of a stateless upstream call reaches the session's stream, and it runs once.
     let mut s = call_stream(&front, &sid, &call(3, "slow_counter", r#"{"steps":3}"#, true), &[]);
@@ -177,7 +167,7 @@ fn a_legacy_client_in_front_of_a_modern_only_upstream() {
     let mut listen = SseStream::open(&front, &raw);
     assert_eq!(listen.status, 200);
     let added = post(&front, &[("Mcp-Session-Id", &sid)], &call(6, "add_tool", "{}", false));
-    assert_eq!(text_of(&final_message(&added)), "added");
+    assert_eq!(text_of(&support::final_message(&added)), "added");
     let changed = loop {
         let ev = listen.next_event().expect("list_changed on the GET stream");
         if !ev.is_priming() {
@@ -206,10 +196,14 @@ fn a_modern_client_in_front_of_a_modern_only_upstream_answers_its_input_in_two_r
     let front = front(&upstream.url, &[]);
     let echo =
         modern(&front, 1, "tools/call", json!({ "name": "echo", "arguments": { "text": "yo" } }));
-    assert_eq!(text_of(&final_message(&echo)), "yo");
+    assert_eq!(text_of(&support::final_message(&echo)), "yo");
 
-    let first =
-        final_message(&modern(&front, 2, "tools/call", json!({ "name": "ask", "arguments": {} })));
+    let first = support::final_message(&modern(
+        &front,
+        2,
+        "tools/call",
+        json!({ "name": "ask", "arguments": {} }),
+    ));
     let result = &first["result"];
     assert_eq!(result["resultType"], "input_required", "{first}");
     assert_eq!(result["inputRequests"]["who"]["method"], "elicitation/create", "{first}");
@@ -220,7 +214,7 @@ fn a_modern_client_in_front_of_a_modern_only_upstream_answers_its_input_in_two_r
     let retry = json!({ "name": "ask", "arguments": {}, "requestState": state,
         "inputResponses": { "who": { "action": "accept", "content": { "name": "Ada" } },
                             "tidemark/upstream-round": { "requestState": "forged" } } });
-    let done = final_message(&modern(&front, 3, "tools/call", retry));
+    let done = support::final_message(&modern(&front, 3, "tools/call", retry));
     assert_eq!(text_of(&done), "Hello, Ada!", "{done}");
     assert_eq!(upstream.seen("tools/call", Some("ask")), 2, "each upstream round once");
 }
@@ -234,7 +228,7 @@ fn both_eras_of_clients_through_two_tidemarks_speaking_2026_07_28_between_them()
     let sid = open_elicitor(&front);
     assert_eq!(ask_on_session(&front, &sid, "greet"), "Hello, Ada!");
     // And as an InputRequiredResult for a 2026-07-28 client, through both tidemarks' states.
-    let first = final_message(&modern(
+    let first = support::final_message(&modern(
         &front,
         2,
         "tools/call",
@@ -247,7 +241,10 @@ fn both_eras_of_clients_through_two_tidemarks_speaking_2026_07_28_between_them()
     let state = first["result"]["requestState"].clone();
     let retry = json!({ "name": "greet", "arguments": {}, "requestState": state,
         "inputResponses": { key.as_str(): { "action": "accept", "content": { "name": "Ada" } } } });
-    assert_eq!(text_of(&final_message(&modern(&front, 3, "tools/call", retry))), "Hello, Ada!");
+    assert_eq!(
+        text_of(&support::final_message(&modern(&front, 3, "tools/call", retry))),
+        "Hello, Ada!"
+    );
     // The inner tidemark held no legacy session: every request was stateless.
     let sessions =
         support::metric(&support::scrape(&inner.metrics()), "tidemark_sessions_created_total");
@@ -262,7 +259,7 @@ fn auto_keeps_initialize_for_an_upstream_that_also_serves_a_legacy_revision() {
     let sid = open_elicitor(&front);
     let echo =
         post(&front, &[("Mcp-Session-Id", &sid)], &call(2, "echo", r#"{"text":"hi"}"#, false));
-    assert_eq!(text_of(&final_message(&echo)), "hi");
+    assert_eq!(text_of(&support::final_message(&echo)), "hi");
     let sessions =
         support::metric(&support::scrape(&inner.metrics()), "tidemark_sessions_created_total");
     assert_eq!(sessions, 1, "a legacy upstream session, resumable");

@@ -643,6 +643,23 @@ pub(crate) struct ConfigFileOrigin {
     pub(crate) path: PathBuf,
     /// Its keys that a higher layer shadows.
     pub(crate) shadowed: Vec<String>,
+    /// The command line and environment the configuration was resolved from: SIGHUP resolves
+    /// them again over the file's new values (the upstream set: `server::upstreams`).
+    pub(crate) relaunch: Relaunch,
+}
+
+/// A command line and its `TIDEMARK_*` environment, kept to resolve the layers again. `Debug`
+/// shows only their sizes (values may be secrets).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub(crate) struct Relaunch {
+    pub(crate) argv: Vec<std::ffi::OsString>,
+    pub(crate) env: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for Relaunch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Relaunch {{ {} args, {} env vars }}", self.argv.len(), self.env.len())
+    }
 }
 
 impl Default for Config {
@@ -845,6 +862,25 @@ impl Config {
             replay_events_max: 16,
             replay_bytes_max: 4096,
             ..Config::default()
+        }
+    }
+
+    /// This configuration with the upstream set of `other`: the `--upstream`s and their
+    /// per-upstream `NAME=…` flags (filters, prefix, failure policy, era) — what a SIGHUP may
+    /// change (`layers::RELOADABLE_KEYS`); every other setting stays this one's.
+    pub(crate) fn with_upstream_set_of(&self, other: &Config) -> Config {
+        Config {
+            upstreams: other.upstreams.clone(),
+            upstream_allow_tools: other.upstream_allow_tools.clone(),
+            upstream_deny_tools: other.upstream_deny_tools.clone(),
+            upstream_allow_prompts: other.upstream_allow_prompts.clone(),
+            upstream_deny_prompts: other.upstream_deny_prompts.clone(),
+            upstream_allow_resources: other.upstream_allow_resources.clone(),
+            upstream_deny_resources: other.upstream_deny_resources.clone(),
+            upstream_prefix: other.upstream_prefix.clone(),
+            upstream_policy: other.upstream_policy.clone(),
+            upstream_protocol: other.upstream_protocol.clone(),
+            ..self.clone()
         }
     }
 

@@ -146,7 +146,21 @@ struct SessionTools {
 
 /// All providers of one core.
 pub(crate) struct Registry {
-    providers: Vec<Rc<dyn Provider>>,
+    /// In order; replaced whole by an upstream reload (`replace`), so a method iterates the
+    /// list it began with (`providers()`) across its awaits.
+    providers: RefCell<Rc<[Rc<dyn Provider>]>>,
+    /// Bumped by every `replace`: a session that opened across one catches up (`open_session`).
+    generation: std::cell::Cell<u64>,
+    /// Each open session's start (the core's stateless one's too, once opened): what a provider
+    /// a reload adds is opened with for the sessions already running. Removed when the session
+    /// closes; bounded by the sessions a core may hold.
+    starts: RefCell<FastMap<SessionRef, SessionStart>>,
+    /// Sessions a reload has not caught up yet (`replace` … `caught_up`): their tables stay as
+    /// they were (the old providers still serve) until the added providers opened for them.
+    catching_up: RefCell<Vec<SessionRef>>,
+    /// Providers a reload removed that still finish their calls (`runtime::reload`); `stop`
+    /// stops them too, so none outlives the core.
+    retiring: RefCell<Vec<Rc<dyn Provider>>>,
     changes: Changes,
     /// The core's table: every session's whose providers list nothing of their own (built-in
     /// tools, shared upstreams) and the 2026-07-28 requests'. Shared by `Rc`, never copied.
@@ -154,6 +168,8 @@ pub(crate) struct Registry {
     /// Each provider's tools as the core last listed them (index: `providers`), for the
     /// session tables.
     core_lists: RefCell<Rc<[Rc<[ToolInfo]>]>>,
+    /// The provider list `core_lists` is of (after a reload it may not be the current one).
+    core_lists_of: RefCell<Rc<[Rc<dyn Provider>]>>,
     /// The tables of sessions that have their own (per-session upstreams); a session without
     /// an entry reads the core's. Removed when the session closes.
     session_tools: RefCell<FastMap<SessionRef, SessionTools>>,
@@ -161,7 +177,9 @@ pub(crate) struct Registry {
     listing: std::cell::Cell<u64>,
     /// The listing the core's table is from (session tables built on an older one are rebuilt).
     core_listing: std::cell::Cell<u64>,
-    capabilities: Value,
+    /// Grows when a reload adds a provider with resources or prompts (never shrinks: a
+    /// session that was promised a feature keeps getting answers for it).
+    capabilities: RefCell<Rc<Value>>,
     /// Whether every provider has opened `SessionRef::STATELESS` (the 2026-07-28 requests of
     /// this core), and a wake-up for requests waiting while it opens.
     stateless: std::cell::Cell<StatelessOpen>,
@@ -187,21 +205,18 @@ impl Registry {
         for provider in &providers {
             provider.attach(changes.clone());
         }
-        let mut has_resources = false;
-        let mut has_prompts = false;
-        for provider in &providers {
-            let none = SessionRef::NONE;
-            let resources = provider.list_resources(none).await.unwrap_or_default();
-            let templates = provider.list_resource_templates(none).await.unwrap_or_default();
-            has_resources |= !resources.is_empty() || !templates.is_empty();
-            has_prompts |= !provider.list_prompts(none).await.unwrap_or_default().is_empty();
-        }
+        let (has_resources, has_prompts) = features(&providers).await;
         let registry = Registry {
-            capabilities: capabilities(has_resources, has_prompts),
-            providers,
+            capabilities: RefCell::new(Rc::new(capabilities(has_resources, has_prompts))),
+            providers: RefCell::new(providers.into()),
+            generation: std::cell::Cell::new(0),
+            starts: RefCell::new(FastMap::default()),
+            retiring: RefCell::new(Vec::new()),
+            catching_up: RefCell::new(Vec::new()),
             changes,
             tools: RefCell::new(Rc::new(ToolTable::default())),
             core_lists: RefCell::new(Rc::from(Vec::new())),
+            core_lists_of: RefCell::new(Rc::from(Vec::new())),
             session_tools: RefCell::new(FastMap::default()),
             listing: std::cell::Cell::new(0),
             core_listing: std::cell::Cell::new(0),
@@ -222,6 +237,9 @@ impl Registry {
         if session == SessionRef::STATELESS || session == SessionRef::NONE {
             return;
         }
+        if self.catching_up.borrow().contains(&session) {
+            return;
+        }
         let outdated = self
             .session_tools
             .borrow()
@@ -235,8 +253,9 @@ impl Registry {
     async fn relist_tools(&self) {
         let listing = self.listing.get() + 1;
         self.listing.set(listing);
-        let mut lists: Vec<Rc<[ToolInfo]>> = Vec::with_capacity(self.providers.len());
-        for provider in &self.providers {
+        let providers = self.providers();
+        let mut lists: Vec<Rc<[ToolInfo]>> = Vec::with_capacity(providers.len());
+        for provider in providers.iter() {
             let tools = match provider.list_tools().await {
                 Ok(tools) => tools,
                 Err(e) => {
@@ -247,11 +266,11 @@ impl Registry {
             lists.push(tools.into());
         }
         let previous = self.tools.borrow().clone();
-        let table =
-            ToolTable::build(self.providers.iter().zip(lists.iter().map(|l| &l[..])), &previous);
+        let table = ToolTable::build(providers.iter().zip(lists.iter().map(|l| &l[..])), &previous);
         if self.listing.get() == listing {
             *self.tools.borrow_mut() = Rc::new(table);
             *self.core_lists.borrow_mut() = lists.into();
+            *self.core_lists_of.borrow_mut() = providers;
             self.core_listing.set(listing);
         }
     }
@@ -261,10 +280,18 @@ impl Registry {
     async fn relist_session(&self, session: SessionRef) {
         let core_listing = self.core_listing.get();
         let core_lists = self.core_lists.borrow().clone();
+        let providers = self.providers();
+        // The core's lists are by position: after a reload they may be of another provider set
+        // (the core's listing then is older than this one, and the session's table is built
+        // again once the core listed anew).
+        let same_set = Rc::ptr_eq(&self.core_lists_of.borrow(), &providers);
         let mut own_any = false;
-        let mut lists: Vec<Rc<[ToolInfo]>> = Vec::with_capacity(self.providers.len());
-        for (index, provider) in self.providers.iter().enumerate() {
-            let core = || core_lists.get(index).cloned().unwrap_or_else(|| Rc::from(Vec::new()));
+        let mut lists: Vec<Rc<[ToolInfo]>> = Vec::with_capacity(providers.len());
+        for (index, provider) in providers.iter().enumerate() {
+            let core = || {
+                (core_lists.get(index).filter(|_| same_set).cloned())
+                    .unwrap_or_else(|| Rc::from(Vec::new()))
+            };
             match provider.list_session_tools(session).await {
                 Ok(Some(tools)) => {
                     own_any = true;
@@ -286,8 +313,7 @@ impl Registry {
         let previous: Rc<ToolTable> = (self.session_tools.borrow().get(&session))
             .map(|own| own.table.clone())
             .unwrap_or_default();
-        let table =
-            ToolTable::build(self.providers.iter().zip(lists.iter().map(|l| &l[..])), &previous);
+        let table = ToolTable::build(providers.iter().zip(lists.iter().map(|l| &l[..])), &previous);
         let own = SessionTools { table: Rc::new(table), core_listing };
         self.session_tools.borrow_mut().insert(session, own);
     }
@@ -312,29 +338,52 @@ impl Registry {
     }
 
     /// `ServerCapabilities` for the `initialize` result.
-    pub(crate) fn capabilities(&self) -> &Value {
-        &self.capabilities
+    pub(crate) fn capabilities(&self) -> Rc<Value> {
+        self.capabilities.borrow().clone()
+    }
+
+    /// The providers, in order, as they are now (a reload replaces the list, never edits it).
+    fn providers(&self) -> Rc<[Rc<dyn Provider>]> {
+        self.providers.borrow().clone()
     }
 
     /// Tells every provider that a session starts, in order, and gathers what they add to
     /// its `initialize` result. On the first refusal the providers already opened are closed
-    /// again and the refusal is returned.
+    /// again and the refusal is returned. A reload that replaced the providers meanwhile is
+    /// caught up with: the session is opened on the providers it added (their infos are not
+    /// in the result) and closed on those it removed.
     pub(crate) async fn open_session(
         &self,
         start: &SessionStart,
     ) -> Result<Vec<SessionInfo>, ProviderError> {
-        let mut infos = Vec::with_capacity(self.providers.len());
-        for (opened, provider) in self.providers.iter().enumerate() {
+        let mut opened_on = self.providers();
+        let mut generation = self.generation.get();
+        let mut infos = Vec::with_capacity(opened_on.len());
+        for (opened, provider) in opened_on.iter().enumerate() {
             match provider.open_session(start).await {
                 Ok(info) => infos.push(info),
                 Err(e) => {
-                    for earlier in &self.providers[..opened] {
+                    for earlier in &opened_on[..opened] {
                         earlier.close_session(start.session);
                     }
                     return Err(e);
                 }
             }
         }
+        while self.generation.get() != generation {
+            generation = self.generation.get();
+            let now = self.providers();
+            for gone in opened_on.iter().filter(|p| !holds(&now, p)) {
+                gone.close_session(start.session);
+            }
+            for added in now.iter().filter(|p| !holds(&opened_on, p)) {
+                if let Err(e) = added.open_session(start).await {
+                    tracing::warn!(provider = added.name(), error = %e, "a reloaded provider could not open a starting session");
+                }
+            }
+            opened_on = now;
+        }
+        self.starts.borrow_mut().insert(start.session, start.clone());
         // A provider may have re-listed its tools while opening (a bridge's first upstream),
         // and a per-session upstream lists this session's own.
         if self.changes.take_tools_stale() {
@@ -345,6 +394,93 @@ impl Registry {
             self.relist_session(start.session).await;
         }
         Ok(infos)
+    }
+
+    /// Replaces the providers with `next` (an upstream reload: `runtime::reload`). Those `next`
+    /// adds are attached; those it drops are returned, still serving the calls they run (the
+    /// caller stops them once those finished) but no longer listed or routed to once the
+    /// tables are rebuilt. Returns with the starts of the open sessions, which the caller
+    /// opens the added providers for (`open_added`).
+    pub(crate) fn replace(&self, next: Vec<Rc<dyn Provider>>) -> Replaced {
+        let old = self.providers();
+        let added: Vec<Rc<dyn Provider>> =
+            next.iter().filter(|p| !holds(&old, p)).cloned().collect();
+        let removed: Vec<Rc<dyn Provider>> =
+            old.iter().filter(|p| !holds(&next, p)).cloned().collect();
+        for provider in &added {
+            provider.attach(self.changes.clone());
+        }
+        *self.providers.borrow_mut() = next.into();
+        self.generation.set(self.generation.get() + 1);
+        self.retiring.borrow_mut().extend(removed.iter().cloned());
+        let starts: Vec<SessionStart> = self.starts.borrow().values().cloned().collect();
+        *self.catching_up.borrow_mut() = starts.iter().map(|start| start.session).collect();
+        Replaced { added, removed, starts }
+    }
+
+    /// After `replace` and every `open_added`: the core's tools listed again, with the
+    /// capabilities grown by what the added providers offer, and the 2026-07-28 list
+    /// subscriptions told.
+    pub(crate) async fn relist_after_replace(&self, added: &[Rc<dyn Provider>]) {
+        let (has_resources, has_prompts) = features(added).await;
+        if has_resources || has_prompts {
+            let was = self.capabilities();
+            let had = |key: &str| was.get(key).is_some();
+            let grown =
+                capabilities(has_resources || had("resources"), has_prompts || had("prompts"));
+            *self.capabilities.borrow_mut() = Rc::new(grown);
+        }
+        self.changes.take_tools_stale();
+        self.relist_tools().await;
+        self.changes.tools_changed();
+        self.changes.prompts_changed();
+        self.changes.resources_changed();
+    }
+
+    /// After `replace`: `start`'s session opened on the `added` providers (a refusal is
+    /// logged; the session goes on without that provider).
+    pub(crate) async fn open_added(&self, start: &SessionStart, added: &[Rc<dyn Provider>]) {
+        let session = start.session;
+        for provider in added {
+            if let Err(e) = provider.open_session(start).await {
+                tracing::warn!(provider = provider.name(), error = %e, "a reloaded provider could not open a running session; it goes on without it");
+            }
+            // The session ended while the provider opened it: what it opened is closed again.
+            if !self.starts.borrow().contains_key(&session) {
+                provider.close_session(session);
+            }
+        }
+    }
+
+    /// After `relist_after_replace`: `start`'s session's table rebuilt over the new providers
+    /// and its client told `notifications/tools/list_changed` (and prompts/resources, when
+    /// declared), once.
+    pub(crate) async fn caught_up(&self, start: &SessionStart) {
+        let session = start.session;
+        self.catching_up.borrow_mut().retain(|s| *s != session);
+        if !self.starts.borrow().contains_key(&session) {
+            return;
+        }
+        if session != SessionRef::STATELESS && session != SessionRef::NONE {
+            self.changes.take_session_stale(session);
+            self.relist_session(session).await;
+        }
+        start.notifier.notify("notifications/tools/list_changed", Value::Null);
+        let capabilities = self.capabilities();
+        if capabilities.get("prompts").is_some() {
+            start.notifier.notify("notifications/prompts/list_changed", Value::Null);
+        }
+        if capabilities.get("resources").is_some() {
+            start.notifier.notify("notifications/resources/list_changed", Value::Null);
+        }
+    }
+
+    /// A provider `replace` removed has finished (or was given up on): it leaves the list
+    /// that `stop` stops.
+    pub(crate) fn retired(&self, provider: &Rc<dyn Provider>) {
+        self.retiring
+            .borrow_mut()
+            .retain(|p| !std::ptr::addr_eq(Rc::as_ptr(p), Rc::as_ptr(provider)));
     }
 
     /// Opens `SessionRef::STATELESS` on every provider, once per core, before the core's first
@@ -373,12 +509,13 @@ impl Registry {
         // Every provider is opened even when one fails: the others' tools are served (a
         // request needing the failed one gets its refusal), and the open is tried again.
         let mut failure = None;
-        for provider in &self.providers {
+        for provider in self.providers().iter() {
             if let Err(e) = provider.open_session(&start).await {
                 tracing::warn!(provider = provider.name(), error = %e, "a provider could not open the stateless (2026-07-28) session");
                 failure.get_or_insert(e);
             }
         }
+        self.starts.borrow_mut().insert(start.session, start.clone());
         if self.changes.take_tools_stale() {
             self.relist_tools().await;
         }
@@ -393,9 +530,13 @@ impl Registry {
         self.stateless_failure.borrow().clone()
     }
 
-    /// Tells every provider that the core stops.
+    /// Tells every provider that the core stops (those still retiring too).
     pub(crate) fn stop(&self) {
-        for provider in &self.providers {
+        for provider in self.providers().iter() {
+            provider.stop();
+        }
+        let retiring = std::mem::take(&mut *self.retiring.borrow_mut());
+        for provider in retiring {
             provider.stop();
         }
     }
@@ -403,8 +544,10 @@ impl Registry {
     /// Tells every provider that a session ended.
     pub(crate) fn close_session(&self, session: SessionRef) {
         self.session_tools.borrow_mut().remove(&session);
+        self.starts.borrow_mut().remove(&session);
+        self.catching_up.borrow_mut().retain(|s| *s != session);
         self.changes.take_session_stale(session);
-        for provider in &self.providers {
+        for provider in self.providers().iter() {
             provider.close_session(session);
         }
     }
@@ -488,15 +631,17 @@ impl Registry {
     /// `{"<key>": [...]}` from every provider's list, in provider order. A provider whose list
     /// fails is left out (logged), as in `tools/list`: one broken provider must not hide the
     /// others' items.
-    async fn gather<'a, F>(&'a self, key: &str, list: F) -> Result<Value, ProviderError>
+    async fn gather<F>(&self, key: &str, list: F) -> Result<Value, ProviderError>
     where
-        F: Fn(
-            &'a dyn Provider,
-        )
-            -> crate::provider::LocalBoxFuture<'a, crate::provider::ProviderResult<Vec<Value>>>,
+        F: for<'p> Fn(
+            &'p dyn Provider,
+        ) -> crate::provider::LocalBoxFuture<
+            'p,
+            crate::provider::ProviderResult<Vec<Value>>,
+        >,
     {
         let mut items = Vec::new();
-        for provider in &self.providers {
+        for provider in self.providers().iter() {
             match list(provider.as_ref()).await {
                 Ok(listed) => items.extend(listed),
                 Err(e) => {
@@ -517,7 +662,7 @@ impl Registry {
         uri: &str,
         on: bool,
     ) -> Result<(), ProviderError> {
-        for provider in &self.providers {
+        for provider in self.providers().iter() {
             if provider.subscribe_resource(session, uri, on).await? {
                 return Ok(());
             }
@@ -527,7 +672,7 @@ impl Registry {
 
     /// The `resources/read` result from the first provider that knows `uri`.
     async fn read_resource(&self, session: SessionRef, uri: &str) -> Result<Value, ProviderError> {
-        for provider in &self.providers {
+        for provider in self.providers().iter() {
             if let Some(found) = provider.read_resource(session, uri).await? {
                 return Ok(found);
             }
@@ -547,7 +692,7 @@ impl Registry {
         name: &str,
         arguments: Value,
     ) -> Result<Value, ProviderError> {
-        for provider in &self.providers {
+        for provider in self.providers().iter() {
             if let Some(found) = provider.get_prompt(session, name, arguments.clone()).await? {
                 return Ok(found);
             }
@@ -563,7 +708,7 @@ impl Registry {
         arguments: Value,
         cx: crate::provider::CallContext,
     ) -> Result<Value, ProviderError> {
-        for provider in &self.providers {
+        for provider in self.providers().iter() {
             let session = SessionRef::STATELESS;
             let found =
                 provider.get_prompt_with_context(session, name, arguments.clone(), cx.clone());
@@ -581,7 +726,7 @@ impl Registry {
         let reference = params.get("ref").map(to_public).unwrap_or(Value::Null);
         let argument = params.get("argument").map(to_public).unwrap_or(Value::Null);
         let mut values = Vec::new();
-        for provider in &self.providers {
+        for provider in self.providers().iter() {
             if let Ok(Some(found)) = provider.complete(session, &reference, &argument).await {
                 values = found;
                 break;
@@ -589,6 +734,33 @@ impl Registry {
         }
         completion(values)
     }
+}
+
+/// What `Registry::replace` changed: the providers it added and removed, and the starts of the
+/// sessions open at that moment.
+pub(crate) struct Replaced {
+    pub(crate) added: Vec<Rc<dyn Provider>>,
+    pub(crate) removed: Vec<Rc<dyn Provider>>,
+    pub(crate) starts: Vec<SessionStart>,
+}
+
+/// Whether `list` holds `provider` (the same instance).
+fn holds(list: &[Rc<dyn Provider>], provider: &Rc<dyn Provider>) -> bool {
+    list.iter().any(|p| std::ptr::addr_eq(Rc::as_ptr(p), Rc::as_ptr(provider)))
+}
+
+/// Whether any of `providers` has resources (or templates), and whether any has prompts: the
+/// features `capabilities` declares.
+async fn features(providers: &[Rc<dyn Provider>]) -> (bool, bool) {
+    let (mut has_resources, mut has_prompts) = (false, false);
+    for provider in providers {
+        let none = SessionRef::NONE;
+        let resources = provider.list_resources(none).await.unwrap_or_default();
+        let templates = provider.list_resource_templates(none).await.unwrap_or_default();
+        has_resources |= !resources.is_empty() || !templates.is_empty();
+        has_prompts |= !provider.list_prompts(none).await.unwrap_or_default().is_empty();
+    }
+    (has_resources, has_prompts)
 }
 
 /// The `tools/list` result of `table` with only the tools `access` allows (the decision a

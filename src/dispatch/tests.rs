@@ -243,11 +243,11 @@ fn capabilities_follow_the_providers() {
     // Goal: capabilities never promise an empty feature, and the conformance set gets what
     // the suite requires. Method: compare the whole object for demo only and demo+conformance.
     let base = json!({ "tools": { "listChanged": true }, "logging": {}, "completions": {} });
-    assert_eq!(builtin(&[BuiltinSet::Demo]).capabilities(), &base);
-    assert_eq!(builtin(&[]).capabilities(), &base);
+    assert_eq!(*builtin(&[BuiltinSet::Demo]).capabilities(), base);
+    assert_eq!(*builtin(&[]).capabilities(), base);
     assert_eq!(
-        full().capabilities(),
-        &json!({
+        *full().capabilities(),
+        json!({
             "tools": { "listChanged": true },
             "logging": {},
             "completions": {},

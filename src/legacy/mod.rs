@@ -472,7 +472,7 @@ fn initialize_result(
     version: &str,
     infos: &[SessionInfo],
 ) -> crate::provider::Value {
-    let mut capabilities = core.registry.capabilities().clone();
+    let mut capabilities = (*core.registry.capabilities()).clone();
     let mut instructions = String::from(INSTRUCTIONS);
     let mut server_info = None;
     for info in infos {

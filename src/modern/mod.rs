@@ -244,7 +244,7 @@ fn decorate_result(body: &mut Vec<u8>, id: &RawId, members: &str) {
 /// The `server/discover` result: every revision we serve (the legacy ones through
 /// `initialize`), the capabilities, how to use tidemark, and who we are in `_meta`.
 fn discover_result(core: &ModernCore) -> Value {
-    let mut capabilities = core.registry.capabilities().clone();
+    let mut capabilities = (*core.registry.capabilities()).clone();
     if let Some(resources) = capabilities.get_mut("resources").and_then(Value::as_object_mut) {
         // Resource updates would come through subscriptions/listen's resourceSubscriptions,
         // which tidemark does not deliver yet: do not promise them.

@@ -29,6 +29,7 @@ mod accept;
 pub(crate) mod conn;
 mod drain;
 pub(crate) mod handoff;
+pub(crate) mod reload;
 mod socket;
 mod stream;
 
@@ -49,9 +50,7 @@ use crate::runtime::handoff::Inboxes;
 use crate::runtime::socket::Transport;
 pub(crate) use drain::{Drain, Lifecycle, Phase};
 
-/// Builds one core's instance of a provider (called once on each worker thread, so the
-/// provider itself need not be `Send`).
-pub(crate) type ProviderFactory = Arc<dyn Fn() -> Rc<dyn Provider> + Send + Sync>;
+pub(crate) use reload::ProviderFactory;
 
 /// How often the reaper looks at this core's sessions.
 const REAP_INTERVAL: Duration = Duration::from_millis(250);
@@ -72,7 +71,9 @@ pub(crate) struct WorkerSpec {
     pub tls: Option<Arc<crate::tls::Certs>>,
     pub inboxes: Inboxes,
     pub metrics: Arc<CoreMetrics>,
-    pub providers: Vec<ProviderFactory>,
+    pub providers: Vec<reload::ProviderSlot>,
+    /// Where SIGHUP's new upstream set reaches this core (`reload`).
+    pub reloads: Arc<reload::ReloadInbox>,
     pub life: Arc<Lifecycle>,
     /// The endpoint's authorization, the same for every core (`None`: off).
     pub auth: Option<Arc<crate::auth::Authorizer>>,
@@ -179,6 +180,7 @@ async fn serve(spec: WorkerSpec) {
         inboxes,
         metrics,
         providers,
+        reloads,
         life,
         auth,
         spans,
@@ -188,7 +190,13 @@ async fn serve(spec: WorkerSpec) {
     if let Some(queue) = spans {
         crate::trace::enter_core(queue, metrics.clone(), cfg.otlp_sample_ratio);
     }
-    let providers: Vec<Rc<dyn Provider>> = providers.iter().map(|make| make()).collect();
+    let held: Vec<reload::Held> = (providers.iter())
+        .map(|slot| reload::Held {
+            provider: (slot.factory)(),
+            fingerprint: slot.fingerprint.clone(),
+        })
+        .collect();
+    let providers: Vec<Rc<dyn Provider>> = held.iter().map(|h| h.provider.clone()).collect();
     let threads = inboxes.len() as u16;
     let rate = crate::core::Rate::new(&cfg, threads);
     let mirror = durable.as_ref().map(|d| Rc::new(d.tap(metrics.clone())));
@@ -226,6 +234,7 @@ async fn serve(spec: WorkerSpec) {
     drain.set_phase(Phase::Serving);
     monoio::spawn(drain_inbox(core.clone(), drain.clone(), inboxes.clone()));
     monoio::spawn(reap(core.clone()));
+    monoio::spawn(reload::follow(core.clone(), reloads, held));
     accept::accept_until_drain(&core, &drain, &inboxes, &listener, &acceptor, &life).await;
     // Closing the listener refuses new connections and resets those still in its queue: the
     // queue is emptied first, each connection served as the drain serves any.

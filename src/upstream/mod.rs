@@ -282,10 +282,13 @@ impl Bridge {
     }
 
     /// `new` as the provider the server runs: it knows itself, so an optional upstream that
-    /// was down at a session's start is tried again in the background (`watch_return`).
+    /// was down at a session's start is tried again in the background (`watch_return`), and
+    /// its calls are counted under metrics index `slot` (its name's for the process's life:
+    /// after a reload it may differ from `index`, its place in the set).
     pub(crate) fn new_rc(
         spec: &UpstreamSpec,
         index: usize,
+        slot: usize,
         prefixed: bool,
         settings: Arc<Settings>,
         count: Arc<ProcessCount>,
@@ -293,6 +296,9 @@ impl Bridge {
         Rc::new_cyclic(|me| {
             let mut bridge = Bridge::new(spec, index, prefixed, settings, count);
             bridge.me = me.clone();
+            if let Some((_, at)) = &mut bridge.calls {
+                *at = slot;
+            }
             bridge
         })
     }

@@ -1,5 +1,6 @@
 //! The bridge's flags (`--upstream-*`), read once from `Config` and shared by every core's
-//! bridges and their transports (`stdio`, `http`). Never: changes after start-up.
+//! bridges and their transports (`stdio`, `http`). Never: changes once made (an upstream
+//! reload makes a new one for the bridges it builds; the others keep theirs).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -7,8 +7,9 @@ completions through tidemark, with the names the bridge promises (unchanged for 
 `NAME__tool` / `NAME__prompt` / `NAME+URI` for several), and that calls reach the right upstream.
 Method: drive `mcp.Client` (streamable HTTP, legacy handshake) as an application would.
 
-Usage: py_bridge_client.py --url URL --scenario time|multi|extras [--label TEXT] [--timeout-s N]
-                           [--prefix P] [--counter-file PATH]
+Usage: py_bridge_client.py --url URL --scenario time|multi|extras|reload [--label TEXT]
+                           [--timeout-s N] [--prefix P] [--counter-file PATH]
+                           [--config PATH --next-config PATH --pid PID]
   time     upstream mcp-server-time (--local-timezone UTC): tools/list shows get_current_time and
            convert_time (readOnlyHint) and none of tidemark's built-in demo tools; get_current_time {timezone: UTC} answers a JSON text with
            timezone "UTC" and an ISO datetime within a minute of now; convert_time 12:00
@@ -22,6 +23,15 @@ Usage: py_bridge_client.py --url URL --scenario time|multi|extras [--label TEXT]
            a__slow_counter, a__get_counter, t__get_current_time and no unprefixed name; a__echo,
            t__get_current_time and a__slow_counter (progress 1..3 once each) work; then the
            `extras` checks with prefix a.
+  reload   (issue 22 item 7) tidemark --config PATH with upstreams a=counter_server.py and
+           t=mcp-server-time, both prefix always: tools/list shows a__* and t__*; a__slow_counter
+           {steps 6, delay_ms 300} runs, and after its first progress the client copies
+           --next-config over --config (t kept, a removed, b=counter_server.py added) and sends
+           tidemark (--pid) SIGHUP; the session's notifications/tools/list_changed arrives (the
+           SDK's message handler), the running call still ends with its result and all 6
+           progress steps, tools/list then shows t__* and b__* and no a__*, b__echo and
+           t__get_current_time work in this same session, a__echo is a JSON-RPC error, and the
+           counter rose by exactly one.
 Exit status: 0 when every check passed, 1 on the first failure (message on stderr), 2 on usage.
 """
 
@@ -30,6 +40,9 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
+import shutil
+import signal
 import sys
 from typing import Any
 
@@ -162,8 +175,69 @@ async def scenario_multi(client: Client, args: argparse.Namespace) -> str:
     return f"tools={names} slow={slow.strip()} progress={progress} unprefixed-echo={unknown}; {t}; {e}"
 
 
+async def scenario_reload(client: Client, args: argparse.Namespace, changed: anyio.Event) -> str:
+    names = sorted(t.name for t in (await client.list_tools()).tools)
+    for want in ("a__echo", "a__slow_counter", "t__get_current_time"):
+        check(want in names, f"tools/list before the reload: missing {want}; got {names}")
+    check(not any(n.startswith("b__") for n in names), f"b listed before it was added: {names}")
+    before = read_counter_file(args.counter_file)
+    progress: list[float] = []
+    first = anyio.Event()
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(value)
+        first.set()
+
+    slow: dict[str, str] = {}
+
+    async def run_slow() -> None:
+        result = await client.call_tool(
+            "a__slow_counter", {"steps": 6, "delay_ms": 300}, progress_callback=on_progress
+        )
+        slow["text"] = text_of(result, "a__slow_counter across the reload")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run_slow)
+        with anyio.fail_after(args.timeout_s):
+            await first.wait()
+        shutil.copyfile(args.next_config, args.config)
+        os.kill(args.pid, signal.SIGHUP)
+        with anyio.fail_after(args.timeout_s):
+            await changed.wait()
+    await anyio.sleep(0.05)
+    check(progress == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], f"the removed upstream's call: progress {progress}")
+    names = sorted(t.name for t in (await client.list_tools()).tools)
+    check(not any(n.startswith("a__") for n in names), f"a still listed after its removal: {names}")
+    for want in ("b__echo", "t__get_current_time"):
+        check(want in names, f"tools/list after the reload: missing {want}; got {names}")
+    echo = text_of(await client.call_tool("b__echo", {"text": "via b"}), "b__echo")
+    check(echo == "via b", f"b__echo: {echo!r}")
+    await scenario_time(client, args, prefix="t")
+    try:
+        await client.call_tool("a__echo", {"text": "gone"})
+        raise CheckFailed("a__echo succeeded after a was removed")
+    except MCPError as err:
+        removed = f"jsonrpc:{err.code}"
+    if before is not None:
+        after = read_counter_file(args.counter_file)
+        check(slow["text"].strip() == str(before + 1) and after == before + 1,
+              f"a__slow_counter: counter before {before}, result {slow['text']}, after {after}")
+    return f"list_changed ok; running call finished ({slow['text'].strip()}, {len(progress)} progress); tools={names}; a__echo={removed}"
+
+
 async def main(args: argparse.Namespace) -> str:
-    async with Client(args.url, mode="legacy", read_timeout_seconds=args.timeout_s) as client:
+    changed = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        method = getattr(getattr(message, "root", message), "method", None)
+        if method == "notifications/tools/list_changed":
+            changed.set()
+
+    async with Client(
+        args.url, mode="legacy", read_timeout_seconds=args.timeout_s, message_handler=on_message
+    ) as client:
+        if args.scenario == "reload":
+            return await scenario_reload(client, args, changed)
         if args.scenario == "time":
             return await scenario_time(client, args, args.prefix)
         if args.scenario == "extras":
@@ -174,12 +248,17 @@ async def main(args: argparse.Namespace) -> str:
 def run() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--url", required=True)
-    p.add_argument("--scenario", choices=["time", "extras", "multi"], required=True)
+    p.add_argument("--scenario", choices=["time", "extras", "multi", "reload"], required=True)
     p.add_argument("--label", default="py-bridge")
     p.add_argument("--timeout-s", type=float, default=30.0)
     p.add_argument("--prefix", default="")
     p.add_argument("--counter-file")
+    p.add_argument("--config", help="reload: tidemark's --config file, overwritten")
+    p.add_argument("--next-config", help="reload: the file copied over it")
+    p.add_argument("--pid", type=int, help="reload: tidemark's pid, sent SIGHUP")
     args = p.parse_args()
+    if args.scenario == "reload" and not (args.config and args.next_config and args.pid):
+        p.error("--scenario reload needs --config, --next-config and --pid")
     try:
         summary = anyio.run(main, args)
     except BaseException as e:  # noqa: BLE001 - any SDK/transport error is a failure

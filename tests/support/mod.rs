@@ -1035,3 +1035,28 @@ pub fn modern_with_tasks(
     };
     (r.status, message)
 }
+
+/// The final JSON-RPC message of a response (the one with an `id`), JSON or SSE.
+pub fn final_message(r: &Response) -> serde_json::Value {
+    if r.header("Content-Type").is_some_and(|c| c.starts_with("text/event-stream")) {
+        let mut answer = r.events().into_iter().filter(|e| !e.is_priming()).map(|e| e.json());
+        answer.rfind(|m| m.get("id").is_some()).expect("a final message")
+    } else {
+        r.json()
+    }
+}
+
+/// A 2026-07-28 `tools/call` of `tool` with `{"text":"hi"}` and no client capabilities.
+pub fn modern_echo_call(server: &Server, id: u64, tool: &str) -> Response {
+    let meta = serde_json::json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    let body = serde_json::json!({
+        "jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": { "name": tool, "arguments": { "text": "hi" }, "_meta": meta },
+    });
+    let headers =
+        [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/call"), ("Mcp-Name", tool)];
+    post(server, &headers, &body.to_string())
+}

@@ -3,7 +3,8 @@
 //! monoio runtime per core, the hand-off inboxes, the optional admin listener (`admin`:
 //! `/metrics`, `/healthz`, `/readyz`), the one-line start-up banner on stdout, the graceful
 //! drain on SIGTERM/SIGINT (`Running::handle_signals`, `Running::shutdown`; the drain itself is
-//! `runtime`'s), and the TLS certificate's reload on SIGHUP (`Running::reload_tls`).
+//! `runtime`'s), and the reloads on SIGHUP: the TLS certificate (`Running::reload_tls`), the
+//! authorization files, the log level and the `--config` file's upstream set (`upstreams`).
 //!
 //! Owns: start-up, signal handling and the threads' lifetime. Never: handles a request (the
 //! workers do).
@@ -22,8 +23,12 @@ use crate::metrics::CoreMetrics;
 use crate::provider::builtin::BuiltinProvider;
 use crate::provider::Provider;
 use crate::runtime::handoff::Inbox;
+use crate::runtime::reload::{ProviderSlot, ReloadInbox};
 use crate::runtime::{self, Lifecycle, ProviderFactory, WorkerSpec};
 use crate::tls::Certs as Tls;
+
+mod upstreams;
+use upstreams::{MetricNames, Reloader, SetError};
 
 /// How long `Running::join` sleeps between looks while nothing wakes it (a worker's return and
 /// every phase change do).
@@ -61,6 +66,16 @@ pub enum ServerError {
     /// message names the name, both providers and the flag to set.
     #[error("{0}")]
     NameCollision(String),
+}
+
+impl From<SetError> for ServerError {
+    fn from(e: SetError) -> ServerError {
+        match e {
+            SetError::Config(e) => ServerError::Config(e),
+            SetError::Credentials(why) => ServerError::Credentials(why),
+            SetError::NameCollision(why) => ServerError::NameCollision(why),
+        }
+    }
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServerError {
@@ -116,6 +131,10 @@ pub struct Running {
     _exporter: Option<crate::trace::Exporter>,
     /// The durable mirror's threads (`--durable`); dropped after the workers.
     _durable: Option<crate::durable::Durable>,
+    /// Every core's metrics (the upstream reloads are counted on core 0's).
+    core_metrics: Vec<Arc<CoreMetrics>>,
+    /// The upstream set's reload, which `handle_signals` takes to its thread (SIGHUP).
+    reloader: arc_swap::ArcSwapOption<Reloader>,
 }
 
 impl Running {
@@ -183,7 +202,8 @@ impl Running {
     /// stdio upstream's process and descendant (at most a second). A thread of its own
     /// reads the signals (signal-hook's self-pipe), so no worker's io wait is involved.
     /// SIGHUP reloads the TLS files (`reload_tls`; logged, and ignored without TLS), and reads the
-    /// `--config` file again, logging which changed keys reload and which need a restart.
+    /// `--config` file again, logging which changed keys reload and which need a restart, and
+    /// applying its upstream set when that changed (`upstreams::Reloader`).
     /// Calling it again changes nothing.
     pub fn handle_signals(&self) -> Result<(), ServerError> {
         if self.signals.swap(true, Ordering::AcqRel) {
@@ -202,6 +222,8 @@ impl Running {
             (origin, values)
         });
         let mut log_level = self.log_level.clone();
+        // Only this thread holds it from here (`swap` took the one reference).
+        let mut reloader = self.reloader.swap(None).and_then(|r| Arc::try_unwrap(r).ok());
         std::thread::Builder::new()
             .name("tidemark-signals".into())
             .spawn(move || {
@@ -222,6 +244,9 @@ impl Running {
                         let _ = crate::logging::reload_log_level(&log_level);
                         reload(auth.as_deref());
                         let _ = reload_tls(tls.as_deref());
+                        if let Some(reloader) = &mut reloader {
+                            reloader.reload();
+                        }
                         continue;
                     }
                     if life.begin_drain() {
@@ -360,16 +385,32 @@ impl Server {
             None => Vec::new(),
         };
         let children = Arc::new(crate::upstream::ProcessCount::default());
-        providers.extend(upstream_providers(&cfg, &builtin, &children)?);
-        for (index, set) in builtin.into_iter().enumerate() {
+        let mut metric_names = MetricNames::default();
+        let set = upstreams::build(&cfg, &builtin, &children, &mut metric_names)?;
+        for (index, set) in builtin.iter().copied().enumerate() {
             let factory: ProviderFactory =
                 Arc::new(move || Rc::new(BuiltinProvider::new(set)) as Rc<dyn Provider>);
             providers.insert(index, (set.name().to_owned(), factory));
         }
-        let names: Vec<&str> = providers.iter().map(|(name, _)| name.as_str()).collect();
+        let mut names: Vec<&str> = providers.iter().map(|(name, _)| name.as_str()).collect();
+        names.extend(set.iter().map(|u| u.label.as_str()));
         let tools_label = if names.is_empty() { "none".to_owned() } else { names.join(",") };
-        let factories = providers.iter().map(|(_, f)| f.clone()).collect::<Vec<_>>();
-        let started = start_workers(&cfg, factories, children)?;
+        let mut slots: Vec<ProviderSlot> = (providers.iter())
+            .map(|(_, factory)| ProviderSlot { factory: factory.clone(), fingerprint: None })
+            .collect();
+        slots.extend(set.iter().map(|u| u.slot.clone()));
+        let reloads: Vec<Arc<ReloadInbox>> =
+            (0..cfg.threads).map(|_| Arc::new(ReloadInbox::default())).collect();
+        let started = start_workers(&cfg, slots, children.clone(), &metric_names, &reloads)?;
+        started.reloader.store(Some(Arc::new(Reloader::new(
+            cfg.clone(),
+            builtin,
+            children,
+            metric_names,
+            &set,
+            reloads,
+            started.core_metrics.clone(),
+        ))));
         if signals {
             started.handle_signals()?;
         }
@@ -412,82 +453,14 @@ impl Server {
     }
 }
 
-/// One provider per `--upstream`, after the embedding program's own, each prefixed as its
-/// `--upstream-prefix` decides next to the `builtin` sets and the other upstreams.
-fn upstream_providers(
-    cfg: &Config,
-    builtin: &[BuiltinSet],
-    count: &Arc<crate::upstream::ProcessCount>,
-) -> Result<Vec<(String, ProviderFactory)>, ServerError> {
-    let names: Vec<&str> = cfg.upstreams.iter().filter_map(|spec| spec.name.as_deref()).collect();
-    let credentials = crate::upstream::CredentialTable::load(
-        cfg.upstream_credentials.as_deref(),
-        &names,
-        &cfg.upstream_forward_authorization,
-    )
-    .map_err(|e: crate::upstream::CredentialsError| ServerError::Credentials(e.to_string()))?;
-    // Checked by `Config::validate`; an error here is a Config built without it.
-    let filters = cfg
-        .upstream_filters()
-        .map_err(|e| ServerError::Credentials(e.to_string()))?
-        .into_iter()
-        .map(Arc::new)
-        .collect();
-    let policies = cfg.upstream_policies().map_err(|e| ServerError::Credentials(e.to_string()))?;
-    let protocols =
-        cfg.upstream_protocols().map_err(|e| ServerError::Credentials(e.to_string()))?;
-    let settings = Arc::new(crate::upstream::Settings {
-        env: cfg.upstream_env.clone(),
-        isolation: cfg.upstream_isolation,
-        max_processes: cfg.upstream_processes_max,
-        timeout: cfg.upstream_timeout,
-        start_timeout: cfg.upstream_start_timeout,
-        line_bytes: cfg.upstream_line_bytes,
-        queue_bytes: cfg.upstream_queue_bytes,
-        kill_grace: cfg.upstream_kill_grace,
-        credentials,
-        filters,
-        policies,
-        protocols,
-        breaker_failures: cfg.upstream_breaker_failures,
-        input_rounds_max: cfg.upstream_input_rounds_max,
-        breaker_pause: cfg.upstream_breaker_pause,
-    });
-    let policies = cfg.upstream_prefixes().map_err(ConfigError::from)?;
-    let prefixed = crate::upstream::probe::plan(&cfg.upstreams, &policies, builtin, &settings)
-        .map_err(|e: Box<crate::upstream::Collision>| ServerError::NameCollision(e.to_string()))?;
-    Ok(cfg
-        .upstreams
-        .iter()
-        .enumerate()
-        .map(|(index, spec)| {
-            let (spec, settings, count) = (spec.clone(), settings.clone(), count.clone());
-            let prefixed = prefixed[index];
-            let label = match &spec.name {
-                Some(name) => format!("upstream:{name}"),
-                None => "upstream".to_owned(),
-            };
-            let factory: ProviderFactory = Arc::new(move || {
-                let bridge = crate::upstream::Bridge::new_rc(
-                    &spec,
-                    index,
-                    prefixed,
-                    settings.clone(),
-                    count.clone(),
-                );
-                bridge as Rc<dyn Provider>
-            });
-            (label, factory)
-        })
-        .collect::<Vec<_>>())
-}
-
 /// Listeners, the admin listener and one pinned worker thread per core.
 /// `children`: the upstream children of every core (`tidemark_upstream_children`).
 fn start_workers(
     cfg: &Config,
-    providers: Vec<ProviderFactory>,
+    providers: Vec<ProviderSlot>,
     children: Arc<crate::upstream::ProcessCount>,
+    upstream_names: &MetricNames,
+    reloads: &[Arc<ReloadInbox>],
 ) -> Result<Running, ServerError> {
     let tls = match &cfg.tls {
         Some(files) => Some(Arc::new(Tls::load(files, cfg.threads).map_err(ServerError::Tls)?)),
@@ -509,11 +482,8 @@ fn start_workers(
     );
     let metrics: Vec<Arc<CoreMetrics>> =
         (0..cfg.threads).map(|_| Arc::new(CoreMetrics::default())).collect();
-    let upstream_names: Vec<String> = (cfg.upstreams.iter())
-        .map(|spec| spec.name.clone().unwrap_or_else(|| "upstream".to_owned()))
-        .collect();
     for core in &metrics {
-        core.hist.name_upstreams(upstream_names.clone());
+        core.hist.name_upstreams(upstream_names.names());
     }
     let life = Arc::new(Lifecycle::new(cfg.threads, cfg.drain));
     let (exporter, span_queues) =
@@ -537,6 +507,7 @@ fn start_workers(
             inboxes: inboxes.clone(),
             metrics: metrics[index].clone(),
             providers: providers.clone(),
+            reloads: reloads[index].clone(),
             life: life.clone(),
             auth: auth.clone(),
             spans: span_queues[index].clone(),
@@ -580,8 +551,15 @@ fn start_workers(
                 started: std::time::Instant::now(),
             };
             Some(
-                crate::admin::start(addr, metrics, children, life.clone(), about, durable_stats)
-                    .map_err(io(format!("admin listener on {addr}")))?,
+                crate::admin::start(
+                    addr,
+                    metrics.clone(),
+                    children,
+                    life.clone(),
+                    about,
+                    durable_stats,
+                )
+                .map_err(io(format!("admin listener on {addr}")))?,
             )
         }
         None => None,
@@ -602,6 +580,8 @@ fn start_workers(
         log_level,
         _exporter: exporter,
         _durable: durable,
+        core_metrics: metrics,
+        reloader: arc_swap::ArcSwapOption::empty(),
     })
 }
 
