@@ -149,8 +149,6 @@ pub(crate) struct Registry {
     /// In order; replaced whole by an upstream reload (`replace`), so a method iterates the
     /// list it began with (`providers()`) across its awaits.
     providers: RefCell<Rc<[Rc<dyn Provider>]>>,
-    /// Bumped by every `replace`: a session that opened across one catches up (`open_session`).
-    generation: std::cell::Cell<u64>,
     /// Each open session's start (the core's stateless one's too, once opened): what a provider
     /// a reload adds is opened with for the sessions already running. Removed when the session
     /// closes; bounded by the sessions a core may hold.
@@ -209,7 +207,6 @@ impl Registry {
         let registry = Registry {
             capabilities: RefCell::new(Rc::new(capabilities(has_resources, has_prompts))),
             providers: RefCell::new(providers.into()),
-            generation: std::cell::Cell::new(0),
             starts: RefCell::new(FastMap::default()),
             retiring: RefCell::new(Vec::new()),
             catching_up: RefCell::new(Vec::new()),
@@ -357,7 +354,6 @@ impl Registry {
         start: &SessionStart,
     ) -> Result<Vec<SessionInfo>, ProviderError> {
         let mut opened_on = self.providers();
-        let mut generation = self.generation.get();
         let mut infos = Vec::with_capacity(opened_on.len());
         for (opened, provider) in opened_on.iter().enumerate() {
             match provider.open_session(start).await {
@@ -370,8 +366,8 @@ impl Registry {
                 }
             }
         }
-        while self.generation.get() != generation {
-            generation = self.generation.get();
+        // `replace` puts a new list in place: one that is not the list opened on is a reload's.
+        while !Rc::ptr_eq(&self.providers.borrow(), &opened_on) {
             let now = self.providers();
             for gone in opened_on.iter().filter(|p| !holds(&now, p)) {
                 gone.close_session(start.session);
@@ -411,7 +407,6 @@ impl Registry {
             provider.attach(self.changes.clone());
         }
         *self.providers.borrow_mut() = next.into();
-        self.generation.set(self.generation.get() + 1);
         self.retiring.borrow_mut().extend(removed.iter().cloned());
         let starts: Vec<SessionStart> = self.starts.borrow().values().cloned().collect();
         *self.catching_up.borrow_mut() = starts.iter().map(|start| start.session).collect();
@@ -432,9 +427,7 @@ impl Registry {
         }
         self.changes.take_tools_stale();
         self.relist_tools().await;
-        self.changes.tools_changed();
-        self.changes.prompts_changed();
-        self.changes.resources_changed();
+        self.changes.all_lists_relisted();
     }
 
     /// After `replace`: `start`'s session opened on the `added` providers (a refusal is

@@ -583,6 +583,14 @@ impl Changes {
         LIST_CHANGES.resources.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Every list changed and the registry has listed the tools anew already (an upstream
+    /// reload): only the `subscriptions/listen` streams are told; nothing is marked stale.
+    pub(crate) fn all_lists_relisted(&self) {
+        for count in [&LIST_CHANGES.tools, &LIST_CHANGES.prompts, &LIST_CHANGES.resources] {
+            count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     /// True once after `tools_changed` (the registry consumes the flag).
     pub(crate) fn take_tools_stale(&self) -> bool {
         self.tools_stale.replace(false)
