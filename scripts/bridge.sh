@@ -68,7 +68,12 @@
 #               modern_ts_client.mjs (TypeScript SDK v2, pinned to 2026-07-28, greet's input round),
 #               and ts_client.mjs through cut_proxy.py (resumed at tidemark, the upstream call run
 #               once); the counter rises once per call; the upstream's request log holds no
-#               initialize, no Mcp-Session-Id and only MCP-Protocol-Version 2026-07-28
+#               initialize, no Mcp-Session-Id and only MCP-Protocol-Version 2026-07-28; then
+#               rmcp (loadtest/peer-rmcp --modern-only, built into target/peer-rmcp: stateless,
+#               2026-07-28 only) with py_client.py legacy and auto, ts_client.mjs,
+#               modern_ts_client.mjs (--check-counter: get_counter rises once per call) and
+#               py_bridge_client.py --scenario headers in both modes (`route`'s x-mcp-header
+#               arguments reach rmcp as Mcp-Param-* headers, which it checks)
 #   reload      upstreams changed without a restart (issue 22 item 7): tidemark --config FILE with
 #               [[upstream]] a=counter_server.py and t=mcp-server-time (prefix always);
 #               py_bridge_client.py --scenario reload (official Python SDK) starts a slow a call,
@@ -99,12 +104,16 @@ RESULTS="$CACHE/bridge-results"
 TS_DIR="$CACHE/ts-clients"
 NPM_DIR="$CACHE/bridge-npm"
 VENV="$CACHE/venv"
+# rmcp serving 2026-07-28 (stage modern): its own workspace, built where scripts/compare.sh
+# builds it.
+RMCP_PEER_TARGET="$ROOT/target/peer-rmcp"
+RMCP_PEER_BIN="$RMCP_PEER_TARGET/release/tidemark-peer-rmcp"
 ALL_STAGES="everything,sessions,time,counter,retry,faults,http,multi,modern,reload"
 START_TIMEOUT_S=30
 CLIENT_TIMEOUT_S=120
 CHILD_EXIT_S=3
 
-usage() { sed -n '2,84s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,96s/^# \{0,1\}//p' "$0"; }
 
 only="$ALL_STAGES"
 build=1
@@ -746,6 +755,53 @@ sys.exit(1 if bad or first != "server/discover" else 0)
         kill "$up_pid" 2>/dev/null || true
         wait "$up_pid" 2>/dev/null || true
     done
+
+    # The same translation in front of rmcp, the official Rust SDK, serving only 2026-07-28
+    # (loadtest/peer-rmcp --modern-only: stateless, server/discover offers nothing else): the
+    # demo tools, and `route`, whose x-mcp-header parameters rmcp checks against the body (a call
+    # without its Mcp-Param-* headers is 400 -32020). Its counter is read by the clients
+    # (--check-counter: get_counter rises by one per slow_counter call).
+    rmcp_peer_built=1
+    if [ "$build" = 1 ] || [ ! -x "$RMCP_PEER_BIN" ]; then
+        if ! (cd "$ROOT" && CARGO_TARGET_DIR="$RMCP_PEER_TARGET" cargo build --release --quiet \
+            --manifest-path loadtest/peer-rmcp/Cargo.toml); then
+            fail "modern-rmcp-build" "cargo build --release --manifest-path loadtest/peer-rmcp/Cargo.toml"
+            rmcp_peer_built=0
+        fi
+    fi
+    if [ "$rmcp_peer_built" = 1 ]; then
+        "$RMCP_PEER_BIN" --modern-only >"$RESULTS/upstream-modern-rmcp.stdout" \
+            2>"$RESULTS/upstream-modern-rmcp.stderr" &
+        up_pid=$!
+        pids+=("$up_pid")
+        if up_url="$(wait_for_url "$RESULTS/upstream-modern-rmcp.stdout" "$up_pid" "rmcp-peer")"
+        then
+            start_server modern-rmcp --upstream "$up_url" "${FAST[@]}"
+            if [ -n "$server_url" ]; then
+                sequential modern-rmcp-py-legacy py "$server_url" --mode legacy --check-counter
+                sequential modern-rmcp-py-modern py "$server_url" --mode auto \
+                    --expect-era modern --check-counter
+                sequential modern-rmcp-ts ts "$server_url" --check-counter
+                sequential modern-rmcp-ts-modern ts-modern "$server_url" --check-counter \
+                    --steps 3 --negotiation pin --no-greet
+                sequential modern-rmcp-headers-legacy pyb "$server_url" --scenario headers \
+                    --mode legacy
+                sequential modern-rmcp-headers-modern pyb "$server_url" --scenario headers \
+                    --mode auto
+                if grep -q 'era="2026-07-28"' "$RESULTS/server-modern-rmcp.stderr"; then
+                    pass "modern-rmcp-era (tidemark chose 2026-07-28 toward rmcp)"
+                else
+                    fail "modern-rmcp-era" "no 'upstream era chosen … 2026-07-28' in the log"
+                fi
+                stop_server
+            fi
+        else
+            fail "modern-rmcp-upstream-start" \
+                "$(tail -n 5 "$RESULTS/upstream-modern-rmcp.stderr" | tr '\n' ' ')"
+        fi
+        kill "$up_pid" 2>/dev/null || true
+        wait "$up_pid" 2>/dev/null || true
+    fi
 fi
 
 if [ "$failed" -gt 0 ]; then

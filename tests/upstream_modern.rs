@@ -134,7 +134,8 @@ fn a_legacy_client_in_front_of_a_modern_only_upstream() {
 
     let tools = list_tools(&front, &sid);
     let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
-    assert_eq!(names, ["echo", "slow_counter", "get_counter", "ask", "add_tool"]);
+    // `bad_header` declares an invalid x-mcp-header: tidemark, a conforming client, leaves it out.
+    assert_eq!(names, ["echo", "slow_counter", "get_counter", "ask", "add_tool", "route"]);
     assert_eq!(tools[0]["annotations"]["readOnlyHint"], true, "annotations pass through");
 
     let echo =
@@ -188,6 +189,54 @@ fn a_legacy_client_in_front_of_a_modern_only_upstream() {
     assert!(log.iter().all(|e| e["method"] != "initialize"), "{log:?}");
     assert!(log.iter().all(|e| e["headers"]["Mcp-Session-Id"].is_null()), "{log:?}");
     assert!(log.iter().any(|e| e["method"] == "subscriptions/listen"), "{log:?}");
+}
+
+#[test]
+fn declared_arguments_reach_a_modern_upstream_as_mcp_param_headers() {
+    // Goal (SEP-2243): a call of an upstream tool that declares `x-mcp-header` parameters
+    // carries each present one as `Mcp-Param-{Name}` (nested ones, booleans, integers, the
+    // base64 sentinel for text that is no plain header value; none for an absent value), from
+    // a legacy session and from a 2026-07-28 client (whose own headers tidemark checks first);
+    // a tool with an invalid declaration is neither listed nor callable. The fixture refuses a
+    // call whose headers are missing or differ (400 -32020), so a missing header fails here.
+    let upstream = Upstream::start();
+    let front = front(&upstream.url, &[]);
+    let sid = open_elicitor(&front);
+    let on_session = |id: u64, tool: &str, arguments: &str| {
+        let r = post(&front, &[("Mcp-Session-Id", &sid)], &call(id, tool, arguments, false));
+        support::final_message(&r)
+    };
+    let all = r#"{"region":"eu-west","flag":true,"scope":{"tenant":7},"note":"n"}"#;
+    assert_eq!(text_of(&on_session(1, "route", all)), "Region=eu-west Flag=true Tenant=7");
+    let unicode = r#"{"region":"café","flag":false}"#;
+    assert_eq!(text_of(&on_session(2, "route", unicode)), "Region==?base64?Y2Fmw6k=?= Flag=false");
+    assert_eq!(text_of(&on_session(3, "route", r#"{"note":"only"}"#)), "none");
+    let refused = on_session(4, "bad_header", r#"{"n":1.5}"#);
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert_eq!(upstream.seen("tools/call", Some("bad_header")), 0);
+
+    // A 2026-07-28 client must send the headers itself (tidemark checks them, the nested
+    // one included), and they go on to the upstream.
+    let arguments = json!({ "region": "us-east", "scope": { "tenant": 9 } });
+    let bare = modern(&front, 5, "tools/call", json!({ "name": "route", "arguments": arguments }));
+    assert_eq!(bare.status, 400, "{}", bare.text());
+    assert_eq!(bare.json()["error"]["code"], -32020, "{}", bare.text());
+    let mut params = json!({ "name": "route", "arguments": arguments });
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    let body = json!({ "jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": params });
+    let headers = [
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "route"),
+        ("Mcp-Param-Region", "us-east"),
+        ("Mcp-Param-Tenant", "9"),
+    ];
+    let sent = post(&front, &headers, &body.to_string());
+    assert_eq!(text_of(&support::final_message(&sent)), "Region=us-east Tenant=9");
+    assert_eq!(upstream.seen("tools/call", Some("route")), 4);
 }
 
 #[test]

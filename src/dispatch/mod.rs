@@ -18,6 +18,7 @@ use crate::provider::{
     Changes, Provider, ProviderError, SessionInfo, SessionRef, SessionStart, ToolInfo, Value,
 };
 use crate::wire::jsonrpc::{self, RawId};
+use crate::wire::param_headers::{self, HeaderParam};
 use crate::wire::{self, Code, WireValue};
 
 /// The MCP `completion/complete` cap: "values: max 100 items" (MCP 2025-11-25, server/utilities/
@@ -34,9 +35,10 @@ pub(crate) struct ToolRoute {
     pub safe_to_repeat: bool,
     /// Annotated `readOnlyHint: true` (the policy's write-scope default spares it).
     pub read_only: bool,
-    /// `(header name, property)` of each `x-mcp-header` parameter (MCP 2026-07-28 SEP-2243),
-    /// checked against the request's `Mcp-Param-*` headers; empty for most tools.
-    pub header_params: Rc<[(String, String)]>,
+    /// The tool's `x-mcp-header` declarations (MCP 2026-07-28 SEP-2243), checked against the
+    /// request's `Mcp-Param-*` headers; empty for most tools, and for a tool whose
+    /// declarations are invalid (2026-07-28 clients drop such a tool; legacy ones may call it).
+    pub header_params: Rc<[HeaderParam]>,
 }
 
 /// The tools of all providers, as last listed: for every session (the core's table), or for
@@ -102,7 +104,9 @@ impl ToolTable {
                     provider: (*provider).clone(),
                     safe_to_repeat: tool.annotations.safe_to_repeat(),
                     read_only: tool.annotations.read_only == Some(true),
-                    header_params: header_params(&tool.input_schema).into(),
+                    header_params: param_headers::declared(&tool.input_schema)
+                        .unwrap_or_default()
+                        .into(),
                 };
                 let json = tool.to_json();
                 table.by_name.insert(tool.name.clone(), route.clone());
@@ -868,22 +872,6 @@ pub(crate) fn into_public(value: WireValue) -> Value {
 /// `into_public` of a borrowed value.
 pub(crate) fn to_public(value: &WireValue) -> Value {
     into_public(value.clone())
-}
-
-/// The `x-mcp-header` parameters of a tool's input schema: `(header name, property name,
-/// property type)` for each top-level property that declares one (SEP-2243 allows them only
-/// there).
-pub(crate) fn header_params(input_schema: &Value) -> Vec<(String, String)> {
-    let Some(properties) = input_schema.get("properties").and_then(Value::as_object) else {
-        return Vec::new();
-    };
-    properties
-        .iter()
-        .filter_map(|(property, schema)| {
-            let header = schema.get("x-mcp-header")?.as_str()?;
-            Some((header.to_owned(), property.clone()))
-        })
-        .collect()
 }
 
 /// A provider's error as a JSON-RPC error response (MCP: unknown names are invalid params).

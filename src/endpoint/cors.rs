@@ -189,12 +189,7 @@ fn header_values<'h, 'b>(
 fn is_param_header(name: &[u8]) -> bool {
     name.len() > PARAM_HEADER_PREFIX.len()
         && name[..PARAM_HEADER_PREFIX.len()].eq_ignore_ascii_case(PARAM_HEADER_PREFIX)
-        && name.iter().all(|&b| is_tchar(b))
-}
-
-/// RFC 9110 §5.6.2 `tchar`.
-fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+        && crate::http::is_token(name)
 }
 
 /// Strips the optional whitespace (space, tab: RFC 9110 §5.6.3) around a list element.

@@ -251,6 +251,12 @@ fn trim(mut v: &[u8]) -> &[u8] {
     v
 }
 
+/// An RFC 9110 §5.6.2 token (what a header name must be): one or more `tchar`s.
+pub(crate) fn is_token(name: &[u8]) -> bool {
+    !name.is_empty()
+        && name.iter().all(|&b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
 /// A decimal without sign or spaces, at most 18 digits (so it cannot overflow).
 pub(crate) fn parse_decimal(v: &[u8]) -> Option<usize> {
     if v.is_empty() || v.len() > 18 {

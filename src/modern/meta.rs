@@ -8,12 +8,12 @@
 //! Owns: `RequestMeta` (the validated `_meta` a request runs with) and `MetaError` (each
 //! rejection with its HTTP status and JSON-RPC code). Never: runs anything.
 
-use base64::Engine;
 use simd_json::prelude::*;
 
 use crate::core::Answered;
 use crate::provider::{LogLevel, Value};
 use crate::wire::jsonrpc::{self, RawId};
+use crate::wire::param_headers::{self, HeaderParam};
 use crate::wire::{Answer, Code, Status, WireValue};
 
 pub(crate) use crate::wire::revision::{
@@ -163,7 +163,7 @@ pub(crate) fn check_headers(
     let Some(header) = mcp_name else {
         return Err(MetaError::mismatch("Mcp-Name header is required for this method"));
     };
-    match decode_header_value(header) {
+    match param_headers::decode(header) {
         Some(value) if value == body.as_bytes() => Ok(()),
         Some(value) => Err(MetaError::mismatch(format!(
             "Header mismatch: Mcp-Name header value '{}' does not match body value '{body}'",
@@ -173,38 +173,30 @@ pub(crate) fn check_headers(
     }
 }
 
-/// A header value as the client meant it: the `=?base64?…?=` sentinel decoded (SEP-2243),
-/// anything else as is. `None`: a sentinel whose payload is not Base64, or a plain value with
-/// characters a header may not carry.
-pub(crate) fn decode_header_value(value: &[u8]) -> Option<Vec<u8>> {
-    if let Some(inner) = value.strip_prefix(b"=?base64?").and_then(|v| v.strip_suffix(b"?=")) {
-        return base64::engine::general_purpose::STANDARD.decode(inner).ok();
-    }
-    let visible = value.iter().all(|&b| b == b' ' || b == b'\t' || (0x21..0x7f).contains(&b));
-    visible.then(|| value.to_vec())
-}
-
-/// Each `x-mcp-header` parameter present (and not null) in `arguments` must come with its
+/// Each `x-mcp-header` parameter present (and not null) in `arguments` (at its property path)
+/// must come with its
 /// `Mcp-Param-{Name}` header, equal after decoding (strings compared as bytes, so a decoded
 /// value that is not UTF-8 equals nothing; numbers compared numerically, booleans as
 /// `true`/`false`); a header without a body value is ignored. `find` looks a header up by name
 /// (case-insensitive).
 pub(crate) fn check_param_headers<'h>(
-    declared: &[(String, String)],
+    declared: &[HeaderParam],
     arguments: &WireValue,
     find: impl Fn(&str) -> Option<&'h [u8]>,
 ) -> Result<(), MetaError> {
-    for (header, property) in declared {
-        let Some(value) = arguments.get(property.as_str()).filter(|v| !v.is_null()) else {
+    for param in declared {
+        let value = param.path.iter().try_fold(arguments, |node, key| node.get(key.as_str()));
+        let Some(value) = value.filter(|v| !v.is_null()) else {
             continue;
         };
-        let name = format!("Mcp-Param-{header}");
+        let property = param.path.join(".");
+        let name = param.header();
         let Some(raw) = find(&name) else {
             return Err(MetaError::mismatch(format!(
                 "{name} header is required: `{property}` is in the arguments"
             )));
         };
-        let Some(decoded) = decode_header_value(raw) else {
+        let Some(decoded) = param_headers::decode(raw) else {
             return Err(MetaError::mismatch(format!("{name} header value is not valid")));
         };
         // Compared as bytes: a header that decodes to bytes that are not UTF-8 equals no body
@@ -250,7 +242,6 @@ pub(crate) fn capability_of(method: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dispatch::header_params;
 
     fn wire(text: &str) -> WireValue {
         let mut bytes = text.as_bytes().to_vec();
@@ -301,8 +292,8 @@ mod tests {
         let method = check_headers("tools/call", &params, Some(b"tools/list"), Some(encoded));
         assert_eq!(method.err().map(|e| e.code.value()), Some(-32020));
         assert!(check_headers("tools/list", &wire("{}"), Some(b"tools/list"), None).is_ok());
-        assert_eq!(decode_header_value(b"=?base64?!!?="), None);
-        assert_eq!(decode_header_value(b"a\x01b"), None);
+        assert_eq!(param_headers::decode(b"=?base64?!!?="), None);
+        assert_eq!(param_headers::decode(b"a\x01b"), None);
     }
 
     #[test]
@@ -311,7 +302,7 @@ mod tests {
         let schema = serde_json::json!({"type":"object","properties":{
             "region":{"type":"string","x-mcp-header":"Region"},
             "count":{"type":"integer","x-mcp-header":"Count"}}});
-        let declared = header_params(&schema);
+        let declared = param_headers::declared(&schema).expect("valid");
         assert_eq!(declared.len(), 2);
         let args = wire(r#"{"region":"us-west1","count":42}"#);
         let headers = |name: &str| match name {

@@ -46,7 +46,7 @@ use crate::wire::jsonrpc::RawId;
 use crate::wire::{Answer, Code, WireValue};
 
 use super::call::ModernSink;
-use super::meta::{self, MetaError};
+use super::meta::MetaError;
 use super::tasks::{self, TaskError, TaskHandle, TaskId};
 
 /// The extension's methods (each names its task in `params.taskId` and `Mcp-Name`).
@@ -62,7 +62,7 @@ pub(crate) fn named_owner(req: &Request<'_>) -> Option<(u8, u16)> {
     if !METHODS.iter().any(|m| m.as_bytes() == method) {
         return None;
     }
-    let name = meta::decode_header_value(req.header(&req.head.mcp_name)?)?;
+    let name = crate::wire::param_headers::decode(req.header(&req.head.mcp_name)?)?;
     TaskId::owner(std::str::from_utf8(&name).ok()?.trim())
 }
 

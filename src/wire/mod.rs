@@ -1,7 +1,8 @@
 //! Every answer the endpoint gives, as a value rendered to bytes in one place: the JSON-RPC
 //! error codes (`Code`), the refusals and their HTTP statuses (`Refusal`, one exhaustive map),
 //! and `Answer`, whose `render` writes status line, headers and body. Also the JSON-RPC
-//! envelope (`jsonrpc`), SSE framing (`sse`) and the CORS lines of a shared answer (`cors`).
+//! envelope (`jsonrpc`), SSE framing (`sse`), the CORS lines of a shared answer (`cors`), and
+//! the 2026-07-28 headers that mirror a body (`param_headers`: `x-mcp-header`, the base64 form).
 //!
 //! Called by: the endpoint and the protocol paths, which decide *what* to answer; this module
 //! decides only *how it looks on the wire*. Never: decides anything about MCP or sessions.
@@ -9,6 +10,7 @@
 pub(crate) mod cors;
 pub(crate) mod jsonrpc;
 pub(crate) mod notification;
+pub(crate) mod param_headers;
 pub(crate) mod revision;
 pub(crate) mod sse;
 

@@ -7,8 +7,8 @@ completions through tidemark, with the names the bridge promises (unchanged for 
 `NAME__tool` / `NAME__prompt` / `NAME+URI` for several), and that calls reach the right upstream.
 Method: drive `mcp.Client` (streamable HTTP, legacy handshake) as an application would.
 
-Usage: py_bridge_client.py --url URL --scenario time|multi|extras|reload [--label TEXT]
-                           [--timeout-s N] [--prefix P] [--counter-file PATH]
+Usage: py_bridge_client.py --url URL --scenario time|multi|extras|reload|headers [--label TEXT]
+                           [--timeout-s N] [--prefix P] [--counter-file PATH] [--mode legacy|auto]
                            [--config PATH --next-config PATH --pid PID]
   time     upstream mcp-server-time (--local-timezone UTC): tools/list shows get_current_time and
            convert_time (readOnlyHint) and none of tidemark's built-in demo tools; get_current_time {timezone: UTC} answers a JSON text with
@@ -32,6 +32,14 @@ Usage: py_bridge_client.py --url URL --scenario time|multi|extras|reload [--labe
            progress steps, tools/list then shows t__* and b__* and no a__*, b__echo and
            t__get_current_time work in this same session, a__echo is a JSON-RPC error, and the
            counter rose by exactly one.
+  headers  (issue 22 item 1, SEP-2243) upstream tidemark-peer-rmcp --modern-only, whose `route`
+           {region, flag} declares both as x-mcp-header and refuses a call without matching
+           Mcp-Param-* headers (400 -32020): tools/list shows route with its x-mcp-header
+           annotations unchanged; route {region: "eu-west", flag: true} and {region: "café" (sent
+           as the base64 sentinel), flag: false} answer their arguments. With --mode legacy the
+           SDK sends no such headers (tidemark adds them toward the upstream); with --mode auto
+           it speaks 2026-07-28 and sends them itself (tidemark checks them, then sends its own).
+--mode: the SDK client's connect mode (default legacy: the initialize handshake).
 Exit status: 0 when every check passed, 1 on the first failure (message on stderr), 2 on usage.
 """
 
@@ -225,6 +233,23 @@ async def scenario_reload(client: Client, args: argparse.Namespace, changed: any
     return f"list_changed ok; running call finished ({slow['text'].strip()}, {len(progress)} progress); tools={names}; a__echo={removed}"
 
 
+async def scenario_headers(client: Client, args: argparse.Namespace) -> str:
+    listed = await client.list_tools()
+    route = next((t for t in listed.tools if t.name == "route"), None)
+    check(route is not None, f"tools/list: no route; got {[t.name for t in listed.tools]}")
+    properties = route.input_schema.get("properties", {})
+    declared = {k: v.get("x-mcp-header") for k, v in properties.items()}
+    check(declared == {"region": "Region", "flag": "Flag"}, f"route: x-mcp-header annotations {declared}")
+    answers = []
+    for region, flag in (("eu-west", True), ("café", False)):
+        result = await client.call_tool("route", {"region": region, "flag": flag})
+        text = text_of(result, f"route {region!r}")
+        want = f"region={region} flag={'true' if flag else 'false'}"
+        check(text == want, f"route {region!r}: {text!r}, expected {want!r}")
+        answers.append(text)
+    return f"version={client.protocol_version} route answered {answers}"
+
+
 async def main(args: argparse.Namespace) -> str:
     changed = anyio.Event()
 
@@ -234,8 +259,10 @@ async def main(args: argparse.Namespace) -> str:
             changed.set()
 
     async with Client(
-        args.url, mode="legacy", read_timeout_seconds=args.timeout_s, message_handler=on_message
+        args.url, mode=args.mode, read_timeout_seconds=args.timeout_s, message_handler=on_message
     ) as client:
+        if args.scenario == "headers":
+            return await scenario_headers(client, args)
         if args.scenario == "reload":
             return await scenario_reload(client, args, changed)
         if args.scenario == "time":
@@ -248,7 +275,8 @@ async def main(args: argparse.Namespace) -> str:
 def run() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--url", required=True)
-    p.add_argument("--scenario", choices=["time", "extras", "multi", "reload"], required=True)
+    p.add_argument("--scenario", choices=["time", "extras", "multi", "reload", "headers"], required=True)
+    p.add_argument("--mode", choices=["legacy", "auto"], default="legacy")
     p.add_argument("--label", default="py-bridge")
     p.add_argument("--timeout-s", type=float, default=30.0)
     p.add_argument("--prefix", default="")

@@ -12,10 +12,18 @@
 //! The first stdout line has the same shape as tidemark's, so scripts find the URL the same way:
 //! `rmcp-peer listening on http://127.0.0.1:PORT/mcp runtime=tokio threads=N tools=demo`.
 //!
+//! With `--modern-only` it is instead an upstream of the 2026-07-28 revision for
+//! scripts/bridge.sh's `modern` stage: rmcp's stateless mode (`legacy_session_mode` off, the
+//! per-request `_meta` and `MCP-Protocol-Version` required), `server/discover` offering only
+//! 2026-07-28, and one more tool, `route`, whose two parameters declare `x-mcp-header`: rmcp
+//! refuses a call of it whose `Mcp-Param-*` headers are missing or differ from the body (400
+//! -32020), so tidemark in front must send them.
+//!
 //! Never: add behaviour rmcp does not have (no migration boundary, no dedup). The loadtest's
 //! `migration` scenario is expected to count double executions against this server: that is
 //! what the SDKs do today and what tidemark exists to fix.
 
+use std::borrow::Cow;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,7 +36,8 @@ use clap::Parser;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    Implementation, ProgressNotificationParam, RequestMetaObject, ServerCapabilities, ServerConfig,
+    Implementation, ProgressNotificationParam, ProtocolVersion, RequestMetaObject,
+    ServerCapabilities, ServerConfig,
 };
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -52,6 +61,19 @@ struct Args {
     /// tokio worker threads (multi-thread runtime).
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// Serve only MCP 2026-07-28, statelessly, with the `route` tool besides the demo set.
+    #[arg(long)]
+    modern_only: bool,
+}
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+struct RouteArgs {
+    /// Mirrored into the `Mcp-Param-Region` header (SEP-2243).
+    #[schemars(extend("x-mcp-header" = "Region"))]
+    region: String,
+    /// Mirrored into the `Mcp-Param-Flag` header.
+    #[schemars(extend("x-mcp-header" = "Flag"))]
+    flag: bool,
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -76,14 +98,31 @@ fn default_steps() -> u64 {
 
 #[derive(Clone)]
 struct Demo {
-    #[allow(dead_code, reason = "read by the tool_handler macro")]
+    /// The demo tools, and `route` when modern-only (what `tool_handler` lists and calls).
     tool_router: ToolRouter<Self>,
+    modern_only: bool,
+}
+
+#[tool_router(router = header_router)]
+impl Demo {
+    #[tool(
+        description = "Answers its arguments; both are mirrored into Mcp-Param-* headers, which \
+                       rmcp checks against the body.",
+        annotations(read_only_hint = true)
+    )]
+    async fn route(&self, Parameters(RouteArgs { region, flag }): Parameters<RouteArgs>) -> String {
+        format!("region={region} flag={flag}")
+    }
 }
 
 #[tool_router]
 impl Demo {
-    fn new() -> Self {
-        Self { tool_router: Self::tool_router() }
+    fn new(modern_only: bool) -> Self {
+        let tool_router = match modern_only {
+            true => Self::tool_router() + Self::header_router(),
+            false => Self::tool_router(),
+        };
+        Self { tool_router, modern_only }
     }
 
     #[tool(
@@ -128,11 +167,20 @@ impl Demo {
     }
 }
 
-#[tool_handler]
+// The router of this instance (with `route` when modern-only), not the macro's default
+// `Self::tool_router()`.
+#[tool_handler(router = self.tool_router)]
 impl ServerHandler for Demo {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("tidemark-peer-rmcp", env!("CARGO_PKG_VERSION")))
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        match self.modern_only {
+            true => Cow::Borrowed(&[ProtocolVersion::V_2026_07_28]),
+            false => Cow::Borrowed(ProtocolVersion::KNOWN_VERSIONS),
+        }
     }
 }
 
@@ -148,10 +196,17 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn serve(args: Args) -> anyhow::Result<()> {
+    let modern_only = args.modern_only;
+    let config = match modern_only {
+        true => StreamableHttpServerConfig::default()
+            .with_legacy_session_mode(false)
+            .with_stateless_protocol_metadata_required(true),
+        false => StreamableHttpServerConfig::default(),
+    };
     let service = StreamableHttpService::new(
-        || Ok(Demo::new()),
+        move || Ok(Demo::new(modern_only)),
         Arc::new(LocalSessionManager::default()),
-        StreamableHttpServerConfig::default(),
+        config,
     );
     let router = axum::Router::new().nest_service("/mcp", service);
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -161,8 +216,9 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     writeln!(
         stdout,
-        "rmcp-peer listening on http://{addr}/mcp runtime=tokio threads={} tools=demo",
-        args.threads
+        "rmcp-peer listening on http://{addr}/mcp runtime=tokio threads={} tools={}",
+        args.threads,
+        if modern_only { "demo,route era=2026-07-28" } else { "demo" }
     )?;
     stdout.flush()?;
     drop(stdout);

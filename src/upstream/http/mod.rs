@@ -54,12 +54,13 @@ use super::settings::Settings;
 use crate::provider::{Caller, Value};
 use crate::signal::Signal;
 use crate::trace::TraceParent;
+use crate::wire::param_headers::{self, HeaderParam};
 use crate::wire::revision::MODERN_VERSION;
 use crate::wire::Code;
 use conn::{Conn, Pool, Stop, Until, READ_CHUNK};
 use error::HttpError;
-use modern::Heads;
 pub(crate) use modern::{offers_legacy, offers_modern, server_info, Stateless, DISCOVER};
+use modern::{Heads, ToolsPage};
 use response::{read_head, read_json, Body, Framing, Head, Kind};
 use sse::SseDecoder;
 use url::{parse_url, resolve, Endpoint};
@@ -138,6 +139,10 @@ struct Link {
     /// The stop of each stateless request still running, by its JSON-RPC id: its
     /// `notifications/cancelled` sets it (2026-07-28 cancels a request by closing its stream).
     cancels: RefCell<HashMap<u64, Rc<Stop>>>,
+    /// The `x-mcp-header` declarations of each tool the upstream listed with some (by its
+    /// name upstream), learnt from the `tools/list` answers this link carried: a call of such
+    /// a tool sends its `Mcp-Param-*` headers (2026-07-28 only).
+    declarations: RefCell<HashMap<String, Rc<[HeaderParam]>>>,
 }
 
 impl HttpTransport {
@@ -195,7 +200,10 @@ impl Transport for HttpTransport {
         let expect = classify(&value).ok_or("the message is not a JSON-RPC object")?;
         let (message, heads) = match &expect {
             Expect::Answer { .. } if link.modern.get() || is_discover(&value) => {
-                let heads = link.client.request(&mut value);
+                let mut heads = link.client.request(&mut value);
+                if heads.method == "tools/call" {
+                    heads.params = link.param_heads(&value);
+                }
                 (serde_json::to_vec(&value).map_err(|e| e.to_string())?, Some(heads))
             }
             Expect::Answer { .. } => (message, None),
@@ -271,6 +279,7 @@ impl Link {
             client: Stateless::tidemark(),
             modern: Cell::new(false),
             cancels: RefCell::new(HashMap::new()),
+            declarations: RefCell::new(HashMap::new()),
         }
     }
 
@@ -286,6 +295,56 @@ impl Link {
         if let Some(stop) = stop {
             stop.set();
         }
+    }
+
+    /// A 2026-07-28 `tools/list` answer (one page), taken as a conforming client takes it: a
+    /// tool whose `x-mcp-header` declarations are invalid is left out (logged; its calls
+    /// could carry no valid headers), and the valid declarations are kept for its calls.
+    fn learn_tools(&self, message: &mut Value, page: ToolsPage) {
+        let mut declarations = self.declarations.borrow_mut();
+        if page == ToolsPage::First {
+            declarations.clear();
+        }
+        let Some(Value::Array(tools)) = message.pointer_mut("/result/tools") else { return };
+        tools.retain(|tool| {
+            let name = tool.get("name").and_then(Value::as_str).unwrap_or_default();
+            let schema = tool.get("inputSchema").unwrap_or(&Value::Null);
+            match param_headers::declared(schema) {
+                Ok(found) if found.is_empty() => {
+                    declarations.remove(name);
+                    true
+                }
+                Ok(found) => {
+                    declarations.insert(name.to_owned(), found.into());
+                    true
+                }
+                Err(why) => {
+                    let upstream = &*self.name;
+                    tracing::warn!(
+                        upstream,
+                        tool = name,
+                        why,
+                        "upstream tool left out: invalid x-mcp-header"
+                    );
+                    declarations.remove(name);
+                    false
+                }
+            }
+        });
+    }
+
+    /// The `Mcp-Param-*` headers of a 2026-07-28 `tools/call` (its tool's declarations, the
+    /// values from its arguments); none for a tool that declares none.
+    fn param_heads(&self, message: &Value) -> Vec<(String, String)> {
+        let name = message.pointer("/params/name").and_then(Value::as_str);
+        let Some(declared) = name.and_then(|n| self.declarations.borrow().get(n).cloned()) else {
+            return Vec::new();
+        };
+        let arguments = message.pointer("/params/arguments").unwrap_or(&Value::Null);
+        declared
+            .iter()
+            .filter_map(|param| Some((param.header(), param_headers::rendered(param, arguments)?)))
+            .collect()
     }
 
     /// Sets `stop` (waking every waiting task) and closes the idle connections; false when
@@ -390,6 +449,9 @@ impl Link {
             line("Mcp-Method", &heads.method);
             if let Some(name) = &heads.name {
                 line("Mcp-Name", name);
+            }
+            for (name, value) in &heads.params {
+                line(name, value);
             }
         } else {
             if let Some(session) = self.session.borrow().as_deref() {
@@ -667,8 +729,10 @@ async fn request(
 ) -> Result<(), Failure> {
     let caller = post.caller.clone();
     let stateless = post.heads.is_some();
+    let tools_page = post.heads.as_ref().and_then(|h| h.tools_page);
     let (mut conn, mut head) = round_trip(link, Method::Post, post, until).await?;
     let mut stream = Stream::new(link.line_max, Some(id.clone()), initialize);
+    stream.tools_page = tools_page;
     if stateless {
         // A session id on a stateless answer is not ours to keep.
         head.session = None;
@@ -1031,6 +1095,9 @@ struct Stream {
     /// A `subscriptions/listen` stream: only its `…/list_changed` notifications go to the peer
     /// (its acknowledgement and anything else are the subscription's own business).
     list_changes_only: bool,
+    /// The awaited request is a 2026-07-28 `tools/list` (its answer's declarations are
+    /// learnt: `Link::learn_tools`).
+    tools_page: Option<ToolsPage>,
 }
 
 impl Stream {
@@ -1041,6 +1108,7 @@ impl Stream {
             initialize,
             answered: false,
             list_changes_only: false,
+            tools_page: None,
         }
     }
 
@@ -1065,7 +1133,7 @@ impl Stream {
         }
     }
 
-    fn hand(&mut self, link: &Link, peer: &Rc<Peer>, message: Value) {
+    fn hand(&mut self, link: &Link, peer: &Rc<Peer>, mut message: Value) {
         if self.list_changes_only {
             let method = message.get("method").and_then(Value::as_str).unwrap_or_default();
             if !(method.starts_with("notifications/") && method.ends_with("/list_changed")) {
@@ -1080,6 +1148,9 @@ impl Stream {
             self.answered = true;
             if self.initialize {
                 link.note_protocol_version(&message);
+            }
+            if let Some(page) = self.tools_page {
+                link.learn_tools(&mut message, page);
             }
         }
         peer.receive(message);

@@ -6,13 +6,13 @@
 //! Owns: `Stateless` (the client's identity the link presents on every request), the rewrite
 //! of one JSON-RPC request into its stateless form (`Stateless::request`), the
 //! `Mcp-Method`/`Mcp-Name` values (`Heads`, with the spec's base64 sentinel for a name that is
-//! no plain header value), and the `subscriptions/listen` request. Never: sends anything.
+//! no plain header value; the `Mcp-Param-*` ones the link adds), and the
+//! `subscriptions/listen` request. Never: sends anything.
 
-use base64::engine::general_purpose::STANDARD;
-use base64::Engine;
 use serde_json::json;
 
 use crate::provider::Value;
+use crate::wire::param_headers;
 use crate::wire::revision::{
     LEGACY_VERSIONS, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION,
     MODERN_VERSION,
@@ -42,6 +42,19 @@ pub(super) struct Heads {
     pub(super) method: String,
     /// `Mcp-Name`, for the methods the spec requires it on.
     pub(super) name: Option<String>,
+    /// `Mcp-Param-*` (full name, value): a `tools/call`'s arguments its tool declared with
+    /// `x-mcp-header` (`Link::param_heads`).
+    pub(super) params: Vec<(String, String)>,
+    /// A `tools/list` request: which page it asks for (its answer's declarations are learnt).
+    pub(super) tools_page: Option<ToolsPage>,
+}
+
+/// The page of a `tools/list`: the first one (without a cursor) starts the link's
+/// declarations afresh, a later one adds to them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ToolsPage {
+    First,
+    Next,
 }
 
 impl Stateless {
@@ -127,23 +140,14 @@ fn heads_of(message: &Value) -> Heads {
     let name = member
         .and_then(|m| message.pointer(&format!("/params/{m}")))
         .and_then(Value::as_str)
-        .map(header_text);
-    Heads { method, name }
-}
-
-/// A value as a header carries it: as is when it is printable ASCII without leading or
-/// trailing space, else the spec's `=?base64?…?=` sentinel of its UTF-8 bytes.
-pub(super) fn header_text(value: &str) -> String {
-    let plain = !value.is_empty()
-        && value.bytes().all(|b| (b' '..=b'~').contains(&b))
-        && !value.starts_with(' ')
-        && !value.ends_with(' ')
-        && !value.starts_with("=?");
-    if plain {
-        value.to_owned()
-    } else {
-        format!("=?base64?{}?=", STANDARD.encode(value.as_bytes()))
-    }
+        .map(param_headers::encode);
+    let tools_page = (method == "tools/list").then(|| {
+        match message.pointer("/params/cursor").is_some_and(|c| !c.is_null()) {
+            true => ToolsPage::Next,
+            false => ToolsPage::First,
+        }
+    });
+    Heads { method, name, params: Vec::new(), tools_page }
 }
 
 /// Whether a `server/discover` result offers 2026-07-28.
@@ -191,7 +195,13 @@ mod tests {
             "params": { "name": "echo", "arguments": {}, "_meta": { "progressToken": 3 } },
         });
         let heads = client().request(&mut message);
-        assert_eq!(heads, Heads { method: "tools/call".into(), name: Some("echo".into()) });
+        let expected = Heads {
+            method: "tools/call".into(),
+            name: Some("echo".into()),
+            params: Vec::new(),
+            tools_page: None,
+        };
+        assert_eq!(heads, expected);
         let meta = &message["params"]["_meta"];
         assert_eq!(meta["progressToken"], 3);
         assert_eq!(meta[META_PROTOCOL_VERSION], MODERN_VERSION);
@@ -203,18 +213,13 @@ mod tests {
     fn a_request_without_params_gets_them_and_only_named_methods_get_a_name() {
         let mut message = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" });
         let heads = client().request(&mut message);
-        assert_eq!(heads, Heads { method: "tools/list".into(), name: None });
+        assert_eq!((heads.method.as_str(), heads.name), ("tools/list", None));
+        assert_eq!(heads.tools_page, Some(ToolsPage::First));
+        let mut next = json!({ "id": 4, "method": "tools/list", "params": { "cursor": "2" } });
+        assert_eq!(client().request(&mut next).tools_page, Some(ToolsPage::Next));
         assert_eq!(message["params"]["_meta"][META_PROTOCOL_VERSION], MODERN_VERSION);
         let mut read = json!({ "id": 2, "method": "resources/read", "params": { "uri": "a://b" } });
         assert_eq!(client().request(&mut read).name.as_deref(), Some("a://b"));
-    }
-
-    #[test]
-    fn a_name_that_is_no_plain_header_value_goes_as_the_base64_sentinel() {
-        assert_eq!(header_text("echo"), "echo");
-        assert_eq!(header_text("café"), format!("=?base64?{}?=", STANDARD.encode("café")));
-        assert_eq!(header_text(" x"), "=?base64?IHg=?=");
-        assert_eq!(header_text("a\r\nb"), format!("=?base64?{}?=", STANDARD.encode("a\r\nb")));
     }
 
     #[test]
