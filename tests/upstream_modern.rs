@@ -20,6 +20,8 @@ use serde_json::{json, Value};
 use support::{call, call_stream, list_tools, post, Server, SseStream};
 
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/modern_upstream.py");
+const STDIO_FIXTURE: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/stdio_upstream.py");
 
 /// The fixture server, killed on drop.
 struct Upstream {
@@ -237,6 +239,74 @@ fn declared_arguments_reach_a_modern_upstream_as_mcp_param_headers() {
     let sent = post(&front, &headers, &body.to_string());
     assert_eq!(text_of(&support::final_message(&sent)), "Region=us-east Tenant=9");
     assert_eq!(upstream.seen("tools/call", Some("route")), 4);
+}
+
+#[test]
+fn one_upstreams_list_change_reaches_every_session_on_every_core_once() {
+    // Goal (issue 22 item 4): a list change of one upstream updates the merged list of every
+    // session, on every core, and each client is told once. Method: two cores in front of the
+    // fixture (m, whose `add_tool` notifies every `subscriptions/listen` stream: one per core's
+    // link) and a stdio upstream (b); sessions opened until each core owns two (the session
+    // id's digits 2..6 name its core), each with its GET stream; one `m__add_tool` call. Every
+    // stream gets `tools/list_changed`, then a keep-alive comment (1 s) before anything else
+    // (no second notice); every session lists `m__extra_1` beside the b tools.
+    let upstream = Upstream::start();
+    let m = format!("m={}", upstream.url);
+    let b = format!("b=stdio:python3 {STDIO_FIXTURE}");
+    let args = ["--upstream", &m, "--upstream", &b, "--threads", "2", "--sse-keepalive-secs", "1"];
+    let server = Server::start(&args);
+    let mut by_core: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for _ in 0..64 {
+        if by_core.len() == 2 && by_core.values().all(|s| s.len() >= 2) {
+            break;
+        }
+        let sid = support::open_session(&server);
+        let core = sid[2..6].to_owned();
+        let room = by_core.entry(core).or_default();
+        if room.len() < 2 {
+            room.push(sid);
+        }
+    }
+    assert!(by_core.len() == 2 && by_core.values().all(|s| s.len() == 2), "{by_core:?}");
+    let sessions: Vec<String> = by_core.into_values().flatten().collect();
+    let mut streams: Vec<SseStream> = sessions
+        .iter()
+        .map(|sid| {
+            let headers = [("Accept", "text/event-stream"), ("Mcp-Session-Id", sid.as_str())];
+            let raw = support::request("GET", &server.path, &server.host(), &headers, None);
+            let stream = SseStream::open(&server, &raw);
+            assert_eq!(stream.status, 200);
+            stream
+        })
+        .collect();
+    for sid in &sessions {
+        let names: Vec<String> = list_tools(&server, sid)
+            .iter()
+            .filter_map(|t| t["name"].as_str().map(str::to_owned))
+            .collect();
+        assert!(!names.contains(&"m__extra_1".to_owned()), "{names:?}");
+    }
+    let added =
+        post(&server, &[("Mcp-Session-Id", &sessions[0])], &call(1, "m__add_tool", "{}", false));
+    assert_eq!(text_of(&support::final_message(&added)), "added");
+    for (sid, stream) in sessions.iter().zip(streams.iter_mut()) {
+        let notice = loop {
+            let ev = stream.next_event().expect("list_changed on the GET stream");
+            if !ev.is_priming() {
+                break ev.json();
+            }
+        };
+        assert_eq!(notice["method"], "notifications/tools/list_changed", "{sid}: {notice}");
+        let second = stream.next_event_before_comment();
+        assert!(second.is_none(), "{sid}: told twice: {:?}", second.map(|e| e.data));
+        assert!(!stream.ended(), "{sid}: the GET stream ended");
+        let names: Vec<String> = list_tools(&server, sid)
+            .iter()
+            .filter_map(|t| t["name"].as_str().map(str::to_owned))
+            .collect();
+        assert!(names.contains(&"m__extra_1".to_owned()), "{sid} (core {}): {names:?}", &sid[2..6]);
+        assert!(names.contains(&"b__echo".to_owned()), "{sid}: {names:?}");
+    }
 }
 
 #[test]

@@ -407,6 +407,31 @@ impl SseStream {
         }
     }
 
+    /// The next event, or `None` when a comment (`:` line, e.g. a keep-alive) comes first or
+    /// the response ends: with a short `--sse-keepalive-secs`, `None` says nothing else was sent
+    /// in between.
+    pub fn next_event_before_comment(&mut self) -> Option<Event> {
+        loop {
+            if let Some(p) = self.pending.windows(2).position(|w| w == b"\n\n") {
+                let block: Vec<u8> = self.pending.drain(..p + 2).collect();
+                if block.starts_with(b":") {
+                    return None;
+                }
+                if let Some(ev) = parse_events(&block).into_iter().next() {
+                    return Some(ev);
+                }
+                continue;
+            }
+            if self.done {
+                return None;
+            }
+            match self.reader.chunk() {
+                Some(c) => self.pending.extend_from_slice(&c),
+                None => self.done = true,
+            }
+        }
+    }
+
     /// Every remaining event until the response ends.
     pub fn rest(&mut self) -> Vec<Event> {
         let mut v = Vec::new();
