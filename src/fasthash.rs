@@ -74,6 +74,9 @@ impl Hasher for FastHasher {
 /// `HashMap` with `FastHasher`.
 pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, BuildHasherDefault<FastHasher>>;
 
+/// A set over the same hasher.
+pub(crate) type FastSet<K> = std::collections::HashSet<K, BuildHasherDefault<FastHasher>>;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -104,7 +104,14 @@ fn node(redis: &Redis, id: &str, extra: &[&str]) -> Server {
         args.extend_from_slice(&["--tools", "demo"]);
     }
     args.extend_from_slice(extra);
-    Server::start(&args)
+    let server = Server::start(&args);
+    // The mirror connects on its own thread: a test that stalls the store or times a write
+    // must start once it is connected (before, records are dropped, not refused or written).
+    let up = poll_until(Duration::from_secs(10), || {
+        metric(&scrape(&server.metrics()), "tidemark_durable_up") == 1
+    });
+    assert!(up, "node {id}: the durable mirror connected");
+    server
 }
 
 #[test]

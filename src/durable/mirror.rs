@@ -9,7 +9,7 @@
 //! Never: blocks a worker (it only pops their queues), or writes a record of a session after a
 //! gap in it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -19,6 +19,7 @@ use super::queue::{MirrorQueue, MirrorState, Queued};
 use super::record::Record;
 use super::store::{self, Store};
 use crate::config::DurableConfig;
+use crate::fasthash::{FastMap, FastSet};
 use crate::metrics::DurableStats;
 
 /// How long the thread waits for the store to connect or answer one batch; past it the store
@@ -54,7 +55,7 @@ impl Mirror {
             state: state.clone(),
             stats,
             store: None,
-            written_epoch: HashMap::new(),
+            written_epoch: FastMap::default(),
             unmarked: HashSet::new(),
             lease_due: Instant::now(),
             down_logged: false,
@@ -97,7 +98,7 @@ struct Writer {
     store: Option<Box<dyn Store>>,
     /// The epoch in which each session's whole image was last written; a session not here (or
     /// older) is not written until its core sends a new image.
-    written_epoch: HashMap<Arc<str>, u64>,
+    written_epoch: FastMap<Arc<str>, u64>,
     /// Sessions to mark not durable in the store as soon as it answers.
     unmarked: HashSet<Arc<str>>,
     lease_due: Instant,
@@ -262,7 +263,7 @@ impl Writer {
         }
         let epoch = self.state.epoch.load(Ordering::Acquire);
         let mut writable: Vec<&Record> = Vec::with_capacity(taken.len());
-        let mut skipped: HashSet<(usize, Arc<str>)> = HashSet::new();
+        let mut skipped: FastSet<(usize, Arc<str>)> = FastSet::default();
         for (core, queued) in &taken {
             match &queued.record {
                 Record::Session(image) => {

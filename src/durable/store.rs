@@ -5,6 +5,10 @@
 //! worker.
 
 use std::collections::{HashMap, VecDeque};
+
+// The per-batch and per-session maps are keyed by tidemark's random session ids and small
+// indices, never by a client's text: the fast hasher's reasoning (`fasthash`) holds.
+use crate::fasthash::FastMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -98,10 +102,10 @@ pub(crate) struct RedisStore {
     /// Per session, the first sequence number of each `tm:ev` entry written (oldest first): an
     /// entry holds a run of events, so a trim keeps the entry holding the oldest kept event.
     /// At most one per event the ring holds; whole images reset it, a session's end drops it.
-    starts: HashMap<Arc<str>, VecDeque<u64>>,
+    starts: FastMap<Arc<str>, VecDeque<u64>>,
     /// Per session, when its keys' time to live was last renewed and which of its keys existed
     /// then: renewed at most every `TTL_RENEW_MS`, and at once when a batch makes a new key.
-    expiry: HashMap<Arc<str>, Expiry>,
+    expiry: FastMap<Arc<str>, Expiry>,
 }
 
 /// Renewing a session's three TTLs on every batch would cost Redis three commands per session
@@ -129,14 +133,14 @@ enum Step<'a> {
 /// A stream's record appears once, at the place of its last change in the batch (a crash
 /// mid-batch leaves its state from before the batch, never one ahead of its events).
 fn plan<'a>(records: &[&'a Record]) -> Vec<Step<'a>> {
-    let mut last_change: HashMap<(&'a str, u32), usize> = HashMap::new();
+    let mut last_change: FastMap<(&'a str, u32), usize> = FastMap::default();
     for (index, record) in records.iter().enumerate() {
         if let Record::Stream { sid, key, .. } = record {
             last_change.insert((&**sid, *key), index);
         }
     }
     let mut steps: Vec<Step<'a>> = Vec::with_capacity(records.len());
-    let mut open: HashMap<&'a str, usize> = HashMap::new();
+    let mut open: FastMap<&'a str, usize> = FastMap::default();
     for (index, record) in records.iter().copied().enumerate() {
         match record {
             Record::Stream { sid, key, .. } if last_change.get(&(&**sid, *key)) != Some(&index) => {
@@ -174,7 +178,7 @@ impl RedisStore {
         let connection = client.get_connection_with_timeout(timeout)?;
         connection.set_read_timeout(Some(timeout))?;
         connection.set_write_timeout(Some(timeout))?;
-        Ok(RedisStore { connection, starts: HashMap::new(), expiry: HashMap::new() })
+        Ok(RedisStore { connection, starts: FastMap::default(), expiry: FastMap::default() })
     }
 }
 
@@ -263,7 +267,7 @@ impl Store for RedisStore {
         let ttl_ms = session_ttl.as_millis().max(1) as u64;
         let mut pipe = redis::pipe();
         // Each session written in this batch: whether it made its streams or events key.
-        let mut touched: HashMap<&Arc<str>, (bool, bool)> = HashMap::new();
+        let mut touched: FastMap<&Arc<str>, (bool, bool)> = FastMap::default();
         let mut ended: Vec<&str> = Vec::new();
         let mut trims: Vec<(&str, u64)> = Vec::new();
         for step in plan(records) {
