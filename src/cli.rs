@@ -402,6 +402,10 @@ struct Flags {
     /// Records the mirror thread writes to the store in one pipelined batch.
     #[arg(long, default_value_t = config::DURABLE_BATCH_RECORDS)]
     durable_batch_records: usize,
+    /// Bytes of records the mirror thread writes to the store in one pipelined batch (a batch
+    /// takes at least one record).
+    #[arg(long, default_value_t = config::DURABLE_BATCH_BYTES)]
+    durable_batch_bytes: usize,
     /// How long a non-idempotent tools/call of a durable session waits for the store to
     /// acknowledge its record before the tool starts (so an adopting peer never runs it
     /// again); past it the call starts, the session stops being durable, and it is counted.
@@ -556,6 +560,7 @@ impl Flags {
                     queue_records_max: self.durable_queue_records,
                     queue_bytes_max: self.durable_queue_bytes,
                     batch_records_max: self.durable_batch_records,
+                    batch_bytes_max: self.durable_batch_bytes,
                     write_ahead: Duration::from_millis(self.durable_write_ahead_ms),
                     adoptions_max: self.durable_adoptions_max,
                 },

@@ -346,3 +346,52 @@ fn a_dead_nodes_tasks_are_answered_by_a_peer_finished_or_failed_with_outcome_unk
     );
     assert!(unknown.get("error").is_some(), "an unknown task is still unknown: {unknown}");
 }
+
+/// How many `tm:ev` entries session `sid` has in the store (`XLEN`).
+fn event_entries(redis: &Redis, sid: &str) -> u64 {
+    let answer = redis.command(&format!("XLEN tm:ev:{sid}")).unwrap_or_default();
+    answer.trim_start_matches(':').parse().unwrap_or(0)
+}
+
+/// One call's 12 events (priming, 10 progress, result) queued while the store is stalled for
+/// about 0.4 s (inside its 1 s answer bound, so it never counts as down), then written: the
+/// `tm:ev` entries the session has once they all are.
+fn entries_after_a_stall(extra: &[&str]) -> (u64, u64) {
+    let Some(redis) = Redis::start() else { return (0, 0) };
+    let server = node(&redis, "1", extra);
+    let sid = open_session(&server);
+    let body = call(1, "slow_counter", r#"{"steps":10,"delay_ms":30}"#, true);
+    let mut stream = call_stream(&server, &sid, &body, &[]);
+    let first = stream.next_event().expect("the call's first event");
+    assert!(first.id.is_some(), "a ring event");
+    redis.signal("STOP");
+    let rest = stream.rest();
+    std::thread::sleep(Duration::from_millis(50));
+    redis.signal("CONT");
+    let events = 1 + rest.iter().filter(|e| e.id.is_some()).count() as u64;
+    // Written once the queues are empty and the batch in flight answered (loopback: ms).
+    let drained = poll_until(Duration::from_secs(5), || {
+        metric(&scrape(&server.metrics()), "tidemark_durable_queue_records") == 0
+    });
+    assert!(drained, "the mirror took every queued record");
+    std::thread::sleep(Duration::from_millis(300));
+    let text = scrape(&server.metrics());
+    assert_eq!(metric(&text, "tidemark_durable_sessions_not_durable"), 0, "still durable");
+    (event_entries(&redis, &sid), events)
+}
+
+#[test]
+fn durable_batch_bytes_bounds_a_batch_and_a_full_batch_coalesces_each_sessions_events() {
+    // Goal: --durable-batch-bytes at its limit. Method: the same stalled call twice. With the
+    // default bounds the events queued during the stall are written in one batch, a session's
+    // consecutive events coalesced into one `tm:ev` entry; with a 1-byte bound each batch
+    // takes one record, so every event is an entry of its own.
+    let (coalesced, events) = entries_after_a_stall(&[]);
+    if events == 0 {
+        return; // no redis-server here (Redis::start said why)
+    }
+    assert_eq!(events, 12, "priming, 10 progress, result");
+    assert!(coalesced < events, "one batch coalesces: {coalesced} entries for {events} events");
+    let (single, events) = entries_after_a_stall(&["--durable-batch-bytes", "1"]);
+    assert_eq!(single, events, "a 1-byte batch bound writes one record per batch");
+}

@@ -14,8 +14,8 @@ pub(crate) use auth::{AUTH_FILE_BYTES_MAX, AUTH_POLICY_RULES_MAX, AUTH_TOKENS_MA
 mod durable;
 pub use durable::{DurableConfig, DurableUrl, DurableUrlError};
 pub(crate) use durable::{
-    DURABLE_ADOPTIONS_MAX, DURABLE_BATCH_RECORDS, DURABLE_LEASE_MS, DURABLE_LEASE_MS_MIN,
-    DURABLE_QUEUE_BYTES, DURABLE_QUEUE_RECORDS, DURABLE_WRITE_AHEAD_MS,
+    DURABLE_ADOPTIONS_MAX, DURABLE_BATCH_BYTES, DURABLE_BATCH_RECORDS, DURABLE_LEASE_MS,
+    DURABLE_LEASE_MS_MIN, DURABLE_QUEUE_BYTES, DURABLE_QUEUE_RECORDS, DURABLE_WRITE_AHEAD_MS,
 };
 mod rate;
 pub(crate) use rate::RATE_BUCKETS_PER_CORE_MAX;
@@ -1042,6 +1042,7 @@ impl Config {
                 ("durable-queue-records", durable.queue_records_max),
                 ("durable-queue-bytes", durable.queue_bytes_max),
                 ("durable-batch-records", durable.batch_records_max),
+                ("durable-batch-bytes", durable.batch_bytes_max),
                 ("durable-adoptions-max", durable.adoptions_max),
             ];
             if let Some((name, _)) = limits.iter().find(|(_, value)| *value == 0) {

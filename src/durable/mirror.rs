@@ -237,19 +237,23 @@ impl Writer {
     }
 
     /// Takes up to a batch from the queues (round robin) and writes it; how many were taken.
+    /// A batch ends at `--durable-batch-records` records or once it holds
+    /// `--durable-batch-bytes` (it takes at least one record).
     fn write_batch(&mut self) -> usize {
         if self.store.is_none() {
             return 0;
         }
         let batch_max = self.cfg.batch_records_max;
         let mut taken: Vec<(usize, Queued)> = Vec::new();
+        let mut bytes = 0;
         'fill: loop {
             let before = taken.len();
             for (core, queue) in self.queues.iter().enumerate() {
-                if taken.len() == batch_max {
+                if taken.len() == batch_max || bytes >= self.cfg.batch_bytes_max {
                     break 'fill;
                 }
                 if let Some(queued) = queue.pop() {
+                    bytes += queued.bytes;
                     taken.push((core, queued));
                 }
             }
