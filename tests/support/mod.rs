@@ -388,33 +388,22 @@ impl SseStream {
 
     /// The next event (comments skipped); None when the response ended.
     pub fn next_event(&mut self) -> Option<Event> {
-        loop {
-            if let Some(p) = self.pending.windows(2).position(|w| w == b"\n\n") {
-                let block: Vec<u8> = self.pending.drain(..p + 2).collect();
-                let evs = parse_events(&block);
-                if let Some(ev) = evs.into_iter().next() {
-                    return Some(ev);
-                }
-                continue;
-            }
-            if self.done {
-                return None;
-            }
-            match self.reader.chunk() {
-                Some(c) => self.pending.extend_from_slice(&c),
-                None => self.done = true,
-            }
-        }
+        self.next_until(false)
     }
 
     /// The next event, or `None` when a comment (`:` line, e.g. a keep-alive) comes first or
     /// the response ends: with a short `--sse-keepalive-secs`, `None` says nothing else was sent
     /// in between.
     pub fn next_event_before_comment(&mut self) -> Option<Event> {
+        self.next_until(true)
+    }
+
+    /// The next event; with `stop_at_comment`, `None` at a comment block instead of skipping it.
+    fn next_until(&mut self, stop_at_comment: bool) -> Option<Event> {
         loop {
             if let Some(p) = self.pending.windows(2).position(|w| w == b"\n\n") {
                 let block: Vec<u8> = self.pending.drain(..p + 2).collect();
-                if block.starts_with(b":") {
+                if stop_at_comment && block.starts_with(b":") {
                     return None;
                 }
                 if let Some(ev) = parse_events(&block).into_iter().next() {
