@@ -11,19 +11,49 @@ pub(crate) fn lease(node: u8) -> String {
     format!("{PREFIX}lease:{node}")
 }
 
+/// A session's three keys, each its prefix then the session id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SessionKey {
+    /// `tm:s:SID`: the session's record (hash).
+    Record,
+    /// `tm:st:SID`: its request streams (hash: stream key → `StreamRecord` JSON).
+    Streams,
+    /// `tm:ev:SID`: its events (a Redis stream).
+    Events,
+}
+
+impl SessionKey {
+    /// What the key's name starts with (`PREFIX` first).
+    pub(crate) const fn prefix(self) -> &'static str {
+        match self {
+            SessionKey::Record => "tm:s:",
+            SessionKey::Streams => "tm:st:",
+            SessionKey::Events => "tm:ev:",
+        }
+    }
+
+    /// The key's name for session `sid`.
+    pub(crate) fn name(self, sid: &str) -> String {
+        let mut name = String::with_capacity(self.prefix().len() + sid.len());
+        name.push_str(self.prefix());
+        name.push_str(sid);
+        name
+    }
+}
+
 /// `tm:s:SID`: a session's record (hash).
 pub(crate) fn session(sid: &str) -> String {
-    format!("{PREFIX}s:{sid}")
+    SessionKey::Record.name(sid)
 }
 
-/// `tm:st:SID`: a session's request streams (hash: stream key → `StreamRecord` JSON).
+/// `tm:st:SID`: a session's request streams.
 pub(crate) fn streams(sid: &str) -> String {
-    format!("{PREFIX}st:{sid}")
+    SessionKey::Streams.name(sid)
 }
 
-/// `tm:ev:SID`: a session's events (a Redis stream).
+/// `tm:ev:SID`: a session's events.
 pub(crate) fn events(sid: &str) -> String {
-    format!("{PREFIX}ev:{sid}")
+    SessionKey::Events.name(sid)
 }
 
 /// `tm:k:SUBJ:KEY`: a 2026-07-28 `Idempotency-Key` record; the subject in hex (`-` without
@@ -44,20 +74,58 @@ pub(crate) fn keyed(subject: Option<&str>, key: &str) -> String {
     name
 }
 
+/// What a task's key starts with (then its id).
+pub(crate) const TASK_PREFIX: &str = "tm:t:";
+
 /// `tm:t:TASK`: a task's record (hash).
 pub(crate) fn task(id: &str) -> String {
-    format!("{PREFIX}t:{id}")
+    format!("{TASK_PREFIX}{id}")
 }
 
+/// What follows the sequence number in a `tm:ev` entry id.
+pub(crate) const EVENT_ENTRY_ID_SUFFIX: &str = "-1";
+
 /// The entry id of ring event `seq` in `tm:ev:SID`: `SEQ-1` (a Redis stream id must be above
-/// `0-0`, and the sequence part keeps the ring's order).
+/// `0-0`, and the sequence part keeps the ring's order). The writer puts the same bytes
+/// straight into its pipeline (`Pipeline::arg_u64_then` with `EVENT_ENTRY_ID_SUFFIX`).
+#[cfg(test)]
 pub(crate) fn event_entry_id(seq: u64) -> String {
-    format!("{seq}-1")
+    format!("{seq}{EVENT_ENTRY_ID_SUFFIX}")
 }
 
 /// The sequence number of an entry id made by `event_entry_id`; `None` for any other id.
 pub(crate) fn event_seq(entry_id: &str) -> Option<u64> {
-    entry_id.strip_suffix("-1")?.parse().ok()
+    entry_id.strip_suffix(EVENT_ENTRY_ID_SUFFIX)?.parse().ok()
+}
+
+/// The one field of a `tm:ev` entry: its run of events packed, per event its stream key and
+/// its payload's length (each u32, little-endian) and then the payload. One field per run, not
+/// two per event: Redis's cost of an entry grows with its fields, and a field per event made
+/// the store cost about as much per streamed event as serving it.
+pub(crate) const EVENT_RUN_FIELD: &str = "r";
+
+/// Bytes `pack_event` adds to a payload.
+pub(crate) const PACKED_EVENT_HEADER: usize = 8;
+
+/// Appends one event to a packed run (`EVENT_RUN_FIELD`).
+pub(crate) fn pack_event(out: &mut Vec<u8>, stream: u32, data: &[u8]) {
+    out.extend_from_slice(&stream.to_le_bytes());
+    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    out.extend_from_slice(data);
+}
+
+/// The events of a packed run in order (stream key, payload); `None` when it is malformed.
+pub(crate) fn unpack_events(mut run: &[u8]) -> Option<Vec<(u32, &[u8])>> {
+    let mut events = Vec::new();
+    while !run.is_empty() {
+        let header = run.get(..PACKED_EVENT_HEADER)?;
+        let stream = u32::from_le_bytes(header[..4].try_into().ok()?);
+        let len = u32::from_le_bytes(header[4..].try_into().ok()?) as usize;
+        let data = run.get(PACKED_EVENT_HEADER..PACKED_EVENT_HEADER.checked_add(len)?)?;
+        events.push((stream, data));
+        run = &run[PACKED_EVENT_HEADER + len..];
+    }
+    Some(events)
 }
 
 /// One request stream of a session, the value of its field in `tm:st:SID` (JSON).
@@ -111,6 +179,10 @@ mod tests {
         assert_eq!(streams(&sid), format!("tm:st:{sid}"));
         assert_eq!(events(&sid), format!("tm:ev:{sid}"));
         assert_eq!(task("abc"), "tm:t:abc");
+        for kind in [SessionKey::Record, SessionKey::Streams, SessionKey::Events] {
+            assert!(kind.prefix().starts_with(PREFIX));
+        }
+        assert!(TASK_PREFIX.starts_with(PREFIX));
         assert_eq!(keyed(None, "k1"), "tm:k:-:k1");
         assert_eq!(keyed(Some("ab"), "k1"), "tm:k:6162:k1");
         assert_ne!(keyed(Some("a:b"), "c"), keyed(Some("a"), "b:c"));
@@ -118,6 +190,13 @@ mod tests {
             assert_eq!(event_seq(&event_entry_id(seq)), Some(seq));
         }
         assert_eq!(event_seq("5-0"), None);
+        let mut run = Vec::new();
+        pack_event(&mut run, 3, b"");
+        pack_event(&mut run, u32::MAX, b"data: {}");
+        assert_eq!(run.len(), 2 * PACKED_EVENT_HEADER + 8);
+        assert_eq!(unpack_events(&run), Some(vec![(3, &b""[..]), (u32::MAX, &b"data: {}"[..])]));
+        assert_eq!(unpack_events(&run[..run.len() - 1]), None, "a cut run is malformed");
+        assert_eq!(unpack_events(&[1, 0, 0]), None);
         assert_eq!(event_seq("x-1"), None);
     }
 }

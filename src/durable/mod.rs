@@ -12,7 +12,7 @@
 //! | `tm:lease:NODE` | string | the node's liveness lease: its boot id (16 hex digits), `SET … PX lease`; renewed every third of `--durable-lease-ms` by the mirror thread; absent = the node is dead |
 //! | `tm:s:SID` | hash | the session: `owner` (node id in decimal, changed only by `ADOPT_SCRIPT`), `tag` (the session's event-id tag, decimal u32), `rev` (protocol version), `subject` (absent without authorization), `client` (the client's `initialize` params: capabilities, clientInfo; JSON), `log` (the logging level), `next` (the sequence number the ring's next event takes, for a ring that holds none), `durable` (`1`, or `0` while the mirror of this session is incomplete: never adopted then) |
 //! | `tm:st:SID` | hash | one field per request stream, the stream key in decimal → `StreamRecord` JSON |
-//! | `tm:ev:SID` | stream | the ring's events in runs: one entry per run of consecutive events a batch wrote, id `event_entry_id(first seq)` = `SEQ-1`, fields `s` (stream key, decimal) and `d` (the event's payload bytes exactly as the ring holds them) repeated per event in order (the n-th pair is event SEQ+n). A stream's final event is the one its `StreamRecord` names. Trimmed with `XTRIM … MINID` of the entry holding the ring's oldest event as the ring evicts |
+//! | `tm:ev:SID` | stream | the ring's events in runs: one entry per run of consecutive events a batch wrote, id `event_entry_id(first seq)` = `SEQ-1`, one field `r` (`keys::EVENT_RUN_FIELD`): the run packed, per event its stream key and payload length (u32 little-endian each) then the payload exactly as the ring holds it (the n-th is event SEQ+n; entries of older builds have fields `s`, `d` per event instead, still read). A stream's final event is the one its `StreamRecord` names. Trimmed with `XTRIM … MINID` of the entry holding the ring's oldest event, once the entries before it reach `store::TRIM_SLACK_ENTRIES` (32) or `store::TRIM_SLACK_BYTES` (64 KiB): the store holds at most that much past the ring per session |
 //! | `tm:k:SUBJ:KEY` | hash | a 2026-07-28 `Idempotency-Key` record: `SUBJ` the subject's bytes in hex (`-` without one), `KEY` the header as sent; fields `fp` (the params fingerprint, decimal u64), `state` (`running` or `done`), `node`, `result` (the final JSON-RPC response, when done) |
 //! | `tm:t:TASK` | hash | a task (tasks extension), `TASK` its id as on the wire: `node`, `subject` (absent without authorization), `detailed` (its `DetailedTask` JSON when last mirrored: created, finished), `state` (`running` or `done`) |
 //!
@@ -31,6 +31,7 @@ mod mirror;
 pub(crate) mod queue;
 mod reader;
 pub(crate) mod record;
+mod resp;
 mod session;
 pub(crate) mod store;
 
@@ -52,6 +53,8 @@ pub(crate) struct Durable {
     _mirror: mirror::Mirror,
     reader: Arc<Reader>,
     queues: Vec<Arc<queue::MirrorQueue>>,
+    /// Each core's end of its ring, until `for_core` hands it over.
+    producers: Vec<Option<rtrb::Producer<queue::Queued>>>,
     state: Arc<queue::MirrorState>,
     /// The mirror thread's figures, for `/metrics`.
     pub(crate) stats: Arc<DurableStats>,
@@ -63,14 +66,14 @@ impl Durable {
     /// Starts the mirror for `cfg` (`Ok(None)` when `--durable` is off).
     pub(crate) fn start(cfg: &Config) -> std::io::Result<Option<Durable>> {
         let Some(durable) = cfg.durable.clone() else { return Ok(None) };
-        let queues: Vec<Arc<queue::MirrorQueue>> = (0..cfg.threads)
-            .map(|_| {
-                Arc::new(queue::MirrorQueue::new(
-                    durable.queue_records_max,
-                    durable.queue_bytes_max,
-                ))
-            })
-            .collect();
+        let (mut queues, mut producers, mut drains) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..cfg.threads {
+            let (queue, producer, drain) =
+                queue::channel(durable.queue_records_max, durable.queue_bytes_max);
+            queues.push(queue);
+            producers.push(Some(producer));
+            drains.push(drain);
+        }
         let state = Arc::new(queue::MirrorState::default());
         let stats = Arc::new(DurableStats::default());
         let session_ttl = cfg.session_idle + cfg.stream_retention;
@@ -78,7 +81,7 @@ impl Durable {
             &durable,
             cfg.node_id,
             session_ttl,
-            queues.clone(),
+            drains,
             state.clone(),
             stats.clone(),
         )?;
@@ -88,6 +91,7 @@ impl Durable {
             _mirror: mirror,
             reader,
             queues,
+            producers,
             state,
             stats,
             cfg: durable,
@@ -95,10 +99,11 @@ impl Durable {
         }))
     }
 
-    /// Core `index`'s handles: its queue's tap and the shared reader.
-    pub(crate) fn for_core(&self, index: usize) -> CoreDurable {
+    /// Core `index`'s handles: its queue's tap and the shared reader (once per core).
+    pub(crate) fn for_core(&mut self, index: usize) -> CoreDurable {
         CoreDurable {
             queue: self.queues[index].clone(),
+            producer: self.producers[index].take().expect("each core's ring is handed over once"),
             state: self.state.clone(),
             reader: self.reader.clone(),
             node: self.node,
@@ -114,9 +119,10 @@ impl Drop for Durable {
 }
 
 /// What a worker thread receives to build its `CoreTap` on (`Send`; the tap itself is not).
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct CoreDurable {
     queue: Arc<queue::MirrorQueue>,
+    producer: rtrb::Producer<queue::Queued>,
     state: Arc<queue::MirrorState>,
     /// The node's reader thread.
     pub(crate) reader: Arc<Reader>,
@@ -126,7 +132,7 @@ pub(crate) struct CoreDurable {
 
 impl CoreDurable {
     /// The worker's tap on its queue, counting into `metrics`.
-    pub(crate) fn tap(&self, metrics: Arc<crate::metrics::CoreMetrics>) -> CoreTap {
-        CoreTap::new(self.queue.clone(), self.state.clone(), self.node, self.write_ahead, metrics)
+    pub(crate) fn tap(self, metrics: Arc<crate::metrics::CoreMetrics>) -> CoreTap {
+        CoreTap::new(self.queue, self.producer, self.state, self.node, self.write_ahead, metrics)
     }
 }

@@ -14,8 +14,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::keys::{self, StreamRecord};
+use super::keys::{self, SessionKey, StreamRecord};
 use super::record::{EventImage, Record, SessionImage};
+use super::resp::Pipeline;
 use crate::config::DurableUrl;
 
 /// The store failed (unreachable, timed out, refused a command); the text says how.
@@ -99,18 +100,37 @@ pub(crate) fn connect(url: &DurableUrl, timeout: Duration) -> Result<Box<dyn Sto
 /// `Store` on one Redis connection.
 pub(crate) struct RedisStore {
     connection: redis::Connection,
-    /// Per session, the first sequence number of each `tm:ev` entry written (oldest first): an
-    /// entry holds a run of events, so a trim keeps the entry holding the oldest kept event.
-    /// At most one per event the ring holds; whole images reset it, a session's end drops it.
-    starts: FastMap<Arc<str>, VecDeque<u64>>,
+    /// Per session, each `tm:ev` entry written (oldest first): an entry holds a run of events,
+    /// so a trim keeps the entry holding the oldest kept event. At most one per event the ring
+    /// holds plus the trim's slack; whole images reset it, a session's end drops it.
+    entries: FastMap<Arc<str>, VecDeque<Entry>>,
     /// Per session, when its keys' time to live was last renewed and which of its keys existed
     /// then: renewed at most every `TTL_RENEW_MS`, and at once when a batch makes a new key.
     expiry: FastMap<Arc<str>, Expiry>,
+    /// The batch being encoded (kept, so its buffer is not allocated per batch).
+    pipe: Pipeline,
 }
 
 /// Renewing a session's three TTLs on every batch would cost Redis three commands per session
 /// per batch; once a second is plenty against TTLs of minutes.
 const TTL_RENEW_MS: u64 = 1_000;
+
+/// A session's `tm:ev` entries the ring no longer needs are trimmed once there are this many
+/// of them, or `TRIM_SLACK_BYTES` of their events, not at every eviction: an exact `XTRIM` per
+/// evicted event was the store's dearest command (it rewrites the entry's node each time), and
+/// the slack bounds what the store holds past the ring per session.
+pub(crate) const TRIM_SLACK_ENTRIES: usize = 32;
+/// See `TRIM_SLACK_ENTRIES`.
+pub(crate) const TRIM_SLACK_BYTES: usize = 64 * 1024;
+
+/// One `tm:ev` entry as the writer remembers it.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    /// The sequence number of its first event (its id is `keys::event_entry_id` of it).
+    first: u64,
+    /// Its events' payload bytes.
+    bytes: usize,
+}
 
 /// A session's last TTL renewal.
 struct Expiry {
@@ -119,12 +139,20 @@ struct Expiry {
     events: bool,
 }
 
+/// A record's session, named by its `Arc`'s address: within one batch every record of a session
+/// shares one `Arc` (`SessionMirror::name`), and comparing addresses costs nothing where
+/// hashing and comparing 38 hex digits per record did.
+fn same_session(sid: &Arc<str>) -> usize {
+    Arc::as_ptr(sid).cast::<u8>() as usize
+}
+
 /// One step of a batch's pipeline: a record, or a session's run of consecutive events of the
 /// batch written as one entry (a stream-heavy batch costs Redis one command per session, not
 /// one per event).
 enum Step<'a> {
     Record(&'a Record),
-    Events(&'a Arc<str>, Vec<&'a EventImage>),
+    /// The run's events, and the ring's first kept event once it evicted as it appended them.
+    Events(&'a Arc<str>, Vec<&'a EventImage>, Option<u64>),
 }
 
 /// The batch as steps: each session's events gathered at the place of its first event (earlier
@@ -133,36 +161,37 @@ enum Step<'a> {
 /// A stream's record appears once, at the place of its last change in the batch (a crash
 /// mid-batch leaves its state from before the batch, never one ahead of its events).
 fn plan<'a>(records: &[&'a Record]) -> Vec<Step<'a>> {
-    let mut last_change: FastMap<(&'a str, u32), usize> = FastMap::default();
+    let mut last_change: FastMap<(usize, u32), usize> = FastMap::default();
     for (index, record) in records.iter().enumerate() {
         if let Record::Stream { sid, key, .. } = record {
-            last_change.insert((&**sid, *key), index);
+            last_change.insert((same_session(sid), *key), index);
         }
     }
     let mut steps: Vec<Step<'a>> = Vec::with_capacity(records.len());
-    let mut open: FastMap<&'a str, usize> = FastMap::default();
+    let mut open: FastMap<usize, usize> = FastMap::default();
     for (index, record) in records.iter().copied().enumerate() {
         match record {
-            Record::Stream { sid, key, .. } if last_change.get(&(&**sid, *key)) != Some(&index) => {
-            }
-            Record::Event { sid, event, .. } => {
-                if let Some(&index) = open.get(&**sid) {
-                    if let Step::Events(_, events) = &mut steps[index] {
+            Record::Stream { sid, key, .. }
+                if last_change.get(&(same_session(sid), *key)) != Some(&index) => {}
+            Record::Event { sid, event, first_kept, .. } => {
+                if let Some(&index) = open.get(&same_session(sid)) {
+                    if let Step::Events(_, events, kept) = &mut steps[index] {
                         if events.last().is_some_and(|last| last.seq + 1 == event.seq) {
                             events.push(event);
+                            *kept = (*kept).max(*first_kept);
                             continue;
                         }
                     }
                 }
-                open.insert(sid, steps.len());
-                steps.push(Step::Events(sid, vec![event]));
+                open.insert(same_session(sid), steps.len());
+                steps.push(Step::Events(sid, vec![event], *first_kept));
             }
             Record::Session(image) => {
-                open.remove(&*image.sid);
+                open.remove(&same_session(&image.sid));
                 steps.push(Step::Record(record));
             }
             Record::End { sid } => {
-                open.remove(&**sid);
+                open.remove(&same_session(sid));
                 steps.push(Step::Record(record));
             }
             _ => steps.push(Step::Record(record)),
@@ -178,184 +207,237 @@ impl RedisStore {
         let connection = client.get_connection_with_timeout(timeout)?;
         connection.set_read_timeout(Some(timeout))?;
         connection.set_write_timeout(Some(timeout))?;
-        Ok(RedisStore { connection, starts: FastMap::default(), expiry: FastMap::default() })
+        Ok(RedisStore {
+            connection,
+            entries: FastMap::default(),
+            expiry: FastMap::default(),
+            pipe: Pipeline::default(),
+        })
+    }
+
+    /// Sends the encoded batch and reads every reply (so the connection stays in step even
+    /// after a refused command); the first refusal is the batch's error.
+    fn flush(&mut self) -> Result<(), StoreError> {
+        if self.pipe.is_empty() {
+            return Ok(());
+        }
+        self.connection.send_packed_command(self.pipe.bytes())?;
+        let mut refused = None;
+        for _ in 0..self.pipe.commands() {
+            if let redis::Value::ServerError(e) = self.connection.recv_response()? {
+                refused.get_or_insert_with(|| e.to_string());
+            }
+        }
+        self.pipe.clear();
+        match refused {
+            Some(why) => Err(StoreError(why)),
+            None => Ok(()),
+        }
     }
 }
 
-fn expire_session(pipe: &mut redis::Pipeline, sid: &str, ttl_ms: u64) {
-    for key in [keys::session(sid), keys::streams(sid), keys::events(sid)] {
-        pipe.cmd("PEXPIRE").arg(key).arg(ttl_ms).ignore();
+fn expire_session(pipe: &mut Pipeline, sid: &str, ttl_ms: u64) {
+    for kind in [SessionKey::Record, SessionKey::Streams, SessionKey::Events] {
+        pipe.command(3).arg(b"PEXPIRE").arg_key(kind, sid).arg_u64(ttl_ms);
     }
 }
 
-/// One `tm:ev` entry for a run of consecutive events: id of the first, then `s`, `d` per
-/// event in order.
-fn push_run(pipe: &mut redis::Pipeline, sid: &str, events: &[&EventImage]) {
-    let Some(first) = events.first() else { return };
-    let xadd = pipe.cmd("XADD").arg(keys::events(sid)).arg(keys::event_entry_id(first.seq));
-    for event in events {
-        xadd.arg("s").arg(event.stream).arg("d").arg(&event.data[..]);
+/// `DEL` of a session's three keys.
+fn delete_session(pipe: &mut Pipeline, sid: &str) {
+    pipe.command(4).arg(b"DEL");
+    for kind in [SessionKey::Record, SessionKey::Streams, SessionKey::Events] {
+        pipe.arg_key(kind, sid);
     }
-    xadd.ignore();
 }
 
-fn push_image(pipe: &mut redis::Pipeline, image: &SessionImage, starts: &mut VecDeque<u64>) {
+/// One `tm:ev` entry for a run of consecutive events: id of the first, the run packed in its
+/// one field (`keys::EVENT_RUN_FIELD`). What it remembers of the entry.
+fn push_run(pipe: &mut Pipeline, sid: &str, events: &[&EventImage]) -> Option<Entry> {
+    let first = events.first()?;
+    let bytes: usize = events.iter().map(|e| e.data.len()).sum();
+    pipe.command(5)
+        .arg(b"XADD")
+        .arg_key(SessionKey::Events, sid)
+        .arg_u64_then(first.seq, keys::EVENT_ENTRY_ID_SUFFIX.as_bytes())
+        .arg(keys::EVENT_RUN_FIELD.as_bytes())
+        .arg_sized(bytes + events.len() * keys::PACKED_EVENT_HEADER, |out| {
+            for event in events {
+                keys::pack_event(out, event.stream, &event.data);
+            }
+        });
+    Some(Entry { first: first.seq, bytes })
+}
+
+/// `HSET tm:st:SID KEY JSON`.
+fn push_stream(pipe: &mut Pipeline, sid: &str, key: u32, record: &StreamRecord) {
+    pipe.command(4)
+        .arg(b"HSET")
+        .arg_key(SessionKey::Streams, sid)
+        .arg_u64(u64::from(key))
+        .arg_written(|out| {
+            // A struct of strings and integers cannot fail to serialize.
+            let _ = serde_json::to_writer(out, record);
+        });
+}
+
+fn push_image(pipe: &mut Pipeline, image: &SessionImage, entries: &mut VecDeque<Entry>) {
     let sid = &*image.sid;
-    pipe.cmd("DEL").arg(keys::session(sid)).arg(keys::streams(sid)).arg(keys::events(sid)).ignore();
-    let hset = pipe.cmd("HSET").arg(keys::session(sid));
-    hset.arg("owner")
-        .arg(image.owner)
-        .arg("tag")
-        .arg(image.tag)
-        .arg("rev")
-        .arg(&image.version)
-        .arg("client")
-        .arg(&image.client)
-        .arg("log")
-        .arg(&image.log)
-        .arg("next")
-        .arg(image.next_seq)
-        .arg("durable")
-        .arg(1);
+    delete_session(pipe, sid);
+    pipe.command(if image.subject.is_some() { 18 } else { 16 })
+        .arg(b"HSET")
+        .arg_key(SessionKey::Record, sid)
+        .arg(b"owner")
+        .arg_u64(u64::from(image.owner))
+        .arg(b"tag")
+        .arg_u64(u64::from(image.tag))
+        .arg(b"rev")
+        .arg(image.version.as_bytes())
+        .arg(b"client")
+        .arg(image.client.as_bytes())
+        .arg(b"log")
+        .arg(image.log.as_bytes())
+        .arg(b"next")
+        .arg_u64(image.next_seq)
+        .arg(b"durable")
+        .arg(b"1");
     if let Some(subject) = &image.subject {
-        hset.arg("subject").arg(subject);
+        pipe.arg(b"subject").arg(subject.as_bytes());
     }
-    hset.ignore();
     for (key, record) in &image.streams {
-        pipe.cmd("HSET").arg(keys::streams(sid)).arg(*key).arg(stream_json(record)).ignore();
+        push_stream(pipe, sid, *key, record);
     }
     for run in image.events.chunks(IMAGE_RUN_EVENTS) {
         let run: Vec<&EventImage> = run.iter().collect();
-        starts.push_back(run[0].seq);
-        push_run(pipe, sid, &run);
+        entries.extend(push_run(pipe, sid, &run));
     }
 }
 
 /// Events per `tm:ev` entry of a whole image (an entry's fields are one command's arguments).
 const IMAGE_RUN_EVENTS: usize = 256;
 
-fn stream_json(record: &StreamRecord) -> String {
-    serde_json::to_string(record).unwrap_or_default()
-}
-
-impl RedisStore {
-    fn push_events(&mut self, pipe: &mut redis::Pipeline, sid: &Arc<str>, events: &[&EventImage]) {
-        if let Some(first) = events.first() {
-            self.starts.entry(sid.clone()).or_default().push_back(first.seq);
-            push_run(pipe, sid, events);
-        }
+/// Trims a session's entries wholly before `first_kept` (the one holding it stays) once they
+/// reach the slack (`TRIM_SLACK_ENTRIES`, `TRIM_SLACK_BYTES`).
+fn push_trim(pipe: &mut Pipeline, sid: &str, entries: &mut VecDeque<Entry>, first_kept: u64) {
+    let (mut spent, mut bytes) = (0, 0);
+    while spent + 1 < entries.len() && entries[spent + 1].first <= first_kept {
+        bytes += entries[spent].bytes;
+        spent += 1;
     }
-
-    /// Trims the entries wholly before `first_kept`: the one holding it stays.
-    fn push_trim(&mut self, pipe: &mut redis::Pipeline, sid: &str, first_kept: u64) {
-        let Some(starts) = self.starts.get_mut(sid) else { return };
-        while starts.len() >= 2 && starts[1] <= first_kept {
-            starts.pop_front();
-        }
-        if let Some(&oldest) = starts.front() {
-            pipe.cmd("XTRIM")
-                .arg(keys::events(sid))
-                .arg("MINID")
-                .arg(keys::event_entry_id(oldest))
-                .ignore();
-        }
+    if spent < TRIM_SLACK_ENTRIES && bytes < TRIM_SLACK_BYTES {
+        return;
+    }
+    entries.drain(..spent);
+    if let Some(oldest) = entries.front() {
+        pipe.command(4)
+            .arg(b"XTRIM")
+            .arg_key(SessionKey::Events, sid)
+            .arg(b"MINID")
+            .arg_u64_then(oldest.first, keys::EVENT_ENTRY_ID_SUFFIX.as_bytes());
     }
 }
 
 impl Store for RedisStore {
     fn write(&mut self, records: &[&Record], session_ttl: Duration) -> Result<(), StoreError> {
         let ttl_ms = session_ttl.as_millis().max(1) as u64;
-        let mut pipe = redis::pipe();
+        let mut pipe = std::mem::take(&mut self.pipe);
+        pipe.clear();
         // Each session written in this batch: whether it made its streams or events key.
-        let mut touched: FastMap<&Arc<str>, (bool, bool)> = FastMap::default();
-        let mut ended: Vec<&str> = Vec::new();
-        let mut trims: Vec<(&str, u64)> = Vec::new();
+        let mut touched: FastMap<usize, (&Arc<str>, bool, bool)> = FastMap::default();
+        let mut ended: Vec<usize> = Vec::new();
+        let mut trims: Vec<(&Arc<str>, u64)> = Vec::new();
         for step in plan(records) {
             let record = match step {
-                Step::Events(sid, events) => {
-                    self.push_events(&mut pipe, sid, &events);
-                    touched.entry(sid).or_default().1 = true;
+                Step::Events(sid, events, first_kept) => {
+                    if let Some(entry) = push_run(&mut pipe, sid, &events) {
+                        self.entries.entry(sid.clone()).or_default().push_back(entry);
+                    }
+                    if let Some(first_kept) = first_kept {
+                        match trims.iter_mut().find(|(s, _)| Arc::ptr_eq(s, sid)) {
+                            Some((_, kept)) => *kept = (*kept).max(first_kept),
+                            None => trims.push((sid, first_kept)),
+                        }
+                    }
+                    touched.entry(same_session(sid)).or_insert((sid, false, false)).2 = true;
                     continue;
                 }
                 Step::Record(record) => record,
             };
             match record {
                 Record::Session(image) => {
-                    let starts = self.starts.entry(image.sid.clone()).or_default();
-                    starts.clear();
-                    push_image(&mut pipe, image, starts);
+                    let entries = self.entries.entry(image.sid.clone()).or_default();
+                    entries.clear();
+                    push_image(&mut pipe, image, entries);
                 }
-                Record::Stream { sid, key, record } => {
-                    pipe.cmd("HSET")
-                        .arg(keys::streams(sid))
-                        .arg(*key)
-                        .arg(stream_json(record))
-                        .ignore();
-                }
+                Record::Stream { sid, key, record } => push_stream(&mut pipe, sid, *key, record),
                 Record::StreamGone { sid, key } => {
-                    pipe.cmd("HDEL").arg(keys::streams(sid)).arg(*key).ignore();
+                    pipe.command(3)
+                        .arg(b"HDEL")
+                        .arg_key(SessionKey::Streams, sid)
+                        .arg_u64(u64::from(*key));
                 }
                 // Grouped by `plan`.
                 Record::Event { .. } => {}
-                Record::Trim { sid, first_kept } => {
-                    match trims.iter_mut().find(|(s, _)| *s == &**sid) {
-                        Some((_, kept)) => *kept = (*kept).max(*first_kept),
-                        None => trims.push((sid, *first_kept)),
-                    }
-                }
                 Record::End { sid } => {
-                    pipe.cmd("DEL")
-                        .arg(keys::session(sid))
-                        .arg(keys::streams(sid))
-                        .arg(keys::events(sid))
-                        .ignore();
-                    self.starts.remove(sid);
-                    trims.retain(|(s, _)| *s != &**sid);
-                    ended.push(sid);
+                    delete_session(&mut pipe, sid);
+                    self.entries.remove(sid);
+                    trims.retain(|(s, _)| !Arc::ptr_eq(s, sid));
+                    ended.push(same_session(sid));
                 }
                 Record::Task { id, node, subject, detailed, running, ttl_ms } => {
-                    let key = keys::task(id);
-                    let hset = pipe.cmd("HSET").arg(&key);
-                    hset.arg("node").arg(*node).arg("detailed").arg(detailed);
-                    hset.arg("state").arg(if *running { "running" } else { "done" });
+                    pipe.command(if subject.is_some() { 10 } else { 8 })
+                        .arg(b"HSET")
+                        .arg_parts(&[keys::TASK_PREFIX.as_bytes(), id.as_bytes()])
+                        .arg(b"node")
+                        .arg_u64(u64::from(*node))
+                        .arg(b"detailed")
+                        .arg(detailed.as_bytes())
+                        .arg(b"state")
+                        .arg(if *running { b"running" } else { b"done" });
                     if let Some(subject) = subject {
-                        hset.arg("subject").arg(subject);
+                        pipe.arg(b"subject").arg(subject.as_bytes());
                     }
-                    hset.ignore();
-                    pipe.cmd("PEXPIRE").arg(&key).arg(*ttl_ms).ignore();
+                    pipe.command(3)
+                        .arg(b"PEXPIRE")
+                        .arg_parts(&[keys::TASK_PREFIX.as_bytes(), id.as_bytes()])
+                        .arg_u64(*ttl_ms);
                 }
                 Record::Keyed { name, fingerprint, node, response, ttl_ms } => {
-                    let hset = pipe.cmd("HSET").arg(name);
-                    hset.arg("fp").arg(fingerprint.to_string()).arg("node").arg(*node);
+                    pipe.command(if response.is_some() { 10 } else { 8 })
+                        .arg(b"HSET")
+                        .arg(name.as_bytes())
+                        .arg(b"fp")
+                        .arg_u64(*fingerprint)
+                        .arg(b"node")
+                        .arg_u64(u64::from(*node))
+                        .arg(b"state");
                     match response {
-                        Some(response) => {
-                            hset.arg("state").arg("done").arg("result").arg(&response[..])
-                        }
-                        None => hset.arg("state").arg("running"),
+                        Some(response) => pipe.arg(b"done").arg(b"result").arg(response),
+                        None => pipe.arg(b"running"),
                     };
-                    hset.ignore();
-                    pipe.cmd("PEXPIRE").arg(name).arg(*ttl_ms).ignore();
+                    pipe.command(3).arg(b"PEXPIRE").arg(name.as_bytes()).arg_u64(*ttl_ms);
                 }
             }
             if let Some(sid) = record.session() {
-                let made = touched.entry(sid).or_default();
+                let made = touched.entry(same_session(sid)).or_insert((sid, false, false));
                 match record {
-                    Record::Stream { .. } => made.0 = true,
+                    Record::Stream { .. } => made.1 = true,
                     Record::Session(image) => {
                         self.expiry.remove(sid);
-                        made.0 |= !image.streams.is_empty();
-                        made.1 |= !image.events.is_empty();
+                        made.1 |= !image.streams.is_empty();
+                        made.2 |= !image.events.is_empty();
                     }
                     _ => {}
                 }
             }
         }
         for (sid, first_kept) in trims {
-            self.push_trim(&mut pipe, sid, first_kept);
+            if let Some(entries) = self.entries.get_mut(sid) {
+                push_trim(&mut pipe, sid, entries, first_kept);
+            }
         }
         let now = std::time::Instant::now();
-        for (sid, (streams, events)) in touched {
-            if ended.contains(&&**sid) {
+        for (at, (sid, streams, events)) in touched {
+            if ended.contains(&at) {
                 self.expiry.remove(sid);
                 continue;
             }
@@ -379,8 +461,8 @@ impl Store for RedisStore {
                 e.events |= events;
             }
         }
-        pipe.query::<()>(&mut self.connection)?;
-        Ok(())
+        self.pipe = pipe;
+        self.flush()
     }
 
     fn mark_not_durable(
@@ -468,6 +550,16 @@ impl Store for RedisStore {
             let mut stream = None;
             for (name, value) in fields {
                 match name.as_str() {
+                    keys::EVENT_RUN_FIELD => {
+                        let run = keys::unpack_events(&value)
+                            .ok_or_else(|| StoreError(format!("entry {id}: a malformed run")))?;
+                        for (stream, data) in run {
+                            let data = Bytes::copy_from_slice(data);
+                            image.events.push(EventImage { seq, stream, data });
+                            seq += 1;
+                        }
+                    }
+                    // Entries written before runs were packed: `s`, `d` per event.
                     "s" => stream = std::str::from_utf8(&value).ok().and_then(|s| s.parse().ok()),
                     "d" => {
                         let stream = stream.take().ok_or_else(|| {
@@ -533,6 +625,7 @@ mod tests {
             sid: sid.clone(),
             event: EventImage { seq, stream: 1, data: Bytes::new() },
             at: std::time::Instant::now(),
+            first_kept: None,
         }
     }
 
@@ -553,7 +646,7 @@ mod tests {
         steps
             .iter()
             .map(|step| match step {
-                Step::Events(sid, events) => {
+                Step::Events(sid, events, _) => {
                     let seqs: Vec<String> = events.iter().map(|e| e.seq.to_string()).collect();
                     format!("{sid}:{}", seqs.join(","))
                 }
