@@ -594,6 +594,8 @@ pub(crate) struct DurableStats {
     /// 1 while the store is connected and its last write succeeded.
     pub(crate) up: Counter,
     pub(crate) records_written_total: Counter,
+    /// Pipelines (batches) the store acknowledged: records per batch is what batching saves.
+    pub(crate) batches_total: Counter,
     pub(crate) records_dropped_total: Counter,
     pub(crate) store_errors_total: Counter,
     pub(crate) queue_records: Counter,
@@ -607,6 +609,7 @@ impl Default for DurableStats {
         DurableStats {
             up: Counter::default(),
             records_written_total: Counter::default(),
+            batches_total: Counter::default(),
             records_dropped_total: Counter::default(),
             store_errors_total: Counter::default(),
             queue_records: Counter::default(),
@@ -619,9 +622,10 @@ impl Default for DurableStats {
 impl DurableStats {
     /// Appends the mirror's families in the Prometheus text format.
     pub(crate) fn render(&self, out: &mut String) {
-        let families: [(&str, &str, &str, &Counter); 6] = [
+        let families: [(&str, &str, &str, &Counter); 7] = [
             ("tidemark_durable_up", "gauge", "1 while the durable store (--durable) is connected and its last write succeeded.", &self.up),
             ("tidemark_durable_records_written_total", "counter", "Mirror records the store acknowledged.", &self.records_written_total),
+            ("tidemark_durable_batches_total", "counter", "Mirror batches (one pipelined round trip each) the store acknowledged.", &self.batches_total),
             ("tidemark_durable_records_dropped_total", "counter", "Mirror records not written because the store was down or failed (their sessions stop being durable until rewritten).", &self.records_dropped_total),
             ("tidemark_durable_store_errors_total", "counter", "Connections to the durable store that failed or broke.", &self.store_errors_total),
             ("tidemark_durable_queue_records", "gauge", "Mirror records queued on every core together.", &self.queue_records),

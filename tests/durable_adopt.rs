@@ -163,11 +163,7 @@ fn a_dead_nodes_session_is_adopted_by_one_peer_which_replays_it_and_never_reruns
     );
     let events = &resumes[winners[0]].1;
     let (_, _, after) = split_event_id(&cursor).expect("cursor");
-    let seqs: Vec<u64> = events
-        .iter()
-        .filter_map(|e| e.id.as_deref().and_then(split_event_id))
-        .map(|(_, _, seq)| seq)
-        .collect();
+    let seqs = sequence_numbers(events);
     assert!(!seqs.is_empty(), "the resume replays something");
     assert_eq!(seqs[0], after + 1, "the replay starts right after the cursor");
     assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "gap-free and in order: {seqs:?}");
@@ -347,6 +343,15 @@ fn a_dead_nodes_tasks_are_answered_by_a_peer_finished_or_failed_with_outcome_unk
     assert!(unknown.get("error").is_some(), "an unknown task is still unknown: {unknown}");
 }
 
+/// The sequence numbers of `events`' ids, in order.
+fn sequence_numbers(events: &[Event]) -> Vec<u64> {
+    events
+        .iter()
+        .filter_map(|e| e.id.as_deref().and_then(split_event_id))
+        .map(|(_, _, seq)| seq)
+        .collect()
+}
+
 /// How many `tm:ev` entries session `sid` has in the store (`XLEN`).
 fn event_entries(redis: &Redis, sid: &str) -> u64 {
     let answer = redis.command(&format!("XLEN tm:ev:{sid}")).unwrap_or_default();
@@ -394,4 +399,58 @@ fn durable_batch_bytes_bounds_a_batch_and_a_full_batch_coalesces_each_sessions_e
     assert!(coalesced < events, "one batch coalesces: {coalesced} entries for {events} events");
     let (single, events) = entries_after_a_stall(&["--durable-batch-bytes", "1"]);
     assert_eq!(single, events, "a 1-byte batch bound writes one record per batch");
+}
+
+/// `TRIM_SLACK_ENTRIES` (src/durable/store.rs): `tm:ev` entries the ring no longer needs that a
+/// session may keep in the store before they are trimmed.
+const TRIM_SLACK_ENTRIES: u64 = 32;
+
+#[test]
+fn the_store_trims_events_the_ring_evicted_within_the_trim_slack_and_a_peer_replays_exactly() {
+    // Goal: Redis memory follows the ring (issue 20: "bounded by the same limits as the
+    // node's"), trimmed in steps of `TRIM_SLACK_ENTRIES` rather than at every eviction, and
+    // the extra entries a peer reads do not change what it replays. Method: a 16-event ring,
+    // 600 events written one per batch (so one entry each): the store never holds more than the
+    // ring, the slack and the entry holding the ring's oldest event; then the node dies and a
+    // peer resumes from a cursor inside the ring: exactly the events after it, once, in order.
+    let Some(redis) = Redis::start() else { return };
+    let ring = 16;
+    let extra = ["--replay-events", "16", "--durable-batch-bytes", "1"];
+    let first = node(&redis, "1", &extra);
+    let sid = open_session(&first);
+    for id in 1..=6 {
+        let body = call(id, "slow_counter", r#"{"steps":98,"delay_ms":1}"#, true);
+        let events = call_stream(&first, &sid, &body, &[]).rest();
+        assert_eq!(events.last().expect("final").json()["id"], id, "call {id} finished");
+    }
+    let body = call(7, "slow_counter", r#"{"steps":40,"delay_ms":40}"#, true);
+    let mut stream = call_stream(&first, &sid, &body, &[]);
+    let mut cursor = String::new();
+    for _ in 0..8 {
+        cursor = stream.next_event().expect("an event before the cut").id.expect("an id");
+    }
+    let drained = poll_until(Duration::from_secs(5), || {
+        metric(&scrape(&first.metrics()), "tidemark_durable_queue_records") == 0
+    });
+    assert!(drained, "the mirror took every queued record");
+    std::thread::sleep(Duration::from_millis(100));
+    let entries = event_entries(&redis, &sid);
+    assert!(
+        (ring..=ring + TRIM_SLACK_ENTRIES + 1).contains(&entries),
+        "{entries} tm:ev entries for a {ring}-event ring after 600 events"
+    );
+    drop(stream);
+    drop(first);
+    let peer = node(&redis, "2", &extra);
+    std::thread::sleep(Duration::from_millis(400)); // past the 300 ms lease
+    let mut resumed = resume(&peer, &sid, &cursor);
+    assert_eq!(resumed.status, 200, "the peer adopts the session");
+    let events = resumed.rest();
+    let (_, _, after) = split_event_id(&cursor).expect("cursor");
+    let seqs = sequence_numbers(&events);
+    assert_eq!(seqs.first(), Some(&(after + 1)), "the replay starts right after the cursor");
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "gap-free and in order: {seqs:?}");
+    let last = events.last().expect("final").json();
+    assert_eq!(last["id"], 7, "{last}");
+    assert_eq!(last["error"]["code"], -31006, "the running call's outcome is unknown: {last}");
 }

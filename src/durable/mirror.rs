@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::queue::{MirrorQueue, MirrorState, Queued};
+use super::queue::{Drain, MirrorState, Queued};
 use super::record::Record;
 use super::store::{self, Store};
 use crate::config::DurableConfig;
@@ -41,7 +41,7 @@ impl Mirror {
         cfg: &DurableConfig,
         node: u8,
         session_ttl: Duration,
-        queues: Vec<Arc<MirrorQueue>>,
+        queues: Vec<Drain>,
         state: Arc<MirrorState>,
         stats: Arc<DurableStats>,
     ) -> std::io::Result<Mirror> {
@@ -92,7 +92,8 @@ struct Writer {
     node: u8,
     boot: String,
     session_ttl: Duration,
-    queues: Vec<Arc<MirrorQueue>>,
+    /// Each core's ring, in core order.
+    queues: Vec<Drain>,
     state: Arc<MirrorState>,
     stats: Arc<DurableStats>,
     store: Option<Box<dyn Store>>,
@@ -206,8 +207,8 @@ impl Writer {
     }
 
     fn collect_broken(&mut self) {
-        for queue in &self.queues {
-            for sid in queue.take_broken() {
+        for drain in &self.queues {
+            for sid in drain.queue.take_broken() {
                 self.written_epoch.remove(&sid);
                 self.unmarked.insert(sid);
             }
@@ -217,10 +218,10 @@ impl Writer {
     /// The store is down: what is queued cannot be written; its sessions are lost (their cores
     /// rewrite them later) and the queues stay inside their bounds.
     fn drop_queued(&mut self) {
-        for queue in &self.queues {
+        for drain in &mut self.queues {
             let mut last = 0;
             let mut lost: HashSet<Arc<str>> = HashSet::new();
-            while let Some(queued) = queue.pop() {
+            while let Some(queued) = drain.pop() {
                 last = queued.ticket;
                 self.stats.records_dropped_total.inc();
                 if let Some(sid) = queued.record.session() {
@@ -228,10 +229,10 @@ impl Writer {
                 }
             }
             for sid in lost {
-                queue.lose(sid.clone());
+                drain.queue.lose(sid.clone());
                 self.unmarked.insert(sid);
             }
-            queue.ack(last);
+            drain.queue.ack(last);
         }
         self.publish_queue_levels();
     }
@@ -248,11 +249,11 @@ impl Writer {
         let mut bytes = 0;
         'fill: loop {
             let before = taken.len();
-            for (core, queue) in self.queues.iter().enumerate() {
+            for (core, drain) in self.queues.iter_mut().enumerate() {
                 if taken.len() == batch_max || bytes >= self.cfg.batch_bytes_max {
                     break 'fill;
                 }
-                if let Some(queued) = queue.pop() {
+                if let Some(queued) = drain.pop() {
                     bytes += queued.bytes;
                     taken.push((core, queued));
                 }
@@ -294,6 +295,7 @@ impl Writer {
         match outcome {
             Ok(()) => {
                 self.stats.records_written_total.add(writable.len() as u64);
+                self.stats.batches_total.add(u64::from(!writable.is_empty()));
                 for record in &writable {
                     if let Record::Event { at, .. } = record {
                         self.stats.lag.observe(
@@ -316,20 +318,20 @@ impl Writer {
             }
         }
         for (core, sid) in skipped {
-            self.queues[core].lose(sid);
+            self.queues[core].queue.lose(sid);
         }
         let mut last = vec![0u64; self.queues.len()];
         for (core, queued) in &taken {
             last[*core] = last[*core].max(queued.ticket);
         }
         for (core, ticket) in last.into_iter().enumerate() {
-            self.queues[core].ack(ticket);
+            self.queues[core].queue.ack(ticket);
         }
         taken.len()
     }
 
     fn publish_queue_levels(&self) {
         self.stats.queue_records.set(self.queues.iter().map(|q| q.len() as u64).sum());
-        self.stats.queue_bytes.set(self.queues.iter().map(|q| q.bytes() as u64).sum());
+        self.stats.queue_bytes.set(self.queues.iter().map(|q| q.queue.bytes() as u64).sum());
     }
 }

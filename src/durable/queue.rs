@@ -1,12 +1,19 @@
-//! One core's way to the mirror thread: `MirrorQueue` (shared with the thread: a bounded
-//! lock-free queue of records, its byte count, the tickets the thread has dealt with, and the
-//! two short lists of sessions whose mirror broke) and `CoreTap` (the worker's handle: it
-//! numbers records, refuses one that would pass a bound, and waits for a ticket's write).
+//! One core's way to the mirror thread: a bounded single-producer single-consumer ring of
+//! records (`channel`: the worker's `CoreTap` pushes, the thread's `Drain` pops), and
+//! `MirrorQueue` beside it (shared: the ring's byte count, the tickets the thread has dealt
+//! with, and the two short lists of sessions whose mirror broke). `CoreTap` numbers records,
+//! refuses one that would pass a bound, and waits for a ticket's write.
+//!
+//! Why a single-producer ring (`rtrb`) and not a multi-producer queue: each core's records have
+//! one producer (its worker) and one consumer (the mirror thread); the multi-producer queue's
+//! pop spun (`pause`) while a push it raced with was half done, which on a VM whose worker and
+//! mirror thread share a vCPU was the mirror thread's largest single cost. This ring's push and
+//! pop are wait-free.
 //!
 //! Never: blocks or waits on the worker except in `CoreTap::written`, which a caller awaits
 //! with its own bound; a full queue refuses at once.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -15,7 +22,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use atomic_waker::AtomicWaker;
-use crossbeam_queue::ArrayQueue;
 
 use super::record::Record;
 use crate::signal::Signal;
@@ -54,10 +60,9 @@ impl MirrorState {
     }
 }
 
-/// One core's records for the mirror thread.
+/// One core's ring of records for the mirror thread: what the worker and the thread share.
 #[derive(Debug)]
 pub(crate) struct MirrorQueue {
-    records: ArrayQueue<Queued>,
     bytes: AtomicUsize,
     bytes_max: usize,
     /// The highest ticket the mirror thread has dealt with (written, or given up on: its
@@ -82,33 +87,47 @@ pub(crate) struct MirrorQueue {
     broken: Mutex<Vec<Arc<str>>>,
 }
 
-impl MirrorQueue {
-    /// A queue of at most `records_max` records and `bytes_max` charged bytes.
-    pub(crate) fn new(records_max: usize, bytes_max: usize) -> MirrorQueue {
-        #[allow(clippy::disallowed_types, reason = "the failure lists only (see the fields)")]
-        MirrorQueue {
-            records: ArrayQueue::new(records_max.max(1)),
-            bytes: AtomicUsize::new(0),
-            bytes_max,
-            acked: AtomicU64::new(0),
-            waker: AtomicWaker::new(),
-            lost: Mutex::default(),
-            broken: Mutex::default(),
-        }
-    }
+/// One core's ring of at most `records_max` records and `bytes_max` charged bytes: the shared
+/// part, the worker's end (for its `CoreTap`) and the mirror thread's.
+pub(crate) fn channel(
+    records_max: usize,
+    bytes_max: usize,
+) -> (Arc<MirrorQueue>, rtrb::Producer<Queued>, Drain) {
+    let (producer, consumer) = rtrb::RingBuffer::new(records_max.max(1));
+    #[allow(clippy::disallowed_types, reason = "the failure lists only (see the fields)")]
+    let queue = Arc::new(MirrorQueue {
+        bytes: AtomicUsize::new(0),
+        bytes_max,
+        acked: AtomicU64::new(0),
+        waker: AtomicWaker::new(),
+        lost: Mutex::default(),
+        broken: Mutex::default(),
+    });
+    (queue.clone(), producer, Drain { queue, consumer })
+}
 
-    /// The mirror thread takes the oldest record.
-    pub(crate) fn pop(&self) -> Option<Queued> {
-        let queued = self.records.pop()?;
-        self.bytes.fetch_sub(queued.bytes, Ordering::AcqRel);
+/// The mirror thread's end of one core's ring.
+#[derive(Debug)]
+pub(crate) struct Drain {
+    pub(crate) queue: Arc<MirrorQueue>,
+    consumer: rtrb::Consumer<Queued>,
+}
+
+impl Drain {
+    /// Takes the oldest record.
+    pub(crate) fn pop(&mut self) -> Option<Queued> {
+        let queued = self.consumer.pop().ok()?;
+        self.queue.bytes.fetch_sub(queued.bytes, Ordering::AcqRel);
         Some(queued)
     }
 
     /// Records queued now.
     pub(crate) fn len(&self) -> usize {
-        self.records.len()
+        self.consumer.slots()
     }
+}
 
+impl MirrorQueue {
     /// Charged bytes queued now.
     pub(crate) fn bytes(&self) -> usize {
         self.bytes.load(Ordering::Acquire)
@@ -145,6 +164,8 @@ pub(crate) enum Refused {
 /// A worker's handle on its queue (core-local).
 pub(crate) struct CoreTap {
     pub(crate) queue: Arc<MirrorQueue>,
+    /// The worker's end of the ring.
+    producer: RefCell<rtrb::Producer<Queued>>,
     pub(crate) state: Arc<MirrorState>,
     /// This node (`--node-id`), the owner every record names.
     pub(crate) node: u8,
@@ -161,6 +182,7 @@ impl CoreTap {
     /// The handle of the core whose queue is `queue`.
     pub(crate) fn new(
         queue: Arc<MirrorQueue>,
+        producer: rtrb::Producer<Queued>,
         state: Arc<MirrorState>,
         node: u8,
         write_ahead: Duration,
@@ -168,6 +190,7 @@ impl CoreTap {
     ) -> CoreTap {
         CoreTap {
             queue,
+            producer: RefCell::new(producer),
             state,
             node,
             write_ahead,
@@ -197,7 +220,9 @@ impl CoreTap {
         }
         let ticket = self.next_ticket.get() + 1;
         queue.bytes.fetch_add(bytes, Ordering::AcqRel);
-        if let Err(back) = queue.records.push(Queued { ticket, bytes, record }) {
+        if let Err(rtrb::PushError::Full(back)) =
+            self.producer.borrow_mut().push(Queued { ticket, bytes, record })
+        {
             queue.bytes.fetch_sub(back.bytes, Ordering::AcqRel);
             self.metrics.durable_records_refused_total.inc();
             return Err(Refused::Full);
@@ -209,8 +234,7 @@ impl CoreTap {
 
     /// Whether the store has `bytes` more room in this core's queue now.
     pub(crate) fn has_room(&self, bytes: usize) -> bool {
-        self.queue.bytes() + bytes <= self.queue.bytes_max
-            && self.queue.len() < self.queue.records.capacity()
+        self.queue.bytes() + bytes <= self.queue.bytes_max && self.producer.borrow().slots() > 0
     }
 
     /// Tells the mirror thread this core stopped mirroring `sid`.

@@ -62,10 +62,10 @@ pub(crate) enum Record {
     Stream { sid: Arc<str>, key: u32, record: Box<StreamRecord> },
     /// A stream left the session (retention over, or evicted for room).
     StreamGone { sid: Arc<str>, key: u32 },
-    /// The ring appended an event; `at` is when, for the lag histogram.
-    Event { sid: Arc<str>, event: EventImage, at: Instant },
-    /// The ring evicted everything before `first_kept`.
-    Trim { sid: Arc<str>, first_kept: u64 },
+    /// The ring appended an event; `at` is when, for the lag histogram. `first_kept`: the
+    /// ring evicted every event before it to make room (one record, not two, per evicting
+    /// append: a full ring evicts at nearly every append).
+    Event { sid: Arc<str>, event: EventImage, at: Instant, first_kept: Option<u64> },
     /// The session ended (DELETE or expiry): its keys go.
     End { sid: Arc<str> },
     /// A 2026-07-28 `Idempotency-Key` record (`keys::keyed` names it): running, or done with
@@ -98,10 +98,7 @@ impl Record {
                     name.len() + response.as_ref().map_or(0, Bytes::len)
                 }
                 Record::Task { id, detailed, .. } => id.len() + detailed.len(),
-                Record::Stream { .. }
-                | Record::StreamGone { .. }
-                | Record::Trim { .. }
-                | Record::End { .. } => 0,
+                Record::Stream { .. } | Record::StreamGone { .. } | Record::End { .. } => 0,
             }
     }
 
@@ -112,7 +109,6 @@ impl Record {
             Record::Stream { sid, .. }
             | Record::StreamGone { sid, .. }
             | Record::Event { sid, .. }
-            | Record::Trim { sid, .. }
             | Record::End { sid } => Some(sid),
             Record::Keyed { .. } | Record::Task { .. } => None,
         }

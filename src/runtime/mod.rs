@@ -199,8 +199,8 @@ async fn serve(spec: WorkerSpec) {
     let providers: Vec<Rc<dyn Provider>> = held.iter().map(|h| h.provider.clone()).collect();
     let threads = inboxes.len() as u16;
     let rate = crate::core::Rate::new(&cfg, threads);
-    let mirror = durable.as_ref().map(|d| Rc::new(d.tap(metrics.clone())));
     let reader = durable.as_ref().map(|d| d.reader.clone());
+    let mirror = durable.map(|d| Rc::new(d.tap(metrics.clone())));
     let shared = Rc::new(Core {
         registry: Registry::build(providers).await,
         threads,

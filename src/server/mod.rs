@@ -491,7 +491,7 @@ fn start_workers(
             Some((exporter, queues)) => (Some(exporter), queues.into_iter().map(Some).collect()),
             None => (None, vec![None; cfg.threads]),
         };
-    let durable =
+    let mut durable =
         crate::durable::Durable::start(&cfg).map_err(io("spawn the durable mirror threads"))?;
     // After the bind: the default resource URL names the bound port.
     let auth = Authorizer::build(&cfg)?.map(Arc::new);
@@ -511,7 +511,7 @@ fn start_workers(
             life: life.clone(),
             auth: auth.clone(),
             spans: span_queues[index].clone(),
-            durable: durable.as_ref().map(|d| d.for_core(index)),
+            durable: durable.as_mut().map(|d| d.for_core(index)),
         };
         let ready = ready_tx.clone();
         let finished = WorkerFinished(life.clone(), index);

@@ -154,16 +154,14 @@ impl Session {
         payload: bytes::Bytes,
         evicted: bool,
     ) {
-        let first_kept = self.ring.oldest().map_or(seq.0, |s| s.0);
+        let first_kept = evicted.then(|| self.ring.oldest().map_or(seq.0, |s| s.0));
         let at = std::time::Instant::now();
         self.mirror_push(|sid| Record::Event {
             sid: sid.clone(),
             event: EventImage { seq: seq.0, stream: key.0, data: payload },
             at,
+            first_kept,
         });
-        if evicted {
-            self.mirror_push(|sid| Record::Trim { sid: sid.clone(), first_kept });
-        }
     }
 
     /// Whether the stream's end is to be mirrored (a finished run).
@@ -208,7 +206,10 @@ impl Session {
         let mut s = Session::new(id, image.tag, version, cfg);
         s.subject = image.subject.as_deref().map(Box::from);
         s.log_level = crate::provider::LogLevel::parse(&image.log).unwrap_or(s.log_level);
-        let start = image.events.first().map_or(image.next_seq, |e| e.seq).max(1);
+        // The store may hold a few entries more than the ring did (it trims in steps,
+        // `durable::store::TRIM_SLACK_ENTRIES`): the ring takes only as many as it can hold.
+        let events = &image.events[image.events.len().saturating_sub(cfg.replay_events_max)..];
+        let start = events.first().map_or(image.next_seq, |e| e.seq).max(1);
         s.ring.resume_at(EventSeq(start));
         for (key, record) in &image.streams {
             let kind = if record.kind == "standalone" {
@@ -231,7 +232,7 @@ impl Session {
             );
             s.next_stream = s.next_stream.max(key.0.wrapping_add(1)).max(1);
         }
-        for event in &image.events {
+        for event in events {
             if s.ring.next_seq().0 != event.seq {
                 return Err(RestoreError::Gap(sid, event.seq));
             }
