@@ -207,8 +207,9 @@ impl Session {
         s.subject = image.subject.as_deref().map(Box::from);
         s.log_level = crate::provider::LogLevel::parse(&image.log).unwrap_or(s.log_level);
         // The store may hold a few entries more than the ring did (it trims in steps,
-        // `durable::store::TRIM_SLACK_ENTRIES`): the ring takes only as many as it can hold.
-        let events = &image.events[image.events.len().saturating_sub(cfg.replay_events_max)..];
+        // `durable::store::TRIM_SLACK_ENTRIES`): they are appended like the rest and the ring
+        // evicts them as it did on the dead node, keeping every stream's counts exact.
+        let events = &image.events;
         let start = events.first().map_or(image.next_seq, |e| e.seq).max(1);
         s.ring.resume_at(EventSeq(start));
         for (key, record) in &image.streams {
@@ -230,6 +231,9 @@ impl Session {
                 idempotency_key,
                 EventSeq(record.first),
             );
+            // Counted at once (a running, detached stream is owed): a later stream's end during
+            // the replay below checks the session's counts across every stream.
+            s.refresh(key);
             s.next_stream = s.next_stream.max(key.0.wrapping_add(1)).max(1);
         }
         for event in events {
