@@ -406,6 +406,11 @@ struct Flags {
     /// takes at least one record).
     #[arg(long, default_value_t = config::DURABLE_BATCH_BYTES)]
     durable_batch_bytes: usize,
+    /// Microseconds the mirror thread lets records gather after a batch that did not fill
+    /// before it writes the next (0: at once): fewer, fuller batches cost the node less per
+    /// record; a record a call waits for cuts it short. At most 100000.
+    #[arg(long, default_value_t = config::DURABLE_LINGER_US)]
+    durable_linger_us: u64,
     /// How long a non-idempotent tools/call of a durable session waits for the store to
     /// acknowledge its record before the tool starts (so an adopting peer never runs it
     /// again); past it the call starts, the session stops being durable, and it is counted.
@@ -561,6 +566,7 @@ impl Flags {
                     queue_bytes_max: self.durable_queue_bytes,
                     batch_records_max: self.durable_batch_records,
                     batch_bytes_max: self.durable_batch_bytes,
+                    linger: Duration::from_micros(self.durable_linger_us),
                     write_ahead: Duration::from_millis(self.durable_write_ahead_ms),
                     adoptions_max: self.durable_adoptions_max,
                 },
@@ -715,6 +721,27 @@ mod tests {
         let bad = Config::try_from_args(["tidemark", "--tools", "demo,bogus"]).expect_err("bogus");
         assert!(bad.contains("\"bogus\"") && bad.contains("demo, conformance"), "{bad}");
         assert!(Config::try_from_args(["tidemark", "--no-such-flag"]).is_err());
+    }
+
+    #[test]
+    fn durable_linger_takes_its_largest_value_and_refuses_past_it() {
+        // Goal: --durable-linger-us is 0..=DURABLE_LINGER_US_MAX, refused past it with the
+        // bound named. Method: parse the default, zero, the limit and one past it.
+        let with = |linger: &str| {
+            let args = ["tidemark", "--durable", "redis://127.0.0.1:6379", "--durable-linger-us"];
+            Config::try_from_args(args.into_iter().chain([linger]))
+        };
+        let linger = |cfg: Config| cfg.durable.expect("durable").linger.as_micros() as u64;
+        let args = ["tidemark", "--durable", "redis://127.0.0.1:6379"];
+        let cfg = Config::try_from_args(args).expect("defaults parse");
+        assert_eq!(linger(cfg), config::DURABLE_LINGER_US);
+        assert_eq!(linger(with("0").expect("zero: at once")), 0);
+        let max = config::DURABLE_LINGER_US_MAX.to_string();
+        assert_eq!(linger(with(&max).expect("the limit")), config::DURABLE_LINGER_US_MAX);
+        let past = (config::DURABLE_LINGER_US_MAX + 1).to_string();
+        let bad = with(&past).expect("parses").validate().expect_err("past the limit");
+        assert!(bad.to_string().contains("at most 100000"), "{bad}");
+        with(&max).expect("parses").validate().expect("the limit is valid");
     }
 
     #[test]

@@ -454,3 +454,48 @@ fn the_store_trims_events_the_ring_evicted_within_the_trim_slack_and_a_peer_repl
     assert_eq!(last["id"], 7, "{last}");
     assert_eq!(last["error"]["code"], -31006, "the running call's outcome is unknown: {last}");
 }
+
+/// Batches the store acknowledged (`tidemark_durable_batches_total`) while `calls` calls of
+/// `slow_counter` (`steps` events each, `delay_ms` apart) ran one after the other on `server`.
+fn batches_during(server: &Server, calls: u64, steps: u64, delay_ms: u64) -> u64 {
+    let sid = open_session(server);
+    let before = metric(&scrape(&server.metrics()), "tidemark_durable_batches_total");
+    for id in 1..=calls {
+        let args = format!(r#"{{"steps":{steps},"delay_ms":{delay_ms}}}"#);
+        let events = call_stream(server, &sid, &call(id, "slow_counter", &args, true), &[]).rest();
+        assert_eq!(events.last().expect("final").json()["id"], id, "call {id} finished");
+    }
+    let drained = poll_until(Duration::from_secs(5), || {
+        metric(&scrape(&server.metrics()), "tidemark_durable_queue_records") == 0
+    });
+    assert!(drained, "the mirror took every queued record");
+    std::thread::sleep(Duration::from_millis(150));
+    metric(&scrape(&server.metrics()), "tidemark_durable_batches_total") - before
+}
+
+#[test]
+fn durable_linger_gathers_records_into_fewer_batches_and_a_waiting_call_cuts_it_short() {
+    // Goal: --durable-linger-us at its limit (100000; one more is refused: the cli tests) and
+    // at 0. Method: the same calls (their
+    // 20 events 5 ms apart) on a node that writes at once and on one that lingers 100 ms:
+    // at once, about a batch per event; lingering, a few per call. Each call is
+    // non-idempotent, so it waits for its record (write-ahead, here at most 50 ms): with a
+    // 100 ms linger it would wait out that bound unless the wait cuts the linger short, and
+    // every one would be counted unprotected.
+    let Some(redis) = Redis::start() else { return };
+    let at_once = node(&redis, "1", &["--durable-linger-us", "0"]);
+    let unlingered = batches_during(&at_once, 3, 20, 5);
+    drop(at_once);
+    let lingering =
+        node(&redis, "2", &["--durable-linger-us", "100000", "--durable-write-ahead-ms", "50"]);
+    let lingered = batches_during(&lingering, 3, 20, 5);
+    assert!(unlingered >= 3 * 15, "{unlingered} batches for 60 events written at once");
+    assert!(lingered <= 3 * 5, "{lingered} batches for 60 events with a 100 ms linger");
+    let text = scrape(&lingering.metrics());
+    assert_eq!(
+        metric(&text, "tidemark_durable_write_ahead_unprotected_total"),
+        0,
+        "every waiting call's record was written inside its 50 ms bound"
+    );
+    assert_eq!(metric(&text, "tidemark_durable_sessions_not_durable"), 0);
+}

@@ -15,7 +15,8 @@ mod durable;
 pub use durable::{DurableConfig, DurableUrl, DurableUrlError};
 pub(crate) use durable::{
     DURABLE_ADOPTIONS_MAX, DURABLE_BATCH_BYTES, DURABLE_BATCH_RECORDS, DURABLE_LEASE_MS,
-    DURABLE_LEASE_MS_MIN, DURABLE_QUEUE_BYTES, DURABLE_QUEUE_RECORDS, DURABLE_WRITE_AHEAD_MS,
+    DURABLE_LEASE_MS_MIN, DURABLE_LINGER_US, DURABLE_LINGER_US_MAX, DURABLE_QUEUE_BYTES,
+    DURABLE_QUEUE_RECORDS, DURABLE_WRITE_AHEAD_MS,
 };
 mod rate;
 pub(crate) use rate::RATE_BUCKETS_PER_CORE_MAX;
@@ -847,6 +848,9 @@ pub enum ConfigError {
     /// `--durable-lease-ms` is under `DURABLE_LEASE_MS_MIN`.
     #[error("--durable-lease-ms must be at least {DURABLE_LEASE_MS_MIN}, got {0}")]
     DurableLeaseTooShort(u64),
+    /// `--durable-linger-us` is over `DURABLE_LINGER_US_MAX`.
+    #[error("--durable-linger-us must be at most {DURABLE_LINGER_US_MAX}, got {0}")]
+    DurableLingerTooLong(u64),
 }
 
 impl Config {
@@ -1037,6 +1041,10 @@ impl Config {
             let lease_ms = durable.lease.as_millis() as u64;
             if lease_ms < DURABLE_LEASE_MS_MIN {
                 return Err(ConfigError::DurableLeaseTooShort(lease_ms));
+            }
+            let linger_us = durable.linger.as_micros() as u64;
+            if linger_us > DURABLE_LINGER_US_MAX {
+                return Err(ConfigError::DurableLingerTooLong(linger_us));
             }
             let limits = [
                 ("durable-queue-records", durable.queue_records_max),

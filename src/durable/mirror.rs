@@ -142,6 +142,11 @@ impl Writer {
             if stopping {
                 return;
             }
+            if written > 0 && self.should_linger() {
+                // Not `sleeping`: a push does not wake the thread, only `hurry` or the time.
+                std::thread::park_timeout(self.cfg.linger);
+                continue;
+            }
             if written == 0 {
                 self.state.sleeping.store(true, Ordering::Release);
                 if self.queues.iter().any(|q| q.len() > 0) {
@@ -152,6 +157,16 @@ impl Writer {
                 self.state.sleeping.store(false, Ordering::Release);
             }
         }
+    }
+
+    /// After a batch that did not fill: whether to let records gather before the next
+    /// (`--durable-linger-us`): not when a call waits for a record, not once half a batch is queued.
+    fn should_linger(&self) -> bool {
+        if self.cfg.linger.is_zero() || self.state.urgent.swap(false, Ordering::AcqRel) {
+            return false;
+        }
+        let queued: usize = self.queues.iter().map(Drain::len).sum();
+        queued < self.cfg.batch_records_max / 2
     }
 
     /// Connects and starts a new epoch; false when the store is unreachable.

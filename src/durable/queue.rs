@@ -45,6 +45,9 @@ pub(crate) struct MirrorState {
     pub(crate) up: AtomicBool,
     /// The mirror thread is parked waiting for records (a push unparks it).
     pub(crate) sleeping: AtomicBool,
+    /// A call waits for a record (write-ahead): the thread writes at once instead of
+    /// lingering (`--durable-linger-us`).
+    pub(crate) urgent: AtomicBool,
     /// The mirror thread, for `unpark` (set once it runs).
     pub(crate) thread: std::sync::OnceLock<std::thread::Thread>,
 }
@@ -56,6 +59,14 @@ impl MirrorState {
             if let Some(thread) = self.thread.get() {
                 thread.unpark();
             }
+        }
+    }
+
+    /// Wakes the mirror thread whether it sleeps or lingers: a call waits for a record.
+    pub(crate) fn hurry(&self) {
+        self.urgent.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.get() {
+            thread.unpark();
         }
     }
 }
@@ -253,6 +264,9 @@ impl CoreTap {
     /// Completes once the thread dealt with `ticket` (the caller bounds the wait). Whether it
     /// was written: the session is not in `take_lost` (the pump applies that list first).
     pub(crate) async fn written(&self, ticket: u64) {
+        if self.queue.acked.load(Ordering::Acquire) < ticket {
+            self.state.hurry();
+        }
         loop {
             let notified = self.acked_signal.notified();
             if self.queue.acked.load(Ordering::Acquire) >= ticket {
