@@ -11,11 +11,15 @@
 # then, on two durable nodes (tests/durable/cost.py): Redis memory per idle session and per
 # event, the mirror lag p50/p99 (its histogram's bucket bounds), and the adoption time p50/p99
 # (a dead node's session's first request on the peer to its whole answer, client-side).
-# The server runs one worker thread on --server-cpu; the load generator and redis-server share
-# --load-cpu (taskset); the mirror thread is not pinned (it runs where the scheduler puts it).
+# The server process runs on --server-cpu (taskset): its one worker thread and, with --durable,
+# the mirror thread beside it, so a durable node gets no CPU a plain one lacks; the load
+# generator and redis-server share --load-cpu. During each run's measured window the script
+# also reads each server thread's and redis-server's CPU time (/proc, user + system) and
+# reports it per call or event: where the durable node's time goes (durable-cost-cpu.txt).
 #
-# Output (default target/bench/): durable-cost.md (medians and durable/plain ratios, then the
-# store figures), durable-cost.json, durable-cost-runs/*.json, logs/.
+# Output (default target/bench/): durable-cost.md (medians and durable/plain ratios, the CPU
+# split, then the store figures), durable-cost.json, durable-cost-runs/*.json (and *.cpu0/1,
+# the CPU samples), logs/.
 #
 # Flags:
 #   --runs N          runs per server and scenario (default 3)
@@ -83,6 +87,22 @@ REDIS_PID=$!
 sleep 0.5
 
 FAILED=0
+# seconds D: a duration as the load generator takes it (5s, 500ms) in seconds, for sleep.
+seconds() {
+    case "$1" in
+        *ms) awk -v ms="${1%ms}" 'BEGIN { print ms / 1000 }' ;;
+        *s) echo "${1%s}" ;;
+        *) echo "$1" ;;
+    esac
+}
+# cpu_sample PID: one line per thread of PID, then redis-server's: NAME USER+SYSTEM clock ticks.
+cpu_sample() {
+    local task
+    for task in /proc/"$1"/task/*; do
+        echo "$(cat "$task/comm" 2>/dev/null) $(awk '{ print $14 + $15 }' "$task/stat" 2>/dev/null)"
+    done
+    echo "redis-server $(awk '{ print $14 + $15 }' /proc/"$REDIS_PID"/stat)"
+}
 # one LABEL SCENARIO RUN LOAD_ARGS...: LABEL plain or durable.
 one() {
     local label="$1" scenario="$2" run="$3"
@@ -92,9 +112,16 @@ one() {
     start_server "$log.server.log" "${PIN_SERVER[@]}" "$TIDEMARK_BIN" \
         --listen 127.0.0.1:0 --threads 1 --tools demo "${durable_flags[@]}"
     echo "== $scenario $* against $label, run $run/$RUNS"
-    if ! "${PIN_LOAD[@]}" "$LOAD_BIN" "$scenario" "$@" --url "$SERVER_URL" --label "$label" \
+    "${PIN_LOAD[@]}" "$LOAD_BIN" "$scenario" "$@" --url "$SERVER_URL" --label "$label" \
         --duration "$DURATION" --warmup "$WARMUP" --quiet \
-        --json "$RUNS_DIR/$scenario-$label-$run.json" >"$log.load.log" 2>&1; then
+        --json "$RUNS_DIR/$scenario-$label-$run.json" >"$log.load.log" 2>&1 &
+    local load_pid=$!
+    # The measured window starts after the warm-up (sessions open in well under 0.1 s).
+    sleep "$(seconds "$WARMUP")"
+    cpu_sample "$SERVER_PID" >"$RUNS_DIR/$scenario-$label-$run.cpu0"
+    sleep "$(seconds "$DURATION")"
+    cpu_sample "$SERVER_PID" >"$RUNS_DIR/$scenario-$label-$run.cpu1"
+    if ! wait "$load_pid"; then
         echo "   FAILED (see $log.load.log)"
         FAILED=1
     fi
@@ -111,6 +138,35 @@ done
 "$LOAD_BIN" report --ratio durable/plain --markdown "$OUT/durable-cost.md.tmp" \
     --json "$OUT/durable-cost.json" --title "tidemark: plain vs --durable (median runs)" \
     "$RUNS_DIR"/*.json >/dev/null
+
+# The CPU split: per thread, its CPU time in the measured window per call (echo) or per event
+# (stream), median over the runs; the window's count is its throughput times its length.
+python3 - "$RUNS_DIR" "$(seconds "$DURATION")" "$(getconf CLK_TCK)" >"$OUT/durable-cost-cpu.txt" <<'PY'
+import glob, json, os, statistics, sys
+runs, window, hz = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+split = {}
+for path in sorted(glob.glob(os.path.join(runs, "*.json"))):
+    base = path[: -len(".json")]
+    scenario, label, _ = os.path.basename(base).rsplit("-", 2)
+    throughput = json.load(open(path))["throughput"]
+    unit = "call" if "calls_per_s" in throughput else "event"
+    rate = throughput.get("calls_per_s") or throughput.get("events_per_s")
+    def ticks(suffix):
+        out = {}
+        for line in open(base + suffix):
+            name, _, value = line.strip().rpartition(" ")
+            if name and value:
+                out[name] = out.get(name, 0) + int(value)
+        return out
+    before, after = ticks(".cpu0"), ticks(".cpu1")
+    for name, end in after.items():
+        spent = (end - before.get(name, 0)) / hz
+        if rate and spent > 0.01 * window:
+            split.setdefault((scenario, unit, label, name), []).append(1e6 * spent / (rate * window))
+print("CPU per unit of work (µs, user + system from /proc, median of the runs; threads under 1 % left out):")
+for (scenario, unit, label, name), values in sorted(split.items()):
+    print(f"  {scenario:7} {label:8} {name:16} {statistics.median(values):7.2f} µs per {unit}")
+PY
 
 # The store figures: two durable nodes on the same Redis (flushed first).
 python3 - "$REDIS_PORT" <<'PY'
@@ -140,10 +196,14 @@ python3 "$ROOT/tests/durable/cost.py" --node1 "$URL1" --admin1 "$ADMIN1" --node2
 {
     echo "Machine: $(nproc --all) vCPU $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'),"
     echo "$(uname -sr), $(rustc --version), $(redis-server --version | cut -d' ' -f1-3). Server: 1 worker"
-    echo "thread on CPU $SERVER_CPU; load generator and redis-server on CPU $LOAD_CPU; $RUNS alternating"
+    echo "thread and the mirror thread on CPU $SERVER_CPU; load generator and redis-server on CPU $LOAD_CPU; $RUNS alternating"
     echo "run(s) of $DURATION after $WARMUP warm-up; medians."
     echo
     cat "$OUT/durable-cost.md.tmp"
+    echo
+    echo '```'
+    cat "$OUT/durable-cost-cpu.txt"
+    echo '```'
     echo
     echo "Store figures (tests/durable/cost.py, one run):"
     echo
