@@ -334,12 +334,11 @@ fn a_dead_nodes_tasks_are_answered_by_a_peer_finished_or_failed_with_outcome_unk
     assert_eq!(m["result"]["status"], "failed", "{m}");
     assert_eq!(m["result"]["error"]["code"], -31006, "{m}");
     assert_eq!(m["result"]["error"]["data"]["node"], 1, "{m}");
-    let (_, unknown) = modern_with_tasks(
-        &peer,
-        "tasks/get",
-        serde_json::json!({ "taskId": format!("{}0", &working[..working.len() - 1]) }),
-        &[],
-    );
+    // Another id: the working one with its last hex digit changed (to 1 when it was 0).
+    let last = if working.ends_with('0') { '1' } else { '0' };
+    let other = format!("{}{last}", &working[..working.len() - 1]);
+    let (_, unknown) =
+        modern_with_tasks(&peer, "tasks/get", serde_json::json!({ "taskId": other }), &[]);
     assert!(unknown.get("error").is_some(), "an unknown task is still unknown: {unknown}");
 }
 
