@@ -52,9 +52,8 @@ pub(crate) struct Durable {
     // Dropped first: the mirror's last write before the reader goes.
     _mirror: mirror::Mirror,
     reader: Arc<Reader>,
-    queues: Vec<Arc<queue::MirrorQueue>>,
-    /// Each core's end of its ring, until `for_core` hands it over.
-    producers: Vec<Option<rtrb::Producer<queue::Queued>>>,
+    /// Each core's shared queue state and its end of the ring, until `for_core` hands them over.
+    cores: Vec<Option<(Arc<queue::MirrorQueue>, rtrb::Producer<queue::Queued>)>>,
     state: Arc<queue::MirrorState>,
     /// The mirror thread's figures, for `/metrics`.
     pub(crate) stats: Arc<DurableStats>,
@@ -66,12 +65,11 @@ impl Durable {
     /// Starts the mirror for `cfg` (`Ok(None)` when `--durable` is off).
     pub(crate) fn start(cfg: &Config) -> std::io::Result<Option<Durable>> {
         let Some(durable) = cfg.durable.clone() else { return Ok(None) };
-        let (mut queues, mut producers, mut drains) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut cores, mut drains) = (Vec::new(), Vec::new());
         for _ in 0..cfg.threads {
             let (queue, producer, drain) =
                 queue::channel(durable.queue_records_max, durable.queue_bytes_max);
-            queues.push(queue);
-            producers.push(Some(producer));
+            cores.push(Some((queue, producer)));
             drains.push(drain);
         }
         let state = Arc::new(queue::MirrorState::default());
@@ -90,8 +88,7 @@ impl Durable {
         Ok(Some(Durable {
             _mirror: mirror,
             reader,
-            queues,
-            producers,
+            cores,
             state,
             stats,
             cfg: durable,
@@ -101,9 +98,11 @@ impl Durable {
 
     /// Core `index`'s handles: its queue's tap and the shared reader (once per core).
     pub(crate) fn for_core(&mut self, index: usize) -> CoreDurable {
+        let (queue, producer) =
+            self.cores[index].take().expect("each core's ring is handed over once");
         CoreDurable {
-            queue: self.queues[index].clone(),
-            producer: self.producers[index].take().expect("each core's ring is handed over once"),
+            queue,
+            producer,
             state: self.state.clone(),
             reader: self.reader.clone(),
             node: self.node,

@@ -312,7 +312,7 @@ fn push_image(pipe: &mut Pipeline, image: &SessionImage, entries: &mut VecDeque<
     }
 }
 
-/// Events per `tm:ev` entry of a whole image (an entry's fields are one command's arguments).
+/// Events per `tm:ev` entry of a whole image (bounds one entry's packed field).
 const IMAGE_RUN_EVENTS: usize = 256;
 
 /// Trims a session's entries wholly before `first_kept` (the one holding it stays) once they
@@ -339,7 +339,7 @@ fn push_trim(pipe: &mut Pipeline, sid: &str, entries: &mut VecDeque<Entry>, firs
 impl Store for RedisStore {
     fn write(&mut self, records: &[&Record], session_ttl: Duration) -> Result<(), StoreError> {
         let ttl_ms = session_ttl.as_millis().max(1) as u64;
-        let mut pipe = std::mem::take(&mut self.pipe);
+        let pipe = &mut self.pipe;
         pipe.clear();
         // Each session written in this batch: whether it made its streams or events key.
         let mut touched: FastMap<usize, (&Arc<str>, bool, bool)> = FastMap::default();
@@ -348,7 +348,7 @@ impl Store for RedisStore {
         for step in plan(records) {
             let record = match step {
                 Step::Events(sid, events, first_kept) => {
-                    if let Some(entry) = push_run(&mut pipe, sid, &events) {
+                    if let Some(entry) = push_run(pipe, sid, &events) {
                         self.entries.entry(sid.clone()).or_default().push_back(entry);
                     }
                     if let Some(first_kept) = first_kept {
@@ -366,9 +366,9 @@ impl Store for RedisStore {
                 Record::Session(image) => {
                     let entries = self.entries.entry(image.sid.clone()).or_default();
                     entries.clear();
-                    push_image(&mut pipe, image, entries);
+                    push_image(pipe, image, entries);
                 }
-                Record::Stream { sid, key, record } => push_stream(&mut pipe, sid, *key, record),
+                Record::Stream { sid, key, record } => push_stream(pipe, sid, *key, record),
                 Record::StreamGone { sid, key } => {
                     pipe.command(3)
                         .arg(b"HDEL")
@@ -378,7 +378,7 @@ impl Store for RedisStore {
                 // Grouped by `plan`.
                 Record::Event { .. } => {}
                 Record::End { sid } => {
-                    delete_session(&mut pipe, sid);
+                    delete_session(pipe, sid);
                     self.entries.remove(sid);
                     trims.retain(|(s, _)| !Arc::ptr_eq(s, sid));
                     ended.push(same_session(sid));
@@ -432,7 +432,7 @@ impl Store for RedisStore {
         }
         for (sid, first_kept) in trims {
             if let Some(entries) = self.entries.get_mut(sid) {
-                push_trim(&mut pipe, sid, entries, first_kept);
+                push_trim(pipe, sid, entries, first_kept);
             }
         }
         let now = std::time::Instant::now();
@@ -450,7 +450,7 @@ impl Store for RedisStore {
                 }
             };
             if due {
-                expire_session(&mut pipe, sid, ttl_ms);
+                expire_session(pipe, sid, ttl_ms);
                 let e = self.expiry.entry(sid.clone()).or_insert(Expiry {
                     renewed: now,
                     streams,
@@ -461,7 +461,6 @@ impl Store for RedisStore {
                 e.events |= events;
             }
         }
-        self.pipe = pipe;
         self.flush()
     }
 

@@ -209,8 +209,7 @@ impl Session {
         // The store may hold a few entries more than the ring did (it trims in steps,
         // `durable::store::TRIM_SLACK_ENTRIES`): they are appended like the rest and the ring
         // evicts them as it did on the dead node, keeping every stream's counts exact.
-        let events = &image.events;
-        let start = events.first().map_or(image.next_seq, |e| e.seq).max(1);
+        let start = image.events.first().map_or(image.next_seq, |e| e.seq).max(1);
         s.ring.resume_at(EventSeq(start));
         for (key, record) in &image.streams {
             let kind = if record.kind == "standalone" {
@@ -236,7 +235,7 @@ impl Session {
             s.refresh(key);
             s.next_stream = s.next_stream.max(key.0.wrapping_add(1)).max(1);
         }
-        for event in events {
+        for event in &image.events {
             if s.ring.next_seq().0 != event.seq {
                 return Err(RestoreError::Gap(sid, event.seq));
             }
