@@ -454,6 +454,53 @@ fn the_store_trims_events_the_ring_evicted_within_the_trim_slack_and_a_peer_repl
     assert_eq!(last["error"]["code"], -31006, "the running call's outcome is unknown: {last}");
 }
 
+#[test]
+fn a_tools_burst_of_events_is_mirrored_as_a_few_gathered_records_and_a_peer_replays_it_exactly() {
+    // Goal: the events a tool appends within one poll are queued as packed runs of at most
+    // `RUN_EVENTS_MAX` (256) events, not one record each, and a peer reading those runs back
+    // replays exactly what the ring held. Method: slow_counter with 600 steps and no delay (one
+    // poll); the store's record count for the call stays small; then the node dies and a peer
+    // resumes from a cursor in the middle of the burst: every later event, once, in order, then
+    // the call's result (it finished before the crash).
+    let Some(redis) = Redis::start() else { return };
+    let first = node(&redis, "1", &[]);
+    let sid = open_session(&first);
+    let written = || metric(&scrape(&first.metrics()), "tidemark_durable_records_written_total");
+    let drained = || {
+        poll_until(Duration::from_secs(5), || {
+            metric(&scrape(&first.metrics()), "tidemark_durable_queue_records") == 0
+        })
+    };
+    assert!(drained(), "the mirror took the session's first image");
+    std::thread::sleep(Duration::from_millis(100));
+    let before = written();
+    let body = call(1, "slow_counter", r#"{"steps":600,"delay_ms":0}"#, true);
+    let events = call_stream(&first, &sid, &body, &[]).rest();
+    assert_eq!(events.len(), 602, "priming, 600 progress, result");
+    assert!(drained(), "the mirror took every queued record");
+    std::thread::sleep(Duration::from_millis(100));
+    let records = written() - before;
+    assert!(records <= 8, "{records} records for a 600-event burst (runs of 256, not one each)");
+    let cursor = events[300].id.clone().expect("an id");
+    drop(first);
+    let peer = node(&redis, "2", &[]);
+    std::thread::sleep(Duration::from_millis(400)); // past the 300 ms lease
+    let mut resumed = resume(&peer, &sid, &cursor);
+    assert_eq!(resumed.status, 200, "the peer adopts the session");
+    let replayed = resumed.rest();
+    let (_, _, after) = split_event_id(&cursor).expect("cursor");
+    let seqs = sequence_numbers(&replayed);
+    assert_eq!(seqs.first(), Some(&(after + 1)), "the replay starts right after the cursor");
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "gap-free and in order: {seqs:?}");
+    assert_eq!(replayed.len(), 301, "events 301..600 and the result");
+    let originals: Vec<String> = events[301..].iter().map(|e| e.data.clone()).collect();
+    let replays: Vec<String> = replayed.iter().map(|e| e.data.clone()).collect();
+    assert_eq!(replays, originals, "the peer replays the very bytes the node sent");
+    let last = replayed.last().expect("final").json();
+    assert_eq!(last["id"], 1, "{last}");
+    assert!(last.get("result").is_some(), "the finished call's result: {last}");
+}
+
 /// Batches the store acknowledged (`tidemark_durable_batches_total`) while `calls` calls of
 /// `slow_counter` (`steps` events each, `delay_ms` apart) ran one after the other on `server`.
 fn batches_during(server: &Server, calls: u64, steps: u64, delay_ms: u64) -> u64 {

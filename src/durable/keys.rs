@@ -128,16 +128,19 @@ pub(crate) fn unpack_events(mut run: &[u8]) -> Option<Vec<(u32, &[u8])>> {
     Some(events)
 }
 
-/// One request stream of a session, the value of its field in `tm:st:SID` (JSON).
+/// One request stream of a session, the value of its field in `tm:st:SID` (JSON). A worker
+/// builds one per stream change, so it allocates only what it must copy (the request id and the
+/// key): the kind is a literal and the fingerprint a number until it is written.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct StreamRecord {
     /// `post` (a request's stream) or `standalone` (the session's GET stream).
-    pub(crate) kind: String,
+    pub(crate) kind: std::borrow::Cow<'static, str>,
     /// The JSON-RPC request id exactly as the client sent it (raw JSON text), if any.
     pub(crate) rid: Option<String>,
-    /// The request's fingerprint (method and params), decimal u64 as a string: JSON numbers
+    /// The request's fingerprint (method and params), written as a decimal string: JSON numbers
     /// past 2^53 are not exact in every reader.
-    pub(crate) fp: String,
+    #[serde(with = "decimal_string")]
+    pub(crate) fp: u64,
     /// Its `Idempotency-Key`, if the client sent one.
     pub(crate) key: Option<String>,
     /// The ring sequence number of the stream's first event.
@@ -148,6 +151,21 @@ pub(crate) struct StreamRecord {
     /// Everything of it was delivered (it no longer owes the client anything).
     #[serde(default)]
     pub(crate) settled: bool,
+}
+
+/// A `u64` as a JSON string of its decimal digits (`StreamRecord::fp`).
+mod decimal_string {
+    pub(super) fn serialize<S: serde::Serializer>(n: &u64, s: S) -> Result<S::Ok, S::Error> {
+        let mut digits = [0u8; 20];
+        let digits = super::super::resp::decimal(*n, &mut digits);
+        // ASCII digits are always UTF-8.
+        s.serialize_str(std::str::from_utf8(digits).unwrap_or("0"))
+    }
+
+    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        let text = <std::borrow::Cow<'de, str> as serde::Deserialize>::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 /// Adoption's compare-and-set, atomic in the store (a Lua script): `KEYS[1]` the session
@@ -168,6 +186,35 @@ return 1
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stream_record_writes_its_fingerprint_as_a_decimal_string_and_reads_it_back() {
+        // Goal: the JSON is what older builds wrote and read (`fp` a string, exact past 2^53),
+        // so a peer of either build adopts the other's sessions.
+        let record = StreamRecord {
+            kind: "post".into(),
+            rid: Some("\"a\"".into()),
+            fp: u64::MAX,
+            key: None,
+            first: 3,
+            final_seq: Some(9),
+            settled: true,
+        };
+        let json = serde_json::to_string(&record).expect("serializes");
+        assert_eq!(
+            json,
+            r#"{"kind":"post","rid":"\"a\"","fp":"18446744073709551615","key":null,"first":3,"final":9,"settled":true}"#
+        );
+        assert_eq!(serde_json::from_str::<StreamRecord>(&json).expect("reads back"), record);
+        let older =
+            r#"{"kind":"standalone","rid":null,"fp":"12","key":"k","first":1,"final":null}"#;
+        let read: StreamRecord = serde_json::from_str(older).expect("an older record");
+        assert_eq!((read.kind.as_ref(), read.fp, read.settled), ("standalone", 12, false));
+        assert!(serde_json::from_str::<StreamRecord>(
+            &json.replace("\"18446744073709551615\"", "\"x\"")
+        )
+        .is_err());
+    }
 
     #[test]
     fn key_names_follow_the_schema_and_entry_ids_round_trip() {

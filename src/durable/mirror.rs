@@ -25,6 +25,11 @@ use crate::metrics::DurableStats;
 /// How long the thread waits for the store to connect or answer one batch; past it the store
 /// counts as down (sessions then stop being durable: never a worker's wait).
 pub(crate) const STORE_TIMEOUT_MS: u64 = 1_000;
+/// The longest the thread sleeps with nothing queued before it looks again: the bound on a
+/// record whose push raced with the thread's falling asleep (the worker's wake-up check is a
+/// plain load, `queue`'s doc). An idle node wakes the thread this often, which costs nothing
+/// measurable.
+pub(crate) const IDLE_RECHECK_MS: u64 = 5;
 /// Pause between attempts to reach a store that is down.
 const RECONNECT_PAUSE_MS: u64 = 200;
 
@@ -59,6 +64,8 @@ impl Mirror {
             unmarked: HashSet::new(),
             lease_due: Instant::now(),
             down_logged: false,
+            in_flight: None,
+            spare: Vec::new(),
         };
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
@@ -104,6 +111,19 @@ struct Writer {
     unmarked: HashSet<Arc<str>>,
     lease_due: Instant,
     down_logged: bool,
+    /// The batch sent and not yet answered (at most one).
+    in_flight: Option<InFlight>,
+    /// The last batch's emptied list, kept so a batch allocates none.
+    spare: Vec<(usize, Queued)>,
+}
+
+/// A batch sent to the store, kept until its answer: the records (their tickets are acked and
+/// their sessions lost by the answer), the sessions skipped as not whole in this epoch, and how
+/// many records it wrote.
+struct InFlight {
+    taken: Vec<(usize, Queued)>,
+    skipped: FastSet<(usize, Arc<str>)>,
+    written: usize,
 }
 
 impl Writer {
@@ -117,6 +137,13 @@ impl Writer {
                     return;
                 }
                 std::thread::park_timeout(Duration::from_millis(RECONNECT_PAUSE_MS));
+                continue;
+            }
+            // The batch sent at the last wake: its replies have normally arrived by now, so this
+            // read does not sleep (a wake-up of this thread per batch, not two: on a vCPU it
+            // shares with a worker each wake-up preempts the worker).
+            self.finish_in_flight();
+            if self.store.is_none() {
                 continue;
             }
             if Instant::now() >= self.lease_due {
@@ -140,6 +167,7 @@ impl Writer {
                 continue;
             }
             if stopping {
+                self.finish_in_flight();
                 return;
             }
             if written > 0 && self.should_linger() {
@@ -148,12 +176,16 @@ impl Writer {
                 continue;
             }
             if written == 0 {
-                self.state.sleeping.store(true, Ordering::Release);
+                self.state.sleeping.store(true, Ordering::SeqCst);
+                std::sync::atomic::fence(Ordering::SeqCst);
                 if self.queues.iter().any(|q| q.len() > 0) {
                     self.state.sleeping.store(false, Ordering::Release);
                     continue;
                 }
-                std::thread::park_timeout(self.lease_due.saturating_duration_since(Instant::now()));
+                // A push that raced with the flag may not have woken the thread (the worker reads
+                // the flag without a fence: `queue`'s doc): the sleep is bounded.
+                let until_lease = self.lease_due.saturating_duration_since(Instant::now());
+                std::thread::park_timeout(until_lease.min(Duration::from_millis(IDLE_RECHECK_MS)));
                 self.state.sleeping.store(false, Ordering::Release);
             }
         }
@@ -252,15 +284,17 @@ impl Writer {
         self.publish_queue_levels();
     }
 
-    /// Takes up to a batch from the queues (round robin) and writes it; how many were taken.
-    /// A batch ends at `--durable-batch-records` records or once it holds
-    /// `--durable-batch-bytes` (it takes at least one record).
+    /// Takes up to a batch from the queues (round robin) and sends it, leaving it in flight
+    /// (`finish_in_flight` reads the store's answer); how many were taken. A batch ends at
+    /// `--durable-batch-records` records or once it holds `--durable-batch-bytes` (it takes at
+    /// least one record).
     fn write_batch(&mut self) -> usize {
         if self.store.is_none() {
             return 0;
         }
+        self.finish_in_flight();
         let batch_max = self.cfg.batch_records_max;
-        let mut taken: Vec<(usize, Queued)> = Vec::new();
+        let mut taken = std::mem::take(&mut self.spare);
         let mut bytes = 0;
         'fill: loop {
             let before = taken.len();
@@ -278,7 +312,9 @@ impl Writer {
             }
         }
         self.publish_queue_levels();
-        if taken.is_empty() {
+        let count = taken.len();
+        if count == 0 {
+            self.spare = taken;
             return 0;
         }
         let epoch = self.state.epoch.load(Ordering::Acquire);
@@ -303,16 +339,44 @@ impl Writer {
             }
         }
         let outcome = match self.store.as_mut() {
-            Some(store) => store.write(&writable, self.session_ttl),
+            Some(store) => store.send(&writable, self.session_ttl),
             None => Err(super::store::StoreError("not connected".into())),
+        };
+        let written = writable.len();
+        drop(writable);
+        self.in_flight = Some(InFlight { taken, skipped, written });
+        if let Err(e) = outcome {
+            self.settle_in_flight(Err(e));
+        }
+        count
+    }
+
+    /// Reads the store's answer to the batch in flight (blocking, bounded by the store's
+    /// timeout), then settles it.
+    fn finish_in_flight(&mut self) {
+        if self.in_flight.is_none() {
+            return;
+        }
+        let outcome = match self.store.as_mut() {
+            Some(store) => store.receive(),
+            None => Err(super::store::StoreError("not connected".into())),
+        };
+        self.settle_in_flight(outcome);
+    }
+
+    /// The batch in flight was written (`Ok`) or not: counts it, observes the lag, marks the
+    /// sessions it could not write lost, and acks every ticket it took.
+    fn settle_in_flight(&mut self, outcome: Result<(), super::store::StoreError>) {
+        let Some(InFlight { mut taken, mut skipped, written }) = self.in_flight.take() else {
+            return;
         };
         let acked_at = Instant::now();
         match outcome {
             Ok(()) => {
-                self.stats.records_written_total.add(writable.len() as u64);
-                self.stats.batches_total.add(u64::from(!writable.is_empty()));
-                for record in &writable {
-                    if let Record::Event { at, .. } = record {
+                self.stats.records_written_total.add(written as u64);
+                self.stats.batches_total.add(u64::from(written > 0));
+                for (_, queued) in &taken {
+                    if let Record::Event { at, .. } | Record::Run { at, .. } = &queued.record {
                         self.stats.lag.observe(
                             u64::try_from(acked_at.duration_since(*at).as_nanos())
                                 .unwrap_or(u64::MAX),
@@ -342,7 +406,8 @@ impl Writer {
         for (core, ticket) in last.into_iter().enumerate() {
             self.queues[core].queue.ack(ticket);
         }
-        taken.len()
+        taken.clear();
+        self.spare = taken;
     }
 
     fn publish_queue_levels(&self) {

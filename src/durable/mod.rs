@@ -27,6 +27,7 @@
 //! retention, so the store's memory is bounded by the node's own limits.
 
 pub(crate) mod keys;
+mod link;
 mod mirror;
 pub(crate) mod queue;
 mod reader;
@@ -40,7 +41,7 @@ use std::sync::Arc;
 pub(crate) use queue::CoreTap;
 pub(crate) use reader::{Answer, Query, Reader};
 pub(crate) use record::{EventImage, Record, SessionImage};
-pub(crate) use session::SessionMirror;
+pub(crate) use session::{GatheredRun, HeldEvent, SessionMirror, RUN_BYTES_MAX, RUN_EVENTS_MAX};
 pub(crate) use store::Claim;
 
 use crate::config::Config;

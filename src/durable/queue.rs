@@ -10,6 +10,14 @@
 //! mirror thread share a vCPU was the mirror thread's largest single cost. This ring's push and
 //! pop are wait-free.
 //!
+//! Why no locked instruction on a push: a `lock`ed add or an exchange is a full fence, which
+//! waits for the record's stores into its (cold) ring slot to land; on the worker that fence was
+//! most of a push's cost (perf annotate, 2026-12-05). The byte count is two monotonic counters,
+//! each written by one side with a plain store, and the wake-up reads the thread's `sleeping`
+//! flag before it exchanges it. The price: a push that races with the thread's falling asleep
+//! may not wake it; the thread then sleeps at most `IDLE_RECHECK_MS` (a call waiting for a
+//! record hurries it regardless).
+//!
 //! Never: blocks or waits on the worker except in `CoreTap::written`, which a caller awaits
 //! with its own bound; a full queue refuses at once.
 
@@ -53,9 +61,10 @@ pub(crate) struct MirrorState {
 }
 
 impl MirrorState {
-    /// Wakes the mirror thread if it sleeps (one swap on the hot path otherwise).
+    /// Wakes the mirror thread if it sleeps (one plain load on the hot path otherwise: see the
+    /// module doc for the race this leaves and its bound).
     pub(crate) fn wake(&self) {
-        if self.sleeping.swap(false, Ordering::AcqRel) {
+        if self.sleeping.load(Ordering::Acquire) && self.sleeping.swap(false, Ordering::AcqRel) {
             if let Some(thread) = self.thread.get() {
                 thread.unpark();
             }
@@ -74,7 +83,10 @@ impl MirrorState {
 /// One core's ring of records for the mirror thread: what the worker and the thread share.
 #[derive(Debug)]
 pub(crate) struct MirrorQueue {
-    bytes: AtomicUsize,
+    /// Charged bytes ever pushed (the worker's store only) and ever popped (the thread's only):
+    /// queued = pushed - popped, with no read-modify-write on either side.
+    pushed_bytes: AtomicUsize,
+    popped_bytes: AtomicUsize,
     bytes_max: usize,
     /// The highest ticket the mirror thread has dealt with (written, or given up on: its
     /// session is then in `lost` before this moves past it).
@@ -107,7 +119,8 @@ pub(crate) fn channel(
     let (producer, consumer) = rtrb::RingBuffer::new(records_max.max(1));
     #[allow(clippy::disallowed_types, reason = "the failure lists only (see the fields)")]
     let queue = Arc::new(MirrorQueue {
-        bytes: AtomicUsize::new(0),
+        pushed_bytes: AtomicUsize::new(0),
+        popped_bytes: AtomicUsize::new(0),
         bytes_max,
         acked: AtomicU64::new(0),
         waker: AtomicWaker::new(),
@@ -128,7 +141,9 @@ impl Drain {
     /// Takes the oldest record.
     pub(crate) fn pop(&mut self) -> Option<Queued> {
         let queued = self.consumer.pop().ok()?;
-        self.queue.bytes.fetch_sub(queued.bytes, Ordering::AcqRel);
+        // This thread is the counter's only writer: a plain store, no locked instruction.
+        let popped = self.queue.popped_bytes.load(Ordering::Relaxed);
+        self.queue.popped_bytes.store(popped.wrapping_add(queued.bytes), Ordering::Release);
         Some(queued)
     }
 
@@ -141,7 +156,10 @@ impl Drain {
 impl MirrorQueue {
     /// Charged bytes queued now.
     pub(crate) fn bytes(&self) -> usize {
-        self.bytes.load(Ordering::Acquire)
+        // Popped first: read the other way round, a pop between the loads could count bytes
+        // popped but never pushed (and wrap).
+        let popped = self.popped_bytes.load(Ordering::Acquire);
+        self.pushed_bytes.load(Ordering::Acquire).wrapping_sub(popped)
     }
 
     /// The mirror thread has dealt with every ticket up to `ticket`; wakes the core.
@@ -225,16 +243,20 @@ impl CoreTap {
     pub(crate) fn push(&self, record: Record) -> Result<u64, Refused> {
         let bytes = record.charged_bytes();
         let queue = &self.queue;
-        if queue.bytes.load(Ordering::Acquire) + bytes > queue.bytes_max {
+        // The worker is the only writer of `pushed_bytes`: its own value needs no fence.
+        let pushed = queue.pushed_bytes.load(Ordering::Relaxed);
+        let queued = pushed.wrapping_sub(queue.popped_bytes.load(Ordering::Acquire));
+        if queued + bytes > queue.bytes_max {
             self.metrics.durable_records_refused_total.inc();
             return Err(Refused::Full);
         }
         let ticket = self.next_ticket.get() + 1;
-        queue.bytes.fetch_add(bytes, Ordering::AcqRel);
-        if let Err(rtrb::PushError::Full(back)) =
+        // Counted before the record is visible, so a pop never takes the count below zero.
+        queue.pushed_bytes.store(pushed.wrapping_add(bytes), Ordering::Release);
+        if let Err(rtrb::PushError::Full(_)) =
             self.producer.borrow_mut().push(Queued { ticket, bytes, record })
         {
-            queue.bytes.fetch_sub(back.bytes, Ordering::AcqRel);
+            queue.pushed_bytes.store(pushed, Ordering::Release);
             self.metrics.durable_records_refused_total.inc();
             return Err(Refused::Full);
         }

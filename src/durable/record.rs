@@ -60,12 +60,33 @@ pub(crate) enum Record {
     Session(Box<SessionImage>),
     /// A request stream opened or changed (finished, settled).
     Stream { sid: Arc<str>, key: u32, record: Box<StreamRecord> },
+    /// Consecutive ring events gathered while a tool ran (`SessionMirror::gathering`), already
+    /// packed as the store keeps a run (`keys::pack_event`): `count` events from `first_seq`,
+    /// `payload_bytes` of payload; `at` is when the first was appended, `first_kept` as for
+    /// `Event`. One record for a tool's burst of progress, not one per event.
+    Run {
+        sid: Arc<str>,
+        first_seq: u64,
+        count: u32,
+        packed: Vec<u8>,
+        payload_bytes: usize,
+        at: Instant,
+        first_kept: Option<u64>,
+    },
     /// A stream left the session (retention over, or evicted for room).
     StreamGone { sid: Arc<str>, key: u32 },
     /// The ring appended an event; `at` is when, for the lag histogram. `first_kept`: the
     /// ring evicted every event before it to make room (one record, not two, per evicting
-    /// append: a full ring evicts at nearly every append).
-    Event { sid: Arc<str>, event: EventImage, at: Instant, first_kept: Option<u64> },
+    /// append: a full ring evicts at nearly every append). `then`: the record of the event's
+    /// own stream as it stands after the event (a stream opened with its priming event, or
+    /// finished with its final one), written after the event: one record where there were two.
+    Event {
+        sid: Arc<str>,
+        event: EventImage,
+        at: Instant,
+        first_kept: Option<u64>,
+        then: Option<Box<StreamRecord>>,
+    },
     /// The session ended (DELETE or expiry): its keys go.
     End { sid: Arc<str> },
     /// A 2026-07-28 `Idempotency-Key` record (`keys::keyed` names it): running, or done with
@@ -93,7 +114,10 @@ impl Record {
                         + image.streams.len() * RECORD_OVERHEAD_BYTES
                         + image.events.iter().map(|e| e.data.len() + 32).sum::<usize>()
                 }
-                Record::Event { event, .. } => event.data.len(),
+                Record::Event { event, then, .. } => {
+                    event.data.len() + then.as_ref().map_or(0, |_| RECORD_OVERHEAD_BYTES)
+                }
+                Record::Run { packed, .. } => packed.len(),
                 Record::Keyed { name, response, .. } => {
                     name.len() + response.as_ref().map_or(0, Bytes::len)
                 }
@@ -109,6 +133,7 @@ impl Record {
             Record::Stream { sid, .. }
             | Record::StreamGone { sid, .. }
             | Record::Event { sid, .. }
+            | Record::Run { sid, .. }
             | Record::End { sid } => Some(sid),
             Record::Keyed { .. } | Record::Task { .. } => None,
         }

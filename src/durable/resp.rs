@@ -1,8 +1,7 @@
 //! The mirror's pipelines as RESP bytes (`Pipeline`): commands written straight into one buffer
 //! the mirror thread keeps from batch to batch. `redis::Cmd` allocates per argument and per
 //! command and packs the pipeline into a second buffer, which cost the mirror thread more than
-//! everything else it does per record; the `redis` connection still sends these bytes and parses
-//! the store's replies (`RedisStore::flush`).
+//! everything else it does per record; `link::Link` sends these bytes and counts the replies.
 //!
 //! Never: writes a command whose argument count differs from what it announced (checked in debug
 //! builds), or shrinks its buffer below what the last batch needed (no allocation per batch).
@@ -22,7 +21,7 @@ pub(crate) struct Pipeline {
 }
 
 /// `n` in decimal, in `out`'s tail.
-fn decimal(mut n: u64, out: &mut [u8; 20]) -> &[u8] {
+pub(crate) fn decimal(mut n: u64, out: &mut [u8; 20]) -> &[u8] {
     let mut at = out.len();
     loop {
         at -= 1;

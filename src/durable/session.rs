@@ -18,12 +18,58 @@ pub(crate) struct SessionMirror {
     pub(crate) epoch: u64,
     /// The ticket of the last record queued (what a write-ahead waits for).
     pub(crate) last_ticket: u64,
+    /// While set, the session's next ring event is held here instead of queued, for the
+    /// stream record that follows it within the same call to carry (`Record::Event::then`).
+    pub(crate) hold_event: bool,
+    /// The event held, until a stream record takes it or the holder releases it.
+    pub(crate) held: Option<HeldEvent>,
+    /// While set (a tool's poll), ring events gather into `run` instead of being queued one by
+    /// one; the poll's end queues the run, and so does any other record of the session first.
+    pub(crate) gathering: bool,
+    /// The events gathered and not queued yet.
+    pub(crate) run: Option<GatheredRun>,
+}
+
+/// Consecutive ring events packed for one `Record::Run`.
+#[derive(Debug)]
+pub(crate) struct GatheredRun {
+    pub(crate) first_seq: u64,
+    pub(crate) count: u32,
+    pub(crate) packed: Vec<u8>,
+    pub(crate) payload_bytes: usize,
+    pub(crate) at: std::time::Instant,
+    pub(crate) first_kept: Option<u64>,
+}
+
+/// A gathered run is queued once it holds this many events or `RUN_BYTES_MAX` packed bytes, so
+/// one tool's burst neither delays its first events nor makes one record (and one store entry)
+/// larger than an image's run (`store::IMAGE_RUN_EVENTS`).
+pub(crate) const RUN_EVENTS_MAX: u32 = 256;
+/// See `RUN_EVENTS_MAX`.
+pub(crate) const RUN_BYTES_MAX: usize = 64 * 1024;
+
+/// A ring event not queued yet (see `SessionMirror::hold_event`).
+#[derive(Debug)]
+pub(crate) struct HeldEvent {
+    pub(crate) event: super::record::EventImage,
+    pub(crate) at: std::time::Instant,
+    pub(crate) first_kept: Option<u64>,
 }
 
 impl SessionMirror {
     /// A session not yet written (its first image makes it durable).
     pub(crate) fn new(tap: Rc<CoreTap>, name: Arc<str>, client: Arc<str>) -> SessionMirror {
-        SessionMirror { tap, name, client, epoch: 0, last_ticket: 0 }
+        SessionMirror {
+            tap,
+            name,
+            client,
+            epoch: 0,
+            last_ticket: 0,
+            hold_event: false,
+            held: None,
+            gathering: false,
+            run: None,
+        }
     }
 
     /// Its whole image was queued in the current epoch and the store is up.

@@ -15,6 +15,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::keys::{self, SessionKey, StreamRecord};
+use super::link::Link;
 use super::record::{EventImage, Record, SessionImage};
 use super::resp::Pipeline;
 use crate::config::DurableUrl;
@@ -23,6 +24,12 @@ use crate::config::DurableUrl;
 #[derive(Debug, thiserror::Error)]
 #[error("durable store: {0}")]
 pub(crate) struct StoreError(pub(crate) String);
+
+impl From<super::link::LinkError> for StoreError {
+    fn from(e: super::link::LinkError) -> StoreError {
+        StoreError(e.0)
+    }
+}
 
 impl From<redis::RedisError> for StoreError {
     fn from(e: redis::RedisError) -> StoreError {
@@ -69,9 +76,14 @@ pub(crate) struct KeyedImage {
 
 /// A durable store: what the mirror thread writes and an adopter reads.
 pub(crate) trait Store: Send {
-    /// Writes `records` in order, each session's keys with time to live `session_ttl`; all or
-    /// an error (the caller then treats every session in the batch as not written).
-    fn write(&mut self, records: &[&Record], session_ttl: Duration) -> Result<(), StoreError>;
+    /// Sends `records` in order, each session's keys with time to live `session_ttl`, without
+    /// waiting for the store's answer: at most one batch is in flight, and `receive` tells
+    /// whether it was written. An error here or there: the caller treats every session in the
+    /// batch as not written (and drops the store).
+    fn send(&mut self, records: &[&Record], session_ttl: Duration) -> Result<(), StoreError>;
+    /// Waits for the answer to the batch `send` sent (at once when there is none): all written,
+    /// or an error.
+    fn receive(&mut self) -> Result<(), StoreError>;
     /// Marks sessions not durable (never adopted until rewritten).
     fn mark_not_durable(
         &mut self,
@@ -100,6 +112,13 @@ pub(crate) fn connect(url: &DurableUrl, timeout: Duration) -> Result<Box<dyn Sto
 /// `Store` on one Redis connection.
 pub(crate) struct RedisStore {
     connection: redis::Connection,
+    /// The batches' own connection (`link`), made at the first batch: only the mirror
+    /// thread's store writes batches.
+    batches: Option<Link>,
+    /// Replies the batch sent last still owes (`receive` reads them).
+    owed_replies: usize,
+    url: DurableUrl,
+    timeout: Duration,
     /// Per session, each `tm:ev` entry written (oldest first): an entry holds a run of events,
     /// so a trim keeps the entry holding the oldest kept event. At most one per event the ring
     /// holds plus the trim's slack; whole images reset it, a session's end drops it.
@@ -146,13 +165,61 @@ fn same_session(sid: &Arc<str>) -> usize {
     Arc::as_ptr(sid).cast::<u8>() as usize
 }
 
-/// One step of a batch's pipeline: a record, or a session's run of consecutive events of the
-/// batch written as one entry (a stream-heavy batch costs Redis one command per session, not
-/// one per event).
+/// One step of a batch's pipeline: a record, a stream's state, or a session's run of
+/// consecutive events of the batch written as one entry (a stream-heavy batch costs Redis one
+/// command per session, not one per event).
 enum Step<'a> {
     Record(&'a Record),
-    /// The run's events, and the ring's first kept event once it evicted as it appended them.
-    Events(&'a Arc<str>, Vec<&'a EventImage>, Option<u64>),
+    /// A stream's record (from `Record::Stream`, or an event's `then`).
+    Stream(&'a Arc<str>, u32, &'a StreamRecord),
+    /// A run of consecutive events (its pieces in order, the sequence number after the last),
+    /// and the ring's first kept event once it evicted as it appended them.
+    Events {
+        sid: &'a Arc<str>,
+        pieces: Vec<Piece<'a>>,
+        next: u64,
+        first_kept: Option<u64>,
+    },
+}
+
+/// Part of a run: one event, or events a worker already packed (`Record::Run`).
+enum Piece<'a> {
+    One(&'a EventImage),
+    Packed { first: u64, packed: &'a [u8], payload_bytes: usize },
+}
+
+impl Piece<'_> {
+    fn first(&self) -> u64 {
+        match self {
+            Piece::One(event) => event.seq,
+            Piece::Packed { first, .. } => *first,
+        }
+    }
+}
+
+/// A record's events as a piece of a run: the piece, the sequence number after it, and the
+/// ring's first kept event.
+fn piece(record: &Record) -> Option<(Piece<'_>, u64, Option<u64>)> {
+    match record {
+        Record::Event { event, first_kept, .. } => {
+            Some((Piece::One(event), event.seq + 1, *first_kept))
+        }
+        Record::Run { first_seq, count, packed, payload_bytes, first_kept, .. } => Some((
+            Piece::Packed { first: *first_seq, packed, payload_bytes: *payload_bytes },
+            first_seq + u64::from(*count),
+            *first_kept,
+        )),
+        _ => None,
+    }
+}
+
+/// The stream a record changes, if it changes one: its session, key and new record.
+fn stream_change(record: &Record) -> Option<(&Arc<str>, u32, &StreamRecord)> {
+    match record {
+        Record::Stream { sid, key, record } => Some((sid, *key, record)),
+        Record::Event { sid, event, then: Some(record), .. } => Some((sid, event.stream, record)),
+        _ => None,
+    }
 }
 
 /// The batch as steps: each session's events gathered at the place of its first event (earlier
@@ -163,28 +230,31 @@ enum Step<'a> {
 fn plan<'a>(records: &[&'a Record]) -> Vec<Step<'a>> {
     let mut last_change: FastMap<(usize, u32), usize> = FastMap::default();
     for (index, record) in records.iter().enumerate() {
-        if let Record::Stream { sid, key, .. } = record {
-            last_change.insert((same_session(sid), *key), index);
+        if let Some((sid, key, _)) = stream_change(record) {
+            last_change.insert((same_session(sid), key), index);
         }
     }
     let mut steps: Vec<Step<'a>> = Vec::with_capacity(records.len());
     let mut open: FastMap<usize, usize> = FastMap::default();
     for (index, record) in records.iter().copied().enumerate() {
         match record {
-            Record::Stream { sid, key, .. }
-                if last_change.get(&(same_session(sid), *key)) != Some(&index) => {}
-            Record::Event { sid, event, first_kept, .. } => {
-                if let Some(&index) = open.get(&same_session(sid)) {
-                    if let Step::Events(_, events, kept) = &mut steps[index] {
-                        if events.last().is_some_and(|last| last.seq + 1 == event.seq) {
-                            events.push(event);
-                            *kept = (*kept).max(*first_kept);
-                            continue;
+            Record::Event { sid, .. } | Record::Run { sid, .. } => {
+                let Some((piece, after, first_kept)) = piece(record) else { continue };
+                let first = piece.first();
+                let mut piece = Some(piece);
+                if let Some(&at) = open.get(&same_session(sid)) {
+                    if let Step::Events { pieces, next, first_kept: kept, .. } = &mut steps[at] {
+                        if *next == first {
+                            pieces.extend(piece.take());
+                            *next = after;
+                            *kept = (*kept).max(first_kept);
                         }
                     }
                 }
-                open.insert(same_session(sid), steps.len());
-                steps.push(Step::Events(sid, vec![event], *first_kept));
+                if let Some(piece) = piece {
+                    open.insert(same_session(sid), steps.len());
+                    steps.push(Step::Events { sid, pieces: vec![piece], next: after, first_kept });
+                }
             }
             Record::Session(image) => {
                 open.remove(&same_session(&image.sid));
@@ -194,7 +264,13 @@ fn plan<'a>(records: &[&'a Record]) -> Vec<Step<'a>> {
                 open.remove(&same_session(sid));
                 steps.push(Step::Record(record));
             }
+            Record::Stream { .. } => {}
             _ => steps.push(Step::Record(record)),
+        }
+        if let Some((sid, key, stream)) = stream_change(record) {
+            if last_change.get(&(same_session(sid), key)) == Some(&index) {
+                steps.push(Step::Stream(sid, key, stream));
+            }
         }
     }
     steps
@@ -209,30 +285,29 @@ impl RedisStore {
         connection.set_write_timeout(Some(timeout))?;
         Ok(RedisStore {
             connection,
+            batches: None,
+            owed_replies: 0,
+            url: url.clone(),
+            timeout,
             entries: FastMap::default(),
             expiry: FastMap::default(),
             pipe: Pipeline::default(),
         })
     }
 
-    /// Sends the encoded batch and reads every reply (so the connection stays in step even
-    /// after a refused command); the first refusal is the batch's error.
-    fn flush(&mut self) -> Result<(), StoreError> {
+    /// Sends the encoded batch; its replies are owed until `receive`.
+    fn send_pipeline(&mut self) -> Result<(), StoreError> {
         if self.pipe.is_empty() {
             return Ok(());
         }
-        self.connection.send_packed_command(self.pipe.bytes())?;
-        let mut refused = None;
-        for _ in 0..self.pipe.commands() {
-            if let redis::Value::ServerError(e) = self.connection.recv_response()? {
-                refused.get_or_insert_with(|| e.to_string());
-            }
-        }
+        let link = match &mut self.batches {
+            Some(link) => link,
+            None => self.batches.insert(Link::connect(&self.url, self.timeout)?),
+        };
+        let sent = link.send(self.pipe.bytes());
+        self.owed_replies = self.pipe.commands();
         self.pipe.clear();
-        match refused {
-            Some(why) => Err(StoreError(why)),
-            None => Ok(()),
-        }
+        Ok(sent?)
     }
 }
 
@@ -252,20 +327,35 @@ fn delete_session(pipe: &mut Pipeline, sid: &str) {
 
 /// One `tm:ev` entry for a run of consecutive events: id of the first, the run packed in its
 /// one field (`keys::EVENT_RUN_FIELD`). What it remembers of the entry.
-fn push_run(pipe: &mut Pipeline, sid: &str, events: &[&EventImage]) -> Option<Entry> {
-    let first = events.first()?;
-    let bytes: usize = events.iter().map(|e| e.data.len()).sum();
+fn push_run(pipe: &mut Pipeline, sid: &str, pieces: &[Piece<'_>]) -> Option<Entry> {
+    let first = pieces.first()?.first();
+    let (mut packed_bytes, mut bytes) = (0, 0);
+    for piece in pieces {
+        match piece {
+            Piece::One(event) => {
+                packed_bytes += keys::PACKED_EVENT_HEADER + event.data.len();
+                bytes += event.data.len();
+            }
+            Piece::Packed { packed, payload_bytes, .. } => {
+                packed_bytes += packed.len();
+                bytes += payload_bytes;
+            }
+        }
+    }
     pipe.command(5)
         .arg(b"XADD")
         .arg_key(SessionKey::Events, sid)
-        .arg_u64_then(first.seq, keys::EVENT_ENTRY_ID_SUFFIX.as_bytes())
+        .arg_u64_then(first, keys::EVENT_ENTRY_ID_SUFFIX.as_bytes())
         .arg(keys::EVENT_RUN_FIELD.as_bytes())
-        .arg_sized(bytes + events.len() * keys::PACKED_EVENT_HEADER, |out| {
-            for event in events {
-                keys::pack_event(out, event.stream, &event.data);
+        .arg_sized(packed_bytes, |out| {
+            for piece in pieces {
+                match piece {
+                    Piece::One(event) => keys::pack_event(out, event.stream, &event.data),
+                    Piece::Packed { packed, .. } => out.extend_from_slice(packed),
+                }
             }
         });
-    Some(Entry { first: first.seq, bytes })
+    Some(Entry { first, bytes })
 }
 
 /// `HSET tm:st:SID KEY JSON`.
@@ -307,7 +397,7 @@ fn push_image(pipe: &mut Pipeline, image: &SessionImage, entries: &mut VecDeque<
         push_stream(pipe, sid, *key, record);
     }
     for run in image.events.chunks(IMAGE_RUN_EVENTS) {
-        let run: Vec<&EventImage> = run.iter().collect();
+        let run: Vec<Piece<'_>> = run.iter().map(Piece::One).collect();
         entries.extend(push_run(pipe, sid, &run));
     }
 }
@@ -337,7 +427,18 @@ fn push_trim(pipe: &mut Pipeline, sid: &str, entries: &mut VecDeque<Entry>, firs
 }
 
 impl Store for RedisStore {
-    fn write(&mut self, records: &[&Record], session_ttl: Duration) -> Result<(), StoreError> {
+    fn receive(&mut self) -> Result<(), StoreError> {
+        let owed = std::mem::take(&mut self.owed_replies);
+        match &mut self.batches {
+            Some(link) if owed > 0 => Ok(link.receive(owed)?),
+            _ => Ok(()),
+        }
+    }
+
+    fn send(&mut self, records: &[&Record], session_ttl: Duration) -> Result<(), StoreError> {
+        if self.owed_replies > 0 {
+            self.receive()?;
+        }
         let ttl_ms = session_ttl.as_millis().max(1) as u64;
         let pipe = &mut self.pipe;
         pipe.clear();
@@ -347,8 +448,8 @@ impl Store for RedisStore {
         let mut trims: Vec<(&Arc<str>, u64)> = Vec::new();
         for step in plan(records) {
             let record = match step {
-                Step::Events(sid, events, first_kept) => {
-                    if let Some(entry) = push_run(pipe, sid, &events) {
+                Step::Events { sid, pieces, first_kept, .. } => {
+                    if let Some(entry) = push_run(pipe, sid, &pieces) {
                         self.entries.entry(sid.clone()).or_default().push_back(entry);
                     }
                     if let Some(first_kept) = first_kept {
@@ -360,6 +461,11 @@ impl Store for RedisStore {
                     touched.entry(same_session(sid)).or_insert((sid, false, false)).2 = true;
                     continue;
                 }
+                Step::Stream(sid, key, record) => {
+                    push_stream(pipe, sid, key, record);
+                    touched.entry(same_session(sid)).or_insert((sid, false, false)).1 = true;
+                    continue;
+                }
                 Step::Record(record) => record,
             };
             match record {
@@ -368,15 +474,14 @@ impl Store for RedisStore {
                     entries.clear();
                     push_image(pipe, image, entries);
                 }
-                Record::Stream { sid, key, record } => push_stream(pipe, sid, *key, record),
+                // Steps of their own (`Step::Stream`, `Step::Events`).
+                Record::Stream { .. } | Record::Event { .. } | Record::Run { .. } => {}
                 Record::StreamGone { sid, key } => {
                     pipe.command(3)
                         .arg(b"HDEL")
                         .arg_key(SessionKey::Streams, sid)
                         .arg_u64(u64::from(*key));
                 }
-                // Grouped by `plan`.
-                Record::Event { .. } => {}
                 Record::End { sid } => {
                     delete_session(pipe, sid);
                     self.entries.remove(sid);
@@ -419,14 +524,10 @@ impl Store for RedisStore {
             }
             if let Some(sid) = record.session() {
                 let made = touched.entry(same_session(sid)).or_insert((sid, false, false));
-                match record {
-                    Record::Stream { .. } => made.1 = true,
-                    Record::Session(image) => {
-                        self.expiry.remove(sid);
-                        made.1 |= !image.streams.is_empty();
-                        made.2 |= !image.events.is_empty();
-                    }
-                    _ => {}
+                if let Record::Session(image) = record {
+                    self.expiry.remove(sid);
+                    made.1 |= !image.streams.is_empty();
+                    made.2 |= !image.events.is_empty();
                 }
             }
         }
@@ -461,7 +562,7 @@ impl Store for RedisStore {
                 e.events |= events;
             }
         }
-        self.flush()
+        self.send_pipeline()
     }
 
     fn mark_not_durable(
@@ -625,6 +726,7 @@ mod tests {
             event: EventImage { seq, stream: 1, data: Bytes::new() },
             at: std::time::Instant::now(),
             first_kept: None,
+            then: None,
         }
     }
 
@@ -632,7 +734,7 @@ mod tests {
         let record = StreamRecord {
             kind: "post".into(),
             rid: None,
-            fp: "0".into(),
+            fp: 0,
             key: None,
             first,
             final_seq: None,
@@ -645,17 +747,64 @@ mod tests {
         steps
             .iter()
             .map(|step| match step {
-                Step::Events(sid, events, _) => {
-                    let seqs: Vec<String> = events.iter().map(|e| e.seq.to_string()).collect();
+                Step::Events { sid, pieces, .. } => {
+                    let seqs: Vec<String> = pieces
+                        .iter()
+                        .map(|p| match p {
+                            Piece::One(e) => e.seq.to_string(),
+                            Piece::Packed { first, .. } => format!("p{first}"),
+                        })
+                        .collect();
                     format!("{sid}:{}", seqs.join(","))
                 }
-                Step::Record(Record::Stream { sid, record, .. }) => {
-                    format!("{sid}:st{}", record.first)
-                }
+                Step::Stream(sid, _, record) => format!("{sid}:st{}", record.first),
                 Step::Record(Record::End { sid }) => format!("{sid}:end"),
                 Step::Record(_) => "other".into(),
             })
             .collect()
+    }
+
+    fn packed(sid: &Arc<str>, first_seq: u64, count: u32) -> Record {
+        let mut packed = Vec::new();
+        for n in 0..count {
+            keys::pack_event(&mut packed, 1, format!("e{}", u64::from(n) + first_seq).as_bytes());
+        }
+        Record::Run {
+            sid: sid.clone(),
+            first_seq,
+            count,
+            payload_bytes: packed.len() - count as usize * keys::PACKED_EVENT_HEADER,
+            packed,
+            at: std::time::Instant::now(),
+            first_kept: None,
+        }
+    }
+
+    #[test]
+    fn gathered_runs_and_an_events_stream_record_join_the_plan_in_order() {
+        // Goal: a worker's packed run continues a run of single events (and the next event
+        // continues it) when the sequence numbers meet, never across a gap; an event that
+        // carries its stream's record puts that record after the event, once, at its last
+        // change; the entry written packs every event in order.
+        let a: Arc<str> = Arc::from("a");
+        let mut opened = event(&a, 1);
+        if let Record::Event { then, .. } = &mut opened {
+            *then = Some(Box::new(match stream(&a, 1, 1) {
+                Record::Stream { record, .. } => *record,
+                _ => unreachable!("a stream record"),
+            }));
+        }
+        let records = [opened, packed(&a, 2, 3), event(&a, 5), packed(&a, 7, 2), stream(&a, 1, 9)];
+        let refs: Vec<&Record> = records.iter().collect();
+        let steps = plan(&refs);
+        assert_eq!(shape(&steps), ["a:1,p2,5", "a:p7", "a:st9"], "7 does not follow 5");
+        let Step::Events { pieces, .. } = &steps[0] else { panic!("a run first") };
+        let mut pipe = Pipeline::default();
+        let entry = push_run(&mut pipe, "a", pieces).expect("an entry");
+        assert_eq!((entry.first, entry.bytes), (1, 6), "events 1..=5: '' e2 e3 e4 and e5's ''");
+        let text = String::from_utf8_lossy(pipe.bytes()).into_owned();
+        let order: Vec<usize> = ["e2", "e3", "e4"].iter().filter_map(|e| text.find(e)).collect();
+        assert!(order.windows(2).all(|w| w[0] < w[1]) && order.len() == 3, "{text:?}");
     }
 
     #[test]

@@ -266,11 +266,12 @@ pub(crate) fn spawn_job(
 ) {
     let forward = Arc::new(ForwardWake(atomic_waker::AtomicWaker::new()));
     let waker = Waker::from(forward.clone());
-    if let Poll::Ready(outcome) = work.as_mut().poll(&mut Context::from_waker(&waker)) {
+    let polled = gathering(&session, || work.as_mut().poll(&mut Context::from_waker(&waker)));
+    if let Poll::Ready(outcome) = polled {
         complete(&session, key, &request_id, outcome);
         return;
     }
-    let work = Forwarded { work, forward, waker };
+    let work = Forwarded { work, forward, waker, session: Rc::downgrade(&session) };
     monoio::spawn(async move {
         let cancelled = cancelled(Rc::downgrade(&session), key);
         let outcome = monoio::select! {
@@ -304,6 +305,7 @@ struct Forwarded {
     work: LocalBoxFuture<'static, Result<Value, ProviderError>>,
     forward: Arc<ForwardWake>,
     waker: Waker,
+    session: Weak<RefCell<Session>>,
 }
 
 impl Future for Forwarded {
@@ -312,8 +314,24 @@ impl Future for Forwarded {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         self.forward.0.register(cx.waker());
         let waker = self.waker.clone();
-        self.work.as_mut().poll(&mut Context::from_waker(&waker))
+        let this = &mut *self;
+        match this.session.upgrade() {
+            Some(session) => {
+                gathering(&session, || this.work.as_mut().poll(&mut Context::from_waker(&waker)))
+            }
+            None => this.work.as_mut().poll(&mut Context::from_waker(&waker)),
+        }
     }
+}
+
+/// Runs one poll of a request's work with the session's durable mirror gathering the events
+/// it appends into one record (`Session::mirror_gather`): a tool's burst of progress costs the
+/// mirror one record, and the poll's end queues it, so no event waits longer than the poll.
+fn gathering<T>(session: &Rc<RefCell<Session>>, poll: impl FnOnce() -> T) -> T {
+    session.borrow_mut().mirror_gather();
+    let polled = poll();
+    session.borrow_mut().mirror_gathered();
+    polled
 }
 
 /// Completes when stream `key` is cancelled (or gone, or its session is). Single-core: nothing

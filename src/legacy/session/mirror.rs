@@ -8,19 +8,22 @@
 use std::sync::Arc;
 
 use crate::durable::keys::StreamRecord;
-use crate::durable::{EventImage, Record, SessionImage, SessionMirror};
+use crate::durable::{
+    EventImage, GatheredRun, HeldEvent, Record, SessionImage, SessionMirror, RUN_BYTES_MAX,
+    RUN_EVENTS_MAX,
+};
 use crate::legacy::replay::{EventSeq, StreamKey};
 
 use super::{Run, Session, StreamKind, StreamState};
 
 fn stream_record(s: &StreamState) -> StreamRecord {
     StreamRecord {
-        kind: match s.kind {
-            StreamKind::Request => "post".into(),
-            StreamKind::Standalone => "standalone".into(),
-        },
-        rid: s.request_id.as_ref().map(|id| id.0.to_string()),
-        fp: s.fingerprint.to_string(),
+        kind: std::borrow::Cow::Borrowed(match s.kind {
+            StreamKind::Request => "post",
+            StreamKind::Standalone => "standalone",
+        }),
+        rid: s.request_id.as_ref().map(|id| id.0.clone()),
+        fp: s.fingerprint,
         key: s.idempotency_key.as_deref().map(str::to_owned),
         first: s.first.0,
         final_seq: s.final_seq().map(|seq| seq.0),
@@ -39,8 +42,14 @@ impl Session {
         self.mirror.as_ref().filter(|m| m.is_durable() && m.last_ticket != 0).map(|m| m.last_ticket)
     }
 
-    /// Queues `record` for a durable session; a full queue makes it not durable. The ticket.
+    /// Queues `record` for a durable session (after the events it gathered: they came first);
+    /// a full queue makes it not durable. The ticket.
     pub(crate) fn mirror_push(&mut self, make: impl FnOnce(&Arc<str>) -> Record) -> Option<u64> {
+        self.mirror_flush_run();
+        self.mirror_push_now(make)
+    }
+
+    fn mirror_push_now(&mut self, make: impl FnOnce(&Arc<str>) -> Record) -> Option<u64> {
         let mirror = self.mirror.as_mut().filter(|m| m.is_durable())?;
         match mirror.tap.push(make(&mirror.name)) {
             Ok(ticket) => {
@@ -60,6 +69,9 @@ impl Session {
     /// core rewrites it whole.
     pub(crate) fn mirror_lost(&mut self) {
         let Some(mirror) = self.mirror.as_mut() else { return };
+        // Whatever it gathered or holds is in the ring, so in the image that will replace it.
+        mirror.run = None;
+        mirror.held = None;
         if mirror.epoch != 0 {
             mirror.epoch = 0;
             mirror.tap.metrics.durable_sessions_marked_not_durable_total.inc();
@@ -78,10 +90,122 @@ impl Session {
 
     pub(super) fn mirror_stream(&mut self, key: StreamKey) {
         let Some(record) = self.streams.get(&key).map(stream_record) else { return };
-        self.mirror_push(|sid| Record::Stream {
+        let held = self.mirror.as_mut().and_then(|m| m.held.take());
+        match held {
+            // The event this change follows on the same stream: one record for both.
+            Some(HeldEvent { event, at, first_kept }) if event.stream == key.0 => {
+                self.mirror_push(|sid| Record::Event {
+                    sid: sid.clone(),
+                    event,
+                    at,
+                    first_kept,
+                    then: Some(Box::new(record)),
+                });
+            }
+            held => {
+                if let Some(held) = held {
+                    self.mirror_push_event(held);
+                }
+                self.mirror_push(|sid| Record::Stream {
+                    sid: sid.clone(),
+                    key: key.0,
+                    record: Box::new(record),
+                });
+            }
+        }
+    }
+
+    /// From now until `mirror_release`, the next ring event waits for the stream record that
+    /// follows it (`open_stream`, `finish`: an event and its stream's change in one record).
+    pub(super) fn mirror_hold(&mut self) {
+        if let Some(mirror) = self.mirror.as_mut() {
+            mirror.hold_event = true;
+        }
+    }
+
+    /// Ends `mirror_hold`: an event no stream record took is queued alone now, before anything
+    /// else of the session.
+    pub(super) fn mirror_release(&mut self) {
+        let Some(mirror) = self.mirror.as_mut() else { return };
+        mirror.hold_event = false;
+        if let Some(held) = mirror.held.take() {
+            self.mirror_push_event(held);
+        }
+    }
+
+    /// While a tool's future is polled (`legacy::stream`), the events it appends gather into
+    /// one record (`Record::Run`) instead of one each; `mirror_gathered` ends it.
+    pub(crate) fn mirror_gather(&mut self) {
+        if let Some(mirror) = self.mirror.as_mut() {
+            mirror.gathering = true;
+        }
+    }
+
+    /// Ends `mirror_gather`: the gathered events are queued now.
+    pub(crate) fn mirror_gathered(&mut self) {
+        if let Some(mirror) = self.mirror.as_mut() {
+            mirror.gathering = false;
+        }
+        self.mirror_flush_run();
+    }
+
+    /// Whether the next ring event gathers into a run (a tool's poll, no event held).
+    pub(super) fn mirror_gathers(&self) -> bool {
+        self.mirror.as_ref().is_some_and(|m| m.gathering && !m.hold_event)
+    }
+
+    /// Packs ring event `seq` (just appended on `key`) into the session's gathered run, which
+    /// is queued first when it does not end right before `seq` or is full.
+    pub(super) fn mirror_gather_event(&mut self, key: StreamKey, seq: EventSeq, evicted: bool) {
+        let first_kept = evicted.then(|| self.ring.oldest().map_or(seq.0, |s| s.0));
+        let full = self.mirror.as_ref().and_then(|m| m.run.as_ref()).is_some_and(|run| {
+            run.first_seq + u64::from(run.count) != seq.0
+                || run.count >= RUN_EVENTS_MAX
+                || run.packed.len() >= RUN_BYTES_MAX
+        });
+        if full {
+            self.mirror_flush_run();
+        }
+        let (Some(mirror), Some(event)) = (self.mirror.as_mut(), self.ring.get(seq)) else {
+            return;
+        };
+        let run = mirror.run.get_or_insert_with(|| GatheredRun {
+            first_seq: seq.0,
+            count: 0,
+            packed: Vec::with_capacity(4096),
+            payload_bytes: 0,
+            at: std::time::Instant::now(),
+            first_kept: None,
+        });
+        crate::durable::keys::pack_event(&mut run.packed, key.0, event.payload);
+        run.count += 1;
+        run.payload_bytes += event.payload.len();
+        run.first_kept = run.first_kept.max(first_kept);
+    }
+
+    /// Queues the gathered run, if any.
+    fn mirror_flush_run(&mut self) {
+        let Some(run) = self.mirror.as_mut().and_then(|m| m.run.take()) else { return };
+        let GatheredRun { first_seq, count, packed, payload_bytes, at, first_kept } = run;
+        self.mirror_push_now(|sid| Record::Run {
             sid: sid.clone(),
-            key: key.0,
-            record: Box::new(record),
+            first_seq,
+            count,
+            packed,
+            payload_bytes,
+            at,
+            first_kept,
+        });
+    }
+
+    fn mirror_push_event(&mut self, held: HeldEvent) {
+        let HeldEvent { event, at, first_kept } = held;
+        self.mirror_push(|sid| Record::Event {
+            sid: sid.clone(),
+            event,
+            at,
+            first_kept,
+            then: None,
         });
     }
 
@@ -156,12 +280,15 @@ impl Session {
     ) {
         let first_kept = evicted.then(|| self.ring.oldest().map_or(seq.0, |s| s.0));
         let at = std::time::Instant::now();
-        self.mirror_push(|sid| Record::Event {
-            sid: sid.clone(),
+        let held = HeldEvent {
             event: EventImage { seq: seq.0, stream: key.0, data: payload },
             at,
             first_kept,
-        });
+        };
+        match self.mirror.as_mut() {
+            Some(mirror) if mirror.hold_event && mirror.held.is_none() => mirror.held = Some(held),
+            _ => self.mirror_push_event(held),
+        }
     }
 
     /// Whether the stream's end is to be mirrored (a finished run).
@@ -219,7 +346,7 @@ impl Session {
             };
             let request_id =
                 record.rid.as_ref().map(|rid| crate::wire::jsonrpc::RawId(rid.clone()));
-            let fingerprint = record.fp.parse::<u64>().unwrap_or(0);
+            let fingerprint = record.fp;
             let idempotency_key = record.key.as_deref().map(Box::from);
             let key = StreamKey(*key);
             s.insert_stream(

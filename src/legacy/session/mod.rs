@@ -476,11 +476,13 @@ impl Session {
             s.progress_token = progress_token;
         }
         // An empty priming event always fits the ring (the byte budget is never zero).
+        self.mirror_hold();
         let priming = self.append(key, Bytes::new()).unwrap_or(EventSeq(0));
         if let Some(s) = self.streams.get_mut(&key) {
             s.first = priming;
         }
         self.mirror_stream(key);
+        self.mirror_release();
         Ok(key)
     }
 
@@ -643,8 +645,11 @@ impl Session {
 
     fn append_to_ring_uncounted(&mut self, key: StreamKey, payload: Bytes) -> Option<EventSeq> {
         let bytes = payload.len();
-        // A refcount, not a copy: the mirror writes the bytes the ring holds.
-        let mirrored = self.is_durable().then(|| payload.clone());
+        // A refcount, not a copy, for an event queued alone: the mirror writes the bytes the
+        // ring holds. A gathered one is copied into its run after the append.
+        let durable = self.is_durable();
+        let gathered = durable && self.mirror_gathers();
+        let mirrored = (durable && !gathered).then(|| payload.clone());
         let mut evicted_any = false;
         let (streams, attached) = (&mut self.streams, &mut self.attached_unwritten);
         let id = self.id;
@@ -680,6 +685,8 @@ impl Session {
             .ok()?;
         if let Some(payload) = mirrored {
             self.mirror_event(key, seq, payload, evicted_any);
+        } else if gathered {
+            self.mirror_gather_event(key, seq, evicted_any);
         }
         let s = self.streams.get_mut(&key)?;
         s.produced = seq;
@@ -702,10 +709,12 @@ impl Session {
         }
         let event_bytes = payload.len();
         let before_final = self.streams.get(&key).map_or(EventSeq(0), |s| s.produced);
+        self.mirror_hold();
         match self.append_to_ring(key, payload) {
             Some(final_seq) => self.end_run(key, Run::Finished { final_seq, before_final }),
             None => self.fail_oversize(key, event_bytes),
         }
+        self.mirror_release();
     }
 
     /// Ends a request whose event (`event_bytes` long) cannot fit the ring at all: its final
