@@ -501,6 +501,28 @@ fn a_tools_burst_of_events_is_mirrored_as_a_few_gathered_records_and_a_peer_repl
     assert!(last.get("result").is_some(), "the finished call's result: {last}");
 }
 
+#[test]
+fn a_stream_evicted_for_room_leaves_the_store_with_the_record_that_replaced_it() {
+    // Goal: the removal a new stream's eviction causes travels with that stream's first record
+    // (`Record::Event::gone`) and still reaches the store: the store holds exactly the streams
+    // the session holds. Method: a 4-stream session, 12 calls one after the other (each settles
+    // before the next opens, so each opening evicts the oldest).
+    let Some(redis) = Redis::start() else { return };
+    let server = node(&redis, "1", &["--max-streams-per-session", "4"]);
+    let sid = open_session(&server);
+    for id in 1..=12 {
+        let events = call_stream(&server, &sid, &call(id, "slow_counter", "{}", true), &[]).rest();
+        assert_eq!(events.last().expect("final").json()["id"], id, "call {id} finished");
+    }
+    let drained = poll_until(Duration::from_secs(5), || {
+        metric(&scrape(&server.metrics()), "tidemark_durable_queue_records") == 0
+    });
+    assert!(drained, "the mirror took every queued record");
+    std::thread::sleep(Duration::from_millis(100));
+    let held = redis.command(&format!("HLEN tm:st:{sid}")).unwrap_or_default();
+    assert_eq!(held.trim(), ":4", "the store holds the session's 4 streams, no evicted one");
+}
+
 /// Batches the store acknowledged (`tidemark_durable_batches_total`) while `calls` calls of
 /// `slow_counter` (`steps` events each, `delay_ms` apart) ran one after the other on `server`.
 fn batches_during(server: &Server, calls: u64, steps: u64, delay_ms: u64) -> u64 {

@@ -80,12 +80,15 @@ pub(crate) enum Record {
     /// append: a full ring evicts at nearly every append). `then`: the record of the event's
     /// own stream as it stands after the event (a stream opened with its priming event, or
     /// finished with its final one), written after the event: one record where there were two.
+    /// `gone`: a stream the session dropped just before (the oldest settled one, evicted to make
+    /// room for this event's stream): `StreamGone` carried along, a third record saved.
     Event {
         sid: Arc<str>,
         event: EventImage,
         at: Instant,
         first_kept: Option<u64>,
         then: Option<Box<StreamRecord>>,
+        gone: Option<u32>,
     },
     /// The session ended (DELETE or expiry): its keys go.
     End { sid: Arc<str> },

@@ -23,6 +23,9 @@ pub(crate) struct SessionMirror {
     pub(crate) hold_event: bool,
     /// The event held, until a stream record takes it or the holder releases it.
     pub(crate) held: Option<HeldEvent>,
+    /// A stream removed while an event was held for (`hold_event`): the record that takes the
+    /// event carries its removal (`Record::Event::gone`).
+    pub(crate) gone: Option<u32>,
     /// While set (a tool's poll), ring events gather into `run` instead of being queued one by
     /// one; the poll's end queues the run, and so does any other record of the session first.
     pub(crate) gathering: bool,
@@ -67,6 +70,7 @@ impl SessionMirror {
             last_ticket: 0,
             hold_event: false,
             held: None,
+            gone: None,
             gathering: false,
             run: None,
         }

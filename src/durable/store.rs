@@ -172,6 +172,8 @@ enum Step<'a> {
     Record(&'a Record),
     /// A stream's record (from `Record::Stream`, or an event's `then`).
     Stream(&'a Arc<str>, u32, &'a StreamRecord),
+    /// A stream's removal carried by an event (`Record::Event::gone`).
+    Gone(&'a Arc<str>, u32),
     /// A run of consecutive events (its pieces in order, the sequence number after the last),
     /// and the ring's first kept event once it evicted as it appended them.
     Events {
@@ -239,6 +241,9 @@ fn plan<'a>(records: &[&'a Record]) -> Vec<Step<'a>> {
     for (index, record) in records.iter().copied().enumerate() {
         match record {
             Record::Event { sid, .. } | Record::Run { sid, .. } => {
+                if let Record::Event { gone: Some(key), .. } = record {
+                    steps.push(Step::Gone(sid, *key));
+                }
                 let Some((piece, after, first_kept)) = piece(record) else { continue };
                 let first = piece.first();
                 let mut piece = Some(piece);
@@ -358,6 +363,11 @@ fn push_run(pipe: &mut Pipeline, sid: &str, pieces: &[Piece<'_>]) -> Option<Entr
     Some(Entry { first, bytes })
 }
 
+/// `HDEL tm:st:SID KEY`: a stream left the session.
+fn push_gone(pipe: &mut Pipeline, sid: &str, key: u32) {
+    pipe.command(3).arg(b"HDEL").arg_key(SessionKey::Streams, sid).arg_u64(u64::from(key));
+}
+
 /// `HSET tm:st:SID KEY JSON`.
 fn push_stream(pipe: &mut Pipeline, sid: &str, key: u32, record: &StreamRecord) {
     pipe.command(4)
@@ -466,6 +476,10 @@ impl Store for RedisStore {
                     touched.entry(same_session(sid)).or_insert((sid, false, false)).1 = true;
                     continue;
                 }
+                Step::Gone(sid, key) => {
+                    push_gone(pipe, sid, key);
+                    continue;
+                }
                 Step::Record(record) => record,
             };
             match record {
@@ -476,12 +490,7 @@ impl Store for RedisStore {
                 }
                 // Steps of their own (`Step::Stream`, `Step::Events`).
                 Record::Stream { .. } | Record::Event { .. } | Record::Run { .. } => {}
-                Record::StreamGone { sid, key } => {
-                    pipe.command(3)
-                        .arg(b"HDEL")
-                        .arg_key(SessionKey::Streams, sid)
-                        .arg_u64(u64::from(*key));
-                }
+                Record::StreamGone { sid, key } => push_gone(pipe, sid, *key),
                 Record::End { sid } => {
                     delete_session(pipe, sid);
                     self.entries.remove(sid);
@@ -727,6 +736,7 @@ mod tests {
             at: std::time::Instant::now(),
             first_kept: None,
             then: None,
+            gone: None,
         }
     }
 
@@ -758,6 +768,7 @@ mod tests {
                     format!("{sid}:{}", seqs.join(","))
                 }
                 Step::Stream(sid, _, record) => format!("{sid}:st{}", record.first),
+                Step::Gone(sid, key) => format!("{sid}:gone{key}"),
                 Step::Record(Record::End { sid }) => format!("{sid}:end"),
                 Step::Record(_) => "other".into(),
             })
@@ -788,7 +799,8 @@ mod tests {
         // change; the entry written packs every event in order.
         let a: Arc<str> = Arc::from("a");
         let mut opened = event(&a, 1);
-        if let Record::Event { then, .. } = &mut opened {
+        if let Record::Event { then, gone, .. } = &mut opened {
+            *gone = Some(7);
             *then = Some(Box::new(match stream(&a, 1, 1) {
                 Record::Stream { record, .. } => *record,
                 _ => unreachable!("a stream record"),
@@ -797,8 +809,12 @@ mod tests {
         let records = [opened, packed(&a, 2, 3), event(&a, 5), packed(&a, 7, 2), stream(&a, 1, 9)];
         let refs: Vec<&Record> = records.iter().collect();
         let steps = plan(&refs);
-        assert_eq!(shape(&steps), ["a:1,p2,5", "a:p7", "a:st9"], "7 does not follow 5");
-        let Step::Events { pieces, .. } = &steps[0] else { panic!("a run first") };
+        assert_eq!(
+            shape(&steps),
+            ["a:gone7", "a:1,p2,5", "a:p7", "a:st9"],
+            "the removal first; 7 does not follow 5"
+        );
+        let Step::Events { pieces, .. } = &steps[1] else { panic!("the run after the removal") };
         let mut pipe = Pipeline::default();
         let entry = push_run(&mut pipe, "a", pieces).expect("an entry");
         assert_eq!((entry.first, entry.bytes), (1, 6), "events 1..=5: '' e2 e3 e4 and e5's ''");

@@ -46,7 +46,20 @@ impl Session {
     /// a full queue makes it not durable. The ticket.
     pub(crate) fn mirror_push(&mut self, make: impl FnOnce(&Arc<str>) -> Record) -> Option<u64> {
         self.mirror_flush_run();
+        if let Some(key) = self.mirror.as_mut().and_then(|m| m.gone.take()) {
+            self.mirror_push_now(|sid| Record::StreamGone { sid: sid.clone(), key });
+        }
         self.mirror_push_now(make)
+    }
+
+    /// Stream `key` left the session: its record goes from the store, along with the next
+    /// record when an event is held for one (`open_stream` evicting for room).
+    pub(super) fn mirror_stream_gone(&mut self, key: StreamKey) {
+        if let Some(mirror) = self.mirror.as_mut().filter(|m| m.hold_event && m.gone.is_none()) {
+            mirror.gone = Some(key.0);
+            return;
+        }
+        self.mirror_push(|sid| Record::StreamGone { sid: sid.clone(), key: key.0 });
     }
 
     fn mirror_push_now(&mut self, make: impl FnOnce(&Arc<str>) -> Record) -> Option<u64> {
@@ -72,6 +85,7 @@ impl Session {
         // Whatever it gathered or holds is in the ring, so in the image that will replace it.
         mirror.run = None;
         mirror.held = None;
+        mirror.gone = None;
         if mirror.epoch != 0 {
             mirror.epoch = 0;
             mirror.tap.metrics.durable_sessions_marked_not_durable_total.inc();
@@ -94,12 +108,14 @@ impl Session {
         match held {
             // The event this change follows on the same stream: one record for both.
             Some(HeldEvent { event, at, first_kept }) if event.stream == key.0 => {
+                let gone = self.mirror.as_mut().and_then(|m| m.gone.take());
                 self.mirror_push(|sid| Record::Event {
                     sid: sid.clone(),
                     event,
                     at,
                     first_kept,
                     then: Some(Box::new(record)),
+                    gone,
                 });
             }
             held => {
@@ -123,13 +139,21 @@ impl Session {
         }
     }
 
-    /// Ends `mirror_hold`: an event no stream record took is queued alone now, before anything
-    /// else of the session.
+    /// Ends `mirror_hold`: a removal or an event no stream record took is queued alone now, in
+    /// that order, before anything else of the session.
     pub(super) fn mirror_release(&mut self) {
         let Some(mirror) = self.mirror.as_mut() else { return };
         mirror.hold_event = false;
-        if let Some(held) = mirror.held.take() {
-            self.mirror_push_event(held);
+        match (mirror.held.take(), mirror.gone.take()) {
+            (Some(held), gone) => {
+                // Put back for `mirror_push`, which queues a pending removal first.
+                mirror.gone = gone;
+                self.mirror_push_event(held);
+            }
+            (None, Some(key)) => {
+                self.mirror_push(|sid| Record::StreamGone { sid: sid.clone(), key });
+            }
+            (None, None) => {}
         }
     }
 
@@ -206,6 +230,7 @@ impl Session {
             at,
             first_kept,
             then: None,
+            gone: None,
         });
     }
 

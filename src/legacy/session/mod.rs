@@ -466,7 +466,11 @@ impl Session {
         idempotency_key: Option<Box<str>>,
         progress_token: Option<Box<str>>,
     ) -> Result<StreamKey, OpenError> {
+        // Held from here: the stream evicted for room and the priming event travel with the
+        // new stream's record (one mirror record for the three).
+        self.mirror_hold();
         if self.streams.len() >= self.streams_max && !self.evict_one_settled() {
+            self.mirror_release();
             return Err(OpenError::TooManyStreams);
         }
         let key = StreamKey(self.next_stream);
@@ -476,7 +480,6 @@ impl Session {
             s.progress_token = progress_token;
         }
         // An empty priming event always fits the ring (the byte budget is never zero).
-        self.mirror_hold();
         let priming = self.append(key, Bytes::new()).unwrap_or(EventSeq(0));
         if let Some(s) = self.streams.get_mut(&key) {
             s.first = priming;
@@ -601,7 +604,7 @@ impl Session {
             self.standalone = None;
         }
         self.pending_client.retain(|_, p| p.stream != key);
-        self.mirror_push(|sid| crate::durable::Record::StreamGone { sid: sid.clone(), key: key.0 });
+        self.mirror_stream_gone(key);
         s.signal.notify_all();
         s.cancel.notify_all();
         s.room.notify_all();
