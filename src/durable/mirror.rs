@@ -6,6 +6,12 @@
 //! the session's image is older than the epoch) puts the session on its core's `lost` list,
 //! and the core rewrites it whole when the store is back.
 //!
+//! One batch is in flight at a time: the thread sends a batch, lingers, and reads its replies
+//! at its next wake-up, when they have arrived, so a batch costs one wake-up of this thread (on
+//! a vCPU it shares with a worker, each wake-up preempts the worker: that was most of what the
+//! mirror cost a node). A call waiting for a record (`CoreTap::written`) hurries the thread,
+//! which then reads the replies at once.
+//!
 //! Never: blocks a worker (it only pops their queues), or writes a record of a session after a
 //! gap in it.
 
