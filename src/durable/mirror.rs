@@ -412,7 +412,11 @@ impl Writer {
         for (core, ticket) in last.into_iter().enumerate() {
             self.queues[core].queue.ack(ticket);
         }
-        taken.clear();
+        for (core, queued) in taken.drain(..) {
+            if let Record::Run { packed, .. } = queued.record {
+                self.queues[core].recycle(packed);
+            }
+        }
         self.spare = taken;
     }
 

@@ -54,7 +54,7 @@ pub(crate) struct Durable {
     _mirror: mirror::Mirror,
     reader: Arc<Reader>,
     /// Each core's shared queue state and its end of the ring, until `for_core` hands them over.
-    cores: Vec<Option<(Arc<queue::MirrorQueue>, rtrb::Producer<queue::Queued>)>>,
+    cores: Vec<Option<(Arc<queue::MirrorQueue>, queue::WorkerEnd)>>,
     state: Arc<queue::MirrorState>,
     /// The mirror thread's figures, for `/metrics`.
     pub(crate) stats: Arc<DurableStats>,
@@ -122,7 +122,7 @@ impl Drop for Durable {
 #[derive(Debug)]
 pub(crate) struct CoreDurable {
     queue: Arc<queue::MirrorQueue>,
-    producer: rtrb::Producer<queue::Queued>,
+    producer: queue::WorkerEnd,
     state: Arc<queue::MirrorState>,
     /// The node's reader thread.
     pub(crate) reader: Arc<Reader>,

@@ -110,13 +110,30 @@ pub(crate) struct MirrorQueue {
     broken: Mutex<Vec<Arc<str>>>,
 }
 
+/// Emptied run buffers (`Record::Run`) the mirror thread hands back to each core, so a burst of
+/// progress reuses its packing buffers instead of allocating on the worker and freeing on the
+/// mirror thread (a cross-thread free of a large block made the worker's allocator take fresh,
+/// zeroed pages). At most this many per core wait; more are freed.
+pub(crate) const SPARE_RUN_BUFFERS: usize = 16;
+/// A run buffer larger than this is freed, not handed back: spares hold at most
+/// `SPARE_RUN_BUFFERS` times this per core.
+pub(crate) const SPARE_RUN_BUFFER_BYTES_MAX: usize = 128 * 1024;
+
+/// The worker's ends of its core's rings: records out, spare run buffers back.
+#[derive(Debug)]
+pub(crate) struct WorkerEnd {
+    records: rtrb::Producer<Queued>,
+    spares: rtrb::Consumer<Vec<u8>>,
+}
+
 /// One core's ring of at most `records_max` records and `bytes_max` charged bytes: the shared
 /// part, the worker's end (for its `CoreTap`) and the mirror thread's.
 pub(crate) fn channel(
     records_max: usize,
     bytes_max: usize,
-) -> (Arc<MirrorQueue>, rtrb::Producer<Queued>, Drain) {
+) -> (Arc<MirrorQueue>, WorkerEnd, Drain) {
     let (producer, consumer) = rtrb::RingBuffer::new(records_max.max(1));
+    let (spares_back, spares) = rtrb::RingBuffer::new(SPARE_RUN_BUFFERS);
     #[allow(clippy::disallowed_types, reason = "the failure lists only (see the fields)")]
     let queue = Arc::new(MirrorQueue {
         pushed_bytes: AtomicUsize::new(0),
@@ -127,7 +144,11 @@ pub(crate) fn channel(
         lost: Mutex::default(),
         broken: Mutex::default(),
     });
-    (queue.clone(), producer, Drain { queue, consumer })
+    (
+        queue.clone(),
+        WorkerEnd { records: producer, spares },
+        Drain { queue, consumer, spares: spares_back },
+    )
 }
 
 /// The mirror thread's end of one core's ring.
@@ -135,6 +156,7 @@ pub(crate) fn channel(
 pub(crate) struct Drain {
     pub(crate) queue: Arc<MirrorQueue>,
     consumer: rtrb::Consumer<Queued>,
+    spares: rtrb::Producer<Vec<u8>>,
 }
 
 impl Drain {
@@ -150,6 +172,15 @@ impl Drain {
     /// Records queued now.
     pub(crate) fn len(&self) -> usize {
         self.consumer.slots()
+    }
+
+    /// Hands a written run's buffer back to the core (emptied), or frees it when the core has
+    /// enough spares or it grew past `SPARE_RUN_BUFFER_BYTES_MAX`.
+    pub(crate) fn recycle(&mut self, mut buffer: Vec<u8>) {
+        if buffer.capacity() <= SPARE_RUN_BUFFER_BYTES_MAX {
+            buffer.clear();
+            let _ = self.spares.push(buffer);
+        }
     }
 }
 
@@ -193,8 +224,8 @@ pub(crate) enum Refused {
 /// A worker's handle on its queue (core-local).
 pub(crate) struct CoreTap {
     pub(crate) queue: Arc<MirrorQueue>,
-    /// The worker's end of the ring.
-    producer: RefCell<rtrb::Producer<Queued>>,
+    /// The worker's ends of the rings.
+    producer: RefCell<WorkerEnd>,
     pub(crate) state: Arc<MirrorState>,
     /// This node (`--node-id`), the owner every record names.
     pub(crate) node: u8,
@@ -211,7 +242,7 @@ impl CoreTap {
     /// The handle of the core whose queue is `queue`.
     pub(crate) fn new(
         queue: Arc<MirrorQueue>,
-        producer: rtrb::Producer<Queued>,
+        producer: WorkerEnd,
         state: Arc<MirrorState>,
         node: u8,
         write_ahead: Duration,
@@ -254,7 +285,7 @@ impl CoreTap {
         // Counted before the record is visible, so a pop never takes the count below zero.
         queue.pushed_bytes.store(pushed.wrapping_add(bytes), Ordering::Release);
         if let Err(rtrb::PushError::Full(_)) =
-            self.producer.borrow_mut().push(Queued { ticket, bytes, record })
+            self.producer.borrow_mut().records.push(Queued { ticket, bytes, record })
         {
             queue.pushed_bytes.store(pushed, Ordering::Release);
             self.metrics.durable_records_refused_total.inc();
@@ -267,7 +298,14 @@ impl CoreTap {
 
     /// Whether the store has `bytes` more room in this core's queue now.
     pub(crate) fn has_room(&self, bytes: usize) -> bool {
-        self.queue.bytes() + bytes <= self.queue.bytes_max && self.producer.borrow().slots() > 0
+        self.queue.bytes() + bytes <= self.queue.bytes_max
+            && self.producer.borrow().records.slots() > 0
+    }
+
+    /// An empty buffer to pack a run of events into: one the mirror thread handed back, or a
+    /// new one of `capacity`.
+    pub(crate) fn run_buffer(&self, capacity: usize) -> Vec<u8> {
+        self.producer.borrow_mut().spares.pop().unwrap_or_else(|_| Vec::with_capacity(capacity))
     }
 
     /// Tells the mirror thread this core stopped mirroring `sid`.
@@ -335,5 +373,33 @@ impl std::future::Future for AckChanged<'_> {
             return std::task::Poll::Ready(());
         }
         std::task::Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_buffers_come_back_emptied_up_to_the_spare_bounds() {
+        // Goal: a written run's buffer returns to its core with its capacity (no allocation for
+        // the next burst), empty; past `SPARE_RUN_BUFFERS` or `SPARE_RUN_BUFFER_BYTES_MAX` it is
+        // freed instead, so the spares stay bounded.
+        let (_queue, mut worker, mut drain) = channel(8, 1 << 20);
+        let mut used = Vec::with_capacity(64 * 1024);
+        used.extend_from_slice(b"packed events");
+        drain.recycle(used);
+        drain.recycle(Vec::with_capacity(SPARE_RUN_BUFFER_BYTES_MAX + 1));
+        let back = worker.spares.pop().expect("the run buffer came back");
+        assert!(back.is_empty() && back.capacity() >= 64 * 1024, "{}", back.capacity());
+        assert!(worker.spares.pop().is_err(), "the oversized buffer was freed, not handed back");
+        for _ in 0..SPARE_RUN_BUFFERS + 4 {
+            drain.recycle(Vec::with_capacity(16));
+        }
+        let mut kept = 0;
+        while worker.spares.pop().is_ok() {
+            kept += 1;
+        }
+        assert_eq!(kept, SPARE_RUN_BUFFERS, "at most the bound waits; the rest are freed");
     }
 }

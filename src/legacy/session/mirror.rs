@@ -193,10 +193,11 @@ impl Session {
         let (Some(mirror), Some(event)) = (self.mirror.as_mut(), self.ring.get(seq)) else {
             return;
         };
+        let tap = &mirror.tap;
         let run = mirror.run.get_or_insert_with(|| GatheredRun {
             first_seq: seq.0,
             count: 0,
-            packed: Vec::with_capacity(4096),
+            packed: tap.run_buffer(RUN_BUFFER_BYTES),
             payload_bytes: 0,
             at: std::time::Instant::now(),
             first_kept: None,
@@ -323,6 +324,9 @@ impl Session {
         }
     }
 }
+
+/// A new run buffer's first size (one that came back from the mirror thread keeps its own).
+const RUN_BUFFER_BYTES: usize = 4096;
 
 /// Why a session image could not be rebuilt (the adopter then answers as for an unknown
 /// session, never with a gap).
