@@ -167,7 +167,17 @@ impl Link {
                     if self.end == self.buf.len() {
                         self.buf.resize(self.buf.len() * 2, 0);
                     }
-                    let n = self.stream.read(&mut self.buf[self.end..]).map_err(link_error)?;
+                    if self.end - self.start > REPLY_BYTES_MAX {
+                        return Err(LinkError(
+                            "the store sent a reply longer than the mirror reads".into(),
+                        ));
+                    }
+                    // A signal landing on this thread interrupts the read (SO_RCVTIMEO reads are
+                    // never restarted): read again rather than take the store for down.
+                    let n = match self.stream.read(&mut self.buf[self.end..]) {
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        other => other.map_err(link_error)?,
+                    };
                     if n == 0 {
                         return Err(LinkError("the durable store closed the connection".into()));
                     }
