@@ -352,6 +352,13 @@ fn sequence_numbers(events: &[Event]) -> Vec<u64> {
 }
 
 /// How many `tm:ev` entries session `sid` has in the store (`XLEN`).
+/// Whether `server`'s mirror queues emptied within 5 s (the mirror took every queued record).
+fn queues_drained(server: &Server) -> bool {
+    poll_until(Duration::from_secs(5), || {
+        metric(&scrape(&server.metrics()), "tidemark_durable_queue_records") == 0
+    })
+}
+
 fn event_entries(redis: &Redis, sid: &str) -> u64 {
     let answer = redis.command(&format!("XLEN tm:ev:{sid}")).unwrap_or_default();
     answer.trim_start_matches(':').parse().unwrap_or(0)
@@ -374,9 +381,7 @@ fn entries_after_a_stall(extra: &[&str]) -> (u64, u64) {
     redis.signal("CONT");
     let events = 1 + rest.iter().filter(|e| e.id.is_some()).count() as u64;
     // Written once the queues are empty and the batch in flight answered (loopback: ms).
-    let drained = poll_until(Duration::from_secs(5), || {
-        metric(&scrape(&server.metrics()), "tidemark_durable_queue_records") == 0
-    });
+    let drained = queues_drained(&server);
     assert!(drained, "the mirror took every queued record");
     std::thread::sleep(Duration::from_millis(300));
     let text = scrape(&server.metrics());
@@ -428,9 +433,7 @@ fn the_store_trims_events_the_ring_evicted_within_the_trim_slack_and_a_peer_repl
     for _ in 0..8 {
         cursor = stream.next_event().expect("an event before the cut").id.expect("an id");
     }
-    let drained = poll_until(Duration::from_secs(5), || {
-        metric(&scrape(&first.metrics()), "tidemark_durable_queue_records") == 0
-    });
+    let drained = queues_drained(&first);
     assert!(drained, "the mirror took every queued record");
     std::thread::sleep(Duration::from_millis(100));
     let entries = event_entries(&redis, &sid);
@@ -466,11 +469,7 @@ fn a_tools_burst_of_events_is_mirrored_as_a_few_gathered_records_and_a_peer_repl
     let first = node(&redis, "1", &[]);
     let sid = open_session(&first);
     let written = || metric(&scrape(&first.metrics()), "tidemark_durable_records_written_total");
-    let drained = || {
-        poll_until(Duration::from_secs(5), || {
-            metric(&scrape(&first.metrics()), "tidemark_durable_queue_records") == 0
-        })
-    };
+    let drained = || queues_drained(&first);
     assert!(drained(), "the mirror took the session's first image");
     std::thread::sleep(Duration::from_millis(100));
     let before = written();
@@ -514,9 +513,7 @@ fn a_stream_evicted_for_room_leaves_the_store_with_the_record_that_replaced_it()
         let events = call_stream(&server, &sid, &call(id, "slow_counter", "{}", true), &[]).rest();
         assert_eq!(events.last().expect("final").json()["id"], id, "call {id} finished");
     }
-    let drained = poll_until(Duration::from_secs(5), || {
-        metric(&scrape(&server.metrics()), "tidemark_durable_queue_records") == 0
-    });
+    let drained = queues_drained(&server);
     assert!(drained, "the mirror took every queued record");
     std::thread::sleep(Duration::from_millis(100));
     let held = redis.command(&format!("HLEN tm:st:{sid}")).unwrap_or_default();
@@ -533,9 +530,7 @@ fn batches_during(server: &Server, calls: u64, steps: u64, delay_ms: u64) -> u64
         let events = call_stream(server, &sid, &call(id, "slow_counter", &args, true), &[]).rest();
         assert_eq!(events.last().expect("final").json()["id"], id, "call {id} finished");
     }
-    let drained = poll_until(Duration::from_secs(5), || {
-        metric(&scrape(&server.metrics()), "tidemark_durable_queue_records") == 0
-    });
+    let drained = queues_drained(server);
     assert!(drained, "the mirror took every queued record");
     std::thread::sleep(Duration::from_millis(150));
     metric(&scrape(&server.metrics()), "tidemark_durable_batches_total") - before

@@ -298,7 +298,6 @@ impl Writer {
         if self.store.is_none() {
             return 0;
         }
-        self.finish_in_flight();
         let batch_max = self.cfg.batch_records_max;
         let mut taken = std::mem::take(&mut self.spare);
         let mut bytes = 0;
@@ -382,12 +381,14 @@ impl Writer {
                 self.stats.records_written_total.add(written as u64);
                 self.stats.batches_total.add(u64::from(written > 0));
                 for (_, queued) in &taken {
-                    if let Record::Event { at, .. } | Record::Run { at, .. } = &queued.record {
-                        self.stats.lag.observe(
-                            u64::try_from(acked_at.duration_since(*at).as_nanos())
-                                .unwrap_or(u64::MAX),
-                        );
-                    }
+                    let at = match &queued.record {
+                        Record::Event { at, .. } => at,
+                        Record::Run { run, .. } => &run.at,
+                        _ => continue,
+                    };
+                    self.stats.lag.observe(
+                        u64::try_from(acked_at.duration_since(*at).as_nanos()).unwrap_or(u64::MAX),
+                    );
                 }
             }
             Err(e) => {
@@ -406,16 +407,14 @@ impl Writer {
             self.queues[core].queue.lose(sid);
         }
         let mut last = vec![0u64; self.queues.len()];
-        for (core, queued) in &taken {
-            last[*core] = last[*core].max(queued.ticket);
+        for (core, queued) in taken.drain(..) {
+            last[core] = last[core].max(queued.ticket);
+            if let Record::Run { run, .. } = queued.record {
+                self.queues[core].recycle(run.packed);
+            }
         }
         for (core, ticket) in last.into_iter().enumerate() {
             self.queues[core].queue.ack(ticket);
-        }
-        for (core, queued) in taken.drain(..) {
-            if let Record::Run { packed, .. } = queued.record {
-                self.queues[core].recycle(packed);
-            }
         }
         self.spare = taken;
     }

@@ -53,6 +53,19 @@ pub(crate) struct SessionImage {
     pub(crate) next_seq: u64,
 }
 
+/// Consecutive ring events already packed as the store keeps a run (`keys::pack_event`):
+/// `count` events from `first_seq`, `payload_bytes` of payload; `at` is when the first was
+/// appended, `first_kept` as for `Record::Event`.
+#[derive(Debug)]
+pub(crate) struct PackedRun {
+    pub(crate) first_seq: u64,
+    pub(crate) count: u32,
+    pub(crate) packed: Vec<u8>,
+    pub(crate) payload_bytes: usize,
+    pub(crate) at: Instant,
+    pub(crate) first_kept: Option<u64>,
+}
+
 /// One change for the store, in the order its core made them.
 #[derive(Debug)]
 pub(crate) enum Record {
@@ -60,19 +73,9 @@ pub(crate) enum Record {
     Session(Box<SessionImage>),
     /// A request stream opened or changed (finished, settled).
     Stream { sid: Arc<str>, key: u32, record: Box<StreamRecord> },
-    /// Consecutive ring events gathered while a tool ran (`SessionMirror::gathering`), already
-    /// packed as the store keeps a run (`keys::pack_event`): `count` events from `first_seq`,
-    /// `payload_bytes` of payload; `at` is when the first was appended, `first_kept` as for
-    /// `Event`. One record for a tool's burst of progress, not one per event.
-    Run {
-        sid: Arc<str>,
-        first_seq: u64,
-        count: u32,
-        packed: Vec<u8>,
-        payload_bytes: usize,
-        at: Instant,
-        first_kept: Option<u64>,
-    },
+    /// Consecutive ring events gathered while a tool ran (`SessionMirror::gathering`): one
+    /// record for a tool's burst of progress, not one per event.
+    Run { sid: Arc<str>, run: PackedRun },
     /// A stream left the session (retention over, or evicted for room).
     StreamGone { sid: Arc<str>, key: u32 },
     /// The ring appended an event; `at` is when, for the lag histogram. `first_kept`: the
@@ -120,7 +123,7 @@ impl Record {
                 Record::Event { event, then, .. } => {
                     event.data.len() + then.as_ref().map_or(0, |_| RECORD_OVERHEAD_BYTES)
                 }
-                Record::Run { packed, .. } => packed.len(),
+                Record::Run { run, .. } => run.packed.len(),
                 Record::Keyed { name, response, .. } => {
                     name.len() + response.as_ref().map_or(0, Bytes::len)
                 }

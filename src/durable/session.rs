@@ -30,18 +30,7 @@ pub(crate) struct SessionMirror {
     /// one; the poll's end queues the run, and so does any other record of the session first.
     pub(crate) gathering: bool,
     /// The events gathered and not queued yet.
-    pub(crate) run: Option<GatheredRun>,
-}
-
-/// Consecutive ring events packed for one `Record::Run`.
-#[derive(Debug)]
-pub(crate) struct GatheredRun {
-    pub(crate) first_seq: u64,
-    pub(crate) count: u32,
-    pub(crate) packed: Vec<u8>,
-    pub(crate) payload_bytes: usize,
-    pub(crate) at: std::time::Instant,
-    pub(crate) first_kept: Option<u64>,
+    pub(crate) run: Option<super::record::PackedRun>,
 }
 
 /// A gathered run is queued once it holds this many events or `RUN_BYTES_MAX` packed bytes, so

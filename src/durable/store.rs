@@ -172,7 +172,7 @@ enum Step<'a> {
     Record(&'a Record),
     /// A stream's record (from `Record::Stream`, or an event's `then`).
     Stream(&'a Arc<str>, u32, &'a StreamRecord),
-    /// A stream's removal carried by an event (`Record::Event::gone`).
+    /// A stream's removal (`Record::StreamGone`, or an event's `gone`).
     Gone(&'a Arc<str>, u32),
     /// A run of consecutive events (its pieces in order, the sequence number after the last),
     /// and the ring's first kept event once it evicted as it appended them.
@@ -206,10 +206,14 @@ fn piece(record: &Record) -> Option<(Piece<'_>, u64, Option<u64>)> {
         Record::Event { event, first_kept, .. } => {
             Some((Piece::One(event), event.seq + 1, *first_kept))
         }
-        Record::Run { first_seq, count, packed, payload_bytes, first_kept, .. } => Some((
-            Piece::Packed { first: *first_seq, packed, payload_bytes: *payload_bytes },
-            first_seq + u64::from(*count),
-            *first_kept,
+        Record::Run { run, .. } => Some((
+            Piece::Packed {
+                first: run.first_seq,
+                packed: &run.packed,
+                payload_bytes: run.payload_bytes,
+            },
+            run.first_seq + u64::from(run.count),
+            run.first_kept,
         )),
         _ => None,
     }
@@ -269,6 +273,7 @@ fn plan<'a>(records: &[&'a Record]) -> Vec<Step<'a>> {
                 open.remove(&same_session(sid));
                 steps.push(Step::Record(record));
             }
+            Record::StreamGone { sid, key } => steps.push(Step::Gone(sid, *key)),
             Record::Stream { .. } => {}
             _ => steps.push(Step::Record(record)),
         }
@@ -478,6 +483,7 @@ impl Store for RedisStore {
                 }
                 Step::Gone(sid, key) => {
                     push_gone(pipe, sid, key);
+                    touched.entry(same_session(sid)).or_insert((sid, false, false));
                     continue;
                 }
                 Step::Record(record) => record,
@@ -488,9 +494,11 @@ impl Store for RedisStore {
                     entries.clear();
                     push_image(pipe, image, entries);
                 }
-                // Steps of their own (`Step::Stream`, `Step::Events`).
-                Record::Stream { .. } | Record::Event { .. } | Record::Run { .. } => {}
-                Record::StreamGone { sid, key } => push_gone(pipe, sid, *key),
+                // Steps of their own (`Step::Stream`, `Step::Gone`, `Step::Events`).
+                Record::Stream { .. }
+                | Record::StreamGone { .. }
+                | Record::Event { .. }
+                | Record::Run { .. } => {}
                 Record::End { sid } => {
                     delete_session(pipe, sid);
                     self.entries.remove(sid);
@@ -780,15 +788,15 @@ mod tests {
         for n in 0..count {
             keys::pack_event(&mut packed, 1, format!("e{}", u64::from(n) + first_seq).as_bytes());
         }
-        Record::Run {
-            sid: sid.clone(),
+        let run = crate::durable::record::PackedRun {
             first_seq,
             count,
             payload_bytes: packed.len() - count as usize * keys::PACKED_EVENT_HEADER,
             packed,
             at: std::time::Instant::now(),
             first_kept: None,
-        }
+        };
+        Record::Run { sid: sid.clone(), run }
     }
 
     #[test]

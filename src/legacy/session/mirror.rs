@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::durable::keys::StreamRecord;
 use crate::durable::{
-    EventImage, GatheredRun, HeldEvent, Record, SessionImage, SessionMirror, RUN_BYTES_MAX,
+    EventImage, HeldEvent, PackedRun, Record, SessionImage, SessionMirror, RUN_BYTES_MAX,
     RUN_EVENTS_MAX,
 };
 use crate::legacy::replay::{EventSeq, StreamKey};
@@ -45,11 +45,17 @@ impl Session {
     /// Queues `record` for a durable session (after the events it gathered: they came first);
     /// a full queue makes it not durable. The ticket.
     pub(crate) fn mirror_push(&mut self, make: impl FnOnce(&Arc<str>) -> Record) -> Option<u64> {
+        self.mirror_flush_pending();
+        self.mirror_push_now(make)
+    }
+
+    /// Queues what the session gathered or set aside and no record took (a run of events, a
+    /// stream's removal), in the order it happened.
+    fn mirror_flush_pending(&mut self) {
         self.mirror_flush_run();
         if let Some(key) = self.mirror.as_mut().and_then(|m| m.gone.take()) {
             self.mirror_push_now(|sid| Record::StreamGone { sid: sid.clone(), key });
         }
-        self.mirror_push_now(make)
     }
 
     /// Stream `key` left the session: its record goes from the store, along with the next
@@ -144,16 +150,10 @@ impl Session {
     pub(super) fn mirror_release(&mut self) {
         let Some(mirror) = self.mirror.as_mut() else { return };
         mirror.hold_event = false;
-        match (mirror.held.take(), mirror.gone.take()) {
-            (Some(held), gone) => {
-                // Put back for `mirror_push`, which queues a pending removal first.
-                mirror.gone = gone;
-                self.mirror_push_event(held);
-            }
-            (None, Some(key)) => {
-                self.mirror_push(|sid| Record::StreamGone { sid: sid.clone(), key });
-            }
-            (None, None) => {}
+        match mirror.held.take() {
+            // `mirror_push` queues the pending removal first.
+            Some(held) => self.mirror_push_event(held),
+            None => self.mirror_flush_pending(),
         }
     }
 
@@ -181,7 +181,7 @@ impl Session {
     /// Packs ring event `seq` (just appended on `key`) into the session's gathered run, which
     /// is queued first when it does not end right before `seq` or is full.
     pub(super) fn mirror_gather_event(&mut self, key: StreamKey, seq: EventSeq, evicted: bool) {
-        let first_kept = evicted.then(|| self.ring.oldest().map_or(seq.0, |s| s.0));
+        let first_kept = self.first_kept(seq, evicted);
         let full = self.mirror.as_ref().and_then(|m| m.run.as_ref()).is_some_and(|run| {
             run.first_seq + u64::from(run.count) != seq.0
                 || run.count >= RUN_EVENTS_MAX
@@ -194,7 +194,7 @@ impl Session {
             return;
         };
         let tap = &mirror.tap;
-        let run = mirror.run.get_or_insert_with(|| GatheredRun {
+        let run = mirror.run.get_or_insert_with(|| PackedRun {
             first_seq: seq.0,
             count: 0,
             packed: tap.run_buffer(RUN_BUFFER_BYTES),
@@ -211,16 +211,12 @@ impl Session {
     /// Queues the gathered run, if any.
     fn mirror_flush_run(&mut self) {
         let Some(run) = self.mirror.as_mut().and_then(|m| m.run.take()) else { return };
-        let GatheredRun { first_seq, count, packed, payload_bytes, at, first_kept } = run;
-        self.mirror_push_now(|sid| Record::Run {
-            sid: sid.clone(),
-            first_seq,
-            count,
-            packed,
-            payload_bytes,
-            at,
-            first_kept,
-        });
+        self.mirror_push_now(|sid| Record::Run { sid: sid.clone(), run });
+    }
+
+    /// The ring's first kept event when appending `seq` evicted older ones (`Record::Event`).
+    fn first_kept(&self, seq: EventSeq, evicted: bool) -> Option<u64> {
+        evicted.then(|| self.ring.oldest().map_or(seq.0, |s| s.0))
     }
 
     fn mirror_push_event(&mut self, held: HeldEvent) {
@@ -304,7 +300,7 @@ impl Session {
         payload: bytes::Bytes,
         evicted: bool,
     ) {
-        let first_kept = evicted.then(|| self.ring.oldest().map_or(seq.0, |s| s.0));
+        let first_kept = self.first_kept(seq, evicted);
         let at = std::time::Instant::now();
         let held = HeldEvent {
             event: EventImage { seq: seq.0, stream: key.0, data: payload },
