@@ -145,6 +145,12 @@ fault_run() {
         [ "$rc" = 124 ] && why="timed out after ${run_timeout}s"
         summary+=("FAIL $name ($got_driver, ${secs}s, $why): ${counts:-no summary} (see $OUT/$name.err)")
         grep -m 12 -E 'result: FAILED|FAILED \(call' "$OUT/$name.out" "$OUT/$name.err" >&2 || true
+        # A run that stopped without a summary (tidemark-load's own error, a panic): its last
+        # words, since CI keeps only what the script prints.
+        if [ -z "$counts" ]; then
+            echo "fault.sh: the last lines of $name's stderr:" >&2
+            tail -n 15 "$OUT/$name.err" >&2 || true
+        fi
     fi
 }
 # start_tidemark NAME DRIVER ARGS...: a tidemark on loopback with a metrics listener.

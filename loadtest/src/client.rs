@@ -289,15 +289,52 @@ pub fn open_sessions(
         .collect()
 }
 
-/// The demo tools' global counter (`get_counter`).
+/// How many times `get_counter` waits out an answer that says when to retry (`retryAfterMs`:
+/// tidemark's open upstream circuit breaker, which a bridged fault run may leave open as it
+/// ends) before it gives up.
+const RETRY_AFTER_WAITS_MAX: u64 = 3;
+/// The longest of those waits, whatever the answer says.
+const RETRY_AFTER_WAIT_MAX: Duration = Duration::from_secs(10);
+/// A retried `get_counter` takes id `id + k * RETRY_ID_STRIDE` (k = 1, 2, …): a session
+/// refuses an id it has seen, and the callers' ids stay far below this.
+const RETRY_ID_STRIDE: u64 = 1 << 40;
+
+/// The demo tools' global counter (`get_counter`). An answer with `retryAfterMs` is waited out
+/// and the call made again (a new id), at most `RETRY_AFTER_WAITS_MAX` times.
 pub fn get_counter(
     target: &Target,
     session: &Session,
     id: u64,
     timeout: Duration,
 ) -> anyhow::Result<u64> {
-    let text = tool_text(target, session, id, jsonrpc::GET_COUNTER_BODY, timeout)?;
+    let mut retry = 0;
+    let text = loop {
+        let call_id = id + retry * RETRY_ID_STRIDE;
+        match tool_answer(target, session, call_id, jsonrpc::GET_COUNTER_BODY, timeout)? {
+            Ok(text) => break text,
+            Err(RefusedCall { retry_after: Some(wait), .. }) if retry < RETRY_AFTER_WAITS_MAX => {
+                std::thread::sleep(wait.min(RETRY_AFTER_WAIT_MAX));
+                retry += 1;
+            }
+            Err(refused) => bail!("get_counter failed: {refused}"),
+        }
+    };
     text.trim().parse().with_context(|| format!("get_counter returned {text:?}"))
+}
+
+/// The JSON-RPC error that answered a call.
+#[derive(Debug)]
+pub struct RefusedCall {
+    code: i64,
+    message: String,
+    /// From the error's `data.retryAfterMs`.
+    retry_after: Option<Duration>,
+}
+
+impl std::fmt::Display for RefusedCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.code, self.message)
+    }
 }
 
 /// The text of the result of one `tools/call` (`body`, with `{id}` for the JSON-RPC id) on a
@@ -309,13 +346,29 @@ pub fn tool_text(
     body: &str,
     timeout: Duration,
 ) -> anyhow::Result<String> {
+    tool_answer(target, session, id, body, timeout)?
+        .map_err(|refused| anyhow::anyhow!("tools/call failed: {refused}"))
+}
+
+/// One `tools/call` on a new connection: the text of its result, or the error that answered
+/// it (the outer error: no answer at all).
+fn tool_answer(
+    target: &Target,
+    session: &Session,
+    id: u64,
+    body: &str,
+    timeout: Duration,
+) -> anyhow::Result<Result<String, RefusedCall>> {
     let mut conn = Conn::connect(target, timeout)?;
     let request = PostTemplate::new(target, Some(&session.id), &session.version, body);
     let (head, messages) = conn.call(&request.bytes(id))?;
     for message in messages {
         match message {
-            Message::Result { text, .. } => return Ok(text),
-            Message::Error { code, message, .. } => bail!("tools/call failed: {code} {message}"),
+            Message::Result { text, .. } => return Ok(Ok(text)),
+            Message::Error { code, message, retry_after_ms, .. } => {
+                let retry_after = retry_after_ms.map(Duration::from_millis);
+                return Ok(Err(RefusedCall { code, message, retry_after }));
+            }
             _ => {}
         }
     }

@@ -131,6 +131,9 @@ pub enum Message {
         id: Value,
         code: i64,
         message: String,
+        /// `error.data.retryAfterMs`: the server says when the request may succeed (tidemark's
+        /// open upstream circuit breaker).
+        retry_after_ms: Option<u64>,
     },
     Other,
 }
@@ -146,7 +149,8 @@ pub fn parse(msg: &[u8]) -> Option<Message> {
     let id = value.get("id").cloned().unwrap_or(Value::Null);
     if let Some(result) = value.get("result") {
         if result.get("isError").and_then(Value::as_bool) == Some(true) {
-            return Some(Message::Error { id, code: 0, message: result.to_string() });
+            let message = result.to_string();
+            return Some(Message::Error { id, code: 0, message, retry_after_ms: None });
         }
         let text =
             result["content"][0]["text"].as_str().map_or_else(|| result.to_string(), str::to_owned);
@@ -157,6 +161,7 @@ pub fn parse(msg: &[u8]) -> Option<Message> {
             id,
             code: error["code"].as_i64().unwrap_or(0),
             message: error["message"].as_str().unwrap_or("").to_owned(),
+            retry_after_ms: error["data"]["retryAfterMs"].as_u64(),
         });
     }
     Some(Message::Other)
@@ -182,7 +187,12 @@ mod tests {
         assert_eq!(c.id(err), Some(5));
         assert_eq!(parse(progress), Some(Message::Progress(1.0)));
         assert_eq!(parse(ok), Some(Message::Result { id: 17.into(), text: "hi".into() }));
-        assert!(matches!(parse(err), Some(Message::Error { code: -31001, .. })));
+        assert!(matches!(
+            parse(err),
+            Some(Message::Error { code: -31001, retry_after_ms: None, .. })
+        ));
+        let breaker = br#"{"jsonrpc":"2.0","id":6,"error":{"code":-32603,"message":"open","data":{"retryAfterMs":3722}}}"#;
+        assert!(matches!(parse(breaker), Some(Message::Error { retry_after_ms: Some(3722), .. })));
     }
 
     #[test]
