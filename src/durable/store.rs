@@ -385,6 +385,10 @@ fn push_stream(pipe: &mut Pipeline, sid: &str, key: u32, record: &StreamRecord) 
         });
 }
 
+/// The session's whole image: its keys deleted, then its record with `durable` `0`, its
+/// streams and its events, and only then `durable` `1`. A node that dies with the image half
+/// sent leaves a session no peer adopts (`ADOPT_SCRIPT` refuses `durable` `0`), never one whose
+/// record or streams are ahead of its events.
 fn push_image(pipe: &mut Pipeline, image: &SessionImage, entries: &mut VecDeque<Entry>) {
     let sid = &*image.sid;
     delete_session(pipe, sid);
@@ -404,7 +408,7 @@ fn push_image(pipe: &mut Pipeline, image: &SessionImage, entries: &mut VecDeque<
         .arg(b"next")
         .arg_u64(image.next_seq)
         .arg(b"durable")
-        .arg(b"1");
+        .arg(b"0");
     if let Some(subject) = &image.subject {
         pipe.arg(b"subject").arg(subject.as_bytes());
     }
@@ -415,6 +419,7 @@ fn push_image(pipe: &mut Pipeline, image: &SessionImage, entries: &mut VecDeque<
         let run: Vec<Piece<'_>> = run.iter().map(Piece::One).collect();
         entries.extend(push_run(pipe, sid, &run));
     }
+    pipe.command(4).arg(b"HSET").arg_key(SessionKey::Record, sid).arg(b"durable").arg(b"1");
 }
 
 /// Events per `tm:ev` entry of a whole image (bounds one entry's packed field).
@@ -759,6 +764,45 @@ mod tests {
             settled: false,
         };
         Record::Stream { sid: sid.clone(), key, record: Box::new(record) }
+    }
+
+    #[test]
+    fn an_image_is_marked_durable_only_after_its_streams_and_events() {
+        let sid: Arc<str> = Arc::from("0001-image");
+        let record = StreamRecord {
+            kind: "post".into(),
+            rid: None,
+            fp: 0,
+            key: None,
+            first: 1,
+            final_seq: None,
+            settled: false,
+        };
+        let image = SessionImage {
+            sid: sid.clone(),
+            owner: 1,
+            tag: 7,
+            version: "2025-11-25".into(),
+            subject: None,
+            client: "{}".into(),
+            log: "info".into(),
+            streams: vec![(1, record)],
+            events: vec![EventImage { seq: 1, stream: 1, data: Bytes::from_static(b"e1") }],
+            next_seq: 2,
+        };
+        let mut pipe = Pipeline::default();
+        push_image(&mut pipe, &image, &mut VecDeque::new());
+        let text = String::from_utf8_lossy(pipe.bytes()).into_owned();
+        // Where `needle` first occurs at or after `from`.
+        let at = |from: usize, needle: &str| {
+            from + text[from..].find(needle).unwrap_or_else(|| panic!("{needle} in {text}"))
+        };
+        let not_yet = at(0, "$7\r\ndurable\r\n$1\r\n0\r\n");
+        let stream = at(not_yet, "tm:st:");
+        let event = at(stream, "XADD");
+        let marked = at(event, "$7\r\ndurable\r\n$1\r\n1\r\n");
+        assert!(!text[..marked].contains("durable\r\n$1\r\n1"), "{text}");
+        assert!(text[marked..].find("\r\n*").is_none(), "durable 1 is the last command: {text}");
     }
 
     fn shape(steps: &[Step<'_>]) -> Vec<String> {
