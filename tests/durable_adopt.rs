@@ -255,6 +255,53 @@ fn at_its_queue_bound_a_stalled_store_makes_the_session_not_durable_until_it_ans
 }
 
 #[test]
+fn a_store_that_connects_but_refuses_writes_is_retried_at_the_reconnect_pause_not_in_a_loop() {
+    // Goal: Redis at `maxmemory` (noeviction) accepts connections and refuses every write
+    // (-OOM). The mirror counts it down once per attempt and waits `RECONNECT_PAUSE_MS` (200 ms)
+    // between attempts (before: connect, new epoch, refused lease, down, connect at once — a
+    // busy loop on a worker's vCPU with two log lines per turn); it stays down (durable_up 0,
+    // never 1 for a connection whose lease is refused) and the session is durable again once
+    // the store takes writes.
+    let Some(redis) = Redis::start() else { return };
+    let server = node(&redis, "1", &[]);
+    let sid = open_session(&server);
+    assert_eq!(redis.command("CONFIG SET maxmemory 1").as_deref(), Some("+OK"));
+    assert!(
+        poll_until(Duration::from_secs(5), || {
+            metric(&scrape(&server.metrics()), "tidemark_durable_up") == 0
+        }),
+        "the refused lease takes the store down"
+    );
+    let errors = || metric(&scrape(&server.metrics()), "tidemark_durable_store_errors_total");
+    let (before, began) = (errors(), Instant::now());
+    let mut samples = 0;
+    while began.elapsed() < Duration::from_secs(2) {
+        let text = scrape(&server.metrics());
+        assert_eq!(metric(&text, "tidemark_durable_up"), 0, "never up while writes are refused");
+        samples += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (attempts, window) = (errors() - before, began.elapsed());
+    // One attempt per pause at most, plus the one under way at each end of the window.
+    let bound = window.as_millis() as u64 / 200 + 2;
+    assert!(attempts <= bound, "{attempts} failed attempts in {window:?} (at most {bound})");
+    assert!(attempts >= 2, "it keeps trying: {attempts} attempts in {window:?}");
+    assert!(samples > 10);
+    assert_eq!(redis.command("CONFIG SET maxmemory 0").as_deref(), Some("+OK"));
+    // (The store still says `durable 1` of the session: marking it not durable was refused too.)
+    assert!(
+        poll_until(Duration::from_secs(10), || {
+            let text = scrape(&server.metrics());
+            metric(&text, "tidemark_durable_up") == 1
+                && metric(&text, "tidemark_durable_sessions_not_durable") == 0
+        }),
+        "up again, and the session rewritten whole, once the store takes writes"
+    );
+    let key = format!("HGET tm:s:{sid} durable");
+    assert_eq!(redis.command(&key).as_deref(), Some("$1|1"));
+}
+
+#[test]
 fn a_non_idempotent_call_waits_for_its_record_at_most_the_write_ahead_bound() {
     // Goal: --durable-write-ahead-ms at its limit. With the store answering, a non-idempotent
     // call starts once its record is written (no unprotected count); with the store stalled

@@ -36,7 +36,9 @@ pub(crate) const STORE_TIMEOUT_MS: u64 = 1_000;
 /// plain load, `queue`'s doc). An idle node wakes the thread this often, which costs nothing
 /// measurable.
 pub(crate) const IDLE_RECHECK_MS: u64 = 5;
-/// Pause between attempts to reach a store that is down.
+/// Pause after the store failed (a connection refused, or one that connects but refuses the
+/// writes: Redis at `maxmemory`, or refusing writes after a failed save) before the next
+/// connection: never a loop of connections, each a new epoch and a log line.
 const RECONNECT_PAUSE_MS: u64 = 200;
 
 /// The mirror thread; dropping it stops the thread after it wrote what the queues hold.
@@ -69,6 +71,7 @@ impl Mirror {
             written_epoch: FastMap::default(),
             unmarked: HashSet::new(),
             lease_due: Instant::now(),
+            reconnect_at: Instant::now(),
             down_logged: false,
             in_flight: None,
             spare: Vec::new(),
@@ -116,6 +119,9 @@ struct Writer {
     /// Sessions to mark not durable in the store as soon as it answers.
     unmarked: HashSet<Arc<str>>,
     lease_due: Instant,
+    /// No connection before this (`RECONNECT_PAUSE_MS` after the store last failed).
+    reconnect_at: Instant,
+    /// The store's failure was logged and its recovery was not (once per outage).
     down_logged: bool,
     /// The batch sent and not yet answered (at most one).
     in_flight: Option<InFlight>,
@@ -137,12 +143,15 @@ impl Writer {
         let renew_every = self.cfg.lease / 3;
         loop {
             let stopping = stop.load(Ordering::Acquire);
-            if self.store.is_none() && !self.connect() {
+            if self.store.is_none() && (Instant::now() < self.reconnect_at || !self.connect()) {
                 self.drop_queued();
                 if stopping {
                     return;
                 }
-                std::thread::park_timeout(Duration::from_millis(RECONNECT_PAUSE_MS));
+                // An unpark (a waiting call's hurry) ends the sleep early, not the pause.
+                std::thread::park_timeout(
+                    self.reconnect_at.saturating_duration_since(Instant::now()),
+                );
                 continue;
             }
             // The batch sent at the last wake: its replies have normally arrived by now, so this
@@ -156,6 +165,7 @@ impl Writer {
                 let lease = self.cfg.lease;
                 if self.with_store(|store, node, boot| store.renew_lease(node, boot, lease)) {
                     self.lease_due = Instant::now() + renew_every;
+                    self.accepting();
                 }
                 continue;
             }
@@ -216,12 +226,9 @@ impl Writer {
                 // whole again before anything more of it.
                 self.written_epoch.clear();
                 self.state.epoch.fetch_add(1, Ordering::AcqRel);
-                self.state.up.store(true, Ordering::Release);
-                self.stats.up.set(1);
+                // Up once the lease, written next, is taken (`accepting`).
                 self.lease_due = Instant::now();
-                if std::mem::take(&mut self.down_logged) {
-                    tracing::info!(store = %self.cfg.url, "durable store reachable again: sessions are rewritten whole");
-                } else {
+                if !self.down_logged {
                     tracing::info!(store = %self.cfg.url, "durable mirror connected");
                 }
                 true
@@ -233,8 +240,21 @@ impl Writer {
         }
     }
 
+    /// The store took a write (the lease) on this connection: up, if it was not. Logged here,
+    /// not at each connection a store that refuses writes accepts.
+    fn accepting(&mut self) {
+        if self.state.up.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.stats.up.set(1);
+        if std::mem::take(&mut self.down_logged) {
+            tracing::info!(store = %self.cfg.url, "durable store reachable again: sessions are rewritten whole");
+        }
+    }
+
     fn went_down(&mut self, why: &str) {
         self.store = None;
+        self.reconnect_at = Instant::now() + Duration::from_millis(RECONNECT_PAUSE_MS);
         self.state.up.store(false, Ordering::Release);
         self.stats.up.set(0);
         self.stats.store_errors_total.inc();
