@@ -109,6 +109,10 @@ impl Session {
     }
 
     pub(super) fn mirror_stream(&mut self, key: StreamKey) {
+        // Without `--durable` every stream change calls this: no record is built for nothing.
+        if self.mirror.is_none() {
+            return;
+        }
         let Some(record) = self.streams.get(&key).map(stream_record) else { return };
         let held = self.mirror.as_mut().and_then(|m| m.held.take());
         match held {
