@@ -398,7 +398,6 @@ fn sequence_numbers(events: &[Event]) -> Vec<u64> {
         .collect()
 }
 
-/// How many `tm:ev` entries session `sid` has in the store (`XLEN`).
 /// Whether `server`'s mirror queues emptied within 5 s (the mirror took every queued record).
 fn queues_drained(server: &Server) -> bool {
     poll_until(Duration::from_secs(5), || {
@@ -406,6 +405,7 @@ fn queues_drained(server: &Server) -> bool {
     })
 }
 
+/// How many `tm:ev` entries session `sid` has in the store (`XLEN`).
 fn event_entries(redis: &Redis, sid: &str) -> u64 {
     let answer = redis.command(&format!("XLEN tm:ev:{sid}")).unwrap_or_default();
     answer.trim_start_matches(':').parse().unwrap_or(0)

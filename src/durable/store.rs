@@ -753,8 +753,9 @@ mod tests {
         }
     }
 
-    fn stream(sid: &Arc<str>, key: u32, first: u64) -> Record {
-        let record = StreamRecord {
+    /// An open `post` stream's record from event `first`.
+    fn open_stream(first: u64) -> StreamRecord {
+        StreamRecord {
             kind: "post".into(),
             rid: None,
             fp: 0,
@@ -762,22 +763,16 @@ mod tests {
             first,
             final_seq: None,
             settled: false,
-        };
-        Record::Stream { sid: sid.clone(), key, record: Box::new(record) }
+        }
+    }
+
+    fn stream(sid: &Arc<str>, key: u32, first: u64) -> Record {
+        Record::Stream { sid: sid.clone(), key, record: Box::new(open_stream(first)) }
     }
 
     #[test]
     fn an_image_is_marked_durable_only_after_its_streams_and_events() {
         let sid: Arc<str> = Arc::from("0001-image");
-        let record = StreamRecord {
-            kind: "post".into(),
-            rid: None,
-            fp: 0,
-            key: None,
-            first: 1,
-            final_seq: None,
-            settled: false,
-        };
         let image = SessionImage {
             sid: sid.clone(),
             owner: 1,
@@ -786,7 +781,7 @@ mod tests {
             subject: None,
             client: "{}".into(),
             log: "info".into(),
-            streams: vec![(1, record)],
+            streams: vec![(1, open_stream(1))],
             events: vec![EventImage { seq: 1, stream: 1, data: Bytes::from_static(b"e1") }],
             next_seq: 2,
         };
