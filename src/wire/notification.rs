@@ -75,10 +75,15 @@ pub(crate) fn progress_payload(
     payload
 }
 
-/// A number as JSON (`1`, `0.5`); non-finite values, which JSON cannot carry, as `null`.
+/// A number as JSON (`1.0`, `0.5`); non-finite values, which JSON cannot carry, as `null`.
+/// Serialized straight into `out` (the formatter's buffer is on the stack): a progress event
+/// used to allocate a `String` per number.
 fn push_number(out: &mut Vec<u8>, n: f64) {
     match serde_json::Number::from_f64(n) {
-        Some(n) => out.extend_from_slice(n.to_string().as_bytes()),
+        // Writing into a `Vec` cannot fail, and a finite number always serializes.
+        Some(n) => {
+            let _ = serde_json::to_writer(&mut *out, &n);
+        }
         None => out.extend_from_slice(b"null"),
     }
 }
@@ -90,4 +95,28 @@ pub(crate) fn log_params(level: &str, logger: Option<&str>, data: Value) -> Valu
         obj.insert("logger".into(), Value::from(l));
     }
     params
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_numbers_are_written_as_json_numbers_without_changing_their_text() {
+        let payload = progress_payload("\"t\"", 1.0, Some(4.0), None);
+        let text = String::from_utf8(payload).unwrap();
+        assert!(text.ends_with(r#""progressToken":"t","progress":1.0,"total":4.0}}"#), "{text}");
+        // The text is the one `Number`'s `Display` gives (what the payload carried before).
+        for n in [0.0, 0.5, 3.0, 1e21, -2.25, f64::MAX, 12345.678] {
+            let mut out = Vec::new();
+            push_number(&mut out, n);
+            let shown = serde_json::Number::from_f64(n).unwrap().to_string();
+            assert_eq!(String::from_utf8(out).unwrap(), shown);
+        }
+        for n in [f64::NAN, f64::INFINITY] {
+            let mut out = Vec::new();
+            push_number(&mut out, n);
+            assert_eq!(out, b"null");
+        }
+    }
 }
