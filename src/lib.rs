@@ -73,6 +73,7 @@
 //! | 1 | `status` | the admin listener's `/status` HTML page, rendered from the parsed `/metrics` exposition (no bookkeeping of its own) |
 //! | 1 | `signal` | a core-local wake-up for many waiters |
 //! | 1 | `fasthash` | the core-local hash map of session and key tables |
+//! | 1 | `fd` | a monoio socket's descriptor borrowed for a closure: the crate's one audited `unsafe` |
 
 #![warn(missing_docs, unreachable_pub)]
 
@@ -85,6 +86,7 @@ mod dispatch;
 mod durable;
 mod endpoint;
 mod fasthash;
+mod fd;
 mod http;
 mod layers;
 mod legacy;

@@ -75,6 +75,28 @@ fn an_http_upstream_that_dies_mid_call_ends_the_call_with_an_error() {
 }
 
 #[test]
+fn a_pooled_connection_the_upstream_closed_while_idle_is_not_reused() {
+    // The upstream closes idle keep-alive connections after 1 s, sooner than the front's pool
+    // gives up on them (`POOL_REUSE_WITHIN`, 2 s): each call after a pause of 1.6 s would be
+    // written on a connection the upstream had closed and fail with end of stream (-32603,
+    // never resent: the upstream might have read it). The pool must see the close first.
+    let inner = Server::start(&["--tools", "demo", "--threads", "1", "--idle-timeout-secs", "1"]);
+    let front = front_of(&inner, &[]);
+    let sid = open_session(&front);
+    for id in 1..=3u64 {
+        if id > 1 {
+            std::thread::sleep(std::time::Duration::from_millis(1_600));
+        }
+        let mut s =
+            call_stream(&front, &sid, &call(id, "slow_counter", r#"{"steps":1}"#, false), &[]);
+        let evs = support::messages(&s.rest());
+        let end = evs.last().expect("an answer").json();
+        assert_eq!(end["result"]["content"][0]["text"], id.to_string(), "call {id}: {end}");
+    }
+    assert_eq!(counter(&inner), 3, "each call ran once upstream");
+}
+
+#[test]
 fn the_drain_deletes_the_upstream_sessions() {
     // The end of the front's drain stops its HTTP upstreams; each upstream session is DELETEd
     // before the process exits, not left to the upstream's idle expiry.

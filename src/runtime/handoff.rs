@@ -73,16 +73,10 @@ pub(crate) type Inboxes = Arc<Vec<Inbox>>;
 /// (same open socket, same kernel buffers) and the monoio handle is dropped. Must be called
 /// with no operation in flight on `socket` (the connection loop only hands off between
 /// requests).
-#[allow(unsafe_code)]
 pub(crate) fn detach_socket(
     socket: monoio::net::TcpStream,
 ) -> std::io::Result<std::net::TcpStream> {
-    use std::os::fd::{AsRawFd, BorrowedFd};
-    let raw = socket.as_raw_fd();
-    // SAFETY: `raw` is the open fd owned by `socket`, which is alive (borrowed) for the whole
-    // scope of `borrowed`; we only duplicate it and never close it through this borrow.
-    let borrowed = unsafe { BorrowedFd::borrow_raw(raw) };
-    let owned = borrowed.try_clone_to_owned()?;
+    let owned = crate::fd::with_borrowed_fd(&socket, |fd| fd.try_clone_to_owned())?;
     drop(socket);
     Ok(std::net::TcpStream::from(owned))
 }

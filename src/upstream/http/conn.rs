@@ -4,7 +4,7 @@
 //! Owns: the TCP connection (`Conn`: connected within `CONNECT_TIMEOUT`, a request written
 //! whole, the response read in `READ_CHUNK` pieces into the connection's own buffer), `Until`,
 //! `Stop`, and the pool (`Pool`: at most `POOL_IDLE_MAX` idle connections, none reused after
-//! `POOL_REUSE_WITHIN`).
+//! `POOL_REUSE_WITHIN` or once its upstream closed it).
 //! Called by: the transport (`mod.rs`: opens, writes, pools) and the response reader
 //! (`response.rs`: reads heads and bodies from it).
 //! Never: parses what it reads, sends a request twice, or lets a stoppable read outlive the
@@ -88,7 +88,7 @@ impl Pool {
     pub(super) fn take(&self) -> Option<Conn> {
         let mut pool = self.idle.borrow_mut();
         while let Some(idle) = pool.pop() {
-            if idle.since.elapsed() < POOL_REUSE_WITHIN {
+            if idle.since.elapsed() < POOL_REUSE_WITHIN && idle.conn.is_quiet() {
                 return Some(idle.conn);
             }
         }
@@ -133,6 +133,26 @@ impl Conn {
         // Requests are written whole; Nagle would only delay a small POST behind an ACK.
         let _ = stream.set_nodelay(true);
         Ok(Conn { stream, buf: Vec::new(), at: 0, received: 0 })
+    }
+
+    /// Whether the idle connection is still open with nothing to read: its upstream has not
+    /// closed it (end of stream) nor sent anything unasked. A connection the upstream closed
+    /// while it sat in the pool (an idle timeout shorter than `POOL_REUSE_WITHIN`, a restart)
+    /// would take the next request and answer it with end of stream, and a request the
+    /// upstream may have read is never sent twice: so it is looked at before, with one
+    /// non-blocking peek (no byte is consumed).
+    fn is_quiet(&self) -> bool {
+        use rustix::net::{recv, RecvFlags};
+        if !self.pending().is_empty() {
+            return false;
+        }
+        let mut byte = [0u8; 1];
+        let peeked = crate::fd::with_borrowed_fd(&self.stream, |fd| {
+            recv(fd, &mut byte[..], RecvFlags::PEEK | RecvFlags::DONTWAIT)
+        });
+        // Only "would block" means open and silent; end of stream (0), unasked bytes and
+        // errors (a reset) all mean the connection is not reused.
+        matches!(peeked, Err(e) if e == rustix::io::Errno::AGAIN)
     }
 
     pub(super) fn pending(&self) -> &[u8] {
