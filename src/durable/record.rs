@@ -85,8 +85,12 @@ pub(crate) enum Record {
     /// finished with its final one), written after the event: one record where there were two.
     /// `gone`: a stream the session dropped just before (the oldest settled one, evicted to make
     /// room for this event's stream): `StreamGone` carried along, a third record saved.
+    /// `primed`: the event right before `event` (`seq` one less) is its stream's empty priming
+    /// event, written first by this record: a quick call's opening and final event in one
+    /// record where there were two (`Session::mirror_defer`); `at` is then the priming's.
     Event {
         sid: Arc<str>,
+        primed: bool,
         event: EventImage,
         at: Instant,
         first_kept: Option<u64>,

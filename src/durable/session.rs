@@ -31,6 +31,12 @@ pub(crate) struct SessionMirror {
     pub(crate) gathering: bool,
     /// The events gathered and not queued yet.
     pub(crate) run: Option<super::record::PackedRun>,
+    /// While set (a quick call's open and first poll, no wait between them), the session's
+    /// next event record is kept in `deferred` instead of queued, so the call's final event
+    /// joins it (`Record::Event::prior`); any other record of the session queues it first.
+    pub(crate) deferring: bool,
+    /// The event record deferred, until the deferral ends or another record comes.
+    pub(crate) deferred: Option<super::record::Record>,
 }
 
 /// A gathered run is queued once it holds this many events or `RUN_BYTES_MAX` packed bytes, so
@@ -62,6 +68,8 @@ impl SessionMirror {
             gone: None,
             gathering: false,
             run: None,
+            deferring: false,
+            deferred: None,
         }
     }
 

@@ -187,24 +187,40 @@ enum Step<'a> {
 /// Part of a run: one event, or events a worker already packed (`Record::Run`).
 enum Piece<'a> {
     One(&'a EventImage),
-    Packed { first: u64, packed: &'a [u8], payload_bytes: usize },
+    /// A stream's empty priming event (`Record::Event::primed`).
+    Priming {
+        seq: u64,
+        stream: u32,
+    },
+    Packed {
+        first: u64,
+        packed: &'a [u8],
+        payload_bytes: usize,
+    },
 }
 
 impl Piece<'_> {
     fn first(&self) -> u64 {
         match self {
             Piece::One(event) => event.seq,
+            Piece::Priming { seq, .. } => *seq,
             Piece::Packed { first, .. } => *first,
         }
     }
 }
 
-/// A record's events as a piece of a run: the piece, the sequence number after it, and the
-/// ring's first kept event.
-fn piece(record: &Record) -> Option<(Piece<'_>, u64, Option<u64>)> {
+/// A record's events as pieces of a run (a primed event's priming first): the pieces, the sequence
+/// number after them, and the ring's first kept event.
+fn pieces(record: &Record) -> Option<(Piece<'_>, Option<Piece<'_>>, u64, Option<u64>)> {
     match record {
+        Record::Event { primed: true, event, first_kept, .. } => Some((
+            Piece::Priming { seq: event.seq - 1, stream: event.stream },
+            Some(Piece::One(event)),
+            event.seq + 1,
+            *first_kept,
+        )),
         Record::Event { event, first_kept, .. } => {
-            Some((Piece::One(event), event.seq + 1, *first_kept))
+            Some((Piece::One(event), None, event.seq + 1, *first_kept))
         }
         Record::Run { run, .. } => Some((
             Piece::Packed {
@@ -212,6 +228,7 @@ fn piece(record: &Record) -> Option<(Piece<'_>, u64, Option<u64>)> {
                 packed: &run.packed,
                 payload_bytes: run.payload_bytes,
             },
+            None,
             run.first_seq + u64::from(run.count),
             run.first_kept,
         )),
@@ -248,13 +265,14 @@ fn plan<'a>(records: &[&'a Record]) -> Vec<Step<'a>> {
                 if let Record::Event { gone: Some(key), .. } = record {
                     steps.push(Step::Gone(sid, *key));
                 }
-                let Some((piece, after, first_kept)) = piece(record) else { continue };
+                let Some((piece, mut second, after, first_kept)) = pieces(record) else { continue };
                 let first = piece.first();
                 let mut piece = Some(piece);
                 if let Some(&at) = open.get(&same_session(sid)) {
                     if let Step::Events { pieces, next, first_kept: kept, .. } = &mut steps[at] {
                         if *next == first {
                             pieces.extend(piece.take());
+                            pieces.extend(second.take());
                             *next = after;
                             *kept = (*kept).max(first_kept);
                         }
@@ -262,7 +280,8 @@ fn plan<'a>(records: &[&'a Record]) -> Vec<Step<'a>> {
                 }
                 if let Some(piece) = piece {
                     open.insert(same_session(sid), steps.len());
-                    steps.push(Step::Events { sid, pieces: vec![piece], next: after, first_kept });
+                    let pieces = std::iter::once(piece).chain(second).collect();
+                    steps.push(Step::Events { sid, pieces, next: after, first_kept });
                 }
             }
             Record::Session(image) => {
@@ -346,6 +365,7 @@ fn push_run(pipe: &mut Pipeline, sid: &str, pieces: &[Piece<'_>]) -> Option<Entr
                 packed_bytes += keys::PACKED_EVENT_HEADER + event.data.len();
                 bytes += event.data.len();
             }
+            Piece::Priming { .. } => packed_bytes += keys::PACKED_EVENT_HEADER,
             Piece::Packed { packed, payload_bytes, .. } => {
                 packed_bytes += packed.len();
                 bytes += payload_bytes;
@@ -361,6 +381,7 @@ fn push_run(pipe: &mut Pipeline, sid: &str, pieces: &[Piece<'_>]) -> Option<Entr
             for piece in pieces {
                 match piece {
                     Piece::One(event) => keys::pack_event(out, event.stream, &event.data),
+                    Piece::Priming { stream, .. } => keys::pack_event(out, *stream, b""),
                     Piece::Packed { packed, .. } => out.extend_from_slice(packed),
                 }
             }
@@ -745,6 +766,7 @@ mod tests {
     fn event(sid: &Arc<str>, seq: u64) -> Record {
         Record::Event {
             sid: sid.clone(),
+            primed: false,
             event: EventImage { seq, stream: 1, data: Bytes::new() },
             at: std::time::Instant::now(),
             first_kept: None,
@@ -809,6 +831,7 @@ mod tests {
                         .iter()
                         .map(|p| match p {
                             Piece::One(e) => e.seq.to_string(),
+                            Piece::Priming { seq, .. } => format!("i{seq}"),
                             Piece::Packed { first, .. } => format!("p{first}"),
                         })
                         .collect();
@@ -868,6 +891,36 @@ mod tests {
         let text = String::from_utf8_lossy(pipe.bytes()).into_owned();
         let order: Vec<usize> = ["e2", "e3", "e4"].iter().filter_map(|e| text.find(e)).collect();
         assert!(order.windows(2).all(|w| w[0] < w[1]) && order.len() == 3, "{text:?}");
+    }
+
+    #[test]
+    fn a_primed_event_writes_its_priming_event_first_in_the_same_entry() {
+        // Goal: a quick call's one record (`Record::Event::primed`: its priming event and its
+        // final one) is written as the two records were: the evicted stream's removal, then
+        // one entry holding the priming event and the final (and what follows without a gap),
+        // then the stream's record.
+        let a: Arc<str> = Arc::from("a");
+        let mut quick = event(&a, 2);
+        if let Record::Event { primed, event, then, gone, .. } = &mut quick {
+            *primed = true;
+            event.data = Bytes::from_static(b"final");
+            *gone = Some(7);
+            *then = Some(Box::new(open_stream(1)));
+        }
+        let records = [quick, event(&a, 3)];
+        let refs: Vec<&Record> = records.iter().collect();
+        let steps = plan(&refs);
+        assert_eq!(shape(&steps), ["a:gone7", "a:i1,2,3", "a:st1"]);
+        let Step::Events { pieces, .. } = &steps[1] else { panic!("the run after the removal") };
+        let mut pipe = Pipeline::default();
+        let entry = push_run(&mut pipe, "a", pieces).expect("an entry");
+        assert_eq!((entry.first, entry.bytes), (1, 5), "events 1..=3: '', 'final', ''");
+        let mut packed = Vec::new();
+        for data in [&b""[..], b"final", b""] {
+            keys::pack_event(&mut packed, 1, data);
+        }
+        let written = pipe.bytes().windows(packed.len()).any(|w| w == packed.as_slice());
+        assert!(written, "the entry packs the priming event, the final, the next, in order");
     }
 
     #[test]

@@ -595,6 +595,13 @@ async fn request(
         answer_inline(core, session, access, &id, &method, &params, &mut body).await;
         return reply(out, Answer::Json(&body), keep_alive);
     }
+    // A quick call (no write-ahead wait) that its first poll finishes goes to the durable
+    // mirror as one record, its opening and its final event together: nothing is awaited from
+    // here to the end of that poll (`Session::mirror_defer`).
+    let quick = class.idempotent && class.tool.is_some();
+    if quick {
+        session.borrow_mut().mirror_defer();
+    }
     let opened = session.borrow_mut().open_stream(
         StreamKind::Request,
         Some(id.clone()),
@@ -603,6 +610,7 @@ async fn request(
         progress_token,
     );
     let Ok(key) = opened else {
+        session.borrow_mut().mirror_undefer();
         core.metrics.limit_streams.inc();
         return refuse(out, Refusal::TooManyStreams, Some(&id), keep_alive);
     };
@@ -621,6 +629,7 @@ async fn request(
             let ToolRoute { name, provider, .. } = route;
             let work = Box::pin(async move { provider.call_tool(&name, arguments, cx).await });
             stream::spawn_job(session.clone(), key, id.clone(), work);
+            session.borrow_mut().mirror_undefer();
         }
         None => {
             let mut payload = Vec::with_capacity(256);

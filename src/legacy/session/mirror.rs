@@ -70,7 +70,22 @@ impl Session {
 
     fn mirror_push_now(&mut self, make: impl FnOnce(&Arc<str>) -> Record) -> Option<u64> {
         let mirror = self.mirror.as_mut().filter(|m| m.is_durable())?;
-        match mirror.tap.push(make(&mirror.name)) {
+        let record = make(&mirror.name);
+        if !mirror.deferring {
+            return self.mirror_push_queued(record);
+        }
+        let record = join_deferred(&mut mirror.deferred, record)?;
+        // Not one to defer or join: the deferred record goes first, then this one.
+        if let Some(earlier) = mirror.deferred.take() {
+            self.mirror_push_queued(earlier);
+        }
+        self.mirror_push_queued(record)
+    }
+
+    /// Queues `record` of a durable session (`mirror_push_now` after any deferral).
+    fn mirror_push_queued(&mut self, record: Record) -> Option<u64> {
+        let mirror = self.mirror.as_mut().filter(|m| m.is_durable())?;
+        match mirror.tap.push(record) {
             Ok(ticket) => {
                 mirror.last_ticket = ticket;
                 Some(ticket)
@@ -92,6 +107,7 @@ impl Session {
         mirror.run = None;
         mirror.held = None;
         mirror.gone = None;
+        mirror.deferred = None;
         if mirror.epoch != 0 {
             mirror.epoch = 0;
             mirror.tap.metrics.durable_sessions_marked_not_durable_total.inc();
@@ -121,6 +137,7 @@ impl Session {
                 let gone = self.mirror.as_mut().and_then(|m| m.gone.take());
                 self.mirror_push(|sid| Record::Event {
                     sid: sid.clone(),
+                    primed: false,
                     event,
                     at,
                     first_kept,
@@ -138,6 +155,25 @@ impl Session {
                     record: Box::new(record),
                 });
             }
+        }
+    }
+
+    /// From now until `mirror_undefer`, the session's next event record (a stream's opening)
+    /// waits for the next one of the same stream (its final event) to join it: a quick call
+    /// (`legacy::request`: open, first poll, nothing awaited between) costs the mirror one record
+    /// for both. Never across a wait: the caller ends it before it awaits anything.
+    pub(crate) fn mirror_defer(&mut self) {
+        if let Some(mirror) = self.mirror.as_mut() {
+            mirror.deferring = true;
+        }
+    }
+
+    /// Ends `mirror_defer`: the deferred record, joined or not, is queued now.
+    pub(crate) fn mirror_undefer(&mut self) {
+        let Some(mirror) = self.mirror.as_mut() else { return };
+        mirror.deferring = false;
+        if let Some(record) = mirror.deferred.take() {
+            self.mirror_push_queued(record);
         }
     }
 
@@ -227,6 +263,7 @@ impl Session {
         let HeldEvent { event, at, first_kept } = held;
         self.mirror_push(|sid| Record::Event {
             sid: sid.clone(),
+            primed: false,
             event,
             at,
             first_kept,
@@ -284,6 +321,8 @@ impl Session {
         if let Some(mirror) = self.mirror.as_mut() {
             mirror.epoch = epoch;
             mirror.last_ticket = ticket;
+            // The image holds whatever a deferred record would have written.
+            mirror.deferred = None;
         }
         true
     }
@@ -323,6 +362,63 @@ impl Session {
             self.mirror_stream(key);
         }
     }
+}
+
+/// Defers `record` into an empty `slot` when it opens a stream (its empty priming event with
+/// the stream's record), or joins it to the deferred one when it is that stream's next event
+/// with its record (the final: `Record::Event::primed`). What it gives back is to be queued now.
+fn join_deferred(slot: &mut Option<Record>, record: Record) -> Option<Record> {
+    let Some(deferred) = slot.take() else {
+        if opens_a_stream(&record) {
+            *slot = Some(record);
+            return None;
+        }
+        return Some(record);
+    };
+    match (deferred, record) {
+        (
+            Record::Event {
+                sid,
+                primed: false,
+                event: priming,
+                at,
+                first_kept,
+                then: Some(_),
+                gone,
+            },
+            Record::Event {
+                primed: false,
+                event,
+                first_kept: kept,
+                then: then @ Some(_),
+                gone: None,
+                ..
+            },
+        ) if priming.data.is_empty()
+            && priming.stream == event.stream
+            && priming.seq + 1 == event.seq =>
+        {
+            *slot = Some(Record::Event {
+                sid,
+                primed: true,
+                event,
+                at,
+                first_kept: first_kept.max(kept),
+                then,
+                gone,
+            });
+            None
+        }
+        (deferred, record) => {
+            *slot = Some(deferred);
+            Some(record)
+        }
+    }
+}
+
+/// An event record that opens a stream: its empty priming event with the stream's record.
+fn opens_a_stream(record: &Record) -> bool {
+    matches!(record, Record::Event { primed: false, event, then: Some(_), .. } if event.data.is_empty())
 }
 
 /// A new run buffer's first size (one that came back from the mirror thread keeps its own).
@@ -447,5 +543,60 @@ impl Session {
         }
         s.mirror = Some(mirror);
         Ok(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(seq: u64, stream: u32, data: &'static [u8], then: bool) -> Record {
+        Record::Event {
+            sid: Arc::from("s"),
+            primed: false,
+            event: EventImage { seq, stream, data: bytes::Bytes::from_static(data) },
+            at: std::time::Instant::now(),
+            first_kept: None,
+            then: then.then(|| {
+                Box::new(StreamRecord {
+                    kind: "post".into(),
+                    rid: None,
+                    fp: 0,
+                    key: None,
+                    first: seq,
+                    final_seq: None,
+                    settled: false,
+                })
+            }),
+            gone: Some(9).filter(|_| data.is_empty()),
+        }
+    }
+
+    #[test]
+    fn a_quick_calls_opening_waits_for_its_final_event_and_nothing_else_joins_it() {
+        // Goal: the deferred opening (priming event and stream record) takes its stream's next
+        // event with its record as `primed`, keeping the opening's removal; anything else is
+        // given back to be queued at once, and never joins.
+        let mut slot = None;
+        assert!(join_deferred(&mut slot, event(4, 2, b"", true)).is_none(), "the opening waits");
+        assert!(join_deferred(&mut slot, event(5, 2, b"result", true)).is_none(), "joined");
+        match &slot {
+            Some(Record::Event { primed: true, event, gone: Some(9), then: Some(_), .. }) => {
+                assert_eq!((event.seq, &event.data[..]), (5, &b"result"[..]));
+            }
+            other => panic!("one primed record: {other:?}"),
+        }
+        let back = join_deferred(&mut slot, event(6, 2, b"more", true));
+        assert!(back.is_some() && slot.is_some(), "a joined record takes nothing more");
+
+        let mut slot = None;
+        assert!(join_deferred(&mut slot, event(4, 2, b"", true)).is_none());
+        for other in [event(5, 3, b"x", true), event(6, 2, b"x", true), event(5, 2, b"x", false)] {
+            assert!(join_deferred(&mut slot, other).is_some(), "another stream, a gap, no record");
+            assert!(matches!(slot, Some(Record::Event { primed: false, .. })), "still deferred");
+        }
+        let mut empty = None;
+        assert!(join_deferred(&mut empty, event(5, 2, b"x", true)).is_some(), "not an opening");
+        assert!(empty.is_none());
     }
 }
