@@ -6,8 +6,9 @@ Method, against a real redis-server and release tidemark nodes started by the ca
 - memory: Redis `used_memory` (INFO memory) before and after IDLE sessions are opened on node 1
   (per idle session), then after one session's slow_counter call of EVENTS progress events
   (per event; the ring holds them all at the default --replay-events);
-- lag: node 1's `tidemark_durable_lag_seconds` histogram after that, p50 and p99 from its
-  buckets (upper bounds);
+- lag: node 1's `tidemark_durable_lag_seconds` histogram after that call, LAG_BURSTS more like
+  it and LAG_CALLS echo calls on the same session (one burst alone is a handful of records),
+  p50 and p99 from its buckets (upper bounds), and how many records it counted;
 - adoption: ADOPT sessions on node 1, each with a finished call, then node 1 SIGKILLed; after its
   lease expired, each session's first request on node 2 (GET + Last-Event-ID of its first event)
   is timed from send to the whole answer read: p50/p99 as the client sees them, and node 2's
@@ -16,6 +17,7 @@ Standard library only. Prints `key value` lines.
 
 Usage: cost.py --node1 URL --admin1 URL --node2 URL --admin2 URL --node1-pid PID
                --redis-port P [--idle N] [--events N] [--adopt N] [--lease-ms MS]
+               [--lag-bursts N] [--lag-calls N]
 """
 
 from __future__ import annotations
@@ -121,6 +123,8 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=1000)
     ap.add_argument("--adopt", type=int, default=200)
     ap.add_argument("--lease-ms", type=int, default=1000)
+    ap.add_argument("--lag-bursts", type=int, default=20)
+    ap.add_argument("--lag-calls", type=int, default=200)
     a = ap.parse_args()
 
     time.sleep(0.5)
@@ -141,10 +145,22 @@ def main() -> None:
     time.sleep(0.5)
     print("redis_bytes_per_event %.0f" % ((used_memory(a.redis_port) - base) / a.events))
 
+    for n in range(a.lag_bursts):
+        call["id"] = 100 + n
+        status, _, _ = post(a.node1, call, sid)
+        assert status == 200, status
+    for n in range(a.lag_calls):
+        status, _, _ = post(a.node1, {"jsonrpc": "2.0", "id": 10_000 + n, "method": "tools/call",
+                                      "params": {"name": "echo", "arguments": {"text": "lag"}}}, sid)
+        assert status == 200, status
+    time.sleep(0.5)
     text = metrics(a.admin1)
     p50, p99 = quantiles(text, "tidemark_durable_lag_seconds", [0.5, 0.99])
     print("mirror_lag_p50_le_seconds %g" % p50)
     print("mirror_lag_p99_le_seconds %g" % p99)
+    samples = next((int(float(line.split()[-1])) for line in text.splitlines()
+                    if line.startswith("tidemark_durable_lag_seconds_count")), 0)
+    print("mirror_lag_records %d" % samples)
 
     echo = {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "x"}}}
     adopted = []
