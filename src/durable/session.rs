@@ -33,7 +33,7 @@ pub(crate) struct SessionMirror {
     pub(crate) run: Option<super::record::PackedRun>,
     /// While set (a quick call's open and first poll, no wait between them), the session's
     /// next event record is kept in `deferred` instead of queued, so the call's final event
-    /// joins it (`Record::Event::prior`); any other record of the session queues it first.
+    /// joins it (`Record::Event::primed`); any other record of the session queues it first.
     pub(crate) deferring: bool,
     /// The event record deferred, until the deferral ends or another record comes.
     pub(crate) deferred: Option<super::record::Record>,

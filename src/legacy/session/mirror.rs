@@ -375,17 +375,11 @@ fn join_deferred(slot: &mut Option<Record>, record: Record) -> Option<Record> {
         }
         return Some(record);
     };
+    // Only an opening is ever deferred (`opens_a_stream`), and a joined record (`primed`)
+    // takes nothing more.
     match (deferred, record) {
         (
-            Record::Event {
-                sid,
-                primed: false,
-                event: priming,
-                at,
-                first_kept,
-                then: Some(_),
-                gone,
-            },
+            Record::Event { sid, primed: false, event: priming, at, first_kept, gone, .. },
             Record::Event {
                 primed: false,
                 event,
@@ -394,10 +388,7 @@ fn join_deferred(slot: &mut Option<Record>, record: Record) -> Option<Record> {
                 gone: None,
                 ..
             },
-        ) if priming.data.is_empty()
-            && priming.stream == event.stream
-            && priming.seq + 1 == event.seq =>
-        {
+        ) if priming.stream == event.stream && priming.seq + 1 == event.seq => {
             *slot = Some(Record::Event {
                 sid,
                 primed: true,
