@@ -6,7 +6,7 @@
 //! Never: writes a command whose argument count differs from what it announced (checked in debug
 //! builds), or shrinks its buffer below what the last batch needed (no allocation per batch).
 
-use super::keys::SessionKey;
+use super::keys::{decimal, SessionKey};
 
 /// Commands for one round trip, encoded as RESP arrays of bulk strings.
 #[derive(Debug, Default)]
@@ -18,19 +18,6 @@ pub(crate) struct Pipeline {
     /// Arguments the current command still owes (debug builds check the announced count).
     #[cfg(debug_assertions)]
     owed: usize,
-}
-
-/// `n` in decimal, in `out`'s tail.
-pub(crate) fn decimal(mut n: u64, out: &mut [u8; 20]) -> &[u8] {
-    let mut at = out.len();
-    loop {
-        at -= 1;
-        out[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &out[at..];
-        }
-    }
 }
 
 impl Pipeline {
