@@ -73,6 +73,7 @@
 //! | 1 | `status` | the admin listener's `/status` HTML page, rendered from the parsed `/metrics` exposition (no bookkeeping of its own) |
 //! | 1 | `signal` | a core-local wake-up for many waiters |
 //! | 1 | `fasthash` | the core-local hash map of session and key tables |
+//! | 1 | `digits` | unsigned integers as decimal ASCII without allocating, for every writer of numbers into bytes |
 //! | 1 | `fd` | a monoio socket's descriptor borrowed for a closure: the crate's one audited `unsafe` |
 
 #![warn(missing_docs, unreachable_pub)]
@@ -82,6 +83,7 @@ mod auth;
 mod cli;
 mod config;
 mod core;
+mod digits;
 mod dispatch;
 mod durable;
 mod endpoint;

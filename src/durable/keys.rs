@@ -1,6 +1,7 @@
 //! Every key name and entry id of the durable store (the schema is `durable`'s module doc), and
 //! the one script that changes a session's owner.
 
+use crate::digits::decimal;
 use std::fmt::Write as _;
 
 /// Prefix of every key, so the store can be shared with other programs.
@@ -153,33 +154,6 @@ pub(crate) struct StreamRecord {
     pub(crate) settled: bool,
 }
 
-/// The two digits of 00 to 99, in order: `decimal` writes two digits per division (a RESP
-/// batch writes several numbers per record: lengths, keys, sequence numbers).
-const DIGIT_PAIRS: &[u8; 200] = b"\
-0001020304050607080910111213141516171819202122232425262728293031323334353637383940414243444546474849\
-5051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
-
-/// `n` in decimal, in `out`'s tail. Here, not in `resp`, which writes most of the numbers: the
-/// schema's decimal strings (`fp`) need it too, and `resp` already imports this module.
-pub(crate) fn decimal(mut n: u64, out: &mut [u8; 20]) -> &[u8] {
-    let mut at = out.len();
-    while n >= 100 {
-        let pair = (n % 100) as usize * 2;
-        n /= 100;
-        at -= 2;
-        out[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
-    }
-    if n >= 10 {
-        let pair = n as usize * 2;
-        at -= 2;
-        out[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
-    } else {
-        at -= 1;
-        out[at] = b'0' + n as u8;
-    }
-    &out[at..]
-}
-
 impl StreamRecord {
     /// Appends the record's JSON to `out`: exactly what `serde_json` writes for it (the reader
     /// deserializes it with serde), without serde's byte-by-byte escaping of strings that need
@@ -234,7 +208,7 @@ fn json_opt_str(out: &mut Vec<u8>, text: Option<&str>) {
 mod decimal_string {
     pub(super) fn serialize<S: serde::Serializer>(n: &u64, s: S) -> Result<S::Ok, S::Error> {
         let mut digits = [0u8; 20];
-        let digits = super::decimal(*n, &mut digits);
+        let digits = crate::digits::decimal(*n, &mut digits);
         // ASCII digits are always UTF-8.
         s.serialize_str(std::str::from_utf8(digits).unwrap_or("0"))
     }
@@ -362,21 +336,5 @@ mod tests {
         assert_eq!(unpack_events(&run[..run.len() - 1]), None, "a cut run is malformed");
         assert_eq!(unpack_events(&[1, 0, 0]), None);
         assert_eq!(event_seq("x-1"), None);
-    }
-
-    #[test]
-    fn decimal_writes_every_number_as_display_does() {
-        // Goal: the two-digits-at-a-time path agrees with `Display` at every digit count and
-        // at each boundary where a digit is added or a pair is split.
-        let mut checked = 0;
-        for n in (0..100_000u64).chain((1..=19).flat_map(|e| {
-            let p = 10u64.pow(e);
-            [p - 1, p, p + 1, p.saturating_mul(3).saturating_add(7)]
-        })) {
-            assert_eq!(decimal(n, &mut [0; 20]), n.to_string().as_bytes(), "{n}");
-            checked += 1;
-        }
-        assert_eq!(decimal(u64::MAX, &mut [0; 20]), u64::MAX.to_string().as_bytes());
-        assert_eq!(checked, 100_000 + 19 * 4);
     }
 }

@@ -6,7 +6,8 @@
 //! Never: writes a command whose argument count differs from what it announced (checked in debug
 //! builds), or shrinks its buffer below what the last batch needed (no allocation per batch).
 
-use super::keys::{decimal, SessionKey};
+use super::keys::SessionKey;
+use crate::digits::decimal;
 
 /// Commands for one round trip, encoded as RESP arrays of bulk strings.
 #[derive(Debug, Default)]

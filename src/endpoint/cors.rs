@@ -30,7 +30,8 @@
 
 use crate::config::{Config, CORS_MAX_AGE_SECS, CORS_PARAM_HEADERS_MAX};
 use crate::core::{Core, Request};
-use crate::http::{push_decimal, write_header, write_status, Method, RequestHead, HEADERS_CAP};
+use crate::digits::push_decimal;
+use crate::http::{write_header, write_status, Method, RequestHead, HEADERS_CAP};
 use crate::wire::Status;
 
 /// `Access-Control-Allow-Methods`: the endpoint's methods (CONTRACT §1) and the preflight's.

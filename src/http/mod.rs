@@ -6,6 +6,8 @@
 
 use std::ops::Range;
 
+use crate::digits::push_decimal;
+
 pub(crate) use crate::config::HEADERS_CAP;
 
 /// The methods the MCP endpoint distinguishes.
@@ -326,21 +328,6 @@ pub(crate) fn write_header(out: &mut Vec<u8>, name: &str, value: &[u8]) {
     out.extend_from_slice(b": ");
     out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
-}
-
-/// Appends `n` in decimal without allocating.
-pub(crate) fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
 }
 
 /// Appends `n` in lower-case hex without allocating (chunk sizes, event ids).

@@ -256,7 +256,7 @@ pub(crate) fn push_error(
     if code < 0 {
         out.push(b'-');
     }
-    crate::http::push_decimal(out, code.unsigned_abs());
+    crate::digits::push_decimal(out, code.unsigned_abs());
     out.extend_from_slice(b",\"message\":");
     out.extend_from_slice(Value::from(message).encode().as_bytes());
     if let Some(data) = data {
@@ -278,7 +278,7 @@ pub(crate) fn push_notification(out: &mut Vec<u8>, method: &str, params_json: &[
 /// Appends a server→client request `{"jsonrpc":"2.0","id":<id>,"method":..,"params":..}`.
 pub(crate) fn push_request(out: &mut Vec<u8>, id: u64, method: &str, params_json: &[u8]) {
     out.extend_from_slice(RESPONSE_PREFIX);
-    crate::http::push_decimal(out, id);
+    crate::digits::push_decimal(out, id);
     out.extend_from_slice(b",\"method\":\"");
     out.extend_from_slice(method.as_bytes());
     out.extend_from_slice(b"\",\"params\":");

@@ -14,7 +14,8 @@ pub(crate) mod param_headers;
 pub(crate) mod revision;
 pub(crate) mod sse;
 
-use crate::http::{push_decimal, write_header, write_status};
+use crate::digits::push_decimal;
+use crate::http::{write_header, write_status};
 use jsonrpc::RawId;
 
 use crate::logging::{limited, Culprit, Kind};

@@ -16,7 +16,7 @@ pub fn push_event(out: &mut Vec<u8>, id: Option<&[u8]>, retry_ms: Option<u64>, d
     }
     if let Some(ms) = retry_ms {
         out.extend_from_slice(b"retry: ");
-        crate::http::push_decimal(out, ms);
+        crate::digits::push_decimal(out, ms);
         out.push(b'\n');
     }
     if data.is_empty() {
