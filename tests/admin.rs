@@ -106,7 +106,7 @@ fn an_idle_admin_connection_is_closed_after_the_io_timeout() {
     idle.set_read_timeout(Some(Duration::from_secs(6))).expect("timeout");
     let started = Instant::now();
     let mut buf = [0u8; 16];
-    let n = idle.read(&mut buf).unwrap_or(0);
+    let n = support::read_retrying(&mut idle, &mut buf).unwrap_or(0);
     assert_eq!(n, 0, "closed without an answer");
     let took = started.elapsed();
     assert!(took >= Duration::from_millis(1500) && took < Duration::from_secs(4), "{took:?}");
@@ -203,7 +203,10 @@ fn health_readiness_and_other_paths() {
         let raw = support::request("POST", "/mcp", &server.addr.to_string(), &headers, Some(&body));
         call.write_all(&raw).expect("write call");
         let mut first = [0u8; 64];
-        assert!(call.read(&mut first).expect("read") > 0, "{driver}: the call started");
+        assert!(
+            support::read_retrying(&mut call, &mut first).expect("read") > 0,
+            "{driver}: the call started"
+        );
         server.signal("TERM");
         wait_until(
             Duration::from_secs(2),

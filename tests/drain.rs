@@ -11,7 +11,7 @@
 
 mod support;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -92,14 +92,14 @@ fn refused_or_closed(addr: SocketAddr) -> bool {
     let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
     let _ = s.write_all(b"GET /mcp HTTP/1.1\r\nHost: x\r\n\r\n");
     let mut buf = [0u8; 64];
-    !matches!(s.read(&mut buf), Ok(n) if n > 0)
+    !matches!(support::read_retrying(&mut s, &mut buf), Ok(n) if n > 0)
 }
 
 /// True when the server closes `s` (EOF or reset) within `bound`.
 fn closed_by_server(s: &mut TcpStream, bound: Duration) -> bool {
     s.set_read_timeout(Some(bound)).expect("timeout");
     let mut buf = [0u8; 64];
-    match s.read(&mut buf) {
+    match support::read_retrying(s, &mut buf) {
         Ok(0) => true,
         Ok(_) => false,
         Err(e) => {

@@ -9,7 +9,7 @@
 
 mod support;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -67,7 +67,7 @@ impl Redis {
         s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
         s.write_all(format!("{line}\r\n").as_bytes()).ok()?;
         let mut buf = [0u8; 512];
-        let n = s.read(&mut buf).ok()?;
+        let n = read_retrying(&mut s, &mut buf).ok()?;
         Some(String::from_utf8_lossy(&buf[..n]).lines().collect::<Vec<_>>().join("|"))
     }
 

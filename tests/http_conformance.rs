@@ -406,13 +406,12 @@ fn head_gets_405_without_a_body() {
 
 /// Reads until `needle` shows up in what the server sent, or it closes, or `bound` passes.
 fn read_until(s: &mut std::net::TcpStream, needle: &str, bound: Duration) -> String {
-    use std::io::Read;
     let deadline = std::time::Instant::now() + bound;
     s.set_read_timeout(Some(Duration::from_millis(100))).expect("timeout");
     let mut all = Vec::new();
     let mut tmp = [0u8; 4096];
     while !String::from_utf8_lossy(&all).contains(needle) && std::time::Instant::now() < deadline {
-        match s.read(&mut tmp) {
+        match read_retrying(s, &mut tmp) {
             Ok(0) => break,
             Ok(n) => all.extend_from_slice(&tmp[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}

@@ -155,7 +155,7 @@ fn a_dripped_head_is_cut_off_by_the_header_timeout() {
                 break true;
             }
             let mut tmp = [0u8; 1024];
-            match s.read(&mut tmp) {
+            match read_retrying(&mut s, &mut tmp) {
                 Ok(0) => break true,
                 Ok(n) => answer.extend_from_slice(&tmp[..n]),
                 Err(e)

@@ -277,7 +277,7 @@ fn a_large_result_reaches_a_slow_reader_intact_in_windows() {
                 "{driver}: response incomplete: {} bytes",
                 raw.len()
             );
-            let n = conn.read(&mut buf).expect("read");
+            let n = read_retrying(&mut conn, &mut buf).expect("read");
             assert!(n > 0, "{driver}: closed after {} bytes", raw.len());
             raw.extend_from_slice(&buf[..n]);
             if raw.len() % (64 * KIB) < n {

@@ -8,7 +8,7 @@
 //! `TcpStream`s, through the forwarder or straight to the server.
 mod support;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -86,7 +86,7 @@ impl Drop for Forwarder {
 fn pipe(mut from: TcpStream, mut to: TcpStream) {
     let mut buf = [0u8; 16384];
     loop {
-        match from.read(&mut buf) {
+        match read_retrying(&mut from, &mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => {
                 if to.write_all(&buf[..n]).is_err() {

@@ -4,7 +4,6 @@
 //! Method: the real binary with one-second timers, raw HTTP over loopback, both drivers.
 mod support;
 
-use std::io::Read;
 use std::time::{Duration, Instant};
 
 use support::*;
@@ -27,7 +26,7 @@ fn idle_sse_connection_gets_keepalive_comments() {
         let mut seen = Vec::new();
         let mut buf = [0u8; 1024];
         while started.elapsed() < Duration::from_secs(5) {
-            let n = conn.read(&mut buf).expect("read");
+            let n = read_retrying(&mut conn, &mut buf).expect("read");
             assert!(n > 0, "{driver}: the server closed an idle GET stream");
             seen.extend_from_slice(&buf[..n]);
             if String::from_utf8_lossy(&seen).contains(": keep-alive") {

@@ -162,7 +162,7 @@ impl Tls {
                 return false;
             }
             self.stream.sock.set_read_timeout(Some(left)).expect("timeout");
-            match self.stream.read(&mut tmp) {
+            match read_retrying(&mut self.stream, &mut tmp) {
                 Ok(0) => self.closed = true,
                 Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
                 Err(e)

@@ -129,7 +129,9 @@ fn redirecting_upstream() -> SocketAddr {
             let Ok(mut conn) = conn else { continue };
             let mut head = Vec::new();
             let mut byte = [0u8; 1];
-            while !head.ends_with(b"\r\n\r\n") && conn.read(&mut byte).is_ok_and(|n| n == 1) {
+            while !head.ends_with(b"\r\n\r\n")
+                && support::read_retrying(&mut conn, &mut byte).is_ok_and(|n| n == 1)
+            {
                 head.push(byte[0]);
             }
             let text = String::from_utf8_lossy(&head).to_ascii_lowercase();

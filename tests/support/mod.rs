@@ -296,6 +296,20 @@ pub struct SseStream {
     done: bool,
 }
 
+/// `reader.read(buf)`, again when a signal interrupted it. A socket read with a timeout
+/// (`SO_RCVTIMEO`, which every test read sets) fails with EINTR rather than restart
+/// (signal(7)), and a test process's threads do take signals (glibc's own, e.g. `SIGSETXID`):
+/// one such read once ended `Wire::read_until` as if the server had closed, failing the drain
+/// test 1 time in ~45 under load.
+pub fn read_retrying<R: Read + ?Sized>(reader: &mut R, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match reader.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
 struct ByteReader<S: Read> {
     stream: S,
     buf: Vec<u8>,
@@ -304,7 +318,7 @@ struct ByteReader<S: Read> {
 impl<S: Read> ByteReader<S> {
     fn fill(&mut self) -> bool {
         let mut tmp = [0u8; 8192];
-        match self.stream.read(&mut tmp) {
+        match read_retrying(&mut self.stream, &mut tmp) {
             Ok(0) | Err(_) => false,
             Ok(n) => {
                 self.buf.extend_from_slice(&tmp[..n]);
@@ -564,7 +578,7 @@ pub fn read_until_closed(stream: &mut TcpStream, bound: Duration) -> (Vec<u8>, E
     let mut all = Vec::new();
     let mut tmp = [0u8; 8192];
     loop {
-        match stream.read(&mut tmp) {
+        match read_retrying(stream, &mut tmp) {
             Ok(0) => return (all, Ending::Closed),
             Ok(n) => all.extend_from_slice(&tmp[..n]),
             Err(e)
@@ -792,7 +806,7 @@ impl Wire {
                 return false;
             }
             self.stream.set_read_timeout(Some(left)).expect("timeout");
-            match self.stream.read(&mut tmp) {
+            match read_retrying(&mut self.stream, &mut tmp) {
                 Ok(0) => self.closed = true,
                 Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
                 Err(e)
