@@ -297,10 +297,10 @@ pub struct SseStream {
 }
 
 /// `reader.read(buf)`, again when a signal interrupted it. A socket read with a timeout
-/// (`SO_RCVTIMEO`, which every test read sets) fails with EINTR rather than restart
-/// (signal(7)), and a test process's threads do take signals (glibc's own, e.g. `SIGSETXID`):
-/// one such read once ended `Wire::read_until` as if the server had closed, failing the drain
-/// test 1 time in ~45 under load.
+/// (`SO_RCVTIMEO`, which most test reads set) fails with EINTR rather than restart
+/// (signal(7)), and the test process does take signals (which one was not pinned down): one
+/// such read once ended `Wire::read_until` as if the server had closed, failing the drain test
+/// 1 time in ~45 under load.
 pub fn read_retrying<R: Read + ?Sized>(reader: &mut R, buf: &mut [u8]) -> std::io::Result<usize> {
     loop {
         match reader.read(buf) {
