@@ -145,7 +145,9 @@ impl Core {
     /// address): `call` is a `tools/call`'s route, which the `tool:` and `upstream:` limits
     /// look at. `Some` takes no token and is counted; the era answers it 429 (`refuse_rate`).
     /// Asked only where a request starts new work: never for a resume, a notification or
-    /// response, a retry answered from what is recorded, or a continuation (docs/rate-limits.md).
+    /// response, or a retry answered from what is recorded. A 2026-07-28 continuation (a
+    /// retry with `requestState`) runs its tool again, so it is new work and asked too
+    /// (docs/rate-limits.md).
     pub(crate) fn rate_limited(
         &self,
         req: &Request<'_>,
