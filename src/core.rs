@@ -165,7 +165,7 @@ impl Core {
         let now_ns = self.rate.origin.elapsed().as_nanos() as u64;
         let denied = limits.admit(now_ns, client, call).err()?;
         let counter = match (denied.cause, denied.kind) {
-            (Cause::TableFull, _) => &self.metrics.limit_rate_buckets,
+            (Cause::Shadowed, _) => &self.metrics.limit_rate_buckets,
             (Cause::Over, ratelimit::Kind::Client) => &self.metrics.rate_limited_client,
             (Cause::Over, ratelimit::Kind::Tool) => &self.metrics.rate_limited_tool,
             (Cause::Over, ratelimit::Kind::Upstream) => &self.metrics.rate_limited_upstream,
@@ -180,7 +180,7 @@ impl Core {
             scope: Box::from(limits.scope_text(denied.rule)),
             retry_after_secs: denied.retry_after_secs(),
             retry_after_ms: denied.retry_after_ms(),
-            table_full: denied.cause == Cause::TableFull,
+            table_full: denied.cause == Cause::Shadowed,
         })
     }
 }
