@@ -19,8 +19,10 @@ pub(crate) use durable::{
     DURABLE_QUEUE_RECORDS, DURABLE_WRITE_AHEAD_MS,
 };
 mod rate;
-pub(crate) use rate::{RATE_BUCKETS_PER_CORE_MAX, RATE_BUCKETS_PER_CORE_MIN, RATE_IPV6_PREFIX_DEFAULT};
 pub use rate::{RateLimit, RateLimitError, RateScope};
+pub(crate) use rate::{
+    RATE_BUCKETS_PER_CORE_MAX, RATE_BUCKETS_PER_CORE_MIN, RATE_IPV6_PREFIX_DEFAULT,
+};
 mod filter;
 pub(crate) use filter::glob_matches;
 pub use filter::FilterError;

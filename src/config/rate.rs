@@ -90,7 +90,9 @@ pub enum RateLimitError {
     #[error("--rate-buckets-per-core must be at least {RATE_BUCKETS_PER_CORE_MIN} (the buckets one request can need), got {0}")]
     TooFewBuckets(usize),
     /// A `--rate-ipv6-prefix` of 0 (every IPv6 peer one client) or past `RATE_IPV6_PREFIX_MAX`.
-    #[error("--rate-ipv6-prefix must be 1..={RATE_IPV6_PREFIX_MAX} (bits of an IPv6 address), got {0}")]
+    #[error(
+        "--rate-ipv6-prefix must be 1..={RATE_IPV6_PREFIX_MAX} (bits of an IPv6 address), got {0}"
+    )]
     Ipv6Prefix(u32),
 }
 

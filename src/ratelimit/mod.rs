@@ -258,7 +258,13 @@ impl Limits {
     /// holds (capped at `ceiling`, an empty bucket), in a free place or in place of the least
     /// full of the oldest buckets that are not `busy` (this request's), whose debt goes to
     /// the shadow.
-    fn slot_for(&mut self, key: u64, now_ns: u64, ceiling: u64, busy: &[(u32, u64)]) -> (u32, bool) {
+    fn slot_for(
+        &mut self,
+        key: u64,
+        now_ns: u64,
+        ceiling: u64,
+        busy: &[(u32, u64)],
+    ) -> (u32, bool) {
         if let Some(&slot) = self.index.get(&key) {
             self.touch(slot);
             return (slot, false);
