@@ -22,7 +22,7 @@
 //! at "empty" for its own limit: so a client cannot reset its own bucket by flooding the table
 //! with made-up identities (its debt is still in the shadow), and a new client that shares a
 //! shadow entry with someone else's debt waits at most one interval of its own limit, never
-//! longer. Those waits are the table's cost, counted as `Cause::Shadowed`.
+//! longer. A refusal of a bucket made from the shadow is `Cause::Shadowed`.
 //!
 //! Called by `core` (`Core::rate_limited`) with the time and who asks; never reads a clock,
 //! a socket or a request itself, and never allocates once the table is warm (the shadow is
