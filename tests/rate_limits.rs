@@ -4,7 +4,8 @@
 //! of an owed stream and a retry the boundary answers are never throttled; a `requestState`
 //! continuation is counted like its call; `tool:` and `upstream:` limits meet only their
 //! calls; the bucket table at `--rate-buckets-per-core`, filled from hundreds of loopback
-//! source addresses (127.0.0.0/8 is all this host); `--rate-ipv6-prefix` at its bounds.
+//! source addresses (127.0.0.0/8 is all this host); `--rate-ipv6-prefix` at its bounds, and
+//! IPv4 peers of an IPv6 socket counted by their whole address.
 //!
 //! Every server runs one worker (`--threads 1`): the per-core share (rate and burst divided by
 //! the cores) is then the whole limit, and the counts below are exact (the division itself is
@@ -421,4 +422,21 @@ fn the_table_flags_hold_at_their_bounds_and_an_ipv6_client_is_limited() {
     assert_eq!(initialize_from(&server, localhost).status, 200, "::1, first");
     assert_eq!(initialize_from(&server, localhost).status, 200, "::1, second");
     assert_limited(&initialize_from(&server, localhost), 0, "client", 60, "::1, third");
+}
+
+#[test]
+fn ipv4_peers_of_an_ipv6_socket_are_counted_by_their_whole_address() {
+    // Goal: an IPv6 listener sees IPv4 peers as IPv4-mapped addresses (::ffff:a.b.c.d), all
+    // within one /64; each is still its own client (the IPv4 address), never one bucket for
+    // every IPv4 client. Method: listen on [::ffff:127.0.0.1] (an IPv6 socket taking IPv4
+    // connections; not ::1, hence --allow-unauthenticated), `client=1/h/1`, two sources.
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tidemark"));
+    command.args(["--listen", "[::ffff:127.0.0.1]:0", "--allow-unauthenticated"]);
+    command.args(["--threads", "1", "--rate-limit", "client=1/h/1"]);
+    let mut server = Server::spawn(command);
+    server.addr = std::net::SocketAddr::from(([127, 0, 0, 1], server.addr.port()));
+    let (two, three) = ([127, 0, 0, 2], [127, 0, 0, 3]);
+    assert_eq!(initialize_from(&server, two).status, 200, "127.0.0.2");
+    assert_eq!(initialize_from(&server, three).status, 200, "127.0.0.3: a client of its own");
+    assert_limited(&initialize_from(&server, two), 0, "client", 3600, "127.0.0.2 again");
 }
