@@ -379,10 +379,14 @@ struct Flags {
     /// m or h; e.g. client=10/s/20. Over it: 429 + Retry-After (docs/rate-limits.md).
     #[arg(long)]
     rate_limit: Vec<String>,
-    /// Rate-limit buckets one core keeps; past it idle (full) buckets are evicted, and when
-    /// none is, a client without a bucket gets 429.
+    /// Rate-limit buckets one core keeps; past it the oldest bucket closest to full is
+    /// evicted and its debt remembered, so a new client waits at most one interval.
     #[arg(long, default_value_t = config::RATE_BUCKETS_PER_CORE_MAX)]
     rate_buckets_per_core: usize,
+    /// Leading bits of an IPv6 peer address that name one rate-limit client (1..=128;
+    /// authorization off): a host's whole /64 is one client by default.
+    #[arg(long, default_value_t = config::RATE_IPV6_PREFIX_DEFAULT)]
+    rate_ipv6_prefix: u32,
     /// Mirror sessions, streams, events, keyed records and tasks to this Redis 7 / Valkey
     /// server, redis://HOST:PORT[/DB], so a peer node can adopt them if this one dies
     /// (docs/reliability.md). Off by default.
@@ -558,6 +562,7 @@ impl Flags {
                 .map(|r| config::RateLimit::parse(r))
                 .collect::<Result<_, _>>()?,
             rate_buckets_per_core_max: self.rate_buckets_per_core,
+            rate_ipv6_prefix: self.rate_ipv6_prefix,
             durable: self.durable.as_deref().map(config::DurableUrl::parse).transpose()?.map(
                 |url| config::DurableConfig {
                     url,

@@ -145,7 +145,9 @@ impl Core {
     /// address): `call` is a `tools/call`'s route, which the `tool:` and `upstream:` limits
     /// look at. `Some` takes no token and is counted; the era answers it 429 (`refuse_rate`).
     /// Asked only where a request starts new work: never for a resume, a notification or
-    /// response, a retry answered from what is recorded, or a continuation (docs/rate-limits.md).
+    /// response, or a retry answered from what is recorded. A 2026-07-28 continuation (a
+    /// retry with `requestState`) runs its tool again, so it is new work and asked too
+    /// (docs/rate-limits.md).
     pub(crate) fn rate_limited(
         &self,
         req: &Request<'_>,
@@ -163,7 +165,7 @@ impl Core {
         let now_ns = self.rate.origin.elapsed().as_nanos() as u64;
         let denied = limits.admit(now_ns, client, call).err()?;
         let counter = match (denied.cause, denied.kind) {
-            (Cause::TableFull, _) => &self.metrics.limit_rate_buckets,
+            (Cause::Shadowed, _) => &self.metrics.limit_rate_buckets,
             (Cause::Over, ratelimit::Kind::Client) => &self.metrics.rate_limited_client,
             (Cause::Over, ratelimit::Kind::Tool) => &self.metrics.rate_limited_tool,
             (Cause::Over, ratelimit::Kind::Upstream) => &self.metrics.rate_limited_upstream,
@@ -178,7 +180,7 @@ impl Core {
             scope: Box::from(limits.scope_text(denied.rule)),
             retry_after_secs: denied.retry_after_secs(),
             retry_after_ms: denied.retry_after_ms(),
-            table_full: denied.cause == Cause::TableFull,
+            table_full: denied.cause == Cause::Shadowed,
         })
     }
 }

@@ -8,7 +8,6 @@
 //! `socket2`, for a second client), counters from `/metrics`, `VmRSS` from `/proc`.
 mod support;
 
-use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -121,18 +120,6 @@ fn vm_rss(pid: u32) -> usize {
     let line = status.lines().find(|l| l.starts_with("VmRSS")).expect("VmRSS");
     let kib: usize = line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("kB");
     kib * 1024
-}
-
-/// A connection to `server` from loopback source address `source` (127.0.0.x: another client).
-fn connect_from(server: &Server, source: [u8; 4]) -> TcpStream {
-    let socket =
-        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
-    let from = SocketAddr::from((source, 0));
-    socket.bind(&from.into()).expect("bind the source address");
-    socket.connect(&server.addr.into()).expect("connect");
-    let stream: TcpStream = socket.into();
-    stream.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
-    stream
 }
 
 /// A long keyed `slow_counter` sent from `source`; the stream with its head read.

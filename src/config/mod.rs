@@ -19,8 +19,10 @@ pub(crate) use durable::{
     DURABLE_QUEUE_RECORDS, DURABLE_WRITE_AHEAD_MS,
 };
 mod rate;
-pub(crate) use rate::RATE_BUCKETS_PER_CORE_MAX;
 pub use rate::{RateLimit, RateLimitError, RateScope};
+pub(crate) use rate::{
+    RATE_BUCKETS_PER_CORE_MAX, RATE_BUCKETS_PER_CORE_MIN, RATE_IPV6_PREFIX_DEFAULT,
+};
 mod filter;
 pub(crate) use filter::glob_matches;
 pub use filter::FilterError;
@@ -617,6 +619,9 @@ pub struct Config {
     pub rate_limits: Vec<RateLimit>,
     /// `--rate-buckets-per-core` (`RATE_BUCKETS_PER_CORE_MAX`).
     pub rate_buckets_per_core_max: usize,
+    /// `--rate-ipv6-prefix` (`RATE_IPV6_PREFIX_DEFAULT`, 1..=`RATE_IPV6_PREFIX_MAX`): the
+    /// leading bits of an IPv6 peer address that name one client.
+    pub rate_ipv6_prefix: u32,
     /// The durable mirror (`--durable*`, CONTRACT §10); `None` (the default) keeps every
     /// session in this process only.
     pub durable: Option<DurableConfig>,
@@ -752,6 +757,7 @@ impl Default for Config {
             startup_warnings: Vec::new(),
             rate_limits: Vec::new(),
             rate_buckets_per_core_max: RATE_BUCKETS_PER_CORE_MAX,
+            rate_ipv6_prefix: RATE_IPV6_PREFIX_DEFAULT,
             durable: None,
         }
     }
@@ -1037,6 +1043,7 @@ impl Config {
         UpstreamSpec::check_names(&self.upstreams)?;
         self.upstream_prefixes()?;
         RateLimit::check_set(&self.rate_limits)?;
+        RateLimit::check_table(self.rate_buckets_per_core_max, self.rate_ipv6_prefix)?;
         if let Some(durable) = &self.durable {
             let lease_ms = durable.lease.as_millis() as u64;
             if lease_ms < DURABLE_LEASE_MS_MIN {

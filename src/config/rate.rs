@@ -11,10 +11,20 @@ use std::time::Duration;
 pub(crate) const RATE_LIMITS_MAX: usize = 32;
 /// Token buckets one core keeps (`--rate-buckets-per-core`): one per client per `client` or
 /// `tool:NAME` limit, one per `upstream:NAME` limit. At about 40 bytes a bucket plus its map
-/// entry, 65 536 are a few MiB per core. Past it a full (idle) bucket is evicted, which loses
-/// nothing; when none of the oldest is full, a client without a bucket gets 429 until one is
-/// (counted as `tidemark_limit_hits_total{limit="rate_buckets"}`).
+/// entry and 8 of shadow, 65 536 are a few MiB per core. Past it the bucket closest to full of
+/// the oldest is evicted and its debt kept in the shadow: a new client is never refused for
+/// the table (at most one interval of its limit, counted as
+/// `tidemark_limit_hits_total{limit="rate_buckets"}`), and an evicted one stays limited.
 pub(crate) const RATE_BUCKETS_PER_CORE_MAX: usize = 65_536;
+/// The least `--rate-buckets-per-core`: the buckets one request can need (its client's, its
+/// tool's, its upstream's), so that a request never evicts a bucket it holds.
+pub(crate) const RATE_BUCKETS_PER_CORE_MIN: usize = 3;
+/// The leading bits of an IPv6 peer address that name one client (`--rate-ipv6-prefix`,
+/// authorization off): a /64 is what one host, or one customer, commonly holds, so a host
+/// cannot be a new client at each of its 2^64 addresses. IPv4 addresses count whole.
+pub(crate) const RATE_IPV6_PREFIX_DEFAULT: u32 = 64;
+/// The longest IPv6 prefix: 128 bits, a client per address.
+pub(crate) const RATE_IPV6_PREFIX_MAX: u32 = 128;
 /// The largest count of one rate (`1000000/s`): more is not a limit worth a bucket.
 pub(crate) const RATE_COUNT_MAX: u32 = 1_000_000;
 /// The largest burst: a burst is a count of requests let through at once.
@@ -76,6 +86,14 @@ pub enum RateLimitError {
     /// More than `RATE_LIMITS_MAX` flags.
     #[error("--rate-limit: at most {RATE_LIMITS_MAX} limits, got {0}")]
     TooMany(usize),
+    /// A `--rate-buckets-per-core` under `RATE_BUCKETS_PER_CORE_MIN`.
+    #[error("--rate-buckets-per-core must be at least {RATE_BUCKETS_PER_CORE_MIN} (the buckets one request can need), got {0}")]
+    TooFewBuckets(usize),
+    /// A `--rate-ipv6-prefix` of 0 (every IPv6 peer one client) or past `RATE_IPV6_PREFIX_MAX`.
+    #[error(
+        "--rate-ipv6-prefix must be 1..={RATE_IPV6_PREFIX_MAX} (bits of an IPv6 address), got {0}"
+    )]
+    Ipv6Prefix(u32),
 }
 
 impl RateLimit {
@@ -112,6 +130,18 @@ impl RateLimit {
             return Err(RateLimitError::OutOfRange(text.to_owned()));
         }
         Ok(RateLimit { scope, count, period, burst })
+    }
+
+    /// Checks the bucket table's flags: at least `RATE_BUCKETS_PER_CORE_MIN` buckets, an IPv6
+    /// prefix of 1..=`RATE_IPV6_PREFIX_MAX` bits.
+    pub(crate) fn check_table(buckets: usize, ipv6_prefix: u32) -> Result<(), RateLimitError> {
+        if buckets < RATE_BUCKETS_PER_CORE_MIN {
+            return Err(RateLimitError::TooFewBuckets(buckets));
+        }
+        if ipv6_prefix == 0 || ipv6_prefix > RATE_IPV6_PREFIX_MAX {
+            return Err(RateLimitError::Ipv6Prefix(ipv6_prefix));
+        }
+        Ok(())
     }
 
     /// Checks a set of limits: at most `RATE_LIMITS_MAX`, no scope twice.
@@ -192,5 +222,20 @@ mod tests {
             .collect();
         assert_eq!(RateLimit::check_set(&many[..RATE_LIMITS_MAX]), Ok(()));
         assert_eq!(RateLimit::check_set(&many), Err(RateLimitError::TooMany(RATE_LIMITS_MAX + 1)));
+    }
+
+    #[test]
+    fn the_table_needs_3_buckets_and_an_ipv6_prefix_of_1_to_128_bits() {
+        // Goal: each bound passes at its end and is refused one past it (a prefix of zero
+        // would make every IPv6 peer one client).
+        let check = RateLimit::check_table;
+        for good in [1, RATE_IPV6_PREFIX_DEFAULT, RATE_IPV6_PREFIX_MAX] {
+            assert_eq!(check(RATE_BUCKETS_PER_CORE_MIN, good), Ok(()), "{good}");
+        }
+        for bad in [0, RATE_IPV6_PREFIX_MAX + 1, u32::MAX] {
+            assert_eq!(check(RATE_BUCKETS_PER_CORE_MAX, bad), Err(RateLimitError::Ipv6Prefix(bad)));
+        }
+        let few = RATE_BUCKETS_PER_CORE_MIN - 1;
+        assert_eq!(check(few, 64), Err(RateLimitError::TooFewBuckets(few)));
     }
 }

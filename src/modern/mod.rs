@@ -141,10 +141,10 @@ pub(crate) async fn serve(
         return refuse_scope(out, Some(&id), &challenge, keep_alive);
     }
     // Rate limits: `tools/call` meets them once its key is looked up (`tools_call`); a task's
-    // get, update (input responses) or cancel and a continuation (`requestState`: the
-    // answer to an input-required round, verified before it runs) complete admitted work.
-    let continues = method.starts_with("tasks/") || params.get("requestState").is_some();
-    if method != "tools/call" && !continues {
+    // get, update (input responses) or cancel complete admitted work (the task runs once). A
+    // continuation (`requestState` with the answers of an input-required round) is not
+    // exempt: the state is not single-use and each one runs the tool (or prompt) again.
+    if method != "tools/call" && !method.starts_with("tasks/") {
         if let Some(limited) = core.rate_limited(req, None) {
             return refuse_rate(out, Some(&id), &limited, keep_alive);
         }
@@ -360,11 +360,10 @@ async fn tools_call(
             keyed::Lookup::Fresh => {}
         }
     }
-    // New work only: a keyed retry was answered from its record above.
-    if params.get("requestState").is_none() {
-        if let Some(limited) = core.rate_limited(req, Some(&route)) {
-            return refuse_rate(out, Some(&id), &limited, keep_alive);
-        }
+    // New work only: a keyed retry was answered from its record above. A continuation
+    // (`requestState`) runs the tool again, so it is new work like the call it continues.
+    if let Some(limited) = core.rate_limited(req, Some(&route)) {
+        return refuse_rate(out, Some(&id), &limited, keep_alive);
     }
     let progress_token = request_meta.progress_token.clone();
     let record = scoped_key.as_ref().map(|_| call::RecordLimit {

@@ -10,8 +10,9 @@
 //!
 //! A state is not single-use: within its lifetime the client may present it again, and the tool
 //! runs again with the same answers (a record of spent states would have to be shared by every
-//! node; at-most-once is the `Idempotency-Key`'s job). The retry's `inputResponses` are laid
-//! over the answers it carries (`modern::input_round`).
+//! node; at-most-once is the `Idempotency-Key`'s job). Each presentation is therefore new work
+//! and meets `--rate-limit` like the call it continues (docs/rate-limits.md). The retry's
+//! `inputResponses` are laid over the answers it carries (`modern::input_round`).
 //!
 //! Owns: sealing and opening. Never: decides what a tool asks.
 

@@ -9,30 +9,42 @@
 //! would need a shared counter (atomics across cores) or moving each client's requests to
 //! one core, which sessions and keys already pin elsewhere (docs/rate-limits.md).
 //!
-//! Bounded: at most `--rate-buckets-per-core` buckets, in a slab with an LRU list. A new
-//! bucket replaces one of the `EVICT_PROBES` least recently used only when that one is full
-//! (idle long enough to have refilled): a full bucket and no bucket are the same state, so no
-//! eviction ever gives anyone tokens back, however many identities a peer makes up. When none
-//! of them is full, the new client waits (429) until the first will be.
+//! Who a client is: its subject, else its peer address, an IPv6 peer by its
+//! `--rate-ipv6-prefix` (one host commonly holds a whole /64, so its addresses are one client)
+//! and an IPv4-mapped IPv6 peer (a dual-stack listener) as the IPv4 address it is.
+//!
+//! Bounded: at most `--rate-buckets-per-core` buckets, in a slab with an LRU list. When the
+//! table is full, a new client always gets a bucket: the one of the `EVICT_PROBES` least
+//! recently used that is closest to full is evicted. A full bucket carries nothing (a full
+//! bucket and no bucket are the same state); one that is not full leaves its debt (its
+//! full-again instant) in the shadow, a fixed array indexed by the key's hash that only ever
+//! keeps the later of two instants. A new bucket starts from its key's shadow entry, capped
+//! at "empty" for its own limit: so a client cannot reset its own bucket by flooding the table
+//! with made-up identities (its debt is still in the shadow), and a new client that shares a
+//! shadow entry with someone else's debt waits at most one interval of its own limit, never
+//! longer. A refusal of a bucket made from the shadow is `Cause::Shadowed`.
 //!
 //! Called by `core` (`Core::rate_limited`) with the time and who asks; never reads a clock,
-//! a socket or a request itself, and never allocates once the table is warm.
+//! a socket or a request itself, and never allocates once the table is warm (the shadow is
+//! allocated once, when the table first fills).
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 
-use crate::config::{Config, RateLimit, RateScope};
+use crate::config::{Config, RateLimit, RateScope, RATE_BUCKETS_PER_CORE_MIN};
 use crate::fasthash::FastMap;
 
-/// The least recently used buckets looked at for a full one when the table is at its
-/// maximum: a bounded probe (O(1)); beyond them the oldest are not known to be full.
+/// The least recently used buckets looked at for the one closest to full when the table is at
+/// its maximum: a bounded probe (O(1)); whichever is chosen, its debt is kept in the shadow.
 const EVICT_PROBES: usize = 4;
 /// The end of the LRU list.
 const NONE: u32 = u32::MAX;
 /// Buckets one request can need: its client's, its tool's, its upstream's (a scope is limited
 /// at most once, so at most one of each kind applies).
 const BUCKETS_PER_REQUEST_MAX: usize = 3;
+// The table holds one request's buckets, so a request never has to evict one it holds.
+const _: () = assert!(RATE_BUCKETS_PER_CORE_MIN >= BUCKETS_PER_REQUEST_MAX);
 
 /// Who a request counts against.
 #[derive(Clone, Copy, Debug)]
@@ -40,7 +52,7 @@ pub(crate) enum Client<'a> {
     /// The subject of its token (authorization on).
     Subject(&'a str),
     /// Its connection's peer address (authorization off; `None`: the OS could not say, and
-    /// all such requests share one bucket).
+    /// all such requests share one bucket), counted by `peer_key`.
     Peer(Option<IpAddr>),
 }
 
@@ -60,9 +72,11 @@ pub(crate) enum Kind {
 pub(crate) enum Cause {
     /// The peer: its bucket of this limit is empty.
     Over,
-    /// The peer (or many of them): it has no bucket, and the table is at
-    /// `--rate-buckets-per-core` with none of the oldest full.
-    TableFull,
+    /// The peer had no bucket on this core (the table is at `--rate-buckets-per-core` and
+    /// evicted it, or never held one), and the debt its key found in the shadow is over the
+    /// limit: its own (an evicted client stays limited), or another client's sharing the
+    /// shadow entry (the table's cost: a wait of at most one interval of this limit).
+    Shadowed,
 }
 
 /// A refused request: which limit, why, and how long until it would pass.
@@ -125,6 +139,12 @@ pub(crate) struct Limits {
     max: usize,
     oldest: u32,
     newest: u32,
+    /// The debts of evicted buckets (full-again instants), indexed by key modulo its length:
+    /// empty until the table first fills, then `max` entries. An entry only ever takes the
+    /// later of two instants, so no eviction lowers anyone's debt.
+    shadow: Vec<u64>,
+    /// `--rate-ipv6-prefix`: the leading bits of an IPv6 peer address that name one client.
+    ipv6_prefix: u32,
 }
 
 impl Limits {
@@ -139,9 +159,12 @@ impl Limits {
             hasher: RandomState::new(),
             index: FastMap::default(),
             slots: Vec::new(),
-            max: cfg.rate_buckets_per_core_max.max(1),
+            // The flag's check refuses fewer; a `Config` built in code gets the least too.
+            max: cfg.rate_buckets_per_core_max.max(RATE_BUCKETS_PER_CORE_MIN),
             oldest: NONE,
             newest: NONE,
+            shadow: Vec::new(),
+            ipv6_prefix: cfg.rate_ipv6_prefix,
         }
     }
 
@@ -185,25 +208,17 @@ impl Limits {
                 continue;
             }
             let (kind, interval, tolerance) = (rule.kind, rule.interval_ns, rule.tolerance_ns);
-            let key = match kind {
-                Kind::Upstream => self.hasher.hash_one(i),
-                Kind::Client | Kind::Tool => match client {
-                    Client::Subject(s) => self.hasher.hash_one((i, 0u8, s)),
-                    Client::Peer(Some(ip)) => self.hasher.hash_one((i, 1u8, ip)),
-                    Client::Peer(None) => self.hasher.hash_one((i, 2u8)),
-                },
-            };
-            let denied = |cause, wait_ns: u64| Denied { rule: i, kind, cause, wait_ns };
-            let verdict = match self.slot_for(key, now_ns) {
-                Err(wait) => Err(denied(Cause::TableFull, wait)),
-                Ok(slot) => {
-                    let full_at = self.slots[slot as usize].full_at_ns.max(now_ns);
-                    if full_at - now_ns > tolerance {
-                        Err(denied(Cause::Over, full_at - now_ns - tolerance))
-                    } else {
-                        Ok((slot, full_at + interval))
-                    }
-                }
+            let key = self.key(i, kind, client);
+            // A bucket is at most empty: `tolerance + interval` ahead of now.
+            let ceiling = now_ns.saturating_add(tolerance).saturating_add(interval);
+            let (slot, made) = self.slot_for(key, now_ns, ceiling, &taken[..count]);
+            let full_at = self.slots[slot as usize].full_at_ns.max(now_ns);
+            let verdict = if full_at - now_ns > tolerance {
+                // A bucket made now is refused only for the debt the shadow gave it.
+                let cause = if made { Cause::Shadowed } else { Cause::Over };
+                Err(Denied { rule: i, kind, cause, wait_ns: full_at - now_ns - tolerance })
+            } else {
+                Ok((slot, full_at + interval))
             };
             match verdict {
                 Ok(take) if count < BUCKETS_PER_REQUEST_MAX => {
@@ -227,41 +242,84 @@ impl Limits {
         Ok(())
     }
 
-    /// The bucket of `key`, made (full) when absent; `Err` with the nanoseconds until one of
-    /// the oldest is full when the table is at its maximum and none is.
-    fn slot_for(&mut self, key: u64, now_ns: u64) -> Result<u32, u64> {
+    /// The key of `client`'s bucket of limit `rule` (one key for an `upstream:` limit).
+    fn key(&self, rule: usize, kind: Kind, client: Client<'_>) -> u64 {
+        match (kind, client) {
+            (Kind::Upstream, _) => self.hasher.hash_one(rule),
+            (_, Client::Subject(s)) => self.hasher.hash_one((rule, 0u8, s)),
+            (_, Client::Peer(Some(ip))) => {
+                self.hasher.hash_one((rule, 1u8, peer_key(ip, self.ipv6_prefix)))
+            }
+            (_, Client::Peer(None)) => self.hasher.hash_one((rule, 2u8)),
+        }
+    }
+
+    /// The bucket of `key`, and whether it was made now: made from the debt its shadow entry
+    /// holds (capped at `ceiling`, an empty bucket), in a free place or in place of the least
+    /// full of the oldest buckets that are not `busy` (this request's), whose debt goes to
+    /// the shadow.
+    fn slot_for(
+        &mut self,
+        key: u64,
+        now_ns: u64,
+        ceiling: u64,
+        busy: &[(u32, u64)],
+    ) -> (u32, bool) {
         if let Some(&slot) = self.index.get(&key) {
             self.touch(slot);
-            return Ok(slot);
+            return (slot, false);
         }
+        let shadowed = match self.shadow.len() {
+            0 => now_ns,
+            len => self.shadow[(key % len as u64) as usize].clamp(now_ns, ceiling),
+        };
         if self.slots.len() < self.max {
             let slot = self.slots.len() as u32;
-            self.slots.push(Slot { key, full_at_ns: now_ns, older: NONE, newer: NONE });
+            self.slots.push(Slot { key, full_at_ns: shadowed, older: NONE, newer: NONE });
             self.link_newest(slot);
             self.index.insert(key, slot);
-            return Ok(slot);
+            return (slot, true);
         }
-        let (mut probe, mut wait) = (self.oldest, u64::MAX);
-        for _ in 0..EVICT_PROBES {
-            if probe == NONE {
-                break;
+        let victim = self.victim(busy);
+        let (old_key, old_full_at) = {
+            let s = &self.slots[victim as usize];
+            (s.key, s.full_at_ns)
+        };
+        if old_full_at > now_ns {
+            if self.shadow.is_empty() {
+                self.shadow = vec![0; self.max];
             }
+            let len = self.shadow.len() as u64;
+            let entry = &mut self.shadow[(old_key % len) as usize];
+            *entry = (*entry).max(old_full_at);
+        }
+        self.index.remove(&old_key);
+        let s = &mut self.slots[victim as usize];
+        s.key = key;
+        s.full_at_ns = shadowed;
+        self.touch(victim);
+        self.index.insert(key, victim);
+        (victim, true)
+    }
+
+    /// Of the `EVICT_PROBES` least recently used buckets not in `busy`, the closest to full
+    /// (the earliest full-again instant: the least debt to carry). The table holds at least
+    /// `BUCKETS_PER_REQUEST_MAX` buckets and `busy` fewer, so one is always found.
+    fn victim(&self, busy: &[(u32, u64)]) -> u32 {
+        let (mut probe, mut looked) = (self.oldest, 0);
+        let mut best: Option<u32> = None;
+        while probe != NONE && looked < EVICT_PROBES {
             let s = &self.slots[probe as usize];
-            if s.full_at_ns <= now_ns {
-                // Full: forgetting it gives its client nothing (a new bucket is full too).
-                let old_key = s.key;
-                self.index.remove(&old_key);
-                let s = &mut self.slots[probe as usize];
-                s.key = key;
-                s.full_at_ns = now_ns;
-                self.touch(probe);
-                self.index.insert(key, probe);
-                return Ok(probe);
+            if !busy.iter().any(|&(b, _)| b == probe) {
+                looked += 1;
+                if best.is_none_or(|b| s.full_at_ns < self.slots[b as usize].full_at_ns) {
+                    best = Some(probe);
+                }
             }
-            wait = wait.min(s.full_at_ns - now_ns);
             probe = s.newer;
         }
-        Err(wait)
+        debug_assert!(best.is_some(), "invariant: the table holds more than one request's buckets");
+        best.unwrap_or(self.oldest)
     }
 
     /// Moves `slot` to the newest end of the LRU list.
@@ -317,6 +375,21 @@ fn rule(limit: &RateLimit, threads: u64) -> Rule {
         text: Box::from(limit.scope.text()),
         interval_ns,
         tolerance_ns: (burst - 1).saturating_mul(interval_ns),
+    }
+}
+
+/// The address a peer is counted by: an IPv4 address whole (an IPv4-mapped IPv6 address,
+/// as a dual-stack listener sees IPv4 peers, is the IPv4 address it maps), an IPv6 address
+/// by its first `prefix` bits (`--rate-ipv6-prefix`, 1..=128), the rest zeroed: one host
+/// commonly holds a whole /64 and could otherwise be a new client at every address.
+pub(crate) fn peer_key(ip: IpAddr, prefix: u32) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => {
+            // `checked_shl(128)` (prefix 0, refused by the flag's check) keeps nothing.
+            let mask = u128::MAX.checked_shl(128 - prefix.min(128)).unwrap_or(0);
+            IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask))
+        }
     }
 }
 

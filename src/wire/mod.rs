@@ -416,7 +416,8 @@ pub(crate) enum Answer<'a> {
     UnsupportedVersion { id: &'a RawId, requested: &'a str, supported: &'a [&'a str] },
     /// 429 with `Retry-After` (whole seconds, rounded up) and -31007, to a request over a
     /// `--rate-limit`: `data` is `{"scope":…,"retryAfterMs":…}`; `table_full` when the client
-    /// had no bucket and the core's table had no room (`--rate-buckets-per-core`).
+    /// had no bucket (the core's table is full, `--rate-buckets-per-core`) and the debt the
+    /// table kept for its key refused it.
     RateLimited {
         id: Option<&'a RawId>,
         scope: &'a str,
@@ -597,8 +598,8 @@ pub(crate) fn push_rate_limited(
     data.push(b'}');
     let data = String::from_utf8_lossy(&data);
     let message = if table_full {
-        "rate limited: this core tracks --rate-buckets-per-core clients and none is idle; \
-         retry after Retry-After"
+        "rate limited (--rate-limit; this core's bucket table is full, see \
+         --rate-buckets-per-core): retry after Retry-After"
     } else {
         "rate limited (--rate-limit): retry after Retry-After"
     };

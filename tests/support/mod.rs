@@ -1088,3 +1088,16 @@ pub fn modern_echo_call(server: &Server, id: u64, tool: &str) -> Response {
         [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/call"), ("Mcp-Name", tool)];
     post(server, &headers, &body.to_string())
 }
+
+/// A connection to `server` from source address `source` (any of 127.0.0.0/8 is this host, so
+/// a loopback address is another client to the server), with a 20 s read timeout.
+pub fn connect_from(server: &Server, source: impl Into<std::net::IpAddr>) -> TcpStream {
+    let source = source.into();
+    let domain = if source.is_ipv4() { socket2::Domain::IPV4 } else { socket2::Domain::IPV6 };
+    let socket = socket2::Socket::new(domain, socket2::Type::STREAM, None).expect("socket");
+    socket.bind(&SocketAddr::new(source, 0).into()).expect("bind the source address");
+    socket.connect(&server.addr.into()).expect("connect");
+    let stream: TcpStream = socket.into();
+    stream.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+    stream
+}
