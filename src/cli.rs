@@ -383,8 +383,8 @@ struct Flags {
     /// evicted and its debt remembered, so a new client waits at most one interval.
     #[arg(long, default_value_t = config::RATE_BUCKETS_PER_CORE_MAX)]
     rate_buckets_per_core: usize,
-    /// Leading bits of an IPv6 peer address that name one rate-limit client (1..=128;
-    /// authorization off): a host's whole /64 is one client by default.
+    /// Leading bits of an IPv6 peer address that name one client for rate limits and the
+    /// running keyed-call share (1..=128; authorization off): a host's /64 is one by default.
     #[arg(long, default_value_t = config::RATE_IPV6_PREFIX_DEFAULT)]
     rate_ipv6_prefix: u32,
     /// Mirror sessions, streams, events, keyed records and tasks to this Redis 7 / Valkey

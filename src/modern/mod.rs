@@ -37,6 +37,7 @@ use crate::core::{label_method, refuse, refuse_rate, refuse_scope, reply, Reques
 use crate::dispatch::{self, ToolRoute};
 use crate::metrics::{EraLabel, RequestLabel};
 use crate::provider::{CallContext, SessionRef, Value, CARRIED_PREFIX};
+use crate::ratelimit::peer_key;
 use crate::wire::jsonrpc::{self, Body, Message, RawId};
 use crate::wire::LEGACY_VERSIONS;
 use crate::wire::{Answer, Code, Refusal, Status, WireValue};
@@ -391,7 +392,8 @@ async fn tools_call(
     let token = progress_token.clone();
     let client = match req.subject() {
         Some(subject) => keyed::Client::Subject(Rc::from(subject)),
-        None => keyed::Client::Peer(req.peer()),
+        // By the rate limiter's key, so one IPv6 host's /64 is one client here too (§11).
+        None => keyed::Client::Peer(req.peer().map(|ip| peer_key(ip, core.cfg.rate_ipv6_prefix))),
     };
     let record = Rc::new(keyed::Record::new(fingerprint, token, sink, id.clone(), client, bytes));
     if let Err(full) = core.keys.borrow_mut().insert(scoped_key.clone(), record.clone()) {
