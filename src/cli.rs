@@ -194,7 +194,7 @@ struct Flags {
     /// Longest an upstream may take to start and answer initialize (and its first tools/list).
     #[arg(long, default_value_t = config::UPSTREAM_START_TIMEOUT_SECS)]
     upstream_start_timeout_secs: u64,
-    /// Longest JSON-RPC line read from a stdio upstream; longer ones are skipped.
+    /// Longest JSON-RPC line read from a stdio upstream; a longer answer fails its call.
     #[arg(long, default_value_t = config::UPSTREAM_LINE_BYTES)]
     upstream_line_bytes: usize,
     /// Bytes queued for one stdio upstream's stdin; beyond it requests fail.

@@ -169,7 +169,9 @@ pub(crate) const UPSTREAM_TIMEOUT_SECS: u64 = 300;
 /// take seconds on a busy host; then the session's `initialize` gets -32603.
 pub(crate) const UPSTREAM_START_TIMEOUT_SECS: u64 = 60;
 /// Longest line (one JSON-RPC message) read from an upstream child's stdout
-/// (`--upstream-line-bytes`); a longer line is skipped and logged.
+/// (`--upstream-line-bytes`); a longer line is not taken: the call it answers ends at once
+/// with -32603 naming the flag (or, when its start does not say whose answer it is, the link is
+/// reset and its calls end so).
 pub(crate) const UPSTREAM_LINE_BYTES: usize = 16 * 1024 * 1024;
 /// Bytes queued for one upstream child's stdin (`--upstream-queue-bytes`): a child that stops
 /// reading makes further requests fail rather than grow the queue.
@@ -533,7 +535,7 @@ pub struct Config {
     /// (`--upstream-start-timeout-secs`, `UPSTREAM_START_TIMEOUT_SECS`); then -32603.
     pub upstream_start_timeout: Duration,
     /// Longest line read from a stdio upstream's stdout (`--upstream-line-bytes`,
-    /// `UPSTREAM_LINE_BYTES`); a longer one is skipped and logged.
+    /// `UPSTREAM_LINE_BYTES`); a longer answer fails its call at once (`upstream::line_head`).
     pub upstream_line_bytes: usize,
     /// Bytes queued for one stdio upstream's stdin (`--upstream-queue-bytes`,
     /// `UPSTREAM_QUEUE_BYTES`); beyond it requests fail.

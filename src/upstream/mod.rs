@@ -30,6 +30,7 @@
 mod breaker;
 mod credentials;
 mod http;
+mod line_head;
 mod names;
 mod peer;
 pub(crate) mod probe;

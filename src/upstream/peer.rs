@@ -90,7 +90,7 @@ impl Future for Filled {
 enum Answer {
     Result(Value),
     Error(Value),
-    /// The upstream ended (why).
+    /// The upstream ended, or this request's answer could not be taken (why).
     Gone(Rc<str>),
 }
 
@@ -149,11 +149,26 @@ impl Peer {
 
     /// Ends the transport; waiting requests fail.
     pub(crate) fn shutdown(&self) {
+        self.reset(STOPPED_BY_TIDEMARK);
+    }
+
+    /// Ends the transport because of what the upstream did (`why`): every waiting request
+    /// fails with it at once, and the link's next request connects again.
+    pub(crate) fn reset(&self, why: &str) {
         let transport = self.transport.borrow_mut().take();
         if let Some(transport) = transport {
             transport.shutdown();
         }
-        self.end(STOPPED_BY_TIDEMARK);
+        self.end(why);
+    }
+
+    /// Request `id`'s answer arrived but cannot be taken (`why`): it fails at once, as if the
+    /// upstream had ended for it alone. False when no request `id` is waiting (it timed out or
+    /// was cancelled, or the id is not one of ours).
+    pub(crate) fn refuse(&self, id: u64, why: &str) -> bool {
+        let Some(pending) = self.state.borrow_mut().pending.remove(&id) else { return false };
+        pending.slot.fill(Answer::Gone(Rc::from(why)));
+        true
     }
 
     fn send(&self, message: &Value) -> Result<(), String> {
