@@ -188,9 +188,13 @@ struct Flags {
     /// Upstream child processes alive at once (all cores); initialize beyond it gets 503.
     #[arg(long, default_value_t = config::UPSTREAM_PROCESSES_MAX)]
     upstream_max_processes: usize,
-    /// Longest an upstream may take to answer one request (tool calls included).
+    /// Longest an upstream may take to answer one request; for a tool call, since the
+    /// upstream last sent for it (progress, logs), time held back for a slow client not counted.
     #[arg(long, default_value_t = config::UPSTREAM_TIMEOUT_SECS)]
     upstream_timeout_secs: u64,
+    /// Longest one upstream tool call may run, however much progress its upstream sends.
+    #[arg(long, default_value_t = config::UPSTREAM_CALL_MAX_SECS)]
+    upstream_call_max_secs: u64,
     /// Longest an upstream may take to start and answer initialize (and its first tools/list).
     #[arg(long, default_value_t = config::UPSTREAM_START_TIMEOUT_SECS)]
     upstream_start_timeout_secs: u64,
@@ -495,6 +499,7 @@ impl Flags {
             upstream_isolation: self.upstream_isolation,
             upstream_processes_max: self.upstream_max_processes,
             upstream_timeout: Duration::from_secs(self.upstream_timeout_secs),
+            upstream_call_max: Duration::from_secs(self.upstream_call_max_secs),
             upstream_start_timeout: Duration::from_secs(self.upstream_start_timeout_secs),
             upstream_line_bytes: self.upstream_line_bytes,
             upstream_queue_bytes: self.upstream_queue_bytes,

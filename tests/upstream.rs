@@ -258,7 +258,8 @@ fn an_answer_over_the_line_limit_fails_its_call_at_once() {
     let server = bridge("uring", &counter, &limits);
     let sid = open_session(&server);
     let pid = result_text(&call_all(&server, &sid, 1, "pid", "{}")[0]);
-    let cases = [(2, r#"{"bytes":262144}"#, false), (4, r#"{"bytes":262144,"id_last":true}"#, true)];
+    let cases =
+        [(2, r#"{"bytes":262144}"#, false), (4, r#"{"bytes":262144,"id_last":true}"#, true)];
     for (id, args, reset) in cases {
         let started = Instant::now();
         let evs = call_all(&server, &sid, id, "huge", args);

@@ -161,9 +161,17 @@ pub(crate) const CORS_PARAM_HEADERS_MAX: usize = 32;
 /// Upstream child processes (`--upstream` over stdio) alive at once, all cores together
 /// (`--upstream-max-processes`); `initialize` of a session that would need one more gets 503.
 pub(crate) const UPSTREAM_PROCESSES_MAX: usize = 256;
-/// Longest an upstream may take to answer one request, tool calls included
-/// (`--upstream-timeout-secs`); then the call ends with -32603 and is cancelled upstream.
+/// Longest an upstream may take to answer one request (`--upstream-timeout-secs`); then the
+/// call ends with -32603 and is cancelled upstream. For a tool call it is an idle timeout: it
+/// runs from the upstream's last message for the call (progress, logs, requests), and time in
+/// which tidemark held the upstream back for a slow client does not count.
 pub(crate) const UPSTREAM_TIMEOUT_SECS: u64 = 300;
+/// Longest one upstream tool call may run however busy its upstream keeps it
+/// (`--upstream-call-max-secs`); then -32603 naming the flag, and the call is cancelled
+/// upstream. One hour: twelve idle timeouts, far beyond an interactive call, yet an upstream
+/// stuck in a progress loop cannot hold a call (its stream, its slot) for good. Long-running
+/// work belongs in tasks, whose own retention bounds them.
+pub(crate) const UPSTREAM_CALL_MAX_SECS: u64 = 3600;
 /// Longest an upstream may take to start and answer `initialize` and its first `tools/list`
 /// (`--upstream-start-timeout-secs`): a child's start (an interpreter loading its modules) may
 /// take seconds on a busy host; then the session's `initialize` gets -32603.
@@ -531,6 +539,9 @@ pub struct Config {
     /// Longest an upstream may take to answer one request (`--upstream-timeout-secs`,
     /// `UPSTREAM_TIMEOUT_SECS`); then -32603 and the call is cancelled upstream.
     pub upstream_timeout: Duration,
+    /// Longest one upstream tool call may run, progress or not (`--upstream-call-max-secs`,
+    /// `UPSTREAM_CALL_MAX_SECS`); then -32603 and the call is cancelled upstream.
+    pub upstream_call_max: Duration,
     /// Longest an upstream may take to start and answer `initialize` and its first `tools/list`
     /// (`--upstream-start-timeout-secs`, `UPSTREAM_START_TIMEOUT_SECS`); then -32603.
     pub upstream_start_timeout: Duration,
@@ -709,6 +720,7 @@ impl Default for Config {
             upstream_isolation: Isolation::PerSession,
             upstream_processes_max: UPSTREAM_PROCESSES_MAX,
             upstream_timeout: Duration::from_secs(UPSTREAM_TIMEOUT_SECS),
+            upstream_call_max: Duration::from_secs(UPSTREAM_CALL_MAX_SECS),
             upstream_start_timeout: Duration::from_secs(UPSTREAM_START_TIMEOUT_SECS),
             upstream_line_bytes: UPSTREAM_LINE_BYTES,
             upstream_queue_bytes: UPSTREAM_QUEUE_BYTES,
@@ -983,7 +995,7 @@ impl Config {
 
     /// Checks every value once, so workers can rely on them.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let nonzero: [(&'static str, u128); 46] = [
+        let nonzero: [(&'static str, u128); 47] = [
             ("threads", self.threads as u128),
             ("max-header-bytes", self.header_bytes_max as u128),
             ("max-headers", self.headers_max as u128),
@@ -1016,6 +1028,7 @@ impl Config {
             ("max-held-per-session", self.held_per_session_max as u128),
             ("upstream-max-processes", self.upstream_processes_max as u128),
             ("upstream-timeout-secs", self.upstream_timeout.as_millis()),
+            ("upstream-call-max-secs", self.upstream_call_max.as_millis()),
             ("upstream-start-timeout-secs", self.upstream_start_timeout.as_millis()),
             ("upstream-line-bytes", self.upstream_line_bytes as u128),
             ("upstream-queue-bytes", self.upstream_queue_bytes as u128),

@@ -88,6 +88,7 @@ pub(crate) fn build(
         isolation: cfg.upstream_isolation,
         max_processes: cfg.upstream_processes_max,
         timeout: cfg.upstream_timeout,
+        call_max: cfg.upstream_call_max,
         start_timeout: cfg.upstream_start_timeout,
         line_bytes: cfg.upstream_line_bytes,
         queue_bytes: cfg.upstream_queue_bytes,

@@ -359,7 +359,8 @@ impl Bridge {
 
     /// Starts an upstream connection and runs the MCP handshake on it.
     async fn connect(&self, link: &Link) -> ProviderResult<(Rc<Peer>, SessionInfo)> {
-        let peer = Rc::new(Peer::new(self.name.clone(), link.notify.clone()));
+        let peer =
+            Rc::new(Peer::new(self.name.clone(), link.notify.clone(), self.settings.call_max));
         match &self.target {
             UpstreamTarget::Stdio(argv) => {
                 let weak = Rc::downgrade(&peer);

@@ -52,7 +52,7 @@ impl PeerEvents for Events {
 
 fn peer() -> (Rc<Peer>, Rc<Wire>, Rc<Events>) {
     let events = Rc::new(Events::default());
-    let peer = Rc::new(Peer::new(Rc::from("up"), events.clone()));
+    let peer = Rc::new(Peer::new(Rc::from("up"), events.clone(), LONG));
     let wire = Rc::new(Wire::default());
     peer.bind(wire.clone());
     (peer, wire, events)

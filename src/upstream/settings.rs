@@ -14,7 +14,10 @@ pub(crate) struct Settings {
     pub(crate) env: Vec<(String, String)>,
     pub(crate) isolation: Isolation,
     pub(crate) max_processes: usize,
+    /// `--upstream-timeout-secs`: one request; a tool call's idle timeout (`peer`).
     pub(crate) timeout: Duration,
+    /// `--upstream-call-max-secs`: one whole tool call.
+    pub(crate) call_max: Duration,
     pub(crate) start_timeout: Duration,
     pub(crate) line_bytes: usize,
     pub(crate) queue_bytes: usize,

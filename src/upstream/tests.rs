@@ -84,6 +84,7 @@ fn bridge(spec: &str, prefixed: bool) -> Bridge {
         isolation: Isolation::PerSession,
         max_processes: 1,
         timeout: Duration::from_secs(1),
+        call_max: Duration::from_secs(1),
         start_timeout: Duration::from_secs(1),
         line_bytes: 1024,
         queue_bytes: 1024,
