@@ -201,6 +201,10 @@ struct Flags {
     /// Longest JSON-RPC line read from a stdio upstream; a longer answer fails its call.
     #[arg(long, default_value_t = config::UPSTREAM_LINE_BYTES)]
     upstream_line_bytes: usize,
+    /// Bytes (JSON) of distinct upstream tool listings one core holds (equal ones are shared);
+    /// a session whose listing would exceed it gets 503 on initialize.
+    #[arg(long, default_value_t = config::UPSTREAM_CATALOG_BYTES_PER_CORE)]
+    upstream_catalog_bytes_per_core: usize,
     /// Bytes queued for one stdio upstream's stdin; beyond it requests fail.
     #[arg(long, default_value_t = config::UPSTREAM_QUEUE_BYTES)]
     upstream_queue_bytes: usize,
@@ -502,6 +506,7 @@ impl Flags {
             upstream_call_max: Duration::from_secs(self.upstream_call_max_secs),
             upstream_start_timeout: Duration::from_secs(self.upstream_start_timeout_secs),
             upstream_line_bytes: self.upstream_line_bytes,
+            upstream_catalog_bytes_per_core: self.upstream_catalog_bytes_per_core,
             upstream_queue_bytes: self.upstream_queue_bytes,
             upstream_kill_grace: Duration::from_millis(self.upstream_kill_grace_ms),
             cache_ttl_ms: self.cache_ttl_ms,

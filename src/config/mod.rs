@@ -181,6 +181,16 @@ pub(crate) const UPSTREAM_START_TIMEOUT_SECS: u64 = 60;
 /// with -32603 naming the flag (or, when its start does not say whose answer it is, the link is
 /// reset and its calls end so).
 pub(crate) const UPSTREAM_LINE_BYTES: usize = 16 * 1024 * 1024;
+/// Bytes of upstream tool listings one core holds (`--upstream-catalog-bytes-per-core`), as
+/// their JSON size; equal listings are held once, shared by every session listed them. A
+/// session whose upstream's listing would take a core past it gets `initialize` 503 +
+/// `Retry-After` naming the flag. 64 MiB: four listings of the 16 MiB `--upstream-line-bytes`
+/// allows, or 64 distinct 1 MiB ones (a large server's 200 tools). Held in memory a listing
+/// costs several times its JSON (its parsed tools in the bridge, the sessions' shared tool
+/// table and its encoded `tools/list`): the first session behind a 12.5 MB listing grew RSS by
+/// about 150 MiB, parse transients included (tests/upstream_catalogs.rs), so plan for up to
+/// 10× the budget per core.
+pub(crate) const UPSTREAM_CATALOG_BYTES_PER_CORE: usize = 64 * 1024 * 1024;
 /// Bytes queued for one upstream child's stdin (`--upstream-queue-bytes`): a child that stops
 /// reading makes further requests fail rather than grow the queue.
 pub(crate) const UPSTREAM_QUEUE_BYTES: usize = 16 * 1024 * 1024;
@@ -548,6 +558,9 @@ pub struct Config {
     /// Longest line read from a stdio upstream's stdout (`--upstream-line-bytes`,
     /// `UPSTREAM_LINE_BYTES`); a longer answer fails its call at once (`upstream::line_head`).
     pub upstream_line_bytes: usize,
+    /// Bytes (JSON) of distinct upstream tool listings one core holds
+    /// (`--upstream-catalog-bytes-per-core`, `UPSTREAM_CATALOG_BYTES_PER_CORE`).
+    pub upstream_catalog_bytes_per_core: usize,
     /// Bytes queued for one stdio upstream's stdin (`--upstream-queue-bytes`,
     /// `UPSTREAM_QUEUE_BYTES`); beyond it requests fail.
     pub upstream_queue_bytes: usize,
@@ -723,6 +736,7 @@ impl Default for Config {
             upstream_call_max: Duration::from_secs(UPSTREAM_CALL_MAX_SECS),
             upstream_start_timeout: Duration::from_secs(UPSTREAM_START_TIMEOUT_SECS),
             upstream_line_bytes: UPSTREAM_LINE_BYTES,
+            upstream_catalog_bytes_per_core: UPSTREAM_CATALOG_BYTES_PER_CORE,
             upstream_queue_bytes: UPSTREAM_QUEUE_BYTES,
             upstream_kill_grace: Duration::from_millis(UPSTREAM_KILL_GRACE_MS),
             cache_ttl_ms: CACHE_TTL_MS,
@@ -995,7 +1009,7 @@ impl Config {
 
     /// Checks every value once, so workers can rely on them.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let nonzero: [(&'static str, u128); 47] = [
+        let nonzero: [(&'static str, u128); 48] = [
             ("threads", self.threads as u128),
             ("max-header-bytes", self.header_bytes_max as u128),
             ("max-headers", self.headers_max as u128),
@@ -1031,6 +1045,7 @@ impl Config {
             ("upstream-call-max-secs", self.upstream_call_max.as_millis()),
             ("upstream-start-timeout-secs", self.upstream_start_timeout.as_millis()),
             ("upstream-line-bytes", self.upstream_line_bytes as u128),
+            ("upstream-catalog-bytes-per-core", self.upstream_catalog_bytes_per_core as u128),
             ("upstream-queue-bytes", self.upstream_queue_bytes as u128),
             ("upstream-filter-globs-max", self.upstream_filter_globs_max as u128),
             ("upstream-breaker-failures", u128::from(self.upstream_breaker_failures)),

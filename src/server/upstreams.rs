@@ -91,6 +91,7 @@ pub(crate) fn build(
         call_max: cfg.upstream_call_max,
         start_timeout: cfg.upstream_start_timeout,
         line_bytes: cfg.upstream_line_bytes,
+        catalog_bytes: cfg.upstream_catalog_bytes_per_core,
         queue_bytes: cfg.upstream_queue_bytes,
         kill_grace: cfg.upstream_kill_grace,
         credentials,

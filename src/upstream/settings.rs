@@ -20,6 +20,8 @@ pub(crate) struct Settings {
     pub(crate) call_max: Duration,
     pub(crate) start_timeout: Duration,
     pub(crate) line_bytes: usize,
+    /// `--upstream-catalog-bytes-per-core`: distinct tool listings held per core (`catalog`).
+    pub(crate) catalog_bytes: usize,
     pub(crate) queue_bytes: usize,
     pub(crate) kill_grace: Duration,
     /// `--upstream-credentials` and `--upstream-forward-authorization`, read at start-up.

@@ -303,6 +303,9 @@ async fn read_stdout(mut stdout: UnixStream, line_max: usize, end: Rc<ChildEnd>,
                 deliver(&peer, &line);
             }
             line.clear();
+            // A long line (a 12 MB tools/list) would otherwise keep its buffer for the child's
+            // life: one per session in `per-session` isolation.
+            line.shrink_to(READ_CHUNK);
             rest = &rest[at + 1..];
             // Backpressure: the next line is not taken while a call's client has not been
             // written its share; the child then blocks on its full stdout (module doc).

@@ -87,6 +87,7 @@ fn bridge(spec: &str, prefixed: bool) -> Bridge {
         call_max: Duration::from_secs(1),
         start_timeout: Duration::from_secs(1),
         line_bytes: 1024,
+        catalog_bytes: 1 << 20,
         queue_bytes: 1024,
         kill_grace: Duration::from_millis(10),
         credentials: Default::default(),
