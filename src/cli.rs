@@ -188,15 +188,23 @@ struct Flags {
     /// Upstream child processes alive at once (all cores); initialize beyond it gets 503.
     #[arg(long, default_value_t = config::UPSTREAM_PROCESSES_MAX)]
     upstream_max_processes: usize,
-    /// Longest an upstream may take to answer one request (tool calls included).
+    /// Longest an upstream may take to answer one request; for a tool call, since the
+    /// upstream last sent for it (progress, logs), time held back for a slow client not counted.
     #[arg(long, default_value_t = config::UPSTREAM_TIMEOUT_SECS)]
     upstream_timeout_secs: u64,
+    /// Longest one upstream tool call may run, however much progress its upstream sends.
+    #[arg(long, default_value_t = config::UPSTREAM_CALL_MAX_SECS)]
+    upstream_call_max_secs: u64,
     /// Longest an upstream may take to start and answer initialize (and its first tools/list).
     #[arg(long, default_value_t = config::UPSTREAM_START_TIMEOUT_SECS)]
     upstream_start_timeout_secs: u64,
-    /// Longest JSON-RPC line read from a stdio upstream; longer ones are skipped.
+    /// Longest JSON-RPC line read from a stdio upstream; a longer answer fails its call.
     #[arg(long, default_value_t = config::UPSTREAM_LINE_BYTES)]
     upstream_line_bytes: usize,
+    /// Bytes (JSON) of distinct upstream tool listings one core holds (equal ones are shared);
+    /// a session whose listing would exceed it gets 503 on initialize.
+    #[arg(long, default_value_t = config::UPSTREAM_CATALOG_BYTES_PER_CORE)]
+    upstream_catalog_bytes_per_core: usize,
     /// Bytes queued for one stdio upstream's stdin; beyond it requests fail.
     #[arg(long, default_value_t = config::UPSTREAM_QUEUE_BYTES)]
     upstream_queue_bytes: usize,
@@ -499,8 +507,10 @@ impl Flags {
             upstream_isolation: self.upstream_isolation,
             upstream_processes_max: self.upstream_max_processes,
             upstream_timeout: Duration::from_secs(self.upstream_timeout_secs),
+            upstream_call_max: Duration::from_secs(self.upstream_call_max_secs),
             upstream_start_timeout: Duration::from_secs(self.upstream_start_timeout_secs),
             upstream_line_bytes: self.upstream_line_bytes,
+            upstream_catalog_bytes_per_core: self.upstream_catalog_bytes_per_core,
             upstream_queue_bytes: self.upstream_queue_bytes,
             upstream_kill_grace: Duration::from_millis(self.upstream_kill_grace_ms),
             cache_ttl_ms: self.cache_ttl_ms,

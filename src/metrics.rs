@@ -72,6 +72,7 @@ counters! {
     streams_live => "tidemark_streams_live", "Legacy request streams with a connection writing them (sampled every REAP_INTERVAL).";
     streams_owed => "tidemark_streams_owed", "Legacy request streams owed to a resume: detached, running or not fully delivered (sampled every REAP_INTERVAL).";
     ring_bytes => "tidemark_ring_bytes", "Bytes the sessions' replay rings hold, against --core-buffer-bytes per core (sampled every REAP_INTERVAL).";
+    upstream_catalog_bytes => "tidemark_upstream_catalog_bytes", "Bytes (JSON size) of the distinct upstream tool listings the cores hold, shared by every session listed the same, against --upstream-catalog-bytes-per-core per core.";
     tasks_active => "tidemark_tasks_active", "MCP 2026-07-28 tasks held (working, waiting for input or finished and not yet expired; sampled every REAP_INTERVAL).";
     tls_handshakes_total => "tidemark_tls_handshakes_total", "TLS handshakes completed on the MCP listeners.";
     tls_handshakes_failed_total => "tidemark_tls_handshakes_failed_total", "TLS handshakes that failed (an alert sent, e.g. no common ALPN or plaintext HTTP), were closed, or did not finish within --header-timeout-ms.";
@@ -124,6 +125,7 @@ counters! {
     limit_task_bytes => "tidemark_limit_hits_total{limit=\"task_bytes\"}", "Requests refused at a limit.";
     limit_task_input_requests => "tidemark_limit_hits_total{limit=\"task_input_requests\"}", "Requests refused at a limit.";
     limit_rate_buckets => "tidemark_limit_hits_total{limit=\"rate_buckets\"}", "Requests refused at a limit.";
+    limit_upstream_catalog => "tidemark_limit_hits_total{limit=\"upstream_catalog_bytes\"}", "Requests refused at a limit.";
     misrouted_sessions => "tidemark_misrouted_total{name=\"session\"}", "Requests naming a session or task of another node (--node-id): the balancer sent them to the wrong node.";
     misrouted_tasks => "tidemark_misrouted_total{name=\"task\"}", "Requests naming a session or task of another node (--node-id): the balancer sent them to the wrong node.";
     rate_limited_client => "tidemark_rate_limited_total{scope=\"client\"}", "Requests refused 429 by a --rate-limit, by the kind of its scope (client, tool:NAME, upstream:NAME).";

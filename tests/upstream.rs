@@ -244,6 +244,39 @@ fn a_json_line_that_is_not_utf8_still_answers_its_call() {
     assert_eq!(result_text(&evs[0]), "still");
 }
 
+/// Goal: issue 38 finding 8. An answer longer than `--upstream-line-bytes` fails its call at
+/// once with -32603 naming the flag (it was skipped, and the call waited out
+/// `--upstream-timeout-secs` for an answer that had arrived); the link goes on serving. When the
+/// line's start does not tell whose answer it is (its `id` written after the result), the link
+/// is reset: the call fails at once as well, and the next call starts the child again.
+/// Method: the fixture's `huge` tool, 256 KiB answers past a 64 KiB limit, under a 60 s
+/// upstream timeout; each call must end well before it.
+#[test]
+fn an_answer_over_the_line_limit_fails_its_call_at_once() {
+    let counter = Counter::new("overlong");
+    let limits = ["--upstream-timeout-secs", "60", "--upstream-line-bytes", "65536"];
+    let server = bridge("uring", &counter, &limits);
+    let sid = open_session(&server);
+    let pid = result_text(&call_all(&server, &sid, 1, "pid", "{}")[0]);
+    let cases =
+        [(2, r#"{"bytes":262144}"#, false), (4, r#"{"bytes":262144,"id_last":true}"#, true)];
+    for (id, args, reset) in cases {
+        let started = Instant::now();
+        let evs = call_all(&server, &sid, id, "huge", args);
+        let data = error_data(evs.last().expect("an end"));
+        let reason = data["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("--upstream-line-bytes (65536 bytes)"), "{args}: {data}");
+        assert_eq!(reason.contains("reset"), reset, "{args}: {data}");
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(10), "{args}: ended after {took:?}, not at once");
+        // A line within the limit still answers, from the same child or (reset) a new one.
+        let evs = call_all(&server, &sid, id + 1, "huge", r#"{"bytes":60000}"#);
+        assert_eq!(result_text(&evs[0]).len(), 60000, "{args}: the next answer");
+        let now = result_text(&call_all(&server, &sid, id + 10, "pid", "{}")[0]);
+        assert_eq!(now != pid, reset, "{args}: the child was restarted only by a reset");
+    }
+}
+
 #[test]
 fn a_hanging_call_ends_at_the_upstream_timeout() {
     let counter = Counter::new("hang");

@@ -247,3 +247,72 @@ fn a_modern_flood_waits_for_its_client_and_arrives_whole() {
         assert_within_budget(&server, start, &ctx);
     }
 }
+
+/// Goal: issue 38 finding 9, the upstream timeout measures the upstream. A stdio upstream that
+/// sends log notifications for 4 s and then answers, behind `--upstream-timeout-secs 2`, with a
+/// client that reads nothing for 3 s: tidemark holds the upstream back (backpressure) while the
+/// client's unwritten events fill half the ring, and that pause does not count; nor does time in
+/// which the upstream keeps sending for the call. The call ends with its result, every
+/// notification delivered. Before, the timeout counted from the send and the call ended with
+/// -32603 "did not answer in 2 s" although the upstream never went quiet.
+/// Method: the fixture's `chatter` tool, 1000-byte logs as fast as stdout takes them, through
+/// the small rings, read over a 16 KiB receive window after a 3 s pause (elapsed time is what is
+/// tested): the pause holds the upstream back for over 2 s (with holds counted, the call ended
+/// with "did not answer in 2 s"; with 200-byte logs every 2 ms the socket buffers took all and
+/// nothing was held).
+#[test]
+fn a_chatty_upstream_held_back_for_a_slow_client_is_not_timed_out() {
+    for driver in DRIVERS {
+        let ctx = format!("{driver}: chatter");
+        let files = Files::new(&format!("chatter-{driver}"));
+        let server = bridge(driver, &files, &["--upstream-timeout-secs", "2"]);
+        let sid = open_session(&server);
+        let mut stream = small_window(&server, 16 * 1024);
+        let body = call(1, "chatter", r#"{"ms":4000,"pad":1000,"every_ms":0}"#, false);
+        let headers = [("Mcp-Session-Id", sid.as_str())];
+        let mut h: Vec<(&str, &str)> = POST_HEADERS.to_vec();
+        h.extend(headers);
+        stream
+            .write_all(&request("POST", &server.path, &server.host(), &h, Some(&body)))
+            .expect("send");
+        std::thread::sleep(Duration::from_secs(3));
+        let mut s = SseStream::from_stream(stream);
+        assert_eq!(s.status, 200, "{ctx}");
+        let evs = support::messages(&s.rest());
+        assert!(s.ended(), "{ctx}: the stream was cut after {} events", evs.len());
+        let logs = evs.iter().filter(|e| e.json()["method"] == "notifications/message").count();
+        let last = evs.last().expect("an end").json();
+        assert!(last["error"].is_null(), "{ctx}: the call ended with an error: {last}");
+        let sent: usize =
+            last["result"]["content"][0]["text"].as_str().unwrap_or("").parse().unwrap_or(0);
+        assert_eq!(logs, sent, "{ctx}: every notification the upstream sent arrived: {last}");
+    }
+}
+
+/// Goal: the other side of the same rule: an upstream that goes silent during a call still
+/// times out, `--upstream-timeout-secs` after its last message (not after the call began), and
+/// one that keeps sending forever is ended by `--upstream-call-max-secs`, naming that flag.
+/// Method: `chatter` for 1.5 s then silence, under a 2 s timeout: the call ends with -32603
+/// `timeoutSecs` 3.5 s in (not 2 s); `chatter` for 20 s under `--upstream-call-max-secs 5`
+/// ends with -32603 `callMaxSecs` about 5 s in.
+#[test]
+fn a_silent_upstream_still_times_out_and_a_busy_one_meets_the_call_max() {
+    let files = Files::new("silent");
+    let limits = ["--upstream-timeout-secs", "2", "--upstream-call-max-secs", "5"];
+    let server = bridge("uring", &files, &limits);
+    let sid = open_session(&server);
+    let cases = [
+        (r#"{"ms":1500,"hang":true}"#, "timeoutSecs", 2, 3.0),
+        (r#"{"ms":20000}"#, "callMaxSecs", 5, 5.0),
+    ];
+    for (id, (args, key, secs, at_least)) in (1u64..).zip(cases) {
+        let started = std::time::Instant::now();
+        let mut s = call_stream(&server, &sid, &call(id, "chatter", args, false), &[]);
+        let evs = s.rest();
+        let took = started.elapsed().as_secs_f64();
+        let last = evs.last().expect("an end").json();
+        assert_eq!(last["error"]["code"], -32603, "{args}: {last}");
+        assert_eq!(last["error"]["data"][key], secs, "{args}: {last}");
+        assert!(took >= at_least && took < 10.0, "{args}: ended after {took:.1} s");
+    }
+}

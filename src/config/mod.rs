@@ -163,16 +163,36 @@ pub(crate) const CORS_PARAM_HEADERS_MAX: usize = 32;
 /// Upstream child processes (`--upstream` over stdio) alive at once, all cores together
 /// (`--upstream-max-processes`); `initialize` of a session that would need one more gets 503.
 pub(crate) const UPSTREAM_PROCESSES_MAX: usize = 256;
-/// Longest an upstream may take to answer one request, tool calls included
-/// (`--upstream-timeout-secs`); then the call ends with -32603 and is cancelled upstream.
+/// Longest an upstream may take to answer one request (`--upstream-timeout-secs`); then the
+/// call ends with -32603 and is cancelled upstream. For a tool call it is an idle timeout: it
+/// runs from the upstream's last message for the call (progress, logs, requests), and time in
+/// which tidemark held the upstream back for a slow client does not count.
 pub(crate) const UPSTREAM_TIMEOUT_SECS: u64 = 300;
+/// Longest one upstream tool call may run however busy its upstream keeps it
+/// (`--upstream-call-max-secs`); then -32603 naming the flag, and the call is cancelled
+/// upstream. One hour: twelve idle timeouts, far beyond an interactive call, yet an upstream
+/// stuck in a progress loop cannot hold a call (its stream, its slot) for good. Long-running
+/// work belongs in tasks, whose own retention bounds them.
+pub(crate) const UPSTREAM_CALL_MAX_SECS: u64 = 3600;
 /// Longest an upstream may take to start and answer `initialize` and its first `tools/list`
 /// (`--upstream-start-timeout-secs`): a child's start (an interpreter loading its modules) may
 /// take seconds on a busy host; then the session's `initialize` gets -32603.
 pub(crate) const UPSTREAM_START_TIMEOUT_SECS: u64 = 60;
 /// Longest line (one JSON-RPC message) read from an upstream child's stdout
-/// (`--upstream-line-bytes`); a longer line is skipped and logged.
+/// (`--upstream-line-bytes`); a longer line is not taken: the call it answers ends at once
+/// with -32603 naming the flag (or, when its start does not say whose answer it is, the link is
+/// reset and its calls end so).
 pub(crate) const UPSTREAM_LINE_BYTES: usize = 16 * 1024 * 1024;
+/// Bytes of upstream tool listings one core holds (`--upstream-catalog-bytes-per-core`), as
+/// their JSON size; equal listings are held once, shared by every session listed them. A
+/// session whose upstream's listing would take a core past it gets `initialize` 503 +
+/// `Retry-After` naming the flag. 64 MiB: four listings of the 16 MiB `--upstream-line-bytes`
+/// allows, or 64 distinct 1 MiB ones (a large server's 200 tools). Held in memory a listing
+/// costs several times its JSON (its parsed tools in the bridge, the sessions' shared tool
+/// table and its encoded `tools/list`): the first session behind a 12.5 MB listing grew RSS by
+/// about 150 MiB, parse transients included (tests/upstream_catalogs.rs), so plan for up to
+/// 10× the budget per core.
+pub(crate) const UPSTREAM_CATALOG_BYTES_PER_CORE: usize = 64 * 1024 * 1024;
 /// Bytes queued for one upstream child's stdin (`--upstream-queue-bytes`): a child that stops
 /// reading makes further requests fail rather than grow the queue.
 pub(crate) const UPSTREAM_QUEUE_BYTES: usize = 16 * 1024 * 1024;
@@ -531,12 +551,18 @@ pub struct Config {
     /// Longest an upstream may take to answer one request (`--upstream-timeout-secs`,
     /// `UPSTREAM_TIMEOUT_SECS`); then -32603 and the call is cancelled upstream.
     pub upstream_timeout: Duration,
+    /// Longest one upstream tool call may run, progress or not (`--upstream-call-max-secs`,
+    /// `UPSTREAM_CALL_MAX_SECS`); then -32603 and the call is cancelled upstream.
+    pub upstream_call_max: Duration,
     /// Longest an upstream may take to start and answer `initialize` and its first `tools/list`
     /// (`--upstream-start-timeout-secs`, `UPSTREAM_START_TIMEOUT_SECS`); then -32603.
     pub upstream_start_timeout: Duration,
     /// Longest line read from a stdio upstream's stdout (`--upstream-line-bytes`,
-    /// `UPSTREAM_LINE_BYTES`); a longer one is skipped and logged.
+    /// `UPSTREAM_LINE_BYTES`); a longer answer fails its call at once (`upstream::line_head`).
     pub upstream_line_bytes: usize,
+    /// Bytes (JSON) of distinct upstream tool listings one core holds
+    /// (`--upstream-catalog-bytes-per-core`, `UPSTREAM_CATALOG_BYTES_PER_CORE`).
+    pub upstream_catalog_bytes_per_core: usize,
     /// Bytes queued for one stdio upstream's stdin (`--upstream-queue-bytes`,
     /// `UPSTREAM_QUEUE_BYTES`); beyond it requests fail.
     pub upstream_queue_bytes: usize,
@@ -712,8 +738,10 @@ impl Default for Config {
             upstream_isolation: Isolation::PerSession,
             upstream_processes_max: UPSTREAM_PROCESSES_MAX,
             upstream_timeout: Duration::from_secs(UPSTREAM_TIMEOUT_SECS),
+            upstream_call_max: Duration::from_secs(UPSTREAM_CALL_MAX_SECS),
             upstream_start_timeout: Duration::from_secs(UPSTREAM_START_TIMEOUT_SECS),
             upstream_line_bytes: UPSTREAM_LINE_BYTES,
+            upstream_catalog_bytes_per_core: UPSTREAM_CATALOG_BYTES_PER_CORE,
             upstream_queue_bytes: UPSTREAM_QUEUE_BYTES,
             upstream_kill_grace: Duration::from_millis(UPSTREAM_KILL_GRACE_MS),
             cache_ttl_ms: CACHE_TTL_MS,
@@ -987,7 +1015,7 @@ impl Config {
 
     /// Checks every value once, so workers can rely on them.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let nonzero: [(&'static str, u128); 46] = [
+        let nonzero: [(&'static str, u128); 48] = [
             ("threads", self.threads as u128),
             ("max-header-bytes", self.header_bytes_max as u128),
             ("max-headers", self.headers_max as u128),
@@ -1020,8 +1048,10 @@ impl Config {
             ("max-held-per-session", self.held_per_session_max as u128),
             ("upstream-max-processes", self.upstream_processes_max as u128),
             ("upstream-timeout-secs", self.upstream_timeout.as_millis()),
+            ("upstream-call-max-secs", self.upstream_call_max.as_millis()),
             ("upstream-start-timeout-secs", self.upstream_start_timeout.as_millis()),
             ("upstream-line-bytes", self.upstream_line_bytes as u128),
+            ("upstream-catalog-bytes-per-core", self.upstream_catalog_bytes_per_core as u128),
             ("upstream-queue-bytes", self.upstream_queue_bytes as u128),
             ("upstream-filter-globs-max", self.upstream_filter_globs_max as u128),
             ("upstream-breaker-failures", u128::from(self.upstream_breaker_failures)),

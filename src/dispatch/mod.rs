@@ -7,7 +7,7 @@
 //! about sessions, streams or HTTP; it writes JSON-RPC response bodies and nothing else.
 
 use std::cell::RefCell;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 
 use simd_json::prelude::*;
 
@@ -54,6 +54,9 @@ struct ToolTable {
     /// Each listed tool's JSON with its route, in listing order: what a listing filtered by
     /// the policy (`auth::Access`) is encoded from.
     listed: Vec<(Value, ToolRoute)>,
+    /// Some tool was hidden by a name collision: which one depended on the table's history, so
+    /// the table is not shared with another session (`Registry::share`).
+    collided: bool,
 }
 
 impl ToolTable {
@@ -69,6 +72,7 @@ impl ToolTable {
     ) -> ToolTable {
         let lists: Vec<(&Rc<dyn Provider>, &[ToolInfo])> = lists.collect();
         let mut owner: FastMap<&str, usize> = FastMap::default();
+        let mut collided = false;
         for (index, (provider, tools)) in lists.iter().enumerate() {
             for tool in tools.iter() {
                 let Some(&held) = owner.get(tool.name.as_str()) else {
@@ -89,9 +93,10 @@ impl ToolTable {
                 };
                 let winner = lists[owner[tool.name.as_str()]].0;
                 report_hidden(hidden.as_ref(), winner.as_ref(), &tool.name);
+                collided = true;
             }
         }
-        let mut table = ToolTable::default();
+        let mut table = ToolTable { collided, ..ToolTable::default() };
         let mut items: Vec<Value> = Vec::new();
         for (index, (provider, tools)) in lists.iter().enumerate() {
             for tool in tools.iter() {
@@ -175,6 +180,10 @@ pub(crate) struct Registry {
     /// The tables of sessions that have their own (per-session upstreams); a session without
     /// an entry reads the core's. Removed when the session closes.
     session_tools: RefCell<FastMap<SessionRef, SessionTools>>,
+    /// Session tables by a hash of their `tools/list` JSON: sessions listed equal tools by the
+    /// same providers share one table (an upstream's 12 MB listing is held once per core, not
+    /// once per session: CONTRACT §11). Dropped with the last session holding it.
+    shared_tables: RefCell<FastMap<u64, Vec<Weak<ToolTable>>>>,
     /// Bumped when a re-listing starts: a slower, older listing must not overwrite a newer one.
     listing: std::cell::Cell<u64>,
     /// The listing the core's table is from (session tables built on an older one are rebuilt).
@@ -191,6 +200,10 @@ pub(crate) struct Registry {
     /// lists (that provider could not list its tools), instead of "unknown tool".
     stateless_failure: RefCell<Option<ProviderError>>,
 }
+
+/// Distinct listings in `Registry::shared_tables` past which the ones no session holds are
+/// forgotten (at the next insertion): bounds the map by the tables alive, not ever made.
+const SHARED_TABLES_SWEEP: usize = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum StatelessOpen {
@@ -219,6 +232,7 @@ impl Registry {
             core_lists: RefCell::new(Rc::from(Vec::new())),
             core_lists_of: RefCell::new(Rc::from(Vec::new())),
             session_tools: RefCell::new(FastMap::default()),
+            shared_tables: RefCell::new(FastMap::default()),
             listing: std::cell::Cell::new(0),
             core_listing: std::cell::Cell::new(0),
             stateless: std::cell::Cell::new(StatelessOpen::Closed),
@@ -315,8 +329,41 @@ impl Registry {
             .map(|own| own.table.clone())
             .unwrap_or_default();
         let table = ToolTable::build(providers.iter().zip(lists.iter().map(|l| &l[..])), &previous);
-        let own = SessionTools { table: Rc::new(table), core_listing };
+        drop(lists);
+        let own = SessionTools { table: self.share(table), core_listing };
         self.session_tools.borrow_mut().insert(session, own);
+    }
+
+    /// `table`, or an equal one another session holds: the same listing JSON routed to the same
+    /// providers, built without a collision. The new table is built first and dropped when one
+    /// is found: the peak is one table more, what stays is one per distinct listing.
+    fn share(&self, table: ToolTable) -> Rc<ToolTable> {
+        if table.collided {
+            return Rc::new(table);
+        }
+        let mut hasher = std::hash::DefaultHasher::new();
+        std::hash::Hasher::write(&mut hasher, &table.list_json);
+        let hash = std::hash::Hasher::finish(&hasher);
+        let mut shared = self.shared_tables.borrow_mut();
+        // Forget the tables no session holds any more, a sweep amortised over the insertions.
+        if shared.len() >= SHARED_TABLES_SWEEP {
+            shared.retain(|_, same| same.iter().any(|w| w.strong_count() > 0));
+        }
+        let same = shared.entry(hash).or_default();
+        same.retain(|w| w.strong_count() > 0);
+        let routed_alike = |held: &ToolTable| {
+            held.list_json == table.list_json
+                && held.listed.len() == table.listed.len()
+                && held.listed.iter().zip(&table.listed).all(|((_, a), (_, b))| {
+                    std::ptr::addr_eq(Rc::as_ptr(&a.provider), Rc::as_ptr(&b.provider))
+                })
+        };
+        if let Some(held) = same.iter().filter_map(Weak::upgrade).find(|t| routed_alike(t)) {
+            return held;
+        }
+        let table = Rc::new(table);
+        same.push(Rc::downgrade(&table));
+        table
     }
 
     /// The table `session` is listed from and calls by.

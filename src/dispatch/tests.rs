@@ -672,3 +672,35 @@ fn sessions_share_the_core_table_when_no_provider_lists_per_session() {
     assert!(Rc::ptr_eq(&registry.table(session), &registry.table(SessionRef::NONE)));
     assert!(registry.tool(session, "echo").is_some());
 }
+
+#[test]
+fn sessions_listed_equal_tools_share_one_table() {
+    // Goal (issue 38 finding 6): a core holds one tool table per distinct listing, not one per
+    // session; a table in which a name collision hid a tool (its winner depends on the table's
+    // history) stays its session's own. Method: the per-session provider alone, two plain
+    // sessions and an elicitor, compared by pointer; a plain session whose list becomes the
+    // elicitor's then shares the elicitor's; with the demo set (`echo` collides) none share.
+    let provider = Rc::new(PerSession::default());
+    let registry = build(vec![provider.clone()]);
+    let (a, b, e) = (SessionRef::new(1), SessionRef::new(2), SessionRef::new(3));
+    for (session, caps) in [(a, json!({})), (b, json!({})), (e, json!({ "elicitation": {} }))] {
+        run(registry.open_session(&session_start(session, caps))).expect("opens");
+    }
+    assert!(Rc::ptr_eq(&registry.table(a), &registry.table(b)), "equal lists, one table");
+    assert!(!Rc::ptr_eq(&registry.table(a), &registry.table(e)), "other lists, another");
+    // `a` is now listed what the elicitor is: it shares the elicitor's table, `b` keeps its.
+    provider.elicitors.borrow_mut().push(a);
+    provider.changes.borrow().clone().expect("attached").session_tools_changed(a);
+    run(registry.refresh_if_stale(a));
+    assert!(Rc::ptr_eq(&registry.table(a), &registry.table(e)), "shared once equal");
+    assert_eq!(names_for(&registry, b), ["echo"], "b keeps its own list");
+    registry.close_session(e);
+    assert_eq!(names_for(&registry, a), ["echo", "elicit"], "closing one holder leaves the other");
+
+    let provider = Rc::new(PerSession::default());
+    let demo: Rc<dyn Provider> = Rc::new(BuiltinProvider::new(BuiltinSet::Demo));
+    let registry = build(vec![provider, demo]);
+    run(registry.open_session(&session_start(a, json!({})))).expect("opens");
+    run(registry.open_session(&session_start(b, json!({})))).expect("opens");
+    assert!(!Rc::ptr_eq(&registry.table(a), &registry.table(b)), "a collided table is its own");
+}

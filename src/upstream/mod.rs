@@ -7,12 +7,13 @@
 //! Owns: the `--upstream` spec (`UpstreamSpec`), the bridge settings, and per core and
 //! upstream the links to upstream connections: one per client session (`per-session`
 //! isolation, the default: the child starts at `initialize` and ends with the session) or one
-//! for all sessions of the core (`shared`). Each link keeps its own tool catalog (the tools that
+//! for all sessions of the core (`shared`). Each link holds a tool catalog (the tools that
 //! connection lists, filtered by `--upstream-allow-tools`/`--upstream-deny-tools`, names
 //! prefixed when there are several upstreams), re-listed when its upstream says they changed:
 //! an upstream started with one client's capabilities may offer it other tools than another
 //! client's, so a per-session link's catalog is that session's (`list_session_tools`) and the
-//! core's link's is every other session's (`list_tools`).
+//! core's link's is every other session's (`list_tools`). Equal catalogs are one listing of the
+//! core's store (`catalog`), whose bytes `--upstream-catalog-bytes-per-core` bounds.
 //!
 //! When an upstream cannot be reached as a session starts, its `--upstream-policy` decides:
 //! `required` refuses the session (`ProviderError::Down`: 503 + `Retry-After`), `optional` starts
@@ -28,8 +29,10 @@
 //! Never: runs a shell, or lets a client's session reach another session's upstream process.
 
 mod breaker;
+mod catalog;
 mod credentials;
 mod http;
+mod line_head;
 mod names;
 mod peer;
 pub(crate) mod probe;
@@ -74,10 +77,10 @@ const CARRIED_ROUND: &str = "tidemark/upstream-round";
 /// keeps the result a URI (`+` is allowed in a scheme).
 pub(crate) const URI_SEPARATOR: &str = "+";
 
-/// The tools one link's upstream connection lists, as clients see them.
-#[derive(Default)]
+/// The tools one link's upstream connection lists, as clients see them: a listing of the core's
+/// store, shared with every other link listed the same (`catalog`).
 struct Catalog {
-    tools: RefCell<Vec<ToolInfo>>,
+    tools: RefCell<Rc<catalog::Listing>>,
     /// Set when the upstream said its tools changed (or a listing failed): listed again at the
     /// next look.
     stale: Cell<bool>,
@@ -114,6 +117,12 @@ struct Shared {
     changes: RefCell<Option<Changes>>,
     /// Sessions of this core using the shared link (for its session-level notifications).
     notifiers: RefCell<HashMap<SessionRef, Notifier>>,
+}
+
+impl Default for Catalog {
+    fn default() -> Catalog {
+        Catalog { tools: RefCell::new(catalog::Listing::empty()), stale: Cell::new(false) }
+    }
 }
 
 impl Shared {
@@ -358,7 +367,8 @@ impl Bridge {
 
     /// Starts an upstream connection and runs the MCP handshake on it.
     async fn connect(&self, link: &Link) -> ProviderResult<(Rc<Peer>, SessionInfo)> {
-        let peer = Rc::new(Peer::new(self.name.clone(), link.notify.clone()));
+        let peer =
+            Rc::new(Peer::new(self.name.clone(), link.notify.clone(), self.settings.call_max));
         match &self.target {
             UpstreamTarget::Stdio(argv) => {
                 let weak = Rc::downgrade(&peer);
@@ -408,7 +418,10 @@ impl Bridge {
                 if let Some(result) = discovered {
                     let capabilities = result.get("capabilities").cloned().unwrap_or_default();
                     transport.enter_modern(&capabilities);
-                    self.relist(&peer, link, self.settings.start_timeout).await;
+                    if let Err(e) = self.relist(&peer, link, self.settings.start_timeout).await {
+                        peer.shutdown();
+                        return Err(self.catalog_refusal(&e));
+                    }
                     return Ok((peer, self.session_info(&result, http::server_info(&result))));
                 }
             }
@@ -430,7 +443,10 @@ impl Bridge {
         };
         peer.notify("notifications/initialized", Value::Null);
         // A new connection (a first one, or a respawned child) may list other tools.
-        self.relist(&peer, link, self.settings.start_timeout).await;
+        if let Err(e) = self.relist(&peer, link, self.settings.start_timeout).await {
+            peer.shutdown();
+            return Err(self.catalog_refusal(&e));
+        }
         Ok((peer, self.session_info(&result, result.get("serverInfo").cloned())))
     }
 
@@ -488,8 +504,15 @@ impl Bridge {
         Ok(known)
     }
 
-    /// Lists the link's upstream tools into its catalog; announces a change.
-    async fn relist(&self, peer: &Peer, link: &Link, timeout: Duration) {
+    /// Lists the link's upstream tools into its catalog; announces a change. `Err` when the
+    /// core's catalog budget cannot take the listing: the link keeps what it had (nothing, at a
+    /// session's start, which is then refused: `catalog_refusal`).
+    async fn relist(
+        &self,
+        peer: &Peer,
+        link: &Link,
+        timeout: Duration,
+    ) -> Result<(), catalog::OverBudget> {
         let catalog = &link.catalog;
         catalog.stale.set(false);
         let listed = match peer.list_all("tools/list", "tools", timeout).await {
@@ -497,13 +520,46 @@ impl Bridge {
             Err(e) => {
                 tracing::warn!(upstream = %self.name, error = %e, "upstream tools/list failed");
                 catalog.stale.set(true);
-                return;
+                return Ok(());
             }
         };
         let tools: Vec<ToolInfo> = listed.iter().filter_map(|t| self.tool_info(t)).collect();
-        if *catalog.tools.borrow() != tools {
-            *catalog.tools.borrow_mut() = tools;
-            self.shared.announce(link.session);
+        drop(listed);
+        if catalog.tools.borrow().tools == tools {
+            return Ok(());
+        }
+        let held = catalog.tools.borrow().clone();
+        let listing = catalog::admit(tools, self.settings.catalog_bytes, &held).inspect_err(|e| {
+            if let Some((metrics, _)) = &self.calls {
+                metrics.limit_upstream_catalog.inc();
+            }
+            tracing::warn!(upstream = %self.name, held = e.held, needed = e.needed, "upstream tools/list past --upstream-catalog-bytes-per-core: not taken");
+        })?;
+        drop(held);
+        *catalog.tools.borrow_mut() = listing;
+        self.shared.announce(link.session);
+        Ok(())
+    }
+
+    /// The refusal of a session whose upstream's listing the core's catalog budget cannot
+    /// take: 503 + `Retry-After` (sessions ending free their catalogs), naming the flag.
+    fn catalog_refusal(&self, e: &catalog::OverBudget) -> ProviderError {
+        let budget = self.settings.catalog_bytes;
+        ProviderError::Down {
+            message: format!(
+                "upstream {}: its tool listing ({} bytes) does not fit this core's catalogs \
+                 ({} of {budget} bytes held, --upstream-catalog-bytes-per-core); try again \
+                 after Retry-After",
+                self.name, e.needed, e.held
+            ),
+            data: Some(json!({
+                "upstream": &*self.name,
+                "reason": "catalog budget",
+                "neededBytes": e.needed,
+                "heldBytes": e.held,
+                "budgetBytes": budget,
+            })),
+            retry_after_secs: self.settings.down_retry_after_secs(),
         }
     }
 
@@ -512,10 +568,11 @@ impl Bridge {
         if link.catalog.stale.get() {
             let peer = link.peer.borrow().clone().filter(|p| p.is_alive());
             if let Some(peer) = peer {
-                self.relist(&peer, link, self.settings.timeout).await;
+                // Past the budget the link keeps its last listing (logged and counted).
+                let _ = self.relist(&peer, link, self.settings.timeout).await;
             }
         }
-        link.catalog.tools.borrow().clone()
+        link.catalog.tools.borrow().tools.clone()
     }
 
     /// An upstream `tools/list` item as tidemark lists it (prefixed name); `None` for one the
@@ -1083,6 +1140,11 @@ impl Bridge {
             return Ok(());
         }
         let Err(e) = self.peer(link).await else { return Ok(()) };
+        // Over the catalog budget (`catalog_refusal`): refused whatever the policy, as the
+        // upstream is up.
+        if matches!(e, ProviderError::Down { .. }) {
+            return Err(e);
+        }
         let required = self.policy == UpstreamPolicy::Required;
         if required && matches!(e, ProviderError::Unavailable(_)) {
             return Err(e);

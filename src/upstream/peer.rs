@@ -4,16 +4,22 @@
 //! forwarded to the session, `notifications/cancelled` toward the upstream when a call ends
 //! early, and the upstream's end failing every call still waiting.
 //!
+//! Deadlines: a request that is not a tool call gets `--upstream-timeout-secs` from its send.
+//! A tool call's timeout is an idle timeout: it runs from the last message the upstream sent
+//! for the call (its progress, logs and requests), and the time tidemark holds the upstream back
+//! (`room`: its reader paused for a lagging client) does not count; `--upstream-call-max-secs`
+//! bounds the whole call, however busy the upstream keeps it.
+//!
 //! Called by: `upstream::Bridge` (requests), the transport's reader task (`receive`, `closed`).
-//! Never: blocks, or waits without a deadline (`--upstream-timeout-secs` bounds each request).
+//! Never: blocks, or waits without a deadline.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
@@ -57,13 +63,23 @@ pub(crate) trait PeerEvents {
 }
 
 /// A one-shot slot a waiting request parks on.
-#[derive(Default)]
 struct Slot {
     answer: RefCell<Option<Answer>>,
     waker: RefCell<Option<Waker>>,
+    /// When the upstream last sent something for this request (its send, then each progress,
+    /// log or request routed to its call): a tool call's idle timeout runs from here.
+    heard: Cell<Instant>,
 }
 
 impl Slot {
+    fn new() -> Slot {
+        Slot {
+            answer: RefCell::new(None),
+            waker: RefCell::new(None),
+            heard: Cell::new(Instant::now()),
+        }
+    }
+
     fn fill(&self, answer: Answer) {
         *self.answer.borrow_mut() = Some(answer);
         if let Some(waker) = self.waker.borrow_mut().take() {
@@ -75,7 +91,7 @@ impl Slot {
 /// Resolves when the slot is filled.
 struct Filled(Rc<Slot>);
 
-impl Future for Filled {
+impl Future for &Filled {
     type Output = Answer;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer> {
         if let Some(answer) = self.0.answer.borrow_mut().take() {
@@ -88,10 +104,20 @@ impl Future for Filled {
 
 /// How an upstream request ended.
 enum Answer {
+    /// No answer within its deadline: `Idle` for `--upstream-timeout-secs` (a tool call: since
+    /// the upstream last sent anything for it), `Total` past `--upstream-call-max-secs`.
+    Late(Late),
     Result(Value),
     Error(Value),
-    /// The upstream ended (why).
+    /// The upstream ended, or this request's answer could not be taken (why).
     Gone(Rc<str>),
+}
+
+/// Which deadline a request missed.
+#[derive(Clone, Copy)]
+enum Late {
+    Idle,
+    Total,
 }
 
 /// A request waiting for its answer.
@@ -120,15 +146,25 @@ pub(crate) struct Peer {
     transport: RefCell<Option<Rc<dyn Transport>>>,
     state: RefCell<State>,
     events: Rc<dyn PeerEvents>,
+    /// `--upstream-call-max-secs`: the bound of a whole tool call.
+    call_max: Duration,
+    /// Readers of this upstream paused for a lagging client right now (`room`): while any is,
+    /// no tool call's idle timeout runs.
+    holds: Cell<u32>,
+    /// When the last such pause ended: the idle timeouts run again from here.
+    released: Cell<Instant>,
 }
 
 impl Peer {
-    pub(crate) fn new(name: Rc<str>, events: Rc<dyn PeerEvents>) -> Peer {
+    pub(crate) fn new(name: Rc<str>, events: Rc<dyn PeerEvents>, call_max: Duration) -> Peer {
         Peer {
             name,
             transport: RefCell::new(None),
             state: RefCell::new(State { next_id: 1, ..State::default() }),
             events,
+            call_max,
+            holds: Cell::new(0),
+            released: Cell::new(Instant::now()),
         }
     }
 
@@ -149,11 +185,26 @@ impl Peer {
 
     /// Ends the transport; waiting requests fail.
     pub(crate) fn shutdown(&self) {
+        self.reset(STOPPED_BY_TIDEMARK);
+    }
+
+    /// Ends the transport because of what the upstream did (`why`): every waiting request
+    /// fails with it at once, and the link's next request connects again.
+    pub(crate) fn reset(&self, why: &str) {
         let transport = self.transport.borrow_mut().take();
         if let Some(transport) = transport {
             transport.shutdown();
         }
-        self.end(STOPPED_BY_TIDEMARK);
+        self.end(why);
+    }
+
+    /// Request `id`'s answer arrived but cannot be taken (`why`): it fails at once, as if the
+    /// upstream had ended for it alone. False when no request `id` is waiting (it timed out or
+    /// was cancelled, or the id is not one of ours).
+    pub(crate) fn refuse(&self, id: u64, why: &str) -> bool {
+        let Some(pending) = self.state.borrow_mut().pending.remove(&id) else { return false };
+        pending.slot.fill(Answer::Gone(Rc::from(why)));
+        true
     }
 
     fn send(&self, message: &Value) -> Result<(), String> {
@@ -184,8 +235,9 @@ impl Peer {
     }
 
     /// Sends request `method` and waits for its answer, at most `timeout`. With `call`, it is
-    /// a tool call: it gets a progress token of its own, and the upstream's progress, logs and
-    /// requests while it runs go to that context. Dropping the future before the answer sends
+    /// a tool call: it gets a progress token of its own, the upstream's progress, logs and
+    /// requests while it runs go to that context, and `timeout` is an idle timeout within
+    /// `--upstream-call-max-secs` (module doc). Dropping the future before the answer sends
     /// `notifications/cancelled` for it.
     pub(crate) async fn request(
         &self,
@@ -194,7 +246,7 @@ impl Peer {
         call: Option<CallContext>,
         timeout: Duration,
     ) -> Result<Value, ProviderError> {
-        let slot = Rc::new(Slot::default());
+        let slot = Rc::new(Slot::new());
         let id = {
             let mut state = self.state.borrow_mut();
             if let Some(why) = &state.gone {
@@ -228,42 +280,94 @@ impl Peer {
             self.forget(id);
             return Err(self.fault(&why));
         }
-        let answer = monoio::time::timeout(timeout, Filled(slot)).await;
+        let is_call = call.is_some();
+        let answer = self.wait(&Filled(slot), is_call, timeout).await;
         let mut guard = guard;
         match answer {
-            Ok(answer) => {
+            Answer::Result(result) => {
                 guard.done = true;
                 self.forget(id);
-                match answer {
-                    Answer::Result(result) => Ok(result),
-                    Answer::Error(error) => Err(relay_error(error)),
-                    Answer::Gone(why) => Err(self.fault(&why)),
-                }
+                Ok(result)
+            }
+            Answer::Error(error) => {
+                guard.done = true;
+                self.forget(id);
+                Err(relay_error(error))
+            }
+            Answer::Gone(why) => {
+                guard.done = true;
+                self.forget(id);
+                Err(self.fault(&why))
             }
             // The guard cancels it upstream.
-            Err(_) => Err({
-                crate::logging::limited!(
-                    crate::logging::Kind::Upstream,
-                    tracing::Level::WARN,
-                    upstream = %self.name,
-                    method,
-                    timeout_secs = timeout.as_secs(),
-                    culprit = crate::logging::Culprit::Upstream.as_str(),
-                    reason = "timeout",
-                    "upstream did not answer in time (--upstream-timeout-secs)"
-                );
-                ProviderError::Rpc {
-                    code: Code::InternalError.value(),
-                    message: format!(
-                        "upstream {} did not answer {method} within {} s (--upstream-timeout-secs)",
-                        self.name,
-                        timeout.as_secs()
-                    ),
-                    data: Some(
-                        json!({ "upstream": &*self.name, "timeoutSecs": timeout.as_secs() }),
-                    ),
-                }
-            }),
+            Answer::Late(late) => Err(self.late(method, late, timeout)),
+        }
+    }
+
+    /// Waits for `filled` until its deadline: `timeout` from now, or for a tool call (`is_call`)
+    /// `timeout` since the upstream last sent for it or was last held back, within
+    /// `--upstream-call-max-secs` from now.
+    async fn wait(&self, filled: &Filled, is_call: bool, timeout: Duration) -> Answer {
+        let started = Instant::now();
+        let total = if is_call { self.call_max } else { timeout };
+        loop {
+            let now = Instant::now();
+            let idle_end =
+                if is_call { self.idle_from(&filled.0, now) + timeout } else { started + timeout };
+            let end = idle_end.min(started + total);
+            if let Ok(answer) =
+                monoio::time::timeout(end.saturating_duration_since(now), filled).await
+            {
+                return answer;
+            }
+            let now = Instant::now();
+            if now.duration_since(started) >= total {
+                return Answer::Late(if is_call { Late::Total } else { Late::Idle });
+            }
+            if !is_call || self.idle_from(&filled.0, now) + timeout <= now {
+                return Answer::Late(Late::Idle);
+            }
+        }
+    }
+
+    /// Where a tool call's idle time starts at `now`: `now` while a reader is held back, else
+    /// the later of its last message and the end of the last hold.
+    fn idle_from(&self, slot: &Slot, now: Instant) -> Instant {
+        if self.holds.get() > 0 {
+            return now;
+        }
+        slot.heard.get().max(self.released.get())
+    }
+
+    /// The error of a request that missed its deadline: -32603 naming the flag.
+    fn late(&self, method: &str, late: Late, timeout: Duration) -> ProviderError {
+        let (flag, secs, key) = match late {
+            Late::Idle => ("--upstream-timeout-secs", timeout.as_secs(), "timeoutSecs"),
+            Late::Total => ("--upstream-call-max-secs", self.call_max.as_secs(), "callMaxSecs"),
+        };
+        crate::logging::limited!(
+            crate::logging::Kind::Upstream,
+            tracing::Level::WARN,
+            upstream = %self.name,
+            method,
+            limit_secs = secs,
+            flag,
+            culprit = crate::logging::Culprit::Upstream.as_str(),
+            reason = "timeout",
+            "upstream did not answer in time"
+        );
+        let message = match late {
+            Late::Idle => {
+                format!("upstream {} did not answer {method} within {secs} s ({flag})", self.name)
+            }
+            Late::Total => {
+                format!("upstream {} did not finish {method} within {secs} s ({flag})", self.name)
+            }
+        };
+        ProviderError::Rpc {
+            code: Code::InternalError.value(),
+            message,
+            data: Some(json!({ "upstream": &*self.name, key: secs })),
         }
     }
 
@@ -382,10 +486,16 @@ impl Peer {
         }
     }
 
-    /// The context of the newest running tool call, if any.
+    /// The context of the newest running tool call, if any, for a message of the upstream's
+    /// that belongs to it: the call has heard from its upstream (its idle timeout restarts).
     fn newest_call(&self) -> Option<CallContext> {
         let state = self.state.borrow();
-        state.calls.iter().rev().find_map(|id| state.pending.get(id)?.call.clone())
+        state.calls.iter().rev().find_map(|id| {
+            let pending = state.pending.get(id)?;
+            let call = pending.call.clone()?;
+            pending.slot.heard.set(Instant::now());
+            Some(call)
+        })
     }
 
     /// A server→client request from the upstream (sampling, elicitation, roots, ping).
@@ -417,10 +527,12 @@ impl Peer {
     fn notification(&self, method: &str, params: Value) {
         match method {
             "notifications/progress" => {
-                let call = params
-                    .get("progressToken")
-                    .and_then(Value::as_u64)
-                    .and_then(|token| self.state.borrow().pending.get(&token)?.call.clone());
+                let call = params.get("progressToken").and_then(Value::as_u64).and_then(|token| {
+                    let state = self.state.borrow();
+                    let pending = state.pending.get(&token)?;
+                    pending.slot.heard.set(Instant::now());
+                    pending.call.clone()
+                });
                 let Some(call) = call else { return };
                 let Some(progress) = params.get("progress").and_then(Value::as_f64) else { return };
                 let total = params.get("total").and_then(Value::as_f64);
@@ -451,12 +563,40 @@ impl Peer {
 /// awaits it between messages and stops reading the upstream meanwhile (its pipe or TCP window
 /// then fills, and the upstream blocks in its write). Each wait is on the call's own signal,
 /// woken when its writer sent events, its client left or the call ended; never a poll.
+///
+/// While it waits, the peer's tool calls are held back by tidemark, not idle: their idle
+/// timeouts stop (`Hold`).
 pub(crate) async fn room(peer: &std::rc::Weak<Peer>, only: Option<u64>) {
     loop {
         let full = peer.upgrade().and_then(|p| p.call_without_room(only));
         match full {
-            Some(call) => call.room().await,
+            Some(call) => {
+                let _hold = Hold::new(peer);
+                call.room().await;
+            }
             None => return,
+        }
+    }
+}
+
+/// One reader of a peer held back for a lagging client, until dropped (also when the reader's
+/// future is dropped mid-wait).
+struct Hold<'a>(&'a std::rc::Weak<Peer>);
+
+impl<'a> Hold<'a> {
+    fn new(peer: &'a std::rc::Weak<Peer>) -> Hold<'a> {
+        if let Some(p) = peer.upgrade() {
+            p.holds.set(p.holds.get() + 1);
+        }
+        Hold(peer)
+    }
+}
+
+impl Drop for Hold<'_> {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.upgrade() {
+            p.holds.set(p.holds.get().saturating_sub(1));
+            p.released.set(Instant::now());
         }
     }
 }

@@ -52,7 +52,7 @@ impl PeerEvents for Events {
 
 fn peer() -> (Rc<Peer>, Rc<Wire>, Rc<Events>) {
     let events = Rc::new(Events::default());
-    let peer = Rc::new(Peer::new(Rc::from("up"), events.clone()));
+    let peer = Rc::new(Peer::new(Rc::from("up"), events.clone(), LONG));
     let wire = Rc::new(Wire::default());
     peer.bind(wire.clone());
     (peer, wire, events)
@@ -251,5 +251,62 @@ fn list_all_follows_cursors() {
             json!({ "jsonrpc": "2.0", "id": second["id"], "result": { "tools": [2, 3] } }),
         );
         assert_eq!(listing.await, Ok(vec![json!(1), json!(2), json!(3)]));
+    });
+}
+
+#[test]
+fn progress_restarts_a_calls_idle_timeout_and_silence_ends_it() {
+    // Goal (issue 38 finding 9): a tool call's timeout runs from the upstream's last message
+    // for it: progress every 60 ms keeps a 150 ms timeout from firing over 400 ms, and the
+    // answer arrives; a request that is not a tool call keeps its timeout from the send.
+    run(async {
+        let (peer, wire, _) = peer();
+        let sink = Rc::new(RecordingSink::default());
+        let cx = sink.context();
+        let p = peer.clone();
+        let idle = Duration::from_millis(150);
+        let call =
+            monoio::spawn(async move { p.request("tools/call", json!({}), Some(cx), idle).await });
+        let q = peer.clone();
+        let plain =
+            monoio::spawn(async move { q.request("prompts/get", json!({}), None, idle).await });
+        pause(1).await;
+        let id = wire.sent.borrow()[0]["id"].as_u64().expect("id");
+        for step in 1..=7 {
+            pause(60).await;
+            peer.receive(json!({ "jsonrpc": "2.0", "method": "notifications/progress",
+                "params": { "progressToken": id, "progress": step } }));
+        }
+        peer.receive(json!({ "jsonrpc": "2.0", "id": id, "result": { "content": [] } }));
+        assert_eq!(call.await, Ok(json!({ "content": [] })), "busy, not idle");
+        let Err(ProviderError::Rpc { data, .. }) = plain.await else { panic!("timed out") };
+        assert_eq!(data.expect("data")["timeoutSecs"], 0, "the plain request timed out");
+    });
+}
+
+#[test]
+fn refuse_fails_one_call_at_once_and_reset_fails_them_all() {
+    // Goal (issue 38 finding 8): an answer that cannot be taken fails its call alone, with the
+    // reason; a reset fails every waiting call and the peer is gone.
+    run(async {
+        let (peer, wire, _) = peer();
+        let spawn = |peer: &Rc<Peer>| {
+            let p = peer.clone();
+            monoio::spawn(async move { p.request("tools/call", json!({}), None, LONG).await })
+        };
+        let (first, second, third) = (spawn(&peer), spawn(&peer), spawn(&peer));
+        pause(1).await;
+        let id = wire.sent.borrow()[0]["id"].as_u64().expect("id");
+        assert!(peer.refuse(id, "too long"));
+        assert!(!peer.refuse(id, "too long"), "no longer waiting");
+        let Err(ProviderError::Rpc { data, .. }) = first.await else { panic!("refused") };
+        assert_eq!(data.expect("data")["reason"], "too long");
+        assert!(peer.is_alive(), "one refusal leaves the link");
+        peer.reset("unreadable");
+        for call in [second, third] {
+            let Err(ProviderError::Rpc { data, .. }) = call.await else { panic!("reset") };
+            assert_eq!(data.expect("data")["reason"], "unreadable");
+        }
+        assert!(!peer.is_alive());
     });
 }

@@ -14,9 +14,14 @@ pub(crate) struct Settings {
     pub(crate) env: Vec<(String, String)>,
     pub(crate) isolation: Isolation,
     pub(crate) max_processes: usize,
+    /// `--upstream-timeout-secs`: one request; a tool call's idle timeout (`peer`).
     pub(crate) timeout: Duration,
+    /// `--upstream-call-max-secs`: one whole tool call.
+    pub(crate) call_max: Duration,
     pub(crate) start_timeout: Duration,
     pub(crate) line_bytes: usize,
+    /// `--upstream-catalog-bytes-per-core`: distinct tool listings held per core (`catalog`).
+    pub(crate) catalog_bytes: usize,
     pub(crate) queue_bytes: usize,
     pub(crate) kill_grace: Duration,
     /// `--upstream-credentials` and `--upstream-forward-authorization`, read at start-up.

@@ -7,7 +7,8 @@
 //! thread. Programs read and write a socket on fd 0/1/2 exactly like a pipe.
 //!
 //! Owns: the child (its own process group), its write queue (bounded by
-//! `--upstream-queue-bytes`), its stdout reader (lines bounded by `--upstream-line-bytes`),
+//! `--upstream-queue-bytes`), its stdout reader (lines bounded by `--upstream-line-bytes`: an
+//! over-long one fails its call at once, or resets the link when its call cannot be told),
 //! its stderr logger (rate-limited), and the core's side of its end: the child's exit as the
 //! process watcher (`process`) reports it, which ends its calls even while a grandchild keeps
 //! its stdout open, and the stop (the watcher's SIGTERM to the group, SIGKILL after
@@ -32,6 +33,7 @@ use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 use monoio::net::UnixStream;
 
 use super::credentials::Credentials;
+use super::line_head;
 use super::peer::{Peer, Transport};
 use super::process::{self, ExitNote, ProcessCount, Watched, Watcher};
 use super::settings::Settings;
@@ -261,10 +263,11 @@ async fn write_stdin(mut stdin: UnixStream, queue: Rc<RefCell<WriteQueue>>, queu
 }
 
 /// Reads the child's stdout, hands each line (one JSON-RPC message) to the peer, and reports
-/// the child's end. A line longer than `line_max` is skipped to its end and logged. After each
-/// line it waits until every running call has room (`peer::room`): one child's stdout carries
-/// all its calls' messages, so a call whose attached client lags pauses the reading for all of
-/// them (in `shared` isolation, for every session of the core that uses the child).
+/// the child's end. A line longer than `line_max` is not taken (`overlong`): the call it answers
+/// fails at once, or the link is reset. After each line it waits until every running call has
+/// room (`peer::room`): one child's stdout carries all its calls' messages, so a call whose
+/// attached client lags pauses the reading for all of them (in `shared` isolation, for every
+/// session of the core that uses the child).
 async fn read_stdout(mut stdout: UnixStream, line_max: usize, end: Rc<ChildEnd>, peer: Weak<Peer>) {
     let mut line: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut skipping = false;
@@ -277,35 +280,70 @@ async fn read_stdout(mut stdout: UnixStream, line_max: usize, end: Rc<ChildEnd>,
             Ok(n) => n,
         };
         let mut rest = &buf[..n];
-        while let Some(end) = rest.iter().position(|&b| b == b'\n') {
-            if skipping {
-                skipping = false;
-            } else {
-                line.extend_from_slice(&rest[..end]);
+        loop {
+            let newline = rest.iter().position(|&b| b == b'\n');
+            let piece = &rest[..newline.unwrap_or(rest.len())];
+            if !skipping && line.len() + piece.len() > line_max {
+                // The line's start (at most `HEAD_SCAN_BYTES`) says whose answer it is.
+                let head = line_head::HEAD_SCAN_BYTES.saturating_sub(line.len()).min(piece.len());
+                line.extend_from_slice(&piece[..head]);
+                let Some(peer) = peer.upgrade() else { return };
+                if !overlong(&peer, &line, line_max) {
+                    return;
+                }
+                line.clear();
+                line.shrink_to(READ_CHUNK);
+                skipping = true;
+            } else if !skipping {
+                line.extend_from_slice(piece);
+            }
+            let Some(at) = newline else { break };
+            if !std::mem::take(&mut skipping) {
                 let Some(peer) = peer.upgrade() else { return };
                 deliver(&peer, &line);
             }
             line.clear();
-            rest = &rest[end + 1..];
+            // A long line (a 12 MB tools/list) would otherwise keep its buffer for the child's
+            // life: one per session in `per-session` isolation.
+            line.shrink_to(READ_CHUNK);
+            rest = &rest[at + 1..];
             // Backpressure: the next line is not taken while a call's client has not been
             // written its share; the child then blocks on its full stdout (module doc).
             super::peer::room(&peer, None).await;
-        }
-        if !skipping {
-            line.extend_from_slice(rest);
-            if line.len() > line_max {
-                let name = peer.upgrade().map(|p| p.name().to_owned()).unwrap_or_default();
-                tracing::warn!(upstream = %name, limit = line_max, "upstream line longer than --upstream-line-bytes skipped");
-                line.clear();
-                line.shrink_to(READ_CHUNK);
-                skipping = true;
-            }
         }
         buf.clear();
     }
     let why = exit_reason(&end).await;
     if let Some(peer) = peer.upgrade() {
         peer.closed(&why);
+    }
+}
+
+/// A stdout line outgrew `line_max`; `head` is its start. When it is the answer to a waiting
+/// request, that request fails at once with -32603 naming the flag, and the rest of the line
+/// is skipped; a request or notification from the upstream is skipped. A line whose kind its
+/// start does not tell resets the link (its calls fail at once; the next request starts the
+/// child again): skipping it could leave a call waiting out `--upstream-timeout-secs` for an
+/// answer that came. False after a reset (the reader stops).
+fn overlong(peer: &Peer, head: &[u8], line_max: usize) -> bool {
+    let kind = line_head::read(head);
+    tracing::warn!(upstream = %peer.name(), limit = line_max, kind = ?kind, "upstream line longer than --upstream-line-bytes not taken");
+    match kind {
+        line_head::Head::Answer(id) => {
+            let why = format!(
+                "its answer is longer than --upstream-line-bytes ({line_max} bytes) and was not taken"
+            );
+            peer.refuse(id, &why);
+            true
+        }
+        line_head::Head::Other => true,
+        line_head::Head::Unknown => {
+            peer.reset(&format!(
+                "it wrote a line longer than --upstream-line-bytes ({line_max} bytes) whose \
+                 request id could not be read; its connection was reset"
+            ));
+            false
+        }
     }
 }
 

@@ -105,7 +105,10 @@ struct Link {
     addr: SocketAddr,
     /// `--upstream-line-bytes`: the longest JSON body or SSE event.
     line_max: usize,
-    /// `--upstream-timeout-secs`: how long a POST may take end to end.
+    /// How long a POST may take end to end: `--upstream-call-max-secs` (or
+    /// `--upstream-timeout-secs` when longer). A call's idle timeout, which may end it earlier,
+    /// is the peer's (`peer::Peer::request`): a response stream the upstream keeps busy, or that
+    /// tidemark holds back for a slow client, is not cut at `--upstream-timeout-secs`.
     timeout: Duration,
     peer: Weak<Peer>,
     /// `Some` from the first response that carried `Mcp-Session-Id`.
@@ -159,7 +162,8 @@ impl HttpTransport {
         let endpoint = parse_url(url).map_err(|e| format!("{url}: {e}"))?;
         let addr = resolve(&endpoint)?;
         tracing::info!(upstream = %name, %addr, "upstream http transport ready");
-        let mut link = Link::new(name, endpoint, addr, settings.line_bytes, settings.timeout, peer);
+        let post_max = settings.timeout.max(settings.call_max);
+        let mut link = Link::new(name, endpoint, addr, settings.line_bytes, post_max, peer);
         link.credentials = credentials;
         link.caller = caller;
         link.client = client;
