@@ -8,6 +8,12 @@
 //! Owns: the flag syntax (`NAME=GLOB[,GLOB…]`, NAME an `--upstream`'s `NAME=` or `*` for every
 //! upstream), the glob (`*` any run, `?` one character), deny-over-allow, and the limit on globs
 //! per upstream. Never: knows prefixes (globs match the upstream's own names and URIs).
+//!
+//! Case: a glob compares bytes, so tool and prompt names match case-sensitively, as the
+//! upstream spells them (`deny delete_*` does not hide `Delete_all`); resource URIs are matched
+//! in canonical form (`uri::canonical`, lower-case scheme and host), globs put in the same form
+//! by the server (`UpstreamFilters::with_resource_globs`). docs/gateway.md says what a filter
+//! cannot protect (an upstream that resolves names loosely).
 
 use super::upstream::UpstreamSpec;
 
@@ -75,6 +81,17 @@ pub(crate) struct UpstreamFilters {
 }
 
 impl UpstreamFilters {
+    /// The same filters with each resource glob passed through `canonical`: the bridge matches
+    /// resource URIs in their canonical form (`uri::canonical`), so a glob is put in that form
+    /// too (`FILE:///srv//secret/*` then filters what `file:///srv/secret/*` does).
+    pub(crate) fn with_resource_globs(mut self, canonical: impl Fn(&str) -> String) -> Self {
+        let resources = &mut self.resources;
+        for glob in resources.allow.iter_mut().chain(resources.deny.iter_mut()) {
+            *glob = canonical(glob);
+        }
+        self
+    }
+
     /// The filters of the upstream `spec`, checked (`NameFilter::for_upstream`), with at most
     /// `globs_max` globs of all kinds together.
     pub(crate) fn for_upstream(

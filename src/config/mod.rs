@@ -25,7 +25,7 @@ mod filter;
 pub(crate) use filter::glob_matches;
 pub use filter::FilterError;
 pub(crate) use filter::UPSTREAM_FILTER_GLOBS_MAX;
-pub(crate) use filter::{NameFilter, UpstreamFilters};
+pub(crate) use filter::UpstreamFilters;
 mod upstream;
 #[cfg(test)]
 pub(crate) use upstream::UPSTREAM_NAME_BYTES_MAX;

@@ -563,17 +563,13 @@ impl Registry {
     ) {
         let result = match method {
             "ping" => Ok(serde_json::json!({})),
-            "resources/subscribe" | "resources/unsubscribe" => {
-                match params.get("uri").and_then(|u| u.as_str()) {
-                    Some(uri) => {
-                        let on = method == "resources/subscribe";
-                        self.subscribe(session, uri, on).await.map(|()| serde_json::json!({}))
-                    }
-                    None => {
-                        Err(ProviderError::InvalidParams(format!("{method} needs a string uri")))
-                    }
+            "resources/subscribe" | "resources/unsubscribe" => match resource_uri(method, params) {
+                Ok(uri) => {
+                    let on = method == "resources/subscribe";
+                    self.subscribe(session, uri, on).await.map(|()| serde_json::json!({}))
                 }
-            }
+                Err(e) => Err(e),
+            },
             "tools/list" => {
                 self.refresh_if_stale(session).await;
                 let table = self.table(session);
@@ -588,13 +584,13 @@ impl Registry {
                 listed.map(|list| only_allowed(list, "resources", "uri", Kind::Resource, access))
             }
             "resources/templates/list" => {
-                self.gather("resourceTemplates", |p| p.list_resource_templates(session)).await
+                let key = "resourceTemplates";
+                let listed = self.gather(key, |p| p.list_resource_templates(session)).await;
+                listed.map(|list| only_allowed(list, key, "uriTemplate", Kind::Resource, access))
             }
-            "resources/read" => match params.get("uri").and_then(|u| u.as_str()) {
-                Some(uri) => self.read_resource(session, uri).await,
-                None => {
-                    Err(ProviderError::InvalidParams("resources/read needs a string uri".into()))
-                }
+            "resources/read" => match resource_uri(method, params) {
+                Ok(uri) => self.read_resource(session, uri).await,
+                Err(e) => Err(e),
             },
             "prompts/list" => {
                 let listed = self.gather("prompts", |p| p.list_prompts(session)).await;
@@ -652,7 +648,9 @@ impl Registry {
     }
 
     /// Passes a subscription change to the first provider that owns `uri`. One that no
-    /// provider owns is accepted as before (tidemark sends no updates for it).
+    /// provider takes is accepted when a provider lists it (one keeping no subscriptions, as
+    /// the built-in catalogs: tidemark sends no updates for it), and is otherwise refused as a
+    /// read of it would be (a URI that is unknown, or that a filter hides, is not found).
     async fn subscribe(
         &self,
         session: SessionRef,
@@ -664,7 +662,18 @@ impl Registry {
                 return Ok(());
             }
         }
-        Ok(())
+        let canonical = crate::uri::canonical(uri).ok();
+        for provider in self.providers().iter() {
+            let listed = provider.list_resources(session).await.unwrap_or_default();
+            let same = |item: &Value| {
+                let listed = item.get("uri").and_then(Value::as_str).unwrap_or("");
+                listed == uri || canonical.as_deref() == crate::uri::canonical(listed).ok().as_deref()
+            };
+            if listed.iter().any(same) {
+                return Ok(());
+            }
+        }
+        Err(resource_not_found(uri))
     }
 
     /// The `resources/read` result from the first provider that knows `uri`.
@@ -674,12 +683,7 @@ impl Registry {
                 return Ok(found);
             }
         }
-        // SEP-2164: -32602 with the uri in `data`, never an empty `contents`.
-        Err(ProviderError::Rpc {
-            code: crate::wire::Code::InvalidParams.value(),
-            message: format!("Resource not found: {uri}"),
-            data: Some(serde_json::json!({ "uri": uri })),
-        })
+        Err(resource_not_found(uri))
     }
 
     /// The `prompts/get` result from the first provider that has a prompt called `name`.
@@ -741,6 +745,28 @@ pub(crate) struct Replaced {
     pub(crate) starts: Vec<SessionStart>,
 }
 
+/// SEP-2164's answer to a resource no provider serves: -32602 with the uri in `data`, never
+/// an empty `contents`.
+fn resource_not_found(uri: &str) -> ProviderError {
+    ProviderError::Rpc {
+        code: crate::wire::Code::InvalidParams.value(),
+        message: format!("Resource not found: {uri}"),
+        data: Some(serde_json::json!({ "uri": uri })),
+    }
+}
+
+/// The `uri` of a `resources/read`, `subscribe` or `unsubscribe`, refused `-32602` when it is
+/// missing or has no canonical form (`uri::canonical`): such a request reaches no provider.
+fn resource_uri<'p>(method: &str, params: &'p WireValue) -> Result<&'p str, ProviderError> {
+    let Some(uri) = params.get("uri").and_then(|u| u.as_str()) else {
+        return Err(ProviderError::InvalidParams(format!("{method} needs a string uri")));
+    };
+    match crate::uri::canonical(uri) {
+        Ok(_) => Ok(uri),
+        Err(why) => Err(ProviderError::InvalidParams(crate::uri::refusal(uri, why))),
+    }
+}
+
 /// Whether `list` holds `provider` (the same instance).
 fn holds(list: &[Rc<dyn Provider>], provider: &Rc<dyn Provider>) -> bool {
     list.iter().any(|p| std::ptr::addr_eq(Rc::as_ptr(p), Rc::as_ptr(provider)))
@@ -773,8 +799,8 @@ fn tools_for(table: &ToolTable, access: Access<'_>) -> Value {
 }
 
 /// A prompts or resources listing with only the items `access` allows (by their `field`:
-/// name or uri; the policy's name rules, as `core::forbidden` applies to `prompts/get` and
-/// `resources/read`).
+/// name, uri or uriTemplate; the policy's name rules, as `core::forbidden` applies to
+/// `prompts/get` and `resources/read`: a uri in canonical form, and one without is left out).
 fn only_allowed(
     mut list: Value,
     key: &str,
@@ -786,7 +812,13 @@ fn only_allowed(
     if let Some(Value::Array(items)) = list.get_mut(key) {
         items.retain(|item| {
             let name = item.get(field).and_then(Value::as_str).unwrap_or("");
-            access.allows(Item { kind, name, provider: "", read_only: true })
+            let canonical = match field {
+                "uri" => crate::uri::canonical(name).ok(),
+                _ => Some(name.to_owned()),
+            };
+            canonical.is_some_and(|name| {
+                access.allows(Item { kind, name: &name, provider: "", read_only: true })
+            })
         });
     }
     list

@@ -79,7 +79,7 @@ pub(crate) fn build(
         .upstream_filters()
         .map_err(|e| SetError::Credentials(e.to_string()))?
         .into_iter()
-        .map(Arc::new)
+        .map(|f| Arc::new(f.with_resource_globs(crate::uri::canonical_glob)))
         .collect();
     let policies = cfg.upstream_policies()?;
     let protocols = cfg.upstream_protocols()?;

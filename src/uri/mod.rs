@@ -135,6 +135,13 @@ pub(crate) fn canonical(uri: &str) -> Result<String, UriError> {
     Ok(out)
 }
 
+/// The message of a `-32602` for `uri`, which has no canonical form because of `why`: the
+/// URI's first 256 characters (a refused URI may be as long as a body) and the reason.
+pub(crate) fn refusal(uri: &str, why: UriError) -> String {
+    let shown: String = uri.chars().take(256).collect();
+    format!("resource uri {shown:?} refused: {why}")
+}
+
 /// A glob of resource URIs (a filter's, a policy rule's) in the form the URIs it is matched
 /// against take: its canonical form when it has one (`FILE:///srv/*` → `file:///srv/*`), else
 /// itself (`*secret*` has no scheme).
