@@ -243,6 +243,10 @@ struct Flags {
     /// Most --upstream-allow-* and --upstream-deny-* globs (all kinds) for one upstream.
     #[arg(long, default_value_t = config::UPSTREAM_FILTER_GLOBS_MAX)]
     upstream_filter_globs_max: usize,
+    /// Longest resource URI (bytes) a resources/read, resources/subscribe or completion may
+    /// name; a longer one is refused with -32602.
+    #[arg(long, default_value_t = config::RESOURCE_URI_BYTES_MAX)]
+    resource_uri_bytes_max: usize,
     /// What a session does when upstream NAME ('*': every upstream) is down as it starts:
     /// required (the default: initialize gets 503 + Retry-After naming it) or optional (the
     /// session starts without its tools; they return with tools/list_changed); repeatable.
@@ -526,6 +530,7 @@ impl Flags {
             upstream_deny_resources: self.upstream_deny_resources,
             upstream_prefix: self.upstream_prefix,
             upstream_filter_globs_max: self.upstream_filter_globs_max,
+            resource_uri_bytes_max: self.resource_uri_bytes_max,
             upstream_policy: self.upstream_policy,
             upstream_protocol: self.upstream_protocol,
             upstream_breaker_failures: self.upstream_breaker_failures,

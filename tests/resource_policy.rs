@@ -232,7 +232,7 @@ fn assert_sealed(client: &Client<'_>, dir: &Dir, ctx: &str) {
 }
 
 /// Goal: the deny filter holds against every spelling (no leak, nothing forwarded), and the
-/// public files stay readable.
+/// public files stay readable; `--resource-uri-bytes-max` holds at N and refuses N+1.
 #[test]
 fn a_deny_filter_holds_against_every_spelling() {
     for driver in DRIVERS {
@@ -245,11 +245,23 @@ fn a_deny_filter_holds_against_every_spelling() {
                 "*=file:///srv/secret/*",
                 "--upstream-deny-prompts",
                 "*=secret_*",
+                "--resource-uri-bytes-max",
+                "100",
             ],
         );
         let client = Client::open(&server, None);
-        assert_sealed(&client, &dir, &format!("{driver} filter"));
-        legitimate(&client, &dir, &format!("{driver} filter"));
+        let ctx = format!("{driver} filter");
+        assert_sealed(&client, &dir, &ctx);
+        legitimate(&client, &dir, &ctx);
+        // `--resource-uri-bytes-max` at N (forwarded: the fixture has no such file) and N+1.
+        let head = "file:///srv/public/";
+        let at = format!("{head}{}", "a".repeat(100 - head.len()));
+        let r = client.read(&at);
+        assert_eq!(r.json()["error"]["message"], "Resource not found", "{ctx}: {}", r.text());
+        let r = client.read(&format!("{at}a"));
+        assert_eq!(r.json()["error"]["code"], -32602, "{ctx}: {}", r.text());
+        let message = r.json()["error"]["message"].as_str().unwrap_or("").to_owned();
+        assert!(message.contains("longer than 100 bytes (--resource-uri-bytes-max)"), "{message}");
     }
 }
 

@@ -22,6 +22,13 @@ use super::upstream::UpstreamSpec;
 /// against its kind's globs, so the bound keeps a listing's cost linear in the items.
 pub(crate) const UPSTREAM_FILTER_GLOBS_MAX: usize = 64;
 
+/// The longest resource URI a request may name, in bytes (`--resource-uri-bytes-max`): what
+/// a `resources/read`, `resources/subscribe` or a completion's reference is refused `-32602`
+/// beyond. Long enough for any real path (Linux's PATH_MAX is 4096; common HTTP URL limits are
+/// 8 KiB); it bounds the cost of matching the URI against an upstream's templates
+/// (`uri::template`, linear in the URI per template byte).
+pub(crate) const RESOURCE_URI_BYTES_MAX: usize = 8 * 1024;
+
 /// Which tool names of one upstream are exposed: those an allow glob matches (every name when
 /// there is none) and no deny glob matches. Deny wins.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -190,6 +190,8 @@ pub(crate) struct Registry {
     /// bridge's names its upstream), the answer to a 2026-07-28 call of a tool no provider
     /// lists (that provider could not list its tools), instead of "unknown tool".
     stateless_failure: RefCell<Option<ProviderError>>,
+    /// `--resource-uri-bytes-max`: a longer resource URI is refused before any provider.
+    uri_bytes_max: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -224,9 +226,16 @@ impl Registry {
             stateless: std::cell::Cell::new(StatelessOpen::Closed),
             stateless_opened: Default::default(),
             stateless_failure: RefCell::new(None),
+            uri_bytes_max: crate::config::RESOURCE_URI_BYTES_MAX,
         };
         registry.relist_tools().await;
         registry
+    }
+
+    /// The registry with `--resource-uri-bytes-max` set to `max`.
+    pub(crate) fn with_uri_bytes_max(mut self, max: usize) -> Registry {
+        self.uri_bytes_max = max;
+        self
     }
 
     /// Lists the providers' tools again if one said they changed: the core's, and `session`'s
@@ -563,7 +572,7 @@ impl Registry {
     ) {
         let result = match method {
             "ping" => Ok(serde_json::json!({})),
-            "resources/subscribe" | "resources/unsubscribe" => match resource_uri(method, params) {
+            "resources/subscribe" | "resources/unsubscribe" => match resource_uri(method, params, self.uri_bytes_max) {
                 Ok(uri) => {
                     let on = method == "resources/subscribe";
                     self.subscribe(session, uri, on).await.map(|()| serde_json::json!({}))
@@ -588,7 +597,7 @@ impl Registry {
                 let listed = self.gather(key, |p| p.list_resource_templates(session)).await;
                 listed.map(|list| only_allowed(list, key, "uriTemplate", Kind::Resource, access))
             }
-            "resources/read" => match resource_uri(method, params) {
+            "resources/read" => match resource_uri(method, params, self.uri_bytes_max) {
                 Ok(uri) => self.read_resource(session, uri).await,
                 Err(e) => Err(e),
             },
@@ -757,11 +766,15 @@ fn resource_not_found(uri: &str) -> ProviderError {
 
 /// The `uri` of a `resources/read`, `subscribe` or `unsubscribe`, refused `-32602` when it is
 /// missing or has no canonical form (`uri::canonical`): such a request reaches no provider.
-fn resource_uri<'p>(method: &str, params: &'p WireValue) -> Result<&'p str, ProviderError> {
+fn resource_uri<'p>(
+    method: &str,
+    params: &'p WireValue,
+    max: usize,
+) -> Result<&'p str, ProviderError> {
     let Some(uri) = params.get("uri").and_then(|u| u.as_str()) else {
         return Err(ProviderError::InvalidParams(format!("{method} needs a string uri")));
     };
-    match crate::uri::canonical(uri) {
+    match crate::uri::canonical_bounded(uri, max) {
         Ok(_) => Ok(uri),
         Err(why) => Err(ProviderError::InvalidParams(crate::uri::refusal(uri, why))),
     }

@@ -99,6 +99,7 @@ pub(crate) fn build(
         breaker_failures: cfg.upstream_breaker_failures,
         input_rounds_max: cfg.upstream_input_rounds_max,
         breaker_pause: cfg.upstream_breaker_pause,
+        resource_uri_bytes_max: cfg.resource_uri_bytes_max,
     });
     let prefixes = cfg.upstream_prefixes().map_err(ConfigError::from)?;
     let prefixed = crate::upstream::probe::plan(&cfg.upstreams, &prefixes, builtin, &settings)

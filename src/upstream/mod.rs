@@ -643,7 +643,8 @@ impl Bridge {
     /// when the resource filter allows it (`None`: refused as unknown); `-32602` naming the
     /// problem when it has none (`uri::UriError`).
     fn allowed_uri(&self, uri: &str) -> ProviderResult<Option<String>> {
-        let canonical = crate::uri::canonical(uri).map_err(|e| invalid_uri(uri, e))?;
+        let max = self.settings.resource_uri_bytes_max;
+        let canonical = crate::uri::canonical_bounded(uri, max).map_err(|e| invalid_uri(uri, e))?;
         Ok(self.filters.resources.allows(&canonical).then_some(canonical))
     }
 

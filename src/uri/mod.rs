@@ -16,8 +16,9 @@
 //! Refused (`UriError`, the peer's mistake, answered `-32602`): no scheme; a control character,
 //! raw or escaped; a `%` not followed by two hex digits; a backslash, raw or escaped, or an
 //! escaped `/` in the path (each would change how a server splits the path into segments while
-//! the policy saw one segment); a `file:` path that is not absolute; more than
-//! `RESOURCE_URI_BYTES_MAX` bytes (the template matcher is linear in the URI per template).
+//! the policy saw one segment); a `file:` path that is not absolute; from a client, more than
+//! `--resource-uri-bytes-max` bytes (`canonical_bounded`: the template matcher is linear in the
+//! URI per template byte).
 //!
 //! Used by: `core` (the scope rule), `dispatch` (refusing what does not canonicalise, listings),
 //! `upstream` (what is forwarded), `auth::policy` and `config::filter` (globs put in the same
@@ -27,16 +28,11 @@ pub(crate) mod template;
 
 use std::fmt::Write as _;
 
-/// The longest resource URI a request may name, in bytes. Long enough for any real path
-/// (Linux's PATH_MAX is 4096, common HTTP URL limits are 8 KiB); the bound keeps template
-/// matching (`template::matches`, O(URI × template)) small. A longer one is `-32602`.
-pub(crate) const RESOURCE_URI_BYTES_MAX: usize = 8 * 1024;
-
 /// Why a resource URI has no canonical form (the peer's mistake: `-32602`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum UriError {
-    /// Longer than `RESOURCE_URI_BYTES_MAX`.
-    #[error("longer than {0} bytes")]
+    /// Longer than `--resource-uri-bytes-max` (`canonical_bounded`).
+    #[error("longer than {0} bytes (--resource-uri-bytes-max)")]
     TooLong(usize),
     /// No `scheme:` at its start (a relative reference, or a scheme with other characters).
     #[error("no scheme (an absolute URI starts with `scheme:`)")]
@@ -68,11 +64,17 @@ enum Part {
     Tail,
 }
 
+/// `canonical` of a URI a client named, refused when longer than `max` bytes
+/// (`--resource-uri-bytes-max`): the bound of what is matched against templates.
+pub(crate) fn canonical_bounded(uri: &str, max: usize) -> Result<String, UriError> {
+    if uri.len() > max {
+        return Err(UriError::TooLong(max));
+    }
+    canonical(uri)
+}
+
 /// The canonical form of `uri` (see the module doc), or why it has none.
 pub(crate) fn canonical(uri: &str) -> Result<String, UriError> {
-    if uri.len() > RESOURCE_URI_BYTES_MAX {
-        return Err(UriError::TooLong(RESOURCE_URI_BYTES_MAX));
-    }
     if uri.chars().any(char::is_control) {
         return Err(UriError::Control);
     }
@@ -387,10 +389,10 @@ mod tests {
     #[test]
     fn length_limit() {
         let head = "file:///";
-        let at = format!("{head}{}", "a".repeat(RESOURCE_URI_BYTES_MAX - head.len()));
-        assert!(canonical(&at).is_ok());
+        let at = format!("{head}{}", "a".repeat(100 - head.len()));
+        assert!(canonical_bounded(&at, 100).is_ok());
         let over = format!("{at}a");
-        assert_eq!(canonical(&over), Err(UriError::TooLong(RESOURCE_URI_BYTES_MAX)));
+        assert_eq!(canonical_bounded(&over, 100), Err(UriError::TooLong(100)));
     }
 
     /// Goal: a canonical form is its own canonical form (idempotent), so comparing canonical

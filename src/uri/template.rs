@@ -199,7 +199,7 @@ mod tests {
     /// answers at once (no backtracking blow-up).
     #[test]
     fn no_blow_up() {
-        let uri = format!("x:{}b", "a".repeat(super::super::RESOURCE_URI_BYTES_MAX - 3));
+        let uri = format!("x:{}b", "a".repeat(crate::config::RESOURCE_URI_BYTES_MAX - 3));
         let template = format!("x:{}c", "{a}".repeat(64));
         let start = std::time::Instant::now();
         assert!(!matches(&template, &uri));
