@@ -96,11 +96,18 @@ impl Drop for Dir {
     }
 }
 
-/// tidemark on `driver` fronting the fixture (its log in `dir`), with `extra` flags.
-fn start(driver: &str, dir: &Dir, extra: &[&str]) -> Server {
-    let upstream = format!("stdio:python3 {FIXTURE}");
+/// tidemark on `driver` fronting the fixture (its log in `dir`), with `extra` flags: one
+/// unnamed upstream, or one per name of `names` (then prefixed: `NAME+uri`, `NAME__prompt`).
+fn start(driver: &str, dir: &Dir, names: &[&str], extra: &[&str]) -> Server {
+    let upstreams: Vec<String> = match names {
+        [] => vec![format!("stdio:python3 {FIXTURE}")],
+        names => names.iter().map(|n| format!("{n}=stdio:python3 {FIXTURE}")).collect(),
+    };
     let env = format!("FILE_LOG={}", dir.0.join("upstream.log").display());
-    let mut args = vec!["--threads", "1", "--upstream", &upstream, "--upstream-env", &env];
+    let mut args = vec!["--threads", "1", "--upstream-env", &env];
+    for upstream in &upstreams {
+        args.extend_from_slice(&["--upstream", upstream]);
+    }
     args.extend_from_slice(&["--upstream-kill-grace-ms", "200"]);
     args.extend_from_slice(extra);
     Server::on(driver, &args)
@@ -137,7 +144,9 @@ impl<'a> Client<'a> {
     }
 
     fn ask(&self, method: &str, params: Value) -> Response {
-        self.post(&json!({ "jsonrpc": "2.0", "id": 7, "method": method, "params": params }).to_string())
+        self.post(
+            &json!({ "jsonrpc": "2.0", "id": 7, "method": method, "params": params }).to_string(),
+        )
     }
 
     fn read(&self, uri: &str) -> Response {
@@ -145,13 +154,16 @@ impl<'a> Client<'a> {
     }
 
     fn complete(&self, reference: Value) -> Response {
-        self.ask("completion/complete", json!({ "ref": reference, "argument": { "name": "path", "value": "" } }))
+        self.ask(
+            "completion/complete",
+            json!({ "ref": reference, "argument": { "name": "path", "value": "" } }),
+        )
     }
 }
 
 /// Every way of reaching the secret, each spelling with each method: the leaks found (what was
 /// asked and what came back), and how many were tried.
-fn leaks(client: &Client<'_>) -> (Vec<String>, usize) {
+fn leaks(client: &Client<'_>, prefix: &str) -> (Vec<String>, usize) {
     let mut found = Vec::new();
     let mut tried = 0;
     let mut check = |what: String, r: Response, subscribe: bool| {
@@ -162,17 +174,19 @@ fn leaks(client: &Client<'_>) -> (Vec<String>, usize) {
             found.push(format!("{what} -> {} {text}", r.status));
         }
     };
-    for uri in SPELLINGS {
-        check(format!("read {uri}"), client.read(uri), false);
+    for uri in SPELLINGS.iter().map(|s| format!("{prefix}{s}")) {
+        check(format!("read {uri}"), client.read(&uri), false);
         let subscribe = client.ask("resources/subscribe", json!({ "uri": uri }));
         check(format!("subscribe {uri}"), subscribe, true);
         let reference = json!({ "type": "ref/resource", "uri": uri });
         check(format!("complete {uri}"), client.complete(reference), false);
     }
-    let secret_prompt = json!({ "type": "ref/prompt", "name": "secret_prompt" });
-    check("complete secret_prompt".into(), client.complete(secret_prompt), false);
-    let get = client.ask("prompts/get", json!({ "name": "secret_prompt" }));
-    check("get secret_prompt".into(), get, false);
+    let name =
+        if prefix.is_empty() { "secret_prompt".to_owned() } else { "a__secret_prompt".into() };
+    let secret_prompt = json!({ "type": "ref/prompt", "name": name });
+    check(format!("complete {name}"), client.complete(secret_prompt), false);
+    let get = client.ask("prompts/get", json!({ "name": name }));
+    check(format!("get {name}"), get, false);
     (found, tried)
 }
 
@@ -222,8 +236,8 @@ fn legitimate(client: &Client<'_>, dir: &Dir, ctx: &str) {
 }
 
 /// Asserts no leak and that the secret's path never reached the upstream.
-fn assert_sealed(client: &Client<'_>, dir: &Dir, ctx: &str) {
-    let (found, tried) = leaks(client);
+fn assert_sealed(client: &Client<'_>, dir: &Dir, ctx: &str, prefix: &str) {
+    let (found, tried) = leaks(client, prefix);
     eprintln!("{ctx}: {} leaks of {tried} tries", found.len());
     assert!(found.is_empty(), "{ctx}: {} of {tried} leaked:\n{}", found.len(), found.join("\n"));
     let log = dir.log();
@@ -240,6 +254,7 @@ fn a_deny_filter_holds_against_every_spelling() {
         let server = start(
             driver,
             &dir,
+            &[],
             &[
                 "--upstream-deny-resources",
                 "*=file:///srv/secret/*",
@@ -251,7 +266,7 @@ fn a_deny_filter_holds_against_every_spelling() {
         );
         let client = Client::open(&server, None);
         let ctx = format!("{driver} filter");
-        assert_sealed(&client, &dir, &ctx);
+        assert_sealed(&client, &dir, &ctx, "");
         legitimate(&client, &dir, &ctx);
         // `--resource-uri-bytes-max` at N (forwarded: the fixture has no such file) and N+1.
         let head = "file:///srv/public/";
@@ -273,15 +288,13 @@ fn a_scope_rule_holds_against_every_spelling() {
     for driver in DRIVERS {
         let dir = Dir::new(&format!("policy-{driver}"));
         let tokens = dir.file("tokens", "tok-reader reader\ntok-admin admin secrets\n");
-        let policy = dir.file(
-            "policy",
-            "resource FILE:///srv//secret/* secrets\nprompt secret_* secrets\n",
-        );
+        let policy =
+            dir.file("policy", "resource FILE:///srv//secret/* secrets\nprompt secret_* secrets\n");
         let server =
-            start(driver, &dir, &["--auth-tokens", &tokens, "--auth-policy", &policy]);
+            start(driver, &dir, &[], &["--auth-tokens", &tokens, "--auth-policy", &policy]);
         let reader = Client::open(&server, Some("tok-reader"));
         let ctx = format!("{driver} policy");
-        assert_sealed(&reader, &dir, &ctx);
+        assert_sealed(&reader, &dir, &ctx, "");
         let r = reader.read("file:///srv/public/../secret/key");
         assert_eq!(r.status, 403, "{ctx}: refused as the secret is: {}", r.text());
         legitimate(&reader, &dir, &ctx);
@@ -292,5 +305,30 @@ fn a_scope_rule_holds_against_every_spelling() {
         }
         let r = admin.complete(json!({ "type": "ref/prompt", "name": "secret_prompt" }));
         assert!(r.text().contains(SECRET), "{ctx} admin: {}", r.text());
+    }
+}
+
+/// Goal: with several upstreams (URIs prefixed `NAME+`), a scope rule on one upstream's
+/// prefixed URIs holds against every spelling after the prefix (`a+FILE:`, `a+file:////…`),
+/// and a token with the scope reads through the prefix.
+#[test]
+fn a_scope_rule_on_prefixed_uris_holds() {
+    for driver in DRIVERS {
+        let dir = Dir::new(&format!("prefixed-{driver}"));
+        let tokens = dir.file("tokens", "tok-reader reader\ntok-admin admin secrets\n");
+        let rules = "resource a+file:///srv/secret/* secrets\nprompt a__secret_* secrets\n";
+        let policy = dir.file("policy", rules);
+        let flags = ["--auth-tokens", &tokens, "--auth-policy", &policy];
+        let server = start(driver, &dir, &["a", "b"], &flags);
+        let ctx = format!("{driver} prefixed");
+        let reader = Client::open(&server, Some("tok-reader"));
+        assert_sealed(&reader, &dir, &ctx, "a+");
+        let r = reader.read("a+file:///srv/public/readme.txt");
+        assert_eq!(r.json()["result"]["contents"][0]["text"], "public readme", "{ctx}");
+        let admin = Client::open(&server, Some("tok-admin"));
+        let r = admin.read("a+FILE://localhost//srv/public/../secret/key");
+        assert!(r.text().contains(SECRET), "{ctx} admin: {}", r.text());
+        let uri = &r.json()["result"]["contents"][0]["uri"];
+        assert_eq!(uri, "a+file:///srv/secret/key", "{ctx}: the listed spelling was asked for");
     }
 }

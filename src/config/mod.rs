@@ -24,8 +24,8 @@ pub use rate::{RateLimit, RateLimitError, RateScope};
 mod filter;
 pub(crate) use filter::glob_matches;
 pub use filter::FilterError;
-pub(crate) use filter::{RESOURCE_URI_BYTES_MAX, UPSTREAM_FILTER_GLOBS_MAX};
 pub(crate) use filter::UpstreamFilters;
+pub(crate) use filter::{RESOURCE_URI_BYTES_MAX, UPSTREAM_FILTER_GLOBS_MAX};
 mod upstream;
 #[cfg(test)]
 pub(crate) use upstream::UPSTREAM_NAME_BYTES_MAX;

@@ -572,13 +572,15 @@ impl Registry {
     ) {
         let result = match method {
             "ping" => Ok(serde_json::json!({})),
-            "resources/subscribe" | "resources/unsubscribe" => match resource_uri(method, params, self.uri_bytes_max) {
-                Ok(uri) => {
-                    let on = method == "resources/subscribe";
-                    self.subscribe(session, uri, on).await.map(|()| serde_json::json!({}))
+            "resources/subscribe" | "resources/unsubscribe" => {
+                match resource_uri(method, params, self.uri_bytes_max) {
+                    Ok(uri) => {
+                        let on = method == "resources/subscribe";
+                        self.subscribe(session, uri, on).await.map(|()| serde_json::json!({}))
+                    }
+                    Err(e) => Err(e),
                 }
-                Err(e) => Err(e),
-            },
+            }
             "tools/list" => {
                 self.refresh_if_stale(session).await;
                 let table = self.table(session);
@@ -676,7 +678,8 @@ impl Registry {
             let listed = provider.list_resources(session).await.unwrap_or_default();
             let same = |item: &Value| {
                 let listed = item.get("uri").and_then(Value::as_str).unwrap_or("");
-                listed == uri || canonical.as_deref() == crate::uri::canonical(listed).ok().as_deref()
+                listed == uri
+                    || canonical.as_deref() == crate::uri::canonical(listed).ok().as_deref()
             };
             if listed.iter().any(same) {
                 return Ok(());

@@ -11,7 +11,8 @@
 //! decoded (the IRI form, RFC 3987 §3.2, so `s%C3%A9cret` and `sécret` are one name); ASCII
 //! characters a URI may not hold (space, `"`, `<`, …) escaped; and for `file:` (RFC 8089) an
 //! empty host for `localhost`, an empty authority when there was none, repeated slashes
-//! collapsed and a trailing slash dropped, as a file server resolves them.
+//! collapsed and a trailing slash dropped, as a file server resolves them (`NAME+file:` too,
+//! the bridge's prefixed form of an upstream's `file:` URI).
 //!
 //! Refused (`UriError`, the peer's mistake, answered `-32602`): no scheme; a control character,
 //! raw or escaped; a `%` not followed by two hex digits; a backslash, raw or escaped, or an
@@ -85,12 +86,13 @@ pub(crate) fn canonical(uri: &str) -> Result<String, UriError> {
     // `_` is not in RFC 3986's scheme set, but an upstream's name (`NAME+scheme:`, the
     // bridge's prefix) may hold it.
     let scheme_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.' | '_');
-    if !scheme.starts_with(|c: char| c.is_ascii_alphabetic()) || !scheme.chars().all(scheme_char)
-    {
+    if !scheme.starts_with(|c: char| c.is_ascii_alphabetic()) || !scheme.chars().all(scheme_char) {
         return Err(UriError::NoScheme);
     }
     let scheme = scheme.to_ascii_lowercase();
-    let file = scheme == "file";
+    // `NAME+file:` is a `file:` URI of upstream NAME as clients see it (the bridge's prefix):
+    // a policy rule on it must meet every spelling as the unprefixed one does.
+    let file = scheme.rsplit('+').next() == Some("file");
     let (rest, fragment) = split_off(rest, '#');
     let (hier, query) = split_off(rest, '?');
     let (authority, path) = match hier.strip_prefix("//") {
@@ -352,6 +354,9 @@ mod tests {
             ("file:///%c2%85", "file:///%C2%85"),
             ("a+file:///x", "a+file:///x"),
             ("My_Up+FILE:///x", "my_up+file:///x"),
+            ("a+file:////srv//x/../y/", "a+file:///srv/y"),
+            ("a+file://localhost/x", "a+file:///x"),
+            ("svn+ssh://h//x", "svn+ssh://h//x"),
             ("file:///", "file:///"),
             ("file://", "file:///"),
             ("x:?%41#%42", "x:?A#B"),

@@ -93,9 +93,8 @@ fn step(uri: &[u8], active: &[bool], next: &mut [bool], lead: Option<u8>, class:
         if open {
             next[p] = true;
         }
-        let continues = (open || (lead.is_none() && starts)) && uri.get(p).is_some_and(|&b| {
-            class.holds(b)
-        });
+        let continues =
+            (open || (lead.is_none() && starts)) && uri.get(p).is_some_and(|&b| class.holds(b));
         open = continues || (lead.is_some() && starts);
     }
 }
