@@ -123,12 +123,12 @@ impl Core {
         let access = access?;
         let text = |field: &str| params.get(field).and_then(|v| v.as_str());
         let named = |kind, name| Item { kind, name, provider: "", read_only: true };
-        let max = self.cfg.resource_uri_bytes_max;
+        let canonical = |uri| crate::uri::canonical_bounded(uri, self.cfg.resource_uri_bytes_max);
         let missing = match method {
             "tools/call" => access.missing(self.registry.tool(session, text("name")?)?.item()),
             "prompts/get" => access.missing(named(Kind::Prompt, text("name")?)),
             "resources/read" | "resources/subscribe" => {
-                let uri = crate::uri::canonical_bounded(text("uri")?, max).ok()?;
+                let uri = canonical(text("uri")?).ok()?;
                 access.missing(named(Kind::Resource, &uri))
             }
             "completion/complete" => {
@@ -141,7 +141,7 @@ impl Core {
                         // A template (`{…}`) is judged as listed; a URI in canonical form.
                         let uri = match uri.contains('{') {
                             true => uri.to_owned(),
-                            false => crate::uri::canonical_bounded(uri, max).ok()?,
+                            false => canonical(uri).ok()?,
                         };
                         access.missing(named(Kind::Resource, &uri))
                     }
