@@ -223,6 +223,9 @@ mod tests {
             ("a*b*c", "aXbYbZ", false),
             ("echo", "echo", true),
             ("echo", "echo2", false),
+            // Case counts (docs/gateway.md): names are compared as the upstream spells them.
+            ("delete_*", "Delete_all", false),
+            ("delete_*", "DELETE_ALL", false),
             ("", "", true),
             ("", "x", false),
         ] {
