@@ -110,10 +110,10 @@ pub(crate) fn canonical(uri: &str) -> Result<String, UriError> {
         None if file => Some(String::new()),
         None => None,
     };
-    if let Some(authority) = authority {
+    if let Some(authority) = &authority {
         out.push_str("//");
         let local = file && authority.eq_ignore_ascii_case("localhost");
-        out.push_str(if local { "" } else { &authority });
+        out.push_str(if local { "" } else { authority });
     }
     let mut path = normalise_escapes(path, Part::Path)?;
     if file && path.is_empty() {
@@ -128,6 +128,10 @@ pub(crate) fn canonical(uri: &str) -> Result<String, UriError> {
     let mut path = remove_dot_segments(&path);
     if file && path.len() > 1 && path.ends_with('/') {
         path.pop();
+    }
+    if authority.is_none() && path.starts_with("//") {
+        // `x:/.//a` is not `x://a` (whose `a` is a host): keep a `/.` as RFC 3986 §5.3 asks.
+        out.push_str("/.");
     }
     out.push_str(&path);
     for (mark, tail) in [('?', query), ('#', fragment)] {
@@ -345,6 +349,8 @@ mod tests {
             ("http://h//a//b", "http://h//a//b"),
             ("http://h/a/./b/../c", "http://h/a/c"),
             ("urn:x:y", "urn:x:y"),
+            ("x:/.//a", "x:/.//a"),
+            ("x:/a/..//b", "x:/.//b"),
             ("mem:a/../b", "mem:b"),
             ("test://template/a\"b/data", "test://template/a%22b/data"),
             ("file:///a b", "file:///a%20b"),
@@ -411,6 +417,31 @@ mod tests {
         ] {
             let once = canonical(input).expect("canonical");
             assert_eq!(canonical(&once).as_deref(), Ok(once.as_str()), "{input}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Goal: a canonical form is a fixed point for URI-like text built from the pieces
+        /// that normalisation rewrites (dot segments, escapes, slashes, case, `localhost`,
+        /// UTF-8), and nothing panics. Method: proptest over a grammar of those pieces.
+        #[test]
+        fn canonical_is_a_fixed_point(
+            scheme in "(file|FILE|x|a\\+file|Http)",
+            authority in "(//(localhost|LOCALHOST|Ex.Am|u@H|)){0,1}",
+            path in "(/|\\.|\\.\\.|%2[eE]|%[0-9a-fA-F]{2}|%C3%A9|[a-zA-Z~_ ]|é|;|=|%){0,24}",
+            tail in "(\\?|#|%41|%2f|a|/){0,4}",
+        ) {
+            let uri = format!("{scheme}:{authority}{path}{tail}");
+            if let Ok(once) = canonical(&uri) {
+                proptest::prop_assert_eq!(canonical(&once), Ok(once.clone()), "{}", uri);
+            }
+        }
+
+        /// Goal: arbitrary text never panics the canonical form or the template matcher.
+        #[test]
+        fn arbitrary_text_never_panics(uri in "\\PC{0,40}", template in "\\PC{0,40}") {
+            let _ = canonical(&uri);
+            let _ = template::matches(&template, &uri);
         }
     }
 
