@@ -829,8 +829,8 @@ fn only_allowed(
         items.retain(|item| {
             let name = item.get(field).and_then(Value::as_str).unwrap_or("");
             let canonical = match field {
-                "uri" => crate::uri::canonical(name).ok(),
-                _ => Some(name.to_owned()),
+                "uri" => crate::uri::canonical(name).ok().map(std::borrow::Cow::Owned),
+                _ => Some(std::borrow::Cow::Borrowed(name)),
             };
             canonical.is_some_and(|name| {
                 access.allows(Item { kind, name: &name, provider: "", read_only: true })
