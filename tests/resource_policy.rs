@@ -150,6 +150,27 @@ impl<'a> Client<'a> {
         )
     }
 
+    /// A 2026-07-28 (stateless) `resources/read` of `uri`, with its headers.
+    fn modern_read(&self, uri: &str) -> Response {
+        let meta = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}
+        });
+        let params = json!({ "uri": uri, "_meta": meta });
+        let body =
+            json!({ "jsonrpc": "2.0", "id": 9, "method": "resources/read", "params": params });
+        let auth = self.token.map(|t| format!("Bearer {t}"));
+        let mut headers = vec![
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "resources/read"),
+            ("Mcp-Name", uri),
+        ];
+        if let Some(auth) = &auth {
+            headers.push(("Authorization", auth));
+        }
+        post(self.server, &headers, &body.to_string())
+    }
+
     fn read(&self, uri: &str) -> Response {
         self.ask("resources/read", json!({ "uri": uri }))
     }
@@ -177,6 +198,7 @@ fn leaks(client: &Client<'_>, prefix: &str) -> (Vec<String>, usize) {
     };
     for uri in SPELLINGS.iter().map(|s| format!("{prefix}{s}")) {
         check(format!("read {uri}"), client.read(&uri), false);
+        check(format!("2026-07-28 read {uri}"), client.modern_read(&uri), false);
         let subscribe = client.ask("resources/subscribe", json!({ "uri": uri }));
         check(format!("subscribe {uri}"), subscribe, true);
         let reference = json!({ "type": "ref/resource", "uri": uri });
@@ -206,6 +228,8 @@ fn legitimate(client: &Client<'_>, dir: &Dir, ctx: &str) {
         let got = &r.json()["result"]["contents"][0]["text"];
         assert_eq!(got, text, "{ctx} {uri}: {}", r.text());
     }
+    let modern = client.modern_read("FILE:///srv/public/%2E/readme.txt");
+    assert!(modern.text().contains("public readme"), "{ctx} 2026-07-28: {}", modern.text());
     let listed = client.ask("resources/list", json!({})).text();
     assert!(listed.contains("readme.txt") && !listed.contains("secret"), "{ctx}: {listed}");
     let r = client.ask("resources/subscribe", json!({ "uri": "file:///srv/public/readme.txt" }));
@@ -303,6 +327,11 @@ fn a_scope_rule_holds_against_every_spelling() {
         for uri in ["file:///srv/secret/key", "FILE://localhost/srv/public/../secret/key"] {
             let r = admin.read(uri);
             assert!(r.text().contains(SECRET), "{ctx} admin {uri}: {}", r.text());
+            // The 2026-07-28 reads above are decided, not refused for their headers.
+            let r = admin.modern_read(uri);
+            assert!(r.text().contains(SECRET), "{ctx} admin 2026-07-28 {uri}: {}", r.text());
+            let r = reader.modern_read(uri);
+            assert_eq!(r.status, 403, "{ctx} reader 2026-07-28 {uri}: {}", r.text());
         }
         let r = admin.complete(json!({ "type": "ref/prompt", "name": "secret_prompt" }));
         assert!(r.text().contains(SECRET), "{ctx} admin: {}", r.text());
