@@ -9,10 +9,11 @@
 //! Method: the real binary fronting tests/fixtures/file_upstream.py (standard library only),
 //! which resolves any spelling of a path (scheme case, `localhost`, percent-decoding, `\`,
 //! `.`/`..`/`//`, query) and logs what reached it. Every spelling below is tried under both
-//! mechanisms with `resources/read`, `resources/subscribe` and `completion/complete`; a leak is
-//! the secret's text in any answer, or a subscription accepted. On 8a39e1d 79 (filter), 94
-//! (scope rule) and 86 (scope rule, prefixed upstreams) of 107 tries leaked; now none does,
-//! and the fixture's log shows the secret's path never reached it.
+//! mechanisms with `resources/read` (both eras), `resources/subscribe` and
+//! `completion/complete`; a leak is the secret's text in any answer, or a subscription
+//! accepted. On 8a39e1d 102 (filter), 125 (scope rule) and 109 (scope rule, prefixed upstreams)
+//! of 142 tries leaked; now none does, and the fixture's log shows the secret's path never
+//! reached it.
 
 mod support;
 
