@@ -213,7 +213,7 @@ struct Flags {
     #[arg(long, value_name = "NAME")]
     upstream_forward_authorization: Vec<String>,
     /// Expose only the tools of upstream NAME ('*': every upstream) whose own names match a
-    /// GLOB ('*' any run, '?' one character); repeatable; 'NAME=GLOB[,GLOB…]'.
+    /// GLOB ('*' any run, '?' one character; case-sensitive); repeatable; 'NAME=GLOB[,GLOB…]'.
     #[arg(long, value_name = "NAME=GLOB")]
     upstream_allow_tools: Vec<String>,
     /// Hide the tools of upstream NAME ('*': every upstream) matching a GLOB, listed and
@@ -227,11 +227,12 @@ struct Flags {
     /// Hide the prompts of upstream NAME ('*': all) matching a GLOB; wins over allow.
     #[arg(long, value_name = "NAME=GLOB")]
     upstream_deny_prompts: Vec<String>,
-    /// Expose only the resources of upstream NAME ('*': all) whose URIs (or URI templates)
-    /// match a GLOB; read and subscribe are refused as not found for the rest.
+    /// Expose only the resources of upstream NAME ('*': all) whose URIs (in canonical form) or
+    /// URI templates match a GLOB; read and subscribe are refused as not found for the rest.
     #[arg(long, value_name = "NAME=GLOB")]
     upstream_allow_resources: Vec<String>,
-    /// Hide the resources of upstream NAME ('*': all) whose URIs match a GLOB; wins over allow.
+    /// Hide the resources of upstream NAME ('*': all) whose URIs (in canonical form) match a
+    /// GLOB; wins over allow.
     #[arg(long, value_name = "NAME=GLOB")]
     upstream_deny_resources: Vec<String>,
     /// Whether upstream NAME's tool and prompt names are prefixed NAME__ (resource URIs NAME+):
