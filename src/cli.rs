@@ -221,7 +221,7 @@ struct Flags {
     #[arg(long, value_name = "NAME")]
     upstream_forward_authorization: Vec<String>,
     /// Expose only the tools of upstream NAME ('*': every upstream) whose own names match a
-    /// GLOB ('*' any run, '?' one character); repeatable; 'NAME=GLOB[,GLOB…]'.
+    /// GLOB ('*' any run, '?' one character; case-sensitive); repeatable; 'NAME=GLOB[,GLOB…]'.
     #[arg(long, value_name = "NAME=GLOB")]
     upstream_allow_tools: Vec<String>,
     /// Hide the tools of upstream NAME ('*': every upstream) matching a GLOB, listed and
@@ -235,11 +235,12 @@ struct Flags {
     /// Hide the prompts of upstream NAME ('*': all) matching a GLOB; wins over allow.
     #[arg(long, value_name = "NAME=GLOB")]
     upstream_deny_prompts: Vec<String>,
-    /// Expose only the resources of upstream NAME ('*': all) whose URIs (or URI templates)
-    /// match a GLOB; read and subscribe are refused as not found for the rest.
+    /// Expose only the resources of upstream NAME ('*': all) whose URIs (in canonical form) or
+    /// URI templates match a GLOB; read and subscribe are refused as not found for the rest.
     #[arg(long, value_name = "NAME=GLOB")]
     upstream_allow_resources: Vec<String>,
-    /// Hide the resources of upstream NAME ('*': all) whose URIs match a GLOB; wins over allow.
+    /// Hide the resources of upstream NAME ('*': all) whose URIs (in canonical form) match a
+    /// GLOB; wins over allow.
     #[arg(long, value_name = "NAME=GLOB")]
     upstream_deny_resources: Vec<String>,
     /// Whether upstream NAME's tool and prompt names are prefixed NAME__ (resource URIs NAME+):
@@ -251,6 +252,10 @@ struct Flags {
     /// Most --upstream-allow-* and --upstream-deny-* globs (all kinds) for one upstream.
     #[arg(long, default_value_t = config::UPSTREAM_FILTER_GLOBS_MAX)]
     upstream_filter_globs_max: usize,
+    /// Longest resource URI (bytes) a resources/read, resources/subscribe or completion may
+    /// name; a longer one is refused with -32602.
+    #[arg(long, default_value_t = config::RESOURCE_URI_BYTES_MAX)]
+    resource_uri_bytes_max: usize,
     /// What a session does when upstream NAME ('*': every upstream) is down as it starts:
     /// required (the default: initialize gets 503 + Retry-After naming it) or optional (the
     /// session starts without its tools; they return with tools/list_changed); repeatable.
@@ -540,6 +545,7 @@ impl Flags {
             upstream_deny_resources: self.upstream_deny_resources,
             upstream_prefix: self.upstream_prefix,
             upstream_filter_globs_max: self.upstream_filter_globs_max,
+            resource_uri_bytes_max: self.resource_uri_bytes_max,
             upstream_policy: self.upstream_policy,
             upstream_protocol: self.upstream_protocol,
             upstream_breaker_failures: self.upstream_breaker_failures,

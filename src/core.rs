@@ -105,11 +105,13 @@ impl Core {
     }
 
     /// The per-tool policy's verdict on `method` (`tools/call`, `prompts/get`,
-    /// `resources/read`; anything else passes) for a request of `session` (whose tools it is
-    /// listed): `Some` is the `WWW-Authenticate` of the 403
-    /// naming the scopes the token lacks. The decision `dispatch` lists by, so what is listed
-    /// can be called and what is refused is not listed. A tool no provider lists passes (the
-    /// era answers "unknown tool").
+    /// `resources/read`, `resources/subscribe`, `completion/complete` of a prompt or resource;
+    /// anything else passes) for a request of `session` (whose tools it is listed): `Some` is
+    /// the `WWW-Authenticate` of the 403 naming the scopes the token lacks. The decision
+    /// `dispatch` lists by, so what is listed can be called and what is refused is not listed.
+    /// A tool no provider lists passes (the era answers "unknown tool"). A resource is judged
+    /// by its canonical form (`uri::canonical`; one without passes here and is refused
+    /// `-32602` by `dispatch`), which is what an upstream is asked for (issue 38).
     pub(crate) fn forbidden(
         &self,
         session: crate::provider::SessionRef,
@@ -120,20 +122,32 @@ impl Core {
         use simd_json::prelude::*;
         let access = access?;
         let text = |field: &str| params.get(field).and_then(|v| v.as_str());
+        let named = |kind, name| Item { kind, name, provider: "", read_only: true };
+        let canonical = |uri| crate::uri::canonical_bounded(uri, self.cfg.resource_uri_bytes_max);
         let missing = match method {
             "tools/call" => access.missing(self.registry.tool(session, text("name")?)?.item()),
-            "prompts/get" => access.missing(Item {
-                kind: Kind::Prompt,
-                name: text("name")?,
-                provider: "",
-                read_only: true,
-            }),
-            "resources/read" => access.missing(Item {
-                kind: Kind::Resource,
-                name: text("uri")?,
-                provider: "",
-                read_only: true,
-            }),
+            "prompts/get" => access.missing(named(Kind::Prompt, text("name")?)),
+            "resources/read" | "resources/subscribe" => {
+                let uri = canonical(text("uri")?).ok()?;
+                access.missing(named(Kind::Resource, &uri))
+            }
+            "completion/complete" => {
+                let reference = params.get("ref")?;
+                let field = |key: &str| reference.get(key).and_then(|v| v.as_str());
+                match field("type")? {
+                    "ref/prompt" => access.missing(named(Kind::Prompt, field("name")?)),
+                    "ref/resource" => {
+                        let uri = field("uri")?;
+                        // A template (`{…}`) is judged as listed; a URI in canonical form.
+                        let uri = match uri.contains('{') {
+                            true => uri.to_owned(),
+                            false => canonical(uri).ok()?,
+                        };
+                        access.missing(named(Kind::Resource, &uri))
+                    }
+                    _ => return None,
+                }
+            }
             _ => return None,
         };
         (!missing.is_empty()).then(|| access.challenge(&missing))

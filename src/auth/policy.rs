@@ -17,7 +17,9 @@
 //! whose pattern matches its name (its uri for a resource), plus those of every `upstream`
 //! rule naming the provider that serves it, plus (a tool not annotated `readOnlyHint: true`)
 //! `--auth-write-scope`. No rule: any valid token may use it. Patterns: `*` any run of
-//! characters, `?` one character, anything else itself.
+//! characters, `?` one character, anything else itself, compared case-sensitively; a
+//! resource's pattern is put in canonical form (`uri::canonical_glob`), as the URIs it is
+//! matched against are (`FILE:///secret/*` is `file:///secret/*`).
 //!
 //! Called by `core::authorize` (both eras' calls) and `dispatch` (the listings). Never: reads a
 //! token or decides who a subject is.
@@ -140,7 +142,12 @@ impl Policy {
             if rules.len() == max {
                 return Err(PolicyFileError::TooMany { path: path.to_owned(), max });
             }
-            rules.push(Rule { target, pattern: pattern.into(), scopes });
+            // Resources are judged in canonical form (`core::forbidden`), so are their patterns.
+            let pattern = match target {
+                Target::Kind(Kind::Resource) => crate::uri::canonical_glob(pattern).into(),
+                _ => pattern.into(),
+            };
+            rules.push(Rule { target, pattern, scopes });
         }
         Ok(Policy { rules, write_scope: None })
     }

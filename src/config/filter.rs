@@ -8,6 +8,12 @@
 //! Owns: the flag syntax (`NAME=GLOB[,GLOB…]`, NAME an `--upstream`'s `NAME=` or `*` for every
 //! upstream), the glob (`*` any run, `?` one character), deny-over-allow, and the limit on globs
 //! per upstream. Never: knows prefixes (globs match the upstream's own names and URIs).
+//!
+//! Case: a glob compares bytes, so tool and prompt names match case-sensitively, as the
+//! upstream spells them (`deny delete_*` does not hide `Delete_all`); resource URIs are matched
+//! in canonical form (`uri::canonical`, lower-case scheme and host), globs put in the same form
+//! by the server (`UpstreamFilters::with_resource_globs`). docs/gateway.md says what a filter
+//! cannot protect (an upstream that resolves names loosely).
 
 use super::upstream::UpstreamSpec;
 
@@ -15,6 +21,13 @@ use super::upstream::UpstreamSpec;
 /// together, `*` rules included (`--upstream-filter-globs-max`): each listed item is matched
 /// against its kind's globs, so the bound keeps a listing's cost linear in the items.
 pub(crate) const UPSTREAM_FILTER_GLOBS_MAX: usize = 64;
+
+/// The longest resource URI a request may name, in bytes (`--resource-uri-bytes-max`): what
+/// a `resources/read`, `resources/subscribe` or a completion's reference is refused `-32602`
+/// beyond. Long enough for any real path (Linux's PATH_MAX is 4096; common HTTP URL limits are
+/// 8 KiB); it bounds the cost of matching the URI against an upstream's templates
+/// (`uri::template`, linear in the URI per template byte).
+pub(crate) const RESOURCE_URI_BYTES_MAX: usize = 8 * 1024;
 
 /// Which tool names of one upstream are exposed: those an allow glob matches (every name when
 /// there is none) and no deny glob matches. Deny wins.
@@ -75,6 +88,17 @@ pub(crate) struct UpstreamFilters {
 }
 
 impl UpstreamFilters {
+    /// The same filters with each resource glob passed through `canonical`: the bridge matches
+    /// resource URIs in their canonical form (`uri::canonical`), so a glob is put in that form
+    /// too (`FILE:///srv//secret/*` then filters what `file:///srv/secret/*` does).
+    pub(crate) fn with_resource_globs(mut self, canonical: impl Fn(&str) -> String) -> Self {
+        let resources = &mut self.resources;
+        for glob in resources.allow.iter_mut().chain(resources.deny.iter_mut()) {
+            *glob = canonical(glob);
+        }
+        self
+    }
+
     /// The filters of the upstream `spec`, checked (`NameFilter::for_upstream`), with at most
     /// `globs_max` globs of all kinds together.
     pub(crate) fn for_upstream(
@@ -199,6 +223,9 @@ mod tests {
             ("a*b*c", "aXbYbZ", false),
             ("echo", "echo", true),
             ("echo", "echo2", false),
+            // Case counts (docs/gateway.md): names are compared as the upstream spells them.
+            ("delete_*", "Delete_all", false),
+            ("delete_*", "DELETE_ALL", false),
             ("", "", true),
             ("", "x", false),
         ] {

@@ -26,8 +26,8 @@ pub(crate) use rate::{
 mod filter;
 pub(crate) use filter::glob_matches;
 pub use filter::FilterError;
-pub(crate) use filter::UPSTREAM_FILTER_GLOBS_MAX;
-pub(crate) use filter::{NameFilter, UpstreamFilters};
+pub(crate) use filter::UpstreamFilters;
+pub(crate) use filter::{RESOURCE_URI_BYTES_MAX, UPSTREAM_FILTER_GLOBS_MAX};
 mod upstream;
 #[cfg(test)]
 pub(crate) use upstream::UPSTREAM_NAME_BYTES_MAX;
@@ -627,6 +627,9 @@ pub struct Config {
     /// `--upstream-filter-globs-max` (`UPSTREAM_FILTER_GLOBS_MAX`): globs per upstream, all
     /// kinds together.
     pub upstream_filter_globs_max: usize,
+    /// `--resource-uri-bytes-max` (`RESOURCE_URI_BYTES_MAX`): the longest resource URI a
+    /// request may name.
+    pub resource_uri_bytes_max: usize,
     /// `--upstream-policy NAME=required|optional` values (NAME an `--upstream`'s `NAME=` or
     /// `*`); an upstream none names is `required`.
     pub upstream_policy: Vec<String>,
@@ -771,6 +774,7 @@ impl Default for Config {
             upstream_deny_resources: Vec::new(),
             upstream_prefix: Vec::new(),
             upstream_filter_globs_max: UPSTREAM_FILTER_GLOBS_MAX,
+            resource_uri_bytes_max: RESOURCE_URI_BYTES_MAX,
             upstream_policy: Vec::new(),
             upstream_protocol: Vec::new(),
             upstream_breaker_failures: UPSTREAM_BREAKER_FAILURES,
@@ -1015,7 +1019,7 @@ impl Config {
 
     /// Checks every value once, so workers can rely on them.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let nonzero: [(&'static str, u128); 48] = [
+        let nonzero: [(&'static str, u128); 49] = [
             ("threads", self.threads as u128),
             ("max-header-bytes", self.header_bytes_max as u128),
             ("max-headers", self.headers_max as u128),
@@ -1054,6 +1058,7 @@ impl Config {
             ("upstream-catalog-bytes-per-core", self.upstream_catalog_bytes_per_core as u128),
             ("upstream-queue-bytes", self.upstream_queue_bytes as u128),
             ("upstream-filter-globs-max", self.upstream_filter_globs_max as u128),
+            ("resource-uri-bytes-max", self.resource_uri_bytes_max as u128),
             ("upstream-breaker-failures", u128::from(self.upstream_breaker_failures)),
             ("upstream-input-rounds-max", self.upstream_input_rounds_max as u128),
             ("upstream-breaker-pause-ms", self.upstream_breaker_pause.as_millis()),

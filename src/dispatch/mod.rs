@@ -199,6 +199,8 @@ pub(crate) struct Registry {
     /// bridge's names its upstream), the answer to a 2026-07-28 call of a tool no provider
     /// lists (that provider could not list its tools), instead of "unknown tool".
     stateless_failure: RefCell<Option<ProviderError>>,
+    /// `--resource-uri-bytes-max`: a longer resource URI is refused before any provider.
+    uri_bytes_max: usize,
 }
 
 /// Distinct listings in `Registry::shared_tables` past which the ones no session holds are
@@ -238,9 +240,16 @@ impl Registry {
             stateless: std::cell::Cell::new(StatelessOpen::Closed),
             stateless_opened: Default::default(),
             stateless_failure: RefCell::new(None),
+            uri_bytes_max: crate::config::RESOURCE_URI_BYTES_MAX,
         };
         registry.relist_tools().await;
         registry
+    }
+
+    /// The registry with `--resource-uri-bytes-max` set to `max`.
+    pub(crate) fn with_uri_bytes_max(mut self, max: usize) -> Registry {
+        self.uri_bytes_max = max;
+        self
     }
 
     /// Lists the providers' tools again if one said they changed: the core's, and `session`'s
@@ -611,14 +620,12 @@ impl Registry {
         let result = match method {
             "ping" => Ok(serde_json::json!({})),
             "resources/subscribe" | "resources/unsubscribe" => {
-                match params.get("uri").and_then(|u| u.as_str()) {
-                    Some(uri) => {
+                match resource_uri(method, params, self.uri_bytes_max) {
+                    Ok(uri) => {
                         let on = method == "resources/subscribe";
                         self.subscribe(session, uri, on).await.map(|()| serde_json::json!({}))
                     }
-                    None => {
-                        Err(ProviderError::InvalidParams(format!("{method} needs a string uri")))
-                    }
+                    Err(e) => Err(e),
                 }
             }
             "tools/list" => {
@@ -635,13 +642,13 @@ impl Registry {
                 listed.map(|list| only_allowed(list, "resources", "uri", Kind::Resource, access))
             }
             "resources/templates/list" => {
-                self.gather("resourceTemplates", |p| p.list_resource_templates(session)).await
+                let key = "resourceTemplates";
+                let listed = self.gather(key, |p| p.list_resource_templates(session)).await;
+                listed.map(|list| only_allowed(list, key, "uriTemplate", Kind::Resource, access))
             }
-            "resources/read" => match params.get("uri").and_then(|u| u.as_str()) {
-                Some(uri) => self.read_resource(session, uri).await,
-                None => {
-                    Err(ProviderError::InvalidParams("resources/read needs a string uri".into()))
-                }
+            "resources/read" => match resource_uri(method, params, self.uri_bytes_max) {
+                Ok(uri) => self.read_resource(session, uri).await,
+                Err(e) => Err(e),
             },
             "prompts/list" => {
                 let listed = self.gather("prompts", |p| p.list_prompts(session)).await;
@@ -699,7 +706,9 @@ impl Registry {
     }
 
     /// Passes a subscription change to the first provider that owns `uri`. One that no
-    /// provider owns is accepted as before (tidemark sends no updates for it).
+    /// provider takes is accepted when a provider lists it (one keeping no subscriptions, as
+    /// the built-in catalogs: tidemark sends no updates for it), and is otherwise refused as a
+    /// read of it would be (a URI that is unknown, or that a filter hides, is not found).
     async fn subscribe(
         &self,
         session: SessionRef,
@@ -711,7 +720,19 @@ impl Registry {
                 return Ok(());
             }
         }
-        Ok(())
+        let canonical = crate::uri::canonical(uri).ok();
+        for provider in self.providers().iter() {
+            let listed = provider.list_resources(session).await.unwrap_or_default();
+            let same = |item: &Value| {
+                let listed = item.get("uri").and_then(Value::as_str).unwrap_or("");
+                listed == uri
+                    || canonical.as_deref() == crate::uri::canonical(listed).ok().as_deref()
+            };
+            if listed.iter().any(same) {
+                return Ok(());
+            }
+        }
+        Err(resource_not_found(uri))
     }
 
     /// The `resources/read` result from the first provider that knows `uri`.
@@ -721,12 +742,7 @@ impl Registry {
                 return Ok(found);
             }
         }
-        // SEP-2164: -32602 with the uri in `data`, never an empty `contents`.
-        Err(ProviderError::Rpc {
-            code: crate::wire::Code::InvalidParams.value(),
-            message: format!("Resource not found: {uri}"),
-            data: Some(serde_json::json!({ "uri": uri })),
-        })
+        Err(resource_not_found(uri))
     }
 
     /// The `prompts/get` result from the first provider that has a prompt called `name`.
@@ -788,6 +804,32 @@ pub(crate) struct Replaced {
     pub(crate) starts: Vec<SessionStart>,
 }
 
+/// SEP-2164's answer to a resource no provider serves: -32602 with the uri in `data`, never
+/// an empty `contents`.
+fn resource_not_found(uri: &str) -> ProviderError {
+    ProviderError::Rpc {
+        code: crate::wire::Code::InvalidParams.value(),
+        message: format!("Resource not found: {uri}"),
+        data: Some(serde_json::json!({ "uri": uri })),
+    }
+}
+
+/// The `uri` of a `resources/read`, `subscribe` or `unsubscribe`, refused `-32602` when it is
+/// missing or has no canonical form (`uri::canonical`): such a request reaches no provider.
+fn resource_uri<'p>(
+    method: &str,
+    params: &'p WireValue,
+    max: usize,
+) -> Result<&'p str, ProviderError> {
+    let Some(uri) = params.get("uri").and_then(|u| u.as_str()) else {
+        return Err(ProviderError::InvalidParams(format!("{method} needs a string uri")));
+    };
+    match crate::uri::canonical_bounded(uri, max) {
+        Ok(_) => Ok(uri),
+        Err(why) => Err(ProviderError::InvalidParams(crate::uri::refusal(uri, why))),
+    }
+}
+
 /// Whether `list` holds `provider` (the same instance).
 fn holds(list: &[Rc<dyn Provider>], provider: &Rc<dyn Provider>) -> bool {
     list.iter().any(|p| std::ptr::addr_eq(Rc::as_ptr(p), Rc::as_ptr(provider)))
@@ -820,8 +862,8 @@ fn tools_for(table: &ToolTable, access: Access<'_>) -> Value {
 }
 
 /// A prompts or resources listing with only the items `access` allows (by their `field`:
-/// name or uri; the policy's name rules, as `core::forbidden` applies to `prompts/get` and
-/// `resources/read`).
+/// name, uri or uriTemplate; the policy's name rules, as `core::forbidden` applies to
+/// `prompts/get` and `resources/read`: a uri in canonical form, and one without is left out).
 fn only_allowed(
     mut list: Value,
     key: &str,
@@ -833,7 +875,13 @@ fn only_allowed(
     if let Some(Value::Array(items)) = list.get_mut(key) {
         items.retain(|item| {
             let name = item.get(field).and_then(Value::as_str).unwrap_or("");
-            access.allows(Item { kind, name, provider: "", read_only: true })
+            let canonical = match field {
+                "uri" => crate::uri::canonical(name).ok().map(std::borrow::Cow::Owned),
+                _ => Some(std::borrow::Cow::Borrowed(name)),
+            };
+            canonical.is_some_and(|name| {
+                access.allows(Item { kind, name: &name, provider: "", read_only: true })
+            })
         });
     }
     list

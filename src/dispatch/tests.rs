@@ -329,14 +329,43 @@ fn an_unknown_method_is_method_not_found() {
 
 #[test]
 fn methods_without_a_result_of_their_own_answer_an_empty_object() {
-    // Goal: ping and (un)subscribe succeed with `{}` (a uri no provider owns is accepted);
-    // (un)subscribe without its required uri is invalid params. Method: answer each.
+    // Goal: ping and (un)subscribe succeed with `{}` (a uri a provider lists, though it keeps
+    // no subscriptions, is accepted, in any spelling of it); a uri no provider lists is refused
+    // as not found, one without a canonical form as invalid, and so is one without its uri
+    // (issue 38: a subscription to a forbidden uri answered 200). Method: answer each.
     let registry = full();
     assert_eq!(result(&registry, "ping", "{}"), json!({}));
     for method in ["resources/subscribe", "resources/unsubscribe"] {
-        let params = r#"{"uri":"test://static-text"}"#;
-        assert_eq!(result(&registry, method, params), json!({}), "{method}");
+        for uri in ["test://static-text", "TEST://static-text", "Test://Static-Text"] {
+            let params = format!(r#"{{"uri":"{uri}"}}"#);
+            assert_eq!(result(&registry, method, &params), json!({}), "{method} {uri}");
+        }
+        let unknown = error(&registry, method, r#"{"uri":"test://nope"}"#);
+        assert_eq!(unknown["code"], json!(-32602), "{method}");
+        assert!(unknown["message"].as_str().is_some_and(|m| m.contains("not found")), "{unknown}");
+        let bad = error(&registry, method, r#"{"uri":"test://a%2"}"#);
+        assert!(bad["message"].as_str().is_some_and(|m| m.contains("percent-escape")), "{bad}");
         assert_eq!(error(&registry, method, "{}")["code"], json!(-32602), "{method}");
+    }
+}
+
+#[test]
+fn resource_uris_without_a_canonical_form_reach_no_provider() {
+    // Goal: `resources/read` of a uri that has no canonical form is -32602 naming why, at the
+    // `--resource-uri-bytes-max` limit's N+1 too; at N it is looked up. Method: the conformance
+    // catalog, with the limit set to the length of one of its uris.
+    let uri = "test://static-text";
+    let registry = full().with_uri_bytes_max(uri.len());
+    assert!(result(&registry, "resources/read", &format!(r#"{{"uri":"{uri}"}}"#)).is_object());
+    for (params, why) in [
+        (r#"{"uri":"test://static-textx"}"#, "longer than 18 bytes"),
+        (r#"{"uri":"/static-text"}"#, "no scheme"),
+        (r#"{"uri":"test://a%00"}"#, "control character"),
+        (r#"{"uri":"test://h/a%2Fb"}"#, "encoded `/`"),
+    ] {
+        let e = error(&registry, "resources/read", params);
+        assert_eq!(e["code"], json!(-32602), "{params}: {e}");
+        assert!(e["message"].as_str().is_some_and(|m| m.contains(why)), "{params}: {e}");
     }
 }
 

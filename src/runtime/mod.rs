@@ -202,7 +202,7 @@ async fn serve(spec: WorkerSpec) {
     let reader = durable.as_ref().map(|d| d.reader.clone());
     let mirror = durable.map(|d| Rc::new(d.tap(metrics.clone())));
     let shared = Rc::new(Core {
-        registry: Registry::build(providers).await,
+        registry: Registry::build(providers).await.with_uri_bytes_max(cfg.resource_uri_bytes_max),
         threads,
         index,
         metrics,

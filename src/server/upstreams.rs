@@ -79,7 +79,7 @@ pub(crate) fn build(
         .upstream_filters()
         .map_err(|e| SetError::Credentials(e.to_string()))?
         .into_iter()
-        .map(Arc::new)
+        .map(|f| Arc::new(f.with_resource_globs(crate::uri::canonical_glob)))
         .collect();
     let policies = cfg.upstream_policies()?;
     let protocols = cfg.upstream_protocols()?;
@@ -101,6 +101,7 @@ pub(crate) fn build(
         breaker_failures: cfg.upstream_breaker_failures,
         input_rounds_max: cfg.upstream_input_rounds_max,
         breaker_pause: cfg.upstream_breaker_pause,
+        resource_uri_bytes_max: cfg.resource_uri_bytes_max,
     });
     let prefixes = cfg.upstream_prefixes().map_err(ConfigError::from)?;
     let prefixed = crate::upstream::probe::plan(&cfg.upstreams, &prefixes, builtin, &settings)

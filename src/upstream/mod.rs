@@ -49,7 +49,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::config::{Isolation, NameFilter, UpstreamFilters, UpstreamSpec, UpstreamTarget};
+use crate::config::{Isolation, UpstreamFilters, UpstreamSpec, UpstreamTarget};
 use crate::config::{UpstreamPolicy, UpstreamProtocol};
 use crate::metrics::CoreMetrics;
 use crate::provider::{
@@ -666,12 +666,12 @@ impl Bridge {
     }
 
     /// A list method's items from the session's upstream: those whose string member `field`
-    /// `filter` allows, `rewrite` applied to each.
+    /// `keep` accepts, `rewrite` applied to each.
     async fn list(
         &self,
         session: SessionRef,
         (method, key): (&str, &str),
-        (filter, field): (&NameFilter, &str),
+        (field, keep): (&str, impl Fn(&str) -> bool),
         rewrite: impl Fn(&mut serde_json::Map<String, Value>),
     ) -> ProviderResult<Vec<Value>> {
         let capability = method.split('/').next().unwrap_or(method);
@@ -679,7 +679,7 @@ impl Bridge {
             return Ok(Vec::new());
         };
         let mut items = peer.list_all(method, key, self.settings.timeout).await?;
-        items.retain(|item| filter.allows(item.get(field).and_then(Value::as_str).unwrap_or("")));
+        items.retain(|item| keep(item.get(field).and_then(Value::as_str).unwrap_or("")));
         if self.prefix.is_some() {
             for item in &mut items {
                 if let Some(object) = item.as_object_mut() {
@@ -688,6 +688,106 @@ impl Bridge {
             }
         }
         Ok(items)
+    }
+
+    /// Whether the resource filter lets clients see a URI this upstream lists: its canonical
+    /// form is matched (one that has none is never shown: it could not be read).
+    fn lists_uri(&self, uri: &str) -> bool {
+        crate::uri::canonical(uri).is_ok_and(|c| self.filters.resources.allows(&c))
+    }
+
+    /// The canonical form of a client's resource URI (this upstream's part, after the prefix)
+    /// when the resource filter allows it (`None`: refused as unknown); `-32602` naming the
+    /// problem when it has none (`uri::UriError`).
+    fn allowed_uri(&self, uri: &str) -> ProviderResult<Option<String>> {
+        let max = self.settings.resource_uri_bytes_max;
+        let canonical = crate::uri::canonical_bounded(uri, max).map_err(|e| invalid_uri(uri, e))?;
+        Ok(self.filters.resources.allows(&canonical).then_some(canonical))
+    }
+
+    /// What the upstream is asked for when a client names `canonical` (allowed by the filter):
+    /// the upstream's own spelling of a resource it lists with that canonical form, else
+    /// `canonical` itself when one of its templates (the filter allows) matches it, else
+    /// `None` (never forwarded: a URI the upstream did not offer). A listing that fails counts
+    /// as empty. Costs the upstream a `resources/list` (stopping at the match) and, without
+    /// one, a `resources/templates/list`, per request that names a resource.
+    async fn upstream_uri(&self, peer: &Peer, canonical: &str) -> Option<String> {
+        let timeout = self.settings.timeout;
+        let same = |item: &Value| {
+            let uri = item.get("uri").and_then(Value::as_str).unwrap_or("");
+            crate::uri::canonical(uri).is_ok_and(|c| c == canonical)
+        };
+        let listed = peer.find("resources/list", "resources", timeout, same).await.ok().flatten();
+        if let Some(uri) = listed.as_ref().and_then(|item| item.get("uri")?.as_str()) {
+            return Some(uri.to_owned());
+        }
+        let templates = self.templates(peer).await;
+        let matched = templates.iter().any(|t| crate::uri::template::matches(t, canonical));
+        matched.then(|| canonical.to_owned())
+    }
+
+    /// The upstream's resource templates the filter lets clients see (none when the listing
+    /// fails).
+    async fn templates(&self, peer: &Peer) -> Vec<String> {
+        let method = ("resources/templates/list", "resourceTemplates");
+        let listed = peer.list_all(method.0, method.1, self.settings.timeout).await;
+        let listed = listed.unwrap_or_default();
+        let templates = listed.iter().filter_map(|t| t.get("uriTemplate")?.as_str());
+        templates.filter(|t| self.filters.resources.allows(t)).map(str::to_owned).collect()
+    }
+
+    /// The upstream's spelling of a client's resource URI (after the prefix), decided as a
+    /// `resources/read` of it is: `None` when this upstream may not be asked for it.
+    async fn resolve_uri(
+        &self,
+        session: SessionRef,
+        uri: &str,
+    ) -> ProviderResult<Option<(Rc<Peer>, String)>> {
+        let Some(canonical) = self.allowed_uri(uri)? else { return Ok(None) };
+        let Some(peer) = self.session_peer(session, "resources").await? else { return Ok(None) };
+        let resolved = self.upstream_uri(&peer, &canonical).await;
+        Ok(resolved.map(|uri| (peer, uri)))
+    }
+
+    /// The `ref` of a `completion/complete` as the upstream knows it, decided as a
+    /// `prompts/get` or `resources/read` of what it names would be (a resource reference may
+    /// also be one of the upstream's templates, spelled as listed): `None` when this upstream
+    /// may not be asked.
+    async fn completion_ref(
+        &self,
+        session: SessionRef,
+        reference: &Value,
+    ) -> ProviderResult<Option<Value>> {
+        let mut reference = reference.clone();
+        let text = |key: &str| reference.get(key).and_then(Value::as_str).unwrap_or("").to_owned();
+        let (key, upstream) = match reference.get("type").and_then(Value::as_str) {
+            Some("ref/prompt") => {
+                let name = text("name");
+                let ours = self.inward(&name).filter(|n| self.filters.prompts.allows(n));
+                let Some(ours) = ours else { return Ok(None) };
+                ("name", ours.to_owned())
+            }
+            Some("ref/resource") => {
+                let uri = text("uri");
+                let Some(ours) = self.inward_uri(&uri) else { return Ok(None) };
+                if ours.contains('{') {
+                    let Some(peer) = self.session_peer(session, "resources").await? else {
+                        return Ok(None);
+                    };
+                    let listed = self.templates(&peer).await.iter().any(|t| t == ours);
+                    let Some(template) = listed.then(|| ours.to_owned()) else { return Ok(None) };
+                    ("uri", template)
+                } else {
+                    let Some((_, upstream)) = self.resolve_uri(session, ours).await? else {
+                        return Ok(None);
+                    };
+                    ("uri", upstream)
+                }
+            }
+            _ => return Ok(None),
+        };
+        reference[key] = Value::from(upstream);
+        Ok(Some(reference))
     }
 
     /// Rewrites the string member `key` of `object` with `f`.
@@ -783,8 +883,8 @@ impl Provider for Bridge {
         &self,
         session: SessionRef,
     ) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
-        let filter = (&self.filters.resources, "uri");
-        Box::pin(self.list(session, ("resources/list", "resources"), filter, |item| {
+        let keep = ("uri", |uri: &str| self.lists_uri(uri));
+        Box::pin(self.list(session, ("resources/list", "resources"), keep, |item| {
             Self::rewrite_member(item, "uri", |uri| self.outward_uri(uri))
         }))
     }
@@ -793,9 +893,9 @@ impl Provider for Bridge {
         &self,
         session: SessionRef,
     ) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
-        let filter = (&self.filters.resources, "uriTemplate");
+        let keep = ("uriTemplate", |t: &str| self.filters.resources.allows(t));
         let method = ("resources/templates/list", "resourceTemplates");
-        Box::pin(self.list(session, method, filter, |item| {
+        Box::pin(self.list(session, method, keep, |item| {
             Self::rewrite_member(item, "uriTemplate", |uri| self.outward_uri(uri))
         }))
     }
@@ -806,9 +906,8 @@ impl Provider for Bridge {
         uri: &'a str,
     ) -> LocalBoxFuture<'a, ProviderResult<Option<Value>>> {
         Box::pin(async move {
-            let upstream_uri = self.inward_uri(uri).filter(|u| self.filters.resources.allows(u));
-            let Some(upstream_uri) = upstream_uri else { return Ok(None) };
-            let Some(peer) = self.session_peer(session, "resources").await? else {
+            let Some(ours) = self.inward_uri(uri) else { return Ok(None) };
+            let Some((peer, upstream_uri)) = self.resolve_uri(session, ours).await? else {
                 return Ok(None);
             };
             let params = json!({ "uri": upstream_uri });
@@ -832,9 +931,8 @@ impl Provider for Bridge {
         subscribe: bool,
     ) -> LocalBoxFuture<'a, ProviderResult<bool>> {
         Box::pin(async move {
-            let upstream_uri = self.inward_uri(uri).filter(|u| self.filters.resources.allows(u));
-            let Some(upstream_uri) = upstream_uri else { return Ok(false) };
-            let Some(peer) = self.session_peer(session, "resources").await? else {
+            let Some(ours) = self.inward_uri(uri) else { return Ok(false) };
+            let Some((peer, upstream_uri)) = self.resolve_uri(session, ours).await? else {
                 return Ok(false);
             };
             let method = if subscribe { "resources/subscribe" } else { "resources/unsubscribe" };
@@ -845,8 +943,8 @@ impl Provider for Bridge {
     }
 
     fn list_prompts(&self, session: SessionRef) -> LocalBoxFuture<'_, ProviderResult<Vec<Value>>> {
-        let filter = (&self.filters.prompts, "name");
-        Box::pin(self.list(session, ("prompts/list", "prompts"), filter, |item| {
+        let keep = ("name", |name: &str| self.filters.prompts.allows(name));
+        Box::pin(self.list(session, ("prompts/list", "prompts"), keep, |item| {
             Self::rewrite_member(item, "name", |name| self.outward(name))
         }))
     }
@@ -876,22 +974,9 @@ impl Provider for Bridge {
         argument: &'a Value,
     ) -> LocalBoxFuture<'a, ProviderResult<Option<Vec<String>>>> {
         Box::pin(async move {
-            let mut reference = reference.clone();
-            let ours = match reference.get("type").and_then(Value::as_str) {
-                Some("ref/prompt") => {
-                    let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
-                    let ours = self.inward(name).filter(|n| self.filters.prompts.allows(n));
-                    ours.map(|n| ("name", n.to_owned()))
-                }
-                Some("ref/resource") => {
-                    let uri = reference.get("uri").and_then(Value::as_str).unwrap_or("");
-                    let ours = self.inward_uri(uri).filter(|u| self.filters.resources.allows(u));
-                    ours.map(|u| ("uri", u.to_owned()))
-                }
-                _ => None,
+            let Some(reference) = self.completion_ref(session, reference).await? else {
+                return Ok(None);
             };
-            let Some((key, upstream)) = ours else { return Ok(None) };
-            reference[key] = Value::from(upstream);
             let Some(peer) = self.session_peer(session, "completions").await? else {
                 return Ok(None);
             };
@@ -1295,6 +1380,11 @@ impl Drop for ProbeGuard<'_> {
             self.breaker.probe_abandoned(Instant::now());
         }
     }
+}
+
+/// The `-32602` of a resource URI without a canonical form, naming why (`uri::UriError`).
+fn invalid_uri(uri: &str, why: crate::uri::UriError) -> ProviderError {
+    ProviderError::InvalidParams(crate::uri::refusal(uri, why))
 }
 
 #[cfg(test)]

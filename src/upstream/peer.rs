@@ -379,6 +379,43 @@ impl Peer {
         timeout: Duration,
     ) -> Result<Vec<Value>, ProviderError> {
         let mut items = Vec::new();
+        self.walk(method, key, timeout, |item| {
+            items.push(item);
+            false
+        })
+        .await?;
+        Ok(items)
+    }
+
+    /// The first item of a list method's pages that `wanted` accepts; pages after it are not
+    /// asked for (a `resources/read` looks its URI up in the upstream's listing this way).
+    pub(crate) async fn find(
+        &self,
+        method: &str,
+        key: &str,
+        timeout: Duration,
+        wanted: impl Fn(&Value) -> bool,
+    ) -> Result<Option<Value>, ProviderError> {
+        let mut found = None;
+        self.walk(method, key, timeout, |item| {
+            let hit = wanted(&item);
+            if hit {
+                found = Some(item);
+            }
+            hit
+        })
+        .await?;
+        Ok(found)
+    }
+
+    /// Hands each item of a list method's pages to `visit` until it returns true.
+    async fn walk(
+        &self,
+        method: &str,
+        key: &str,
+        timeout: Duration,
+        mut visit: impl FnMut(Value) -> bool,
+    ) -> Result<(), ProviderError> {
         let mut cursor: Option<Value> = None;
         // A bound on pages, so an upstream that keeps answering with a cursor cannot loop us.
         for _ in 0..LIST_PAGES_MAX {
@@ -388,14 +425,18 @@ impl Peer {
             };
             let mut page = self.request(method, params, None, timeout).await?;
             if let Some(Value::Array(listed)) = page.get_mut(key).map(Value::take) {
-                items.extend(listed);
+                for item in listed {
+                    if visit(item) {
+                        return Ok(());
+                    }
+                }
             }
             match page.get("nextCursor") {
                 Some(c) if !c.is_null() => cursor = Some(c.clone()),
-                _ => return Ok(items),
+                _ => return Ok(()),
             }
         }
-        Ok(items)
+        Ok(())
     }
 
     /// The waiting request `id` is answered, cancelled or timed out: it is no longer routed.

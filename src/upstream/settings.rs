@@ -38,6 +38,8 @@ pub(crate) struct Settings {
     pub(crate) input_rounds_max: usize,
     /// `--upstream-breaker-pause-ms`: an open breaker's pause; an optional upstream's retry.
     pub(crate) breaker_pause: Duration,
+    /// `--resource-uri-bytes-max`: the longest resource URI a client may name.
+    pub(crate) resource_uri_bytes_max: usize,
 }
 
 impl Settings {

@@ -97,6 +97,7 @@ fn bridge(spec: &str, prefixed: bool) -> Bridge {
         breaker_failures: 1,
         input_rounds_max: 16,
         breaker_pause: Duration::from_millis(10),
+        resource_uri_bytes_max: 1024,
     });
     let spec = UpstreamSpec::parse(spec).expect("parses");
     Bridge::new(&spec, 0, prefixed, settings, Arc::new(ProcessCount::default()))
