@@ -17,7 +17,7 @@ use rustls::ServerConfig;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::config::TlsFiles;
+use crate::config::{TlsFiles, TLS_FILE_BYTES_MAX};
 
 /// The one application protocol offered: a client that offers ALPN without it (e.g. only
 /// `h2`) gets the `no_application_protocol` alert; one that offers none is served HTTP/1.1.
@@ -73,18 +73,23 @@ impl CoreCerts {
         self.current.borrow().clone()
     }
 }
-/// A rustls server configuration from the PEM files.
+/// A rustls server configuration from the PEM files (each read whole, at most
+/// `TLS_FILE_BYTES_MAX` bytes, by `fsread`).
 fn server_config(files: &TlsFiles) -> Result<ServerConfig, String> {
     let cert_path = files.cert.display();
-    let chain = CertificateDer::pem_file_iter(&files.cert)
-        .map_err(|e| format!("--tls-cert {cert_path}: {e}"))?
+    let cert_pem = crate::fsread::read(&files.cert, TLS_FILE_BYTES_MAX)
+        .map_err(|e| format!("--tls-cert {cert_path}: {e}"))?;
+    let chain = CertificateDer::pem_slice_iter(&cert_pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("--tls-cert {cert_path}: {e}"))?;
     if chain.is_empty() {
         return Err(format!("--tls-cert {cert_path}: no CERTIFICATE block"));
     }
-    let key = PrivateKeyDer::from_pem_file(&files.key)
-        .map_err(|e| format!("--tls-key {}: {e}", files.key.display()))?;
+    let key_path = files.key.display();
+    let key_pem = crate::fsread::read(&files.key, TLS_FILE_BYTES_MAX)
+        .map_err(|e| format!("--tls-key {key_path}: {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(&key_pem)
+        .map_err(|e| format!("--tls-key {key_path}: {e}"))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])

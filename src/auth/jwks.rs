@@ -327,11 +327,10 @@ impl Refresher {
 
 fn read_file(path: &PathBuf) -> Result<KeySet, JwksError> {
     let file_error = |error: String| JwksError::File { path: path.display().to_string(), error };
-    let length = std::fs::metadata(path).map_err(|e| file_error(e.to_string()))?.len();
-    if length > JWKS_BYTES_MAX as u64 {
-        return Err(file_error(JwksError::TooLarge.to_string()));
-    }
-    let document = std::fs::read(path).map_err(|e| file_error(e.to_string()))?;
+    let document = crate::fsread::read(path, JWKS_BYTES_MAX as u64).map_err(|e| match e {
+        crate::fsread::FileError::TooLarge(_) => file_error(JwksError::TooLarge.to_string()),
+        other => file_error(other.to_string()),
+    })?;
     KeySet::parse(&document).map_err(|e| file_error(e.to_string()))
 }
 
