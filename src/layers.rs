@@ -650,8 +650,9 @@ pub(crate) fn resolve(
 }
 
 /// The effective configuration as TOML that `--config` loads again, each key under a comment
-/// naming its source. Secrets (`SECRET_KEYS`) are counted, never printed; unset options and the
-/// `--config` path itself appear as comments.
+/// naming its source. Secrets (`SECRET_KEYS`) are counted, never printed; secrets inside other
+/// values are redacted (`literal`); unset options and the `--config` path itself appear as
+/// comments.
 pub(crate) fn print_config(cmd: &Command, resolved: &Resolved) -> String {
     let mut out = String::from(
         "# tidemark --print-config: the effective configuration (load it with --config FILE).\n\
@@ -701,11 +702,13 @@ pub(crate) fn print_config(cmd: &Command, resolved: &Resolved) -> String {
     out
 }
 
-/// A value as a TOML literal: an integer flag's bare, anything else a quoted string.
+/// A value as a TOML literal: an integer flag's bare, anything else a quoted string with the
+/// secrets embedded in it redacted (a URL's password, secret-looking query parameters and
+/// `--flag=value` pairs: `redact`).
 fn literal(value: &str, numeric: bool) -> String {
     match value.parse::<i64>() {
         Ok(n) if numeric => n.to_string(),
-        _ => toml_string(value),
+        _ => toml_string(&crate::redact::redact(value)),
     }
 }
 

@@ -75,6 +75,7 @@
 //! | 1 | `fasthash` | the core-local hash map of session and key tables |
 //! | 1 | `digits` | unsigned integers as decimal ASCII without allocating, for every writer of numbers into bytes |
 //! | 1 | `fd` | a monoio socket's descriptor borrowed for a closure: the crate's one audited `unsafe` |
+//! | 1 | `redact` | secrets inside a setting's value (a URL's password, secret-looking query parameters and `--flag=value` pairs) hidden for `--print-config` |
 //! | 1 | `fsread` | every file read by a name the operator gave: a regular file only (links followed), under its kind's byte limit |
 
 #![warn(missing_docs, unreachable_pub)]
@@ -99,6 +100,7 @@ mod metrics;
 mod modern;
 mod provider;
 mod ratelimit;
+mod redact;
 mod runtime;
 mod server;
 mod signal;
