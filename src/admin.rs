@@ -96,7 +96,8 @@ pub(crate) fn start(
     let listener = TcpListener::bind(addr)?;
     let bound = listener.local_addr()?;
     #[allow(clippy::disallowed_types, reason = "admin threads only, never a worker core")]
-    let recent = std::sync::Mutex::new(RecentRefusals::default());
+    let (recent, rendered) =
+        (std::sync::Mutex::new(RecentRefusals::default()), std::sync::Mutex::new(None));
     let admin = Arc::new(Admin {
         metrics,
         children,
@@ -104,7 +105,7 @@ pub(crate) fn start(
         active: AtomicUsize::new(0),
         about,
         recent,
-        rendered: std::sync::Mutex::new(None),
+        rendered,
         durable,
     });
     std::thread::Builder::new()

@@ -13,7 +13,7 @@ mod support;
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use support::*;
@@ -126,14 +126,22 @@ fn kinds(dir: &Path) -> Vec<Kind> {
         ),
         kind(
             "jwks",
-            // Static tokens beside the JWT verifier, so the old set can be shown to serve.
-            ["--auth-issuer", "https://issuer.example", "--auth-jwks-refresh-secs", "1"]
-                .into_iter()
-                .chain(["--auth-jwks-min-refetch-secs", "1"])
-                .into_iter()
-                .map(String::from)
-                .chain(["--auth-jwks-file".into(), s(&jwks), "--auth-tokens".into(), s(&tokens)])
-                .collect(),
+            // Static tokens beside the JWT verifier, so the old set can be shown to serve; the
+            // set read again every second (its refresh is its reload).
+            [
+                "--auth-issuer",
+                "https://issuer.example",
+                "--auth-jwks-refresh-secs",
+                "1",
+                "--auth-jwks-min-refetch-secs",
+                "1",
+                "--auth-jwks-file",
+                &s(&jwks),
+                "--auth-tokens",
+                &s(&tokens),
+            ]
+            .map(String::from)
+            .to_vec(),
             &jwks,
             Some("JWKS file unusable"),
         ),
@@ -169,14 +177,9 @@ enum Start {
 /// Runs the binary with `args` until it exits, `START_BOUND` passes, or its RSS passes the
 /// ceiling (the last two kill it).
 fn watched_start(args: &[String]) -> Start {
-    let mut child: Child = Command::new(env!("CARGO_BIN_EXE_tidemark"))
-        .args(["--listen", "127.0.0.1:0", "--threads", "1"])
-        .args(args)
-        .env("RUST_BACKTRACE", "0")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tidemark");
+    let mut all = vec!["--threads", "1"];
+    all.extend(args.iter().map(String::as_str));
+    let mut child = spawn_refusable(&all);
     let deadline = Instant::now() + START_BOUND;
     let outcome = loop {
         if let Some(status) = child.try_wait().expect("wait") {

@@ -325,7 +325,7 @@ impl Refresher {
     }
 }
 
-fn read_file(path: &PathBuf) -> Result<KeySet, JwksError> {
+fn read_file(path: &std::path::Path) -> Result<KeySet, JwksError> {
     let file_error = |error: String| JwksError::File { path: path.display().to_string(), error };
     let document = crate::fsread::read(path, JWKS_BYTES_MAX as u64).map_err(|e| match e {
         crate::fsread::FileError::TooLarge(_) => file_error(JwksError::TooLarge.to_string()),
