@@ -122,6 +122,7 @@ mod tests {
             ("https://alice:hunter2@api.example/mcp", "https://alice:<redacted>@api.example/mcp"),
             ("api=https://u:p@h:8443/mcp", "api=https://u:<redacted>@h:8443/mcp"),
             ("http://collector:4318/v1/traces", "http://collector:4318/v1/traces"),
+            ("redis://:pw@10.0.0.5:6379/0", "redis://:<redacted>@10.0.0.5:6379/0"),
             ("http://alice@collector:4318", "http://alice@collector:4318"),
             (
                 "https://idp/jwks?client_id=tm&client_secret=s3&x=1#f",
