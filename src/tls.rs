@@ -102,3 +102,34 @@ fn server_config(files: &TlsFiles) -> Result<ServerConfig, String> {
     config.alpn_protocols = vec![ALPN_HTTP11.to_vec()];
     Ok(config)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pem_file_at_its_byte_limit_loads_and_one_byte_more_is_refused() {
+        // Goal: TLS_FILE_BYTES_MAX at N and N+1, for the certificate and the key (`fsread`).
+        // Method: a self-signed pair, each file padded with newlines (outside any PEM block).
+        let pair = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("cert");
+        let dir = std::env::temp_dir().join(format!("tidemark-tls-limit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let limit = usize::try_from(TLS_FILE_BYTES_MAX).expect("fits");
+        let padded = |pem: String, extra: usize| {
+            let mut text = pem.into_bytes();
+            text.resize(limit + extra, b'\n');
+            text
+        };
+        let files = TlsFiles { cert: dir.join("cert.pem"), key: dir.join("key.pem") };
+        std::fs::write(&files.cert, padded(pair.cert.pem(), 0)).expect("cert");
+        std::fs::write(&files.key, padded(pair.key_pair.serialize_pem(), 0)).expect("key");
+        server_config(&files).expect("both at the limit");
+        std::fs::write(&files.key, padded(pair.key_pair.serialize_pem(), 1)).expect("key");
+        let error = server_config(&files).expect_err("the key over it");
+        assert_eq!(error, format!("--tls-key {}: over {limit} bytes", files.key.display()));
+        std::fs::write(&files.cert, padded(pair.cert.pem(), 1)).expect("cert");
+        let error = server_config(&files).expect_err("the certificate over it");
+        assert_eq!(error, format!("--tls-cert {}: over {limit} bytes", files.cert.display()));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
