@@ -68,6 +68,9 @@ FOREIGN_HOST="evil.test"
 # how long the gauges take to follow a change (two of the cores' REAP_INTERVAL, 250 ms).
 STATUS_OPEN_S=6
 GAUGE_SETTLE_S=0.6
+# /status serves one rendering for up to a second (status::STATUS_RENDER_EVERY): a snapshot
+# waits this long first, so the page it renders is made between its two scrapes.
+STATUS_RENDER_EVERY_S=1.1
 
 usage() { sed -n '2,50s/^# \{0,1\}//p' "$0"; }
 
@@ -256,6 +259,7 @@ open_session() {
 status_snapshot() {
     local name="$1" try
     for try in 1 2 3; do
+        sleep "$STATUS_RENDER_EVERY_S"
         curl -fsS "$metrics_url" >"$RESULTS/$name.before"
         "${status_chromium[@]}" --user-data-dir="$RESULTS/$name.profile" --dump-dom \
             "$status_url" >"$RESULTS/$name.html" 2>"$RESULTS/$name.chromium.log" || true

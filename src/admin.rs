@@ -1,6 +1,7 @@
 //! The admin listener (`--metrics-listen`): `GET /metrics` (Prometheus text, every core's
 //! counters, gauges and histograms merged, and the process-wide upstream children), `GET
-//! /status` (the same exposition rendered as an HTML page by `status`, which reloads itself),
+//! /status` (the same exposition rendered as an HTML page by `status`, which reloads itself;
+//! its figures rendered at most once per `STATUS_RENDER_EVERY` and served from that copy),
 //! `GET /healthz` (200 while the process runs), `GET /readyz` (200 while serving, 503 once a
 //! drain began, so a load balancer stops sending before the listeners close); 404 for any
 //! other path, 405 for another method.
@@ -25,7 +26,8 @@ use std::time::{Duration, Instant};
 use crate::config::{ADMIN_CONNECTIONS_MAX, ADMIN_HEAD_BYTES_MAX, ADMIN_IO_TIMEOUT_MS};
 use crate::metrics::CoreMetrics;
 use crate::runtime::{Lifecycle, Phase};
-use crate::status::{DrainState, Facts, RecentRefusals, Samples, STATUS_REFRESH_SECS};
+use crate::status::{DrainState, Facts, RecentRefusals, Samples};
+use crate::status::{STATUS_REFRESH_SECS, STATUS_RENDER_EVERY};
 use crate::upstream::ProcessCount;
 use crate::wire::Status;
 
@@ -62,6 +64,11 @@ struct Admin {
     /// only while a page load compares and pushes one sample.
     #[allow(clippy::disallowed_types, reason = "admin threads only, never a worker core")]
     recent: std::sync::Mutex<RecentRefusals>,
+    /// The page's figures last rendered, and when (`STATUS_RENDER_EVERY`). Held while a page
+    /// renders, so loads that arrive meanwhile wait for that rendering instead of making their
+    /// own; taken before `recent`, never after it.
+    #[allow(clippy::disallowed_types, reason = "admin threads only, never a worker core")]
+    rendered: std::sync::Mutex<Option<(Instant, Arc<str>)>>,
 }
 
 /// The facts of this process the status page shows beside the metrics, fixed at start.
@@ -89,7 +96,8 @@ pub(crate) fn start(
     let listener = TcpListener::bind(addr)?;
     let bound = listener.local_addr()?;
     #[allow(clippy::disallowed_types, reason = "admin threads only, never a worker core")]
-    let recent = std::sync::Mutex::new(RecentRefusals::default());
+    let (recent, rendered) =
+        (std::sync::Mutex::new(RecentRefusals::default()), std::sync::Mutex::new(None));
     let admin = Arc::new(Admin {
         metrics,
         children,
@@ -97,6 +105,7 @@ pub(crate) fn start(
         active: AtomicUsize::new(0),
         about,
         recent,
+        rendered,
         durable,
     });
     std::thread::Builder::new()
@@ -218,8 +227,8 @@ fn exposition(admin: &Admin) -> String {
     body
 }
 
-/// Answers `/status`: the page rendered from one `exposition` (the figures `/metrics` would
-/// answer at this moment); 400 for a `?refresh=` out of bounds.
+/// Answers `/status`: the page around figures rendered from one `exposition` (the figures
+/// `/metrics` answered at most `STATUS_RENDER_EVERY` ago); 400 for a `?refresh=` out of bounds.
 fn status_page(conn: &mut TcpStream, admin: &Admin, target: &str) {
     let refresh_secs = match crate::status::refresh_query(target) {
         Ok(refresh) => refresh.unwrap_or(STATUS_REFRESH_SECS),
@@ -228,11 +237,40 @@ fn status_page(conn: &mut TcpStream, admin: &Admin, target: &str) {
             return;
         }
     };
+    let sections = cached_sections(admin);
+    let mut page = String::with_capacity(sections.len() + 2048);
+    crate::status::wrap(refresh_secs, &sections, &mut page);
+    let headers = [
+        ("Content-Type", "text/html; charset=utf-8"),
+        ("Cache-Control", "no-store"),
+        ("Content-Security-Policy", STATUS_CSP),
+        ("X-Content-Type-Options", "nosniff"),
+        ("Referrer-Policy", "no-referrer"),
+    ];
+    respond(conn, Status::Ok, &headers, page.as_bytes());
+}
+
+/// The page's figures: the last rendering while it is younger than `STATUS_RENDER_EVERY`,
+/// else a new one (rendered under the lock, so concurrent loads share it).
+fn cached_sections(admin: &Admin) -> Arc<str> {
+    // A poisoned lock only means a page thread panicked mid-update; the value is still whole.
+    let mut rendered = admin.rendered.lock().unwrap_or_else(|p| p.into_inner());
+    let now = Instant::now();
+    if let Some((at, sections)) = rendered.as_ref() {
+        if now.duration_since(*at) < STATUS_RENDER_EVERY {
+            return sections.clone();
+        }
+    }
+    let sections: Arc<str> = render_sections(admin, now).into();
+    *rendered = Some((now, sections.clone()));
+    sections
+}
+
+/// The page's figures as of `now`, from one `exposition`.
+fn render_sections(admin: &Admin, now: Instant) -> String {
     let text = exposition(admin);
     let samples = Samples::parse(&text);
-    let now = Instant::now();
     let counts = crate::status::refusal_counts(&samples);
-    // A poisoned lock only means a page thread panicked mid-update; the ring is still whole.
     let recent = admin.recent.lock().unwrap_or_else(|p| p.into_inner()).observe(now, &counts);
     let drain = match (admin.life.phase(), admin.life.deadline()) {
         (Phase::Serving, _) => DrainState::Serving,
@@ -251,18 +289,10 @@ fn status_page(conn: &mut TcpStream, admin: &Admin, target: &str) {
         core_buffer_bytes: about.core_buffer_bytes,
         drain,
         upstreams: &about.upstreams,
-        refresh_secs,
     };
-    let mut page = String::with_capacity(16 * 1024);
-    crate::status::render(&facts, &samples, &recent, &mut page);
-    let headers = [
-        ("Content-Type", "text/html; charset=utf-8"),
-        ("Cache-Control", "no-store"),
-        ("Content-Security-Policy", STATUS_CSP),
-        ("X-Content-Type-Options", "nosniff"),
-        ("Referrer-Policy", "no-referrer"),
-    ];
-    respond(conn, Status::Ok, &headers, page.as_bytes());
+    let mut sections = String::with_capacity(16 * 1024);
+    crate::status::render_sections(&facts, &samples, &recent, &mut sections);
+    sections
 }
 
 /// Reads until the end of the request head, within `ADMIN_IO_TIMEOUT_MS` of the start (a

@@ -594,7 +594,7 @@ impl Flags {
             ),
         };
         if let Some(path) = &self.request_state_key_file {
-            let bytes = std::fs::read(path)
+            let bytes = crate::fsread::read(path, config::REQUEST_STATE_KEY_FILE_BYTES_MAX)
                 .map_err(|e| ConfigError::KeyFile(format!("{}: {e}", path.display())))?;
             if bytes.len() < crate::modern::state::KEY_BYTES {
                 let message = format!(

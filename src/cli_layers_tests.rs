@@ -417,3 +417,17 @@ fn the_example_file_parses_and_names_every_key() {
         .collect();
     assert!(missing.is_empty(), "deploy/tidemark.toml lacks: {missing:?}");
 }
+
+#[test]
+fn a_request_state_key_file_at_its_byte_limit_loads_and_one_byte_more_is_refused() {
+    // Goal: REQUEST_STATE_KEY_FILE_BYTES_MAX at N and N+1 (`fsread`). Method: two key files.
+    let limit = usize::try_from(config::REQUEST_STATE_KEY_FILE_BYTES_MAX).expect("fits");
+    let at = file_with("state-key-at", &"k".repeat(limit));
+    let at = at.to_str().expect("utf-8");
+    try_from_layers(["tidemark", "--request-state-key-file", at], &[]).expect("at the limit");
+    let over = file_with("state-key-over", &"k".repeat(limit + 1));
+    let over = over.to_str().expect("utf-8");
+    let error = try_from_layers(["tidemark", "--request-state-key-file", over], &[])
+        .expect_err("over the limit");
+    assert!(error.contains(&format!("over {limit} bytes")), "{error}");
+}

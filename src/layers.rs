@@ -15,7 +15,6 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use clap::parser::ValueSource;
@@ -90,7 +89,7 @@ impl std::fmt::Display for Source {
 /// or the variable, and the key.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub(crate) enum LayerError {
-    /// The file cannot be read, or is over `CONFIG_FILE_BYTES_MAX`.
+    /// The file cannot be read, is not a regular file, or is over `CONFIG_FILE_BYTES_MAX`.
     #[error("--config {path}: {why}")]
     Read { path: String, why: String },
     /// The file is not TOML (the parser's message carries line and column).
@@ -388,14 +387,8 @@ fn toml_values(
 pub(crate) fn read_file(cmd: &Command, path: &Path) -> Result<FileValues, LayerError> {
     let shown = path.display().to_string();
     let read_error = |why: String| LayerError::Read { path: shown.clone(), why };
-    let file = std::fs::File::open(path).map_err(|e| read_error(e.to_string()))?;
-    let mut text = String::new();
-    file.take(CONFIG_FILE_BYTES_MAX + 1)
-        .read_to_string(&mut text)
+    let text = crate::fsread::read_text(path, CONFIG_FILE_BYTES_MAX)
         .map_err(|e| read_error(e.to_string()))?;
-    if text.len() as u64 > CONFIG_FILE_BYTES_MAX {
-        return Err(read_error(format!("over {CONFIG_FILE_BYTES_MAX} bytes")));
-    }
     let table: toml::Table = text.parse().map_err(|e: toml::de::Error| LayerError::Syntax {
         path: shown.clone(),
         why: e.to_string(),
@@ -657,8 +650,9 @@ pub(crate) fn resolve(
 }
 
 /// The effective configuration as TOML that `--config` loads again, each key under a comment
-/// naming its source. Secrets (`SECRET_KEYS`) are counted, never printed; unset options and the
-/// `--config` path itself appear as comments.
+/// naming its source. Secrets (`SECRET_KEYS`) are counted, never printed; secrets inside other
+/// values are redacted (`literal`); unset options and the `--config` path itself appear as
+/// comments.
 pub(crate) fn print_config(cmd: &Command, resolved: &Resolved) -> String {
     let mut out = String::from(
         "# tidemark --print-config: the effective configuration (load it with --config FILE).\n\
@@ -708,11 +702,13 @@ pub(crate) fn print_config(cmd: &Command, resolved: &Resolved) -> String {
     out
 }
 
-/// A value as a TOML literal: an integer flag's bare, anything else a quoted string.
+/// A value as a TOML literal: an integer flag's bare, anything else a quoted string with the
+/// secrets embedded in it redacted (a URL's password, secret-looking query parameters and
+/// `--flag=value` pairs: `redact`).
 fn literal(value: &str, numeric: bool) -> String {
     match value.parse::<i64>() {
         Ok(n) if numeric => n.to_string(),
-        _ => toml_string(value),
+        _ => toml_string(&crate::redact::redact(value)),
     }
 }
 

@@ -76,6 +76,8 @@
 //! | 1 | `uri` | resource URIs as policies compare them: the canonical form (RFC 3986 §6.2.2, `file:` paths as a file server resolves them) and RFC 6570 template matching |
 //! | 1 | `digits` | unsigned integers as decimal ASCII without allocating, for every writer of numbers into bytes |
 //! | 1 | `fd` | a monoio socket's descriptor borrowed for a closure: the crate's one audited `unsafe` |
+//! | 1 | `redact` | secrets inside a setting's value (a URL's password, secret-looking query parameters and `--flag=value` pairs) hidden for `--print-config` |
+//! | 1 | `fsread` | every file read by a name the operator gave: a regular file only (links followed), under its kind's byte limit |
 
 #![warn(missing_docs, unreachable_pub)]
 
@@ -90,6 +92,7 @@ mod durable;
 mod endpoint;
 mod fasthash;
 mod fd;
+mod fsread;
 mod http;
 mod layers;
 mod legacy;
@@ -98,6 +101,7 @@ mod metrics;
 mod modern;
 mod provider;
 mod ratelimit;
+mod redact;
 mod runtime;
 mod server;
 mod signal;

@@ -17,6 +17,11 @@ use std::time::{Duration, Instant};
 
 /// Seconds between the page's reloads unless `?refresh=` says otherwise.
 pub(crate) const STATUS_REFRESH_SECS: u64 = 5;
+/// How long one rendering of the page's figures is served before the next `/status` renders
+/// them again: a page costs about 0.9 ms of CPU (the whole exposition rendered, parsed and
+/// summed), and six looping loaders on the admin port pushed the workers' ping p99 to 42 ms
+/// (issue 38); with this, any number of loaders cost one rendering a second.
+pub(crate) const STATUS_RENDER_EVERY: Duration = Duration::from_secs(1);
 /// The smallest `?refresh=` (a faster page would be a load generator on the admin threads).
 pub(crate) const STATUS_REFRESH_SECS_MIN: u64 = 1;
 /// The largest `?refresh=` (an hour).
@@ -71,8 +76,6 @@ pub(crate) struct Facts<'a> {
     pub(crate) drain: DrainState,
     /// The upstreams' labels (`--upstream` names, else their commands or URLs), in order.
     pub(crate) upstreams: &'a [String],
-    /// Seconds until the page reloads.
-    pub(crate) refresh_secs: u64,
 }
 
 /// The `?refresh=` of a request target: `Ok(None)` when absent, `Err` when it is not a number
@@ -290,27 +293,52 @@ fn label_value<'s>(labels: &'s str, name: &str) -> Option<&'s str> {
     split_labels(labels).find_map(|l| l.strip_prefix(name)?.strip_prefix("=\"")?.strip_suffix('"'))
 }
 
-/// Renders the whole page into `out`.
-pub(crate) fn render(facts: &Facts<'_>, samples: &Samples<'_>, recent: &Recent, out: &mut String) {
-    let _ = write!(
-        out,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta http-equiv=\"refresh\" content=\"{}\"><title>tidemark status</title>\
-         <style>{STYLE}</style></head><body>\n",
-        facts.refresh_secs
-    );
+/// Renders the whole page into `out`, reloading every `refresh_secs`.
+#[cfg(test)]
+pub(crate) fn render(
+    facts: &Facts<'_>,
+    refresh_secs: u64,
+    samples: &Samples<'_>,
+    recent: &Recent,
+    out: &mut String,
+) {
+    let mut sections = String::new();
+    render_sections(facts, samples, recent, &mut sections);
+    wrap(refresh_secs, &sections, out);
+}
+
+/// The page's figures (all of it but the frame around them, which holds the request's
+/// `?refresh=`): what the admin listener renders at most once per `STATUS_RENDER_EVERY`.
+pub(crate) fn render_sections(
+    facts: &Facts<'_>,
+    samples: &Samples<'_>,
+    recent: &Recent,
+    out: &mut String,
+) {
     server_section(facts, samples, out);
     cores_section(facts, samples, out);
     upstreams_section(facts, samples, out);
     refusals_section(samples, recent, out);
     limits_section(samples, out);
+}
+
+/// The whole page: `sections` (from `render_sections`) in the frame that reloads it every
+/// `refresh_secs`.
+pub(crate) fn wrap(refresh_secs: u64, sections: &str, out: &mut String) {
     let _ = write!(
         out,
-        "<p>Reloads every <span id=\"refresh\">{}</span> s (<code>?refresh=N</code>, \
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta http-equiv=\"refresh\" content=\"{refresh_secs}\"><title>tidemark status</title>\
+         <style>{STYLE}</style></head><body>\n"
+    );
+    out.push_str(sections);
+    let _ = write!(
+        out,
+        "<p>Reloads every <span id=\"refresh\">{refresh_secs}</span> s (<code>?refresh=N</code>, \
          {STATUS_REFRESH_SECS_MIN}..={STATUS_REFRESH_SECS_MAX}). Gauges are sampled by each \
-         core every reaper interval; the figures are those of <code>/metrics</code>.</p>\n\
-         </body></html>\n",
-        facts.refresh_secs
+         core every reaper interval; the figures are those of <code>/metrics</code>, rendered \
+         at most once a second.</p>\n\
+         </body></html>\n"
     );
 }
 
@@ -500,7 +528,6 @@ mod tests {
             core_buffer_bytes: 1024,
             drain: DrainState::Serving,
             upstreams,
-            refresh_secs: 5,
         }
     }
 
@@ -508,7 +535,7 @@ mod tests {
         let samples = Samples::parse(EXPOSITION);
         let recent = RecentRefusals::default().observe(Instant::now(), &refusal_counts(&samples));
         let mut out = String::new();
-        render(&facts(upstreams), &samples, &recent, &mut out);
+        render(&facts(upstreams), 5, &samples, &recent, &mut out);
         out
     }
 

@@ -17,7 +17,7 @@ use rustls::ServerConfig;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::config::TlsFiles;
+use crate::config::{TlsFiles, TLS_FILE_BYTES_MAX};
 
 /// The one application protocol offered: a client that offers ALPN without it (e.g. only
 /// `h2`) gets the `no_application_protocol` alert; one that offers none is served HTTP/1.1.
@@ -73,18 +73,23 @@ impl CoreCerts {
         self.current.borrow().clone()
     }
 }
-/// A rustls server configuration from the PEM files.
+/// A rustls server configuration from the PEM files (each read whole, at most
+/// `TLS_FILE_BYTES_MAX` bytes, by `fsread`).
 fn server_config(files: &TlsFiles) -> Result<ServerConfig, String> {
     let cert_path = files.cert.display();
-    let chain = CertificateDer::pem_file_iter(&files.cert)
-        .map_err(|e| format!("--tls-cert {cert_path}: {e}"))?
+    let cert_pem = crate::fsread::read(&files.cert, TLS_FILE_BYTES_MAX)
+        .map_err(|e| format!("--tls-cert {cert_path}: {e}"))?;
+    let chain = CertificateDer::pem_slice_iter(&cert_pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("--tls-cert {cert_path}: {e}"))?;
     if chain.is_empty() {
         return Err(format!("--tls-cert {cert_path}: no CERTIFICATE block"));
     }
-    let key = PrivateKeyDer::from_pem_file(&files.key)
-        .map_err(|e| format!("--tls-key {}: {e}", files.key.display()))?;
+    let key_path = files.key.display();
+    let key_pem = crate::fsread::read(&files.key, TLS_FILE_BYTES_MAX)
+        .map_err(|e| format!("--tls-key {key_path}: {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(&key_pem)
+        .map_err(|e| format!("--tls-key {key_path}: {e}"))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
@@ -96,4 +101,35 @@ fn server_config(files: &TlsFiles) -> Result<ServerConfig, String> {
         })?;
     config.alpn_protocols = vec![ALPN_HTTP11.to_vec()];
     Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pem_file_at_its_byte_limit_loads_and_one_byte_more_is_refused() {
+        // Goal: TLS_FILE_BYTES_MAX at N and N+1, for the certificate and the key (`fsread`).
+        // Method: a self-signed pair, each file padded with newlines (outside any PEM block).
+        let pair = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("cert");
+        let dir = std::env::temp_dir().join(format!("tidemark-tls-limit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let limit = usize::try_from(TLS_FILE_BYTES_MAX).expect("fits");
+        let padded = |pem: String, extra: usize| {
+            let mut text = pem.into_bytes();
+            text.resize(limit + extra, b'\n');
+            text
+        };
+        let files = TlsFiles { cert: dir.join("cert.pem"), key: dir.join("key.pem") };
+        std::fs::write(&files.cert, padded(pair.cert.pem(), 0)).expect("cert");
+        std::fs::write(&files.key, padded(pair.key_pair.serialize_pem(), 0)).expect("key");
+        server_config(&files).expect("both at the limit");
+        std::fs::write(&files.key, padded(pair.key_pair.serialize_pem(), 1)).expect("key");
+        let error = server_config(&files).expect_err("the key over it");
+        assert_eq!(error, format!("--tls-key {}: over {limit} bytes", files.key.display()));
+        std::fs::write(&files.cert, padded(pair.cert.pem(), 1)).expect("cert");
+        let error = server_config(&files).expect_err("the certificate over it");
+        assert_eq!(error, format!("--tls-cert {}: over {limit} bytes", files.cert.display()));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

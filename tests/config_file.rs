@@ -174,3 +174,39 @@ fn sighup_applies_the_files_log_level_unless_a_flag_sets_it() {
         read2().contains("set by env or flag (no effect): log-level")
     });
 }
+
+/// Goal: `--print-config` never prints a secret embedded in a value (issue 38, finding 10): a
+/// URL's password in `--upstream` and `--otlp-endpoint`, a `client_secret` query parameter of
+/// `--auth-jwks-url`, a stdio command line's `--api-key=…` and `--token …`; what is not secret
+/// (hosts, other parameters and flags) is still printed. Method: the binary with those flags;
+/// its output searched for each secret and for the redacted forms.
+#[test]
+fn print_config_redacts_secrets_inside_values() {
+    let args = [
+        "--upstream",
+        "api=https://alice:hunter2-pw@api.example:8443/mcp",
+        "--upstream",
+        "gh=stdio:gh-server --api-key=sk-live-123 --verbose --token tok-456",
+        "--otlp-endpoint",
+        "http://otel:otlp-pw@collector:4318",
+        "--auth-issuer",
+        "https://idp.example",
+        "--auth-jwks-url",
+        "https://idp.example/jwks?client_id=tm&client_secret=cs-789",
+        "--print-config",
+    ];
+    let out = run(&args, &[]);
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{printed}\n{}", String::from_utf8_lossy(&out.stderr));
+    for secret in ["hunter2-pw", "sk-live-123", "tok-456", "otlp-pw", "cs-789"] {
+        assert!(!printed.contains(secret), "{secret} printed:\n{printed}");
+    }
+    for shown in [
+        "https://alice:<redacted>@api.example:8443/mcp",
+        "gh-server --api-key=<redacted> --verbose --token <redacted>",
+        "http://otel:<redacted>@collector:4318",
+        "jwks?client_id=tm&client_secret=<redacted>",
+    ] {
+        assert!(printed.contains(shown), "{shown} not printed:\n{printed}");
+    }
+}

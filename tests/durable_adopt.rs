@@ -609,3 +609,44 @@ fn durable_linger_gathers_records_into_fewer_batches_and_a_waiting_call_cuts_it_
     );
     assert_eq!(metric(&text, "tidemark_durable_sessions_not_durable"), 0);
 }
+
+#[test]
+fn a_forged_id_of_another_node_costs_one_store_lookup_a_second() {
+    // Goal: issue 38's "every forged session id of another node costs one store command":
+    // the same unknown id twice within `MISS_TTL` (1 s) asks the store once (the second is
+    // answered from the core's negative cache, counted `cached_absent`), both 404; once the
+    // second is over, it is asked again. Method: node 2 and an id of node 1 the store never
+    // held; the adoption outcomes on /metrics count the store's answers.
+    let Some(redis) = Redis::start() else { return };
+    let server = node(&redis, "2", &[]);
+    let forged = format!("010000{}", "ab".repeat(16));
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let outcomes = || {
+        let text = scrape(&server.metrics());
+        let count = |o: &str| {
+            metric(&text, &format!("tidemark_durable_adoptions_total{{outcome=\"{o}\"}}"))
+        };
+        (count("absent"), count("cached_absent"))
+    };
+    for attempt in 0..5 {
+        let (absent, cached) = outcomes();
+        let started = Instant::now();
+        for _ in 0..2 {
+            let r = post(&server, &[("Mcp-Session-Id", &forged)], ping);
+            assert_eq!(r.status, 404, "{}", r.text());
+        }
+        if started.elapsed() >= Duration::from_millis(800) {
+            eprintln!("attempt {attempt}: two requests took {:?}; again", started.elapsed());
+            std::thread::sleep(Duration::from_millis(1100));
+            continue;
+        }
+        assert_eq!(outcomes(), (absent + 1, cached + 1), "one store lookup for two requests");
+        // Elapsed time is what is tested here: the miss is forgotten after a second.
+        std::thread::sleep(Duration::from_millis(1100).saturating_sub(started.elapsed()));
+        let r = post(&server, &[("Mcp-Session-Id", &forged)], ping);
+        assert_eq!(r.status, 404, "{}", r.text());
+        assert_eq!(outcomes(), (absent + 2, cached + 1), "asked again after a second");
+        return;
+    }
+    panic!("no two requests within 800 ms in five attempts");
+}

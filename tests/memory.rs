@@ -12,7 +12,6 @@ mod support;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::*;
@@ -65,14 +64,7 @@ fn delete_session(server: &Server, sid: &str) {
 /// Runs the binary with `args` and waits (bounded) for it to exit: `Some((code, stderr))`, or
 /// `None` when it was still running (it started serving) after `bound`.
 fn exit_of(args: &[&str], bound: Duration) -> Option<(Option<i32>, String)> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tidemark"))
-        .args(["--listen", "127.0.0.1:0"])
-        .args(args)
-        .env("RUST_BACKTRACE", "0")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tidemark");
+    let mut child = spawn_refusable(args);
     let Some(status) = exit_within(&mut child, bound) else {
         let _ = child.kill();
         let _ = child.wait();

@@ -52,10 +52,14 @@ pub(crate) enum JwksError {
     NotJwks(String),
     #[error("JWK Set with no usable RS256, ES256 or EdDSA key")]
     NoUsableKey,
-    #[error("{path}: {error}")]
+    #[error("--auth-jwks-file {path}: {error}")]
     File { path: String, error: String },
-    #[error("{url}: {error}")]
+    /// `url` as `redact` shows it (a `client_secret=` in the query never reaches a log).
+    #[error("--auth-jwks-url {url}: {error}")]
     Fetch { url: String, error: String },
+    /// The OS: the refresher thread could not be started.
+    #[error("the JWK Set refresher thread: {0}")]
+    Thread(String),
 }
 
 /// The document's outer shape: each key parsed on its own, so one odd key skips only itself.
@@ -226,10 +230,7 @@ impl Jwks {
         let thread = std::thread::Builder::new()
             .name("tidemark-jwks".into())
             .spawn(move || refresher.run())
-            .map_err(|e| JwksError::Fetch {
-                url: "refresher thread".into(),
-                error: e.to_string(),
-            })?;
+            .map_err(|e| JwksError::Thread(e.to_string()))?;
         let _ = jwks.refresher.set(thread.thread().clone());
         Ok(jwks)
     }
@@ -325,13 +326,12 @@ impl Refresher {
     }
 }
 
-fn read_file(path: &PathBuf) -> Result<KeySet, JwksError> {
+fn read_file(path: &std::path::Path) -> Result<KeySet, JwksError> {
     let file_error = |error: String| JwksError::File { path: path.display().to_string(), error };
-    let length = std::fs::metadata(path).map_err(|e| file_error(e.to_string()))?.len();
-    if length > JWKS_BYTES_MAX as u64 {
-        return Err(file_error(JwksError::TooLarge.to_string()));
-    }
-    let document = std::fs::read(path).map_err(|e| file_error(e.to_string()))?;
+    let document = crate::fsread::read(path, JWKS_BYTES_MAX as u64).map_err(|e| match e {
+        crate::fsread::FileError::TooLarge(_) => file_error(JwksError::TooLarge.to_string()),
+        other => file_error(other.to_string()),
+    })?;
     KeySet::parse(&document).map_err(|e| file_error(e.to_string()))
 }
 
@@ -347,7 +347,7 @@ fn fetch_agent() -> ureq::Agent {
 }
 
 fn fetch(agent: &ureq::Agent, url: &str) -> Result<KeySet, JwksError> {
-    let fetch_error = |error: String| JwksError::Fetch { url: url.to_owned(), error };
+    let fetch_error = |error: String| JwksError::Fetch { url: crate::redact::redact(url), error };
     let mut response = agent
         .get(url)
         .header("Accept", "application/jwk-set+json, application/json")

@@ -70,12 +70,10 @@ pub(crate) struct Policy {
 /// Why a policy file was refused (the operator's mistake, or the OS's).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub(crate) enum PolicyFileError {
-    /// The OS: unreadable (the path and why).
+    /// The OS or the operator: unreadable, not a regular file, or over `AUTH_FILE_BYTES_MAX`
+    /// (the path and why: `fsread::FileError`).
     #[error("--auth-policy {path}: {reason}")]
     Unreadable { path: String, reason: String },
-    /// The operator: larger than `AUTH_FILE_BYTES_MAX`.
-    #[error("--auth-policy {path}: larger than {max} bytes")]
-    TooLarge { path: String, max: u64 },
     /// The operator: not `KIND PATTERN SCOPES`, or an unknown kind (its line number).
     #[error(
         "--auth-policy {path}:{line}: expected `tool|prompt|resource|upstream PATTERN \
@@ -98,16 +96,10 @@ impl Policy {
             None => Policy::default(),
             Some(path) => {
                 let shown = path.display().to_string();
-                let unreadable = |e: std::io::Error| PolicyFileError::Unreadable {
-                    path: shown.clone(),
-                    reason: e.to_string(),
-                };
-                let size = std::fs::metadata(path).map_err(unreadable)?.len();
                 let limit = crate::config::AUTH_FILE_BYTES_MAX;
-                if size > limit {
-                    return Err(PolicyFileError::TooLarge { path: shown, max: limit });
-                }
-                let text = std::fs::read_to_string(path).map_err(unreadable)?;
+                let text = crate::fsread::read_text(path, limit).map_err(|e| {
+                    PolicyFileError::Unreadable { path: shown.clone(), reason: e.to_string() }
+                })?;
                 Policy::parse(&text, &shown, max)?
             }
         };

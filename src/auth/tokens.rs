@@ -40,12 +40,10 @@ pub(crate) struct TokenSet {
 /// Why a token file was refused (the set in use, if any, stays). Never holds a token.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub(crate) enum TokenFileError {
-    /// The OS: the file could not be read (its path and the OS's reason).
+    /// The OS or the operator: the file could not be read, is not a regular file, or is over
+    /// `AUTH_FILE_BYTES_MAX` (its path and why: `fsread::FileError`).
     #[error("--auth-tokens {path}: {reason}")]
     Unreadable { path: String, reason: String },
-    /// The operator: the file is larger than `AUTH_FILE_BYTES_MAX`.
-    #[error("--auth-tokens {path}: larger than {max} bytes")]
-    TooLarge { path: String, max: u64 },
     /// The operator: a line is not `TOKEN SUBJECT [SCOPES]` (its number, never its text).
     #[error("--auth-tokens {path}:{line}: expected `TOKEN SUBJECT [SCOPE,SCOPE…]`")]
     BadLine { path: String, line: usize },
@@ -64,16 +62,10 @@ impl TokenSet {
     /// Reads and parses `path` (at most `AUTH_FILE_BYTES_MAX` bytes, `max` tokens).
     pub(crate) fn load(path: &Path, max: usize) -> Result<TokenSet, TokenFileError> {
         let shown = path.display().to_string();
-        let unreadable = |e: std::io::Error| TokenFileError::Unreadable {
-            path: shown.clone(),
-            reason: e.to_string(),
-        };
-        let size = std::fs::metadata(path).map_err(unreadable)?.len();
-        let limit = crate::config::AUTH_FILE_BYTES_MAX;
-        if size > limit {
-            return Err(TokenFileError::TooLarge { path: shown, max: limit });
-        }
-        let text = std::fs::read_to_string(path).map_err(unreadable)?;
+        let text =
+            crate::fsread::read_text(path, crate::config::AUTH_FILE_BYTES_MAX).map_err(|e| {
+                TokenFileError::Unreadable { path: shown.clone(), reason: e.to_string() }
+            })?;
         TokenSet::parse(&text, &shown, max)
     }
 

@@ -298,6 +298,13 @@ pub(crate) const JWKS_FETCH_TIMEOUT_SECS: u64 = 10;
 /// Bytes of the `--upstream-credentials` file; larger is refused at start-up (the file holds a
 /// few lines per upstream).
 pub(crate) const UPSTREAM_CREDENTIALS_BYTES_MAX: usize = 64 * 1024;
+/// Bytes of one `--tls-cert` or `--tls-key` PEM file; larger is refused at start (and kept out
+/// on a reload: the old certificate stays). 1 MiB: a chain of a leaf and two intermediates
+/// with RSA-4096 keys is under 8 KiB in PEM. No flag: no certificate file comes near it.
+pub(crate) const TLS_FILE_BYTES_MAX: u64 = 1024 * 1024;
+/// Bytes of the `--request-state-key-file`; larger is refused at start. Its bytes are hashed
+/// into the 32-byte key, so more than this adds nothing but reading. No flag.
+pub(crate) const REQUEST_STATE_KEY_FILE_BYTES_MAX: u64 = 64 * 1024;
 
 /// Log lines one kind of event (refusal, migration decision, resume, eviction, …) may write
 /// per second (`--log-events-per-kind-per-sec`); the rest are counted and reported as one
@@ -805,7 +812,8 @@ pub enum ConfigError {
     /// `--otlp-sample-ratio` is not within 0..=1.
     #[error("--otlp-sample-ratio must be within 0 and 1")]
     BadSampleRatio,
-    /// `--request-state-key-file` is unreadable or too short; the path and why.
+    /// `--request-state-key-file` is unreadable, not a regular file, over
+    /// `REQUEST_STATE_KEY_FILE_BYTES_MAX` or too short; the path and why.
     #[error("--request-state-key-file {0}")]
     KeyFile(String),
     /// A limit flag (its name, without `--`) is zero; zero never means unlimited.

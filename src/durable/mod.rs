@@ -29,6 +29,7 @@
 pub(crate) mod keys;
 mod link;
 mod mirror;
+mod misses;
 pub(crate) mod queue;
 mod reader;
 pub(crate) mod record;
@@ -38,6 +39,7 @@ pub(crate) mod store;
 
 use std::sync::Arc;
 
+pub(crate) use misses::Misses;
 pub(crate) use queue::CoreTap;
 pub(crate) use reader::{Answer, Query, Reader};
 pub(crate) use record::{EventImage, PackedRun, Record, SessionImage};

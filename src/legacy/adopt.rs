@@ -82,7 +82,9 @@ pub(crate) fn adopted_core(core: u16, threads: u16) -> u16 {
     core % threads.max(1)
 }
 
-/// With `--durable`: a request naming a session this core does not hold asks the store first.
+/// With `--durable`: a request naming a session this core does not hold asks the store first,
+/// unless the store said it lacks that id within `durable::MISS_TTL` (`store_misses`, counted
+/// as `outcome="cached_absent"`).
 /// `Ok` when the request goes on (the session is here now, or the store does not have it: the
 /// lookup then answers 404 as before); `Err` when it was answered here (503 + `Retry-After`:
 /// the store is down or busy, or the owner is alive).
@@ -97,6 +99,11 @@ pub(crate) async fn adopt_if_absent(
         return Ok(());
     };
     if core.sessions.borrow().get(&id).is_some() {
+        return Ok(());
+    }
+    // The store lacked it a moment ago: the lookup's 404, without asking again.
+    if core.store_misses.borrow_mut().holds(&id, Instant::now()) {
+        core.metrics.durable_adopt_cached_absent_total.inc();
         return Ok(());
     }
     // One adoption per session: a second request waits for the first one's.
@@ -153,6 +160,7 @@ async fn claim(
         Answer::Claim(Claim::Won(image)) => image,
         Answer::Claim(Claim::Absent) => {
             m.durable_adopt_absent_total.inc();
+            core.store_misses.borrow_mut().insert(id, Instant::now());
             return Adopted::Unknown;
         }
         Answer::Claim(Claim::NotDurable) => {

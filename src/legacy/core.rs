@@ -21,13 +21,22 @@ pub(crate) struct LegacyCore {
     /// Sessions being adopted from the durable store right now, each with the signal its other
     /// requests wait on (`adopt`); a handful at most.
     pub(crate) adopting: RefCell<Vec<(SessionId, Rc<crate::signal::Signal>)>>,
+    /// Session ids the durable store said it lacks, for a second (`adopt`): their requests
+    /// get the 404 without asking the store again.
+    pub(crate) store_misses: RefCell<crate::durable::Misses<SessionId>>,
 }
 
 impl LegacyCore {
     /// The legacy state of core `shared`, with no session yet.
     pub(crate) fn new(shared: Rc<Core>) -> LegacyCore {
         let sessions = RefCell::new(session::SessionTable::new(shared.cfg.sessions_per_core_max));
-        LegacyCore { shared, sessions, buffered_bytes: Rc::default(), adopting: RefCell::default() }
+        LegacyCore {
+            shared,
+            sessions,
+            buffered_bytes: Rc::default(),
+            adopting: RefCell::default(),
+            store_misses: RefCell::default(),
+        }
     }
 }
 

@@ -185,11 +185,10 @@ impl CredentialTable {
 
 fn read_bounded(path: &Path) -> Result<String, CredentialsError> {
     let fail = |error: String| CredentialsError::File { path: path.display().to_string(), error };
-    let metadata = std::fs::metadata(path).map_err(|e| fail(e.to_string()))?;
-    if metadata.len() > UPSTREAM_CREDENTIALS_BYTES_MAX as u64 {
-        return Err(fail(format!("larger than {UPSTREAM_CREDENTIALS_BYTES_MAX} bytes")));
-    }
-    {
+    let text = crate::fsread::read_text(path, UPSTREAM_CREDENTIALS_BYTES_MAX as u64)
+        .map_err(|e| fail(e.to_string()))?;
+    // The mode only warns, so reading it by name after the read (a race at worst) is enough.
+    if let Ok(metadata) = std::fs::metadata(path) {
         use std::os::unix::fs::PermissionsExt as _;
         if metadata.permissions().mode() & 0o077 != 0 {
             tracing::warn!(
@@ -198,7 +197,7 @@ fn read_bounded(path: &Path) -> Result<String, CredentialsError> {
             );
         }
     }
-    std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))
+    Ok(text)
 }
 
 /// A header name (an RFC 9110 token) the transport does not write itself.
@@ -328,7 +327,7 @@ mod tests {
         text.push('#');
         std::fs::write(&path, &text).expect("write");
         let error = CredentialTable::load(Some(&path), &["self"], &[]).expect_err("over");
-        assert!(error.to_string().contains("larger than"), "{error}");
+        assert!(error.to_string().contains("over 65536 bytes"), "{error}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -1016,6 +1016,19 @@ const TCP_ESTABLISHED: u8 = 1;
 
 // ---- Start-up refusals (startup.rs, tls.rs) ----
 
+/// Starts the binary on `--listen 127.0.0.1:0` with `args`, as a start that is expected to be
+/// refused: stdout dropped, stderr piped (without a backtrace) for the caller to read.
+pub fn spawn_refusable(args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_tidemark"))
+        .args(["--listen", "127.0.0.1:0"])
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tidemark")
+}
+
 /// Runs the binary with `args` and waits (bounded) for it to exit; returns (status, stderr).
 pub fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_tidemark"))
