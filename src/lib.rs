@@ -153,7 +153,7 @@ pub mod bench_support {
                 leeway: std::time::Duration::from_secs(crate::config::AUTH_LEEWAY_SECS),
             };
             let keys = crate::auth::jwks::Jwks::fixed(keys);
-            JwtVerifier(crate::auth::jwt::JwtVerifier::new(settings, keys).expect("settings"))
+            JwtVerifier(crate::auth::jwt::JwtVerifier::new(settings, vec![keys]).expect("settings"))
         }
 
         /// Whether `token` verifies at `now`; the subject's length when it does.
