@@ -347,7 +347,7 @@ impl Refresher {
         jwks.current.store(keys);
         if changed {
             jwks.changes.fetch_add(1, Ordering::Release);
-            tracing::info!(issuer_keys = jwks.current.load().len(), "JWK Set changed");
+            tracing::info!(keys = jwks.current.load().len(), "JWK Set changed");
         }
         jwks.reads.fetch_add(1, Ordering::Relaxed);
         if failed {
