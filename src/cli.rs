@@ -267,11 +267,11 @@ struct Flags {
     #[arg(long, default_value_t = config::UPSTREAM_BREAKER_PAUSE_MS)]
     upstream_breaker_pause_ms: u64,
     /// A local JWK Set (an authorization server's signing keys), read again every refresh and
-    /// on SIGHUP. Repeatable as ISSUER=PATH: with several --auth-issuer, each names its issuer.
+    /// on SIGHUP; ISSUER=PATH names the --auth-issuer it is for (needed with several).
     #[arg(long, value_name = "[ISSUER=]PATH")]
     auth_jwks_file: Vec<std::path::PathBuf>,
-    /// An authorization server's jwks_uri, fetched off the worker cores. Repeatable as
-    /// ISSUER=URL: with several --auth-issuer, each names its issuer.
+    /// An authorization server's jwks_uri, fetched off the worker cores; ISSUER=URL names the
+    /// --auth-issuer it is for (needed with several).
     #[arg(long, value_name = "[ISSUER=]URL")]
     auth_jwks_url: Vec<String>,
     /// How often the JWK Set is read again.

@@ -461,8 +461,12 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("tidemark-cache-life-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
         let file = dir.join("tokens");
-        std::fs::write(&file, "tok-a alice
-").expect("tokens");
+        std::fs::write(
+            &file,
+            "tok-a alice
+",
+        )
+        .expect("tokens");
         let mut cfg = Config::test_min();
         cfg.auth.tokens_file = Some(file);
         cfg.auth.cache_lifetime = Duration::from_secs(2);

@@ -144,7 +144,9 @@ fn owner<'v>(
     let named = issuers
         .iter()
         .enumerate()
-        .filter(|(_, issuer)| value.strip_prefix(issuer.as_str()).is_some_and(|r| r.starts_with('=')))
+        .filter(|(_, issuer)| {
+            value.strip_prefix(issuer.as_str()).is_some_and(|r| r.starts_with('='))
+        })
         .max_by_key(|(_, issuer)| issuer.len());
     match named {
         Some((at, issuer)) => Ok((at, &value[issuer.len() + 1..])),

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 mod auth;
-pub use auth::AuthConfig;
 pub(crate) use auth::jwks_sources;
+pub use auth::AuthConfig;
 pub(crate) use auth::{AUTH_CACHE_SECS, AUTH_CACHE_SECS_MAX};
 pub(crate) use auth::{AUTH_FILE_BYTES_MAX, AUTH_POLICY_RULES_MAX, AUTH_TOKENS_MAX};
 mod durable;
@@ -825,7 +825,9 @@ pub enum ConfigError {
     #[error("--auth-issuer {0:?}: an issuer URL has no fragment ('#')")]
     IssuerFragment(String),
     /// An `--auth-jwks-*` value names no issuer while several `--auth-issuer` are configured.
-    #[error("{0} {1:?}: with several --auth-issuer, name the issuer the keys are for: ISSUER=SOURCE")]
+    #[error(
+        "{0} {1:?}: with several --auth-issuer, name the issuer the keys are for: ISSUER=SOURCE"
+    )]
     JwksSourceWithoutIssuer(&'static str, String),
     /// Two `--auth-jwks-file` (or two `--auth-jwks-url`) for one issuer.
     #[error("{0}: given twice for the issuer {1:?}")]
