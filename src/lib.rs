@@ -106,6 +106,7 @@ mod trace;
 mod upstream;
 mod wire;
 
+pub use config::JwksSourceError;
 pub use config::MigrationPolicy;
 pub use config::{AuthConfig, BuiltinSet, Config, ConfigError, DriverChoice, LogFormat};
 pub use config::{DurableConfig, DurableUrl, DurableUrlError};

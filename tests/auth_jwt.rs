@@ -88,6 +88,15 @@ fn start(driver: &str, args: &[&str]) -> Server {
     Server::with_admin(driver, &all)
 }
 
+/// A server of issuer A alone, whose key set holds key `a`, plus `args`.
+fn issuer_a(driver: &str, name: &str, args: &[&str]) -> Server {
+    let file = temp_dir(&format!("{name}-{driver}")).join("jwks.json");
+    write(&file, &jwks(&[(RSA_A, "a")]));
+    let mut all = vec!["--auth-issuer", ISSUER_A, "--auth-jwks-file", file.to_str().expect("path")];
+    all.extend_from_slice(args);
+    start(driver, &all)
+}
+
 /// A `server/discover` with `token` on `conn` (a kept-alive connection); the status.
 fn discover_on(server: &Server, conn: &mut TcpStream, token: &str) -> u16 {
     let bearer = format!("Bearer {token}");
@@ -172,13 +181,7 @@ fn a_dropped_key_stops_on_open_connections() {
 #[test]
 fn a_cached_verification_lives_at_most_the_cache_lifetime() {
     for driver in DRIVERS {
-        let file = temp_dir(&format!("lifetime-{driver}")).join("jwks.json");
-        write(&file, &jwks(&[(RSA_A, "a")]));
-        let path = file.to_str().expect("path");
-        let server = start(
-            driver,
-            &["--auth-issuer", ISSUER_A, "--auth-jwks-file", path, "--auth-cache-secs", "1"],
-        );
+        let server = issuer_a(driver, "lifetime", &["--auth-cache-secs", "1"]);
         let mut far = claims(ISSUER_A, "alice");
         far["exp"] = json!(1_000_000_000_000_u64);
         let token = sign(&far, RSA_A, "a");
@@ -202,13 +205,7 @@ fn a_cached_verification_lives_at_most_the_cache_lifetime() {
 #[test]
 fn fractional_exp_and_nbf_are_accepted() {
     for driver in DRIVERS {
-        let file = temp_dir(&format!("fraction-{driver}")).join("jwks.json");
-        write(&file, &jwks(&[(RSA_A, "a")]));
-        let path = file.to_str().expect("path");
-        let server = start(
-            driver,
-            &["--auth-issuer", ISSUER_A, "--auth-jwks-file", path, "--auth-leeway-secs", "0"],
-        );
+        let server = issuer_a(driver, "fraction", &["--auth-leeway-secs", "0"]);
         let mut fractional = claims(ISSUER_A, "alice");
         fractional["exp"] = json!(now_secs() as f64 + 600.5);
         fractional["nbf"] = json!(now_secs() as f64 - 0.5);
@@ -244,11 +241,11 @@ fn a_jwt_never_continues_a_static_tokens_session() {
             ],
         );
         let jwt = sign(&claims(ISSUER_A, "admin"), RSA_A, "a");
-        let sid = open_session_as(&server, "tok-admin");
+        let sid = open_session_with_token(&server, "tok-admin");
         let ping = r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#;
         let r = post_as(&server, &jwt, &[("Mcp-Session-Id", &sid)], ping);
         assert_eq!(r.status, 404, "{driver}: a JWT sub admin continued the static admin's session");
-        let own = open_session_as(&server, &jwt);
+        let own = open_session_with_token(&server, &jwt);
         assert_eq!(post_as(&server, &jwt, &[("Mcp-Session-Id", &own)], ping).status, 200);
         let r = post_as(&server, "tok-admin", &[("Mcp-Session-Id", &own)], ping);
         assert_eq!(r.status, 404, "{driver}: the static admin continued the JWT's session");
@@ -285,7 +282,7 @@ fn issuers_are_namespaces_and_verify_only_with_their_own_keys() {
         );
         let of_a = sign(&claims(ISSUER_A, "x"), RSA_A, "a");
         let of_b = sign(&claims(ISSUER_B, "x"), RSA_B, "b");
-        let sid = open_session_as(&server, &of_a);
+        let sid = open_session_with_token(&server, &of_a);
         let ping = r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#;
         let r = post_as(&server, &of_b, &[("Mcp-Session-Id", &sid)], ping);
         assert_eq!(r.status, 404, "{driver}: issuer B's sub x continued issuer A's session");
@@ -328,14 +325,4 @@ fn several_issuers_need_each_source_to_name_its_issuer() {
     std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
         .expect("stderr");
     assert!(stderr.contains("--auth-jwks-file") && stderr.contains("ISSUER="), "{stderr}");
-}
-
-/// initialize + initialized as `token`'s subject; the session id.
-fn open_session_as(server: &Server, token: &str) -> String {
-    let r = post_as(server, token, &[], INIT);
-    assert_eq!(r.status, 200, "{}", r.text());
-    let sid = r.header("Mcp-Session-Id").expect("session id").to_owned();
-    let done = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
-    assert_eq!(post_as(server, token, &[("Mcp-Session-Id", &sid)], done).status, 202);
-    sid
 }

@@ -7,8 +7,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::ConfigError;
-
 /// Tokens one `--auth-tokens` file may list (`--auth-tokens-max`): the set is held in memory
 /// (a digest, a subject and scopes each) and rebuilt whole on a reload, so it is bounded; a
 /// longer file is refused at start (and kept out on a reload).
@@ -82,6 +80,31 @@ impl AuthConfig {
     }
 }
 
+/// Why the `--auth-jwks-*` sources cannot be given to issuers (the operator's mistake).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JwksSourceError {
+    /// An `--auth-issuer` holds `#` (RFC 8414 §2: an issuer has no fragment).
+    #[error("--auth-issuer {0:?}: an issuer URL has no fragment ('#')")]
+    IssuerFragment(String),
+    /// An `--auth-jwks-*` value names no issuer while several `--auth-issuer` are configured.
+    #[error(
+        "{0} {1:?}: with several --auth-issuer, name the issuer the keys are for: ISSUER=SOURCE"
+    )]
+    WithoutIssuer(&'static str, String),
+    /// Two `--auth-jwks-file` (or two `--auth-jwks-url`) for one issuer.
+    #[error("{0}: given twice for the issuer {1:?}")]
+    Twice(&'static str, String),
+    /// An `--auth-issuer` with no `--auth-jwks-*` source while JWT access tokens are on.
+    #[error(
+        "--auth-issuer {0:?} has no key source: add --auth-jwks-url or --auth-jwks-file ISSUER=SOURCE"
+    )]
+    IssuerWithoutKeys(String),
+    /// An `--auth-jwks-url` that is not an http:// or https:// URL.
+    #[error("--auth-jwks-url must be an http:// or https:// URL, got {0:?}")]
+    BadUrl(String),
+}
+
 /// One issuer's JWK Set sources (at most one file and one URL; at least one of them).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct IssuerKeys {
@@ -101,12 +124,12 @@ pub(crate) fn jwks_sources(
     issuers: &[String],
     files: &[PathBuf],
     urls: &[String],
-) -> Result<Vec<IssuerKeys>, ConfigError> {
+) -> Result<Vec<IssuerKeys>, JwksSourceError> {
     if files.is_empty() && urls.is_empty() {
         return Ok(Vec::new());
     }
     if let Some(bad) = issuers.iter().find(|i| i.contains('#')) {
-        return Err(ConfigError::IssuerFragment(bad.clone()));
+        return Err(JwksSourceError::IssuerFragment(bad.clone()));
     }
     let mut keys: Vec<IssuerKeys> = issuers
         .iter()
@@ -116,20 +139,20 @@ pub(crate) fn jwks_sources(
         let text = file.to_string_lossy();
         let (at, path) = owner(&text, issuers, "--auth-jwks-file")?;
         if keys[at].file.replace(PathBuf::from(path)).is_some() {
-            return Err(ConfigError::JwksSourceTwice("--auth-jwks-file", issuers[at].clone()));
+            return Err(JwksSourceError::Twice("--auth-jwks-file", issuers[at].clone()));
         }
     }
     for value in urls {
         let (at, url) = owner(value, issuers, "--auth-jwks-url")?;
         if !(url.starts_with("http://") || url.starts_with("https://")) {
-            return Err(ConfigError::BadJwksUrl(url.to_owned()));
+            return Err(JwksSourceError::BadUrl(url.to_owned()));
         }
         if keys[at].url.replace(url.to_owned()).is_some() {
-            return Err(ConfigError::JwksSourceTwice("--auth-jwks-url", issuers[at].clone()));
+            return Err(JwksSourceError::Twice("--auth-jwks-url", issuers[at].clone()));
         }
     }
     if let Some(bare) = keys.iter().find(|k| k.file.is_none() && k.url.is_none()) {
-        return Err(ConfigError::IssuerWithoutKeys(bare.issuer.clone()));
+        return Err(JwksSourceError::IssuerWithoutKeys(bare.issuer.clone()));
     }
     Ok(keys)
 }
@@ -140,7 +163,7 @@ fn owner<'v>(
     value: &'v str,
     issuers: &[String],
     flag: &'static str,
-) -> Result<(usize, &'v str), ConfigError> {
+) -> Result<(usize, &'v str), JwksSourceError> {
     let named = issuers
         .iter()
         .enumerate()
@@ -151,7 +174,7 @@ fn owner<'v>(
     match named {
         Some((at, issuer)) => Ok((at, &value[issuer.len() + 1..])),
         None if issuers.len() == 1 => Ok((0, value)),
-        None => Err(ConfigError::JwksSourceWithoutIssuer(flag, value.to_owned())),
+        None => Err(JwksSourceError::WithoutIssuer(flag, value.to_owned())),
     }
 }
 
@@ -176,17 +199,17 @@ mod tests {
         assert_eq!(got[1].file, Some(PathBuf::from("/etc/b.json")));
         let bare = vec!["https://a.example/jwks".to_owned()];
         let e = jwks_sources(&two, &files, &bare).expect_err("bare beside two");
-        assert!(matches!(e, ConfigError::JwksSourceWithoutIssuer("--auth-jwks-url", _)), "{e}");
+        assert!(matches!(e, JwksSourceError::WithoutIssuer("--auth-jwks-url", _)), "{e}");
         let e = jwks_sources(&two, &[], &urls).expect_err("b has no source");
-        assert_eq!(e, ConfigError::IssuerWithoutKeys("https://a.example/b".into()));
+        assert_eq!(e, JwksSourceError::IssuerWithoutKeys("https://a.example/b".into()));
         let twice = vec![urls[0].clone(), urls[0].clone()];
         let e = jwks_sources(&two, &files, &twice).expect_err("twice");
-        assert_eq!(e, ConfigError::JwksSourceTwice("--auth-jwks-url", "https://a.example".into()));
+        assert_eq!(e, JwksSourceError::Twice("--auth-jwks-url", "https://a.example".into()));
         let hash = vec!["https://a.example#x".to_owned()];
         let e = jwks_sources(&hash, &[], &bare).expect_err("fragment");
-        assert_eq!(e, ConfigError::IssuerFragment("https://a.example#x".into()));
+        assert_eq!(e, JwksSourceError::IssuerFragment("https://a.example#x".into()));
         let e = jwks_sources(&one, &[], &["file:///etc/passwd".to_owned()]).expect_err("scheme");
-        assert!(matches!(e, ConfigError::BadJwksUrl(_)));
+        assert!(matches!(e, JwksSourceError::BadUrl(_)));
         assert_eq!(jwks_sources(&two, &[], &[]), Ok(Vec::new()));
     }
 }

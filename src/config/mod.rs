@@ -11,6 +11,7 @@ use std::time::Duration;
 mod auth;
 pub(crate) use auth::jwks_sources;
 pub use auth::AuthConfig;
+pub use auth::JwksSourceError;
 pub(crate) use auth::{AUTH_CACHE_SECS, AUTH_CACHE_SECS_MAX};
 pub(crate) use auth::{AUTH_FILE_BYTES_MAX, AUTH_POLICY_RULES_MAX, AUTH_TOKENS_MAX};
 mod durable;
@@ -821,20 +822,9 @@ pub enum ConfigError {
     /// `--auth-cache-secs` is over `AUTH_CACHE_SECS_MAX`.
     #[error("--auth-cache-secs must be at most {AUTH_CACHE_SECS_MAX}, got {0}")]
     AuthCacheTooLong(u64),
-    /// An `--auth-issuer` holds `#` (RFC 8414 §2: an issuer has no fragment).
-    #[error("--auth-issuer {0:?}: an issuer URL has no fragment ('#')")]
-    IssuerFragment(String),
-    /// An `--auth-jwks-*` value names no issuer while several `--auth-issuer` are configured.
-    #[error(
-        "{0} {1:?}: with several --auth-issuer, name the issuer the keys are for: ISSUER=SOURCE"
-    )]
-    JwksSourceWithoutIssuer(&'static str, String),
-    /// Two `--auth-jwks-file` (or two `--auth-jwks-url`) for one issuer.
-    #[error("{0}: given twice for the issuer {1:?}")]
-    JwksSourceTwice(&'static str, String),
-    /// An `--auth-issuer` with no `--auth-jwks-*` source while JWT access tokens are on.
-    #[error("--auth-issuer {0:?} has no key source: add --auth-jwks-url or --auth-jwks-file ISSUER=SOURCE")]
-    IssuerWithoutKeys(String),
+    /// An `--auth-jwks-*` source set-up that would mix issuers' keys (`jwks_sources`).
+    #[error(transparent)]
+    JwksSource(#[from] JwksSourceError),
     /// `--auth-jwks-url` is not an http:// or https:// URL.
     #[error("--auth-jwks-url must be an http:// or https:// URL, got {0:?}")]
     BadJwksUrl(String),

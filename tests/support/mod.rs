@@ -1088,3 +1088,17 @@ pub fn modern_echo_call(server: &Server, id: u64, tool: &str) -> Response {
         [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/call"), ("Mcp-Name", tool)];
     post(server, &headers, &body.to_string())
 }
+
+/// initialize + notifications/initialized with `Authorization: Bearer token`, both answered
+/// (200, 202); the session id.
+pub fn open_session_with_token(server: &Server, token: &str) -> String {
+    let bearer = format!("Bearer {token}");
+    let auth = [("Authorization", bearer.as_str())];
+    let r = post(server, &auth, INIT);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let sid = r.header("Mcp-Session-Id").expect("session id").to_owned();
+    let done = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    let h = [auth[0], ("Mcp-Session-Id", sid.as_str())];
+    assert_eq!(post(server, &h, done).status, 202);
+    sid
+}
