@@ -449,6 +449,14 @@ fn a_rotated_key_is_found_after_the_background_refetch_and_bad_files_keep_the_la
     assert_eq!(verify(&verifier, &new).unwrap_err(), TokenError::UnknownKey);
     assert!(started.elapsed() < Duration::from_millis(100), "the verifier waited");
     eventually("kid b after the refetch", || verify(&verifier, &new).is_ok());
+    // Issue 38 finding 3: a read with other keys counts a change (the endpoint's caches then
+    // verify again); a read of the same document, or a failed one below, counts none.
+    let changes = verifier.key_changes();
+    assert!(changes >= 1, "the rotation counted no change");
+    let (reads_before, _) = keys.reads();
+    keys.request_refetch();
+    eventually("a read of the same set", || keys.reads().0 > reads_before);
+    assert_eq!(verifier.key_changes(), changes, "the same keys counted as a change");
 
     // A flood of unknown kids makes at most one read per min_refetch.
     let (reads_before, _) = keys.reads();
@@ -470,6 +478,13 @@ fn a_rotated_key_is_found_after_the_background_refetch_and_bad_files_keep_the_la
     eventually("the failed read", || keys.reads().1 > failures_before);
     assert!(verify(&verifier, &new).is_ok());
     assert!(verify(&verifier, &old).is_ok());
+    assert_eq!(verifier.key_changes(), changes, "a failed read counted as a change");
+    // Key a dropped: a change, and a token of it is refused.
+    std::fs::write(&path, jwks_document(&[public_jwk(RSA_B, Algorithm::RS256, "b")]))
+        .expect("write");
+    keys.request_refetch();
+    eventually("the drop of key a", || verifier.key_changes() > changes);
+    assert_eq!(verify(&verifier, &old).unwrap_err(), TokenError::UnknownKey);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
