@@ -291,7 +291,7 @@ impl TokenVerifier for JwtVerifier {
 /// The time rules at `now`, with `leeway` seconds of skew either way: valid from `nbf` on and
 /// strictly before `exp` (both may be fractional); `Ok`: the instant `exp` names, which must be
 /// one the clock can represent (`Malformed` otherwise: a token never "never expires").
-pub(crate) fn check_time(
+fn check_time(
     exp: f64,
     nbf: Option<f64>,
     now: SystemTime,
