@@ -569,8 +569,7 @@ pub struct Config {
     /// `--task-poll-interval-ms` (`TASK_POLL_INTERVAL_MS`).
     pub task_poll_interval: Duration,
     /// Local JWK Sets of the authorization servers (`--auth-jwks-file [ISSUER=]PATH`,
-    /// repeatable: `jwks_sources`), read again on each
-    /// refresh.
+    /// repeatable: `jwks_sources`), read again on each refresh and on SIGHUP.
     pub auth_jwks_file: Vec<PathBuf>,
     /// The authorization servers' `jwks_uri`s (`--auth-jwks-url [ISSUER=]URL`, repeatable:
     /// `jwks_sources`), fetched off the worker cores.
