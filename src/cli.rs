@@ -279,12 +279,14 @@ struct Flags {
     /// retry interval of an optional upstream that is down.
     #[arg(long, default_value_t = config::UPSTREAM_BREAKER_PAUSE_MS)]
     upstream_breaker_pause_ms: u64,
-    /// A local JWK Set (the authorization server's signing keys), read again every refresh.
-    #[arg(long)]
-    auth_jwks_file: Option<std::path::PathBuf>,
-    /// The authorization server's jwks_uri, fetched off the worker cores.
-    #[arg(long)]
-    auth_jwks_url: Option<String>,
+    /// A local JWK Set (an authorization server's signing keys), read again every refresh and
+    /// on SIGHUP; ISSUER=PATH names the --auth-issuer it is for (needed with several).
+    #[arg(long, value_name = "[ISSUER=]PATH")]
+    auth_jwks_file: Vec<std::path::PathBuf>,
+    /// An authorization server's jwks_uri, fetched off the worker cores; ISSUER=URL names the
+    /// --auth-issuer it is for (needed with several).
+    #[arg(long, value_name = "[ISSUER=]URL")]
+    auth_jwks_url: Vec<String>,
     /// How often the JWK Set is read again.
     #[arg(long, default_value_t = config::JWKS_REFRESH_SECS)]
     auth_jwks_refresh_secs: u64,
@@ -294,6 +296,10 @@ struct Flags {
     /// Clock skew allowed on a JWT's exp and nbf, in seconds (at most 300).
     #[arg(long, default_value_t = config::AUTH_LEEWAY_SECS)]
     auth_leeway_secs: u64,
+    /// Longest a connection's cached token verification is used before the token is verified
+    /// again, whatever its exp (at most 3600); a changed token or key set ends it at once.
+    #[arg(long, default_value_t = config::AUTH_CACHE_SECS)]
+    auth_cache_secs: u64,
     /// The `ttlMs` caching hint on 2026-07-28 list and read results (0: re-fetch when needed).
     #[arg(long, default_value_t = config::CACHE_TTL_MS)]
     cache_ttl_ms: u64,
@@ -562,6 +568,7 @@ impl Flags {
                 allow_unauthenticated: self.allow_unauthenticated,
                 tokens_max: self.auth_tokens_max,
                 policy_rules_max: self.auth_policy_rules_max,
+                cache_lifetime: Duration::from_secs(self.auth_cache_secs),
             },
             config_file: None,
             startup_warnings: Vec::new(),
@@ -883,8 +890,8 @@ mod tests {
             max.as_str(),
         ];
         let cfg = Config::try_from_args(args).expect("parses");
-        assert_eq!(cfg.auth_jwks_url.as_deref(), Some("https://as.example/jwks"));
-        assert_eq!(cfg.auth_jwks_file, Some(std::path::PathBuf::from("/etc/tidemark/jwks.json")));
+        assert_eq!(cfg.auth_jwks_url, ["https://as.example/jwks"]);
+        assert_eq!(cfg.auth_jwks_file, [std::path::PathBuf::from("/etc/tidemark/jwks.json")]);
         assert_eq!(cfg.validate(), Ok(()));
         let over = (config::AUTH_LEEWAY_SECS_MAX + 1).to_string();
         let cfg = Config::try_from_args(["tidemark", "--auth-leeway-secs", &over]).expect("parses");
@@ -898,6 +905,24 @@ mod tests {
         let cfg = Config::try_from_args(["tidemark", "--auth-jwks-url", "file:///etc/passwd"])
             .expect("parses");
         assert!(matches!(cfg.validate(), Err(ConfigError::BadJwksUrl(_))));
+    }
+
+    #[test]
+    fn auth_cache_secs_is_bounded() {
+        // Goal: `--auth-cache-secs` defaults to its constant, is taken at its cap, refused one
+        // past it and at zero (never "forever"). Method: parse, then validate.
+        let cfg = Config::try_from_args(["tidemark"]).expect("defaults parse");
+        assert_eq!(cfg.auth.cache_lifetime, Duration::from_secs(config::AUTH_CACHE_SECS));
+        let with = |secs: u64| {
+            Config::try_from_args(["tidemark", "--auth-cache-secs", &secs.to_string()])
+                .expect("parses")
+                .validate()
+        };
+        assert_eq!(with(config::AUTH_CACHE_SECS_MAX), Ok(()));
+        assert_eq!(with(1), Ok(()));
+        let over = config::AUTH_CACHE_SECS_MAX + 1;
+        assert_eq!(with(over), Err(ConfigError::AuthCacheTooLong(over)));
+        assert_eq!(with(0), Err(ConfigError::Zero("auth-cache-secs")));
     }
 }
 

@@ -112,6 +112,7 @@ mod upstream;
 mod uri;
 mod wire;
 
+pub use config::JwksSourceError;
 pub use config::MigrationPolicy;
 pub use config::{AuthConfig, BuiltinSet, Config, ConfigError, DriverChoice, LogFormat};
 pub use config::{DurableConfig, DurableUrl, DurableUrlError};
@@ -159,7 +160,7 @@ pub mod bench_support {
                 leeway: std::time::Duration::from_secs(crate::config::AUTH_LEEWAY_SECS),
             };
             let keys = crate::auth::jwks::Jwks::fixed(keys);
-            JwtVerifier(crate::auth::jwt::JwtVerifier::new(settings, keys).expect("settings"))
+            JwtVerifier(crate::auth::jwt::JwtVerifier::new(settings, vec![keys]).expect("settings"))
         }
 
         /// Whether `token` verifies at `now`; the subject's length when it does.

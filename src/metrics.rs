@@ -108,6 +108,7 @@ counters! {
     auth_refused_issuer => "tidemark_auth_refused_total{reason=\"wrong_issuer\"}", "Requests refused authorization, by reason (401/400/403; never a token in a label).";
     auth_refused_algorithm => "tidemark_auth_refused_total{reason=\"algorithm_not_allowed\"}", "Requests refused authorization, by reason (401/400/403; never a token in a label).";
     auth_refused_scope => "tidemark_auth_refused_total{reason=\"insufficient_scope\"}", "Requests refused authorization, by reason (401/400/403; never a token in a label).";
+    auth_verifications => "tidemark_auth_verifications_total", "Bearer tokens checked by the verifier chain rather than a connection's cached verification (first use, another token, a changed token or key set, or past --auth-cache-secs).";
     auth_foreign_subject => "tidemark_auth_foreign_subject_total", "Requests naming a session, task, Idempotency-Key or requestState of another subject (or none): answered as unknown (404 / not found).";
     limit_header => "tidemark_limit_hits_total{limit=\"header\"}", "Requests refused at a limit.";
     limit_body => "tidemark_limit_hits_total{limit=\"body\"}", "Requests refused at a limit.";

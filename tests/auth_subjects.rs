@@ -49,15 +49,6 @@ fn post_as(server: &Server, token: &str, headers: &[(&str, &str)], body: &str) -
     post(server, &with_token(token, &mut bearer, headers), body)
 }
 
-fn open_session_as(server: &Server, token: &str) -> String {
-    let r = post_as(server, token, &[], INIT);
-    assert_eq!(r.status, 200, "{}", r.text());
-    let sid = r.header("Mcp-Session-Id").expect("session id").to_owned();
-    let done = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
-    assert_eq!(post_as(server, token, &[("Mcp-Session-Id", &sid)], done).status, 202);
-    sid
-}
-
 /// A session id of the same shape that names no session (one character changed).
 fn unknown_like(sid: &str) -> String {
     let mut chars: Vec<char> = sid.chars().collect();
@@ -82,7 +73,7 @@ fn foreign(server: &Server) -> u64 {
 fn a_session_is_its_openers() {
     for driver in DRIVERS {
         let server = server_with_tokens(driver, &format!("session-{driver}"), &[]);
-        let sid = open_session_as(&server, ALICE);
+        let sid = open_session_with_token(&server, ALICE);
         let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
         let unknown =
             shape(&post_as(&server, BOB, &[("Mcp-Session-Id", &unknown_like(&sid))], ping));

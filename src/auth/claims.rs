@@ -9,6 +9,9 @@ use std::time::SystemTime;
 /// Who a valid token names, and what it may do.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Claims {
+    /// The namespaced subject (CONTRACT §8), what sessions, keys, tasks, request states, rate
+    /// buckets, logs and traces are bound to: a static token's subject as its file names it
+    /// (never holding `#`), a JWT's `ISS#SUB` (`jwt::subject`).
     pub(crate) subject: Box<str>,
     pub(crate) scopes: Vec<Box<str>>,
     pub(crate) expires_at: Option<std::time::SystemTime>,
@@ -50,4 +53,11 @@ pub(crate) enum TokenError {
 pub(crate) trait TokenVerifier: Send + Sync {
     /// Validates `token` at time `now`.
     fn verify(&self, token: &str, now: SystemTime) -> Result<Claims, TokenError>;
+
+    /// A number that moves whenever what this verifier accepts may have shrunk (a key left the
+    /// set): a connection's cached verification made under another number is redone.
+    fn generation(&self) -> u64;
+
+    /// SIGHUP: read the verifier's sources again soon (never blocks).
+    fn reload(&self);
 }

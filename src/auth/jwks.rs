@@ -1,7 +1,12 @@
 //! The authorization server's signing keys (a JWK Set, RFC 7517) that `jwt` checks tokens
 //! against: from a local file (`--auth-jwks-file`) and/or a URL (`--auth-jwks-url`), re-read
 //! every `--auth-jwks-refresh-secs` and soon after a token names a `kid` the set lacks (at most
-//! one read per `--auth-jwks-min-refetch-secs`). A failed read keeps the last good keys.
+//! one read per `--auth-jwks-min-refetch-secs`, or on SIGHUP). A failed read keeps the last
+//! good keys. A read whose keys differ from the last (by the documents' SHA-256) counts a
+//! change (`Jwks::changes`): the endpoint's per-connection caches then verify again, so a key
+//! dropped from the set stops working at the next request on every connection (CONTRACT §8).
+//! One `Jwks` (and refresher thread) per `--auth-issuer`: an issuer's keys verify only its
+//! own tokens.
 //!
 //! Owns: `KeySet` (the usable keys, each with the one algorithm it may verify), `Jwks` (the
 //! current set, shared read-mostly: a worker core does one lock-free load per token) and the
@@ -19,6 +24,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, KeyAlgorithm, PublicKeyUse};
 use jsonwebtoken::{Algorithm, DecodingKey};
+use sha2::Digest as _;
 
 use crate::config::{JWKS_BYTES_MAX, JWKS_FETCH_TIMEOUT_SECS, JWKS_KEYS_MAX};
 
@@ -39,6 +45,9 @@ pub(crate) struct KeySet {
     unnamed: Vec<VerifyKey>,
     /// Keys of the documents left out (unsupported `kty`/`crv`/`alg`, `use` other than `sig`).
     skipped: usize,
+    /// SHA-256 of the document (of both fingerprints when merged; zero when empty): two sets
+    /// with the same fingerprint hold the same keys.
+    fingerprint: [u8; 32],
 }
 
 /// Why a JWK Set document or its source is unusable.
@@ -74,12 +83,16 @@ impl KeySet {
         if document.len() > JWKS_BYTES_MAX {
             return Err(JwksError::TooLarge);
         }
+        let document_bytes = document;
         let document: Document =
             serde_json::from_slice(document).map_err(|e| JwksError::NotJwks(e.to_string()))?;
         if document.keys.len() > JWKS_KEYS_MAX {
             return Err(JwksError::TooManyKeys);
         }
-        let mut set = KeySet::default();
+        let mut set = KeySet {
+            fingerprint: sha2::Sha256::digest(document_bytes).into(),
+            ..KeySet::default()
+        };
         for value in document.keys {
             let Some((kid, key)) = serde_json::from_value::<Jwk>(value).ok().and_then(usable)
             else {
@@ -125,7 +138,10 @@ impl KeySet {
         if self.is_empty() {
             return Arc::clone(other);
         }
-        let mut set = KeySet::default();
+        let mut fingerprint = sha2::Sha256::new();
+        fingerprint.update(self.fingerprint);
+        fingerprint.update(other.fingerprint);
+        let mut set = KeySet { fingerprint: fingerprint.finalize().into(), ..KeySet::default() };
         for source in [self, other] {
             for (kid, key) in &source.by_kid {
                 set.by_kid.entry(kid.clone()).or_insert_with(|| key.clone());
@@ -186,6 +202,9 @@ pub(crate) struct Jwks {
     /// Completed reads of the sources, and failed ones (each logged).
     reads: AtomicU64,
     read_failures: AtomicU64,
+    /// Reads that swapped in different keys; raised after the new set is stored, so a worker
+    /// that sees the new count also sees the new keys.
+    changes: AtomicU64,
 }
 
 impl Jwks {
@@ -201,6 +220,7 @@ impl Jwks {
             refresher: OnceLock::new(),
             reads: AtomicU64::new(0),
             read_failures: AtomicU64::new(0),
+            changes: AtomicU64::new(0),
         }
     }
 
@@ -248,6 +268,11 @@ impl Jwks {
                 thread.unpark();
             }
         }
+    }
+
+    /// Reads since start that swapped in keys other than the ones before.
+    pub(crate) fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
     }
 
     /// Completed reads of the sources since start (the first included), and failed ones.
@@ -318,7 +343,13 @@ impl Refresher {
                 }
             }
         }
-        jwks.current.store(self.file_keys.merged(&self.url_keys));
+        let keys = self.file_keys.merged(&self.url_keys);
+        let changed = keys.fingerprint != jwks.current.load().fingerprint;
+        jwks.current.store(keys);
+        if changed {
+            jwks.changes.fetch_add(1, Ordering::Release);
+            tracing::info!(keys = jwks.current.load().len(), "JWK Set changed");
+        }
         jwks.reads.fetch_add(1, Ordering::Relaxed);
         if failed {
             jwks.read_failures.fetch_add(1, Ordering::Relaxed);

@@ -68,13 +68,13 @@ fn standard_keys() -> Vec<Value> {
 fn settings() -> JwtSettings {
     JwtSettings {
         resource: RESOURCE.to_owned(),
-        issuers: vec![ISSUER.to_owned(), "https://other-as.example".to_owned()],
+        issuers: vec![ISSUER.to_owned()],
         leeway: Duration::from_secs(30),
     }
 }
 
 fn verifier_over(keys: Arc<Jwks>) -> JwtVerifier {
-    JwtVerifier::new(settings(), keys).expect("settings are complete")
+    JwtVerifier::new(settings(), vec![keys]).expect("settings are complete")
 }
 
 fn fixed_verifier() -> JwtVerifier {
@@ -117,7 +117,7 @@ fn each_algorithm_verifies_and_yields_subject_scopes_and_expiry() {
         let claims = good_claims();
         let token = sign(&claims, pem, algorithm, kid);
         let got = verify(&verifier, &token).unwrap_or_else(|e| panic!("{algorithm:?}: {e:?}"));
-        assert_eq!(&*got.subject, "alice");
+        assert_eq!(&*got.subject, "https://as.example#alice");
         assert_eq!(got.scopes, vec![Box::from("tools:read"), Box::from("tools:write")]);
         let exp = UNIX_EPOCH + Duration::from_secs(claims["exp"].as_u64().expect("exp"));
         assert_eq!(got.expires_at, Some(exp));
@@ -222,7 +222,81 @@ fn wrong_audience_and_wrong_issuer_are_refused() {
     let token = sign(&claims, RSA_A, Algorithm::RS256, "a");
     assert_eq!(verify(&verifier, &token).unwrap_err(), TokenError::WrongIssuer);
     claims["iss"] = json!("https://other-as.example");
-    assert!(verify(&verifier, &sign(&claims, RSA_A, Algorithm::RS256, "a")).is_ok());
+    let token = sign(&claims, RSA_A, Algorithm::RS256, "a");
+    assert_eq!(verify(&verifier, &token).unwrap_err(), TokenError::WrongIssuer);
+}
+
+#[test]
+fn each_issuer_verifies_only_with_its_own_keys_and_names_namespaced_subjects() {
+    // Goal (issue 38 finding 5): with two issuers, a token is checked only with the keys of
+    // the issuer its `iss` names: issuer B's key does not make a token claiming `iss: A` pass
+    // (under A's kid or B's), and the subject is the issuer and `sub` together, so the same
+    // `sub` from two issuers is two subjects. Method: two fixed key sets, one RSA key each.
+    const OTHER: &str = "https://other-as.example";
+    let set = |pem: &str, kid: &str| {
+        let document = jwks_document(&[public_jwk(pem, Algorithm::RS256, kid)]);
+        Jwks::fixed(KeySet::parse(&document).expect("parses"))
+    };
+    let mut two = settings();
+    two.issuers = vec![ISSUER.to_owned(), OTHER.to_owned()];
+    let verifier =
+        JwtVerifier::new(two, vec![set(RSA_A, "a"), set(RSA_B, "b")]).expect("two issuers");
+    let a = verify(&verifier, &sign(&good_claims(), RSA_A, Algorithm::RS256, "a")).expect("A");
+    let mut claims = good_claims();
+    claims["iss"] = json!(OTHER);
+    let b = verify(&verifier, &sign(&claims, RSA_B, Algorithm::RS256, "b")).expect("B");
+    assert_eq!(&*a.subject, "https://as.example#alice");
+    assert_eq!(&*b.subject, "https://other-as.example#alice");
+    // B's key, claiming A: A's set has no `b`, and A's `a` is not B's key.
+    let forged = sign(&good_claims(), RSA_B, Algorithm::RS256, "b");
+    assert_eq!(verify(&verifier, &forged).unwrap_err(), TokenError::UnknownKey);
+    let forged = sign(&good_claims(), RSA_B, Algorithm::RS256, "a");
+    assert_eq!(verify(&verifier, &forged).unwrap_err(), TokenError::BadSignature);
+    // A's key, claiming B.
+    let forged = sign(&claims, RSA_A, Algorithm::RS256, "a");
+    assert_eq!(verify(&verifier, &forged).unwrap_err(), TokenError::UnknownKey);
+    claims["iss"] = json!("https://evil-as.example");
+    let token = sign(&claims, RSA_A, Algorithm::RS256, "a");
+    assert_eq!(verify(&verifier, &token).unwrap_err(), TokenError::WrongIssuer);
+    claims.as_object_mut().expect("object").remove("iss");
+    let token = sign(&claims, RSA_A, Algorithm::RS256, "a");
+    assert_eq!(verify(&verifier, &token).unwrap_err(), TokenError::Malformed);
+}
+
+#[test]
+fn fractional_times_are_accepted_and_unrepresentable_ones_refused() {
+    // Goal (issue 38 finding 10): RFC 7519 §2 NumericDates may be fractional: such `exp` and
+    // `nbf` verify, a token is valid strictly before `exp` and from `nbf` on (to the
+    // sub-second), and an `exp` past what the clock can represent is refused, never "never
+    // expires". Method: tokens with fractional and huge times, verified at chosen instants.
+    let verifier = fixed_verifier();
+    let mut claims = good_claims();
+    let exp = now_secs() as f64 + 600.5;
+    claims["exp"] = json!(exp);
+    claims["nbf"] = json!(now_secs() as f64 - 0.25);
+    let token = sign(&claims, RSA_A, Algorithm::RS256, "a");
+    let got = verify(&verifier, &token).expect("fractional exp and nbf");
+    assert_eq!(got.expires_at, Some(UNIX_EPOCH + Duration::from_secs_f64(exp)));
+    // With no leeway: valid just before exp, refused at exp exactly.
+    let strict = JwtVerifier::new(
+        JwtSettings { leeway: Duration::ZERO, ..settings() },
+        vec![Jwks::fixed(KeySet::parse(&jwks_document(&standard_keys())).expect("parses"))],
+    )
+    .expect("settings");
+    let at = |secs: f64| UNIX_EPOCH + Duration::from_secs_f64(secs);
+    assert!(strict.verify(&token, at(exp - 0.01)).is_ok());
+    assert_eq!(strict.verify(&token, at(exp)).unwrap_err(), TokenError::Expired);
+    let nbf = now_secs() as f64 + 0.5;
+    claims["nbf"] = json!(nbf);
+    let token = sign(&claims, RSA_A, Algorithm::RS256, "a");
+    assert_eq!(strict.verify(&token, at(nbf - 0.01)).unwrap_err(), TokenError::NotYetValid);
+    assert!(strict.verify(&token, at(nbf)).is_ok());
+    for huge in [json!(u64::MAX), json!(1.0e19), json!(9.3e18)] {
+        let mut claims = good_claims();
+        claims["exp"] = huge.clone();
+        let token = sign(&claims, RSA_A, Algorithm::RS256, "a");
+        assert_eq!(verify(&verifier, &token).unwrap_err(), TokenError::Malformed, "{huge}");
+    }
 }
 
 #[test]
@@ -303,10 +377,11 @@ fn settings_without_resource_or_issuer_are_refused() {
     let keys = Jwks::fixed(KeySet::default());
     let mut incomplete = settings();
     incomplete.resource.clear();
-    assert!(JwtVerifier::new(incomplete, keys.clone()).is_err());
+    assert!(JwtVerifier::new(incomplete, vec![keys.clone()]).is_err());
     let mut incomplete = settings();
     incomplete.issuers.clear();
-    assert!(JwtVerifier::new(incomplete, keys).is_err());
+    assert!(JwtVerifier::new(incomplete, vec![keys.clone()]).is_err());
+    assert!(JwtVerifier::new(settings(), vec![keys.clone(), keys]).is_err(), "unpaired");
 }
 
 #[test]
@@ -374,6 +449,14 @@ fn a_rotated_key_is_found_after_the_background_refetch_and_bad_files_keep_the_la
     assert_eq!(verify(&verifier, &new).unwrap_err(), TokenError::UnknownKey);
     assert!(started.elapsed() < Duration::from_millis(100), "the verifier waited");
     eventually("kid b after the refetch", || verify(&verifier, &new).is_ok());
+    // Issue 38 finding 3: a read with other keys counts a change (the endpoint's caches then
+    // verify again); a read of the same document, or a failed one below, counts none.
+    let changes = verifier.key_changes();
+    assert!(changes >= 1, "the rotation counted no change");
+    let (reads_before, _) = keys.reads();
+    keys.request_refetch();
+    eventually("a read of the same set", || keys.reads().0 > reads_before);
+    assert_eq!(verifier.key_changes(), changes, "the same keys counted as a change");
 
     // A flood of unknown kids makes at most one read per min_refetch.
     let (reads_before, _) = keys.reads();
@@ -395,6 +478,13 @@ fn a_rotated_key_is_found_after_the_background_refetch_and_bad_files_keep_the_la
     eventually("the failed read", || keys.reads().1 > failures_before);
     assert!(verify(&verifier, &new).is_ok());
     assert!(verify(&verifier, &old).is_ok());
+    assert_eq!(verifier.key_changes(), changes, "a failed read counted as a change");
+    // Key a dropped: a change, and a token of it is refused.
+    std::fs::write(&path, jwks_document(&[public_jwk(RSA_B, Algorithm::RS256, "b")]))
+        .expect("write");
+    keys.request_refetch();
+    eventually("the drop of key a", || verifier.key_changes() > changes);
+    assert_eq!(verify(&verifier, &old).unwrap_err(), TokenError::UnknownKey);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -581,13 +671,13 @@ fn real_authorization_server_tokens_verify_through_its_jwks_url_across_a_rotatio
         issuers: vec![server.issuer.clone()],
         leeway: Duration::from_secs(30),
     };
-    let verifier = JwtVerifier::new(jwt_settings.clone(), keys.clone()).expect("settings");
+    let verifier = JwtVerifier::new(jwt_settings.clone(), vec![keys.clone()]).expect("settings");
     for alg in ["ES256", "EdDSA", "RS256"] {
         server.control(&format!("alg/{alg}"));
         let token = server.token("tools:read");
         assert_eq!(header_of(&token)["alg"], json!(alg));
         let claims = verify(&verifier, &token).unwrap_or_else(|e| panic!("{alg}: {e:?}"));
-        assert_eq!(&*claims.subject, "tidemark-test");
+        assert_eq!(&*claims.subject, format!("{}#tidemark-test", server.issuer));
         assert_eq!(claims.scopes, vec![Box::from("tools:read")]);
         assert!(claims.expires_at.expect("exp") > SystemTime::now());
     }
@@ -597,11 +687,11 @@ fn real_authorization_server_tokens_verify_through_its_jwks_url_across_a_rotatio
     let old = server.token("tools:read");
     let mut elsewhere = jwt_settings.clone();
     elsewhere.resource = "https://another-resource.example/mcp".to_owned();
-    let elsewhere = JwtVerifier::new(elsewhere, keys.clone()).expect("settings");
+    let elsewhere = JwtVerifier::new(elsewhere, vec![keys.clone()]).expect("settings");
     assert_eq!(verify(&elsewhere, &old).unwrap_err(), TokenError::WrongAudience);
     let mut stranger = jwt_settings;
     stranger.issuers = vec!["https://another-issuer.example".to_owned()];
-    let stranger = JwtVerifier::new(stranger, keys.clone()).expect("settings");
+    let stranger = JwtVerifier::new(stranger, vec![keys.clone()]).expect("settings");
     assert_eq!(verify(&stranger, &old).unwrap_err(), TokenError::WrongIssuer);
 
     let rotated = server.control("rotate");

@@ -4,6 +4,11 @@
 //! per-connection cache of the last validated token (`ConnCache`), the `WWW-Authenticate`
 //! challenges, and the protected resource metadata document (RFC 9728).
 //!
+//! Revocation is immediate (CONTRACT §8): a cached verification is used only while the token
+//! set and every issuer's key set are the ones it was made under (a reload of the tokens, or a
+//! JWK Set read that changed the keys, moves the generation), before the token's `exp`, and
+//! for at most `--auth-cache-secs` after it was made, whatever the token says.
+//!
 //! Called by `endpoint` once per request (before the era is chosen), by the eras for the
 //! subject that scopes their sessions, keys, tasks and request states, and by `server` on
 //! SIGHUP (`Authorizer::reload`). Shared by every core in an `Arc`: the token set is swapped
@@ -25,7 +30,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use arc_swap::ArcSwap;
 use subtle::ConstantTimeEq;
@@ -51,10 +56,10 @@ pub(crate) enum Denial {
     Scope,
 }
 
-/// The last token a connection presented that validated: its digest, the token set it was
-/// found in (a reload ends it), and what it names. Rebuilt, not moved, when the connection is
-/// handed to another core (`runtime::handoff` moves only the socket and its bytes): the first
-/// request there validates once more.
+/// The last token a connection presented that validated: its digest, the token and key sets
+/// it was verified under (a change of either ends it), when, and what it names. Rebuilt, not
+/// moved, when the connection is handed to another core (`runtime::handoff` moves only the
+/// socket and its bytes): the first request there validates once more.
 #[derive(Default)]
 pub(crate) struct ConnCache {
     entry: RefCell<Option<Cached>>,
@@ -63,7 +68,18 @@ pub(crate) struct ConnCache {
 struct Cached {
     digest: TokenDigest,
     generation: u64,
+    /// When the chain verified it: it is verified again `--auth-cache-secs` later.
+    verified_at: Instant,
     claims: Rc<Claims>,
+}
+
+/// How a request's token was found valid (counted: `tidemark_auth_verifications_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Check {
+    /// The connection's cached verification of the same token, still current.
+    Cached,
+    /// The verifier chain ran (first use, another token, a changed set, or the cache's age).
+    Verified,
 }
 
 /// The endpoint's authorization: the verifier chain, the challenges and the metadata.
@@ -75,6 +91,8 @@ pub(crate) struct Authorizer {
     generation: AtomicU64,
     tokens_file: Option<PathBuf>,
     tokens_max: usize,
+    /// `--auth-cache-secs`: the longest a connection's cached verification is used.
+    cache_lifetime: Duration,
     /// THE JWT SEAM: the verifier asked when a token is not a static one (`None`: none is
     /// configured). The integrator sets it to `Some(Arc::new(jwt::JwtVerifier::…))` in
     /// `Authorizer::build`; nothing else changes.
@@ -154,6 +172,7 @@ impl Authorizer {
             generation: AtomicU64::new(0),
             tokens_file: auth.tokens_file.clone(),
             tokens_max: auth.tokens_max,
+            cache_lifetime: auth.cache_lifetime,
             verifier,
             policy: ArcSwap::from_pointee(policy),
             policy_file: auth.policy_file.clone(),
@@ -197,6 +216,13 @@ impl Authorizer {
         Ok(Some(rules))
     }
 
+    /// SIGHUP: every issuer's JWK Set read again soon (off the workers, at most one read per
+    /// `--auth-jwks-min-refetch-secs`); a read that changes the keys ends cached verifications.
+    /// False when there is no JWT verifier.
+    pub(crate) fn reload_keys(&self) -> bool {
+        self.verifier.as_ref().map(|v| v.reload()).is_some()
+    }
+
     /// The policy in force now: what a request authorized now is held to.
     pub(crate) fn policy(&self) -> Arc<Policy> {
         self.policy.load_full()
@@ -210,16 +236,17 @@ impl Authorizer {
         authorization: Option<&[u8]>,
         query: &[u8],
         cache: &ConnCache,
-    ) -> Result<Rc<Claims>, Denial> {
+    ) -> Result<(Rc<Claims>, Check), Denial> {
         if query_names_token(query) {
             return Err(Denial::QueryToken);
         }
         let token = bearer_token(authorization.ok_or(Denial::Missing)?)?;
-        let claims = self.validate(token, cache).map_err(Denial::Invalid)?;
+        let (claims, check) =
+            self.validate_at(token, cache, Instant::now()).map_err(Denial::Invalid)?;
         if self.required_scopes.iter().any(|s| !claims.has_scope(s)) {
             return Err(Denial::Scope);
         }
-        Ok(claims)
+        Ok((claims, check))
     }
 
     /// A bearer token's claims: the cache, or the chain (and then the cache holds it).
@@ -228,17 +255,41 @@ impl Authorizer {
         token: &[u8],
         cache: &ConnCache,
     ) -> Result<Rc<Claims>, TokenError> {
+        self.validate_at(token, cache, Instant::now()).map(|(claims, _)| claims)
+    }
+
+    /// `validate` at `now`: the cached claims when the connection's last token is this one,
+    /// verified under the current token and key sets less than `--auth-cache-secs` ago and
+    /// before its `exp`; else the chain's answer, which the connection then caches.
+    fn validate_at(
+        &self,
+        token: &[u8],
+        cache: &ConnCache,
+        now: Instant,
+    ) -> Result<(Rc<Claims>, Check), TokenError> {
         let digest = tokens::digest(token);
-        let generation = self.generation.load(Ordering::Acquire);
+        let generation = self.generation();
         if let Some(hit) = cache.entry.borrow().as_ref() {
             let same = bool::from(hit.digest.ct_eq(&digest)) && hit.generation == generation;
-            if same && hit.claims.expires_at.is_none_or(|at| SystemTime::now() < at) {
-                return Ok(hit.claims.clone());
+            let fresh = now.saturating_duration_since(hit.verified_at) < self.cache_lifetime;
+            let unexpired = hit.claims.expires_at.is_none_or(|at| SystemTime::now() < at);
+            if same && fresh && unexpired {
+                return Ok((hit.claims.clone(), Check::Cached));
             }
         }
         let claims = Rc::new(self.verify_uncached(token, &digest)?);
-        *cache.entry.borrow_mut() = Some(Cached { digest, generation, claims: claims.clone() });
-        Ok(claims)
+        let verified_at = now;
+        *cache.entry.borrow_mut() =
+            Some(Cached { digest, generation, verified_at, claims: claims.clone() });
+        Ok((claims, Check::Verified))
+    }
+
+    /// The token set's reloads plus the key sets' changes: both only grow, so the sum moves
+    /// whenever either does. Read before verifying, so a change during a verification makes
+    /// the next request verify again.
+    fn generation(&self) -> u64 {
+        let keys = self.verifier.as_ref().map_or(0, |v| v.generation());
+        self.generation.load(Ordering::Acquire).wrapping_add(keys)
     }
 
     /// The verifier chain without the cache: the static tokens first, then (THE JWT SEAM)
@@ -400,6 +451,39 @@ mod tests {
         assert!(query_names_token(b"access_token"));
         assert!(!query_names_token(b""));
         assert!(!query_names_token(b"token=x&access_tokens=y"));
+    }
+
+    /// Goal: a cached verification is used strictly less than `--auth-cache-secs` after it was
+    /// made, and verified again at the limit; a reload of the token set ends it at once.
+    /// Method: an authorizer over a static token file, asked at chosen instants.
+    #[test]
+    fn the_cache_lives_at_most_its_lifetime() {
+        let dir = std::env::temp_dir().join(format!("tidemark-cache-life-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("tokens");
+        std::fs::write(
+            &file,
+            "tok-a alice
+",
+        )
+        .expect("tokens");
+        let mut cfg = Config::test_min();
+        cfg.auth.tokens_file = Some(file);
+        cfg.auth.cache_lifetime = Duration::from_secs(2);
+        let auth = Authorizer::build(&cfg).expect("builds").expect("on");
+        let cache = ConnCache::default();
+        let start = Instant::now();
+        let at = |after: Duration| auth.validate_at(b"tok-a", &cache, start + after);
+        let check = |after| at(after).map(|(claims, check)| (claims.subject.clone(), check));
+        let alice: Box<str> = "alice".into();
+        assert_eq!(check(Duration::ZERO), Ok((alice.clone(), Check::Verified)));
+        let just_before = Duration::from_secs(2) - Duration::from_nanos(1);
+        assert_eq!(check(just_before), Ok((alice.clone(), Check::Cached)));
+        assert_eq!(check(Duration::from_secs(2)), Ok((alice.clone(), Check::Verified)));
+        assert_eq!(check(Duration::from_secs(3)), Ok((alice.clone(), Check::Cached)));
+        auth.reload().expect("reloads");
+        assert_eq!(check(Duration::from_secs(3)), Ok((alice, Check::Verified)));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Goal: RFC 9728 §3.1's path insertion for the metadata URL.

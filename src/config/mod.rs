@@ -9,7 +9,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 mod auth;
+pub(crate) use auth::jwks_sources;
 pub use auth::AuthConfig;
+pub use auth::JwksSourceError;
+pub(crate) use auth::{AUTH_CACHE_SECS, AUTH_CACHE_SECS_MAX};
 pub(crate) use auth::{AUTH_FILE_BYTES_MAX, AUTH_POLICY_RULES_MAX, AUTH_TOKENS_MAX};
 mod durable;
 pub use durable::{DurableConfig, DurableUrl, DurableUrlError};
@@ -600,11 +603,12 @@ pub struct Config {
     pub task_input_requests_max: usize,
     /// `--task-poll-interval-ms` (`TASK_POLL_INTERVAL_MS`).
     pub task_poll_interval: Duration,
-    /// A local JWK Set of the authorization server (`--auth-jwks-file`), read again on each
-    /// refresh.
-    pub auth_jwks_file: Option<PathBuf>,
-    /// The authorization server's `jwks_uri` (`--auth-jwks-url`), fetched off the worker cores.
-    pub auth_jwks_url: Option<String>,
+    /// Local JWK Sets of the authorization servers (`--auth-jwks-file [ISSUER=]PATH`,
+    /// repeatable: `jwks_sources`), read again on each refresh and on SIGHUP.
+    pub auth_jwks_file: Vec<PathBuf>,
+    /// The authorization servers' `jwks_uri`s (`--auth-jwks-url [ISSUER=]URL`, repeatable:
+    /// `jwks_sources`), fetched off the worker cores.
+    pub auth_jwks_url: Vec<String>,
     /// `--auth-jwks-refresh-secs` (`JWKS_REFRESH_SECS`).
     pub auth_jwks_refresh: Duration,
     /// `--auth-jwks-min-refetch-secs` (`JWKS_MIN_REFETCH_SECS`).
@@ -766,8 +770,8 @@ impl Default for Config {
             task_bytes_per_core: TASK_BYTES_PER_CORE,
             task_input_requests_max: TASK_INPUT_REQUESTS_MAX,
             task_poll_interval: Duration::from_millis(TASK_POLL_INTERVAL_MS),
-            auth_jwks_file: None,
-            auth_jwks_url: None,
+            auth_jwks_file: Vec::new(),
+            auth_jwks_url: Vec::new(),
             auth_jwks_refresh: Duration::from_secs(JWKS_REFRESH_SECS),
             auth_jwks_min_refetch: Duration::from_secs(JWKS_MIN_REFETCH_SECS),
             auth_leeway: Duration::from_secs(AUTH_LEEWAY_SECS),
@@ -860,6 +864,12 @@ pub enum ConfigError {
     /// `--auth-leeway-secs` is over `AUTH_LEEWAY_SECS_MAX`.
     #[error("--auth-leeway-secs must be at most {AUTH_LEEWAY_SECS_MAX}, got {0}")]
     LeewayTooLong(u64),
+    /// `--auth-cache-secs` is over `AUTH_CACHE_SECS_MAX`.
+    #[error("--auth-cache-secs must be at most {AUTH_CACHE_SECS_MAX}, got {0}")]
+    AuthCacheTooLong(u64),
+    /// An `--auth-jwks-*` source set-up that would mix issuers' keys (`jwks_sources`).
+    #[error(transparent)]
+    JwksSource(#[from] JwksSourceError),
     /// `--auth-jwks-url` is not an http:// or https:// URL.
     #[error("--auth-jwks-url must be an http:// or https:// URL, got {0:?}")]
     BadJwksUrl(String),
@@ -1027,7 +1037,7 @@ impl Config {
 
     /// Checks every value once, so workers can rely on them.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let nonzero: [(&'static str, u128); 49] = [
+        let nonzero: [(&'static str, u128); 50] = [
             ("threads", self.threads as u128),
             ("max-header-bytes", self.header_bytes_max as u128),
             ("max-headers", self.headers_max as u128),
@@ -1074,6 +1084,7 @@ impl Config {
             ("auth-jwks-min-refetch-secs", self.auth_jwks_min_refetch.as_millis()),
             ("auth-tokens-max", self.auth.tokens_max as u128),
             ("auth-policy-rules-max", self.auth.policy_rules_max as u128),
+            ("auth-cache-secs", self.auth.cache_lifetime.as_millis()),
             ("log-events-per-kind-per-sec", u128::from(self.log_events_per_kind_per_sec)),
             ("log-refusal-summary-secs", self.log_refusal_summary.as_millis()),
             ("rate-buckets-per-core", self.rate_buckets_per_core_max as u128),
@@ -1114,10 +1125,17 @@ impl Config {
         if self.auth_leeway.as_secs() > AUTH_LEEWAY_SECS_MAX {
             return Err(ConfigError::LeewayTooLong(self.auth_leeway.as_secs()));
         }
-        if let Some(url) = &self.auth_jwks_url {
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
+        if self.auth.cache_lifetime.as_secs() > AUTH_CACHE_SECS_MAX {
+            return Err(ConfigError::AuthCacheTooLong(self.auth.cache_lifetime.as_secs()));
+        }
+        if self.auth.issuers.is_empty() {
+            // No issuer: the verifier refuses to start (`jwt::JwtSettingsError::NoIssuer`).
+            let web = |u: &&String| u.starts_with("http://") || u.starts_with("https://");
+            if let Some(url) = self.auth_jwks_url.iter().find(|u| !web(u)) {
                 return Err(ConfigError::BadJwksUrl(url.clone()));
             }
+        } else {
+            jwks_sources(&self.auth.issuers, &self.auth_jwks_file, &self.auth_jwks_url)?;
         }
         for name in &self.upstream_forward_authorization {
             let known = self.upstreams.iter().any(|spec| {
@@ -1168,7 +1186,7 @@ impl Config {
     /// True when some verifier is configured (static tokens, or JWT access tokens over a
     /// JWK Set), so every request must carry a valid token.
     pub fn auth_enabled(&self) -> bool {
-        self.auth.enabled() || self.auth_jwks_file.is_some() || self.auth_jwks_url.is_some()
+        self.auth.enabled() || !self.auth_jwks_file.is_empty() || !self.auth_jwks_url.is_empty()
     }
 }
 

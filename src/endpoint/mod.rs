@@ -175,7 +175,10 @@ async fn route(edge: &Endpoint, mut req: Request<'_>, out: &mut Vec<u8>) -> Outc
     if let Some(auth) = edge.auth.as_deref() {
         let header = req.header(&req.head.authorization);
         match auth.authenticate(header, query, req.auth_cache) {
-            Ok(claims) => {
+            Ok((claims, check)) => {
+                if check == crate::auth::Check::Verified {
+                    edge.metrics.auth_verifications.inc();
+                }
                 tracing::trace!(subject = &*claims.subject, "authorized");
                 req.claims = Some(claims);
                 req.policy = Some(auth.policy());

@@ -272,8 +272,8 @@ impl Running {
 /// The `--config` key of `--log-level` (one of `layers::RELOADABLE_KEYS`).
 const LOG_LEVEL_KEY: &str = "log-level";
 
-/// SIGHUP: the authorization's token file and policy file read again; sessions and
-/// connections are untouched. A file that does not load keeps the old set (or policy), and the
+/// SIGHUP: the authorization's token file and policy file read again, and its JWK Sets soon
+/// (off this thread: `Authorizer::reload_keys`); sessions and connections are untouched. A file that does not load keeps the old set (or policy), and the
 /// log says why (file and line only).
 fn reload(auth: Option<&Authorizer>) {
     let Some(auth) = auth else {
@@ -285,6 +285,9 @@ fn reload(auth: Option<&Authorizer>) {
         Err(why) => {
             tracing::warn!(error = %why, "SIGHUP: --auth-tokens not reloaded, the old set stays")
         }
+    }
+    if auth.reload_keys() {
+        tracing::info!("SIGHUP: JWK Sets to be read again");
     }
     match auth.reload_policy() {
         Ok(Some(rules)) => tracing::info!(rules, "SIGHUP: --auth-policy reloaded"),

@@ -1114,3 +1114,17 @@ pub fn connect_from(server: &Server, source: impl Into<std::net::IpAddr>) -> Tcp
     stream.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
     stream
 }
+
+/// initialize + notifications/initialized with `Authorization: Bearer token`, both answered
+/// (200, 202); the session id.
+pub fn open_session_with_token(server: &Server, token: &str) -> String {
+    let bearer = format!("Bearer {token}");
+    let auth = [("Authorization", bearer.as_str())];
+    let r = post(server, &auth, INIT);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let sid = r.header("Mcp-Session-Id").expect("session id").to_owned();
+    let done = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    let h = [auth[0], ("Mcp-Session-Id", sid.as_str())];
+    assert_eq!(post(server, &h, done).status, 202);
+    sid
+}
