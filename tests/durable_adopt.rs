@@ -701,6 +701,7 @@ fn race_after_pause(redis: &Redis) -> Race {
     let (stop, won, go) = (AtomicBool::new(false), AtomicBool::new(false), Barrier::new(2));
     let (outcomes, loads) = std::thread::scope(|scope| {
         let loads: Vec<_> = peers.each_ref().map(|n| scope.spawn(|| echo_load(n, &stop))).into();
+        let stopping = SetOnDrop(&stop);
         owner.signal("STOP");
         let racers: Vec<_> = peers
             .each_ref()
@@ -708,7 +709,7 @@ fn race_after_pause(redis: &Redis) -> Race {
             .into();
         let outcomes: Vec<RaceOutcome> =
             racers.into_iter().map(|r| r.join().expect("racer")).collect();
-        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        drop(stopping);
         let loads: Vec<u64> = loads.into_iter().map(|l| l.join().expect("load")).collect();
         (outcomes, loads)
     });

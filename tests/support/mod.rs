@@ -1088,3 +1088,13 @@ pub fn modern_echo_call(server: &Server, id: u64, tool: &str) -> Response {
         [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/call"), ("Mcp-Name", tool)];
     post(server, &headers, &body.to_string())
 }
+
+/// Sets its flag when dropped, also when a panic unwinds past it: a scoped test whose threads
+/// loop until a stop flag ends them on a failed assertion instead of waiting on them forever.
+pub struct SetOnDrop<'a>(pub &'a std::sync::atomic::AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
