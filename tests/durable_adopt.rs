@@ -757,11 +757,12 @@ fn two_live_peers_race_to_adopt_a_paused_owners_streaming_session_one_adopts_not
 }
 
 #[test]
-#[ignore = "fails on 8a39e1d: no fencing of a resumed owner's mirror (issue 38 fault-test report)"]
 fn a_paused_owner_that_resumes_after_its_session_was_adopted_writes_nothing_more_into_it() {
     // Goal: the owner of the race above is only paused; when it resumes (SIGCONT) after a peer
     // adopted its session, the store's copy of that session must stay the adopter's: no more
-    // events of the old owner's call, which a later adopter would replay after the -31006.
+    // events of the old owner's call, which a later adopter would replay after the -31006
+    // (on 8a39e1d: 1 entry became 136 within the 1.5 s). The batch the owner had sent as it
+    // stopped may still land: at most one entry more.
     // Method: `race_after_pause`, the entries of `tm:ev:SID` counted, SIGCONT, 1.5 s (elapsed
     // time is what is tested: the old owner's mirror renews and writes within it), counted
     // again, and the adopter's replay from the same cursor compared.
@@ -774,7 +775,16 @@ fn a_paused_owner_that_resumes_after_its_session_was_adopted_writes_nothing_more
     let owner = redis.command(&format!("HGET tm:s:{} owner", race.sid));
     let winner_id = if race.winner == 0 { "2" } else { "3" };
     assert_eq!(owner, Some(format!("$1|{winner_id}")), "the adopter still owns it");
-    assert_eq!(entries(), before, "the resumed old owner wrote into the adopted session");
+    let count = |reply: Option<String>| {
+        reply.and_then(|r| r.trim_start_matches(':').parse::<u64>().ok()).expect("XLEN")
+    };
+    let (before, after) = (count(before), count(entries()));
+    assert!(
+        after <= before + 1,
+        "the resumed old owner wrote into the adopted session: {before} -> {after}"
+    );
+    let owner_log = scrape(&race.owner.metrics());
+    assert_eq!(metric(&owner_log, "tidemark_durable_up"), 1, "the resumed owner's mirror is up");
     let mut again = resume(&race.peers[race.winner], &race.sid, &race.cursor);
     assert_eq!(again.status, 200);
     let last = again.rest().last().expect("final").json();
