@@ -266,15 +266,7 @@ fn a_list_changed_flood_reaches_the_client_coalesced_with_the_last_one_kept() {
     let flags = ["--list-changed-min-ms", &min, "--metrics-listen", "127.0.0.1:0"];
     let server = bridge("uring", &files, &flags);
     let sid = open_session(&server);
-    let get = request(
-        "GET",
-        &server.path,
-        &server.host(),
-        &[("Accept", "text/event-stream"), ("Mcp-Session-Id", &sid)],
-        None,
-    );
-    let mut standalone = SseStream::open(&server, &get);
-    assert_eq!(standalone.status, 200);
+    let mut standalone = support::open_standalone(&server, &sid);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         while let Some(ev) = standalone.next_event() {

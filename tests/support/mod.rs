@@ -500,6 +500,15 @@ pub fn resume(server: &Server, sid: &str, last_event_id: &str) -> SseStream {
     SseStream::open(server, &raw)
 }
 
+/// The session's standalone GET stream (no Last-Event-ID) on a fresh connection; asserts 200.
+pub fn open_standalone(server: &Server, sid: &str) -> SseStream {
+    let headers = [("Accept", "text/event-stream"), ("Mcp-Session-Id", sid)];
+    let stream =
+        SseStream::open(server, &request("GET", &server.path, &server.host(), &headers, None));
+    assert_eq!(stream.status, 200, "the standalone GET stream");
+    stream
+}
+
 /// POST a tools/call and return the open SSE stream.
 pub fn call_stream(server: &Server, sid: &str, body: &str, extra: &[(&str, &str)]) -> SseStream {
     let mut h: Vec<(&str, &str)> = POST_HEADERS.to_vec();
