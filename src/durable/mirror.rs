@@ -367,6 +367,19 @@ impl Writer {
         true
     }
 
+    /// True for a record of a disowned session: the adopter's now, so it is dropped, and not
+    /// reported lost (its core would only send its image again). Its end forgets it.
+    fn drops_disowned(&mut self, record: &Record) -> bool {
+        let Some(sid) = record.session().filter(|sid| self.disowned.contains(*sid)) else {
+            return false;
+        };
+        if matches!(record, Record::End { .. }) {
+            let sid = sid.clone();
+            self.disowned.remove(&sid);
+        }
+        true
+    }
+
     fn collect_broken(&mut self) {
         for drain in &self.queues {
             for sid in drain.queue.take_broken() {
@@ -439,12 +452,7 @@ impl Writer {
         let mut writable: Vec<&Record> = Vec::with_capacity(taken.len());
         let mut skipped: FastSet<(usize, Arc<str>)> = FastSet::default();
         for (core, queued) in &taken {
-            if queued.record.session().is_some_and(|sid| self.disowned.contains(sid)) {
-                // The adopter's now: dropped, and not reported lost (its core would only
-                // send its image again).
-                if let Record::End { sid } = &queued.record {
-                    self.disowned.remove(sid);
-                }
+            if self.drops_disowned(&queued.record) {
                 continue;
             }
             match &queued.record {
