@@ -117,6 +117,11 @@ struct Flags {
     /// An idle legacy session expires after this long (404 after).
     #[arg(long, default_value_t = config::SESSION_IDLE_SECS)]
     session_idle_secs: u64,
+    /// Per legacy session (and subscriptions/listen stream) and kind, at most one
+    /// tools/prompts/resources list_changed per this many ms; those inside the window go out
+    /// as one at its end.
+    #[arg(long, default_value_t = config::LIST_CHANGED_MIN_MS)]
+    list_changed_min_ms: u64,
     /// The `retry:` field of priming events: how long a client waits before it resumes.
     #[arg(long, default_value_t = config::SSE_RETRY_MS)]
     sse_retry_ms: u64,
@@ -482,6 +487,7 @@ impl Flags {
             replay_bytes_max: self.replay_bytes,
             stream_retention: Duration::from_secs(self.stream_retention_secs),
             session_idle: Duration::from_secs(self.session_idle_secs),
+            list_changed_min: Duration::from_millis(self.list_changed_min_ms),
             sse_retry_ms: self.sse_retry_ms,
             sse_keepalive: Duration::from_secs(self.sse_keepalive_secs),
             owed_wait: Duration::from_millis(self.owed_wait_ms),

@@ -811,3 +811,46 @@ fn mcp_headers_given_twice_differently_and_non_utf8_param_values_are_mismatches(
         }
     }
 }
+
+/// `--list-changed-min-ms` of the listen-flood test.
+const LIST_CHANGED_MIN_MS: u64 = 200;
+
+/// Goal (issue 38, finding 10): a `subscriptions/listen` stream reports each kind of list
+/// change at most once per `--list-changed-min-ms` (plus the first and a trailing one), and the
+/// last change is reported after it happened. Method: 60 tool changes triggered 15 ms apart
+/// (the conformance set's trigger) while a thread reads the listen stream, stamping each
+/// notification on arrival; then three windows' wait (elapsed time is what is tested).
+#[test]
+fn a_listen_stream_reports_a_burst_of_list_changes_coalesced_and_the_last_one_after_it() {
+    let min = LIST_CHANGED_MIN_MS.to_string();
+    let args = ["--tools", "conformance", "--threads", "1", "--list-changed-min-ms", &min];
+    let server = Server::on("uring", &args);
+    let id = json!(7);
+    let mut tools = listen(id.clone(), json!({ "toolsListChanged": true })).open(&server);
+    let ack = "notifications/subscriptions/acknowledged";
+    expect_on_listen(&mut tools, ack, &id, "listen flood");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        while let Some(ev) = tools.next_event() {
+            if tx.send((std::time::Instant::now(), ev.json())).is_err() {
+                return;
+            }
+        }
+    });
+    let began = std::time::Instant::now();
+    for round in 0..60 {
+        trigger(&server, "test_trigger_tool_change", &format!("change {round}"));
+        // Spread over about a second: the listen stream's own 50 ms look alone would report
+        // about twenty of them.
+        std::thread::sleep(Duration::from_millis(15));
+    }
+    let last_change = std::time::Instant::now();
+    std::thread::sleep(Duration::from_millis(3 * LIST_CHANGED_MIN_MS));
+    let got: Vec<(std::time::Instant, Value)> = rx.try_iter().collect();
+    for (_, v) in &got {
+        assert_eq!(v["method"], "notifications/tools/list_changed", "{v}");
+    }
+    let windows = (last_change - began).as_millis() as usize / LIST_CHANGED_MIN_MS as usize;
+    assert!(got.len() <= windows + 2, "{} for {windows} windows: not coalesced", got.len());
+    assert!(got.iter().any(|(at, _)| *at >= last_change), "the last change reported after it");
+}

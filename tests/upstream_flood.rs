@@ -316,3 +316,60 @@ fn a_silent_upstream_still_times_out_and_a_busy_one_meets_the_call_max() {
         assert!(took >= at_least && took < 10.0, "{args}: ended after {took:.1} s");
     }
 }
+
+/// `--list-changed-min-ms` of the list_changed flood test: a tenth of a second, so the flood's
+/// second holds about ten windows.
+const LIST_CHANGED_MIN_MS: u64 = 100;
+
+#[test]
+fn a_list_changed_flood_reaches_the_client_coalesced_with_the_last_one_kept() {
+    // Goal (issue 38, finding 10): an upstream's 2000 `notifications/tools/list_changed` in a
+    // second reach a legacy session's GET stream at most once per `--list-changed-min-ms` (plus
+    // the first and a trailing one), not one for one; and the last is never lost: one arrives
+    // after the upstream sent its last. Method: the fixture's `list_flood` (2000 over 1000 ms,
+    // answering with the wall-clock time of its last line); a thread reads the session's GET
+    // stream and stamps each event with the wall clock on arrival; after the call we wait
+    // three windows (elapsed time is what is tested) and count.
+    let files = Files::new("list-changed");
+    let min = LIST_CHANGED_MIN_MS.to_string();
+    let flags = ["--list-changed-min-ms", &min, "--metrics-listen", "127.0.0.1:0"];
+    let server = bridge("uring", &files, &flags);
+    let sid = open_session(&server);
+    let mut standalone = support::open_standalone(&server, &sid);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        while let Some(ev) = standalone.next_event() {
+            if !ev.is_priming() && tx.send((std::time::SystemTime::now(), ev.json())).is_err() {
+                return;
+            }
+        }
+    });
+    let started = std::time::Instant::now();
+    let body = call(2, "list_flood", r#"{"count":2000,"ms":1000}"#, false);
+    let answer = post(&server, &[("Mcp-Session-Id", &sid)], &body);
+    let flood = started.elapsed();
+    let result: Value = answer.events().last().map(|e| e.json()).unwrap_or_else(|| answer.json());
+    let last_sent: f64 = result["result"]["content"][0]["text"]
+        .as_str()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("the flood's result: {result}"));
+    std::thread::sleep(Duration::from_millis(3 * LIST_CHANGED_MIN_MS));
+    let got: Vec<(std::time::SystemTime, Value)> = rx.try_iter().collect();
+    for (_, message) in &got {
+        assert_eq!(message["method"], "notifications/tools/list_changed", "{message}");
+    }
+    let windows = flood.as_millis() as usize / LIST_CHANGED_MIN_MS as usize;
+    assert!(got.len() <= windows + 2, "{} in {flood:?}: not coalesced", got.len());
+    assert!(got.len() >= 2, "{}: the first and at least one trailing", got.len());
+    let secs = |t: &std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH).expect("after the epoch").as_secs_f64()
+    };
+    let last_got = got.iter().map(|(t, _)| secs(t)).fold(0.0, f64::max);
+    assert!(
+        last_got >= last_sent,
+        "nothing arrived after the last change ({last_got} < {last_sent})"
+    );
+    let metrics = support::scrape(&server.metrics());
+    let coalesced = support::metric(&metrics, "tidemark_list_changed_coalesced_total");
+    assert!(coalesced >= 2000 - got.len() as u64, "{coalesced} counted, {} sent", got.len());
+}

@@ -271,3 +271,47 @@ fn a_collision_that_appears_later_hides_the_newer_tool_and_keeps_routing() {
     let sample = r#"tidemark_tools_hidden_total{reason="collision"}"#;
     assert_eq!(metric(&scrape(&admin), sample), 2);
 }
+
+/// What `GET path` on the admin listener `admin` answers (status line and body).
+fn admin_get(admin: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(admin).expect("connect admin");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5))).expect("timeout");
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").expect("write");
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    text
+}
+
+#[test]
+fn an_unnamed_upstream_is_upstream_1_to_clients_never_its_command() {
+    // Goal (issue 38, finding 10): an unnamed upstream's command line (here with an API key in
+    // it) reaches no client: a call it fails ends with -32603 naming `upstream-1`, and neither
+    // /status nor /metrics shows the command. Method: the fixture with `--api-key=SECRET…` on
+    // its command line, no `NAME=`; `crash_after` makes it exit mid-call; a second server
+    // whose unnamed command cannot start answers `initialize` 503 naming `upstream-1` only.
+    const SECRET: &str = "SECRET-wire-38";
+    let target = upstream("", &format!("--api-key={SECRET}"));
+    let (server, admin) = server_with_metrics("uring", &["--threads", "1", "--upstream", &target]);
+    let sid = open(&server);
+    let failed = call_json(&server, &sid, 2, "crash_after", r#"{"ms":0}"#);
+    let text = failed.to_string();
+    assert_eq!(failed["error"]["code"], -32603, "{text}");
+    assert_eq!(failed["error"]["data"]["upstream"], "upstream-1", "{text}");
+    let message = failed["error"]["message"].as_str().expect("message");
+    assert!(message.starts_with("upstream upstream-1 failed: exited"), "{text}");
+    for page in ["/status", "/metrics"] {
+        let body = admin_get(&admin, page);
+        assert!(body.contains("upstream-1"), "{page}: {body}");
+        for command in [SECRET, "stdio_upstream.py", "python3"] {
+            assert!(!text.contains(command) && !body.contains(command), "{command}: {page}");
+        }
+    }
+    let missing = format!("stdio:/nonexistent/tidemark-38/server --api-key={SECRET}");
+    let down = start(&["--upstream", &missing]);
+    let init = post(&down, &[], support::INIT);
+    let body = init.text();
+    assert_eq!(init.status, 503, "{body}");
+    assert!(body.contains("upstream-1"), "{body}");
+    assert!(!body.contains(SECRET) && !body.contains("/nonexistent"), "{body}");
+}

@@ -40,9 +40,14 @@ fn config(counter: &str, upstreams: &[(&str, &str)]) -> String {
 
 /// The server on `file`, two cores, its admin listener on, its log in `log`.
 fn start(file: &PathBuf, log: &PathBuf) -> Server {
+    start_with(file, log, &[])
+}
+
+/// `start` with `extra` flags.
+fn start_with(file: &PathBuf, log: &PathBuf, extra: &[&str]) -> Server {
     let mut command = Command::new(env!("CARGO_BIN_EXE_tidemark"));
     command.args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"]);
-    command.args(["--threads", "2", "--upstream-kill-grace-ms", "200"]);
+    command.args(["--threads", "2", "--upstream-kill-grace-ms", "200"]).args(extra);
     command.arg("--config").arg(file);
     command.env("RUST_LOG", "info");
     command.stderr(std::fs::File::create(log).expect("log file"));
@@ -224,4 +229,109 @@ fn a_set_that_does_not_load_or_collides_is_refused_whole_and_an_unchanged_one_co
     assert_ne!(pid, a_pid, "a changed upstream is a new child");
     assert_eq!(reloads(&server, "unchanged"), 1);
     assert_eq!(reloads(&server, "refused"), 4);
+}
+
+/// `--upstream-timeout-secs` of the hostile-upstream test: its hanging call ends at it.
+const HOSTILE_TIMEOUT_SECS: u64 = 3;
+
+/// Calls `g__echo` on a session of its own until `stop`; returns the slowest call. Each call
+/// must answer with its text: the well-behaved upstream serves through everything.
+fn echo_until(server: &Server, stop: &std::sync::atomic::AtomicBool) -> Duration {
+    let sid = open_session(server);
+    let (mut id, mut slowest) = (1, Duration::ZERO);
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        let began = Instant::now();
+        let answer = call_final(server, &sid, id, "g__echo", r#"{"text":"steady"}"#);
+        assert_eq!(text_of(&answer), "steady", "call {id}: {answer}");
+        slowest = slowest.max(began.elapsed());
+        id += 1;
+    }
+    slowest
+}
+
+#[test]
+fn a_hostile_upstream_across_a_reload_leaves_the_server_responsive_and_the_new_set_working() {
+    // Goal (issue 38, fault tests): an upstream that floods, hangs and writes garbage while
+    // the upstream set is reloaded (SIGHUP) without it: the server stays responsive (the other
+    // upstream's calls in other sessions keep completing, none slow), each call to the hostile
+    // upstream ends with its result or a clear -32603 naming it (the hanging one at
+    // `--upstream-timeout-secs`), nothing panics or hangs, and after the reload the hostile
+    // upstream's tools are unknown and the new set's work. Method: `h` and `g` are the fixture;
+    // on `h`, in sessions of their own: `hang`, a 50 000-notification `flood` read to its end, a
+    // `list_flood` of 2000 list changes in a second with the session's GET stream open, and
+    // `garbage` calls (a non-JSON line before each answer); two threads call `g__echo` in a
+    // loop throughout; the file is rewritten to `g` and `n` and SIGHUP sent mid-flood.
+    use std::sync::atomic::AtomicBool;
+    let (file, log) = (scratch("hostile.toml"), scratch("hostile.log"));
+    let counter = scratch("hostile.counter");
+    let counter = counter.to_str().expect("utf-8");
+    std::fs::write(&file, config(counter, &[("g", ""), ("h", "")])).expect("write config");
+    let timeout = HOSTILE_TIMEOUT_SECS.to_string();
+    let server = start_with(&file, &log, &["--upstream-timeout-secs", &timeout]);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let steady: Vec<_> = (0..2).map(|_| scope.spawn(|| echo_until(&server, &stop))).collect();
+        let stopping = SetOnDrop(&stop);
+        let hang = scope.spawn(|| {
+            let sid = open_session(&server);
+            let began = Instant::now();
+            (call_final(&server, &sid, 1, "h__hang", "{}"), began.elapsed())
+        });
+        let flood = scope.spawn(|| {
+            let body = call(1, "h__flood", r#"{"count":50000}"#, true);
+            let mut s = call_stream(&server, &open_session(&server), &body, &[]);
+            let evs = s.rest();
+            (s.ended(), evs.last().map(|e| e.json()))
+        });
+        let changes = scope.spawn(|| {
+            let sid = open_session(&server);
+            let mut notices = standalone(&server, &sid);
+            let flood = r#"{"count":2000,"ms":1000}"#;
+            let answer = call_final(&server, &sid, 1, "h__list_flood", flood);
+            (answer, next_notice(&mut notices))
+        });
+        let sid = open_session(&server);
+        for id in 1..=3 {
+            let answer = call_final(&server, &sid, id, "h__garbage", r#"{"text":"after junk"}"#);
+            assert_eq!(text_of(&answer), "after junk", "garbage is skipped: {answer}");
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        std::fs::write(&file, config(counter, &[("g", ""), ("n", "")])).expect("rewrite");
+        hup(&server, "applied", 1);
+        // Counted by the signal thread; each core applies the set on its own thread after.
+        wait_until(Duration::from_secs(10), "the new set on the session's core", || {
+            tool_names(&server, &sid).contains(&"n__echo".to_owned())
+        });
+        let answer = call_final(&server, &sid, 10, "n__echo", r#"{"text":"new set"}"#);
+        assert_eq!(text_of(&answer), "new set", "the added upstream serves: {answer}");
+        let answer = call_final(&server, &sid, 11, "h__garbage", r#"{"text":"x"}"#);
+        assert_eq!(answer["error"]["code"], -32602, "the removed one is unknown: {answer}");
+
+        let (answer, took) = hang.join().expect("hang");
+        assert_eq!(answer["error"]["code"], -32603, "the hanging call ends clearly: {answer}");
+        assert_eq!(answer["error"]["data"]["upstream"], "h", "{answer}");
+        // Slack for a loaded machine (two cores shared with builds): not a hang, not 300 s.
+        let bound = Duration::from_secs(HOSTILE_TIMEOUT_SECS + 5);
+        assert!(took < bound, "the hanging call ended at its timeout, not later: {took:?}");
+        let (ended, last) = flood.join().expect("flood");
+        assert!(ended, "the flood's stream ended: {last:?}");
+        // Its result, or (while the client reads slower than the flood, the timeout counts on:
+        // finding 9's, another branch's) a -32603 naming the upstream; never a cut or a hang.
+        let last = last.expect("the flood's answer");
+        let result = last["result"]["content"][0]["text"] == "50000";
+        let clear = last["error"]["code"] == -32603 && last["error"]["data"]["upstream"] == "h";
+        assert!(result || clear, "the flood's end: {last}");
+        let (answer, notice) = changes.join().expect("list flood");
+        assert!(answer["result"].is_object(), "the list flood's answer: {answer}");
+        assert_eq!(notice["method"], "notifications/tools/list_changed", "{notice}");
+        drop(stopping);
+        for slowest in steady.into_iter().map(|t| t.join().expect("steady")) {
+            assert!(slowest < Duration::from_secs(2), "the steady calls stayed quick: {slowest:?}");
+        }
+    });
+    let answer = call_final(&server, &open_session(&server), 1, "g__echo", r#"{"text":"ok"}"#);
+    assert_eq!(text_of(&answer), "ok", "the server still serves");
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(!logged.contains("panicked"), "{logged}");
+    assert!(logged.contains("SIGHUP: upstream set applied"), "{logged}");
 }

@@ -120,7 +120,9 @@ impl UpstreamFilters {
         };
         let globs = filters.tools.globs() + filters.prompts.globs() + filters.resources.globs();
         if globs > globs_max {
-            return Err(FilterError::TooMany { upstream: spec.label(), globs, max: globs_max });
+            let index = specs.iter().position(|s| std::ptr::eq(s, spec)).unwrap_or(0);
+            let upstream = spec.label(index);
+            return Err(FilterError::TooMany { upstream, globs, max: globs_max });
         }
         Ok(filters)
     }

@@ -90,6 +90,11 @@ pub(crate) const UNWRITTEN_SHARE_DIVISOR: usize = 2;
 pub(crate) const STREAM_RETENTION_SECS: u64 = 300;
 /// Idle time after which a session expires (then 404).
 pub(crate) const SESSION_IDLE_SECS: u64 = 600;
+/// Per session and kind (tools, prompts, resources), at most one `…/list_changed` notification
+/// is sent per this many milliseconds (`--list-changed-min-ms`); one that arrives inside the
+/// window goes out once at its end, standing for all of them. 250 ms: a human sees no lag, and
+/// an upstream flooding 2000 a second costs each client 4 a second (and 4 re-lists), not 2000.
+pub(crate) const LIST_CHANGED_MIN_MS: u64 = 250;
 /// `retry:` field of every priming event (SEP-1699), in milliseconds.
 pub(crate) const SSE_RETRY_MS: u64 = 1000;
 /// Keep-alive comment interval on an SSE connection; a dead peer shows up as a failed write.
@@ -510,6 +515,9 @@ pub struct Config {
     /// Idle time after which a session expires and gets 404 (`--session-idle-secs`,
     /// `SESSION_IDLE_SECS`).
     pub session_idle: Duration,
+    /// The least time between two list-changed notifications of one kind to one legacy
+    /// session (`--list-changed-min-ms`, `LIST_CHANGED_MIN_MS`).
+    pub list_changed_min: Duration,
     /// `retry:` field of every priming event, in milliseconds (`--sse-retry-ms`, `SSE_RETRY_MS`).
     pub sse_retry_ms: u64,
     /// Keep-alive comment interval on an SSE connection (`--sse-keepalive-secs`,
@@ -732,6 +740,7 @@ impl Default for Config {
             replay_bytes_max: REPLAY_BYTES_MAX,
             stream_retention: Duration::from_secs(STREAM_RETENTION_SECS),
             session_idle: Duration::from_secs(SESSION_IDLE_SECS),
+            list_changed_min: Duration::from_millis(LIST_CHANGED_MIN_MS),
             sse_retry_ms: SSE_RETRY_MS,
             sse_keepalive: Duration::from_secs(SSE_KEEPALIVE_SECS),
             owed_wait: Duration::from_millis(OWED_WAIT_MS),
@@ -1037,7 +1046,7 @@ impl Config {
 
     /// Checks every value once, so workers can rely on them.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let nonzero: [(&'static str, u128); 50] = [
+        let nonzero: [(&'static str, u128); 51] = [
             ("threads", self.threads as u128),
             ("max-header-bytes", self.header_bytes_max as u128),
             ("max-headers", self.headers_max as u128),
@@ -1049,6 +1058,7 @@ impl Config {
             ("max-streams-per-session", self.streams_per_session_max as u128),
             ("replay-bytes", self.replay_bytes_max as u128),
             ("session-idle-secs", self.session_idle.as_millis()),
+            ("list-changed-min-ms", self.list_changed_min.as_millis()),
             ("sse-keepalive-secs", self.sse_keepalive.as_millis()),
             ("owed-wait-ms", self.owed_wait.as_millis()),
             ("owed-timeout-secs", self.owed_timeout.as_millis()),

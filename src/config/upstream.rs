@@ -164,12 +164,15 @@ impl UpstreamSpec {
         Ok(())
     }
 
-    /// The name in logs and fault data: the given name, else the command or URL.
-    pub(crate) fn label(&self) -> String {
-        match (&self.name, &self.target) {
-            (Some(name), _) => name.clone(),
-            (None, UpstreamTarget::Stdio(argv)) => argv.join(" "),
-            (None, UpstreamTarget::Http(url)) => url.clone(),
+    /// The name in everything a client or the admin listener can see (fault messages and
+    /// data, `/status`, metric labels, logs): the given name, else `upstream-N` for the
+    /// `index`-th flag (0-based; N counts from 1). Never the command or URL: a command line
+    /// or a URL may carry a secret (`--api-key=…`, a password), and a client has no business
+    /// with either.
+    pub(crate) fn label(&self, index: usize) -> String {
+        match &self.name {
+            Some(name) => name.clone(),
+            None => format!("upstream-{}", index + 1),
         }
     }
 }

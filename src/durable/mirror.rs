@@ -12,8 +12,13 @@
 //! mirror cost a node). A call waiting for a record (`CoreTap::written`) hurries the thread,
 //! which then reads the replies at once.
 //!
-//! Never: blocks a worker (it only pops their queues), or writes a record of a session after a
-//! gap in it.
+//! A lease found expired at its renewal (the node was paused or cut off past it) fences the
+//! node from the sessions peers adopted meanwhile (`lease_lost`): the store's owner of each is
+//! read, and those of another node are disowned, never written again.
+//!
+//! Never: blocks a worker (it only pops their queues), writes a record of a session after a
+//! gap in it, or writes a session the store names another node the owner of after a lease
+//! loss.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -71,6 +76,9 @@ impl Mirror {
             written_epoch: FastMap::default(),
             unmarked: HashSet::new(),
             lease_due: Instant::now(),
+            lease_held: false,
+            fenced_epoch: None,
+            disowned: FastSet::default(),
             reconnect_at: Instant::now(),
             down_logged: false,
             in_flight: None,
@@ -119,6 +127,15 @@ struct Writer {
     /// Sessions to mark not durable in the store as soon as it answers.
     unmarked: HashSet<Arc<str>>,
     lease_due: Instant,
+    /// True once this boot held its lease: a later renewal that finds it expired (or another
+    /// boot's) means peers took this node for dead meanwhile (`lease_lost`).
+    lease_held: bool,
+    /// The epoch begun when the lease was found lost: in it, a session's image is written only
+    /// once the store says no other node owns the session (a peer may have adopted it).
+    fenced_epoch: Option<u64>,
+    /// Sessions a peer adopted while this node's lease was lost: nothing of theirs is written
+    /// again (not their events, their end, or `durable` `0`), so the adopter's copy stays whole.
+    disowned: FastSet<Arc<str>>,
     /// No connection before this (`RECONNECT_PAUSE_MS` after the store last failed).
     reconnect_at: Instant,
     /// The store's failure was logged and its recovery was not (once per outage).
@@ -162,14 +179,15 @@ impl Writer {
                 continue;
             }
             if Instant::now() >= self.lease_due {
-                let lease = self.cfg.lease;
-                if self.with_store(|store, node, boot| store.renew_lease(node, boot, lease)) {
+                if self.renew_lease() {
                     self.lease_due = Instant::now() + renew_every;
                     self.accepting();
                 }
                 continue;
             }
             self.collect_broken();
+            let disowned = &self.disowned;
+            self.unmarked.retain(|sid| !disowned.contains(sid));
             if !self.unmarked.is_empty() {
                 let sids: Vec<Arc<str>> = self.unmarked.drain().collect();
                 let ttl = self.session_ttl;
@@ -279,6 +297,89 @@ impl Writer {
         }
     }
 
+    /// Renews the lease (true when the store took it); a lease found expired after this boot
+    /// held it starts a fenced epoch (`lease_lost`).
+    fn renew_lease(&mut self) -> bool {
+        let (lease, mut unbroken) = (self.cfg.lease, false);
+        let renewed = self.with_store(|store, node, boot| {
+            unbroken = store.renew_lease(node, boot, lease)?;
+            Ok(())
+        });
+        if renewed && self.lease_held && !unbroken {
+            self.lease_lost();
+        }
+        self.lease_held |= renewed;
+        renewed
+    }
+
+    /// This node was paused, or cut off from the store, past its lease: peers may have adopted
+    /// its sessions meanwhile (issue 38: a resumed owner wrote a running call's events into its
+    /// adopted session's store copy). Its lease is its own again, so no adoption can start now:
+    /// the sessions it writes are checked once, and for the rest of the epoch each image before
+    /// it is written; a session the store names another node's owner of is disowned.
+    fn lease_lost(&mut self) {
+        tracing::warn!(node = self.node, lease_ms = self.cfg.lease.as_millis() as u64,
+            "durable lease found expired (paused or cut off from the store past --durable-lease-ms): sessions a peer adopted meanwhile are no longer written");
+        self.fenced_epoch = Some(self.state.epoch.load(Ordering::Acquire));
+        let sids: Vec<Arc<str>> = self.written_epoch.keys().cloned().collect();
+        // Written before, now without a record: adopted and ended by the adopter.
+        self.disown_adopted(sids, false);
+    }
+
+    /// In a fenced epoch, the images in `taken` are checked (`disown_adopted`). False when the
+    /// store failed (it is then down).
+    fn fence(&mut self, taken: &[(usize, Queued)], epoch: u64) -> bool {
+        if self.fenced_epoch != Some(epoch) {
+            return true;
+        }
+        let sids: Vec<Arc<str>> = (taken.iter())
+            .filter_map(|(_, q)| match &q.record {
+                Record::Session(image) => Some(image.sid.clone()),
+                _ => None,
+            })
+            .collect();
+        // An image without a record is a new session's (or one the store lost): written.
+        self.disown_adopted(sids, true)
+    }
+
+    /// Asks the store who owns `sids` and disowns each whose record names another node (or,
+    /// unless `absent_is_ours`, has no record). False when the store failed (it is then down).
+    fn disown_adopted(&mut self, sids: Vec<Arc<str>>, absent_is_ours: bool) -> bool {
+        if sids.is_empty() {
+            return true;
+        }
+        let mut owners = Vec::new();
+        if !self.with_store(|store, _, _| {
+            owners = store.owners(&sids)?;
+            Ok(())
+        }) {
+            return false;
+        }
+        for (sid, owner) in sids.into_iter().zip(owners) {
+            if owner == Some(self.node) || (owner.is_none() && absent_is_ours) {
+                continue;
+            }
+            tracing::warn!(session = %&sid[..sid.len().min(8)], owner = ?owner,
+                "session adopted by a peer while this node's lease was lost: no longer mirrored");
+            self.written_epoch.remove(&sid);
+            self.disowned.insert(sid);
+        }
+        true
+    }
+
+    /// True for a record of a disowned session: the adopter's now, so it is dropped, and not
+    /// reported lost (its core would only send its image again). Its end forgets it.
+    fn drops_disowned(&mut self, record: &Record) -> bool {
+        let Some(sid) = record.session().filter(|sid| self.disowned.contains(*sid)) else {
+            return false;
+        };
+        if matches!(record, Record::End { .. }) {
+            let sid = sid.clone();
+            self.disowned.remove(&sid);
+        }
+        true
+    }
+
     fn collect_broken(&mut self) {
         for drain in &self.queues {
             for sid in drain.queue.take_broken() {
@@ -343,9 +444,17 @@ impl Writer {
             return 0;
         }
         let epoch = self.state.epoch.load(Ordering::Acquire);
+        if !self.fence(&taken, epoch) {
+            self.in_flight = Some(InFlight { taken, skipped: FastSet::default(), written: 0 });
+            self.settle_in_flight(Err(super::store::StoreError("owner check failed".into())));
+            return count;
+        }
         let mut writable: Vec<&Record> = Vec::with_capacity(taken.len());
         let mut skipped: FastSet<(usize, Arc<str>)> = FastSet::default();
         for (core, queued) in &taken {
+            if self.drops_disowned(&queued.record) {
+                continue;
+            }
             match &queued.record {
                 Record::Session(image) => {
                     self.written_epoch.insert(image.sid.clone(), epoch);

@@ -90,8 +90,11 @@ pub(crate) trait Store: Send {
         sids: &[Arc<str>],
         session_ttl: Duration,
     ) -> Result<(), StoreError>;
-    /// Sets this node's liveness lease to `boot` for `lease`.
-    fn renew_lease(&mut self, node: u8, boot: &str, lease: Duration) -> Result<(), StoreError>;
+    /// Sets this node's liveness lease to `boot` for `lease`; true when the lease it replaced
+    /// was this boot's (held without a break), false when it had expired or was another's.
+    fn renew_lease(&mut self, node: u8, boot: &str, lease: Duration) -> Result<bool, StoreError>;
+    /// Each session's owner as the store holds it (`None`: no record).
+    fn owners(&mut self, sids: &[Arc<str>]) -> Result<Vec<Option<u8>>, StoreError>;
     /// Takes session `sid` for node `me` if its owner's lease has expired (atomically: one
     /// node wins), and reads it.
     fn claim(&mut self, sid: &str, me: u8) -> Result<Claim, StoreError>;
@@ -631,14 +634,29 @@ impl Store for RedisStore {
         Ok(())
     }
 
-    fn renew_lease(&mut self, node: u8, boot: &str, lease: Duration) -> Result<(), StoreError> {
-        redis::cmd("SET")
+    fn renew_lease(&mut self, node: u8, boot: &str, lease: Duration) -> Result<bool, StoreError> {
+        // GET then SET in one pipeline (not `SET … GET`, which needs Redis 6.2): only this
+        // node writes its lease, so nothing comes between the two.
+        let (held,): (Option<String>,) = redis::pipe()
+            .cmd("GET")
+            .arg(keys::lease(node))
+            .cmd("SET")
             .arg(keys::lease(node))
             .arg(boot)
             .arg("PX")
             .arg(lease.as_millis().max(1) as u64)
-            .query::<()>(&mut self.connection)?;
-        Ok(())
+            .ignore()
+            .query(&mut self.connection)?;
+        Ok(held.as_deref() == Some(boot))
+    }
+
+    fn owners(&mut self, sids: &[Arc<str>]) -> Result<Vec<Option<u8>>, StoreError> {
+        let mut pipe = redis::pipe();
+        for sid in sids {
+            pipe.cmd("HGET").arg(keys::session(sid)).arg("owner");
+        }
+        let owners: Vec<Option<String>> = pipe.query(&mut self.connection)?;
+        Ok(owners.into_iter().map(|o| o.and_then(|o| o.parse().ok())).collect())
     }
 
     fn claim(&mut self, sid: &str, me: u8) -> Result<Claim, StoreError> {

@@ -12,9 +12,11 @@
 
 use std::cell::RefCell;
 use std::rc::{Rc, Weak};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use crate::legacy::list_changed::{self, Verdict, Windows};
 use crate::legacy::replay::StreamKey;
 use crate::legacy::session::{ClientAnswer, PendingClientRequest, Session};
 use crate::provider::{
@@ -170,29 +172,58 @@ fn client_error(e: Value) -> ProviderError {
 }
 
 /// The sink of a session's `Notifier`: session-level messages become events of the session's
-/// standalone GET stream (replayable like any event); without one open they are dropped.
+/// standalone GET stream (replayable like any event); without one open they are dropped. Its
+/// list changes are coalesced per kind (`list_changed`, `--list-changed-min-ms`).
 pub(crate) struct SessionNotifier {
     session: Weak<RefCell<Session>>,
+    /// `--list-changed-min-ms`.
+    list_changed_min: Duration,
+    /// Shared with the trailing sends it schedules.
+    windows: Rc<Windows>,
 }
 
 impl SessionNotifier {
-    pub(crate) fn new(session: &Rc<RefCell<Session>>) -> SessionNotifier {
-        SessionNotifier { session: Rc::downgrade(session) }
+    pub(crate) fn new(
+        session: &Rc<RefCell<Session>>,
+        list_changed_min: Duration,
+    ) -> SessionNotifier {
+        let windows = Rc::new(Windows::default());
+        SessionNotifier { session: Rc::downgrade(session), list_changed_min, windows }
     }
+}
+
+/// Appends `method` with `params` to the session's standalone stream, if it has one open.
+fn notify_session(session: &Weak<RefCell<Session>>, method: &str, params: Value) {
+    let Some(session) = session.upgrade() else { return };
+    let mut s = session.borrow_mut();
+    let Some(key) = s.standalone() else { return };
+    // Built by serde_json: `method` may come from an upstream and is escaped here.
+    let mut message = serde_json::json!({ "jsonrpc": "2.0", "method": method });
+    if let (false, Some(object)) = (params.is_null(), message.as_object_mut()) {
+        object.insert("params".into(), params);
+    }
+    let Ok(payload) = serde_json::to_vec(&message) else { return };
+    let _ended = s.append(key, Bytes::from(payload));
 }
 
 impl NotifySink for SessionNotifier {
     fn notify(&self, method: &str, params: Value) {
-        let Some(session) = self.session.upgrade() else { return };
-        let mut s = session.borrow_mut();
-        let Some(key) = s.standalone() else { return };
-        // Built by serde_json: `method` may come from an upstream and is escaped here.
-        let mut message = serde_json::json!({ "jsonrpc": "2.0", "method": method });
-        if let (false, Some(object)) = (params.is_null(), message.as_object_mut()) {
-            object.insert("params".into(), params);
+        let Some(kind) = list_changed::kind_of(method) else {
+            return notify_session(&self.session, method, params);
+        };
+        match self.windows.offer(kind, Instant::now(), self.list_changed_min) {
+            Verdict::Send => notify_session(&self.session, method, params),
+            Verdict::Trail(at) => {
+                let (session, windows) = (self.session.clone(), self.windows.clone());
+                monoio::spawn(async move {
+                    monoio::time::sleep(at.saturating_duration_since(Instant::now())).await;
+                    windows.trailed(kind, Instant::now());
+                    notify_session(&session, list_changed::METHODS[kind], Value::Null);
+                });
+                count_coalesced();
+            }
+            Verdict::Coalesce => count_coalesced(),
         }
-        let Ok(payload) = serde_json::to_vec(&message) else { return };
-        let _ended = s.append(key, Bytes::from(payload));
     }
 
     fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
@@ -204,6 +235,13 @@ impl NotifySink for SessionNotifier {
 
     fn is_open(&self) -> bool {
         self.session.upgrade().is_some_and(|s| !s.borrow().closed)
+    }
+}
+
+/// A list change that did not go out on its own (`tidemark_list_changed_coalesced_total`).
+fn count_coalesced() {
+    if let Some(metrics) = crate::metrics::this_core() {
+        metrics.list_changed_coalesced.inc();
     }
 }
 

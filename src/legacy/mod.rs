@@ -15,6 +15,7 @@ mod adopt;
 pub(crate) mod context;
 mod core;
 mod decision;
+mod list_changed;
 pub(crate) mod migration;
 pub(crate) mod replay;
 pub(crate) mod session;
@@ -426,7 +427,8 @@ async fn initialize(
     // In the table while the providers open it (no client knows its id yet), so that a
     // provider's notifier reaches it.
     let session = core.sessions.borrow_mut().insert(session);
-    let notifier = Notifier::new(Rc::new(context::SessionNotifier::new(&session)));
+    let notifier =
+        Notifier::new(Rc::new(context::SessionNotifier::new(&session, core.cfg.list_changed_min)));
     let client_params = dispatch::into_public(params);
     let start = SessionStart {
         session: reference,

@@ -6,7 +6,8 @@
 //!
 //! Changes are counted process-wide (`provider::LIST_CHANGES`): a tool list changed by a call
 //! on another core reaches every core's listen streams, which look at the counts every
-//! `LISTEN_POLL` (no cross-core wake-up is needed for a signal this rare).
+//! `LISTEN_POLL` (no cross-core wake-up is needed for a signal this rare), and report each kind
+//! at most once per `--list-changed-min-ms` (a flooding upstream's changes are one report).
 //!
 //! Owns: `ListenJob` (a `core::Source` that `runtime::stream` drives: the acknowledgement,
 //! the changes each `LISTEN_POLL`, the result at the drain's end) and its messages. Never:
@@ -14,7 +15,7 @@
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use simd_json::prelude::*;
 
@@ -42,6 +43,11 @@ pub(crate) struct ListenJob {
     granted: Filter,
     /// The change counts last reported (tools, prompts, resources).
     seen: [u64; 3],
+    /// When each kind was last reported: a kind is reported again only `--list-changed-min-ms`
+    /// later (the count keeps what came meanwhile, so the last change is reported then).
+    reported: [Option<Instant>; 3],
+    /// `--list-changed-min-ms`.
+    min: Duration,
     /// True once the acknowledgement is in the output.
     acknowledged: bool,
 }
@@ -87,7 +93,15 @@ pub(crate) fn start(
         resources: asked("resourcesListChanged") && capabilities.get("resources").is_some(),
     };
     Answer::SseHeadStateless.render(out, true);
-    Outcome::Job(ListenJob { id, granted, seen: counts(), acknowledged: false })
+    let min = core.cfg.list_changed_min;
+    Outcome::Job(ListenJob {
+        id,
+        granted,
+        seen: counts(),
+        reported: [None; 3],
+        min,
+        acknowledged: false,
+    })
 }
 
 impl ListenJob {
@@ -120,10 +134,11 @@ impl ListenJob {
         self.push(frames, "notifications/subscriptions/acknowledged", &extra);
     }
 
-    /// The list-changed notifications since the last look, of the granted types; true when it
-    /// wrote some.
+    /// The list-changed notifications since the last look, of the granted types, each kind at
+    /// most once per `min` (a change inside the window is reported at the first look after
+    /// it); true when it wrote some.
     fn changes(&mut self, frames: &mut Vec<u8>) -> bool {
-        let now = counts();
+        let (counts, now) = (counts(), Instant::now());
         let kinds = [
             (self.granted.tools, "notifications/tools/list_changed"),
             (self.granted.prompts, "notifications/prompts/list_changed"),
@@ -131,12 +146,19 @@ impl ListenJob {
         ];
         let mut wrote = false;
         for (i, (granted, method)) in kinds.into_iter().enumerate() {
-            if now[i] != self.seen[i] && granted {
+            if counts[i] == self.seen[i] {
+                continue;
+            }
+            if self.reported[i].is_some_and(|at| now < at + self.min) {
+                continue;
+            }
+            if granted {
                 self.push(frames, method, "");
+                self.reported[i] = Some(now);
                 wrote = true;
             }
+            self.seen[i] = counts[i];
         }
-        self.seen = now;
         wrote
     }
 

@@ -550,7 +550,7 @@ fn start_workers(
                 node_id: cfg.node_id,
                 driver,
                 core_buffer_bytes: cfg.core_buffer_bytes as u64,
-                upstreams: cfg.upstreams.iter().map(|u| u.label()).collect(),
+                upstreams: (cfg.upstreams.iter().enumerate()).map(|(i, u)| u.label(i)).collect(),
                 started: std::time::Instant::now(),
             };
             Some(

@@ -109,7 +109,7 @@ pub(crate) fn build(
     let mut set = Vec::with_capacity(cfg.upstreams.len());
     for (index, spec) in cfg.upstreams.iter().enumerate() {
         let prefixed = prefixed[index];
-        let metrics_name = spec.name.clone().unwrap_or_else(|| "upstream".to_owned());
+        let metrics_name = spec.label(index);
         let slot = metric_names.index_of(&metrics_name);
         // Everything the provider is built from: the same text is the same upstream.
         let fingerprint = format!(

@@ -266,7 +266,7 @@ impl Bridge {
         let protocol = settings.protocol(index);
         let breaker = Breaker::new(settings.breaker_failures, settings.breaker_pause);
         Bridge {
-            name: Rc::from(spec.label()),
+            name: Rc::from(spec.label(index)),
             prefix: if prefixed { spec.name.clone() } else { None },
             target: spec.target.clone(),
             credentials: settings.credentials.for_upstream(spec.name.as_deref()),

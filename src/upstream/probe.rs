@@ -43,15 +43,18 @@ pub(crate) fn plan(
             names: Some(names),
         })
         .collect();
-    for ((spec, policy), names) in specs.iter().zip(policies).zip(upstream_names) {
-        let source = Source::Upstream(spec.name.clone(), spec.label());
+    let upstreams = specs.iter().zip(policies).zip(upstream_names).enumerate();
+    for (index, ((spec, policy), names)) in upstreams {
+        let source = Source::Upstream(spec.name.clone(), spec.label(index));
         offers.push(Offer { source, policy: Some(*policy), names });
     }
     let prefixed = decide(&offers)?;
     let upstreams = prefixed[builtin.len()..].to_vec();
-    for (spec, (policy, prefixed)) in specs.iter().zip(policies.iter().zip(&upstreams)) {
+    let plans = specs.iter().zip(policies.iter().zip(&upstreams)).enumerate();
+    for (index, (spec, (policy, prefixed))) in plans {
         if *policy == PrefixPolicy::OnCollision {
-            tracing::info!(upstream = %spec.label(), prefixed, "--upstream-prefix on-collision");
+            let upstream = spec.label(index);
+            tracing::info!(%upstream, prefixed, "--upstream-prefix on-collision");
         }
     }
     Ok(upstreams)
@@ -81,7 +84,7 @@ fn probe(
         let handles: Vec<_> = (specs.iter().enumerate())
             .map(|(index, spec)| {
                 let bridge = Bridge::new(spec, index, false, settings.clone(), count.clone());
-                monoio::spawn(probe_one(bridge, spec.label()))
+                monoio::spawn(probe_one(bridge, spec.label(index)))
             })
             .collect();
         let mut upstreams = Vec::with_capacity(handles.len());

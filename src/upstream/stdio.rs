@@ -101,7 +101,10 @@ impl StdioTransport {
             Ok(parts) => parts,
             Err(e) => {
                 count.give_back();
-                return Err(SpawnError::Failed(format!("cannot start {program}: {e}")));
+                // The program in the operator's log only: the client's message names the
+                // upstream by its label, never by its command (issue 38, finding 10).
+                tracing::warn!(upstream = %name, %program, error = %e, "upstream cannot start");
+                return Err(SpawnError::Failed(format!("cannot start its command: {e}")));
             }
         };
         let pid = child.id();
@@ -121,12 +124,12 @@ impl StdioTransport {
             Err(e) => {
                 transport.pid.set(None);
                 process::abandon(pid, &count);
-                return Err(SpawnError::Failed(format!("cannot watch {program}: {e}")));
+                return Err(SpawnError::Failed(format!("cannot watch its process: {e}")));
             }
         };
         // Watched: dropping `transport` (its `shutdown`) has the watcher end the child.
         let (exited, note) =
-            watched.map_err(|e| SpawnError::Failed(format!("cannot watch {program}: {e}")))?;
+            watched.map_err(|e| SpawnError::Failed(format!("cannot watch its process: {e}")))?;
         let end = Rc::new(ChildEnd::default());
         monoio::spawn(write_stdin(stdin, transport.queue.clone(), transport.queued.clone()));
         monoio::spawn(read_stdout(stdout, settings.line_bytes, end.clone(), peer.clone()));

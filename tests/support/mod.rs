@@ -500,6 +500,15 @@ pub fn resume(server: &Server, sid: &str, last_event_id: &str) -> SseStream {
     SseStream::open(server, &raw)
 }
 
+/// The session's standalone GET stream (no Last-Event-ID) on a fresh connection; asserts 200.
+pub fn open_standalone(server: &Server, sid: &str) -> SseStream {
+    let headers = [("Accept", "text/event-stream"), ("Mcp-Session-Id", sid)];
+    let stream =
+        SseStream::open(server, &request("GET", &server.path, &server.host(), &headers, None));
+    assert_eq!(stream.status, 200, "the standalone GET stream");
+    stream
+}
+
 /// POST a tools/call and return the open SSE stream.
 pub fn call_stream(server: &Server, sid: &str, body: &str, extra: &[(&str, &str)]) -> SseStream {
     let mut h: Vec<(&str, &str)> = POST_HEADERS.to_vec();
@@ -1127,4 +1136,14 @@ pub fn open_session_with_token(server: &Server, token: &str) -> String {
     let h = [auth[0], ("Mcp-Session-Id", sid.as_str())];
     assert_eq!(post(server, &h, done).status, 202);
     sid
+}
+
+/// Sets its flag when dropped, also when a panic unwinds past it: a scoped test whose threads
+/// loop until a stop flag ends them on a failed assertion instead of waiting on them forever.
+pub struct SetOnDrop<'a>(pub &'a std::sync::atomic::AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
 }

@@ -159,7 +159,8 @@ impl HttpTransport {
         client: Stateless,
         peer: Weak<Peer>,
     ) -> Result<Rc<HttpTransport>, String> {
-        let endpoint = parse_url(url).map_err(|e| format!("{url}: {e}"))?;
+        // Never the URL in the message: it may carry a secret (user-info, a query parameter).
+        let endpoint = parse_url(url).map_err(|e| format!("its URL: {e}"))?;
         let addr = resolve(&endpoint)?;
         tracing::info!(upstream = %name, %addr, "upstream http transport ready");
         let post_max = settings.timeout.max(settings.call_max);
