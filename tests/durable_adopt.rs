@@ -651,6 +651,46 @@ fn a_forged_id_of_another_node_costs_one_store_lookup_a_second() {
     panic!("no two requests within 800 ms in five attempts");
 }
 
+#[test]
+fn a_forged_task_id_costs_one_store_lookup_a_second() {
+    // Goal: the same rule for 2026-07-28 `tasks/get` of a task this node does not hold (each
+    // was asked of the store): the same unknown id twice within `MISS_TTL` (1 s) asks the store
+    // once, both not found; after the second, it is asked again. Method: node 2 and a task id
+    // the store never held; `tidemark_durable_task_lookups_total` counts the store's answers.
+    let Some(redis) = Redis::start() else { return };
+    let server = node(&redis, "2", &[]);
+    let forged = serde_json::json!({ "taskId": format!("01{}", "cd".repeat(16)) });
+    let outcomes = || {
+        let text = scrape(&server.metrics());
+        let count = |o: &str| {
+            metric(&text, &format!("tidemark_durable_task_lookups_total{{outcome=\"{o}\"}}"))
+        };
+        (count("absent"), count("cached_absent"))
+    };
+    let unknown = || {
+        let (_, m) = modern_with_tasks(&server, "tasks/get", forged.clone(), &[]);
+        assert!(m.get("error").is_some(), "a forged task id is unknown: {m}");
+    };
+    for attempt in 0..5 {
+        let (absent, cached) = outcomes();
+        let started = Instant::now();
+        unknown();
+        unknown();
+        if started.elapsed() >= Duration::from_millis(800) {
+            eprintln!("attempt {attempt}: two requests took {:?}; again", started.elapsed());
+            std::thread::sleep(Duration::from_millis(1100));
+            continue;
+        }
+        assert_eq!(outcomes(), (absent + 1, cached + 1), "one store lookup for two requests");
+        // Elapsed time is what is tested here: the miss is forgotten after a second.
+        std::thread::sleep(Duration::from_millis(1100).saturating_sub(started.elapsed()));
+        unknown();
+        assert_eq!(outcomes(), (absent + 2, cached + 1), "asked again after a second");
+        return;
+    }
+    panic!("no two requests within 800 ms in five attempts");
+}
+
 /// One racer's outcome: the status of its last resume and, when it adopted (200), the events
 /// it served.
 type RaceOutcome = (u16, Vec<Event>);

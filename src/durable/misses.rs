@@ -4,8 +4,8 @@
 //! or stale session id costs the store one command a second, not one per request (issue 38:
 //! every forged id of another node cost one store command, unthrottled).
 //!
-//! Owned by one core (`legacy::LegacyCore`), used only on the path of a session this core does
-//! not hold. Never: remembers a name the store holds, or grows past `MISSES_MAX` (the oldest
+//! Owned by one core (`legacy::LegacyCore` for session ids, `modern::ModernCore` for hashed
+//! task ids), used only on the path of a session or task this core does not hold. Never: remembers a name the store holds, or grows past `MISSES_MAX` (the oldest
 //! is forgotten first; a forgotten name only costs its next request a store lookup).
 
 use std::collections::{HashMap, VecDeque};

@@ -18,6 +18,12 @@ pub(crate) struct ModernCore {
     pub(crate) keys: Rc<std::cell::RefCell<keyed::KeyTable>>,
     /// 2026-07-28 tasks (`io.modelcontextprotocol/tasks`) this core created (`tasks`).
     pub(crate) tasks: tasks::TaskStore,
+    /// Task ids (hashed with `miss_keys`) the durable store said it lacks, within
+    /// `durable::MISS_TTL`: a repeated `tasks/get` of a forged or stale id of another node costs
+    /// the store one lookup a second (`durable::recover_task`), as a session id does.
+    pub(crate) task_misses: std::cell::RefCell<crate::durable::Misses<u64>>,
+    /// Randomly keyed, so a client cannot choose ids that collide in `task_misses`.
+    pub(crate) miss_keys: std::hash::RandomState,
 }
 
 impl ModernCore {
@@ -39,7 +45,13 @@ impl ModernCore {
             shared.metrics.clone(),
             shared.mirror.clone(),
         );
-        ModernCore { keys: Rc::new(std::cell::RefCell::new(keys)), tasks, shared }
+        ModernCore {
+            keys: Rc::new(std::cell::RefCell::new(keys)),
+            tasks,
+            task_misses: std::cell::RefCell::default(),
+            miss_keys: std::hash::RandomState::new(),
+            shared,
+        }
     }
 }
 

@@ -8,7 +8,7 @@
 //! acknowledgement, each bounded.
 
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -156,10 +156,21 @@ pub(crate) async fn recover_task(
     task_id: &str,
 ) -> Option<Result<serde_json::Value, ()>> {
     let reader = core.reader.clone()?;
+    // The store lacked this id a moment ago: not found, without asking again.
+    let missed = std::hash::BuildHasher::hash_one(&core.miss_keys, task_id);
+    if core.task_misses.borrow_mut().holds(&missed, Instant::now()) {
+        core.metrics.durable_task_cached_absent_total.inc();
+        return None;
+    }
     let Some(asked) = reader.ask(Query::Task { id: task_id.to_owned() }) else {
         return Some(Err(()));
     };
     let answer = monoio::time::timeout(Duration::from_millis(LOOKUP_WAIT_MS), asked).await.ok()?;
+    if let Answer::Task(None) = answer {
+        core.metrics.durable_task_absent_total.inc();
+        core.task_misses.borrow_mut().insert(missed, Instant::now());
+        return None;
+    }
     let Answer::Task(Some((image, alive))) = answer else { return None };
     // Another subject's task is answered exactly as an unknown one (CONTRACT §8).
     if image.subject.as_deref() != subject {
