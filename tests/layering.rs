@@ -2,14 +2,16 @@
 //! order is declared once, in `src/lib.rs`'s map (`//! | floor | `module` | owns |`): a module
 //! may use only modules on lower floors, so two modules on one floor (`legacy` and `modern`,
 //! the ground floor's) never use each other and no arrow runs back up; no two files of the
-//! tree use each other (no import cycle, inside a folder either).
+//! tree use each other, directly or through others (no import cycle of any length, inside a
+//! folder either).
 //!
 //! Method: read every file of `src/` as text (comments, strings and `#[cfg(test)]` modules
 //! left out, as are `tests.rs` and `*_tests.rs` files), collect every path that names another
 //! module (`crate::…`, `super::…`, a child module's name, `use crate::{…}` groups), resolve it
-//! to the file that defines it, then check the floors and look for pairs of files that name
-//! each other. Each failure names the file and the import. The checker is first run on a small
-//! made-up tree, so the test is known to fail when the rules are broken.
+//! to the file that defines it, then check the floors and look for cycles in the graph of
+//! files (its strongly connected components), each printed as a chain of files. Each failure
+//! names the file and the import. The checker is first run on a small made-up tree, so the
+//! test is known to fail when the rules are broken.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -80,12 +82,16 @@ fn code_of(text: &str) -> String {
             }
             '"' => {
                 code.push('"');
+                // Newlines inside a string stay, so a function's line count holds.
                 while let Some(c) = chars.next() {
                     match c {
                         '\\' => {
-                            chars.next();
+                            if chars.next() == Some('\n') {
+                                code.push('\n');
+                            }
                         }
                         '"' => break,
+                        '\n' => code.push('\n'),
                         _ => {}
                     }
                 }
@@ -191,6 +197,110 @@ fn named_paths(code: &str, me: &[String]) -> Vec<(Vec<String>, String)> {
     found
 }
 
+/// File → (file it imports → the text that named it).
+type Edges = BTreeMap<String, BTreeMap<String, String>>;
+
+/// The strongly connected components of `edges` with more than one file (Tarjan): each is a
+/// knot of files that reach each other, so each holds at least one import cycle.
+fn knots(edges: &Edges) -> Vec<BTreeSet<String>> {
+    struct Walk<'a> {
+        edges: &'a Edges,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on_stack: BTreeSet<&'a str>,
+        knots: Vec<BTreeSet<String>>,
+    }
+    fn visit<'a>(walk: &mut Walk<'a>, file: &'a str) {
+        let at = walk.index.len();
+        walk.index.insert(file, at);
+        walk.low.insert(file, at);
+        walk.stack.push(file);
+        walk.on_stack.insert(file);
+        for next in walk.edges.get(file).into_iter().flat_map(BTreeMap::keys) {
+            if !walk.index.contains_key(next.as_str()) {
+                visit(walk, next);
+                let low = walk.low[file].min(walk.low[next.as_str()]);
+                walk.low.insert(file, low);
+            } else if walk.on_stack.contains(next.as_str()) {
+                let low = walk.low[file].min(walk.index[next.as_str()]);
+                walk.low.insert(file, low);
+            }
+        }
+        if walk.low[file] == walk.index[file] {
+            let mut knot = BTreeSet::new();
+            while let Some(member) = walk.stack.pop() {
+                walk.on_stack.remove(member);
+                knot.insert(member.to_owned());
+                if member == file {
+                    break;
+                }
+            }
+            if knot.len() > 1 {
+                walk.knots.push(knot);
+            }
+        }
+    }
+    let mut walk = Walk {
+        edges,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        knots: Vec::new(),
+    };
+    for file in edges.keys() {
+        if !walk.index.contains_key(file.as_str()) {
+            visit(&mut walk, file);
+        }
+    }
+    walk.knots
+}
+
+/// One failure per import cycle knot: its shortest cycle through its first file, as a chain
+/// of files each with the import that reaches the next, and every file of the knot.
+fn cycles(edges: &Edges) -> Vec<String> {
+    let mut found = Vec::new();
+    for knot in knots(edges) {
+        let start = knot.first().expect("a knot has files").clone();
+        // Breadth first from `start`, inside the knot, until an edge returns to `start`.
+        let mut came_from: BTreeMap<String, String> = BTreeMap::new();
+        let mut queue = std::collections::VecDeque::from([start.clone()]);
+        let mut last = None;
+        'search: while let Some(file) = queue.pop_front() {
+            for next in edges.get(&file).into_iter().flat_map(BTreeMap::keys) {
+                if *next == start {
+                    last = Some(file);
+                    break 'search;
+                }
+                if knot.contains(next) && !came_from.contains_key(next) {
+                    came_from.insert(next.clone(), file.clone());
+                    queue.push_back(next.clone());
+                }
+            }
+        }
+        let mut chain = vec![start.clone()];
+        let mut file = last.expect("a knot's first file is on a cycle");
+        while file != start {
+            chain.push(file.clone());
+            file = came_from[&file].clone();
+        }
+        chain[1..].reverse();
+        chain.push(start.clone());
+        let links: Vec<String> = chain
+            .windows(2)
+            .map(|pair| format!("src/{} (`{}`)", pair[0], edges[&pair[0]][&pair[1]]))
+            .collect();
+        let members: Vec<&str> = knot.iter().map(String::as_str).collect();
+        found.push(format!(
+            "import cycle: {} → src/{start}; the files that reach each other: {}",
+            links.join(" → "),
+            members.join(", ")
+        ));
+    }
+    found
+}
+
 /// Every violation of the layering rules in `files`, given the map `lib` (`lib.rs`'s text).
 fn violations(files: &[SourceFile]) -> Vec<String> {
     let lib = files.iter().find(|f| f.path == "lib.rs").expect("src/lib.rs");
@@ -212,7 +322,7 @@ fn violations(files: &[SourceFile]) -> Vec<String> {
         }
     }
 
-    let mut edges: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    let mut edges: Edges = BTreeMap::new();
     for file in files {
         let me = module_path(&file.path);
         let code = code_of(&file.text);
@@ -241,17 +351,7 @@ fn violations(files: &[SourceFile]) -> Vec<String> {
             }
         }
     }
-    for (a, targets) in &edges {
-        for (b, text) in targets {
-            if a < b {
-                if let Some(back) = edges.get(b).and_then(|t| t.get(a)) {
-                    found.push(format!(
-                        "src/{a} and src/{b} use each other: `{text}` there, `{back}` back"
-                    ));
-                }
-            }
-        }
-    }
+    found.extend(cycles(&edges));
     found.sort();
     found.dedup();
     found
@@ -308,17 +408,61 @@ fn the_checker_finds_an_upward_import_a_sibling_import_and_a_cycle() {
         "{found:#?}"
     );
     assert!(has("src/ground.rs: `crate::{left}` runs"), "{found:#?}");
-    assert!(has("src/left/inner.rs and src/left/mod.rs use each other"), "{found:#?}");
+    // The upward imports close a knot of five files (the pair `left/mod.rs` ⇄ `left/inner.rs`
+    // inside it); its shortest cycle through its first file has three.
+    assert!(
+        has("import cycle: src/ground.rs (`crate::{left}`) → src/left/mod.rs (`crate::right::B`) \
+             → src/right.rs (`crate::ground::g`) → src/ground.rs; the files that reach each \
+             other: ground.rs, left/inner.rs, left/mod.rs, right.rs, top.rs"),
+        "{found:#?}"
+    );
     assert!(has("src/extra: not in src/lib.rs's map"), "{found:#?}");
     assert!(has("lists `gone`, which the tree does not have"), "{found:#?}");
     assert!(!has("in_a_comment") && !has("in_a_string"), "{found:#?}");
-    assert!(!has("src/top.rs"), "a downward import is allowed: {found:#?}");
-    assert!(!has("src/right.rs"), "a downward import is allowed: {found:#?}");
+    assert!(!has("src/top.rs:"), "a downward import is allowed: {found:#?}");
+    assert!(!has("src/right.rs:"), "a downward import is allowed: {found:#?}");
     assert_eq!(found.len(), 6, "{found:#?}");
 }
 
 #[test]
-fn no_module_imports_upward_or_sideways_and_no_two_files_import_each_other() {
+fn the_cycle_finder_finds_every_knot_of_any_length_and_nothing_else() {
+    // Goal: a cycle of any length fails, not only a pair. Method: a made-up graph with a
+    // three-file cycle, a pair, a file that only leads into a cycle and a chain without one.
+    let graph = [
+        ("a.rs", "b.rs"),
+        ("b.rs", "c.rs"),
+        ("c.rs", "a.rs"),
+        ("c.rs", "x.rs"),
+        ("d.rs", "e.rs"),
+        ("e.rs", "d.rs"),
+        ("f.rs", "a.rs"),
+        ("g.rs", "h.rs"),
+        ("h.rs", "i.rs"),
+    ];
+    let mut edges = Edges::new();
+    for (from, to) in graph {
+        let text = format!("crate::{}", to.trim_end_matches(".rs"));
+        edges.entry(from.to_owned()).or_default().insert(to.to_owned(), text);
+    }
+    let found = cycles(&edges);
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert_eq!(
+        found[0],
+        "import cycle: src/a.rs (`crate::b`) → src/b.rs (`crate::c`) → src/c.rs (`crate::a`) → \
+         src/a.rs; the files that reach each other: a.rs, b.rs, c.rs"
+    );
+    assert_eq!(
+        found[1],
+        "import cycle: src/d.rs (`crate::e`) → src/e.rs (`crate::d`) → src/d.rs; \
+         the files that reach each other: d.rs, e.rs"
+    );
+    // Cut the long cycle's last link: only the pair is left.
+    edges.get_mut("c.rs").expect("c.rs").remove("a.rs");
+    assert_eq!(cycles(&edges).len(), 1, "{:#?}", cycles(&edges));
+}
+
+#[test]
+fn no_module_imports_upward_or_sideways_and_no_files_import_each_other_in_a_cycle() {
     // Goal: the real tree keeps the declared order (src/lib.rs's map). Method: `violations`.
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let files = read_tree(&root);
