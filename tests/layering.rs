@@ -12,6 +12,11 @@
 //! files (its strongly connected components), each printed as a chain of files. Each failure
 //! names the file and the import. The checker is first run on a small made-up tree, so the
 //! test is known to fail when the rules are broken.
+//!
+//! The same reading holds function size (STYLE.md: never over 100 lines): every function with
+//! a body outside `#[cfg(test)]` items is measured from its `fn` line to its closing brace; one
+//! over `FUNCTION_LINES_MAX` fails unless `LONG_FUNCTIONS` lists it, and a listed one may only
+//! shrink (issue 39 item 6). The counter and the ratchet are first run on made-up input too.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -357,6 +362,154 @@ fn violations(files: &[SourceFile]) -> Vec<String> {
     found
 }
 
+/// The longest a function outside tests may be, from its `fn` line to its closing brace.
+const FUNCTION_LINES_MAX: usize = 100;
+
+/// The functions over `FUNCTION_LINES_MAX` lines today (`path::function` → its line count), to
+/// be split (issue 39 item 5). A ratchet: a listed function may not grow, and when it shrinks
+/// its count here is lowered to match (or its row removed once it fits); no other function
+/// may pass the limit.
+const LONG_FUNCTIONS: &[(&str, usize)] = &[
+    ("cli.rs::into_config", 170),
+    ("config/mod.rs::validate", 147),
+    ("durable/store.rs::send", 136),
+    ("http/mod.rs::parse_head", 125),
+    ("layers.rs::upstream_tables", 106),
+    ("legacy/session/mirror.rs::restore", 102),
+    ("modern/mod.rs::serve", 109),
+    ("modern/mod.rs::tools_call", 142),
+    ("runtime/conn.rs::serve", 118),
+    ("server/mod.rs::start_workers", 129),
+];
+
+/// Where `code[open]` (a `{`) closes: the index of its matching `}` (or the end).
+fn closing_brace(code: &[u8], open: usize) -> usize {
+    let mut depth = 0usize;
+    for (at, &b) in code.iter().enumerate().skip(open) {
+        match b {
+            b'{' => depth += 1,
+            b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return at;
+                }
+            }
+            _ => {}
+        }
+    }
+    code.len()
+}
+
+/// Where the item starting at `from` opens its body: the first `{` outside parentheses, or
+/// `None` when a `;` comes first (a declaration without a body).
+fn body_open(code: &[u8], from: usize) -> Option<usize> {
+    let mut parens = 0i32;
+    for (at, &b) in code.iter().enumerate().skip(from) {
+        match b {
+            b'(' | b'[' => parens += 1,
+            b')' | b']' => parens -= 1,
+            b'{' if parens == 0 => return Some(at),
+            b';' if parens == 0 => return None,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// `code` (from `code_of`) with every `#[cfg(test)]` item blanked, its newlines kept.
+fn without_test_items(code: &str) -> String {
+    let mut bytes = code.as_bytes().to_vec();
+    let mut from = 0;
+    while let Some(found) = code[from..].find("#[cfg(test)]") {
+        let start = from + found;
+        let end = match body_open(&bytes, start + "#[cfg(test)]".len()) {
+            Some(open) => closing_brace(&bytes, open),
+            None => code[start..].find(';').map_or(code.len() - 1, |semi| start + semi),
+        };
+        for b in &mut bytes[start..=end.min(code.len() - 1)] {
+            if *b != b'\n' {
+                *b = b' ';
+            }
+        }
+        from = end.min(code.len() - 1) + 1;
+    }
+    String::from_utf8(bytes).expect("blanking keeps UTF-8: only ASCII replaced by spaces")
+}
+
+/// Every function with a body in a file's text, outside `#[cfg(test)]` items: its name and its
+/// length in lines, from the `fn` line to the line of its closing brace.
+fn function_lengths(text: &str) -> Vec<(String, usize)> {
+    let code = without_test_items(&code_of(text));
+    let bytes = code.as_bytes();
+    let is_ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(at) = code[from..].find("fn ").map(|at| from + at) {
+        from = at + 3;
+        if at > 0 && is_ident(bytes[at - 1]) {
+            continue;
+        }
+        let name: String =
+            code[at + 3..].trim_start().chars().take_while(|&c| is_ident(c as u8)).collect();
+        if name.is_empty() {
+            continue;
+        }
+        let Some(open) = body_open(bytes, at) else { continue };
+        let close = closing_brace(bytes, open);
+        let lines = code[at..close].matches('\n').count() + 1;
+        found.push((name, lines));
+    }
+    found
+}
+
+/// The functions of `files` over `FUNCTION_LINES_MAX` lines: `path::function` → lines (the
+/// longest, when a file has two functions of one name).
+fn long_functions(files: &[SourceFile]) -> BTreeMap<String, usize> {
+    let mut long = BTreeMap::new();
+    for file in files {
+        for (name, lines) in function_lengths(&file.text) {
+            if lines > FUNCTION_LINES_MAX {
+                let entry = long.entry(format!("{}::{name}", file.path)).or_insert(0);
+                *entry = lines.max(*entry);
+            }
+        }
+    }
+    long
+}
+
+/// Every break of the function-size ratchet: `long` (from `long_functions`) against the
+/// list `allowed` of functions that were over the limit when the gate came.
+fn size_violations(long: &BTreeMap<String, usize>, allowed: &[(&str, usize)]) -> Vec<String> {
+    let mut found = Vec::new();
+    let listed: BTreeMap<&str, usize> = allowed.iter().copied().collect();
+    for (function, &lines) in long {
+        match listed.get(function.as_str()) {
+            None => found.push(format!(
+                "src/{function} is {lines} lines, over {FUNCTION_LINES_MAX}: split it \
+                 (a function fits a screen)"
+            )),
+            Some(&max) if lines > max => found.push(format!(
+                "src/{function} grew to {lines} lines, past its listed {max} \
+                 (LONG_FUNCTIONS in tests/layering.rs only shrinks): split it"
+            )),
+            Some(&max) if lines < max => found.push(format!(
+                "src/{function} is {lines} lines now, down from its listed {max}: lower its \
+                 count in LONG_FUNCTIONS (tests/layering.rs) to {lines}"
+            )),
+            Some(_) => {}
+        }
+    }
+    for (function, max) in listed {
+        if !long.contains_key(function) {
+            found.push(format!(
+                "src/{function} (listed at {max} lines) is gone or fits in {FUNCTION_LINES_MAX} \
+                 lines now: remove it from LONG_FUNCTIONS in tests/layering.rs"
+            ));
+        }
+    }
+    found
+}
+
 fn read_tree(root: &Path) -> Vec<SourceFile> {
     let mut files = Vec::new();
     let mut dirs = vec![root.to_path_buf()];
@@ -471,4 +624,68 @@ fn no_module_imports_upward_or_sideways_and_no_files_import_each_other_in_a_cycl
     assert!(declared_floors(&lib.text).len() >= 10, "src/lib.rs has its map of floors");
     let found = violations(&files);
     assert!(found.is_empty(), "layering violations:\n{}", found.join("\n"));
+}
+
+#[test]
+fn the_function_counter_measures_from_fn_to_its_closing_brace_outside_tests() {
+    // Goal: the size gate counts what it says. Method: made-up source with braces in strings
+    // and char literals, a declaration without a body, a nested function and a test module.
+    // `fn` line + body + closing brace: FUNCTION_LINES_MAX lines.
+    let long_body = "    let x = 1;\n".repeat(FUNCTION_LINES_MAX - 2);
+    let text = format!(
+        "pub(crate) fn short(a: u8) -> u8 {{\n    a\n}}\n\
+         trait T {{\n    fn declared(&self);\n}}\n\
+         async fn braces(s: &str) {{\n    let _ = \"}}}}\";\n    let _ = '}}';\n    \
+         let _ = \"a\nb\";\n}}\n\
+         fn outer() {{\n    fn inner() {{}}\n}}\n\
+         fn long() {{\n{long_body}}}\n\
+         fn longer() {{\n{long_body}    let y = 2;\n}}\n\
+         #[cfg(test)]\nmod checks {{\n    fn in_a_test() {{\n{long_body}{long_body}    }}\n}}\n\
+         fn after() {{\n}}\n"
+    );
+    let found: BTreeMap<String, usize> = function_lengths(&text).into_iter().collect();
+    let expected = [
+        ("short", 3),
+        ("braces", 6),
+        ("outer", 3),
+        ("inner", 1),
+        ("long", FUNCTION_LINES_MAX),
+        ("longer", FUNCTION_LINES_MAX + 1),
+        ("after", 2),
+    ];
+    let expected: BTreeMap<String, usize> =
+        expected.into_iter().map(|(name, lines)| (name.to_owned(), lines)).collect();
+    assert_eq!(found, expected);
+    let files = [SourceFile { path: "a/b.rs".into(), text }];
+    let long = long_functions(&files);
+    assert_eq!(long, BTreeMap::from([("a/b.rs::longer".to_owned(), FUNCTION_LINES_MAX + 1)]));
+}
+
+#[test]
+fn the_size_ratchet_fails_a_new_long_function_a_grown_one_and_a_stale_row() {
+    // Goal: each rule of the ratchet can fail. Method: made-up measurements against a list.
+    let long: BTreeMap<String, usize> =
+        [("new.rs::f", 120), ("grew.rs::g", 150), ("shrank.rs::h", 130), ("same.rs::i", 110)]
+            .into_iter()
+            .map(|(name, lines)| (name.to_owned(), lines))
+            .collect();
+    let allowed =
+        [("grew.rs::g", 140), ("shrank.rs::h", 140), ("same.rs::i", 110), ("fits.rs::j", 104)];
+    let found = size_violations(&long, &allowed);
+    let has = |needle: &str| found.iter().any(|v| v.contains(needle));
+    assert!(has("src/new.rs::f is 120 lines, over 100: split it"), "{found:#?}");
+    assert!(has("src/grew.rs::g grew to 150 lines, past its listed 140"), "{found:#?}");
+    assert!(has("src/shrank.rs::h is 130 lines now, down from its listed 140"), "{found:#?}");
+    assert!(has("src/fits.rs::j (listed at 104 lines) is gone or fits"), "{found:#?}");
+    assert_eq!(found.len(), 4, "{found:#?}");
+}
+
+#[test]
+fn no_function_outside_tests_passes_the_size_limit_beyond_its_listed_length() {
+    // Goal: functions fit a screen (STYLE.md; never over 100 lines), and the few that do not
+    // yet only shrink. Method: `long_functions` over src/ against `LONG_FUNCTIONS`.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let long = long_functions(&read_tree(&root));
+    let found = size_violations(&long, LONG_FUNCTIONS);
+    assert!(found.is_empty(), "function sizes:\n{}", found.join("\n"));
 }

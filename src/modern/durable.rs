@@ -102,11 +102,7 @@ pub(crate) struct KeyedMirror {
 
 impl KeyedMirror {
     /// The mirror of a keyed call on `core` (`None` without `--durable`).
-    pub(crate) fn new(
-        core: &Core,
-        scoped_key: &str,
-        fingerprint: u64,
-    ) -> Option<KeyedMirror> {
+    pub(crate) fn new(core: &Core, scoped_key: &str, fingerprint: u64) -> Option<KeyedMirror> {
         let tap = core.mirror.clone()?;
         let ttl = core.cfg.stream_retention + core.cfg.keyed_call_max;
         Some(KeyedMirror {
