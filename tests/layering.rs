@@ -90,11 +90,7 @@ fn code_of(text: &str) -> String {
                 // Newlines inside a string stay, so a function's line count holds.
                 while let Some(c) = chars.next() {
                     match c {
-                        '\\' => {
-                            if chars.next() == Some('\n') {
-                                code.push('\n');
-                            }
-                        }
+                        '\\' => code.extend(chars.next().filter(|&c| c == '\n')),
                         '"' => break,
                         '\n' => code.push('\n'),
                         _ => {}
