@@ -43,8 +43,9 @@
 //! the bridge) → back as events rendered by `wire` → socket.
 //!
 //! The floors below are the layering, declared here once: a module uses only modules on lower
-//! floors (so modules on one floor never use each other), and no two files use each other.
-//! `tests/layering.rs` reads this table and the tree and fails on any import that breaks it.
+//! floors (so modules on one floor never use each other), and no files use each other, in a
+//! pair or round a longer cycle. `tests/layering.rs` reads this table and the tree and fails on
+//! any import that breaks it.
 //!
 //! | floor | module | owns |
 //! | --- | --- | --- |

@@ -7,15 +7,16 @@
 //! Never: waits on the store on a worker except through the reader thread or the mirror's
 //! acknowledgement, each bounded.
 
+use std::cell::RefCell;
+use std::hash::RandomState;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::durable::{keys, Answer, CoreTap, Query, Record};
+use crate::core::Core;
+use crate::durable::{keys, Answer, CoreTap, Misses, Query, Record};
 use crate::wire::jsonrpc::RawId;
-
-use super::core::ModernCore;
 
 /// What the store said about a fresh key.
 pub(crate) enum Recovered {
@@ -41,7 +42,7 @@ pub(crate) fn store_name(scoped_key: &str) -> String {
 
 /// Asks the store about a key this core does not hold (`--durable`).
 pub(crate) async fn recover(
-    core: &ModernCore,
+    core: &Core,
     scoped_key: &str,
     fingerprint: u64,
     id: &RawId,
@@ -101,11 +102,7 @@ pub(crate) struct KeyedMirror {
 
 impl KeyedMirror {
     /// The mirror of a keyed call on `core` (`None` without `--durable`).
-    pub(crate) fn new(
-        core: &ModernCore,
-        scoped_key: &str,
-        fingerprint: u64,
-    ) -> Option<KeyedMirror> {
+    pub(crate) fn new(core: &Core, scoped_key: &str, fingerprint: u64) -> Option<KeyedMirror> {
         let tap = core.mirror.clone()?;
         let ttl = core.cfg.stream_retention + core.cfg.keyed_call_max;
         Some(KeyedMirror {
@@ -150,15 +147,18 @@ impl KeyedMirror {
 /// balancer sent the poll to a peer) answered from the store: its last mirrored state, or,
 /// when it was still running on a node whose lease expired, the same task `failed` with
 /// `-31006`. `None`: the store has no such task for this subject (the caller answers not found).
+/// `misses` and `miss_keys` are `ModernCore`'s `task_misses` and `miss_keys` (taken apart so
+/// this file depends on the shared `Core` only, not on `modern::core`: no import cycle).
 pub(crate) async fn recover_task(
-    core: &ModernCore,
+    core: &Core,
+    (misses, miss_keys): (&RefCell<Misses<u64>>, &RandomState),
     subject: Option<&str>,
     task_id: &str,
 ) -> Option<Result<serde_json::Value, ()>> {
     let reader = core.reader.clone()?;
     // The store lacked this id a moment ago: not found, without asking again.
-    let missed = std::hash::BuildHasher::hash_one(&core.miss_keys, task_id);
-    if core.task_misses.borrow_mut().holds(&missed, Instant::now()) {
+    let missed = std::hash::BuildHasher::hash_one(miss_keys, task_id);
+    if misses.borrow_mut().holds(&missed, Instant::now()) {
         core.metrics.durable_task_cached_absent_total.inc();
         return None;
     }
@@ -168,7 +168,7 @@ pub(crate) async fn recover_task(
     let answer = monoio::time::timeout(Duration::from_millis(LOOKUP_WAIT_MS), asked).await.ok()?;
     if let Answer::Task(None) = answer {
         core.metrics.durable_task_absent_total.inc();
-        core.task_misses.borrow_mut().insert(missed, Instant::now());
+        misses.borrow_mut().insert(missed, Instant::now());
         return None;
     }
     let Answer::Task(Some((image, alive))) = answer else { return None };

@@ -401,7 +401,8 @@ pub(crate) async fn recovered(
         return None;
     }
     let keep_alive = req.head.keep_alive;
-    match super::durable::recover_task(core, req.subject(), task_id).await? {
+    let misses = (&core.task_misses, &core.miss_keys);
+    match super::durable::recover_task(core, misses, req.subject(), task_id).await? {
         Ok(detailed) => {
             let mut body = Vec::with_capacity(256);
             crate::dispatch::push_result_value(&mut body, id, &detailed);
