@@ -651,3 +651,200 @@ fn link_checks_fail_on_made_up_breakage() {
     assert_eq!(slug("What a client sees (legacy sessions)"), "what-a-client-sees-legacy-sessions");
     assert_eq!(slug("2026-07-28: the `tasks/*` extension"), "2026-07-28-the-tasks-extension");
 }
+
+// ---------------------------------------------------------------------------------------------
+// The wire contract's citations.
+
+const CONTRACT_DOC: &str = "docs/contract.md";
+
+/// `docs/contract.md`'s sections (`## 4. Title` → `4`), each with the numbers of its numbered
+/// steps (a line `2. …` inside the section).
+fn contract_sections(text: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mut sections: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in prose_lines(text) {
+        if let Some(heading) = line.strip_prefix("## ") {
+            current = heading.split_once(". ").map(|(n, _)| n.to_string());
+            if let Some(n) = &current {
+                sections.entry(n.clone()).or_default();
+            }
+            continue;
+        }
+        let (Some(section), Some((step, _))) = (&current, line.split_once(". ")) else { continue };
+        if !step.is_empty() && step.chars().all(|c| c.is_ascii_digit()) {
+            sections.entry(section.clone()).or_default().insert(step.to_string());
+        }
+    }
+    sections
+}
+
+/// A section number at the start of `text` (`4`, `10`, `4.2`; a sentence's full stop is not
+/// part of it) and the rest.
+fn section_number(text: &str) -> Option<(String, &str)> {
+    let mut end = text.chars().take_while(char::is_ascii_digit).count();
+    if end == 0 {
+        return None;
+    }
+    while text[end..].starts_with('.') && text[end + 1..].starts_with(|c: char| c.is_ascii_digit())
+    {
+        end += 1 + text[end + 1..].chars().take_while(char::is_ascii_digit).count();
+    }
+    Some((text[..end].to_string(), &text[end..]))
+}
+
+/// The steps of `step 2`, `steps 2–4`, `steps 2 and 3`, `steps 1, 2` (a range counts each
+/// number in it) at the start of `text`, and the rest.
+fn cited_steps(text: &str) -> (Vec<String>, &str) {
+    let Some(mut rest) = text.strip_prefix(" steps ").or(text.strip_prefix(" step ")) else {
+        return (Vec::new(), text);
+    };
+    let mut steps = Vec::new();
+    let mut range_from: Option<u32> = None;
+    loop {
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        let Ok(n) = digits.parse::<u32>() else { break };
+        let from = range_from.take().map_or(n, |first| first + 1);
+        steps.extend((from..=n.max(from)).map(|s| s.to_string()));
+        rest = &rest[digits.len()..];
+        if let Some(after) = rest.strip_prefix('–').or(rest.strip_prefix('-')) {
+            range_from = Some(n);
+            rest = after;
+        } else if let Some(after) = rest.strip_prefix(" and ").or(rest.strip_prefix(", ")) {
+            if !after.starts_with(|c: char| c.is_ascii_digit()) {
+                break;
+            }
+            rest = after;
+        } else {
+            break;
+        }
+    }
+    (steps, rest)
+}
+
+/// Every contract citation of a source file: `CONTRACT §4`, `CONTRACT §4 step 2`, `CONTRACT
+/// §4, §5` or `contract.md §n`, also when a comment's line break falls after `CONTRACT`.
+/// Returns (`file:line`, section, steps).
+fn contract_citations(name: &str, text: &str) -> Vec<(String, String, Vec<String>)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut found = Vec::new();
+    for (n, line) in lines.iter().enumerate() {
+        for marker in ["CONTRACT", "contract.md"] {
+            for (at, _) in line.match_indices(marker) {
+                let next = lines.get(n + 1).map_or("", |l| {
+                    l.trim_start().trim_start_matches('/').trim_start_matches('!').trim_start()
+                });
+                let joined = format!("{} {next}", &line[at + marker.len()..]);
+                let mut rest = joined.trim_start();
+                while let Some(cited) = rest.strip_prefix('§') {
+                    let Some((section, after)) = section_number(cited) else { break };
+                    let (steps, after) = cited_steps(after);
+                    found.push((format!("{name}:{}", n + 1), section, steps));
+                    rest = after
+                        .strip_prefix(", ")
+                        .or(after.strip_prefix(" and "))
+                        .filter(|r| r.starts_with('§'))
+                        .unwrap_or("");
+                }
+            }
+        }
+    }
+    found
+}
+
+fn check_contract_citations(
+    sections: &BTreeMap<String, BTreeSet<String>>,
+    citations: &[(String, String, Vec<String>)],
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (at, section, steps) in citations {
+        let Some(known) = sections.get(section) else {
+            problems.push(format!(
+                "{at}: CONTRACT §{section}: {CONTRACT_DOC} has no section {section}"
+            ));
+            continue;
+        };
+        for step in steps.iter().filter(|s| !known.contains(*s)) {
+            problems.push(format!(
+                "{at}: CONTRACT §{section} step {step}: §{section} of {CONTRACT_DOC} has no step {step}"
+            ));
+        }
+    }
+    problems
+}
+
+/// Every `.rs` file under `dir`, by path relative to the repository.
+fn rust_files(dir: &str) -> BTreeMap<String, String> {
+    let root = repo_root();
+    let mut files = BTreeMap::new();
+    let mut folders = vec![root.join(dir)];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).expect("a source folder").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let name = path.strip_prefix(&root).unwrap().to_string_lossy().into_owned();
+                files.insert(name, std::fs::read_to_string(&path).unwrap());
+            }
+        }
+    }
+    files
+}
+
+#[test]
+fn every_contract_citation_in_src_names_a_section_of_the_contract() {
+    let doc = std::fs::read_to_string(repo_root().join(CONTRACT_DOC)).expect(CONTRACT_DOC);
+    let sections = contract_sections(&doc);
+    assert!(sections.len() >= 11, "{CONTRACT_DOC} has only {} sections", sections.len());
+    let citations: Vec<_> =
+        rust_files("src").iter().flat_map(|(name, text)| contract_citations(name, text)).collect();
+    println!("docs: {} citations of {CONTRACT_DOC} in src/ checked", citations.len());
+    assert!(citations.len() > 50, "only {} citations found: is the parser blind?", citations.len());
+    let problems = check_contract_citations(&sections, &citations);
+    assert!(
+        problems.is_empty(),
+        "citations of a missing contract section:\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn contract_checks_fail_on_made_up_citations() {
+    let contract =
+        "# C\n## 1. One\ntext 2. not a step\n## 4. Four\n1. first\n2. second\n```\n## 9. \
+                    code\n```\n";
+    let sections = contract_sections(contract);
+    assert_eq!(sections.keys().collect::<Vec<_>>(), ["1", "4"]);
+    assert_eq!(sections["4"].iter().collect::<Vec<_>>(), ["1", "2"]);
+    assert!(sections["1"].is_empty());
+    let source = "// CONTRACT §4 step 2 and §1.\n// CONTRACT §4 steps 1–3 here\n// wrapped (CONTRACT\n\
+                  //! §9: gone)\n/// docs/contract.md §1, §7.2, issue 4 §8\n// CONTRACT §4 steps 1 and 5, \
+                  §4 step 2\n";
+    let citations = contract_citations("src/x.rs", source);
+    let cited: Vec<String> =
+        citations.iter().map(|(at, s, steps)| format!("{at} {s} {}", steps.join(","))).collect();
+    assert_eq!(
+        cited,
+        [
+            "src/x.rs:1 4 2",
+            "src/x.rs:1 1 ",
+            "src/x.rs:2 4 1,2,3",
+            "src/x.rs:3 9 ",
+            "src/x.rs:5 1 ",
+            "src/x.rs:5 7.2 ",
+            "src/x.rs:6 4 1,5",
+            "src/x.rs:6 4 2",
+        ]
+    );
+    let problems = check_contract_citations(&sections, &citations);
+    assert_eq!(
+        problems,
+        [
+            "src/x.rs:2: CONTRACT §4 step 3: §4 of docs/contract.md has no step 3",
+            "src/x.rs:3: CONTRACT §9: docs/contract.md has no section 9",
+            "src/x.rs:5: CONTRACT §7.2: docs/contract.md has no section 7.2",
+            "src/x.rs:6: CONTRACT §4 step 5: §4 of docs/contract.md has no step 5",
+        ],
+        "{problems:#?}"
+    );
+}
