@@ -765,7 +765,8 @@ fn check_contract_citations(
         };
         for step in steps.iter().filter(|s| !known.contains(*s)) {
             problems.push(format!(
-                "{at}: CONTRACT §{section} step {step}: §{section} of {CONTRACT_DOC} has no step {step}"
+                "{at}: CONTRACT §{section} step {step}: §{section} of {CONTRACT_DOC} has no step \
+                 {step}"
             ));
         }
     }
@@ -817,9 +818,9 @@ fn contract_checks_fail_on_made_up_citations() {
     assert_eq!(sections.keys().collect::<Vec<_>>(), ["1", "4"]);
     assert_eq!(sections["4"].iter().collect::<Vec<_>>(), ["1", "2"]);
     assert!(sections["1"].is_empty());
-    let source = "// CONTRACT §4 step 2 and §1.\n// CONTRACT §4 steps 1–3 here\n// wrapped (CONTRACT\n\
-                  //! §9: gone)\n/// docs/contract.md §1, §7.2, issue 4 §8\n// CONTRACT §4 steps 1 and 5, \
-                  §4 step 2\n";
+    let source = "// CONTRACT §4 step 2 and §1.\n// CONTRACT §4 steps 1–3 here\n\
+                  // wrapped (CONTRACT\n//! §9: gone)\n/// docs/contract.md §1, §7.2, issue 4 §8\n\
+                  // CONTRACT §4 steps 1 and 5, §4 step 2\n";
     let citations = contract_citations("src/x.rs", source);
     let cited: Vec<String> =
         citations.iter().map(|(at, s, steps)| format!("{at} {s} {}", steps.join(","))).collect();
