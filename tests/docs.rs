@@ -9,6 +9,10 @@
 //!   `#anchor` (in the file or another `.md`) names a heading by GitHub's slug rules, and every
 //!   `docs/*.md` is reachable from `README.md` by links. External `http(s)` links are counted
 //!   and listed, never fetched (CI must not depend on other sites).
+//! - Every `CONTRACT §n` (or `contract.md §n`, with its `step k`) cited in `src/` names a
+//!   section (and a step of it) that `docs/contract.md` has (issue 39 item 7).
+//! - `docs/architecture.md`'s module table and `src/lib.rs`'s map of floors name exactly the
+//!   modules `src/lib.rs` declares, both ways (issue 39 item 6).
 //!
 //! Method: plain text parsing (fenced code blocks and code spans are not markdown links). Each
 //! failure names `file:line`. The checkers are first run on small made-up inputs, so the tests
@@ -847,5 +851,106 @@ fn contract_checks_fail_on_made_up_citations() {
             "src/x.rs:6: CONTRACT §4 step 5: §4 of docs/contract.md has no step 5",
         ],
         "{problems:#?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The module maps.
+
+const ARCHITECTURE_DOC: &str = "docs/architecture.md";
+
+/// The modules `lib.rs` declares (`mod name;` or `pub mod name;` with a file of its own; an
+/// inline `mod name { … }` is no module of the tree).
+fn declared_modules(lib: &str) -> BTreeSet<String> {
+    lib.lines()
+        .filter_map(|line| {
+            let line = line.strip_prefix("pub ").unwrap_or(line);
+            line.strip_prefix("mod ")?.strip_suffix(';').map(str::to_string)
+        })
+        .collect()
+}
+
+/// The module names of the table in `text` whose first column is `module`, with their
+/// `file:line`: each code span of the first cell (`legacy/`, `tls.rs`, `metrics.rs`, …)
+/// without its `/` or `.rs`. `lib.rs`'s map (`//! | floor | module | owns |`) is read the same
+/// way from its `module` column.
+fn module_table(name: &str, text: &str) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    let mut column: Option<usize> = None;
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim_start().trim_start_matches("//!").trim();
+        if !line.starts_with('|') {
+            column = None;
+            continue;
+        }
+        let cells = split_row(line);
+        if column.is_none() {
+            column = cells.iter().position(|c| c == "module");
+            continue;
+        }
+        let Some(cell) = column.and_then(|c| cells.get(c)) else { continue };
+        for span in cell.split('`').skip(1).step_by(2) {
+            let module = span.trim_end_matches('/').trim_end_matches(".rs");
+            found.push((format!("{name}:{}", n + 1), module.to_string()));
+        }
+    }
+    found
+}
+
+/// A table's modules against `lib.rs`'s, both ways. `main` (`src/main.rs`, the binary) may
+/// have a row although `lib.rs` does not declare it.
+fn check_module_table(
+    table: &str,
+    rows: &[(String, String)],
+    declared: &BTreeSet<String>,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let named: BTreeSet<&str> = rows.iter().map(|(_, m)| m.as_str()).collect();
+    for (at, module) in rows {
+        if module != "main" && !declared.contains(module) {
+            problems.push(format!("{at}: `{module}` is no module src/lib.rs declares"));
+        }
+    }
+    for module in declared.iter().filter(|m| !named.contains(m.as_str())) {
+        problems.push(format!("{table}: no row for `{module}`, a module src/lib.rs declares"));
+    }
+    problems
+}
+
+#[test]
+fn module_tables_list_every_module_of_lib_rs() {
+    let root = repo_root();
+    let lib = std::fs::read_to_string(root.join("src/lib.rs")).expect("src/lib.rs");
+    let declared = declared_modules(&lib);
+    assert!(declared.len() >= 20, "src/lib.rs declares only {} modules", declared.len());
+    let doc = std::fs::read_to_string(root.join(ARCHITECTURE_DOC)).expect(ARCHITECTURE_DOC);
+    let mut problems =
+        check_module_table(ARCHITECTURE_DOC, &module_table(ARCHITECTURE_DOC, &doc), &declared);
+    let map = module_table("src/lib.rs", &lib);
+    problems.extend(check_module_table("src/lib.rs's map", &map, &declared));
+    assert!(problems.is_empty(), "module tables differ from src/lib.rs:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn module_checks_fail_on_made_up_tables() {
+    let lib = "//! | floor | module | owns |\n//! | --- | --- | --- |\n//! | 2 | `top` | x |\n\
+               //! | 1 | `gone` | `y` |\nmod top;\npub mod low;\nmod inline {\n}\n";
+    let declared = declared_modules(lib);
+    assert_eq!(declared.iter().collect::<Vec<_>>(), ["low", "top"]);
+    let problems = check_module_table("lib", &module_table("lib", lib), &declared);
+    assert_eq!(
+        problems,
+        [
+            "lib:4: `gone` is no module src/lib.rs declares",
+            "lib: no row for `low`, a module src/lib.rs declares",
+        ]
+    );
+    let doc = "| module | what |\n| --- | --- |\n| `main.rs` | bin |\n| `top/` | a `b` |\n\
+               | `low.rs`, `extra.rs` | c |\n\n| other | module |\n| --- | --- |\n| x | `top` |\n";
+    let rows = module_table("a.md", doc);
+    assert_eq!(rows.len(), 5, "{rows:?}");
+    assert_eq!(
+        check_module_table("a.md", &rows, &declared),
+        ["a.md:5: `extra` is no module src/lib.rs declares"]
     );
 }
