@@ -13,6 +13,8 @@
 //!   section (and a step of it) that `docs/contract.md` has (issue 39 item 7).
 //! - `docs/architecture.md`'s module table and `src/lib.rs`'s map of floors name exactly the
 //!   modules `src/lib.rs` declares, both ways (issue 39 item 6).
+//! - `README.md` is a front page: at most `README_MAX_LINES` lines; details live in `docs/`
+//!   (issue 39 item 7).
 //!
 //! Method: plain text parsing (fenced code blocks and code spans are not markdown links). Each
 //! failure names `file:line`. The checkers are first run on small made-up inputs, so the tests
@@ -952,5 +954,44 @@ fn module_checks_fail_on_made_up_tables() {
     assert_eq!(
         check_module_table("a.md", &rows, &declared),
         ["a.md:5: `extra` is no module src/lib.rs declares"]
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The front page.
+
+/// The README's length: what tidemark is, the two commands, the three examples, the promises
+/// and pointers into `docs/`; a section that grows past a screen or two belongs in `docs/`.
+const README_MAX_LINES: usize = 150;
+
+/// Why `text` is no front page, if it is not.
+fn front_page_problem(name: &str, text: &str) -> Option<String> {
+    let lines = text.lines().count();
+    (lines > README_MAX_LINES).then(|| {
+        format!(
+            "{name}:{}: {lines} lines, more than {README_MAX_LINES}: move the detail into docs/ \
+             and link it",
+            README_MAX_LINES + 1
+        )
+    })
+}
+
+#[test]
+fn readme_is_a_front_page() {
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README.md");
+    println!("docs: README.md has {} lines (at most {README_MAX_LINES})", readme.lines().count());
+    if let Some(problem) = front_page_problem("README.md", &readme) {
+        panic!("{problem}");
+    }
+}
+
+#[test]
+fn front_page_check_fails_on_a_made_up_long_readme() {
+    let at_limit = "line\n".repeat(README_MAX_LINES);
+    assert_eq!(front_page_problem("R.md", &at_limit), None);
+    let over = format!("{at_limit}one more\n");
+    assert_eq!(
+        front_page_problem("R.md", &over).as_deref(),
+        Some("R.md:151: 151 lines, more than 150: move the detail into docs/ and link it")
     );
 }
