@@ -36,6 +36,10 @@
 //!
 //! # Map
 //!
+//! `CONTRACT §n` in a comment of this crate is section n of `docs/contract.md`, the wire
+//! contract: what the server promises on the MCP endpoint where the MCP specification is silent
+//! (`tests/docs.rs` checks that every cited section exists).
+//!
 //! Flow: socket → `runtime` (`conn`, the one stream driver) → `http` (the head) → `endpoint`
 //! (HTTP rules, CORS, the era) → `legacy` (sessions, `migration`, streams over the `replay`
 //! ring) or `modern` (stateless 2026-07-28: `_meta` checks, keys, tasks, listen) → `core`

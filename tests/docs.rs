@@ -9,6 +9,13 @@
 //!   `#anchor` (in the file or another `.md`) names a heading by GitHub's slug rules, and every
 //!   `docs/*.md` is reachable from `README.md` by links. External `http(s)` links are counted
 //!   and listed, never fetched (CI must not depend on other sites).
+//! - Every `CONTRACT §n` (or `contract.md §n`, with its `step k`) cited in `src/`, `README.md`
+//!   or `docs/*.md` names a section (and a step of it) that `docs/contract.md` has (issue 39
+//!   item 7).
+//! - `docs/architecture.md`'s module table and `src/lib.rs`'s map of floors name exactly the
+//!   modules `src/lib.rs` declares, both ways (issue 39 item 6).
+//! - `README.md` is a front page: at most `README_MAX_LINES` lines; details live in `docs/`
+//!   (issue 39 item 7).
 //!
 //! Method: plain text parsing (fenced code blocks and code spans are not markdown links). Each
 //! failure names `file:line`. The checkers are first run on small made-up inputs, so the tests
@@ -650,4 +657,343 @@ fn link_checks_fail_on_made_up_breakage() {
     );
     assert_eq!(slug("What a client sees (legacy sessions)"), "what-a-client-sees-legacy-sessions");
     assert_eq!(slug("2026-07-28: the `tasks/*` extension"), "2026-07-28-the-tasks-extension");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The wire contract's citations.
+
+const CONTRACT_DOC: &str = "docs/contract.md";
+
+/// `docs/contract.md`'s sections (`## 4. Title` → `4`), each with the numbers of its numbered
+/// steps (a line `2. …` inside the section).
+fn contract_sections(text: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mut sections: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in prose_lines(text) {
+        if let Some(heading) = line.strip_prefix("## ") {
+            current = heading.split_once(". ").map(|(n, _)| n.to_string());
+            if let Some(n) = &current {
+                sections.entry(n.clone()).or_default();
+            }
+            continue;
+        }
+        let (Some(section), Some((step, _))) = (&current, line.split_once(". ")) else { continue };
+        if !step.is_empty() && step.chars().all(|c| c.is_ascii_digit()) {
+            sections.entry(section.clone()).or_default().insert(step.to_string());
+        }
+    }
+    sections
+}
+
+/// A section number at the start of `text` (`4`, `10`, `4.2`; a sentence's full stop is not
+/// part of it) and the rest.
+fn section_number(text: &str) -> Option<(String, &str)> {
+    let mut end = text.chars().take_while(char::is_ascii_digit).count();
+    if end == 0 {
+        return None;
+    }
+    while text[end..].starts_with('.') && text[end + 1..].starts_with(|c: char| c.is_ascii_digit())
+    {
+        end += 1 + text[end + 1..].chars().take_while(char::is_ascii_digit).count();
+    }
+    Some((text[..end].to_string(), &text[end..]))
+}
+
+/// The steps of `step 2`, `steps 2–4`, `steps 2 and 3`, `steps 1, 2` (a range counts each
+/// number in it) at the start of `text`, and the rest.
+fn cited_steps(text: &str) -> (Vec<String>, &str) {
+    let Some(mut rest) = text.strip_prefix(" steps ").or(text.strip_prefix(" step ")) else {
+        return (Vec::new(), text);
+    };
+    let mut steps = Vec::new();
+    let mut range_from: Option<u32> = None;
+    loop {
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        let Ok(n) = digits.parse::<u32>() else { break };
+        let from = range_from.take().map_or(n, |first| first + 1);
+        steps.extend((from..=n.max(from)).map(|s| s.to_string()));
+        rest = &rest[digits.len()..];
+        if let Some(after) = rest.strip_prefix('–').or(rest.strip_prefix('-')) {
+            range_from = Some(n);
+            rest = after;
+        } else if let Some(after) = rest.strip_prefix(" and ").or(rest.strip_prefix(", ")) {
+            if !after.starts_with(|c: char| c.is_ascii_digit()) {
+                break;
+            }
+            rest = after;
+        } else {
+            break;
+        }
+    }
+    (steps, rest)
+}
+
+/// Every contract citation of a source file: `CONTRACT §4`, `CONTRACT §4 step 2`, `CONTRACT
+/// §4, §5` or `contract.md §n`, also when a comment's line break falls after `CONTRACT`.
+/// Returns (`file:line`, section, steps).
+fn contract_citations(name: &str, text: &str) -> Vec<(String, String, Vec<String>)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut found = Vec::new();
+    for (n, line) in lines.iter().enumerate() {
+        for marker in ["CONTRACT", "contract.md"] {
+            for (at, _) in line.match_indices(marker) {
+                let next = lines.get(n + 1).map_or("", |l| {
+                    l.trim_start().trim_start_matches('/').trim_start_matches('!').trim_start()
+                });
+                let joined = format!("{} {next}", &line[at + marker.len()..]);
+                let mut rest = joined.trim_start();
+                while let Some(cited) = rest.strip_prefix('§') {
+                    let Some((section, after)) = section_number(cited) else { break };
+                    let (steps, after) = cited_steps(after);
+                    found.push((format!("{name}:{}", n + 1), section, steps));
+                    rest = after
+                        .strip_prefix(", ")
+                        .or(after.strip_prefix(" and "))
+                        .filter(|r| r.starts_with('§'))
+                        .unwrap_or("");
+                }
+            }
+        }
+    }
+    found
+}
+
+fn check_contract_citations(
+    sections: &BTreeMap<String, BTreeSet<String>>,
+    citations: &[(String, String, Vec<String>)],
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (at, section, steps) in citations {
+        let Some(known) = sections.get(section) else {
+            problems.push(format!(
+                "{at}: CONTRACT §{section}: {CONTRACT_DOC} has no section {section}"
+            ));
+            continue;
+        };
+        for step in steps.iter().filter(|s| !known.contains(*s)) {
+            problems.push(format!(
+                "{at}: CONTRACT §{section} step {step}: §{section} of {CONTRACT_DOC} has no step \
+                 {step}"
+            ));
+        }
+    }
+    problems
+}
+
+/// Every `.rs` file under `dir`, by path relative to the repository.
+fn rust_files(dir: &str) -> BTreeMap<String, String> {
+    let root = repo_root();
+    let mut files = BTreeMap::new();
+    let mut folders = vec![root.join(dir)];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).expect("a source folder").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let name = path.strip_prefix(&root).unwrap().to_string_lossy().into_owned();
+                files.insert(name, std::fs::read_to_string(&path).unwrap());
+            }
+        }
+    }
+    files
+}
+
+#[test]
+fn every_contract_citation_names_a_section_of_the_contract() {
+    let doc = std::fs::read_to_string(repo_root().join(CONTRACT_DOC)).expect(CONTRACT_DOC);
+    let sections = contract_sections(&doc);
+    assert!(sections.len() >= 11, "{CONTRACT_DOC} has only {} sections", sections.len());
+    let files = rust_files("src").into_iter().chain(markdown_files());
+    let citations: Vec<_> =
+        files.flat_map(|(name, text)| contract_citations(&name, &text)).collect();
+    println!("docs: {} citations of {CONTRACT_DOC} in src/ and the docs checked", citations.len());
+    assert!(citations.len() > 50, "only {} citations found: is the parser blind?", citations.len());
+    let problems = check_contract_citations(&sections, &citations);
+    assert!(
+        problems.is_empty(),
+        "citations of a missing contract section:\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn contract_checks_fail_on_made_up_citations() {
+    let contract =
+        "# C\n## 1. One\ntext 2. not a step\n## 4. Four\n1. first\n2. second\n```\n## 9. \
+                    code\n```\n";
+    let sections = contract_sections(contract);
+    assert_eq!(sections.keys().collect::<Vec<_>>(), ["1", "4"]);
+    assert_eq!(sections["4"].iter().collect::<Vec<_>>(), ["1", "2"]);
+    assert!(sections["1"].is_empty());
+    let source = "// CONTRACT §4 step 2 and §1.\n// CONTRACT §4 steps 1–3 here\n\
+                  // wrapped (CONTRACT\n//! §9: gone)\n/// docs/contract.md §1, §7.2, issue 4 §8\n\
+                  // CONTRACT §4 steps 1 and 5, §4 step 2\n";
+    let citations = contract_citations("src/x.rs", source);
+    let cited: Vec<String> =
+        citations.iter().map(|(at, s, steps)| format!("{at} {s} {}", steps.join(","))).collect();
+    assert_eq!(
+        cited,
+        [
+            "src/x.rs:1 4 2",
+            "src/x.rs:1 1 ",
+            "src/x.rs:2 4 1,2,3",
+            "src/x.rs:3 9 ",
+            "src/x.rs:5 1 ",
+            "src/x.rs:5 7.2 ",
+            "src/x.rs:6 4 1,5",
+            "src/x.rs:6 4 2",
+        ]
+    );
+    let problems = check_contract_citations(&sections, &citations);
+    assert_eq!(
+        problems,
+        [
+            "src/x.rs:2: CONTRACT §4 step 3: §4 of docs/contract.md has no step 3",
+            "src/x.rs:3: CONTRACT §9: docs/contract.md has no section 9",
+            "src/x.rs:5: CONTRACT §7.2: docs/contract.md has no section 7.2",
+            "src/x.rs:6: CONTRACT §4 step 5: §4 of docs/contract.md has no step 5",
+        ],
+        "{problems:#?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The module maps.
+
+const ARCHITECTURE_DOC: &str = "docs/architecture.md";
+
+/// The modules `lib.rs` declares (`mod name;` or `pub mod name;` with a file of its own; an
+/// inline `mod name { … }` is no module of the tree).
+fn declared_modules(lib: &str) -> BTreeSet<String> {
+    lib.lines()
+        .filter_map(|line| {
+            let line = line.strip_prefix("pub ").unwrap_or(line);
+            line.strip_prefix("mod ")?.strip_suffix(';').map(str::to_string)
+        })
+        .collect()
+}
+
+/// The module names of the table in `text` whose first column is `module`, with their
+/// `file:line`: each code span of the first cell (`legacy/`, `tls.rs`, `metrics.rs`, …)
+/// without its `/` or `.rs`. `lib.rs`'s map (`//! | floor | module | owns |`) is read the same
+/// way from its `module` column.
+fn module_table(name: &str, text: &str) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    let mut column: Option<usize> = None;
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim_start().trim_start_matches("//!").trim();
+        if !line.starts_with('|') {
+            column = None;
+            continue;
+        }
+        let cells = split_row(line);
+        if column.is_none() {
+            column = cells.iter().position(|c| c == "module");
+            continue;
+        }
+        let Some(cell) = column.and_then(|c| cells.get(c)) else { continue };
+        for span in cell.split('`').skip(1).step_by(2) {
+            let module = span.trim_end_matches('/').trim_end_matches(".rs");
+            found.push((format!("{name}:{}", n + 1), module.to_string()));
+        }
+    }
+    found
+}
+
+/// A table's modules against `lib.rs`'s, both ways. `main` (`src/main.rs`, the binary) may
+/// have a row although `lib.rs` does not declare it.
+fn check_module_table(
+    table: &str,
+    rows: &[(String, String)],
+    declared: &BTreeSet<String>,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let named: BTreeSet<&str> = rows.iter().map(|(_, m)| m.as_str()).collect();
+    for (at, module) in rows {
+        if module != "main" && !declared.contains(module) {
+            problems.push(format!("{at}: `{module}` is no module src/lib.rs declares"));
+        }
+    }
+    for module in declared.iter().filter(|m| !named.contains(m.as_str())) {
+        problems.push(format!("{table}: no row for `{module}`, a module src/lib.rs declares"));
+    }
+    problems
+}
+
+#[test]
+fn module_tables_list_every_module_of_lib_rs() {
+    let root = repo_root();
+    let lib = std::fs::read_to_string(root.join("src/lib.rs")).expect("src/lib.rs");
+    let declared = declared_modules(&lib);
+    assert!(declared.len() >= 20, "src/lib.rs declares only {} modules", declared.len());
+    let doc = std::fs::read_to_string(root.join(ARCHITECTURE_DOC)).expect(ARCHITECTURE_DOC);
+    let mut problems =
+        check_module_table(ARCHITECTURE_DOC, &module_table(ARCHITECTURE_DOC, &doc), &declared);
+    let map = module_table("src/lib.rs", &lib);
+    problems.extend(check_module_table("src/lib.rs's map", &map, &declared));
+    assert!(problems.is_empty(), "module tables differ from src/lib.rs:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn module_checks_fail_on_made_up_tables() {
+    let lib = "//! | floor | module | owns |\n//! | --- | --- | --- |\n//! | 2 | `top` | x |\n\
+               //! | 1 | `gone` | `y` |\nmod top;\npub mod low;\nmod inline {\n}\n";
+    let declared = declared_modules(lib);
+    assert_eq!(declared.iter().collect::<Vec<_>>(), ["low", "top"]);
+    let problems = check_module_table("lib", &module_table("lib", lib), &declared);
+    assert_eq!(
+        problems,
+        [
+            "lib:4: `gone` is no module src/lib.rs declares",
+            "lib: no row for `low`, a module src/lib.rs declares",
+        ]
+    );
+    let doc = "| module | what |\n| --- | --- |\n| `main.rs` | bin |\n| `top/` | a `b` |\n\
+               | `low.rs`, `extra.rs` | c |\n\n| other | module |\n| --- | --- |\n| x | `top` |\n";
+    let rows = module_table("a.md", doc);
+    assert_eq!(rows.len(), 5, "{rows:?}");
+    assert_eq!(
+        check_module_table("a.md", &rows, &declared),
+        ["a.md:5: `extra` is no module src/lib.rs declares"]
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The front page.
+
+/// The README's length: what tidemark is, the two commands, the three examples, the promises
+/// and pointers into `docs/`; a section that grows past a screen or two belongs in `docs/`.
+const README_MAX_LINES: usize = 150;
+
+/// Why `text` is no front page, if it is not.
+fn front_page_problem(name: &str, text: &str) -> Option<String> {
+    let lines = text.lines().count();
+    (lines > README_MAX_LINES).then(|| {
+        format!(
+            "{name}:{}: {lines} lines, more than {README_MAX_LINES}: move the detail into docs/ \
+             and link it",
+            README_MAX_LINES + 1
+        )
+    })
+}
+
+#[test]
+fn readme_is_a_front_page() {
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README.md");
+    println!("docs: README.md has {} lines (at most {README_MAX_LINES})", readme.lines().count());
+    if let Some(problem) = front_page_problem("README.md", &readme) {
+        panic!("{problem}");
+    }
+}
+
+#[test]
+fn front_page_check_fails_on_a_made_up_long_readme() {
+    let at_limit = "line\n".repeat(README_MAX_LINES);
+    assert_eq!(front_page_problem("R.md", &at_limit), None);
+    let over = format!("{at_limit}one more\n");
+    assert_eq!(
+        front_page_problem("R.md", &over).as_deref(),
+        Some("R.md:151: 151 lines, more than 150: move the detail into docs/ and link it")
+    );
 }
