@@ -5,7 +5,9 @@
 //! every forged id of another node cost one store command, unthrottled).
 //!
 //! Owned by one core (`legacy::LegacyCore` for session ids, `modern::ModernCore` for hashed
-//! task ids), used only on the path of a session or task this core does not hold. Never: remembers a name the store holds, or grows past `MISSES_MAX` (the oldest
+//! task ids), used only on the path of a session or task this core does not hold. A task
+//! request stays on the core that accepted it, so a forged task id costs one lookup a second
+//! per core; a session id's requests all reach its one core. Never: remembers a name the store holds, or grows past `MISSES_MAX` (the oldest
 //! is forgotten first; a forgotten name only costs its next request a store lookup).
 
 use std::collections::{HashMap, VecDeque};
