@@ -368,7 +368,6 @@ const FUNCTION_LINES_MAX: usize = 100;
 const LONG_FUNCTIONS: &[(&str, usize)] = &[
     ("cli.rs::into_config", 170),
     ("config/mod.rs::validate", 147),
-    ("durable/store.rs::send", 136),
     ("http/mod.rs::parse_head", 125),
     ("layers.rs::upstream_tables", 106),
     ("legacy/session/mirror.rs::restore", 102),
