@@ -40,9 +40,9 @@ pub(crate) mod store;
 use std::sync::Arc;
 
 pub(crate) use misses::Misses;
-pub(crate) use queue::CoreTap;
+pub(crate) use queue::{CoreChange, CoreTap};
 pub(crate) use reader::{Answer, Query, Reader};
-pub(crate) use record::{EventImage, Record, SessionImage};
+pub(crate) use record::{EventImage, SessionImage};
 pub(crate) use session::{SessionChange, SessionMirror};
 pub(crate) use store::Claim;
 

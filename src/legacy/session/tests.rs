@@ -236,14 +236,17 @@ fn mirrored() -> (Session, crate::durable::queue::Drain) {
     s.mirror = Some(SessionMirror::new(Rc::new(tap), name, client));
     let mut drain = drain;
     assert!(s.mirror_catch_up(), "the store is up: the first image makes it durable");
-    assert!(matches!(drain.pop().map(|q| q.record), Some(crate::durable::Record::Session(_))));
+    assert!(matches!(
+        drain.pop().map(|q| q.record),
+        Some(crate::durable::record::Record::Session(_))
+    ));
     (s, drain)
 }
 
 /// The records queued since the last call, by shape: `open` (an empty event with its stream's
 /// record), `primed` (an opening joined with its final event), `run N`, `event+stream`.
 fn queued(drain: &mut crate::durable::queue::Drain) -> Vec<String> {
-    use crate::durable::Record;
+    use crate::durable::record::Record;
     std::iter::from_fn(|| drain.pop())
         .map(|q| match q.record {
             Record::Event { primed: true, then: Some(_), .. } => "primed".to_owned(),
