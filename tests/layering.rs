@@ -368,10 +368,8 @@ const FUNCTION_LINES_MAX: usize = 100;
 const LONG_FUNCTIONS: &[(&str, usize)] = &[
     ("cli.rs::into_config", 170),
     ("config/mod.rs::validate", 147),
-    ("durable/store.rs::send", 136),
     ("http/mod.rs::parse_head", 125),
     ("layers.rs::upstream_tables", 106),
-    ("legacy/session/mirror.rs::restore", 102),
     ("modern/mod.rs::serve", 109),
     ("modern/mod.rs::tools_call", 142),
     ("runtime/conn.rs::serve", 118),

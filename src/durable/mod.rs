@@ -40,10 +40,10 @@ pub(crate) mod store;
 use std::sync::Arc;
 
 pub(crate) use misses::Misses;
-pub(crate) use queue::CoreTap;
+pub(crate) use queue::{CoreChange, CoreTap};
 pub(crate) use reader::{Answer, Query, Reader};
-pub(crate) use record::{EventImage, PackedRun, Record, SessionImage};
-pub(crate) use session::{HeldEvent, SessionMirror, RUN_BYTES_MAX, RUN_EVENTS_MAX};
+pub(crate) use record::{EventImage, SessionImage};
+pub(crate) use session::{SessionChange, SessionMirror};
 pub(crate) use store::Claim;
 
 use crate::config::Config;

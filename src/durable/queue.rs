@@ -238,7 +238,41 @@ pub(crate) struct CoreTap {
     acked_signal: Rc<Signal>,
 }
 
+/// A change of a core's state outside any legacy session, as the mirror hears it
+/// (`CoreTap::observe`): the 2026-07-28 era's keyed calls and tasks. Each becomes one record
+/// owned by this node.
+#[derive(Debug)]
+pub(crate) enum CoreChange {
+    /// An `Idempotency-Key` call was recorded: its store name (`keys`), its params'
+    /// fingerprint, its final response once it finished (`None`: it runs), its retention.
+    KeyRecorded { name: String, fingerprint: u64, response: Option<bytes::Bytes>, ttl_ms: u64 },
+    /// A task changed (created, finished): `detailed` is its `DetailedTask` JSON, `subject` the
+    /// one that may read it, `ttl_ms` its retention.
+    TaskChanged {
+        id: String,
+        subject: Option<String>,
+        detailed: String,
+        running: bool,
+        ttl_ms: u64,
+    },
+}
+
 impl CoreTap {
+    /// Hears one change of the core (see `CoreChange`): queued without waiting. The ticket
+    /// (what a write-ahead waits for); `None` when the queue is full.
+    pub(crate) fn observe(&self, change: CoreChange) -> Option<u64> {
+        let node = self.node;
+        let record = match change {
+            CoreChange::KeyRecorded { name, fingerprint, response, ttl_ms } => {
+                Record::Keyed { name, fingerprint, node, response, ttl_ms }
+            }
+            CoreChange::TaskChanged { id, subject, detailed, running, ttl_ms } => {
+                Record::Task { id, node, subject, detailed, running, ttl_ms }
+            }
+        };
+        self.push(record).ok()
+    }
+
     /// The handle of the core whose queue is `queue`.
     pub(crate) fn new(
         queue: Arc<MirrorQueue>,

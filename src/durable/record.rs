@@ -87,7 +87,7 @@ pub(crate) enum Record {
     /// room for this event's stream): `StreamGone` carried along, a third record saved.
     /// `primed`: the event right before `event` (`seq` one less) is its stream's empty priming
     /// event, written first by this record: a quick call's opening and final event in one
-    /// record where there were two (`Session::mirror_defer`); `at` is then the priming's.
+    /// record where there were two (`SessionChange::QuickOpening`); `at` is then the priming's.
     Event {
         sid: Arc<str>,
         primed: bool,

@@ -471,6 +471,91 @@ fn push_trim(pipe: &mut Pipeline, sid: &str, entries: &mut VecDeque<Entry>, firs
     }
 }
 
+/// What a batch learnt of each session it wrote (`RedisStore::send`), keyed by
+/// `same_session`: its name, whether the batch made its streams key, its events key.
+type Touched<'a> = FastMap<usize, (&'a Arc<str>, bool, bool)>;
+
+/// Keeps, per session of a batch, the highest first kept event its records name (one trim
+/// per session and batch, `push_trim`).
+fn note_trim<'a>(trims: &mut Vec<(&'a Arc<str>, u64)>, sid: &'a Arc<str>, first_kept: u64) {
+    match trims.iter_mut().find(|(s, _)| Arc::ptr_eq(s, sid)) {
+        Some((_, kept)) => *kept = (*kept).max(first_kept),
+        None => trims.push((sid, first_kept)),
+    }
+}
+
+/// A task's record (`Record::Task`): its hash and its retention.
+fn push_task(pipe: &mut Pipeline, record: &Record) {
+    let Record::Task { id, node, subject, detailed, running, ttl_ms } = record else { return };
+    pipe.command(if subject.is_some() { 10 } else { 8 })
+        .arg(b"HSET")
+        .arg_parts(&[keys::TASK_PREFIX.as_bytes(), id.as_bytes()])
+        .arg(b"node")
+        .arg_u64(u64::from(*node))
+        .arg(b"detailed")
+        .arg(detailed.as_bytes())
+        .arg(b"state")
+        .arg(if *running { b"running" } else { b"done" });
+    if let Some(subject) = subject {
+        pipe.arg(b"subject").arg(subject.as_bytes());
+    }
+    pipe.command(3)
+        .arg(b"PEXPIRE")
+        .arg_parts(&[keys::TASK_PREFIX.as_bytes(), id.as_bytes()])
+        .arg_u64(*ttl_ms);
+}
+
+/// A keyed call's record (`Record::Keyed`): its hash and its retention.
+fn push_keyed(pipe: &mut Pipeline, record: &Record) {
+    let Record::Keyed { name, fingerprint, node, response, ttl_ms } = record else { return };
+    pipe.command(if response.is_some() { 10 } else { 8 })
+        .arg(b"HSET")
+        .arg(name.as_bytes())
+        .arg(b"fp")
+        .arg_u64(*fingerprint)
+        .arg(b"node")
+        .arg_u64(u64::from(*node))
+        .arg(b"state");
+    match response {
+        Some(response) => pipe.arg(b"done").arg(b"result").arg(response),
+        None => pipe.arg(b"running"),
+    };
+    pipe.command(3).arg(b"PEXPIRE").arg(name.as_bytes()).arg_u64(*ttl_ms);
+}
+
+/// Renews the time to live of each session the batch touched when it is due (`TTL_RENEW_MS`,
+/// or a key the batch made), and forgets the sessions it ended (`ended`).
+fn push_expiries(
+    pipe: &mut Pipeline,
+    expiry: &mut FastMap<Arc<str>, Expiry>,
+    touched: Touched<'_>,
+    ended: &[usize],
+    ttl_ms: u64,
+) {
+    let now = std::time::Instant::now();
+    for (at, (sid, streams, events)) in touched {
+        if ended.contains(&at) {
+            expiry.remove(sid);
+            continue;
+        }
+        let due = match expiry.get(sid) {
+            None => true,
+            Some(e) => {
+                (streams && !e.streams)
+                    || (events && !e.events)
+                    || now.duration_since(e.renewed) >= Duration::from_millis(TTL_RENEW_MS)
+            }
+        };
+        if due {
+            expire_session(pipe, sid, ttl_ms);
+            let e = expiry.entry(sid.clone()).or_insert(Expiry { renewed: now, streams, events });
+            e.renewed = now;
+            e.streams |= streams;
+            e.events |= events;
+        }
+    }
+}
+
 impl Store for RedisStore {
     fn receive(&mut self) -> Result<(), StoreError> {
         let owed = std::mem::take(&mut self.owed_replies);
@@ -489,11 +574,10 @@ impl Store for RedisStore {
         pipe.clear();
         // Each session written in this batch: whether it made its streams or events key.
         // Sized up front: grown from empty it rehashed several times a batch (callgrind).
-        let mut touched: FastMap<usize, (&Arc<str>, bool, bool)> =
-            FastMap::with_capacity_and_hasher(
-                records.len().min(TOUCHED_CAPACITY_MAX),
-                Default::default(),
-            );
+        let mut touched: Touched<'_> = FastMap::with_capacity_and_hasher(
+            records.len().min(TOUCHED_CAPACITY_MAX),
+            Default::default(),
+        );
         let mut ended: Vec<usize> = Vec::new();
         let mut trims: Vec<(&Arc<str>, u64)> = Vec::new();
         for step in plan(records) {
@@ -503,10 +587,7 @@ impl Store for RedisStore {
                         self.entries.entry(sid.clone()).or_default().push_back(entry);
                     }
                     if let Some(first_kept) = first_kept {
-                        match trims.iter_mut().find(|(s, _)| Arc::ptr_eq(s, sid)) {
-                            Some((_, kept)) => *kept = (*kept).max(first_kept),
-                            None => trims.push((sid, first_kept)),
-                        }
+                        note_trim(&mut trims, sid, first_kept);
                     }
                     touched.entry(same_session(sid)).or_insert((sid, false, false)).2 = true;
                     continue;
@@ -540,39 +621,8 @@ impl Store for RedisStore {
                     trims.retain(|(s, _)| !Arc::ptr_eq(s, sid));
                     ended.push(same_session(sid));
                 }
-                Record::Task { id, node, subject, detailed, running, ttl_ms } => {
-                    pipe.command(if subject.is_some() { 10 } else { 8 })
-                        .arg(b"HSET")
-                        .arg_parts(&[keys::TASK_PREFIX.as_bytes(), id.as_bytes()])
-                        .arg(b"node")
-                        .arg_u64(u64::from(*node))
-                        .arg(b"detailed")
-                        .arg(detailed.as_bytes())
-                        .arg(b"state")
-                        .arg(if *running { b"running" } else { b"done" });
-                    if let Some(subject) = subject {
-                        pipe.arg(b"subject").arg(subject.as_bytes());
-                    }
-                    pipe.command(3)
-                        .arg(b"PEXPIRE")
-                        .arg_parts(&[keys::TASK_PREFIX.as_bytes(), id.as_bytes()])
-                        .arg_u64(*ttl_ms);
-                }
-                Record::Keyed { name, fingerprint, node, response, ttl_ms } => {
-                    pipe.command(if response.is_some() { 10 } else { 8 })
-                        .arg(b"HSET")
-                        .arg(name.as_bytes())
-                        .arg(b"fp")
-                        .arg_u64(*fingerprint)
-                        .arg(b"node")
-                        .arg_u64(u64::from(*node))
-                        .arg(b"state");
-                    match response {
-                        Some(response) => pipe.arg(b"done").arg(b"result").arg(response),
-                        None => pipe.arg(b"running"),
-                    };
-                    pipe.command(3).arg(b"PEXPIRE").arg(name.as_bytes()).arg_u64(*ttl_ms);
-                }
+                Record::Task { .. } => push_task(pipe, record),
+                Record::Keyed { .. } => push_keyed(pipe, record),
             }
             if let Some(sid) = record.session() {
                 let made = touched.entry(same_session(sid)).or_insert((sid, false, false));
@@ -588,32 +638,7 @@ impl Store for RedisStore {
                 push_trim(pipe, sid, entries, first_kept);
             }
         }
-        let now = std::time::Instant::now();
-        for (at, (sid, streams, events)) in touched {
-            if ended.contains(&at) {
-                self.expiry.remove(sid);
-                continue;
-            }
-            let due = match self.expiry.get(sid) {
-                None => true,
-                Some(e) => {
-                    (streams && !e.streams)
-                        || (events && !e.events)
-                        || now.duration_since(e.renewed) >= Duration::from_millis(TTL_RENEW_MS)
-                }
-            };
-            if due {
-                expire_session(pipe, sid, ttl_ms);
-                let e = self.expiry.entry(sid.clone()).or_insert(Expiry {
-                    renewed: now,
-                    streams,
-                    events,
-                });
-                e.renewed = now;
-                e.streams |= streams;
-                e.events |= events;
-            }
-        }
+        push_expiries(pipe, &mut self.expiry, touched, &ended, ttl_ms);
         self.send_pipeline()
     }
 

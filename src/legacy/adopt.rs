@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::core::LegacyCore;
-use super::session::{Session, SessionId, SessionRc};
+use super::session::restore::restore;
+use super::session::{SessionId, SessionRc};
 use crate::core::Request;
 use crate::durable::SessionMirror;
 use crate::durable::{Answer, Claim, Query};
@@ -55,8 +56,9 @@ pub(crate) fn mirror_lost(core: &LegacyCore, lost: Vec<Arc<str>>) {
 /// `--durable-write-ahead-ms`) until the store holds the call's stream record, so a peer that
 /// adopts the session after this node dies knows the call ran and never runs it again. Past
 /// the wait the call starts anyway; the session stops being durable and the call is counted.
-pub(crate) async fn write_ahead(core: &LegacyCore, session: &SessionRc, ticket: Option<u64>) {
+pub(crate) async fn write_ahead(core: &LegacyCore, session: &SessionRc) {
     let Some(tap) = core.mirror.clone() else { return };
+    let ticket = session.borrow().mirror.as_ref().and_then(SessionMirror::ticket);
     let Some(ticket) = ticket else {
         if session.borrow().mirror.is_some() {
             tap.metrics.durable_write_ahead_unprotected_total.inc();
@@ -192,8 +194,9 @@ async fn claim(
     }
     let client: crate::provider::Value =
         serde_json::from_str(&image.client).unwrap_or(crate::provider::Value::Null);
-    let mirror = SessionMirror::new(tap, image.sid.clone(), Arc::from(image.client.as_str()));
-    let mut session = match Session::restore(id, &image, image.owner, &core.cfg, mirror) {
+    let params = Arc::from(image.client.as_str());
+    let mirror = SessionMirror::new(tap, image.sid.clone(), params);
+    let mut session = match restore(id, &image, image.owner, &core.cfg, mirror) {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!(session = %id.to_header(), error = %e, "stored session not adopted");

@@ -597,22 +597,23 @@ async fn request(
         answer_inline(core, session, access, &id, &method, &params, &mut body).await;
         return reply(out, Answer::Json(&body), keep_alive);
     }
-    // A quick call (no write-ahead wait) that its first poll finishes goes to the durable
-    // mirror as one record, its opening and its final event together: nothing is awaited from
-    // here to the end of that poll (`Session::mirror_defer`).
+    // A quick call (no write-ahead wait): nothing is awaited from its opening to the end of
+    // its first poll (`Session::open_quick_stream`).
     let quick = class.idempotent && class.tool.is_some();
-    if quick {
-        session.borrow_mut().mirror_defer();
-    }
-    let opened = session.borrow_mut().open_stream(
-        StreamKind::Request,
-        Some(id.clone()),
-        class.fingerprint,
-        idempotency_key,
-        progress_token,
-    );
+    let opened = if quick {
+        let fingerprint = class.fingerprint;
+        let mut s = session.borrow_mut();
+        s.open_quick_stream(id.clone(), fingerprint, idempotency_key, progress_token)
+    } else {
+        session.borrow_mut().open_stream(
+            StreamKind::Request,
+            Some(id.clone()),
+            class.fingerprint,
+            idempotency_key,
+            progress_token,
+        )
+    };
     let Ok(key) = opened else {
-        session.borrow_mut().mirror_undefer();
         core.metrics.limit_streams.inc();
         return refuse(out, Refusal::TooManyStreams, Some(&id), keep_alive);
     };
@@ -621,8 +622,7 @@ async fn request(
             // The store must know the call runs before it runs (CONTRACT §10): an adopter
             // then ends it with its result or -31006, never by running it again.
             if !class.idempotent && core.mirror.is_some() {
-                let ticket = session.borrow().mirror_ticket();
-                adopt::write_ahead(core, session, ticket).await;
+                adopt::write_ahead(core, session).await;
             }
             let arguments = params.as_object_mut().and_then(|p| p.remove("arguments"));
             let arguments =
@@ -631,7 +631,6 @@ async fn request(
             let ToolRoute { name, provider, .. } = route;
             let work = Box::pin(async move { provider.call_tool(&name, arguments, cx).await });
             stream::spawn_job(session.clone(), key, id.clone(), work);
-            session.borrow_mut().mirror_undefer();
         }
         None => {
             let mut payload = Vec::with_capacity(256);

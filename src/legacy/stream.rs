@@ -266,9 +266,16 @@ pub(crate) fn spawn_job(
 ) {
     let forward = Arc::new(ForwardWake(atomic_waker::AtomicWaker::new()));
     let waker = Waker::from(forward.clone());
-    let polled = gathering(&session, || work.as_mut().poll(&mut Context::from_waker(&waker)));
-    if let Poll::Ready(outcome) = polled {
-        complete(&session, key, &request_id, outcome);
+    // A call its first poll finishes completes inside the poll's report, so the mirror joins
+    // a quick call's opening with its final event (`Session::open_quick_stream`).
+    let done = polling(&session, || match work.as_mut().poll(&mut Context::from_waker(&waker)) {
+        Poll::Ready(outcome) => {
+            complete(&session, key, &request_id, outcome);
+            true
+        }
+        Poll::Pending => false,
+    });
+    if done {
         return;
     }
     let work = Forwarded { work, forward, waker, session: Rc::downgrade(&session) };
@@ -317,20 +324,24 @@ impl Future for Forwarded {
         let this = &mut *self;
         match this.session.upgrade() {
             Some(session) => {
-                gathering(&session, || this.work.as_mut().poll(&mut Context::from_waker(&waker)))
+                polling(&session, || this.work.as_mut().poll(&mut Context::from_waker(&waker)))
             }
             None => this.work.as_mut().poll(&mut Context::from_waker(&waker)),
         }
     }
 }
 
-/// Runs one poll of a request's work with the session's durable mirror gathering the events
-/// it appends into one record (`Session::mirror_gather`): a tool's burst of progress costs the
-/// mirror one record, and the poll's end queues it, so no event waits longer than the poll.
-fn gathering<T>(session: &Rc<RefCell<Session>>, poll: impl FnOnce() -> T) -> T {
-    session.borrow_mut().mirror_gather();
+/// Runs one poll of a request's work, reported to the session's observer
+/// (`Session::poll_began`, `poll_ended`): the durable mirror gathers the events the poll
+/// appends into one record, so a tool's burst of progress costs it one record, and the poll's
+/// end queues it, so no event waits longer than the poll. Without `--durable` no report is made.
+fn polling<T>(session: &Rc<RefCell<Session>>, poll: impl FnOnce() -> T) -> T {
+    if !session.borrow().is_observed() {
+        return poll();
+    }
+    session.borrow_mut().poll_began();
     let polled = poll();
-    session.borrow_mut().mirror_gathered();
+    session.borrow_mut().poll_ended();
     polled
 }
 

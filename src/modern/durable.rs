@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::core::Core;
-use crate::durable::{keys, Answer, CoreTap, Misses, Query, Record};
+use crate::durable::{keys, Answer, CoreChange, CoreTap, Misses, Query};
 use crate::wire::jsonrpc::RawId;
 
 /// What the store said about a fresh key.
@@ -114,14 +114,12 @@ impl KeyedMirror {
     }
 
     fn push(&self, response: Option<Bytes>) -> Option<u64> {
-        let record = Record::Keyed {
+        self.tap.observe(CoreChange::KeyRecorded {
             name: self.name.clone(),
             fingerprint: self.fingerprint,
-            node: self.tap.node,
             response,
             ttl_ms: self.ttl_ms,
-        };
-        self.tap.push(record).ok()
+        })
     }
 
     /// Before the tool runs: the store holds "running" (bounded wait; past it, counted).

@@ -360,7 +360,7 @@ async fn reap(core: Rc<Endpoint>) {
             for k in expired {
                 s.remove_stream(k);
             }
-            if s.mirror.is_some() && !s.mirror_catch_up() {
+            if s.is_observed() && !s.mirror_catch_up() {
                 not_durable += 1;
             }
             if s.is_expired(now, core.cfg.session_idle) {

@@ -10,8 +10,10 @@
 //! Never: does I/O or awaits; callers hold a `RefCell` borrow only between awaits.
 
 pub(crate) mod id;
-pub(crate) mod mirror;
+pub(crate) mod restore;
 
+use crate::durable::keys::StreamRecord;
+use crate::durable::{EventImage, SessionChange, SessionImage, SessionMirror};
 use crate::fasthash::FastMap;
 use std::cell::Cell;
 use std::rc::Rc;
@@ -323,8 +325,9 @@ pub struct Session {
     /// The ring bytes of every session of this core together (`--core-buffer-bytes`); this
     /// session adds and removes its own as its ring changes, and its remainder when dropped.
     core_bytes: Rc<Cell<usize>>,
-    /// Its part of the durable mirror (`--durable`); `None` when the mirror is off.
-    pub(crate) mirror: Option<crate::durable::SessionMirror>,
+    /// The observer of its changes: its part of the durable mirror (`--durable`). `None`
+    /// when the mirror is off, and then a change costs this check and no call.
+    pub(crate) mirror: Option<SessionMirror>,
 }
 
 /// The client's answer to a server→client request: its `result`, or its `error` object.
@@ -466,12 +469,37 @@ impl Session {
         idempotency_key: Option<Box<str>>,
         progress_token: Option<Box<str>>,
     ) -> Result<StreamKey, OpenError> {
+        let opening = Opening { kind, request_id, fingerprint, idempotency_key, progress_token };
+        self.open(opening, false)
+    }
+
+    /// As `open_stream`, for a request's tool call whose first poll follows at once, nothing
+    /// awaited between (`legacy::request`'s quick call): the mirror keeps the opening until
+    /// that poll ends (`SessionChange::QuickOpening`), so a call it finishes costs one record.
+    pub(crate) fn open_quick_stream(
+        &mut self,
+        request_id: RawId,
+        fingerprint: u64,
+        idempotency_key: Option<Box<str>>,
+        progress_token: Option<Box<str>>,
+    ) -> Result<StreamKey, OpenError> {
+        let request_id = Some(request_id);
+        let kind = StreamKind::Request;
+        let opening = Opening { kind, request_id, fingerprint, idempotency_key, progress_token };
+        self.open(opening, true)
+    }
+
+    fn open(&mut self, opening: Opening, quick: bool) -> Result<StreamKey, OpenError> {
+        let Opening { kind, request_id, fingerprint, idempotency_key, progress_token } = opening;
         // Held from here: the stream evicted for room and the priming event travel with the
         // new stream's record (one mirror record for the three).
-        self.mirror_hold();
+        self.observe(SessionChange::TransitionBegan);
         if self.streams.len() >= self.streams_max && !self.evict_one_settled() {
-            self.mirror_release();
+            self.observe(SessionChange::TransitionEnded);
             return Err(OpenError::TooManyStreams);
+        }
+        if quick {
+            self.observe(SessionChange::QuickOpening);
         }
         let key = StreamKey(self.next_stream);
         self.next_stream = self.next_stream.wrapping_add(1).max(1);
@@ -484,8 +512,8 @@ impl Session {
         if let Some(s) = self.streams.get_mut(&key) {
             s.first = priming;
         }
-        self.mirror_stream(key);
-        self.mirror_release();
+        self.observe_stream(key);
+        self.observe(SessionChange::TransitionEnded);
         Ok(key)
     }
 
@@ -604,7 +632,7 @@ impl Session {
             self.standalone = None;
         }
         self.pending_client.retain(|_, p| p.stream != key);
-        self.mirror_stream_gone(key);
+        self.observe(SessionChange::StreamGone { key: key.0 });
         s.signal.notify_all();
         s.cancel.notify_all();
         s.room.notify_all();
@@ -648,11 +676,6 @@ impl Session {
 
     fn append_to_ring_uncounted(&mut self, key: StreamKey, payload: Bytes) -> Option<EventSeq> {
         let bytes = payload.len();
-        // A refcount, not a copy, for an event queued alone: the mirror writes the bytes the
-        // ring holds. A gathered one is copied into its run after the append.
-        let durable = self.is_durable();
-        let gathered = durable && self.mirror_gathers();
-        let mirrored = (durable && !gathered).then(|| payload.clone());
         let mut evicted_any = false;
         let (streams, attached) = (&mut self.streams, &mut self.attached_unwritten);
         let id = self.id;
@@ -686,10 +709,18 @@ impl Session {
                 }
             })
             .ok()?;
-        if let Some(payload) = mirrored {
-            self.mirror_event(key, seq, payload, evicted_any);
-        } else if gathered {
-            self.mirror_gather_event(key, seq, evicted_any);
+        if let Some(mirror) = self.mirror.as_mut() {
+            // The ring's own bytes: a refcount for an event queued alone, copied into its run
+            // for a gathered one.
+            if let Some(event) = self.ring.get(seq) {
+                let first_kept = evicted_any.then(|| self.ring.oldest().map_or(seq.0, |s| s.0));
+                let (stream, payload) = (key.0, event.payload);
+                let appended =
+                    SessionChange::EventAppended { stream, seq: seq.0, payload, first_kept };
+                if mirror.observe(appended) {
+                    log_not_durable(self.id);
+                }
+            }
         }
         let s = self.streams.get_mut(&key)?;
         s.produced = seq;
@@ -712,12 +743,12 @@ impl Session {
         }
         let event_bytes = payload.len();
         let before_final = self.streams.get(&key).map_or(EventSeq(0), |s| s.produced);
-        self.mirror_hold();
+        self.observe(SessionChange::TransitionBegan);
         match self.append_to_ring(key, payload) {
             Some(final_seq) => self.end_run(key, Run::Finished { final_seq, before_final }),
             None => self.fail_oversize(key, event_bytes),
         }
-        self.mirror_release();
+        self.observe(SessionChange::TransitionEnded);
     }
 
     /// Ends a request whose event (`event_bytes` long) cannot fit the ring at all: its final
@@ -749,7 +780,10 @@ impl Session {
         s.signal.notify_all();
         s.room.notify_all();
         self.refresh(key);
-        self.mirror_run_ended(key, run);
+        // A finished run is mirrored with its final event (a dropped one has no record).
+        if matches!(run, Run::Finished { .. }) {
+            self.observe_stream(key);
+        }
     }
 
     /// Tells the running tool to stop (its outcome is ignored from now on).
@@ -794,7 +828,7 @@ impl Session {
             }
         }
         if settled_now {
-            self.mirror_stream(key);
+            self.observe_stream(key);
         }
         self.debug_check_counts();
     }
@@ -1091,6 +1125,139 @@ impl Session {
     /// Encodes the wire event id of `seq` on `stream`: `<tag>-<stream>-<seq>` in hex.
     pub fn push_event_id(&self, out: &mut Vec<u8>, stream: StreamKey, seq: EventSeq) {
         push_event_id(out, self.tag, stream, seq);
+    }
+
+    /// Reports `change` to the session's observer, the durable mirror (none without
+    /// `--durable`).
+    fn observe(&mut self, change: SessionChange<'_>) {
+        if let Some(mirror) = self.mirror.as_mut() {
+            if mirror.observe(change) {
+                log_not_durable(self.id);
+            }
+        }
+    }
+
+    /// Reports stream `key`'s record as it is now (opened, finished, settled); built only
+    /// when there is an observer.
+    fn observe_stream(&mut self, key: StreamKey) {
+        let Some(mirror) = self.mirror.as_mut() else { return };
+        let Some(stream) = self.streams.get(&key) else { return };
+        let changed = SessionChange::StreamChanged { key: key.0, record: stream_record(stream) };
+        if mirror.observe(changed) {
+            log_not_durable(self.id);
+        }
+    }
+
+    /// Whether anything observes the session's changes (the durable mirror, `--durable`).
+    pub(crate) fn is_observed(&self) -> bool {
+        self.mirror.is_some()
+    }
+
+    /// A tool's future is about to be polled (`legacy::stream`); `poll_ended` follows before
+    /// anything is awaited. The mirror gathers the events of the poll into one record.
+    pub(crate) fn poll_began(&mut self) {
+        self.observe(SessionChange::PollBegan);
+    }
+
+    /// The poll `poll_began` announced ended.
+    pub(crate) fn poll_ended(&mut self) {
+        self.observe(SessionChange::PollEnded);
+    }
+
+    /// Whether the store holds this session whole right now (a peer could adopt it).
+    pub(crate) fn is_durable(&self) -> bool {
+        self.mirror.as_ref().is_some_and(SessionMirror::is_durable)
+    }
+
+    /// The mirror lost some of this session (or its queue was full): not durable until the
+    /// core rewrites it whole (`mirror_catch_up`).
+    pub(crate) fn mirror_lost(&mut self) {
+        if self.mirror.as_mut().is_some_and(SessionMirror::lost) {
+            log_not_durable(self.id);
+        }
+    }
+
+    /// Queues the whole session when it is not durable and the store is up and has room: the
+    /// reaper's tick, and a new or adopted session's first write. Whether it is durable now.
+    pub(crate) fn mirror_catch_up(&mut self) -> bool {
+        let Some(mut mirror) = self.mirror.take() else { return false };
+        let durable = mirror.catch_up(|sid, client, owner| self.image(sid, client, owner));
+        self.mirror = Some(mirror);
+        durable
+    }
+
+    /// Ends the session's mirror (DELETE or expiry): its keys go from the store.
+    pub(crate) fn mirror_end(&mut self) {
+        if let Some(mirror) = self.mirror.take() {
+            mirror.end();
+        }
+    }
+
+    /// The whole session as the store should hold it under `sid`, owned by `owner`.
+    fn image(&self, sid: &std::sync::Arc<str>, client: &str, owner: u8) -> SessionImage {
+        let mut streams: Vec<(u32, StreamRecord)> =
+            self.streams.values().map(|s| (s.key.0, stream_record(s))).collect();
+        streams.sort_by_key(|(key, _)| *key);
+        let events = match self.ring.oldest() {
+            Some(first) => self
+                .ring
+                .iter_from(first)
+                .map(|e| EventImage { seq: e.seq.0, stream: e.stream.0, data: e.payload.clone() })
+                .collect(),
+            None => Vec::new(),
+        };
+        SessionImage {
+            sid: sid.clone(),
+            owner,
+            tag: self.tag,
+            version: self.version.to_owned(),
+            subject: self.subject.as_deref().map(str::to_owned),
+            client: client.to_owned(),
+            log: self.log_level.as_str().to_owned(),
+            streams,
+            events,
+            next_seq: self.ring.next_seq().0,
+        }
+    }
+}
+
+/// Session `id` stopped being durable: the store is slow or down, or the core's mirror queue
+/// was full.
+fn log_not_durable(id: SessionId) {
+    crate::logging::limited!(
+        crate::logging::Kind::Loss,
+        tracing::Level::WARN,
+        session = %id.to_header(),
+        core = id.core,
+        node = id.node,
+        culprit = "us",
+        reason = "durable store slow or down, or the core's mirror queue full",
+        "session not durable until it is rewritten to the store"
+    );
+}
+
+/// What `Session::open` opens.
+struct Opening {
+    kind: StreamKind,
+    request_id: Option<RawId>,
+    fingerprint: u64,
+    idempotency_key: Option<Box<str>>,
+    progress_token: Option<Box<str>>,
+}
+
+/// A stream as the durable mirror's records describe it.
+fn stream_record(s: &StreamState) -> StreamRecord {
+    StreamRecord {
+        kind: std::borrow::Cow::Borrowed(match s.kind {
+            StreamKind::Request => "post",
+            StreamKind::Standalone => "standalone",
+        }),
+        rid: s.request_id.as_ref().map(|id| id.0.clone()),
+        fp: s.fingerprint,
+        key: s.idempotency_key.as_deref().map(str::to_owned),
+        first: s.first.0,
+        final_seq: s.final_seq().map(|seq| seq.0),
+        settled: s.is_settled(),
     }
 }
 

@@ -218,3 +218,75 @@ fn the_share_counts_every_attached_stream_of_the_session() {
     assert!(s.has_room(a), "b's client left: its events no longer count");
     s.detach(a, ea);
 }
+
+/// A session observed by a durable mirror over a real queue (store up, epoch 1), already
+/// durable (its first image taken off the queue), and the queue's drain.
+fn mirrored() -> (Session, crate::durable::queue::Drain) {
+    use crate::durable::queue::{channel, MirrorState};
+    use std::sync::atomic::Ordering;
+    let (queue, producer, drain) = channel(64, 1 << 20);
+    let state = std::sync::Arc::new(MirrorState::default());
+    state.epoch.store(1, Ordering::Release);
+    state.up.store(true, Ordering::Release);
+    let metrics = std::sync::Arc::new(crate::metrics::CoreMetrics::default());
+    let wait = std::time::Duration::from_millis(10);
+    let tap = crate::durable::CoreTap::new(queue, producer, state, 1, wait, metrics);
+    let mut s = session();
+    let (name, client) = (std::sync::Arc::from(s.id.to_header()), std::sync::Arc::from("{}"));
+    s.mirror = Some(SessionMirror::new(Rc::new(tap), name, client));
+    let mut drain = drain;
+    assert!(s.mirror_catch_up(), "the store is up: the first image makes it durable");
+    assert!(matches!(
+        drain.pop().map(|q| q.record),
+        Some(crate::durable::record::Record::Session(_))
+    ));
+    (s, drain)
+}
+
+/// The records queued since the last call, by shape: `open` (an empty event with its stream's
+/// record), `primed` (an opening joined with its final event), `run N`, `event+stream`.
+fn queued(drain: &mut crate::durable::queue::Drain) -> Vec<String> {
+    use crate::durable::record::Record;
+    std::iter::from_fn(|| drain.pop())
+        .map(|q| match q.record {
+            Record::Event { primed: true, then: Some(_), .. } => "primed".to_owned(),
+            Record::Event { event, then: Some(_), .. } if event.data.is_empty() => "open".into(),
+            Record::Event { then: Some(_), .. } => "event+stream".into(),
+            Record::Event { then: None, .. } => "event".into(),
+            Record::Run { run, .. } => format!("run {}", run.count),
+            Record::Stream { .. } => "stream".into(),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn the_mirror_hears_a_quick_call_as_one_record_and_a_slow_one_as_its_opening_run_and_final() {
+    // Goal: the changes a session reports to its observer make the records the mirror's
+    // brackets made before (`open_quick_stream` then one reported poll that finishes the call:
+    // one `primed` record; progress in that poll: the opening, one run, the final with its
+    // stream; a plain opening alone at once). Method: a real queue, drained after each step.
+    let (mut s, mut drain) = mirrored();
+    let quick = s.open_quick_stream(RawId("1".into()), 1, None, None).unwrap();
+    assert!(queued(&mut drain).is_empty(), "a quick call's opening waits for its first poll");
+    s.poll_began();
+    s.finish(quick, Bytes::from_static(b"{\"result\":{}}"));
+    s.poll_ended();
+    assert_eq!(queued(&mut drain), ["primed"]);
+
+    let slow = s.open_quick_stream(RawId("2".into()), 2, None, None).unwrap();
+    s.poll_began();
+    s.append(slow, Bytes::from_static(b"progress 1")).unwrap();
+    s.append(slow, Bytes::from_static(b"progress 2")).unwrap();
+    s.finish(slow, Bytes::from_static(b"{\"result\":{}}"));
+    s.poll_ended();
+    assert_eq!(queued(&mut drain), ["open", "run 2", "event+stream"]);
+
+    let plain = open(&mut s, "3");
+    assert_eq!(queued(&mut drain), ["open"], "not deferred: queued at once");
+    s.poll_began();
+    s.append(plain, Bytes::from_static(b"progress")).unwrap();
+    s.poll_ended();
+    assert_eq!(queued(&mut drain), ["run 1"]);
+    assert!(s.is_durable());
+}

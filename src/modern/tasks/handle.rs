@@ -153,19 +153,17 @@ impl TaskHandle {
         self.mirror();
     }
 
-    /// Queues the task's state for the durable store (`--durable`; nothing without it). A
-    /// full queue drops it: a peer then answers from the last state it has.
+    /// Reports the task's state to the core's observer, the durable mirror (`--durable`;
+    /// none without it). A full queue drops it: a peer then answers from the last state it has.
     pub(super) fn mirror(&self) {
-        let Some(tap) = &self.shared.mirror else { return };
-        let record = crate::durable::Record::Task {
+        let Some(observer) = &self.shared.mirror else { return };
+        let _ = observer.observe(crate::durable::CoreChange::TaskChanged {
             id: self.task.id.to_string(),
-            node: tap.node,
             subject: self.task.owner.as_deref().map(str::to_owned),
             detailed: self.task.detailed(&self.shared.limits).to_string(),
             running: self.task.is_running(),
             ttl_ms: self.shared.limits.retention.as_millis() as u64,
-        };
-        let _ = tap.push(record);
+        });
     }
 
     /// Asks the client for input (`elicitation/create`, `sampling/createMessage`, …): the task
