@@ -1,16 +1,19 @@
 //! Every answer the endpoint gives, as a value rendered to bytes in one place: the JSON-RPC
 //! error codes (`Code`), the refusals and their HTTP statuses (`Refusal`, one exhaustive map),
 //! and `Answer`, whose `render` writes status line, headers and body. Also the JSON-RPC
-//! envelope (`jsonrpc`), SSE framing (`sse`), the CORS lines of a shared answer (`cors`), and
+//! envelope (`jsonrpc`), every error body (`error`) and a result value's body (`result`),
+//! which the protocol paths call instead of writing JSON-RPC by hand, SSE framing (`sse`), the CORS lines of a shared answer (`cors`), and
 //! the 2026-07-28 headers that mirror a body (`param_headers`: `x-mcp-header`, the base64 form).
 //!
 //! Called by: the endpoint and the protocol paths, which decide *what* to answer; this module
 //! decides only *how it looks on the wire*. Never: decides anything about MCP or sessions.
 
 pub(crate) mod cors;
+pub(crate) mod error;
 pub(crate) mod jsonrpc;
 pub(crate) mod notification;
 pub(crate) mod param_headers;
+pub(crate) mod result;
 pub(crate) mod revision;
 pub(crate) mod sse;
 
@@ -20,6 +23,10 @@ use jsonrpc::RawId;
 
 use crate::logging::{limited, Culprit, Kind};
 
+pub(crate) use error::{push_error_response, push_outcome_unknown, push_oversize_error};
+pub(crate) use error::{error_object, push_batch_conflict, push_error_value, push_events_lost};
+pub(crate) use error::push_rate_limited;
+pub(crate) use result::{push_result_value, response_object};
 pub use revision::LEGACY_VERSIONS;
 
 /// A decoded request value (simd-json's, internal: the provider API gets `provider::Value`).
@@ -224,20 +231,46 @@ pub(crate) enum Refusal {
 }
 
 impl Refusal {
-    /// Whose fault the refusal is (each variant's doc; the log's `culprit`).
+    /// Whose fault the refusal is (each variant's doc; the log's `culprit`). Exhaustive, no
+    /// wildcard: a new variant must say who is to blame.
     pub(crate) fn culprit(self) -> Culprit {
         match self {
+            Refusal::NotFoundPath
+            | Refusal::Forbidden
+            | Refusal::UnsupportedMediaType
+            | Refusal::NotAcceptable
+            | Refusal::LengthRequired
+            | Refusal::BodyTooLarge
+            | Refusal::ParseError
+            | Refusal::InvalidRequest
+            | Refusal::SessionRequired
+            | Refusal::SessionNotFound
+            | Refusal::MisroutedSession
+            | Refusal::BadProtocolVersion
+            | Refusal::AlreadyInitialized
+            | Refusal::LastEventIdOnPost
+            | Refusal::BadLastEventId
+            | Refusal::MethodNotAllowed
+            | Refusal::HeaderTooLarge
+            | Refusal::HeadTimeout
+            | Refusal::TooManyStreams
+            | Refusal::MalformedHead
+            | Refusal::BadContentLength
+            | Refusal::BadHost
+            | Refusal::ConflictingHeader
+            | Refusal::ConflictingMcpHeader
+            | Refusal::BadIdempotencyKey
+            | Refusal::KeyedCallShare => Culprit::Peer,
             Refusal::TooManySessions
             | Refusal::Unavailable
             | Refusal::Draining
             | Refusal::BufferBudget
+            | Refusal::UpstreamBusy
             | Refusal::HandedTwice
             | Refusal::KeyTableFull
             | Refusal::KeyBytesFull
             | Refusal::ShuttingDown => Culprit::Us,
-            Refusal::UpstreamBusy => Culprit::Us,
             Refusal::OutOfDescriptors => Culprit::Os,
-            _ => Culprit::Peer,
         }
     }
 
@@ -470,7 +503,7 @@ impl Answer<'_> {
                     &mut body,
                     Some(id),
                     code.value(),
-                    conflict_message(code),
+                    error::conflict_message(code),
                     Some(data),
                 );
                 let resumable: (&str, &[u8]) = ("Mcp-Stream-Resumable", b"true");
@@ -530,100 +563,6 @@ impl Answer<'_> {
             }
         }
     }
-}
-
-/// The message of a 409, by its code.
-fn conflict_message(code: Code) -> &'static str {
-    match code {
-        Code::StreamOwed => {
-            "this request's stream is still owed: resume it with GET + Last-Event-ID instead of re-POSTing"
-        }
-        Code::RequestIdReused => {
-            "request id already used in this session: fetch the original answer with GET + Last-Event-ID"
-        }
-        Code::HeldTooLong => {
-            "held too long while the session owes a stream: resume it with GET + Last-Event-ID first"
-        }
-        _ => "conflict",
-    }
-}
-
-/// A JSON-RPC error response with one of our codes.
-pub(crate) fn push_error_response(
-    out: &mut Vec<u8>,
-    id: Option<&RawId>,
-    code: Code,
-    message: &str,
-    data: Option<&str>,
-) {
-    jsonrpc::push_error(out, id, code.value(), message, data);
-}
-
-/// The final response (-31006) of a call whose node stopped before its result reached the
-/// durable store: `node` ran it, `last_event_id` is the last event of its stream the store
-/// holds (`None`: none after its priming event).
-pub(crate) fn push_outcome_unknown(
-    out: &mut Vec<u8>,
-    id: Option<&RawId>,
-    node: u8,
-    last_event_id: Option<&str>,
-) {
-    let data = match last_event_id {
-        Some(event) => format!("{{\"node\":{node},\"lastEventId\":\"{event}\"}}"),
-        None => format!("{{\"node\":{node},\"lastEventId\":null}}"),
-    };
-    jsonrpc::push_error(
-        out,
-        id,
-        Code::OutcomeUnknown.value(),
-        "outcome unknown: the node running this call stopped; it is not run again",
-        Some(&data),
-    );
-}
-
-/// The JSON-RPC error of a request over a `--rate-limit` (-31007), alone or as one element of
-/// a batch's array: `data` names the limit's scope (as configured, JSON-escaped) and the wait.
-pub(crate) fn push_rate_limited(
-    out: &mut Vec<u8>,
-    id: Option<&RawId>,
-    scope: &str,
-    retry_after_ms: u64,
-    table_full: bool,
-) {
-    let mut data = Vec::with_capacity(48 + scope.len());
-    data.extend_from_slice(b"{\"scope\":");
-    data.extend_from_slice(serde_json::Value::from(scope).to_string().as_bytes());
-    data.extend_from_slice(b",\"retryAfterMs\":");
-    push_decimal(&mut data, retry_after_ms);
-    data.push(b'}');
-    let data = String::from_utf8_lossy(&data);
-    let message = if table_full {
-        "rate limited (--rate-limit; this core's bucket table is full, see \
-         --rate-buckets-per-core): retry after Retry-After"
-    } else {
-        "rate limited (--rate-limit): retry after Retry-After"
-    };
-    jsonrpc::push_error(out, id, Code::RateLimited.value(), message, Some(&data));
-}
-
-/// The error that ends a request whose event does not fit the replay ring at all (bigger
-/// than `--replay-bytes`): -32603 naming the flag, with both sizes, so the operator knows
-/// which limit to raise and the client is never left waiting for an event that cannot exist.
-pub(crate) fn push_oversize_error(
-    out: &mut Vec<u8>,
-    id: Option<&RawId>,
-    event_bytes: usize,
-    replay_bytes: usize,
-) {
-    let mut data = Vec::with_capacity(64);
-    data.extend_from_slice(b"{\"eventBytes\":");
-    push_decimal(&mut data, event_bytes as u64);
-    data.extend_from_slice(b",\"replayBytes\":");
-    push_decimal(&mut data, replay_bytes as u64);
-    data.push(b'}');
-    let data = String::from_utf8_lossy(&data);
-    let message = "event larger than the replay buffer (--replay-bytes): raise --replay-bytes";
-    jsonrpc::push_error(out, id, Code::InternalError.value(), message, Some(&data));
 }
 
 /// Writes a whole refusal: status, headers, JSON-RPC error body.

@@ -1,0 +1,164 @@
+//! Every JSON-RPC error body the server writes, each with its code, its message and the shape
+//! of its `data` in one place: ours by `Code` (`push_error_response`), the named ones with a
+//! `data` of their own (outcome unknown, rate limited, an oversize event, a resume gap, a
+//! batch's conflict), and a provider's or an upstream's error, whose code may be foreign
+//! (`push_error_value`, `error_object`).
+//!
+//! Called by: `Answer::render`, and the protocol paths and `dispatch` for the errors that
+//! travel inside a stream or a batch. Never: decides which error a request gets.
+
+use super::jsonrpc::{self, RawId};
+use super::Code;
+use crate::digits::push_decimal;
+
+/// The message of a 409, by its code.
+pub(super) fn conflict_message(code: Code) -> &'static str {
+    match code {
+        Code::StreamOwed => {
+            "this request's stream is still owed: resume it with GET + Last-Event-ID instead of re-POSTing"
+        }
+        Code::RequestIdReused => {
+            "request id already used in this session: fetch the original answer with GET + Last-Event-ID"
+        }
+        Code::HeldTooLong => {
+            "held too long while the session owes a stream: resume it with GET + Last-Event-ID first"
+        }
+        _ => "conflict",
+    }
+}
+
+/// A JSON-RPC error response with one of our codes.
+pub(crate) fn push_error_response(
+    out: &mut Vec<u8>,
+    id: Option<&RawId>,
+    code: Code,
+    message: &str,
+    data: Option<&str>,
+) {
+    jsonrpc::push_error(out, id, code.value(), message, data);
+}
+
+/// The final response (-31006) of a call whose node stopped before its result reached the
+/// durable store: `node` ran it, `last_event_id` is the last event of its stream the store
+/// holds (`None`: none after its priming event).
+pub(crate) fn push_outcome_unknown(
+    out: &mut Vec<u8>,
+    id: Option<&RawId>,
+    node: u8,
+    last_event_id: Option<&str>,
+) {
+    let data = match last_event_id {
+        Some(event) => format!("{{\"node\":{node},\"lastEventId\":\"{event}\"}}"),
+        None => format!("{{\"node\":{node},\"lastEventId\":null}}"),
+    };
+    jsonrpc::push_error(
+        out,
+        id,
+        Code::OutcomeUnknown.value(),
+        "outcome unknown: the node running this call stopped; it is not run again",
+        Some(&data),
+    );
+}
+
+/// The JSON-RPC error of a request over a `--rate-limit` (-31007), alone or as one element of
+/// a batch's array: `data` names the limit's scope (as configured, JSON-escaped) and the wait.
+pub(crate) fn push_rate_limited(
+    out: &mut Vec<u8>,
+    id: Option<&RawId>,
+    scope: &str,
+    retry_after_ms: u64,
+    table_full: bool,
+) {
+    let mut data = Vec::with_capacity(48 + scope.len());
+    data.extend_from_slice(b"{\"scope\":");
+    data.extend_from_slice(serde_json::Value::from(scope).to_string().as_bytes());
+    data.extend_from_slice(b",\"retryAfterMs\":");
+    push_decimal(&mut data, retry_after_ms);
+    data.push(b'}');
+    let data = String::from_utf8_lossy(&data);
+    let message = if table_full {
+        "rate limited (--rate-limit; this core's bucket table is full, see \
+         --rate-buckets-per-core): retry after Retry-After"
+    } else {
+        "rate limited (--rate-limit): retry after Retry-After"
+    };
+    jsonrpc::push_error(out, id, Code::RateLimited.value(), message, Some(&data));
+}
+
+/// The error that ends a request whose event does not fit the replay ring at all (bigger
+/// than `--replay-bytes`): -32603 naming the flag, with both sizes, so the operator knows
+/// which limit to raise and the client is never left waiting for an event that cannot exist.
+pub(crate) fn push_oversize_error(
+    out: &mut Vec<u8>,
+    id: Option<&RawId>,
+    event_bytes: usize,
+    replay_bytes: usize,
+) {
+    let mut data = Vec::with_capacity(64);
+    data.extend_from_slice(b"{\"eventBytes\":");
+    push_decimal(&mut data, event_bytes as u64);
+    data.extend_from_slice(b",\"replayBytes\":");
+    push_decimal(&mut data, replay_bytes as u64);
+    data.push(b'}');
+    let data = String::from_utf8_lossy(&data);
+    let message = "event larger than the replay buffer (--replay-bytes): raise --replay-bytes";
+    jsonrpc::push_error(out, id, Code::InternalError.value(), message, Some(&data));
+}
+
+
+/// A JSON-RPC error response whose code is not necessarily ours (a provider's `Rpc` error, an
+/// upstream's relayed one), `data` encoded from its value; a `data` that cannot be encoded is
+/// left out.
+pub(crate) fn push_error_value(
+    out: &mut Vec<u8>,
+    id: &RawId,
+    code: i64,
+    message: &str,
+    data: Option<&serde_json::Value>,
+) {
+    let data = data.and_then(|d| serde_json::to_string(d).ok());
+    jsonrpc::push_error(out, Some(id), code, message, data.as_deref());
+}
+
+/// A JSON-RPC error object as a value (`{"code","message"[,"data"]}`): what a failed task
+/// carries, and what the bridge answers an upstream's request with.
+pub(crate) fn error_object(
+    code: i64,
+    message: &str,
+    data: Option<serde_json::Value>,
+) -> serde_json::Value {
+    let mut object = serde_json::Map::new();
+    object.insert("code".into(), serde_json::Value::from(code));
+    object.insert("message".into(), serde_json::Value::from(message));
+    if let Some(data) = data {
+        object.insert("data".into(), data);
+    }
+    serde_json::Value::Object(object)
+}
+
+/// The -31003 event of a resume that found events evicted: `data` names the first and the
+/// last event lost (`lost_from`, `lost_to`: event ids, ASCII), so the client knows its gap.
+pub(crate) fn push_events_lost(
+    out: &mut Vec<u8>,
+    id: Option<&RawId>,
+    lost_from: &[u8],
+    lost_to: &[u8],
+) {
+    let mut data = Vec::with_capacity(32 + lost_from.len() + lost_to.len());
+    data.extend_from_slice(b"{\"lostFrom\":\"");
+    data.extend_from_slice(lost_from);
+    data.extend_from_slice(b"\",\"lostTo\":\"");
+    data.extend_from_slice(lost_to);
+    data.extend_from_slice(b"\"}");
+    let data = String::from_utf8_lossy(&data);
+    let message = "events after Last-Event-ID were evicted from the replay buffer";
+    push_error_response(out, id, Code::EventsLost, message, Some(&data));
+}
+
+/// One request of a batch refused by the migration decision (`code`: -31001, -31002 or
+/// -31004; `data`: its `owedStreams`): the batch shares one status (200), so the error points
+/// at the 409 the request would get alone.
+pub(crate) fn push_batch_conflict(out: &mut Vec<u8>, id: &RawId, code: Code, data: &str) {
+    let message = "conflict: see the 409 of a single request";
+    push_error_response(out, Some(id), code, message, Some(data));
+}
