@@ -12,7 +12,7 @@ use simd_json::prelude::*;
 
 use crate::core::Answered;
 use crate::provider::{LogLevel, Value};
-use crate::wire::jsonrpc::{self, RawId};
+use crate::wire::jsonrpc::RawId;
 use crate::wire::param_headers::{self, HeaderParam};
 use crate::wire::{Answer, Code, Status, WireValue};
 
@@ -46,7 +46,7 @@ impl MetaError {
     pub(crate) fn refuse(&self, out: &mut Vec<u8>, id: &RawId, keep_alive: bool) -> Answered {
         let mut body = Vec::with_capacity(128 + self.message.len());
         let data = self.data.as_deref();
-        jsonrpc::push_error(&mut body, Some(id), self.code.value(), &self.message, data);
+        crate::wire::push_error_response(&mut body, Some(id), self.code, &self.message, data);
         let answer = Answer::JsonStatus { status: Status::BadRequest, body: &body };
         crate::core::reply(out, answer, keep_alive)
     }

@@ -153,7 +153,7 @@ pub(crate) async fn serve(
     match method.as_str() {
         "server/discover" => {
             let mut body = Vec::with_capacity(512);
-            dispatch::push_result_value(&mut body, &id, &discover_result(core));
+            crate::wire::push_result_value(&mut body, &id, &discover_result(core));
             reply(out, Answer::Json(&body), keep_alive)
         }
         "tools/list"
