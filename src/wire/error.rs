@@ -8,7 +8,7 @@
 //! travel inside a stream or a batch. Never: decides which error a request gets.
 
 use super::jsonrpc::{self, RawId};
-use super::Code;
+use super::code::Code;
 use crate::digits::push_decimal;
 
 /// The message of a 409, by its code.
