@@ -564,9 +564,7 @@ async fn request(
     let class = match classify(core, reference, &method, &params).await {
         Ok(class) => class,
         Err((code, message)) => {
-            let mut body = Vec::with_capacity(64 + message.len());
-            crate::wire::push_error_response(&mut body, Some(&id), code, &message, None);
-            return reply(out, Answer::Json(&body), keep_alive);
+            return crate::core::reply_error(out, &id, code, &message, keep_alive);
         }
     };
     let progress_token: Option<Box<str>> = params

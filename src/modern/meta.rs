@@ -44,10 +44,13 @@ impl MetaError {
 
     /// The refusal as a whole answer to request `id`: 400 with this JSON-RPC error.
     pub(crate) fn refuse(&self, out: &mut Vec<u8>, id: &RawId, keep_alive: bool) -> Answered {
-        let mut body = Vec::with_capacity(128 + self.message.len());
-        let data = self.data.as_deref();
-        crate::wire::push_error_response(&mut body, Some(id), self.code, &self.message, data);
-        let answer = Answer::JsonStatus { status: Status::BadRequest, body: &body };
+        let answer = Answer::Error {
+            status: Status::BadRequest,
+            id: Some(id),
+            code: self.code,
+            message: &self.message,
+            data: self.data.as_deref(),
+        };
         crate::core::reply(out, answer, keep_alive)
     }
 }

@@ -196,15 +196,9 @@ pub(crate) async fn serve(
             } else {
                 "method not found"
             };
-            let mut body = Vec::with_capacity(96);
-            crate::wire::push_error_response(
-                &mut body,
-                Some(&id),
-                Code::MethodNotFound,
-                message,
-                None,
-            );
-            reply(out, Answer::JsonStatus { status: Status::NotFound, body: &body }, keep_alive)
+            let (status, code) = (Status::NotFound, Code::MethodNotFound);
+            let answer = Answer::Error { status, id: Some(&id), code, message, data: None };
+            reply(out, answer, keep_alive)
         }
     }
 }

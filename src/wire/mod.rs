@@ -360,6 +360,16 @@ pub(crate) enum Answer<'a> {
     Refused { refusal: Refusal, id: Option<&'a RawId> },
     /// 200 `application/json`: a JSON-RPC response (or a batch's array of them).
     Json(&'a [u8]),
+    /// `application/json`: a JSON-RPC error with one of our codes as the whole answer, with
+    /// the request's id when known; `status` is 200 for a method's own error, or a 2026-07-28
+    /// error's own (400 for `_meta` errors, 404 for -32601); `data` is JSON.
+    Error {
+        status: Status,
+        id: Option<&'a RawId>,
+        code: Code,
+        message: &'a str,
+        data: Option<&'a str>,
+    },
     /// `application/json` with another status: a 2026-07-28 answer whose JSON-RPC error has an
     /// HTTP status of its own (400 for -32602 `_meta` errors, -32020, -32021, -32022; 404 for
     /// -32601).
@@ -430,6 +440,11 @@ impl Answer<'_> {
             Answer::Refused { refusal, id } => refuse(out, refusal, id, keep_alive),
             Answer::Json(body) => json(out, 200, &[], body, keep_alive),
             Answer::JsonStatus { status, body } => json(out, status.code(), &[], body, keep_alive),
+            Answer::Error { status, id, code, message, data } => {
+                let mut body = Vec::with_capacity(96 + message.len() + data.map_or(0, str::len));
+                push_error_response(&mut body, id, code, message, data);
+                json(out, status.code(), &[], &body, keep_alive);
+            }
             Answer::Initialized { body, session_id } => {
                 json(out, 200, &[("Mcp-Session-Id", session_id)], body, keep_alive)
             }
