@@ -378,7 +378,7 @@ const LONG_FUNCTIONS: &[(&str, usize)] = &[
     ("http/mod.rs::parse_head", 125),
     ("layers.rs::upstream_tables", 106),
     ("legacy/session/mirror.rs::restore", 102),
-    ("modern/mod.rs::serve", 109),
+    ("modern/mod.rs::serve", 103),
     ("modern/mod.rs::tools_call", 142),
     ("runtime/conn.rs::serve", 118),
     ("server/mod.rs::start_workers", 129),
@@ -720,7 +720,9 @@ fn blank_comments(text: &str) -> (Vec<u8>, Vec<u8>) {
                 at = end;
             }
             // A raw string (`r"…"`, `r#"…"#`, `br#"…"#`): no escapes, ends at `"` + its hashes.
-            b'r' if (at == 0 || !ident(at - 1) || (b[at - 1] == b'b' && (at < 2 || !ident(at - 2))))
+            b'r' if (at == 0
+                || !ident(at - 1)
+                || (b[at - 1] == b'b' && (at < 2 || !ident(at - 2))))
                 && matches!(next, Some(b'"' | b'#')) =>
             {
                 let hashes = b[at + 1..].iter().take_while(|&&c| c == b'#').count();
@@ -885,7 +887,8 @@ fn no_json_rpc_error_or_result_body_or_code_number_is_written_outside_wire() {
     );
     let unexcused = json_rpc_outside_wire(&files, &[]);
     for (path, text, why) in HAND_WRITTEN_JSON_RPC_ALLOWED {
-        let needed = unexcused.iter().any(|f| f.starts_with(&format!("src/{path}:")) && f.contains(text));
+        let needed =
+            unexcused.iter().any(|f| f.starts_with(&format!("src/{path}:")) && f.contains(text));
         assert!(needed, "src/{path} no longer has `{text}` ({why}): remove its row");
     }
 }

@@ -7,12 +7,12 @@
 //! Called by: `Answer::render`, and the protocol paths and `dispatch` for the errors that
 //! travel inside a stream or a batch. Never: decides which error a request gets.
 
-use super::jsonrpc::{self, RawId};
 use super::code::Code;
+use super::jsonrpc::{self, RawId};
 use crate::digits::push_decimal;
 
 /// The message of a 409, by its code.
-pub(super) fn conflict_message(code: Code) -> &'static str {
+fn conflict_message(code: Code) -> &'static str {
     match code {
         Code::StreamOwed => {
             "this request's stream is still owed: resume it with GET + Last-Event-ID instead of re-POSTing"
@@ -25,6 +25,45 @@ pub(super) fn conflict_message(code: Code) -> &'static str {
         }
         _ => "conflict",
     }
+}
+
+/// The 409 of CONTRACT §4 steps 2–4 (`code`: -31001, -31002 or -31004), its message by its
+/// code and `data` its `owedStreams`.
+pub(super) fn push_conflict(out: &mut Vec<u8>, id: &RawId, code: Code, data: &str) {
+    jsonrpc::push_error(out, Some(id), code.value(), conflict_message(code), Some(data));
+}
+
+/// The 422 of CONTRACT §4 step 1 (-31005): an Idempotency-Key reused with another call.
+pub(super) fn push_key_reused(out: &mut Vec<u8>, id: &RawId) {
+    let message = "Idempotency-Key already used with other method or params";
+    push_error_response(out, Some(id), Code::KeyReused, message, None);
+}
+
+/// The 409 (-31004) of a 2026-07-28 retry whose keyed call still runs (CONTRACT §5):
+/// `{"inFlight":true}` tells it to come back.
+pub(super) fn push_still_running(out: &mut Vec<u8>, id: &RawId) {
+    let message = "the call with this Idempotency-Key is still running: retry later";
+    let data = Some(r#"{"inFlight":true}"#);
+    push_error_response(out, Some(id), Code::HeldTooLong, message, data);
+}
+
+/// MCP's UnsupportedProtocolVersion (-32022): `data` lists the revisions we serve and echoes
+/// the one asked for.
+pub(super) fn push_unsupported_version(
+    out: &mut Vec<u8>,
+    id: &RawId,
+    requested: &str,
+    supported: &[&str],
+) {
+    let data = serde_json::json!({ "supported": supported, "requested": requested });
+    let message = "unsupported protocol version";
+    push_error_response(
+        out,
+        Some(id),
+        Code::UnsupportedProtocolVersion,
+        message,
+        Some(&data.to_string()),
+    );
 }
 
 /// A JSON-RPC error response with one of our codes.
@@ -105,7 +144,6 @@ pub(crate) fn push_oversize_error(
     jsonrpc::push_error(out, id, Code::InternalError.value(), message, Some(&data));
 }
 
-
 /// A JSON-RPC error response whose code is not necessarily ours (a provider's `Rpc` error, an
 /// upstream's relayed one), `data` encoded from its value; a `data` that cannot be encoded is
 /// left out.
@@ -161,4 +199,57 @@ pub(crate) fn push_events_lost(
 pub(crate) fn push_batch_conflict(out: &mut Vec<u8>, id: &RawId, code: Code, data: &str) {
     let message = "conflict: see the 409 of a single request";
     push_error_response(out, Some(id), code, message, Some(data));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: the error bodies keep their exact bytes (clients and the conformance suite read
+    /// them). Method: each encoder once, against its whole body.
+    #[test]
+    fn each_error_body_is_written_exactly() {
+        let id = RawId("7".into());
+        let body = |write: &dyn Fn(&mut Vec<u8>)| {
+            let mut out = Vec::new();
+            write(&mut out);
+            String::from_utf8(out).expect("UTF-8")
+        };
+        let prefix = r#"{"jsonrpc":"2.0","id":7,"error":"#;
+        let table: [(String, &str); 7] = [
+            (
+                body(&|o| push_key_reused(o, &id)),
+                r#"{"code":-31005,"message":"Idempotency-Key already used with other method or params"}}"#,
+            ),
+            (
+                body(&|o| push_still_running(o, &id)),
+                r#"{"code":-31004,"message":"the call with this Idempotency-Key is still running: retry later","data":{"inFlight":true}}}"#,
+            ),
+            (
+                body(&|o| push_unsupported_version(o, &id, "2024-11-05", &["2025-11-25"])),
+                r#"{"code":-32022,"message":"unsupported protocol version","data":{"requested":"2024-11-05","supported":["2025-11-25"]}}}"#,
+            ),
+            (
+                body(&|o| push_events_lost(o, Some(&id), b"a-1", b"a-9")),
+                r#"{"code":-31003,"message":"events after Last-Event-ID were evicted from the replay buffer","data":{"lostFrom":"a-1","lostTo":"a-9"}}}"#,
+            ),
+            (
+                body(&|o| push_batch_conflict(o, &id, Code::StreamOwed, "[]")),
+                r#"{"code":-31001,"message":"conflict: see the 409 of a single request","data":[]}}"#,
+            ),
+            (
+                body(&|o| push_error_value(o, &id, -1, "m\"", Some(&serde_json::json!({"a":1})))),
+                r#"{"code":-1,"message":"m\"","data":{"a":1}}}"#,
+            ),
+            (
+                body(&|o| push_conflict(o, &id, Code::HeldTooLong, "{}")),
+                r#"{"code":-31004,"message":"held too long while the session owes a stream: resume it with GET + Last-Event-ID first","data":{}}}"#,
+            ),
+        ];
+        for (got, error) in table {
+            assert_eq!(got, format!("{prefix}{error}"));
+        }
+        let object = error_object(-32603, "m", None).to_string();
+        assert_eq!(object, r#"{"code":-32603,"message":"m"}"#);
+    }
 }

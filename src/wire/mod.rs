@@ -25,9 +25,9 @@ use jsonrpc::RawId;
 use crate::logging::{limited, Culprit, Kind};
 
 pub(crate) use code::Code;
-pub(crate) use error::{push_error_response, push_outcome_unknown, push_oversize_error};
-pub(crate) use error::{error_object, push_batch_conflict, push_error_value, push_events_lost};
 pub(crate) use error::push_rate_limited;
+pub(crate) use error::{error_object, push_batch_conflict, push_error_value, push_events_lost};
+pub(crate) use error::{push_error_response, push_outcome_unknown, push_oversize_error};
 pub(crate) use result::{push_result_value, response_object};
 pub use revision::LEGACY_VERSIONS;
 
@@ -455,13 +455,7 @@ impl Answer<'_> {
             Answer::SseHeadStateless => sse_head(out, false),
             Answer::Conflict { id, code, data, hint } => {
                 let mut body = Vec::with_capacity(128 + data.len());
-                jsonrpc::push_error(
-                    &mut body,
-                    Some(id),
-                    code.value(),
-                    error::conflict_message(code),
-                    Some(data),
-                );
+                error::push_conflict(&mut body, id, code, data);
                 let resumable: (&str, &[u8]) = ("Mcp-Stream-Resumable", b"true");
                 match hint {
                     Some(hint) => {
@@ -472,15 +466,12 @@ impl Answer<'_> {
             }
             Answer::KeyReused { id } => {
                 let mut body = Vec::with_capacity(128);
-                let message = "Idempotency-Key already used with other method or params";
-                jsonrpc::push_error(&mut body, Some(id), Code::KeyReused.value(), message, None);
+                error::push_key_reused(&mut body, id);
                 json(out, 422, &[], &body, keep_alive);
             }
             Answer::StillRunning { id } => {
                 let mut body = Vec::with_capacity(160);
-                let message = "the call with this Idempotency-Key is still running: retry later";
-                let data = Some(r#"{"inFlight":true}"#);
-                push_error_response(&mut body, Some(id), Code::HeldTooLong, message, data);
+                error::push_still_running(&mut body, id);
                 json(out, Status::Conflict.code(), &[], &body, keep_alive);
             }
             Answer::Challenge { status, challenge, id, message } => {
@@ -506,15 +497,8 @@ impl Answer<'_> {
                 json(out, Status::ServiceUnavailable.code(), &headers, &body, keep_alive);
             }
             Answer::UnsupportedVersion { id, requested, supported } => {
-                let data = serde_json::json!({ "supported": supported, "requested": requested });
                 let mut body = Vec::with_capacity(160);
-                jsonrpc::push_error(
-                    &mut body,
-                    Some(id),
-                    Code::UnsupportedProtocolVersion.value(),
-                    "unsupported protocol version",
-                    Some(&data.to_string()),
-                );
+                error::push_unsupported_version(&mut body, id, requested, supported);
                 json(out, 400, &[], &body, keep_alive);
             }
         }
@@ -537,7 +521,7 @@ fn refuse(out: &mut Vec<u8>, r: Refusal, id: Option<&RawId>, keep_alive: bool) {
         r.message()
     );
     let mut body = Vec::with_capacity(128);
-    jsonrpc::push_error(&mut body, id, code.value(), r.message(), None);
+    push_error_response(&mut body, id, code, r.message(), None);
     let mut seconds = Vec::new();
     let retry_after: [(&str, &[u8]); 1];
     let headers: &[(&str, &[u8])] = if r == Refusal::MethodNotAllowed {

@@ -7,9 +7,9 @@
 //! Called by: `dispatch` and the protocol paths, for a method's result. Never: builds the
 //! result itself (that is the method's), or an intermediate buffer.
 
+use super::code::Code;
 use super::error::push_error_response;
 use super::jsonrpc::{self, RawId};
-use super::code::Code;
 
 /// A result object as a JSON-RPC response, encoded straight into `out` (no intermediate
 /// buffer); on failure `out` is rolled back and gets a -32603 instead.
