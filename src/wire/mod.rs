@@ -34,12 +34,15 @@ pub use revision::LEGACY_VERSIONS;
 /// A decoded request value (simd-json's, internal: the provider API gets `provider::Value`).
 pub(crate) type WireValue = simd_json::OwnedValue;
 
-/// Every HTTP status a JSON-RPC answer (or an admin answer) goes out with, named: `Answer::JsonStatus` takes one of
-/// these, never a number, so what the server answers is listed here and nowhere else.
+/// Every HTTP status the server answers with (a JSON-RPC answer, a refusal, an admin answer),
+/// named: `Answer` and `Refusal` take one of these, never a number, so what the server answers
+/// is listed here and nowhere else.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Status {
     /// 200: the request was served (its JSON-RPC result or error is the body).
     Ok,
+    /// 202: a notification or a client's response taken (no body).
+    Accepted,
     /// 204: a CORS preflight admitted (no body).
     NoContent,
     /// 400: the peer's request is malformed or fails a 2026-07-28 check.
@@ -52,13 +55,28 @@ pub(crate) enum Status {
     NotFound,
     /// 405: the method is not served there (the admin listener: GET only).
     MethodNotAllowed,
+    /// 406: the Accept header lacks what the answer needs.
+    NotAcceptable,
+    /// 408: the request head did not arrive in time.
+    RequestTimeout,
     /// 409: a retry whose outcome is not there yet, or a stream still owed (CONTRACT §4, §5).
     Conflict,
-    /// 429: over a `--rate-limit` (with `Retry-After`).
+    /// 411: a POST without Content-Length.
+    LengthRequired,
+    /// 413: a body over `--max-body-bytes`.
+    ContentTooLarge,
+    /// 415: a POST that is not `application/json`.
+    UnsupportedMediaType,
+    /// 422: an Idempotency-Key reused with another call (CONTRACT §4 step 1).
+    UnprocessableContent,
+    /// 429: over a `--rate-limit`, a stream or keyed-call limit (with `Retry-After`).
     TooManyRequests,
-    /// 431: a request head too large (the admin listener).
+    /// 431: a request head too large.
     HeaderFieldsTooLarge,
-    /// 503: not now (the admin listener: too many connections, or `/readyz` while draining).
+    /// 500: our bug (a request handed on twice).
+    InternalServerError,
+    /// 503: not now (a full core, a drain, a down dependency; the admin listener: too many
+    /// connections, or `/readyz` while draining).
     ServiceUnavailable,
 }
 
@@ -67,15 +85,23 @@ impl Status {
     pub(crate) const fn code(self) -> u16 {
         match self {
             Status::Ok => 200,
+            Status::Accepted => 202,
             Status::NoContent => 204,
             Status::BadRequest => 400,
             Status::Unauthorized => 401,
             Status::Forbidden => 403,
             Status::NotFound => 404,
-            Status::Conflict => 409,
             Status::MethodNotAllowed => 405,
+            Status::NotAcceptable => 406,
+            Status::RequestTimeout => 408,
+            Status::Conflict => 409,
+            Status::LengthRequired => 411,
+            Status::ContentTooLarge => 413,
+            Status::UnsupportedMediaType => 415,
+            Status::UnprocessableContent => 422,
             Status::TooManyRequests => 429,
             Status::HeaderFieldsTooLarge => 431,
+            Status::InternalServerError => 500,
             Status::ServiceUnavailable => 503,
         }
     }
@@ -216,43 +242,45 @@ impl Refusal {
     }
 
     /// HTTP status and JSON-RPC code. Exhaustive: a new variant must be mapped here.
-    pub(crate) fn status_and_code(self) -> (u16, Code) {
+    pub(crate) fn status_and_code(self) -> (Status, Code) {
         match self {
-            Refusal::NotFoundPath => (404, Code::InvalidRequest),
-            Refusal::Forbidden => (403, Code::InvalidRequest),
-            Refusal::UnsupportedMediaType => (415, Code::InvalidRequest),
-            Refusal::NotAcceptable => (406, Code::InvalidRequest),
-            Refusal::LengthRequired => (411, Code::InvalidRequest),
-            Refusal::BodyTooLarge => (413, Code::InvalidRequest),
-            Refusal::ParseError => (400, Code::ParseError),
-            Refusal::InvalidRequest => (400, Code::InvalidRequest),
-            Refusal::SessionRequired => (400, Code::InvalidRequest),
-            Refusal::SessionNotFound => (404, Code::InvalidRequest),
-            Refusal::MisroutedSession => (404, Code::InvalidRequest),
-            Refusal::BadProtocolVersion => (400, Code::InvalidRequest),
-            Refusal::AlreadyInitialized => (400, Code::InvalidRequest),
-            Refusal::LastEventIdOnPost => (400, Code::InvalidRequest),
-            Refusal::BadLastEventId => (400, Code::InvalidRequest),
-            Refusal::MethodNotAllowed => (405, Code::InvalidRequest),
-            Refusal::HeaderTooLarge => (431, Code::InvalidRequest),
-            Refusal::HeadTimeout => (408, Code::InvalidRequest),
-            Refusal::TooManySessions => (503, Code::InternalError),
-            Refusal::TooManyStreams => (429, Code::InternalError),
-            Refusal::Unavailable => (503, Code::InternalError),
-            Refusal::MalformedHead => (400, Code::InvalidRequest),
-            Refusal::BadContentLength => (400, Code::InvalidRequest),
-            Refusal::BadHost => (400, Code::InvalidRequest),
-            Refusal::ConflictingHeader => (400, Code::InvalidRequest),
-            Refusal::ConflictingMcpHeader => (400, Code::HeaderMismatch),
-            Refusal::BadIdempotencyKey => (400, Code::InvalidRequest),
-            Refusal::Draining => (503, Code::InternalError),
-            Refusal::ShuttingDown => (503, Code::InternalError),
-            Refusal::OutOfDescriptors => (503, Code::InternalError),
-            Refusal::BufferBudget => (503, Code::InternalError),
-            Refusal::UpstreamBusy => (503, Code::InternalError),
-            Refusal::HandedTwice => (500, Code::InternalError),
-            Refusal::KeyTableFull | Refusal::KeyBytesFull => (503, Code::InternalError),
-            Refusal::KeyedCallShare => (429, Code::InternalError),
+            Refusal::NotFoundPath => (Status::NotFound, Code::InvalidRequest),
+            Refusal::Forbidden => (Status::Forbidden, Code::InvalidRequest),
+            Refusal::UnsupportedMediaType => (Status::UnsupportedMediaType, Code::InvalidRequest),
+            Refusal::NotAcceptable => (Status::NotAcceptable, Code::InvalidRequest),
+            Refusal::LengthRequired => (Status::LengthRequired, Code::InvalidRequest),
+            Refusal::BodyTooLarge => (Status::ContentTooLarge, Code::InvalidRequest),
+            Refusal::ParseError => (Status::BadRequest, Code::ParseError),
+            Refusal::InvalidRequest => (Status::BadRequest, Code::InvalidRequest),
+            Refusal::SessionRequired => (Status::BadRequest, Code::InvalidRequest),
+            Refusal::SessionNotFound => (Status::NotFound, Code::InvalidRequest),
+            Refusal::MisroutedSession => (Status::NotFound, Code::InvalidRequest),
+            Refusal::BadProtocolVersion => (Status::BadRequest, Code::InvalidRequest),
+            Refusal::AlreadyInitialized => (Status::BadRequest, Code::InvalidRequest),
+            Refusal::LastEventIdOnPost => (Status::BadRequest, Code::InvalidRequest),
+            Refusal::BadLastEventId => (Status::BadRequest, Code::InvalidRequest),
+            Refusal::MethodNotAllowed => (Status::MethodNotAllowed, Code::InvalidRequest),
+            Refusal::HeaderTooLarge => (Status::HeaderFieldsTooLarge, Code::InvalidRequest),
+            Refusal::HeadTimeout => (Status::RequestTimeout, Code::InvalidRequest),
+            Refusal::TooManySessions => (Status::ServiceUnavailable, Code::InternalError),
+            Refusal::TooManyStreams => (Status::TooManyRequests, Code::InternalError),
+            Refusal::Unavailable => (Status::ServiceUnavailable, Code::InternalError),
+            Refusal::MalformedHead => (Status::BadRequest, Code::InvalidRequest),
+            Refusal::BadContentLength => (Status::BadRequest, Code::InvalidRequest),
+            Refusal::BadHost => (Status::BadRequest, Code::InvalidRequest),
+            Refusal::ConflictingHeader => (Status::BadRequest, Code::InvalidRequest),
+            Refusal::ConflictingMcpHeader => (Status::BadRequest, Code::HeaderMismatch),
+            Refusal::BadIdempotencyKey => (Status::BadRequest, Code::InvalidRequest),
+            Refusal::Draining => (Status::ServiceUnavailable, Code::InternalError),
+            Refusal::ShuttingDown => (Status::ServiceUnavailable, Code::InternalError),
+            Refusal::OutOfDescriptors => (Status::ServiceUnavailable, Code::InternalError),
+            Refusal::BufferBudget => (Status::ServiceUnavailable, Code::InternalError),
+            Refusal::UpstreamBusy => (Status::ServiceUnavailable, Code::InternalError),
+            Refusal::HandedTwice => (Status::InternalServerError, Code::InternalError),
+            Refusal::KeyTableFull | Refusal::KeyBytesFull => {
+                (Status::ServiceUnavailable, Code::InternalError)
+            }
+            Refusal::KeyedCallShare => (Status::TooManyRequests, Code::InternalError),
         }
     }
 
@@ -438,18 +466,18 @@ impl Answer<'_> {
     pub(crate) fn render(&self, out: &mut Vec<u8>, keep_alive: bool) {
         match *self {
             Answer::Refused { refusal, id } => refuse(out, refusal, id, keep_alive),
-            Answer::Json(body) => json(out, 200, &[], body, keep_alive),
-            Answer::JsonStatus { status, body } => json(out, status.code(), &[], body, keep_alive),
+            Answer::Json(body) => json(out, Status::Ok, &[], body, keep_alive),
+            Answer::JsonStatus { status, body } => json(out, status, &[], body, keep_alive),
             Answer::Error { status, id, code, message, data } => {
                 let mut body = Vec::with_capacity(96 + message.len() + data.map_or(0, str::len));
                 push_error_response(&mut body, id, code, message, data);
-                json(out, status.code(), &[], &body, keep_alive);
+                json(out, status, &[], &body, keep_alive);
             }
             Answer::Initialized { body, session_id } => {
-                json(out, 200, &[("Mcp-Session-Id", session_id)], body, keep_alive)
+                json(out, Status::Ok, &[("Mcp-Session-Id", session_id)], body, keep_alive)
             }
-            Answer::Accepted => empty(out, 202, keep_alive),
-            Answer::Deleted => empty(out, 200, keep_alive),
+            Answer::Accepted => empty(out, Status::Accepted, keep_alive),
+            Answer::Deleted => empty(out, Status::Ok, keep_alive),
             Answer::HeadNotAllowed => head_not_allowed(out, keep_alive),
             Answer::SseHead => sse_head(out, true),
             Answer::SseHeadStateless => sse_head(out, false),
@@ -459,26 +487,27 @@ impl Answer<'_> {
                 let resumable: (&str, &[u8]) = ("Mcp-Stream-Resumable", b"true");
                 match hint {
                     Some(hint) => {
-                        json(out, 409, &[resumable, ("Last-Event-ID", hint)], &body, keep_alive)
+                        let headers = [resumable, ("Last-Event-ID", hint)];
+                        json(out, Status::Conflict, &headers, &body, keep_alive)
                     }
-                    None => json(out, 409, &[resumable], &body, keep_alive),
+                    None => json(out, Status::Conflict, &[resumable], &body, keep_alive),
                 }
             }
             Answer::KeyReused { id } => {
                 let mut body = Vec::with_capacity(128);
                 error::push_key_reused(&mut body, id);
-                json(out, 422, &[], &body, keep_alive);
+                json(out, Status::UnprocessableContent, &[], &body, keep_alive);
             }
             Answer::StillRunning { id } => {
                 let mut body = Vec::with_capacity(160);
                 error::push_still_running(&mut body, id);
-                json(out, Status::Conflict.code(), &[], &body, keep_alive);
+                json(out, Status::Conflict, &[], &body, keep_alive);
             }
             Answer::Challenge { status, challenge, id, message } => {
                 let mut body = Vec::with_capacity(96 + message.len());
                 push_error_response(&mut body, id, Code::InvalidRequest, message, None);
                 let headers: [(&str, &[u8]); 1] = [("WWW-Authenticate", challenge.as_bytes())];
-                json(out, status.code(), &headers, &body, keep_alive);
+                json(out, status, &headers, &body, keep_alive);
             }
             Answer::RateLimited { id, scope, retry_after_secs, retry_after_ms, table_full } => {
                 let mut body = Vec::with_capacity(160 + scope.len());
@@ -486,7 +515,7 @@ impl Answer<'_> {
                 let mut seconds = Vec::with_capacity(20);
                 push_decimal(&mut seconds, retry_after_secs);
                 let headers: [(&str, &[u8]); 1] = [("Retry-After", &seconds)];
-                json(out, Status::TooManyRequests.code(), &headers, &body, keep_alive);
+                json(out, Status::TooManyRequests, &headers, &body, keep_alive);
             }
             Answer::Down { id, message, data, retry_after_secs } => {
                 let mut body = Vec::with_capacity(96 + message.len() + data.map_or(0, str::len));
@@ -494,12 +523,12 @@ impl Answer<'_> {
                 let mut seconds = Vec::with_capacity(20);
                 push_decimal(&mut seconds, retry_after_secs);
                 let headers: [(&str, &[u8]); 1] = [("Retry-After", &seconds)];
-                json(out, Status::ServiceUnavailable.code(), &headers, &body, keep_alive);
+                json(out, Status::ServiceUnavailable, &headers, &body, keep_alive);
             }
             Answer::UnsupportedVersion { id, requested, supported } => {
                 let mut body = Vec::with_capacity(160);
                 error::push_unsupported_version(&mut body, id, requested, supported);
-                json(out, 400, &[], &body, keep_alive);
+                json(out, Status::BadRequest, &[], &body, keep_alive);
             }
         }
     }
@@ -512,7 +541,7 @@ fn refuse(out: &mut Vec<u8>, r: Refusal, id: Option<&RawId>, keep_alive: bool) {
     limited!(
         Kind::Refusal,
         tracing::Level::DEBUG,
-        status,
+        status = status.code(),
         code = code.value(),
         reason = ?r,
         culprit = r.culprit().as_str(),
@@ -537,8 +566,14 @@ fn refuse(out: &mut Vec<u8>, r: Refusal, id: Option<&RawId>, keep_alive: bool) {
 }
 
 /// A complete `application/json` response.
-fn json(out: &mut Vec<u8>, status: u16, headers: &[(&str, &[u8])], body: &[u8], keep_alive: bool) {
-    write_status(out, status);
+fn json(
+    out: &mut Vec<u8>,
+    status: Status,
+    headers: &[(&str, &[u8])],
+    body: &[u8],
+    keep_alive: bool,
+) {
+    write_status(out, status.code());
     out.extend_from_slice(b"Content-Type: application/json\r\nContent-Length: ");
     push_decimal(out, body.len() as u64);
     out.extend_from_slice(b"\r\n");
@@ -553,7 +588,7 @@ fn json(out: &mut Vec<u8>, status: u16, headers: &[(&str, &[u8])], body: &[u8], 
 }
 
 fn head_not_allowed(out: &mut Vec<u8>, keep_alive: bool) {
-    write_status(out, 405);
+    write_status(out, Status::MethodNotAllowed.code());
     out.extend_from_slice(b"Allow: GET, POST, DELETE\r\nContent-Length: 0\r\n");
     if !keep_alive {
         out.extend_from_slice(b"Connection: close\r\n");
@@ -561,8 +596,8 @@ fn head_not_allowed(out: &mut Vec<u8>, keep_alive: bool) {
     out.extend_from_slice(b"\r\n");
 }
 
-fn empty(out: &mut Vec<u8>, status: u16, keep_alive: bool) {
-    write_status(out, status);
+fn empty(out: &mut Vec<u8>, status: Status, keep_alive: bool) {
+    write_status(out, status.code());
     out.extend_from_slice(b"Content-Length: 0\r\n");
     if !keep_alive {
         out.extend_from_slice(b"Connection: close\r\n");
@@ -571,7 +606,7 @@ fn empty(out: &mut Vec<u8>, status: u16, keep_alive: bool) {
 }
 
 fn sse_head(out: &mut Vec<u8>, resumable: bool) {
-    write_status(out, 200);
+    write_status(out, Status::Ok.code());
     out.extend_from_slice(
         b"Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n\
           Transfer-Encoding: chunked\r\nX-Accel-Buffering: no\r\n",
