@@ -66,6 +66,47 @@ pub(super) fn push_unsupported_version(
     );
 }
 
+/// One stream a session owes, as the `data` of a CONTRACT §4 conflict names it: its request's
+/// id (`None` for a standalone stream) and its event ids (ASCII).
+pub(crate) struct OwedStream<'a> {
+    pub(crate) request_id: Option<&'a RawId>,
+    /// Where to resume (`Last-Event-ID`).
+    pub(crate) last_event_id: &'a [u8],
+    pub(crate) first_event_id: &'a [u8],
+    pub(crate) last_written_event_id: &'a [u8],
+    /// The request still runs.
+    pub(crate) in_flight: bool,
+}
+
+/// The `data` of a conflict (CONTRACT §4 steps 2–4): `matchedBy` when a retry was recognised
+/// (-31001), then `owedStreams`, one object per stream.
+pub(crate) fn owed_streams_data<'a>(
+    matched_by: Option<&str>,
+    streams: impl Iterator<Item = OwedStream<'a>>,
+) -> String {
+    let mut data = String::from("{");
+    if let Some(by) = matched_by {
+        data.push_str(&format!("\"matchedBy\":\"{by}\","));
+    }
+    data.push_str("\"owedStreams\":[");
+    for (i, st) in streams.enumerate() {
+        if i > 0 {
+            data.push(',');
+        }
+        data.push_str(&format!(
+            "{{\"requestId\":{},\"lastEventId\":\"{}\",\"firstEventId\":\"{}\",\
+             \"lastWrittenEventId\":\"{}\",\"inFlight\":{}}}",
+            st.request_id.map(|r| r.0.as_str()).unwrap_or("null"),
+            String::from_utf8_lossy(st.last_event_id),
+            String::from_utf8_lossy(st.first_event_id),
+            String::from_utf8_lossy(st.last_written_event_id),
+            st.in_flight
+        ));
+    }
+    data.push_str("]}");
+    data
+}
+
 /// A JSON-RPC error response with one of our codes.
 pub(crate) fn push_error_response(
     out: &mut Vec<u8>,
@@ -249,6 +290,21 @@ mod tests {
         for (got, error) in table {
             assert_eq!(got, format!("{prefix}{error}"));
         }
+        let stream = |request_id, in_flight| OwedStream {
+            request_id,
+            last_event_id: b"s-3",
+            first_event_id: b"s-1",
+            last_written_event_id: b"s-2",
+            in_flight,
+        };
+        let owed = owed_streams_data(Some("id"), [stream(Some(&id), true)].into_iter());
+        assert_eq!(
+            owed,
+            r#"{"matchedBy":"id","owedStreams":[{"requestId":7,"lastEventId":"s-3","firstEventId":"s-1","lastWrittenEventId":"s-2","inFlight":true}]}"#
+        );
+        let owed = owed_streams_data(None, [stream(None, false), stream(None, true)].into_iter());
+        assert!(owed.starts_with(r#"{"owedStreams":[{"requestId":null,"#), "{owed}");
+        assert!(owed.ends_with(r#""inFlight":false},{"requestId":null,"lastEventId":"s-3","firstEventId":"s-1","lastWrittenEventId":"s-2","inFlight":true}]}"#), "{owed}");
         let object = error_object(-32603, "m", None).to_string();
         assert_eq!(object, r#"{"code":-32603,"message":"m"}"#);
     }

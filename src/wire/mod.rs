@@ -25,8 +25,8 @@ use jsonrpc::RawId;
 use crate::logging::{limited, Culprit, Kind};
 
 pub(crate) use code::Code;
-pub(crate) use error::push_rate_limited;
 pub(crate) use error::{error_object, push_batch_conflict, push_error_value, push_events_lost};
+pub(crate) use error::{owed_streams_data, push_rate_limited, OwedStream};
 pub(crate) use error::{push_error_response, push_outcome_unknown, push_oversize_error};
 pub(crate) use result::{push_result_value, response_object};
 pub use revision::LEGACY_VERSIONS;
