@@ -411,9 +411,9 @@ pub(crate) fn reply_error<J>(
     message: &str,
     keep_alive: bool,
 ) -> Outcome<J> {
-    let mut body = Vec::with_capacity(64 + message.len());
-    crate::wire::push_error_response(&mut body, Some(id), code, message, None);
-    reply(out, Answer::Json(&body), keep_alive)
+    let status = crate::wire::Status::Ok;
+    let answer = Answer::Error { status, id: Some(id), code, message, data: None };
+    reply(out, answer, keep_alive)
 }
 
 // `Source`: one response stream as the connection's driver sees it (`runtime::stream`), the

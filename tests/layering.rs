@@ -17,6 +17,12 @@
 //! a body outside `#[cfg(test)]` items is measured from its `fn` line to its closing brace; one
 //! over `FUNCTION_LINES_MAX` fails unless `LONG_FUNCTIONS` lists it, and a listed one may only
 //! shrink (issue 39 item 6). The counter and the ratchet are first run on made-up input too.
+//!
+//! And it holds that `wire` owns every result and error encoder (issue 39 item 5): outside
+//! `src/wire/` and tests, no line of code (comments out, string contents in) writes an error or
+//! result body's member, an error object's `code`, a JSON-RPC code as a number, or calls the
+//! raw-code writer; the few legitimate look-alikes are listed with why, and a row no longer
+//! needed fails. The checker is run on made-up files first.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -370,7 +376,7 @@ const LONG_FUNCTIONS: &[(&str, usize)] = &[
     ("config/mod.rs::validate", 147),
     ("http/mod.rs::parse_head", 125),
     ("layers.rs::upstream_tables", 106),
-    ("modern/mod.rs::serve", 109),
+    ("modern/mod.rs::serve", 103),
     ("modern/mod.rs::tools_call", 142),
     ("runtime/conn.rs::serve", 118),
     ("server/mod.rs::start_workers", 129),
@@ -682,4 +688,205 @@ fn no_function_outside_tests_passes_the_size_limit_beyond_its_listed_length() {
     let long = long_functions(&read_tree(&root));
     let found = size_violations(&long, LONG_FUNCTIONS);
     assert!(found.is_empty(), "function sizes:\n{}", found.join("\n"));
+}
+
+/// `text` with its comments blanked, as two copies that keep every byte's offset and every
+/// newline: `code` keeps string contents (where JSON written by hand shows), `shape` blanks
+/// them too (so a brace inside a string never counts as one).
+fn blank_comments(text: &str) -> (Vec<u8>, Vec<u8>) {
+    let b = text.as_bytes();
+    let (mut code, mut shape) = (b.to_vec(), b.to_vec());
+    let blank = |v: &mut Vec<u8>, from: usize, to: usize| {
+        for x in &mut v[from..to.min(b.len())] {
+            if *x != b'\n' {
+                *x = b' ';
+            }
+        }
+    };
+    let ident = |at: usize| at < b.len() && (b[at].is_ascii_alphanumeric() || b[at] == b'_');
+    let mut at = 0;
+    while at < b.len() {
+        let next = b.get(at + 1).copied();
+        match b[at] {
+            b'/' if next == Some(b'/') || next == Some(b'*') => {
+                let end = match next {
+                    Some(b'/') => text[at..].find('\n').map_or(b.len(), |n| at + n),
+                    _ => text[at..].find("*/").map_or(b.len(), |n| at + n + 2),
+                };
+                blank(&mut code, at, end);
+                blank(&mut shape, at, end);
+                at = end;
+            }
+            // A raw string (`r"…"`, `r#"…"#`, `br#"…"#`): no escapes, ends at `"` + its hashes.
+            b'r' if (at == 0
+                || !ident(at - 1)
+                || (b[at - 1] == b'b' && (at < 2 || !ident(at - 2))))
+                && matches!(next, Some(b'"' | b'#')) =>
+            {
+                let hashes = b[at + 1..].iter().take_while(|&&c| c == b'#').count();
+                if b.get(at + 1 + hashes) != Some(&b'"') {
+                    at += 1;
+                    continue;
+                }
+                let open = at + hashes + 2;
+                let closing = format!("\"{}", "#".repeat(hashes));
+                let close = text[open..].find(&closing).map_or(b.len(), |n| open + n);
+                blank(&mut shape, open, close);
+                at = close + closing.len();
+            }
+            b'"' => {
+                let mut end = at + 1;
+                while end < b.len() && b[end] != b'"' {
+                    end += if b[end] == b'\\' { 2 } else { 1 };
+                }
+                blank(&mut shape, at + 1, end);
+                at = end + 1;
+            }
+            // A char literal like '"' or '\'' would open a string; a lifetime is left alone.
+            b'\'' if next == Some(b'\\') && b.get(at + 3) == Some(&b'\'') => at += 4,
+            b'\'' if b.get(at + 2) == Some(&b'\'') => at += 3,
+            _ => at += 1,
+        }
+    }
+    (code, shape)
+}
+
+/// The code of a file outside its `#[cfg(test)]` items, string contents kept, comments out.
+fn code_with_strings(text: &str) -> String {
+    let (mut code, shape) = blank_comments(text);
+    let shape_text = String::from_utf8_lossy(&shape).into_owned();
+    let mut from = 0;
+    while let Some(found) = shape_text[from..].find("#[cfg(test)]") {
+        let start = from + found;
+        let end = match body_open(&shape, start + "#[cfg(test)]".len()) {
+            Some(open) => closing_brace(&shape, open),
+            None => shape_text[start..].find(';').map_or(shape.len() - 1, |semi| start + semi),
+        };
+        for b in &mut code[start..=end.min(shape.len() - 1)] {
+            if *b != b'\n' {
+                *b = b' ';
+            }
+        }
+        from = end.min(shape.len() - 1) + 1;
+    }
+    String::from_utf8_lossy(&code).into_owned()
+}
+
+/// What writing JSON-RPC by hand looks like in a line of code (spaces and backslashes taken
+/// out first, so `"error":`, `\"error\":` and `"error" :` read alike): the member of an error
+/// or result body, an error object's `code`, a JSON-RPC code as a number, or the raw-code
+/// writer `wire::jsonrpc::push_error`.
+fn hand_written_json_rpc(line: &str) -> Option<&'static str> {
+    let squeezed: String = line.chars().filter(|c| *c != ' ' && *c != '\\').collect();
+    let members = [
+        ("\"error\":", "an error body's `error` member"),
+        ("\"result\":", "a result body's `result` member"),
+        ("\"code\":", "an error object's `code` member"),
+        ("jsonrpc::push_error(", "the raw-code writer `jsonrpc::push_error`"),
+    ];
+    if let Some((_, what)) = members.iter().find(|(needle, _)| squeezed.contains(needle)) {
+        return Some(what);
+    }
+    let b = line.as_bytes();
+    let code_at = (0..b.len().saturating_sub(5)).find(|&at| {
+        b[at] == b'-'
+            && b[at + 1] == b'3'
+            && matches!(b[at + 2], b'1' | b'2')
+            && b[at + 3..at + 6].iter().all(u8::is_ascii_digit)
+            && !b.get(at + 6).is_some_and(u8::is_ascii_digit)
+    });
+    code_at.map(|_| "a JSON-RPC code as a number (name it: `wire::Code`)")
+}
+
+/// The lines outside `wire/` that may look like what `hand_written_json_rpc` finds: the file,
+/// a text the line holds, and why it is not JSON-RPC written by hand.
+type Allowed<'a> = [(&'a str, &'a str, &'a str)];
+
+/// The few legitimate places (rows no longer needed fail the test, so the list only shrinks).
+const HAND_WRITTEN_JSON_RPC_ALLOWED: &Allowed<'static> = &[
+    (
+        "trace.rs",
+        "json!({ \"code\": 2,",
+        "OTLP's span status (STATUS_CODE_ERROR): OpenTelemetry's object, not a JSON-RPC error",
+    ),
+    ("metrics.rs", "(they get -32603)", "a counter's HELP text names the code it counts"),
+    ("metrics.rs", "evicted events (-31003)", "a counter's HELP text names the code it counts"),
+    ("metrics.rs", "failed fast (-32603)", "a counter's HELP text names the code it counts"),
+    (
+        "provider/builtin/conformance_modern.rs",
+        "(-32021 without it)",
+        "a conformance tool's description tells the tester which error to expect",
+    ),
+];
+
+/// Every line outside `wire/` and tests that writes JSON-RPC by hand (and no row of `allowed`
+/// excuses), as `path:line: what: line`.
+fn json_rpc_outside_wire(files: &[SourceFile], allowed: &Allowed<'_>) -> Vec<String> {
+    let mut found = Vec::new();
+    for file in files.iter().filter(|f| !f.path.starts_with("wire/")) {
+        for (index, line) in code_with_strings(&file.text).lines().enumerate() {
+            let Some(what) = hand_written_json_rpc(line) else { continue };
+            if allowed.iter().any(|(path, text, _)| *path == file.path && line.contains(text)) {
+                continue;
+            }
+            found.push(format!("src/{}:{}: {what}: `{}`", file.path, index + 1, line.trim()));
+        }
+    }
+    found
+}
+
+#[test]
+fn the_wire_checker_finds_json_rpc_written_by_hand_and_not_in_comments_tests_or_wire() {
+    // Goal: the rule can fail, and only where it should. Method: made-up files, each way of
+    // writing JSON-RPC by hand once, and the same text in a comment, a test module and wire/.
+    let file = |path: &str, text: &str| SourceFile { path: path.into(), text: text.into() };
+    let hand = [
+        "fn a() { json!({ \"jsonrpc\": \"2.0\", \"id\": 1, \"error\": e }); }\n",
+        "fn b(o: &mut Vec<u8>) { o.extend_from_slice(b\"{\\\"result\\\":{}}\"); }\n",
+        "fn c() { let e = json!({ \"code\": 1, \"message\": \"m\" }); }\n",
+        "fn d() { let x = r#\"{\"error\" : {}}\"#; }\n",
+        "fn e() { let code = -32602; }\n",
+        "fn f(o: &mut Vec<u8>) { crate::wire::jsonrpc::push_error(o, None, 1, \"m\", None); }\n",
+    ];
+    for text in hand {
+        let found = json_rpc_outside_wire(&[file("era/mod.rs", text)], &[]);
+        assert_eq!(found.len(), 1, "{text}: {found:?}");
+        assert!(json_rpc_outside_wire(&[file("wire/error.rs", text)], &[]).is_empty(), "{text}");
+        let excused = [("era/mod.rs", &text[..6], "made up")];
+        assert!(json_rpc_outside_wire(&[file("era/mod.rs", text)], &excused).is_empty());
+        let elsewhere = [("era/other.rs", &text[..6], "made up")];
+        assert_eq!(json_rpc_outside_wire(&[file("era/mod.rs", text)], &elsewhere).len(), 1);
+    }
+    let quiet = "// writes {\"error\": …} with -32602\n\
+                 /// the -31006 answer\n\
+                 fn g() { let url = \"http://x/\"; let n = 32602; let m = -3260; let c = '\"'; }\n\
+                 fn h<'a>(s: &'a str) -> &'a str { s }\n\
+                 #[cfg(test)]\nfn helper() { json!({ \"error\": { \"code\": -32602 } }); }\n\
+                 fn after() {}\n\
+                 #[cfg(test)]\nmod tests {\n    fn t() { let s = \"{\"; let c = -32600; }\n}\n";
+    let found = json_rpc_outside_wire(&[file("era/mod.rs", quiet)], &[]);
+    assert!(found.is_empty(), "{found:?}");
+}
+
+#[test]
+fn no_json_rpc_error_or_result_body_or_code_number_is_written_outside_wire() {
+    // Goal: `wire` owns every result and error encoder and every JSON-RPC code (issue 39 item
+    // 5), held, not done once. Method: `json_rpc_outside_wire` over src/ (tests left out), with
+    // the allowed files named and why; an allowed file that no longer needs it fails too.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let files = read_tree(&root);
+    let found = json_rpc_outside_wire(&files, HAND_WRITTEN_JSON_RPC_ALLOWED);
+    assert!(
+        found.is_empty(),
+        "JSON-RPC written by hand outside src/wire/ (use a wire encoder: wire::error, \
+         wire::result, wire::Code; or allow the file in HAND_WRITTEN_JSON_RPC_ALLOWED with \
+         why):\n{}",
+        found.join("\n")
+    );
+    let unexcused = json_rpc_outside_wire(&files, &[]);
+    for (path, text, why) in HAND_WRITTEN_JSON_RPC_ALLOWED {
+        let needed =
+            unexcused.iter().any(|f| f.starts_with(&format!("src/{path}:")) && f.contains(text));
+        assert!(needed, "src/{path} no longer has `{text}` ({why}): remove its row");
+    }
 }

@@ -633,7 +633,7 @@ impl Registry {
                 let table = self.table(session);
                 match access {
                     None => jsonrpc::push_result(out, id, &table.list_json),
-                    Some(access) => push_result_value(out, id, &tools_for(&table, access)),
+                    Some(access) => wire::push_result_value(out, id, &tools_for(&table, access)),
                 }
                 return;
             }
@@ -674,7 +674,7 @@ impl Registry {
             }
         };
         match result {
-            Ok(v) => push_result_value(out, id, &v),
+            Ok(v) => wire::push_result_value(out, id, &v),
             Err(e) => push_provider_error(out, id, &e),
         }
     }
@@ -929,21 +929,6 @@ fn capabilities(has_resources: bool, has_prompts: bool) -> Value {
     Value::Object(capabilities)
 }
 
-/// A result object as a JSON-RPC response.
-/// Encoded straight into `out` (no intermediate buffer); on failure `out` is rolled back and
-/// gets a -32603 instead.
-pub(crate) fn push_result_value(out: &mut Vec<u8>, id: &RawId, result: &Value) {
-    let start = out.len();
-    jsonrpc::push_result_prefix(out, id);
-    if serde_json::to_writer(&mut *out, result).is_err() {
-        out.truncate(start);
-        let e = ProviderError::Internal("result could not be encoded".into());
-        push_provider_error(out, id, &e);
-        return;
-    }
-    out.push(b'}');
-}
-
 /// The provider API's value for a decoded request value (the decoder's strings move, numbers
 /// keep their kind).
 pub(crate) fn into_public(value: WireValue) -> Value {
@@ -969,11 +954,11 @@ pub(crate) fn to_public(value: &WireValue) -> Value {
     into_public(value.clone())
 }
 
-/// A provider's error as a JSON-RPC error response (MCP: unknown names are invalid params).
+/// A provider's error as a JSON-RPC error response (MCP: unknown names are invalid params),
+/// encoded by `wire`.
 pub(crate) fn push_provider_error(out: &mut Vec<u8>, id: &RawId, e: &ProviderError) {
     let (code, message, data) = provider_error_parts(e);
-    let data = data.and_then(|d| serde_json::to_string(d).ok());
-    wire::jsonrpc::push_error(out, Some(id), code, message, data.as_deref());
+    wire::push_error_value(out, id, code, message, data);
 }
 
 /// A provider's error as JSON-RPC `(code, message, data)`: the one mapping, for a response

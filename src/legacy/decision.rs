@@ -22,7 +22,7 @@ use crate::core::{reply, Outcome};
 use crate::dispatch::ToolRoute;
 use crate::metrics::CoreMetrics;
 use crate::wire::jsonrpc::{self, RawId};
-use crate::wire::{Answer, Code, WireValue};
+use crate::wire::{Answer, Code, OwedStream, WireValue};
 
 /// What the decision and the answer need to know about a request, computed once.
 pub(super) struct Classified {
@@ -271,36 +271,26 @@ pub(super) fn owed_streams(s: &Session, refused: &Refused) -> (String, Vec<u8>) 
         Some(k) => s.stream(k).into_iter().collect(),
         None => s.streams().filter(|st| st.is_owed() || st.is_replaying()).collect(),
     };
-    let mut data = String::from("{");
-    if let Some(by) = refused.matched_by {
-        data.push_str(&format!("\"matchedBy\":\"{}\",", by.as_str()));
-    }
-    data.push_str("\"owedStreams\":[");
-    let mut hint = Vec::new();
-    for (i, st) in listed.iter().enumerate() {
-        if i > 0 {
-            data.push(',');
-        }
-        let mut last = Vec::new();
-        s.push_event_id(&mut last, st.key, st.resume_hint());
-        let mut first = Vec::new();
-        s.push_event_id(&mut first, st.key, st.first);
-        let mut written = Vec::new();
-        s.push_event_id(&mut written, st.key, st.written().max(st.first));
-        if hint.is_empty() {
-            hint = last.clone();
-        }
-        data.push_str(&format!(
-            "{{\"requestId\":{},\"lastEventId\":\"{}\",\"firstEventId\":\"{}\",\
-             \"lastWrittenEventId\":\"{}\",\"inFlight\":{}}}",
-            st.request_id.as_ref().map(|r| r.0.as_str()).unwrap_or("null"),
-            String::from_utf8_lossy(&last),
-            String::from_utf8_lossy(&first),
-            String::from_utf8_lossy(&written),
-            st.is_running()
-        ));
-    }
-    data.push_str("]}");
+    let event_ids: Vec<[Vec<u8>; 3]> = listed
+        .iter()
+        .map(|st| {
+            let id = |seq| {
+                let mut id = Vec::new();
+                s.push_event_id(&mut id, st.key, seq);
+                id
+            };
+            [id(st.resume_hint()), id(st.first), id(st.written().max(st.first))]
+        })
+        .collect();
+    let hint = event_ids.first().map(|[last, ..]| last.clone()).unwrap_or_default();
+    let streams = listed.iter().zip(&event_ids).map(|(st, [last, first, written])| OwedStream {
+        request_id: st.request_id.as_ref(),
+        last_event_id: last,
+        first_event_id: first,
+        last_written_event_id: written,
+        in_flight: st.is_running(),
+    });
+    let data = crate::wire::owed_streams_data(refused.matched_by.map(MatchedBy::as_str), streams);
     (data, hint)
 }
 

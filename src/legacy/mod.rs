@@ -458,7 +458,7 @@ async fn initialize(
     adopt::mirror_new_session(core, &session, &start.client_params);
     let result = initialize_result(core, version, &infos);
     let mut body = Vec::with_capacity(512);
-    dispatch::push_result_value(&mut body, &id, &result);
+    crate::wire::push_result_value(&mut body, &id, &result);
     let header = sid.to_header();
     reply(out, Answer::Initialized { body: &body, session_id: header.as_bytes() }, keep_alive)
 }
@@ -564,9 +564,7 @@ async fn request(
     let class = match classify(core, reference, &method, &params).await {
         Ok(class) => class,
         Err((code, message)) => {
-            let mut body = Vec::with_capacity(64 + message.len());
-            crate::wire::push_error_response(&mut body, Some(&id), code, &message, None);
-            return reply(out, Answer::Json(&body), keep_alive);
+            return crate::core::reply_error(out, &id, code, &message, keep_alive);
         }
     };
     let progress_token: Option<Box<str>> = params
@@ -763,8 +761,7 @@ async fn batch_answer(
         },
         Verdict::Conflict(refused) => {
             let (data, _hint) = owed_streams(&session.borrow(), &refused);
-            let message = "conflict: see the 409 of a single request";
-            crate::wire::push_error_response(body, Some(id), refused.code, message, Some(&data));
+            crate::wire::push_batch_conflict(body, id, refused.code, &data);
         }
         // Unreachable without an Idempotency-Key; answered like a single request would be.
         Verdict::KeyReused | Verdict::Deduplicated(_) => {

@@ -22,7 +22,6 @@ use crate::legacy::replay::{EventSeq, StreamKey};
 use crate::legacy::session::{ResumeStart, Session};
 use crate::provider::{LocalBoxFuture, ProviderError, Value};
 use crate::wire::jsonrpc::{self, RawId};
-use crate::wire::Code;
 
 /// Where a writer is in its stream.
 #[derive(Clone, Copy, Debug)]
@@ -232,23 +231,15 @@ fn push_gap(
     after: EventSeq,
     lost_to: EventSeq,
 ) {
-    let mut data = Vec::with_capacity(96);
-    data.extend_from_slice(b"{\"lostFrom\":\"");
-    session.push_event_id(&mut data, key, after);
-    data.extend_from_slice(b"\",\"lostTo\":\"");
-    session.push_event_id(&mut data, key, lost_to);
-    data.extend_from_slice(b"\"}");
+    let mut ids = Vec::with_capacity(64);
+    session.push_event_id(&mut ids, key, after);
+    let lost_from_len = ids.len();
+    session.push_event_id(&mut ids, key, lost_to);
+    let (lost_from, lost_to) = ids.split_at(lost_from_len);
     let mut msg = Vec::with_capacity(160);
-    let data = String::from_utf8_lossy(&data).into_owned();
     // The gap path is rare: only here is the stream's request id looked up.
     let request_id = session.stream(key).and_then(|s| s.request_id.as_ref());
-    crate::wire::push_error_response(
-        &mut msg,
-        request_id,
-        Code::EventsLost,
-        "events after Last-Event-ID were evicted from the replay buffer",
-        Some(&data),
-    );
+    crate::wire::push_events_lost(&mut msg, request_id, lost_from, lost_to);
     crate::wire::sse::push_event(out, None, None, &msg);
 }
 
@@ -370,7 +361,7 @@ fn complete(
 ) {
     let mut payload = Vec::with_capacity(128);
     match outcome {
-        Ok(result) => crate::dispatch::push_result_value(&mut payload, request_id, &result),
+        Ok(result) => crate::wire::push_result_value(&mut payload, request_id, &result),
         Err(ProviderError::Cancelled) => return,
         Err(e) => crate::dispatch::push_provider_error(&mut payload, request_id, &e),
     }

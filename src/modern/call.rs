@@ -507,7 +507,7 @@ impl CallJob {
         self.done = true;
         if self.outcome.is_none() && self.sink.input_needed() {
             let result = self.sink.input_required(&self.binding, self.state_ttl);
-            crate::dispatch::push_result_value(body, &self.id, &result);
+            crate::wire::push_result_value(body, &self.id, &result);
             return Status::Ok;
         }
         let outcome = self.outcome.take().unwrap_or(Err(ProviderError::Cancelled));
@@ -525,11 +525,11 @@ pub(crate) fn render_outcome(
     match outcome {
         Ok(Value::Object(mut result)) => {
             result.entry("resultType").or_insert_with(|| Value::from("complete"));
-            crate::dispatch::push_result_value(body, id, &Value::Object(result));
+            crate::wire::push_result_value(body, id, &Value::Object(result));
             Status::Ok
         }
         Ok(other) => {
-            crate::dispatch::push_result_value(body, id, &other);
+            crate::wire::push_result_value(body, id, &other);
             Status::Ok
         }
         Err(e) => {

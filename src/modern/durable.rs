@@ -182,7 +182,7 @@ pub(crate) async fn recover_task(
         }
         let message = "outcome unknown: the node running this task stopped";
         let data = serde_json::json!({ "node": image.node });
-        let error = super::tasks::error_object(
+        let error = crate::wire::error_object(
             crate::wire::Code::OutcomeUnknown.value(),
             message,
             Some(data),

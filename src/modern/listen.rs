@@ -70,20 +70,10 @@ pub(crate) fn start(
     out: &mut Vec<u8>,
 ) -> Outcome<ListenJob> {
     let Some(requested) = params.get("notifications").filter(|n| n.is_object()) else {
-        let mut body = Vec::with_capacity(96);
         let message = "subscriptions/listen needs params.notifications (a SubscriptionFilter)";
-        crate::wire::push_error_response(
-            &mut body,
-            Some(&id),
-            crate::wire::Code::InvalidParams,
-            message,
-            None,
-        );
-        return crate::core::reply(
-            out,
-            Answer::JsonStatus { status: crate::wire::Status::BadRequest, body: &body },
-            true,
-        );
+        let (status, code) = (crate::wire::Status::BadRequest, crate::wire::Code::InvalidParams);
+        let answer = Answer::Error { status, id: Some(&id), code, message, data: None };
+        return crate::core::reply(out, answer, true);
     };
     let asked = |name: &str| requested.get(name).and_then(|v| v.as_bool()).unwrap_or(false);
     let capabilities = core.registry.capabilities();

@@ -12,7 +12,7 @@ use simd_json::prelude::*;
 
 use crate::core::Answered;
 use crate::provider::{LogLevel, Value};
-use crate::wire::jsonrpc::{self, RawId};
+use crate::wire::jsonrpc::RawId;
 use crate::wire::param_headers::{self, HeaderParam};
 use crate::wire::{Answer, Code, Status, WireValue};
 
@@ -44,10 +44,13 @@ impl MetaError {
 
     /// The refusal as a whole answer to request `id`: 400 with this JSON-RPC error.
     pub(crate) fn refuse(&self, out: &mut Vec<u8>, id: &RawId, keep_alive: bool) -> Answered {
-        let mut body = Vec::with_capacity(128 + self.message.len());
-        let data = self.data.as_deref();
-        jsonrpc::push_error(&mut body, Some(id), self.code.value(), &self.message, data);
-        let answer = Answer::JsonStatus { status: Status::BadRequest, body: &body };
+        let answer = Answer::Error {
+            status: Status::BadRequest,
+            id: Some(id),
+            code: self.code,
+            message: &self.message,
+            data: self.data.as_deref(),
+        };
         crate::core::reply(out, answer, keep_alive)
     }
 }

@@ -39,6 +39,7 @@ use crate::metrics::{EraLabel, RequestLabel};
 use crate::provider::{CallContext, SessionRef, Value, CARRIED_PREFIX};
 use crate::ratelimit::peer_key;
 use crate::wire::jsonrpc::{self, Body, Message, RawId};
+use crate::wire::result::decorate_result;
 use crate::wire::LEGACY_VERSIONS;
 use crate::wire::{Answer, Code, Refusal, Status, WireValue};
 use call::{CallJob, CallStream, ModernSink, SinkSetup};
@@ -153,7 +154,7 @@ pub(crate) async fn serve(
     match method.as_str() {
         "server/discover" => {
             let mut body = Vec::with_capacity(512);
-            dispatch::push_result_value(&mut body, &id, &discover_result(core));
+            crate::wire::push_result_value(&mut body, &id, &discover_result(core));
             reply(out, Answer::Json(&body), keep_alive)
         }
         "tools/list"
@@ -195,15 +196,9 @@ pub(crate) async fn serve(
             } else {
                 "method not found"
             };
-            let mut body = Vec::with_capacity(96);
-            crate::wire::push_error_response(
-                &mut body,
-                Some(&id),
-                Code::MethodNotFound,
-                message,
-                None,
-            );
-            reply(out, Answer::JsonStatus { status: Status::NotFound, body: &body }, keep_alive)
+            let (status, code) = (Status::NotFound, Code::MethodNotFound);
+            let answer = Answer::Error { status, id: Some(&id), code, message, data: None };
+            reply(out, answer, keep_alive)
         }
     }
 }
@@ -220,26 +215,6 @@ const RESULT_COMPLETE: &str = "\"resultType\":\"complete\"";
 /// `--cache-ttl-ms`, `cacheScope` public (nothing tidemark lists depends on who asks).
 fn cache_hints(core: &ModernCore) -> String {
     format!("{RESULT_COMPLETE},\"ttlMs\":{},\"cacheScope\":\"public\"", core.cfg.cache_ttl_ms)
-}
-
-/// Adds `members` (JSON object members, no braces) to the result object of the response in
-/// `body`; an error response is left alone. The response was written by `jsonrpc` for `id`, so
-/// its shape is known: prefix, `"result":{…}`, `}`.
-fn decorate_result(body: &mut Vec<u8>, id: &RawId, members: &str) {
-    let result_at = jsonrpc::response_body_offset(id);
-    let is_object_result =
-        body.get(result_at..).is_some_and(|rest| rest.starts_with(b",\"result\":{"));
-    if !is_object_result || !body.ends_with(b"}}") {
-        return;
-    }
-    let close = body.len() - 2;
-    let empty = body[..close].ends_with(b"{");
-    let mut insert = Vec::with_capacity(members.len() + 1);
-    if !empty {
-        insert.push(b',');
-    }
-    insert.extend_from_slice(members.as_bytes());
-    body.splice(close..close, insert);
 }
 
 /// The `server/discover` result: every revision we serve (the legacy ones through
@@ -552,31 +527,4 @@ async fn start_call(mut job: CallJob, out: &mut Vec<u8>, keep_alive: bool) -> Ou
         return reply(out, Answer::JsonStatus { status, body: &body }, keep_alive);
     }
     Outcome::Job(Job::Call(CallStream::new(job, keep_alive)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn decorate_adds_members_to_object_results_only() {
-        // Goal: resultType and hints land inside the result object, never in an error.
-        let id = RawId("7".into());
-        let mut body = Vec::new();
-        jsonrpc::push_result(&mut body, &id, b"{\"tools\":[]}");
-        decorate_result(&mut body, &id, RESULT_COMPLETE);
-        assert_eq!(
-            String::from_utf8_lossy(&body),
-            r#"{"jsonrpc":"2.0","id":7,"result":{"tools":[],"resultType":"complete"}}"#
-        );
-        let mut empty = Vec::new();
-        jsonrpc::push_result(&mut empty, &id, b"{}");
-        decorate_result(&mut empty, &id, RESULT_COMPLETE);
-        assert!(String::from_utf8_lossy(&empty).ends_with(r#""result":{"resultType":"complete"}}"#));
-        let mut error = Vec::new();
-        crate::wire::push_error_response(&mut error, Some(&id), Code::InvalidParams, "x", None);
-        let before = error.clone();
-        decorate_result(&mut error, &id, RESULT_COMPLETE);
-        assert_eq!(error, before);
-    }
 }

@@ -375,7 +375,7 @@ fn task_outcome(outcome: ProviderResult<Value>) -> Result<Value, Value> {
         Ok(other) => Ok(other),
         Err(e) => {
             let (code, message, data) = crate::dispatch::provider_error_parts(&e);
-            Err(tasks::error_object(code, message, data.cloned()))
+            Err(crate::wire::error_object(code, message, data.cloned()))
         }
     }
 }
@@ -405,7 +405,7 @@ pub(crate) async fn recovered(
     match super::durable::recover_task(core, misses, req.subject(), task_id).await? {
         Ok(detailed) => {
             let mut body = Vec::with_capacity(256);
-            crate::dispatch::push_result_value(&mut body, id, &detailed);
+            crate::wire::push_result_value(&mut body, id, &detailed);
             Some(reply(out, Answer::Json(&body), keep_alive))
         }
         Err(()) => {
@@ -449,7 +449,7 @@ pub(crate) fn serve(
     match answered {
         Ok(result) => {
             let mut body = Vec::with_capacity(256);
-            crate::dispatch::push_result_value(&mut body, id, &result);
+            crate::wire::push_result_value(&mut body, id, &result);
             reply(out, Answer::Json(&body), keep_alive)
         }
         Err(e @ (TaskError::NotFound | TaskError::Misrouted)) => {

@@ -25,7 +25,7 @@ use serde_json::json;
 
 use crate::provider::{CallContext, Caller, LogLevel, ProviderError, Value};
 use crate::trace::TraceParent;
-use crate::wire::Code;
+use crate::wire::{self, Code};
 
 /// How messages reach the upstream. Sending queues; a reader task of the transport hands what
 /// arrives to `Peer::receive` and the end to `Peer::closed`.
@@ -502,10 +502,11 @@ impl Peer {
         let answer = match (object.remove("result"), object.remove("error")) {
             (Some(result), _) => Answer::Result(result),
             (None, Some(error)) => Answer::Error(error),
-            (None, None) => Answer::Error(json!({
-                "code": Code::InternalError.value(),
-                "message": "upstream response without result or error",
-            })),
+            (None, None) => Answer::Error(wire::error_object(
+                Code::InternalError.value(),
+                "upstream response without result or error",
+                None,
+            )),
         };
         pending.slot.fill(answer);
     }
@@ -542,24 +543,21 @@ impl Peer {
     /// A server→client request from the upstream (sampling, elicitation, roots, ping).
     fn upstream_request(self: &Rc<Self>, method: String, id: Value, params: Value) {
         if method == "ping" {
-            let _ = self.send(&json!({ "jsonrpc": "2.0", "id": id, "result": {} }));
+            let _ = self.send(&wire::response_object(id, Ok(json!({}))));
             return;
         }
         let call = self.newest_call();
         let peer = Rc::downgrade(self);
         let Some(call) = call.filter(|_| is_plain_method(&method)) else {
             let message = "no client request is running to carry this request";
-            let error = json!({ "code": Code::InternalError.value(), "message": message });
-            let _ = self.send(&json!({ "jsonrpc": "2.0", "id": id, "error": error }));
+            let error = wire::error_object(Code::InternalError.value(), message, None);
+            let _ = self.send(&wire::response_object(id, Err(error)));
             return;
         };
         monoio::spawn(async move {
             let outcome = call.request(&method, params).await;
             let Some(peer) = peer.upgrade() else { return };
-            let reply = match outcome {
-                Ok(result) => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
-                Err(e) => json!({ "jsonrpc": "2.0", "id": id, "error": client_error(&e) }),
-            };
+            let reply = wire::response_object(id, outcome.map_err(|e| client_error(&e)));
             let _ = peer.send(&reply);
         });
     }
@@ -667,11 +665,12 @@ fn relay_error(error: Value) -> ProviderError {
 /// The JSON-RPC error object that answers the upstream when the client could not.
 fn client_error(e: &ProviderError) -> Value {
     match e {
-        ProviderError::ClientError { code, message } => json!({ "code": code, "message": message }),
+        ProviderError::ClientError { code, message } => wire::error_object(*code, message, None),
+        // `data` goes as is, `null` included.
         ProviderError::Rpc { code, message, data } => {
-            json!({ "code": code, "message": message, "data": data })
+            wire::error_object(*code, message, Some(data.clone().unwrap_or_default()))
         }
-        other => json!({ "code": Code::InternalError.value(), "message": other.to_string() }),
+        other => wire::error_object(Code::InternalError.value(), &other.to_string(), None),
     }
 }
 

@@ -1,16 +1,20 @@
 //! Every answer the endpoint gives, as a value rendered to bytes in one place: the JSON-RPC
 //! error codes (`Code`), the refusals and their HTTP statuses (`Refusal`, one exhaustive map),
 //! and `Answer`, whose `render` writes status line, headers and body. Also the JSON-RPC
-//! envelope (`jsonrpc`), SSE framing (`sse`), the CORS lines of a shared answer (`cors`), and
+//! envelope (`jsonrpc`), every error body (`error`) and a result value's body (`result`),
+//! which the protocol paths call instead of writing JSON-RPC by hand, SSE framing (`sse`), the CORS lines of a shared answer (`cors`), and
 //! the 2026-07-28 headers that mirror a body (`param_headers`: `x-mcp-header`, the base64 form).
 //!
 //! Called by: the endpoint and the protocol paths, which decide *what* to answer; this module
 //! decides only *how it looks on the wire*. Never: decides anything about MCP or sessions.
 
+pub(crate) mod code;
 pub(crate) mod cors;
+pub(crate) mod error;
 pub(crate) mod jsonrpc;
 pub(crate) mod notification;
 pub(crate) mod param_headers;
+pub(crate) mod result;
 pub(crate) mod revision;
 pub(crate) mod sse;
 
@@ -20,78 +24,25 @@ use jsonrpc::RawId;
 
 use crate::logging::{limited, Culprit, Kind};
 
+pub(crate) use code::Code;
+pub(crate) use error::{error_object, push_batch_conflict, push_error_value, push_events_lost};
+pub(crate) use error::{owed_streams_data, push_rate_limited, OwedStream};
+pub(crate) use error::{push_error_response, push_outcome_unknown, push_oversize_error};
+pub(crate) use result::{push_result_value, response_object};
 pub use revision::LEGACY_VERSIONS;
 
 /// A decoded request value (simd-json's, internal: the provider API gets `provider::Value`).
 pub(crate) type WireValue = simd_json::OwnedValue;
 
-/// Every JSON-RPC error code the server sends (JSON-RPC 2.0's own, MCP's, and CONTRACT §6's).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Code {
-    /// -32700: the body is not JSON.
-    ParseError,
-    /// -32600: JSON, but not a request this endpoint accepts.
-    InvalidRequest,
-    /// -32601: no such method.
-    MethodNotFound,
-    /// -32602: bad params, or an unknown tool, prompt or resource.
-    InvalidParams,
-    /// -32603: our failure (or the provider's).
-    InternalError,
-    /// -31001: the request's stream is still owed (CONTRACT §4 step 2).
-    StreamOwed,
-    /// -31002: request id reused for a completed, non-idempotent request (step 3).
-    RequestIdReused,
-    /// -31003: events after the resume cursor were evicted.
-    EventsLost,
-    /// -31004: held too long while the session owes a stream (step 4).
-    HeldTooLong,
-    /// -31005: Idempotency-Key reused with other method or params (step 1).
-    KeyReused,
-    /// -31006: outcome unknown: the node running the call stopped before its result reached the
-    /// durable store (`--durable`; `data: {node, lastEventId}`). The call is never run again.
-    OutcomeUnknown,
-    /// -31007: over a `--rate-limit` (429 + `Retry-After`; `data: {scope, retryAfterMs}`).
-    RateLimited,
-    /// -32020: MCP 2026-07-28 `HeaderMismatch`: a required header is missing or disagrees with
-    /// the body (`MCP-Protocol-Version` vs `_meta`, `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`).
-    HeaderMismatch,
-    /// -32021: MCP 2026-07-28 `MissingRequiredClientCapability`: the request needs a capability
-    /// its `_meta` did not declare.
-    MissingCapability,
-    /// -32022: MCP 2026-07-28 `UnsupportedProtocolVersionError`.
-    UnsupportedProtocolVersion,
-}
-
-impl Code {
-    /// The number on the wire.
-    pub(crate) const fn value(self) -> i64 {
-        match self {
-            Code::ParseError => -32700,
-            Code::InvalidRequest => -32600,
-            Code::MethodNotFound => -32601,
-            Code::InvalidParams => -32602,
-            Code::InternalError => -32603,
-            Code::StreamOwed => -31001,
-            Code::RequestIdReused => -31002,
-            Code::EventsLost => -31003,
-            Code::HeldTooLong => -31004,
-            Code::KeyReused => -31005,
-            Code::OutcomeUnknown => -31006,
-            Code::RateLimited => -31007,
-            Code::HeaderMismatch => -32020,
-            Code::MissingCapability => -32021,
-            Code::UnsupportedProtocolVersion => -32022,
-        }
-    }
-}
-
-/// Every HTTP status a JSON-RPC answer (or an admin answer) goes out with, named: `Answer::JsonStatus` takes one of
-/// these, never a number, so what the server answers is listed here and nowhere else.
+/// Every HTTP status the server answers with (a JSON-RPC answer, a refusal, an admin answer),
+/// named: `Answer` and `Refusal` take one of these, never a number, so what the server answers
+/// is listed here and nowhere else.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Status {
     /// 200: the request was served (its JSON-RPC result or error is the body).
     Ok,
+    /// 202: a notification or a client's response taken (no body).
+    Accepted,
     /// 204: a CORS preflight admitted (no body).
     NoContent,
     /// 400: the peer's request is malformed or fails a 2026-07-28 check.
@@ -104,13 +55,28 @@ pub(crate) enum Status {
     NotFound,
     /// 405: the method is not served there (the admin listener: GET only).
     MethodNotAllowed,
+    /// 406: the Accept header lacks what the answer needs.
+    NotAcceptable,
+    /// 408: the request head did not arrive in time.
+    RequestTimeout,
     /// 409: a retry whose outcome is not there yet, or a stream still owed (CONTRACT §4, §5).
     Conflict,
-    /// 429: over a `--rate-limit` (with `Retry-After`).
+    /// 411: a POST without Content-Length.
+    LengthRequired,
+    /// 413: a body over `--max-body-bytes`.
+    ContentTooLarge,
+    /// 415: a POST that is not `application/json`.
+    UnsupportedMediaType,
+    /// 422: an Idempotency-Key reused with another call (CONTRACT §4 step 1).
+    UnprocessableContent,
+    /// 429: over a `--rate-limit`, a stream or keyed-call limit (with `Retry-After`).
     TooManyRequests,
-    /// 431: a request head too large (the admin listener).
+    /// 431: a request head too large.
     HeaderFieldsTooLarge,
-    /// 503: not now (the admin listener: too many connections, or `/readyz` while draining).
+    /// 500: our bug (a request handed on twice).
+    InternalServerError,
+    /// 503: not now (a full core, a drain, a down dependency; the admin listener: too many
+    /// connections, or `/readyz` while draining).
     ServiceUnavailable,
 }
 
@@ -119,15 +85,23 @@ impl Status {
     pub(crate) const fn code(self) -> u16 {
         match self {
             Status::Ok => 200,
+            Status::Accepted => 202,
             Status::NoContent => 204,
             Status::BadRequest => 400,
             Status::Unauthorized => 401,
             Status::Forbidden => 403,
             Status::NotFound => 404,
-            Status::Conflict => 409,
             Status::MethodNotAllowed => 405,
+            Status::NotAcceptable => 406,
+            Status::RequestTimeout => 408,
+            Status::Conflict => 409,
+            Status::LengthRequired => 411,
+            Status::ContentTooLarge => 413,
+            Status::UnsupportedMediaType => 415,
+            Status::UnprocessableContent => 422,
             Status::TooManyRequests => 429,
             Status::HeaderFieldsTooLarge => 431,
+            Status::InternalServerError => 500,
             Status::ServiceUnavailable => 503,
         }
     }
@@ -224,61 +198,89 @@ pub(crate) enum Refusal {
 }
 
 impl Refusal {
-    /// Whose fault the refusal is (each variant's doc; the log's `culprit`).
+    /// Whose fault the refusal is (each variant's doc; the log's `culprit`). Exhaustive, no
+    /// wildcard: a new variant must say who is to blame.
     pub(crate) fn culprit(self) -> Culprit {
         match self {
+            Refusal::NotFoundPath
+            | Refusal::Forbidden
+            | Refusal::UnsupportedMediaType
+            | Refusal::NotAcceptable
+            | Refusal::LengthRequired
+            | Refusal::BodyTooLarge
+            | Refusal::ParseError
+            | Refusal::InvalidRequest
+            | Refusal::SessionRequired
+            | Refusal::SessionNotFound
+            | Refusal::MisroutedSession
+            | Refusal::BadProtocolVersion
+            | Refusal::AlreadyInitialized
+            | Refusal::LastEventIdOnPost
+            | Refusal::BadLastEventId
+            | Refusal::MethodNotAllowed
+            | Refusal::HeaderTooLarge
+            | Refusal::HeadTimeout
+            | Refusal::TooManyStreams
+            | Refusal::MalformedHead
+            | Refusal::BadContentLength
+            | Refusal::BadHost
+            | Refusal::ConflictingHeader
+            | Refusal::ConflictingMcpHeader
+            | Refusal::BadIdempotencyKey
+            | Refusal::KeyedCallShare => Culprit::Peer,
             Refusal::TooManySessions
             | Refusal::Unavailable
             | Refusal::Draining
             | Refusal::BufferBudget
+            | Refusal::UpstreamBusy
             | Refusal::HandedTwice
             | Refusal::KeyTableFull
             | Refusal::KeyBytesFull
             | Refusal::ShuttingDown => Culprit::Us,
-            Refusal::UpstreamBusy => Culprit::Us,
             Refusal::OutOfDescriptors => Culprit::Os,
-            _ => Culprit::Peer,
         }
     }
 
     /// HTTP status and JSON-RPC code. Exhaustive: a new variant must be mapped here.
-    pub(crate) fn status_and_code(self) -> (u16, Code) {
+    pub(crate) fn status_and_code(self) -> (Status, Code) {
         match self {
-            Refusal::NotFoundPath => (404, Code::InvalidRequest),
-            Refusal::Forbidden => (403, Code::InvalidRequest),
-            Refusal::UnsupportedMediaType => (415, Code::InvalidRequest),
-            Refusal::NotAcceptable => (406, Code::InvalidRequest),
-            Refusal::LengthRequired => (411, Code::InvalidRequest),
-            Refusal::BodyTooLarge => (413, Code::InvalidRequest),
-            Refusal::ParseError => (400, Code::ParseError),
-            Refusal::InvalidRequest => (400, Code::InvalidRequest),
-            Refusal::SessionRequired => (400, Code::InvalidRequest),
-            Refusal::SessionNotFound => (404, Code::InvalidRequest),
-            Refusal::MisroutedSession => (404, Code::InvalidRequest),
-            Refusal::BadProtocolVersion => (400, Code::InvalidRequest),
-            Refusal::AlreadyInitialized => (400, Code::InvalidRequest),
-            Refusal::LastEventIdOnPost => (400, Code::InvalidRequest),
-            Refusal::BadLastEventId => (400, Code::InvalidRequest),
-            Refusal::MethodNotAllowed => (405, Code::InvalidRequest),
-            Refusal::HeaderTooLarge => (431, Code::InvalidRequest),
-            Refusal::HeadTimeout => (408, Code::InvalidRequest),
-            Refusal::TooManySessions => (503, Code::InternalError),
-            Refusal::TooManyStreams => (429, Code::InternalError),
-            Refusal::Unavailable => (503, Code::InternalError),
-            Refusal::MalformedHead => (400, Code::InvalidRequest),
-            Refusal::BadContentLength => (400, Code::InvalidRequest),
-            Refusal::BadHost => (400, Code::InvalidRequest),
-            Refusal::ConflictingHeader => (400, Code::InvalidRequest),
-            Refusal::ConflictingMcpHeader => (400, Code::HeaderMismatch),
-            Refusal::BadIdempotencyKey => (400, Code::InvalidRequest),
-            Refusal::Draining => (503, Code::InternalError),
-            Refusal::ShuttingDown => (503, Code::InternalError),
-            Refusal::OutOfDescriptors => (503, Code::InternalError),
-            Refusal::BufferBudget => (503, Code::InternalError),
-            Refusal::UpstreamBusy => (503, Code::InternalError),
-            Refusal::HandedTwice => (500, Code::InternalError),
-            Refusal::KeyTableFull | Refusal::KeyBytesFull => (503, Code::InternalError),
-            Refusal::KeyedCallShare => (429, Code::InternalError),
+            Refusal::NotFoundPath => (Status::NotFound, Code::InvalidRequest),
+            Refusal::Forbidden => (Status::Forbidden, Code::InvalidRequest),
+            Refusal::UnsupportedMediaType => (Status::UnsupportedMediaType, Code::InvalidRequest),
+            Refusal::NotAcceptable => (Status::NotAcceptable, Code::InvalidRequest),
+            Refusal::LengthRequired => (Status::LengthRequired, Code::InvalidRequest),
+            Refusal::BodyTooLarge => (Status::ContentTooLarge, Code::InvalidRequest),
+            Refusal::ParseError => (Status::BadRequest, Code::ParseError),
+            Refusal::InvalidRequest => (Status::BadRequest, Code::InvalidRequest),
+            Refusal::SessionRequired => (Status::BadRequest, Code::InvalidRequest),
+            Refusal::SessionNotFound => (Status::NotFound, Code::InvalidRequest),
+            Refusal::MisroutedSession => (Status::NotFound, Code::InvalidRequest),
+            Refusal::BadProtocolVersion => (Status::BadRequest, Code::InvalidRequest),
+            Refusal::AlreadyInitialized => (Status::BadRequest, Code::InvalidRequest),
+            Refusal::LastEventIdOnPost => (Status::BadRequest, Code::InvalidRequest),
+            Refusal::BadLastEventId => (Status::BadRequest, Code::InvalidRequest),
+            Refusal::MethodNotAllowed => (Status::MethodNotAllowed, Code::InvalidRequest),
+            Refusal::HeaderTooLarge => (Status::HeaderFieldsTooLarge, Code::InvalidRequest),
+            Refusal::HeadTimeout => (Status::RequestTimeout, Code::InvalidRequest),
+            Refusal::TooManySessions => (Status::ServiceUnavailable, Code::InternalError),
+            Refusal::TooManyStreams => (Status::TooManyRequests, Code::InternalError),
+            Refusal::Unavailable => (Status::ServiceUnavailable, Code::InternalError),
+            Refusal::MalformedHead => (Status::BadRequest, Code::InvalidRequest),
+            Refusal::BadContentLength => (Status::BadRequest, Code::InvalidRequest),
+            Refusal::BadHost => (Status::BadRequest, Code::InvalidRequest),
+            Refusal::ConflictingHeader => (Status::BadRequest, Code::InvalidRequest),
+            Refusal::ConflictingMcpHeader => (Status::BadRequest, Code::HeaderMismatch),
+            Refusal::BadIdempotencyKey => (Status::BadRequest, Code::InvalidRequest),
+            Refusal::Draining => (Status::ServiceUnavailable, Code::InternalError),
+            Refusal::ShuttingDown => (Status::ServiceUnavailable, Code::InternalError),
+            Refusal::OutOfDescriptors => (Status::ServiceUnavailable, Code::InternalError),
+            Refusal::BufferBudget => (Status::ServiceUnavailable, Code::InternalError),
+            Refusal::UpstreamBusy => (Status::ServiceUnavailable, Code::InternalError),
+            Refusal::HandedTwice => (Status::InternalServerError, Code::InternalError),
+            Refusal::KeyTableFull | Refusal::KeyBytesFull => {
+                (Status::ServiceUnavailable, Code::InternalError)
+            }
+            Refusal::KeyedCallShare => (Status::TooManyRequests, Code::InternalError),
         }
     }
 
@@ -386,6 +388,16 @@ pub(crate) enum Answer<'a> {
     Refused { refusal: Refusal, id: Option<&'a RawId> },
     /// 200 `application/json`: a JSON-RPC response (or a batch's array of them).
     Json(&'a [u8]),
+    /// `application/json`: a JSON-RPC error with one of our codes as the whole answer, with
+    /// the request's id when known; `status` is 200 for a method's own error, or a 2026-07-28
+    /// error's own (400 for `_meta` errors, 404 for -32601); `data` is JSON.
+    Error {
+        status: Status,
+        id: Option<&'a RawId>,
+        code: Code,
+        message: &'a str,
+        data: Option<&'a str>,
+    },
     /// `application/json` with another status: a 2026-07-28 answer whose JSON-RPC error has an
     /// HTTP status of its own (400 for -32602 `_meta` errors, -32020, -32021, -32022; 404 for
     /// -32601).
@@ -454,51 +466,48 @@ impl Answer<'_> {
     pub(crate) fn render(&self, out: &mut Vec<u8>, keep_alive: bool) {
         match *self {
             Answer::Refused { refusal, id } => refuse(out, refusal, id, keep_alive),
-            Answer::Json(body) => json(out, 200, &[], body, keep_alive),
-            Answer::JsonStatus { status, body } => json(out, status.code(), &[], body, keep_alive),
-            Answer::Initialized { body, session_id } => {
-                json(out, 200, &[("Mcp-Session-Id", session_id)], body, keep_alive)
+            Answer::Json(body) => json(out, Status::Ok, &[], body, keep_alive),
+            Answer::JsonStatus { status, body } => json(out, status, &[], body, keep_alive),
+            Answer::Error { status, id, code, message, data } => {
+                let mut body = Vec::with_capacity(96 + message.len() + data.map_or(0, str::len));
+                push_error_response(&mut body, id, code, message, data);
+                json(out, status, &[], &body, keep_alive);
             }
-            Answer::Accepted => empty(out, 202, keep_alive),
-            Answer::Deleted => empty(out, 200, keep_alive),
+            Answer::Initialized { body, session_id } => {
+                json(out, Status::Ok, &[("Mcp-Session-Id", session_id)], body, keep_alive)
+            }
+            Answer::Accepted => empty(out, Status::Accepted, keep_alive),
+            Answer::Deleted => empty(out, Status::Ok, keep_alive),
             Answer::HeadNotAllowed => head_not_allowed(out, keep_alive),
             Answer::SseHead => sse_head(out, true),
             Answer::SseHeadStateless => sse_head(out, false),
             Answer::Conflict { id, code, data, hint } => {
                 let mut body = Vec::with_capacity(128 + data.len());
-                jsonrpc::push_error(
-                    &mut body,
-                    Some(id),
-                    code.value(),
-                    conflict_message(code),
-                    Some(data),
-                );
+                error::push_conflict(&mut body, id, code, data);
                 let resumable: (&str, &[u8]) = ("Mcp-Stream-Resumable", b"true");
                 match hint {
                     Some(hint) => {
-                        json(out, 409, &[resumable, ("Last-Event-ID", hint)], &body, keep_alive)
+                        let headers = [resumable, ("Last-Event-ID", hint)];
+                        json(out, Status::Conflict, &headers, &body, keep_alive)
                     }
-                    None => json(out, 409, &[resumable], &body, keep_alive),
+                    None => json(out, Status::Conflict, &[resumable], &body, keep_alive),
                 }
             }
             Answer::KeyReused { id } => {
                 let mut body = Vec::with_capacity(128);
-                let message = "Idempotency-Key already used with other method or params";
-                jsonrpc::push_error(&mut body, Some(id), Code::KeyReused.value(), message, None);
-                json(out, 422, &[], &body, keep_alive);
+                error::push_key_reused(&mut body, id);
+                json(out, Status::UnprocessableContent, &[], &body, keep_alive);
             }
             Answer::StillRunning { id } => {
                 let mut body = Vec::with_capacity(160);
-                let message = "the call with this Idempotency-Key is still running: retry later";
-                let data = Some(r#"{"inFlight":true}"#);
-                push_error_response(&mut body, Some(id), Code::HeldTooLong, message, data);
-                json(out, Status::Conflict.code(), &[], &body, keep_alive);
+                error::push_still_running(&mut body, id);
+                json(out, Status::Conflict, &[], &body, keep_alive);
             }
             Answer::Challenge { status, challenge, id, message } => {
                 let mut body = Vec::with_capacity(96 + message.len());
                 push_error_response(&mut body, id, Code::InvalidRequest, message, None);
                 let headers: [(&str, &[u8]); 1] = [("WWW-Authenticate", challenge.as_bytes())];
-                json(out, status.code(), &headers, &body, keep_alive);
+                json(out, status, &headers, &body, keep_alive);
             }
             Answer::RateLimited { id, scope, retry_after_secs, retry_after_ms, table_full } => {
                 let mut body = Vec::with_capacity(160 + scope.len());
@@ -506,7 +515,7 @@ impl Answer<'_> {
                 let mut seconds = Vec::with_capacity(20);
                 push_decimal(&mut seconds, retry_after_secs);
                 let headers: [(&str, &[u8]); 1] = [("Retry-After", &seconds)];
-                json(out, Status::TooManyRequests.code(), &headers, &body, keep_alive);
+                json(out, Status::TooManyRequests, &headers, &body, keep_alive);
             }
             Answer::Down { id, message, data, retry_after_secs } => {
                 let mut body = Vec::with_capacity(96 + message.len() + data.map_or(0, str::len));
@@ -514,116 +523,15 @@ impl Answer<'_> {
                 let mut seconds = Vec::with_capacity(20);
                 push_decimal(&mut seconds, retry_after_secs);
                 let headers: [(&str, &[u8]); 1] = [("Retry-After", &seconds)];
-                json(out, Status::ServiceUnavailable.code(), &headers, &body, keep_alive);
+                json(out, Status::ServiceUnavailable, &headers, &body, keep_alive);
             }
             Answer::UnsupportedVersion { id, requested, supported } => {
-                let data = serde_json::json!({ "supported": supported, "requested": requested });
                 let mut body = Vec::with_capacity(160);
-                jsonrpc::push_error(
-                    &mut body,
-                    Some(id),
-                    Code::UnsupportedProtocolVersion.value(),
-                    "unsupported protocol version",
-                    Some(&data.to_string()),
-                );
-                json(out, 400, &[], &body, keep_alive);
+                error::push_unsupported_version(&mut body, id, requested, supported);
+                json(out, Status::BadRequest, &[], &body, keep_alive);
             }
         }
     }
-}
-
-/// The message of a 409, by its code.
-fn conflict_message(code: Code) -> &'static str {
-    match code {
-        Code::StreamOwed => {
-            "this request's stream is still owed: resume it with GET + Last-Event-ID instead of re-POSTing"
-        }
-        Code::RequestIdReused => {
-            "request id already used in this session: fetch the original answer with GET + Last-Event-ID"
-        }
-        Code::HeldTooLong => {
-            "held too long while the session owes a stream: resume it with GET + Last-Event-ID first"
-        }
-        _ => "conflict",
-    }
-}
-
-/// A JSON-RPC error response with one of our codes.
-pub(crate) fn push_error_response(
-    out: &mut Vec<u8>,
-    id: Option<&RawId>,
-    code: Code,
-    message: &str,
-    data: Option<&str>,
-) {
-    jsonrpc::push_error(out, id, code.value(), message, data);
-}
-
-/// The final response (-31006) of a call whose node stopped before its result reached the
-/// durable store: `node` ran it, `last_event_id` is the last event of its stream the store
-/// holds (`None`: none after its priming event).
-pub(crate) fn push_outcome_unknown(
-    out: &mut Vec<u8>,
-    id: Option<&RawId>,
-    node: u8,
-    last_event_id: Option<&str>,
-) {
-    let data = match last_event_id {
-        Some(event) => format!("{{\"node\":{node},\"lastEventId\":\"{event}\"}}"),
-        None => format!("{{\"node\":{node},\"lastEventId\":null}}"),
-    };
-    jsonrpc::push_error(
-        out,
-        id,
-        Code::OutcomeUnknown.value(),
-        "outcome unknown: the node running this call stopped; it is not run again",
-        Some(&data),
-    );
-}
-
-/// The JSON-RPC error of a request over a `--rate-limit` (-31007), alone or as one element of
-/// a batch's array: `data` names the limit's scope (as configured, JSON-escaped) and the wait.
-pub(crate) fn push_rate_limited(
-    out: &mut Vec<u8>,
-    id: Option<&RawId>,
-    scope: &str,
-    retry_after_ms: u64,
-    table_full: bool,
-) {
-    let mut data = Vec::with_capacity(48 + scope.len());
-    data.extend_from_slice(b"{\"scope\":");
-    data.extend_from_slice(serde_json::Value::from(scope).to_string().as_bytes());
-    data.extend_from_slice(b",\"retryAfterMs\":");
-    push_decimal(&mut data, retry_after_ms);
-    data.push(b'}');
-    let data = String::from_utf8_lossy(&data);
-    let message = if table_full {
-        "rate limited (--rate-limit; this core's bucket table is full, see \
-         --rate-buckets-per-core): retry after Retry-After"
-    } else {
-        "rate limited (--rate-limit): retry after Retry-After"
-    };
-    jsonrpc::push_error(out, id, Code::RateLimited.value(), message, Some(&data));
-}
-
-/// The error that ends a request whose event does not fit the replay ring at all (bigger
-/// than `--replay-bytes`): -32603 naming the flag, with both sizes, so the operator knows
-/// which limit to raise and the client is never left waiting for an event that cannot exist.
-pub(crate) fn push_oversize_error(
-    out: &mut Vec<u8>,
-    id: Option<&RawId>,
-    event_bytes: usize,
-    replay_bytes: usize,
-) {
-    let mut data = Vec::with_capacity(64);
-    data.extend_from_slice(b"{\"eventBytes\":");
-    push_decimal(&mut data, event_bytes as u64);
-    data.extend_from_slice(b",\"replayBytes\":");
-    push_decimal(&mut data, replay_bytes as u64);
-    data.push(b'}');
-    let data = String::from_utf8_lossy(&data);
-    let message = "event larger than the replay buffer (--replay-bytes): raise --replay-bytes";
-    jsonrpc::push_error(out, id, Code::InternalError.value(), message, Some(&data));
 }
 
 /// Writes a whole refusal: status, headers, JSON-RPC error body.
@@ -633,7 +541,7 @@ fn refuse(out: &mut Vec<u8>, r: Refusal, id: Option<&RawId>, keep_alive: bool) {
     limited!(
         Kind::Refusal,
         tracing::Level::DEBUG,
-        status,
+        status = status.code(),
         code = code.value(),
         reason = ?r,
         culprit = r.culprit().as_str(),
@@ -642,7 +550,7 @@ fn refuse(out: &mut Vec<u8>, r: Refusal, id: Option<&RawId>, keep_alive: bool) {
         r.message()
     );
     let mut body = Vec::with_capacity(128);
-    jsonrpc::push_error(&mut body, id, code.value(), r.message(), None);
+    push_error_response(&mut body, id, code, r.message(), None);
     let mut seconds = Vec::new();
     let retry_after: [(&str, &[u8]); 1];
     let headers: &[(&str, &[u8])] = if r == Refusal::MethodNotAllowed {
@@ -658,8 +566,14 @@ fn refuse(out: &mut Vec<u8>, r: Refusal, id: Option<&RawId>, keep_alive: bool) {
 }
 
 /// A complete `application/json` response.
-fn json(out: &mut Vec<u8>, status: u16, headers: &[(&str, &[u8])], body: &[u8], keep_alive: bool) {
-    write_status(out, status);
+fn json(
+    out: &mut Vec<u8>,
+    status: Status,
+    headers: &[(&str, &[u8])],
+    body: &[u8],
+    keep_alive: bool,
+) {
+    write_status(out, status.code());
     out.extend_from_slice(b"Content-Type: application/json\r\nContent-Length: ");
     push_decimal(out, body.len() as u64);
     out.extend_from_slice(b"\r\n");
@@ -674,7 +588,7 @@ fn json(out: &mut Vec<u8>, status: u16, headers: &[(&str, &[u8])], body: &[u8], 
 }
 
 fn head_not_allowed(out: &mut Vec<u8>, keep_alive: bool) {
-    write_status(out, 405);
+    write_status(out, Status::MethodNotAllowed.code());
     out.extend_from_slice(b"Allow: GET, POST, DELETE\r\nContent-Length: 0\r\n");
     if !keep_alive {
         out.extend_from_slice(b"Connection: close\r\n");
@@ -682,8 +596,8 @@ fn head_not_allowed(out: &mut Vec<u8>, keep_alive: bool) {
     out.extend_from_slice(b"\r\n");
 }
 
-fn empty(out: &mut Vec<u8>, status: u16, keep_alive: bool) {
-    write_status(out, status);
+fn empty(out: &mut Vec<u8>, status: Status, keep_alive: bool) {
+    write_status(out, status.code());
     out.extend_from_slice(b"Content-Length: 0\r\n");
     if !keep_alive {
         out.extend_from_slice(b"Connection: close\r\n");
@@ -692,7 +606,7 @@ fn empty(out: &mut Vec<u8>, status: u16, keep_alive: bool) {
 }
 
 fn sse_head(out: &mut Vec<u8>, resumable: bool) {
-    write_status(out, 200);
+    write_status(out, Status::Ok.code());
     out.extend_from_slice(
         b"Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n\
           Transfer-Encoding: chunked\r\nX-Accel-Buffering: no\r\n",

@@ -23,9 +23,9 @@ use super::id::TaskId;
 use super::limits::TaskLimits;
 #[cfg(test)]
 use super::task::Status;
-use super::task::{error_object, Input, Phase, Task};
+use super::task::{Input, Phase, Task};
 use crate::metrics::CoreMetrics;
-use crate::wire::Code;
+use crate::wire::{error_object, Code};
 
 /// What the store shares with the handles of its tasks: the limits, the byte budget, and the
 /// core's counters (limit hits, tasks created).

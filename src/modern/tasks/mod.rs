@@ -52,8 +52,8 @@
 //!   expiry at the end of the retention, and the `tasks/get|update|cancel` operations.
 //! - `handle.rs`: `TaskHandle`, the running side of one task (complete, fail, input requests,
 //!   the cancel signal), the byte budget it draws on, and `drive`, the runner.
-//! - `task.rs`: one task's record and status machine, its wire objects and timestamps, and
-//!   `error_object`.
+//! - `task.rs`: one task's record and status machine, its wire objects and timestamps (a
+//!   failed task's JSON-RPC error object is `wire::error_object`'s).
 //! - `id.rs`: `TaskId`, minted, parsed, naming its owner core.
 //! - `limits.rs`: `TaskLimits`, read from `Config`.
 //! - `error.rs`: `TaskError`.
@@ -77,4 +77,3 @@ pub(crate) use handle::{drive, TaskHandle};
 pub(crate) use id::TaskId;
 pub(crate) use limits::TaskLimits;
 pub(crate) use store::TaskStore;
-pub(crate) use task::error_object;

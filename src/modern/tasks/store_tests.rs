@@ -12,7 +12,8 @@ use serde_json::json;
 
 use super::*;
 use crate::modern::tasks::handle::{drive, json_len};
-use crate::modern::tasks::task::{error_object, Status};
+use crate::modern::tasks::task::Status;
+use crate::wire::error_object;
 
 /// A waker that counts its wakes.
 struct CountingWaker(AtomicUsize);

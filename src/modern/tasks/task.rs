@@ -3,8 +3,8 @@
 //! Owns: `Task` (status, phase, status message, input slots, cancel signal, byte count),
 //! `Status` and `Phase` (`working` ⇄ `input_required` → `completed` | `failed` |
 //! `cancelled`), the input-request keys, the `Task` fields of `CreateTaskResult` and
-//! `DetailedTask` with their `createdAt`/`lastUpdatedAt` timestamps (RFC 3339, via humantime),
-//! and `error_object`, the JSON-RPC error a `failed` task carries.
+//! `DetailedTask` with their `createdAt`/`lastUpdatedAt` timestamps (RFC 3339, via humantime).
+//! The JSON-RPC error a `failed` task carries is built by `wire::error_object`.
 //! Called by: `store` (creation, lookup, `tasks/update`, `tasks/cancel`, deletion) and
 //! `handle` (the running tool's side).
 //! Never: counts bytes or tasks against a limit (the store and handle do), or holds a
@@ -204,17 +204,6 @@ fn input_key(number: u64) -> String {
 
 pub(super) fn parse_input_key(key: &str) -> Option<u64> {
     key.strip_prefix(INPUT_KEY_PREFIX)?.parse().ok()
-}
-
-/// A JSON-RPC error object `{code, message, data?}` (what `failed` tasks carry).
-pub(crate) fn error_object(code: i64, message: &str, data: Option<Value>) -> Value {
-    let mut object = Map::new();
-    object.insert("code".into(), Value::from(code));
-    object.insert("message".into(), Value::from(message));
-    if let Some(data) = data {
-        object.insert("data".into(), data);
-    }
-    Value::Object(object)
 }
 
 fn millis(duration: Duration) -> u64 {

@@ -695,9 +695,9 @@ fn fail_request(link: &Link, id: &Value, failure: Failure) {
         }
     };
     tracing::warn!(upstream = name, ?failure, "upstream request failed");
-    let error = json!({ "code": Code::InternalError.value(), "message": message, "data": data });
+    let error = crate::wire::error_object(Code::InternalError.value(), &message, Some(data));
     if let Some(peer) = link.peer.upgrade() {
-        peer.receive(json!({ "jsonrpc": "2.0", "id": id, "error": error }));
+        peer.receive(crate::wire::response_object(id.clone(), Err(error)));
     }
 }
 
