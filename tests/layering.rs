@@ -369,13 +369,10 @@ const LONG_FUNCTIONS: &[(&str, usize)] = &[
     ("cli.rs::into_config", 170),
     ("config/mod.rs::validate", 147),
     ("durable/store.rs::send", 136),
-    ("http/mod.rs::parse_head", 125),
     ("layers.rs::upstream_tables", 106),
     ("legacy/session/mirror.rs::restore", 102),
     ("modern/mod.rs::serve", 109),
     ("modern/mod.rs::tools_call", 142),
-    ("runtime/conn.rs::serve", 118),
-    ("server/mod.rs::start_workers", 129),
 ];
 
 /// Where `code[open]` (a `{`) closes: the index of its matching `}` (or the end).
