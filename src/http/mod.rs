@@ -190,6 +190,9 @@ fn take_headers(
     Ok(conflict)
 }
 
+/// A kept header's place in the head, and whether it is `single` (`header_slot`).
+type Slot<'h> = (&'h mut Option<Range<usize>>, bool);
+
 /// Where the value of header `name` goes in `head`, and whether it is `single` (one value
 /// only: a second, different one is a conflict); `None` for a header taken here
 /// (`Content-Length`, `Transfer-Encoding`, `Connection`) or not kept.
@@ -198,7 +201,7 @@ fn header_slot<'h>(
     head: &'h mut RequestHead,
     name: &[u8],
     value: &[u8],
-) -> Result<Option<(&'h mut Option<Range<usize>>, bool)>, ParseError> {
+) -> Result<Option<Slot<'h>>, ParseError> {
     let slot = if name.eq_ignore_ascii_case(b"content-length") {
         let n = parse_decimal(value).ok_or(ParseError::BadContentLength)?;
         if head.content_length.is_some_and(|old| old != n) {

@@ -144,10 +144,8 @@ async fn open<'c>(
 /// tracing costs a request.
 #[inline]
 fn span_of(conn: &Conn<'_>, head: &http::RequestHead) -> Option<RefCell<Span>> {
-    match conn.core.cfg.otlp_endpoint {
-        Some(_) => Some(RefCell::new(request_span(&conn.buf[..head.head_len], head))),
-        None => None,
-    }
+    let on = conn.core.cfg.otlp_endpoint.as_ref();
+    on.map(|_| RefCell::new(request_span(&conn.buf[..head.head_len], head)))
 }
 
 /// A handed request that would be handed on again, answered here instead. `endpoint::owner`
