@@ -8,7 +8,7 @@ use std::time::Instant;
 use super::Endpoint;
 
 impl Endpoint {
-    /// One reaper tick at `now`: each era expires what is due (tasks past their time to live;
+    /// One reaper tick at `now`: each era expires what is due (tasks past their retention;
     /// owed streams, settled streams and idle sessions) and samples its gauges.
     pub(crate) fn expire(&self, now: Instant) {
         self.modern.expire(now);

@@ -1,8 +1,8 @@
 //! One core: its monoio runtime (io_uring with the best ring flags the kernel takes, else
 //! epoll), its SO_REUSEPORT listener and accept loop, its hand-off inbox, the reaper (each tick
 //! asks the endpoint to expire what is due, `Endpoint::expire`: idle sessions, owed streams
-//! nobody resumes, settled streams past retention, tasks past their time to live; it reaches
-//! into neither era's state), and its part in a graceful drain (`Lifecycle`, `Drain`).
+//! nobody resumes, settled streams past retention, tasks past theirs; it reaches into neither
+//! era's state), and its part in a graceful drain (`Lifecycle`, `Drain`).
 //!
 //! Its accept loop: `accept` (admission, the accept queue at the drain, running out of file
 //! descriptors). Its connections: `conn` (one socket: read a request, `endpoint::handle`, write or hand over)
