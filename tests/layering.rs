@@ -374,12 +374,9 @@ const FUNCTION_LINES_MAX: usize = 100;
 const LONG_FUNCTIONS: &[(&str, usize)] = &[
     ("cli.rs::into_config", 170),
     ("config/mod.rs::validate", 147),
-    ("http/mod.rs::parse_head", 125),
     ("layers.rs::upstream_tables", 106),
     ("modern/mod.rs::serve", 103),
     ("modern/mod.rs::tools_call", 142),
-    ("runtime/conn.rs::serve", 118),
-    ("server/mod.rs::start_workers", 129),
 ];
 
 /// Where `code[open]` (a `{`) closes: the index of its matching `}` (or the end).

@@ -11,6 +11,7 @@
 //! touches a socket, decodes a body, reads a session, or drives a stream.
 
 pub(crate) mod cors;
+mod expire;
 mod owner;
 
 use std::rc::Rc;

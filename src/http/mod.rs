@@ -126,11 +126,6 @@ pub fn parse_head(
     if req.headers.len() > headers_max {
         return Err(ParseError::TooManyHeaders);
     }
-    let base = buf.as_ptr() as usize;
-    let range_of = |s: &[u8]| -> Range<usize> {
-        let start = s.as_ptr() as usize - base;
-        start..start + s.len()
-    };
     let method = req.method.ok_or(ParseError::Malformed)?;
     let path = req.path.ok_or(ParseError::Malformed)?;
     let version = req.version.ok_or(ParseError::Malformed)?;
@@ -142,87 +137,120 @@ pub fn parse_head(
             "HEAD" => Method::Head,
             _ => Method::Other,
         }),
-        path: range_of(path.as_bytes()),
+        path: range_in(buf, path.as_bytes()),
         head_len,
         keep_alive: version == 1,
         ..RequestHead::default()
     };
+    head.conflict = take_headers(&mut head, buf, req.headers)?;
+    if version == 1 && head.host.is_none() {
+        return Err(ParseError::BadHost);
+    }
+    Ok(Some(head))
+}
+
+/// Where `part` (a slice of `buf`) lies in `buf`.
+#[inline]
+fn range_in(buf: &[u8], part: &[u8]) -> Range<usize> {
+    let start = part.as_ptr() as usize - buf.as_ptr() as usize;
+    start..start + part.len()
+}
+
+/// Takes the headers `parse_head` keeps into `head` (ranges of `buf`); the name of the first
+/// header line that conflicts with an earlier one (`RequestHead::conflict`).
+#[inline]
+fn take_headers(
+    head: &mut RequestHead,
+    buf: &[u8],
+    headers: &[httparse::Header<'_>],
+) -> Result<Option<Range<usize>>, ParseError> {
     let mut conflict = None;
-    for (i, h) in req.headers.iter().enumerate() {
+    for (i, h) in headers.iter().enumerate() {
         let name = h.name.as_bytes();
         let value = trim(h.value);
         // `Mcp-Param-*` (any name): an earlier line of the same name with another value.
         if name.get(..10).is_some_and(|p| p.eq_ignore_ascii_case(b"mcp-param-")) {
             let differs = || {
-                req.headers[..i]
+                headers[..i]
                     .iter()
                     .any(|e| e.name.eq_ignore_ascii_case(h.name) && trim(e.value) != value)
             };
             if conflict.is_none() && differs() {
-                conflict = Some(range_of(name));
+                conflict = Some(range_in(buf, name));
             }
             continue;
         }
-        // `single`: one value only, and a second, different one is a conflict.
-        let (slot, single) = if name.eq_ignore_ascii_case(b"content-length") {
-            let n = parse_decimal(value).ok_or(ParseError::BadContentLength)?;
-            if head.content_length.is_some_and(|old| old != n) {
-                return Err(ParseError::BadContentLength);
-            }
-            head.content_length = Some(n);
-            continue;
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            head.chunked = true;
-            continue;
-        } else if name.eq_ignore_ascii_case(b"connection") {
-            if value.eq_ignore_ascii_case(b"close") {
-                head.keep_alive = false;
-            } else if value.eq_ignore_ascii_case(b"keep-alive") {
-                head.keep_alive = true;
-            }
-            continue;
-        } else if name.eq_ignore_ascii_case(b"content-type") {
-            (&mut head.content_type, false)
-        } else if name.eq_ignore_ascii_case(b"accept") {
-            (&mut head.accept, false)
-        } else if name.eq_ignore_ascii_case(b"mcp-session-id") {
-            (&mut head.session_id, true)
-        } else if name.eq_ignore_ascii_case(b"mcp-protocol-version") {
-            (&mut head.protocol_version, true)
-        } else if name.eq_ignore_ascii_case(b"last-event-id") {
-            (&mut head.last_event_id, true)
-        } else if name.eq_ignore_ascii_case(b"origin") {
-            if head.origin.is_some() {
-                return Err(ParseError::BadHost);
-            }
-            (&mut head.origin, false)
-        } else if name.eq_ignore_ascii_case(b"host") {
-            if head.host.is_some() {
-                return Err(ParseError::BadHost);
-            }
-            (&mut head.host, false)
-        } else if name.eq_ignore_ascii_case(b"idempotency-key") {
-            (&mut head.idempotency_key, true)
-        } else if name.eq_ignore_ascii_case(b"mcp-method") {
-            (&mut head.mcp_method, true)
-        } else if name.eq_ignore_ascii_case(b"mcp-name") {
-            (&mut head.mcp_name, true)
-        } else if name.eq_ignore_ascii_case(b"authorization") {
-            (&mut head.authorization, true)
-        } else {
-            continue;
-        };
+        let Some((slot, single)) = header_slot(head, name, value)? else { continue };
         let differs = slot.as_ref().is_some_and(|old| buf[old.clone()] != *value);
-        *slot = Some(range_of(value));
+        *slot = Some(range_in(buf, value));
         if single && differs && conflict.is_none() {
-            conflict = Some(range_of(name));
+            conflict = Some(range_in(buf, name));
         }
     }
-    head.conflict = conflict;
-    if version == 1 && head.host.is_none() {
-        return Err(ParseError::BadHost);
-    }
-    Ok(Some(head))
+    Ok(conflict)
+}
+
+/// A kept header's place in the head, and whether it is `single` (`header_slot`).
+type Slot<'h> = (&'h mut Option<Range<usize>>, bool);
+
+/// Where the value of header `name` goes in `head`, and whether it is `single` (one value
+/// only: a second, different one is a conflict); `None` for a header taken here
+/// (`Content-Length`, `Transfer-Encoding`, `Connection`) or not kept.
+#[inline]
+fn header_slot<'h>(
+    head: &'h mut RequestHead,
+    name: &[u8],
+    value: &[u8],
+) -> Result<Option<Slot<'h>>, ParseError> {
+    let slot = if name.eq_ignore_ascii_case(b"content-length") {
+        let n = parse_decimal(value).ok_or(ParseError::BadContentLength)?;
+        if head.content_length.is_some_and(|old| old != n) {
+            return Err(ParseError::BadContentLength);
+        }
+        head.content_length = Some(n);
+        return Ok(None);
+    } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+        head.chunked = true;
+        return Ok(None);
+    } else if name.eq_ignore_ascii_case(b"connection") {
+        if value.eq_ignore_ascii_case(b"close") {
+            head.keep_alive = false;
+        } else if value.eq_ignore_ascii_case(b"keep-alive") {
+            head.keep_alive = true;
+        }
+        return Ok(None);
+    } else if name.eq_ignore_ascii_case(b"content-type") {
+        (&mut head.content_type, false)
+    } else if name.eq_ignore_ascii_case(b"accept") {
+        (&mut head.accept, false)
+    } else if name.eq_ignore_ascii_case(b"mcp-session-id") {
+        (&mut head.session_id, true)
+    } else if name.eq_ignore_ascii_case(b"mcp-protocol-version") {
+        (&mut head.protocol_version, true)
+    } else if name.eq_ignore_ascii_case(b"last-event-id") {
+        (&mut head.last_event_id, true)
+    } else if name.eq_ignore_ascii_case(b"origin") {
+        if head.origin.is_some() {
+            return Err(ParseError::BadHost);
+        }
+        (&mut head.origin, false)
+    } else if name.eq_ignore_ascii_case(b"host") {
+        if head.host.is_some() {
+            return Err(ParseError::BadHost);
+        }
+        (&mut head.host, false)
+    } else if name.eq_ignore_ascii_case(b"idempotency-key") {
+        (&mut head.idempotency_key, true)
+    } else if name.eq_ignore_ascii_case(b"mcp-method") {
+        (&mut head.mcp_method, true)
+    } else if name.eq_ignore_ascii_case(b"mcp-name") {
+        (&mut head.mcp_name, true)
+    } else if name.eq_ignore_ascii_case(b"authorization") {
+        (&mut head.authorization, true)
+    } else {
+        return Ok(None);
+    };
+    Ok(Some(slot))
 }
 
 /// The value of header `name` (case-insensitive) in a complete request head, for the rare

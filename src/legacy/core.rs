@@ -1,8 +1,8 @@
 //! The legacy era's state on one core (`LegacyCore`): the shared `crate::core::Core` and what
 //! only the session era keeps per core, the sessions this core owns and their replay rings'
 //! bytes together; and the one place a session ends (`end_session`). Built by
-//! `endpoint::Endpoint::new`; read by `legacy` and by `runtime`'s reaper. Never: touches a
-//! socket, or anything of the modern era.
+//! `endpoint::Endpoint::new`; read by `legacy` (its reaper tick: `expire`, which `runtime`'s
+//! reaper asks through the endpoint). Never: touches a socket, or anything of the modern era.
 
 use std::cell::RefCell;
 use std::rc::Rc;

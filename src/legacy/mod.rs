@@ -15,6 +15,7 @@ mod adopt;
 pub(crate) mod context;
 mod core;
 mod decision;
+mod expire;
 mod list_changed;
 pub(crate) mod migration;
 pub(crate) mod replay;

@@ -20,6 +20,7 @@
 pub(crate) mod call;
 mod core;
 mod durable;
+mod expire;
 pub(crate) mod keyed;
 pub(crate) mod listen;
 pub(crate) mod meta;

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use crate::endpoint::{self, Endpoint, Outcome, Request};
 use crate::http::{self, Method};
 use crate::metrics::RequestLabel;
-use crate::runtime::drain::Admitted;
+use crate::runtime::drain::{Admitted, Drain};
 use crate::runtime::handoff::{self, Inboxes, Moved};
 use crate::runtime::socket::BUFFER_KEEP_BYTES;
 use crate::runtime::socket::{self, read_some, read_some_or, shrink, Conn, ReadEnd, Transport};
@@ -42,25 +42,10 @@ pub(crate) async fn serve(
 ) {
     assert!(hops <= handoff::HOPS_MAX, "a request was handed {hops} times");
     core.metrics.connections_active.inc();
-    let mut conn = Conn {
-        core: &core,
-        drain: admitted.drain(),
-        socket,
-        buf,
-        out: Vec::with_capacity(4096),
-        frames: Vec::with_capacity(4096),
-        auth_cache: Default::default(),
+    let Some(mut conn) = open(&core, admitted.drain(), socket, buf).await else {
+        core.metrics.connections_active.sub(1);
+        return;
     };
-    if conn.socket.handshaking() {
-        let timeout = core.cfg.header_timeout;
-        if !socket::handshake(&mut conn.socket, &mut conn.buf, timeout).await {
-            // Closed, failed (the alert was sent) or too slow: nothing to answer in HTTP.
-            core.metrics.tls_handshakes_failed_total.inc();
-            core.metrics.connections_active.sub(1);
-            return;
-        }
-        core.metrics.tls_handshakes_total.inc();
-    }
     // No request read yet: during a drain such a connection is waited for (its client
     // connected to send one), not closed as an idle keep-alive one.
     let mut first = true;
@@ -69,13 +54,7 @@ pub(crate) async fn serve(
         first = false;
         let started = Instant::now();
         let label = Cell::new(RequestLabel::default());
-        // Off (no --otlp-endpoint): this test is all tracing costs a request.
-        let span = match core.cfg.otlp_endpoint {
-            Some(_) => {
-                Some(RefCell::new(request_span(&conn.buf[..head.head.head_len], &head.head)))
-            }
-            None => None,
-        };
+        let span = span_of(&conn, &head.head);
         let consumed = head.head.head_len + head.body_len;
         let outcome = {
             let (head_bytes, rest) = conn.buf.split_at_mut(head.head.head_len);
@@ -96,14 +75,7 @@ pub(crate) async fn serve(
         };
         match outcome {
             Outcome::HandOff(_) if hops >= handoff::HOPS_MAX => {
-                // `endpoint::owner` is the same function on every core, so this is a bug:
-                // answer now rather than move the request again.
-                debug_assert!(false, "a handed request would be handed on again");
-                core.metrics.handoffs_refused_total.inc();
-                conn.out.clear();
-                let refusal = Answer::Refused { refusal: Refusal::HandedTwice, id: None };
-                refusal.render(&mut conn.out, false);
-                let _ = conn.write().await;
+                refuse_handed_twice(&mut conn).await;
                 break;
             }
             Outcome::HandOff(target) => {
@@ -114,30 +86,18 @@ pub(crate) async fn serve(
             }
             Outcome::Reply { keep_alive } => {
                 hops = 0;
-                release_request(&mut conn.buf, consumed);
-                if let Some(span) = &span {
-                    note_answer(&mut span.borrow_mut(), &conn.out);
-                }
+                answered(&mut conn, consumed, span.as_ref());
                 let written = conn.write().await;
-                core.metrics.hist.request(label.get(), started);
-                if let Some(span) = span {
-                    span.into_inner().finish();
-                }
+                settle(&core, &label, started, span);
                 if !written || !keep_alive {
                     break;
                 }
             }
             Outcome::Stream(s) => {
                 hops = 0;
-                release_request(&mut conn.buf, consumed);
-                if let Some(span) = &span {
-                    note_answer(&mut span.borrow_mut(), &conn.out);
-                }
+                answered(&mut conn, consumed, span.as_ref());
                 let reusable = stream::drive_stream(&mut conn, s, started).await;
-                core.metrics.hist.request(label.get(), started);
-                if let Some(span) = span {
-                    span.into_inner().finish();
-                }
+                settle(&core, &label, started, span);
                 conn.shrink_buffers();
                 if !reusable || !head.head.keep_alive {
                     break;
@@ -149,6 +109,80 @@ pub(crate) async fn serve(
     conn.socket.close_notify(LINGER).await;
     // `conn` (its socket) and then `admitted` drop here, in that order.
     core.metrics.connections_active.sub(1);
+}
+
+/// A connection's state over `socket`, once its TLS handshake (none on a plain or a handed
+/// connection) ended within `--header-timeout-ms`. `None`: closed, failed (the alert was
+/// sent) or too slow: nothing to answer in HTTP.
+async fn open<'c>(
+    core: &'c Endpoint,
+    drain: &'c Drain,
+    socket: Transport,
+    buf: Vec<u8>,
+) -> Option<Conn<'c>> {
+    let mut conn = Conn {
+        core,
+        drain,
+        socket,
+        buf,
+        out: Vec::with_capacity(4096),
+        frames: Vec::with_capacity(4096),
+        auth_cache: Default::default(),
+    };
+    if conn.socket.handshaking() {
+        let timeout = core.cfg.header_timeout;
+        if !socket::handshake(&mut conn.socket, &mut conn.buf, timeout).await {
+            core.metrics.tls_handshakes_failed_total.inc();
+            return None;
+        }
+        core.metrics.tls_handshakes_total.inc();
+    }
+    Some(conn)
+}
+
+/// The request's SERVER span when tracing is on (`--otlp-endpoint`). Off, this test is all
+/// tracing costs a request.
+#[inline]
+fn span_of(conn: &Conn<'_>, head: &http::RequestHead) -> Option<RefCell<Span>> {
+    let on = conn.core.cfg.otlp_endpoint.as_ref();
+    on.map(|_| RefCell::new(request_span(&conn.buf[..head.head_len], head)))
+}
+
+/// A handed request that would be handed on again, answered here instead. `endpoint::owner`
+/// is the same function on every core, so this is a bug: answer now rather than move the
+/// request again.
+async fn refuse_handed_twice(conn: &mut Conn<'_>) {
+    debug_assert!(false, "a handed request would be handed on again");
+    conn.core.metrics.handoffs_refused_total.inc();
+    conn.out.clear();
+    let refusal = Answer::Refused { refusal: Refusal::HandedTwice, id: None };
+    refusal.render(&mut conn.out, false);
+    let _ = conn.write().await;
+}
+
+/// The request's answer is in `conn.out`: its bytes (`consumed`) leave the read buffer, and
+/// its span notes the answer.
+#[inline]
+fn answered(conn: &mut Conn<'_>, consumed: usize, span: Option<&RefCell<Span>>) {
+    release_request(&mut conn.buf, consumed);
+    if let Some(span) = span {
+        note_answer(&mut span.borrow_mut(), &conn.out);
+    }
+}
+
+/// The request is written (or its stream ended): its duration is counted under its label and
+/// its span ends.
+#[inline]
+fn settle(
+    core: &Endpoint,
+    label: &Cell<RequestLabel>,
+    started: Instant,
+    span: Option<RefCell<Span>>,
+) {
+    core.metrics.hist.request(label.get(), started);
+    if let Some(span) = span {
+        span.into_inner().finish();
+    }
 }
 
 /// The SERVER span of a request (tracing on): the child of the client's `traceparent`, named

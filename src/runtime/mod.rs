@@ -1,7 +1,8 @@
 //! One core: its monoio runtime (io_uring with the best ring flags the kernel takes, else
-//! epoll), its SO_REUSEPORT listener and accept loop, its hand-off inbox, its sessions, the
-//! reaper that expires idle sessions, abandons owed streams nobody resumes and forgets settled
-//! streams past retention, and its part in a graceful drain (`Lifecycle`, `Drain`).
+//! epoll), its SO_REUSEPORT listener and accept loop, its hand-off inbox, the reaper (each tick
+//! asks the endpoint to expire what is due, `Endpoint::expire`: idle sessions, owed streams
+//! nobody resumes, settled streams past retention, tasks past theirs; it reaches into neither
+//! era's state), and its part in a graceful drain (`Lifecycle`, `Drain`).
 //!
 //! Its accept loop: `accept` (admission, the accept queue at the drain, running out of file
 //! descriptors). Its connections: `conn` (one socket: read a request, `endpoint::handle`, write or hand over)
@@ -42,8 +43,6 @@ use crate::config::{self, Config, DriverChoice};
 use crate::core::Core;
 use crate::dispatch::Registry;
 use crate::endpoint::Endpoint;
-use crate::legacy::session::StreamKind;
-use crate::legacy::{end_session, SessionEnd};
 use crate::metrics::CoreMetrics;
 use crate::provider::Provider;
 use crate::runtime::handoff::Inboxes;
@@ -281,22 +280,12 @@ async fn drain_core(core: &Rc<Endpoint>, drain: &Drain, life: &Lifecycle) {
     tracing::info!(core = index, cut = drain.open.get(), "drained");
 }
 
-/// No call runs on this core (a legacy request stream, a 2026-07-28 keyed call whose client
-/// dropped, a working task) and no connection is mid-request or writing a request stream.
-/// Owed streams and tasks waiting for input are not waited for: their clients cannot reconnect
-/// to a draining server.
+/// No call runs on this core (`Endpoint::is_quiet`: a legacy request stream, a 2026-07-28
+/// keyed call whose client dropped, a working task) and no connection is mid-request or
+/// writing a request stream. Owed streams and tasks waiting for input are not waited for:
+/// their clients cannot reconnect to a draining server.
 fn is_quiet(core: &Endpoint, drain: &Drain) -> bool {
-    if !drain.connections_quiet() {
-        return false;
-    }
-    if core.modern.keys.borrow().any_running() || core.modern.tasks.any_working() {
-        return false;
-    }
-    let sessions = core.legacy.sessions.borrow().all();
-    let running = sessions.iter().any(|rc| {
-        rc.borrow().streams().any(|st| st.kind == StreamKind::Request && st.is_running())
-    });
-    !running
+    drain.connections_quiet() && core.is_quiet()
 }
 
 /// Adopts connections other cores moved here because their request belongs to this core.
@@ -324,56 +313,13 @@ async fn drain_inbox(core: Rc<Endpoint>, drain: Rc<Drain>, inboxes: Inboxes) {
     }
 }
 
-/// Periodic housekeeping; off the request path. Samples the gauges that are cheaper to count
-/// here than to keep on every change (`tidemark_streams_live`, `_owed`, `_ring_bytes`,
-/// `_tasks_active`): at most `REAP_INTERVAL` old.
+/// Periodic housekeeping; off the request path. Each tick asks the endpoint to expire what
+/// is due and sample the gauges that are cheaper to count here than to keep on every change
+/// (`tidemark_streams_live`, `_owed`, `_ring_bytes`, `_tasks_active`): at most
+/// `REAP_INTERVAL` old.
 async fn reap(core: Rc<Endpoint>) {
     loop {
         monoio::time::sleep(REAP_INTERVAL).await;
-        let now = Instant::now();
-        core.modern.tasks.expire(now);
-        let sessions = core.legacy.sessions.borrow().all();
-        let (mut live, mut owed, mut not_durable) = (0u64, 0u64, 0u64);
-        for rc in sessions {
-            let mut s = rc.borrow_mut();
-            for st in s.streams().filter(|st| st.kind == StreamKind::Request) {
-                live += u64::from(st.is_attached());
-                owed += u64::from(st.is_owed());
-            }
-            let (abandoned, expired) =
-                s.overdue(now, core.cfg.owed_timeout, core.cfg.stream_retention);
-            for k in abandoned {
-                crate::logging::limited!(
-                    crate::logging::Kind::Loss,
-                    tracing::Level::WARN,
-                    session = %s.id.to_header(),
-                    stream = k.0,
-                    core = s.id.core,
-                    node = s.id.node,
-                    culprit = "peer",
-                    reason = "not resumed within --owed-timeout-secs",
-                    "owed stream abandoned"
-                );
-                s.drop_stream(k);
-                core.metrics.owed_abandoned_total.inc();
-            }
-            for k in expired {
-                s.remove_stream(k);
-            }
-            if s.is_observed() && !s.mirror_catch_up() {
-                not_durable += 1;
-            }
-            if s.is_expired(now, core.cfg.session_idle) {
-                let id = s.id;
-                drop(s);
-                end_session(&core.legacy, &id, SessionEnd::Expired);
-            }
-        }
-        let m = &core.metrics;
-        m.streams_live.set(live);
-        m.streams_owed.set(owed);
-        m.durable_sessions_not_durable.set(not_durable);
-        m.ring_bytes.set(core.legacy.buffered_bytes.get() as u64);
-        m.tasks_active.set(core.modern.tasks.len() as u64);
+        core.expire(Instant::now());
     }
 }

@@ -469,13 +469,7 @@ fn start_workers(
         Some(files) => Some(Arc::new(Tls::load(files, cfg.threads).map_err(ServerError::Tls)?)),
         None => None,
     };
-    refuse_shared_port(cfg.listen)?;
-    let first = reuseport_listener(cfg.listen)?;
-    let bound = first.local_addr().map_err(io("local address"))?;
-    let mut listeners = vec![first];
-    for _ in 1..cfg.threads {
-        listeners.push(reuseport_listener(bound)?);
-    }
+    let (listeners, bound) = bind_listeners(cfg)?;
     // The workers' config names the bound address (port 0 resolved), so whatever reads
     // `cfg.listen` sees the address really listened on. (The endpoint's Host rule reads only
     // whether it is loopback: a Host's port is not compared with it, for port forwarders.)
@@ -483,11 +477,7 @@ fn start_workers(
     let inboxes = Arc::new(
         (0..cfg.threads).map(|_| Inbox::new(config::HANDOFF_INBOX_MAX)).collect::<Vec<_>>(),
     );
-    let metrics: Vec<Arc<CoreMetrics>> =
-        (0..cfg.threads).map(|_| Arc::new(CoreMetrics::default())).collect();
-    for core in &metrics {
-        core.hist.name_upstreams(upstream_names.names());
-    }
+    let metrics = core_metrics(cfg.threads, upstream_names);
     let life = Arc::new(Lifecycle::new(cfg.threads, cfg.drain));
     let (exporter, span_queues) =
         match crate::trace::Exporter::start(&cfg).map_err(io("spawn the OTLP exporter thread"))? {
@@ -516,57 +506,15 @@ fn start_workers(
             spans: span_queues[index].clone(),
             durable: durable.as_mut().map(|d| d.for_core(index)),
         };
-        let ready = ready_tx.clone();
         let finished = WorkerFinished(life.clone(), index);
         // Worker i runs on the i-th CPU the process may use (respecting taskset/cgroups);
         // unpinned when there are more workers than CPUs.
         let pin = (cfg.threads <= cpus.len()).then(|| cpus[index]);
-        let worker = std::thread::Builder::new()
-            .name(format!("tidemark-{index}"))
-            .spawn(move || {
-                let _finished = finished;
-                if let Some(cpu) = pin {
-                    let _ = monoio::utils::bind_to_cpu_set([cpu]);
-                }
-                runtime::run(spec, ready);
-            })
-            .map_err(io("spawn a worker thread"))?;
-        workers.push(worker);
+        workers.push(spawn_worker(spec, ready_tx.clone(), finished, pin)?);
     }
-    let mut driver = "";
-    for _ in 0..cfg.threads {
-        match ready_rx.recv() {
-            Ok(Ok(got)) => driver = got.name(),
-            Ok(Err(e)) => return Err(ServerError::Worker(e)),
-            Err(_) => {
-                return Err(ServerError::Worker("a worker thread died before it started".into()))
-            }
-        }
-    }
+    let driver = await_ready(&ready_rx, cfg.threads)?;
     let durable_stats = durable.as_ref().map(|d| d.stats.clone());
-    let metrics_addr = match cfg.metrics_listen {
-        Some(addr) => {
-            let about = crate::admin::About {
-                node_id: cfg.node_id,
-                driver,
-                core_buffer_bytes: cfg.core_buffer_bytes as u64,
-                upstreams: (cfg.upstreams.iter().enumerate()).map(|(i, u)| u.label(i)).collect(),
-                started: std::time::Instant::now(),
-            };
-            Some(
-                crate::admin::start(
-                    addr,
-                    metrics.clone(),
-                    children,
-                    life.clone(),
-                    about,
-                    durable_stats,
-                )
-                .map_err(io(format!("admin listener on {addr}")))?,
-            )
-        }
-        None => None,
-    };
+    let metrics_addr = start_admin(&cfg, driver, &metrics, children, &life, durable_stats)?;
     let signals = AtomicBool::new(false);
     let config_file = cfg.config_file.clone();
     let log_level = crate::logging::current_flag(&cfg);
@@ -586,6 +534,90 @@ fn start_workers(
         core_metrics: metrics,
         reloader: arc_swap::ArcSwapOption::empty(),
     })
+}
+
+/// One SO_REUSEPORT listener per worker on `cfg.listen` (refused when another process
+/// listens there), and the address they are bound to (port 0 resolved by the first).
+fn bind_listeners(cfg: &Config) -> Result<(Vec<std::net::TcpListener>, SocketAddr), ServerError> {
+    refuse_shared_port(cfg.listen)?;
+    let first = reuseport_listener(cfg.listen)?;
+    let bound = first.local_addr().map_err(io("local address"))?;
+    let mut listeners = vec![first];
+    for _ in 1..cfg.threads {
+        listeners.push(reuseport_listener(bound)?);
+    }
+    Ok((listeners, bound))
+}
+
+/// Each worker's metrics, its upstreams named.
+fn core_metrics(threads: usize, upstream_names: &MetricNames) -> Vec<Arc<CoreMetrics>> {
+    let metrics: Vec<Arc<CoreMetrics>> =
+        (0..threads).map(|_| Arc::new(CoreMetrics::default())).collect();
+    for core in &metrics {
+        core.hist.name_upstreams(upstream_names.names());
+    }
+    metrics
+}
+
+/// Starts the worker of `spec` on its own thread (`tidemark-N`), on CPU `pin` when given; it
+/// reports on `ready` whether its runtime started, and `finished` when it returns.
+fn spawn_worker(
+    spec: WorkerSpec,
+    ready: std::sync::mpsc::Sender<Result<runtime::DriverGot, String>>,
+    finished: WorkerFinished,
+    pin: Option<usize>,
+) -> Result<std::thread::JoinHandle<()>, ServerError> {
+    std::thread::Builder::new()
+        .name(format!("tidemark-{}", spec.index))
+        .spawn(move || {
+            let _finished = finished;
+            if let Some(cpu) = pin {
+                let _ = monoio::utils::bind_to_cpu_set([cpu]);
+            }
+            runtime::run(spec, ready);
+        })
+        .map_err(io("spawn a worker thread"))
+}
+
+/// Waits until each of the `threads` workers reported its start: the driver they run, or why
+/// one could not start.
+fn await_ready(
+    ready: &std::sync::mpsc::Receiver<Result<runtime::DriverGot, String>>,
+    threads: usize,
+) -> Result<&'static str, ServerError> {
+    let mut driver = "";
+    for _ in 0..threads {
+        match ready.recv() {
+            Ok(Ok(got)) => driver = got.name(),
+            Ok(Err(e)) => return Err(ServerError::Worker(e)),
+            Err(_) => {
+                return Err(ServerError::Worker("a worker thread died before it started".into()))
+            }
+        }
+    }
+    Ok(driver)
+}
+
+/// The admin listener (`--metrics-listen`), when configured: its bound address.
+fn start_admin(
+    cfg: &Config,
+    driver: &'static str,
+    metrics: &[Arc<CoreMetrics>],
+    children: Arc<crate::upstream::ProcessCount>,
+    life: &Arc<Lifecycle>,
+    durable_stats: Option<Arc<crate::metrics::DurableStats>>,
+) -> Result<Option<SocketAddr>, ServerError> {
+    let Some(addr) = cfg.metrics_listen else { return Ok(None) };
+    let about = crate::admin::About {
+        node_id: cfg.node_id,
+        driver,
+        core_buffer_bytes: cfg.core_buffer_bytes as u64,
+        upstreams: (cfg.upstreams.iter().enumerate()).map(|(i, u)| u.label(i)).collect(),
+        started: std::time::Instant::now(),
+    };
+    let metrics = metrics.to_vec();
+    let started = crate::admin::start(addr, metrics, children, life.clone(), about, durable_stats);
+    Ok(Some(started.map_err(io(format!("admin listener on {addr}")))?))
 }
 
 /// The SIGHUP reload of the TLS files (`Running::reload_tls`), logged either way.

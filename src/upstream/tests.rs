@@ -1,6 +1,10 @@
 //! Unit tests of the `--upstream` spec and the naming scheme.
 
+use std::time::Duration;
+
+use super::links::forwarded_capabilities;
 use super::*;
+use crate::config::Isolation;
 use crate::config::UpstreamSpecError;
 
 #[test]

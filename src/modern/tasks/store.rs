@@ -3,8 +3,8 @@
 //! Owns: `TaskStore`, the live tasks by id and in creation order; creation against
 //! `--max-tasks-per-core`, deletion once `--task-retention-secs` passed (cancelling a tool
 //! still running), and the `tasks/get`, `tasks/update` and `tasks/cancel` operations.
-//! Called by: `runtime` (one store per core, built from `TaskLimits`; the reaper's `expire`)
-//! and `modern::task_call` (create, then the three operations).
+//! Called by: `runtime` (one store per core, built from `TaskLimits`; the reaper's tick, through
+//! `modern::expire`) and `modern::task_call` (create, then the three operations).
 //! Never: evicts a task before its retention ended (SEP-2663: `ttlMs` is a promise; a full
 //! store refuses new tasks instead), answers for a task owned by another core (that request
 //! is handed off first), or overwrites a task whose id collided.
