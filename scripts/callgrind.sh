@@ -86,21 +86,32 @@ case "$COUNT" in all|requests) ;; *) echo "callgrind.sh: --count all|requests" >
 
 # --count requests: collection off (callgrind --toggle-collect) inside the driver's blocking park
 # (epoll_wait and the timer wheel between requests: how often it runs depends on timing) and
-# inside the reaper's task (paid per 250 ms of wall time, which valgrind stretches). The reaper
-# is an async fn inlined into its task's monoio::task::raw::poll, whose demangled name every task
-# shares, so it is found by its mangled name: the raw::poll that calls TaskStore::expire.
+# inside the session reaper (paid per 250 ms of wall time, which valgrind stretches). The
+# reaper is an async fn; when it is inlined into its task's monoio::task::raw::poll, whose
+# demangled name every task shares, it is found by mangled name: the one raw::poll that calls
+# what only the reaper calls (REAPER_CALLS). A toggle nested in another flips collection back
+# on, so exactly one reaper function is named.
+REAPER_CALLS='TaskStore6expire|SessionTable3all|8Endpoint6expire'
 COLLECT=()
 set_collect() {
     [ "$COUNT" = requests ] || return 0
     command -v objdump >/dev/null || { echo "callgrind.sh: objdump not found (apt-get install binutils)" >&2; exit 2; }
     local reaper
     reaper="$(objdump -d --no-show-raw-insn "$SERVER_BIN" \
-        | awk '/^[0-9a-f]+ <.*>:$/ { fn = substr($2, 2, length($2) - 3) }
-               /call.*TaskStore6expire/ && fn ~ /^_ZN6monoio4task3raw4poll/ { print fn }' | sort -u)"
+        | awk -v calls="$REAPER_CALLS" '
+            /^[0-9a-f]+ <.*>:$/ { fn = substr($2, 2, length($2) - 3) }
+            $0 ~ "call.*(" calls ")" && fn ~ /^_ZN8tidemark7runtime4reap/ { print fn }
+            $0 ~ "call.*(" calls ")" && fn ~ /^_ZN6monoio4task3raw4poll/ { print fn }' | sort -u)"
+    # A reaper of its own (not inlined) wins over the task poll that calls it.
+    if printf '%s\n' "$reaper" | grep -q '^_ZN8tidemark7runtime4reap'; then
+        reaper="$(printf '%s\n' "$reaper" | grep '^_ZN8tidemark7runtime4reap')"
+    fi
     if [ "$(printf '%s\n' "$reaper" | grep -c .)" != 1 ]; then
-        echo "callgrind.sh: cannot find the reaper's task in $SERVER_BIN (found: ${reaper:-none})" >&2
+        echo "callgrind.sh: cannot find the reaper in $SERVER_BIN (found: ${reaper:-none});" \
+            "update REAPER_CALLS" >&2
         exit 1
     fi
+    # --toggle-collect sets --collect-atstart=no unless it is given after it.
     COLLECT=(--demangle=no "--toggle-collect=_ZN*TimeDriver*Driver\$GT\$4park17h*"
              "--toggle-collect=$reaper" --collect-atstart=yes)
 }
