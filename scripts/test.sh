@@ -52,7 +52,7 @@
 #                release binary (epoll driver, one request in flight) for ping, tools/call echo,
 #                the 2026-07-28 echo and a bridged stdio echo, each against its budget in
 #                benches/cost-budgets.txt (fails above budget + 3 %); Debian's valgrind and
-#                binutils (apt-installed); about 2 minutes after the build
+#                binutils (apt-installed); about 1.5 minutes after the release build
 #   --only SUITES  run only these (comma-separated: cargo,clients,browser,bridge,
 #                conformance,fault,fuzz,haproxy,auth,metrics,durable,traces,cost)
 #
