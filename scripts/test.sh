@@ -48,23 +48,28 @@
 #                receiver on the official opentelemetry-proto bindings (PyPI): attributes,
 #                parentage from the client's traceparent, through a bridged call into an
 #                upstream tidemark; a stalled receiver: spans dropped and counted
+#   cost         scripts/cost.sh: the cost gate, callgrind instructions per request of the
+#                release binary (epoll driver, one request in flight) for ping, tools/call echo,
+#                the 2026-07-28 echo and a bridged stdio echo, each against its budget in
+#                benches/cost-budgets.txt (fails above budget + 3 %); Debian's valgrind and
+#                binutils (apt-installed); about 1.5 minutes after the release build
 #   --only SUITES  run only these (comma-separated: cargo,clients,browser,bridge,
-#                conformance,fault,fuzz,haproxy,auth,metrics,durable,traces)
+#                conformance,fault,fuzz,haproxy,auth,metrics,durable,traces,cost)
 #
 # Needs cargo, python3 (with venv), node/npm (any version npm runs on; Node 22 is installed from
-# npm into .cache/); installs everything else into .cache/ (and Debian's chromium, haproxy and redis-server,
-# with apt; and prometheus).
+# npm into .cache/); installs everything else into .cache/ (and Debian's chromium, haproxy,
+# redis-server, valgrind and binutils, with apt; and prometheus).
 # Prints one line per suite and a final `suites: N passed, M failed`; exit 0 only when all passed.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ALL_SUITES="cargo,clients,browser,bridge,conformance,fault,fuzz,haproxy,auth,metrics,durable,traces"
+ALL_SUITES="cargo,clients,browser,bridge,conformance,fault,fuzz,haproxy,auth,metrics,durable,traces,cost"
 
 only="$ALL_SUITES"
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --only) only="${2:?--only needs a value}"; shift 2 ;;
-        --help) sed -n '2,56s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        --help) sed -n '2,61s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "test.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -107,6 +112,17 @@ for s in "${selected[@]}"; do
         metrics) scripts/metrics.sh || rc=$? ;;
         durable) scripts/durable.sh || rc=$? ;;
         traces) scripts/traces.sh || rc=$? ;;
+        cost)
+            missing=()
+            command -v valgrind >/dev/null || missing+=(valgrind)
+            command -v objdump >/dev/null || missing+=(binutils)
+            if [ ${#missing[@]} -gt 0 ]; then
+                # shellcheck source=scripts/apt-lib.sh
+                . "$ROOT/scripts/apt-lib.sh"
+                apt_install test.sh "${missing[@]}" || rc=$?
+            fi
+            [ "$rc" != 0 ] || scripts/cost.sh || rc=$?
+            ;;
     esac
     secs=$((SECONDS - start))
     if [ "$rc" = 0 ]; then
