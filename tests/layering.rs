@@ -372,8 +372,6 @@ const LONG_FUNCTIONS: &[(&str, usize)] = &[
     ("http/mod.rs::parse_head", 125),
     ("layers.rs::upstream_tables", 106),
     ("legacy/session/mirror.rs::restore", 102),
-    ("modern/mod.rs::serve", 109),
-    ("modern/mod.rs::tools_call", 142),
     ("runtime/conn.rs::serve", 118),
     ("server/mod.rs::start_workers", 129),
 ];
