@@ -95,16 +95,6 @@ impl RateRefusal {
 }
 
 impl Core {
-    /// The policy's view of a request authorized as `claims` (`None`: no policy, or
-    /// authorization off: nothing is filtered or refused by scope).
-    pub(crate) fn access<'a>(
-        &'a self,
-        claims: Option<&'a Claims>,
-        policy: Option<&'a Policy>,
-    ) -> Option<Access<'a>> {
-        Access::of(self.auth.as_deref(), policy, claims)
-    }
-
     /// The per-tool policy's verdict on `method` (`tools/call`, `prompts/get`,
     /// `resources/read`, `resources/subscribe`, `completion/complete` of a prompt or resource;
     /// anything else passes) for a request of `session` (whose tools it is listed): `Some` is

@@ -9,6 +9,7 @@
 //! task, or judges what only an era can (the session's tool scope, the rate limit where a
 //! request turns out to be new work): the eras ask those of the admitted request, once each.
 
+use crate::auth::Access;
 use crate::core::{refuse, Admitted, Answered, Core, Request};
 use crate::metrics::{EraLabel, RequestLabel};
 use crate::wire::jsonrpc::{self, Body, Message};
@@ -77,7 +78,9 @@ pub(super) fn admit<'a>(
     };
     req.label.set(RequestLabel::new(era_label, label_method(&body)));
     note_span(req, &body);
-    let access = core.access(req.claims.as_deref(), req.policy.as_deref());
+    // The policy's view of the request (`None`: no policy, or authorization off: nothing is
+    // filtered or refused by scope).
+    let access = Access::of(core.auth.as_deref(), req.policy.as_deref(), req.claims.as_deref());
     Ok((era, Admitted { req, body, access }))
 }
 
