@@ -1,6 +1,7 @@
 //! One core's shared state and the shape of an era's answer: what both protocol paths read
 //! (`Core`: the config, the provider registry, the metrics, the drain flag, which core this
-//! is, the rate limits' buckets), what they hand back to `endpoint` (`Outcome`, rendered with `reply`/`refuse`), and
+//! is, the rate limits' buckets), what they take from `endpoint` (`Request`, and a POST as
+//! `Admitted`), what they hand back (`Outcome`, rendered with `reply`/`refuse`), and
 //! `Source`, the shape of a response stream that `runtime::stream` drives (below).
 //!
 //! Below both eras and above `dispatch`: each era keeps its own state in a core of its own
@@ -23,7 +24,7 @@ use crate::metrics::{CoreMetrics, RequestLabel};
 use crate::provider::Caller;
 use crate::ratelimit::{self, Cause, Client, Limits};
 use crate::trace::{Span, TraceParent};
-use crate::wire::jsonrpc::{Body, Message, RawId};
+use crate::wire::jsonrpc::{Body, RawId};
 use crate::wire::{Answer, Code, Refusal};
 
 /// One core's view of the server, shared by both eras.
@@ -94,16 +95,6 @@ impl RateRefusal {
 }
 
 impl Core {
-    /// The policy's view of a request authorized as `claims` (`None`: no policy, or
-    /// authorization off: nothing is filtered or refused by scope).
-    pub(crate) fn access<'a>(
-        &'a self,
-        claims: Option<&'a Claims>,
-        policy: Option<&'a Policy>,
-    ) -> Option<Access<'a>> {
-        Access::of(self.auth.as_deref(), policy, claims)
-    }
-
     /// The per-tool policy's verdict on `method` (`tools/call`, `prompts/get`,
     /// `resources/read`, `resources/subscribe`, `completion/complete` of a prompt or resource;
     /// anything else passes) for a request of `session` (whose tools it is listed): `Some` is
@@ -234,14 +225,15 @@ pub(crate) struct Request<'a> {
     /// Who the request's token names, once the endpoint authorized it (`None`: authorization
     /// is off): what the eras scope sessions, keys, tasks and request states by.
     pub(crate) claims: Option<std::rc::Rc<Claims>>,
-    /// What the request is, for `tidemark_request_duration_seconds`: set by the era that
-    /// decodes it, read by the connection once it is answered.
+    /// What the request is, for `tidemark_request_duration_seconds`: set where it is admitted
+    /// (`endpoint::admit`; a GET or DELETE by `endpoint`), read by the connection once it is
+    /// answered.
     pub(crate) label: &'a Cell<RequestLabel>,
     /// The per-tool policy in force when the request was authorized (`None`: authorization
     /// is off): one request is held to one policy, whatever a SIGHUP swaps in meanwhile.
     pub(crate) policy: Option<Arc<Policy>>,
     /// The request's span (`--otlp-endpoint`; `None`: tracing is off): named and given its
-    /// MCP attributes by the era that decodes the body (`note_span`), finished by the
+    /// MCP attributes where the body is decoded (`endpoint::admit`), finished by the
     /// connection once the request is answered.
     pub(crate) span: Option<&'a std::cell::RefCell<Span>>,
 }
@@ -280,65 +272,17 @@ impl Request<'_> {
     }
 }
 
-/// The `method` label of a decoded body (`metrics::RequestLabel`): a request's method, any
-/// notification as `notification`, anything else (responses, batches) as `other`.
-pub(crate) fn label_method(body: &Body) -> &str {
-    match body {
-        Body::Single(Message::Request { method, .. }) => method,
-        Body::Single(Message::Notification { .. }) => "notification",
-        _ => "other",
-    }
-}
-
-/// Names the request's span after its decoded body, as the MCP semantic conventions say:
-/// `{mcp.method.name} {target}` (the tool or prompt name), `mcp.method.name`,
-/// `jsonrpc.request.id`, `gen_ai.tool.name` (tools/call), `gen_ai.prompt.name`,
-/// `mcp.resource.uri`, and `mcp.protocol.version` of an `initialize`. Nothing when tracing is
-/// off (or for a batch: its span keeps the HTTP method's name).
-pub(crate) fn note_span(req: &Request<'_>, body: &Body) {
-    use simd_json::prelude::*;
-    let Some(span) = req.span else { return };
-    let mut span = span.borrow_mut();
-    match body {
-        Body::Single(Message::Request { id, method, params }) => {
-            let text = |field: &str| params.get(field).and_then(|v| v.as_str());
-            let target = match method.as_str() {
-                "tools/call" | "prompts/get" => text("name"),
-                _ => None,
-            };
-            match target {
-                Some(target) => span.rename(&format!("{method} {target}")),
-                None => span.rename(method),
-            }
-            span.set_str("mcp.method.name", method);
-            let id = id.0.as_str();
-            let id = id.strip_prefix('"').and_then(|i| i.strip_suffix('"')).unwrap_or(id);
-            span.set_str("jsonrpc.request.id", id);
-            match (method.as_str(), target) {
-                ("tools/call", Some(tool)) => {
-                    span.set_str("gen_ai.tool.name", tool);
-                    span.set_str("gen_ai.operation.name", "execute_tool");
-                }
-                ("prompts/get", Some(prompt)) => span.set_str("gen_ai.prompt.name", prompt),
-                ("resources/read", _) => {
-                    if let Some(uri) = text("uri") {
-                        span.set_str("mcp.resource.uri", uri);
-                    }
-                }
-                ("initialize", _) => {
-                    if let Some(version) = text("protocolVersion") {
-                        span.set_str("mcp.protocol.version", version);
-                    }
-                }
-                _ => {}
-            }
-        }
-        Body::Single(Message::Notification { method, .. }) => {
-            span.rename(method);
-            span.set_str("mcp.method.name", method);
-        }
-        _ => {}
-    }
+/// A POST admitted at the edge (`endpoint::admit`): its body decoded once, its label and span
+/// set, the era chosen, and its authorization access worked out. What both eras take instead of
+/// raw bytes; what only an era can judge (the session's tool scope, and the rate limit where it
+/// knows a request is new work) it asks of this, once each.
+pub(crate) struct Admitted<'a> {
+    /// The request's head, token, span and connection.
+    pub(crate) req: &'a Request<'a>,
+    /// The decoded body (a single message or a batch).
+    pub(crate) body: Body,
+    /// The per-tool policy's view of the request (`None`: no policy, or authorization off).
+    pub(crate) access: Option<Access<'a>>,
 }
 
 /// How an era's handling of a request ends; `J` is what that era's connection drives next.

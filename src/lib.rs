@@ -41,8 +41,9 @@
 //! (`tests/docs.rs` checks that every cited section exists).
 //!
 //! Flow: socket → `runtime` (`conn`, the one stream driver) → `http` (the head) → `endpoint`
-//! (HTTP rules, CORS, the era) → `legacy` (sessions, `migration`, streams over the `replay`
-//! ring) or `modern` (stateless 2026-07-28: `_meta` checks, keys, tasks, listen) → `core`
+//! (HTTP rules, CORS, the era; `admit`: a POST decoded once) → `legacy` (sessions,
+//! `migration`, streams over the `replay` ring) or `modern` (stateless 2026-07-28: `_meta`
+//! checks, keys, tasks, listen) → `core`
 //! (what both eras share on a core) → `dispatch` → `provider` (built-in tools, or `upstream`,
 //! the bridge) → back as events rendered by `wire` → socket.
 //!
@@ -57,7 +58,7 @@
 //! | 11 | `admin` | the admin listener: `/metrics`, `/status`, `/healthz`, `/readyz` |
 //! | 11 | `cli` | the binary's flags → `Config` (`Config::from_args`), over the `layers` (env, `--config` file) |
 //! | 10 | `runtime` | one core: driver choice, accept loop, session reaper; `conn` (one socket: buffers, timeouts, read → `endpoint::handle` → write), `stream` (the one stream driver over a `core::Source`), `handoff` (moving a connection to its owner core), `reload` (a new upstream set applied on the core: SIGHUP) |
-//! | 9 | `endpoint` | HTTP rules at the MCP endpoint (path, Host/Origin, CORS, a POST's media types) and era selection; the only module that sees both eras, and gathers their streams in one `Stream` |
+//! | 9 | `endpoint` | HTTP rules at the MCP endpoint (path, Host/Origin, CORS, a POST's media types) and era selection; `admit` (a POST decoded once, labelled, its span and access, its era); the only module that sees both eras, and gathers their streams in one `Stream` |
 //! | 8 | `legacy` | the 2025-era path: `LegacyCore` (sessions), streams with an explicit lifecycle, `migration` (the pure O(1) decision), `replay` (the ring), the call context's sink |
 //! | 8 | `modern` | the 2026-07-28 path: `ModernCore` (keys, tasks), `_meta`/header checks, `server/discover`, input-required rounds (`state`), calls, `keyed`, `listen`, `tasks/`; its streams as `core::Source`s |
 //! | 7 | `core` | one core's state both eras share (`Core`), the request, the shape of an era's answer (`Outcome`), and `Source`, the shape of a response stream the runtime drives |

@@ -375,8 +375,6 @@ const LONG_FUNCTIONS: &[(&str, usize)] = &[
     ("cli.rs::into_config", 170),
     ("config/mod.rs::validate", 147),
     ("layers.rs::upstream_tables", 106),
-    ("modern/mod.rs::serve", 103),
-    ("modern/mod.rs::tools_call", 142),
 ];
 
 /// Where `code[open]` (a `{`) closes: the index of its matching `}` (or the end).

@@ -2,14 +2,17 @@
 //! rules (DNS-rebinding protection), CORS, the protected resource metadata and the bearer
 //! token (`auth`: 401/400/403 before any session or era is looked at), HEAD and unknown
 //! methods, a POST's Content-Type and Accept, the core that serves it (`owner`: from its task, session and key, in that order),
-//! and the choice of the protocol path (era) that serves it. The only module that sees
-//! both eras: each answers with its own `Outcome`, which `handle` turns into the connection's.
+//! the choice of the protocol path (era) that serves it, and a POST's admission (`admit`: its
+//! one decode, label, span, access and era). The only module that sees both eras: each takes
+//! an admitted request and answers with its own `Outcome`, which `handle` turns into the
+//! connection's.
 //!
 //! Called by `runtime::conn` once per request; answers with an `Outcome` telling the connection
 //! what to do next: a whole reply, a hand-off, or a `Stream` (each era's streams, gathered in
 //! one enum the runtime drives). Owns `Endpoint`, one core's view of both eras. Never:
-//! touches a socket, decodes a body, reads a session, or drives a stream.
+//! touches a socket, decodes a body outside `admit`, reads a session, or drives a stream.
 
+mod admit;
 pub(crate) mod cors;
 mod expire;
 mod owner;
@@ -25,6 +28,7 @@ use crate::legacy::{self, LegacyCore};
 use crate::metrics::{EraLabel, RequestLabel};
 use crate::modern::{self, ModernCore};
 use crate::wire::{Answer, Refusal, Status};
+use admit::{era, Era};
 use owner::{Misrouted, Owner};
 
 /// One core's endpoint: the shared `Core` (through `Deref`) and each era's own state.
@@ -89,24 +93,6 @@ impl From<crate::core::Outcome<modern::Job>> for Outcome {
                 Outcome::Stream(Stream::Listen(listen))
             }
         }
-    }
-}
-
-/// Which protocol path serves a request: the legacy one (sessions, 2025-03-26 … 2025-11-25)
-/// or the stateless 2026-07-28 one, chosen by `modern::selects` (the protocol version header;
-/// a request whose `_meta` alone names 2026-07-28 is passed back by the legacy path once its
-/// body is decoded, and served by the modern one: `legacy_outcome`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Era {
-    Legacy,
-    Modern,
-}
-
-fn era(req: &Request<'_>) -> Era {
-    if modern::selects(req) {
-        Era::Modern
-    } else {
-        Era::Legacy
     }
 }
 
@@ -218,22 +204,31 @@ async fn route(edge: &Endpoint, mut req: Request<'_>, out: &mut Vec<u8>) -> Outc
         }
     }
     match (req.head.method(), era) {
-        (Method::Post, Era::Legacy) => {
-            let outcome = legacy::post(&edge.legacy, &mut req, out).await;
-            legacy_outcome(edge, &req, outcome, out).await
-        }
+        (Method::Post, _) => post(edge, &mut req, era, out).await,
         (Method::Get, Era::Legacy) => {
             req.label.set(RequestLabel::new(EraLabel::Legacy, "GET"));
-            legacy_outcome(edge, &req, legacy::get(&edge.legacy, &req, out), out).await
+            legacy::get(&edge.legacy, &req, out).into()
         }
         (Method::Delete, Era::Legacy) => {
             req.label.set(RequestLabel::new(EraLabel::Legacy, "DELETE"));
-            legacy_outcome(edge, &req, legacy::delete(&edge.legacy, &req, out), out).await
+            legacy::delete(&edge.legacy, &req, out).into()
         }
-        (Method::Post, Era::Modern) => modern::post(&edge.modern, req, out).await.into(),
         (Method::Get | Method::Delete, Era::Modern) => modern::not_allowed(&req, out).into(),
         (Method::Head, _) => reply(out, Answer::HeadNotAllowed, keep_alive).into_edge(),
         (Method::Other, _) => refuse(out, Refusal::MethodNotAllowed, None, keep_alive).into_edge(),
+    }
+}
+
+/// A POST: admitted at the edge (`admit`: decoded once, labelled, its span named, its access
+/// worked out, its era settled), then served by that era.
+async fn post(edge: &Endpoint, req: &mut Request<'_>, era: Era, out: &mut Vec<u8>) -> Outcome {
+    let (era, admitted) = match admit::admit(edge, req, era, out) {
+        Ok(admitted) => admitted,
+        Err(refused) => return refused.into_edge(),
+    };
+    match era {
+        Era::Legacy => legacy::post(&edge.legacy, admitted, out).await.into(),
+        Era::Modern => modern::serve(&edge.modern, admitted, out).await.into(),
     }
 }
 
@@ -286,19 +281,11 @@ fn deny(
     reply(out, answer, keep_alive).into_edge()
 }
 
-/// The legacy path's outcome as the connection's; a sessionless request whose `_meta` names
-/// 2026-07-28 goes on to the modern path with its decoded body.
-async fn legacy_outcome(
-    edge: &Endpoint,
-    req: &Request<'_>,
-    outcome: legacy::Outcome,
-    out: &mut Vec<u8>,
-) -> Outcome {
-    match outcome {
-        crate::core::Outcome::Reply { keep_alive } => Outcome::Reply { keep_alive },
-        crate::core::Outcome::Job(legacy::Job::Stream(job)) => Outcome::Stream(Stream::Ring(job)),
-        crate::core::Outcome::Job(legacy::Job::Modern(body)) => {
-            modern::serve(&edge.modern, req, body, out).await.into()
+impl From<legacy::Outcome> for Outcome {
+    fn from(outcome: legacy::Outcome) -> Outcome {
+        match outcome {
+            crate::core::Outcome::Reply { keep_alive } => Outcome::Reply { keep_alive },
+            crate::core::Outcome::Job(job) => Outcome::Stream(Stream::Ring(job)),
         }
     }
 }

@@ -33,10 +33,9 @@ use simd_json::prelude::*;
 
 use crate::auth::Access;
 use crate::config::ResponseMode;
-use crate::core::{label_method, refuse, refuse_rate, refuse_scope, reply, Request};
+use crate::core::{refuse, refuse_rate, refuse_scope, reply, Admitted, Request};
 use crate::dispatch::{self, ToolRoute};
 use crate::http::lists_media_type;
-use crate::metrics::{EraLabel, RequestLabel};
 use crate::provider::{
     CallContext, Caller, LogLevel, Notifier, ProviderError, SessionInfo, SessionStart,
 };
@@ -52,17 +51,9 @@ use decision::{classify, conflict, decide, owed_streams, Verdict};
 pub use decision::{facts, fingerprint};
 pub(crate) use session::SessionRc;
 
-/// How the legacy path's handling of a request ends.
-pub(crate) type Outcome = crate::core::Outcome<Job>;
-
-/// What the connection does next after the legacy path answered with `Outcome::Job`.
-pub(crate) enum Job {
-    /// An SSE response head is in the buffer; write the stream next.
-    Stream(SseJob),
-    /// A request without a session whose `_meta` names 2026-07-28 though its header did not:
-    /// decoded here, served by the modern path (`endpoint` hands it over).
-    Modern(Body),
-}
+/// How the legacy path's handling of a request ends: a whole answer, or an SSE response head
+/// in the buffer and the stream the connection writes next.
+pub(crate) type Outcome = crate::core::Outcome<SseJob>;
 
 /// A request refused before its session was found (the answer is in `out`). Small, unlike
 /// `Outcome`, so lookups return it cheaply.
@@ -236,7 +227,7 @@ fn stream_reply(
     rewrite: Option<stream::Rewrite>,
 ) -> Outcome {
     Answer::SseHead.render(out, true);
-    Outcome::Job(Job::Stream(SseJob::new(session.clone(), key, epoch, cursor, rewrite)))
+    Outcome::Job(SseJob::new(session.clone(), key, epoch, cursor, rewrite))
 }
 
 /// GET without Last-Event-ID: the session's standalone stream (a new GET takes it over).
@@ -258,15 +249,15 @@ fn standalone(session: &SessionRc, out: &mut Vec<u8>, keep_alive: bool) -> Outco
     stream_reply(out, session, key, epoch, Cursor::from(EventSeq(0), priming), None)
 }
 
-/// POST: the header rules, then the body's messages.
+/// POST, admitted at the edge (`endpoint::admit`): the session it names and the header rules,
+/// the session's tool scope (`forbidden_in`), then the body's messages.
 pub(crate) async fn post(
     core: &Rc<LegacyCore>,
-    req: &mut Request<'_>,
+    admitted: Admitted<'_>,
     out: &mut Vec<u8>,
 ) -> Outcome {
+    let Admitted { req, body, access } = admitted;
     let keep_alive = req.head.keep_alive;
-    // The session is found before the body is decoded, so a request for another core moves
-    // with its body still raw.
     let session = match req.head.session_id {
         Some(_) => match find_session(core, req, out) {
             Ok(s) => Some(s),
@@ -285,23 +276,9 @@ pub(crate) async fn post(
             Err(_) => return refuse(out, Refusal::BadIdempotencyKey, None, keep_alive),
         },
     };
-    let body = match jsonrpc::decode(req.body, crate::config::JSON_DEPTH_MAX) {
-        Ok(b) => b,
-        Err(jsonrpc::DecodeError::Parse) => {
-            return refuse(out, Refusal::ParseError, None, keep_alive)
-        }
-        Err(jsonrpc::DecodeError::Invalid) => {
-            return refuse(out, Refusal::InvalidRequest, None, keep_alive)
-        }
-    };
-    req.label.set(RequestLabel::new(EraLabel::Legacy, label_method(&body)));
-    crate::core::note_span(req, &body);
     let Some(session) = session else {
         return sessionless(core, req, body, out).await;
     };
-    let claims = req.claims.clone();
-    let policy = req.policy.clone();
-    let access = core.access(claims.as_deref(), policy.as_deref());
     // The per-tool policy, before the migration decision: a refused call is never recorded,
     // held or deduplicated (a batch is refused whole when one of its requests is).
     let reference = session.borrow().reference();
@@ -352,10 +329,10 @@ fn forbidden_in(
     }
 }
 
-/// A POST without a session: `initialize`, a 2026-07-28 request (its `_meta` names the
-/// revision though its header did not: the modern path refuses it with HeaderMismatch, or 404s
-/// a modern `initialize`), or a refusal. A request naming a revision older than we serve gets
-/// 400 with the spec's UnsupportedProtocolVersion error listing ours.
+/// A POST without a session: `initialize`, or a refusal (a request whose `_meta` names
+/// 2026-07-28 never comes here: `endpoint::admit` sends it to the modern era). A request naming
+/// a revision older than we serve gets 400 with the spec's UnsupportedProtocolVersion error
+/// listing ours.
 async fn sessionless(
     core: &Rc<LegacyCore>,
     req: &Request<'_>,
@@ -363,11 +340,6 @@ async fn sessionless(
     out: &mut Vec<u8>,
 ) -> Outcome {
     let keep_alive = req.head.keep_alive;
-    if let Body::Single(Message::Request { params, .. }) = &body {
-        if crate::wire::revision::carries_modern_meta(params) {
-            return Outcome::Job(Job::Modern(body));
-        }
-    }
     match body {
         Body::Single(Message::Request { id, method, params }) => {
             if method == "initialize" {

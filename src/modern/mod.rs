@@ -3,7 +3,7 @@
 //! client's capabilities, optionally its log level) and runs on no session: no `Mcp-Session-Id`,
 //! no event ids, no replay ring. Closing the response stream cancels it.
 //!
-//! Era selection (`selects`, and `legacy::post` for a request whose `_meta` alone says modern):
+//! Era selection (`endpoint::admit`, before and after the body is decoded):
 //! a request without a session whose `MCP-Protocol-Version` names a revision newer than the
 //! legacy ones, or whose params carry `_meta["io.modelcontextprotocol/protocolVersion"]`.
 //! `initialize` starts a legacy session and a legacy session's requests stay legacy.
@@ -34,14 +34,13 @@ use std::rc::Rc;
 use simd_json::prelude::*;
 
 pub(crate) use self::core::ModernCore;
-use crate::core::{label_method, refuse, refuse_rate, refuse_scope, reply, Request};
+use crate::auth::Access;
+use crate::core::{refuse, refuse_rate, refuse_scope, reply, Admitted, Request};
 use crate::dispatch::{self, ToolRoute};
-use crate::metrics::{EraLabel, RequestLabel};
 use crate::provider::{CallContext, SessionRef, Value, CARRIED_PREFIX};
 use crate::ratelimit::peer_key;
 use crate::wire::jsonrpc::{self, Body, Message, RawId};
 use crate::wire::result::decorate_result;
-use crate::wire::LEGACY_VERSIONS;
 use crate::wire::{Answer, Code, Refusal, Status, WireValue};
 use call::{CallJob, CallStream, ModernSink, SinkSetup};
 use meta::{MetaError, RequestMeta};
@@ -60,38 +59,10 @@ pub(crate) enum Job {
     Observe(Observer),
 }
 
-/// True when a request without a session names a revision newer than the legacy ones in its
-/// `MCP-Protocol-Version` (2026-07-28, or a future or unknown one, which is refused with the
-/// list of what we serve).
-pub(crate) fn selects(req: &Request<'_>) -> bool {
-    req.head.session_id.is_none()
-        && req.header(&req.head.protocol_version).is_some_and(|v| {
-            !LEGACY_VERSIONS.iter().any(|l| l.as_bytes() == v) && v > LEGACY_VERSIONS[0].as_bytes()
-        })
-}
-
 /// Methods 2026-07-28 removed: they get 404 with -32601 like any unknown method, named so a
 /// reader of the code knows they are meant.
 const REMOVED_METHODS: [&str; 5] =
     ["initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"];
-
-/// A modern POST (the endpoint selected this path by its protocol version header, and moved it
-/// to the core its task or `Idempotency-Key` names: `endpoint::owner`).
-pub(crate) async fn post(core: &Rc<ModernCore>, req: Request<'_>, out: &mut Vec<u8>) -> Outcome {
-    let keep_alive = req.head.keep_alive;
-    // Which core serves the request (its task, else its key) was decided by `endpoint::owner`
-    // before the era was: here is that core.
-    let body = match jsonrpc::decode(req.body, crate::config::JSON_DEPTH_MAX) {
-        Ok(b) => b,
-        Err(jsonrpc::DecodeError::Parse) => {
-            return refuse(out, Refusal::ParseError, None, keep_alive)
-        }
-        Err(jsonrpc::DecodeError::Invalid) => {
-            return refuse(out, Refusal::InvalidRequest, None, keep_alive)
-        }
-    };
-    serve(core, &req, body, out).await
-}
 
 /// GET or DELETE of a modern client: the stateless revision has neither (MCP 2026-07-28
 /// backward compatibility: 405).
@@ -99,16 +70,18 @@ pub(crate) fn not_allowed(req: &Request<'_>, out: &mut Vec<u8>) -> Outcome {
     refuse(out, Refusal::MethodNotAllowed, None, req.head.keep_alive)
 }
 
-/// A decoded modern body: one request (or a notification, accepted and ignored).
+/// A modern POST, admitted at the edge (`endpoint::admit`: by its protocol version header, or
+/// its `_meta` alone) and moved to the core its task or `Idempotency-Key` names
+/// (`endpoint::owner`): one request (or a notification, accepted and ignored). Its checks in
+/// order (`_meta`, the MCP headers, the tool scope; a `tools/call`'s own: `tools_call`), the
+/// rate limit, then its method (`run_tool`, `answer`).
 pub(crate) async fn serve(
     core: &Rc<ModernCore>,
-    req: &Request<'_>,
-    body: Body,
+    admitted: Admitted<'_>,
     out: &mut Vec<u8>,
 ) -> Outcome {
+    let Admitted { req, body, access } = admitted;
     let keep_alive = req.head.keep_alive;
-    req.label.set(RequestLabel::new(EraLabel::Modern, label_method(&body)));
-    crate::core::note_span(req, &body);
     let (id, method, params) = match body {
         Body::Single(Message::Request { id, method, params }) => (id, method, params),
         // The core revision defines no client notification over HTTP; one is taken (202) so
@@ -135,23 +108,62 @@ pub(crate) async fn serve(
         core.registry.open_stateless().await;
     }
     // The per-tool policy: every 2026-07-28 request is authorized on its own.
-    if let Some(challenge) = core.forbidden(
-        SessionRef::STATELESS,
-        core.access(req.claims.as_deref(), req.policy.as_deref()),
-        &method,
-        &params,
-    ) {
+    if let Some(challenge) = core.forbidden(SessionRef::STATELESS, access, &method, &params) {
         return refuse_scope(out, Some(&id), &challenge, keep_alive);
     }
-    // Rate limits: `tools/call` meets them once its key is looked up (`tools_call`); a task's
-    // get, update (input responses) or cancel complete admitted work (the task runs once). A
-    // continuation (`requestState` with the answers of an input-required round) is not
-    // exempt: the state is not single-use and each one runs the tool (or prompt) again.
-    if method != "tools/call" && !method.starts_with("tasks/") {
-        if let Some(limited) = core.rate_limited(req, None) {
-            return refuse_rate(out, Some(&id), &limited, keep_alive);
+    let parts = Parts { id, method, params, request_meta };
+    let work = match parts.method.as_str() {
+        "tools/call" => match tools_call(core, req, parts, out).await {
+            Ok(call) => Work::Call(call),
+            Err(answered) => return answered,
+        },
+        _ => Work::Other(parts),
+    };
+    // Rate limits, here only, once a request is known to be new work: a `tools/call` once its
+    // key is looked up (a keyed retry answered from its record is not); a task's get, update
+    // (input responses) or cancel complete admitted work (the task runs once). A continuation
+    // (`requestState` with the answers of an input-required round) is not exempt: the state is
+    // not single-use and each one runs the tool (or prompt) again.
+    let (id, route, new_work) = match &work {
+        Work::Call(call) => (&call.id, Some(&call.route), true),
+        Work::Other(parts) => (&parts.id, None, !parts.method.starts_with("tasks/")),
+    };
+    if new_work {
+        if let Some(limited) = core.rate_limited(req, route) {
+            return refuse_rate(out, Some(id), &limited, keep_alive);
         }
     }
+    match work {
+        Work::Call(call) => run_tool(core, req, call, out).await,
+        Work::Other(parts) => answer(core, req, access, parts, out).await,
+    }
+}
+
+/// A checked modern request: a `tools/call` ready to run, or any other method.
+enum Work {
+    Call(ToolCall),
+    Other(Parts),
+}
+
+/// A modern request that passed its checks, as its method's answer takes it.
+struct Parts {
+    id: RawId,
+    method: String,
+    params: WireValue,
+    request_meta: RequestMeta,
+}
+
+/// The answer of a checked request's method: now (discovery, lists, reads, completions, an
+/// unknown method) or driven by the connection (a call, a prompt, a listen stream).
+async fn answer(
+    core: &Rc<ModernCore>,
+    req: &Request<'_>,
+    access: Option<Access<'_>>,
+    parts: Parts,
+    out: &mut Vec<u8>,
+) -> Outcome {
+    let keep_alive = req.head.keep_alive;
+    let Parts { id, method, params, request_meta } = parts;
     match method.as_str() {
         "server/discover" => {
             let mut body = Vec::with_capacity(512);
@@ -164,7 +176,6 @@ pub(crate) async fn serve(
         | "resources/templates/list"
         | "resources/read" => {
             let mut body = Vec::with_capacity(512);
-            let access = core.access(req.claims.as_deref(), req.policy.as_deref());
             let registry = &core.registry;
             registry.answer(SessionRef::STATELESS, access, &id, &method, &params, &mut body).await;
             let hints = cache_hints(core);
@@ -178,7 +189,6 @@ pub(crate) async fn serve(
             decorate_result(&mut body, &id, RESULT_COMPLETE);
             reply(out, Answer::Json(&body), keep_alive)
         }
-        "tools/call" => tools_call(core, req, id, params, request_meta, out).await,
         "prompts/get" => prompts_get(core, req, id, params, request_meta, out).await,
         "subscriptions/listen" => listen::start(core, id, &params, out).map_job(Job::Listen),
         "tasks/get" | "tasks/update" | "tasks/cancel" => {
@@ -190,18 +200,21 @@ pub(crate) async fn serve(
             }
             task_call::serve(core, req, &id, &method, &params, capabilities, out).widen()
         }
-        _ => {
-            let known_removed = REMOVED_METHODS.contains(&method.as_str());
-            let message = if known_removed {
-                "method not found: removed in MCP 2026-07-28"
-            } else {
-                "method not found"
-            };
-            let (status, code) = (Status::NotFound, Code::MethodNotFound);
-            let answer = Answer::Error { status, id: Some(&id), code, message, data: None };
-            reply(out, answer, keep_alive)
-        }
+        _ => method_not_found(&id, &method, out, keep_alive),
     }
+}
+
+/// 404 with -32601: an unknown method, or one 2026-07-28 removed (named as such).
+fn method_not_found(id: &RawId, method: &str, out: &mut Vec<u8>, keep_alive: bool) -> Outcome {
+    let known_removed = REMOVED_METHODS.contains(&method);
+    let message = if known_removed {
+        "method not found: removed in MCP 2026-07-28"
+    } else {
+        "method not found"
+    };
+    let (status, code) = (Status::NotFound, Code::MethodNotFound);
+    let answer = Answer::Error { status, id: Some(id), code, message, data: None };
+    reply(out, answer, keep_alive)
 }
 
 /// 400 with a check's JSON-RPC error (and the request's id).
@@ -246,52 +259,41 @@ const MODERN_INSTRUCTIONS: &str = "tidemark: a dropped response stream cancels t
     retry a call that must not run twice, send the same Idempotency-Key header with the retry: \
     it gets the first execution's outcome instead of a second execution.";
 
-/// `tools/call`: the tool's route, its `x-mcp-header` parameters, then the call (answered
-/// now when it finishes at its first poll, else driven by the connection).
+/// `tools/call` up to its run: the tool's route, its `x-mcp-header` parameters, its task
+/// support and input round, its `Idempotency-Key` (a retry answered from its record:
+/// `keyed_lookup`). `Ok`: new work, which `serve` rate-limits and `run_tool` runs.
 async fn tools_call(
     core: &Rc<ModernCore>,
     req: &Request<'_>,
-    id: RawId,
-    mut params: WireValue,
-    request_meta: RequestMeta,
+    parts: Parts,
     out: &mut Vec<u8>,
-) -> Outcome {
+) -> Result<ToolCall, Outcome> {
     let keep_alive = req.head.keep_alive;
+    let Parts { id, mut params, request_meta, .. } = parts;
     let Some(name) = string_name(&params) else {
         let message = "tools/call needs a string name";
-        return crate::core::reply_error(out, &id, Code::InvalidParams, message, keep_alive);
+        return Err(crate::core::reply_error(out, &id, Code::InvalidParams, message, keep_alive));
     };
     core.registry.refresh_if_stale(SessionRef::STATELESS).await;
     let Some(route) = core.registry.tool(SessionRef::STATELESS, &name) else {
-        // A provider that could not open the core's stateless session (an upstream that is
-        // down, or redirects) lists nothing: its refusal says more than "unknown tool".
-        if let Some(e) = core.registry.stateless_failure() {
-            if let Some(down) = crate::core::reply_down(out, &e, &id, keep_alive) {
-                return down;
-            }
-            let mut body = Vec::with_capacity(256);
-            dispatch::push_provider_error(&mut body, &id, &e);
-            return reply(out, Answer::Json(&body), keep_alive);
-        }
-        let message = format!("unknown tool: {name}");
-        return crate::core::reply_error(out, &id, Code::InvalidParams, &message, keep_alive);
+        return Err(unknown_tool(core, &id, &name, out, keep_alive));
     };
     let null = WireValue::null();
     let arguments = params.get("arguments").unwrap_or(&null);
     if !route.header_params.is_empty() {
         let find = |wanted: &str| crate::http::header_named(req.head_bytes, wanted);
         if let Err(e) = meta::check_param_headers(&route.header_params, arguments, find) {
-            return meta_refusal(out, &id, &e, keep_alive);
+            return Err(meta_refusal(out, &id, &e, keep_alive));
         }
     }
     let support = route.provider.task_support(&name);
     let may_become_task = match task_call::admission(support, &request_meta.client_capabilities) {
         Ok(may) => may,
-        Err(e) => return meta_refusal(out, &id, &e, keep_alive),
+        Err(e) => return Err(meta_refusal(out, &id, &e, keep_alive)),
     };
     let (answers, binding) = match input_round(core, req, "tools/call", &name, &params) {
         Ok(round) => round,
-        Err(e) => return meta_refusal(out, &id, &e, keep_alive),
+        Err(e) => return Err(meta_refusal(out, &id, &e, keep_alive)),
     };
     let arguments = params.as_object_mut().and_then(|p| p.remove("arguments"));
     let arguments = arguments.map(dispatch::into_public).unwrap_or(Value::Null);
@@ -300,50 +302,118 @@ async fn tools_call(
         // A key that is not UTF-8 (the edge refuses it already; never decoded lossily).
         Some(k) => match keyed::scoped(k, req.subject(), request_meta.client_info.as_ref()) {
             Some(scoped) => Some(scoped),
-            None => return refuse(out, Refusal::BadIdempotencyKey, Some(&id), keep_alive),
+            None => return Err(refuse(out, Refusal::BadIdempotencyKey, Some(&id), keep_alive)),
         },
     };
     let fingerprint = fingerprint_of(&binding);
     if let Some(scoped_key) = &scoped_key {
-        let retention = core.cfg.stream_retention;
-        let found = core.keys.borrow_mut().lookup(scoped_key, fingerprint, retention);
-        match found {
-            keyed::Lookup::Other => {
-                core.metrics.rejected_key_reused.inc();
-                return reply(out, Answer::KeyReused { id: &id }, keep_alive);
-            }
-            keyed::Lookup::Same(record) => {
-                core.metrics.dedup_hits_total.inc();
-                let until = std::time::Instant::now() + core.cfg.owed_wait;
-                let token = request_meta.progress_token;
-                return observe(record, id, token, Some(until), keep_alive);
-            }
-            keyed::Lookup::Fresh if !route.safe_to_repeat => {
-                // Another node may have run it before it died (`--durable`).
-                match durable::recover(core, scoped_key, fingerprint, &id).await {
-                    durable::Recovered::Nothing => {}
-                    durable::Recovered::Answered(body) | durable::Recovered::Unknown(body) => {
-                        return reply(out, Answer::Json(&body), keep_alive);
-                    }
-                    durable::Recovered::OtherCall => {
-                        core.metrics.rejected_key_reused.inc();
-                        return reply(out, Answer::KeyReused { id: &id }, keep_alive);
-                    }
-                    durable::Recovered::Busy => {
-                        return refuse(out, Refusal::Unavailable, Some(&id), keep_alive);
-                    }
-                }
-            }
-            keyed::Lookup::Fresh => {}
+        let key = (&**scoped_key, fingerprint);
+        let seen = keyed_lookup(core, key, &route, &id, &request_meta, out, keep_alive);
+        if let Some(answered) = seen.await {
+            return Err(answered);
         }
     }
-    // New work only: a keyed retry was answered from its record above. A continuation
-    // (`requestState`) runs the tool again, so it is new work like the call it continues.
-    if let Some(limited) = core.rate_limited(req, Some(&route)) {
-        return refuse_rate(out, Some(&id), &limited, keep_alive);
+    let keyed = scoped_key.map(|key| (key, fingerprint));
+    Ok(ToolCall { id, route, arguments, request_meta, answers, binding, may_become_task, keyed })
+}
+
+/// A `tools/call` naming no tool listed for stateless requests. A provider that could not open
+/// the core's stateless session (an upstream that is down, or redirects) lists nothing: its
+/// refusal says more than "unknown tool".
+fn unknown_tool(
+    core: &ModernCore,
+    id: &RawId,
+    name: &str,
+    out: &mut Vec<u8>,
+    keep_alive: bool,
+) -> Outcome {
+    if let Some(e) = core.registry.stateless_failure() {
+        if let Some(down) = crate::core::reply_down(out, &e, id, keep_alive) {
+            return down;
+        }
+        let mut body = Vec::with_capacity(256);
+        dispatch::push_provider_error(&mut body, id, &e);
+        return reply(out, Answer::Json(&body), keep_alive);
     }
+    let message = format!("unknown tool: {name}");
+    crate::core::reply_error(out, id, Code::InvalidParams, &message, keep_alive)
+}
+
+/// A keyed `tools/call`'s key looked up: `Some` answers it from what is known (its record, a
+/// reused key, or, for a call not safe to repeat, what another node recorded before it died:
+/// `--durable`); `None`: the key is fresh, the call is new work.
+async fn keyed_lookup(
+    core: &Rc<ModernCore>,
+    (scoped_key, fingerprint): (&str, u64),
+    route: &ToolRoute,
+    id: &RawId,
+    request_meta: &RequestMeta,
+    out: &mut Vec<u8>,
+    keep_alive: bool,
+) -> Option<Outcome> {
+    let retention = core.cfg.stream_retention;
+    let found = core.keys.borrow_mut().lookup(scoped_key, fingerprint, retention);
+    match found {
+        keyed::Lookup::Other => {
+            core.metrics.rejected_key_reused.inc();
+            Some(reply(out, Answer::KeyReused { id }, keep_alive))
+        }
+        keyed::Lookup::Same(record) => {
+            core.metrics.dedup_hits_total.inc();
+            let until = std::time::Instant::now() + core.cfg.owed_wait;
+            let token = request_meta.progress_token.clone();
+            Some(observe(record, id.clone(), token, Some(until), keep_alive))
+        }
+        keyed::Lookup::Fresh if !route.safe_to_repeat => {
+            // Another node may have run it before it died (`--durable`).
+            match durable::recover(core, scoped_key, fingerprint, id).await {
+                durable::Recovered::Nothing => None,
+                durable::Recovered::Answered(body) | durable::Recovered::Unknown(body) => {
+                    Some(reply(out, Answer::Json(&body), keep_alive))
+                }
+                durable::Recovered::OtherCall => {
+                    core.metrics.rejected_key_reused.inc();
+                    Some(reply(out, Answer::KeyReused { id }, keep_alive))
+                }
+                durable::Recovered::Busy => {
+                    Some(refuse(out, Refusal::Unavailable, Some(id), keep_alive))
+                }
+            }
+        }
+        keyed::Lookup::Fresh => None,
+    }
+}
+
+/// One `tools/call` that passed its checks and is new work: what `run_tool` runs.
+struct ToolCall {
+    id: RawId,
+    route: ToolRoute,
+    arguments: Value,
+    request_meta: RequestMeta,
+    /// The client's answers so far (`input_round`).
+    answers: serde_json::Map<String, Value>,
+    /// The request binding of its next `requestState` (`state::binding`).
+    binding: String,
+    /// True when the client and the tool let it become a task (`task_call::admission`).
+    may_become_task: bool,
+    /// Its scoped `Idempotency-Key` and fingerprint (`None`: not keyed).
+    keyed: Option<(Box<str>, u64)>,
+}
+
+/// Runs a `tools/call` (`serve` admitted it as new work): polled once and answered now when it
+/// finishes there, else driven by the connection; a keyed one runs under its record, which
+/// this request and every retry observe.
+async fn run_tool(
+    core: &Rc<ModernCore>,
+    req: &Request<'_>,
+    call: ToolCall,
+    out: &mut Vec<u8>,
+) -> Outcome {
+    let keep_alive = req.head.keep_alive;
+    let ToolCall { id, route, arguments, request_meta, answers, binding, may_become_task, keyed } =
+        call;
     let progress_token = request_meta.progress_token.clone();
-    let record = scoped_key.as_ref().map(|_| call::RecordLimit {
+    let record = keyed.as_ref().map(|_| call::RecordLimit {
         max: core.cfg.replay_bytes_max,
         core: core.keys.borrow().bytes(),
     });
@@ -361,7 +431,7 @@ async fn tools_call(
     let work = Box::pin(async move { provider.call_tool(&name, arguments, cx).await });
     let work = task_call::augment(core, req.subject(), task_sink, work);
     let job = CallJob::new(id.clone(), sink.clone(), work, binding, core.cfg.request_state_ttl);
-    let Some(scoped_key) = scoped_key else {
+    let Some((scoped_key, fingerprint)) = keyed else {
         return start_call(job, out, keep_alive).await;
     };
     let bytes = core.keys.borrow().bytes();

@@ -186,7 +186,7 @@ fn settle(
 }
 
 /// The SERVER span of a request (tracing on): the child of the client's `traceparent`, named
-/// by its HTTP method until the era decodes the body (`core::note_span`), with the transport
+/// by its HTTP method until the body is decoded (`endpoint::admit`), with the transport
 /// and the MCP headers' attributes (`mcp.session.id`, `mcp.protocol.version`).
 fn request_span(head_bytes: &[u8], head: &http::RequestHead) -> Span {
     let method = match head.method() {
