@@ -370,7 +370,6 @@ const LONG_FUNCTIONS: &[(&str, usize)] = &[
     ("config/mod.rs::validate", 147),
     ("durable/store.rs::send", 136),
     ("http/mod.rs::parse_head", 125),
-    ("layers.rs::upstream_tables", 106),
     ("legacy/session/mirror.rs::restore", 102),
     ("modern/mod.rs::serve", 109),
     ("modern/mod.rs::tools_call", 142),
