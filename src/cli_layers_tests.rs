@@ -65,17 +65,17 @@ fn each_layer_overrides_the_one_below_for_one_key() {
     for (args, vars, bytes, source) in cases {
         let all: Vec<&str> = std::iter::once("tidemark").chain(args.iter().copied()).collect();
         let cfg = try_from_layers(all, &env(vars)).expect("parses");
-        assert_eq!(cfg.body_bytes_max, bytes, "{args:?} {vars:?}");
+        assert_eq!(cfg.http.body_bytes_max, bytes, "{args:?} {vars:?}");
         assert_eq!(source_of(&resolved(args, vars), "max-body-bytes"), source, "{args:?}");
     }
     // The file is also found through TIDEMARK_CONFIG, and a flag names it over the env.
     let cfg = try_from_layers(["tidemark"], &env(&[("TIDEMARK_CONFIG", file)])).expect("parses");
-    assert_eq!(cfg.body_bytes_max, 1000);
+    assert_eq!(cfg.http.body_bytes_max, 1000);
     assert_eq!(cfg.config_file.map(|origin| origin.path), Some(path.clone()));
     let other = file_with("precedence-other", "max-body-bytes = 5\n");
     let args = ["tidemark", "--config", other.to_str().expect("utf-8")];
     let cfg = try_from_layers(args, &env(&[("TIDEMARK_CONFIG", file)])).expect("parses");
-    assert_eq!(cfg.body_bytes_max, 5);
+    assert_eq!(cfg.http.body_bytes_max, 5);
 }
 
 #[test]
@@ -218,7 +218,7 @@ fn a_file_at_the_size_limit_loads_and_one_byte_more_is_refused() {
     assert_eq!(text.len(), limit);
     let at = file_with("size-at", &text);
     let cfg = try_from_layers(["tidemark", "--config", at.to_str().expect("utf-8")], &[]);
-    assert_eq!(cfg.expect("at the limit").headers_max, 10);
+    assert_eq!(cfg.expect("at the limit").http.headers_max, 10);
     text.insert(text.len() - 1, 'x');
     let over = file_with("size-over", &text);
     let error = layer_error(&["--config", over.to_str().expect("utf-8")], &[]);
@@ -233,13 +233,13 @@ fn repeated_flags_are_arrays_and_a_higher_layer_replaces_the_whole_list() {
         file_with("lists", "allowed-origin = [\"https://a.example\", \"https://b.example\"]\n");
     let file = path.to_str().expect("utf-8");
     let cfg = try_from_layers(["tidemark", "--config", file], &[]).expect("parses");
-    assert_eq!(cfg.allowed_origins, ["https://a.example", "https://b.example"]);
+    assert_eq!(cfg.http.allowed_origins, ["https://a.example", "https://b.example"]);
     let vars = env(&[("TIDEMARK_ALLOWED_ORIGIN", "https://c.example\nhttps://d.example\n")]);
     let cfg = try_from_layers(["tidemark", "--config", file], &vars).expect("parses");
-    assert_eq!(cfg.allowed_origins, ["https://c.example", "https://d.example"]);
+    assert_eq!(cfg.http.allowed_origins, ["https://c.example", "https://d.example"]);
     let args = ["tidemark", "--config", file, "--allowed-origin", "https://e.example"];
     let cfg = try_from_layers(args, &vars).expect("parses");
-    assert_eq!(cfg.allowed_origins, ["https://e.example"]);
+    assert_eq!(cfg.http.allowed_origins, ["https://e.example"]);
 }
 
 #[test]
@@ -259,14 +259,14 @@ forward-authorization = true
     let path = file_with("upstreams", text);
     let cfg = try_from_layers(["tidemark", "--config", path.to_str().expect("utf-8")], &[])
         .expect("parses");
-    let names: Vec<Option<&str>> = cfg.upstreams.iter().map(|u| u.name.as_deref()).collect();
+    let names: Vec<Option<&str>> = cfg.upstream.specs.iter().map(|u| u.name.as_deref()).collect();
     assert_eq!(names, [Some("fs"), Some("api")]);
-    let command: Vec<String> = match &cfg.upstreams[0].target {
+    let command: Vec<String> = match &cfg.upstream.specs[0].target {
         config::UpstreamTarget::Stdio(argv) => argv.clone(),
         other => panic!("{other:?}"),
     };
     assert_eq!(command[0], "npx");
-    assert_eq!(cfg.upstream_forward_authorization, ["api"]);
+    assert_eq!(cfg.upstream.forward_authorization, ["api"]);
     assert_eq!(cfg.validate(), Ok(()));
 
     let typo = format!("{text}forward-authorisation = true\n");
@@ -293,7 +293,7 @@ forward-authorization = true
     let path = file_with("upstream-array", "upstream = [\"stdio:true\"]\n");
     let cfg = try_from_layers(["tidemark", "--config", path.to_str().expect("utf-8")], &[])
         .expect("parses");
-    assert_eq!(cfg.upstreams.len(), 1);
+    assert_eq!(cfg.upstream.specs.len(), 1);
 }
 
 #[test]
@@ -324,7 +324,7 @@ fn a_requirement_is_met_across_layers() {
     let file = path.to_str().expect("utf-8");
     let args = ["tidemark", "--config", file, "--tls-key", "/etc/tidemark/key.pem"];
     let cfg = try_from_layers(args, &[]).expect("parses");
-    assert_eq!(cfg.tls.map(|t| t.key), Some(PathBuf::from("/etc/tidemark/key.pem")));
+    assert_eq!(cfg.server.tls.map(|t| t.key), Some(PathBuf::from("/etc/tidemark/key.pem")));
     let error = try_from_layers(["tidemark", "--config", file], &[]).expect_err("no key");
     assert!(error.contains("--tls-key"), "{error}");
 }

@@ -437,34 +437,13 @@ fn upstream_tables(
         .filter_map(|arg| per_upstream_key(arg).map(|(key, valued)| (key, (*arg, valued))))
         .collect();
     for (index, item) in items.iter().enumerate() {
-        let mut place = format!("{path}, table [[upstream]] #{}", index + 1);
+        let place = format!("{path}, table [[upstream]] #{}", index + 1);
         let toml::Value::Table(table) = item else {
             let got = item.type_str();
             let expected = "a table (all [[upstream]] entries are tables)".to_owned();
             return Err(LayerError::WrongType { key: UPSTREAM_KEY.into(), place, expected, got });
         };
-        let text = |key: &str| match table.get(key) {
-            None => Ok(None),
-            Some(toml::Value::String(s)) => Ok(Some(s.clone())),
-            Some(other) => Err(LayerError::WrongType {
-                key: key.to_owned(),
-                place: place.clone(),
-                expected: "a string".into(),
-                got: other.type_str(),
-            }),
-        };
-        let name = text(UPSTREAM_TABLE_NAME)?;
-        let Some(spec) = text(UPSTREAM_TABLE_SPEC)? else {
-            let why = "missing (the 'stdio:…' command or 'http://…' URL)".to_owned();
-            return Err(LayerError::BadValue { key: UPSTREAM_TABLE_SPEC.into(), place, why });
-        };
-        if let Some(name) = &name {
-            place = format!("{place} (name '{name}')");
-        }
-        let upstream = match &name {
-            Some(name) => format!("{name}={spec}"),
-            None => spec,
-        };
+        let (name, upstream, place) = table_head(table, place)?;
         if let Some(arg) = by_key.get(UPSTREAM_KEY) {
             check_value(arg, &upstream).map_err(|why| LayerError::BadValue {
                 key: UPSTREAM_TABLE_SPEC.into(),
@@ -487,39 +466,7 @@ fn upstream_tables(
                 return Err(LayerError::BadValue { key: key.clone(), place, why });
             };
             let long = arg.get_long().unwrap_or_default().to_owned();
-            let given: Vec<String> = match (valued, value) {
-                (false, toml::Value::Boolean(on)) => {
-                    if *on {
-                        vec![name.clone()]
-                    } else {
-                        vec![]
-                    }
-                }
-                (true, toml::Value::String(s)) => vec![format!("{name}={s}")],
-                (true, toml::Value::Array(list)) => list
-                    .iter()
-                    .map(|item| match item {
-                        toml::Value::String(s) => Ok(format!("{name}={s}")),
-                        other => Err(other.type_str()),
-                    })
-                    .collect::<Result<_, _>>()
-                    .map_err(|got| LayerError::WrongType {
-                        key: key.clone(),
-                        place: place.clone(),
-                        expected: "a string or an array of strings".into(),
-                        got,
-                    })?,
-                (valued, other) => {
-                    let expected =
-                        if valued { "a string or an array of strings" } else { "a boolean" };
-                    return Err(LayerError::WrongType {
-                        key: key.clone(),
-                        place,
-                        expected: expected.into(),
-                        got: other.type_str(),
-                    });
-                }
-            };
+            let given = table_key_values(name, key, valued, value, &place)?;
             for one in &given {
                 check_value(arg, one).map_err(|why| LayerError::BadValue {
                     key: key.clone(),
@@ -531,6 +478,82 @@ fn upstream_tables(
         }
     }
     Ok(())
+}
+
+/// A `[[upstream]]` table's `name` and `spec`: the name, the `--upstream` value they make
+/// (`NAME=SPEC`, or `SPEC`) and the table's place (its name added) for later errors.
+fn table_head(
+    table: &toml::map::Map<String, toml::Value>,
+    mut place: String,
+) -> Result<(Option<String>, String, String), LayerError> {
+    let text = |key: &str| match table.get(key) {
+        None => Ok(None),
+        Some(toml::Value::String(s)) => Ok(Some(s.clone())),
+        Some(other) => Err(LayerError::WrongType {
+            key: key.to_owned(),
+            place: place.clone(),
+            expected: "a string".into(),
+            got: other.type_str(),
+        }),
+    };
+    let name = text(UPSTREAM_TABLE_NAME)?;
+    let Some(spec) = text(UPSTREAM_TABLE_SPEC)? else {
+        let why = "missing (the 'stdio:…' command or 'http://…' URL)".to_owned();
+        return Err(LayerError::BadValue { key: UPSTREAM_TABLE_SPEC.into(), place, why });
+    };
+    if let Some(name) = &name {
+        place = format!("{place} (name '{name}')");
+    }
+    let upstream = match &name {
+        Some(name) => format!("{name}={spec}"),
+        None => spec,
+    };
+    Ok((name, upstream, place))
+}
+
+/// The values one per-upstream key of a `[[upstream]]` table (named `name`) gives its flag:
+/// a switch (`valued` false) names the upstream when true, a valued key gives `NAME=VALUE`
+/// per string; `place` says where, for the error.
+fn table_key_values(
+    name: &str,
+    key: &str,
+    valued: bool,
+    value: &toml::Value,
+    place: &str,
+) -> Result<Vec<String>, LayerError> {
+    let key = key.to_owned();
+    Ok(match (valued, value) {
+        (false, toml::Value::Boolean(on)) => {
+            if *on {
+                vec![name.to_owned()]
+            } else {
+                vec![]
+            }
+        }
+        (true, toml::Value::String(s)) => vec![format!("{name}={s}")],
+        (true, toml::Value::Array(list)) => list
+            .iter()
+            .map(|item| match item {
+                toml::Value::String(s) => Ok(format!("{name}={s}")),
+                other => Err(other.type_str()),
+            })
+            .collect::<Result<_, _>>()
+            .map_err(|got| LayerError::WrongType {
+                key: key.clone(),
+                place: place.to_owned(),
+                expected: "a string or an array of strings".into(),
+                got,
+            })?,
+        (valued, other) => {
+            let expected = if valued { "a string or an array of strings" } else { "a boolean" };
+            return Err(LayerError::WrongType {
+                key,
+                place: place.to_owned(),
+                expected: expected.into(),
+                got: other.type_str(),
+            });
+        }
+    })
 }
 
 /// One env var's values for `arg`: a switch takes true/false (1/0, yes/no, on/off too), a

@@ -74,7 +74,7 @@
 //! | 2 | `durable` | the durable mirror (`--durable`, CONTRACT §10): the observer the eras report their changes to (a legacy session's `SessionChange` through `SessionMirror::observe`; a core's keyed calls and tasks, `CoreChange`, through `CoreTap::observe`), the store's key schema, one place for every key name and encoding both the writer (the mirror thread) and the reader (adoption) use |
 //! | 2 | `trace` | OpenTelemetry traces (`--otlp-endpoint`): W3C `traceparent`, a request's or an upstream call's span, the per-core bounded queues of finished spans and the exporter thread (OTLP/HTTP JSON) |
 //! | 2 | `http` | request head → byte ranges; status line and headers → bytes; knows nothing of MCP |
-//! | 1 | `config` | every limit as a named constant; `Config`; the `--upstream` spec |
+//! | 1 | `config` | `Config` as sections (`server`, `http`, `sessions`, `trace`, `upstream`, `auth`, `modern`, `log`, `rate`, `durable`), a file each with its limits as named constants, defaults, validation and flags; `ConfigError`; the values they parse (the `--upstream` spec, filters, rate limits, the durable URL) |
 //! | 1 | `metrics` | per-core counters, gauges and histograms (one writer each), merged into Prometheus text |
 //! | 1 | `status` | the admin listener's `/status` HTML page, rendered from the parsed `/metrics` exposition (no bookkeeping of its own) |
 //! | 1 | `signal` | a core-local wake-up for many waiters |
@@ -118,15 +118,12 @@ mod upstream;
 mod uri;
 mod wire;
 
-pub use config::JwksSourceError;
-pub use config::MigrationPolicy;
-pub use config::{AuthConfig, BuiltinSet, Config, ConfigError, DriverChoice, LogFormat};
-pub use config::{DurableConfig, DurableUrl, DurableUrlError};
-pub use config::{
-    FilterError, Isolation, ResponseMode, TlsFiles, UpstreamPolicy, UpstreamProtocol, UpstreamSpec,
-    UpstreamSpecError, UpstreamTarget,
-};
-pub use config::{RateLimit, RateLimitError, RateScope};
+pub use config::{AuthConfig, Config, ConfigError, DurableConfig, HttpConfig, LogConfig};
+pub use config::{KeyMaterial, UpstreamConfig};
+pub use config::{ModernConfig, RateConfig, ServerConfig, SessionsConfig, TraceConfig};
+// The types of the sections' fields an embedder sets.
+pub use config::{BuiltinSet, DriverChoice, Isolation, LogFormat, MigrationPolicy, ResponseMode};
+pub use config::{DurableUrl, RateLimit, TlsFiles, UpstreamSpec};
 pub use logging::{init_logging, reload_log_level};
 pub use provider::{
     Annotations, CallContext, Caller, Changes, LocalBoxFuture, LogLevel, Notifier, Provider,

@@ -1,7 +1,7 @@
 //! Goal: the documentation cannot drift from the binary or from itself (issue 21 item 6).
 //!
 //! - `docs/flags.md`'s flag table is rendered from the same clap `Command` as `tidemark
-//!   --help` (`Config::command()`), with each default's constant read from `src/cli.rs`; the
+//!   --help` (`Config::command()`), with each default's constant read from the flags' source; the
 //!   committed table must equal the rendering. `UPDATE_DOCS=1 cargo test --test docs` rewrites
 //!   it. Every hand-written table whose first column is `flag` names only flags `--help` has,
 //!   and a default it states (a number or a `literal`) is the one `--help` has.
@@ -37,7 +37,7 @@ fn repo_root() -> PathBuf {
 // Flags: the table rendered from clap's Command.
 
 /// Field name → the `config::NAME` constants its `#[arg(…)]` attribute names, read from the
-/// source of the flags (`src/cli.rs`, or `src/cli/**.rs` should it become a folder).
+/// source of the flags (`src/cli.rs` or `src/cli/**.rs`, and the sections in `src/config/`).
 fn flag_constants(sources: &[String]) -> BTreeMap<String, Vec<String>> {
     let mut constants = BTreeMap::new();
     for text in sources {
@@ -67,7 +67,8 @@ fn flag_constants(sources: &[String]) -> BTreeMap<String, Vec<String>> {
 
 /// `name: Type,` (a struct field) → `name`.
 fn field_name(line: &str) -> Option<&str> {
-    let line = line.strip_prefix("pub ").unwrap_or(line);
+    let line =
+        line.strip_prefix("pub(crate) ").or_else(|| line.strip_prefix("pub ")).unwrap_or(line);
     let (name, rest) = line.split_once(':')?;
     let is_ident = !name.is_empty()
         && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
@@ -75,15 +76,26 @@ fn field_name(line: &str) -> Option<&str> {
 }
 
 fn config_names(text: &str) -> Vec<String> {
+    // A constant is a SCREAMING_CASE path segment outside string literals: `config::A_MAX`
+    // in `cli.rs`, a bare `A_MAX` in the section files of `src/config/`.
     let mut names = Vec::new();
-    for (at, _) in text.match_indices("config::") {
-        let name: String = text[at + "config::".len()..]
-            .chars()
-            .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
-            .collect();
-        if name.len() > 1 && !names.contains(&name) {
-            names.push(name);
+    let mut quoted = false;
+    let mut word = String::new();
+    for c in text.chars().chain([' ']) {
+        if c == '"' {
+            quoted = !quoted;
         }
+        if !quoted && (c.is_ascii_alphanumeric() || c == '_') {
+            word.push(c);
+            continue;
+        }
+        let constant = word.len() > 1
+            && word.starts_with(|c: char| c.is_ascii_uppercase())
+            && word.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+        if constant && !names.contains(&word) {
+            names.push(word.clone());
+        }
+        word.clear();
     }
     names
 }
@@ -144,7 +156,8 @@ fn render_flags_table(
 fn cli_sources() -> Vec<String> {
     let root = repo_root().join("src");
     let mut files = vec![root.join("cli.rs")];
-    let mut folders = vec![root.join("cli")];
+    // The flags live in `cli.rs` and, a struct per section, in `src/config/`.
+    let mut folders = vec![root.join("cli"), root.join("config")];
     while let Some(dir) = folders.pop() {
         let Ok(entries) = std::fs::read_dir(&dir) else { continue };
         for entry in entries.flatten() {
@@ -868,7 +881,10 @@ const ARCHITECTURE_DOC: &str = "docs/architecture.md";
 fn declared_modules(lib: &str) -> BTreeSet<String> {
     lib.lines()
         .filter_map(|line| {
-            let line = line.strip_prefix("pub ").unwrap_or(line);
+            let line = line
+                .strip_prefix("pub(crate) ")
+                .or_else(|| line.strip_prefix("pub "))
+                .unwrap_or(line);
             line.strip_prefix("mod ")?.strip_suffix(';').map(str::to_string)
         })
         .collect()

@@ -1,10 +1,12 @@
-//! The `--durable redis://HOST:PORT[/DB]` flag's value (`DurableUrl`) and the bounds of the
-//! durable mirror (CONTRACT §10), parsed and checked at start-up. Owned here, on the ground
-//! floor, so `Config` imports nothing of the crate; `durable` reads them. Never: opens a
-//! connection.
+//! The durable section (`--durable*`, CONTRACT §10): the mirror's bounds as limits, its
+//! settings, validation and flags; the store's URL is `durable_url`'s. Owned here, on the
+//! ground floor, so `Config` imports nothing of the crate; `durable` reads them. Never: opens
+//! a connection.
 
-use std::fmt;
 use std::time::Duration;
+
+use super::durable_url::DurableUrl;
+use super::error::{nonzero, ConfigError};
 
 /// How long a node's liveness lease lives in the store (`--durable-lease-ms`). The mirror
 /// thread renews it every third of this; a peer adopts a node's sessions once it has expired,
@@ -46,56 +48,6 @@ pub(crate) const DURABLE_WRITE_AHEAD_MS: u64 = 250;
 /// node (`--durable-adoptions-max`); past it a request is answered 503 + `Retry-After`.
 pub(crate) const DURABLE_ADOPTIONS_MAX: usize = 256;
 
-/// Where the durable mirror lives: a Redis 7 (or Valkey) server, `redis://HOST:PORT[/DB]`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DurableUrl {
-    /// The host name or address.
-    pub host: String,
-    /// The TCP port.
-    pub port: u16,
-    /// The logical database (`SELECT`), 0 unless given.
-    pub db: u32,
-}
-
-/// Why a `--durable` value was refused.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("--durable must be redis://HOST:PORT[/DB], got {0:?}")]
-pub struct DurableUrlError(pub String);
-
-impl DurableUrl {
-    /// Parses `redis://HOST:PORT[/DB]`; user info, TLS (`rediss://`) and query strings are
-    /// refused rather than half-supported.
-    pub fn parse(text: &str) -> Result<DurableUrl, DurableUrlError> {
-        let bad = || DurableUrlError(text.to_owned());
-        let rest = text.strip_prefix("redis://").ok_or_else(bad)?;
-        let (authority, db) = match rest.split_once('/') {
-            Some((authority, "")) => (authority, 0),
-            Some((authority, db)) => (authority, db.parse::<u32>().map_err(|_| bad())?),
-            None => (rest, 0),
-        };
-        if authority.contains('@') || authority.contains('?') {
-            return Err(bad());
-        }
-        let (host, port) = authority.rsplit_once(':').ok_or_else(bad)?;
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let port = port.parse::<u16>().map_err(|_| bad())?;
-        if host.is_empty() || port == 0 {
-            return Err(bad());
-        }
-        Ok(DurableUrl { host: host.to_owned(), port, db })
-    }
-}
-
-impl fmt::Display for DurableUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.host.contains(':') {
-            write!(f, "redis://[{}]:{}/{}", self.host, self.port, self.db)
-        } else {
-            write!(f, "redis://{}:{}/{}", self.host, self.port, self.db)
-        }
-    }
-}
-
 /// The durable mirror's settings (`--durable*`); `Config::durable` is `None` when it is off.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DurableConfig {
@@ -119,33 +71,84 @@ pub struct DurableConfig {
     pub adoptions_max: usize,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durable_urls_parse_and_bad_ones_are_refused() {
-        // Goal: the one accepted shape parses (with and without a database); every other
-        // shape is refused with the value named, never half-understood.
-        let url = DurableUrl::parse("redis://127.0.0.1:6379").expect("parses");
-        assert_eq!(url, DurableUrl { host: "127.0.0.1".into(), port: 6379, db: 0 });
-        let url = DurableUrl::parse("redis://cache.internal:6380/3").expect("parses");
-        assert_eq!((url.host.as_str(), url.port, url.db), ("cache.internal", 6380, 3));
-        assert_eq!(DurableUrl::parse("redis://[::1]:6379/").expect("v6").host, "::1");
-        assert_eq!(url.to_string(), "redis://cache.internal:6380/3");
-        for bad in [
-            "",
-            "redis://",
-            "redis://host",
-            "redis://host:0",
-            "redis://host:99999",
-            "redis://user:pw@host:6379",
-            "rediss://host:6379",
-            "http://host:6379",
-            "redis://host:6379/x",
-            "redis://:6379",
-        ] {
-            assert!(DurableUrl::parse(bad).is_err(), "{bad:?} accepted");
-        }
+impl DurableConfig {
+    /// The section of the parsed flags: `None` without `--durable`.
+    pub(crate) fn from_flags(flags: DurableFlags) -> Result<Option<DurableConfig>, ConfigError> {
+        let Some(url) = flags.durable.as_deref().map(DurableUrl::parse).transpose()? else {
+            return Ok(None);
+        };
+        Ok(Some(DurableConfig {
+            url,
+            lease: Duration::from_millis(flags.durable_lease_ms),
+            queue_records_max: flags.durable_queue_records,
+            queue_bytes_max: flags.durable_queue_bytes,
+            batch_records_max: flags.durable_batch_records,
+            batch_bytes_max: flags.durable_batch_bytes,
+            linger: Duration::from_micros(flags.durable_linger_us),
+            write_ahead: Duration::from_millis(flags.durable_write_ahead_ms),
+            adoptions_max: flags.durable_adoptions_max,
+        }))
     }
+
+    /// Checks the section's values.
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        let lease_ms = self.lease.as_millis() as u64;
+        if lease_ms < DURABLE_LEASE_MS_MIN {
+            return Err(ConfigError::DurableLeaseTooShort(lease_ms, DURABLE_LEASE_MS_MIN));
+        }
+        let linger_us = self.linger.as_micros() as u64;
+        if linger_us > DURABLE_LINGER_US_MAX {
+            return Err(ConfigError::DurableLingerTooLong(linger_us, DURABLE_LINGER_US_MAX));
+        }
+        nonzero(&[
+            ("durable-queue-records", self.queue_records_max as u128),
+            ("durable-queue-bytes", self.queue_bytes_max as u128),
+            ("durable-batch-records", self.batch_records_max as u128),
+            ("durable-batch-bytes", self.batch_bytes_max as u128),
+            ("durable-adoptions-max", self.adoptions_max as u128),
+        ])
+    }
+}
+
+/// The command line's flags of this section: `--durable*`. `cli` flattens them into its `Flags` in
+/// `--help`'s order (a section's flags may come in several runs).
+#[derive(clap::Args)]
+pub(crate) struct DurableFlags {
+    /// Mirror sessions, streams, events, keyed records and tasks to this Redis 7 / Valkey
+    /// server, redis://HOST:PORT[/DB], so a peer node can adopt them if this one dies
+    /// (docs/reliability.md). Off by default.
+    #[arg(long, value_name = "URL")]
+    pub(crate) durable: Option<String>,
+    /// Lifetime of this node's liveness lease in the durable store; a peer adopts this
+    /// node's sessions only after it has expired.
+    #[arg(long, default_value_t = DURABLE_LEASE_MS)]
+    pub(crate) durable_lease_ms: u64,
+    /// Mirror records one core may queue for the store; past it the record's session is
+    /// marked not durable (a worker never waits).
+    #[arg(long, default_value_t = DURABLE_QUEUE_RECORDS)]
+    pub(crate) durable_queue_records: usize,
+    /// Bytes of mirror records one core may queue for the store.
+    #[arg(long, default_value_t = DURABLE_QUEUE_BYTES)]
+    pub(crate) durable_queue_bytes: usize,
+    /// Records the mirror thread writes to the store in one pipelined batch.
+    #[arg(long, default_value_t = DURABLE_BATCH_RECORDS)]
+    pub(crate) durable_batch_records: usize,
+    /// Bytes of records the mirror thread writes to the store in one pipelined batch (a batch
+    /// takes at least one record).
+    #[arg(long, default_value_t = DURABLE_BATCH_BYTES)]
+    pub(crate) durable_batch_bytes: usize,
+    /// Microseconds the mirror thread lets records gather after a batch that did not fill
+    /// before it writes the next (0: at once): fewer, fuller batches cost the node less per
+    /// record; a record a call waits for cuts it short. At most 100000.
+    #[arg(long, default_value_t = DURABLE_LINGER_US)]
+    pub(crate) durable_linger_us: u64,
+    /// How long a non-idempotent tools/call of a durable session waits for the store to
+    /// acknowledge its record before the tool starts (so an adopting peer never runs it
+    /// again); past it the call starts, the session stops being durable, and it is counted.
+    #[arg(long, default_value_t = DURABLE_WRITE_AHEAD_MS)]
+    pub(crate) durable_write_ahead_ms: u64,
+    /// Store lookups (adoptions of a dead node's sessions, its keyed records and tasks)
+    /// waiting at once on this node; past it the request gets 503 + Retry-After.
+    #[arg(long, default_value_t = DURABLE_ADOPTIONS_MAX)]
+    pub(crate) durable_adoptions_max: usize,
 }

@@ -15,7 +15,7 @@
 //! by the server (`UpstreamFilters::with_resource_globs`). docs/gateway.md says what a filter
 //! cannot protect (an upstream that resolves names loosely).
 
-use super::upstream::UpstreamSpec;
+use super::upstream_spec::UpstreamSpec;
 
 /// Globs one upstream's filters may hold, allow and deny of tools, prompts and resources
 /// together, `*` rules included (`--upstream-filter-globs-max`): each listed item is matched

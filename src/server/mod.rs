@@ -338,7 +338,7 @@ fn reload_config_file(
 }
 
 impl Server {
-    /// A server for `cfg` with no providers yet. Built-in sets named by `cfg.builtin_tools`
+    /// A server for `cfg` with no providers yet. Built-in sets named by `cfg.server.builtin_tools`
     /// are added at start; when that is unset, the `demo` set is served only if no provider is
     /// added.
     pub fn new(cfg: Config) -> Server {
@@ -381,10 +381,14 @@ impl Server {
     fn launch(self, signals: bool) -> Result<Running, ServerError> {
         let Server { cfg, mut providers } = self;
         cfg.validate()?;
+        if let Some(key) = &cfg.modern.state_key {
+            // Before any worker seals a `requestState`; the process's first key wins.
+            crate::modern::state::set_key_material(key.bytes());
+        }
         crate::logging::configure(&cfg);
-        let builtin = match &cfg.builtin_tools {
+        let builtin = match &cfg.server.builtin_tools {
             Some(sets) => sets.clone(),
-            None if providers.is_empty() && cfg.upstreams.is_empty() => vec![BuiltinSet::Demo],
+            None if providers.is_empty() && cfg.upstream.specs.is_empty() => vec![BuiltinSet::Demo],
             None => Vec::new(),
         };
         let children = Arc::new(crate::upstream::ProcessCount::default());
@@ -403,7 +407,7 @@ impl Server {
             .collect();
         slots.extend(set.iter().map(|u| u.slot.clone()));
         let reloads: Vec<Arc<ReloadInbox>> =
-            (0..cfg.threads).map(|_| Arc::new(ReloadInbox::default())).collect();
+            (0..cfg.server.threads).map(|_| Arc::new(ReloadInbox::default())).collect();
         let started = start_workers(&cfg, slots, children.clone(), &metric_names, &reloads)?;
         started.reloader.store(Some(Arc::new(Reloader::new(
             cfg.clone(),
@@ -422,34 +426,34 @@ impl Server {
             None => String::new(),
         };
         // The first stdout line: scripts read the bound address (port 0) and the driver from it.
-        let scheme = if cfg.tls.is_some() { "https" } else { "http" };
+        let scheme = if cfg.server.tls.is_some() { "https" } else { "http" };
         println!(
             "tidemark listening on {scheme}://{}{} driver={} threads={} tools={tools_label}{metrics_note}",
-            started.local_addr, cfg.path, started.driver, cfg.threads
+            started.local_addr, cfg.server.path, started.driver, cfg.server.threads
         );
         let _ = std::io::stdout().flush();
         tracing::info!(
             listen = %started.local_addr,
             scheme,
-            path = %cfg.path,
+            path = %cfg.server.path,
             metrics = ?started.metrics_addr,
             driver = started.driver,
-            threads = cfg.threads,
-            node = cfg.node_id,
+            threads = cfg.server.threads,
+            node = cfg.server.node_id,
             tools = %tools_label,
-            max_connections_per_core = cfg.connections_per_core_max,
-            max_sessions_per_core = cfg.sessions_per_core_max,
-            max_streams_per_session = cfg.streams_per_session_max,
-            max_body_bytes = cfg.body_bytes_max,
-            replay_events = cfg.replay_events_max,
-            replay_bytes = cfg.replay_bytes_max,
-            core_buffer_bytes = cfg.core_buffer_bytes,
-            session_idle_secs = cfg.session_idle.as_secs(),
-            owed_timeout_secs = cfg.owed_timeout.as_secs(),
-            upstreams = cfg.upstreams.len(),
+            max_connections_per_core = cfg.http.connections_per_core_max,
+            max_sessions_per_core = cfg.sessions.sessions_per_core_max,
+            max_streams_per_session = cfg.sessions.streams_per_session_max,
+            max_body_bytes = cfg.http.body_bytes_max,
+            replay_events = cfg.sessions.replay_events_max,
+            replay_bytes = cfg.sessions.replay_bytes_max,
+            core_buffer_bytes = cfg.sessions.core_buffer_bytes,
+            session_idle_secs = cfg.sessions.session_idle.as_secs(),
+            owed_timeout_secs = cfg.sessions.owed_timeout.as_secs(),
+            upstreams = cfg.upstream.specs.len(),
             auth = cfg.auth_enabled(),
-            tls = cfg.tls.is_some(),
-            log_events_per_kind_per_sec = cfg.log_events_per_kind_per_sec,
+            tls = cfg.server.tls.is_some(),
+            log_events_per_kind_per_sec = cfg.log.events_per_kind_per_sec,
             "started"
         );
         Ok(started)
@@ -465,24 +469,21 @@ fn start_workers(
     upstream_names: &MetricNames,
     reloads: &[Arc<ReloadInbox>],
 ) -> Result<Running, ServerError> {
-    let tls = match &cfg.tls {
-        Some(files) => Some(Arc::new(Tls::load(files, cfg.threads).map_err(ServerError::Tls)?)),
-        None => None,
-    };
-    let (listeners, bound) = bind_listeners(cfg)?;
-    // The workers' config names the bound address (port 0 resolved), so whatever reads
-    // `cfg.listen` sees the address really listened on. (The endpoint's Host rule reads only
-    // whether it is loopback: a Host's port is not compared with it, for port forwarders.)
-    let cfg = Arc::new(Config { listen: bound, ..cfg.clone() });
+    let (cfg, listeners, tls) = bind(cfg)?;
+    let bound = cfg.server.listen;
     let inboxes = Arc::new(
-        (0..cfg.threads).map(|_| Inbox::new(config::HANDOFF_INBOX_MAX)).collect::<Vec<_>>(),
+        (0..cfg.server.threads).map(|_| Inbox::new(config::HANDOFF_INBOX_MAX)).collect::<Vec<_>>(),
     );
-    let metrics = core_metrics(cfg.threads, upstream_names);
-    let life = Arc::new(Lifecycle::new(cfg.threads, cfg.drain));
+    let metrics: Vec<Arc<CoreMetrics>> =
+        (0..cfg.server.threads).map(|_| Arc::new(CoreMetrics::default())).collect();
+    for core in &metrics {
+        core.hist.name_upstreams(upstream_names.names());
+    }
+    let life = Arc::new(Lifecycle::new(cfg.server.threads, cfg.server.drain));
     let (exporter, span_queues) =
         match crate::trace::Exporter::start(&cfg).map_err(io("spawn the OTLP exporter thread"))? {
             Some((exporter, queues)) => (Some(exporter), queues.into_iter().map(Some).collect()),
-            None => (None, vec![None; cfg.threads]),
+            None => (None, vec![None; cfg.server.threads]),
         };
     let mut durable =
         crate::durable::Durable::start(&cfg).map_err(io("spawn the durable mirror threads"))?;
@@ -506,15 +507,27 @@ fn start_workers(
             spans: span_queues[index].clone(),
             durable: durable.as_mut().map(|d| d.for_core(index)),
         };
+        let ready = ready_tx.clone();
         let finished = WorkerFinished(life.clone(), index);
         // Worker i runs on the i-th CPU the process may use (respecting taskset/cgroups);
         // unpinned when there are more workers than CPUs.
-        let pin = (cfg.threads <= cpus.len()).then(|| cpus[index]);
-        workers.push(spawn_worker(spec, ready_tx.clone(), finished, pin)?);
+        let pin = (cfg.server.threads <= cpus.len()).then(|| cpus[index]);
+        let worker = std::thread::Builder::new()
+            .name(format!("tidemark-{index}"))
+            .spawn(move || {
+                let _finished = finished;
+                if let Some(cpu) = pin {
+                    let _ = monoio::utils::bind_to_cpu_set([cpu]);
+                }
+                runtime::run(spec, ready);
+            })
+            .map_err(io("spawn a worker thread"))?;
+        workers.push(worker);
     }
-    let driver = await_ready(&ready_rx, cfg.threads)?;
+    let driver = wait_ready(&ready_rx, cfg.server.threads)?;
     let durable_stats = durable.as_ref().map(|d| d.stats.clone());
-    let metrics_addr = start_admin(&cfg, driver, &metrics, children, &life, durable_stats)?;
+    let admin = Admin { metrics: metrics.clone(), children, life: life.clone(), durable_stats };
+    let metrics_addr = start_admin(&cfg, driver, admin)?;
     let signals = AtomicBool::new(false);
     let config_file = cfg.config_file.clone();
     let log_level = crate::logging::current_flag(&cfg);
@@ -536,52 +549,65 @@ fn start_workers(
     })
 }
 
-/// One SO_REUSEPORT listener per worker on `cfg.listen` (refused when another process
-/// listens there), and the address they are bound to (port 0 resolved by the first).
-fn bind_listeners(cfg: &Config) -> Result<(Vec<std::net::TcpListener>, SocketAddr), ServerError> {
-    refuse_shared_port(cfg.listen)?;
-    let first = reuseport_listener(cfg.listen)?;
+/// What the admin listener reports on, besides the configuration.
+struct Admin {
+    metrics: Vec<Arc<CoreMetrics>>,
+    children: Arc<crate::upstream::ProcessCount>,
+    life: Arc<Lifecycle>,
+    durable_stats: Option<Arc<crate::metrics::DurableStats>>,
+}
+
+/// The admin listener (`--metrics-listen`), when configured: its bound address.
+fn start_admin(
+    cfg: &Config,
+    driver: &'static str,
+    admin: Admin,
+) -> Result<Option<SocketAddr>, ServerError> {
+    let Some(addr) = cfg.server.metrics_listen else { return Ok(None) };
+    let about = crate::admin::About {
+        node_id: cfg.server.node_id,
+        driver,
+        core_buffer_bytes: cfg.sessions.core_buffer_bytes as u64,
+        upstreams: (cfg.upstream.specs.iter().enumerate()).map(|(i, u)| u.label(i)).collect(),
+        started: std::time::Instant::now(),
+    };
+    let Admin { metrics, children, life, durable_stats } = admin;
+    crate::admin::start(addr, metrics, children, life, about, durable_stats)
+        .map(Some)
+        .map_err(io(format!("admin listener on {addr}")))
+}
+
+/// What `bind` makes: the workers' config (naming the bound address), one listener per
+/// worker, and the loaded TLS files.
+type Bound = (Arc<Config>, Vec<std::net::TcpListener>, Option<Arc<Tls>>);
+
+/// The TLS files loaded and one listener per worker bound (`SO_REUSEPORT`), with the
+/// workers' config naming the bound address.
+fn bind(cfg: &Config) -> Result<Bound, ServerError> {
+    let tls = match &cfg.server.tls {
+        Some(files) => {
+            Some(Arc::new(Tls::load(files, cfg.server.threads).map_err(ServerError::Tls)?))
+        }
+        None => None,
+    };
+    refuse_shared_port(cfg.server.listen)?;
+    let first = reuseport_listener(cfg.server.listen)?;
     let bound = first.local_addr().map_err(io("local address"))?;
     let mut listeners = vec![first];
-    for _ in 1..cfg.threads {
+    for _ in 1..cfg.server.threads {
         listeners.push(reuseport_listener(bound)?);
     }
-    Ok((listeners, bound))
+    // The workers' config names the bound address (port 0 resolved), so whatever reads
+    // `cfg.server.listen` sees the address really listened on. (The endpoint's Host rule
+    // reads only whether it is loopback: a Host's port is not compared with it, for port
+    // forwarders.)
+    let mut cfg = cfg.clone();
+    cfg.server.listen = bound;
+    Ok((Arc::new(cfg), listeners, tls))
 }
 
-/// Each worker's metrics, its upstreams named.
-fn core_metrics(threads: usize, upstream_names: &MetricNames) -> Vec<Arc<CoreMetrics>> {
-    let metrics: Vec<Arc<CoreMetrics>> =
-        (0..threads).map(|_| Arc::new(CoreMetrics::default())).collect();
-    for core in &metrics {
-        core.hist.name_upstreams(upstream_names.names());
-    }
-    metrics
-}
-
-/// Starts the worker of `spec` on its own thread (`tidemark-N`), on CPU `pin` when given; it
-/// reports on `ready` whether its runtime started, and `finished` when it returns.
-fn spawn_worker(
-    spec: WorkerSpec,
-    ready: std::sync::mpsc::Sender<Result<runtime::DriverGot, String>>,
-    finished: WorkerFinished,
-    pin: Option<usize>,
-) -> Result<std::thread::JoinHandle<()>, ServerError> {
-    std::thread::Builder::new()
-        .name(format!("tidemark-{}", spec.index))
-        .spawn(move || {
-            let _finished = finished;
-            if let Some(cpu) = pin {
-                let _ = monoio::utils::bind_to_cpu_set([cpu]);
-            }
-            runtime::run(spec, ready);
-        })
-        .map_err(io("spawn a worker thread"))
-}
-
-/// Waits until each of the `threads` workers reported its start: the driver they run, or why
-/// one could not start.
-fn await_ready(
+/// Waits until each of `threads` workers reports it serves; the name of their io driver.
+fn wait_ready(
     ready: &std::sync::mpsc::Receiver<Result<runtime::DriverGot, String>>,
     threads: usize,
 ) -> Result<&'static str, ServerError> {
@@ -596,28 +622,6 @@ fn await_ready(
         }
     }
     Ok(driver)
-}
-
-/// The admin listener (`--metrics-listen`), when configured: its bound address.
-fn start_admin(
-    cfg: &Config,
-    driver: &'static str,
-    metrics: &[Arc<CoreMetrics>],
-    children: Arc<crate::upstream::ProcessCount>,
-    life: &Arc<Lifecycle>,
-    durable_stats: Option<Arc<crate::metrics::DurableStats>>,
-) -> Result<Option<SocketAddr>, ServerError> {
-    let Some(addr) = cfg.metrics_listen else { return Ok(None) };
-    let about = crate::admin::About {
-        node_id: cfg.node_id,
-        driver,
-        core_buffer_bytes: cfg.core_buffer_bytes as u64,
-        upstreams: (cfg.upstreams.iter().enumerate()).map(|(i, u)| u.label(i)).collect(),
-        started: std::time::Instant::now(),
-    };
-    let metrics = metrics.to_vec();
-    let started = crate::admin::start(addr, metrics, children, life.clone(), about, durable_stats);
-    Ok(Some(started.map_err(io(format!("admin listener on {addr}")))?))
 }
 
 /// The SIGHUP reload of the TLS files (`Running::reload_tls`), logged either way.

@@ -67,11 +67,12 @@ pub(crate) fn build(
     count: &Arc<ProcessCount>,
     metric_names: &mut MetricNames,
 ) -> Result<Vec<Upstream>, SetError> {
-    let names: Vec<&str> = cfg.upstreams.iter().filter_map(|spec| spec.name.as_deref()).collect();
+    let names: Vec<&str> =
+        cfg.upstream.specs.iter().filter_map(|spec| spec.name.as_deref()).collect();
     let credentials = crate::upstream::CredentialTable::load(
-        cfg.upstream_credentials.as_deref(),
+        cfg.upstream.credentials.as_deref(),
         &names,
-        &cfg.upstream_forward_authorization,
+        &cfg.upstream.forward_authorization,
     )
     .map_err(|e: crate::upstream::CredentialsError| SetError::Credentials(e.to_string()))?;
     // Checked by `Config::validate`; an error here is a Config built without it.
@@ -84,30 +85,30 @@ pub(crate) fn build(
     let policies = cfg.upstream_policies()?;
     let protocols = cfg.upstream_protocols()?;
     let settings = Arc::new(crate::upstream::Settings {
-        env: cfg.upstream_env.clone(),
-        isolation: cfg.upstream_isolation,
-        max_processes: cfg.upstream_processes_max,
-        timeout: cfg.upstream_timeout,
-        call_max: cfg.upstream_call_max,
-        start_timeout: cfg.upstream_start_timeout,
-        line_bytes: cfg.upstream_line_bytes,
-        catalog_bytes: cfg.upstream_catalog_bytes_per_core,
-        queue_bytes: cfg.upstream_queue_bytes,
-        kill_grace: cfg.upstream_kill_grace,
+        env: cfg.upstream.env.clone(),
+        isolation: cfg.upstream.isolation,
+        max_processes: cfg.upstream.processes_max,
+        timeout: cfg.upstream.timeout,
+        call_max: cfg.upstream.call_max,
+        start_timeout: cfg.upstream.start_timeout,
+        line_bytes: cfg.upstream.line_bytes,
+        catalog_bytes: cfg.upstream.catalog_bytes_per_core,
+        queue_bytes: cfg.upstream.queue_bytes,
+        kill_grace: cfg.upstream.kill_grace,
         credentials,
         filters: filters.clone(),
         policies: policies.clone(),
         protocols: protocols.clone(),
-        breaker_failures: cfg.upstream_breaker_failures,
-        input_rounds_max: cfg.upstream_input_rounds_max,
-        breaker_pause: cfg.upstream_breaker_pause,
-        resource_uri_bytes_max: cfg.resource_uri_bytes_max,
+        breaker_failures: cfg.upstream.breaker_failures,
+        input_rounds_max: cfg.upstream.input_rounds_max,
+        breaker_pause: cfg.upstream.breaker_pause,
+        resource_uri_bytes_max: cfg.upstream.resource_uri_bytes_max,
     });
     let prefixes = cfg.upstream_prefixes().map_err(ConfigError::from)?;
-    let prefixed = crate::upstream::probe::plan(&cfg.upstreams, &prefixes, builtin, &settings)
+    let prefixed = crate::upstream::probe::plan(&cfg.upstream.specs, &prefixes, builtin, &settings)
         .map_err(|e: Box<crate::upstream::Collision>| SetError::NameCollision(e.to_string()))?;
-    let mut set = Vec::with_capacity(cfg.upstreams.len());
-    for (index, spec) in cfg.upstreams.iter().enumerate() {
+    let mut set = Vec::with_capacity(cfg.upstream.specs.len());
+    for (index, spec) in cfg.upstream.specs.iter().enumerate() {
         let prefixed = prefixed[index];
         let metrics_name = spec.label(index);
         let slot = metric_names.index_of(&metrics_name);
