@@ -31,8 +31,8 @@ fn by_events(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     for events in [16usize, 1024, 65_536, 1 << 20] {
         let mut cfg = Config::default();
-        cfg.replay_events_max = events;
-        cfg.replay_bytes_max = 1 << 30;
+        cfg.sessions.replay_events_max = events;
+        cfg.sessions.replay_bytes_max = 1 << 30;
         let mut table = SessionTable::new(10);
         let id = SessionId { node: 0, core: 0, random: 42 };
         table.insert(session(42, events, &cfg));
@@ -54,7 +54,7 @@ fn by_sessions(c: &mut Criterion) {
     let mut g = c.benchmark_group("decide_by_sessions");
     g.throughput(Throughput::Elements(1));
     let mut cfg = Config::default();
-    cfg.replay_events_max = 16;
+    cfg.sessions.replay_events_max = 16;
     for sessions in [10usize, 1000, 100_000] {
         let mut table = SessionTable::new(sessions);
         let mut ids = Vec::with_capacity(sessions);

@@ -94,9 +94,9 @@ fn lookup(c: &mut Criterion) {
 fn interleaved_session(events_max: usize) -> (Session, StreamKey) {
     // `Config` is #[non_exhaustive]: adjusted field by field, as an embedder does.
     let mut cfg = Config::default();
-    cfg.replay_events_max = events_max;
-    cfg.replay_bytes_max = events_max * PAYLOAD.len();
-    cfg.streams_per_session_max = 2;
+    cfg.sessions.replay_events_max = events_max;
+    cfg.sessions.replay_bytes_max = events_max * PAYLOAD.len();
+    cfg.sessions.streams_per_session_max = 2;
     let mut session =
         Session::new(SessionId { node: 0, core: 0, random: 1 }, 1, LEGACY_VERSIONS[0], &cfg);
     let mut open = |id: &str, fingerprint| {

@@ -114,7 +114,8 @@ impl Core {
         let access = access?;
         let text = |field: &str| params.get(field).and_then(|v| v.as_str());
         let named = |kind, name| Item { kind, name, provider: "", read_only: true };
-        let canonical = |uri| crate::uri::canonical_bounded(uri, self.cfg.resource_uri_bytes_max);
+        let canonical =
+            |uri| crate::uri::canonical_bounded(uri, self.cfg.upstream.resource_uri_bytes_max);
         let missing = match method {
             "tools/call" => access.missing(self.registry.tool(session, text("name")?)?.item()),
             "prompts/get" => access.missing(named(Kind::Prompt, text("name")?)),
@@ -417,7 +418,7 @@ impl KeepAlive {
 /// connection's scratch buffer, empty at each call.
 pub(crate) trait Source {
     /// Appends what is ready to `out` (a head not rendered yet, SSE chunks, the end), at most
-    /// about `core.cfg.write_buffer_bytes` of frames; never awaits.
+    /// about `core.cfg.sessions.write_buffer_bytes` of frames; never awaits.
     fn fill(&mut self, core: &Core, out: &mut Vec<u8>, frames: &mut Vec<u8>) -> Step;
 
     /// Completes when `fill` may find more (an event, the outcome, a timeout of the stream's

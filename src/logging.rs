@@ -304,8 +304,8 @@ pub(crate) use limited;
 
 /// Sets the limiter's budgets from `cfg` (`Server` start; the subscriber is `init_logging`'s).
 pub(crate) fn configure(cfg: &Config) {
-    LIMITER.budget.store(cfg.log_events_per_kind_per_sec, Ordering::Relaxed);
-    SUMMARY_SECS.store(cfg.log_refusal_summary.as_secs().max(1), Ordering::Relaxed);
+    LIMITER.budget.store(cfg.log.events_per_kind_per_sec, Ordering::Relaxed);
+    SUMMARY_SECS.store(cfg.log.refusal_summary.as_secs().max(1), Ordering::Relaxed);
     LAST_SUMMARY.store(now_second(), Ordering::Relaxed);
 }
 
@@ -321,11 +321,11 @@ fn effective_level(flag: Option<&str>) -> String {
 /// ANSI colour only when stderr is a terminal. `Err` when the filter does not parse or a
 /// subscriber is already installed (an embedding program's own).
 pub fn init_logging(cfg: &Config) -> Result<(), String> {
-    let level = effective_level(cfg.log_level.as_deref());
+    let level = effective_level(cfg.log.level.as_deref());
     let filter = EnvFilter::try_new(&level).map_err(|e| format!("--log-level {level:?}: {e}"))?;
     let (filter, handle) = reload::Layer::new(filter);
     let ansi = std::io::stderr().is_terminal();
-    let (text, json) = match cfg.log_format {
+    let (text, json) = match cfg.log.format {
         LogFormat::Json => {
             let json = tracing_subscriber::fmt::layer()
                 .json()
@@ -375,7 +375,7 @@ pub fn reload_log_level(new: &str) -> Result<(), String> {
 
 /// The `--log-level` a SIGHUP applies again (`server`'s signal thread).
 pub(crate) fn current_flag(cfg: &Config) -> String {
-    cfg.log_level.clone().unwrap_or_default()
+    cfg.log.level.clone().unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -331,14 +331,15 @@ impl Exporter {
     /// One queue of `--otlp-queue-spans` per core, and the thread that empties them into
     /// `endpoint`. `Ok(None)`: tracing is off.
     pub(crate) fn start(cfg: &Config) -> std::io::Result<Option<(Exporter, Vec<Arc<SpanQueue>>)>> {
-        let Some(endpoint) = cfg.otlp_endpoint.clone() else { return Ok(None) };
-        let queues: Vec<Arc<SpanQueue>> =
-            (0..cfg.threads).map(|_| Arc::new(ArrayQueue::new(cfg.otlp_queue_spans))).collect();
+        let Some(endpoint) = cfg.trace.endpoint.clone() else { return Ok(None) };
+        let queues: Vec<Arc<SpanQueue>> = (0..cfg.server.threads)
+            .map(|_| Arc::new(ArrayQueue::new(cfg.trace.queue_spans)))
+            .collect();
         let stop = Arc::new(AtomicBool::new(false));
         let batch = Batcher {
             endpoint,
             queues: queues.clone(),
-            batch_max: cfg.otlp_batch_spans,
+            batch_max: cfg.trace.batch_spans,
             agent: export_agent(),
             failing: false,
         };
@@ -346,7 +347,7 @@ impl Exporter {
         let thread = std::thread::Builder::new()
             .name("tidemark-otlp".into())
             .spawn(move || batch.run(&flag))?;
-        tracing::info!(endpoint = %cfg.otlp_endpoint.as_deref().unwrap_or(""), "OTLP trace export on");
+        tracing::info!(endpoint = %cfg.trace.endpoint.as_deref().unwrap_or(""), "OTLP trace export on");
         Ok(Some((Exporter { stop, thread: Some(thread) }, queues)))
     }
 }

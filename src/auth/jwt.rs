@@ -126,26 +126,26 @@ impl JwtVerifier {
         resource: &str,
         issuers: &[String],
     ) -> Result<Option<JwtVerifier>, JwtSettingsError> {
-        if cfg.auth_jwks_url.is_empty() && cfg.auth_jwks_file.is_empty() {
+        if cfg.auth.jwks_url.is_empty() && cfg.auth.jwks_file.is_empty() {
             return Ok(None);
         }
         let settings = JwtSettings {
             resource: resource.to_owned(),
             issuers: issuers.to_vec(),
-            leeway: cfg.auth_leeway,
+            leeway: cfg.auth.leeway,
         };
         // Checked before any key is read: a misconfiguration starts no thread.
         let none = issuers.iter().map(|_| Jwks::fixed(Default::default())).collect();
         JwtVerifier::new(settings.clone(), none)?;
-        let sources = jwks_sources(issuers, &cfg.auth_jwks_file, &cfg.auth_jwks_url)
+        let sources = jwks_sources(issuers, &cfg.auth.jwks_file, &cfg.auth.jwks_url)
             .map_err(|e| JwtSettingsError::Sources(e.to_string()))?;
         let mut keys = Vec::with_capacity(sources.len());
         for source in sources {
             keys.push(Jwks::start(JwksSettings {
                 file: source.file,
                 url: source.url,
-                refresh: cfg.auth_jwks_refresh,
-                min_refetch: cfg.auth_jwks_min_refetch,
+                refresh: cfg.auth.jwks_refresh,
+                min_refetch: cfg.auth.jwks_min_refetch,
             })?);
         }
         JwtVerifier::new(settings, keys).map(Some)

@@ -122,7 +122,7 @@ pub(crate) struct Authorizer {
 pub(crate) const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
 
 impl Authorizer {
-    /// The authorization `cfg` asks for (`None`: off), its files loaded; `cfg.listen` must
+    /// The authorization `cfg` asks for (`None`: off), its files loaded; `cfg.server.listen` must
     /// name the bound address (the default resource URL names it).
     pub(crate) fn build(cfg: &Config) -> Result<Option<Authorizer>, ConfigError> {
         let auth = &cfg.auth;
@@ -140,11 +140,11 @@ impl Authorizer {
             auth.policy_rules_max,
         )
         .map_err(|e| ConfigError::AuthFile(e.to_string()))?;
-        let scheme = if cfg.tls.is_some() { "https" } else { "http" };
+        let scheme = if cfg.server.tls.is_some() { "https" } else { "http" };
         let resource = auth
             .resource
             .clone()
-            .unwrap_or_else(|| format!("{scheme}://{}{}", cfg.listen, cfg.path));
+            .unwrap_or_else(|| format!("{scheme}://{}{}", cfg.server.listen, cfg.server.path));
         // The JWT verifier (`--auth-jwks-file`/`--auth-jwks-url`): its key refresher thread
         // starts here, once, and every core shares it.
         let verifier = jwt::JwtVerifier::from_config(cfg, &resource, &auth.issuers)
@@ -188,7 +188,10 @@ impl Authorizer {
             .into(),
             challenge_base: base.into(),
             metadata: serde_json::to_vec(&document).unwrap_or_default().into(),
-            metadata_paths: [METADATA_PATH.into(), format!("{METADATA_PATH}{}", cfg.path).into()],
+            metadata_paths: [
+                METADATA_PATH.into(),
+                format!("{METADATA_PATH}{}", cfg.server.path).into(),
+            ],
         }))
     }
 

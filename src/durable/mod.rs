@@ -69,7 +69,7 @@ impl Durable {
     pub(crate) fn start(cfg: &Config) -> std::io::Result<Option<Durable>> {
         let Some(durable) = cfg.durable.clone() else { return Ok(None) };
         let (mut cores, mut drains) = (Vec::new(), Vec::new());
-        for _ in 0..cfg.threads {
+        for _ in 0..cfg.server.threads {
             let (queue, producer, drain) =
                 queue::channel(durable.queue_records_max, durable.queue_bytes_max);
             cores.push(Some((queue, producer)));
@@ -77,16 +77,16 @@ impl Durable {
         }
         let state = Arc::new(queue::MirrorState::default());
         let stats = Arc::new(DurableStats::default());
-        let session_ttl = cfg.session_idle + cfg.stream_retention;
+        let session_ttl = cfg.sessions.session_idle + cfg.sessions.stream_retention;
         let mirror = mirror::Mirror::start(
             &durable,
-            cfg.node_id,
+            cfg.server.node_id,
             session_ttl,
             drains,
             state.clone(),
             stats.clone(),
         )?;
-        let reader = Reader::start(&durable, cfg.node_id)?;
+        let reader = Reader::start(&durable, cfg.server.node_id)?;
         tracing::info!(store = %durable.url, lease_ms = durable.lease.as_millis() as u64, "durable mirror on");
         Ok(Some(Durable {
             _mirror: mirror,
@@ -95,7 +95,7 @@ impl Durable {
             state,
             stats,
             cfg: durable,
-            node: cfg.node_id,
+            node: cfg.server.node_id,
         }))
     }
 

@@ -69,14 +69,14 @@ pub(crate) fn listed_origin<'c>(
     head_bytes: &[u8],
 ) -> Option<&'c str> {
     let origin = head_bytes.get(head.origin.clone()?)?;
-    cfg.allowed_origins.iter().map(String::as_str).find(|listed| listed.as_bytes() == origin)
+    cfg.http.allowed_origins.iter().map(String::as_str).find(|listed| listed.as_bytes() == origin)
 }
 
 /// The index in `--allowed-origin`'s list of the request's `Origin`, when listed: what a
 /// stream whose head is rendered later keeps (no borrow, no copy) to share that head.
 pub(crate) fn listed_index(cfg: &Config, head: &RequestHead, head_bytes: &[u8]) -> Option<usize> {
     let origin = head_bytes.get(head.origin.clone()?)?;
-    cfg.allowed_origins.iter().position(|listed| listed.as_bytes() == origin)
+    cfg.http.allowed_origins.iter().position(|listed| listed.as_bytes() == origin)
 }
 
 /// Shares the answer whose head starts at `head_start` in `out` with the page of `head`'s
@@ -277,7 +277,7 @@ mod tests {
         assert_eq!(String::from_utf8_lossy(&out), want);
 
         let mut cfg = Config::test_min();
-        cfg.allowed_origins = vec!["http://app.example:3000".into()];
+        cfg.http.allowed_origins = vec!["http://app.example:3000".into()];
         let head_bytes =
             b"GET /mcp HTTP/1.1\r\nHost: h\r\nOrigin: http://app.example:30000\r\n\r\n";
         let head = crate::http::parse_head(head_bytes, 1024, 16).expect("head").expect("complete");

@@ -137,7 +137,7 @@ async fn route(edge: &Endpoint, mut req: Request<'_>, out: &mut Vec<u8>) -> Outc
         None => (target, &b""[..]),
     };
     let metadata = edge.auth.as_deref().and_then(|auth| auth.metadata_at(path));
-    if path != edge.cfg.path.as_bytes() && metadata.is_none() {
+    if path != edge.cfg.server.path.as_bytes() && metadata.is_none() {
         return refuse(out, Refusal::NotFoundPath, None, keep_alive).into_edge();
     }
     if !host_and_origin_allowed(&edge.cfg, &req)
@@ -184,7 +184,7 @@ async fn route(edge: &Endpoint, mut req: Request<'_>, out: &mut Vec<u8>) -> Outc
     // and before the body is decoded. A misrouted task is served here: the task store answers
     // it not found (it holds no other node's task), with the request's id.
     let adopts = edge.reader.is_some();
-    match owner::owner(&req, edge.cfg.node_id, edge.index, edge.threads, adopts) {
+    match owner::owner(&req, edge.cfg.server.node_id, edge.index, edge.threads, adopts) {
         Owner::Here => {}
         Owner::Core(core) => return Outcome::HandOff(core),
         Owner::Misrouted(Misrouted::Task { node }) => {
@@ -350,9 +350,9 @@ fn split_target(target: &[u8]) -> (Option<&[u8]>, &[u8]) {
 /// `Host: localhost:9000` through unchanged, and comparing would protect nothing, since a browser
 /// attacked by DNS rebinding sends the attacker's host name, which is refused here anyway.
 pub(crate) fn host_allowed(cfg: &Config, host: &[u8]) -> bool {
-    let listed = cfg.allowed_hosts.iter().any(|h| h.as_bytes() == host);
+    let listed = cfg.http.allowed_hosts.iter().any(|h| h.as_bytes() == host);
     listed
-        || !cfg.listen.ip().is_loopback()
+        || !cfg.server.listen.ip().is_loopback()
         || split_authority(host)
             .is_some_and(|(name, port)| is_loopback_host(name) && port_well_formed(port))
 }
@@ -361,14 +361,14 @@ pub(crate) fn host_allowed(cfg: &Config, host: &[u8]) -> bool {
 /// unless allowed by flag. On other listeners only Origin is checked against the allow-list.
 /// Origin's port is not checked: a page served from another local port may call us.
 fn host_and_origin_allowed(cfg: &Config, req: &Request<'_>) -> bool {
-    let loopback = cfg.listen.ip().is_loopback();
+    let loopback = cfg.server.listen.ip().is_loopback();
     if let Some(host) = req.header(&req.head.host) {
         if !host_allowed(cfg, host) {
             return false;
         }
     }
     if let Some(origin) = req.header(&req.head.origin) {
-        let listed = cfg.allowed_origins.iter().any(|o| o.as_bytes() == origin);
+        let listed = cfg.http.allowed_origins.iter().any(|o| o.as_bytes() == origin);
         // An origin is `scheme://host[:port]` and nothing else (RFC 6454 §6.2): userinfo
         // (`http://localhost:80@evil.com` is evil.com's page) or a path makes it no loopback one.
         let authority = origin
@@ -436,8 +436,8 @@ mod tests {
     #[test]
     fn host_names_a_loopback_name_and_a_well_formed_port() {
         let mut cfg = Config::test_min();
-        cfg.listen = "127.0.0.1:8080".parse().expect("address");
-        cfg.allowed_hosts = vec!["mcp.example:9000".into()];
+        cfg.server.listen = "127.0.0.1:8080".parse().expect("address");
+        cfg.http.allowed_hosts = vec!["mcp.example:9000".into()];
         let table: [(&str, bool); 33] = [
             ("localhost", true),
             ("localhost:8080", true),
@@ -479,11 +479,11 @@ mod tests {
         for (host, want) in table {
             assert_eq!(host_allowed(&cfg, host.as_bytes()), want, "{host}");
         }
-        cfg.listen = "127.0.0.1:0".parse().expect("address");
+        cfg.server.listen = "127.0.0.1:0".parse().expect("address");
         for (host, want) in table {
             assert_eq!(host_allowed(&cfg, host.as_bytes()), want, "{host} (listening on :0)");
         }
-        cfg.listen = "0.0.0.0:8080".parse().expect("address");
+        cfg.server.listen = "0.0.0.0:8080".parse().expect("address");
         assert!(host_allowed(&cfg, b"evil.example:1"));
     }
 }

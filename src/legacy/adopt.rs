@@ -212,7 +212,7 @@ async fn claim(
     let session = core.sessions.borrow_mut().insert(session);
     let notifier = Notifier::new(Rc::new(super::context::SessionNotifier::new(
         &session,
-        core.cfg.list_changed_min,
+        core.cfg.sessions.list_changed_min,
     )));
     let start = SessionStart {
         session: reference,

@@ -258,7 +258,7 @@ mod tests {
         // (`--max-pending-client-requests`): at N they wait, the N+1th fails at once with
         // -32603 naming the flag. Method: a session with a limit of 2 and a stream's sink.
         let mut cfg = Config::test_min();
-        cfg.client_requests_pending_max = 2;
+        cfg.modern.client_requests_pending_max = 2;
         let version = crate::wire::revision::LEGACY_VERSIONS[0];
         let mut s = Session::new(SessionId { node: 0, core: 0, random: 7 }, 1, version, &cfg);
         let key = s.open_stream(StreamKind::Request, Some(RawId("1".into())), 1, None, None);

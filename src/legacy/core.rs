@@ -29,7 +29,8 @@ pub(crate) struct LegacyCore {
 impl LegacyCore {
     /// The legacy state of core `shared`, with no session yet.
     pub(crate) fn new(shared: Rc<Core>) -> LegacyCore {
-        let sessions = RefCell::new(session::SessionTable::new(shared.cfg.sessions_per_core_max));
+        let sessions =
+            RefCell::new(session::SessionTable::new(shared.cfg.sessions.sessions_per_core_max));
         LegacyCore {
             shared,
             sessions,

@@ -66,12 +66,12 @@ pub(super) async fn decide(
     class: &Classified,
     idempotency_key: Option<&str>,
 ) -> Verdict {
-    let deadline = Instant::now() + core.cfg.owed_wait;
+    let deadline = Instant::now() + core.cfg.sessions.owed_wait;
     let mut held: Option<HeldSlot> = None;
     loop {
         let decision = {
             let s = session.borrow();
-            let policy = core.cfg.migration_policy;
+            let policy = core.cfg.sessions.migration_policy;
             migration::decide(facts(
                 policy,
                 &s,
@@ -87,7 +87,7 @@ pub(super) async fn decide(
                 if held.is_none() {
                     // A held POST keeps its request (body and parse) in memory: at most
                     // `--max-held-per-session` wait at once, later ones learn to resume first.
-                    let max = core.cfg.held_per_session_max;
+                    let max = core.cfg.sessions.held_per_session_max;
                     let Some(slot) = HeldSlot::take(session, max, &core.metrics) else {
                         core.metrics.limit_held.inc();
                         let why = "held_limit (--max-held-per-session)";

@@ -32,7 +32,7 @@ impl LegacyCore {
                 owed += u64::from(st.is_owed());
             }
             let (abandoned, expired) =
-                s.overdue(now, self.cfg.owed_timeout, self.cfg.stream_retention);
+                s.overdue(now, self.cfg.sessions.owed_timeout, self.cfg.sessions.stream_retention);
             for k in abandoned {
                 crate::logging::limited!(
                     crate::logging::Kind::Loss,
@@ -54,7 +54,7 @@ impl LegacyCore {
             if s.is_observed() && !s.mirror_catch_up() {
                 not_durable += 1;
             }
-            if s.is_expired(now, self.cfg.session_idle) {
+            if s.is_expired(now, self.cfg.sessions.session_idle) {
                 let id = s.id;
                 drop(s);
                 end_session(self, &id, SessionEnd::Expired);
@@ -101,7 +101,11 @@ mod tests {
 
     /// A legacy core holding `sessions` sessions of two request streams each.
     fn core_with(sessions: usize) -> LegacyCore {
-        let cfg = Config { sessions_per_core_max: sessions, ..Config::default() };
+        let cfg = {
+            let mut edited = Config::default();
+            edited.sessions.sessions_per_core_max = sessions;
+            edited
+        };
         let shared = Rc::new(Core {
             rate: Rate::new(&cfg, 1),
             cfg: Arc::new(cfg.clone()),

@@ -111,7 +111,7 @@ fn find_session(
     match found {
         Some(s) if !s.borrow().closed => {
             // Expired but not yet reaped: the reaper's tick must not decide whether it lives.
-            if s.borrow().is_expired(now, core.cfg.session_idle) {
+            if s.borrow().is_expired(now, core.cfg.sessions.session_idle) {
                 end_session(core, &id, SessionEnd::Expired);
                 return Err(refuse_early(out, Refusal::SessionNotFound, keep_alive));
             }
@@ -125,7 +125,7 @@ fn find_session(
 /// The core of this node a session lives on: its own (a session this node made), or, with
 /// `--durable`, another node's session folded onto our cores (`adopted_core`); `None`: none.
 fn home_core(core: &LegacyCore, id: &SessionId) -> Option<u16> {
-    if id.node == core.cfg.node_id {
+    if id.node == core.cfg.server.node_id {
         return (id.core < core.threads).then_some(id.core);
     }
     core.reader.is_some().then(|| adopted_core(id.core, core.threads))
@@ -388,7 +388,8 @@ async fn initialize(
     let requested = params.get("protocolVersion").and_then(|v| v.as_str()).unwrap_or("");
     let version =
         LEGACY_VERSIONS.iter().copied().find(|v| *v == requested).unwrap_or(LEGACY_VERSIONS[0]);
-    let (Ok(sid), Ok(tag)) = (SessionId::generate(core.cfg.node_id, core.index), random_u32())
+    let (Ok(sid), Ok(tag)) =
+        (SessionId::generate(core.cfg.server.node_id, core.index), random_u32())
     else {
         return refuse(out, Refusal::Unavailable, Some(&id), keep_alive);
     };
@@ -400,8 +401,10 @@ async fn initialize(
     // In the table while the providers open it (no client knows its id yet), so that a
     // provider's notifier reaches it.
     let session = core.sessions.borrow_mut().insert(session);
-    let notifier =
-        Notifier::new(Rc::new(context::SessionNotifier::new(&session, core.cfg.list_changed_min)));
+    let notifier = Notifier::new(Rc::new(context::SessionNotifier::new(
+        &session,
+        core.cfg.sessions.list_changed_min,
+    )));
     let client_params = dispatch::into_public(params);
     let start = SessionStart {
         session: reference,
@@ -557,9 +560,9 @@ async fn request(
     if let Some(limited) = core.rate_limited(req, class.tool.as_ref()) {
         return refuse_rate(out, Some(&id), &limited, keep_alive);
     }
-    let streams = class.tool.is_some() || core.cfg.response_mode == ResponseMode::Sse;
+    let streams = class.tool.is_some() || core.cfg.sessions.response_mode == ResponseMode::Sse;
     // Rings at the core's ceiling: no new stream (running ones go on) rather than growing.
-    if streams && core.buffered_bytes.get() > core.cfg.core_buffer_bytes {
+    if streams && core.buffered_bytes.get() > core.cfg.sessions.core_buffer_bytes {
         core.metrics.limit_buffer.inc();
         return refuse(out, Refusal::BufferBudget, Some(&id), keep_alive);
     }
@@ -609,7 +612,7 @@ async fn request(
             session.borrow_mut().finish(key, Bytes::from(payload));
         }
     }
-    if core.cfg.response_mode == ResponseMode::Json {
+    if core.cfg.sessions.response_mode == ResponseMode::Json {
         return json_when_done(session, key, out, keep_alive).await;
     }
     let Some((epoch, first)) = session.borrow_mut().attach_fresh(key) else {

@@ -20,10 +20,11 @@ const WINDOW_HEAD: usize = 4 + 1 + 6;
 const WINDOW_TAIL: usize = 2;
 
 fn session(replay_bytes: usize, replay_events: usize) -> Session {
-    let cfg = Config {
-        replay_bytes_max: replay_bytes,
-        replay_events_max: replay_events,
-        ..Config::test_min()
+    let cfg = {
+        let mut edited = Config::test_min();
+        edited.sessions.replay_bytes_max = replay_bytes;
+        edited.sessions.replay_events_max = replay_events;
+        edited
     };
     Session::new(SessionId { node: 0, core: 0, random: 7 }, 0xabcd, LEGACY_VERSIONS[0], &cfg)
 }

@@ -54,9 +54,9 @@ impl Source for SseJob {
                 self.epoch,
                 &mut self.cursor,
                 self.rewrite.as_ref(),
-                core.cfg.sse_retry_ms,
+                core.cfg.sessions.sse_retry_ms,
                 frames,
-                core.cfg.write_buffer_bytes,
+                core.cfg.sessions.write_buffer_bytes,
             )
         };
         self.batch = batch;

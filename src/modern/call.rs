@@ -579,7 +579,7 @@ impl CallStream {
 
 /// The listed origin at `index` (`--allowed-origin`), for a head rendered late.
 pub(crate) fn origin(core: &Core, index: Option<usize>) -> Option<&str> {
-    index.and_then(|i| core.cfg.allowed_origins.get(i)).map(String::as_str)
+    index.and_then(|i| core.cfg.http.allowed_origins.get(i)).map(String::as_str)
 }
 
 impl Source for CallStream {

@@ -31,15 +31,15 @@ impl ModernCore {
     pub(crate) fn new(shared: Rc<Core>) -> ModernCore {
         let cfg = &shared.cfg;
         let limits = keyed::KeyLimits {
-            keys_max: cfg.idempotency_keys_per_core_max,
-            running_per_client_max: cfg.keyed_calls_running_per_client_max,
-            call_max: cfg.keyed_call_max,
+            keys_max: cfg.modern.idempotency_keys_per_core_max,
+            running_per_client_max: cfg.modern.keyed_calls_running_per_client_max,
+            call_max: cfg.modern.keyed_call_max,
         };
         let metrics = shared.metrics.clone();
-        let keys = keyed::KeyTable::new(limits, cfg.idempotency_bytes_per_core, metrics);
+        let keys = keyed::KeyTable::new(limits, cfg.modern.idempotency_bytes_per_core, metrics);
         let limits = tasks::TaskLimits::from_config(cfg);
         let tasks = tasks::TaskStore::new(
-            shared.cfg.node_id,
+            shared.cfg.server.node_id,
             shared.index,
             limits,
             shared.metrics.clone(),

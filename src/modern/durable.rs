@@ -104,7 +104,7 @@ impl KeyedMirror {
     /// The mirror of a keyed call on `core` (`None` without `--durable`).
     pub(crate) fn new(core: &Core, scoped_key: &str, fingerprint: u64) -> Option<KeyedMirror> {
         let tap = core.mirror.clone()?;
-        let ttl = core.cfg.stream_retention + core.cfg.keyed_call_max;
+        let ttl = core.cfg.sessions.stream_retention + core.cfg.modern.keyed_call_max;
         Some(KeyedMirror {
             tap,
             name: store_name(scoped_key),

@@ -83,7 +83,7 @@ pub(crate) fn start(
         resources: asked("resourcesListChanged") && capabilities.get("resources").is_some(),
     };
     Answer::SseHeadStateless.render(out, true);
-    let min = core.cfg.list_changed_min;
+    let min = core.cfg.sessions.list_changed_min;
     Outcome::Job(ListenJob {
         id,
         granted,

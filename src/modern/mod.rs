@@ -228,7 +228,10 @@ const RESULT_COMPLETE: &str = "\"resultType\":\"complete\"";
 /// `resultType` plus the caching hints (SEP-2549) of a list or read: `ttlMs` from
 /// `--cache-ttl-ms`, `cacheScope` public (nothing tidemark lists depends on who asks).
 fn cache_hints(core: &ModernCore) -> String {
-    format!("{RESULT_COMPLETE},\"ttlMs\":{},\"cacheScope\":\"public\"", core.cfg.cache_ttl_ms)
+    format!(
+        "{RESULT_COMPLETE},\"ttlMs\":{},\"cacheScope\":\"public\"",
+        core.cfg.modern.cache_ttl_ms
+    )
 }
 
 /// The `server/discover` result: every revision we serve (the legacy ones through
@@ -246,7 +249,7 @@ fn discover_result(core: &ModernCore) -> Value {
         "supportedVersions": meta::SUPPORTED_VERSIONS,
         "capabilities": capabilities,
         "instructions": MODERN_INSTRUCTIONS,
-        "ttlMs": core.cfg.cache_ttl_ms,
+        "ttlMs": core.cfg.modern.cache_ttl_ms,
         "cacheScope": "public",
         "_meta": {
             meta::META_SERVER_INFO: { "name": "tidemark", "version": env!("CARGO_PKG_VERSION") },
@@ -351,7 +354,7 @@ async fn keyed_lookup(
     out: &mut Vec<u8>,
     keep_alive: bool,
 ) -> Option<Outcome> {
-    let retention = core.cfg.stream_retention;
+    let retention = core.cfg.sessions.stream_retention;
     let found = core.keys.borrow_mut().lookup(scoped_key, fingerprint, retention);
     match found {
         keyed::Lookup::Other => {
@@ -360,7 +363,7 @@ async fn keyed_lookup(
         }
         keyed::Lookup::Same(record) => {
             core.metrics.dedup_hits_total.inc();
-            let until = std::time::Instant::now() + core.cfg.owed_wait;
+            let until = std::time::Instant::now() + core.cfg.sessions.owed_wait;
             let token = request_meta.progress_token.clone();
             Some(observe(record, id.clone(), token, Some(until), keep_alive))
         }
@@ -414,7 +417,7 @@ async fn run_tool(
         call;
     let progress_token = request_meta.progress_token.clone();
     let record = keyed.as_ref().map(|_| call::RecordLimit {
-        max: core.cfg.replay_bytes_max,
+        max: core.cfg.sessions.replay_bytes_max,
         core: core.keys.borrow().bytes(),
     });
     let sink = sink_for(core, request_meta, answers, record);
@@ -430,7 +433,7 @@ async fn run_tool(
     let ToolRoute { name, provider, .. } = route;
     let work = Box::pin(async move { provider.call_tool(&name, arguments, cx).await });
     let work = task_call::augment(core, req.subject(), task_sink, work);
-    let job = CallJob::new(id.clone(), sink.clone(), work, binding, core.cfg.request_state_ttl);
+    let job = CallJob::new(id.clone(), sink.clone(), work, binding, core.cfg.modern.state_ttl);
     let Some((scoped_key, fingerprint)) = keyed else {
         return start_call(job, out, keep_alive).await;
     };
@@ -439,7 +442,7 @@ async fn run_tool(
     let client = match req.subject() {
         Some(subject) => keyed::Client::Subject(Rc::from(subject)),
         // By the rate limiter's key, so one IPv6 host's /64 is one client here too (§11).
-        None => keyed::Client::Peer(req.peer().map(|ip| peer_key(ip, core.cfg.rate_ipv6_prefix))),
+        None => keyed::Client::Peer(req.peer().map(|ip| peer_key(ip, core.cfg.rate.ipv6_prefix))),
     };
     let record = Rc::new(keyed::Record::new(fingerprint, token, sink, id.clone(), client, bytes));
     if let Err(full) = core.keys.borrow_mut().insert(scoped_key.clone(), record.clone()) {
@@ -513,7 +516,7 @@ async fn prompts_get(
     let work = Box::pin(async move {
         registry_core.registry.get_prompt_with_context(&name, arguments, cx).await
     });
-    let job = CallJob::new(id, sink, work, binding, core.cfg.request_state_ttl);
+    let job = CallJob::new(id, sink, work, binding, core.cfg.modern.state_ttl);
     start_call(job, out, keep_alive).await
 }
 
@@ -537,8 +540,8 @@ fn sink_for(
         client_capabilities: request_meta.client_capabilities,
         answers,
         record,
-        input_requests_max: core.cfg.client_requests_pending_max,
-        pending_max: core.cfg.replay_bytes_max,
+        input_requests_max: core.cfg.modern.client_requests_pending_max,
+        pending_max: core.cfg.sessions.replay_bytes_max,
     }))
 }
 

@@ -151,7 +151,7 @@ impl Limits {
     /// The limits of `cfg` as one of `threads` cores enforces them.
     pub(crate) fn new(cfg: &Config, threads: u16) -> Limits {
         let threads = u64::from(threads.max(1));
-        let rules: Vec<Rule> = cfg.rate_limits.iter().map(|l| rule(l, threads)).collect();
+        let rules: Vec<Rule> = cfg.rate.limits.iter().map(|l| rule(l, threads)).collect();
         let names_calls = rules.iter().any(|r| r.kind != Kind::Client);
         Limits {
             rules,
@@ -160,11 +160,11 @@ impl Limits {
             index: FastMap::default(),
             slots: Vec::new(),
             // The flag's check refuses fewer; a `Config` built in code gets the least too.
-            max: cfg.rate_buckets_per_core_max.max(RATE_BUCKETS_PER_CORE_MIN),
+            max: cfg.rate.buckets_per_core_max.max(RATE_BUCKETS_PER_CORE_MIN),
             oldest: NONE,
             newest: NONE,
             shadow: Vec::new(),
-            ipv6_prefix: cfg.rate_ipv6_prefix,
+            ipv6_prefix: cfg.rate.ipv6_prefix,
         }
     }
 

@@ -8,7 +8,12 @@ const SEC: u64 = 1_000_000_000;
 
 fn limits(flags: &[&str], threads: u16, max: usize) -> Limits {
     let rate_limits = flags.iter().map(|f| RateLimit::parse(f).expect("valid flag")).collect();
-    let cfg = Config { rate_limits, rate_buckets_per_core_max: max, ..Config::default() };
+    let cfg = {
+        let mut edited = Config::default();
+        edited.rate.limits = rate_limits;
+        edited.rate.buckets_per_core_max = max;
+        edited
+    };
     Limits::new(&cfg, threads)
 }
 
@@ -178,10 +183,11 @@ fn ipv6_peers_are_one_client_per_prefix() {
     let denied = l.admit(0, v6("2001:db8:1:2:ffff:ffff:ffff:ffff"), None).expect_err("same /64");
     assert_eq!(denied.cause, Cause::Over);
     assert_eq!(l.admit(0, v6("2001:db8:1:3::1"), None), Ok(()), "the next /64");
-    let cfg = |prefix| Config {
-        rate_limits: vec![RateLimit::parse("client=1/s/1").expect("valid")],
-        rate_ipv6_prefix: prefix,
-        ..Config::default()
+    let cfg = |prefix| {
+        let mut edited = Config::default();
+        edited.rate.limits = vec![RateLimit::parse("client=1/s/1").expect("valid")];
+        edited.rate.ipv6_prefix = prefix;
+        edited
     };
     let mut l = Limits::new(&cfg(128), 1);
     assert_eq!(l.admit(0, v6("2001:db8::1"), None), Ok(()));

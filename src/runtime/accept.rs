@@ -178,7 +178,7 @@ fn admit(
     socket: TcpStream,
 ) {
     let _ = socket.set_nodelay(true);
-    if core.metrics.connections_active.get() as usize >= core.cfg.connections_per_core_max {
+    if core.metrics.connections_active.get() as usize >= core.cfg.http.connections_per_core_max {
         core.metrics.limit_connections.inc();
         if acceptor.tls.is_none() {
             monoio::spawn(refuse(socket, Refusal::Unavailable));

@@ -130,7 +130,7 @@ async fn open<'c>(
         auth_cache: Default::default(),
     };
     if conn.socket.handshaking() {
-        let timeout = core.cfg.header_timeout;
+        let timeout = core.cfg.http.header_timeout;
         if !socket::handshake(&mut conn.socket, &mut conn.buf, timeout).await {
             core.metrics.tls_handshakes_failed_total.inc();
             return None;
@@ -144,7 +144,7 @@ async fn open<'c>(
 /// tracing costs a request.
 #[inline]
 fn span_of(conn: &Conn<'_>, head: &http::RequestHead) -> Option<RefCell<Span>> {
-    let on = conn.core.cfg.otlp_endpoint.as_ref();
+    let on = conn.core.cfg.trace.endpoint.as_ref();
     on.map(|_| RefCell::new(request_span(&conn.buf[..head.head_len], head)))
 }
 
@@ -273,7 +273,7 @@ async fn next_request(conn: &mut Conn<'_>, first: bool) -> Option<Whole> {
     };
     while conn.buf.len() < head.head_len + body_len {
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        let timeout = left.unwrap_or(core.cfg.header_timeout);
+        let timeout = left.unwrap_or(core.cfg.http.header_timeout);
         match read_some(&mut conn.socket, &mut conn.buf, timeout).await {
             ReadEnd::Data => {}
             ReadEnd::Closed | ReadEnd::TimedOut | ReadEnd::Stopped => {
@@ -306,10 +306,10 @@ async fn next_head(
 ) -> Result<Option<http::RequestHead>, Refusal> {
     let Conn { core, drain, socket, buf, .. } = conn;
     if !buf.is_empty() {
-        *deadline = Some(Instant::now() + core.cfg.header_timeout);
+        *deadline = Some(Instant::now() + core.cfg.http.header_timeout);
     }
     loop {
-        match http::parse_head(buf, core.cfg.header_bytes_max, core.cfg.headers_max) {
+        match http::parse_head(buf, core.cfg.http.header_bytes_max, core.cfg.http.headers_max) {
             Ok(Some(h)) => return Ok(Some(h)),
             Ok(None) => {}
             Err(http::ParseError::HeadTooLarge) | Err(http::ParseError::TooManyHeaders) => {
@@ -327,14 +327,17 @@ async fn next_head(
             None if drain.ending() => return Err(Refusal::ShuttingDown),
             None => {
                 let _idle = drain.idle();
-                let wait =
-                    if drain.draining() { core.cfg.header_timeout } else { core.cfg.idle_timeout };
+                let wait = if drain.draining() {
+                    core.cfg.http.header_timeout
+                } else {
+                    core.cfg.http.idle_timeout
+                };
                 read_some_or(socket, buf, wait, drain.changed()).await
             }
         };
         match end {
             ReadEnd::Data => {
-                deadline.get_or_insert_with(|| Instant::now() + core.cfg.header_timeout);
+                deadline.get_or_insert_with(|| Instant::now() + core.cfg.http.header_timeout);
             }
             ReadEnd::Stopped => {}
             ReadEnd::Closed => return Ok(None),
@@ -353,7 +356,7 @@ fn body_length(core: &Endpoint, head: &http::RequestHead) -> Result<usize, Refus
         return Err(Refusal::LengthRequired);
     }
     match (head.method(), head.content_length) {
-        (_, Some(n)) if n > core.cfg.body_bytes_max => {
+        (_, Some(n)) if n > core.cfg.http.body_bytes_max => {
             core.metrics.limit_body.inc();
             Err(Refusal::BodyTooLarge)
         }

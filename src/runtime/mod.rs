@@ -141,7 +141,7 @@ fn build_epoll() -> std::io::Result<EpollRt> {
 /// Runs one worker thread until its drain ended (or its runtime could not be built). `ready`
 /// receives the driver name once the runtime is built.
 pub(crate) fn run(spec: WorkerSpec, ready: std::sync::mpsc::Sender<Result<DriverGot, String>>) {
-    let choice = spec.cfg.driver;
+    let choice = spec.cfg.server.driver;
     let uring = match choice {
         DriverChoice::Auto | DriverChoice::Uring
             if std::env::var_os("MONOIO_FORCE_LEGACY_DRIVER").is_none() =>
@@ -187,7 +187,7 @@ async fn serve(spec: WorkerSpec) {
     } = spec;
     crate::metrics::enter_core(metrics.clone());
     if let Some(queue) = spans {
-        crate::trace::enter_core(queue, metrics.clone(), cfg.otlp_sample_ratio);
+        crate::trace::enter_core(queue, metrics.clone(), cfg.trace.sample_ratio);
     }
     let held: Vec<reload::Held> = (providers.iter())
         .map(|slot| reload::Held {
@@ -201,7 +201,9 @@ async fn serve(spec: WorkerSpec) {
     let reader = durable.as_ref().map(|d| d.reader.clone());
     let mirror = durable.map(|d| Rc::new(d.tap(metrics.clone())));
     let shared = Rc::new(Core {
-        registry: Registry::build(providers).await.with_uri_bytes_max(cfg.resource_uri_bytes_max),
+        registry: Registry::build(providers)
+            .await
+            .with_uri_bytes_max(cfg.upstream.resource_uri_bytes_max),
         threads,
         index,
         metrics,

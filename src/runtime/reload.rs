@@ -125,7 +125,7 @@ async fn apply(core: &Rc<Endpoint>, upstreams: &[ProviderSlot], held: Vec<Held>)
         let core = core.clone();
         monoio::spawn(async move { core.registry.caught_up(&start).await });
     }
-    let patience = core.cfg.upstream_timeout;
+    let patience = core.cfg.upstream.timeout;
     for provider in replaced.removed {
         monoio::spawn(retire(core.clone(), provider, patience));
     }

@@ -38,7 +38,7 @@ async fn drive<S: Source>(conn: &mut Conn<'_>, mut source: S, started: Instant) 
     let core: &Core = conn.core;
     let drain = conn.drain;
     let _idle = (!source.holds_drain()).then(|| drain.idle());
-    let interval = core.cfg.sse_keepalive;
+    let interval = core.cfg.sessions.sse_keepalive;
     // The last keep-alive of a `KeepAlive::Every` stream (set at its first wait).
     let mut beat: Option<Instant> = None;
     let mut watch_peer = true;

@@ -40,7 +40,11 @@ const OVERSIZE: usize = BYTES_MAX + 1;
 fn session() -> Session {
     let cfg = Config::test_min();
     assert_eq!(
-        (cfg.replay_events_max, cfg.replay_bytes_max, cfg.streams_per_session_max),
+        (
+            cfg.sessions.replay_events_max,
+            cfg.sessions.replay_bytes_max,
+            cfg.sessions.streams_per_session_max
+        ),
         (EVENTS_MAX, BYTES_MAX, STREAMS_MAX),
         "the model assumes test_min's limits"
     );

@@ -22,11 +22,11 @@ pub(crate) struct TaskLimits {
 impl TaskLimits {
     pub(crate) fn from_config(cfg: &Config) -> TaskLimits {
         TaskLimits {
-            tasks_max: cfg.tasks_per_core_max,
-            retention: cfg.task_retention,
-            bytes_max: cfg.task_bytes_per_core,
-            input_requests_max: cfg.task_input_requests_max,
-            poll_interval: cfg.task_poll_interval,
+            tasks_max: cfg.modern.tasks_per_core_max,
+            retention: cfg.modern.task_retention,
+            bytes_max: cfg.modern.task_bytes_per_core,
+            input_requests_max: cfg.modern.task_input_requests_max,
+            poll_interval: cfg.modern.task_poll_interval,
         }
     }
 }
@@ -38,13 +38,14 @@ mod tests {
     #[test]
     fn limits_come_from_the_config() {
         // Goal: the flags reach the store. Method: a config with every task value changed.
-        let cfg = Config {
-            tasks_per_core_max: 1,
-            task_retention: Duration::from_secs(2),
-            task_bytes_per_core: 3,
-            task_input_requests_max: 4,
-            task_poll_interval: Duration::from_millis(5),
-            ..Config::default()
+        let cfg = {
+            let mut edited = Config::default();
+            edited.modern.tasks_per_core_max = 1;
+            edited.modern.task_retention = Duration::from_secs(2);
+            edited.modern.task_bytes_per_core = 3;
+            edited.modern.task_input_requests_max = 4;
+            edited.modern.task_poll_interval = Duration::from_millis(5);
+            edited
         };
         let limits = TaskLimits::from_config(&cfg);
         assert_eq!((limits.tasks_max, limits.bytes_max, limits.input_requests_max), (1, 3, 4));
