@@ -412,6 +412,26 @@ mod tests {
         );
         assert_eq!(with(0), Err(ConfigError::Zero("auth-cache-secs")));
     }
+
+    #[test]
+    fn the_request_state_key_file_becomes_a_field_not_a_global() {
+        // Goal: parsing flags has no side effect: `--request-state-key-file`'s bytes land in
+        // `ModernConfig::state_key` (installed by `Server::start`), a short file is refused
+        // by name, and the key never shows in `Debug`. Method: parse with a file written here.
+        let dir = std::env::temp_dir();
+        let path = dir.join(format!("tidemark-{}-state-key", std::process::id()));
+        std::fs::write(&path, [7u8; 40]).expect("write the key file");
+        let file = path.to_str().expect("utf-8").to_owned();
+        let cfg = Config::try_from_args(["tidemark", "--request-state-key-file", &file]);
+        let key = cfg.expect("parses").modern.state_key.expect("the key is a field");
+        assert_eq!(key.bytes(), [7u8; 40]);
+        assert_eq!(format!("{key:?}"), "KeyMaterial(40 bytes)");
+        assert!(Config::try_from_args(["tidemark"]).expect("parses").modern.state_key.is_none());
+        std::fs::write(&path, [7u8; 31]).expect("write a short key file");
+        let short = Config::try_from_args(["tidemark", "--request-state-key-file", &file]);
+        assert!(short.expect_err("too short").contains("at least 32 bytes"));
+        let _ = std::fs::remove_file(&path);
+    }
 }
 
 // After `mod tests`: the env, file and `--print-config` tests of the layers over these flags.
