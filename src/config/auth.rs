@@ -30,8 +30,6 @@ pub(crate) const AUTH_CACHE_SECS: u64 = 300;
 /// most access tokens' own lifetimes.
 pub(crate) const AUTH_CACHE_SECS_MAX: u64 = 3600;
 
-const _: () = assert!(AUTH_CACHE_SECS > 0 && AUTH_CACHE_SECS <= AUTH_CACHE_SECS_MAX);
-
 /// Bytes of one bearer token (JWT access token) the verifier reads (`auth::jwt`); a longer one
 /// is refused as malformed before any decoding. 8 KiB: a JWT with a few dozen scopes and an
 /// RSA-4096 signature is under 2 KiB; the request head's own limit (`--max-header-bytes`) is
@@ -60,6 +58,8 @@ pub(crate) const JWKS_KEYS_MAX: usize = 64;
 /// Longest one JWK Set fetch may take, connect to last byte. The refresher thread waits this
 /// long at most; no worker ever waits for it.
 pub(crate) const JWKS_FETCH_TIMEOUT_SECS: u64 = 10;
+
+const _: () = assert!(AUTH_CACHE_SECS > 0 && AUTH_CACHE_SECS <= AUTH_CACHE_SECS_MAX);
 const _: () = assert!(AUTH_LEEWAY_SECS <= AUTH_LEEWAY_SECS_MAX && JWKS_MIN_REFETCH_SECS > 0);
 
 /// Authorization of the MCP endpoint (OAuth 2.1 resource server, MCP authorization spec).

@@ -25,7 +25,6 @@ pub(crate) const IDLE_TIMEOUT_SECS: u64 = 60;
 /// Open connections on one core. Over it: new connections get 503 and are closed.
 pub(crate) const CONNECTIONS_PER_CORE_MAX: usize = 16 * 1024;
 
-const _: () = assert!(HEADER_BYTES_MAX >= 1024);
 /// Nesting depth of a JSON body. Deeper: 400, -32700 (a parser stack bomb is the peer's fault).
 pub(crate) const JSON_DEPTH_MAX: usize = 64;
 /// `Access-Control-Max-Age` of a CORS preflight answer (`endpoint::cors`), in seconds: how long
@@ -40,6 +39,8 @@ pub(crate) const CORS_MAX_AGE_SECS: u64 = 7200;
 /// one request, and `tidemark_cors_headers_left_out_total` counts them. 32: more than the
 /// header parameters a tool declares. No flag: `--max-header-bytes` already bounds the work.
 pub(crate) const CORS_PARAM_HEADERS_MAX: usize = 32;
+
+const _: () = assert!(HEADER_BYTES_MAX >= 1024);
 const _: () = assert!(CORS_MAX_AGE_SECS > 0 && CORS_PARAM_HEADERS_MAX > 0);
 
 /// The HTTP rules of the MCP endpoint: accepted origins and hosts, the bounds of a request

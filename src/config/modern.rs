@@ -63,15 +63,16 @@ pub(crate) const TASK_INPUT_REQUESTS_MAX: usize = 16;
 /// `pollIntervalMs` suggested to clients polling `tasks/get` (`--task-poll-interval-ms`).
 pub(crate) const TASK_POLL_INTERVAL_MS: u64 = 500;
 
+/// Bytes of the `--request-state-key-file`; larger is refused at start. Its bytes are hashed
+/// into the 32-byte key, so more than this adds nothing but reading. No flag.
+pub(crate) const REQUEST_STATE_KEY_FILE_BYTES_MAX: u64 = 64 * 1024;
+
 const _: () = assert!(TASKS_PER_CORE_MAX > 0 && TASK_BYTES_PER_CORE > 0);
 const _: () = assert!(IDEMPOTENCY_BYTES_PER_CORE > 0 && KEYED_CALL_MAX_SECS > 0);
 const _: () = assert!(CLIENT_REQUESTS_PENDING_MAX > 0);
 const _: () = assert!(KEYED_CALLS_RUNNING_PER_CLIENT_MAX < IDEMPOTENCY_KEYS_PER_CORE_MAX);
 const _: () = assert!(TASK_INPUT_REQUESTS_MAX > 0 && TASK_POLL_INTERVAL_MS > 0);
 const _: () = assert!(TASK_POLL_INTERVAL_MS < TASK_RETENTION_SECS * 1000);
-/// Bytes of the `--request-state-key-file`; larger is refused at start. Its bytes are hashed
-/// into the 32-byte key, so more than this adds nothing but reading. No flag.
-pub(crate) const REQUEST_STATE_KEY_FILE_BYTES_MAX: u64 = 64 * 1024;
 
 /// The 2026-07-28 (stateless) path's settings and bounds.
 #[derive(Clone, Debug)]

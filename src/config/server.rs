@@ -30,7 +30,6 @@ pub(crate) const THREADS_MAX: usize = 1024;
 /// exits 0.
 pub(crate) const DRAIN_SECS: u64 = 30;
 
-const _: () = assert!(THREADS_MAX <= u16::MAX as usize);
 /// Connections queued in one core's hand-off inbox. Full: the sender answers 503.
 pub(crate) const HANDOFF_INBOX_MAX: usize = 1024;
 /// How long the end of a drain waits for connections to take their last bytes (an SSE stream's
@@ -57,6 +56,8 @@ pub(crate) const ADMIN_HEAD_BYTES_MAX: usize = 4096;
 /// on a reload: the old certificate stays). 1 MiB: a chain of a leaf and two intermediates
 /// with RSA-4096 keys is under 8 KiB in PEM. No flag: no certificate file comes near it.
 pub(crate) const TLS_FILE_BYTES_MAX: u64 = 1024 * 1024;
+
+const _: () = assert!(THREADS_MAX <= u16::MAX as usize);
 const _: () = assert!(LISTEN_BACKLOG > 0 && LISTEN_BACKLOG <= i32::MAX as usize);
 const _: () = assert!(DRAIN_SECS > 0 && DRAIN_FLUSH_MS > 0 && DRAIN_RETRY_AFTER_SECS > 0);
 const _: () = assert!(ADMIN_CONNECTIONS_MAX > 0 && ADMIN_IO_TIMEOUT_MS > 0);
@@ -72,6 +73,7 @@ pub enum DriverChoice {
     /// epoll (monoio's legacy driver).
     Epoll,
 }
+
 /// A built-in tool set (`--tools`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -111,6 +113,7 @@ impl BuiltinSet {
         }
     }
 }
+
 /// The PEM files the MCP listeners' TLS is configured from (`--tls-cert`, `--tls-key`: both
 /// or neither); read at start and again on SIGHUP.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -78,6 +78,7 @@ pub enum ResponseMode {
     /// Every request as one JSON body.
     Json,
 }
+
 /// Whether the migration boundary (CONTRACT §4 steps 2–4) is enforced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
