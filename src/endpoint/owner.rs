@@ -1,7 +1,7 @@
 //! Who serves a request: decided here, once, from all of its names, in one fixed order: its
-//! task (a `tasks/*` method's `Mcp-Name`, `modern::task_call::named_owner`), then its session
-//! (`Mcp-Session-Id`, `legacy::named_owner`), then its `Idempotency-Key` (`modern::keyed::
-//! owner_core`, a hash of the key). The first name that names a node and core decides; a later
+//! task (a `tasks/*` method's `Mcp-Name`), then its session (`Mcp-Session-Id`), both read in
+//! the owned-id layout of `wire::owned_id`, then its `Idempotency-Key` (`key_core`, a hash of
+//! the key). Neither era is asked: the owner is read from the head alone. The first name that names a node and core decides; a later
 //! one only when nothing earlier names one. A task or session of another node (`--node-id`, the
 //! ids' first two hex digits) is `Misrouted`: the balancer in front sent it to the wrong node,
 //! and the request is answered here as naming an unknown one. A task or session of this node
@@ -15,9 +15,11 @@
 //! Called by `endpoint::route` before the era is chosen and before the body is decoded
 //! (decoding works in place). Never: reads the body, or any core's state.
 
+use std::hash::{Hash, Hasher};
+
 use crate::core::Request;
-use crate::legacy;
-use crate::modern::{keyed, task_call};
+use crate::wire::owned_id::{self, TASK_METHODS};
+use crate::wire::param_headers;
 
 /// Where a request is served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,10 +43,10 @@ pub(crate) enum Misrouted {
 
 /// Where `req` is served, accepted on core `here` of node `node` running `threads` cores.
 /// `adopts` (`--durable`): a session of another node is not misrouted but served on the core
-/// it is adopted onto (`legacy::adopted_core`), where the store may hand it over.
+/// it is adopted onto (`owned_id::fold_core`), where the store may hand it over.
 pub(crate) fn owner(req: &Request<'_>, node: u8, here: u16, threads: u16, adopts: bool) -> Owner {
     let ours = |core: u16| core < threads;
-    if let Some((task_node, core)) = task_call::named_owner(req) {
+    if let Some((task_node, core)) = task_named(req) {
         if task_node != node {
             return Owner::Misrouted(Misrouted::Task { node: task_node });
         }
@@ -52,10 +54,10 @@ pub(crate) fn owner(req: &Request<'_>, node: u8, here: u16, threads: u16, adopts
             return on(core, here);
         }
     }
-    if let Some((session_node, core)) = legacy::named_owner(req) {
+    if let Some((session_node, core)) = session_named(req) {
         if session_node != node {
             if adopts {
-                return on(legacy::adopted_core(core, threads), here);
+                return on(owned_id::fold_core(core, threads), here);
             }
             return Owner::Misrouted(Misrouted::Session { node: session_node });
         }
@@ -68,9 +70,36 @@ pub(crate) fn owner(req: &Request<'_>, node: u8, here: u16, threads: u16, adopts
         return Owner::Here;
     }
     match req.header(&req.head.idempotency_key) {
-        Some(key) => on(keyed::owner_core(key, threads), here),
+        Some(key) => on(key_core(key, threads), here),
         None => Owner::Here,
     }
+}
+
+/// The node and core that hold the task a `tasks/*` request names in its `Mcp-Name` header (the
+/// task id), whichever they are. A missing or foreign header names no core: the request is
+/// served where its other names put it and its checks refuse it (-32020) or find no task
+/// (-32602).
+fn task_named(req: &Request<'_>) -> Option<(u8, u16)> {
+    let method = req.header(&req.head.mcp_method)?;
+    if !TASK_METHODS.iter().any(|m| m.as_bytes() == method) {
+        return None;
+    }
+    let name = param_headers::decode(req.header(&req.head.mcp_name)?)?;
+    let (node, core, _) = owned_id::parse(std::str::from_utf8(&name).ok()?.trim().as_bytes())?;
+    Some((node, core))
+}
+
+/// The node and core of the session `Mcp-Session-Id` names (its first six digits).
+fn session_named(req: &Request<'_>) -> Option<(u8, u16)> {
+    owned_id::owner_prefix(req.header(&req.head.session_id)?)
+}
+
+/// The core that keeps the records of `key` (`modern::keyed`): its hash over the cores, stable
+/// across processes, so a cluster's nodes agree when they share the key space.
+pub(crate) fn key_core(key: &[u8], threads: u16) -> u16 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut h);
+    (h.finish() % u64::from(threads.max(1))) as u16
 }
 
 fn on(core: u16, here: u16) -> Owner {
@@ -78,5 +107,19 @@ fn on(core: u16, here: u16) -> Owner {
         Owner::Here
     } else {
         Owner::Core(core)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_always_maps_to_the_same_core_in_range() {
+        for threads in 1..8u16 {
+            let core = key_core(b"some-key", threads);
+            assert!(core < threads);
+            assert_eq!(core, key_core(b"some-key", threads));
+        }
     }
 }

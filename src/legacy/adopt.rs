@@ -78,12 +78,6 @@ pub(crate) async fn write_ahead(core: &LegacyCore, session: &SessionRc) {
     }
 }
 
-/// The core a session of another node lives on here once adopted: its own core number, folded
-/// onto the cores this node runs (the same on every core, so every request of it meets there).
-pub(crate) fn adopted_core(core: u16, threads: u16) -> u16 {
-    core % threads.max(1)
-}
-
 /// With `--durable`: a request naming a session this core does not hold asks the store first,
 /// unless the store said it lacks that id within `durable::MISS_TTL` (`store_misses`, counted
 /// as `outcome="cached_absent"`).

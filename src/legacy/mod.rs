@@ -40,13 +40,13 @@ use crate::provider::{
     CallContext, Caller, LogLevel, Notifier, ProviderError, SessionInfo, SessionStart,
 };
 use crate::wire::jsonrpc::{self, Body, Message, RawId};
-use crate::wire::{Answer, Code, Refusal, WireValue};
+use crate::wire::{owned_id, Answer, Code, Refusal, WireValue};
 use replay::{EventSeq, StreamKey};
 use session::{Session, SessionId, StreamKind, LEGACY_VERSIONS};
 use stream::Cursor;
 
 pub(crate) use self::core::{end_session, LegacyCore, SessionEnd};
-pub(crate) use adopt::{adopt_if_absent, adopted_core, mirror_lost};
+pub(crate) use adopt::{adopt_if_absent, mirror_lost};
 use decision::{classify, conflict, decide, owed_streams, Verdict};
 pub use decision::{facts, fingerprint};
 pub(crate) use session::SessionRc;
@@ -65,13 +65,6 @@ impl From<Early> for Outcome {
     fn from(early: Early) -> Outcome {
         Outcome::Reply { keep_alive: early.keep_alive }
     }
-}
-
-/// The node and core that own the session a request names in `Mcp-Session-Id`, whichever they
-/// are: one of the names `endpoint::owner` decides a request's owner from. A malformed id names
-/// none.
-pub(crate) fn named_owner(req: &Request<'_>) -> Option<(u8, u16)> {
-    SessionId::owner_named(req.header(&req.head.session_id)?)
 }
 
 /// Writes a refusal into `out` and ends the request early.
@@ -123,12 +116,12 @@ fn find_session(
 }
 
 /// The core of this node a session lives on: its own (a session this node made), or, with
-/// `--durable`, another node's session folded onto our cores (`adopted_core`); `None`: none.
+/// `--durable`, another node's session folded onto our cores (`owned_id::fold_core`); `None`: none.
 fn home_core(core: &LegacyCore, id: &SessionId) -> Option<u16> {
     if id.node == core.cfg.server.node_id {
         return (id.core < core.threads).then_some(id.core);
     }
-    core.reader.is_some().then(|| adopted_core(id.core, core.threads))
+    core.reader.is_some().then(|| owned_id::fold_core(id.core, core.threads))
 }
 
 fn version_ok(req: &Request<'_>) -> bool {

@@ -12,14 +12,15 @@
 //! requests without one share one scope; a key that is not UTF-8 is refused) and kept per core
 //! in a bounded table (`--max-idempotency-keys-per-core`), finished ones for
 //! `--stream-retention-secs`. A request carrying a key and no earlier name (a `tasks/*` task,
-//! a session: `endpoint::owner`) is handed to the core that owns the key (`owner_core`), so
+//! a session: `endpoint::owner`) is handed to the core that owns the key (`endpoint::owner::
+//! key_core`), so
 //! every retry meets its record whichever core accepted it.
 //!
 //! Owns: `KeyTable`, `Record`, the keyed call's detached task. Never: touches a socket.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::hash::{Hash, Hasher};
+use std::hash::Hash;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -36,14 +37,6 @@ use crate::metrics::CoreMetrics;
 use crate::provider::ProviderError;
 
 use super::call::{render_outcome, CallJob, KeyBytes, ModernSink, RecordLimit, SinkSetup};
-
-/// The core that keeps the records of `key` (its hash over the cores; stable across
-/// processes, so a cluster's nodes agree when they share the key space).
-pub(crate) fn owner_core(key: &[u8], threads: u16) -> u16 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    key.hash(&mut h);
-    (h.finish() % u64::from(threads.max(1))) as u16
-}
 
 /// A keyed call: running, or finished with its answer.
 pub(crate) struct Record {
@@ -450,18 +443,13 @@ mod tests {
     }
 
     #[test]
-    fn keys_are_scoped_by_client_and_owned_by_one_core() {
-        // Goal: two clients' equal keys differ; a key always maps to the same core in range.
+    fn keys_are_scoped_by_client() {
+        // Goal: two clients' equal keys differ (the core a key maps to: `endpoint::owner`'s tests).
         let a = serde_json::json!({"name": "a", "version": "1"});
         let b = serde_json::json!({"name": "b", "version": "1"});
         assert_ne!(scoped(b"k", None, Some(&a)), scoped(b"k", None, Some(&b)));
         assert_eq!(scoped(b"k", None, Some(&a)), scoped(b"k", None, Some(&a)));
         assert!(scoped(b"k", None, Some(&a)).is_some());
-        for threads in 1..8u16 {
-            let core = owner_core(b"some-key", threads);
-            assert!(core < threads);
-            assert_eq!(core, owner_core(b"some-key", threads));
-        }
     }
 
     #[test]

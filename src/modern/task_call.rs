@@ -17,14 +17,14 @@
 //!
 //! Tasks live on the core that created them (`tasks`); a `tasks/*` request on another core is
 //! handed to the owner by its `Mcp-Name` header (the task id, SEP-2663 §Routing Headers) before
-//! its body is decoded (`named_owner`, read by `endpoint::owner`, which decides every request's
-//! core; decoding works in place, so a hand-off must come first). The task outranks an
+//! its body is decoded (`endpoint::owner` reads it, in the layout of `wire::owned_id`, and
+//! decides every request's core; decoding works in place, so a hand-off must come first). The task outranks an
 //! `Idempotency-Key`: a keyed `tasks/*` request is served on the task's core, and that costs it
 //! nothing, since `tasks/*` requests take no key record (only `tools/call` keeps one, in
 //! `keyed`): the key of a `tasks/get`, `tasks/update` or `tasks/cancel` is ignored (all three
 //! are safe to repeat: a read, answers delivered once, a cancel that settles once).
 //!
-//! Owns: `named_owner`, `admission` (which calls may become tasks, and the -32021 refusal of a
+//! Owns: `admission` (which calls may become tasks, and the -32021 refusal of a
 //! task-only tool), `TaskSink`, `augment`, `serve` (the three methods). Called by `modern`.
 //! Never: decides a task's state (`tasks` does), or touches a socket.
 
@@ -47,24 +47,7 @@ use crate::wire::{Answer, Code, WireValue};
 
 use super::call::ModernSink;
 use super::meta::MetaError;
-use super::tasks::{self, TaskError, TaskHandle, TaskId};
-
-/// The extension's methods (each names its task in `params.taskId` and `Mcp-Name`).
-pub(crate) const METHODS: [&str; 3] = ["tasks/get", "tasks/update", "tasks/cancel"];
-
-/// The node and core that hold the task a `tasks/*` request names in its `Mcp-Name` header (the
-/// task id), whichever they are: one of the names `endpoint::owner` decides a request's owner
-/// from, before its body is decoded. A missing or foreign header names no core: the request is
-/// served where its other names put it and its checks refuse it (-32020) or find no task
-/// (-32602).
-pub(crate) fn named_owner(req: &Request<'_>) -> Option<(u8, u16)> {
-    let method = req.header(&req.head.mcp_method)?;
-    if !METHODS.iter().any(|m| m.as_bytes() == method) {
-        return None;
-    }
-    let name = crate::wire::param_headers::decode(req.header(&req.head.mcp_name)?)?;
-    TaskId::owner(std::str::from_utf8(&name).ok()?.trim())
-}
+use super::tasks::{self, TaskError, TaskHandle};
 
 /// Whether a `tools/call` of a tool with `support` may become a task for a request whose
 /// `_meta` declares `client_capabilities`: `Err` (-32021, HTTP 400, the extension named in

@@ -13,6 +13,7 @@ pub(crate) mod cors;
 pub(crate) mod error;
 pub(crate) mod jsonrpc;
 pub(crate) mod notification;
+pub(crate) mod owned_id;
 pub(crate) mod param_headers;
 pub(crate) mod result;
 pub(crate) mod revision;

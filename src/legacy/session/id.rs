@@ -1,8 +1,9 @@
 //! Session ids: the owner node in 8 bits (`--node-id`), the owner core in 16 bits, then 128
-//! bits from the OS CSPRNG, written as 38 lower-case hex digits (visible ASCII, MCP 2025-11-25
-//! §session management): `NN` `CCCC` `R…R`. Finding the owner is a parse of the first six
-//! digits, with no shared map; a balancer routes on the first two alone (a fixed prefix:
-//! `deploy/haproxy-config`).
+//! bits from the OS CSPRNG, written in the owned-id layout of `wire::owned_id` (`NN` `CCCC`
+//! `R…R`, 38 lower-case hex digits), where `endpoint::owner` reads the owner without a shared
+//! map and a balancer routes on the first two digits alone.
+
+use crate::wire::owned_id;
 
 /// An `Mcp-Session-Id`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -16,11 +17,7 @@ pub struct SessionId {
 }
 
 /// Length of the header value.
-pub(crate) const SESSION_ID_LEN: usize = 38;
-
-/// Hex digits of the node prefix, then of the core.
-const NODE_DIGITS: usize = 2;
-const CORE_END: usize = NODE_DIGITS + 4;
+pub(crate) const SESSION_ID_LEN: usize = owned_id::OWNED_ID_LEN;
 
 /// The OS refused random bytes (our environment's fault; the request gets 503).
 #[derive(Debug, thiserror::Error)]
@@ -37,31 +34,13 @@ impl SessionId {
 
     /// Parses a header value; `None` for anything that is not exactly our format.
     pub fn parse(text: &[u8]) -> Option<SessionId> {
-        if text.len() != SESSION_ID_LEN {
-            return None;
-        }
-        let (node, core) = SessionId::owner_named(text)?;
-        let random = parse_hex(&text[CORE_END..])?;
+        let (node, core, random) = owned_id::parse(text)?;
         Some(SessionId { node, core, random })
-    }
-
-    /// The node and core a session id names, read from its first six digits alone (the owner
-    /// check of every request: `endpoint::owner`); `parse` still checks the whole id where the
-    /// session is looked up, so a malformed rest is refused there.
-    pub(crate) fn owner_named(text: &[u8]) -> Option<(u8, u16)> {
-        if text.len() != SESSION_ID_LEN {
-            return None;
-        }
-        let node = u8::try_from(parse_hex(&text[..NODE_DIGITS])?).ok()?;
-        let core = u16::try_from(parse_hex(&text[NODE_DIGITS..CORE_END])?).ok()?;
-        Some((node, core))
     }
 
     /// The header value.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        push_fixed_hex(out, u128::from(self.node), NODE_DIGITS as u32);
-        push_fixed_hex(out, u128::from(self.core), 4);
-        push_fixed_hex(out, self.random, 32);
+        owned_id::push(out, self.node, self.core, self.random);
     }
 
     /// The header value as a `String` (`encode` into a new buffer).
@@ -72,28 +51,8 @@ impl SessionId {
     }
 }
 
-/// Lower-case hex only (the ids we mint); at most 32 digits.
-pub(crate) fn parse_hex(text: &[u8]) -> Option<u128> {
-    if text.is_empty() || text.len() > 32 {
-        return None;
-    }
-    let mut n: u128 = 0;
-    for &b in text {
-        let d = match b {
-            b'0'..=b'9' => b - b'0',
-            b'a'..=b'f' => b - b'a' + 10,
-            _ => return None,
-        };
-        n = (n << 4) | u128::from(d);
-    }
-    Some(n)
-}
-
-fn push_fixed_hex(out: &mut Vec<u8>, n: u128, digits: u32) {
-    for i in (0..digits).rev() {
-        out.push(b"0123456789abcdef"[((n >> (i * 4)) & 15) as usize]);
-    }
-}
+/// Lower-case hex, 1 to 32 digits (the event-id parts share the ids' digits).
+pub(crate) use owned_id::parse_hex;
 
 #[cfg(test)]
 mod tests {
@@ -118,11 +77,6 @@ mod tests {
         for bad in ["", "abc", &"g".repeat(38), &"A".repeat(38), &"0".repeat(36), &"0".repeat(39)] {
             assert_eq!(SessionId::parse(bad.as_bytes()), None, "{bad}");
         }
-        let core_not_hex = format!("00000g{}", "0".repeat(32));
-        let node_not_hex = format!("g00000{}", "0".repeat(32));
-        for bad in ["", "abc", &core_not_hex, &node_not_hex, &"A".repeat(38), &"0".repeat(37)] {
-            assert_eq!(SessionId::owner_named(bad.as_bytes()), None, "{bad}");
-        }
     }
 
     proptest! {
@@ -131,8 +85,8 @@ mod tests {
             let id = SessionId { node, core, random };
             let text = id.to_header();
             prop_assert_eq!(SessionId::parse(text.as_bytes()), Some(id));
-            // The owner check reads the same node and core from the first six digits alone.
-            prop_assert_eq!(SessionId::owner_named(text.as_bytes()), Some((node, core)));
+            // The owner check at the edge reads the same node and core from the first six digits.
+            prop_assert_eq!(owned_id::owner_prefix(text.as_bytes()), Some((node, core)));
             prop_assert_eq!(text[..2].to_owned(), format!("{node:02x}"));
         }
     }

@@ -1,15 +1,17 @@
 //! Task ids: the bearer handle a client names a task by, with the owner node and core inside it.
 //!
-//! Owns: `TaskId`, its minting from the OS CSPRNG, its 38-hex-digit text form (`NN` node, `CCCC`
-//! core, 32 random digits: the session id's layout, so one balancer rule reads both) and parsing.
-//! Called by: the store (minting, lookup) and `modern::task_call`, which reads the owner node and
-//! core from `Mcp-Name` for `endpoint::owner`.
+//! Owns: `TaskId`, its minting from the OS CSPRNG, its text form and parsing in the owned-id
+//! layout of `wire::owned_id` (`NN` node, `CCCC` core, 32 random digits: the session id's
+//! layout, so one balancer rule reads both, and `endpoint::owner` reads the owner from
+//! `Mcp-Name` without this era).
+//! Called by: the store (minting, lookup).
 //! Never: accepts anything but the exact text it prints (upper case, other lengths and other
 //! shapes are `None`), or looks a task up.
 
 use std::fmt;
 
 use super::error::TaskError;
+use crate::wire::owned_id;
 
 /// A task id: the owner node in 8 bits (`--node-id`), the owner core in 16 bits and 128 bits
 /// from the OS CSPRNG (SEP-2663 §Security: ids are bearer handles and must be unguessable),
@@ -22,9 +24,6 @@ pub(crate) struct TaskId {
 }
 
 impl TaskId {
-    /// Length of the text form.
-    pub(super) const LEN: usize = 38;
-
     /// A fresh id owned by `core` of `node`.
     pub(super) fn generate(node: u8, core: u16) -> Result<TaskId, TaskError> {
         let mut bytes = [0u8; 16];
@@ -34,19 +33,8 @@ impl TaskId {
 
     /// Parses the text form; `None` for anything that is not exactly ours.
     pub(super) fn parse(text: &str) -> Option<TaskId> {
-        let text = text.as_bytes();
-        if text.len() != TaskId::LEN {
-            return None;
-        }
-        let node = u8::try_from(parse_hex(&text[..2])?).ok()?;
-        let core = u16::try_from(parse_hex(&text[2..6])?).ok()?;
-        Some(TaskId { node, core, random: parse_hex(&text[6..])? })
-    }
-
-    /// The node and core that hold the task named `text`, when `text` is a task id (what
-    /// `endpoint::owner` routes `tasks/get|update|cancel` by).
-    pub(crate) fn owner(text: &str) -> Option<(u8, u16)> {
-        TaskId::parse(text).map(|id| (id.node, id.core))
+        let (node, core, random) = owned_id::parse(text.as_bytes())?;
+        Some(TaskId { node, core, random })
     }
 }
 
@@ -54,21 +42,6 @@ impl fmt::Display for TaskId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:02x}{:04x}{:032x}", self.node, self.core, self.random)
     }
-}
-
-/// Lower-case hex only (what we mint), 1 to 32 digits.
-fn parse_hex(text: &[u8]) -> Option<u128> {
-    if text.is_empty() || text.len() > 32 {
-        return None;
-    }
-    text.iter().try_fold(0u128, |n, &b| {
-        let digit = match b {
-            b'0'..=b'9' => b - b'0',
-            b'a'..=b'f' => b - b'a' + 10,
-            _ => return None,
-        };
-        Some((n << 4) | u128::from(digit))
-    })
 }
 
 #[cfg(test)]
@@ -83,11 +56,11 @@ mod tests {
         let b = TaskId::generate(0x7f, 0x01ab).expect("random");
         assert_ne!(a, b);
         let text = a.to_string();
-        assert_eq!(text.len(), TaskId::LEN);
+        assert_eq!(text.len(), owned_id::OWNED_ID_LEN);
         assert!(text.bytes().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
         assert!(text.starts_with("7f01ab"));
         assert_eq!(TaskId::parse(&text), Some(a));
-        assert_eq!(TaskId::owner(&text), Some((0x7f, 0x01ab)));
+        assert_eq!(owned_id::owner_prefix(text.as_bytes()), Some((0x7f, 0x01ab)));
         let upper = text.to_ascii_uppercase();
         for bad in [
             "",

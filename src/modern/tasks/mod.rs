@@ -74,6 +74,5 @@ mod task;
 pub(crate) use error::TaskError;
 pub(crate) use extension::{declared, missing_capability_data, EXTENSION_ID};
 pub(crate) use handle::{drive, TaskHandle};
-pub(crate) use id::TaskId;
 pub(crate) use limits::TaskLimits;
 pub(crate) use store::TaskStore;

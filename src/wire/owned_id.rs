@@ -1,0 +1,108 @@
+//! Ids that name their owner: the one text layout of session ids (`Mcp-Session-Id`) and task
+//! ids (`Mcp-Name` of a `tasks/*` request): `NN` the owner node (`--node-id`), `CCCC` the owner
+//! core, then 32 random digits, 38 lower-case hex digits in all (visible ASCII, MCP 2025-11-25
+//! §session management). A balancer routes on the first two digits alone
+//! (`deploy/haproxy-config`); `endpoint::owner` reads node and core from the first six.
+//!
+//! Owns: the layout (`OWNED_ID_LEN`), reading it (`parse`, `owner_prefix`, `parse_hex`) and
+//! writing it (`push`), the methods that name a task by `Mcp-Name` (`TASK_METHODS`), and where
+//! another node's session lands here once adopted (`fold_core`). The id types themselves stay
+//! with their eras (`legacy::session::SessionId`, `modern::tasks::TaskId`); they read and write
+//! through this file, so the owner check at the edge needs neither era.
+//! Never: accepts anything but the exact text it writes (upper case, other lengths and other
+//! shapes are `None`).
+
+/// Length of an owned id's text form.
+pub(crate) const OWNED_ID_LEN: usize = 38;
+
+/// Hex digits of the node prefix, then where the core's four end.
+const NODE_DIGITS: usize = 2;
+const CORE_END: usize = NODE_DIGITS + 4;
+
+/// The methods of the tasks extension: each names its task in `params.taskId` and `Mcp-Name`.
+pub(crate) const TASK_METHODS: [&str; 3] = ["tasks/get", "tasks/update", "tasks/cancel"];
+
+/// Node, core and random part of an owned id; `None` for anything that is not exactly ours.
+pub(crate) fn parse(text: &[u8]) -> Option<(u8, u16, u128)> {
+    let (node, core) = owner_prefix(text)?;
+    Some((node, core, parse_hex(&text[CORE_END..])?))
+}
+
+/// The node and core an id of the right length names, read from its first six digits alone
+/// (the owner check of every request); `parse` still checks the whole id where the session or
+/// task is looked up, so a malformed rest is refused there.
+pub(crate) fn owner_prefix(text: &[u8]) -> Option<(u8, u16)> {
+    if text.len() != OWNED_ID_LEN {
+        return None;
+    }
+    let node = u8::try_from(parse_hex(&text[..NODE_DIGITS])?).ok()?;
+    let core = u16::try_from(parse_hex(&text[NODE_DIGITS..CORE_END])?).ok()?;
+    Some((node, core))
+}
+
+/// Writes the text form of the id owned by `core` of `node` with random part `random`.
+pub(crate) fn push(out: &mut Vec<u8>, node: u8, core: u16, random: u128) {
+    push_fixed_hex(out, u128::from(node), NODE_DIGITS as u32);
+    push_fixed_hex(out, u128::from(core), (CORE_END - NODE_DIGITS) as u32);
+    push_fixed_hex(out, random, 32);
+}
+
+/// The core a session of another node lives on here once adopted (`--durable`): its own core
+/// number folded onto the cores this node runs (the same on every core, so every request of
+/// it meets there).
+pub(crate) fn fold_core(core: u16, threads: u16) -> u16 {
+    core % threads.max(1)
+}
+
+/// Lower-case hex only (the ids we mint), 1 to 32 digits.
+pub(crate) fn parse_hex(text: &[u8]) -> Option<u128> {
+    if text.is_empty() || text.len() > 32 {
+        return None;
+    }
+    text.iter().try_fold(0u128, |n, &b| {
+        let digit = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            _ => return None,
+        };
+        Some((n << 4) | u128::from(digit))
+    })
+}
+
+fn push_fixed_hex(out: &mut Vec<u8>, n: u128, digits: u32) {
+    for i in (0..digits).rev() {
+        out.push(b"0123456789abcdef"[((n >> (i * 4)) & 15) as usize]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn foreign_text_names_no_owner() {
+        let core_not_hex = format!("00000g{}", "0".repeat(32));
+        let node_not_hex = format!("g00000{}", "0".repeat(32));
+        for bad in ["", "abc", &core_not_hex, &node_not_hex, &"A".repeat(38), &"0".repeat(37)] {
+            assert_eq!(owner_prefix(bad.as_bytes()), None, "{bad}");
+            assert_eq!(parse(bad.as_bytes()), None, "{bad}");
+        }
+        // The owner check reads six digits; the whole parse refuses a malformed rest.
+        let rest_not_hex = format!("2c0003{}", "g".repeat(32));
+        assert_eq!(owner_prefix(rest_not_hex.as_bytes()), Some((0x2c, 3)));
+        assert_eq!(parse(rest_not_hex.as_bytes()), None);
+    }
+
+    proptest! {
+        #[test]
+        fn owner_bits_round_trip(node in any::<u8>(), core in any::<u16>(), random in any::<u128>()) {
+            let mut text = Vec::new();
+            push(&mut text, node, core, random);
+            prop_assert_eq!(text.len(), OWNED_ID_LEN);
+            prop_assert_eq!(parse(&text), Some((node, core, random)));
+            prop_assert_eq!(owner_prefix(&text), Some((node, core)));
+            prop_assert_eq!(text[..2].to_vec(), format!("{node:02x}").into_bytes());
+        }
+    }
+}
