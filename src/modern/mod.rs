@@ -107,8 +107,10 @@ pub(crate) async fn serve(
     if method != "server/discover" {
         core.registry.open_stateless().await;
     }
-    // The per-tool policy: every 2026-07-28 request is authorized on its own.
-    if let Some(challenge) = core.forbidden(SessionRef::STATELESS, access, &method, &params) {
+    // The per-tool policy: every 2026-07-28 request is authorized on its own. Without
+    // authorization there is no access to judge (as in `legacy::forbidden_in`).
+    let forbidden = || core.forbidden(SessionRef::STATELESS, access, &method, &params);
+    if let Some(challenge) = access.and_then(|_| forbidden()) {
         return refuse_scope(out, Some(&id), &challenge, keep_alive);
     }
     let parts = Parts { id, method, params, request_meta };
