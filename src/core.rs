@@ -106,12 +106,11 @@ impl Core {
     pub(crate) fn forbidden(
         &self,
         session: crate::provider::SessionRef,
-        access: Option<Access<'_>>,
+        access: Access<'_>,
         method: &str,
         params: &crate::wire::WireValue,
     ) -> Option<String> {
         use simd_json::prelude::*;
-        let access = access?;
         let text = |field: &str| params.get(field).and_then(|v| v.as_str());
         let named = |kind, name| Item { kind, name, provider: "", read_only: true };
         let canonical =

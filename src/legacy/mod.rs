@@ -307,7 +307,7 @@ fn forbidden_in(
     access: Option<Access<'_>>,
     body: &Body,
 ) -> Option<(Option<RawId>, String)> {
-    access?;
+    let access = access?;
     match body {
         Body::Single(Message::Request { id, method, params }) => {
             core.forbidden(reference, access, method, params).map(|c| (Some(id.clone()), c))

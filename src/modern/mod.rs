@@ -107,11 +107,12 @@ pub(crate) async fn serve(
     if method != "server/discover" {
         core.registry.open_stateless().await;
     }
-    // The per-tool policy: every 2026-07-28 request is authorized on its own. Without
-    // authorization there is no access to judge (as in `legacy::forbidden_in`).
-    let forbidden = || core.forbidden(SessionRef::STATELESS, access, &method, &params);
-    if let Some(challenge) = access.and_then(|_| forbidden()) {
-        return refuse_scope(out, Some(&id), &challenge, keep_alive);
+    // The per-tool policy: every 2026-07-28 request is authorized on its own (without
+    // authorization there is no access to judge).
+    if let Some(access) = access {
+        if let Some(challenge) = core.forbidden(SessionRef::STATELESS, access, &method, &params) {
+            return refuse_scope(out, Some(&id), &challenge, keep_alive);
+        }
     }
     let parts = Parts { id, method, params, request_meta };
     let work = match parts.method.as_str() {
