@@ -5,7 +5,7 @@
 //! (`deploy/haproxy-config`); `endpoint::owner` reads node and core from the first six.
 //!
 //! Owns: the layout (`OWNED_ID_LEN`), reading it (`parse`, `owner_prefix`, `parse_hex`) and
-//! writing it (`push`), the methods that name a task by `Mcp-Name` (`TASK_METHODS`), and where
+//! writing it (`text`, `push`), the methods that name a task by `Mcp-Name` (`TASK_METHODS`), and where
 //! another node's session lands here once adopted (`fold_core`). The id types themselves stay
 //! with their eras (`legacy::session::SessionId`, `modern::tasks::TaskId`); they read and write
 //! through this file, so the owner check at the edge needs neither era.
@@ -40,11 +40,18 @@ pub(crate) fn owner_prefix(text: &[u8]) -> Option<(u8, u16)> {
     Some((node, core))
 }
 
-/// Writes the text form of the id owned by `core` of `node` with random part `random`.
+/// The text form of the id owned by `core` of `node` with random part `random`.
+pub(crate) fn text(node: u8, core: u16, random: u128) -> [u8; OWNED_ID_LEN] {
+    let mut text = [0u8; OWNED_ID_LEN];
+    put_fixed_hex(&mut text[..NODE_DIGITS], u128::from(node));
+    put_fixed_hex(&mut text[NODE_DIGITS..CORE_END], u128::from(core));
+    put_fixed_hex(&mut text[CORE_END..], random);
+    text
+}
+
+/// Writes the text form (`text`) into `out`.
 pub(crate) fn push(out: &mut Vec<u8>, node: u8, core: u16, random: u128) {
-    push_fixed_hex(out, u128::from(node), NODE_DIGITS as u32);
-    push_fixed_hex(out, u128::from(core), (CORE_END - NODE_DIGITS) as u32);
-    push_fixed_hex(out, random, 32);
+    out.extend_from_slice(&text(node, core, random));
 }
 
 /// The core a session of another node lives on here once adopted (`--durable`): its own core
@@ -69,9 +76,11 @@ pub(crate) fn parse_hex(text: &[u8]) -> Option<u128> {
     })
 }
 
-fn push_fixed_hex(out: &mut Vec<u8>, n: u128, digits: u32) {
-    for i in (0..digits).rev() {
-        out.push(b"0123456789abcdef"[((n >> (i * 4)) & 15) as usize]);
+/// `n`'s low hex digits, as many as `out` holds, most significant first.
+fn put_fixed_hex(out: &mut [u8], mut n: u128) {
+    for digit in out.iter_mut().rev() {
+        *digit = b"0123456789abcdef"[(n & 15) as usize];
+        n >>= 4;
     }
 }
 

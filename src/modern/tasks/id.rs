@@ -40,7 +40,8 @@ impl TaskId {
 
 impl fmt::Display for TaskId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:02x}{:04x}{:032x}", self.node, self.core, self.random)
+        let text = owned_id::text(self.node, self.core, self.random);
+        f.write_str(std::str::from_utf8(&text).map_err(|_| fmt::Error)?)
     }
 }
 
