@@ -238,21 +238,13 @@ impl SessionMirror {
     fn stream(&mut self, key: u32, record: StreamRecord) {
         match self.held.take() {
             // The event this change follows on the same stream: one record for both.
-            Some(HeldEvent { event, at, first_kept }) if event.stream == key => {
+            Some(held) if held.event.stream == key => {
                 let gone = self.gone.take();
-                self.push(|sid| Record::Event {
-                    sid: sid.clone(),
-                    primed: false,
-                    event,
-                    at,
-                    first_kept,
-                    then: Some(Box::new(record)),
-                    gone,
-                });
+                self.push_event(held, Some(record), gone);
             }
             held => {
                 if let Some(held) = held {
-                    self.push_event(held);
+                    self.push_event(held, None, None);
                 }
                 self.push(|sid| Record::Stream { sid: sid.clone(), key, record: Box::new(record) });
             }
@@ -274,7 +266,7 @@ impl SessionMirror {
         self.hold_event = false;
         match self.held.take() {
             // `push` queues the pending removal first.
-            Some(held) => self.push_event(held),
+            Some(held) => self.push_event(held, None, None),
             None => self.flush_pending(),
         }
     }
@@ -311,16 +303,19 @@ impl SessionMirror {
         self.push_now(|sid| Record::Run { sid: sid.clone(), run });
     }
 
-    fn push_event(&mut self, held: HeldEvent) {
+    /// Queues a held event's record, carrying the stream record `then` that follows it and the
+    /// removal `gone` it takes along, if any.
+    fn push_event(&mut self, held: HeldEvent, then: Option<StreamRecord>, gone: Option<u32>) {
         let HeldEvent { event, at, first_kept } = held;
+        let then = then.map(Box::new);
         self.push(|sid| Record::Event {
             sid: sid.clone(),
             primed: false,
             event,
             at,
             first_kept,
-            then: None,
-            gone: None,
+            then,
+            gone,
         });
     }
 
@@ -332,7 +327,7 @@ impl SessionMirror {
         if self.hold_event && self.held.is_none() {
             self.held = Some(held);
         } else {
-            self.push_event(held);
+            self.push_event(held, None, None);
         }
     }
 
