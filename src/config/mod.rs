@@ -6,8 +6,8 @@
 //! and the values they parse (`upstream_spec`, `filter`, `rate_limit`, `durable_url`,
 //! `jwks`); no section file uses this one, so the folder has no import cycle.
 //!
-//! Owns: `Config`, its setters and `Config::validate` (each section's, then the one check
-//! across sections). Never: reads the environment or touches I/O.
+//! Owns: `Config` and `Config::validate` (each section's, then the one check across
+//! sections). Never: reads the environment or touches I/O.
 
 use std::path::PathBuf;
 
@@ -100,8 +100,7 @@ pub(crate) use upstream_spec::UPSTREAM_NAME_BYTES_MAX;
 
 /// Everything a worker needs to know, in sections (one file each, with its limits, defaults,
 /// validation and flags), checked once by `validate`. An embedder starts from
-/// `Config::default()` (or `Config::from_args`) and changes sections through the `with_*`
-/// setters or their public fields.
+/// `Config::default()` (or `Config::from_args`) and changes the sections' public fields.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct Config {
@@ -194,66 +193,6 @@ impl Config {
         cfg.sessions.replay_events_max = 16;
         cfg.sessions.replay_bytes_max = 4096;
         cfg
-    }
-
-    /// This configuration with its server section replaced.
-    pub fn with_server(mut self, server: ServerConfig) -> Config {
-        self.server = server;
-        self
-    }
-
-    /// This configuration with its HTTP section replaced.
-    pub fn with_http(mut self, http: HttpConfig) -> Config {
-        self.http = http;
-        self
-    }
-
-    /// This configuration with its sessions section replaced.
-    pub fn with_sessions(mut self, sessions: SessionsConfig) -> Config {
-        self.sessions = sessions;
-        self
-    }
-
-    /// This configuration with its trace section replaced.
-    pub fn with_trace(mut self, trace: TraceConfig) -> Config {
-        self.trace = trace;
-        self
-    }
-
-    /// This configuration with its upstream section replaced.
-    pub fn with_upstream(mut self, upstream: UpstreamConfig) -> Config {
-        self.upstream = upstream;
-        self
-    }
-
-    /// This configuration with its authorization section replaced.
-    pub fn with_auth(mut self, auth: AuthConfig) -> Config {
-        self.auth = auth;
-        self
-    }
-
-    /// This configuration with its 2026-07-28 section replaced.
-    pub fn with_modern(mut self, modern: ModernConfig) -> Config {
-        self.modern = modern;
-        self
-    }
-
-    /// This configuration with its log section replaced.
-    pub fn with_log(mut self, log: LogConfig) -> Config {
-        self.log = log;
-        self
-    }
-
-    /// This configuration with its rate-limit section replaced.
-    pub fn with_rate(mut self, rate: RateConfig) -> Config {
-        self.rate = rate;
-        self
-    }
-
-    /// This configuration with the durable mirror on (`Some`) or off.
-    pub fn with_durable(mut self, durable: Option<DurableConfig>) -> Config {
-        self.durable = durable;
-        self
     }
 
     /// This configuration with the upstream set of `other`: the `--upstream`s and their
