@@ -30,7 +30,7 @@ fn conflict_message(code: Code) -> &'static str {
 /// The 409 of CONTRACT §4 steps 2–4 (`code`: -31001, -31002 or -31004), its message by its
 /// code and `data` its `owedStreams`.
 pub(super) fn push_conflict(out: &mut Vec<u8>, id: &RawId, code: Code, data: &str) {
-    jsonrpc::push_error(out, Some(id), code.value(), conflict_message(code), Some(data));
+    push_error_response(out, Some(id), code, conflict_message(code), Some(data));
 }
 
 /// The 422 of CONTRACT §4 step 1 (-31005): an Idempotency-Key reused with another call.
@@ -84,16 +84,19 @@ pub(crate) fn owed_streams_data<'a>(
     matched_by: Option<&str>,
     streams: impl Iterator<Item = OwedStream<'a>>,
 ) -> String {
+    use std::fmt::Write;
     let mut data = String::from("{");
     if let Some(by) = matched_by {
-        data.push_str(&format!("\"matchedBy\":\"{by}\","));
+        let _ = write!(data, "\"matchedBy\":\"{by}\",");
     }
     data.push_str("\"owedStreams\":[");
     for (i, st) in streams.enumerate() {
         if i > 0 {
             data.push(',');
         }
-        data.push_str(&format!(
+        // Written in place (a `String` never fails a write): no temporary per stream.
+        let _ = write!(
+            data,
             "{{\"requestId\":{},\"lastEventId\":\"{}\",\"firstEventId\":\"{}\",\
              \"lastWrittenEventId\":\"{}\",\"inFlight\":{}}}",
             st.request_id.map(|r| r.0.as_str()).unwrap_or("null"),
@@ -101,7 +104,7 @@ pub(crate) fn owed_streams_data<'a>(
             String::from_utf8_lossy(st.first_event_id),
             String::from_utf8_lossy(st.last_written_event_id),
             st.in_flight
-        ));
+        );
     }
     data.push_str("]}");
     data
