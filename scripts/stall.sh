@@ -19,7 +19,7 @@
 #   stall: above-baseline p99.9 <µs> max <µs>
 # (run 3 minus run 1). The server's own view, with a binary that has it: the histogram
 # tidemark_reaper_step_seconds (how long each reaper step held the loop) from --metrics-listen,
-# printed as `reaper: steps <n> over 100us <m> over 1ms <l>`.
+# printed as `reaper: steps <n> over 50us <a> over 100us <b> over 250us <c> over 1ms <d>`.
 # On the shared 2-core machine other processes stall both runs alike; compare in one run,
 # and read the baseline's max as the floor of what this machine can show.
 #
@@ -115,7 +115,9 @@ bucket() {
 }
 if printf '%s\n' "$metrics" | grep -q '^tidemark_reaper_step_seconds_count'; then
     steps="$(printf '%s\n' "$metrics" | awk '$1 == "tidemark_reaper_step_seconds_count" { print $2 }')"
-    echo "reaper: steps $steps over 100us $((steps - $(bucket 0.0001))) over 1ms $((steps - $(bucket 0.001)))"
+    echo "reaper: steps $steps over 50us $((steps - $(bucket 0.00005))) over 100us" \
+         "$((steps - $(bucket 0.0001))) over 250us $((steps - $(bucket 0.00025))) over 1ms" \
+         "$((steps - $(bucket 0.001)))"
 fi
 expired="$(printf '%s\n' "$metrics" | awk '$1 == "tidemark_sessions_expired_total" { print $2 }')"
 echo "stall: sessions expired ${expired:-?}"

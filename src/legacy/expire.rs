@@ -6,11 +6,14 @@
 //! whether a call still runs here (`is_quiet`, for the drain).
 //!
 //! Cost: O(due). The sessions come off the core's timer wheel (`session::timers`) when one of
-//! their deadlines may have come, at most `REAP_BATCH` per call so that a burst of expiries
-//! cannot stall the event loop (the runtime calls again after a pause while more are due); a
-//! session looked at whose deadline moved (a request since) is re-armed at its real deadline.
-//! Left O(sessions): with `--durable`, the tick's rewrite of sessions not durable
-//! (`catch_up_mirrors`), and `is_quiet` (the drain only).
+//! their deadlines may have come, at most `REAP_BATCH` and about `REAP_STEP_TIME` per call so
+//! that a burst of expiries cannot stall the event loop (the runtime calls again after a pause
+//! while more are due); a session looked at whose deadline moved (a request since) is re-armed
+//! at its real deadline. One exception: a session past its idle time that a stream still keeps
+//! (a client holding its GET stream, a tool running long) is looked at every tick until it
+//! lets go, since nothing else tells the reaper when it does. Left O(sessions): with
+//! `--durable`, the tick's rewrite of sessions not durable (`catch_up_mirrors`), and `is_quiet`
+//! (the drain only).
 //!
 //! Never: ends a session that is not idle, or runs during a request (single-threaded core).
 
