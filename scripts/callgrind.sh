@@ -91,7 +91,7 @@ case "$COUNT" in all|requests) ;; *) echo "callgrind.sh: --count all|requests" >
 # demangled name every task shares, it is found by mangled name: the one raw::poll that calls
 # what only the reaper calls (REAPER_CALLS). A toggle nested in another flips collection back
 # on, so exactly one reaper function is named.
-REAPER_CALLS='TaskStore6expire|SessionTable3all|8Endpoint6expire'
+REAPER_CALLS='TaskStore6expire|SessionTimers7pop_due|8Endpoint6expire|8Endpoint6sample'
 COLLECT=()
 set_collect() {
     [ "$COUNT" = requests ] || return 0

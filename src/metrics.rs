@@ -418,6 +418,8 @@ pub(crate) struct Histograms {
     pub(crate) post_held: Histogram,
     /// `tidemark_drain_duration_seconds`.
     pub(crate) drain: Histogram,
+    /// `tidemark_reaper_step_seconds`.
+    pub(crate) reaper_step: Histogram,
     /// `tidemark_durable_adoption_seconds`.
     pub(crate) adoption: Histogram,
     /// `tidemark_upstream_call_duration_seconds`, by upstream index then tool; the names of
@@ -459,6 +461,7 @@ impl Default for Histograms {
             resume_replay: Histogram::events(),
             post_held: Histogram::seconds(),
             drain: Histogram::seconds(),
+            reaper_step: Histogram::seconds(),
             adoption: Histogram::seconds(),
             upstreams: std::array::from_fn(|_| UpstreamCalls::default()),
             upstream_names: Default::default(),
@@ -531,11 +534,12 @@ impl Histograms {
                 }
             }
         }
-        let singles: [(&str, &str, PickHistogram); 5] = [
+        let singles: [(&str, &str, PickHistogram); 6] = [
             ("tidemark_sse_first_event_seconds", "From a request read whole to the first write of its SSE stream (its head and the events ready then, the priming event of a legacy stream).", |h| &h.sse_first_event),
             ("tidemark_resume_replay_events", "Events a resume with Last-Event-ID replayed from the ring.", |h| &h.resume_replay),
             ("tidemark_post_held_seconds", "How long a POST was held until owed streams were resumed (or it was refused, held_too_long).", |h| &h.post_held),
             ("tidemark_drain_duration_seconds", "From a drain's start (SIGTERM/SIGINT) to a core's quiet or the drain's end.", |h| &h.drain),
+            ("tidemark_reaper_step_seconds", "How long one step of the session reaper held its core's event loop (expiring a bounded batch of what was due, or sampling the gauges): the reaper's share of the loop's worst stall.", |h| &h.reaper_step),
             ("tidemark_durable_adoption_seconds", "From a request naming a dead node's session to the session rebuilt here from the store (--durable).", |h| &h.adoption),
         ];
         for (family, help, pick) in singles {

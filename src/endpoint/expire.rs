@@ -1,5 +1,5 @@
 //! What the runtime asks of one core's endpoint besides requests: its periodic work
-//! (`expire`, at each reaper tick) and whether a call still runs (`is_quiet`, at each drain
+//! (`expire`, in bounded steps at each reaper tick, then `sample`) and whether a call still runs (`is_quiet`, at each drain
 //! tick). Each era answers for its own state (`legacy::expire`, `modern::expire`), so the
 //! runtime reaches into neither. Never: runs on the request path.
 
@@ -8,11 +8,18 @@ use std::time::Instant;
 use super::Endpoint;
 
 impl Endpoint {
-    /// One reaper tick at `now`: each era expires what is due (tasks past their retention;
-    /// owed streams, settled streams and idle sessions) and samples its gauges.
-    pub(crate) fn expire(&self, now: Instant) {
+    /// One step of a reaper tick at `now`: each era expires what is due (tasks past their
+    /// retention; owed streams, settled streams and idle sessions, a bounded batch of them).
+    /// Whether more is due (the runtime calls again after a pause).
+    pub(crate) fn expire(&self, now: Instant) -> bool {
         self.modern.expire(now);
-        self.legacy.expire(now);
+        self.legacy.expire(now)
+    }
+
+    /// The end of a reaper tick: the gauges cheaper to sample than to keep on every change.
+    pub(crate) fn sample(&self) {
+        self.modern.sample();
+        self.legacy.sample();
     }
 
     /// No call runs on this core in either era: no 2026-07-28 keyed call whose client dropped,

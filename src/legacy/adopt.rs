@@ -199,7 +199,7 @@ async fn claim(
         }
     };
     session.caller = req.caller();
-    session.count_bytes_in(core.buffered_bytes.clone());
+    session.count_bytes_in(core.tally.clone());
     let reference = session.reference();
     let version = session.version;
     let caller = session.caller.clone();

@@ -16,8 +16,9 @@ use crate::core::Core;
 pub(crate) struct LegacyCore {
     shared: Rc<Core>,
     pub(crate) sessions: RefCell<session::SessionTable>,
-    /// Replay-ring bytes of every session of this core together (`--core-buffer-bytes`).
-    pub(crate) buffered_bytes: Rc<std::cell::Cell<usize>>,
+    /// What every session of this core adds up to: replay-ring bytes (`--core-buffer-bytes`),
+    /// owed and live request streams.
+    pub(crate) tally: Rc<session::CoreTally>,
     /// Sessions being adopted from the durable store right now, each with the signal its other
     /// requests wait on (`adopt`); a handful at most.
     pub(crate) adopting: RefCell<Vec<(SessionId, Rc<crate::signal::Signal>)>>,
@@ -29,12 +30,14 @@ pub(crate) struct LegacyCore {
 impl LegacyCore {
     /// The legacy state of core `shared`, with no session yet.
     pub(crate) fn new(shared: Rc<Core>) -> LegacyCore {
-        let sessions =
-            RefCell::new(session::SessionTable::new(shared.cfg.sessions.sessions_per_core_max));
+        let sessions = RefCell::new(session::SessionTable::with_timeouts(
+            shared.cfg.sessions.sessions_per_core_max,
+            &shared.cfg.sessions,
+        ));
         LegacyCore {
             shared,
             sessions,
-            buffered_bytes: Rc::default(),
+            tally: Rc::default(),
             adopting: RefCell::default(),
             store_misses: RefCell::default(),
         }

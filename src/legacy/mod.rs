@@ -108,7 +108,10 @@ fn find_session(
                 end_session(core, &id, SessionEnd::Expired);
                 return Err(refuse_early(out, Refusal::SessionNotFound, keep_alive));
             }
-            s.borrow_mut().last_active = now;
+            let mut session = s.borrow_mut();
+            session.last_active = now;
+            core.sessions.borrow_mut().keep_close(&mut session);
+            drop(session);
             Ok(s)
         }
         _ => Err(refuse_early(out, Refusal::SessionNotFound, keep_alive)),
@@ -389,7 +392,7 @@ async fn initialize(
     let mut session = Session::new(sid, tag, version, &core.cfg);
     session.subject = subject;
     session.caller = caller.clone();
-    session.count_bytes_in(core.buffered_bytes.clone());
+    session.count_bytes_in(core.tally.clone());
     let reference = session.reference();
     // In the table while the providers open it (no client knows its id yet), so that a
     // provider's notifier reaches it.
@@ -555,7 +558,7 @@ async fn request(
     }
     let streams = class.tool.is_some() || core.cfg.sessions.response_mode == ResponseMode::Sse;
     // Rings at the core's ceiling: no new stream (running ones go on) rather than growing.
-    if streams && core.buffered_bytes.get() > core.cfg.sessions.core_buffer_bytes {
+    if streams && core.tally.ring_bytes.get() > core.cfg.sessions.core_buffer_bytes {
         core.metrics.limit_buffer.inc();
         return refuse(out, Refusal::BufferBudget, Some(&id), keep_alive);
     }

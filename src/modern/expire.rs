@@ -8,9 +8,13 @@ use std::time::Instant;
 use super::core::ModernCore;
 
 impl ModernCore {
-    /// One reaper tick at `now`: the tasks due are deleted (a tool still running cancelled).
+    /// One reaper step at `now`: the tasks due are deleted (a tool still running cancelled).
     pub(crate) fn expire(&self, now: Instant) {
         self.tasks.expire(now);
+    }
+
+    /// Samples `tidemark_tasks_active`, once a reaper tick.
+    pub(crate) fn sample(&self) {
         self.metrics.tasks_active.set(self.tasks.len() as u64);
     }
 

@@ -54,6 +54,10 @@ pub(crate) use reload::ProviderFactory;
 /// How often the reaper looks at this core's sessions.
 const REAP_INTERVAL: Duration = Duration::from_millis(250);
 
+/// Between two bounded steps of one reaper tick (`reap`): the connections' turn. monoio has
+/// no public yield, and its timer's resolution is a millisecond.
+const REAP_PAUSE: Duration = Duration::from_millis(1);
+
 /// How often a draining core reports whether it is still busy: the drain ends at most this long
 /// after the last call delivered its result.
 const DRAIN_TICK: Duration = Duration::from_millis(50);
@@ -316,12 +320,25 @@ async fn drain_inbox(core: Rc<Endpoint>, drain: Rc<Drain>, inboxes: Inboxes) {
 }
 
 /// Periodic housekeeping; off the request path. Each tick asks the endpoint to expire what
-/// is due and sample the gauges that are cheaper to count here than to keep on every change
-/// (`tidemark_streams_live`, `_owed`, `_ring_bytes`, `_tasks_active`): at most
-/// `REAP_INTERVAL` old.
+/// is due, in bounded steps with `REAP_PAUSE` between them so that a burst of expiries never
+/// holds the event loop for long, then to sample the gauges that are cheaper to sample than
+/// to keep on every change (`tidemark_tasks_active`, with `--durable` the sessions not
+/// durable): at most `REAP_INTERVAL` old.
 async fn reap(core: Rc<Endpoint>) {
     loop {
         monoio::time::sleep(REAP_INTERVAL).await;
-        core.expire(Instant::now());
+        let step = &core.metrics.hist.reaper_step;
+        loop {
+            let began = Instant::now();
+            let more = core.expire(began);
+            step.observe_since(began);
+            if !more {
+                break;
+            }
+            monoio::time::sleep(REAP_PAUSE).await;
+        }
+        let began = Instant::now();
+        core.sample();
+        step.observe_since(began);
     }
 }

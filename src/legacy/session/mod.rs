@@ -11,6 +11,7 @@
 
 pub(crate) mod id;
 pub(crate) mod restore;
+pub(crate) mod timers;
 
 use crate::durable::keys::StreamRecord;
 use crate::durable::{EventImage, SessionChange, SessionImage, SessionMirror};
@@ -149,6 +150,11 @@ impl StreamState {
 
     pub fn is_dropped(&self) -> bool {
         self.run == Run::Dropped
+    }
+
+    /// A request stream a connection writes (counted in `CoreTally::live`).
+    fn is_live(&self) -> bool {
+        self.kind == StreamKind::Request && self.is_attached()
     }
 
     pub fn is_attached(&self) -> bool {
@@ -322,9 +328,13 @@ pub struct Session {
     /// The `attached_unwritten` at which producers of attached streams are paused
     /// (`config::UNWRITTEN_SHARE_DIVISOR` of the ring's bounds, at least one each).
     unwritten_share: Unwritten,
-    /// The ring bytes of every session of this core together (`--core-buffer-bytes`); this
-    /// session adds and removes its own as its ring changes, and its remainder when dropped.
-    core_bytes: Rc<Cell<usize>>,
+    /// What the sessions of this core add up to (ring bytes against `--core-buffer-bytes`,
+    /// owed and live request streams); this session adds and removes its own part as it
+    /// changes, and its remainder when dropped.
+    tally: Rc<CoreTally>,
+    /// The tick its entry on the core's timer wheel is due (`timers`; kept by `SessionTable`),
+    /// `timers::NOT_ARMED` while it is off the wheel.
+    pub(crate) timer_due: u32,
     /// The observer of its changes: its part of the durable mirror (`--durable`). `None`
     /// when the mirror is off, and then a change costs this check and no call.
     pub(crate) mirror: Option<SessionMirror>,
@@ -408,17 +418,24 @@ impl Session {
                 events: (cfg.sessions.replay_events_max / crate::config::UNWRITTEN_SHARE_DIVISOR)
                     .max(1),
             },
-            core_bytes: Rc::default(),
+            tally: Rc::default(),
+            timer_due: timers::NOT_ARMED,
             mirror: None,
         }
     }
 
-    /// Counts this session's ring bytes in `core_bytes` (the core's total) from now on.
-    pub fn count_bytes_in(&mut self, core_bytes: Rc<Cell<usize>>) {
-        let held = self.ring.bytes();
-        self.core_bytes.set(self.core_bytes.get() - held);
-        core_bytes.set(core_bytes.get() + held);
-        self.core_bytes = core_bytes;
+    /// Counts this session's ring bytes and streams in `tally` (the core's totals) from now on.
+    pub fn count_bytes_in(&mut self, tally: Rc<CoreTally>) {
+        let part = self.part();
+        self.tally.sub(part);
+        tally.add(part);
+        self.tally = tally;
+    }
+
+    /// This session's part of its core's tally.
+    fn part(&self) -> [usize; 3] {
+        let live = self.streams.values().filter(|s| s.is_live()).count();
+        [self.ring.bytes(), self.owed_count, live]
     }
 
     /// Streams owed to the client (CONTRACT §4: detached, not fully delivered); kept exact.
@@ -613,6 +630,10 @@ impl Session {
         }
         if s.owed_counted {
             self.owed_count -= 1;
+            self.tally.owed.set(self.tally.owed.get() - 1);
+        }
+        if s.is_live() {
+            self.tally.live.set(self.tally.live.get() - 1);
         }
         if s.is_replaying() {
             self.replaying_count -= 1;
@@ -672,7 +693,7 @@ impl Session {
         let before = self.ring.bytes();
         let seq = self.append_to_ring_uncounted(key, payload);
         let after = self.ring.bytes();
-        self.core_bytes.set(self.core_bytes.get() + after - before);
+        self.tally.ring_bytes.set(self.tally.ring_bytes.get() + after - before);
         seq
     }
 
@@ -808,9 +829,11 @@ impl Session {
             s.owed_counted = owed;
             if owed {
                 self.owed_count += 1;
+                self.tally.owed.set(self.tally.owed.get() + 1);
                 s.owed_since = Some(now);
             } else {
                 self.owed_count -= 1;
+                self.tally.owed.set(self.tally.owed.get() - 1);
                 s.owed_since = None;
             }
             self.owed_signal.notify_all();
@@ -857,7 +880,13 @@ impl Session {
         let Some(s) = self.streams.get_mut(&key) else { return };
         let was = s.is_replaying();
         let was_attached = s.is_attached();
+        let was_live = s.is_live();
         s.writer = writer;
+        match (was_live, s.is_live()) {
+            (false, true) => self.tally.live.set(self.tally.live.get() + 1),
+            (true, false) => self.tally.live.set(self.tally.live.get() - 1),
+            _ => {}
+        }
         match (was_attached, s.is_attached()) {
             (false, true) => self.attached_unwritten.add(s.unwritten),
             (true, false) => self.attached_unwritten.sub(s.unwritten),
@@ -1108,6 +1137,39 @@ impl Session {
         (abandoned, expired)
     }
 
+    /// The earliest instant a reaper tick may find something to do for this session (the
+    /// timer wheel's invariant: never later than any deadline it has now or can get without a
+    /// request, `timers`); at or before `now` means the next tick. Called after `overdue` and
+    /// `is_expired` found nothing due. O(streams).
+    pub(crate) fn next_deadline(
+        &self,
+        now: Instant,
+        cfg: &crate::config::SessionsConfig,
+    ) -> Instant {
+        let idle_at = self.last_active + cfg.session_idle;
+        // Past its idle time but busy: it ends the tick after its last stream lets go, which
+        // only a tick notices (the cost of sessions a stream keeps past their idle time).
+        let mut next = if idle_at <= now { now } else { idle_at };
+        let soonest = now + cfg.owed_timeout.min(cfg.stream_retention);
+        for s in self.streams.values() {
+            if let Some(since) = s.owed_since {
+                next = next.min(since + cfg.owed_timeout);
+            }
+            if s.kind != StreamKind::Request {
+                continue;
+            }
+            next = next.min(match s.settled_at {
+                // Retention runs only while detached: an attached stream past it ends the
+                // tick after it detaches.
+                Some(at) if s.is_attached() => (at + cfg.stream_retention).max(now),
+                Some(at) => at + cfg.stream_retention,
+                // It may owe or settle later without any request naming the session.
+                None => soonest,
+            });
+        }
+        next
+    }
+
     /// Idle for `idle` and nothing running or attached: the session may be ended. The clock is
     /// compared first, so the stream scan runs only for sessions already past their idle time.
     pub fn is_expired(&self, now: Instant, idle: std::time::Duration) -> bool {
@@ -1265,8 +1327,35 @@ fn stream_record(s: &StreamState) -> StreamRecord {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        // The ring's bytes leave the core's total with the session.
-        self.core_bytes.set(self.core_bytes.get() - self.ring.bytes());
+        // The ring's bytes and the streams leave the core's totals with the session.
+        self.tally.sub(self.part());
+    }
+}
+
+/// What the sessions of one core add up to, kept exact on every change (each session adds and
+/// removes its own part), so that the reaper reads the gauges and walks no session.
+#[derive(Debug, Default)]
+pub struct CoreTally {
+    /// Replay-ring bytes (`--core-buffer-bytes`, `tidemark_ring_bytes`).
+    pub(crate) ring_bytes: Cell<usize>,
+    /// Request streams owed (`tidemark_streams_owed`).
+    pub(crate) owed: Cell<usize>,
+    /// Request streams a connection writes (`tidemark_streams_live`).
+    pub(crate) live: Cell<usize>,
+}
+
+impl CoreTally {
+    fn add(&self, [bytes, owed, live]: [usize; 3]) {
+        self.ring_bytes.set(self.ring_bytes.get() + bytes);
+        self.owed.set(self.owed.get() + owed);
+        self.live.set(self.live.get() + live);
+    }
+
+    fn sub(&self, [bytes, owed, live]: [usize; 3]) {
+        self.ring_bytes.set(self.ring_bytes.get() - bytes);
+        self.owed.set(self.owed.get() - owed);
+        // Saturating: a unit test may set a stream's writer by hand, past `set_writer`.
+        self.live.set(self.live.get().saturating_sub(live));
     }
 }
 
@@ -1322,17 +1411,31 @@ pub fn parse_event_id(text: &[u8]) -> Option<(u32, StreamKey, EventSeq)> {
     ))
 }
 
-/// The sessions of one core.
+/// The sessions of one core, and when each must next be looked at (`timers`).
 pub struct SessionTable {
     sessions: FastMap<u128, Rc<std::cell::RefCell<Session>>>,
     /// Live sessions at most (`--max-sessions-per-core`); `initialize` past it gets 503.
     pub max: usize,
+    /// One entry per session: the reaper's work list (`legacy::expire`).
+    pub(crate) timers: timers::SessionTimers,
 }
 
 impl SessionTable {
-    /// An empty table holding at most `max` sessions.
+    /// An empty table holding at most `max` sessions, with the default timeouts.
     pub fn new(max: usize) -> SessionTable {
-        SessionTable { sessions: FastMap::default(), max }
+        let cfg = crate::config::SessionsConfig::default();
+        SessionTable::with_timeouts(max, &cfg)
+    }
+
+    /// An empty table holding at most `max` sessions of the timeouts in `cfg`: how soon a new
+    /// session, or a stream a request opens, can come due (`timers`).
+    pub(crate) fn with_timeouts(max: usize, cfg: &crate::config::SessionsConfig) -> SessionTable {
+        let soonest = cfg.owed_timeout.min(cfg.stream_retention).min(cfg.session_idle);
+        SessionTable {
+            sessions: FastMap::default(),
+            max,
+            timers: timers::SessionTimers::new(soonest),
+        }
     }
 
     /// Live sessions.
@@ -1350,9 +1453,11 @@ impl SessionTable {
         self.sessions.len() >= self.max
     }
 
-    /// Adds `session` and returns the shared handle the table keeps.
-    pub fn insert(&mut self, session: Session) -> Rc<std::cell::RefCell<Session>> {
+    /// Adds `session` and returns the shared handle the table keeps. It is armed as a request
+    /// arms it (`keep_close`): the reaper looks at it then and re-arms it at its deadline.
+    pub fn insert(&mut self, mut session: Session) -> Rc<std::cell::RefCell<Session>> {
         let key = session.id.random;
+        session.timer_due = self.timers.arm(key, self.timers.latest_after_request());
         let rc = Rc::new(std::cell::RefCell::new(session));
         self.sessions.insert(key, rc.clone());
         rc
@@ -1366,6 +1471,8 @@ impl SessionTable {
     /// Takes the session out and closes it (writers end, tools stop).
     pub fn remove(&mut self, id: &SessionId) -> Option<Rc<std::cell::RefCell<Session>>> {
         let s = self.sessions.remove(&id.random)?;
+        let due = s.borrow().timer_due;
+        self.timers.cancel(id.random, due);
         s.borrow_mut().close();
         Some(s)
     }
@@ -1373,6 +1480,27 @@ impl SessionTable {
     /// A handle to every live session, in no order.
     pub fn all(&self) -> Vec<Rc<std::cell::RefCell<Session>>> {
         self.sessions.values().cloned().collect()
+    }
+
+    /// The session whose table key is `random` (an entry the timer wheel gave back).
+    pub(crate) fn by_key(&self, random: u128) -> Option<SessionRc> {
+        self.sessions.get(&random).cloned()
+    }
+
+    /// A request named `session`: a stream it opens may come due within the wheel's
+    /// `soonest`, so an entry armed later than that is brought forward (once per such period;
+    /// otherwise two loads and a compare).
+    pub(crate) fn keep_close(&mut self, session: &mut Session) {
+        let latest = self.timers.latest_after_request();
+        if session.timer_due > latest {
+            self.timers.cancel(session.id.random, session.timer_due);
+            session.timer_due = self.timers.arm(session.id.random, latest);
+        }
+    }
+
+    /// Puts `session`, just popped off the wheel by the reaper, back on it at tick `due`.
+    pub(crate) fn rearm(&mut self, session: &mut Session, due: u32) {
+        session.timer_due = self.timers.arm(session.id.random, due);
     }
 }
 
