@@ -14,7 +14,7 @@ pub(crate) mod restore;
 
 use crate::durable::keys::StreamRecord;
 use crate::durable::{EventImage, SessionChange, SessionImage, SessionMirror};
-use crate::fasthash::FastMap;
+use crate::fasthash::{FastMap, RandomKeyMap};
 use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Instant;
@@ -1324,7 +1324,8 @@ pub fn parse_event_id(text: &[u8]) -> Option<(u32, StreamKey, EventSeq)> {
 
 /// The sessions of one core.
 pub struct SessionTable {
-    sessions: FastMap<u128, Rc<std::cell::RefCell<Session>>>,
+    /// Keyed by the id's CSPRNG part (`RandomKeyMap`: its hash is a fold, not a mix).
+    sessions: RandomKeyMap<Rc<std::cell::RefCell<Session>>>,
     /// Live sessions at most (`--max-sessions-per-core`); `initialize` past it gets 503.
     pub max: usize,
 }
@@ -1332,7 +1333,7 @@ pub struct SessionTable {
 impl SessionTable {
     /// An empty table holding at most `max` sessions.
     pub fn new(max: usize) -> SessionTable {
-        SessionTable { sessions: FastMap::default(), max }
+        SessionTable { sessions: RandomKeyMap::default(), max }
     }
 
     /// Live sessions.
