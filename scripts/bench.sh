@@ -3,6 +3,7 @@
 #                         [--sessions-count K] [--server-cpu N] [--load-cpu N] [--out DIR]
 #                         [--only LIST] [--quick] [--no-criterion] [--no-build] [--server-bin PATH]
 #                         [--migration-resume-with hint|own]
+#                         [--migration-connection both|kept|fresh] [--realtime PRIORITY]
 #
 # The benchmark suite of issue 5, sized for the 2-core project machine:
 #   1. criterion micro-benchmarks (`cargo bench`), summarised as a markdown table;
@@ -14,7 +15,10 @@
 #        modern      tools/call echo as stateless 2026-07-28 requests (no session; JSON answers)
 #        stream      slow_counter, 1000 steps, no delay: coalesced SSE events/s
 #        resume      cut after 1 event, resume with 1/10/100/500 events buffered
-#        migration   cut a running call, (a) GET resume vs (b) re-POST → 409 → GET; counters must be 0
+#        migration   cut a running call, (a) GET resume vs (b) re-POST → 409 → GET; counters must be 0.
+#                    The recovery goes out on a kept-alive connection and on a fresh one,
+#                    alternating in one run; each mode reports its added round trip
+#                    (re-POST sent → 409 read) p50/p90/p99/p99.9 and b − a per percentile
 #        sessions    K idle sessions (default 100000), RSS per session
 # Noise controls: tidemark runs one worker thread pinned to --server-cpu (default 0; tidemark
 # pins worker i to CPU i, so 0 is the CPU it picks anyway), the load generator is pinned to
@@ -44,6 +48,12 @@
 #   --migration-resume-with hint|own
 #                       in migration (b), resume from the 409's Last-Event-ID hint (default, as
 #                       issue 5 says) or from the client's own last event id
+#   --migration-connection both|kept|fresh
+#                       the recovery's connection in migration (default both, alternating)
+#   --realtime PRIORITY run the server and the load generator under SCHED_FIFO PRIORITY (chrt;
+#                       root): other processes on the same CPUs (builds) then cannot delay them,
+#                       which is what a latency tail on the shared 2-core machine needs; the
+#                       VM's own wake-up costs remain (docs/performance.md, migration)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -60,6 +70,8 @@ CRITERION=1
 BUILD=1
 SERVER_BIN_FLAG=""
 MIGRATION_RESUME_WITH=hint
+MIGRATION_CONNECTION=both
+REALTIME=""
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -77,6 +89,8 @@ while [ $# -gt 0 ]; do
         --no-build) BUILD=0; shift ;;
         --server-bin) SERVER_BIN_FLAG="$2"; shift 2 ;;
         --migration-resume-with) MIGRATION_RESUME_WITH="$2"; shift 2 ;;
+        --migration-connection) MIGRATION_CONNECTION="$2"; shift 2 ;;
+        --realtime) REALTIME="$2"; shift 2 ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "bench.sh: unknown flag $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -90,6 +104,12 @@ mkdir -p "$OUT/runs" "$OUT/logs"
 # shellcheck source=scripts/server-lib.sh
 source "$ROOT/scripts/server-lib.sh"
 pin_cpus "$SERVER_CPU" "$LOAD_CPU"
+# cargo bench builds before it measures: never under SCHED_FIFO.
+PIN_BENCH=("${PIN_LOAD[@]}")
+if [ -n "$REALTIME" ]; then
+    PIN_SERVER=(chrt --fifo "$REALTIME" "${PIN_SERVER[@]}")
+    PIN_LOAD=(chrt --fifo "$REALTIME" "${PIN_LOAD[@]}")
+fi
 
 if [ "$BUILD" = 1 ]; then
     (cd "$ROOT" && cargo build --release --quiet -p tidemark -p tidemark-load)
@@ -143,7 +163,7 @@ for run in $(seq 1 "$RUNS"); do
     fi
     if wanted migration; then
         run_scenario migration "$run" tidemark -- migration "${COMMON[@]}" --connections 4 \
-            --resume-with "$MIGRATION_RESUME_WITH"
+            --resume-with "$MIGRATION_RESUME_WITH" --connection "$MIGRATION_CONNECTION"
     fi
     if wanted sessions; then
         run_scenario sessions "$run" tidemark --max-sessions-per-core "$((SESSIONS_COUNT + 1000))" \
@@ -167,7 +187,7 @@ fi
 
 if [ "$CRITERION" = 1 ]; then
     echo "== criterion"
-    (cd "$ROOT" && "${PIN_LOAD[@]}" cargo bench --quiet -p tidemark --benches -- --warm-up-time 1 \
+    (cd "$ROOT" && "${PIN_BENCH[@]}" cargo bench --quiet -p tidemark --benches -- --warm-up-time 1 \
         --measurement-time 3 >"$OUT/logs/criterion.log" 2>&1) || {
         echo "   cargo bench failed (see $OUT/logs/criterion.log)"
         FAILED=1

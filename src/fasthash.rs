@@ -33,9 +33,7 @@ impl Hasher for FastHasher {
         }
         let rest = chunks.remainder();
         if !rest.is_empty() {
-            let mut w = [0u8; 8];
-            w[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(w) ^ ((rest.len() as u64) << 59));
+            self.add(tail_word(rest) ^ ((rest.len() as u64) << 59));
         }
     }
 
@@ -71,6 +69,60 @@ impl Hasher for FastHasher {
     }
 }
 
+/// The hasher of a map keyed by 128 bits from the OS CSPRNG (the per-core session table): such
+/// a key is already uniform, so its hash is its two halves folded (one XOR) instead of two
+/// multiply rounds; the migration decision's session lookup is the hot user (issue 40 §5).
+///
+/// Why this is safe against a peer: a peer names any key it likes in a lookup, but only the
+/// server inserts, and only CSPRNG keys, so stored keys stay uniformly spread and a crafted
+/// lookup probes no longer than a random one.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct RandomKeyHasher {
+    hash: u64,
+}
+
+impl Hasher for RandomKeyHasher {
+    /// Not reached by `RandomKeyMap`'s `u128` keys; mixes like `FastHasher` all the same.
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = FastHasher { hash: self.hash };
+        h.write(bytes);
+        self.hash = h.finish();
+    }
+
+    #[inline]
+    fn write_u128(&mut self, i: u128) {
+        self.hash ^= (i as u64) ^ ((i >> 64) as u64);
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.hash
+    }
+}
+
+/// `HashMap` keyed by CSPRNG `u128`s, with `RandomKeyHasher`.
+pub(crate) type RandomKeyMap<V> =
+    std::collections::HashMap<u128, V, BuildHasherDefault<RandomKeyHasher>>;
+
+/// The 1 to 7 bytes after a string's whole words as one word, read with fixed-size loads (two
+/// overlapping 4-byte ones from 4 bytes on, else the first, middle and last byte), not a
+/// variable-length copy: a request id such as `"12345"` is all tail, and the copy was a `memcpy`
+/// call on the migration decision's path. Every byte lands in the word, so for a given length
+/// (mixed in by the caller) distinct tails give distinct words.
+#[inline]
+fn tail_word(rest: &[u8]) -> u64 {
+    let n = rest.len();
+    if n >= 4 {
+        let (mut lo, mut hi) = ([0u8; 4], [0u8; 4]);
+        lo.copy_from_slice(&rest[..4]);
+        hi.copy_from_slice(&rest[n - 4..]);
+        u64::from(u32::from_le_bytes(lo)) | u64::from(u32::from_le_bytes(hi)) << 32
+    } else {
+        u64::from(rest[0]) | u64::from(rest[n / 2]) << 8 | u64::from(rest[n - 1]) << 16
+    }
+}
+
 /// `HashMap` with `FastHasher`.
 pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, BuildHasherDefault<FastHasher>>;
 
@@ -96,5 +148,20 @@ mod tests {
             m.insert(i.to_string(), i);
         }
         assert!((0..1000).all(|i| m.get(&i.to_string()) == Some(&i)));
+    }
+
+    /// Goal: a random key's fold keeps both halves (a key differing in either half hashes
+    /// apart) and the map finds every key.
+    #[test]
+    fn random_keys_fold_both_halves() {
+        let h = |k: u128| BuildHasherDefault::<RandomKeyHasher>::default().hash_one(k);
+        assert_ne!(h(1), h(2));
+        assert_ne!(h(1), h(1 << 64 | 1));
+        let mut m: RandomKeyMap<u32> = RandomKeyMap::default();
+        let key = |i: u32| u128::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835);
+        for i in 0..1000 {
+            m.insert(key(i), i);
+        }
+        assert!((0..1000).all(|i| m.get(&key(i)) == Some(&i)));
     }
 }

@@ -41,7 +41,7 @@ use serde::Serialize;
 use crate::client::Session;
 use crate::engine::{EngineConfig, ThreadResult, Workload};
 use crate::scenario::flow::Flow;
-use crate::scenario::migration::ResumeWith;
+use crate::scenario::migration::{ConnectionMode, ResumeWith};
 use crate::stats::{Live, RunReport, Series};
 use crate::wire::{PostTemplate, Target};
 
@@ -269,6 +269,10 @@ struct MigrationArgs {
     /// In (b), resume from the 409's hint or from the client's own last event id.
     #[arg(long, value_enum, default_value = "hint")]
     resume_with: ResumeWith,
+    /// The connection of the recovery: the worker's kept-alive spare, a fresh one per cut, or
+    /// both alternating in one run (each reported on its own).
+    #[arg(long, value_enum, default_value = "both")]
+    connection: ConnectionMode,
 }
 
 #[derive(Args, Debug)]
@@ -880,7 +884,8 @@ fn migration(a: &MigrationArgs) -> anyhow::Result<RunReport> {
     let config = config_json(
         common,
         serde_json::json!({"steps": a.steps, "delay_ms": a.delay_ms, "cut_after": a.cut_after,
-                           "cut": a.cut, "resume_with": a.resume_with}),
+                           "cut": a.cut, "resume_with": a.resume_with,
+                           "connection": a.connection}),
     );
     print_config("migration", &config);
     let flows = flows(common, &target, workers, matches!(a.cut, CutHow::Rst))?;
@@ -889,6 +894,7 @@ fn migration(a: &MigrationArgs) -> anyhow::Result<RunReport> {
     let (_, measure_from, end) = window(common, duration, warmup);
     let (lives, stop, printer) = flow_progress(common, workers, "migration", "recoveries");
     let settings = scenario::migration::Settings {
+        connection: a.connection,
         steps: a.steps,
         delay_ms: a.delay_ms,
         cut_after: a.cut_after,
@@ -908,17 +914,10 @@ fn migration(a: &MigrationArgs) -> anyhow::Result<RunReport> {
     let counter_after = client::get_counter(&target, &probe, 2, common.timeout.0)?;
     let mut report = RunReport::new("migration", &common.label, &common.url, config);
     report.measured_s = duration.as_secs_f64();
-    let recorded = outcome.direct.len() + outcome.via_409.len();
+    let recorded: u64 = outcome.modes.iter().map(|t| t.direct.len() + t.via_409.len()).sum();
     report.throughput.insert("recoveries_per_s".into(), recorded as f64 / report.measured_s);
-    report.latency.push(Series::from_histogram("a: cut→result, GET resume", &outcome.direct));
-    report.latency.push(Series::from_histogram("b: cut→result, re-POST→409→GET", &outcome.via_409));
-    report.latency.push(Series::from_histogram("added round trip (re-POST→409)", &outcome.added));
-    if !outcome.direct.is_empty() && !outcome.via_409.is_empty() {
-        for (name, q) in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p99.9", 0.999)] {
-            let b = outcome.via_409.value_at_quantile(q) as f64;
-            let a_ = outcome.direct.value_at_quantile(q) as f64;
-            report.values.insert(format!("b_minus_a_{name}_us"), (b - a_) / 1000.0);
-        }
+    for t in &outcome.modes {
+        migration_series(&mut report, t);
     }
     report.counters = outcome.counters;
     let executions = counter_after as i64 - counter_before as i64;
@@ -939,6 +938,28 @@ fn migration(a: &MigrationArgs) -> anyhow::Result<RunReport> {
         eprintln!("# last iteration error: {e}");
     }
     finish(common, report)
+}
+
+/// One connection mode's series (a, b, the 409 round trip) and its b − a per percentile.
+fn migration_series(report: &mut RunReport, t: &scenario::migration::Timings) {
+    let mode = t.mode.name();
+    let series = [
+        (format!("a: cut→result, GET resume, {mode}"), &t.direct),
+        (format!("b: cut→result, re-POST→409→GET, {mode}"), &t.via_409),
+        (format!("added round trip (re-POST→409), {mode}"), &t.added),
+    ];
+    for (name, h) in series {
+        report.latency.push(Series::from_histogram(&name, h));
+    }
+    if t.direct.is_empty() || t.via_409.is_empty() {
+        return;
+    }
+    let key = mode.replace([' ', '-'], "_");
+    for (name, q) in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p99.9", 0.999)] {
+        let b = t.via_409.value_at_quantile(q) as f64;
+        let a = t.direct.value_at_quantile(q) as f64;
+        report.values.insert(format!("{key}.b_minus_a_{name}_us"), (b - a) / 1000.0);
+    }
 }
 
 fn fault(a: &FaultArgs) -> anyhow::Result<RunReport> {

@@ -17,8 +17,9 @@ use crate::plot::{self, Curve};
 use crate::stats::{human, thousands, RunReport, Series};
 
 /// Counters that describe a run rather than judge it: left out of the correctness column.
-const INFORMATIONAL: [&str; 9] = [
+const INFORMATIONAL: [&str; 10] = [
     "rejections.",
+    "kept_connection_opened",
     "reposts_rejected",
     "calls",
     "executions_by_counter",

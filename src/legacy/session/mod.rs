@@ -15,7 +15,7 @@ pub(crate) mod timers;
 
 use crate::durable::keys::StreamRecord;
 use crate::durable::{EventImage, SessionChange, SessionImage, SessionMirror};
-use crate::fasthash::FastMap;
+use crate::fasthash::{FastMap, RandomKeyMap};
 use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Instant;
@@ -1413,7 +1413,8 @@ pub fn parse_event_id(text: &[u8]) -> Option<(u32, StreamKey, EventSeq)> {
 
 /// The sessions of one core, and when each must next be looked at (`timers`).
 pub struct SessionTable {
-    sessions: FastMap<u128, Rc<std::cell::RefCell<Session>>>,
+    /// Keyed by the id's CSPRNG part (`RandomKeyMap`: its hash is a fold, not a mix).
+    sessions: RandomKeyMap<Rc<std::cell::RefCell<Session>>>,
     /// Live sessions at most (`--max-sessions-per-core`); `initialize` past it gets 503.
     pub max: usize,
     /// One entry per session: the reaper's work list (`legacy::expire`).
@@ -1432,7 +1433,7 @@ impl SessionTable {
     pub(crate) fn with_timeouts(max: usize, cfg: &crate::config::SessionsConfig) -> SessionTable {
         let soonest = cfg.owed_timeout.min(cfg.stream_retention).min(cfg.session_idle);
         SessionTable {
-            sessions: FastMap::default(),
+            sessions: RandomKeyMap::default(),
             max,
             timers: timers::SessionTimers::new(soonest),
         }
