@@ -160,12 +160,13 @@ pub(crate) struct Registry {
     providers: RefCell<Rc<[Rc<dyn Provider>]>>,
     /// Each open session's start (the core's stateless one's too, once opened): what a provider
     /// a reload adds is opened with for the sessions already running. Removed when the session
-    /// closes; bounded by the sessions a core may hold. Boxed and compact (`HeldStart`): an
-    /// idle session's whole cost is a few hundred bytes (`IDLE_SESSION_BYTES_BUDGET`).
-    starts: RefCell<FastMap<SessionRef, Box<HeldStart>>>,
+    /// closes; bounded by the sessions a core may hold. Compact (`HeldStart`): an idle
+    /// session's whole cost is a few hundred bytes (tests/memory.rs's budget).
+    starts: RefCell<FastMap<SessionRef, HeldStart>>,
     /// The newest distinct client hello, which the next session's is compared with: sessions
-    /// of one client application share one copy of their `initialize` params.
-    last_hello: RefCell<Option<Rc<ClientHello>>>,
+    /// of one client application share one copy of their `initialize` params. Weak: it goes
+    /// (and a caller's `Authorization` value with it) with the last session holding it.
+    last_hello: RefCell<Weak<ClientHello>>,
     /// Sessions a reload has not caught up yet (`replace` … `caught_up`): their tables stay as
     /// they were (the old providers still serve) until the added providers opened for them.
     catching_up: RefCell<Vec<SessionRef>>,
@@ -231,7 +232,7 @@ impl Registry {
             capabilities: RefCell::new(Rc::new(capabilities(has_resources, has_prompts))),
             providers: RefCell::new(providers.into()),
             starts: RefCell::new(FastMap::default()),
-            last_hello: RefCell::new(None),
+            last_hello: RefCell::new(Weak::new()),
             retiring: RefCell::new(Vec::new()),
             catching_up: RefCell::new(Vec::new()),
             changes,
@@ -803,46 +804,61 @@ impl Registry {
 }
 
 impl Registry {
-    /// Keeps `start` until its session closes, in the compact form: the client's params as
-    /// JSON text, shared with the previous session's when they are the same.
+    /// Keeps `start` until its session closes, in the compact form: who opened it and what
+    /// the client said (its params as JSON text), shared with the previous session's when
+    /// they are the same (one client application opening many sessions, with one token or
+    /// none, holds one copy).
     fn hold_start(&self, start: &SessionStart) {
         let params = serde_json::to_string(&start.client_params).unwrap_or_default();
         let mut last = self.last_hello.borrow_mut();
-        let hello = match &*last {
-            Some(hello)
-                if hello.protocol_version == start.protocol_version
-                    && *hello.params_json == *params =>
-            {
-                hello.clone()
-            }
+        let hello = match last.upgrade() {
+            Some(hello) if hello.is(start, &params) => hello,
             _ => {
                 let hello = Rc::new(ClientHello {
                     protocol_version: start.protocol_version,
                     params_json: params.into_boxed_str(),
+                    caller: start.caller.clone(),
                 });
-                *last = Some(hello.clone());
+                *last = Rc::downgrade(&hello);
                 hello
             }
         };
-        let held =
-            HeldStart { notifier: start.notifier.clone(), caller: start.caller.clone(), hello };
-        self.starts.borrow_mut().insert(start.session, Box::new(held));
+        let held = HeldStart { notifier: start.notifier.clone(), hello };
+        self.starts.borrow_mut().insert(start.session, held);
     }
 }
 
 /// A session's `SessionStart` as the registry holds it while the session is open (read back
-/// only by a reload): 56 bytes and a shared hello, where the `SessionStart` with its params
-/// tree was about 1.5 KB a session.
+/// only by a reload): 24 bytes in the map and a shared hello, where the `SessionStart` with
+/// its params tree was about 1.5 KB a session.
 struct HeldStart {
     notifier: crate::provider::Notifier,
-    caller: Option<crate::provider::Caller>,
     hello: Rc<ClientHello>,
 }
 
-/// What a client said in its `initialize`: the negotiated revision and its params as JSON text.
+/// Who opened a session and what its client said in `initialize`: the negotiated revision,
+/// its params as JSON text.
 struct ClientHello {
     protocol_version: &'static str,
     params_json: Box<str>,
+    caller: Option<crate::provider::Caller>,
+}
+
+impl ClientHello {
+    /// The same revision, params text and caller (subject and `Authorization` value) as
+    /// `start`'s, whose params are `params_json`.
+    fn is(&self, start: &SessionStart, params_json: &str) -> bool {
+        let same_caller = match (&self.caller, &start.caller) {
+            (None, None) => true,
+            (Some(a), Some(b)) => {
+                a.subject() == b.subject() && a.authorization() == b.authorization()
+            }
+            _ => false,
+        };
+        self.protocol_version == start.protocol_version
+            && *self.params_json == *params_json
+            && same_caller
+    }
 }
 
 impl HeldStart {
@@ -853,7 +869,7 @@ impl HeldStart {
             protocol_version: self.hello.protocol_version,
             client_params: serde_json::from_str(&self.hello.params_json).unwrap_or(Value::Null),
             notifier: self.notifier.clone(),
-            caller: self.caller.clone(),
+            caller: self.hello.caller.clone(),
         }
     }
 }

@@ -308,3 +308,23 @@ fn a_session_allocation_fits_its_size_class() {
          an idle session does not use (see `Rare`)"
     );
 }
+
+#[test]
+fn sessions_whose_keys_collide_are_both_kept_found_and_removed() {
+    let cfg = Config::default();
+    let id = |high: u128| SessionId { node: 0, core: 0, random: high << 64 | 7 };
+    let mut table = SessionTable::new(4);
+    for high in [1, 2, 3] {
+        table.insert(Session::new(id(high), 1, LEGACY_VERSIONS[0], &cfg));
+    }
+    assert_eq!((table.len(), table.all().len()), (3, 3), "one keyed, two beside it");
+    for high in [1, 2, 3] {
+        assert_eq!(table.get(&id(high)).map(|s| s.borrow().id), Some(id(high)));
+    }
+    assert!(table.get(&id(4)).is_none(), "the same key, another id");
+    assert!(table.remove(&id(1)).is_some_and(|s| s.borrow().closed), "the keyed one");
+    assert!(table.remove(&id(3)).is_some(), "one beside it");
+    assert!(table.remove(&id(3)).is_none(), "gone");
+    assert_eq!(table.get(&id(2)).map(|s| s.borrow().id), Some(id(2)), "still found");
+    assert_eq!(table.len(), 1);
+}
