@@ -11,7 +11,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
 
 #[derive(Default, Clone, Copy)]
-pub struct FastHasher {
+pub(crate) struct FastHasher {
     hash: u64,
 }
 
