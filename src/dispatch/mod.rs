@@ -161,7 +161,7 @@ pub(crate) struct Registry {
     /// Each open session's start (the core's stateless one's too, once opened): what a provider
     /// a reload adds is opened with for the sessions already running. Removed when the session
     /// closes; bounded by the sessions a core may hold. Compact (`HeldStart`): an idle
-    /// session's whole cost is a few hundred bytes (tests/memory.rs's budget).
+    /// session's whole cost is a few hundred bytes (tests/idle_session.rs's budget).
     starts: RefCell<FastMap<SessionRef, HeldStart>>,
     /// The newest distinct client hello, which the next session's is compared with: sessions
     /// of one client application share one copy of their `initialize` params. Weak: it goes

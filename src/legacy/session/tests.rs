@@ -293,7 +293,7 @@ fn the_mirror_hears_a_quick_call_as_one_record_and_a_slow_one_as_its_opening_run
 
 /// The bytes a session's own allocation (`SessionRc`: the `Rc` counts, the `RefCell` flag and
 /// the `Session`) may take: mimalloc's 448-byte size class. An idle session's whole resident
-/// cost is held to `IDLE_SESSION_BYTES_BUDGET` by tests/memory.rs against the real binary;
+/// cost is held to `IDLE_SESSION_BYTES_BUDGET` by tests/idle_session.rs against the real binary;
 /// this catches a field that grows the struct first (it was 912 B, in the 1 024-byte class,
 /// before issue 40 boxed the durable mirror and the maps few sessions use).
 const SESSION_ALLOCATION_BYTES_MAX: usize = 448;
