@@ -11,7 +11,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
 
 #[derive(Default, Clone, Copy)]
-pub struct FastHasher {
+pub(crate) struct FastHasher {
     hash: u64,
 }
 
@@ -95,6 +95,12 @@ impl Hasher for RandomKeyHasher {
         self.hash ^= (i as u64) ^ ((i >> 64) as u64);
     }
 
+    /// 64 of the CSPRNG bits (`RandomWordMap`): already uniform, taken as they are.
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.hash ^= i;
+    }
+
     #[inline]
     fn finish(&self) -> u64 {
         self.hash
@@ -104,6 +110,11 @@ impl Hasher for RandomKeyHasher {
 /// `HashMap` keyed by CSPRNG `u128`s, with `RandomKeyHasher`.
 pub(crate) type RandomKeyMap<V> =
     std::collections::HashMap<u128, V, BuildHasherDefault<RandomKeyHasher>>;
+
+/// `HashMap` keyed by 64 CSPRNG bits (the session table: the low half of a session id's
+/// random part), with `RandomKeyHasher`.
+pub(crate) type RandomWordMap<V> =
+    std::collections::HashMap<u64, V, BuildHasherDefault<RandomKeyHasher>>;
 
 /// The 1 to 7 bytes after a string's whole words as one word, read with fixed-size loads (two
 /// overlapping 4-byte ones from 4 bytes on, else the first, middle and last byte), not a

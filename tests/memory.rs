@@ -2,7 +2,8 @@
 //! minimum, `--core-buffer-bytes` caps the replay-ring bytes of a core (503 + Retry-After +
 //! -32603 over it, served again once a session leaves), a result far larger than the write
 //! buffer reaches a slow reader intact in windows, and a server facing many connections that
-//! never read stays within a resident-memory bound computed from its flags. Method: the real
+//! never read stays within a resident-memory bound computed from its flags (an idle session's
+//! budget is tests/idle_session.rs). Method: the real
 //! binary on both io drivers, raw HTTP/1.1 over blocking sockets (a small `SO_RCVBUF` through
 //! `socket2`, a dependency of the crate, for the slow readers), counters from `/metrics`, and
 //! the server's `VmRSS`/`VmHWM` from `/proc/<pid>/status`.

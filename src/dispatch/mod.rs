@@ -160,8 +160,13 @@ pub(crate) struct Registry {
     providers: RefCell<Rc<[Rc<dyn Provider>]>>,
     /// Each open session's start (the core's stateless one's too, once opened): what a provider
     /// a reload adds is opened with for the sessions already running. Removed when the session
-    /// closes; bounded by the sessions a core may hold.
-    starts: RefCell<FastMap<SessionRef, SessionStart>>,
+    /// closes; bounded by the sessions a core may hold. Compact (`HeldStart`): an idle
+    /// session's whole cost is a few hundred bytes (tests/idle_session.rs's budget).
+    starts: RefCell<FastMap<SessionRef, HeldStart>>,
+    /// The newest distinct client hello, which the next session's is compared with: sessions
+    /// of one client application share one copy of their `initialize` params. Weak: it goes
+    /// (and a caller's `Authorization` value with it) with the last session holding it.
+    last_hello: RefCell<Weak<ClientHello>>,
     /// Sessions a reload has not caught up yet (`replace` … `caught_up`): their tables stay as
     /// they were (the old providers still serve) until the added providers opened for them.
     catching_up: RefCell<Vec<SessionRef>>,
@@ -227,6 +232,7 @@ impl Registry {
             capabilities: RefCell::new(Rc::new(capabilities(has_resources, has_prompts))),
             providers: RefCell::new(providers.into()),
             starts: RefCell::new(FastMap::default()),
+            last_hello: RefCell::new(Weak::new()),
             retiring: RefCell::new(Vec::new()),
             catching_up: RefCell::new(Vec::new()),
             changes,
@@ -439,7 +445,7 @@ impl Registry {
             }
             opened_on = now;
         }
-        self.starts.borrow_mut().insert(start.session, start.clone());
+        self.hold_start(start);
         // A provider may have re-listed its tools while opening (a bridge's first upstream),
         // and a per-session upstream lists this session's own.
         if self.changes.take_tools_stale() {
@@ -468,7 +474,8 @@ impl Registry {
         }
         *self.providers.borrow_mut() = next.into();
         self.retiring.borrow_mut().extend(removed.iter().cloned());
-        let starts: Vec<SessionStart> = self.starts.borrow().values().cloned().collect();
+        let starts: Vec<SessionStart> =
+            self.starts.borrow().iter().map(|(session, held)| held.start(*session)).collect();
         *self.catching_up.borrow_mut() = starts.iter().map(|start| start.session).collect();
         Replaced { added, removed, starts }
     }
@@ -568,7 +575,7 @@ impl Registry {
                 failure.get_or_insert(e);
             }
         }
-        self.starts.borrow_mut().insert(start.session, start.clone());
+        self.hold_start(&start);
         if self.changes.take_tools_stale() {
             self.relist_tools().await;
         }
@@ -793,6 +800,77 @@ impl Registry {
             }
         }
         completion(values)
+    }
+}
+
+impl Registry {
+    /// Keeps `start` until its session closes, in the compact form: who opened it and what
+    /// the client said (its params as JSON text), shared with the previous session's when
+    /// they are the same (one client application opening many sessions, with one token or
+    /// none, holds one copy).
+    fn hold_start(&self, start: &SessionStart) {
+        let params = serde_json::to_string(&start.client_params).unwrap_or_default();
+        let mut last = self.last_hello.borrow_mut();
+        let hello = match last.upgrade() {
+            Some(hello) if hello.is(start, &params) => hello,
+            _ => {
+                let hello = Rc::new(ClientHello {
+                    protocol_version: start.protocol_version,
+                    params_json: params.into_boxed_str(),
+                    caller: start.caller.clone(),
+                });
+                *last = Rc::downgrade(&hello);
+                hello
+            }
+        };
+        let held = HeldStart { notifier: start.notifier.clone(), hello };
+        self.starts.borrow_mut().insert(start.session, held);
+    }
+}
+
+/// A session's `SessionStart` as the registry holds it while the session is open (read back
+/// only by a reload): 24 bytes in the map and a shared hello, where the `SessionStart` with
+/// its params tree was about 1.5 KB a session.
+struct HeldStart {
+    notifier: crate::provider::Notifier,
+    hello: Rc<ClientHello>,
+}
+
+/// Who opened a session and what its client said in `initialize`: the negotiated revision,
+/// its params as JSON text.
+struct ClientHello {
+    protocol_version: &'static str,
+    params_json: Box<str>,
+    caller: Option<crate::provider::Caller>,
+}
+
+impl ClientHello {
+    /// The same revision, params text and caller (subject and `Authorization` value) as
+    /// `start`'s, whose params are `params_json`.
+    fn is(&self, start: &SessionStart, params_json: &str) -> bool {
+        let same_caller = match (&self.caller, &start.caller) {
+            (None, None) => true,
+            (Some(a), Some(b)) => {
+                a.subject() == b.subject() && a.authorization() == b.authorization()
+            }
+            _ => false,
+        };
+        self.protocol_version == start.protocol_version
+            && *self.params_json == *params_json
+            && same_caller
+    }
+}
+
+impl HeldStart {
+    /// The `SessionStart` of `session` again (its params parsed back from their text).
+    fn start(&self, session: SessionRef) -> SessionStart {
+        SessionStart {
+            session,
+            protocol_version: self.hello.protocol_version,
+            client_params: serde_json::from_str(&self.hello.params_json).unwrap_or(Value::Null),
+            notifier: self.notifier.clone(),
+            caller: self.hello.caller.clone(),
+        }
     }
 }
 

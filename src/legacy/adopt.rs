@@ -36,7 +36,7 @@ pub(crate) fn mirror_new_session(
     let mut s = session.borrow_mut();
     let name: Arc<str> = Arc::from(s.id.to_header());
     let client: Arc<str> = Arc::from(serde_json::to_string(client).unwrap_or_else(|_| "{}".into()));
-    s.mirror = Some(SessionMirror::new(tap, name, client));
+    s.mirror = Some(Box::new(SessionMirror::new(tap, name, client)));
     s.mirror_catch_up();
 }
 
@@ -58,7 +58,7 @@ pub(crate) fn mirror_lost(core: &LegacyCore, lost: Vec<Arc<str>>) {
 /// the wait the call starts anyway; the session stops being durable and the call is counted.
 pub(crate) async fn write_ahead(core: &LegacyCore, session: &SessionRc) {
     let Some(tap) = core.mirror.clone() else { return };
-    let ticket = session.borrow().mirror.as_ref().and_then(SessionMirror::ticket);
+    let ticket = session.borrow().mirror.as_deref().and_then(SessionMirror::ticket);
     let Some(ticket) = ticket else {
         if session.borrow().mirror.is_some() {
             tap.metrics.durable_write_ahead_unprotected_total.inc();
@@ -198,11 +198,12 @@ async fn claim(
             return Adopted::Unknown;
         }
     };
-    session.caller = req.caller();
+    let subject = session.subject().map(Box::from);
+    session.set_opener(subject, req.caller());
     session.count_bytes_in(core.tally.clone());
     let reference = session.reference();
     let version = session.version;
-    let caller = session.caller.clone();
+    let caller = session.caller().cloned();
     let session = core.sessions.borrow_mut().insert(session);
     let notifier = Notifier::new(Rc::new(super::context::SessionNotifier::new(
         &session,

@@ -83,18 +83,17 @@ impl CallSink for StreamSink {
         let signal = Rc::new(Signal::default());
         {
             let mut s = session.borrow_mut();
-            if s.pending_client.len() >= s.pending_client_max {
+            if s.pending_client_len() >= s.pending_client_max {
                 return Box::pin(std::future::ready(
                     Err(ProviderError::too_many_client_requests()),
                 ));
             }
-            let id = s.next_client_request_id();
             let pending = PendingClientRequest {
                 stream: key,
                 answer: answer.clone(),
                 signal: signal.clone(),
             };
-            s.pending_client.insert(id, pending);
+            let id = s.add_pending_client(pending);
             let mut payload = Vec::with_capacity(128);
             // JSON-RPC params are an object or absent, never null: a request without params
             // (roots/list relayed from an upstream) goes out with an empty object.
@@ -179,7 +178,7 @@ pub(crate) struct SessionNotifier {
     /// `--list-changed-min-ms`.
     list_changed_min: Duration,
     /// Shared with the trailing sends it schedules.
-    windows: Rc<Windows>,
+    windows: std::cell::OnceCell<Rc<Windows>>,
 }
 
 impl SessionNotifier {
@@ -187,7 +186,8 @@ impl SessionNotifier {
         session: &Rc<RefCell<Session>>,
         list_changed_min: Duration,
     ) -> SessionNotifier {
-        let windows = Rc::new(Windows::default());
+        // The windows are made by the first list change: most sessions never see one.
+        let windows = std::cell::OnceCell::new();
         SessionNotifier { session: Rc::downgrade(session), list_changed_min, windows }
     }
 }
@@ -211,10 +211,11 @@ impl NotifySink for SessionNotifier {
         let Some(kind) = list_changed::kind_of(method) else {
             return notify_session(&self.session, method, params);
         };
-        match self.windows.offer(kind, Instant::now(), self.list_changed_min) {
+        let windows = self.windows.get_or_init(Rc::default);
+        match windows.offer(kind, Instant::now(), self.list_changed_min) {
             Verdict::Send => notify_session(&self.session, method, params),
             Verdict::Trail(at) => {
-                let (session, windows) = (self.session.clone(), self.windows.clone());
+                let (session, windows) = (self.session.clone(), windows.clone());
                 monoio::spawn(async move {
                     monoio::time::sleep(at.saturating_duration_since(Instant::now())).await;
                     windows.trailed(kind, Instant::now());
@@ -265,7 +266,7 @@ mod tests {
         let session = Rc::new(RefCell::new(s));
         let sink = StreamSink { session: Rc::downgrade(&session), key: key.expect("opens") };
         let waiting: Vec<_> = (0..2).map(|_| sink.request("roots/list", Value::Null)).collect();
-        assert_eq!(session.borrow().pending_client.len(), 2, "at the limit both wait");
+        assert_eq!(session.borrow().pending_client_len(), 2, "at the limit both wait");
         let past = sink.request("roots/list", Value::Null);
         let got = ready_now(past);
         assert_eq!(got, Some(Err(ProviderError::too_many_client_requests())));

@@ -98,7 +98,7 @@ pub(super) async fn decide(
                     core.metrics.posts_held_total.inc();
                     log_decision(session, id, "hold (the session owes a stream)", None, None);
                 }
-                let signal = session.borrow().owed_signal.clone();
+                let signal = session.borrow_mut().owed_signal();
                 let now = Instant::now();
                 let timed_out = now >= deadline
                     || monoio::time::timeout(deadline - now, signal.notified()).await.is_err();

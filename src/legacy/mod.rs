@@ -97,7 +97,7 @@ fn find_session(
     let now = Instant::now();
     // Another subject's session (or a session opened with a token, named without one) is
     // answered exactly as an unknown one: a 403 would confirm the id exists (CONTRACT §8).
-    if found.as_ref().is_some_and(|s| s.borrow().subject.as_deref() != req.subject()) {
+    if found.as_ref().is_some_and(|s| s.borrow().subject() != req.subject()) {
         core.metrics.auth_foreign_subject.inc();
         return Err(refuse_early(out, Refusal::SessionNotFound, keep_alive));
     }
@@ -390,8 +390,7 @@ async fn initialize(
         return refuse(out, Refusal::Unavailable, Some(&id), keep_alive);
     };
     let mut session = Session::new(sid, tag, version, &core.cfg);
-    session.subject = subject;
-    session.caller = caller.clone();
+    session.set_opener(subject, caller.clone());
     session.count_bytes_in(core.tally.clone());
     let reference = session.reference();
     // In the table while the providers open it (no client knows its id yet), so that a
@@ -503,7 +502,7 @@ fn notification(session: &SessionRc, method: &str, params: &WireValue) {
 /// A JSON-RPC response POSTed by the client: the answer to a server→client request.
 fn client_answer(session: &SessionRc, id: &RawId, outcome: Result<WireValue, WireValue>) {
     let Ok(n) = id.0.parse::<u64>() else { return };
-    let pending = session.borrow_mut().pending_client.remove(&n);
+    let pending = session.borrow_mut().take_pending_client(n);
     if let Some(p) = pending {
         let outcome = outcome.map(dispatch::into_public).map_err(dispatch::into_public);
         *p.answer.borrow_mut() = Some(outcome);
@@ -621,7 +620,7 @@ async fn request(
 fn call_context(session: &SessionRc, key: StreamKey) -> CallContext {
     let (identity, version, caller) = {
         let s = session.borrow();
-        (s.reference(), s.version, s.caller.clone())
+        (s.reference(), s.version, s.caller().cloned())
     };
     let sink = Rc::new(context::StreamSink { session: Rc::downgrade(session), key });
     CallContext::new(sink, identity, version).with_caller(caller)

@@ -15,7 +15,7 @@ pub(crate) mod timers;
 
 use crate::durable::keys::StreamRecord;
 use crate::durable::{EventImage, SessionChange, SessionImage, SessionMirror};
-use crate::fasthash::{FastMap, RandomKeyMap};
+use crate::fasthash::{FastMap, RandomKeyMap, RandomWordMap};
 use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Instant;
@@ -292,26 +292,19 @@ pub struct Session {
     next_stream: u32,
     by_request_id: FastMap<RawId, StreamKey>,
     by_fingerprint: FastMap<u64, StreamKey>,
-    by_idempotency_key: FastMap<Box<str>, StreamKey>,
     owed_count: usize,
     replaying_count: usize,
-    /// Woken whenever the owed or replaying count changes (held POSTs wait on it).
-    pub owed_signal: Rc<Signal>,
+    /// Woken whenever the owed or replaying count changes (held POSTs wait on it); made by
+    /// the first POST held (`owed_signal`), so a session never held holds none.
+    owed_signal: Option<Rc<Signal>>,
     standalone: Option<StreamKey>,
     /// Request streams in the order they settled: eviction for room takes the front, so a full
     /// stream table costs O(1) amortized per new stream, not a scan. May hold keys of streams
     /// already removed (skipped; compacted when it grows past twice the table).
     settled_order: std::collections::VecDeque<StreamKey>,
-    /// Server→client requests awaiting the client's POSTed answer: id → (stream, slot).
-    pub pending_client: FastMap<u64, PendingClientRequest>,
-    next_client_request: u64,
-    /// The subject whose token opened the session (`None`: authorization is off). A request
-    /// naming the session with another subject's token, or none, finds no session (CONTRACT
-    /// §8: 404, as for an unknown id); a new token of the same subject continues it.
-    pub subject: Option<Box<str>>,
-    /// The opener's subject and `Authorization` value, for the session's calls through a
-    /// shared upstream link (a per-session link has them from `SessionStart`).
-    pub caller: Option<Caller>,
+    /// What few sessions use (authorization, idempotency keys, server→client requests), boxed
+    /// on first use: an idle session without them holds 8 bytes here.
+    rare: Option<Box<Rare>>,
     /// DELETEd or expired: writers end, tools stop.
     pub closed: bool,
     /// POSTs held at the migration boundary right now (`--max-held-per-session`).
@@ -320,14 +313,9 @@ pub struct Session {
     pub streams_max: usize,
     /// `--max-pending-client-requests`: entries `pending_client` may hold.
     pub pending_client_max: usize,
-    /// `--replay-bytes`: named in the error of an event that cannot fit.
-    replay_bytes_max: usize,
     /// The sum of `unwritten` over the attached streams: eviction is ring-wide, so what must
     /// fit the ring is what every reading client has not got yet, not one stream's part.
     attached_unwritten: Unwritten,
-    /// The `attached_unwritten` at which producers of attached streams are paused
-    /// (`config::UNWRITTEN_SHARE_DIVISOR` of the ring's bounds, at least one each).
-    unwritten_share: Unwritten,
     /// What the sessions of this core add up to (ring bytes against `--core-buffer-bytes`,
     /// owed and live request streams); this session adds and removes its own part as it
     /// changes, and its remainder when dropped.
@@ -337,7 +325,25 @@ pub struct Session {
     pub(crate) timer_due: u32,
     /// The observer of its changes: its part of the durable mirror (`--durable`). `None`
     /// when the mirror is off, and then a change costs this check and no call.
-    pub(crate) mirror: Option<SessionMirror>,
+    pub(crate) mirror: Option<Box<SessionMirror>>,
+}
+
+/// The parts of a session few sessions use, in one box (`Session::rare`).
+#[derive(Default)]
+struct Rare {
+    /// The subject whose token opened the session (`None`: authorization is off). A request
+    /// naming the session with another subject's token, or none, finds no session (CONTRACT
+    /// §8: 404, as for an unknown id); a new token of the same subject continues it.
+    subject: Option<Box<str>>,
+    /// The opener's subject and `Authorization` value, for the session's calls through a
+    /// shared upstream link (a per-session link has them from `SessionStart`).
+    caller: Option<Caller>,
+    /// Request streams by their `Idempotency-Key`.
+    by_idempotency_key: FastMap<Box<str>, StreamKey>,
+    /// Server→client requests awaiting the client's POSTed answer: id → (stream, slot).
+    pending_client: FastMap<u64, PendingClientRequest>,
+    /// The id the next server→client request gets, less one.
+    client_requests_sent: u64,
 }
 
 /// The client's answer to a server→client request: its `result`, or its `error` object.
@@ -396,28 +402,17 @@ impl Session {
             next_stream: 1,
             by_request_id: FastMap::default(),
             by_fingerprint: FastMap::default(),
-            by_idempotency_key: FastMap::default(),
             owed_count: 0,
             replaying_count: 0,
-            owed_signal: Rc::new(Signal::default()),
+            owed_signal: None,
             standalone: None,
             settled_order: std::collections::VecDeque::new(),
-            pending_client: FastMap::default(),
-            next_client_request: 1,
-            subject: None,
-            caller: None,
+            rare: None,
             closed: false,
             held_posts: 0,
             streams_max: cfg.sessions.streams_per_session_max,
             pending_client_max: cfg.modern.client_requests_pending_max,
-            replay_bytes_max: cfg.sessions.replay_bytes_max,
             attached_unwritten: Unwritten::default(),
-            unwritten_share: Unwritten {
-                bytes: (cfg.sessions.replay_bytes_max / crate::config::UNWRITTEN_SHARE_DIVISOR)
-                    .max(1),
-                events: (cfg.sessions.replay_events_max / crate::config::UNWRITTEN_SHARE_DIVISOR)
-                    .max(1),
-            },
             tally: Rc::default(),
             timer_due: timers::NOT_ARMED,
             mirror: None,
@@ -475,7 +470,8 @@ impl Session {
 
     /// The stream opened with `Idempotency-Key` `key`, if retained.
     pub fn by_idempotency_key(&self, key: &str) -> Option<&StreamState> {
-        self.by_idempotency_key.get(key).and_then(|k| self.streams.get(k))
+        let rare = self.rare.as_deref()?;
+        rare.by_idempotency_key.get(key).and_then(|k| self.streams.get(k))
     }
 
     /// Opens a stream and appends its priming event. Evicts the oldest settled stream when the
@@ -553,7 +549,7 @@ impl Session {
             self.by_fingerprint.insert(fingerprint, key);
         }
         if let Some(k) = &idempotency_key {
-            self.by_idempotency_key.insert(k.clone(), key);
+            self.rare_mut().by_idempotency_key.insert(k.clone(), key);
         }
         if kind == StreamKind::Standalone {
             self.standalone = Some(key);
@@ -646,20 +642,22 @@ impl Session {
         if self.by_fingerprint.get(&s.fingerprint) == Some(&key) {
             self.by_fingerprint.remove(&s.fingerprint);
         }
-        if let Some(k) = &s.idempotency_key {
-            if self.by_idempotency_key.get(k) == Some(&key) {
-                self.by_idempotency_key.remove(k);
+        if let (Some(k), Some(rare)) = (&s.idempotency_key, self.rare.as_deref_mut()) {
+            if rare.by_idempotency_key.get(k) == Some(&key) {
+                rare.by_idempotency_key.remove(k);
             }
         }
         if self.standalone == Some(key) {
             self.standalone = None;
         }
-        self.pending_client.retain(|_, p| p.stream != key);
+        if let Some(rare) = self.rare.as_deref_mut() {
+            rare.pending_client.retain(|_, p| p.stream != key);
+        }
         self.observe(SessionChange::StreamGone { key: key.0 });
         s.signal.notify_all();
         s.cancel.notify_all();
         s.room.notify_all();
-        self.owed_signal.notify_all();
+        self.notify_owed();
         self.debug_check_counts();
     }
 
@@ -677,7 +675,7 @@ impl Session {
                 self.fail_oversize(key, event_bytes);
                 return Err(AppendError::TooLarge {
                     event_bytes,
-                    replay_bytes: self.replay_bytes_max,
+                    replay_bytes: self.ring.bytes_max(),
                 });
             }
         };
@@ -779,7 +777,7 @@ impl Session {
     fn fail_oversize(&mut self, key: StreamKey, event_bytes: usize) {
         let Some(s) = self.streams.get(&key) else { return };
         let mut payload = Vec::with_capacity(192);
-        let replay_bytes = self.replay_bytes_max;
+        let replay_bytes = self.ring.bytes_max();
         crate::wire::push_oversize_error(
             &mut payload,
             s.request_id.as_ref(),
@@ -836,7 +834,10 @@ impl Session {
                 self.tally.owed.set(self.tally.owed.get() - 1);
                 s.owed_since = None;
             }
-            self.owed_signal.notify_all();
+            // `notify_owed`, with the stream still borrowed.
+            if let Some(signal) = &self.owed_signal {
+                signal.notify_all();
+            }
         }
         // Settling is permanent (delivered never goes back), so retention counts from the first
         // time; a later resume of the settled stream does not extend it.
@@ -901,7 +902,7 @@ impl Session {
             } else {
                 self.replaying_count -= 1;
             }
-            self.owed_signal.notify_all();
+            self.notify_owed();
         }
         self.refresh(key);
     }
@@ -995,7 +996,7 @@ impl Session {
     /// resume are the answer there (CONTRACT §3). O(1).
     pub fn has_room(&self, key: StreamKey) -> bool {
         let Some(s) = self.streams.get(&key) else { return true };
-        let (held, share) = (self.attached_unwritten, self.unwritten_share);
+        let (held, share) = (self.attached_unwritten, self.unwritten_share());
         self.closed
             || !s.is_attached()
             || !s.is_running()
@@ -1097,11 +1098,74 @@ impl Session {
         events
     }
 
-    /// Allocates the id of a server→client request.
-    pub fn next_client_request_id(&mut self) -> u64 {
-        let id = self.next_client_request;
-        self.next_client_request += 1;
+    /// The `attached_unwritten` at which producers of attached streams are paused
+    /// (`config::UNWRITTEN_SHARE_DIVISOR` of the ring's bounds, at least one each); derived
+    /// from the ring, not stored, to keep the session small.
+    fn unwritten_share(&self) -> Unwritten {
+        let divisor = crate::config::UNWRITTEN_SHARE_DIVISOR;
+        Unwritten {
+            bytes: (self.ring.bytes_max() / divisor).max(1),
+            events: (self.ring.events_max() / divisor).max(1),
+        }
+    }
+
+    /// What a held POST waits on: woken whenever the owed or replaying count changes.
+    pub fn owed_signal(&mut self) -> Rc<Signal> {
+        self.owed_signal.get_or_insert_with(Rc::default).clone()
+    }
+
+    /// Wakes the held POSTs, if any was ever held.
+    fn notify_owed(&self) {
+        if let Some(signal) = &self.owed_signal {
+            signal.notify_all();
+        }
+    }
+
+    /// The rare parts, boxed now if they were not yet.
+    fn rare_mut(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
+    /// The subject whose token opened the session (`None`: authorization is off). A request
+    /// naming the session with another subject's token, or none, finds no session (CONTRACT
+    /// §8: 404, as for an unknown id); a new token of the same subject continues it.
+    pub fn subject(&self) -> Option<&str> {
+        self.rare.as_deref().and_then(|rare| rare.subject.as_deref())
+    }
+
+    /// The opener's subject and `Authorization` value, for the session's calls through a
+    /// shared upstream link (a per-session link has them from `SessionStart`).
+    pub fn caller(&self) -> Option<&Caller> {
+        self.rare.as_deref().and_then(|rare| rare.caller.as_ref())
+    }
+
+    /// Records who opened the session (`subject()`, `caller()`); nothing is boxed when
+    /// authorization is off (both `None`).
+    pub fn set_opener(&mut self, subject: Option<Box<str>>, caller: Option<Caller>) {
+        if subject.is_some() || caller.is_some() || self.rare.is_some() {
+            let rare = self.rare_mut();
+            rare.subject = subject;
+            rare.caller = caller;
+        }
+    }
+
+    /// Server→client requests awaiting their answer.
+    pub fn pending_client_len(&self) -> usize {
+        self.rare.as_deref().map_or(0, |rare| rare.pending_client.len())
+    }
+
+    /// Registers a server→client request and returns its id.
+    pub fn add_pending_client(&mut self, pending: PendingClientRequest) -> u64 {
+        let rare = self.rare_mut();
+        rare.client_requests_sent += 1;
+        let id = rare.client_requests_sent;
+        rare.pending_client.insert(id, pending);
         id
+    }
+
+    /// Takes the server→client request `id` (its answer arrived).
+    pub fn take_pending_client(&mut self, id: u64) -> Option<PendingClientRequest> {
+        self.rare.as_deref_mut()?.pending_client.remove(&id)
     }
 
     /// Ends everything: writers stop, tools are cancelled (DELETE or expiry).
@@ -1111,7 +1175,7 @@ impl Session {
         for k in keys {
             self.cancel_tool(k);
         }
-        self.owed_signal.notify_all();
+        self.notify_owed();
     }
 
     /// Keys of streams to act on at a reaper tick: (owed too long, settled past retention).
@@ -1230,13 +1294,13 @@ impl Session {
 
     /// Whether the store holds this session whole right now (a peer could adopt it).
     pub(crate) fn is_durable(&self) -> bool {
-        self.mirror.as_ref().is_some_and(SessionMirror::is_durable)
+        self.mirror.as_deref().is_some_and(SessionMirror::is_durable)
     }
 
     /// The mirror lost some of this session (or its queue was full): not durable until the
     /// core rewrites it whole (`mirror_catch_up`).
     pub(crate) fn mirror_lost(&mut self) {
-        if self.mirror.as_mut().is_some_and(SessionMirror::lost) {
+        if self.mirror.as_deref_mut().is_some_and(SessionMirror::lost) {
             log_not_durable(self.id);
         }
     }
@@ -1275,7 +1339,7 @@ impl Session {
             owner,
             tag: self.tag,
             version: self.version.to_owned(),
-            subject: self.subject.as_deref().map(str::to_owned),
+            subject: self.subject().map(str::to_owned),
             client: client.to_owned(),
             log: self.log_level.as_str().to_owned(),
             streams,
@@ -1413,12 +1477,23 @@ pub fn parse_event_id(text: &[u8]) -> Option<(u32, StreamKey, EventSeq)> {
 
 /// The sessions of one core, and when each must next be looked at (`timers`).
 pub struct SessionTable {
-    /// Keyed by the id's CSPRNG part (`RandomKeyMap`: its hash is a fold, not a mix).
-    sessions: RandomKeyMap<Rc<std::cell::RefCell<Session>>>,
+    /// Keyed by the low 64 of the id's 128 random bits: a bucket of 16 bytes, where the whole
+    /// `u128` (aligned to 16) made it 32 (about 20 B an idle session at 100 k). A lookup still
+    /// compares the whole id. The key is CSPRNG bits, so its hash is the key itself
+    /// (`RandomWordMap`), not a mix.
+    sessions: RandomWordMap<SessionRc>,
+    /// Sessions whose key a live session already had (one chance in 2^64 a pair), by their
+    /// whole random part: empty in practice, so a lookup costs one `is_empty` more.
+    collided: RandomKeyMap<SessionRc>,
     /// Live sessions at most (`--max-sessions-per-core`); `initialize` past it gets 503.
     pub max: usize,
     /// One entry per session: the reaper's work list (`legacy::expire`).
     pub(crate) timers: timers::SessionTimers,
+}
+
+/// `SessionTable`'s key of `id`: the low 64 random bits (truncation meant).
+fn table_key(id: &SessionId) -> u64 {
+    id.random as u64
 }
 
 impl SessionTable {
@@ -1433,7 +1508,8 @@ impl SessionTable {
     pub(crate) fn with_timeouts(max: usize, cfg: &crate::config::SessionsConfig) -> SessionTable {
         let soonest = cfg.owed_timeout.min(cfg.stream_retention).min(cfg.session_idle);
         SessionTable {
-            sessions: RandomKeyMap::default(),
+            sessions: RandomWordMap::default(),
+            collided: RandomKeyMap::default(),
             max,
             timers: timers::SessionTimers::new(soonest),
         }
@@ -1441,37 +1517,53 @@ impl SessionTable {
 
     /// Live sessions.
     pub fn len(&self) -> usize {
-        self.sessions.len()
+        self.sessions.len() + self.collided.len()
     }
 
     /// No live session.
     pub fn is_empty(&self) -> bool {
-        self.sessions.is_empty()
+        self.len() == 0
     }
 
     /// At `max`: a new session must be refused.
     pub fn is_full(&self) -> bool {
-        self.sessions.len() >= self.max
+        self.len() >= self.max
     }
 
     /// Adds `session` and returns the shared handle the table keeps. It is armed as a request
     /// arms it (`keep_close`): the reaper looks at it then and re-arms it at its deadline.
-    pub fn insert(&mut self, mut session: Session) -> Rc<std::cell::RefCell<Session>> {
-        let key = session.id.random;
-        session.timer_due = self.timers.arm(key, self.timers.latest_after_request());
+    pub fn insert(&mut self, mut session: Session) -> SessionRc {
+        let (key, random) = (table_key(&session.id), session.id.random);
+        session.timer_due = self.timers.arm(random, self.timers.latest_after_request());
         let rc = Rc::new(std::cell::RefCell::new(session));
-        self.sessions.insert(key, rc.clone());
+        match self.sessions.entry(key) {
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(rc.clone());
+            }
+            std::collections::hash_map::Entry::Occupied(_) => {
+                self.collided.insert(random, rc.clone());
+            }
+        }
         rc
     }
 
     /// The session `id` names, whole id compared (core and random part).
-    pub fn get(&self, id: &SessionId) -> Option<Rc<std::cell::RefCell<Session>>> {
-        self.sessions.get(&id.random).filter(|s| s.borrow().id == *id).cloned()
+    pub fn get(&self, id: &SessionId) -> Option<SessionRc> {
+        let named = |s: &&SessionRc| s.borrow().id == *id;
+        let found = self.sessions.get(&table_key(id)).filter(named);
+        if found.is_none() && !self.collided.is_empty() {
+            return self.collided.get(&id.random).filter(named).cloned();
+        }
+        found.cloned()
     }
 
     /// Takes the session out and closes it (writers end, tools stop).
-    pub fn remove(&mut self, id: &SessionId) -> Option<Rc<std::cell::RefCell<Session>>> {
-        let s = self.sessions.remove(&id.random)?;
+    pub fn remove(&mut self, id: &SessionId) -> Option<SessionRc> {
+        let key = table_key(id);
+        let s = match self.sessions.get(&key) {
+            Some(s) if s.borrow().id.random == id.random => self.sessions.remove(&key),
+            _ => self.collided.remove(&id.random),
+        }?;
         let due = s.borrow().timer_due;
         self.timers.cancel(id.random, due);
         s.borrow_mut().close();
@@ -1479,13 +1571,18 @@ impl SessionTable {
     }
 
     /// A handle to every live session, in no order.
-    pub fn all(&self) -> Vec<Rc<std::cell::RefCell<Session>>> {
-        self.sessions.values().cloned().collect()
+    pub fn all(&self) -> Vec<SessionRc> {
+        self.sessions.values().chain(self.collided.values()).cloned().collect()
     }
 
     /// The session whose table key is `random` (an entry the timer wheel gave back).
     pub(crate) fn by_key(&self, random: u128) -> Option<SessionRc> {
-        self.sessions.get(&random).cloned()
+        let whole = |s: &&SessionRc| s.borrow().id.random == random;
+        let found = self.sessions.get(&(random as u64)).filter(whole);
+        if found.is_none() && !self.collided.is_empty() {
+            return self.collided.get(&random).cloned();
+        }
+        found.cloned()
     }
 
     /// A request named `session`: a stream it opens may come due within the wheel's

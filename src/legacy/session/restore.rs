@@ -42,7 +42,7 @@ pub(crate) fn restore(
         .find(|v| *v == image.version)
         .ok_or_else(|| RestoreError::Revision(sid.clone(), image.version.clone()))?;
     let mut s = Session::new(id, image.tag, version, cfg);
-    s.subject = image.subject.as_deref().map(Box::from);
+    s.set_opener(image.subject.as_deref().map(Box::from), None);
     s.log_level = crate::provider::LogLevel::parse(&image.log).unwrap_or(s.log_level);
     // The store may hold a few entries more than the ring did (it trims in steps,
     // `durable::store::TRIM_SLACK_ENTRIES`): they are appended like the rest and the ring
@@ -63,7 +63,7 @@ pub(crate) fn restore(
     for (key, record) in &image.streams {
         settle_stream(&mut s, StreamKey(*key), record, dead);
     }
-    s.mirror = Some(mirror);
+    s.mirror = Some(Box::new(mirror));
     Ok(s)
 }
 

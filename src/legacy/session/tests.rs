@@ -233,7 +233,7 @@ fn mirrored() -> (Session, crate::durable::queue::Drain) {
     let tap = crate::durable::CoreTap::new(queue, producer, state, 1, wait, metrics);
     let mut s = session();
     let (name, client) = (std::sync::Arc::from(s.id.to_header()), std::sync::Arc::from("{}"));
-    s.mirror = Some(SessionMirror::new(Rc::new(tap), name, client));
+    s.mirror = Some(Box::new(SessionMirror::new(Rc::new(tap), name, client)));
     let mut drain = drain;
     assert!(s.mirror_catch_up(), "the store is up: the first image makes it durable");
     assert!(matches!(
@@ -289,4 +289,42 @@ fn the_mirror_hears_a_quick_call_as_one_record_and_a_slow_one_as_its_opening_run
     s.poll_ended();
     assert_eq!(queued(&mut drain), ["run 1"]);
     assert!(s.is_durable());
+}
+
+/// The bytes a session's own allocation (`SessionRc`: the `Rc` counts, the `RefCell` flag and
+/// the `Session`) may take: mimalloc's 448-byte size class. An idle session's whole resident
+/// cost is held to `IDLE_SESSION_BYTES_BUDGET` by tests/idle_session.rs against the real binary;
+/// this catches a field that grows the struct first (it was 912 B, in the 1 024-byte class,
+/// before issue 40 boxed the durable mirror and the maps few sessions use).
+const SESSION_ALLOCATION_BYTES_MAX: usize = 448;
+
+#[test]
+fn a_session_allocation_fits_its_size_class() {
+    let allocation =
+        2 * std::mem::size_of::<usize>() + std::mem::size_of::<std::cell::RefCell<Session>>();
+    assert!(
+        allocation <= SESSION_ALLOCATION_BYTES_MAX,
+        "Rc<RefCell<Session>> takes {allocation} B, over {SESSION_ALLOCATION_BYTES_MAX} B: box what \
+         an idle session does not use (see `Rare`)"
+    );
+}
+
+#[test]
+fn sessions_whose_keys_collide_are_both_kept_found_and_removed() {
+    let cfg = Config::default();
+    let id = |high: u128| SessionId { node: 0, core: 0, random: high << 64 | 7 };
+    let mut table = SessionTable::new(4);
+    for high in [1, 2, 3] {
+        table.insert(Session::new(id(high), 1, LEGACY_VERSIONS[0], &cfg));
+    }
+    assert_eq!((table.len(), table.all().len()), (3, 3), "one keyed, two beside it");
+    for high in [1, 2, 3] {
+        assert_eq!(table.get(&id(high)).map(|s| s.borrow().id), Some(id(high)));
+    }
+    assert!(table.get(&id(4)).is_none(), "the same key, another id");
+    assert!(table.remove(&id(1)).is_some_and(|s| s.borrow().closed), "the keyed one");
+    assert!(table.remove(&id(3)).is_some(), "one beside it");
+    assert!(table.remove(&id(3)).is_none(), "gone");
+    assert_eq!(table.get(&id(2)).map(|s| s.borrow().id), Some(id(2)), "still found");
+    assert_eq!(table.len(), 1);
 }
