@@ -153,11 +153,11 @@ impl CallSink for StreamSink {
                     let Some(rc) = session.upgrade() else { return };
                     let s = rc.borrow();
                     match s.stream(key) {
-                        Some(st) if !s.has_room(key) => st.room.clone(),
+                        Some(st) if !s.has_room(key) => st.signals(),
                         _ => return,
                     }
                 };
-                room.notified().await;
+                room.room.notified().await;
             }
         })
     }

@@ -36,6 +36,7 @@ use crate::config::ResponseMode;
 use crate::core::{refuse, refuse_rate, refuse_scope, reply, Admitted, Request};
 use crate::dispatch::{self, ToolRoute};
 use crate::http::lists_media_type;
+use crate::provider::builtin::BuiltinCall;
 use crate::provider::{
     CallContext, Caller, LogLevel, Notifier, ProviderError, SessionInfo, SessionStart,
 };
@@ -594,10 +595,7 @@ async fn request(
             let arguments = params.as_object_mut().and_then(|p| p.remove("arguments"));
             let arguments =
                 arguments.map(dispatch::into_public).unwrap_or(crate::provider::Value::Null);
-            let cx = call_context(session, key).with_trace(trace);
-            let ToolRoute { name, provider, .. } = route;
-            let work = Box::pin(async move { provider.call_tool(&name, arguments, cx).await });
-            stream::spawn_job(session.clone(), key, id.clone(), work);
+            run_call(session, key, route, arguments, trace);
         }
         None => {
             let mut payload = Vec::with_capacity(256);
@@ -612,6 +610,38 @@ async fn request(
         return refuse(out, Refusal::TooManyStreams, Some(&id), keep_alive);
     };
     stream_reply(out, session, key, epoch, Cursor::from(EventSeq(0), Some(first)), None)
+}
+
+/// Runs a tool call on stream `key`. A built-in tool is called past the provider API: an
+/// instant one (`echo`) answers here, its answer written straight into the final event,
+/// with no future, task, waker or context built; one that runs on is driven like any call.
+fn run_call(
+    session: &SessionRc,
+    key: StreamKey,
+    route: ToolRoute,
+    mut arguments: crate::provider::Value,
+    trace: Option<crate::trace::TraceParent>,
+) {
+    let ToolRoute { name, provider, .. } = route;
+    if let Some(builtin) = crate::provider::builtin::as_builtin(provider.as_ref()) {
+        let make_cx = || call_context(session, key).with_trace(trace);
+        let source = crate::provider::builtin::ContextSource::Lazy(&make_cx);
+        match builtin.call(&name, &mut arguments, source) {
+            Some(BuiltinCall::Now(outcome)) => return stream::finish_now(session, key, outcome),
+            Some(BuiltinCall::Running(work)) => {
+                return stream::spawn_job(session.clone(), key, work)
+            }
+            None => {}
+        }
+    }
+    let cx = call_context(session, key).with_trace(trace);
+    let work = Box::pin(async move {
+        provider
+            .call_tool(&name, arguments, cx)
+            .await
+            .map(crate::provider::builtin::ToolAnswer::Value)
+    });
+    stream::spawn_job(session.clone(), key, work);
 }
 
 /// The context of a tool call on stream `key`.
@@ -749,21 +779,25 @@ async fn json_when_done(
 ) -> Outcome {
     let epoch = session.borrow_mut().attach(key);
     let outcome = loop {
-        let (signal, done) = {
+        let signals = {
             let s = session.borrow();
             let Some(st) = s.stream(key) else {
                 break refuse(out, Refusal::SessionNotFound, None, keep_alive);
             };
-            (st.signal.clone(), s.final_payload(key))
+            match s.final_payload(key) {
+                // Its wake-ups are made only when the answer is not there yet.
+                None => st.signals(),
+                Some(payload) => {
+                    drop(s);
+                    session.borrow_mut().mark_all_delivered(key);
+                    break match payload {
+                        Some(payload) => reply(out, Answer::Json(&payload), keep_alive),
+                        None => reply(out, Answer::Accepted, keep_alive),
+                    };
+                }
+            }
         };
-        if let Some(payload) = done {
-            session.borrow_mut().mark_all_delivered(key);
-            break match payload {
-                Some(payload) => reply(out, Answer::Json(&payload), keep_alive),
-                None => reply(out, Answer::Accepted, keep_alive),
-            };
-        }
-        signal.notified().await;
+        signals.events.notified().await;
     };
     if let Some(epoch) = epoch {
         session.borrow_mut().detach(key, epoch);

@@ -20,8 +20,9 @@ use bytes::Bytes;
 
 use crate::legacy::replay::{EventSeq, StreamKey};
 use crate::legacy::session::{ResumeStart, Session};
-use crate::provider::{LocalBoxFuture, ProviderError, Value};
-use crate::wire::jsonrpc::{self, RawId};
+use crate::provider::builtin::ToolAnswer;
+use crate::provider::{LocalBoxFuture, ProviderError, ProviderResult};
+use crate::wire::jsonrpc;
 
 /// Where a writer is in its stream.
 #[derive(Clone, Copy, Debug)]
@@ -249,19 +250,14 @@ fn push_gap(
 /// priming event. Otherwise it continues as a task that outlives the connection: a dropped
 /// connection is not a cancellation (MCP 2025-11-25 transports: "Disconnection SHOULD NOT be
 /// interpreted as the client cancelling").
-pub(crate) fn spawn_job(
-    session: Rc<RefCell<Session>>,
-    key: StreamKey,
-    request_id: RawId,
-    mut work: LocalBoxFuture<'static, Result<Value, ProviderError>>,
-) {
+pub(crate) fn spawn_job(session: Rc<RefCell<Session>>, key: StreamKey, mut work: Work) {
     let forward = Arc::new(ForwardWake(atomic_waker::AtomicWaker::new()));
     let waker = Waker::from(forward.clone());
     // A call its first poll finishes completes inside the poll's report, so the mirror joins
     // a quick call's opening with its final event (`Session::open_quick_stream`).
     let done = polling(&session, || match work.as_mut().poll(&mut Context::from_waker(&waker)) {
         Poll::Ready(outcome) => {
-            complete(&session, key, &request_id, outcome);
+            complete(&session, key, outcome);
             true
         }
         Poll::Pending => false,
@@ -277,9 +273,23 @@ pub(crate) fn spawn_job(
             _ = cancelled => None,
         };
         if let Some(outcome) = outcome {
-            complete(&session, key, &request_id, outcome);
+            complete(&session, key, outcome);
         }
     });
+}
+
+/// A request's work: a tool's answer to come (a user provider's value, or a built-in tool's
+/// `ToolAnswer`).
+pub(crate) type Work = LocalBoxFuture<'static, ProviderResult<ToolAnswer<'static>>>;
+
+/// Ends stream `key` with the outcome of a call that answered at its call (a built-in instant
+/// tool: no future, no task), reported as one poll, as `spawn_job`'s first poll would be.
+pub(crate) fn finish_now(
+    session: &Rc<RefCell<Session>>,
+    key: StreamKey,
+    outcome: ProviderResult<ToolAnswer<'_>>,
+) {
+    polling(session, || complete(session, key, outcome));
 }
 
 /// A waker that forwards to whichever task waker was registered last. monoio 0.2.4's timer keeps
@@ -300,14 +310,14 @@ impl Wake for ForwardWake {
 
 /// The work future, polled with the forwarding waker, which points at the current task.
 struct Forwarded {
-    work: LocalBoxFuture<'static, Result<Value, ProviderError>>,
+    work: Work,
     forward: Arc<ForwardWake>,
     waker: Waker,
     session: Weak<RefCell<Session>>,
 }
 
 impl Future for Forwarded {
-    type Output = Result<Value, ProviderError>;
+    type Output = ProviderResult<ToolAnswer<'static>>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         self.forward.0.register(cx.waker());
@@ -344,26 +354,34 @@ pub(crate) async fn cancelled(session: Weak<RefCell<Session>>, key: StreamKey) {
             let Some(rc) = session.upgrade() else { return };
             let s = rc.borrow();
             match s.stream(key) {
-                Some(st) if !st.is_cancelled() => st.cancel.clone(),
+                Some(st) if !st.is_cancelled() => st.signals(),
                 _ => return,
             }
         };
-        cancel.notified().await;
+        cancel.cancel.notified().await;
     }
 }
 
-/// Appends the final response of a finished request (nothing for a cancelled one).
+/// Appends the final response of a finished request (nothing for a cancelled one), encoded
+/// with the request id its stream holds (read in place, not cloned per call).
 fn complete(
     session: &Rc<RefCell<Session>>,
     key: StreamKey,
-    request_id: &RawId,
-    outcome: Result<Value, ProviderError>,
+    outcome: ProviderResult<ToolAnswer<'_>>,
 ) {
     let mut payload = Vec::with_capacity(128);
-    match outcome {
-        Ok(result) => crate::wire::push_result_value(&mut payload, request_id, &result),
-        Err(ProviderError::Cancelled) => return,
-        Err(e) => crate::dispatch::push_provider_error(&mut payload, request_id, &e),
+    {
+        let s = session.borrow();
+        let Some(request_id) = s.stream(key).and_then(|st| st.request_id.as_ref()) else {
+            return;
+        };
+        match outcome {
+            Ok(answer) => {
+                crate::wire::push_result_with(&mut payload, request_id, |out| answer.push_json(out))
+            }
+            Err(ProviderError::Cancelled) => return,
+            Err(e) => crate::dispatch::push_provider_error(&mut payload, request_id, &e),
+        }
     }
     session.borrow_mut().finish(key, Bytes::from(payload));
 }

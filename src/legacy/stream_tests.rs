@@ -8,6 +8,7 @@
 use super::*;
 use crate::config::Config;
 use crate::legacy::session::{event_id_into, SessionId, StreamKind, LEGACY_VERSIONS};
+use crate::wire::jsonrpc::RawId;
 use crate::wire::notification::PROGRESS_PREFIX;
 
 const RETRY_MS: u64 = 1000;
