@@ -39,10 +39,10 @@ const MEASURED: usize = 100;
 /// 90, resume 2, 409 65, keyed retry 55 (plus `TICK_SLACK`).
 const BUDGETS: &[(&str, u64)] = &[
     ("ping", 20),
-    ("echo (SSE)", 46),
-    ("echo (--response-mode json)", 46),
-    ("2026-07-28 echo", 68),
-    ("slow_counter, 10 events", 76),
+    ("echo (SSE)", 45),
+    ("echo (--response-mode json)", 45),
+    ("2026-07-28 echo", 51),
+    ("slow_counter, 10 events", 65),
     ("resume of 100 buffered events", 2),
     ("409 re-POST", 65),
     ("keyed 2026-07-28 retry", 55),

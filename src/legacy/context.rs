@@ -19,12 +19,13 @@ use bytes::Bytes;
 use crate::legacy::list_changed::{self, Verdict, Windows};
 use crate::legacy::replay::StreamKey;
 use crate::legacy::session::{ClientAnswer, PendingClientRequest, Session};
+use crate::legacy::stream::event_bytes;
 use crate::provider::{
     CallSink, LocalBoxFuture, LogLevel, NotifySink, ProviderError, ProviderResult, Value,
 };
 use crate::signal::Signal;
 use crate::wire::jsonrpc;
-use crate::wire::notification::{log_params, progress_payload};
+use crate::wire::notification::{log_params, push_progress};
 use crate::wire::Code;
 
 /// The sink of one request stream's context.
@@ -53,9 +54,9 @@ impl CallSink for StreamSink {
             let Some(token) = s.stream(self.key).and_then(|s| s.progress_token.as_deref()) else {
                 return;
             };
-            progress_payload(token, progress, total, message)
+            event_bytes(|out| push_progress(out, token, progress, total, message))
         };
-        let _ended = session.borrow_mut().append(self.key, Bytes::from(payload));
+        let _ended = session.borrow_mut().append(self.key, payload);
     }
 
     fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {

@@ -788,12 +788,14 @@ async fn json_when_done(
                 // Its wake-ups are made only when the answer is not there yet.
                 None => st.signals(),
                 Some(payload) => {
-                    drop(s);
-                    session.borrow_mut().mark_all_delivered(key);
-                    break match payload {
-                        Some(payload) => reply(out, Answer::Json(&payload), keep_alive),
+                    // Written from the ring in place (a `Bytes` clone would allocate).
+                    let answered = match payload {
+                        Some(payload) => reply(out, Answer::Json(payload), keep_alive),
                         None => reply(out, Answer::Accepted, keep_alive),
                     };
+                    drop(s);
+                    session.borrow_mut().mark_all_delivered(key);
+                    break answered;
                 }
             }
         };

@@ -369,21 +369,47 @@ fn complete(
     key: StreamKey,
     outcome: ProviderResult<ToolAnswer<'_>>,
 ) {
-    let mut payload = Vec::with_capacity(128);
-    {
+    let payload = {
         let s = session.borrow();
         let Some(request_id) = s.stream(key).and_then(|st| st.request_id.as_ref()) else {
             return;
         };
         match outcome {
-            Ok(answer) => {
-                crate::wire::push_result_with(&mut payload, request_id, |out| answer.push_json(out))
-            }
+            Ok(answer) => event_bytes(|out| {
+                crate::wire::push_result_with(out, request_id, |out| answer.push_json(out))
+            }),
             Err(ProviderError::Cancelled) => return,
-            Err(e) => crate::dispatch::push_provider_error(&mut payload, request_id, &e),
+            Err(e) => event_bytes(|out| crate::dispatch::push_provider_error(out, request_id, &e)),
         }
-    }
-    session.borrow_mut().finish(key, Bytes::from(payload));
+    };
+    session.borrow_mut().finish(key, payload);
+}
+
+/// Bytes of its capacity the core's event buffer keeps between events; after a larger event
+/// it is let go, so one large result does not stay resident.
+pub(crate) const EVENT_SCRATCH_KEEP_BYTES: usize = 64 * 1024;
+
+thread_local! {
+    /// The core's buffer an event is encoded in (`event_bytes`), reused across events.
+    static EVENT_SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An event encoded by `write` in the core's reused buffer, copied into an exact-sized `Bytes`:
+/// one allocation per event where a `Vec` per event made two (the `Vec`, and `Bytes::from`'s
+/// shared header whenever the `Vec` has spare capacity), and the ring holds no spare bytes.
+pub(crate) fn event_bytes(write: impl FnOnce(&mut Vec<u8>)) -> Bytes {
+    EVENT_SCRATCH.with(|scratch| {
+        // Taken, not borrowed: a `write` that encoded another event would find it empty.
+        let mut buffer = scratch.take();
+        buffer.clear();
+        write(&mut buffer);
+        let event = Bytes::copy_from_slice(&buffer);
+        if buffer.capacity() <= EVENT_SCRATCH_KEEP_BYTES {
+            buffer.clear();
+            *scratch.borrow_mut() = buffer;
+        }
+        event
+    })
 }
 
 /// Bookkeeping after a writer with `epoch` sent a batch ending at `after`.

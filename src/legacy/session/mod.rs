@@ -1012,14 +1012,14 @@ impl Session {
 
     /// The final response of an ended request: `Some(Some(payload))` once finished, `Some(None)`
     /// when it ended without one (cancelled), `None` while it runs.
-    pub fn final_payload(&self, key: StreamKey) -> Option<Option<Bytes>> {
+    pub fn final_payload(&self, key: StreamKey) -> Option<Option<&[u8]>> {
         let s = self.streams.get(&key)?;
         match s.run {
             Run::Running => None,
             Run::Dropped => Some(None),
-            Run::Finished { final_seq, .. } => Some(
-                self.ring.get(final_seq).filter(|e| e.stream == key).map(|e| e.payload.clone()),
-            ),
+            Run::Finished { final_seq, .. } => {
+                Some(self.ring.get(final_seq).filter(|e| e.stream == key).map(|e| &e.payload[..]))
+            }
         }
     }
 

@@ -44,6 +44,11 @@ pub(crate) trait BuiltinTool {
     /// Calls the tool. An instant tool answers here, borrowing its answer from `arguments`;
     /// any other takes `arguments` (leaving `Null`) into the future it returns.
     fn call<'a>(&self, arguments: &'a mut Value, cx: ContextSource<'_>) -> BuiltinCall<'a>;
+    /// An instant tool's answer (borrowed from `arguments`); `None` for a tool that runs on.
+    fn call_now<'a>(&self, arguments: &'a Value) -> Option<ProviderResult<ToolAnswer<'a>>> {
+        let _ = arguments;
+        None
+    }
 }
 
 /// A built-in tool's `CallToolResult`, in the form the tool had it: a value (any shape), or
@@ -66,20 +71,36 @@ impl ToolAnswer<'_> {
     pub(crate) fn push_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
         match self {
             ToolAnswer::Value(value) => serde_json::to_writer(&mut *out, value),
-            ToolAnswer::Text(text) => {
-                push_text_result(out, |out| serde_json::to_writer(out, text.as_ref()));
-                Ok(())
-            }
-            ToolAnswer::Count(n) => {
-                push_text_result(out, |out| {
-                    out.push(b'"');
-                    crate::digits::push_decimal(out, *n);
-                    out.push(b'"');
-                    Ok(())
-                });
+            text => {
+                text.push_text_json(out, "");
                 Ok(())
             }
         }
+    }
+
+    /// A `Text` or `Count` answer's JSON with `members` (JSON object members whose keys sort
+    /// after `content`, so the order stays `serde_json`'s: 2026-07-28's `resultType`) added;
+    /// `false` for a `Value`, which the caller writes as a value.
+    pub(crate) fn push_text_json(&self, out: &mut Vec<u8>, members: &str) -> bool {
+        match self {
+            ToolAnswer::Value(_) => return false,
+            ToolAnswer::Text(text) => {
+                push_text_result(out, |out| serde_json::to_writer(out, text.as_ref()));
+            }
+            ToolAnswer::Count(n) => push_text_result(out, |out| {
+                out.push(b'"');
+                crate::digits::push_decimal(out, *n);
+                out.push(b'"');
+                Ok(())
+            }),
+        }
+        if !members.is_empty() {
+            out.pop();
+            out.push(b',');
+            out.extend_from_slice(members.as_bytes());
+            out.push(b'}');
+        }
+        true
     }
 
     /// The result object as the provider API's value (`Provider::call_tool`).
@@ -214,6 +235,10 @@ where
 
     fn call<'a>(&self, arguments: &'a mut Value, _cx: ContextSource<'_>) -> BuiltinCall<'a> {
         BuiltinCall::Now((self.run)(arguments))
+    }
+
+    fn call_now<'a>(&self, arguments: &'a Value) -> Option<ProviderResult<ToolAnswer<'a>>> {
+        Some((self.run)(arguments))
     }
 }
 

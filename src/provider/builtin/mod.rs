@@ -60,6 +60,19 @@ impl BuiltinProvider {
     }
 }
 
+impl BuiltinProvider {
+    /// Tool `name`'s answer when it is an instant tool (`kit::instant_tool`), borrowed from
+    /// `arguments`: no context, future or result value is made. `None`: not an instant tool
+    /// of this set (call it through the provider API).
+    pub(crate) fn call_now<'a>(
+        &self,
+        name: &str,
+        arguments: &'a Value,
+    ) -> Option<ProviderResult<ToolAnswer<'a>>> {
+        self.by_name.get(name).and_then(|&i| self.tools.get(i))?.call_now(arguments)
+    }
+}
+
 /// The built-in set behind `provider`, if it is one: the request paths' way past the provider
 /// API's owned result (`BuiltinProvider::call`).
 pub(crate) fn as_builtin(provider: &dyn Provider) -> Option<&BuiltinProvider> {
