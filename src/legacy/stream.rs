@@ -251,7 +251,7 @@ fn push_gap(
 /// connection is not a cancellation (MCP 2025-11-25 transports: "Disconnection SHOULD NOT be
 /// interpreted as the client cancelling").
 pub(crate) fn spawn_job(session: Rc<RefCell<Session>>, key: StreamKey, mut work: Work) {
-    let forward = Arc::new(ForwardWake(atomic_waker::AtomicWaker::new()));
+    let forward = forward_wake();
     let waker = Waker::from(forward.clone());
     // A call its first poll finishes completes inside the poll's report, so the mirror joins
     // a quick call's opening with its final event (`Session::open_quick_stream`).
@@ -263,6 +263,8 @@ pub(crate) fn spawn_job(session: Rc<RefCell<Session>>, key: StreamKey, mut work:
         Poll::Pending => false,
     });
     if done {
+        drop(waker);
+        keep_forward_wake(forward);
         return;
     }
     let work = Forwarded { work, forward, waker, session: Rc::downgrade(&session) };
@@ -306,6 +308,36 @@ impl Wake for ForwardWake {
     fn wake_by_ref(self: &Arc<Self>) {
         self.0.wake();
     }
+}
+
+/// Forwarding wakers a core keeps for the next calls (`forward_wake`): a call its first poll
+/// finishes hands its waker back, so such a call allocates none; one that runs on keeps its.
+pub(crate) const FORWARD_WAKERS_KEPT: usize = 8;
+
+thread_local! {
+    /// The core's spare forwarding wakers, never registered with a task.
+    static FORWARD_WAKERS: RefCell<Vec<Arc<ForwardWake>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A forwarding waker for a new call: a spare one, else a new one.
+fn forward_wake() -> Arc<ForwardWake> {
+    let spare = FORWARD_WAKERS.with(|spares| spares.borrow_mut().pop());
+    spare.unwrap_or_else(|| Arc::new(ForwardWake(atomic_waker::AtomicWaker::new())))
+}
+
+/// Keeps the waker of a call that finished at its first poll, if nothing else holds it (a
+/// tool may have kept a clone, which could still wake it) and fewer than
+/// `FORWARD_WAKERS_KEPT` are kept. It never reached a task, so nothing is registered in it.
+fn keep_forward_wake(forward: Arc<ForwardWake>) {
+    if Arc::strong_count(&forward) != 1 || Arc::weak_count(&forward) != 0 {
+        return;
+    }
+    FORWARD_WAKERS.with(|spares| {
+        let mut spares = spares.borrow_mut();
+        if spares.len() < FORWARD_WAKERS_KEPT {
+            spares.push(forward);
+        }
+    });
 }
 
 /// The work future, polled with the forwarding waker, which points at the current task.

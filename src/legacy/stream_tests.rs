@@ -493,3 +493,22 @@ fn the_event_buffer_is_kept_up_to_its_limit_and_events_are_exact() {
     assert_eq!(big.len(), EVENT_SCRATCH_KEEP_BYTES + 1);
     assert_eq!(capacity(), 0, "let go past the limit");
 }
+
+#[test]
+fn spare_forwarding_wakers_are_kept_up_to_their_limit_and_only_when_unshared() {
+    // Goal: a call finished at its first poll hands its waker back (no allocation for the next
+    // call), at most `FORWARD_WAKERS_KEPT` are kept, and one a tool still holds is not reused.
+    // Method: hand back one more than the limit, then one whose waker is still cloned.
+    let spares = || FORWARD_WAKERS.with(|s| s.borrow().len());
+    FORWARD_WAKERS.with(|s| s.borrow_mut().clear());
+    for _ in 0..=FORWARD_WAKERS_KEPT {
+        keep_forward_wake(Arc::new(ForwardWake(atomic_waker::AtomicWaker::new())));
+    }
+    assert_eq!(spares(), FORWARD_WAKERS_KEPT);
+    let reused = forward_wake();
+    assert_eq!(spares(), FORWARD_WAKERS_KEPT - 1);
+    let held = Waker::from(reused.clone());
+    keep_forward_wake(reused);
+    assert_eq!(spares(), FORWARD_WAKERS_KEPT - 1, "a waker still held is not kept");
+    drop(held);
+}

@@ -480,9 +480,10 @@ fn answer_now(call: &ToolCall, out: &mut Vec<u8>, keep_alive: bool) -> Option<Ou
     }
     let builtin = crate::provider::builtin::as_builtin(call.route.provider.as_ref())?;
     let outcome = builtin.call_now(&call.route.name, &call.arguments)?;
-    let mut body = Vec::with_capacity(256);
-    let status = call::render_answer(&call.id, outcome, RESULT_COMPLETE, &mut body);
-    Some(reply(out, Answer::JsonStatus { status, body: &body }, keep_alive))
+    Some(crate::core::with_body(|body| {
+        let status = call::render_answer(&call.id, outcome, RESULT_COMPLETE, body);
+        reply(out, Answer::JsonStatus { status, body }, keep_alive)
+    }))
 }
 
 /// A keyed call's fingerprint: its request binding (method, tool name, canonical arguments).
@@ -617,9 +618,10 @@ fn input_round(
 async fn start_call(mut job: CallJob, out: &mut Vec<u8>, keep_alive: bool) -> Outcome {
     job.poll_once().await;
     if job.is_settled() && !job.sink.has_events() {
-        let mut body = Vec::with_capacity(256);
-        let status = job.finish(&mut body);
-        return reply(out, Answer::JsonStatus { status, body: &body }, keep_alive);
+        return crate::core::with_body(|body| {
+            let status = job.finish(body);
+            reply(out, Answer::JsonStatus { status, body }, keep_alive)
+        });
     }
     Outcome::Job(Job::Call(CallStream::new(job, keep_alive)))
 }
