@@ -42,7 +42,7 @@ const BUDGETS: &[(&str, u64)] = &[
     ("echo (SSE)", 45),
     ("echo (--response-mode json)", 45),
     ("2026-07-28 echo", 50),
-    ("slow_counter, 10 events", 64),
+    ("slow_counter, 10 events", 63),
     ("resume of 100 buffered events", 2),
     ("409 re-POST", 65),
     ("keyed 2026-07-28 retry", 55),

@@ -650,7 +650,7 @@ fn call_context(session: &SessionRc, key: StreamKey) -> CallContext {
         let s = session.borrow();
         (s.reference(), s.version, s.caller.clone())
     };
-    let sink = Rc::new(context::StreamSink { session: Rc::downgrade(session), key });
+    let sink = context::stream_sink(Rc::downgrade(session), key);
     CallContext::new(sink, identity, version).with_caller(caller)
 }
 
