@@ -44,7 +44,7 @@ const BUDGETS: &[(&str, u64)] = &[
     ("2026-07-28 echo", 50),
     ("slow_counter, 10 events", 63),
     ("resume of 100 buffered events", 2),
-    ("409 re-POST", 65),
+    ("409 re-POST", 63),
     ("keyed 2026-07-28 retry", 55),
 ];
 

@@ -537,16 +537,13 @@ async fn request(
             return crate::core::reply_error(out, &id, code, &message, keep_alive);
         }
     };
-    let progress_token: Option<Box<str>> = params
-        .get("_meta")
-        .and_then(|m| m.get("progressToken"))
-        .map(|t| Box::from(t.encode().as_str()));
     match decide(core, session, &id, &class, idempotency_key.as_deref()).await {
         Verdict::Run => {}
         Verdict::Conflict(refused) => return conflict(session, &refused, &id, out, keep_alive),
         Verdict::KeyReused => return reply(out, Answer::KeyReused { id: &id }, keep_alive),
         Verdict::Deduplicated(key) => {
-            return deduplicated(session, key, id, progress_token, out, keep_alive)
+            let progress_token = progress_token_of(&params);
+            return deduplicated(session, key, id, progress_token, out, keep_alive);
         }
     }
     // Rate limits only once the request is known to run: a retry the boundary answers from
@@ -565,6 +562,7 @@ async fn request(
         answer_inline(core, session, access, &id, &method, &params, &mut body).await;
         return reply(out, Answer::Json(&body), keep_alive);
     }
+    let progress_token = progress_token_of(&params);
     // A quick call (no write-ahead wait): nothing is awaited from its opening to the end of
     // its first poll (`Session::open_quick_stream`).
     let quick = class.idempotent && class.tool.is_some();
@@ -610,6 +608,13 @@ async fn request(
         return refuse(out, Refusal::TooManyStreams, Some(&id), keep_alive);
     };
     stream_reply(out, session, key, epoch, Cursor::from(EventSeq(0), Some(first)), None)
+}
+
+/// `_meta.progressToken` as JSON text, read only once the request is known to open or read a
+/// stream (a refused or conflicting request copies nothing).
+fn progress_token_of(params: &WireValue) -> Option<Box<str>> {
+    let token = params.get("_meta").and_then(|m| m.get("progressToken"))?;
+    Some(Box::from(token.encode().as_str()))
 }
 
 /// Runs a tool call on stream `key`. A built-in tool is called past the provider API: an
