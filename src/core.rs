@@ -320,6 +320,29 @@ pub(crate) fn reply<J>(out: &mut Vec<u8>, answer: Answer<'_>, keep_alive: bool) 
     Outcome::Reply { keep_alive }
 }
 
+/// Bytes of capacity the core's answer-body buffer (`with_body`) keeps between answers; after
+/// a larger answer it is let go, so one large answer does not stay resident.
+pub(crate) const BODY_SCRATCH_KEEP_BYTES: usize = 64 * 1024;
+
+thread_local! {
+    /// The core's buffer a JSON answer's body is written in before its head (`with_body`).
+    static BODY_SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `write` with the core's reused buffer for an answer's body (written before the head,
+/// which carries its length), so an answer allocates no body of its own (issue 40 §1).
+pub(crate) fn with_body<R>(write: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+    // Taken, not borrowed: a `write` that needed another body would find it empty.
+    let mut body = BODY_SCRATCH.with(|scratch| scratch.take());
+    body.clear();
+    let written = write(&mut body);
+    if body.capacity() <= BODY_SCRATCH_KEEP_BYTES {
+        body.clear();
+        BODY_SCRATCH.with(|scratch| *scratch.borrow_mut() = body);
+    }
+    written
+}
+
 /// Renders a refusal as a whole response.
 pub(crate) fn refuse<J>(
     out: &mut Vec<u8>,
@@ -446,4 +469,27 @@ pub(crate) trait Source {
     /// The peer went away (it closed its end, or a write failed): detach, cancel, or nothing,
     /// as the stream's revision says. Nothing more is written.
     fn gone(&mut self, core: &Core);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_body_buffer_is_kept_up_to_its_limit() {
+        // Goal: `with_body` reuses one buffer per core but keeps at most
+        // `BODY_SCRATCH_KEEP_BYTES`. Method: bodies that grow it to the limit and past it.
+        let capacity = || BODY_SCRATCH.with(|s| s.borrow().capacity());
+        with_body(|body| body.reserve_exact(BODY_SCRATCH_KEEP_BYTES));
+        assert_eq!(capacity(), BODY_SCRATCH_KEEP_BYTES, "kept at the limit");
+        let len = with_body(|body| {
+            assert!(body.is_empty(), "cleared between answers");
+            body.extend_from_slice(b"{}");
+            body.len()
+        });
+        assert_eq!(len, 2);
+        assert_eq!(capacity(), BODY_SCRATCH_KEEP_BYTES, "reused, not grown");
+        with_body(|body| body.resize(BODY_SCRATCH_KEEP_BYTES + 1, b'x'));
+        assert_eq!(capacity(), 0, "let go past the limit");
+    }
 }

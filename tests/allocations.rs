@@ -39,12 +39,12 @@ const MEASURED: usize = 100;
 /// 90, resume 2, 409 65, keyed retry 55.
 const BUDGETS: &[(&str, u64)] = &[
     ("ping", 20),
-    ("echo (SSE)", 63),
-    ("echo (--response-mode json)", 63),
-    ("2026-07-28 echo", 68),
-    ("slow_counter, 10 events", 90),
+    ("echo (SSE)", 45),
+    ("echo (--response-mode json)", 45),
+    ("2026-07-28 echo", 50),
+    ("slow_counter, 10 events", 63),
     ("resume of 100 buffered events", 2),
-    ("409 re-POST", 65),
+    ("409 re-POST", 63),
     ("keyed 2026-07-28 retry", 55),
 ];
 

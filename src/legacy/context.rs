@@ -19,18 +19,50 @@ use bytes::Bytes;
 use crate::legacy::list_changed::{self, Verdict, Windows};
 use crate::legacy::replay::StreamKey;
 use crate::legacy::session::{ClientAnswer, PendingClientRequest, Session};
+use crate::legacy::stream::event_bytes;
 use crate::provider::{
     CallSink, LocalBoxFuture, LogLevel, NotifySink, ProviderError, ProviderResult, Value,
 };
 use crate::signal::Signal;
 use crate::wire::jsonrpc;
-use crate::wire::notification::{log_params, progress_payload};
+use crate::wire::notification::{log_params, push_progress};
 use crate::wire::Code;
 
 /// The sink of one request stream's context.
 pub(crate) struct StreamSink {
     pub session: Weak<RefCell<Session>>,
     pub key: StreamKey,
+}
+
+/// Sinks a core keeps for the next calls (`stream_sink`): one whose call ended is reused in
+/// place, so a call allocates no sink. A spare holds a `Weak` of its last session, which keeps
+/// at most that session's allocation (not its state) until the spare is reused.
+pub(crate) const SPARE_SINKS_KEPT: usize = 8;
+
+thread_local! {
+    /// The core's sinks, in use by a call (shared) or spare (held only here).
+    static SPARE_SINKS: RefCell<Vec<Rc<StreamSink>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The sink of a call on stream `key` of `session`: a spare one no call holds any more,
+/// repointed, else a new one (kept as a spare while fewer than `SPARE_SINKS_KEPT` are).
+pub(crate) fn stream_sink(session: Weak<RefCell<Session>>, key: StreamKey) -> Rc<StreamSink> {
+    SPARE_SINKS.with(|spares| {
+        let mut spares = spares.borrow_mut();
+        let free = spares.iter_mut().find(|s| Rc::strong_count(s) == 1 && Rc::weak_count(s) == 0);
+        // `get_mut` succeeds exactly for such a sink: held by nothing but this list.
+        if let Some(spare) = free {
+            if let Some(sink) = Rc::get_mut(spare) {
+                *sink = StreamSink { session, key };
+                return spare.clone();
+            }
+        }
+        let sink = Rc::new(StreamSink { session, key });
+        if spares.len() < SPARE_SINKS_KEPT {
+            spares.push(sink.clone());
+        }
+        sink
+    })
 }
 
 impl StreamSink {
@@ -53,9 +85,9 @@ impl CallSink for StreamSink {
             let Some(token) = s.stream(self.key).and_then(|s| s.progress_token.as_deref()) else {
                 return;
             };
-            progress_payload(token, progress, total, message)
+            event_bytes(|out| push_progress(out, token, progress, total, message))
         };
-        let _ended = session.borrow_mut().append(self.key, Bytes::from(payload));
+        let _ended = session.borrow_mut().append(self.key, payload);
     }
 
     fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
@@ -152,11 +184,11 @@ impl CallSink for StreamSink {
                     let Some(rc) = session.upgrade() else { return };
                     let s = rc.borrow();
                     match s.stream(key) {
-                        Some(st) if !s.has_room(key) => st.room.clone(),
+                        Some(st) if !s.has_room(key) => st.signals(),
                         _ => return,
                     }
                 };
-                room.notified().await;
+                room.room.notified().await;
             }
         })
     }
@@ -252,6 +284,26 @@ mod tests {
     use crate::config::Config;
     use crate::legacy::session::{SessionId, StreamKind};
     use crate::wire::jsonrpc::RawId;
+
+    #[test]
+    fn sinks_are_reused_once_their_call_ended_and_kept_up_to_their_limit() {
+        // Goal: a call's sink is a spare one when a call ended (no allocation), pointed at
+        // the new stream, and at most `SPARE_SINKS_KEPT` are kept. Method: hold one more
+        // than the limit at once, let them go, ask again.
+        let spares = || SPARE_SINKS.with(|s| s.borrow().len());
+        SPARE_SINKS.with(|s| s.borrow_mut().clear());
+        let held: Vec<Rc<StreamSink>> =
+            (0..=SPARE_SINKS_KEPT as u32).map(|k| stream_sink(Weak::new(), StreamKey(k))).collect();
+        assert_eq!(spares(), SPARE_SINKS_KEPT);
+        let kept = Rc::as_ptr(&held[0]);
+        drop(held);
+        let sink = stream_sink(Weak::new(), StreamKey(99));
+        assert_eq!(Rc::as_ptr(&sink), kept, "a spare reused");
+        assert_eq!(sink.key, StreamKey(99));
+        let other = stream_sink(Weak::new(), StreamKey(100));
+        assert_ne!(Rc::as_ptr(&other), kept, "one in use is not handed out twice");
+        assert_eq!(spares(), SPARE_SINKS_KEPT);
+    }
 
     #[test]
     fn server_to_client_requests_stop_at_the_pending_limit() {

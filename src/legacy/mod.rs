@@ -36,6 +36,7 @@ use crate::config::ResponseMode;
 use crate::core::{refuse, refuse_rate, refuse_scope, reply, Admitted, Request};
 use crate::dispatch::{self, ToolRoute};
 use crate::http::lists_media_type;
+use crate::provider::builtin::BuiltinCall;
 use crate::provider::{
     CallContext, Caller, LogLevel, Notifier, ProviderError, SessionInfo, SessionStart,
 };
@@ -538,16 +539,13 @@ async fn request(
             return crate::core::reply_error(out, &id, code, &message, keep_alive);
         }
     };
-    let progress_token: Option<Box<str>> = params
-        .get("_meta")
-        .and_then(|m| m.get("progressToken"))
-        .map(|t| Box::from(t.encode().as_str()));
     match decide(core, session, &id, &class, idempotency_key.as_deref()).await {
         Verdict::Run => {}
         Verdict::Conflict(refused) => return conflict(session, &refused, &id, out, keep_alive),
         Verdict::KeyReused => return reply(out, Answer::KeyReused { id: &id }, keep_alive),
         Verdict::Deduplicated(key) => {
-            return deduplicated(session, key, id, progress_token, out, keep_alive)
+            let progress_token = progress_token_of(&params);
+            return deduplicated(session, key, id, progress_token, out, keep_alive);
         }
     }
     // Rate limits only once the request is known to run: a retry the boundary answers from
@@ -566,6 +564,7 @@ async fn request(
         answer_inline(core, session, access, &id, &method, &params, &mut body).await;
         return reply(out, Answer::Json(&body), keep_alive);
     }
+    let progress_token = progress_token_of(&params);
     // A quick call (no write-ahead wait): nothing is awaited from its opening to the end of
     // its first poll (`Session::open_quick_stream`).
     let quick = class.idempotent && class.tool.is_some();
@@ -596,10 +595,7 @@ async fn request(
             let arguments = params.as_object_mut().and_then(|p| p.remove("arguments"));
             let arguments =
                 arguments.map(dispatch::into_public).unwrap_or(crate::provider::Value::Null);
-            let cx = call_context(session, key).with_trace(trace);
-            let ToolRoute { name, provider, .. } = route;
-            let work = Box::pin(async move { provider.call_tool(&name, arguments, cx).await });
-            stream::spawn_job(session.clone(), key, id.clone(), work);
+            run_call(session, key, route, arguments, trace);
         }
         None => {
             let mut payload = Vec::with_capacity(256);
@@ -616,13 +612,52 @@ async fn request(
     stream_reply(out, session, key, epoch, Cursor::from(EventSeq(0), Some(first)), None)
 }
 
+/// `_meta.progressToken` as JSON text, read only once the request is known to open or read a
+/// stream (a refused or conflicting request copies nothing).
+fn progress_token_of(params: &WireValue) -> Option<Box<str>> {
+    let token = params.get("_meta").and_then(|m| m.get("progressToken"))?;
+    Some(Box::from(token.encode().as_str()))
+}
+
+/// Runs a tool call on stream `key`. A built-in tool is called past the provider API: an
+/// instant one (`echo`) answers here, its answer written straight into the final event,
+/// with no future, task, waker or context built; one that runs on is driven like any call.
+fn run_call(
+    session: &SessionRc,
+    key: StreamKey,
+    route: ToolRoute,
+    mut arguments: crate::provider::Value,
+    trace: Option<crate::trace::TraceParent>,
+) {
+    let ToolRoute { name, provider, .. } = route;
+    if let Some(builtin) = crate::provider::builtin::as_builtin(provider.as_ref()) {
+        let make_cx = || call_context(session, key).with_trace(trace);
+        let source = crate::provider::builtin::ContextSource::Lazy(&make_cx);
+        match builtin.call(&name, &mut arguments, source) {
+            Some(BuiltinCall::Now(outcome)) => return stream::finish_now(session, key, outcome),
+            Some(BuiltinCall::Running(work)) => {
+                return stream::spawn_job(session.clone(), key, work)
+            }
+            None => {}
+        }
+    }
+    let cx = call_context(session, key).with_trace(trace);
+    let work = Box::pin(async move {
+        provider
+            .call_tool(&name, arguments, cx)
+            .await
+            .map(crate::provider::builtin::ToolAnswer::Value)
+    });
+    stream::spawn_job(session.clone(), key, work);
+}
+
 /// The context of a tool call on stream `key`.
 fn call_context(session: &SessionRc, key: StreamKey) -> CallContext {
     let (identity, version, caller) = {
         let s = session.borrow();
         (s.reference(), s.version, s.caller().cloned())
     };
-    let sink = Rc::new(context::StreamSink { session: Rc::downgrade(session), key });
+    let sink = context::stream_sink(Rc::downgrade(session), key);
     CallContext::new(sink, identity, version).with_caller(caller)
 }
 
@@ -751,21 +786,27 @@ async fn json_when_done(
 ) -> Outcome {
     let epoch = session.borrow_mut().attach(key);
     let outcome = loop {
-        let (signal, done) = {
+        let signals = {
             let s = session.borrow();
             let Some(st) = s.stream(key) else {
                 break refuse(out, Refusal::SessionNotFound, None, keep_alive);
             };
-            (st.signal.clone(), s.final_payload(key))
+            match s.final_payload(key) {
+                // Its wake-ups are made only when the answer is not there yet.
+                None => st.signals(),
+                Some(payload) => {
+                    // Written from the ring in place (a `Bytes` clone would allocate).
+                    let answered = match payload {
+                        Some(payload) => reply(out, Answer::Json(payload), keep_alive),
+                        None => reply(out, Answer::Accepted, keep_alive),
+                    };
+                    drop(s);
+                    session.borrow_mut().mark_all_delivered(key);
+                    break answered;
+                }
+            }
         };
-        if let Some(payload) = done {
-            session.borrow_mut().mark_all_delivered(key);
-            break match payload {
-                Some(payload) => reply(out, Answer::Json(&payload), keep_alive),
-                None => reply(out, Answer::Accepted, keep_alive),
-            };
-        }
-        signal.notified().await;
+        signals.events.notified().await;
     };
     if let Some(epoch) = epoch {
         session.borrow_mut().detach(key, epoch);

@@ -20,8 +20,9 @@ use bytes::Bytes;
 
 use crate::legacy::replay::{EventSeq, StreamKey};
 use crate::legacy::session::{ResumeStart, Session};
-use crate::provider::{LocalBoxFuture, ProviderError, Value};
-use crate::wire::jsonrpc::{self, RawId};
+use crate::provider::builtin::ToolAnswer;
+use crate::provider::{LocalBoxFuture, ProviderError, ProviderResult};
+use crate::wire::jsonrpc;
 
 /// Where a writer is in its stream.
 #[derive(Clone, Copy, Debug)]
@@ -249,24 +250,21 @@ fn push_gap(
 /// priming event. Otherwise it continues as a task that outlives the connection: a dropped
 /// connection is not a cancellation (MCP 2025-11-25 transports: "Disconnection SHOULD NOT be
 /// interpreted as the client cancelling").
-pub(crate) fn spawn_job(
-    session: Rc<RefCell<Session>>,
-    key: StreamKey,
-    request_id: RawId,
-    mut work: LocalBoxFuture<'static, Result<Value, ProviderError>>,
-) {
-    let forward = Arc::new(ForwardWake(atomic_waker::AtomicWaker::new()));
+pub(crate) fn spawn_job(session: Rc<RefCell<Session>>, key: StreamKey, mut work: Work) {
+    let forward = forward_wake();
     let waker = Waker::from(forward.clone());
     // A call its first poll finishes completes inside the poll's report, so the mirror joins
     // a quick call's opening with its final event (`Session::open_quick_stream`).
     let done = polling(&session, || match work.as_mut().poll(&mut Context::from_waker(&waker)) {
         Poll::Ready(outcome) => {
-            complete(&session, key, &request_id, outcome);
+            complete(&session, key, outcome);
             true
         }
         Poll::Pending => false,
     });
     if done {
+        drop(waker);
+        keep_forward_wake(forward);
         return;
     }
     let work = Forwarded { work, forward, waker, session: Rc::downgrade(&session) };
@@ -277,9 +275,23 @@ pub(crate) fn spawn_job(
             _ = cancelled => None,
         };
         if let Some(outcome) = outcome {
-            complete(&session, key, &request_id, outcome);
+            complete(&session, key, outcome);
         }
     });
+}
+
+/// A request's work: a tool's answer to come (a user provider's value, or a built-in tool's
+/// `ToolAnswer`).
+pub(crate) type Work = LocalBoxFuture<'static, ProviderResult<ToolAnswer<'static>>>;
+
+/// Ends stream `key` with the outcome of a call that answered at its call (a built-in instant
+/// tool: no future, no task), reported as one poll, as `spawn_job`'s first poll would be.
+pub(crate) fn finish_now(
+    session: &Rc<RefCell<Session>>,
+    key: StreamKey,
+    outcome: ProviderResult<ToolAnswer<'_>>,
+) {
+    polling(session, || complete(session, key, outcome));
 }
 
 /// A waker that forwards to whichever task waker was registered last. monoio 0.2.4's timer keeps
@@ -298,16 +310,46 @@ impl Wake for ForwardWake {
     }
 }
 
+/// Forwarding wakers a core keeps for the next calls (`forward_wake`): a call its first poll
+/// finishes hands its waker back, so such a call allocates none; one that runs on keeps its.
+pub(crate) const FORWARD_WAKERS_KEPT: usize = 8;
+
+thread_local! {
+    /// The core's spare forwarding wakers, never registered with a task.
+    static FORWARD_WAKERS: RefCell<Vec<Arc<ForwardWake>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A forwarding waker for a new call: a spare one, else a new one.
+fn forward_wake() -> Arc<ForwardWake> {
+    let spare = FORWARD_WAKERS.with(|spares| spares.borrow_mut().pop());
+    spare.unwrap_or_else(|| Arc::new(ForwardWake(atomic_waker::AtomicWaker::new())))
+}
+
+/// Keeps the waker of a call that finished at its first poll, if nothing else holds it (a
+/// tool may have kept a clone, which could still wake it) and fewer than
+/// `FORWARD_WAKERS_KEPT` are kept. It never reached a task, so nothing is registered in it.
+fn keep_forward_wake(forward: Arc<ForwardWake>) {
+    if Arc::strong_count(&forward) != 1 || Arc::weak_count(&forward) != 0 {
+        return;
+    }
+    FORWARD_WAKERS.with(|spares| {
+        let mut spares = spares.borrow_mut();
+        if spares.len() < FORWARD_WAKERS_KEPT {
+            spares.push(forward);
+        }
+    });
+}
+
 /// The work future, polled with the forwarding waker, which points at the current task.
 struct Forwarded {
-    work: LocalBoxFuture<'static, Result<Value, ProviderError>>,
+    work: Work,
     forward: Arc<ForwardWake>,
     waker: Waker,
     session: Weak<RefCell<Session>>,
 }
 
 impl Future for Forwarded {
-    type Output = Result<Value, ProviderError>;
+    type Output = ProviderResult<ToolAnswer<'static>>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         self.forward.0.register(cx.waker());
@@ -344,28 +386,62 @@ pub(crate) async fn cancelled(session: Weak<RefCell<Session>>, key: StreamKey) {
             let Some(rc) = session.upgrade() else { return };
             let s = rc.borrow();
             match s.stream(key) {
-                Some(st) if !st.is_cancelled() => st.cancel.clone(),
+                Some(st) if !st.is_cancelled() => st.signals(),
                 _ => return,
             }
         };
-        cancel.notified().await;
+        cancel.cancel.notified().await;
     }
 }
 
-/// Appends the final response of a finished request (nothing for a cancelled one).
+/// Appends the final response of a finished request (nothing for a cancelled one), encoded
+/// with the request id its stream holds (read in place, not cloned per call).
 fn complete(
     session: &Rc<RefCell<Session>>,
     key: StreamKey,
-    request_id: &RawId,
-    outcome: Result<Value, ProviderError>,
+    outcome: ProviderResult<ToolAnswer<'_>>,
 ) {
-    let mut payload = Vec::with_capacity(128);
-    match outcome {
-        Ok(result) => crate::wire::push_result_value(&mut payload, request_id, &result),
-        Err(ProviderError::Cancelled) => return,
-        Err(e) => crate::dispatch::push_provider_error(&mut payload, request_id, &e),
-    }
-    session.borrow_mut().finish(key, Bytes::from(payload));
+    let payload = {
+        let s = session.borrow();
+        let Some(request_id) = s.stream(key).and_then(|st| st.request_id.as_ref()) else {
+            return;
+        };
+        match outcome {
+            Ok(answer) => event_bytes(|out| {
+                crate::wire::push_result_with(out, request_id, |out| answer.push_json(out))
+            }),
+            Err(ProviderError::Cancelled) => return,
+            Err(e) => event_bytes(|out| crate::dispatch::push_provider_error(out, request_id, &e)),
+        }
+    };
+    session.borrow_mut().finish(key, payload);
+}
+
+/// Bytes of its capacity the core's event buffer keeps between events; after a larger event
+/// it is let go, so one large result does not stay resident.
+pub(crate) const EVENT_SCRATCH_KEEP_BYTES: usize = 64 * 1024;
+
+thread_local! {
+    /// The core's buffer an event is encoded in (`event_bytes`), reused across events.
+    static EVENT_SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An event encoded by `write` in the core's reused buffer, copied into an exact-sized `Bytes`:
+/// one allocation per event where a `Vec` per event made two (the `Vec`, and `Bytes::from`'s
+/// shared header whenever the `Vec` has spare capacity), and the ring holds no spare bytes.
+pub(crate) fn event_bytes(write: impl FnOnce(&mut Vec<u8>)) -> Bytes {
+    EVENT_SCRATCH.with(|scratch| {
+        // Taken, not borrowed: a `write` that encoded another event would find it empty.
+        let mut buffer = scratch.take();
+        buffer.clear();
+        write(&mut buffer);
+        let event = Bytes::copy_from_slice(&buffer);
+        if buffer.capacity() <= EVENT_SCRATCH_KEEP_BYTES {
+            buffer.clear();
+            *scratch.borrow_mut() = buffer;
+        }
+        event
+    })
 }
 
 /// Bookkeeping after a writer with `epoch` sent a batch ending at `after`.

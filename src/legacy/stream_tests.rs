@@ -8,6 +8,7 @@
 use super::*;
 use crate::config::Config;
 use crate::legacy::session::{event_id_into, SessionId, StreamKind, LEGACY_VERSIONS};
+use crate::wire::jsonrpc::RawId;
 use crate::wire::notification::PROGRESS_PREFIX;
 
 const RETRY_MS: u64 = 1000;
@@ -471,4 +472,43 @@ fn a_line_break_inside_a_window_starts_a_data_line() {
     let events = parse(&all);
     assert_eq!(events.len(), 1);
     assert!(events[0].data == big, "line breaks survive windowing");
+}
+
+#[test]
+fn the_event_buffer_is_kept_up_to_its_limit_and_events_are_exact() {
+    // Goal: `event_bytes` reuses one buffer per core (no allocation of its own per event) but
+    // never keeps more than `EVENT_SCRATCH_KEEP_BYTES`; the event holds exactly its bytes.
+    // Method: events whose buffer grows to the limit and one past it, on this test's thread.
+    let capacity = || EVENT_SCRATCH.with(|s| s.borrow().capacity());
+    let event = event_bytes(|out| {
+        out.reserve_exact(EVENT_SCRATCH_KEEP_BYTES);
+        out.extend_from_slice(b"{}");
+    });
+    assert_eq!(&event[..], b"{}");
+    assert_eq!(capacity(), EVENT_SCRATCH_KEEP_BYTES, "kept at the limit");
+    let event = event_bytes(|out| out.extend_from_slice(b"[1]"));
+    assert_eq!(&event[..], b"[1]");
+    assert_eq!(capacity(), EVENT_SCRATCH_KEEP_BYTES, "reused, not grown");
+    let big = event_bytes(|out| out.resize(EVENT_SCRATCH_KEEP_BYTES + 1, b'x'));
+    assert_eq!(big.len(), EVENT_SCRATCH_KEEP_BYTES + 1);
+    assert_eq!(capacity(), 0, "let go past the limit");
+}
+
+#[test]
+fn spare_forwarding_wakers_are_kept_up_to_their_limit_and_only_when_unshared() {
+    // Goal: a call finished at its first poll hands its waker back (no allocation for the next
+    // call), at most `FORWARD_WAKERS_KEPT` are kept, and one a tool still holds is not reused.
+    // Method: hand back one more than the limit, then one whose waker is still cloned.
+    let spares = || FORWARD_WAKERS.with(|s| s.borrow().len());
+    FORWARD_WAKERS.with(|s| s.borrow_mut().clear());
+    for _ in 0..=FORWARD_WAKERS_KEPT {
+        keep_forward_wake(Arc::new(ForwardWake(atomic_waker::AtomicWaker::new())));
+    }
+    assert_eq!(spares(), FORWARD_WAKERS_KEPT);
+    let reused = forward_wake();
+    assert_eq!(spares(), FORWARD_WAKERS_KEPT - 1);
+    let held = Waker::from(reused.clone());
+    keep_forward_wake(reused);
+    assert_eq!(spares(), FORWARD_WAKERS_KEPT - 1, "a waker still held is not kept");
+    drop(held);
 }

@@ -84,10 +84,10 @@ impl Source for SseJob {
     }
 
     fn wake(&mut self) -> impl Future<Output = ()> + '_ {
-        let signal = self.session.borrow().stream(self.key).map(|s| s.signal.clone());
+        let signals = self.session.borrow().stream(self.key).map(|s| s.signals());
         async move {
-            match signal {
-                Some(signal) => signal.notified().await,
+            match signals {
+                Some(signals) => signals.events.notified().await,
                 // Gone: the next `fill` says so (superseded) before anything waits again.
                 None => std::future::pending().await,
             }

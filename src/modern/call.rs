@@ -21,6 +21,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::core::{Core, KeepAlive, Source, Step};
+use crate::provider::builtin::ToolAnswer;
 use crate::provider::{CallSink, LocalBoxFuture, LogLevel, ProviderError, ProviderResult, Value};
 use crate::signal::Signal;
 use crate::wire::jsonrpc::{self, RawId};
@@ -544,6 +545,28 @@ pub(crate) fn render_outcome(
     }
 }
 
+/// A built-in instant tool's outcome as a modern response: `render_outcome`'s bytes, a text
+/// answer written without a result value (issue 40 §1), `complete` (the `resultType` member
+/// `render_outcome` adds) written into it.
+pub(crate) fn render_answer(
+    id: &RawId,
+    outcome: ProviderResult<ToolAnswer<'_>>,
+    complete: &str,
+    body: &mut Vec<u8>,
+) -> Status {
+    match outcome {
+        Ok(ToolAnswer::Value(value)) => render_outcome(id, Ok(value), body),
+        Ok(answer) => {
+            crate::wire::push_result_with(body, id, |out| {
+                answer.push_text_json(out, complete);
+                Ok::<(), ()>(())
+            });
+            Status::Ok
+        }
+        Err(e) => render_outcome(id, Err(e), body),
+    }
+}
+
 impl Drop for CallJob {
     fn drop(&mut self) {
         // Dropped before it finished: the client closed the stream (or the server drains).
@@ -681,6 +704,35 @@ pub(crate) fn end_for_drain(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_instant_answer_has_the_bytes_of_the_value_path() {
+        const COMPLETE: &str = "\"resultType\":\"complete\"";
+        // Goal: issue 40 §1 writes a built-in text answer without a value; the response must
+        // be the one `render_outcome` gives for its value (resultType included). Method: both
+        // renderings of texts and a count, and of an error.
+        let id = RawId("\"a\\\"b\"".into());
+        let answers = [
+            ToolAnswer::Text("héllo \"x\"\n".into()),
+            ToolAnswer::Text("".into()),
+            ToolAnswer::Count(42),
+        ];
+        for answer in answers {
+            let (mut fast, mut slow) = (Vec::new(), Vec::new());
+            let value = match &answer {
+                ToolAnswer::Text(t) => ToolAnswer::Text(t.clone()).into_value(),
+                ToolAnswer::Count(n) => ToolAnswer::Count(*n).into_value(),
+                ToolAnswer::Value(v) => v.clone(),
+            };
+            assert_eq!(render_answer(&id, Ok(answer), COMPLETE, &mut fast), Status::Ok);
+            assert_eq!(render_outcome(&id, Ok(value), &mut slow), Status::Ok);
+            assert_eq!(String::from_utf8(fast), String::from_utf8(slow));
+        }
+        let (mut fast, mut slow) = (Vec::new(), Vec::new());
+        render_answer(&id, Err(ProviderError::InvalidParams("x".into())), COMPLETE, &mut fast);
+        render_outcome(&id, Err(ProviderError::InvalidParams("x".into())), &mut slow);
+        assert_eq!(fast, slow);
+    }
 
     #[test]
     fn one_round_holds_at_most_the_pending_limit_of_input_requests() {

@@ -416,6 +416,9 @@ async fn run_tool(
     out: &mut Vec<u8>,
 ) -> Outcome {
     let keep_alive = req.head.keep_alive;
+    if let Some(answered) = answer_now(&call, out, keep_alive) {
+        return answered;
+    }
     let ToolCall { id, route, arguments, request_meta, answers, binding, may_become_task, keyed } =
         call;
     let progress_token = request_meta.progress_token.clone();
@@ -465,6 +468,22 @@ async fn run_tool(
     }
     keyed::spawn(core.keys.clone(), scoped_key, record.clone(), job, mirror);
     observe(record, id, progress_token, None, keep_alive)
+}
+
+/// A call of a built-in instant tool (`echo`) answered at once, as `start_call` would answer
+/// it (the tool sends nothing, so the answer is a JSON response), without a sink, context,
+/// future or result value. A keyed call (its record) and one that may become a task take the
+/// common path.
+fn answer_now(call: &ToolCall, out: &mut Vec<u8>, keep_alive: bool) -> Option<Outcome> {
+    if call.keyed.is_some() || call.may_become_task {
+        return None;
+    }
+    let builtin = crate::provider::builtin::as_builtin(call.route.provider.as_ref())?;
+    let outcome = builtin.call_now(&call.route.name, &call.arguments)?;
+    Some(crate::core::with_body(|body| {
+        let status = call::render_answer(&call.id, outcome, RESULT_COMPLETE, body);
+        reply(out, Answer::JsonStatus { status, body }, keep_alive)
+    }))
 }
 
 /// A keyed call's fingerprint: its request binding (method, tool name, canonical arguments).
@@ -599,9 +618,10 @@ fn input_round(
 async fn start_call(mut job: CallJob, out: &mut Vec<u8>, keep_alive: bool) -> Outcome {
     job.poll_once().await;
     if job.is_settled() && !job.sink.has_events() {
-        let mut body = Vec::with_capacity(256);
-        let status = job.finish(&mut body);
-        return reply(out, Answer::JsonStatus { status, body: &body }, keep_alive);
+        return crate::core::with_body(|body| {
+            let status = job.finish(body);
+            reply(out, Answer::JsonStatus { status, body }, keep_alive)
+        });
     }
     Outcome::Job(Job::Call(CallStream::new(job, keep_alive)))
 }

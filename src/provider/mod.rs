@@ -317,6 +317,14 @@ pub trait Provider {
         cx: CallContext,
     ) -> LocalBoxFuture<'a, ProviderResult<Value>>;
 
+    /// Not part of the provider API (hidden; a provider never overrides it): tidemark's own
+    /// built-in sets say here that they are one, so the request paths call their tools past
+    /// the owned result this trait returns (issue 40 §1: no allocation per built-in call).
+    #[doc(hidden)]
+    fn builtin(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
+
     /// Whether calls of tool `name` (one this provider listed) may become tasks on the
     /// 2026-07-28 path. The default: never.
     fn task_support(&self, name: &str) -> TaskSupport {

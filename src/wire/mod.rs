@@ -29,7 +29,7 @@ pub(crate) use code::Code;
 pub(crate) use error::{error_object, push_batch_conflict, push_error_value, push_events_lost};
 pub(crate) use error::{owed_streams_data, push_rate_limited, OwedStream};
 pub(crate) use error::{push_error_response, push_outcome_unknown, push_oversize_error};
-pub(crate) use result::{push_result_value, response_object};
+pub(crate) use result::{push_result_value, push_result_with, response_object};
 pub use revision::LEGACY_VERSIONS;
 
 /// A decoded request value (simd-json's, internal: the provider API gets `provider::Value`).

@@ -59,20 +59,31 @@ pub(crate) fn progress_payload(
     message: Option<&str>,
 ) -> Vec<u8> {
     let mut payload = Vec::with_capacity(160);
+    push_progress(&mut payload, token, progress, total, message);
+    payload
+}
+
+/// `progress_payload` appended to `payload` (a caller's reused buffer).
+pub(crate) fn push_progress(
+    payload: &mut Vec<u8>,
+    token: &str,
+    progress: f64,
+    total: Option<f64>,
+    message: Option<&str>,
+) {
     payload.extend_from_slice(PROGRESS_PREFIX);
     payload.extend_from_slice(token.as_bytes());
     payload.extend_from_slice(b",\"progress\":");
-    push_number(&mut payload, progress);
+    push_number(payload, progress);
     if let Some(t) = total {
         payload.extend_from_slice(b",\"total\":");
-        push_number(&mut payload, t);
+        push_number(payload, t);
     }
     if let Some(m) = message {
         payload.extend_from_slice(b",\"message\":");
-        let _ = serde_json::to_writer(&mut payload, m);
+        let _ = serde_json::to_writer(&mut *payload, m);
     }
     payload.extend_from_slice(b"}}");
-    payload
 }
 
 /// A number as JSON (`1.0`, `0.5`); non-finite values, which JSON cannot carry, as `null`.

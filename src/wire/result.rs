@@ -14,9 +14,20 @@ use super::jsonrpc::{self, RawId};
 /// A result object as a JSON-RPC response, encoded straight into `out` (no intermediate
 /// buffer); on failure `out` is rolled back and gets a -32603 instead.
 pub(crate) fn push_result_value(out: &mut Vec<u8>, id: &RawId, result: &serde_json::Value) {
+    push_result_with(out, id, |out| serde_json::to_writer(out, result));
+}
+
+/// A result response whose result object `write` appends to the buffer (a built-in tool's
+/// answer, written without a value: `ToolAnswer::push_json`); when `write` fails, `out` is
+/// rolled back and gets a -32603 instead.
+pub(crate) fn push_result_with<E>(
+    out: &mut Vec<u8>,
+    id: &RawId,
+    write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+) {
     let start = out.len();
     jsonrpc::push_result_prefix(out, id);
-    if serde_json::to_writer(&mut *out, result).is_err() {
+    if write(&mut *out).is_err() {
         out.truncate(start);
         let message = "result could not be encoded";
         push_error_response(out, Some(id), Code::InternalError, message, None);

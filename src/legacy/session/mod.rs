@@ -83,13 +83,10 @@ pub struct StreamState {
     pub progress_token: Option<Box<str>>,
     /// The stream's first event (its priming event).
     pub first: EventSeq,
-    /// New events or state: the writer wakes on it.
-    pub signal: Rc<Signal>,
-    /// Fired when the stream is cancelled: the running tool stops.
-    pub cancel: Rc<Signal>,
-    /// Woken when the stream may have room again for a paused producer (`Session::has_room`):
-    /// its writer sent events, it detached, or its run ended.
-    pub room: Rc<Signal>,
+    /// The stream's wake-ups, made by the first waiter (`signals`): most streams end before
+    /// anyone waits (an instant call's is written whole at its first fill), so opening a
+    /// stream allocates none, and a notify before any wait has no one to wake.
+    signals: std::cell::OnceCell<Rc<StreamSignals>>,
     run: Run,
     writer: Writer,
     next_epoch: u64,
@@ -124,7 +121,32 @@ pub struct StreamState {
     settled_at: Option<Instant>,
 }
 
+/// One stream's wake-ups, made together at the first wait on any of them.
+#[derive(Default)]
+pub struct StreamSignals {
+    /// New events or state: the writer wakes on it.
+    pub events: Signal,
+    /// Fired when the stream is cancelled: the running tool stops.
+    pub cancel: Signal,
+    /// Woken when the stream may have room again for a paused producer (`Session::has_room`):
+    /// its writer sent events, it detached, or its run ended.
+    pub room: Signal,
+}
+
 impl StreamState {
+    /// The stream's wake-ups, made at the first call; a waiter takes them, then awaits one
+    /// (single-core: nothing is notified between its check and its wait).
+    pub fn signals(&self) -> Rc<StreamSignals> {
+        self.signals.get_or_init(Rc::default).clone()
+    }
+
+    /// Wakes the waiters of the signal `pick` names; none if no one ever waited.
+    fn notify(&self, pick: impl FnOnce(&StreamSignals) -> &Signal) {
+        if let Some(signals) = self.signals.get() {
+            pick(signals).notify_all();
+        }
+    }
+
     /// CONTRACT §4: detached (not parked) and (running or not fully delivered); dropped and
     /// standalone streams never owe.
     pub fn is_owed(&self) -> bool {
@@ -564,9 +586,7 @@ impl Session {
                 idempotency_key,
                 progress_token: None,
                 first,
-                signal: Rc::new(Signal::default()),
-                cancel: Rc::new(Signal::default()),
-                room: Rc::new(Signal::default()),
+                signals: std::cell::OnceCell::new(),
                 run: Run::Running,
                 writer: Writer::Detached,
                 next_epoch: 1,
@@ -654,9 +674,9 @@ impl Session {
             rare.pending_client.retain(|_, p| p.stream != key);
         }
         self.observe(SessionChange::StreamGone { key: key.0 });
-        s.signal.notify_all();
-        s.cancel.notify_all();
-        s.room.notify_all();
+        s.notify(|w| &w.events);
+        s.notify(|w| &w.cancel);
+        s.notify(|w| &w.room);
         self.notify_owed();
         self.debug_check_counts();
     }
@@ -680,7 +700,7 @@ impl Session {
             }
         };
         if let Some(s) = self.streams.get(&key) {
-            s.signal.notify_all();
+            s.notify(|w| &w.events);
         }
         self.refresh(key);
         Ok(seq)
@@ -798,8 +818,8 @@ impl Session {
         let Some(s) = self.streams.get_mut(&key) else { return };
         debug_assert!(s.run == Run::Running || run == Run::Dropped, "a run ends once");
         s.run = run;
-        s.signal.notify_all();
-        s.room.notify_all();
+        s.notify(|w| &w.events);
+        s.notify(|w| &w.room);
         self.refresh(key);
         // A finished run is mirrored with its final event (a dropped one has no record).
         if matches!(run, Run::Finished { .. }) {
@@ -811,9 +831,9 @@ impl Session {
     fn cancel_tool(&mut self, key: StreamKey) {
         if let Some(s) = self.streams.get_mut(&key) {
             s.cancelled = true;
-            s.cancel.notify_all();
-            s.signal.notify_all();
-            s.room.notify_all();
+            s.notify(|w| &w.cancel);
+            s.notify(|w| &w.events);
+            s.notify(|w| &w.room);
         }
     }
 
@@ -894,8 +914,8 @@ impl Session {
             _ => {}
         }
         let now = s.is_replaying();
-        s.signal.notify_all();
-        s.room.notify_all();
+        s.notify(|w| &w.events);
+        s.notify(|w| &w.room);
         if was != now {
             if now {
                 self.replaying_count += 1;
@@ -984,7 +1004,7 @@ impl Session {
         s.written = seq;
         s.unwritten.sub(sent);
         self.attached_unwritten.sub(sent);
-        s.room.notify_all();
+        s.notify(|w| &w.room);
         self.debug_check_counts();
     }
 
@@ -1022,14 +1042,14 @@ impl Session {
 
     /// The final response of an ended request: `Some(Some(payload))` once finished, `Some(None)`
     /// when it ended without one (cancelled), `None` while it runs.
-    pub fn final_payload(&self, key: StreamKey) -> Option<Option<Bytes>> {
+    pub fn final_payload(&self, key: StreamKey) -> Option<Option<&[u8]>> {
         let s = self.streams.get(&key)?;
         match s.run {
             Run::Running => None,
             Run::Dropped => Some(None),
-            Run::Finished { final_seq, .. } => Some(
-                self.ring.get(final_seq).filter(|e| e.stream == key).map(|e| e.payload.clone()),
-            ),
+            Run::Finished { final_seq, .. } => {
+                Some(self.ring.get(final_seq).filter(|e| e.stream == key).map(|e| &e.payload[..]))
+            }
         }
     }
 
@@ -1037,7 +1057,7 @@ impl Session {
     pub fn request_close(&mut self, key: StreamKey) {
         if let Some(s) = self.streams.get_mut(&key) {
             s.close_requested = true;
-            s.signal.notify_all();
+            s.notify(|w| &w.events);
         }
     }
 

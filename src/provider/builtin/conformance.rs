@@ -616,7 +616,7 @@ mod tests {
     /// Calls tool `name` of this set with `arguments` on a context recorded by `sink`.
     fn call(name: &str, arguments: Value, sink: &Rc<RecordingSink>) -> ProviderResult<Value> {
         let tool = tools().into_iter().find(|t| t.spec().name == name).expect("tool exists");
-        run(tool.call(arguments, sink.context()))
+        run(super::super::kit::call_value(tool.as_ref(), arguments, sink.context()))
     }
 
     fn call_quietly(name: &str, arguments: Value) -> Value {

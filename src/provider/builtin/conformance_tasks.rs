@@ -194,7 +194,7 @@ mod tests {
 
     fn call(name: &str, arguments: Value, sink: &Rc<RecordingSink>) -> ProviderResult<Value> {
         let tool = tools().into_iter().find(|t| t.spec().name == name).expect("listed");
-        run(tool.call(arguments, sink.context()))
+        run(super::super::kit::call_value(tool.as_ref(), arguments, sink.context()))
     }
 
     fn support(name: &str) -> TaskSupport {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::kit::{argument, expect_arguments_object, fn_tool, hints, required_str, text_result};
-use super::kit::{BuiltinTool, ToolSpec};
+use super::kit::{instant_tool, BuiltinTool, ToolAnswer, ToolSpec};
 use crate::provider::{CallContext, ProviderError, ProviderResult, Value};
 
 /// Executions of `slow_counter` since the process started, across all cores. The one atomic in
@@ -81,9 +81,9 @@ const GREET: ToolSpec = ToolSpec {
 /// The demo set's tools, bound to the process-wide `EXECUTIONS` counter.
 pub(crate) fn tools() -> Vec<Rc<dyn BuiltinTool>> {
     vec![
-        fn_tool(ECHO, echo),
+        instant_tool(ECHO, echo),
         fn_tool(SLOW_COUNTER, |arguments, cx| slow_counter(&EXECUTIONS, arguments, cx)),
-        fn_tool(GET_COUNTER, |arguments, _cx| get_counter(&EXECUTIONS, arguments)),
+        instant_tool(GET_COUNTER, |arguments| get_counter(&EXECUTIONS, arguments)),
         fn_tool(GREET, greet),
     ]
 }
@@ -108,9 +108,11 @@ async fn greet(arguments: Value, cx: CallContext) -> ProviderResult<Value> {
     }
 }
 
-async fn echo(arguments: Value, _cx: CallContext) -> ProviderResult<Value> {
-    let text = required_str(&arguments, "text")?;
-    Ok(text_result(text))
+/// Instant: the answer borrows the text from the arguments and is written straight into the
+/// response (`ToolAnswer::push_json`), so an echo builds no result value.
+fn echo(arguments: &Value) -> ProviderResult<ToolAnswer<'_>> {
+    let text = required_str(arguments, "text")?;
+    Ok(ToolAnswer::Text(text.into()))
 }
 
 /// Validates both arguments before counting, so a rejected call leaves no trace; counts at the
@@ -119,7 +121,7 @@ async fn slow_counter(
     counter: &'static AtomicU64,
     arguments: Value,
     cx: CallContext,
-) -> ProviderResult<Value> {
+) -> ProviderResult<ToolAnswer<'static>> {
     let steps =
         bounded_integer(&arguments, "steps", SLOW_COUNTER_STEPS_DEFAULT, SLOW_COUNTER_STEPS_MAX)?;
     let delay_ms = bounded_integer(
@@ -137,12 +139,15 @@ async fn slow_counter(
         }
         cx.progress(step as f64, Some(total), None);
     }
-    Ok(text_result(executions.to_string()))
+    Ok(ToolAnswer::Count(executions))
 }
 
-async fn get_counter(counter: &'static AtomicU64, arguments: Value) -> ProviderResult<Value> {
-    expect_arguments_object(&arguments)?;
-    Ok(text_result(counter.load(Ordering::Relaxed).to_string()))
+fn get_counter(
+    counter: &'static AtomicU64,
+    arguments: &Value,
+) -> ProviderResult<ToolAnswer<'static>> {
+    expect_arguments_object(arguments)?;
+    Ok(ToolAnswer::Count(counter.load(Ordering::Relaxed)))
 }
 
 /// Optional integer argument `name` in `0..=max`, `default` when absent. A float with no
@@ -174,6 +179,7 @@ fn non_negative_integer(value: &Value) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::kit::call_value;
     use super::*;
     use crate::provider::testing::{first_text, parse, run, Call, RecordingSink};
     use serde_json::json;
@@ -185,7 +191,7 @@ mod tests {
     ) -> (ProviderResult<Value>, Vec<Call>) {
         let sink = Rc::new(RecordingSink::default());
         let result = run(slow_counter(counter, arguments, sink.context()));
-        (result, sink.calls())
+        (result.map(ToolAnswer::into_value), sink.calls())
     }
 
     fn is_invalid_params(result: &ProviderResult<Value>) -> bool {
@@ -195,10 +201,9 @@ mod tests {
     #[test]
     fn echo_returns_its_text() {
         // Goal: echo answers one text item with the argument. Method: call it directly.
-        let sink = Rc::new(RecordingSink::default());
-        let result = run(echo(json!({ "text": "héllo \"x\"" }), sink.context())).expect("ok");
+        let arguments = json!({ "text": "héllo \"x\"" });
+        let result = echo(&arguments).expect("ok").into_value();
         assert_eq!(result, json!({ "content": [{ "type": "text", "text": "héllo \"x\"" }] }));
-        assert!(sink.calls().is_empty());
     }
 
     #[test]
@@ -214,8 +219,7 @@ mod tests {
             json!("text"),
         ];
         for arguments in cases {
-            let sink = Rc::new(RecordingSink::default());
-            let result = run(echo(arguments.clone(), sink.context()));
+            let result = echo(&arguments).map(ToolAnswer::into_value);
             assert!(is_invalid_params(&result), "{arguments:?} → {result:?}");
         }
     }
@@ -329,13 +333,10 @@ mod tests {
         // Goal: get_counter reports the counter and never changes it. Method: private counter.
         static COUNTER: AtomicU64 = AtomicU64::new(7);
         for _ in 0..2 {
-            let result = run(get_counter(&COUNTER, json!({}))).expect("ok");
+            let result = get_counter(&COUNTER, &json!({})).expect("ok").into_value();
             assert_eq!(first_text(&result), "7");
         }
-        assert!(matches!(
-            run(get_counter(&COUNTER, json!(3))),
-            Err(ProviderError::InvalidParams(_))
-        ));
+        assert!(matches!(get_counter(&COUNTER, &json!(3)), Err(ProviderError::InvalidParams(_))));
     }
 
     #[test]
@@ -347,11 +348,13 @@ mod tests {
         let by_name = |name: &str| tools.iter().find(|t| t.spec().name == name).expect("tool");
         let cx = Rc::new(RecordingSink::default()).context();
         let read = |cx: CallContext| -> u64 {
-            let result = run(by_name("get_counter").call(json!({}), cx)).expect("ok");
+            let result =
+                run(call_value(by_name("get_counter").as_ref(), json!({}), cx)).expect("ok");
             first_text(&result).parse().expect("decimal")
         };
         let before = read(cx.clone());
-        let result = run(by_name("slow_counter").call(json!({ "steps": 1 }), cx.clone()));
+        let result =
+            run(call_value(by_name("slow_counter").as_ref(), json!({ "steps": 1 }), cx.clone()));
         let own: u64 = first_text(&result.expect("ok")).parse().expect("decimal");
         assert!(own > before);
         assert!(read(cx) >= own);

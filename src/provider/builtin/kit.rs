@@ -3,6 +3,7 @@
 //! one async function), and the small result and argument helpers every set shares. Used by
 //! `demo`, `conformance*` and `BuiltinProvider` (`builtin/mod.rs`). Never: keeps state.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::rc::Rc;
 
@@ -40,11 +41,119 @@ pub(crate) trait BuiltinTool {
     fn task_support(&self) -> TaskSupport {
         TaskSupport::Forbidden
     }
-    fn call(
-        &self,
-        arguments: Value,
-        cx: CallContext,
-    ) -> LocalBoxFuture<'static, ProviderResult<Value>>;
+    /// Calls the tool. An instant tool answers here, borrowing its answer from `arguments`;
+    /// any other takes `arguments` (leaving `Null`) into the future it returns.
+    fn call<'a>(&self, arguments: &'a mut Value, cx: ContextSource<'_>) -> BuiltinCall<'a>;
+    /// An instant tool's answer (borrowed from `arguments`); `None` for a tool that runs on.
+    fn call_now<'a>(&self, arguments: &'a Value) -> Option<ProviderResult<ToolAnswer<'a>>> {
+        let _ = arguments;
+        None
+    }
+}
+
+/// A built-in tool's `CallToolResult`, in the form the tool had it: a value (any shape), or
+/// one text item the request paths write straight into the answer's bytes (`push_json`), with
+/// no JSON tree, and borrowed from the arguments when the tool echoes them.
+#[derive(Debug, PartialEq)]
+pub(crate) enum ToolAnswer<'a> {
+    /// A result object as the provider API has it.
+    Value(Value),
+    /// `{"content":[{"type":"text","text":<text>}]}`.
+    Text(Cow<'a, str>),
+    /// A text item holding a count in decimal (`slow_counter`, `get_counter`).
+    Count(u64),
+}
+
+impl ToolAnswer<'_> {
+    /// The result object as JSON, appended to `out`: the bytes `serde_json` gives for
+    /// `into_value` (a unit test checks both forms agree). `Err` only for a `Value` that does
+    /// not serialize (then `out` may hold part of it).
+    pub(crate) fn push_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        match self {
+            ToolAnswer::Value(value) => serde_json::to_writer(&mut *out, value),
+            text => {
+                text.push_text_json(out, "");
+                Ok(())
+            }
+        }
+    }
+
+    /// A `Text` or `Count` answer's JSON with `members` (JSON object members whose keys sort
+    /// after `content`, so the order stays `serde_json`'s: 2026-07-28's `resultType`) added;
+    /// `false` for a `Value`, which the caller writes as a value.
+    pub(crate) fn push_text_json(&self, out: &mut Vec<u8>, members: &str) -> bool {
+        match self {
+            ToolAnswer::Value(_) => return false,
+            ToolAnswer::Text(text) => {
+                push_text_result(out, |out| serde_json::to_writer(out, text.as_ref()));
+            }
+            ToolAnswer::Count(n) => push_text_result(out, |out| {
+                out.push(b'"');
+                crate::digits::push_decimal(out, *n);
+                out.push(b'"');
+                Ok(())
+            }),
+        }
+        if !members.is_empty() {
+            out.pop();
+            out.push(b',');
+            out.extend_from_slice(members.as_bytes());
+            out.push(b'}');
+        }
+        true
+    }
+
+    /// The result object as the provider API's value (`Provider::call_tool`).
+    pub(crate) fn into_value(self) -> Value {
+        match self {
+            ToolAnswer::Value(value) => value,
+            ToolAnswer::Text(text) => text_result(text.into_owned()),
+            ToolAnswer::Count(n) => text_result(n.to_string()),
+        }
+    }
+}
+
+impl From<Value> for ToolAnswer<'static> {
+    fn from(value: Value) -> Self {
+        ToolAnswer::Value(value)
+    }
+}
+
+/// Writes `{"content":[{"text":<text>,"type":"text"}]}`, `text` (a JSON string) by `string`.
+/// The members in `serde_json`'s order for a map (sorted by key: the crate is built without
+/// `preserve_order`), so the bytes are the ones `text_result`'s value serializes to.
+fn push_text_result(
+    out: &mut Vec<u8>,
+    string: impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>,
+) {
+    out.extend_from_slice(b"{\"content\":[{\"text\":");
+    // Writing into a `Vec` cannot fail, and a `str` always serializes.
+    let _ = string(out);
+    out.extend_from_slice(b",\"type\":\"text\"}]}");
+}
+
+/// What a built-in tool's call did at once.
+pub(crate) enum BuiltinCall<'a> {
+    /// An instant tool answered (or refused its arguments) without a future.
+    Now(ProviderResult<ToolAnswer<'a>>),
+    /// The call runs on: the future its caller drives (boxed, as a user provider's).
+    Running(LocalBoxFuture<'static, ProviderResult<ToolAnswer<'static>>>),
+}
+
+/// A built-in tool's call context: one already made (`Provider::call_tool`), or how to make one,
+/// asked only by a tool that runs on, so an instant tool's call builds none.
+pub(crate) enum ContextSource<'a> {
+    Made(CallContext),
+    Lazy(&'a dyn Fn() -> CallContext),
+}
+
+impl ContextSource<'_> {
+    fn into_context(self) -> CallContext {
+        match self {
+            ContextSource::Made(cx) => cx,
+            ContextSource::Lazy(make) => make(),
+        }
+    }
 }
 
 /// Resources, resource templates, prompts and completions of a built-in set (synchronous: they
@@ -89,10 +198,11 @@ struct FnTool<F> {
     run: F,
 }
 
-impl<F, Fut> BuiltinTool for FnTool<F>
+impl<F, Fut, R> BuiltinTool for FnTool<F>
 where
     F: Fn(Value, CallContext) -> Fut,
-    Fut: Future<Output = ProviderResult<Value>> + 'static,
+    Fut: Future<Output = ProviderResult<R>> + 'static,
+    R: Into<ToolAnswer<'static>>,
 {
     fn spec(&self) -> &ToolSpec {
         &self.spec
@@ -102,33 +212,81 @@ where
         self.task_support
     }
 
-    fn call(
-        &self,
-        arguments: Value,
-        cx: CallContext,
-    ) -> LocalBoxFuture<'static, ProviderResult<Value>> {
-        Box::pin((self.run)(arguments, cx))
+    fn call<'a>(&self, arguments: &'a mut Value, cx: ContextSource<'_>) -> BuiltinCall<'a> {
+        let work = (self.run)(std::mem::take(arguments), cx.into_context());
+        BuiltinCall::Running(Box::pin(async move { work.await.map(Into::into) }))
+    }
+}
+
+/// A tool that answers at once from its arguments, without a context or a future: its call
+/// allocates nothing of its own (issue 40 §1).
+struct InstantTool<F> {
+    spec: ToolSpec,
+    run: F,
+}
+
+impl<F> BuiltinTool for InstantTool<F>
+where
+    F: for<'a> Fn(&'a Value) -> ProviderResult<ToolAnswer<'a>>,
+{
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn call<'a>(&self, arguments: &'a mut Value, _cx: ContextSource<'_>) -> BuiltinCall<'a> {
+        BuiltinCall::Now((self.run)(arguments))
+    }
+
+    fn call_now<'a>(&self, arguments: &'a Value) -> Option<ProviderResult<ToolAnswer<'a>>> {
+        Some((self.run)(arguments))
+    }
+}
+
+/// Wraps an instant tool function (no await, no context) and its spec as a set entry.
+pub(crate) fn instant_tool<F>(spec: ToolSpec, run: F) -> Rc<dyn BuiltinTool>
+where
+    F: for<'a> Fn(&'a Value) -> ProviderResult<ToolAnswer<'a>> + 'static,
+{
+    Rc::new(InstantTool { spec, run })
+}
+
+/// Calls `tool` as the provider API does: its answer as a value, from a future (the request
+/// paths call `BuiltinTool::call` and write the answer themselves).
+pub(crate) fn call_value(
+    tool: &dyn BuiltinTool,
+    mut arguments: Value,
+    cx: CallContext,
+) -> LocalBoxFuture<'static, ProviderResult<Value>> {
+    match tool.call(&mut arguments, ContextSource::Made(cx)) {
+        BuiltinCall::Now(answer) => {
+            Box::pin(std::future::ready(answer.map(ToolAnswer::into_value)))
+        }
+        BuiltinCall::Running(work) => {
+            Box::pin(async move { work.await.map(ToolAnswer::into_value) })
+        }
     }
 }
 
 /// Wraps a tool function and its spec as a set entry.
-pub(crate) fn fn_tool<F, Fut>(spec: ToolSpec, run: F) -> Rc<dyn BuiltinTool>
+pub(crate) fn fn_tool<F, Fut, R>(spec: ToolSpec, run: F) -> Rc<dyn BuiltinTool>
 where
     F: Fn(Value, CallContext) -> Fut + 'static,
-    Fut: Future<Output = ProviderResult<Value>> + 'static,
+    Fut: Future<Output = ProviderResult<R>> + 'static,
+    R: Into<ToolAnswer<'static>> + 'static,
 {
     Rc::new(FnTool { spec, task_support: TaskSupport::Forbidden, run })
 }
 
 /// `fn_tool` for a tool whose calls may become tasks.
-pub(crate) fn task_tool<F, Fut>(
+pub(crate) fn task_tool<F, Fut, R>(
     spec: ToolSpec,
     task_support: TaskSupport,
     run: F,
 ) -> Rc<dyn BuiltinTool>
 where
     F: Fn(Value, CallContext) -> Fut + 'static,
-    Fut: Future<Output = ProviderResult<Value>> + 'static,
+    Fut: Future<Output = ProviderResult<R>> + 'static,
+    R: Into<ToolAnswer<'static>> + 'static,
 {
     Rc::new(FnTool { spec, task_support, run })
 }
@@ -178,5 +336,32 @@ pub(crate) fn required_str<'a>(arguments: &'a Value, name: &str) -> ProviderResu
         Some(Value::String(text)) => Ok(text),
         Some(_) => Err(ProviderError::InvalidParams(format!("argument `{name}` must be a string"))),
         None => Err(ProviderError::InvalidParams(format!("missing required argument `{name}`"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_written_without_a_value_has_the_bytes_of_its_value() {
+        // Goal: the request paths' writer (`push_json`) sends exactly what the value form
+        // serializes to, escaping included (issue 40 §1 keeps the answer bytes). Method: texts
+        // with quotes, backslashes, control characters and non-ASCII; counts at the edges.
+        let texts = ["", "x", "héllo \"x\"", "a\\b\n\t\r\u{1}\u{1f}", "😀 </script>", "\u{2028}"];
+        let answers = texts
+            .iter()
+            .map(|t| ToolAnswer::Text(Cow::Borrowed(t)))
+            .chain([0, 7, u64::MAX].map(ToolAnswer::Count));
+        for answer in answers {
+            let mut written = Vec::new();
+            answer.push_json(&mut written).expect("writes");
+            let value = serde_json::to_vec(&answer.into_value()).expect("serializes");
+            assert_eq!(String::from_utf8(written), String::from_utf8(value));
+        }
+        let value = serde_json::json!({ "content": [], "isError": true });
+        let mut written = Vec::new();
+        ToolAnswer::Value(value.clone()).push_json(&mut written).expect("writes");
+        assert_eq!(written, serde_json::to_vec(&value).expect("serializes"));
     }
 }

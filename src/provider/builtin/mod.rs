@@ -20,6 +20,7 @@ use crate::provider::{
     CallContext, LocalBoxFuture, Provider, ProviderError, ProviderResult, SessionRef, TaskSupport,
     ToolInfo, Value,
 };
+pub(crate) use kit::{BuiltinCall, ContextSource, ToolAnswer};
 use kit::{BuiltinTool, Catalog, ToolSpec};
 
 /// One built-in set as a provider.
@@ -44,9 +45,47 @@ impl BuiltinProvider {
     }
 }
 
+impl BuiltinProvider {
+    /// Calls tool `name` for a request path that writes the answer itself (`ToolAnswer::
+    /// push_json`): an instant tool answers here without a future or a result value (issue 40
+    /// §1). `None`: not a tool of this set.
+    pub(crate) fn call<'a>(
+        &self,
+        name: &str,
+        arguments: &'a mut Value,
+        cx: ContextSource<'_>,
+    ) -> Option<BuiltinCall<'a>> {
+        let tool = self.by_name.get(name).and_then(|&i| self.tools.get(i))?;
+        Some(tool.call(arguments, cx))
+    }
+}
+
+impl BuiltinProvider {
+    /// Tool `name`'s answer when it is an instant tool (`kit::instant_tool`), borrowed from
+    /// `arguments`: no context, future or result value is made. `None`: not an instant tool
+    /// of this set (call it through the provider API).
+    pub(crate) fn call_now<'a>(
+        &self,
+        name: &str,
+        arguments: &'a Value,
+    ) -> Option<ProviderResult<ToolAnswer<'a>>> {
+        self.by_name.get(name).and_then(|&i| self.tools.get(i))?.call_now(arguments)
+    }
+}
+
+/// The built-in set behind `provider`, if it is one: the request paths' way past the provider
+/// API's owned result (`BuiltinProvider::call`).
+pub(crate) fn as_builtin(provider: &dyn Provider) -> Option<&BuiltinProvider> {
+    provider.builtin()?.downcast_ref()
+}
+
 impl Provider for BuiltinProvider {
     fn name(&self) -> &str {
         self.name
+    }
+
+    fn builtin(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 
     fn list_tools(&self) -> LocalBoxFuture<'_, ProviderResult<Vec<ToolInfo>>> {
@@ -61,7 +100,7 @@ impl Provider for BuiltinProvider {
         cx: CallContext,
     ) -> LocalBoxFuture<'a, ProviderResult<Value>> {
         match self.by_name.get(name).and_then(|&i| self.tools.get(i)) {
-            Some(tool) => tool.call(arguments, cx),
+            Some(tool) => kit::call_value(tool.as_ref(), arguments, cx),
             None => Box::pin(std::future::ready(Err(ProviderError::NotFound(name.to_owned())))),
         }
     }
