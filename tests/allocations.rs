@@ -38,14 +38,14 @@ const MEASURED: usize = 100;
 /// Measured at the test's start (f33cdac): ping 20, echo 63, 2026-07-28 echo 68, slow_counter
 /// 90, resume 2, 409 65, keyed retry 55 (plus `TICK_SLACK`).
 const BUDGETS: &[(&str, u64)] = &[
-    ("ping", 18),
-    ("echo (SSE)", 61),
-    ("echo (--response-mode json)", 61),
-    ("2026-07-28 echo", 66),
-    ("slow_counter, 10 events", 88),
+    ("ping", 17),
+    ("echo (SSE)", 57),
+    ("echo (--response-mode json)", 57),
+    ("2026-07-28 echo", 64),
+    ("slow_counter, 10 events", 84),
     ("resume of 100 buffered events", 0),
-    ("409 re-POST", 63),
-    ("keyed 2026-07-28 retry", 53),
+    ("409 re-POST", 60),
+    ("keyed 2026-07-28 retry", 50),
 ];
 
 /// Allocations a window may hold beyond its budget: the session reaper's tick (every 250 ms)

@@ -154,7 +154,7 @@ fn log_decision(
         session = %session.borrow().id.to_header(),
         core = session.borrow().id.core,
         node = session.borrow().id.node,
-        request_id = crate::logging::clip(&id.0),
+        request_id = crate::logging::clip(id.as_str()),
         stream = stream.map(|k| k.0),
         code = code.map(Code::value),
         status = code.map(|_| 409u16),

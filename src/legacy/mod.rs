@@ -489,7 +489,7 @@ fn notification(session: &SessionRc, method: &str, params: &WireValue) {
     if !(request_id.is_str() || request_id.is_i64() || request_id.is_u64()) {
         return;
     }
-    let raw = RawId(request_id.encode());
+    let raw = RawId::new(&request_id.encode());
     let mut s = session.borrow_mut();
     let key = s.by_request_id(&raw).filter(|st| st.is_running() || st.is_owed()).map(|st| st.key);
     if let Some(key) = key {
@@ -499,7 +499,7 @@ fn notification(session: &SessionRc, method: &str, params: &WireValue) {
 
 /// A JSON-RPC response POSTed by the client: the answer to a server→client request.
 fn client_answer(session: &SessionRc, id: &RawId, outcome: Result<WireValue, WireValue>) {
-    let Ok(n) = id.0.parse::<u64>() else { return };
+    let Ok(n) = id.as_str().parse::<u64>() else { return };
     let pending = session.borrow_mut().pending_client.remove(&n);
     if let Some(p) = pending {
         let outcome = outcome.map(dispatch::into_public).map_err(dispatch::into_public);

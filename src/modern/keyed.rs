@@ -394,7 +394,7 @@ mod tests {
         };
         let client = Client::Peer(Some(IpAddr::from([127, 0, 0, client])));
         let sink = Rc::new(ModernSink::new(setup));
-        Rc::new(Record::new(fingerprint, None, sink, RawId("1".into()), client, table.bytes()))
+        Rc::new(Record::new(fingerprint, None, sink, RawId::new("1"), client, table.bytes()))
     }
 
     /// Inserts a record for `key` and, when `answer` is given, ends it with that many bytes.

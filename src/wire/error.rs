@@ -99,7 +99,7 @@ pub(crate) fn owed_streams_data<'a>(
             data,
             "{{\"requestId\":{},\"lastEventId\":\"{}\",\"firstEventId\":\"{}\",\
              \"lastWrittenEventId\":\"{}\",\"inFlight\":{}}}",
-            st.request_id.map(|r| r.0.as_str()).unwrap_or("null"),
+            st.request_id.map(|r| r.as_str()).unwrap_or("null"),
             String::from_utf8_lossy(st.last_event_id),
             String::from_utf8_lossy(st.first_event_id),
             String::from_utf8_lossy(st.last_written_event_id),
@@ -253,7 +253,7 @@ mod tests {
     /// them). Method: each encoder once, against its whole body.
     #[test]
     fn each_error_body_is_written_exactly() {
-        let id = RawId("7".into());
+        let id = RawId::new("7");
         let body = |write: &dyn Fn(&mut Vec<u8>)| {
             let mut out = Vec::new();
             write(&mut out);

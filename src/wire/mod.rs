@@ -546,7 +546,7 @@ fn refuse(out: &mut Vec<u8>, r: Refusal, id: Option<&RawId>, keep_alive: bool) {
         code = code.value(),
         reason = ?r,
         culprit = r.culprit().as_str(),
-        request_id = id.map(|id| crate::logging::clip(&id.0)),
+        request_id = id.map(|id| crate::logging::clip(id.as_str())),
         "refused: {}",
         r.message()
     );

@@ -33,7 +33,7 @@ pub(crate) fn rewrite_event(
     let mut out = Vec::with_capacity(payload.len() + 16);
     if is_final {
         out.extend_from_slice(jsonrpc::RESPONSE_PREFIX);
-        out.extend_from_slice(rw.id.0.as_bytes());
+        out.extend_from_slice(rw.id.as_bytes());
         out.extend_from_slice(&payload[body_offset.min(payload.len())..]);
         return out;
     }
