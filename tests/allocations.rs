@@ -38,13 +38,13 @@ const MEASURED: usize = 100;
 /// Measured at the test's start (f33cdac): ping 20, echo 63, 2026-07-28 echo 68, slow_counter
 /// 90, resume 2, 409 65, keyed retry 55 (plus `TICK_SLACK`).
 const BUDGETS: &[(&str, u64)] = &[
-    ("ping", 17),
+    ("ping", 16),
     ("echo (SSE)", 57),
     ("echo (--response-mode json)", 57),
     ("2026-07-28 echo", 64),
     ("slow_counter, 10 events", 84),
     ("resume of 100 buffered events", 0),
-    ("409 re-POST", 60),
+    ("409 re-POST", 42),
     ("keyed 2026-07-28 retry", 50),
 ];
 

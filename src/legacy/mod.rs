@@ -536,18 +536,17 @@ async fn request(
             return crate::core::reply_error(out, &id, code, &message, keep_alive);
         }
     };
-    let progress_token: Option<Box<str>> = params
-        .get("_meta")
-        .and_then(|m| m.get("progressToken"))
-        .map(|t| Box::from(t.encode().as_str()));
     match decide(core, session, &id, &class, idempotency_key.as_deref()).await {
         Verdict::Run => {}
         Verdict::Conflict(refused) => return conflict(session, &refused, &id, out, keep_alive),
         Verdict::KeyReused => return reply(out, Answer::KeyReused { id: &id }, keep_alive),
         Verdict::Deduplicated(key) => {
-            return deduplicated(session, key, id, progress_token, out, keep_alive)
+            let token = progress_token(&params);
+            return deduplicated(session, key, id, token, out, keep_alive);
         }
     }
+    // Read past the decision: a refused request never needs it.
+    let progress_token = progress_token(&params);
     // Rate limits only once the request is known to run: a retry the boundary answers from
     // what is recorded (or points to its owed stream) is never throttled out of its data.
     if let Some(limited) = core.rate_limited(req, class.tool.as_ref()) {
@@ -560,9 +559,10 @@ async fn request(
         return refuse(out, Refusal::BufferBudget, Some(&id), keep_alive);
     }
     if !streams {
-        let mut body = Vec::with_capacity(256);
-        answer_inline(core, session, access, &id, &method, &params, &mut body).await;
-        return reply(out, Answer::Json(&body), keep_alive);
+        // The body straight into `out`; the head goes in front of it.
+        let body_at = out.len();
+        answer_inline(core, session, access, &id, &method, &params, out).await;
+        return reply(out, Answer::JsonAt { body_at }, keep_alive);
     }
     // A quick call (no write-ahead wait): nothing is awaited from its opening to the end of
     // its first poll (`Session::open_quick_stream`).
@@ -612,6 +612,12 @@ async fn request(
         return refuse(out, Refusal::TooManyStreams, Some(&id), keep_alive);
     };
     stream_reply(out, session, key, epoch, Cursor::from(EventSeq(0), Some(first)), None)
+}
+
+/// The request's `_meta.progressToken` (JSON text), kept with its stream.
+fn progress_token(params: &WireValue) -> Option<Box<str>> {
+    let token = params.get("_meta").and_then(|m| m.get("progressToken"))?;
+    Some(Box::from(token.encode().as_str()))
 }
 
 /// The context of a tool call on stream `key`.
@@ -729,8 +735,11 @@ async fn batch_answer(
             None => answer_inline(core, session, access, id, method, params, body).await,
         },
         Verdict::Conflict(refused) => {
-            let (data, _hint) = owed_streams(&session.borrow(), &refused);
-            crate::wire::push_batch_conflict(body, id, refused.code, &data);
+            let s = session.borrow();
+            let matched_by = refused.matched_by.map(|by| by.as_str());
+            crate::wire::push_batch_conflict(body, id, refused.code, matched_by, |emit| {
+                owed_streams(&s, &refused, emit)
+            });
         }
         // Unreachable without an Idempotency-Key; answered like a single request would be.
         Verdict::KeyReused | Verdict::Deduplicated(_) => {

@@ -378,6 +378,34 @@ pub(crate) fn push_error(
     message: &str,
     data: Option<&str>,
 ) {
+    match data {
+        Some(data) => push_error_with_data(out, id, code, message, |out: &mut Vec<u8>| {
+            out.extend_from_slice(data.as_bytes())
+        }),
+        None => {
+            push_error_start(out, id, code, message);
+            out.extend_from_slice(b"}}");
+        }
+    }
+}
+
+/// `push_error` whose `data` member `write_data` writes into `out` in place (a `data` built
+/// from server state needs no buffer of its own).
+pub(crate) fn push_error_with_data(
+    out: &mut Vec<u8>,
+    id: Option<&RawId>,
+    code: i64,
+    message: &str,
+    write_data: impl FnOnce(&mut Vec<u8>),
+) {
+    push_error_start(out, id, code, message);
+    out.extend_from_slice(b",\"data\":");
+    write_data(out);
+    out.extend_from_slice(b"}}");
+}
+
+/// An error response up to its message (`data` and the closing braces follow).
+fn push_error_start(out: &mut Vec<u8>, id: Option<&RawId>, code: i64, message: &str) {
     out.extend_from_slice(RESPONSE_PREFIX);
     match id {
         Some(id) => out.extend_from_slice(id.as_bytes()),
@@ -391,11 +419,6 @@ pub(crate) fn push_error(
     out.extend_from_slice(b",\"message\":");
     // Escaped straight into `out` (serde_json escapes exactly as simd-json's encoder did).
     let _ = serde_json::to_writer(&mut *out, message);
-    if let Some(data) = data {
-        out.extend_from_slice(b",\"data\":");
-        out.extend_from_slice(data.as_bytes());
-    }
-    out.extend_from_slice(b"}}");
 }
 
 /// Appends `{"jsonrpc":"2.0","method":<method>,"params":<params>}`.
