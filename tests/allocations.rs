@@ -41,11 +41,11 @@ const BUDGETS: &[(&str, u64)] = &[
     ("ping", 16),
     ("echo (SSE)", 57),
     ("echo (--response-mode json)", 57),
-    ("2026-07-28 echo", 64),
+    ("2026-07-28 echo", 61),
     ("slow_counter, 10 events", 84),
     ("resume of 100 buffered events", 0),
     ("409 re-POST", 42),
-    ("keyed 2026-07-28 retry", 50),
+    ("keyed 2026-07-28 retry", 46),
 ];
 
 /// Allocations a window may hold beyond its budget: the session reaper's tick (every 250 ms)

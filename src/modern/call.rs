@@ -436,7 +436,7 @@ pub(crate) struct CallJob {
     /// The work's outcome once it finished (the work is not polled again).
     outcome: Option<ProviderResult<Value>>,
     /// What the next `requestState` is bound to (method, name, arguments).
-    binding: String,
+    binding: state::Binding,
     state_ttl: Duration,
     done: bool,
 }
@@ -446,7 +446,7 @@ impl CallJob {
         id: RawId,
         sink: Rc<ModernSink>,
         work: LocalBoxFuture<'static, ProviderResult<Value>>,
-        binding: String,
+        binding: state::Binding,
         state_ttl: Duration,
     ) -> CallJob {
         CallJob { id, sink, work, outcome: None, binding, state_ttl, done: false }
