@@ -301,8 +301,6 @@ async fn tools_call(
         Ok(round) => round,
         Err(e) => return Err(meta_refusal(out, &id, &e, keep_alive)),
     };
-    let arguments = params.as_object_mut().and_then(|p| p.remove("arguments"));
-    let arguments = arguments.map(dispatch::into_public).unwrap_or(Value::Null);
     let scoped_key = match req.header(&req.head.idempotency_key) {
         None => None,
         // A key that is not UTF-8 (the edge refuses it already; never decoded lossily).
@@ -319,6 +317,9 @@ async fn tools_call(
             return Err(answered);
         }
     }
+    // Converted only for new work: a retry answered from its record never needs them.
+    let arguments = params.as_object_mut().and_then(|p| p.remove("arguments"));
+    let arguments = arguments.map(dispatch::into_public).unwrap_or(Value::Null);
     let keyed = scoped_key.map(|key| (key, fingerprint));
     Ok(ToolCall { id, route, arguments, request_meta, answers, binding, may_become_task, keyed })
 }
