@@ -14,7 +14,7 @@ fn session(random: u128, events: usize, cfg: &Config) -> Session {
     let mut s = Session::new(SessionId { node: 0, core: 0, random }, 1, LEGACY_VERSIONS[0], cfg);
     let mut keys = Vec::new();
     for i in 0..8u64 {
-        let id = RawId(i.to_string());
+        let id = RawId::from(i.to_string());
         let k = s.open_stream(StreamKind::Request, Some(id), i, None, None).expect("room");
         keys.push(k);
     }
@@ -36,7 +36,7 @@ fn by_events(c: &mut Criterion) {
         let mut table = SessionTable::new(10);
         let id = SessionId { node: 0, core: 0, random: 42 };
         table.insert(session(42, events, &cfg));
-        let rid = RawId("12345".into());
+        let rid = RawId::new("12345");
         g.bench_with_input(BenchmarkId::from_parameter(events), &events, |b, _| {
             b.iter(|| {
                 let s = table.get(black_box(&id)).expect("present");
@@ -63,7 +63,7 @@ fn by_sessions(c: &mut Criterion) {
             table.insert(session(random, 16, &cfg));
             ids.push(SessionId { node: 0, core: 0, random });
         }
-        let rid = RawId("12345".into());
+        let rid = RawId::new("12345");
         let mut i = 0usize;
         g.bench_with_input(BenchmarkId::from_parameter(sessions), &sessions, |b, _| {
             b.iter(|| {

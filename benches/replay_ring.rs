@@ -100,7 +100,7 @@ fn interleaved_session(events_max: usize) -> (Session, StreamKey) {
     let mut session =
         Session::new(SessionId { node: 0, core: 0, random: 1 }, 1, LEGACY_VERSIONS[0], &cfg);
     let mut open = |id: &str, fingerprint| {
-        let id = Some(RawId(id.to_owned()));
+        let id = Some(RawId::new(id));
         session.open_stream(StreamKind::Request, id, fingerprint, None, None).expect("room")
     };
     let (a, b) = (open("1", 1), open("2", 2));

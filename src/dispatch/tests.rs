@@ -38,7 +38,7 @@ fn respond_text(registry: &Registry, method: &str, params: &str) -> Vec<u8> {
     let mut text = params.as_bytes().to_vec();
     let params: WireValue = simd_json::to_owned_value(&mut text).expect("params are JSON");
     let mut out = Vec::new();
-    run(registry.answer(SessionRef::NONE, None, &RawId(ID.to_owned()), method, &params, &mut out));
+    run(registry.answer(SessionRef::NONE, None, &RawId::new(ID), method, &params, &mut out));
     out
 }
 
@@ -628,7 +628,7 @@ fn session_start(session: SessionRef, capabilities: Value) -> SessionStart {
 fn names_for(registry: &Registry, session: SessionRef) -> Vec<String> {
     let params: WireValue = simd_json::to_owned_value(&mut b"{}".to_vec()).expect("JSON");
     let mut out = Vec::new();
-    run(registry.answer(session, None, &RawId(ID.to_owned()), "tools/list", &params, &mut out));
+    run(registry.answer(session, None, &RawId::new(ID), "tools/list", &params, &mut out));
     let response: Value = serde_json::from_slice(&out).expect("JSON");
     let items = response["result"]["tools"].as_array().expect("tools").clone();
     items.iter().map(|t| t["name"].as_str().expect("name").to_owned()).collect()

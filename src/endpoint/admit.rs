@@ -115,7 +115,7 @@ fn note_span(req: &Request<'_>, body: &Body) {
                 None => span.rename(method),
             }
             span.set_str("mcp.method.name", method);
-            let id = id.0.as_str();
+            let id = id.as_str();
             let id = id.strip_prefix('"').and_then(|i| i.strip_suffix('"')).unwrap_or(id);
             span.set_str("jsonrpc.request.id", id);
             match (method.as_str(), target) {

@@ -314,7 +314,7 @@ mod tests {
         cfg.modern.client_requests_pending_max = 2;
         let version = crate::wire::revision::LEGACY_VERSIONS[0];
         let mut s = Session::new(SessionId { node: 0, core: 0, random: 7 }, 1, version, &cfg);
-        let key = s.open_stream(StreamKind::Request, Some(RawId("1".into())), 1, None, None);
+        let key = s.open_stream(StreamKind::Request, Some(RawId::new("1")), 1, None, None);
         let session = Rc::new(RefCell::new(s));
         let sink = StreamSink { session: Rc::downgrade(&session), key: key.expect("opens") };
         let waiting: Vec<_> = (0..2).map(|_| sink.request("roots/list", Value::Null)).collect();

@@ -16,7 +16,7 @@ use simd_json::prelude::*;
 use super::core::LegacyCore;
 use super::migration::{self, Decision, Facts, KeyMatch, MatchedBy};
 use super::replay::StreamKey;
-use super::session::{self, Session, SessionRc};
+use super::session::{self, Session, SessionRc, StreamState, EVENT_ID_LEN_MAX};
 use crate::config::MigrationPolicy;
 use crate::core::{reply, Outcome};
 use crate::dispatch::ToolRoute;
@@ -154,7 +154,7 @@ fn log_decision(
         session = %session.borrow().id.to_header(),
         core = session.borrow().id.core,
         node = session.borrow().id.node,
-        request_id = crate::logging::clip(&id.0),
+        request_id = crate::logging::clip(id.as_str()),
         stream = stream.map(|k| k.0),
         code = code.map(Code::value),
         status = code.map(|_| 409u16),
@@ -263,38 +263,38 @@ pub fn facts(
     }
 }
 
-/// The data of a conflict, and the `Last-Event-ID` hint of its first stream: `matchedBy` when
-/// the retry matched (-31001), then `owedStreams`: the refusal's stream alone (for a -31001 the
-/// matched one, so `owedStreams[0].requestId` names it), or every owed or replaying stream.
-pub(super) fn owed_streams(s: &Session, refused: &Refused) -> (String, Vec<u8>) {
-    let listed: Vec<&session::StreamState> = match refused.key {
-        Some(k) => s.stream(k).into_iter().collect(),
-        None => s.streams().filter(|st| st.is_owed() || st.is_replaying()).collect(),
-    };
-    let event_ids: Vec<[Vec<u8>; 3]> = listed
-        .iter()
-        .map(|st| {
-            let id = |seq| {
-                let mut id = Vec::new();
-                s.push_event_id(&mut id, st.key, seq);
-                id
-            };
-            [id(st.resume_hint()), id(st.first), id(st.written().max(st.first))]
-        })
-        .collect();
-    let hint = event_ids.first().map(|[last, ..]| last.clone()).unwrap_or_default();
-    let streams = listed.iter().zip(&event_ids).map(|(st, [last, first, written])| OwedStream {
-        request_id: st.request_id.as_ref(),
-        last_event_id: last,
-        first_event_id: first,
-        last_written_event_id: written,
-        in_flight: st.is_running(),
-    });
-    let data = crate::wire::owed_streams_data(refused.matched_by.map(MatchedBy::as_str), streams);
-    (data, hint)
+/// The streams a conflict lists in its `owedStreams`: the refusal's stream alone (for a -31001
+/// the matched one, so `owedStreams[0].requestId` names it), or every owed or replaying
+/// stream.
+fn listed<'s>(s: &'s Session, refused: &Refused) -> impl Iterator<Item = &'s StreamState> {
+    let named = refused.key.and_then(|k| s.stream(k));
+    let owed =
+        refused.key.is_none().then(|| s.streams().filter(|st| st.is_owed() || st.is_replaying()));
+    named.into_iter().chain(owed.into_iter().flatten())
 }
 
-/// 409 with the resume hint (CONTRACT §4 steps 2–4).
+/// Hands each listed stream (`listed`) of a conflict to `emit`, its event ids on this stack.
+pub(super) fn owed_streams(s: &Session, refused: &Refused, emit: &mut dyn FnMut(OwedStream<'_>)) {
+    let mut ids = [[0; EVENT_ID_LEN_MAX]; 3];
+    for st in listed(s, refused) {
+        let [last, first, written] = &mut ids;
+        let last_len = session::event_id_into(last, s.tag, st.key, st.resume_hint());
+        let first_len = session::event_id_into(first, s.tag, st.key, st.first);
+        let seq = st.written().max(st.first);
+        let written_len = session::event_id_into(written, s.tag, st.key, seq);
+        emit(OwedStream {
+            request_id: st.request_id.as_ref(),
+            last_event_id: &last[..last_len],
+            first_event_id: &first[..first_len],
+            last_written_event_id: &written[..written_len],
+            in_flight: st.is_running(),
+        });
+    }
+}
+
+/// 409 with the resume hint (CONTRACT §4 steps 2–4): `data` its `owedStreams`, `matchedBy`
+/// when the retry matched (-31001); `Last-Event-ID` where the first listed stream resumes.
+/// Written straight into `out`.
 pub(super) fn conflict<J>(
     session: &SessionRc,
     refused: &Refused,
@@ -302,8 +302,16 @@ pub(super) fn conflict<J>(
     out: &mut Vec<u8>,
     keep_alive: bool,
 ) -> Outcome<J> {
-    let (data, hint) = owed_streams(&session.borrow(), refused);
-    let code = refused.code;
-    let hint = (!hint.is_empty()).then_some(hint.as_slice());
-    reply(out, Answer::Conflict { id, code, data: &data, hint }, keep_alive)
+    let s = session.borrow();
+    let mut hint = [0; EVENT_ID_LEN_MAX];
+    let hint_len = listed(&s, refused)
+        .next()
+        .map_or(0, |st| session::event_id_into(&mut hint, s.tag, st.key, st.resume_hint()));
+    let body_at = out.len();
+    let matched_by = refused.matched_by.map(MatchedBy::as_str);
+    crate::wire::push_conflict(out, id, refused.code, matched_by, |emit| {
+        owed_streams(&s, refused, emit)
+    });
+    let hint = (hint_len > 0).then_some(&hint[..hint_len]);
+    reply(out, Answer::Conflict { body_at, hint }, keep_alive)
 }

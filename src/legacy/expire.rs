@@ -182,7 +182,7 @@ mod tests {
             let id = SessionId { node: 0, core: 0, random: i as u128 + 1 };
             let mut s = Session::new(id, 1, LEGACY_VERSIONS[0], &cfg);
             for n in 0..2u64 {
-                let rid = Some(RawId(n.to_string()));
+                let rid = Some(RawId::from(n.to_string()));
                 s.open_stream(StreamKind::Request, rid, n, None, None).expect("room");
             }
             legacy.sessions.borrow_mut().insert(s);

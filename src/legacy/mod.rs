@@ -492,7 +492,7 @@ fn notification(session: &SessionRc, method: &str, params: &WireValue) {
     if !(request_id.is_str() || request_id.is_i64() || request_id.is_u64()) {
         return;
     }
-    let raw = RawId(request_id.encode());
+    let raw = RawId::new(&request_id.encode());
     let mut s = session.borrow_mut();
     let key = s.by_request_id(&raw).filter(|st| st.is_running() || st.is_owed()).map(|st| st.key);
     if let Some(key) = key {
@@ -502,7 +502,7 @@ fn notification(session: &SessionRc, method: &str, params: &WireValue) {
 
 /// A JSON-RPC response POSTed by the client: the answer to a server→client request.
 fn client_answer(session: &SessionRc, id: &RawId, outcome: Result<WireValue, WireValue>) {
-    let Ok(n) = id.0.parse::<u64>() else { return };
+    let Ok(n) = id.as_str().parse::<u64>() else { return };
     let pending = session.borrow_mut().take_pending_client(n);
     if let Some(p) = pending {
         let outcome = outcome.map(dispatch::into_public).map_err(dispatch::into_public);
@@ -560,9 +560,10 @@ async fn request(
         return refuse(out, Refusal::BufferBudget, Some(&id), keep_alive);
     }
     if !streams {
-        let mut body = Vec::with_capacity(256);
-        answer_inline(core, session, access, &id, &method, &params, &mut body).await;
-        return reply(out, Answer::Json(&body), keep_alive);
+        // The body straight into `out`; the head goes in front of it.
+        let body_at = out.len();
+        answer_inline(core, session, access, &id, &method, &params, out).await;
+        return reply(out, Answer::JsonAt { body_at }, keep_alive);
     }
     let progress_token = progress_token_of(&params);
     // A quick call (no write-ahead wait): nothing is awaited from its opening to the end of
@@ -766,8 +767,11 @@ async fn batch_answer(
             None => answer_inline(core, session, access, id, method, params, body).await,
         },
         Verdict::Conflict(refused) => {
-            let (data, _hint) = owed_streams(&session.borrow(), &refused);
-            crate::wire::push_batch_conflict(body, id, refused.code, &data);
+            let s = session.borrow();
+            let matched_by = refused.matched_by.map(|by| by.as_str());
+            crate::wire::push_batch_conflict(body, id, refused.code, matched_by, |emit| {
+                owed_streams(&s, &refused, emit)
+            });
         }
         // Unreachable without an Idempotency-Key; answered like a single request would be.
         Verdict::KeyReused | Verdict::Deduplicated(_) => {

@@ -33,7 +33,7 @@ fn session(replay_bytes: usize, replay_events: usize) -> Session {
 /// A request stream as `legacy::request` opens it: attached, written from its priming event.
 fn open(s: &mut Session, request_id: &str) -> (StreamKey, u64, Cursor) {
     let key = s
-        .open_stream(StreamKind::Request, Some(RawId(request_id.into())), 1, None, None)
+        .open_stream(StreamKind::Request, Some(RawId::new(request_id)), 1, None, None)
         .expect("room for a stream");
     let (epoch, first) = s.attach_fresh(key).expect("attach");
     (key, epoch, Cursor::from(EventSeq(0), Some(first)))
@@ -399,7 +399,7 @@ fn a_rewritten_large_final_response_is_windowed_correctly() {
     let budget = WINDOW_BYTES_MIN;
     let mut s = session(1 << 20, 64);
     let key = s
-        .open_stream(StreamKind::Request, Some(RawId("1".into())), 1, None, Some("5".into()))
+        .open_stream(StreamKind::Request, Some(RawId::new("1")), 1, None, Some("5".into()))
         .unwrap();
     let first = s.stream(key).unwrap().first;
     let mut progress = PROGRESS_PREFIX.to_vec();
@@ -411,7 +411,7 @@ fn a_rewritten_large_final_response_is_windowed_correctly() {
     s.finish(key, Bytes::from(original.clone()));
     let final_seq = s.stream(key).unwrap().final_seq().unwrap();
     let rewrite = Rewrite {
-        id: RawId("\"retry-of-1\"".into()),
+        id: RawId::new("\"retry-of-1\""),
         progress_token: Some(("\"tok-x\"".into(), "5".into())),
     };
     let epoch = s.attach(key).unwrap();
@@ -440,7 +440,7 @@ fn a_rewritten_large_final_response_is_windowed_correctly() {
     assert!(events[1].data == want_progress, "the progress token is rewritten");
     let mut want_final = jsonrpc::RESPONSE_PREFIX.to_vec();
     want_final.extend_from_slice(b"\"retry-of-1\"");
-    want_final.extend_from_slice(&original[jsonrpc::response_body_offset(&RawId("1".into()))..]);
+    want_final.extend_from_slice(&original[jsonrpc::response_body_offset(&RawId::new("1"))..]);
     assert_eq!(events[2].id.as_deref(), Some(wire_id(&s, key, final_seq).as_str()));
     assert!(events[2].data == want_final, "the final response carries the retry's id");
     assert_ne!(want_final.len(), original.len(), "the rewrite changed the length");

@@ -437,7 +437,7 @@ pub(crate) struct CallJob {
     /// The work's outcome once it finished (the work is not polled again).
     outcome: Option<ProviderResult<Value>>,
     /// What the next `requestState` is bound to (method, name, arguments).
-    binding: String,
+    binding: state::Binding,
     state_ttl: Duration,
     done: bool,
 }
@@ -447,7 +447,7 @@ impl CallJob {
         id: RawId,
         sink: Rc<ModernSink>,
         work: LocalBoxFuture<'static, ProviderResult<Value>>,
-        binding: String,
+        binding: state::Binding,
         state_ttl: Duration,
     ) -> CallJob {
         CallJob { id, sink, work, outcome: None, binding, state_ttl, done: false }
@@ -711,7 +711,7 @@ mod tests {
         // Goal: issue 40 §1 writes a built-in text answer without a value; the response must
         // be the one `render_outcome` gives for its value (resultType included). Method: both
         // renderings of texts and a count, and of an error.
-        let id = RawId("\"a\\\"b\"".into());
+        let id = RawId::new("\"a\\\"b\"");
         let answers = [
             ToolAnswer::Text("héllo \"x\"\n".into()),
             ToolAnswer::Text("".into()),

@@ -86,7 +86,7 @@ fn with_id(response: &[u8], id: &RawId) -> Vec<u8> {
     let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(response) else {
         return response.to_vec();
     };
-    if let (Some(object), Ok(new_id)) = (value.as_object_mut(), serde_json::from_str(&id.0)) {
+    if let (Some(object), Ok(new_id)) = (value.as_object_mut(), serde_json::from_str(id.as_str())) {
         object.insert("id".into(), new_id);
     }
     serde_json::to_vec(&value).unwrap_or_else(|_| response.to_vec())

@@ -344,24 +344,57 @@ pub(crate) fn scoped(
     subject: Option<&str>,
     client_info: Option<&crate::provider::Value>,
 ) -> Option<Box<str>> {
-    use std::fmt::Write;
     let key = std::str::from_utf8(key).ok()?;
-    let mut scoped = String::with_capacity(key.len() + 32);
+    // Measured first, so the one allocation is the box itself (no growth, no shrink).
+    let mut len = TextLen(0);
+    write_scoped(&mut len, key, subject, client_info);
+    let mut scoped = String::with_capacity(len.0);
+    write_scoped(&mut scoped, key, subject, client_info);
+    Some(scoped.into_boxed_str())
+}
+
+/// Writes the scoped key (`scoped`) to `w`.
+fn write_scoped(
+    w: &mut impl std::fmt::Write,
+    key: &str,
+    subject: Option<&str>,
+    client_info: Option<&crate::provider::Value>,
+) {
+    use std::fmt::Write as _;
     match (subject, client_info) {
         (Some(subject), _) => {
-            let _ = write!(scoped, "s{}:{subject}", subject.len());
+            let _ = write!(w, "s{}:{subject}", subject.len());
         }
-        (None, None) => scoped.push('-'),
+        (None, None) => {
+            let _ = w.write_char('-');
+        }
         (None, Some(info)) => {
-            scoped.push('c');
+            let _ = w.write_char('c');
             for field in ["name", "version"] {
-                let text = info.get(field).map(|v| v.to_string()).unwrap_or_default();
-                let _ = write!(scoped, "{}:{text}", text.len());
+                // The field's JSON text (empty when absent), written without a copy.
+                let text = info.get(field);
+                let mut len = TextLen(0);
+                if let Some(value) = text {
+                    let _ = write!(len, "{value}");
+                }
+                let _ = write!(w, "{}:", len.0);
+                if let Some(value) = text {
+                    let _ = write!(w, "{value}");
+                }
             }
         }
     }
-    let _ = write!(scoped, "{}:{key}", key.len());
-    Some(scoped.into_boxed_str())
+    let _ = write!(w, "{}:{key}", key.len());
+}
+
+/// A `fmt::Write` that only counts the bytes written to it.
+struct TextLen(usize);
+
+impl std::fmt::Write for TextLen {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0 += s.len();
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -394,7 +427,7 @@ mod tests {
         };
         let client = Client::Peer(Some(IpAddr::from([127, 0, 0, client])));
         let sink = Rc::new(ModernSink::new(setup));
-        Rc::new(Record::new(fingerprint, None, sink, RawId("1".into()), client, table.bytes()))
+        Rc::new(Record::new(fingerprint, None, sink, RawId::new("1"), client, table.bytes()))
     }
 
     /// Inserts a record for `key` and, when `answer` is given, ends it with that many bytes.
@@ -450,6 +483,12 @@ mod tests {
         assert_ne!(scoped(b"k", None, Some(&a)), scoped(b"k", None, Some(&b)));
         assert_eq!(scoped(b"k", None, Some(&a)), scoped(b"k", None, Some(&a)));
         assert!(scoped(b"k", None, Some(&a)).is_some());
+        // The exact text: records and the durable store hold it.
+        assert_eq!(scoped(b"k", None, Some(&a)).as_deref(), Some(r#"c3:"a"3:"1"1:k"#));
+        let named = serde_json::json!({"name": "a"});
+        assert_eq!(scoped(b"k", None, Some(&named)).as_deref(), Some(r#"c3:"a"0:1:k"#));
+        assert_eq!(scoped(b"key", Some("alice"), None).as_deref(), Some("s5:alice3:key"));
+        assert_eq!(scoped(b"k", None, None).as_deref(), Some("-1:k"));
     }
 
     #[test]

@@ -97,7 +97,7 @@ pub(crate) fn start(
 impl ListenJob {
     /// `_meta` with this subscription's id, as JSON text.
     fn meta(&self) -> String {
-        format!("\"_meta\":{{\"{META_SUBSCRIPTION_ID}\":{}}}", self.id.0)
+        format!("\"_meta\":{{\"{META_SUBSCRIPTION_ID}\":{}}}", self.id.as_str())
     }
 
     fn push(&self, frames: &mut Vec<u8>, method: &str, extra: &str) {

@@ -276,7 +276,7 @@ async fn tools_call(
 ) -> Result<ToolCall, Outcome> {
     let keep_alive = req.head.keep_alive;
     let Parts { id, mut params, request_meta, .. } = parts;
-    let Some(name) = string_name(&params) else {
+    let Some(name) = string_name(&mut params) else {
         let message = "tools/call needs a string name";
         return Err(crate::core::reply_error(out, &id, Code::InvalidParams, message, keep_alive));
     };
@@ -301,8 +301,6 @@ async fn tools_call(
         Ok(round) => round,
         Err(e) => return Err(meta_refusal(out, &id, &e, keep_alive)),
     };
-    let arguments = params.as_object_mut().and_then(|p| p.remove("arguments"));
-    let arguments = arguments.map(dispatch::into_public).unwrap_or(Value::Null);
     let scoped_key = match req.header(&req.head.idempotency_key) {
         None => None,
         // A key that is not UTF-8 (the edge refuses it already; never decoded lossily).
@@ -319,6 +317,9 @@ async fn tools_call(
             return Err(answered);
         }
     }
+    // Converted only for new work: a retry answered from its record never needs them.
+    let arguments = params.as_object_mut().and_then(|p| p.remove("arguments"));
+    let arguments = arguments.map(dispatch::into_public).unwrap_or(Value::Null);
     let keyed = scoped_key.map(|key| (key, fingerprint));
     Ok(ToolCall { id, route, arguments, request_meta, answers, binding, may_become_task, keyed })
 }
@@ -399,7 +400,7 @@ struct ToolCall {
     /// The client's answers so far (`input_round`).
     answers: serde_json::Map<String, Value>,
     /// The request binding of its next `requestState` (`state::binding`).
-    binding: String,
+    binding: state::Binding,
     /// True when the client and the tool let it become a task (`task_call::admission`).
     may_become_task: bool,
     /// Its scoped `Idempotency-Key` and fingerprint (`None`: not keyed).
@@ -516,12 +517,12 @@ async fn prompts_get(
     core: &Rc<ModernCore>,
     req: &Request<'_>,
     id: RawId,
-    params: WireValue,
+    mut params: WireValue,
     request_meta: RequestMeta,
     out: &mut Vec<u8>,
 ) -> Outcome {
     let keep_alive = req.head.keep_alive;
-    let Some(name) = string_name(&params) else {
+    let Some(name) = string_name(&mut params) else {
         let message = "prompts/get needs a string name";
         return crate::core::reply_error(out, &id, Code::InvalidParams, message, keep_alive);
     };
@@ -542,9 +543,13 @@ async fn prompts_get(
     start_call(job, out, keep_alive).await
 }
 
-/// `params.name` when it is a string (`tools/call`, `prompts/get`).
-fn string_name(params: &WireValue) -> Option<String> {
-    params.get("name").and_then(|n| n.as_str()).map(str::to_owned)
+/// `params.name` when it is a string (`tools/call`, `prompts/get`), moved out of `params`
+/// (nothing reads it there afterwards): no copy of the name per call.
+fn string_name(params: &mut WireValue) -> Option<String> {
+    match params.as_object_mut()?.remove("name")? {
+        WireValue::String(name) => Some(name),
+        _ => None,
+    }
 }
 
 /// The sink of a call that runs with `request_meta`, the client's `answers` so far, and (a
@@ -576,7 +581,7 @@ fn input_round(
     method: &str,
     name: &str,
     params: &WireValue,
-) -> Result<(serde_json::Map<String, Value>, String), MetaError> {
+) -> Result<(serde_json::Map<String, Value>, state::Binding), MetaError> {
     let invalid = |message: &str| MetaError {
         code: Code::InvalidParams,
         message: message.to_owned(),

@@ -19,7 +19,7 @@ use super::call::{end_for_drain, origin, FinalAnswer};
 use super::keyed;
 use crate::core::{Core, KeepAlive, Source, Step};
 use crate::wire::jsonrpc::{self, RawId};
-use crate::wire::notification::{rewrite_event, Rewrite};
+use crate::wire::notification::{rewrite_event, rewrite_event_into, Rewrite};
 use crate::wire::{sse, Answer};
 
 /// A connection reading a keyed call's record: the request that took the key, or a retry.
@@ -99,17 +99,23 @@ impl Source for Observer {
         }
         let keep_alive = self.keep_alive;
         if let Some((body, status)) = &finished {
-            let body = match &self.rewrite {
+            // The retry's body goes into the connection's frame buffer (lent for it: the
+            // answer needs its own frames only while streaming) rather than a copy of its own.
+            let mut rewritten = std::mem::take(frames);
+            rewritten.clear();
+            let body: &[u8] = match &self.rewrite {
                 Some(rw) => {
                     let body_offset = jsonrpc::response_body_offset(&self.record.id);
-                    rewrite_event(rw, body, true, body_offset)
+                    rewrite_event_into(&mut rewritten, rw, body, true, body_offset);
+                    &rewritten
                 }
-                None => body.to_vec(),
+                None => body,
             };
             let streaming = self.streaming;
-            let end =
-                FinalAnswer { status: *status, body: &body, streaming, keep_alive, shared_with };
+            let end = FinalAnswer { status: *status, body, streaming, keep_alive, shared_with };
             end.render(out, frames);
+            rewritten.clear();
+            *frames = rewritten;
             return Step::Ended { reusable: keep_alive };
         }
         if waiting && self.wait_until.is_some_and(|until| Instant::now() >= until) {

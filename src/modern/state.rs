@@ -78,14 +78,44 @@ pub(crate) fn binding(
     name: &str,
     canonical_arguments: &str,
     subject: Option<&str>,
-) -> String {
+) -> Binding {
     let mut h = Sha256::new();
-    let who = subject.map_or_else(|| "-".to_owned(), |s| format!("s{s}"));
-    for part in [method, name, canonical_arguments, &who] {
+    for part in [method, name, canonical_arguments] {
         h.update((part.len() as u64).to_le_bytes());
         h.update(part.as_bytes());
     }
-    URL_SAFE_NO_PAD.encode(&h.finalize()[..16])
+    // Who asked, as the part `s<subject>` or `-`, without building that string.
+    let (mark, subject) = subject.map_or(("-", ""), |s| ("s", s));
+    h.update(((mark.len() + subject.len()) as u64).to_le_bytes());
+    h.update(mark.as_bytes());
+    h.update(subject.as_bytes());
+    let mut text = [0; BINDING_LEN];
+    let written = URL_SAFE_NO_PAD.encode_slice(&h.finalize()[..16], &mut text);
+    assert_eq!(written.ok(), Some(BINDING_LEN), "16 bytes are 22 base64 characters");
+    Binding(text)
+}
+
+/// Characters of a binding: 16 digest bytes in URL-safe base64 without padding.
+const BINDING_LEN: usize = 22;
+
+/// A request binding (`binding`), its text held inline: computing one per call allocates
+/// nothing (issue 40 §1). Reads as its text (`str`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Binding([u8; BINDING_LEN]);
+
+impl std::ops::Deref for Binding {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        // Base64 is ASCII.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Debug for Binding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self)
+    }
 }
 
 fn tag(payload: &[u8]) -> Vec<u8> {
@@ -163,6 +193,25 @@ mod tests {
         let expired = seal(&b, &answers, Duration::ZERO);
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(open(&expired, &b), Err(StateError::Expired));
+    }
+
+    /// Goal: a binding is the digest it always was (a state sealed before this build opens
+    /// after it). Method: the former construction (`who` as a `String`), compared.
+    #[test]
+    fn a_binding_is_the_digest_it_was() {
+        let former = |method: &str, name: &str, args: &str, subject: Option<&str>| {
+            let mut h = Sha256::new();
+            let who = subject.map_or_else(|| "-".to_owned(), |s| format!("s{s}"));
+            for part in [method, name, args, &who] {
+                h.update((part.len() as u64).to_le_bytes());
+                h.update(part.as_bytes());
+            }
+            URL_SAFE_NO_PAD.encode(&h.finalize()[..16])
+        };
+        for subject in [None, Some(""), Some("alice"), Some("-")] {
+            let now = binding("tools/call", "echo", r#"{"text":"hi"}"#, subject);
+            assert_eq!(&*now, former("tools/call", "echo", r#"{"text":"hi"}"#, subject));
+        }
     }
 
     #[test]

@@ -33,6 +33,10 @@ const TLS_WRITE_SLICE: usize = 64 * 1024;
 pub(crate) struct Transport {
     tcp: TcpStream,
     tls: Option<Box<Tls>>,
+    /// Cancels the socket read a timeout or a stop interrupts, so the read gives its buffer
+    /// back. One for the connection's life, not one per read: a new one costs an `Rc` and its
+    /// op set's table, two heap allocations per read (issue 40 §1); the set keeps its room.
+    canceller: Canceller,
 }
 
 /// One TLS connection's state: the session and its ciphertext buffers.
@@ -47,13 +51,13 @@ struct Tls {
 impl Transport {
     /// A plain socket.
     pub(crate) fn plain(tcp: TcpStream) -> Transport {
-        Transport { tcp, tls: None }
+        Transport { tcp, tls: None, canceller: Canceller::new() }
     }
 
     /// A TLS socket whose session is `session` (new, or moved from another core mid-life).
     pub(crate) fn tls(tcp: TcpStream, session: ServerConnection) -> Transport {
         let tls = Tls { session, incoming: Vec::new(), outgoing: Vec::new() };
-        Transport { tcp, tls: Some(Box::new(tls)) }
+        Transport { tcp, tls: Some(Box::new(tls)), canceller: Canceller::new() }
     }
 
     /// The socket beneath (its peer address, readiness).
@@ -132,13 +136,15 @@ pub(super) async fn read_some_or(
     stop: impl Future<Output = ()>,
 ) -> ReadEnd {
     match &mut socket.tls {
-        None => read_socket(&mut socket.tcp, buf, timeout, stop).await,
-        Some(tls) => match read_tls(&mut socket.tcp, tls, buf, timeout, stop).await {
-            TlsRead::Plaintext => ReadEnd::Data,
-            // Only `handshake` waits for this; to `read_some` it is a read that goes on.
-            TlsRead::Handshaken => ReadEnd::Data,
-            TlsRead::End(end) => end,
-        },
+        None => read_socket(&mut socket.tcp, &mut socket.canceller, buf, timeout, stop).await,
+        Some(tls) => {
+            match read_tls(&mut socket.tcp, &mut socket.canceller, tls, buf, timeout, stop).await {
+                TlsRead::Plaintext => ReadEnd::Data,
+                // Only `handshake` waits for this; to `read_some` it is a read that goes on.
+                TlsRead::Handshaken => ReadEnd::Data,
+                TlsRead::End(end) => end,
+            }
+        }
     }
 }
 
@@ -154,7 +160,8 @@ pub(super) async fn handshake(
     let deadline = Instant::now() + timeout;
     while tls.session.is_handshaking() {
         let left = deadline.saturating_duration_since(Instant::now());
-        let read = read_tls(&mut socket.tcp, tls, buf, left, std::future::pending()).await;
+        let pending = std::future::pending();
+        let read = read_tls(&mut socket.tcp, &mut socket.canceller, tls, buf, left, pending).await;
         if let TlsRead::End(_) = read {
             return false;
         }
@@ -178,6 +185,7 @@ enum TlsRead {
 /// answers (handshake flights, alerts) is written before it returns.
 async fn read_tls(
     tcp: &mut TcpStream,
+    canceller: &mut Canceller,
     tls: &mut Tls,
     plain: &mut Vec<u8>,
     timeout: Duration,
@@ -189,7 +197,7 @@ async fn read_tls(
     loop {
         tls.incoming.clear();
         let left = deadline.saturating_duration_since(Instant::now());
-        match read_socket(tcp, &mut tls.incoming, left, stop.as_mut()).await {
+        match read_socket(tcp, canceller, &mut tls.incoming, left, stop.as_mut()).await {
             ReadEnd::Data => {}
             end => return TlsRead::End(end),
         }
@@ -259,9 +267,10 @@ async fn flush(tcp: &mut TcpStream, tls: &mut Tls) -> bool {
 }
 
 /// Appends whatever arrives on the socket within `timeout` to `buf`, also ended (`Stopped`)
-/// when `stop` completes first.
+/// when `stop` completes first; `canceller` is the connection's (a cancelled one is replaced).
 async fn read_socket(
     socket: &mut TcpStream,
+    canceller: &mut Canceller,
     buf: &mut Vec<u8>,
     timeout: Duration,
     stop: impl Future<Output = ()>,
@@ -271,13 +280,12 @@ async fn read_socket(
     }
     let owned = std::mem::take(buf);
     let len = owned.len();
-    let canceller = Canceller::new();
     let read = socket.cancelable_read(owned.slice_mut(len..), canceller.handle());
     let mut read = std::pin::pin!(read);
     let (res, slice) = monoio::select! {
         r = &mut read => r,
         _ = monoio::time::sleep(timeout) => {
-            let _canceled = canceller.cancel();
+            cancel(canceller);
             let (res, slice) = read.await;
             *buf = slice.into_inner();
             return match res {
@@ -286,7 +294,7 @@ async fn read_socket(
             };
         }
         _ = stop => {
-            let _canceled = canceller.cancel();
+            cancel(canceller);
             let (res, slice) = read.await;
             *buf = slice.into_inner();
             return match res {
@@ -300,6 +308,13 @@ async fn read_socket(
         Ok(n) if n > 0 => ReadEnd::Data,
         _ => ReadEnd::Closed,
     }
+}
+
+/// Cancels the read `canceller` is associated with; a cancelled canceller stays cancelled, so
+/// it is replaced by the fresh one `cancel` returns (only on a timeout or a stop).
+fn cancel(canceller: &mut Canceller) {
+    let cancelled = std::mem::take(canceller);
+    *canceller = cancelled.cancel();
 }
 
 /// One connection's socket and buffers, and the core it is served on; what `serve` and the

@@ -28,9 +28,18 @@ fn conflict_message(code: Code) -> &'static str {
 }
 
 /// The 409 of CONTRACT §4 steps 2–4 (`code`: -31001, -31002 or -31004), its message by its
-/// code and `data` its `owedStreams`.
-pub(super) fn push_conflict(out: &mut Vec<u8>, id: &RawId, code: Code, data: &str) {
-    push_error_response(out, Some(id), code, conflict_message(code), Some(data));
+/// code and `data` its `owedStreams` (`owed_streams_data`), written in place.
+pub(crate) fn push_conflict(
+    out: &mut Vec<u8>,
+    id: &RawId,
+    code: Code,
+    matched_by: Option<&str>,
+    streams: impl FnOnce(&mut dyn FnMut(OwedStream<'_>)),
+) {
+    let message = conflict_message(code);
+    jsonrpc::push_error_with_data(out, Some(id), code.value(), message, |out: &mut Vec<u8>| {
+        owed_streams_data(out, matched_by, streams)
+    });
 }
 
 /// The 422 of CONTRACT §4 step 1 (-31005): an Idempotency-Key reused with another call.
@@ -78,36 +87,44 @@ pub(crate) struct OwedStream<'a> {
     pub(crate) in_flight: bool,
 }
 
-/// The `data` of a conflict (CONTRACT §4 steps 2–4): `matchedBy` when a retry was recognised
-/// (-31001), then `owedStreams`, one object per stream.
-pub(crate) fn owed_streams_data<'a>(
+/// Writes the `data` of a conflict (CONTRACT §4 steps 2–4): `matchedBy` when a retry was
+/// recognised (-31001), then `owedStreams`, one object per stream `streams` hands to the
+/// writer it is given (so the caller's event ids can live on its stack).
+pub(crate) fn owed_streams_data(
+    out: &mut Vec<u8>,
     matched_by: Option<&str>,
-    streams: impl Iterator<Item = OwedStream<'a>>,
-) -> String {
-    use std::fmt::Write;
-    let mut data = String::from("{");
+    streams: impl FnOnce(&mut dyn FnMut(OwedStream<'_>)),
+) {
+    out.push(b'{');
     if let Some(by) = matched_by {
-        let _ = write!(data, "\"matchedBy\":\"{by}\",");
+        out.extend_from_slice(b"\"matchedBy\":\"");
+        out.extend_from_slice(by.as_bytes());
+        out.extend_from_slice(b"\",");
     }
-    data.push_str("\"owedStreams\":[");
-    for (i, st) in streams.enumerate() {
-        if i > 0 {
-            data.push(',');
+    out.extend_from_slice(b"\"owedStreams\":[");
+    let mut first = true;
+    streams(&mut |st: OwedStream<'_>| {
+        if !std::mem::take(&mut first) {
+            out.push(b',');
         }
-        // Written in place (a `String` never fails a write): no temporary per stream.
-        let _ = write!(
-            data,
-            "{{\"requestId\":{},\"lastEventId\":\"{}\",\"firstEventId\":\"{}\",\
-             \"lastWrittenEventId\":\"{}\",\"inFlight\":{}}}",
-            st.request_id.map(|r| r.0.as_str()).unwrap_or("null"),
-            String::from_utf8_lossy(st.last_event_id),
-            String::from_utf8_lossy(st.first_event_id),
-            String::from_utf8_lossy(st.last_written_event_id),
-            st.in_flight
-        );
-    }
-    data.push_str("]}");
-    data
+        push_owed_stream(out, &st);
+    });
+    out.extend_from_slice(b"]}");
+}
+
+/// One object of `owedStreams`. Event ids are ASCII (`legacy::session::push_event_id`).
+fn push_owed_stream(out: &mut Vec<u8>, st: &OwedStream<'_>) {
+    out.extend_from_slice(b"{\"requestId\":");
+    out.extend_from_slice(st.request_id.map_or(b"null".as_slice(), |r| r.as_bytes()));
+    out.extend_from_slice(b",\"lastEventId\":\"");
+    out.extend_from_slice(st.last_event_id);
+    out.extend_from_slice(b"\",\"firstEventId\":\"");
+    out.extend_from_slice(st.first_event_id);
+    out.extend_from_slice(b"\",\"lastWrittenEventId\":\"");
+    out.extend_from_slice(st.last_written_event_id);
+    out.extend_from_slice(b"\",\"inFlight\":");
+    out.extend_from_slice(if st.in_flight { b"true" } else { b"false" });
+    out.push(b'}');
 }
 
 /// A JSON-RPC error response with one of our codes.
@@ -238,11 +255,19 @@ pub(crate) fn push_events_lost(
 }
 
 /// One request of a batch refused by the migration decision (`code`: -31001, -31002 or
-/// -31004; `data`: its `owedStreams`): the batch shares one status (200), so the error points
-/// at the 409 the request would get alone.
-pub(crate) fn push_batch_conflict(out: &mut Vec<u8>, id: &RawId, code: Code, data: &str) {
+/// -31004; `data`: its `owedStreams`, as `owed_streams_data`): the batch shares one status
+/// (200), so the error points at the 409 the request would get alone.
+pub(crate) fn push_batch_conflict(
+    out: &mut Vec<u8>,
+    id: &RawId,
+    code: Code,
+    matched_by: Option<&str>,
+    streams: impl FnOnce(&mut dyn FnMut(OwedStream<'_>)),
+) {
     let message = "conflict: see the 409 of a single request";
-    push_error_response(out, Some(id), code, message, Some(data));
+    jsonrpc::push_error_with_data(out, Some(id), code.value(), message, |out: &mut Vec<u8>| {
+        owed_streams_data(out, matched_by, streams)
+    });
 }
 
 #[cfg(test)]
@@ -253,7 +278,7 @@ mod tests {
     /// them). Method: each encoder once, against its whole body.
     #[test]
     fn each_error_body_is_written_exactly() {
-        let id = RawId("7".into());
+        let id = RawId::new("7");
         let body = |write: &dyn Fn(&mut Vec<u8>)| {
             let mut out = Vec::new();
             write(&mut out);
@@ -278,16 +303,16 @@ mod tests {
                 r#"{"code":-31003,"message":"events after Last-Event-ID were evicted from the replay buffer","data":{"lostFrom":"a-1","lostTo":"a-9"}}}"#,
             ),
             (
-                body(&|o| push_batch_conflict(o, &id, Code::StreamOwed, "[]")),
-                r#"{"code":-31001,"message":"conflict: see the 409 of a single request","data":[]}}"#,
+                body(&|o| push_batch_conflict(o, &id, Code::StreamOwed, None, |_| {})),
+                r#"{"code":-31001,"message":"conflict: see the 409 of a single request","data":{"owedStreams":[]}}}"#,
             ),
             (
                 body(&|o| push_error_value(o, &id, -1, "m\"", Some(&serde_json::json!({"a":1})))),
                 r#"{"code":-1,"message":"m\"","data":{"a":1}}}"#,
             ),
             (
-                body(&|o| push_conflict(o, &id, Code::HeldTooLong, "{}")),
-                r#"{"code":-31004,"message":"held too long while the session owes a stream: resume it with GET + Last-Event-ID first","data":{}}}"#,
+                body(&|o| push_conflict(o, &id, Code::HeldTooLong, None, |_| {})),
+                r#"{"code":-31004,"message":"held too long while the session owes a stream: resume it with GET + Last-Event-ID first","data":{"owedStreams":[]}}}"#,
             ),
         ];
         for (got, error) in table {
@@ -300,12 +325,18 @@ mod tests {
             last_written_event_id: b"s-2",
             in_flight,
         };
-        let owed = owed_streams_data(Some("id"), [stream(Some(&id), true)].into_iter());
+        let owed =
+            body(&|o| owed_streams_data(o, Some("id"), |emit| emit(stream(Some(&id), true))));
         assert_eq!(
             owed,
             r#"{"matchedBy":"id","owedStreams":[{"requestId":7,"lastEventId":"s-3","firstEventId":"s-1","lastWrittenEventId":"s-2","inFlight":true}]}"#
         );
-        let owed = owed_streams_data(None, [stream(None, false), stream(None, true)].into_iter());
+        let owed = body(&|o| {
+            owed_streams_data(o, None, |emit| {
+                emit(stream(None, false));
+                emit(stream(None, true));
+            })
+        });
         assert!(owed.starts_with(r#"{"owedStreams":[{"requestId":null,"#), "{owed}");
         assert!(owed.ends_with(r#""inFlight":false},{"requestId":null,"lastEventId":"s-3","firstEventId":"s-1","lastWrittenEventId":"s-2","inFlight":true}]}"#), "{owed}");
         let object = error_object(-32603, "m", None).to_string();

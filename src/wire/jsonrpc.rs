@@ -7,9 +7,140 @@ use simd_json::prelude::*;
 use simd_json::OwnedValue as Value;
 
 /// A request id as the client wrote it (JSON text: a number or a quoted string), so it is
-/// echoed back byte-for-byte and compared exactly.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct RawId(pub String);
+/// echoed back byte-for-byte and compared exactly. Held inline up to `ID_INLINE_BYTES` (every
+/// integer id, short strings): making or cloning one allocates nothing, and a request clones
+/// its id for its stream, its job and its answer (issue 40 §1); a longer one is shared, so a
+/// clone is a count. Equality and hashing are the text's (as `str`'s).
+#[derive(Clone)]
+pub struct RawId(IdText);
+
+/// Bytes of id text held inline: `RawId` stays the size of the `String` it replaced (24).
+const ID_INLINE_BYTES: usize = 22;
+const _: () = assert!(ID_INLINE_BYTES <= u8::MAX as usize);
+
+#[derive(Clone)]
+enum IdText {
+    /// `bytes[..len]` is the text.
+    Inline { len: u8, bytes: [u8; ID_INLINE_BYTES] },
+    /// Longer than `ID_INLINE_BYTES`.
+    Shared(std::rc::Rc<str>),
+}
+
+impl RawId {
+    /// The id whose JSON text is `text` (a number or a quoted string, as written).
+    pub fn new(text: &str) -> RawId {
+        match u8::try_from(text.len()) {
+            Ok(len) if text.len() <= ID_INLINE_BYTES => {
+                let mut bytes = [0; ID_INLINE_BYTES];
+                bytes[..text.len()].copy_from_slice(text.as_bytes());
+                RawId(IdText::Inline { len, bytes })
+            }
+            _ => RawId(IdText::Shared(text.into())),
+        }
+    }
+
+    /// The id `value` (a string or an integer) encodes to: written straight into the inline
+    /// bytes when it fits, so decoding a request's id allocates nothing.
+    fn encoded(value: &Value) -> RawId {
+        let mut bytes = [0; ID_INLINE_BYTES];
+        let mut rest = &mut bytes[..];
+        if value.write(&mut rest).is_err() {
+            // Longer than the inline bytes.
+            return RawId::new(&value.encode());
+        }
+        let written = ID_INLINE_BYTES - rest.len();
+        // `written` ≤ `ID_INLINE_BYTES`, which fits a u8 (asserted below).
+        RawId(IdText::Inline { len: written as u8, bytes })
+    }
+
+    /// The id's JSON text.
+    pub fn as_str(&self) -> &str {
+        match &self.0 {
+            // A whole `str` was copied in (`new`), so its bytes are UTF-8 up to `len`.
+            IdText::Inline { .. } => std::str::from_utf8(self.as_bytes()).unwrap_or_default(),
+            IdText::Shared(text) => text,
+        }
+    }
+
+    /// The id's JSON text, as bytes to write.
+    pub fn as_bytes(&self) -> &[u8] {
+        match &self.0 {
+            IdText::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            IdText::Shared(text) => text.as_bytes(),
+        }
+    }
+}
+
+impl From<&str> for RawId {
+    fn from(text: &str) -> RawId {
+        RawId::new(text)
+    }
+}
+
+impl From<String> for RawId {
+    fn from(text: String) -> RawId {
+        RawId::new(&text)
+    }
+}
+
+impl PartialEq for RawId {
+    fn eq(&self, other: &RawId) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for RawId {}
+
+impl std::hash::Hash for RawId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_bytes().hash(state);
+    }
+}
+
+impl std::fmt::Debug for RawId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("RawId").field(&self.as_str()).finish()
+    }
+}
+
+#[cfg(test)]
+mod raw_id_tests {
+    use super::*;
+
+    fn hash(id: &RawId) -> u64 {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(id)
+    }
+
+    /// Goal: an id keeps its exact text, inline or shared, through decoding, `new` and clone,
+    /// and compares and hashes as its text. Method: ids at, under and over the inline size.
+    #[test]
+    fn an_id_is_its_text_inline_or_shared() {
+        let inline_max = format!("\"{}\"", "x".repeat(ID_INLINE_BYTES - 2));
+        let over = format!("\"{}\"", "y".repeat(ID_INLINE_BYTES - 1));
+        let texts = ["0", "18446744073709551615", "-9223372036854775808", r#""a\"b""#];
+        for text in texts.iter().copied().chain([inline_max.as_str(), over.as_str()]) {
+            let id = RawId::new(text);
+            assert_eq!(id.as_str(), text);
+            assert_eq!(id.as_bytes(), text.as_bytes());
+            let copy = id.clone();
+            assert_eq!(copy, id);
+            assert_eq!(hash(&copy), hash(&RawId::from(text.to_owned())));
+            let body = format!(r#"{{"jsonrpc":"2.0","id":{text},"method":"m"}}"#);
+            let mut bytes = body.into_bytes();
+            let Ok(Body::Single(Message::Request { id: decoded, .. })) = decode(&mut bytes, 8)
+            else {
+                panic!("{text}: not decoded")
+            };
+            assert_eq!(decoded, id, "{text}");
+            assert_eq!(format!("{decoded:?}"), format!("RawId({text:?})"));
+        }
+        assert!(matches!(RawId::new(&inline_max).0, IdText::Inline { .. }));
+        assert!(matches!(RawId::new(&over).0, IdText::Shared(_)));
+        assert_ne!(RawId::new("1"), RawId::new("\"1\""));
+        assert_eq!(std::mem::size_of::<RawId>(), std::mem::size_of::<String>());
+    }
+}
 
 /// One JSON-RPC message.
 #[derive(Debug)]
@@ -183,7 +314,7 @@ fn message(v: Value) -> Result<Message, DecodeError> {
 /// NOT be null").
 fn raw_id(v: &Value) -> Result<RawId, DecodeError> {
     if v.is_str() || v.is_i64() || v.is_u64() {
-        Ok(RawId(v.encode()))
+        Ok(RawId::encoded(v))
     } else {
         Err(DecodeError::Invalid)
     }
@@ -195,7 +326,7 @@ pub(crate) const RESPONSE_PREFIX: &[u8] = b"{\"jsonrpc\":\"2.0\",\"id\":";
 /// Offset of `,"result"`/`,"error"` in a response to `id` encoded by `push_result` or
 /// `push_error` (so a replay can swap the id without re-parsing).
 pub(crate) fn response_body_offset(id: &RawId) -> usize {
-    RESPONSE_PREFIX.len() + id.0.len()
+    RESPONSE_PREFIX.len() + id.as_bytes().len()
 }
 
 /// The code of an error response this module encoded (`{"jsonrpc":"2.0","id":<id>,"error":
@@ -233,7 +364,7 @@ pub(crate) fn push_result(out: &mut Vec<u8>, id: &RawId, result_json: &[u8]) {
 /// the caller writes the value and the closing `}`.
 pub(crate) fn push_result_prefix(out: &mut Vec<u8>, id: &RawId) {
     out.extend_from_slice(RESPONSE_PREFIX);
-    out.extend_from_slice(id.0.as_bytes());
+    out.extend_from_slice(id.as_bytes());
     out.extend_from_slice(b",\"result\":");
 }
 
@@ -247,9 +378,37 @@ pub(crate) fn push_error(
     message: &str,
     data: Option<&str>,
 ) {
+    match data {
+        Some(data) => push_error_with_data(out, id, code, message, |out: &mut Vec<u8>| {
+            out.extend_from_slice(data.as_bytes())
+        }),
+        None => {
+            push_error_start(out, id, code, message);
+            out.extend_from_slice(b"}}");
+        }
+    }
+}
+
+/// `push_error` whose `data` member `write_data` writes into `out` in place (a `data` built
+/// from server state needs no buffer of its own).
+pub(crate) fn push_error_with_data(
+    out: &mut Vec<u8>,
+    id: Option<&RawId>,
+    code: i64,
+    message: &str,
+    write_data: impl FnOnce(&mut Vec<u8>),
+) {
+    push_error_start(out, id, code, message);
+    out.extend_from_slice(b",\"data\":");
+    write_data(out);
+    out.extend_from_slice(b"}}");
+}
+
+/// An error response up to its message (`data` and the closing braces follow).
+fn push_error_start(out: &mut Vec<u8>, id: Option<&RawId>, code: i64, message: &str) {
     out.extend_from_slice(RESPONSE_PREFIX);
     match id {
-        Some(id) => out.extend_from_slice(id.0.as_bytes()),
+        Some(id) => out.extend_from_slice(id.as_bytes()),
         None => out.extend_from_slice(b"null"),
     }
     out.extend_from_slice(b",\"error\":{\"code\":");
@@ -258,12 +417,8 @@ pub(crate) fn push_error(
     }
     crate::digits::push_decimal(out, code.unsigned_abs());
     out.extend_from_slice(b",\"message\":");
-    out.extend_from_slice(Value::from(message).encode().as_bytes());
-    if let Some(data) = data {
-        out.extend_from_slice(b",\"data\":");
-        out.extend_from_slice(data.as_bytes());
-    }
-    out.extend_from_slice(b"}}");
+    // Escaped straight into `out` (serde_json escapes exactly as simd-json's encoder did).
+    let _ = serde_json::to_writer(&mut *out, message);
 }
 
 /// Appends `{"jsonrpc":"2.0","method":<method>,"params":<params>}`.

@@ -27,7 +27,7 @@ use crate::logging::{limited, Culprit, Kind};
 
 pub(crate) use code::Code;
 pub(crate) use error::{error_object, push_batch_conflict, push_error_value, push_events_lost};
-pub(crate) use error::{owed_streams_data, push_rate_limited, OwedStream};
+pub(crate) use error::{push_conflict, push_rate_limited, OwedStream};
 pub(crate) use error::{push_error_response, push_outcome_unknown, push_oversize_error};
 pub(crate) use result::{push_result_value, push_result_with, response_object};
 pub use revision::LEGACY_VERSIONS;
@@ -389,6 +389,9 @@ pub(crate) enum Answer<'a> {
     Refused { refusal: Refusal, id: Option<&'a RawId> },
     /// 200 `application/json`: a JSON-RPC response (or a batch's array of them).
     Json(&'a [u8]),
+    /// `Json` whose body the caller already wrote into `out` from `body_at` on (the head is
+    /// put in front of it): no body buffer of its own.
+    JsonAt { body_at: usize },
     /// `application/json`: a JSON-RPC error with one of our codes as the whole answer, with
     /// the request's id when known; `status` is 200 for a method's own error, or a 2026-07-28
     /// error's own (400 for `_meta` errors, 404 for -32601); `data` is JSON.
@@ -415,10 +418,11 @@ pub(crate) enum Answer<'a> {
     SseHead,
     /// `SseHead` of a 2026-07-28 response stream: not resumable, so no `Mcp-Stream-Resumable`.
     SseHeadStateless,
-    /// 409 with the resume hint (CONTRACT §4 steps 2–4): `code` is `StreamOwed`,
-    /// `RequestIdReused` or `HeldTooLong`; `data` is the `owedStreams` JSON; `hint` the
-    /// `Last-Event-ID` to resume from, when a stream is named.
-    Conflict { id: &'a RawId, code: Code, data: &'a str, hint: Option<&'a [u8]> },
+    /// 409 with the resume hint (CONTRACT §4 steps 2–4), its body (`push_conflict`: code
+    /// `StreamOwed`, `RequestIdReused` or `HeldTooLong`, `data` the `owedStreams`) already
+    /// written into `out` from `body_at` on; `hint` the `Last-Event-ID` to resume from, when a
+    /// stream is named.
+    Conflict { body_at: usize, hint: Option<&'a [u8]> },
     /// 422: an Idempotency-Key reused with other method or params (CONTRACT §4 step 1).
     KeyReused { id: &'a RawId },
     /// 409 with -31004 to a 2026-07-28 retry whose keyed call still runs after its wait
@@ -456,7 +460,10 @@ impl Answer<'_> {
         keep_alive: bool,
         shared_with: Option<&str>,
     ) {
-        let head_start = out.len();
+        let head_start = match *self {
+            Answer::JsonAt { body_at } | Answer::Conflict { body_at, .. } => body_at,
+            _ => out.len(),
+        };
         self.render(out, keep_alive);
         if let Some(origin) = shared_with {
             cors::share_response(out, head_start, origin);
@@ -468,11 +475,12 @@ impl Answer<'_> {
         match *self {
             Answer::Refused { refusal, id } => refuse(out, refusal, id, keep_alive),
             Answer::Json(body) => json(out, Status::Ok, &[], body, keep_alive),
+            Answer::JsonAt { body_at } => json_at(out, body_at, Status::Ok, &[], keep_alive),
             Answer::JsonStatus { status, body } => json(out, status, &[], body, keep_alive),
             Answer::Error { status, id, code, message, data } => {
-                let mut body = Vec::with_capacity(96 + message.len() + data.map_or(0, str::len));
-                push_error_response(&mut body, id, code, message, data);
-                json(out, status, &[], &body, keep_alive);
+                let body_at = out.len();
+                push_error_response(out, id, code, message, data);
+                json_at(out, body_at, status, &[], keep_alive);
             }
             Answer::Initialized { body, session_id } => {
                 json(out, Status::Ok, &[("Mcp-Session-Id", session_id)], body, keep_alive)
@@ -482,54 +490,52 @@ impl Answer<'_> {
             Answer::HeadNotAllowed => head_not_allowed(out, keep_alive),
             Answer::SseHead => sse_head(out, true),
             Answer::SseHeadStateless => sse_head(out, false),
-            Answer::Conflict { id, code, data, hint } => {
-                let mut body = Vec::with_capacity(128 + data.len());
-                error::push_conflict(&mut body, id, code, data);
+            Answer::Conflict { body_at, hint } => {
                 let resumable: (&str, &[u8]) = ("Mcp-Stream-Resumable", b"true");
                 match hint {
                     Some(hint) => {
                         let headers = [resumable, ("Last-Event-ID", hint)];
-                        json(out, Status::Conflict, &headers, &body, keep_alive)
+                        json_at(out, body_at, Status::Conflict, &headers, keep_alive)
                     }
-                    None => json(out, Status::Conflict, &[resumable], &body, keep_alive),
+                    None => json_at(out, body_at, Status::Conflict, &[resumable], keep_alive),
                 }
             }
             Answer::KeyReused { id } => {
-                let mut body = Vec::with_capacity(128);
-                error::push_key_reused(&mut body, id);
-                json(out, Status::UnprocessableContent, &[], &body, keep_alive);
+                let body_at = out.len();
+                error::push_key_reused(out, id);
+                json_at(out, body_at, Status::UnprocessableContent, &[], keep_alive);
             }
             Answer::StillRunning { id } => {
-                let mut body = Vec::with_capacity(160);
-                error::push_still_running(&mut body, id);
-                json(out, Status::Conflict, &[], &body, keep_alive);
+                let body_at = out.len();
+                error::push_still_running(out, id);
+                json_at(out, body_at, Status::Conflict, &[], keep_alive);
             }
             Answer::Challenge { status, challenge, id, message } => {
-                let mut body = Vec::with_capacity(96 + message.len());
-                push_error_response(&mut body, id, Code::InvalidRequest, message, None);
+                let body_at = out.len();
+                push_error_response(out, id, Code::InvalidRequest, message, None);
                 let headers: [(&str, &[u8]); 1] = [("WWW-Authenticate", challenge.as_bytes())];
-                json(out, status, &headers, &body, keep_alive);
+                json_at(out, body_at, status, &headers, keep_alive);
             }
             Answer::RateLimited { id, scope, retry_after_secs, retry_after_ms, table_full } => {
-                let mut body = Vec::with_capacity(160 + scope.len());
-                push_rate_limited(&mut body, id, scope, retry_after_ms, table_full);
-                let mut seconds = Vec::with_capacity(20);
-                push_decimal(&mut seconds, retry_after_secs);
-                let headers: [(&str, &[u8]); 1] = [("Retry-After", &seconds)];
-                json(out, Status::TooManyRequests, &headers, &body, keep_alive);
+                let body_at = out.len();
+                push_rate_limited(out, id, scope, retry_after_ms, table_full);
+                let mut digits = [0; 20];
+                let seconds = crate::digits::decimal(retry_after_secs, &mut digits);
+                let headers: [(&str, &[u8]); 1] = [("Retry-After", seconds)];
+                json_at(out, body_at, Status::TooManyRequests, &headers, keep_alive);
             }
             Answer::Down { id, message, data, retry_after_secs } => {
-                let mut body = Vec::with_capacity(96 + message.len() + data.map_or(0, str::len));
-                push_error_response(&mut body, id, Code::InternalError, message, data);
-                let mut seconds = Vec::with_capacity(20);
-                push_decimal(&mut seconds, retry_after_secs);
-                let headers: [(&str, &[u8]); 1] = [("Retry-After", &seconds)];
-                json(out, Status::ServiceUnavailable, &headers, &body, keep_alive);
+                let body_at = out.len();
+                push_error_response(out, id, Code::InternalError, message, data);
+                let mut digits = [0; 20];
+                let seconds = crate::digits::decimal(retry_after_secs, &mut digits);
+                let headers: [(&str, &[u8]); 1] = [("Retry-After", seconds)];
+                json_at(out, body_at, Status::ServiceUnavailable, &headers, keep_alive);
             }
             Answer::UnsupportedVersion { id, requested, supported } => {
-                let mut body = Vec::with_capacity(160);
-                error::push_unsupported_version(&mut body, id, requested, supported);
-                json(out, Status::BadRequest, &[], &body, keep_alive);
+                let body_at = out.len();
+                error::push_unsupported_version(out, id, requested, supported);
+                json_at(out, body_at, Status::BadRequest, &[], keep_alive);
             }
         }
     }
@@ -546,24 +552,24 @@ fn refuse(out: &mut Vec<u8>, r: Refusal, id: Option<&RawId>, keep_alive: bool) {
         code = code.value(),
         reason = ?r,
         culprit = r.culprit().as_str(),
-        request_id = id.map(|id| crate::logging::clip(&id.0)),
+        request_id = id.map(|id| crate::logging::clip(id.as_str())),
         "refused: {}",
         r.message()
     );
-    let mut body = Vec::with_capacity(128);
-    push_error_response(&mut body, id, code, r.message(), None);
-    let mut seconds = Vec::new();
+    let body_at = out.len();
+    push_error_response(out, id, code, r.message(), None);
+    let mut digits = [0; 20];
     let retry_after: [(&str, &[u8]); 1];
     let headers: &[(&str, &[u8])] = if r == Refusal::MethodNotAllowed {
         &[("Allow", b"GET, POST, DELETE")]
     } else if r.retry_after() {
-        push_decimal(&mut seconds, crate::config::DRAIN_RETRY_AFTER_SECS);
-        retry_after = [("Retry-After", &seconds)];
+        let seconds = crate::digits::decimal(crate::config::DRAIN_RETRY_AFTER_SECS, &mut digits);
+        retry_after = [("Retry-After", seconds)];
         &retry_after
     } else {
         &[]
     };
-    json(out, status, headers, &body, keep_alive);
+    json_at(out, body_at, status, headers, keep_alive);
 }
 
 /// A complete `application/json` response.
@@ -574,9 +580,36 @@ fn json(
     body: &[u8],
     keep_alive: bool,
 ) {
+    json_head(out, status, headers, body.len(), keep_alive);
+    out.extend_from_slice(body);
+}
+
+/// `json` for a body already in `out` from `body_at` on: the head is appended, then rotated in
+/// front of the body (a copy of a few hundred bytes instead of a body buffer per answer).
+fn json_at(
+    out: &mut Vec<u8>,
+    body_at: usize,
+    status: Status,
+    headers: &[(&str, &[u8])],
+    keep_alive: bool,
+) {
+    assert!(body_at <= out.len(), "a body starts inside the buffer");
+    let body_len = out.len() - body_at;
+    json_head(out, status, headers, body_len, keep_alive);
+    out[body_at..].rotate_left(body_len);
+}
+
+/// The head of a `application/json` answer whose body is `body_len` bytes.
+fn json_head(
+    out: &mut Vec<u8>,
+    status: Status,
+    headers: &[(&str, &[u8])],
+    body_len: usize,
+    keep_alive: bool,
+) {
     write_status(out, status.code());
     out.extend_from_slice(b"Content-Type: application/json\r\nContent-Length: ");
-    push_decimal(out, body.len() as u64);
+    push_decimal(out, body_len as u64);
     out.extend_from_slice(b"\r\n");
     for (n, v) in headers {
         write_header(out, n, v);
@@ -585,7 +618,6 @@ fn json(
         out.extend_from_slice(b"Connection: close\r\n");
     }
     out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(body);
 }
 
 fn head_not_allowed(out: &mut Vec<u8>, keep_alive: bool) {
@@ -616,4 +648,38 @@ fn sse_head(out: &mut Vec<u8>, resumable: bool) {
         out.extend_from_slice(b"Mcp-Stream-Resumable: true\r\n");
     }
     out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: an answer whose body was written in place (`JsonAt`, `Conflict`, the error
+    /// bodies) is byte-for-byte the answer rendered from a separate body, also behind an answer
+    /// already in the buffer (pipelining). Method: both ways, compared.
+    #[test]
+    fn a_body_written_in_place_renders_as_a_separate_one() {
+        let earlier = b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n".as_slice();
+        let body = br#"{"jsonrpc":"2.0","id":1,"result":{}}"#.as_slice();
+        for keep_alive in [true, false] {
+            let mut separate = earlier.to_vec();
+            Answer::Json(body).render(&mut separate, keep_alive);
+            let mut in_place = earlier.to_vec();
+            in_place.extend_from_slice(body);
+            Answer::JsonAt { body_at: earlier.len() }.render(&mut in_place, keep_alive);
+            assert_eq!(in_place, separate);
+
+            let id = RawId::new("\"c\"");
+            let mut conflict = earlier.to_vec();
+            error::push_conflict(&mut conflict, &id, Code::StreamOwed, Some("id"), |_| {});
+            let conflict_body = conflict[earlier.len()..].to_vec();
+            let hint = Some(b"a-1-2".as_slice());
+            Answer::Conflict { body_at: earlier.len(), hint }.render(&mut conflict, keep_alive);
+            let mut want = earlier.to_vec();
+            let headers =
+                [("Mcp-Stream-Resumable", b"true".as_slice()), ("Last-Event-ID", b"a-1-2")];
+            json(&mut want, Status::Conflict, &headers, &conflict_body, keep_alive);
+            assert_eq!(String::from_utf8_lossy(&conflict), String::from_utf8_lossy(&want));
+        }
+    }
 }

@@ -31,24 +31,36 @@ pub(crate) fn rewrite_event(
     body_offset: usize,
 ) -> Vec<u8> {
     let mut out = Vec::with_capacity(payload.len() + 16);
+    rewrite_event_into(&mut out, rw, payload, is_final, body_offset);
+    out
+}
+
+/// `rewrite_event`, appended to `out` (a buffer the caller reuses).
+pub(crate) fn rewrite_event_into(
+    out: &mut Vec<u8>,
+    rw: &Rewrite,
+    payload: &[u8],
+    is_final: bool,
+    body_offset: usize,
+) {
     if is_final {
         out.extend_from_slice(jsonrpc::RESPONSE_PREFIX);
-        out.extend_from_slice(rw.id.0.as_bytes());
+        out.extend_from_slice(rw.id.as_bytes());
         out.extend_from_slice(&payload[body_offset.min(payload.len())..]);
-        return out;
+        return;
     }
     if let Some((retry, original)) = &rw.progress_token {
-        let mut prefix = PROGRESS_PREFIX.to_vec();
-        prefix.extend_from_slice(original.as_bytes());
-        if let Some(rest) = payload.strip_prefix(prefix.as_slice()) {
+        let rest = payload
+            .strip_prefix(PROGRESS_PREFIX)
+            .and_then(|rest| rest.strip_prefix(original.as_bytes()));
+        if let Some(rest) = rest {
             out.extend_from_slice(PROGRESS_PREFIX);
             out.extend_from_slice(retry.as_bytes());
             out.extend_from_slice(rest);
-            return out;
+            return;
         }
     }
     out.extend_from_slice(payload);
-    out
 }
 
 /// A whole `notifications/progress` message for `token` (its JSON text as the client sent it).

@@ -78,7 +78,7 @@ mod tests {
     #[test]
     fn decorate_adds_members_to_object_results_only() {
         // Goal: resultType and hints land inside the result object, never in an error.
-        let id = RawId("7".into());
+        let id = RawId::new("7");
         let mut body = Vec::new();
         jsonrpc::push_result(&mut body, &id, b"{\"tools\":[]}");
         decorate_result(&mut body, &id, COMPLETE);

@@ -737,7 +737,7 @@ fn append_both(
 fn step(s: &mut Session, m: &mut Model, op: &Op) -> Result<(), TestCaseError> {
     let Some(key) = (match *op {
         Op::Open { id, fp, idem } => {
-            let id = RawId(id.to_string());
+            let id = RawId::from(id.to_string());
             let idem: Option<Box<str>> = idem.map(|k| format!("key-{k}").into());
             let got = s.open_stream(
                 StreamKind::Request,
@@ -1127,7 +1127,7 @@ proptest! {
 #[test]
 fn caught_up_is_judged_by_the_writers_own_cursor() {
     let mut s = session();
-    let k = s.open_stream(StreamKind::Request, Some(RawId("1".into())), 1, None, None).unwrap();
+    let k = s.open_stream(StreamKind::Request, Some(RawId::new("1")), 1, None, None).unwrap();
     let first = s.stream(k).unwrap().first;
     let a = s.append(k, Bytes::from_static(b"a")).unwrap();
     let b = s.append(k, Bytes::from_static(b"b")).unwrap();

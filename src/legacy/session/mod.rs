@@ -1400,7 +1400,7 @@ fn stream_record(s: &StreamState) -> StreamRecord {
             StreamKind::Request => "post",
             StreamKind::Standalone => "standalone",
         }),
-        rid: s.request_id.as_ref().map(|id| id.0.clone()),
+        rid: s.request_id.as_ref().map(|id| id.as_str().to_owned()),
         fp: s.fingerprint,
         key: s.idempotency_key.as_deref().map(str::to_owned),
         first: s.first.0,

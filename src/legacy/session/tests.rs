@@ -9,7 +9,7 @@ fn session() -> Session {
 }
 
 fn open(s: &mut Session, id: &str) -> StreamKey {
-    s.open_stream(StreamKind::Request, Some(RawId(id.into())), 1, None, None).unwrap()
+    s.open_stream(StreamKind::Request, Some(RawId::new(id)), 1, None, None).unwrap()
 }
 
 #[test]
@@ -117,7 +117,7 @@ fn stream_table_limit_evicts_settled_first_then_refuses() {
 }
 
 fn open_err(s: &mut Session) -> Option<OpenError> {
-    s.open_stream(StreamKind::Request, Some(RawId("x".into())), 2, None, None).err()
+    s.open_stream(StreamKind::Request, Some(RawId::new("x")), 2, None, None).err()
 }
 
 #[test]
@@ -152,7 +152,7 @@ fn eviction_takes_the_oldest_settled_and_skips_one_being_resumed() {
     assert!(s.stream(keys[2]).is_some(), "attached: skipped");
     assert!(s.stream(keys[0]).is_none(), "oldest settled not attached: evicted");
     s.detach(keys[2], resumed);
-    assert!(s.open_stream(StreamKind::Request, Some(RawId("y".into())), 3, None, None).is_ok());
+    assert!(s.open_stream(StreamKind::Request, Some(RawId::new("y")), 3, None, None).is_ok());
     assert!(s.stream(keys[2]).is_none(), "back in line at the front once detached");
     assert!(s.stream(keys[1]).is_some());
 }
@@ -267,14 +267,14 @@ fn the_mirror_hears_a_quick_call_as_one_record_and_a_slow_one_as_its_opening_run
     // one `primed` record; progress in that poll: the opening, one run, the final with its
     // stream; a plain opening alone at once). Method: a real queue, drained after each step.
     let (mut s, mut drain) = mirrored();
-    let quick = s.open_quick_stream(RawId("1".into()), 1, None, None).unwrap();
+    let quick = s.open_quick_stream(RawId::new("1"), 1, None, None).unwrap();
     assert!(queued(&mut drain).is_empty(), "a quick call's opening waits for its first poll");
     s.poll_began();
     s.finish(quick, Bytes::from_static(b"{\"result\":{}}"));
     s.poll_ended();
     assert_eq!(queued(&mut drain), ["primed"]);
 
-    let slow = s.open_quick_stream(RawId("2".into()), 2, None, None).unwrap();
+    let slow = s.open_quick_stream(RawId::new("2"), 2, None, None).unwrap();
     s.poll_began();
     s.append(slow, Bytes::from_static(b"progress 1")).unwrap();
     s.append(slow, Bytes::from_static(b"progress 2")).unwrap();
