@@ -614,7 +614,7 @@ impl Registry {
         access: Option<Access<'_>>,
         id: &RawId,
         method: &str,
-        params: &WireValue,
+        params: &WireValue<'_>,
         out: &mut Vec<u8>,
     ) {
         let result = match method {
@@ -654,9 +654,9 @@ impl Registry {
                 let listed = self.gather("prompts", |p| p.list_prompts(session)).await;
                 listed.map(|list| only_allowed(list, "prompts", "name", Kind::Prompt, access))
             }
-            "prompts/get" => match params.get("name").and_then(|u| u.as_str()) {
+            "prompts/get" => match params.get("name").and_then(ValueIntoString::into_string) {
                 Some(name) => {
-                    let arguments = params.get("arguments").map(to_public).unwrap_or(Value::Null);
+                    let arguments = params.get("arguments").map(into_public).unwrap_or(Value::Null);
                     self.get_prompt(session, name, arguments).await
                 }
                 None => Err(ProviderError::InvalidParams("prompts/get needs a string name".into())),
@@ -782,9 +782,9 @@ impl Registry {
     /// The `completion/complete` result for the request's params (`{ref, argument, ...}`).
     /// Anything no provider recognises, malformed params and provider errors included,
     /// completes to nothing: the method has no error of its own that a client could act on.
-    async fn complete(&self, session: SessionRef, params: &WireValue) -> Value {
-        let reference = params.get("ref").map(to_public).unwrap_or(Value::Null);
-        let argument = params.get("argument").map(to_public).unwrap_or(Value::Null);
+    async fn complete(&self, session: SessionRef, params: &WireValue<'_>) -> Value {
+        let reference = params.get("ref").map(into_public).unwrap_or(Value::Null);
+        let argument = params.get("argument").map(into_public).unwrap_or(Value::Null);
         let mut values = Vec::new();
         for provider in self.providers().iter() {
             if let Ok(Some(found)) = provider.complete(session, &reference, &argument).await {
@@ -818,10 +818,10 @@ fn resource_not_found(uri: &str) -> ProviderError {
 /// missing or has no canonical form (`uri::canonical`): such a request reaches no provider.
 fn resource_uri<'p>(
     method: &str,
-    params: &'p WireValue,
+    params: &'p WireValue<'p>,
     max: usize,
 ) -> Result<&'p str, ProviderError> {
-    let Some(uri) = params.get("uri").and_then(|u| u.as_str()) else {
+    let Some(uri) = params.get("uri").and_then(ValueIntoString::into_string) else {
         return Err(ProviderError::InvalidParams(format!("{method} needs a string uri")));
     };
     match crate::uri::canonical_bounded(uri, max) {
@@ -929,29 +929,31 @@ fn capabilities(has_resources: bool, has_prompts: bool) -> Value {
     Value::Object(capabilities)
 }
 
-/// The provider API's value for a decoded request value (the decoder's strings move, numbers
-/// keep their kind).
-pub(crate) fn into_public(value: WireValue) -> Value {
-    use simd_json::{OwnedValue, StaticNode};
-    match value {
-        OwnedValue::Static(StaticNode::Null) => Value::Null,
-        OwnedValue::Static(StaticNode::Bool(b)) => Value::Bool(b),
-        OwnedValue::Static(StaticNode::I64(n)) => Value::from(n),
-        OwnedValue::Static(StaticNode::U64(n)) => Value::from(n),
-        OwnedValue::Static(StaticNode::F64(n)) => {
-            serde_json::Number::from_f64(n).map_or(Value::Null, Value::Number)
-        }
-        OwnedValue::String(s) => Value::String(s),
-        OwnedValue::Array(items) => Value::Array(items.into_iter().map(into_public).collect()),
-        OwnedValue::Object(object) => {
-            Value::Object(object.into_iter().map(|(k, v)| (k, into_public(v))).collect())
-        }
+/// The provider API's value for a decoded request value (a copy: the view's strings are the
+/// request's; numbers keep their kind). What a user provider's arguments cost.
+pub(crate) fn into_public(value: WireValue<'_>) -> Value {
+    if let Some(text) = value.as_str() {
+        return Value::String(text.to_owned());
     }
-}
-
-/// `into_public` of a borrowed value.
-pub(crate) fn to_public(value: &WireValue) -> Value {
-    into_public(value.clone())
+    if let Some(items) = value.as_array() {
+        return Value::Array(items.iter().map(into_public).collect());
+    }
+    if let Some(object) = value.as_object() {
+        return Value::Object(object.iter().map(|(k, v)| (k.to_owned(), into_public(v))).collect());
+    }
+    if let Some(b) = value.as_bool() {
+        return Value::Bool(b);
+    }
+    if value.is_i64() {
+        return value.as_i64().map_or(Value::Null, Value::from);
+    }
+    if value.is_u64() {
+        return value.as_u64().map_or(Value::Null, Value::from);
+    }
+    match value.as_f64() {
+        Some(n) => serde_json::Number::from_f64(n).map_or(Value::Null, Value::Number),
+        None => Value::Null,
+    }
 }
 
 /// A provider's error as a JSON-RPC error response (MCP: unknown names are invalid params),

@@ -329,7 +329,7 @@ fn forbidden_in(
 async fn sessionless(
     core: &Rc<LegacyCore>,
     req: &Request<'_>,
-    body: Body,
+    body: Body<'_>,
     out: &mut Vec<u8>,
 ) -> Outcome {
     let keep_alive = req.head.keep_alive;
@@ -364,7 +364,7 @@ async fn sessionless(
 async fn initialize(
     core: &Rc<LegacyCore>,
     id: RawId,
-    params: WireValue,
+    params: WireValue<'_>,
     subject: Option<Box<str>>,
     caller: Option<Caller>,
     out: &mut Vec<u8>,
@@ -378,7 +378,8 @@ async fn initialize(
         core.metrics.limit_sessions.inc();
         return refuse(out, Refusal::TooManySessions, Some(&id), keep_alive);
     }
-    let requested = params.get("protocolVersion").and_then(|v| v.as_str()).unwrap_or("");
+    let requested =
+        params.get("protocolVersion").and_then(ValueIntoString::into_string).unwrap_or("");
     let version =
         LEGACY_VERSIONS.iter().copied().find(|v| *v == requested).unwrap_or(LEGACY_VERSIONS[0]);
     let (Ok(sid), Ok(tag)) =
@@ -481,7 +482,7 @@ fn random_u32() -> Result<u32, getrandom::Error> {
 
 /// Notifications are never held or refused (CONTRACT §4). `notifications/cancelled` stops an
 /// owed or running request.
-fn notification(session: &SessionRc, method: &str, params: &WireValue) {
+fn notification(session: &SessionRc, method: &str, params: &WireValue<'_>) {
     if method != "notifications/cancelled" {
         return;
     }
@@ -498,7 +499,7 @@ fn notification(session: &SessionRc, method: &str, params: &WireValue) {
 }
 
 /// A JSON-RPC response POSTed by the client: the answer to a server→client request.
-fn client_answer(session: &SessionRc, id: &RawId, outcome: Result<WireValue, WireValue>) {
+fn client_answer(session: &SessionRc, id: &RawId, outcome: Result<WireValue<'_>, WireValue<'_>>) {
     let Ok(n) = id.0.parse::<u64>() else { return };
     let pending = session.borrow_mut().pending_client.remove(&n);
     if let Some(p) = pending {
@@ -509,10 +510,10 @@ fn client_answer(session: &SessionRc, id: &RawId, outcome: Result<WireValue, Wir
 }
 
 /// One JSON-RPC request as the decision and the dispatch see it.
-struct RequestParts {
+struct RequestParts<'a> {
     id: RawId,
-    method: String,
-    params: WireValue,
+    method: &'a str,
+    params: WireValue<'a>,
     idempotency_key: Option<Box<str>>,
     /// The request span's context (`None`: tracing is off), for the call's upstream spans.
     trace: Option<crate::trace::TraceParent>,
@@ -524,11 +525,11 @@ async fn request(
     req: &Request<'_>,
     session: &SessionRc,
     access: Option<Access<'_>>,
-    parts: RequestParts,
+    parts: RequestParts<'_>,
     out: &mut Vec<u8>,
     keep_alive: bool,
 ) -> Outcome {
-    let RequestParts { id, method, mut params, idempotency_key, trace } = parts;
+    let RequestParts { id, method, params, idempotency_key, trace } = parts;
     let reference = session.borrow().reference();
     let class = match classify(core, reference, &method, &params).await {
         Ok(class) => class,
@@ -591,7 +592,7 @@ async fn request(
             if !class.idempotent && core.mirror.is_some() {
                 adopt::write_ahead(core, session).await;
             }
-            let arguments = params.as_object_mut().and_then(|p| p.remove("arguments"));
+            let arguments = params.get("arguments");
             let arguments =
                 arguments.map(dispatch::into_public).unwrap_or(crate::provider::Value::Null);
             let cx = call_context(session, key).with_trace(trace);
@@ -632,7 +633,7 @@ async fn answer_inline(
     access: Option<Access<'_>>,
     id: &RawId,
     method: &str,
-    params: &WireValue,
+    params: &WireValue<'_>,
     out: &mut Vec<u8>,
 ) {
     if method != "logging/setLevel" {
@@ -640,7 +641,7 @@ async fn answer_inline(
         core.registry.answer(reference, access, id, method, params, out).await;
         return;
     }
-    match params.get("level").and_then(|l| l.as_str()).and_then(LogLevel::parse) {
+    match params.get("level").and_then(ValueIntoString::into_string).and_then(LogLevel::parse) {
         Some(level) => {
             session.borrow_mut().log_level = level;
             jsonrpc::push_result(out, id, b"{}");
@@ -664,7 +665,7 @@ async fn batch(
     req: &Request<'_>,
     session: &SessionRc,
     access: Option<Access<'_>>,
-    msgs: Vec<Message>,
+    msgs: Vec<Message<'_>>,
     out: &mut Vec<u8>,
     keep_alive: bool,
 ) -> Outcome {
@@ -705,7 +706,7 @@ async fn batch_answer(
     access: Option<Access<'_>>,
     id: &RawId,
     method: &str,
-    params: &WireValue,
+    params: &WireValue<'_>,
     body: &mut Vec<u8>,
 ) {
     if method == "tools/call" || method == "initialize" {

@@ -115,7 +115,7 @@ pub(crate) async fn serve(
         }
     }
     let parts = Parts { id, method, params, request_meta };
-    let work = match parts.method.as_str() {
+    let work = match parts.method {
         "tools/call" => match tools_call(core, req, parts, out).await {
             Ok(call) => Work::Call(call),
             Err(answered) => return answered,
@@ -143,16 +143,16 @@ pub(crate) async fn serve(
 }
 
 /// A checked modern request: a `tools/call` ready to run, or any other method.
-enum Work {
+enum Work<'a> {
     Call(ToolCall),
-    Other(Parts),
+    Other(Parts<'a>),
 }
 
 /// A modern request that passed its checks, as its method's answer takes it.
-struct Parts {
+struct Parts<'a> {
     id: RawId,
-    method: String,
-    params: WireValue,
+    method: &'a str,
+    params: WireValue<'a>,
     request_meta: RequestMeta,
 }
 
@@ -162,12 +162,12 @@ async fn answer(
     core: &Rc<ModernCore>,
     req: &Request<'_>,
     access: Option<Access<'_>>,
-    parts: Parts,
+    parts: Parts<'_>,
     out: &mut Vec<u8>,
 ) -> Outcome {
     let keep_alive = req.head.keep_alive;
     let Parts { id, method, params, request_meta } = parts;
-    match method.as_str() {
+    match method {
         "server/discover" => {
             let mut body = Vec::with_capacity(512);
             crate::wire::push_result_value(&mut body, &id, &discover_result(core));
@@ -271,11 +271,11 @@ const MODERN_INSTRUCTIONS: &str = "tidemark: a dropped response stream cancels t
 async fn tools_call(
     core: &Rc<ModernCore>,
     req: &Request<'_>,
-    parts: Parts,
+    parts: Parts<'_>,
     out: &mut Vec<u8>,
 ) -> Result<ToolCall, Outcome> {
     let keep_alive = req.head.keep_alive;
-    let Parts { id, mut params, request_meta, .. } = parts;
+    let Parts { id, params, request_meta, .. } = parts;
     let Some(name) = string_name(&params) else {
         let message = "tools/call needs a string name";
         return Err(crate::core::reply_error(out, &id, Code::InvalidParams, message, keep_alive));
@@ -284,11 +284,10 @@ async fn tools_call(
     let Some(route) = core.registry.tool(SessionRef::STATELESS, &name) else {
         return Err(unknown_tool(core, &id, &name, out, keep_alive));
     };
-    let null = WireValue::null();
-    let arguments = params.get("arguments").unwrap_or(&null);
+    let arguments = params.get("arguments").unwrap_or(WireValue::null());
     if !route.header_params.is_empty() {
         let find = |wanted: &str| crate::http::header_named(req.head_bytes, wanted);
-        if let Err(e) = meta::check_param_headers(&route.header_params, arguments, find) {
+        if let Err(e) = meta::check_param_headers(&route.header_params, &arguments, find) {
             return Err(meta_refusal(out, &id, &e, keep_alive));
         }
     }
@@ -301,8 +300,7 @@ async fn tools_call(
         Ok(round) => round,
         Err(e) => return Err(meta_refusal(out, &id, &e, keep_alive)),
     };
-    let arguments = params.as_object_mut().and_then(|p| p.remove("arguments"));
-    let arguments = arguments.map(dispatch::into_public).unwrap_or(Value::Null);
+    let arguments = params.get("arguments").map(dispatch::into_public).unwrap_or(Value::Null);
     let scoped_key = match req.header(&req.head.idempotency_key) {
         None => None,
         // A key that is not UTF-8 (the edge refuses it already; never decoded lossily).
@@ -497,7 +495,7 @@ async fn prompts_get(
     core: &Rc<ModernCore>,
     req: &Request<'_>,
     id: RawId,
-    params: WireValue,
+    params: WireValue<'_>,
     request_meta: RequestMeta,
     out: &mut Vec<u8>,
 ) -> Outcome {
@@ -510,7 +508,7 @@ async fn prompts_get(
         Ok(round) => round,
         Err(e) => return meta_refusal(out, &id, &e, keep_alive),
     };
-    let arguments = params.get("arguments").map(dispatch::to_public).unwrap_or(Value::Null);
+    let arguments = params.get("arguments").map(dispatch::into_public).unwrap_or(Value::Null);
     let sink = sink_for(core, request_meta, answers, None);
     let cx = CallContext::new(sink.clone(), SessionRef::STATELESS, meta::MODERN_VERSION)
         .with_caller(req.caller())
@@ -524,8 +522,8 @@ async fn prompts_get(
 }
 
 /// `params.name` when it is a string (`tools/call`, `prompts/get`).
-fn string_name(params: &WireValue) -> Option<String> {
-    params.get("name").and_then(|n| n.as_str()).map(str::to_owned)
+fn string_name(params: &WireValue<'_>) -> Option<String> {
+    params.get("name").and_then(ValueIntoString::into_string).map(str::to_owned)
 }
 
 /// The sink of a call that runs with `request_meta`, the client's `answers` so far, and (a
@@ -556,7 +554,7 @@ fn input_round(
     req: &Request<'_>,
     method: &str,
     name: &str,
-    params: &WireValue,
+    params: &WireValue<'_>,
 ) -> Result<(serde_json::Map<String, Value>, String), MetaError> {
     let invalid = |message: &str| MetaError {
         code: Code::InvalidParams,
@@ -584,7 +582,7 @@ fn input_round(
     // so its newest word wins (docs/wire.md, "Decisions where the revision is silent").
     match params.get("inputResponses") {
         None => {}
-        Some(responses) => match dispatch::to_public(responses) {
+        Some(responses) => match dispatch::into_public(responses) {
             // A carried key (a bridge's upstream state) comes only from the sealed state.
             Value::Object(responses) => answers
                 .extend(responses.into_iter().filter(|(key, _)| !key.starts_with(CARRIED_PREFIX))),
