@@ -15,7 +15,8 @@ use crate::auth::policy::{Item, Kind};
 use crate::auth::Access;
 use crate::fasthash::FastMap;
 use crate::provider::{
-    Changes, Provider, ProviderError, SessionInfo, SessionRef, SessionStart, ToolInfo, Value,
+    CallContext, Changes, LocalBoxFuture, Provider, ProviderError, ProviderResult, SessionInfo,
+    SessionRef, SessionStart, ToolArguments, ToolInfo, Value,
 };
 use crate::wire::jsonrpc::{self, RawId};
 use crate::wire::param_headers::{self, HeaderParam};
@@ -929,30 +930,26 @@ fn capabilities(has_resources: bool, has_prompts: bool) -> Value {
     Value::Object(capabilities)
 }
 
-/// The provider API's value for a decoded request value (a copy: the view's strings are the
-/// request's; numbers keep their kind). What a user provider's arguments cost.
+/// The provider API's value for a decoded request value (a copy: `wire::jsonrpc::to_serde`).
 pub(crate) fn into_public(value: WireValue<'_>) -> Value {
-    if let Some(text) = value.as_str() {
-        return Value::String(text.to_owned());
-    }
-    if let Some(items) = value.as_array() {
-        return Value::Array(items.iter().map(into_public).collect());
-    }
-    if let Some(object) = value.as_object() {
-        return Value::Object(object.iter().map(|(k, v)| (k.to_owned(), into_public(v))).collect());
-    }
-    if let Some(b) = value.as_bool() {
-        return Value::Bool(b);
-    }
-    if value.is_i64() {
-        return value.as_i64().map_or(Value::Null, Value::from);
-    }
-    if value.is_u64() {
-        return value.as_u64().map_or(Value::Null, Value::from);
-    }
-    match value.as_f64() {
-        Some(n) => serde_json::Number::from_f64(n).map_or(Value::Null, Value::Number),
-        None => Value::Null,
+    crate::wire::jsonrpc::to_serde(value)
+}
+
+/// Starts `tools/call` of `route` with the request's `arguments` (`None`: absent): borrowed in
+/// place when the provider reads them so (the built-in sets), else copied into the
+/// `serde_json` value a user provider takes (`into_public`).
+pub(crate) fn call_tool(
+    route: ToolRoute,
+    arguments: Option<WireValue<'_>>,
+    cx: CallContext,
+) -> LocalBoxFuture<'static, ProviderResult<Value>> {
+    let ToolRoute { name, provider, .. } = route;
+    match provider.call_tool_in_place(&name, ToolArguments(arguments), cx) {
+        Ok(work) => work,
+        Err(cx) => {
+            let arguments = arguments.map(into_public).unwrap_or(Value::Null);
+            Box::pin(async move { provider.call_tool(&name, arguments, cx).await })
+        }
     }
 }
 

@@ -34,7 +34,7 @@ use simd_json::prelude::*;
 use crate::auth::Access;
 use crate::config::ResponseMode;
 use crate::core::{refuse, refuse_rate, refuse_scope, reply, Admitted, Request};
-use crate::dispatch::{self, ToolRoute};
+use crate::dispatch;
 use crate::http::lists_media_type;
 use crate::provider::{
     CallContext, Caller, LogLevel, Notifier, ProviderError, SessionInfo, SessionStart,
@@ -592,12 +592,8 @@ async fn request(
             if !class.idempotent && core.mirror.is_some() {
                 adopt::write_ahead(core, session).await;
             }
-            let arguments = params.get("arguments");
-            let arguments =
-                arguments.map(dispatch::into_public).unwrap_or(crate::provider::Value::Null);
             let cx = call_context(session, key).with_trace(trace);
-            let ToolRoute { name, provider, .. } = route;
-            let work = Box::pin(async move { provider.call_tool(&name, arguments, cx).await });
+            let work = dispatch::call_tool(route, params.get("arguments"), cx);
             stream::spawn_job(session.clone(), key, id.clone(), work);
         }
         None => {

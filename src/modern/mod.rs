@@ -144,7 +144,7 @@ pub(crate) async fn serve(
 
 /// A checked modern request: a `tools/call` ready to run, or any other method.
 enum Work<'a> {
-    Call(ToolCall),
+    Call(ToolCall<'a>),
     Other(Parts<'a>),
 }
 
@@ -268,12 +268,12 @@ const MODERN_INSTRUCTIONS: &str = "tidemark: a dropped response stream cancels t
 /// `tools/call` up to its run: the tool's route, its `x-mcp-header` parameters, its task
 /// support and input round, its `Idempotency-Key` (a retry answered from its record:
 /// `keyed_lookup`). `Ok`: new work, which `serve` rate-limits and `run_tool` runs.
-async fn tools_call(
+async fn tools_call<'a>(
     core: &Rc<ModernCore>,
     req: &Request<'_>,
-    parts: Parts<'_>,
+    parts: Parts<'a>,
     out: &mut Vec<u8>,
-) -> Result<ToolCall, Outcome> {
+) -> Result<ToolCall<'a>, Outcome> {
     let keep_alive = req.head.keep_alive;
     let Parts { id, params, request_meta, .. } = parts;
     let Some(name) = string_name(&params) else {
@@ -300,7 +300,7 @@ async fn tools_call(
         Ok(round) => round,
         Err(e) => return Err(meta_refusal(out, &id, &e, keep_alive)),
     };
-    let arguments = params.get("arguments").map(dispatch::into_public).unwrap_or(Value::Null);
+    let arguments = params.get("arguments");
     let scoped_key = match req.header(&req.head.idempotency_key) {
         None => None,
         // A key that is not UTF-8 (the edge refuses it already; never decoded lossily).
@@ -389,10 +389,11 @@ async fn keyed_lookup(
 }
 
 /// One `tools/call` that passed its checks and is new work: what `run_tool` runs.
-struct ToolCall {
+struct ToolCall<'a> {
     id: RawId,
     route: ToolRoute,
-    arguments: Value,
+    /// The request's `arguments` (`None`: absent), read in place by a built-in tool.
+    arguments: Option<WireValue<'a>>,
     request_meta: RequestMeta,
     /// The client's answers so far (`input_round`).
     answers: serde_json::Map<String, Value>,
@@ -410,7 +411,7 @@ struct ToolCall {
 async fn run_tool(
     core: &Rc<ModernCore>,
     req: &Request<'_>,
-    call: ToolCall,
+    call: ToolCall<'_>,
     out: &mut Vec<u8>,
 ) -> Outcome {
     let keep_alive = req.head.keep_alive;
@@ -431,8 +432,7 @@ async fn run_tool(
     .with_caller(req.caller())
     .with_trace(req.trace());
     let route_safe_to_repeat = route.safe_to_repeat;
-    let ToolRoute { name, provider, .. } = route;
-    let work = Box::pin(async move { provider.call_tool(&name, arguments, cx).await });
+    let work = dispatch::call_tool(route, arguments, cx);
     let work = task_call::augment(core, req.subject(), task_sink, work);
     let job = CallJob::new(id.clone(), sink.clone(), work, binding, core.cfg.modern.state_ttl);
     let Some((scoped_key, fingerprint)) = keyed else {
@@ -561,7 +561,8 @@ fn input_round(
         message: message.to_owned(),
         data: None,
     };
-    let mut canonical = String::new();
+    // One allocation for the usual arguments rather than a string grown piece by piece.
+    let mut canonical = String::with_capacity(128);
     if let Some(arguments) = params.get("arguments") {
         jsonrpc::canonical_params(arguments, &mut canonical);
     }

@@ -354,6 +354,34 @@ pub(crate) fn push_json_string(out: &mut Vec<u8>, text: &str) {
     let _ = simd_json::BorrowedValue::from(text).write(out);
 }
 
+/// A copy of a decoded value as `serde_json` (what the provider API takes): one allocation per
+/// string, array and object. A key given twice keeps its last value, as `serde_json` parses it.
+pub(crate) fn to_serde(value: WireValue<'_>) -> serde_json::Value {
+    use serde_json::Value as Json;
+    if let Some(text) = value.into_string() {
+        return Json::String(text.to_owned());
+    }
+    if let Some(items) = value.as_array() {
+        return Json::Array(items.iter().map(to_serde).collect());
+    }
+    if let Some(object) = value.as_object() {
+        return Json::Object(object.iter().map(|(k, v)| (k.to_owned(), to_serde(v))).collect());
+    }
+    if let Some(b) = value.as_bool() {
+        return Json::Bool(b);
+    }
+    if value.is_i64() {
+        return value.as_i64().map_or(Json::Null, Json::from);
+    }
+    if value.is_u64() {
+        return value.as_u64().map_or(Json::Null, Json::from);
+    }
+    match value.as_f64() {
+        Some(n) => serde_json::Number::from_f64(n).map_or(Json::Null, Json::Number),
+        None => Json::Null,
+    }
+}
+
 /// Keys of one object the canonical form sorts on the stack; an object with more keys sorts
 /// them in a heap buffer (the one allocation the fingerprint may make, for such params only).
 pub const CANONICAL_INLINE_KEYS: usize = 16;
@@ -363,10 +391,26 @@ pub const CANONICAL_INLINE_KEYS: usize = 16;
 /// out: it carries per-attempt data (the SDKs set `progressToken` to the request id). A key
 /// given twice is written twice, each time with its first value (what a lookup finds).
 pub fn canonical_params(params: WireValue<'_>, out: &mut String) {
-    let mut text = Vec::with_capacity(64);
-    canonical(params, &mut text, true);
-    // Whole JSON strings and ASCII punctuation only: always UTF-8.
-    out.push_str(&String::from_utf8_lossy(&text));
+    canonical(params, &mut TextWriter(out), true);
+}
+
+/// An `io::Write` onto a `String`. What `canonical` writes is UTF-8 piece by piece: the
+/// encoder cuts a string only at the ASCII characters it escapes.
+struct TextWriter<'s>(&'s mut String);
+
+impl io::Write for TextWriter<'_> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        match std::str::from_utf8(bytes) {
+            Ok(text) => self.0.push_str(text),
+            // Never seen (see above); kept visible rather than panicking on peer input.
+            Err(_) => self.0.push_str(&String::from_utf8_lossy(bytes)),
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Feeds the canonical form of `params` (as `canonical_params` writes it) to `hasher`, piece
@@ -644,6 +688,7 @@ mod tests {
             r#"{"_meta":{"progressToken":1},"x":{"_meta":2}}"#.to_owned(),
             r#"{"d":1,"d":2,"c":{"e":3,"e":[4]}}"#.to_owned(),
             r#"[{"b":1,"a":2},"\ud83d\ude00",""]"#.to_owned(),
+            r#"{"é\"ü":"ẞ\n😀\\ü\"","\u0001ä":["ö\tö"],"\ud83d\ude00":"x"}"#.to_owned(),
             wide(CANONICAL_INLINE_KEYS),
             wide(CANONICAL_INLINE_KEYS + 1),
             wide(40),

@@ -10,8 +10,10 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use std::future::Future;
+
 use super::kit::{argument, expect_arguments_object, fn_tool, hints, required_str, text_result};
-use super::kit::{BuiltinTool, ToolSpec};
+use super::kit::{owned_arguments, Args, BuiltinTool, ToolSpec};
 use crate::provider::{CallContext, ProviderError, ProviderResult, Value};
 
 /// Executions of `slow_counter` since the process started, across all cores. The one atomic in
@@ -84,7 +86,7 @@ pub(crate) fn tools() -> Vec<Rc<dyn BuiltinTool>> {
         fn_tool(ECHO, echo),
         fn_tool(SLOW_COUNTER, |arguments, cx| slow_counter(&EXECUTIONS, arguments, cx)),
         fn_tool(GET_COUNTER, |arguments, _cx| get_counter(&EXECUTIONS, arguments)),
-        fn_tool(GREET, greet),
+        fn_tool(GREET, owned_arguments(greet)),
     ]
 }
 
@@ -108,26 +110,40 @@ async fn greet(arguments: Value, cx: CallContext) -> ProviderResult<Value> {
     }
 }
 
-async fn echo(arguments: Value, _cx: CallContext) -> ProviderResult<Value> {
-    let text = required_str(&arguments, "text")?;
-    Ok(text_result(text))
+/// The text is read here, in place; the result is built before the (ready) future.
+fn echo(
+    arguments: Args<'_>,
+    _cx: CallContext,
+) -> impl Future<Output = ProviderResult<Value>> + 'static {
+    std::future::ready(required_str(arguments, "text").map(text_result))
 }
 
 /// Validates both arguments before counting, so a rejected call leaves no trace; counts at the
 /// start, so a call cancelled half-way (dropped stream, `notifications/cancelled`) still counts.
-async fn slow_counter(
+fn slow_counter(
     counter: &'static AtomicU64,
-    arguments: Value,
+    arguments: Args<'_>,
     cx: CallContext,
-) -> ProviderResult<Value> {
+) -> impl Future<Output = ProviderResult<Value>> + 'static {
     let steps =
-        bounded_integer(&arguments, "steps", SLOW_COUNTER_STEPS_DEFAULT, SLOW_COUNTER_STEPS_MAX)?;
+        bounded_integer(arguments, "steps", SLOW_COUNTER_STEPS_DEFAULT, SLOW_COUNTER_STEPS_MAX);
     let delay_ms = bounded_integer(
-        &arguments,
+        arguments,
         "delay_ms",
         SLOW_COUNTER_DELAY_MS_DEFAULT,
         SLOW_COUNTER_DELAY_MS_MAX,
-    )?;
+    );
+    count_slowly(counter, steps, delay_ms, cx)
+}
+
+/// `slow_counter` once its arguments are read.
+async fn count_slowly(
+    counter: &'static AtomicU64,
+    steps: ProviderResult<u64>,
+    delay_ms: ProviderResult<u64>,
+    cx: CallContext,
+) -> ProviderResult<Value> {
+    let (steps, delay_ms) = (steps?, delay_ms?);
     let executions = counter.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
     // `step` and `steps` are at most SLOW_COUNTER_STEPS_MAX, so the f64 conversions are exact.
     let total = steps as f64;
@@ -140,14 +156,17 @@ async fn slow_counter(
     Ok(text_result(executions.to_string()))
 }
 
-async fn get_counter(counter: &'static AtomicU64, arguments: Value) -> ProviderResult<Value> {
-    expect_arguments_object(&arguments)?;
-    Ok(text_result(counter.load(Ordering::Relaxed).to_string()))
+fn get_counter(
+    counter: &'static AtomicU64,
+    arguments: Args<'_>,
+) -> impl Future<Output = ProviderResult<Value>> + 'static {
+    let checked = expect_arguments_object(arguments);
+    std::future::ready(checked.map(|()| text_result(counter.load(Ordering::Relaxed).to_string())))
 }
 
 /// Optional integer argument `name` in `0..=max`, `default` when absent. A float with no
 /// fractional part (`5.0`) counts as an integer, as JSON Schema's `integer` type says.
-fn bounded_integer(arguments: &Value, name: &str, default: u64, max: u64) -> ProviderResult<u64> {
+fn bounded_integer(arguments: Args<'_>, name: &str, default: u64, max: u64) -> ProviderResult<u64> {
     let Some(value) = argument(arguments, name)? else {
         return Ok(default);
     };
@@ -162,7 +181,7 @@ fn bounded_integer(arguments: &Value, name: &str, default: u64, max: u64) -> Pro
     }
 }
 
-fn non_negative_integer(value: &Value) -> Option<u64> {
+fn non_negative_integer(value: Args<'_>) -> Option<u64> {
     if let Some(number) = value.as_u64() {
         return Some(number);
     }
@@ -184,7 +203,7 @@ mod tests {
         arguments: Value,
     ) -> (ProviderResult<Value>, Vec<Call>) {
         let sink = Rc::new(RecordingSink::default());
-        let result = run(slow_counter(counter, arguments, sink.context()));
+        let result = run(slow_counter(counter, Args::from(&arguments), sink.context()));
         (result, sink.calls())
     }
 
@@ -196,7 +215,8 @@ mod tests {
     fn echo_returns_its_text() {
         // Goal: echo answers one text item with the argument. Method: call it directly.
         let sink = Rc::new(RecordingSink::default());
-        let result = run(echo(json!({ "text": "héllo \"x\"" }), sink.context())).expect("ok");
+        let result =
+            run(echo(Args::from(&json!({ "text": "héllo \"x\"" })), sink.context())).expect("ok");
         assert_eq!(result, json!({ "content": [{ "type": "text", "text": "héllo \"x\"" }] }));
         assert!(sink.calls().is_empty());
     }
@@ -215,7 +235,7 @@ mod tests {
         ];
         for arguments in cases {
             let sink = Rc::new(RecordingSink::default());
-            let result = run(echo(arguments.clone(), sink.context()));
+            let result = run(echo(Args::from(&arguments), sink.context()));
             assert!(is_invalid_params(&result), "{arguments:?} → {result:?}");
         }
     }
@@ -261,8 +281,11 @@ mod tests {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let sink = Rc::new(RecordingSink::default());
         let start = Instant::now();
-        let result =
-            run(slow_counter(&COUNTER, json!({ "steps": 3, "delay_ms": 20 }), sink.context()));
+        let result = run(slow_counter(
+            &COUNTER,
+            Args::from(&json!({ "steps": 3, "delay_ms": 20 })),
+            sink.context(),
+        ));
         assert!(result.is_ok());
         assert!(start.elapsed() >= Duration::from_millis(60));
         let times: Vec<Instant> = sink.calls.borrow().iter().map(|(at, _)| *at).collect();
@@ -329,11 +352,11 @@ mod tests {
         // Goal: get_counter reports the counter and never changes it. Method: private counter.
         static COUNTER: AtomicU64 = AtomicU64::new(7);
         for _ in 0..2 {
-            let result = run(get_counter(&COUNTER, json!({}))).expect("ok");
+            let result = run(get_counter(&COUNTER, Args::from(&json!({})))).expect("ok");
             assert_eq!(first_text(&result), "7");
         }
         assert!(matches!(
-            run(get_counter(&COUNTER, json!(3))),
+            run(get_counter(&COUNTER, Args::from(&json!(3)))),
             Err(ProviderError::InvalidParams(_))
         ));
     }
@@ -347,11 +370,12 @@ mod tests {
         let by_name = |name: &str| tools.iter().find(|t| t.spec().name == name).expect("tool");
         let cx = Rc::new(RecordingSink::default()).context();
         let read = |cx: CallContext| -> u64 {
-            let result = run(by_name("get_counter").call(json!({}), cx)).expect("ok");
+            let result = run(by_name("get_counter").call(Args::from(&json!({})), cx)).expect("ok");
             first_text(&result).parse().expect("decimal")
         };
         let before = read(cx.clone());
-        let result = run(by_name("slow_counter").call(json!({ "steps": 1 }), cx.clone()));
+        let result =
+            run(by_name("slow_counter").call(Args::from(&json!({ "steps": 1 })), cx.clone()));
         let own: u64 = first_text(&result.expect("ok")).parse().expect("decimal");
         assert!(own > before);
         assert!(read(cx) >= own);

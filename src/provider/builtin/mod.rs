@@ -18,9 +18,9 @@ use std::rc::Rc;
 use crate::config::BuiltinSet;
 use crate::provider::{
     CallContext, LocalBoxFuture, Provider, ProviderError, ProviderResult, SessionRef, TaskSupport,
-    ToolInfo, Value,
+    ToolArguments, ToolInfo, Value,
 };
-use kit::{BuiltinTool, Catalog, ToolSpec};
+use kit::{Args, BuiltinTool, Catalog, ToolSpec};
 
 /// One built-in set as a provider.
 pub(crate) struct BuiltinProvider {
@@ -61,8 +61,22 @@ impl Provider for BuiltinProvider {
         cx: CallContext,
     ) -> LocalBoxFuture<'a, ProviderResult<Value>> {
         match self.by_name.get(name).and_then(|&i| self.tools.get(i)) {
-            Some(tool) => tool.call(arguments, cx),
+            Some(tool) => tool.call(Args::Public(&arguments), cx),
             None => Box::pin(std::future::ready(Err(ProviderError::NotFound(name.to_owned())))),
+        }
+    }
+
+    /// Every built-in tool reads its arguments in place (`kit::Args`); an unknown name goes
+    /// to `call_tool`, which answers it.
+    fn call_tool_in_place(
+        &self,
+        name: &str,
+        arguments: ToolArguments<'_>,
+        cx: CallContext,
+    ) -> Result<LocalBoxFuture<'static, ProviderResult<Value>>, CallContext> {
+        match self.by_name.get(name).and_then(|&i| self.tools.get(i)) {
+            Some(tool) => Ok(tool.call(Args::of_request(arguments), cx)),
+            None => Err(cx),
         }
     }
 
