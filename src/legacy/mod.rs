@@ -288,7 +288,7 @@ pub(crate) async fn post(
             request(core, req, &session, access, parts, out, keep_alive).await
         }
         Body::Single(Message::Notification { method, params }) => {
-            notification(&session, &method, &params);
+            notification(&session, method, &params);
             reply(out, Answer::Accepted, keep_alive)
         }
         Body::Single(Message::Response { id, outcome }) => {
@@ -531,7 +531,7 @@ async fn request(
 ) -> Outcome {
     let RequestParts { id, method, params, idempotency_key, trace } = parts;
     let reference = session.borrow().reference();
-    let class = match classify(core, reference, &method, &params).await {
+    let class = match classify(core, reference, method, &params).await {
         Ok(class) => class,
         Err((code, message)) => {
             return crate::core::reply_error(out, &id, code, &message, keep_alive);
@@ -562,7 +562,7 @@ async fn request(
     }
     if !streams {
         let mut body = Vec::with_capacity(256);
-        answer_inline(core, session, access, &id, &method, &params, &mut body).await;
+        answer_inline(core, session, access, &id, method, &params, &mut body).await;
         return reply(out, Answer::Json(&body), keep_alive);
     }
     // A quick call (no write-ahead wait): nothing is awaited from its opening to the end of
@@ -598,7 +598,7 @@ async fn request(
         }
         None => {
             let mut payload = Vec::with_capacity(256);
-            answer_inline(core, session, access, &id, &method, &params, &mut payload).await;
+            answer_inline(core, session, access, &id, method, &params, &mut payload).await;
             session.borrow_mut().finish(key, Bytes::from(payload));
         }
     }
@@ -673,7 +673,7 @@ async fn batch(
     for m in msgs {
         let (id, method, params) = match m {
             Message::Notification { method, params } => {
-                notification(session, &method, &params);
+                notification(session, method, &params);
                 continue;
             }
             Message::Response { id, outcome } => {
@@ -684,7 +684,7 @@ async fn batch(
         };
         body.push(if answered == 0 { b'[' } else { b',' });
         answered += 1;
-        batch_answer(core, req, session, access, &id, &method, &params, &mut body).await;
+        batch_answer(core, req, session, access, &id, method, &params, &mut body).await;
     }
     if answered == 0 {
         return reply(out, Answer::Accepted, keep_alive);

@@ -100,7 +100,7 @@ pub(crate) async fn serve(
         Err(e) => return meta_refusal(out, &id, &e, keep_alive),
     };
     let (mcp_method, mcp_name) = (req.header(&req.head.mcp_method), req.header(&req.head.mcp_name));
-    if let Err(e) = meta::check_headers(&method, &params, mcp_method, mcp_name) {
+    if let Err(e) = meta::check_headers(method, &params, mcp_method, mcp_name) {
         return meta_refusal(out, &id, &e, keep_alive);
     }
     core.metrics.modern_requests_total.inc();
@@ -110,7 +110,7 @@ pub(crate) async fn serve(
     // The per-tool policy: every 2026-07-28 request is authorized on its own (without
     // authorization there is no access to judge).
     if let Some(access) = access {
-        if let Some(challenge) = core.forbidden(SessionRef::STATELESS, access, &method, &params) {
+        if let Some(challenge) = core.forbidden(SessionRef::STATELESS, access, method, &params) {
             return refuse_scope(out, Some(&id), &challenge, keep_alive);
         }
     }
@@ -180,7 +180,7 @@ async fn answer(
         | "resources/read" => {
             let mut body = Vec::with_capacity(512);
             let registry = &core.registry;
-            registry.answer(SessionRef::STATELESS, access, &id, &method, &params, &mut body).await;
+            registry.answer(SessionRef::STATELESS, access, &id, method, &params, &mut body).await;
             let hints = cache_hints(core);
             decorate_result(&mut body, &id, &hints);
             reply(out, Answer::Json(&body), keep_alive)
@@ -188,7 +188,7 @@ async fn answer(
         "completion/complete" => {
             let mut body = Vec::with_capacity(256);
             let registry = &core.registry;
-            registry.answer(SessionRef::STATELESS, None, &id, &method, &params, &mut body).await;
+            registry.answer(SessionRef::STATELESS, None, &id, method, &params, &mut body).await;
             decorate_result(&mut body, &id, RESULT_COMPLETE);
             reply(out, Answer::Json(&body), keep_alive)
         }
@@ -197,13 +197,13 @@ async fn answer(
         "tasks/get" | "tasks/update" | "tasks/cancel" => {
             let capabilities = &request_meta.client_capabilities;
             if let Some(answer) =
-                task_call::recovered(core, req, &id, &method, &params, capabilities, out).await
+                task_call::recovered(core, req, &id, method, &params, capabilities, out).await
             {
                 return answer.widen();
             }
-            task_call::serve(core, req, &id, &method, &params, capabilities, out).widen()
+            task_call::serve(core, req, &id, method, &params, capabilities, out).widen()
         }
-        _ => method_not_found(&id, &method, out, keep_alive),
+        _ => method_not_found(&id, method, out, keep_alive),
     }
 }
 
