@@ -79,7 +79,8 @@ fn by_sessions(c: &mut Criterion) {
 
 fn fingerprinting(c: &mut Criterion) {
     let mut body = br#"{"name":"slow_counter","arguments":{"steps":10,"delay_ms":50},"_meta":{"progressToken":7}}"#.to_vec();
-    let params = simd_json::to_owned_value(&mut body).expect("json");
+    let tape = simd_json::to_tape(&mut body).expect("json");
+    let params = tape.as_value();
     c.bench_function("fingerprint_tools_call", |b| {
         b.iter(|| fingerprint(black_box("tools/call"), black_box(&params)))
     });

@@ -108,10 +108,10 @@ impl Core {
         session: crate::provider::SessionRef,
         access: Access<'_>,
         method: &str,
-        params: &crate::wire::WireValue,
+        params: &crate::wire::WireValue<'_>,
     ) -> Option<String> {
         use simd_json::prelude::*;
-        let text = |field: &str| params.get(field).and_then(|v| v.as_str());
+        let text = |field: &str| params.get(field).and_then(ValueIntoString::into_string);
         let named = |kind, name| Item { kind, name, provider: "", read_only: true };
         let canonical =
             |uri| crate::uri::canonical_bounded(uri, self.cfg.upstream.resource_uri_bytes_max);
@@ -124,7 +124,7 @@ impl Core {
             }
             "completion/complete" => {
                 let reference = params.get("ref")?;
-                let field = |key: &str| reference.get(key).and_then(|v| v.as_str());
+                let field = |key: &str| reference.get(key).and_then(ValueIntoString::into_string);
                 match field("type")? {
                     "ref/prompt" => access.missing(named(Kind::Prompt, field("name")?)),
                     "ref/resource" => {
@@ -220,6 +220,8 @@ pub(crate) struct Request<'a> {
     pub(crate) head: &'a RequestHead,
     pub(crate) head_bytes: &'a [u8],
     pub(crate) body: &'a mut [u8],
+    /// The connection's tape storage, which the body is decoded onto (`endpoint::admit`).
+    pub(crate) tape: &'a crate::wire::jsonrpc::TapeSlot,
     /// The connection's last validated token (`auth`), so keep-alive requests validate once.
     pub(crate) auth_cache: &'a ConnCache,
     /// Who the request's token names, once the endpoint authorized it (`None`: authorization
@@ -279,8 +281,8 @@ impl Request<'_> {
 pub(crate) struct Admitted<'a> {
     /// The request's head, token, span and connection.
     pub(crate) req: &'a Request<'a>,
-    /// The decoded body (a single message or a batch).
-    pub(crate) body: Body,
+    /// The decoded body (a single message or a batch), a view of the connection's tape.
+    pub(crate) body: Body<'a>,
     /// The per-tool policy's view of the request (`None`: no policy, or authorization off).
     pub(crate) access: Option<Access<'a>>,
 }

@@ -209,5 +209,6 @@ pub mod fuzz_support {
     pub use crate::legacy::session::{parse_event_id, push_event_id};
     pub use crate::trace::{TraceParent, TRACEPARENT_LEN};
     pub use crate::wire::jsonrpc::{canonical_params, decode, Body, DecodeError, Message};
+    pub use crate::wire::jsonrpc::{WireValue, CANONICAL_INLINE_KEYS};
     pub use crate::wire::sse::push_event;
 }

@@ -9,8 +9,8 @@
 //! `_meta` never changes the fingerprint.
 
 use simd_json::prelude::*;
-use simd_json::OwnedValue as Value;
-use tidemark::fuzz_support::{canonical_params, decode, fingerprint, Body, Message};
+use simd_json::Tape;
+use tidemark::fuzz_support::{canonical_params, decode, fingerprint, Body, Message, WireValue};
 
 /// The server's `config::JSON_DEPTH_MAX`.
 const JSON_DEPTH_MAX: usize = 64;
@@ -19,7 +19,8 @@ const ENVELOPE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"m","params":"#;
 
 pub fn check(data: &[u8]) {
     let mut body = data.to_vec();
-    let messages = match decode(&mut body, JSON_DEPTH_MAX) {
+    let mut tape = Tape::null();
+    let messages = match decode(&mut body, &mut tape, JSON_DEPTH_MAX) {
         Ok(Body::Single(m)) => vec![m],
         Ok(Body::Batch(ms)) => {
             assert!(!ms.is_empty(), "empty batch decoded");
@@ -31,36 +32,43 @@ pub fn check(data: &[u8]) {
         match message {
             Message::Request { method, params, .. } | Message::Notification { method, params } => {
                 let _ = fingerprint(method, params);
-                canonical_round_trip(params);
+                canonical_round_trip(*params);
             }
             Message::Response { .. } => {}
         }
     }
 }
 
-fn canonical_round_trip(params: &Value) {
+fn canonical_round_trip(params: WireValue<'_>) {
     let mut canon = String::new();
     canonical_params(params, &mut canon);
-    let again =
-        reparse(&canon).unwrap_or_else(|| panic!("canonical params do not decode: {canon}"));
+    let (mut body, mut tape) = (envelope(&canon), Tape::null());
+    let again = reparse(&mut body, &mut tape)
+        .unwrap_or_else(|| panic!("canonical params do not decode: {canon}"));
     let mut canon2 = String::new();
-    canonical_params(&again, &mut canon2);
+    canonical_params(again, &mut canon2);
     assert_eq!(canon2, canon, "canonical params are not a fixed point");
 
     let mut shuffled = String::new();
     reordered(params, &mut shuffled, true);
-    let other = reparse(&shuffled).unwrap_or_else(|| panic!("re-ordered params: {shuffled}"));
+    let (mut body, mut tape) = (envelope(&shuffled), Tape::null());
+    let other =
+        reparse(&mut body, &mut tape).unwrap_or_else(|| panic!("re-ordered params: {shuffled}"));
     assert_eq!(
         fingerprint("m", &other),
-        fingerprint("m", params),
+        fingerprint("m", &params),
         "key order or _meta changed the fingerprint: {canon} vs {shuffled}"
     );
 }
 
-/// Decodes `{"jsonrpc":"2.0","id":1,"method":"m","params":<params>}` and returns its params.
-fn reparse(params: &str) -> Option<Value> {
-    let mut body = format!("{ENVELOPE}{params}}}").into_bytes();
-    match decode(&mut body, JSON_DEPTH_MAX) {
+/// `{"jsonrpc":"2.0","id":1,"method":"m","params":<params>}`.
+fn envelope(params: &str) -> Vec<u8> {
+    format!("{ENVELOPE}{params}}}").into_bytes()
+}
+
+/// Decodes an `envelope` and returns its params.
+fn reparse<'a>(body: &'a mut [u8], tape: &'a mut Tape<'a>) -> Option<WireValue<'a>> {
+    match decode(body, tape, JSON_DEPTH_MAX) {
         Ok(Body::Single(Message::Request { params, .. })) => Some(params),
         _ => None,
     }
@@ -68,36 +76,36 @@ fn reparse(params: &str) -> Option<Value> {
 
 /// JSON text of `v` with every object's keys in reverse order and, at the top, a `_meta` of
 /// its own first (top-level `_meta` is per attempt: the fingerprint must ignore it).
-fn reordered(v: &Value, out: &mut String, top: bool) {
-    match v {
-        Value::Object(obj) => {
-            let mut keys: Vec<&String> = obj.keys().filter(|k| !(top && *k == "_meta")).collect();
-            keys.sort();
-            keys.reverse();
-            out.push('{');
-            if top {
-                out.push_str(r#""_meta":{"progressToken":[7]}"#);
-            }
-            for (i, k) in keys.iter().enumerate() {
-                if i > 0 || top {
-                    out.push(',');
-                }
-                out.push_str(&Value::from(k.as_str()).encode());
-                out.push(':');
-                reordered(&obj[k.as_str()], out, false);
-            }
-            out.push('}');
+fn reordered(v: WireValue<'_>, out: &mut String, top: bool) {
+    if let Some(obj) = v.as_object() {
+        let mut keys: Vec<&str> = obj.keys().filter(|k| !(top && *k == "_meta")).collect();
+        keys.sort();
+        keys.reverse();
+        out.push('{');
+        if top {
+            out.push_str(r#""_meta":{"progressToken":[7]}"#);
         }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                reordered(item, out, false);
+        for (i, k) in keys.iter().enumerate() {
+            if i > 0 || top {
+                out.push(',');
             }
-            out.push(']');
+            out.push_str(&simd_json::BorrowedValue::from(*k).encode());
+            out.push(':');
+            if let Some(child) = obj.get(*k) {
+                reordered(child, out, false);
+            }
         }
-        other => out.push_str(&other.encode()),
+        out.push('}');
+    } else if let Some(items) = v.as_array() {
+        out.push('[');
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            reordered(item, out, false);
+        }
+        out.push(']');
+    } else {
+        out.push_str(&v.encode());
     }
 }

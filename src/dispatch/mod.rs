@@ -15,7 +15,8 @@ use crate::auth::policy::{Item, Kind};
 use crate::auth::Access;
 use crate::fasthash::FastMap;
 use crate::provider::{
-    Changes, Provider, ProviderError, SessionInfo, SessionRef, SessionStart, ToolInfo, Value,
+    CallContext, Changes, LocalBoxFuture, Provider, ProviderError, ProviderResult, SessionInfo,
+    SessionRef, SessionStart, ToolArguments, ToolInfo, Value,
 };
 use crate::wire::jsonrpc::{self, RawId};
 use crate::wire::param_headers::{self, HeaderParam};
@@ -621,7 +622,7 @@ impl Registry {
         access: Option<Access<'_>>,
         id: &RawId,
         method: &str,
-        params: &WireValue,
+        params: &WireValue<'_>,
         out: &mut Vec<u8>,
     ) {
         let result = match method {
@@ -661,9 +662,9 @@ impl Registry {
                 let listed = self.gather("prompts", |p| p.list_prompts(session)).await;
                 listed.map(|list| only_allowed(list, "prompts", "name", Kind::Prompt, access))
             }
-            "prompts/get" => match params.get("name").and_then(|u| u.as_str()) {
+            "prompts/get" => match params.get("name").and_then(ValueIntoString::into_string) {
                 Some(name) => {
-                    let arguments = params.get("arguments").map(to_public).unwrap_or(Value::Null);
+                    let arguments = params.get("arguments").map(into_public).unwrap_or(Value::Null);
                     self.get_prompt(session, name, arguments).await
                 }
                 None => Err(ProviderError::InvalidParams("prompts/get needs a string name".into())),
@@ -789,9 +790,9 @@ impl Registry {
     /// The `completion/complete` result for the request's params (`{ref, argument, ...}`).
     /// Anything no provider recognises, malformed params and provider errors included,
     /// completes to nothing: the method has no error of its own that a client could act on.
-    async fn complete(&self, session: SessionRef, params: &WireValue) -> Value {
-        let reference = params.get("ref").map(to_public).unwrap_or(Value::Null);
-        let argument = params.get("argument").map(to_public).unwrap_or(Value::Null);
+    async fn complete(&self, session: SessionRef, params: &WireValue<'_>) -> Value {
+        let reference = params.get("ref").map(into_public).unwrap_or(Value::Null);
+        let argument = params.get("argument").map(into_public).unwrap_or(Value::Null);
         let mut values = Vec::new();
         for provider in self.providers().iter() {
             if let Ok(Some(found)) = provider.complete(session, &reference, &argument).await {
@@ -896,10 +897,10 @@ fn resource_not_found(uri: &str) -> ProviderError {
 /// missing or has no canonical form (`uri::canonical`): such a request reaches no provider.
 fn resource_uri<'p>(
     method: &str,
-    params: &'p WireValue,
+    params: &'p WireValue<'p>,
     max: usize,
 ) -> Result<&'p str, ProviderError> {
-    let Some(uri) = params.get("uri").and_then(|u| u.as_str()) else {
+    let Some(uri) = params.get("uri").and_then(ValueIntoString::into_string) else {
         return Err(ProviderError::InvalidParams(format!("{method} needs a string uri")));
     };
     match crate::uri::canonical_bounded(uri, max) {
@@ -1007,29 +1008,27 @@ fn capabilities(has_resources: bool, has_prompts: bool) -> Value {
     Value::Object(capabilities)
 }
 
-/// The provider API's value for a decoded request value (the decoder's strings move, numbers
-/// keep their kind).
-pub(crate) fn into_public(value: WireValue) -> Value {
-    use simd_json::{OwnedValue, StaticNode};
-    match value {
-        OwnedValue::Static(StaticNode::Null) => Value::Null,
-        OwnedValue::Static(StaticNode::Bool(b)) => Value::Bool(b),
-        OwnedValue::Static(StaticNode::I64(n)) => Value::from(n),
-        OwnedValue::Static(StaticNode::U64(n)) => Value::from(n),
-        OwnedValue::Static(StaticNode::F64(n)) => {
-            serde_json::Number::from_f64(n).map_or(Value::Null, Value::Number)
-        }
-        OwnedValue::String(s) => Value::String(s),
-        OwnedValue::Array(items) => Value::Array(items.into_iter().map(into_public).collect()),
-        OwnedValue::Object(object) => {
-            Value::Object(object.into_iter().map(|(k, v)| (k, into_public(v))).collect())
-        }
-    }
+/// The provider API's value for a decoded request value (a copy: `wire::jsonrpc::to_serde`).
+pub(crate) fn into_public(value: WireValue<'_>) -> Value {
+    crate::wire::jsonrpc::to_serde(value)
 }
 
-/// `into_public` of a borrowed value.
-pub(crate) fn to_public(value: &WireValue) -> Value {
-    into_public(value.clone())
+/// Starts `tools/call` of `route` with the request's `arguments` (`None`: absent): borrowed in
+/// place when the provider reads them so (the built-in sets), else copied into the
+/// `serde_json` value a user provider takes (`into_public`).
+pub(crate) fn call_tool(
+    route: ToolRoute,
+    arguments: Option<WireValue<'_>>,
+    cx: CallContext,
+) -> LocalBoxFuture<'static, ProviderResult<Value>> {
+    let ToolRoute { name, provider, .. } = route;
+    match provider.call_tool_in_place(&name, ToolArguments(arguments), cx) {
+        Ok(work) => work,
+        Err(cx) => {
+            let arguments = arguments.map(into_public).unwrap_or(Value::Null);
+            Box::pin(async move { provider.call_tool(&name, arguments, cx).await })
+        }
+    }
 }
 
 /// A provider's error as a JSON-RPC error response (MCP: unknown names are invalid params),

@@ -35,8 +35,7 @@ fn full() -> Registry {
 /// The response bytes `answer` writes for `method` with `params` (JSON text, decoded as the
 /// request decoder does).
 fn respond_text(registry: &Registry, method: &str, params: &str) -> Vec<u8> {
-    let mut text = params.as_bytes().to_vec();
-    let params: WireValue = simd_json::to_owned_value(&mut text).expect("params are JSON");
+    let params: WireValue<'_> = crate::wire::jsonrpc::leaked_value(params);
     let mut out = Vec::new();
     run(registry.answer(SessionRef::NONE, None, &RawId::new(ID), method, &params, &mut out));
     out
@@ -626,7 +625,7 @@ fn session_start(session: SessionRef, capabilities: Value) -> SessionStart {
 }
 
 fn names_for(registry: &Registry, session: SessionRef) -> Vec<String> {
-    let params: WireValue = simd_json::to_owned_value(&mut b"{}".to_vec()).expect("JSON");
+    let params: WireValue<'_> = crate::wire::jsonrpc::leaked_value("{}");
     let mut out = Vec::new();
     run(registry.answer(session, None, &RawId::new(ID), "tools/list", &params, &mut out));
     let response: Value = serde_json::from_slice(&out).expect("JSON");

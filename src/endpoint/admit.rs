@@ -44,14 +44,17 @@ pub(super) fn era(req: &Request<'_>) -> Era {
 /// Admits a POST whose headers chose `era`: decodes its body (a body that is no JSON, or no
 /// JSON-RPC, is refused here: 400 with -32700 or -32600), settles its era, labels it, names its
 /// span and works out its access. `Err`: refused, the answer is in `out`.
-pub(super) fn admit<'a>(
+pub(super) fn admit<'a, 'b>(
     core: &'a Core,
-    req: &'a mut Request<'_>,
+    req: &'a mut Request<'b>,
     era: Era,
+    tape: &'a mut simd_json::Tape<'b>,
     out: &mut Vec<u8>,
 ) -> Result<(Era, Admitted<'a>), Answered> {
     let keep_alive = req.head.keep_alive;
-    let body = match jsonrpc::decode(req.body, crate::config::JSON_DEPTH_MAX) {
+    // Decoded in place for as long as the request lives ('b): no one reads the bytes after.
+    let bytes = std::mem::take(&mut req.body);
+    let body = match jsonrpc::decode(bytes, tape, crate::config::JSON_DEPTH_MAX) {
         Ok(b) => b,
         Err(jsonrpc::DecodeError::Parse) => {
             return Err(refuse(out, Refusal::ParseError, None, keep_alive))
@@ -66,7 +69,7 @@ pub(super) fn admit<'a>(
         // HeaderMismatch (or 404s a modern `initialize`), as the revision says.
         (Era::Legacy, Body::Single(Message::Request { params, .. }))
             if req.head.session_id.is_none()
-                && crate::wire::revision::carries_modern_meta(params) =>
+                && crate::wire::revision::carries_modern_meta(*params) =>
         {
             Era::Modern
         }
@@ -86,7 +89,7 @@ pub(super) fn admit<'a>(
 
 /// The `method` label of a decoded body (`metrics::RequestLabel`): a request's method, any
 /// notification as `notification`, anything else (responses, batches) as `other`.
-fn label_method(body: &Body) -> &str {
+fn label_method<'a>(body: &Body<'a>) -> &'a str {
     match body {
         Body::Single(Message::Request { method, .. }) => method,
         Body::Single(Message::Notification { .. }) => "notification",
@@ -105,8 +108,8 @@ fn note_span(req: &Request<'_>, body: &Body) {
     let mut span = span.borrow_mut();
     match body {
         Body::Single(Message::Request { id, method, params }) => {
-            let text = |field: &str| params.get(field).and_then(|v| v.as_str());
-            let target = match method.as_str() {
+            let text = |field: &str| params.get(field).and_then(ValueIntoString::into_string);
+            let target = match *method {
                 "tools/call" | "prompts/get" => text("name"),
                 _ => None,
             };
@@ -118,7 +121,7 @@ fn note_span(req: &Request<'_>, body: &Body) {
             let id = id.as_str();
             let id = id.strip_prefix('"').and_then(|i| i.strip_suffix('"')).unwrap_or(id);
             span.set_str("jsonrpc.request.id", id);
-            match (method.as_str(), target) {
+            match (*method, target) {
                 ("tools/call", Some(tool)) => {
                     span.set_str("gen_ai.tool.name", tool);
                     span.set_str("gen_ai.operation.name", "execute_tool");

@@ -221,15 +221,17 @@ async fn route(edge: &Endpoint, mut req: Request<'_>, out: &mut Vec<u8>) -> Outc
 
 /// A POST: admitted at the edge (`admit`: decoded once, labelled, its span named, its access
 /// worked out, its era settled), then served by that era.
+/// The body's tape comes from the connection and goes back to it once the request is served.
 async fn post(edge: &Endpoint, req: &mut Request<'_>, era: Era, out: &mut Vec<u8>) -> Outcome {
-    let (era, admitted) = match admit::admit(edge, req, era, out) {
-        Ok(admitted) => admitted,
-        Err(refused) => return refused.into_edge(),
+    let slot = req.tape;
+    let mut tape = slot.take();
+    let outcome = match admit::admit(edge, req, era, &mut tape, out) {
+        Ok((Era::Legacy, admitted)) => legacy::post(&edge.legacy, admitted, out).await.into(),
+        Ok((Era::Modern, admitted)) => modern::serve(&edge.modern, admitted, out).await.into(),
+        Err(refused) => refused.into_edge(),
     };
-    match era {
-        Era::Legacy => legacy::post(&edge.legacy, admitted, out).await.into(),
-        Era::Modern => modern::serve(&edge.modern, admitted, out).await.into(),
-    }
+    slot.put(tape);
+    outcome
 }
 
 /// A request refused authorization: counted by reason, answered with its challenge.

@@ -202,14 +202,14 @@ pub(super) async fn classify(
     core: &Rc<LegacyCore>,
     session: crate::provider::SessionRef,
     method: &str,
-    params: &WireValue,
+    params: &WireValue<'_>,
 ) -> Result<Classified, (Code, String)> {
     let fingerprint = fingerprint(method, params);
     if method != "tools/call" {
         let idempotent = migration::method_is_idempotent(method);
         return Ok(Classified { tool: None, idempotent, fingerprint });
     }
-    let Some(name) = params.get("name").and_then(|n| n.as_str()) else {
+    let Some(name) = params.get("name").and_then(ValueIntoString::into_string) else {
         return Err((Code::InvalidParams, "tools/call needs a string name".to_owned()));
     };
     core.registry.refresh_if_stale(session).await;
@@ -222,13 +222,13 @@ pub(super) async fn classify(
     }
 }
 
-/// Hash of method + canonical params (key order and top-level `_meta` ignored).
-pub fn fingerprint(method: &str, params: &WireValue) -> u64 {
-    let mut canon = String::with_capacity(64);
-    jsonrpc::canonical_params(params, &mut canon);
+/// Hash of method + canonical params (key order and top-level `_meta` ignored): the hash of
+/// `method` and of the canonical text as two `str`s, the text fed to the hasher as it is made
+/// (no buffer). Stored by the durable mirror, so it must not change for the same params.
+pub fn fingerprint(method: &str, params: &WireValue<'_>) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     method.hash(&mut h);
-    canon.hash(&mut h);
+    jsonrpc::hash_canonical_params(*params, &mut h);
     h.finish()
 }
 

@@ -292,7 +292,7 @@ pub(crate) async fn post(
             request(core, req, &session, access, parts, out, keep_alive).await
         }
         Body::Single(Message::Notification { method, params }) => {
-            notification(&session, &method, &params);
+            notification(&session, method, &params);
             reply(out, Answer::Accepted, keep_alive)
         }
         Body::Single(Message::Response { id, outcome }) => {
@@ -333,7 +333,7 @@ fn forbidden_in(
 async fn sessionless(
     core: &Rc<LegacyCore>,
     req: &Request<'_>,
-    body: Body,
+    body: Body<'_>,
     out: &mut Vec<u8>,
 ) -> Outcome {
     let keep_alive = req.head.keep_alive;
@@ -368,7 +368,7 @@ async fn sessionless(
 async fn initialize(
     core: &Rc<LegacyCore>,
     id: RawId,
-    params: WireValue,
+    params: WireValue<'_>,
     subject: Option<Box<str>>,
     caller: Option<Caller>,
     out: &mut Vec<u8>,
@@ -382,7 +382,8 @@ async fn initialize(
         core.metrics.limit_sessions.inc();
         return refuse(out, Refusal::TooManySessions, Some(&id), keep_alive);
     }
-    let requested = params.get("protocolVersion").and_then(|v| v.as_str()).unwrap_or("");
+    let requested =
+        params.get("protocolVersion").and_then(ValueIntoString::into_string).unwrap_or("");
     let version =
         LEGACY_VERSIONS.iter().copied().find(|v| *v == requested).unwrap_or(LEGACY_VERSIONS[0]);
     let (Ok(sid), Ok(tag)) =
@@ -484,7 +485,7 @@ fn random_u32() -> Result<u32, getrandom::Error> {
 
 /// Notifications are never held or refused (CONTRACT §4). `notifications/cancelled` stops an
 /// owed or running request.
-fn notification(session: &SessionRc, method: &str, params: &WireValue) {
+fn notification(session: &SessionRc, method: &str, params: &WireValue<'_>) {
     if method != "notifications/cancelled" {
         return;
     }
@@ -501,7 +502,7 @@ fn notification(session: &SessionRc, method: &str, params: &WireValue) {
 }
 
 /// A JSON-RPC response POSTed by the client: the answer to a server→client request.
-fn client_answer(session: &SessionRc, id: &RawId, outcome: Result<WireValue, WireValue>) {
+fn client_answer(session: &SessionRc, id: &RawId, outcome: Result<WireValue<'_>, WireValue<'_>>) {
     let Ok(n) = id.as_str().parse::<u64>() else { return };
     let pending = session.borrow_mut().take_pending_client(n);
     if let Some(p) = pending {
@@ -512,10 +513,10 @@ fn client_answer(session: &SessionRc, id: &RawId, outcome: Result<WireValue, Wir
 }
 
 /// One JSON-RPC request as the decision and the dispatch see it.
-struct RequestParts {
+struct RequestParts<'a> {
     id: RawId,
-    method: String,
-    params: WireValue,
+    method: &'a str,
+    params: WireValue<'a>,
     idempotency_key: Option<Box<str>>,
     /// The request span's context (`None`: tracing is off), for the call's upstream spans.
     trace: Option<crate::trace::TraceParent>,
@@ -527,13 +528,13 @@ async fn request(
     req: &Request<'_>,
     session: &SessionRc,
     access: Option<Access<'_>>,
-    parts: RequestParts,
+    parts: RequestParts<'_>,
     out: &mut Vec<u8>,
     keep_alive: bool,
 ) -> Outcome {
-    let RequestParts { id, method, mut params, idempotency_key, trace } = parts;
+    let RequestParts { id, method, params, idempotency_key, trace } = parts;
     let reference = session.borrow().reference();
-    let class = match classify(core, reference, &method, &params).await {
+    let class = match classify(core, reference, method, &params).await {
         Ok(class) => class,
         Err((code, message)) => {
             return crate::core::reply_error(out, &id, code, &message, keep_alive);
@@ -562,7 +563,7 @@ async fn request(
     if !streams {
         // The body straight into `out`; the head goes in front of it.
         let body_at = out.len();
-        answer_inline(core, session, access, &id, &method, &params, out).await;
+        answer_inline(core, session, access, &id, method, &params, out).await;
         return reply(out, Answer::JsonAt { body_at }, keep_alive);
     }
     let progress_token = progress_token_of(&params);
@@ -593,14 +594,11 @@ async fn request(
             if !class.idempotent && core.mirror.is_some() {
                 adopt::write_ahead(core, session).await;
             }
-            let arguments = params.as_object_mut().and_then(|p| p.remove("arguments"));
-            let arguments =
-                arguments.map(dispatch::into_public).unwrap_or(crate::provider::Value::Null);
-            run_call(session, key, route, arguments, trace);
+            run_call(session, key, route, params.get("arguments"), trace);
         }
         None => {
             let mut payload = Vec::with_capacity(256);
-            answer_inline(core, session, access, &id, &method, &params, &mut payload).await;
+            answer_inline(core, session, access, &id, method, &params, &mut payload).await;
             session.borrow_mut().finish(key, Bytes::from(payload));
         }
     }
@@ -627,14 +625,14 @@ fn run_call(
     session: &SessionRc,
     key: StreamKey,
     route: ToolRoute,
-    mut arguments: crate::provider::Value,
+    arguments: Option<WireValue<'_>>,
     trace: Option<crate::trace::TraceParent>,
 ) {
-    let ToolRoute { name, provider, .. } = route;
-    if let Some(builtin) = crate::provider::builtin::as_builtin(provider.as_ref()) {
+    if let Some(builtin) = crate::provider::builtin::as_builtin(route.provider.as_ref()) {
         let make_cx = || call_context(session, key).with_trace(trace);
         let source = crate::provider::builtin::ContextSource::Lazy(&make_cx);
-        match builtin.call(&name, &mut arguments, source) {
+        let in_place = crate::provider::ToolArguments(arguments);
+        match builtin.call(&route.name, in_place, source) {
             Some(BuiltinCall::Now(outcome)) => return stream::finish_now(session, key, outcome),
             Some(BuiltinCall::Running(work)) => {
                 return stream::spawn_job(session.clone(), key, work)
@@ -642,13 +640,10 @@ fn run_call(
             None => {}
         }
     }
+    // A user provider: its arguments copied into the provider API's value (`dispatch`).
     let cx = call_context(session, key).with_trace(trace);
-    let work = Box::pin(async move {
-        provider
-            .call_tool(&name, arguments, cx)
-            .await
-            .map(crate::provider::builtin::ToolAnswer::Value)
-    });
+    let work = dispatch::call_tool(route, arguments, cx);
+    let work = Box::pin(async move { work.await.map(crate::provider::builtin::ToolAnswer::Value) });
     stream::spawn_job(session.clone(), key, work);
 }
 
@@ -670,7 +665,7 @@ async fn answer_inline(
     access: Option<Access<'_>>,
     id: &RawId,
     method: &str,
-    params: &WireValue,
+    params: &WireValue<'_>,
     out: &mut Vec<u8>,
 ) {
     if method != "logging/setLevel" {
@@ -678,7 +673,7 @@ async fn answer_inline(
         core.registry.answer(reference, access, id, method, params, out).await;
         return;
     }
-    match params.get("level").and_then(|l| l.as_str()).and_then(LogLevel::parse) {
+    match params.get("level").and_then(ValueIntoString::into_string).and_then(LogLevel::parse) {
         Some(level) => {
             session.borrow_mut().log_level = level;
             jsonrpc::push_result(out, id, b"{}");
@@ -702,7 +697,7 @@ async fn batch(
     req: &Request<'_>,
     session: &SessionRc,
     access: Option<Access<'_>>,
-    msgs: Vec<Message>,
+    msgs: Vec<Message<'_>>,
     out: &mut Vec<u8>,
     keep_alive: bool,
 ) -> Outcome {
@@ -714,7 +709,7 @@ async fn batch(
     for m in msgs {
         let (id, method, params) = match m {
             Message::Notification { method, params } => {
-                notification(session, &method, &params);
+                notification(session, method, &params);
                 continue;
             }
             Message::Response { id, outcome } => {
@@ -725,7 +720,7 @@ async fn batch(
         };
         body.push(if answered == 0 { b'[' } else { b',' });
         answered += 1;
-        batch_answer(core, req, session, access, &id, &method, &params, &mut body).await;
+        batch_answer(core, req, session, access, &id, method, &params, &mut body).await;
     }
     if answered == 0 {
         return reply(out, Answer::Accepted, keep_alive);
@@ -743,7 +738,7 @@ async fn batch_answer(
     access: Option<Access<'_>>,
     id: &RawId,
     method: &str,
-    params: &WireValue,
+    params: &WireValue<'_>,
     body: &mut Vec<u8>,
 ) {
     if method == "tools/call" || method == "initialize" {

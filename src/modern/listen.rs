@@ -66,7 +66,7 @@ fn counts() -> [u64; 3] {
 pub(crate) fn start(
     core: &Core,
     id: RawId,
-    params: &WireValue,
+    params: &WireValue<'_>,
     out: &mut Vec<u8>,
 ) -> Outcome<ListenJob> {
     let Some(requested) = params.get("notifications").filter(|n| n.is_object()) else {

@@ -72,13 +72,14 @@ pub(crate) struct RequestMeta {
 /// `MCP-Protocol-Version` value (absent: a client that put modern `_meta` on a request without
 /// the header, which the spec says to refuse with HeaderMismatch).
 pub(crate) fn check_meta(
-    params: &WireValue,
+    params: &WireValue<'_>,
     header: Option<&[u8]>,
 ) -> Result<RequestMeta, MetaError> {
     let Some(meta) = params.get("_meta").filter(|m| m.is_object()) else {
         return Err(MetaError::invalid_params("params._meta is required (MCP 2026-07-28)"));
     };
-    let Some(version) = meta.get(META_PROTOCOL_VERSION).and_then(|v| v.as_str()) else {
+    let Some(version) = meta.get(META_PROTOCOL_VERSION).and_then(ValueIntoString::into_string)
+    else {
         return Err(MetaError::invalid_params(format!(
             "_meta[\"{META_PROTOCOL_VERSION}\"] is required"
         )));
@@ -113,8 +114,8 @@ pub(crate) fn check_meta(
         },
     };
     Ok(RequestMeta {
-        client_capabilities: crate::dispatch::to_public(capabilities),
-        client_info: meta.get(META_CLIENT_INFO).map(crate::dispatch::to_public),
+        client_capabilities: crate::dispatch::into_public(capabilities),
+        client_info: meta.get(META_CLIENT_INFO).map(crate::dispatch::into_public),
         log_level,
         progress_token: meta.get("progressToken").map(|t| Box::from(t.encode().as_str())),
     })
@@ -144,7 +145,7 @@ fn name_member(method: &str) -> Option<&'static str> {
 /// the method has one (SEP-2243). Both are required.
 pub(crate) fn check_headers(
     method: &str,
-    params: &WireValue,
+    params: &WireValue<'_>,
     mcp_method: Option<&[u8]>,
     mcp_name: Option<&[u8]>,
 ) -> Result<(), MetaError> {
@@ -159,7 +160,7 @@ pub(crate) fn check_headers(
         Some(_) => {}
     }
     let Some(member) = name_member(method) else { return Ok(()) };
-    let Some(body) = params.get(member).and_then(|v| v.as_str()) else {
+    let Some(body) = params.get(member).and_then(ValueIntoString::into_string) else {
         // The body lacks the member: the method's own validation reports it (-32602).
         return Ok(());
     };
@@ -184,11 +185,11 @@ pub(crate) fn check_headers(
 /// (case-insensitive).
 pub(crate) fn check_param_headers<'h>(
     declared: &[HeaderParam],
-    arguments: &WireValue,
+    arguments: &WireValue<'_>,
     find: impl Fn(&str) -> Option<&'h [u8]>,
 ) -> Result<(), MetaError> {
     for param in declared {
-        let value = param.path.iter().try_fold(arguments, |node, key| node.get(key.as_str()));
+        let value = param.path.iter().try_fold(*arguments, |node, key| node.get(key.as_str()));
         let Some(value) = value.filter(|v| !v.is_null()) else {
             continue;
         };
@@ -246,9 +247,8 @@ pub(crate) fn capability_of(method: &str) -> Option<&'static str> {
 mod tests {
     use super::*;
 
-    fn wire(text: &str) -> WireValue {
-        let mut bytes = text.as_bytes().to_vec();
-        simd_json::to_owned_value(&mut bytes).expect("json")
+    fn wire(text: &str) -> WireValue<'static> {
+        crate::wire::jsonrpc::leaked_value(text)
     }
 
     fn meta(version: &str) -> String {

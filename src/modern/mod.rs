@@ -100,7 +100,7 @@ pub(crate) async fn serve(
         Err(e) => return meta_refusal(out, &id, &e, keep_alive),
     };
     let (mcp_method, mcp_name) = (req.header(&req.head.mcp_method), req.header(&req.head.mcp_name));
-    if let Err(e) = meta::check_headers(&method, &params, mcp_method, mcp_name) {
+    if let Err(e) = meta::check_headers(method, &params, mcp_method, mcp_name) {
         return meta_refusal(out, &id, &e, keep_alive);
     }
     core.metrics.modern_requests_total.inc();
@@ -110,12 +110,12 @@ pub(crate) async fn serve(
     // The per-tool policy: every 2026-07-28 request is authorized on its own (without
     // authorization there is no access to judge).
     if let Some(access) = access {
-        if let Some(challenge) = core.forbidden(SessionRef::STATELESS, access, &method, &params) {
+        if let Some(challenge) = core.forbidden(SessionRef::STATELESS, access, method, &params) {
             return refuse_scope(out, Some(&id), &challenge, keep_alive);
         }
     }
     let parts = Parts { id, method, params, request_meta };
-    let work = match parts.method.as_str() {
+    let work = match parts.method {
         "tools/call" => match tools_call(core, req, parts, out).await {
             Ok(call) => Work::Call(call),
             Err(answered) => return answered,
@@ -143,16 +143,16 @@ pub(crate) async fn serve(
 }
 
 /// A checked modern request: a `tools/call` ready to run, or any other method.
-enum Work {
-    Call(ToolCall),
-    Other(Parts),
+enum Work<'a> {
+    Call(ToolCall<'a>),
+    Other(Parts<'a>),
 }
 
 /// A modern request that passed its checks, as its method's answer takes it.
-struct Parts {
+struct Parts<'a> {
     id: RawId,
-    method: String,
-    params: WireValue,
+    method: &'a str,
+    params: WireValue<'a>,
     request_meta: RequestMeta,
 }
 
@@ -162,12 +162,12 @@ async fn answer(
     core: &Rc<ModernCore>,
     req: &Request<'_>,
     access: Option<Access<'_>>,
-    parts: Parts,
+    parts: Parts<'_>,
     out: &mut Vec<u8>,
 ) -> Outcome {
     let keep_alive = req.head.keep_alive;
     let Parts { id, method, params, request_meta } = parts;
-    match method.as_str() {
+    match method {
         "server/discover" => {
             let mut body = Vec::with_capacity(512);
             crate::wire::push_result_value(&mut body, &id, &discover_result(core));
@@ -180,7 +180,7 @@ async fn answer(
         | "resources/read" => {
             let mut body = Vec::with_capacity(512);
             let registry = &core.registry;
-            registry.answer(SessionRef::STATELESS, access, &id, &method, &params, &mut body).await;
+            registry.answer(SessionRef::STATELESS, access, &id, method, &params, &mut body).await;
             let hints = cache_hints(core);
             decorate_result(&mut body, &id, &hints);
             reply(out, Answer::Json(&body), keep_alive)
@@ -188,7 +188,7 @@ async fn answer(
         "completion/complete" => {
             let mut body = Vec::with_capacity(256);
             let registry = &core.registry;
-            registry.answer(SessionRef::STATELESS, None, &id, &method, &params, &mut body).await;
+            registry.answer(SessionRef::STATELESS, None, &id, method, &params, &mut body).await;
             decorate_result(&mut body, &id, RESULT_COMPLETE);
             reply(out, Answer::Json(&body), keep_alive)
         }
@@ -197,13 +197,13 @@ async fn answer(
         "tasks/get" | "tasks/update" | "tasks/cancel" => {
             let capabilities = &request_meta.client_capabilities;
             if let Some(answer) =
-                task_call::recovered(core, req, &id, &method, &params, capabilities, out).await
+                task_call::recovered(core, req, &id, method, &params, capabilities, out).await
             {
                 return answer.widen();
             }
-            task_call::serve(core, req, &id, &method, &params, capabilities, out).widen()
+            task_call::serve(core, req, &id, method, &params, capabilities, out).widen()
         }
-        _ => method_not_found(&id, &method, out, keep_alive),
+        _ => method_not_found(&id, method, out, keep_alive),
     }
 }
 
@@ -268,15 +268,15 @@ const MODERN_INSTRUCTIONS: &str = "tidemark: a dropped response stream cancels t
 /// `tools/call` up to its run: the tool's route, its `x-mcp-header` parameters, its task
 /// support and input round, its `Idempotency-Key` (a retry answered from its record:
 /// `keyed_lookup`). `Ok`: new work, which `serve` rate-limits and `run_tool` runs.
-async fn tools_call(
+async fn tools_call<'a>(
     core: &Rc<ModernCore>,
     req: &Request<'_>,
-    parts: Parts,
+    parts: Parts<'a>,
     out: &mut Vec<u8>,
-) -> Result<ToolCall, Outcome> {
+) -> Result<ToolCall<'a>, Outcome> {
     let keep_alive = req.head.keep_alive;
-    let Parts { id, mut params, request_meta, .. } = parts;
-    let Some(name) = string_name(&mut params) else {
+    let Parts { id, params, request_meta, .. } = parts;
+    let Some(name) = string_name(&params) else {
         let message = "tools/call needs a string name";
         return Err(crate::core::reply_error(out, &id, Code::InvalidParams, message, keep_alive));
     };
@@ -284,11 +284,10 @@ async fn tools_call(
     let Some(route) = core.registry.tool(SessionRef::STATELESS, &name) else {
         return Err(unknown_tool(core, &id, &name, out, keep_alive));
     };
-    let null = WireValue::null();
-    let arguments = params.get("arguments").unwrap_or(&null);
+    let arguments = params.get("arguments").unwrap_or(WireValue::null());
     if !route.header_params.is_empty() {
         let find = |wanted: &str| crate::http::header_named(req.head_bytes, wanted);
-        if let Err(e) = meta::check_param_headers(&route.header_params, arguments, find) {
+        if let Err(e) = meta::check_param_headers(&route.header_params, &arguments, find) {
             return Err(meta_refusal(out, &id, &e, keep_alive));
         }
     }
@@ -301,6 +300,7 @@ async fn tools_call(
         Ok(round) => round,
         Err(e) => return Err(meta_refusal(out, &id, &e, keep_alive)),
     };
+    let arguments = params.get("arguments");
     let scoped_key = match req.header(&req.head.idempotency_key) {
         None => None,
         // A key that is not UTF-8 (the edge refuses it already; never decoded lossily).
@@ -317,9 +317,6 @@ async fn tools_call(
             return Err(answered);
         }
     }
-    // Converted only for new work: a retry answered from its record never needs them.
-    let arguments = params.as_object_mut().and_then(|p| p.remove("arguments"));
-    let arguments = arguments.map(dispatch::into_public).unwrap_or(Value::Null);
     let keyed = scoped_key.map(|key| (key, fingerprint));
     Ok(ToolCall { id, route, arguments, request_meta, answers, binding, may_become_task, keyed })
 }
@@ -392,10 +389,11 @@ async fn keyed_lookup(
 }
 
 /// One `tools/call` that passed its checks and is new work: what `run_tool` runs.
-struct ToolCall {
+struct ToolCall<'a> {
     id: RawId,
     route: ToolRoute,
-    arguments: Value,
+    /// The request's `arguments` (`None`: absent), read in place by a built-in tool.
+    arguments: Option<WireValue<'a>>,
     request_meta: RequestMeta,
     /// The client's answers so far (`input_round`).
     answers: serde_json::Map<String, Value>,
@@ -413,7 +411,7 @@ struct ToolCall {
 async fn run_tool(
     core: &Rc<ModernCore>,
     req: &Request<'_>,
-    call: ToolCall,
+    call: ToolCall<'_>,
     out: &mut Vec<u8>,
 ) -> Outcome {
     let keep_alive = req.head.keep_alive;
@@ -437,8 +435,7 @@ async fn run_tool(
     .with_caller(req.caller())
     .with_trace(req.trace());
     let route_safe_to_repeat = route.safe_to_repeat;
-    let ToolRoute { name, provider, .. } = route;
-    let work = Box::pin(async move { provider.call_tool(&name, arguments, cx).await });
+    let work = dispatch::call_tool(route, arguments, cx);
     let work = task_call::augment(core, req.subject(), task_sink, work);
     let job = CallJob::new(id.clone(), sink.clone(), work, binding, core.cfg.modern.state_ttl);
     let Some((scoped_key, fingerprint)) = keyed else {
@@ -480,7 +477,8 @@ fn answer_now(call: &ToolCall, out: &mut Vec<u8>, keep_alive: bool) -> Option<Ou
         return None;
     }
     let builtin = crate::provider::builtin::as_builtin(call.route.provider.as_ref())?;
-    let outcome = builtin.call_now(&call.route.name, &call.arguments)?;
+    let arguments = crate::provider::ToolArguments(call.arguments);
+    let outcome = builtin.call_now(&call.route.name, arguments)?;
     Some(crate::core::with_body(|body| {
         let status = call::render_answer(&call.id, outcome, RESULT_COMPLETE, body);
         reply(out, Answer::JsonStatus { status, body }, keep_alive)
@@ -517,12 +515,12 @@ async fn prompts_get(
     core: &Rc<ModernCore>,
     req: &Request<'_>,
     id: RawId,
-    mut params: WireValue,
+    params: WireValue<'_>,
     request_meta: RequestMeta,
     out: &mut Vec<u8>,
 ) -> Outcome {
     let keep_alive = req.head.keep_alive;
-    let Some(name) = string_name(&mut params) else {
+    let Some(name) = string_name(&params) else {
         let message = "prompts/get needs a string name";
         return crate::core::reply_error(out, &id, Code::InvalidParams, message, keep_alive);
     };
@@ -530,7 +528,7 @@ async fn prompts_get(
         Ok(round) => round,
         Err(e) => return meta_refusal(out, &id, &e, keep_alive),
     };
-    let arguments = params.get("arguments").map(dispatch::to_public).unwrap_or(Value::Null);
+    let arguments = params.get("arguments").map(dispatch::into_public).unwrap_or(Value::Null);
     let sink = sink_for(core, request_meta, answers, None);
     let cx = CallContext::new(sink.clone(), SessionRef::STATELESS, meta::MODERN_VERSION)
         .with_caller(req.caller())
@@ -543,13 +541,9 @@ async fn prompts_get(
     start_call(job, out, keep_alive).await
 }
 
-/// `params.name` when it is a string (`tools/call`, `prompts/get`), moved out of `params`
-/// (nothing reads it there afterwards): no copy of the name per call.
-fn string_name(params: &mut WireValue) -> Option<String> {
-    match params.as_object_mut()?.remove("name")? {
-        WireValue::String(name) => Some(name),
-        _ => None,
-    }
+/// `params.name` when it is a string (`tools/call`, `prompts/get`).
+fn string_name(params: &WireValue<'_>) -> Option<String> {
+    params.get("name").and_then(ValueIntoString::into_string).map(str::to_owned)
 }
 
 /// The sink of a call that runs with `request_meta`, the client's `answers` so far, and (a
@@ -580,14 +574,15 @@ fn input_round(
     req: &Request<'_>,
     method: &str,
     name: &str,
-    params: &WireValue,
+    params: &WireValue<'_>,
 ) -> Result<(serde_json::Map<String, Value>, state::Binding), MetaError> {
     let invalid = |message: &str| MetaError {
         code: Code::InvalidParams,
         message: message.to_owned(),
         data: None,
     };
-    let mut canonical = String::new();
+    // One allocation for the usual arguments rather than a string grown piece by piece.
+    let mut canonical = String::with_capacity(128);
     if let Some(arguments) = params.get("arguments") {
         jsonrpc::canonical_params(arguments, &mut canonical);
     }
@@ -608,7 +603,7 @@ fn input_round(
     // so its newest word wins (docs/wire.md, "Decisions where the revision is silent").
     match params.get("inputResponses") {
         None => {}
-        Some(responses) => match dispatch::to_public(responses) {
+        Some(responses) => match dispatch::into_public(responses) {
             // A carried key (a bridge's upstream state) comes only from the sealed state.
             Value::Object(responses) => answers
                 .extend(responses.into_iter().filter(|(key, _)| !key.starts_with(CARRIED_PREFIX))),

@@ -371,7 +371,7 @@ pub(crate) async fn recovered(
     req: &Request<'_>,
     id: &RawId,
     method: &str,
-    params: &WireValue,
+    params: &WireValue<'_>,
     client_capabilities: &Value,
     out: &mut Vec<u8>,
 ) -> Option<Answered> {
@@ -379,7 +379,7 @@ pub(crate) async fn recovered(
     {
         return None;
     }
-    let task_id = params.get("taskId").and_then(|t| t.as_str())?;
+    let task_id = params.get("taskId").and_then(ValueIntoString::into_string)?;
     if core.tasks.holds(req.subject(), task_id, Instant::now()) {
         return None;
     }
@@ -405,7 +405,7 @@ pub(crate) fn serve(
     req: &Request<'_>,
     id: &RawId,
     method: &str,
-    params: &WireValue,
+    params: &WireValue<'_>,
     client_capabilities: &Value,
     out: &mut Vec<u8>,
 ) -> Answered {
@@ -414,7 +414,7 @@ pub(crate) fn serve(
         let e = missing_extension(&format!("{method} needs the tasks extension"));
         return e.refuse(out, id, keep_alive);
     }
-    let Some(task_id) = params.get("taskId").and_then(|t| t.as_str()) else {
+    let Some(task_id) = params.get("taskId").and_then(ValueIntoString::into_string) else {
         return error(out, id, Code::InvalidParams, "params.taskId must be a string", keep_alive);
     };
     let now = Instant::now();
@@ -444,8 +444,8 @@ pub(crate) fn serve(
 
 /// `tasks/update`'s `inputResponses`: an object of objects (each the client's result for one
 /// input request).
-fn input_responses(params: &WireValue) -> Result<serde_json::Map<String, Value>, &'static str> {
-    match params.get("inputResponses").map(crate::dispatch::to_public) {
+fn input_responses(params: &WireValue<'_>) -> Result<serde_json::Map<String, Value>, &'static str> {
+    match params.get("inputResponses").map(crate::dispatch::into_public) {
         Some(Value::Object(responses)) if responses.values().all(Value::is_object) => Ok(responses),
         Some(Value::Object(_)) => Err("each inputResponses value must be an object"),
         _ => Err("params.inputResponses must be an object"),
@@ -504,10 +504,7 @@ mod tests {
     fn input_responses_must_be_an_object_of_objects() {
         // Goal: a malformed tasks/update is -32602, an unknown key is not (it is ignored
         // later). Method: table.
-        let parse = |text: &str| {
-            let mut bytes = text.as_bytes().to_vec();
-            simd_json::to_owned_value(&mut bytes).expect("json")
-        };
+        let parse = crate::wire::jsonrpc::leaked_value;
         let ok = parse(r#"{"taskId":"t","inputResponses":{"unknown-key":{"ignored":true}}}"#);
         assert!(input_responses(&ok).is_ok());
         for bad in

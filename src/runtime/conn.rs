@@ -49,6 +49,8 @@ pub(crate) async fn serve(
     // No request read yet: during a drain such a connection is waited for (its client
     // connected to send one), not closed as an idle keep-alive one.
     let mut first = true;
+    // The tape each request's body is decoded onto, reused by the next (`wire::jsonrpc`).
+    let tape = crate::wire::jsonrpc::TapeSlot::default();
     loop {
         let Some(head) = next_request(&mut conn, first).await else { break };
         first = false;
@@ -65,6 +67,7 @@ pub(crate) async fn serve(
                 head: &head.head,
                 head_bytes,
                 body,
+                tape: &tape,
                 auth_cache: &conn.auth_cache,
                 claims: None,
                 label: &label,

@@ -1,10 +1,27 @@
-//! JSON-RPC 2.0 envelope: decodes a POST body into messages (simd-json, in place) and encodes
-//! responses, errors and notifications into caller-supplied buffers.
+//! JSON-RPC 2.0 envelope: decodes a POST body into messages (simd-json, in place, onto a
+//! reused tape) and encodes responses, errors and notifications into caller-supplied buffers.
 //!
-//! Called by `transport` and `stream`. Never: interprets MCP methods (that is `transport`).
+//! Owns: the decode's storage between requests (`TapeSlot`, one per connection: the tape's
+//! nodes; the parser's scratch `Buffers`, one per core), and the params' canonical form and
+//! fingerprint hash (CONTRACT §4).
+//!
+//! A decoded message is a view of the tape (`WireValue`), valid while the body and the tape
+//! are: a request is served within one connection's turn, so the view lives as long as the
+//! request does, and nothing of it is copied unless a consumer keeps it (a user provider's
+//! `serde_json` arguments, a session's client params).
+//!
+//! Called by `endpoint::admit` (decode) and the eras (encode). Never: interprets MCP methods.
+
+use std::cell::{Cell, RefCell};
+use std::hash::Hasher;
+use std::io;
+use std::sync::LazyLock;
 
 use simd_json::prelude::*;
-use simd_json::OwnedValue as Value;
+use simd_json::{Buffers, Node, Tape};
+
+/// A decoded JSON value: a borrowed view of the request's tape.
+pub type WireValue<'a> = simd_json::tape::Value<'a, 'a>;
 
 /// A request id as the client wrote it (JSON text: a number or a quoted string), so it is
 /// echoed back byte-for-byte and compared exactly. Held inline up to `ID_INLINE_BYTES` (every
@@ -41,7 +58,7 @@ impl RawId {
 
     /// The id `value` (a string or an integer) encodes to: written straight into the inline
     /// bytes when it fits, so decoding a request's id allocates nothing.
-    fn encoded(value: &Value) -> RawId {
+    fn encoded(value: simd_json::tape::Value<'_, '_>) -> RawId {
         let mut bytes = [0; ID_INLINE_BYTES];
         let mut rest = &mut bytes[..];
         if value.write(&mut rest).is_err() {
@@ -128,7 +145,9 @@ mod raw_id_tests {
             assert_eq!(hash(&copy), hash(&RawId::from(text.to_owned())));
             let body = format!(r#"{{"jsonrpc":"2.0","id":{text},"method":"m"}}"#);
             let mut bytes = body.into_bytes();
-            let Ok(Body::Single(Message::Request { id: decoded, .. })) = decode(&mut bytes, 8)
+            let mut tape = Tape::null();
+            let Ok(Body::Single(Message::Request { id: decoded, .. })) =
+                decode(&mut bytes, &mut tape, 8)
             else {
                 panic!("{text}: not decoded")
             };
@@ -142,41 +161,41 @@ mod raw_id_tests {
     }
 }
 
-/// One JSON-RPC message.
+/// One JSON-RPC message, borrowed from the tape its body was decoded onto.
 #[derive(Debug)]
-pub enum Message {
+pub enum Message<'a> {
     /// A request: it has an `id` and a `method`, and is answered.
     Request {
         /// The `id`, to echo in the answer.
         id: RawId,
         /// The `method` name.
-        method: String,
+        method: &'a str,
         /// `params`: an object or array; an empty object when absent.
-        params: Value,
+        params: WireValue<'a>,
     },
     /// A notification: a `method` without an `id`; never answered.
     Notification {
         /// The `method` name.
-        method: String,
+        method: &'a str,
         /// `params`: an object or array; an empty object when absent.
-        params: Value,
+        params: WireValue<'a>,
     },
     /// An answer to a server→client request (sampling, elicitation): `result` or `error`.
     Response {
         /// The `id` of the server's request it answers.
         id: RawId,
         /// `Ok(result)` or `Err(error)`: exactly one of the two members was present.
-        outcome: Result<Value, Value>,
+        outcome: Result<WireValue<'a>, WireValue<'a>>,
     },
 }
 
 /// A decoded POST body.
 #[derive(Debug)]
-pub enum Body {
+pub enum Body<'a> {
     /// One message object.
-    Single(Message),
+    Single(Message<'a>),
     /// A JSON array of messages (JSON-RPC 2.0 batch); never empty.
-    Batch(Vec<Message>),
+    Batch(Vec<Message<'a>>),
 }
 
 /// Why a body is not JSON-RPC. Every variant is the peer's fault.
@@ -262,46 +281,91 @@ fn hex4(bytes: &[u8], at: usize) -> Option<u16> {
     })
 }
 
-/// Decodes a body in place (simd-json rewrites the buffer).
-pub fn decode(body: &mut [u8], depth_max: usize) -> Result<Body, DecodeError> {
-    prescan(body, depth_max)?;
-    let value = simd_json::to_owned_value(body).map_err(|_| DecodeError::Parse)?;
-    match value {
-        Value::Array(items) => {
-            if items.is_empty() {
-                return Err(DecodeError::Invalid);
-            }
-            let msgs = items.into_iter().map(message).collect::<Result<Vec<_>, _>>()?;
-            Ok(Body::Batch(msgs))
+/// Tape nodes a connection keeps between requests (24 bytes each: 96 KiB); a larger body's
+/// tape is let go once it is served, so one big request does not pin its tape to an idle
+/// connection. An echo call is about 15 nodes.
+pub(crate) const TAPE_KEEP_NODES: usize = 4096;
+
+thread_local! {
+    /// The parser's scratch (structural indexes, string buffer, aligned input copy): used only
+    /// inside `decode`, which never awaits, so one per core serves every connection. It keeps
+    /// the size of the largest body decoded on the core (at most `--max-body-bytes`).
+    static BUFFERS: RefCell<Buffers> = RefCell::new(Buffers::default());
+}
+
+/// A connection's tape storage, kept between its requests so decoding a request allocates
+/// nothing once the connection has served one like it. A connection serves one request at a
+/// time, so one slot each is enough; the tape is taken for a request (`take`) and given back
+/// when it is served (`put`); one that is never given back is only dropped (the next request
+/// starts a new one).
+#[derive(Default)]
+pub(crate) struct TapeSlot(Cell<Vec<Node<'static>>>);
+
+impl TapeSlot {
+    /// The slot's (empty) tape, for a body that lives for `'b`.
+    pub(crate) fn take<'b>(&self) -> Tape<'b> {
+        Tape(self.0.take()).reset()
+    }
+
+    /// Gives a served request's tape back, emptied (a large one is dropped instead).
+    pub(crate) fn put(&self, tape: Tape<'_>) {
+        let nodes: Tape<'static> = tape.reset();
+        if nodes.0.capacity() <= TAPE_KEEP_NODES {
+            self.0.set(nodes.0);
         }
-        v => Ok(Body::Single(message(v)?)),
     }
 }
 
-fn message(v: Value) -> Result<Message, DecodeError> {
-    let Value::Object(mut obj) = v else {
+/// Decodes a body in place (simd-json rewrites the buffer) onto `tape` (emptied first).
+pub fn decode<'t, 'b: 't>(
+    body: &'b mut [u8],
+    tape: &'t mut Tape<'b>,
+    depth_max: usize,
+) -> Result<Body<'t>, DecodeError> {
+    prescan(body, depth_max)?;
+    BUFFERS
+        .with_borrow_mut(|buffers| simd_json::fill_tape(body, buffers, tape))
+        .map_err(|_| DecodeError::Parse)?;
+    let value = Tape::as_value(tape);
+    match value.as_array() {
+        Some(items) => {
+            if items.is_empty() {
+                return Err(DecodeError::Invalid);
+            }
+            let msgs = items.iter().map(message).collect::<Result<Vec<_>, _>>()?;
+            Ok(Body::Batch(msgs))
+        }
+        None => Ok(Body::Single(message(value)?)),
+    }
+}
+
+/// The `{}` that stands for absent `params`.
+static EMPTY_OBJECT: LazyLock<Tape<'static>> =
+    LazyLock::new(|| Tape(vec![Node::Object { len: 0, count: 0 }]));
+
+fn message<'t>(v: simd_json::tape::Value<'t, '_>) -> Result<Message<'t>, DecodeError> {
+    let Some(obj) = v.as_object() else {
         return Err(DecodeError::Invalid);
     };
-    if obj.get("jsonrpc").and_then(|v| v.as_str()) != Some("2.0") {
+    if obj.get("jsonrpc").and_then(ValueIntoString::into_string) != Some("2.0") {
         return Err(DecodeError::Invalid);
     }
-    let id = match obj.remove("id") {
+    let id = match obj.get("id") {
         None => None,
-        Some(v) => Some(raw_id(&v)?),
+        Some(v) => Some(raw_id(v)?),
     };
-    let method = match obj.remove("method") {
+    let method = match obj.get("method") {
         None => None,
-        Some(Value::String(m)) => Some(m),
-        Some(_) => return Err(DecodeError::Invalid),
+        Some(m) => Some(m.into_string().ok_or(DecodeError::Invalid)?),
     };
-    let params = obj.remove("params").unwrap_or_else(Value::object);
+    let params = obj.get("params").unwrap_or_else(|| EMPTY_OBJECT.as_value());
     if !(params.is_object() || params.is_array()) {
         return Err(DecodeError::Invalid);
     }
     match (id, method) {
         (Some(id), Some(method)) => Ok(Message::Request { id, method, params }),
         (None, Some(method)) => Ok(Message::Notification { method, params }),
-        (Some(id), None) => match (obj.remove("result"), obj.remove("error")) {
+        (Some(id), None) => match (obj.get("result"), obj.get("error")) {
             (Some(r), None) => Ok(Message::Response { id, outcome: Ok(r) }),
             (None, Some(e)) => Ok(Message::Response { id, outcome: Err(e) }),
             _ => Err(DecodeError::Invalid),
@@ -312,7 +376,7 @@ fn message(v: Value) -> Result<Message, DecodeError> {
 
 /// Ids are strings or integers; `null`, fractions, objects and arrays are refused (MCP: "MUST
 /// NOT be null").
-fn raw_id(v: &Value) -> Result<RawId, DecodeError> {
+fn raw_id(v: simd_json::tape::Value<'_, '_>) -> Result<RawId, DecodeError> {
     if v.is_str() || v.is_i64() || v.is_u64() {
         Ok(RawId::encoded(v))
     } else {
@@ -417,8 +481,7 @@ fn push_error_start(out: &mut Vec<u8>, id: Option<&RawId>, code: i64, message: &
     }
     crate::digits::push_decimal(out, code.unsigned_abs());
     out.extend_from_slice(b",\"message\":");
-    // Escaped straight into `out` (serde_json escapes exactly as simd-json's encoder did).
-    let _ = serde_json::to_writer(&mut *out, message);
+    push_json_string(out, message);
 }
 
 /// Appends `{"jsonrpc":"2.0","method":<method>,"params":<params>}`.
@@ -441,52 +504,157 @@ pub(crate) fn push_request(out: &mut Vec<u8>, id: u64, method: &str, params_json
     out.push(b'}');
 }
 
-/// Canonical JSON: object keys sorted at every level, so two params that differ only in key
-/// order encode to the same text (CONTRACT §4 fingerprints). `_meta` at the top level is left
-/// out: it carries per-attempt data (the SDKs set `progressToken` to the request id).
-pub fn canonical_params(params: &Value, out: &mut String) {
-    canonical(params, out, true);
+/// Appends `text` as a JSON string (simd-json's escaping), without a temporary.
+pub(crate) fn push_json_string(out: &mut Vec<u8>, text: &str) {
+    // Writing into a Vec cannot fail.
+    let _ = simd_json::BorrowedValue::from(text).write(out);
 }
 
-fn canonical(v: &Value, out: &mut String, top: bool) {
-    match v {
-        Value::Object(obj) => {
-            let mut keys: Vec<&String> = obj.keys().filter(|k| !(top && *k == "_meta")).collect();
-            keys.sort();
-            out.push('{');
-            for (i, k) in keys.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::from(k.as_str()).encode());
-                out.push(':');
-                if let Some(child) = obj.get(k.as_str()) {
-                    canonical(child, out, false);
-                }
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                canonical(item, out, false);
-            }
-            out.push(']');
-        }
-        other => out.push_str(&other.encode()),
+/// A copy of a decoded value as `serde_json` (what the provider API takes): one allocation per
+/// string, array and object. A key given twice keeps its last value, as `serde_json` parses it.
+pub(crate) fn to_serde(value: WireValue<'_>) -> serde_json::Value {
+    use serde_json::Value as Json;
+    if let Some(text) = value.into_string() {
+        return Json::String(text.to_owned());
     }
+    if let Some(items) = value.as_array() {
+        return Json::Array(items.iter().map(to_serde).collect());
+    }
+    if let Some(object) = value.as_object() {
+        return Json::Object(object.iter().map(|(k, v)| (k.to_owned(), to_serde(v))).collect());
+    }
+    if let Some(b) = value.as_bool() {
+        return Json::Bool(b);
+    }
+    if value.is_i64() {
+        return value.as_i64().map_or(Json::Null, Json::from);
+    }
+    if value.is_u64() {
+        return value.as_u64().map_or(Json::Null, Json::from);
+    }
+    match value.as_f64() {
+        Some(n) => serde_json::Number::from_f64(n).map_or(Json::Null, Json::Number),
+        None => Json::Null,
+    }
+}
+
+/// Keys of one object the canonical form sorts on the stack; an object with more keys sorts
+/// them in a heap buffer (the one allocation the fingerprint may make, for such params only).
+pub const CANONICAL_INLINE_KEYS: usize = 16;
+
+/// Canonical JSON: object keys sorted at every level, so two params that differ only in key
+/// order encode to the same text (CONTRACT §4 fingerprints). `_meta` at the top level is left
+/// out: it carries per-attempt data (the SDKs set `progressToken` to the request id). A key
+/// given twice is written twice, each time with its first value (what a lookup finds).
+pub fn canonical_params(params: WireValue<'_>, out: &mut String) {
+    canonical(params, &mut TextWriter(out), true);
+}
+
+/// An `io::Write` onto a `String`. What `canonical` writes is UTF-8 piece by piece: the
+/// encoder cuts a string only at the ASCII characters it escapes.
+struct TextWriter<'s>(&'s mut String);
+
+impl io::Write for TextWriter<'_> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        match std::str::from_utf8(bytes) {
+            Ok(text) => self.0.push_str(text),
+            // Never seen (see above); kept visible rather than panicking on peer input.
+            Err(_) => self.0.push_str(&String::from_utf8_lossy(bytes)),
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Feeds the canonical form of `params` (as `canonical_params` writes it) to `hasher`, piece
+/// by piece and without a buffer, then ends it as `str::hash` ends a string (0xff), so the
+/// hash equals hashing the canonical text as a `str`. The fingerprints the durable mirror
+/// stores stay the same numbers.
+pub(crate) fn hash_canonical_params(params: WireValue<'_>, hasher: &mut impl Hasher) {
+    canonical(params, &mut HashWriter(hasher), true);
+    hasher.write_u8(0xff);
+}
+
+/// An `io::Write` that hashes what is written to it.
+struct HashWriter<'h, H: Hasher>(&'h mut H);
+
+impl<H: Hasher> io::Write for HashWriter<'_, H> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.0.write(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+fn canonical<W: io::Write>(v: WireValue<'_>, out: &mut W, top: bool) {
+    // Writing into a Vec or a hasher cannot fail: the results are ignored.
+    if let Some(obj) = v.as_object() {
+        let members = || obj.iter().filter(move |(k, _)| !(top && *k == "_meta"));
+        let len = members().count();
+        let mut inline = [("", 0usize, WireValue::null()); CANONICAL_INLINE_KEYS];
+        let mut heap = Vec::new();
+        let sorted: &mut [(&str, usize, WireValue<'_>)] = if len <= CANONICAL_INLINE_KEYS {
+            &mut inline[..len]
+        } else {
+            heap.resize(len, ("", 0usize, WireValue::null()));
+            &mut heap
+        };
+        for (slot, (at, (key, value))) in sorted.iter_mut().zip(members().enumerate()) {
+            *slot = (key, at, value);
+        }
+        // Unstable (it never allocates) but total: equal keys stay in their order.
+        sorted.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        let _ = out.write_all(b"{");
+        let mut first_of_key = ("", WireValue::null());
+        for (i, &(key, _, value)) in sorted.iter().enumerate() {
+            if i > 0 {
+                let _ = out.write_all(b",");
+            }
+            if i == 0 || key != first_of_key.0 {
+                first_of_key = (key, value);
+            }
+            let _ = simd_json::BorrowedValue::from(key).write(out);
+            let _ = out.write_all(b":");
+            canonical(first_of_key.1, out, false);
+        }
+        let _ = out.write_all(b"}");
+    } else if let Some(items) = v.as_array() {
+        let _ = out.write_all(b"[");
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 {
+                let _ = out.write_all(b",");
+            }
+            canonical(item, out, false);
+        }
+        let _ = out.write_all(b"]");
+    } else {
+        let _ = v.write(out);
+    }
+}
+
+/// A JSON text decoded onto a tape that lives for the rest of the test process (leaked), for
+/// unit tests that need a `WireValue`.
+#[cfg(test)]
+pub(crate) fn leaked_value(text: &str) -> WireValue<'static> {
+    let bytes = Box::leak(text.as_bytes().to_vec().into_boxed_slice());
+    let tape: &'static Tape<'static> =
+        Box::leak(Box::new(simd_json::to_tape(bytes).expect("json")));
+    tape.as_value()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn dec(s: &str) -> Result<Body, DecodeError> {
-        let mut b = s.as_bytes().to_vec();
-        decode(&mut b, 8)
+    fn dec(s: &str) -> Result<Body<'static>, DecodeError> {
+        let body = Box::leak(s.as_bytes().to_vec().into_boxed_slice());
+        decode(body, Box::leak(Box::new(Tape::null())), 8)
     }
 
     #[test]
@@ -527,7 +695,13 @@ mod tests {
         ];
         for (body, want) in table {
             let mut b = body.to_vec();
-            assert_eq!(decode(&mut b, 8).err(), Some(want), "{:?}", String::from_utf8_lossy(body));
+            let mut tape = Tape::null();
+            assert_eq!(
+                decode(&mut b, &mut tape, 8).err(),
+                Some(want),
+                "{:?}",
+                String::from_utf8_lossy(body)
+            );
         }
     }
 
@@ -570,7 +744,7 @@ mod tests {
             let Ok(Body::Single(Message::Request { params, .. })) = dec(&body) else {
                 panic!("{text}: not decoded")
             };
-            assert_eq!(params.get("t").and_then(|v| v.as_str()), Some(want), "{text}");
+            assert_eq!(params.get("t").and_then(|v| v.into_string()), Some(want), "{text}");
         }
         // Not hex: simd-json's refusal, unchanged.
         assert_eq!(
@@ -606,15 +780,90 @@ mod tests {
         let mut a =
             br#"{"b":{"y":1,"x":[2,{"q":1,"p":2}]},"a":"s","_meta":{"progressToken":1}}"#.to_vec();
         let mut b = br#"{"a":"s","b":{"x":[2,{"p":2,"q":1}],"y":1}}"#.to_vec();
-        let (va, vb) = (
-            simd_json::to_owned_value(&mut a).unwrap(),
-            simd_json::to_owned_value(&mut b).unwrap(),
-        );
+        let (ta, tb) = (simd_json::to_tape(&mut a).unwrap(), simd_json::to_tape(&mut b).unwrap());
         let (mut ca, mut cb) = (String::new(), String::new());
-        canonical_params(&va, &mut ca);
-        canonical_params(&vb, &mut cb);
+        canonical_params(ta.as_value(), &mut ca);
+        canonical_params(tb.as_value(), &mut cb);
         assert_eq!(ca, cb);
         assert_eq!(ca, r#"{"a":"s","b":{"x":[2,{"p":2,"q":1}],"y":1}}"#);
+    }
+
+    /// The canonical text of the decoder before the tape (an `OwnedValue` tree, keys sorted in
+    /// a Vec): the oracle the fingerprints must keep matching, since the durable mirror
+    /// stores them.
+    fn owned_canonical(v: &simd_json::OwnedValue, out: &mut String, top: bool) {
+        use simd_json::OwnedValue as V;
+        match v {
+            V::Object(obj) => {
+                let mut keys: Vec<&String> =
+                    obj.keys().filter(|k| !(top && *k == "_meta")).collect();
+                keys.sort();
+                out.push('{');
+                for (i, k) in keys.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&V::from(k.as_str()).encode());
+                    out.push(':');
+                    if let Some(child) = obj.get(k.as_str()) {
+                        owned_canonical(child, out, false);
+                    }
+                }
+                out.push('}');
+            }
+            V::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    owned_canonical(item, out, false);
+                }
+                out.push(']');
+            }
+            other => out.push_str(&other.encode()),
+        }
+    }
+
+    /// Goal: the fingerprint is the same function of the params as before the tape (hashing
+    /// the canonical text as a `str`), for escapes, numbers, nesting, duplicate keys, and
+    /// objects above and at `CANONICAL_INLINE_KEYS`. Method: the old text form as the oracle.
+    #[test]
+    fn hashed_canonical_form_matches_the_owned_text_form() {
+        use std::hash::{DefaultHasher, Hash};
+        let wide = |n: usize| {
+            let members: Vec<String> = (0..n).rev().map(|i| format!(r#""k{i:02}":{i}"#)).collect();
+            format!("{{{}}}", members.join(","))
+        };
+        let texts = [
+            r#"{}"#.to_owned(),
+            r#"[]"#.to_owned(),
+            r#"{"name":"echo","arguments":{"text":"h\u00e9llo \"x\"\n\t/"}}"#.to_owned(),
+            r#"{"b":[1,-2,3.5,1e300,18446744073709551615,true,false,null],"a":{"z":{},"y":[]}}"#
+                .to_owned(),
+            r#"{"_meta":{"progressToken":1},"x":{"_meta":2}}"#.to_owned(),
+            r#"{"d":1,"d":2,"c":{"e":3,"e":[4]}}"#.to_owned(),
+            r#"[{"b":1,"a":2},"\ud83d\ude00",""]"#.to_owned(),
+            r#"{"é\"ü":"ẞ\n😀\\ü\"","\u0001ä":["ö\tö"],"\ud83d\ude00":"x"}"#.to_owned(),
+            wide(CANONICAL_INLINE_KEYS),
+            wide(CANONICAL_INLINE_KEYS + 1),
+            wide(40),
+        ];
+        for text in texts {
+            let mut owned_bytes = text.as_bytes().to_vec();
+            let owned = simd_json::to_owned_value(&mut owned_bytes).expect("json");
+            let mut want = String::new();
+            owned_canonical(&owned, &mut want, true);
+            let view = leaked_value(&text);
+            let mut got = String::new();
+            canonical_params(view, &mut got);
+            assert_eq!(got, want, "{text}");
+            let mut by_text = DefaultHasher::new();
+            want.as_str().hash(&mut by_text);
+            let mut streamed = DefaultHasher::new();
+            hash_canonical_params(view, &mut streamed);
+            assert_eq!(streamed.finish(), by_text.finish(), "{text}");
+        }
     }
 
     #[test]

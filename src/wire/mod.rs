@@ -32,8 +32,9 @@ pub(crate) use error::{push_error_response, push_outcome_unknown, push_oversize_
 pub(crate) use result::{push_result_value, push_result_with, response_object};
 pub use revision::LEGACY_VERSIONS;
 
-/// A decoded request value (simd-json's, internal: the provider API gets `provider::Value`).
-pub(crate) type WireValue = simd_json::OwnedValue;
+/// A decoded request value: a borrowed view of the request's simd-json tape (internal: the
+/// provider API gets `provider::Value`).
+pub(crate) use jsonrpc::WireValue;
 
 /// Every HTTP status the server answers with (a JSON-RPC answer, a refusal, an admin answer),
 /// named: `Answer` and `Refusal` take one of these, never a number, so what the server answers

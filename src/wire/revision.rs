@@ -3,8 +3,6 @@
 //! `_meta`). Read by `endpoint` (era selection), `legacy`, `modern` and `dispatch`, so no era
 //! has to ask the other. Never: decides anything beyond naming.
 
-use simd_json::prelude::*;
-
 /// Protocol revisions of the legacy era that we serve, newest first.
 pub const LEGACY_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
 
@@ -25,6 +23,6 @@ pub(crate) const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
 
 /// True when a decoded request's params carry the modern `_meta` protocol version (the era
 /// rule for a request that arrived without the header).
-pub(crate) fn carries_modern_meta(params: &simd_json::OwnedValue) -> bool {
+pub(crate) fn carries_modern_meta(params: super::jsonrpc::WireValue<'_>) -> bool {
     params.get("_meta").and_then(|m| m.get(META_PROTOCOL_VERSION)).is_some()
 }

@@ -12,6 +12,7 @@
 use std::rc::Rc;
 use std::time::Duration;
 
+use super::kit::owned_arguments;
 use super::kit::{
     error_result, expect_arguments_object, fn_tool, hints, required_str, text_result,
 };
@@ -158,21 +159,21 @@ const HEADER_PARAM: ToolSpec = spec(
 /// The conformance set's tools, in the reference server's order.
 pub(crate) fn tools() -> Vec<Rc<dyn BuiltinTool>> {
     vec![
-        fn_tool(SIMPLE_TEXT, simple_text),
-        fn_tool(IMAGE_CONTENT, image_content),
-        fn_tool(AUDIO_CONTENT, audio_content),
-        fn_tool(EMBEDDED_RESOURCE, embedded_resource),
-        fn_tool(MULTIPLE_CONTENT_TYPES, multiple_content_types),
-        fn_tool(TOOL_WITH_LOGGING, tool_with_logging),
-        fn_tool(TOOL_WITH_PROGRESS, tool_with_progress),
-        fn_tool(ERROR_HANDLING, error_handling),
-        fn_tool(RECONNECTION, reconnection),
-        fn_tool(SAMPLING, sampling),
-        fn_tool(ELICITATION, elicitation),
-        fn_tool(ELICITATION_SEP1034_DEFAULTS, elicitation_sep1034_defaults),
-        fn_tool(ELICITATION_SEP1330_ENUMS, elicitation_sep1330_enums),
-        fn_tool(JSON_SCHEMA_2020_12, json_schema_2020_12),
-        fn_tool(HEADER_PARAM, header_param),
+        fn_tool(SIMPLE_TEXT, owned_arguments(simple_text)),
+        fn_tool(IMAGE_CONTENT, owned_arguments(image_content)),
+        fn_tool(AUDIO_CONTENT, owned_arguments(audio_content)),
+        fn_tool(EMBEDDED_RESOURCE, owned_arguments(embedded_resource)),
+        fn_tool(MULTIPLE_CONTENT_TYPES, owned_arguments(multiple_content_types)),
+        fn_tool(TOOL_WITH_LOGGING, owned_arguments(tool_with_logging)),
+        fn_tool(TOOL_WITH_PROGRESS, owned_arguments(tool_with_progress)),
+        fn_tool(ERROR_HANDLING, owned_arguments(error_handling)),
+        fn_tool(RECONNECTION, owned_arguments(reconnection)),
+        fn_tool(SAMPLING, owned_arguments(sampling)),
+        fn_tool(ELICITATION, owned_arguments(elicitation)),
+        fn_tool(ELICITATION_SEP1034_DEFAULTS, owned_arguments(elicitation_sep1034_defaults)),
+        fn_tool(ELICITATION_SEP1330_ENUMS, owned_arguments(elicitation_sep1330_enums)),
+        fn_tool(JSON_SCHEMA_2020_12, owned_arguments(json_schema_2020_12)),
+        fn_tool(HEADER_PARAM, owned_arguments(header_param)),
     ]
     .into_iter()
     .chain(super::conformance_modern::tools())
@@ -616,6 +617,7 @@ mod tests {
     /// Calls tool `name` of this set with `arguments` on a context recorded by `sink`.
     fn call(name: &str, arguments: Value, sink: &Rc<RecordingSink>) -> ProviderResult<Value> {
         let tool = tools().into_iter().find(|t| t.spec().name == name).expect("tool exists");
+        let arguments = crate::provider::builtin::kit::Args::from(&arguments);
         run(super::super::kit::call_value(tool.as_ref(), arguments, sink.context()))
     }
 

@@ -11,6 +11,7 @@ use std::rc::Rc;
 
 use serde_json::json;
 
+use super::kit::owned_arguments;
 use super::kit::{expect_arguments_object, fn_tool, hints, one_field_form, text_result};
 use super::kit::{BuiltinTool, ToolSpec};
 use crate::provider::{Annotations, CallContext, LogLevel, ProviderResult, Value};
@@ -32,76 +33,76 @@ pub(crate) fn tools() -> Vec<Rc<dyn BuiltinTool>> {
                 "test_missing_capability",
                 "Needs the client's sampling capability (-32021 without it)",
             ),
-            missing_capability,
+            owned_arguments(missing_capability),
         ),
         fn_tool(
             spec("test_logging_tool", "Logs three info messages (none without a log level)"),
-            logging_tool,
+            owned_arguments(logging_tool),
         ),
         fn_tool(
             spec(
                 "test_streaming_elicitation",
                 "Asks for input: an InputRequiredResult, never a request on the stream",
             ),
-            streaming_elicitation,
+            owned_arguments(streaming_elicitation),
         ),
         fn_tool(
             spec("test_trigger_tool_change", "Announces a tool list change to listen streams"),
-            trigger_tool_change,
+            owned_arguments(trigger_tool_change),
         ),
         fn_tool(
             spec("test_trigger_prompt_change", "Announces a prompt list change to listen streams"),
-            trigger_prompt_change,
+            owned_arguments(trigger_prompt_change),
         ),
         fn_tool(
             spec("test_input_required_result_elicitation", "MRTR: asks for a name (user_name)"),
-            mrtr_elicitation,
+            owned_arguments(mrtr_elicitation),
         ),
         fn_tool(
             spec(
                 "test_input_required_result_sampling",
                 "MRTR: asks the client's LLM (capital_question)",
             ),
-            mrtr_sampling,
+            owned_arguments(mrtr_sampling),
         ),
         fn_tool(
             spec(
                 "test_input_required_result_list_roots",
                 "MRTR: asks for the client's roots (client_roots)",
             ),
-            mrtr_list_roots,
+            owned_arguments(mrtr_list_roots),
         ),
         fn_tool(
             spec(
                 "test_input_required_result_request_state",
                 "MRTR: asks for a confirmation; answers state-ok",
             ),
-            mrtr_request_state,
+            owned_arguments(mrtr_request_state),
         ),
         fn_tool(
             spec(
                 "test_input_required_result_multiple_inputs",
                 "MRTR: elicitation, sampling and roots in one round",
             ),
-            mrtr_multiple_inputs,
+            owned_arguments(mrtr_multiple_inputs),
         ),
         fn_tool(
             spec("test_input_required_result_multi_round", "MRTR: two rounds (step1, step2)"),
-            mrtr_multi_round,
+            owned_arguments(mrtr_multi_round),
         ),
         fn_tool(
             spec(
                 "test_input_required_result_capabilities",
                 "MRTR: asks only for what the client declared",
             ),
-            mrtr_capabilities,
+            owned_arguments(mrtr_capabilities),
         ),
         fn_tool(
             spec(
                 "test_input_required_result_tampered_state",
                 "MRTR: a sealed requestState; tampering is refused",
             ),
-            mrtr_request_state,
+            owned_arguments(mrtr_request_state),
         ),
     ]
 }

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use super::kit::{argument, error_result, expect_arguments_object, fn_tool, hints, required_str};
 use super::kit::{one_field_form, task_tool, text_result, BuiltinTool, ToolSpec};
+use super::kit::{owned_arguments, Args};
 use crate::provider::{
     Annotations, CallContext, ProviderError, ProviderResult, TaskSupport, Value,
 };
@@ -87,13 +88,13 @@ const TOOL_WITH_TASK: ToolSpec = spec(
 /// The tasks fixtures, after the 2026-07-28 ones in `tools/list`.
 pub(crate) fn tools() -> Vec<Rc<dyn BuiltinTool>> {
     vec![
-        fn_tool(GREET, greet),
-        task_tool(SLOW_COMPUTE, TaskSupport::Optional, slow_compute),
-        task_tool(FAILING_JOB, TaskSupport::Required, failing_job),
-        task_tool(PROTOCOL_ERROR_JOB, TaskSupport::Optional, protocol_error_job),
-        task_tool(CONFIRM_DELETE, TaskSupport::Optional, confirm_delete),
-        task_tool(MULTI_INPUT, TaskSupport::Optional, multi_input),
-        task_tool(TOOL_WITH_TASK, TaskSupport::Required, tool_with_task),
+        fn_tool(GREET, owned_arguments(greet)),
+        task_tool(SLOW_COMPUTE, TaskSupport::Optional, owned_arguments(slow_compute)),
+        task_tool(FAILING_JOB, TaskSupport::Required, owned_arguments(failing_job)),
+        task_tool(PROTOCOL_ERROR_JOB, TaskSupport::Optional, owned_arguments(protocol_error_job)),
+        task_tool(CONFIRM_DELETE, TaskSupport::Optional, owned_arguments(confirm_delete)),
+        task_tool(MULTI_INPUT, TaskSupport::Optional, owned_arguments(multi_input)),
+        task_tool(TOOL_WITH_TASK, TaskSupport::Required, owned_arguments(tool_with_task)),
     ]
 }
 
@@ -117,18 +118,12 @@ async fn greet(arguments: Value, _cx: CallContext) -> ProviderResult<Value> {
 
 /// Sleeps `seconds` (0 ≤ seconds ≤ 600), then `Computed <label> in <seconds>s`.
 async fn slow_compute(arguments: Value, _cx: CallContext) -> ProviderResult<Value> {
-    let seconds = match argument(&arguments, "seconds")? {
-        Some(Value::Number(n)) => n.as_f64().unwrap_or(-1.0),
-        _ => -1.0,
-    };
+    let seconds = argument(&arguments, "seconds")?.and_then(Args::as_f64).unwrap_or(-1.0);
     if !(0.0..=SLOW_COMPUTE_SECONDS_MAX).contains(&seconds) {
         let message = format!("`seconds` must be a number from 0 to {SLOW_COMPUTE_SECONDS_MAX}");
         return Err(ProviderError::InvalidParams(message));
     }
-    let label = match argument(&arguments, "label")? {
-        Some(Value::String(label)) => label.clone(),
-        _ => "slow_compute".to_owned(),
-    };
+    let label = argument(&arguments, "label")?.and_then(Args::as_str).unwrap_or("slow_compute");
     if seconds > 0.0 {
         monoio::time::sleep(Duration::from_secs_f64(seconds)).await;
     }
@@ -194,6 +189,7 @@ mod tests {
 
     fn call(name: &str, arguments: Value, sink: &Rc<RecordingSink>) -> ProviderResult<Value> {
         let tool = tools().into_iter().find(|t| t.spec().name == name).expect("listed");
+        let arguments = crate::provider::builtin::kit::Args::from(&arguments);
         run(super::super::kit::call_value(tool.as_ref(), arguments, sink.context()))
     }
 

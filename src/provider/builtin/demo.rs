@@ -10,8 +10,10 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use std::future::Future;
+
 use super::kit::{argument, expect_arguments_object, fn_tool, hints, required_str, text_result};
-use super::kit::{instant_tool, BuiltinTool, ToolAnswer, ToolSpec};
+use super::kit::{instant_tool, owned_arguments, Args, BuiltinTool, ToolAnswer, ToolSpec};
 use crate::provider::{CallContext, ProviderError, ProviderResult, Value};
 
 /// Executions of `slow_counter` since the process started, across all cores. The one atomic in
@@ -84,7 +86,7 @@ pub(crate) fn tools() -> Vec<Rc<dyn BuiltinTool>> {
         instant_tool(ECHO, echo),
         fn_tool(SLOW_COUNTER, |arguments, cx| slow_counter(&EXECUTIONS, arguments, cx)),
         instant_tool(GET_COUNTER, |arguments| get_counter(&EXECUTIONS, arguments)),
-        fn_tool(GREET, greet),
+        fn_tool(GREET, owned_arguments(greet)),
     ]
 }
 
@@ -108,28 +110,40 @@ async fn greet(arguments: Value, cx: CallContext) -> ProviderResult<Value> {
     }
 }
 
-/// Instant: the answer borrows the text from the arguments and is written straight into the
-/// response (`ToolAnswer::push_json`), so an echo builds no result value.
-fn echo(arguments: &Value) -> ProviderResult<ToolAnswer<'_>> {
+/// Instant: the answer borrows the text from the arguments (in place, a view of the request's
+/// body) and is written straight into the response (`ToolAnswer::push_json`), so an echo
+/// builds no result value.
+fn echo(arguments: Args<'_>) -> ProviderResult<ToolAnswer<'_>> {
     let text = required_str(arguments, "text")?;
     Ok(ToolAnswer::Text(text.into()))
 }
 
 /// Validates both arguments before counting, so a rejected call leaves no trace; counts at the
 /// start, so a call cancelled half-way (dropped stream, `notifications/cancelled`) still counts.
-async fn slow_counter(
+fn slow_counter(
     counter: &'static AtomicU64,
-    arguments: Value,
+    arguments: Args<'_>,
     cx: CallContext,
-) -> ProviderResult<ToolAnswer<'static>> {
+) -> impl Future<Output = ProviderResult<ToolAnswer<'static>>> + 'static {
     let steps =
-        bounded_integer(&arguments, "steps", SLOW_COUNTER_STEPS_DEFAULT, SLOW_COUNTER_STEPS_MAX)?;
+        bounded_integer(arguments, "steps", SLOW_COUNTER_STEPS_DEFAULT, SLOW_COUNTER_STEPS_MAX);
     let delay_ms = bounded_integer(
-        &arguments,
+        arguments,
         "delay_ms",
         SLOW_COUNTER_DELAY_MS_DEFAULT,
         SLOW_COUNTER_DELAY_MS_MAX,
-    )?;
+    );
+    count_slowly(counter, steps, delay_ms, cx)
+}
+
+/// `slow_counter` once its arguments are read.
+async fn count_slowly(
+    counter: &'static AtomicU64,
+    steps: ProviderResult<u64>,
+    delay_ms: ProviderResult<u64>,
+    cx: CallContext,
+) -> ProviderResult<ToolAnswer<'static>> {
+    let (steps, delay_ms) = (steps?, delay_ms?);
     let executions = counter.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
     // `step` and `steps` are at most SLOW_COUNTER_STEPS_MAX, so the f64 conversions are exact.
     let total = steps as f64;
@@ -144,7 +158,7 @@ async fn slow_counter(
 
 fn get_counter(
     counter: &'static AtomicU64,
-    arguments: &Value,
+    arguments: Args<'_>,
 ) -> ProviderResult<ToolAnswer<'static>> {
     expect_arguments_object(arguments)?;
     Ok(ToolAnswer::Count(counter.load(Ordering::Relaxed)))
@@ -152,7 +166,7 @@ fn get_counter(
 
 /// Optional integer argument `name` in `0..=max`, `default` when absent. A float with no
 /// fractional part (`5.0`) counts as an integer, as JSON Schema's `integer` type says.
-fn bounded_integer(arguments: &Value, name: &str, default: u64, max: u64) -> ProviderResult<u64> {
+fn bounded_integer(arguments: Args<'_>, name: &str, default: u64, max: u64) -> ProviderResult<u64> {
     let Some(value) = argument(arguments, name)? else {
         return Ok(default);
     };
@@ -167,7 +181,7 @@ fn bounded_integer(arguments: &Value, name: &str, default: u64, max: u64) -> Pro
     }
 }
 
-fn non_negative_integer(value: &Value) -> Option<u64> {
+fn non_negative_integer(value: Args<'_>) -> Option<u64> {
     if let Some(number) = value.as_u64() {
         return Some(number);
     }
@@ -190,7 +204,7 @@ mod tests {
         arguments: Value,
     ) -> (ProviderResult<Value>, Vec<Call>) {
         let sink = Rc::new(RecordingSink::default());
-        let result = run(slow_counter(counter, arguments, sink.context()));
+        let result = run(slow_counter(counter, Args::from(&arguments), sink.context()));
         (result.map(ToolAnswer::into_value), sink.calls())
     }
 
@@ -202,7 +216,7 @@ mod tests {
     fn echo_returns_its_text() {
         // Goal: echo answers one text item with the argument. Method: call it directly.
         let arguments = json!({ "text": "héllo \"x\"" });
-        let result = echo(&arguments).expect("ok").into_value();
+        let result = echo(Args::from(&arguments)).expect("ok").into_value();
         assert_eq!(result, json!({ "content": [{ "type": "text", "text": "héllo \"x\"" }] }));
     }
 
@@ -219,7 +233,7 @@ mod tests {
             json!("text"),
         ];
         for arguments in cases {
-            let result = echo(&arguments).map(ToolAnswer::into_value);
+            let result = echo(Args::from(&arguments)).map(ToolAnswer::into_value);
             assert!(is_invalid_params(&result), "{arguments:?} → {result:?}");
         }
     }
@@ -265,8 +279,11 @@ mod tests {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let sink = Rc::new(RecordingSink::default());
         let start = Instant::now();
-        let result =
-            run(slow_counter(&COUNTER, json!({ "steps": 3, "delay_ms": 20 }), sink.context()));
+        let result = run(slow_counter(
+            &COUNTER,
+            Args::from(&json!({ "steps": 3, "delay_ms": 20 })),
+            sink.context(),
+        ));
         assert!(result.is_ok());
         assert!(start.elapsed() >= Duration::from_millis(60));
         let times: Vec<Instant> = sink.calls.borrow().iter().map(|(at, _)| *at).collect();
@@ -333,10 +350,13 @@ mod tests {
         // Goal: get_counter reports the counter and never changes it. Method: private counter.
         static COUNTER: AtomicU64 = AtomicU64::new(7);
         for _ in 0..2 {
-            let result = get_counter(&COUNTER, &json!({})).expect("ok").into_value();
+            let result = get_counter(&COUNTER, Args::from(&json!({}))).expect("ok").into_value();
             assert_eq!(first_text(&result), "7");
         }
-        assert!(matches!(get_counter(&COUNTER, &json!(3)), Err(ProviderError::InvalidParams(_))));
+        assert!(matches!(
+            get_counter(&COUNTER, Args::from(&json!(3))),
+            Err(ProviderError::InvalidParams(_))
+        ));
     }
 
     #[test]
@@ -349,12 +369,16 @@ mod tests {
         let cx = Rc::new(RecordingSink::default()).context();
         let read = |cx: CallContext| -> u64 {
             let result =
-                run(call_value(by_name("get_counter").as_ref(), json!({}), cx)).expect("ok");
+                run(call_value(by_name("get_counter").as_ref(), Args::from(&json!({})), cx))
+                    .expect("ok");
             first_text(&result).parse().expect("decimal")
         };
         let before = read(cx.clone());
-        let result =
-            run(call_value(by_name("slow_counter").as_ref(), json!({ "steps": 1 }), cx.clone()));
+        let result = run(call_value(
+            by_name("slow_counter").as_ref(),
+            Args::from(&json!({ "steps": 1 })),
+            cx.clone(),
+        ));
         let own: u64 = first_text(&result.expect("ok")).parse().expect("decimal");
         assert!(own > before);
         assert!(read(cx) >= own);

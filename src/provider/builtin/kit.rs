@@ -1,15 +1,103 @@
 //! What the built-in tool sets are written with: `ToolSpec` (a tool's listing as constants),
 //! the `BuiltinTool` and `Catalog` traits a set implements, `fn_tool`/`task_tool` (a tool from
-//! one async function), and the small result and argument helpers every set shares. Used by
-//! `demo`, `conformance*` and `BuiltinProvider` (`builtin/mod.rs`). Never: keeps state.
+//! one function of its borrowed arguments `Args`, which reads them before its future starts),
+//! `owned_arguments` (for a tool written over a `serde_json` copy), and the small result and
+//! argument helpers every set shares. Used by `demo`, `conformance*` and `BuiltinProvider`
+//! (`builtin/mod.rs`). Never: keeps state.
 
 use std::borrow::Cow;
 use std::future::Future;
 use std::rc::Rc;
 
+use simd_json::prelude::*;
+
 use crate::provider::{
-    Annotations, CallContext, LocalBoxFuture, ProviderError, ProviderResult, TaskSupport, Value,
+    Annotations, CallContext, LocalBoxFuture, ProviderError, ProviderResult, TaskSupport,
+    ToolArguments, Value,
 };
+use crate::wire::WireValue;
+
+/// A built-in tool's arguments (or one value inside them), borrowed: on the request path a
+/// view of the request's decoded body (no copy), else a provider-API value (a call through
+/// `Provider::call_tool`: a task's, a test's). A tool reads what it needs before its future
+/// starts, so the borrow ends when `call` returns.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Args<'a> {
+    Wire(WireValue<'a>),
+    Public(&'a Value),
+}
+
+impl<'a> From<&'a Value> for Args<'a> {
+    fn from(value: &'a Value) -> Args<'a> {
+        Args::Public(value)
+    }
+}
+
+/// Absent arguments.
+static NO_ARGUMENTS: Value = Value::Null;
+
+impl<'a> Args<'a> {
+    /// Absent arguments (`null`).
+    pub(crate) fn none() -> Args<'static> {
+        Args::Public(&NO_ARGUMENTS)
+    }
+
+    /// The arguments of a call through `Provider::call_tool_in_place`.
+    pub(crate) fn of_request(arguments: ToolArguments<'a>) -> Args<'a> {
+        arguments.0.map_or(Args::none(), Args::Wire)
+    }
+
+    /// Member `name` of an object (`None` for anything else, or when absent).
+    pub(crate) fn get(self, name: &str) -> Option<Args<'a>> {
+        match self {
+            Args::Wire(v) => v.get(name).map(Args::Wire),
+            Args::Public(v) => v.get(name).map(Args::Public),
+        }
+    }
+
+    pub(crate) fn as_str(self) -> Option<&'a str> {
+        match self {
+            Args::Wire(v) => v.into_string(),
+            Args::Public(v) => v.as_str(),
+        }
+    }
+
+    pub(crate) fn as_u64(self) -> Option<u64> {
+        match self {
+            Args::Wire(v) => v.as_u64(),
+            Args::Public(v) => v.as_u64(),
+        }
+    }
+
+    pub(crate) fn as_f64(self) -> Option<f64> {
+        match self {
+            Args::Wire(v) => v.cast_f64(),
+            Args::Public(v) => v.as_f64(),
+        }
+    }
+
+    pub(crate) fn is_null(self) -> bool {
+        match self {
+            Args::Wire(v) => v.as_null().is_some(),
+            Args::Public(v) => v.is_null(),
+        }
+    }
+
+    pub(crate) fn is_object(self) -> bool {
+        match self {
+            Args::Wire(v) => v.is_object(),
+            Args::Public(v) => v.is_object(),
+        }
+    }
+
+    /// A `serde_json` copy (allocates: for tools off the request's hot path).
+    pub(crate) fn to_value(self) -> Value {
+        match self {
+            Args::Wire(v) => crate::wire::jsonrpc::to_serde(v),
+            Args::Public(v) => v.clone(),
+        }
+    }
+}
 
 /// What `tools/list` says about a built-in tool, as constants.
 #[derive(Clone, Debug)]
@@ -42,10 +130,10 @@ pub(crate) trait BuiltinTool {
         TaskSupport::Forbidden
     }
     /// Calls the tool. An instant tool answers here, borrowing its answer from `arguments`;
-    /// any other takes `arguments` (leaving `Null`) into the future it returns.
-    fn call<'a>(&self, arguments: &'a mut Value, cx: ContextSource<'_>) -> BuiltinCall<'a>;
+    /// any other reads what it needs from `arguments` before its future starts.
+    fn call<'a>(&self, arguments: Args<'a>, cx: ContextSource<'_>) -> BuiltinCall<'a>;
     /// An instant tool's answer (borrowed from `arguments`); `None` for a tool that runs on.
-    fn call_now<'a>(&self, arguments: &'a Value) -> Option<ProviderResult<ToolAnswer<'a>>> {
+    fn call_now<'a>(&self, arguments: Args<'a>) -> Option<ProviderResult<ToolAnswer<'a>>> {
         let _ = arguments;
         None
     }
@@ -200,7 +288,7 @@ struct FnTool<F> {
 
 impl<F, Fut, R> BuiltinTool for FnTool<F>
 where
-    F: Fn(Value, CallContext) -> Fut,
+    F: Fn(Args<'_>, CallContext) -> Fut,
     Fut: Future<Output = ProviderResult<R>> + 'static,
     R: Into<ToolAnswer<'static>>,
 {
@@ -212,8 +300,8 @@ where
         self.task_support
     }
 
-    fn call<'a>(&self, arguments: &'a mut Value, cx: ContextSource<'_>) -> BuiltinCall<'a> {
-        let work = (self.run)(std::mem::take(arguments), cx.into_context());
+    fn call<'a>(&self, arguments: Args<'a>, cx: ContextSource<'_>) -> BuiltinCall<'a> {
+        let work = (self.run)(arguments, cx.into_context());
         BuiltinCall::Running(Box::pin(async move { work.await.map(Into::into) }))
     }
 }
@@ -227,17 +315,17 @@ struct InstantTool<F> {
 
 impl<F> BuiltinTool for InstantTool<F>
 where
-    F: for<'a> Fn(&'a Value) -> ProviderResult<ToolAnswer<'a>>,
+    F: for<'a> Fn(Args<'a>) -> ProviderResult<ToolAnswer<'a>>,
 {
     fn spec(&self) -> &ToolSpec {
         &self.spec
     }
 
-    fn call<'a>(&self, arguments: &'a mut Value, _cx: ContextSource<'_>) -> BuiltinCall<'a> {
+    fn call<'a>(&self, arguments: Args<'a>, _cx: ContextSource<'_>) -> BuiltinCall<'a> {
         BuiltinCall::Now((self.run)(arguments))
     }
 
-    fn call_now<'a>(&self, arguments: &'a Value) -> Option<ProviderResult<ToolAnswer<'a>>> {
+    fn call_now<'a>(&self, arguments: Args<'a>) -> Option<ProviderResult<ToolAnswer<'a>>> {
         Some((self.run)(arguments))
     }
 }
@@ -245,7 +333,7 @@ where
 /// Wraps an instant tool function (no await, no context) and its spec as a set entry.
 pub(crate) fn instant_tool<F>(spec: ToolSpec, run: F) -> Rc<dyn BuiltinTool>
 where
-    F: for<'a> Fn(&'a Value) -> ProviderResult<ToolAnswer<'a>> + 'static,
+    F: for<'a> Fn(Args<'a>) -> ProviderResult<ToolAnswer<'a>> + 'static,
 {
     Rc::new(InstantTool { spec, run })
 }
@@ -254,10 +342,10 @@ where
 /// paths call `BuiltinTool::call` and write the answer themselves).
 pub(crate) fn call_value(
     tool: &dyn BuiltinTool,
-    mut arguments: Value,
+    arguments: Args<'_>,
     cx: CallContext,
 ) -> LocalBoxFuture<'static, ProviderResult<Value>> {
-    match tool.call(&mut arguments, ContextSource::Made(cx)) {
+    match tool.call(arguments, ContextSource::Made(cx)) {
         BuiltinCall::Now(answer) => {
             Box::pin(std::future::ready(answer.map(ToolAnswer::into_value)))
         }
@@ -267,10 +355,19 @@ pub(crate) fn call_value(
     }
 }
 
+/// A tool function written over a `serde_json` copy of its arguments, as `fn_tool` takes one
+/// (the copy allocates: for tools off the hot path, whose code reads more than a field or two).
+pub(crate) fn owned_arguments<F, Fut>(run: F) -> impl Fn(Args<'_>, CallContext) -> Fut + 'static
+where
+    F: Fn(Value, CallContext) -> Fut + 'static,
+{
+    move |arguments, cx| run(arguments.to_value(), cx)
+}
+
 /// Wraps a tool function and its spec as a set entry.
 pub(crate) fn fn_tool<F, Fut, R>(spec: ToolSpec, run: F) -> Rc<dyn BuiltinTool>
 where
-    F: Fn(Value, CallContext) -> Fut + 'static,
+    F: Fn(Args<'_>, CallContext) -> Fut + 'static,
     Fut: Future<Output = ProviderResult<R>> + 'static,
     R: Into<ToolAnswer<'static>> + 'static,
 {
@@ -284,7 +381,7 @@ pub(crate) fn task_tool<F, Fut, R>(
     run: F,
 ) -> Rc<dyn BuiltinTool>
 where
-    F: Fn(Value, CallContext) -> Fut + 'static,
+    F: Fn(Args<'_>, CallContext) -> Fut + 'static,
     Fut: Future<Output = ProviderResult<R>> + 'static,
     R: Into<ToolAnswer<'static>> + 'static,
 {
@@ -317,24 +414,35 @@ pub(crate) fn error_result(text: impl Into<String>) -> Value {
 
 /// Argument `name` of a call or prompt. `arguments` must be an object, or null when the client
 /// sent none (then every argument is absent).
-pub(crate) fn argument<'a>(arguments: &'a Value, name: &str) -> ProviderResult<Option<&'a Value>> {
-    match arguments {
-        Value::Object(object) => Ok(object.get(name)),
-        Value::Null => Ok(None),
-        _ => Err(ProviderError::InvalidParams("arguments must be an object".to_owned())),
+pub(crate) fn argument<'a>(
+    arguments: impl Into<Args<'a>>,
+    name: &str,
+) -> ProviderResult<Option<Args<'a>>> {
+    let arguments = arguments.into();
+    if arguments.is_object() {
+        Ok(arguments.get(name))
+    } else if arguments.is_null() {
+        Ok(None)
+    } else {
+        Err(ProviderError::InvalidParams("arguments must be an object".to_owned()))
     }
 }
 
 /// Checks that `arguments` is an object or absent, for tools that take no arguments.
-pub(crate) fn expect_arguments_object(arguments: &Value) -> ProviderResult<()> {
+pub(crate) fn expect_arguments_object<'a>(arguments: impl Into<Args<'a>>) -> ProviderResult<()> {
     argument(arguments, "").map(|_| ())
 }
 
 /// The required string argument `name`.
-pub(crate) fn required_str<'a>(arguments: &'a Value, name: &str) -> ProviderResult<&'a str> {
-    match argument(arguments, name)? {
-        Some(Value::String(text)) => Ok(text),
-        Some(_) => Err(ProviderError::InvalidParams(format!("argument `{name}` must be a string"))),
+pub(crate) fn required_str<'a>(
+    arguments: impl Into<Args<'a>>,
+    name: &str,
+) -> ProviderResult<&'a str> {
+    match argument(arguments, name)?.map(Args::as_str) {
+        Some(Some(text)) => Ok(text),
+        Some(None) => {
+            Err(ProviderError::InvalidParams(format!("argument `{name}` must be a string")))
+        }
         None => Err(ProviderError::InvalidParams(format!("missing required argument `{name}`"))),
     }
 }

@@ -18,10 +18,10 @@ use std::rc::Rc;
 use crate::config::BuiltinSet;
 use crate::provider::{
     CallContext, LocalBoxFuture, Provider, ProviderError, ProviderResult, SessionRef, TaskSupport,
-    ToolInfo, Value,
+    ToolArguments, ToolInfo, Value,
 };
+use kit::{Args, BuiltinTool, Catalog, ToolSpec};
 pub(crate) use kit::{BuiltinCall, ContextSource, ToolAnswer};
-use kit::{BuiltinTool, Catalog, ToolSpec};
 
 /// One built-in set as a provider.
 pub(crate) struct BuiltinProvider {
@@ -52,11 +52,11 @@ impl BuiltinProvider {
     pub(crate) fn call<'a>(
         &self,
         name: &str,
-        arguments: &'a mut Value,
+        arguments: ToolArguments<'a>,
         cx: ContextSource<'_>,
     ) -> Option<BuiltinCall<'a>> {
         let tool = self.by_name.get(name).and_then(|&i| self.tools.get(i))?;
-        Some(tool.call(arguments, cx))
+        Some(tool.call(Args::of_request(arguments), cx))
     }
 }
 
@@ -67,9 +67,10 @@ impl BuiltinProvider {
     pub(crate) fn call_now<'a>(
         &self,
         name: &str,
-        arguments: &'a Value,
+        arguments: ToolArguments<'a>,
     ) -> Option<ProviderResult<ToolAnswer<'a>>> {
-        self.by_name.get(name).and_then(|&i| self.tools.get(i))?.call_now(arguments)
+        let tool = self.by_name.get(name).and_then(|&i| self.tools.get(i))?;
+        tool.call_now(Args::of_request(arguments))
     }
 }
 
@@ -100,8 +101,22 @@ impl Provider for BuiltinProvider {
         cx: CallContext,
     ) -> LocalBoxFuture<'a, ProviderResult<Value>> {
         match self.by_name.get(name).and_then(|&i| self.tools.get(i)) {
-            Some(tool) => kit::call_value(tool.as_ref(), arguments, cx),
+            Some(tool) => kit::call_value(tool.as_ref(), Args::Public(&arguments), cx),
             None => Box::pin(std::future::ready(Err(ProviderError::NotFound(name.to_owned())))),
+        }
+    }
+
+    /// Every built-in tool reads its arguments in place (`kit::Args`); an unknown name goes
+    /// to `call_tool`, which answers it.
+    fn call_tool_in_place(
+        &self,
+        name: &str,
+        arguments: ToolArguments<'_>,
+        cx: CallContext,
+    ) -> Result<LocalBoxFuture<'static, ProviderResult<Value>>, CallContext> {
+        match self.by_name.get(name).and_then(|&i| self.tools.get(i)) {
+            Some(tool) => Ok(kit::call_value(tool.as_ref(), Args::of_request(arguments), cx)),
+            None => Err(cx),
         }
     }
 
