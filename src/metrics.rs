@@ -539,7 +539,7 @@ impl Histograms {
             ("tidemark_resume_replay_events", "Events a resume with Last-Event-ID replayed from the ring.", |h| &h.resume_replay),
             ("tidemark_post_held_seconds", "How long a POST was held until owed streams were resumed (or it was refused, held_too_long).", |h| &h.post_held),
             ("tidemark_drain_duration_seconds", "From a drain's start (SIGTERM/SIGINT) to a core's quiet or the drain's end.", |h| &h.drain),
-            ("tidemark_reaper_step_seconds", "How long one step of the session reaper held its core's event loop (expiring a bounded batch of what was due, or sampling the gauges): the reaper's share of the loop's worst stall.", |h| &h.reaper_step),
+            ("tidemark_reaper_step_seconds", "How long one step of the session reaper held its core's event loop (expiring a bounded batch of the sessions that were due; a tick with none due is not a step): the reaper's share of the loop's worst stall.", |h| &h.reaper_step),
             ("tidemark_durable_adoption_seconds", "From a request naming a dead node's session to the session rebuilt here from the store (--durable).", |h| &h.adoption),
         ];
         for (family, help, pick) in singles {

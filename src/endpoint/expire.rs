@@ -10,8 +10,9 @@ use super::Endpoint;
 impl Endpoint {
     /// One step of a reaper tick at `now`: each era expires what is due (tasks past their
     /// retention; owed streams, settled streams and idle sessions, a bounded batch of them).
-    /// Whether more is due (the runtime calls again after a pause).
-    pub(crate) fn expire(&self, now: Instant) -> bool {
+    /// `None`: no legacy session was due (an idle tick); else whether more is due (the runtime
+    /// calls again after a pause).
+    pub(crate) fn expire(&self, now: Instant) -> Option<bool> {
         self.modern.expire(now);
         self.legacy.expire(now)
     }

@@ -36,26 +36,27 @@ const REAP_CLOCK_EVERY: usize = 8;
 
 impl LegacyCore {
     /// Looks at the sessions due by `now`, at most `REAP_BATCH` of them and for about
-    /// `REAP_STEP_TIME`; whether more are due.
-    pub(crate) fn expire(&self, now: Instant) -> bool {
+    /// `REAP_STEP_TIME`: `None` when none was due (the step did nothing), else whether more
+    /// are due.
+    pub(crate) fn expire(&self, now: Instant) -> Option<bool> {
         let tick = self.sessions.borrow().timers.tick_of(now);
         let began = Instant::now();
         for looked in 0..REAP_BATCH {
             if looked % REAP_CLOCK_EVERY == REAP_CLOCK_EVERY - 1 && began.elapsed() > REAP_STEP_TIME
             {
-                return true;
+                return Some(true);
             }
             let popped = {
                 let mut table = self.sessions.borrow_mut();
                 table.timers.pop_due(tick).map(|key| table.by_key(key))
             };
             match popped {
-                None => return false,
+                None => return (looked > 0).then_some(false),
                 Some(None) => {}
                 Some(Some(session)) => self.look_at(&session, now, tick),
             }
         }
-        true
+        Some(true)
     }
 
     /// One session off the wheel at `now` (tick `tick`): its overdue streams go, it ends when
@@ -193,7 +194,7 @@ mod tests {
     /// Runs the reaper steps of one tick at `at`; how many steps it took.
     fn tick(legacy: &LegacyCore, at: Instant) -> usize {
         let mut steps = 1;
-        while legacy.expire(at) {
+        while legacy.expire(at) == Some(true) {
             steps += 1;
         }
         steps
@@ -233,6 +234,7 @@ mod tests {
         let sessions = 3 * REAP_BATCH + 1;
         let legacy = core_with(sessions);
         let now = Instant::now();
+        assert_eq!(legacy.expire(now), None, "nothing due: a step that finds nothing says so");
         assert_eq!(tick(&legacy, now), 1, "nothing due: one step that finds nothing");
         assert_eq!(legacy.sessions.borrow().timers.len(), sessions, "one entry a session");
         let steps = tick(&legacy, now + secs(601));
@@ -243,10 +245,10 @@ mod tests {
     /// Times `ticks` reaper ticks over `sessions` sessions, none due.
     fn time_ticks(sessions: usize, ticks: u32) {
         let legacy = core_with(sessions);
-        while legacy.expire(Instant::now()) {}
+        while legacy.expire(Instant::now()) == Some(true) {}
         let started = Instant::now();
         for _ in 0..ticks {
-            while legacy.expire(Instant::now()) {}
+            while legacy.expire(Instant::now()) == Some(true) {}
         }
         let per_tick = started.elapsed() / ticks;
         assert_eq!(legacy.sessions.borrow().len(), sessions, "none was due");
