@@ -286,10 +286,15 @@ fn hex4(bytes: &[u8], at: usize) -> Option<u16> {
 /// connection. An echo call is about 15 nodes.
 pub(crate) const TAPE_KEEP_NODES: usize = 4096;
 
+/// The largest body whose parser scratch a core keeps for the next request; a larger body's is
+/// let go once decoded, so one big request does not pin several times its size per core (the
+/// scratch holds an aligned copy of the input, its string buffer and structural indexes).
+pub(crate) const SCRATCH_KEEP_BODY_BYTES: usize = 64 * 1024;
+
 thread_local! {
     /// The parser's scratch (structural indexes, string buffer, aligned input copy): used only
     /// inside `decode`, which never awaits, so one per core serves every connection. It keeps
-    /// the size of the largest body decoded on the core (at most `--max-body-bytes`).
+    /// the size of the largest body decoded on the core up to `SCRATCH_KEEP_BODY_BYTES`.
     static BUFFERS: RefCell<Buffers> = RefCell::new(Buffers::default());
 }
 
@@ -323,9 +328,15 @@ pub fn decode<'t, 'b: 't>(
     depth_max: usize,
 ) -> Result<Body<'t>, DecodeError> {
     prescan(body, depth_max)?;
-    BUFFERS
-        .with_borrow_mut(|buffers| simd_json::fill_tape(body, buffers, tape))
-        .map_err(|_| DecodeError::Parse)?;
+    let large = body.len() > SCRATCH_KEEP_BODY_BYTES;
+    let filled = BUFFERS.with_borrow_mut(|buffers| {
+        let filled = simd_json::fill_tape(body, buffers, tape);
+        if large {
+            *buffers = Buffers::default();
+        }
+        filled
+    });
+    filled.map_err(|_| DecodeError::Parse)?;
     let value = Tape::as_value(tape);
     match value.as_array() {
         Some(items) => {
