@@ -1022,13 +1022,15 @@ pub(crate) fn call_tool(
     cx: CallContext,
 ) -> LocalBoxFuture<'static, ProviderResult<Value>> {
     let ToolRoute { name, provider, .. } = route;
-    match provider.call_tool_in_place(&name, ToolArguments(arguments), cx) {
-        Ok(work) => work,
-        Err(cx) => {
-            let arguments = arguments.map(into_public).unwrap_or(Value::Null);
-            Box::pin(async move { provider.call_tool(&name, arguments, cx).await })
-        }
-    }
+    let cx = match crate::provider::builtin::as_builtin(provider.as_ref()) {
+        Some(builtin) => match builtin.call_in_place(&name, ToolArguments(arguments), cx) {
+            Ok(work) => return work,
+            Err(cx) => cx,
+        },
+        None => cx,
+    };
+    let arguments = arguments.map(into_public).unwrap_or(Value::Null);
+    Box::pin(async move { provider.call_tool(&name, arguments, cx).await })
 }
 
 /// A provider's error as a JSON-RPC error response (MCP: unknown names are invalid params),

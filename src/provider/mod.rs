@@ -26,10 +26,9 @@ pub use serde_json::Value;
 pub type LocalBoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 
 /// A `tools/call`'s `arguments` as the request decoded them (`None`: absent), borrowed for the
-/// time of `Provider::call_tool_in_place`. Opaque: only the built-in sets read it.
-#[doc(hidden)]
+/// time of a built-in tool's call (`BuiltinProvider::call_in_place`, `call`, `call_now`).
 #[derive(Clone, Copy, Debug)]
-pub struct ToolArguments<'a>(pub(crate) Option<crate::wire::WireValue<'a>>);
+pub(crate) struct ToolArguments<'a>(pub(crate) Option<crate::wire::WireValue<'a>>);
 
 /// RFC 5424 severities as MCP `logging/setLevel` names them (ascending).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -329,20 +328,6 @@ pub trait Provider {
     #[doc(hidden)]
     fn builtin(&self) -> Option<&dyn std::any::Any> {
         None
-    }
-
-    /// Starts tool `name` with its arguments read in place from the request, without the
-    /// `serde_json` copy `call_tool` takes; `Err(cx)`: this provider takes owned arguments,
-    /// and `call_tool` is asked. Only the built-in sets answer; not for embedders.
-    #[doc(hidden)]
-    fn call_tool_in_place(
-        &self,
-        name: &str,
-        arguments: ToolArguments<'_>,
-        cx: CallContext,
-    ) -> Result<LocalBoxFuture<'static, ProviderResult<Value>>, CallContext> {
-        let _ = (name, arguments);
-        Err(cx)
     }
 
     /// Whether calls of tool `name` (one this provider listed) may become tasks on the

@@ -42,7 +42,7 @@ impl<'a> Args<'a> {
         Args::Public(&NO_ARGUMENTS)
     }
 
-    /// The arguments of a call through `Provider::call_tool_in_place`.
+    /// The arguments of a call through `BuiltinProvider::call_in_place`.
     pub(crate) fn of_request(arguments: ToolArguments<'a>) -> Args<'a> {
         arguments.0.map_or(Args::none(), Args::Wire)
     }

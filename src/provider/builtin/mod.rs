@@ -61,6 +61,21 @@ impl BuiltinProvider {
 }
 
 impl BuiltinProvider {
+    /// Starts tool `name` with its arguments read in place (`kit::Args`), without the
+    /// `serde_json` copy `Provider::call_tool` takes; `Err(cx)` for a name this set lacks
+    /// (`call_tool` answers it).
+    pub(crate) fn call_in_place(
+        &self,
+        name: &str,
+        arguments: ToolArguments<'_>,
+        cx: CallContext,
+    ) -> Result<LocalBoxFuture<'static, ProviderResult<Value>>, CallContext> {
+        match self.by_name.get(name).and_then(|&i| self.tools.get(i)) {
+            Some(tool) => Ok(kit::call_value(tool.as_ref(), Args::of_request(arguments), cx)),
+            None => Err(cx),
+        }
+    }
+
     /// Tool `name`'s answer when it is an instant tool (`kit::instant_tool`), borrowed from
     /// `arguments`: no context, future or result value is made. `None`: not an instant tool
     /// of this set (call it through the provider API).
@@ -103,20 +118,6 @@ impl Provider for BuiltinProvider {
         match self.by_name.get(name).and_then(|&i| self.tools.get(i)) {
             Some(tool) => kit::call_value(tool.as_ref(), Args::Public(&arguments), cx),
             None => Box::pin(std::future::ready(Err(ProviderError::NotFound(name.to_owned())))),
-        }
-    }
-
-    /// Every built-in tool reads its arguments in place (`kit::Args`); an unknown name goes
-    /// to `call_tool`, which answers it.
-    fn call_tool_in_place(
-        &self,
-        name: &str,
-        arguments: ToolArguments<'_>,
-        cx: CallContext,
-    ) -> Result<LocalBoxFuture<'static, ProviderResult<Value>>, CallContext> {
-        match self.by_name.get(name).and_then(|&i| self.tools.get(i)) {
-            Some(tool) => Ok(kit::call_value(tool.as_ref(), Args::of_request(arguments), cx)),
-            None => Err(cx),
         }
     }
 
