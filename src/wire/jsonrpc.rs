@@ -558,19 +558,69 @@ pub const CANONICAL_INLINE_KEYS: usize = 16;
 /// out: it carries per-attempt data (the SDKs set `progressToken` to the request id). A key
 /// given twice is written twice, each time with its first value (what a lookup finds).
 pub fn canonical_params(params: WireValue<'_>, out: &mut String) {
-    canonical(params, &mut TextWriter(out), true);
+    let mut writer = TextWriter { out, pending: [0; 4], pending_len: 0 };
+    canonical(params, &mut writer, true);
+    writer.finish();
 }
 
-/// An `io::Write` onto a `String`. What `canonical` writes is UTF-8 piece by piece: the
-/// encoder cuts a string only at the ASCII characters it escapes.
-struct TextWriter<'s>(&'s mut String);
+/// An `io::Write` onto a `String`. The encoder writes a string in pieces that may cut a
+/// multi-byte character (its SIMD blocks do; the fuzzer found one), so the bytes of a character
+/// cut at a piece's end wait in `pending` for the next piece: what reaches `out` is the text,
+/// byte for byte. Bytes that are not UTF-8 never come from a decoded value; should they, they
+/// become U+FFFD rather than a panic.
+struct TextWriter<'s> {
+    out: &'s mut String,
+    pending: [u8; 4],
+    pending_len: usize,
+}
+
+impl TextWriter<'_> {
+    /// Takes bytes into `pending` until it holds one whole character, or bytes that cannot
+    /// start one, and moves it to `out`. Returns how many of `bytes` it took.
+    fn complete_pending(&mut self, bytes: &[u8]) -> usize {
+        let mut taken = 0;
+        while self.pending_len > 0 && taken < bytes.len() && self.pending_len < self.pending.len() {
+            self.pending[self.pending_len] = bytes[taken];
+            self.pending_len += 1;
+            taken += 1;
+            match std::str::from_utf8(&self.pending[..self.pending_len]) {
+                Ok(text) => {
+                    self.out.push_str(text);
+                    self.pending_len = 0;
+                }
+                Err(e) if e.error_len().is_some() => self.finish(),
+                Err(_) => {}
+            }
+        }
+        taken
+    }
+
+    /// Writes out what is still pending (a cut that never completed) as U+FFFD.
+    fn finish(&mut self) {
+        if self.pending_len > 0 {
+            self.out.push_str(&String::from_utf8_lossy(&self.pending[..self.pending_len]));
+            self.pending_len = 0;
+        }
+    }
+}
 
 impl io::Write for TextWriter<'_> {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        match std::str::from_utf8(bytes) {
-            Ok(text) => self.0.push_str(text),
-            // Never seen (see above); kept visible rather than panicking on peer input.
-            Err(_) => self.0.push_str(&String::from_utf8_lossy(bytes)),
+        let rest = &bytes[self.complete_pending(bytes)..];
+        match std::str::from_utf8(rest) {
+            Ok(text) => self.out.push_str(text),
+            Err(e) => {
+                let (valid, tail) = rest.split_at(e.valid_up_to());
+                // `valid` is UTF-8 (`valid_up_to` says so): borrowed, never replaced.
+                self.out.push_str(&String::from_utf8_lossy(valid));
+                if e.error_len().is_none() {
+                    // A character cut at the piece's end: fewer than 4 bytes by definition.
+                    self.pending[..tail.len()].copy_from_slice(tail);
+                    self.pending_len = tail.len();
+                } else {
+                    self.out.push_str(&String::from_utf8_lossy(tail));
+                }
+            }
         }
         Ok(bytes.len())
     }
@@ -860,7 +910,16 @@ mod tests {
             wide(CANONICAL_INLINE_KEYS + 1),
             wide(40),
         ];
-        for text in texts {
+        // The encoder writes long strings in SIMD blocks that may end inside a character (the
+        // fuzzer found `0…01\u{616}d` as a key): a two-, three- and four-byte character at
+        // every offset of a string longer than two blocks, with a `"` to escape after it.
+        let cut = (0..80).flat_map(|at| {
+            ["\u{616}", "\u{2603}", "\u{1F600}"].map(|ch| {
+                let s = format!("{}{ch}\"{}", "0".repeat(at), "1".repeat(80 - at));
+                format!(r#"{{{}:{}}}"#, serde_json::json!(s), serde_json::json!(s))
+            })
+        });
+        for text in texts.into_iter().chain(cut) {
             let mut owned_bytes = text.as_bytes().to_vec();
             let owned = simd_json::to_owned_value(&mut owned_bytes).expect("json");
             let mut want = String::new();
