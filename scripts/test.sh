@@ -48,13 +48,20 @@
 #                receiver on the official opentelemetry-proto bindings (PyPI): attributes,
 #                parentage from the client's traceparent, through a bridged call into an
 #                upstream tidemark; a stalled receiver: spans dropped and counted
+#   kubernetes   scripts/kubernetes.sh: deploy/kubernetes/ checked offline (no cluster): the
+#                manifests are the renderer's output, valid --strict against the Kubernetes
+#                1.28 and 1.37 schemas (kubernetes-validate, PyPI), coherent (the balancer lists
+#                the StatefulSet's pods; probes, grace, Secret), the real tidemark on the
+#                ConfigMap's settings (probes 200, node id from the pod index, SIGTERM exit 0),
+#                `haproxy -c` on the balancer's ConfigMap
 #   cost         scripts/cost.sh: the cost gate, callgrind instructions per request of the
 #                release binary (epoll driver, one request in flight) for ping, tools/call echo,
 #                the 2026-07-28 echo and a bridged stdio echo, each against its budget in
 #                benches/cost-budgets.txt (fails above budget + 3 %); Debian's valgrind and
 #                binutils (apt-installed); about 1.5 minutes after the release build
 #   --only SUITES  run only these (comma-separated: cargo,clients,browser,bridge,
-#                conformance,fault,fuzz,haproxy,auth,metrics,durable,traces,cost)
+#                conformance,fault,fuzz,haproxy,auth,metrics,durable,traces,kubernetes,
+#                cost)
 #
 # Needs cargo, python3 (with venv), node/npm (any version npm runs on; Node 22 is installed from
 # npm into .cache/); installs everything else into .cache/ (and Debian's chromium, haproxy,
@@ -63,7 +70,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ALL_SUITES="cargo,clients,browser,bridge,conformance,fault,fuzz,haproxy,auth,metrics,durable,traces,cost"
+ALL_SUITES="cargo,clients,browser,bridge,conformance,fault,fuzz,haproxy,auth,metrics,durable,traces,kubernetes,cost"
 
 only="$ALL_SUITES"
 while [ "$#" -gt 0 ]; do
@@ -112,6 +119,7 @@ for s in "${selected[@]}"; do
         metrics) scripts/metrics.sh || rc=$? ;;
         durable) scripts/durable.sh || rc=$? ;;
         traces) scripts/traces.sh || rc=$? ;;
+        kubernetes) scripts/kubernetes.sh || rc=$? ;;
         cost)
             missing=()
             command -v valgrind >/dev/null || missing+=(valgrind)
