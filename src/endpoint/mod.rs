@@ -409,7 +409,9 @@ fn split_authority(a: &[u8]) -> Option<(&[u8], &[u8])> {
 
 /// `localhost`, `127.x.y.z` or `[::1]`.
 fn is_loopback_host(host: &[u8]) -> bool {
-    host.eq_ignore_ascii_case(b"localhost")
+    // The name nearly every local client sends, before the address parse (~250 instructions).
+    host == b"127.0.0.1"
+        || host.eq_ignore_ascii_case(b"localhost")
         || host == b"[::1]"
         || (host.starts_with(b"127.")
             && std::str::from_utf8(host).is_ok_and(|h| h.parse::<std::net::Ipv4Addr>().is_ok()))
