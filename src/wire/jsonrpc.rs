@@ -709,7 +709,7 @@ fn canonical<W: io::Write>(v: WireValue<'_>, out: &mut W, top: bool) {
             if i == 0 || key != first_of_key.0 {
                 first_of_key = (key, value);
             }
-            let _ = simd_json::BorrowedValue::from(key).write(out);
+            write_json_str(key, out);
             let _ = out.write_all(b":");
             canonical(first_of_key.1, out, false);
         }
@@ -723,8 +723,29 @@ fn canonical<W: io::Write>(v: WireValue<'_>, out: &mut W, top: bool) {
             canonical(item, out, false);
         }
         let _ = out.write_all(b"]");
+    } else if let Some(text) = v.as_str() {
+        write_json_str(text, out);
     } else {
         let _ = v.write(out);
+    }
+}
+
+/// Strings up to this many bytes are checked for escapes here (`write_json_str`); longer ones
+/// go to the encoder's SIMD scan.
+const PLAIN_STR_BYTES_MAX: usize = 128;
+
+/// Writes `text` as a JSON string, as the encoder does: a short string with nothing to escape
+/// (no control character, `"` or `\`, the only bytes the encoder escapes) between quotes as
+/// it is, without the encoder's per-string set-up and its piecewise writes (most of a short
+/// key's cost: callgrind); any other through the encoder.
+fn write_json_str<W: io::Write>(text: &str, out: &mut W) {
+    let plain = |b: &u8| *b >= 0x20 && *b != b'"' && *b != b'\\';
+    if text.len() <= PLAIN_STR_BYTES_MAX && text.as_bytes().iter().all(plain) {
+        let _ = out.write_all(b"\"");
+        let _ = out.write_all(text.as_bytes());
+        let _ = out.write_all(b"\"");
+    } else {
+        let _ = simd_json::BorrowedValue::from(text).write(out);
     }
 }
 
@@ -938,6 +959,13 @@ mod tests {
             wide(CANONICAL_INLINE_KEYS),
             wide(CANONICAL_INLINE_KEYS + 1),
             wide(40),
+            // Strings at and past `PLAIN_STR_BYTES_MAX`, plain and with one escape at the end.
+            format!(
+                r#"{{"{0}":"{0}","{1}":"{1}\n","\u007f":1}}"#,
+                "k".repeat(128),
+                "v".repeat(129)
+            ),
+            format!(r#"{{"{0}\"":"{0}\\"}}"#, "q".repeat(127)),
             // A string longer than `HASH_WRITE_BUFFER`, hashed past the buffer.
             format!(r#"{{"long":"{}","after":1}}"#, "x".repeat(3 * HASH_WRITE_BUFFER)),
         ];
