@@ -312,7 +312,14 @@ async fn next_head(
         *deadline = Some(Instant::now() + core.cfg.http.header_timeout);
     }
     loop {
-        match http::parse_head(buf, core.cfg.http.header_bytes_max, core.cfg.http.headers_max) {
+        // Nothing read yet (a kept-alive connection between requests): no head to parse.
+        let parsed = match buf.is_empty() {
+            true => Ok(None),
+            false => {
+                http::parse_head(buf, core.cfg.http.header_bytes_max, core.cfg.http.headers_max)
+            }
+        };
+        match parsed {
             Ok(Some(h)) => return Ok(Some(h)),
             Ok(None) => {}
             Err(http::ParseError::HeadTooLarge) | Err(http::ParseError::TooManyHeaders) => {
