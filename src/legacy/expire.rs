@@ -64,8 +64,8 @@ impl LegacyCore {
     fn look_at(&self, rc: &SessionRc, now: Instant, tick: u32) {
         let cfg = &self.cfg.sessions;
         let mut s = rc.borrow_mut();
-        // Off the wheel now: ending it below need not search its slot.
-        s.timer_due = super::session::timers::NOT_ARMED;
+        // Off the wheel now: its entry is free (another session may take it).
+        s.timer_entry = super::session::timers::NOT_ARMED;
         let (abandoned, expired) = s.overdue(now, cfg.owed_timeout, cfg.stream_retention);
         for k in abandoned {
             crate::logging::limited!(

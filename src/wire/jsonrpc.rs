@@ -284,11 +284,21 @@ fn hex4(bytes: &[u8], at: usize) -> Option<u16> {
 /// Tape nodes a connection keeps between requests (24 bytes each: 96 KiB); a larger body's
 /// tape is let go once it is served, so one big request does not pin its tape to an idle
 /// connection. An echo call is about 15 nodes.
+///
+/// No flag, like `SCRATCH_KEEP_BODY_BYTES` and the other keep thresholds (a connection's
+/// `BUFFER_KEEP_BYTES`, the event and body scratch): it bounds nothing a peer can send (no
+/// request is refused at it, none sees it) but what is kept between requests, and the most it
+/// can keep follows from `--max-body-bytes`, which is the operator's limit. It only trades
+/// the allocations of a request over it against memory held while idle.
 pub(crate) const TAPE_KEEP_NODES: usize = 4096;
 
 /// The largest body whose parser scratch a core keeps for the next request; a larger body's is
 /// let go once decoded, so one big request does not pin several times its size per core (the
 /// scratch holds an aligned copy of the input, its string buffer and structural indexes).
+///
+/// No flag, for the reasons `TAPE_KEEP_NODES` gives: a threshold of reuse, not a limit on the
+/// peer (a body over it is served like any other, with the scratch allocated for it), and one
+/// scratch per core at most `--max-body-bytes` large.
 pub(crate) const SCRATCH_KEEP_BODY_BYTES: usize = 64 * 1024;
 
 thread_local! {
@@ -766,6 +776,50 @@ mod tests {
     fn dec(s: &str) -> Result<Body<'static>, DecodeError> {
         let body = Box::leak(s.as_bytes().to_vec().into_boxed_slice());
         decode(body, Box::leak(Box::new(Tape::null())), 8)
+    }
+
+    /// A request body of exactly `len` bytes (a string param pads it).
+    fn body_of(len: usize) -> Vec<u8> {
+        let (head, tail) = (r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"t":""#, r#""}}"#);
+        let pad = len - head.len() - tail.len();
+        [head.as_bytes(), &vec![b'a'; pad], tail.as_bytes()].concat()
+    }
+
+    /// The structural indexes the core's parser scratch holds: those of the last body decoded
+    /// when it was kept, none when it was let go.
+    fn scratch_indexes() -> usize {
+        BUFFERS.with_borrow(|buffers| buffers.structural_indexes().len())
+    }
+
+    /// Goal: `SCRATCH_KEEP_BODY_BYTES` at N and N + 1: the core keeps the parser scratch of a
+    /// body of exactly the limit and lets a larger one's go. Method: the scratch (this test
+    /// thread's) after decoding each, a small body first so it is not empty either way.
+    #[test]
+    fn the_parser_scratch_is_kept_up_to_its_limit_and_let_go_past_it() {
+        for (len, kept) in [(SCRATCH_KEEP_BODY_BYTES, true), (SCRATCH_KEEP_BODY_BYTES + 1, false)] {
+            let mut small = body_of(100);
+            let mut tape = Tape::null();
+            decode(&mut small, &mut tape, 8).expect("a small request");
+            assert!(scratch_indexes() > 0);
+            let mut body = body_of(len);
+            assert_eq!(body.len(), len);
+            let mut tape = Tape::null();
+            assert!(matches!(decode(&mut body, &mut tape, 8), Ok(Body::Single(_))), "{len} B");
+            assert_eq!(scratch_indexes() > 0, kept, "a body of {len} B");
+        }
+    }
+
+    /// Goal: `TAPE_KEEP_NODES` at N and N + 1: a connection's slot keeps a tape of exactly the
+    /// limit and drops a larger one.
+    #[test]
+    fn a_tape_is_kept_up_to_its_limit_and_dropped_past_it() {
+        for (nodes, kept) in [(TAPE_KEEP_NODES, true), (TAPE_KEEP_NODES + 1, false)] {
+            let slot = TapeSlot::default();
+            let tape: Tape<'static> = Tape(Vec::with_capacity(nodes));
+            assert_eq!(tape.0.capacity(), nodes);
+            slot.put(tape);
+            assert_eq!(slot.take().0.capacity() == nodes, kept, "a tape of {nodes} nodes");
+        }
     }
 
     #[test]

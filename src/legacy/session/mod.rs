@@ -342,9 +342,9 @@ pub struct Session {
     /// owed and live request streams); this session adds and removes its own part as it
     /// changes, and its remainder when dropped.
     tally: Rc<CoreTally>,
-    /// The tick its entry on the core's timer wheel is due (`timers`; kept by `SessionTable`),
+    /// The index of its entry on the core's timer wheel (`timers`; kept by `SessionTable`),
     /// `timers::NOT_ARMED` while it is off the wheel.
-    pub(crate) timer_due: u32,
+    pub(crate) timer_entry: u32,
     /// The observer of its changes: its part of the durable mirror (`--durable`). `None`
     /// when the mirror is off, and then a change costs this check and no call.
     pub(crate) mirror: Option<Box<SessionMirror>>,
@@ -436,7 +436,7 @@ impl Session {
             pending_client_max: cfg.modern.client_requests_pending_max,
             attached_unwritten: Unwritten::default(),
             tally: Rc::default(),
-            timer_due: timers::NOT_ARMED,
+            timer_entry: timers::NOT_ARMED,
             mirror: None,
         }
     }
@@ -1554,7 +1554,7 @@ impl SessionTable {
     /// arms it (`keep_close`): the reaper looks at it then and re-arms it at its deadline.
     pub fn insert(&mut self, mut session: Session) -> SessionRc {
         let (key, random) = (table_key(&session.id), session.id.random);
-        session.timer_due = self.timers.arm(random, self.timers.latest_after_request());
+        session.timer_entry = self.timers.arm(random, self.timers.latest_after_request());
         let rc = Rc::new(std::cell::RefCell::new(session));
         match self.sessions.entry(key) {
             std::collections::hash_map::Entry::Vacant(slot) => {
@@ -1584,8 +1584,8 @@ impl SessionTable {
             Some(s) if s.borrow().id.random == id.random => self.sessions.remove(&key),
             _ => self.collided.remove(&id.random),
         }?;
-        let due = s.borrow().timer_due;
-        self.timers.cancel(id.random, due);
+        let entry = s.borrow().timer_entry;
+        self.timers.cancel(id.random, entry);
         s.borrow_mut().close();
         Some(s)
     }
@@ -1607,18 +1607,19 @@ impl SessionTable {
 
     /// A request named `session`: a stream it opens may come due within the wheel's
     /// `soonest`, so an entry armed later than that is brought forward (once per such period;
-    /// otherwise two loads and a compare).
+    /// otherwise three loads and a compare). Allocates nothing: the entry it frees is the one
+    /// it takes.
     pub(crate) fn keep_close(&mut self, session: &mut Session) {
         let latest = self.timers.latest_after_request();
-        if session.timer_due > latest {
-            self.timers.cancel(session.id.random, session.timer_due);
-            session.timer_due = self.timers.arm(session.id.random, latest);
+        if self.timers.due(session.timer_entry) > latest {
+            self.timers.cancel(session.id.random, session.timer_entry);
+            session.timer_entry = self.timers.arm(session.id.random, latest);
         }
     }
 
     /// Puts `session`, just popped off the wheel by the reaper, back on it at tick `due`.
     pub(crate) fn rearm(&mut self, session: &mut Session, due: u32) {
-        session.timer_due = self.timers.arm(session.id.random, due);
+        session.timer_entry = self.timers.arm(session.id.random, due);
     }
 }
 
