@@ -1287,14 +1287,17 @@ fn streams(a: &StreamsArgs) -> anyhow::Result<RunReport> {
     engine_flags.pipeline = 1;
     // A call's own length, twice over (a busy machine stretches every sleep), plus --timeout.
     engine_flags.timeout = Dur(Duration::from_millis(2 * steps * delay_ms) + common.timeout.0);
-    let (start, _, _) = window(common, duration, Duration::ZERO);
+    // Every load thread connects all its streams before the schedule starts (~50 µs each on
+    // loopback; a late start would fire the missed part of the ramp at once).
+    let start =
+        Instant::now() + Duration::from_millis(100) + Duration::from_micros(100) * count as u32;
     let measure_from = start + a.ramp.0 + warmup;
     let end = measure_from + duration;
     let window_us = (unix_micros_at(measure_from), unix_micros_at(end));
     let rss_before = procfs::rss_bytes(pid)?;
     let watch = Watch::start(pid, Duration::from_millis(250));
     let budget = Arc::new(AtomicI64::new(count as i64));
-    let tally = Arc::new(std::sync::Mutex::new(Tally::default()));
+    let (report_to, reports) = std::sync::mpsc::channel();
     let result = run_engine(
         &engine_flags,
         &target,
@@ -1306,15 +1309,18 @@ fn streams(a: &StreamsArgs) -> anyhow::Result<RunReport> {
                 steps as u32,
                 budget.clone(),
                 window_us,
-                tally.clone(),
+                report_to.clone(),
             )
         },
         ("streams", "streams"),
     );
     let samples = watch.finish();
     let result = result?;
-    let tally =
-        std::mem::take(&mut *tally.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    drop(report_to);
+    let mut tally = Tally::default();
+    for part in reports.try_iter() {
+        tally.merge(&part);
+    }
     let mut report = RunReport::new("streams", &common.label, &common.url, config);
     report.measured_s = duration.as_secs_f64();
     report

@@ -19,7 +19,8 @@
 //! POST stream measured here.
 
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -32,7 +33,7 @@ use crate::procfs;
 use crate::stats::{self, ErrorKind};
 use crate::wire::{Head, PostTemplate};
 
-/// What all load threads saw, merged as each thread's workload is dropped.
+/// What one load thread saw, sent to `main` when its workload is dropped; `merge` adds them up.
 #[derive(Debug)]
 pub struct Tally {
     /// Delivery latency (ns) of events stamped inside the measurement window.
@@ -80,7 +81,7 @@ pub struct LiveStreams {
     progress: Finder<'static>,
     message: Finder<'static>,
     own: Tally,
-    merged: Arc<Mutex<Tally>>,
+    report_to: Sender<Tally>,
 }
 
 impl LiveStreams {
@@ -89,7 +90,7 @@ impl LiveStreams {
         steps: u32,
         budget: Arc<AtomicI64>,
         window_us: (u64, u64),
-        merged: Arc<Mutex<Tally>>,
+        report_to: Sender<Tally>,
     ) -> LiveStreams {
         assert!(!templates.is_empty());
         LiveStreams {
@@ -101,7 +102,7 @@ impl LiveStreams {
             progress: Finder::new(b"\"progress\":"),
             message: Finder::new(b"\"message\":\""),
             own: Tally::default(),
-            merged,
+            report_to,
         }
     }
 
@@ -173,16 +174,22 @@ pub fn unix_micros_at(at: Instant) -> u64 {
 
 impl Drop for LiveStreams {
     fn drop(&mut self) {
-        let own = std::mem::take(&mut self.own);
-        let mut all = self.merged.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        all.delivery.add(&own.delivery).expect("invariant: same histogram bounds");
-        all.events_in_window += own.events_in_window;
-        all.lost += own.lost;
-        all.duplicated += own.duplicated;
-        all.out_of_order += own.out_of_order;
-        all.unstamped += own.unstamped;
-        all.stamp_after_read += own.stamp_after_read;
-        all.completed += own.completed;
+        // `main` holds the receiver until every load thread has ended.
+        let _ = self.report_to.send(std::mem::take(&mut self.own));
+    }
+}
+
+impl Tally {
+    /// Adds `other`'s counts and latencies to these.
+    pub fn merge(&mut self, other: &Tally) {
+        self.delivery.add(&other.delivery).expect("invariant: same histogram bounds");
+        self.events_in_window += other.events_in_window;
+        self.lost += other.lost;
+        self.duplicated += other.duplicated;
+        self.out_of_order += other.out_of_order;
+        self.unstamped += other.unstamped;
+        self.stamp_after_read += other.stamp_after_read;
+        self.completed += other.completed;
     }
 }
 
@@ -300,7 +307,7 @@ mod tests {
             3,
             Arc::new(AtomicI64::new(1)),
             (1_000, 2_000),
-            Arc::new(Mutex::new(Tally::default())),
+            std::sync::mpsc::channel().0,
         )
     }
 
