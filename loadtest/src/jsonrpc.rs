@@ -54,6 +54,19 @@ pub fn slow_counter_body(steps: u64, delay_ms: u64) -> String {
     )
 }
 
+/// `slow_counter` with `stamp`: each progress notification's message is its emit time (µs since
+/// the Unix epoch), for the `streams` scenario's delivery latency.
+pub fn stamped_slow_counter_body(steps: u64, delay_ms: u64) -> String {
+    format!(
+        concat!(
+            r#"{{"jsonrpc":"2.0","id":{{id}},"method":"tools/call","params":{{"name":"slow_counter","#,
+            r#""arguments":{{"steps":{},"delay_ms":{},"stamp":true}},"#,
+            r#""_meta":{{"progressToken":{{id}}}}}}}}"#
+        ),
+        steps, delay_ms
+    )
+}
+
 pub const GET_COUNTER_BODY: &str = r#"{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{"name":"get_counter","arguments":{}}}"#;
 
 /// What a message is, judged by substrings.
@@ -203,6 +216,7 @@ mod tests {
             echo_body("xx"),
             modern_echo_body("xx", "2026-07-28"),
             slow_counter_body(3, 1),
+            stamped_slow_counter_body(3, 100),
             GET_COUNTER_BODY.to_owned(),
         ] {
             let filled = body.replace("{id}", "42");

@@ -7,12 +7,13 @@
 //! - `main`: flags, scenario set-up, the run report's printing and writing.
 //! - `report`, `plot`: medians over repeated runs, markdown, SVG percentile plots.
 //! - `scenario/`: `calls` (ping, echo, stream, modern), `modern` (its request and the watch on
-//!   the server), `sessions`, `resume`, `migration`, `fault`, `flow`.
+//!   the server), `sessions`, `streams` (N live streams at once), `resume`, `migration`,
+//!   `fault`, `flow`.
 //! - `engine`: one epoll loop per load thread, closed-loop and fixed-rate schedules.
 //! - `client`: blocking connections for set-up and the step-by-step scenarios.
 //! - `stats`: histograms, counters, the progress line, `RunReport`.
 //! - `wire`, `sse`, `jsonrpc`: HTTP/1.1, `text/event-stream` and JSON-RPC on the wire.
-//! - `procfs`: the server's pid and RSS.
+//! - `procfs`: the server's pid, RSS and CPU time.
 //! - `stdio_direct`: `stdio-direct`, calls straight to a stdio MCP server (no HTTP), the baseline
 //!   of the bridge comparison (`scripts/bridge-compare.sh`).
 
@@ -80,6 +81,9 @@ enum Command {
     /// Randomized fault test: calls cut at random points, recovered at random; nothing may be
     /// lost, duplicated or executed twice.
     Fault(FaultArgs),
+    /// Hold N live streams at once (`slow_counter` calls, E stamped events/s each): every event
+    /// once and in order, delivery latency (server emit → client read), server RSS and CPU.
+    Streams(StreamsArgs),
     /// Open K idle sessions and report the server's RSS per session.
     Sessions(SessionsArgs),
     /// Baseline without HTTP: spawn a stdio MCP server (--command) and time sequential
@@ -358,6 +362,27 @@ struct StdioDirectArgs {
 }
 
 #[derive(Args, Debug)]
+struct StreamsArgs {
+    /// Of the common flags --sessions (default: one per stream), --threads, --duration (the
+    /// measured window, default 10s), --warmup (after the ramp, default 1s), --timeout (added to
+    /// a call's length), --json, --plot, --quiet and --label apply.
+    #[command(flatten)]
+    common: Common,
+    /// Live streams held at once (one connection and one `slow_counter` call each).
+    #[arg(long, default_value_t = 1000)]
+    streams: usize,
+    /// Events per second each stream receives (the call's `delay_ms` is 1000 / E, whole ms).
+    #[arg(long, default_value_t = 10.0)]
+    events_per_s: f64,
+    /// The calls start spread evenly over this long, so their events are not in lock-step.
+    #[arg(long, default_value = "1s")]
+    ramp: Dur,
+    /// The server's pid for RSS and CPU (default: the process listening on the URL's port).
+    #[arg(long)]
+    server_pid: Option<u32>,
+}
+
+#[derive(Args, Debug)]
 struct SessionsArgs {
     #[command(flatten)]
     common: Common,
@@ -468,6 +493,7 @@ fn run(command: Command) -> anyhow::Result<bool> {
         Command::Migration(a) => migration(&a)?,
         Command::Fault(a) => fault(&a)?,
         Command::Sessions(a) => sessions(&a)?,
+        Command::Streams(a) => streams(&a)?,
         Command::StdioDirect(a) => stdio_direct(&a)?,
         Command::Report(a) => return report_command(&a),
         Command::Criterion(a) => {
@@ -1207,6 +1233,178 @@ fn sessions(a: &SessionsArgs) -> anyhow::Result<RunReport> {
         .insert("rss_gib_per_100k_sessions".into(), per * 100_000.0 / f64::from(1u32 << 30));
     result.errors.into_counters(&mut report.counters);
     finish(common, report)
+}
+
+/// `streams`: the calls' shape (steps, delay) from the rate and the window, checked against the
+/// demo tool's limits.
+fn stream_shape(a: &StreamsArgs, span: Duration) -> anyhow::Result<(u64, u64)> {
+    if !(a.events_per_s > 0.0 && a.events_per_s <= 1000.0) {
+        bail!("--events-per-s must be in (0, 1000]");
+    }
+    let delay_ms = (1000.0 / a.events_per_s).round() as u64;
+    if delay_ms > 10_000 {
+        bail!("--events-per-s below 0.1: the demo tool waits at most 10 s per step");
+    }
+    let steps = (span.as_secs_f64() * 1000.0 / delay_ms as f64).ceil() as u64;
+    if steps > 1000 {
+        bail!(
+            "{steps} events per stream: the demo tool sends at most 1000 per call; lower \
+             --events-per-s or --duration"
+        );
+    }
+    Ok((steps, delay_ms))
+}
+
+fn streams(a: &StreamsArgs) -> anyhow::Result<RunReport> {
+    use scenario::streams::{unix_micros_at, LiveStreams, Tally, Watch};
+    let common = &a.common;
+    let target = Target { bearer: common.bearer_token.clone(), ..target_of(common)? };
+    let count = a.streams.max(1);
+    let duration = common.duration.map_or(Duration::from_secs(10), |d| d.0);
+    let warmup = common.warmup.map_or(Duration::from_secs(1), |d| d.0);
+    // Every call runs past the window's end, whenever in the ramp it started.
+    let (steps, delay_ms) = stream_shape(a, a.ramp.0 + warmup + duration)?;
+    let config = config_json(
+        common,
+        serde_json::json!({"streams": count, "events_per_s": a.events_per_s, "ramp": a.ramp,
+                           "steps": steps, "delay_ms": delay_ms}),
+    );
+    print_config("streams", &config);
+    let pid = match a.server_pid {
+        Some(pid) => pid,
+        None => procfs::listener_pid(target.addr.port())?,
+    };
+    let sessions =
+        open_sessions(&target, common.sessions.unwrap_or(count).max(1), common.timeout.0)?;
+    let body = jsonrpc::stamped_slow_counter_body(steps, delay_ms);
+    let templates: Vec<PostTemplate> = sessions
+        .iter()
+        .map(|s| PostTemplate::new(&target, Some(&s.id), &s.version, &body))
+        .collect();
+    // Fixed rate: the n-th call starts at n / rate, all N within the ramp; then no more work.
+    let mut engine_flags = common.clone();
+    engine_flags.rate = Some(count as f64 / a.ramp.0.as_secs_f64().max(1e-3));
+    engine_flags.pipeline = 1;
+    // A call's own length, twice over (a busy machine stretches every sleep), plus --timeout.
+    engine_flags.timeout = Dur(Duration::from_millis(2 * steps * delay_ms) + common.timeout.0);
+    // Every load thread connects all its streams before the schedule starts (~50 µs each on
+    // loopback; a late start would fire the missed part of the ramp at once).
+    let start =
+        Instant::now() + Duration::from_millis(100) + Duration::from_micros(100) * count as u32;
+    let measure_from = start + a.ramp.0 + warmup;
+    let end = measure_from + duration;
+    let window_us = (unix_micros_at(measure_from), unix_micros_at(end));
+    let rss_before = procfs::rss_bytes(pid)?;
+    let watch = Watch::start(pid, Duration::from_millis(250));
+    let budget = Arc::new(AtomicI64::new(count as i64));
+    let (report_to, reports) = std::sync::mpsc::channel();
+    let result = run_engine(
+        &engine_flags,
+        &target,
+        count,
+        (start, start, end),
+        |_| {
+            LiveStreams::new(
+                templates.clone(),
+                steps as u32,
+                budget.clone(),
+                window_us,
+                report_to.clone(),
+            )
+        },
+        ("streams", "streams"),
+    );
+    let samples = watch.finish();
+    let result = result?;
+    drop(report_to);
+    let mut tally = Tally::default();
+    for part in reports.try_iter() {
+        tally.merge(&part);
+    }
+    let mut report = RunReport::new("streams", &common.label, &common.url, config);
+    report.measured_s = duration.as_secs_f64();
+    report
+        .throughput
+        .insert("events_per_s".into(), tally.events_in_window as f64 / report.measured_s);
+    report
+        .latency
+        .push(Series::from_histogram("delivery: server emit → client read", &tally.delivery));
+    streams_values(&mut report, &samples, rss_before, (measure_from, end), count);
+    streams_counters(&mut report, &tally, count, result.errors);
+    streams_summary(&report, count, delay_ms, duration);
+    finish(common, report)
+}
+
+/// The correctness counters of a `streams` run, and which must be 0.
+fn streams_counters(
+    report: &mut RunReport,
+    tally: &scenario::streams::Tally,
+    count: usize,
+    errors: stats::Errors,
+) {
+    report.counters.insert("streams_completed".into(), tally.completed);
+    report.counters.insert("streams_incomplete".into(), count as i64 - tally.completed);
+    for (key, value) in [
+        ("lost", tally.lost),
+        ("duplicated", tally.duplicated),
+        ("out_of_order", tally.out_of_order),
+        ("unstamped", tally.unstamped),
+        ("stamp_after_read", tally.stamp_after_read),
+    ] {
+        report.counters.insert(key.into(), value);
+    }
+    errors.into_counters(&mut report.counters);
+    for key in ["lost", "duplicated", "out_of_order", "unstamped", "streams_incomplete"] {
+        report.require_zero(key);
+    }
+}
+
+/// The one-line summary of a `streams` run (scripts/streams.sh greps it).
+fn streams_summary(report: &RunReport, count: usize, delay_ms: u64, duration: Duration) {
+    let value = |k: &str| report.values.get(k).copied().unwrap_or(f64::NAN);
+    let counter = |k: &str| report.counters.get(k).copied().unwrap_or(0);
+    let d = &report.latency[0];
+    println!(
+        "streams: {count} × {:.1} events/s for {:.0}s: delivery p50 {:.0} µs p99 {:.0} µs \
+         p99.9 {:.0} µs; server RSS max {:.1} MiB, CPU {:.2} cores; lost={} duplicated={} \
+         out_of_order={} {}",
+        1000.0 / delay_ms as f64,
+        duration.as_secs_f64(),
+        d.p50_us,
+        d.p99_us,
+        d.p999_us,
+        value("server_rss_max_bytes") / f64::from(1u32 << 20),
+        value("server_cpu_cores"),
+        counter("lost"),
+        counter("duplicated"),
+        counter("out_of_order"),
+        if report.ok { "OK" } else { "FAILED" }
+    );
+}
+
+/// The server's RSS and CPU over the run into `report.values`.
+fn streams_values(
+    report: &mut RunReport,
+    samples: &[scenario::streams::Sample],
+    rss_before: u64,
+    window: (Instant, Instant),
+    count: usize,
+) {
+    let values = &mut report.values;
+    values.insert("streams".into(), count as f64);
+    values.insert("server_rss_before_bytes".into(), rss_before as f64);
+    if let Some(max) = samples.iter().map(|s| s.rss_bytes).max() {
+        values.insert("server_rss_max_bytes".into(), max as f64);
+        let per = (max as f64 - rss_before as f64) / count as f64;
+        values.insert("server_rss_per_stream_bytes".into(), per);
+    }
+    if let Some(cores) = scenario::streams::cpu_cores(samples, window) {
+        values.insert("server_cpu_cores".into(), cores);
+        let events = report.throughput.get("events_per_s").copied().unwrap_or(0.0);
+        if events > 0.0 {
+            values.insert("server_cpu_us_per_event".into(), cores * 1e6 / events);
+        }
+    }
 }
 
 fn stdio_direct(a: &StdioDirectArgs) -> anyhow::Result<RunReport> {

@@ -1,5 +1,6 @@
-//! The server process as Linux shows it: which process listens on a port, and its resident
-//! memory. Used by the `sessions` scenario (RSS per idle session).
+//! The server process as Linux shows it: which process listens on a port, its resident memory
+//! and its CPU time. Used by the `sessions` scenario (RSS per idle session) and `streams` (RSS
+//! and CPU under live streams).
 //!
 //! Never: touches a process it was not pointed at; it only reads `/proc`.
 
@@ -22,6 +23,24 @@ pub fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
         .parse()
         .context("malformed VmRSS value")?;
     Ok(kib * 1024)
+}
+
+/// Clock ticks per second of `/proc/PID/stat`'s times (`USER_HZ`: 100 on every Linux ABI that
+/// `getconf CLK_TCK` reports for; the scripts assume the same).
+pub const CLOCK_TICKS_PER_S: f64 = 100.0;
+
+/// User + system CPU time of `pid` (all threads), in clock ticks (`CLOCK_TICKS_PER_S`).
+pub fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("reading /proc/{pid}/stat"))?;
+    // The command name may hold spaces and parentheses: fields start after the last `)`.
+    let rest = stat.rsplit_once(')').context("malformed /proc/PID/stat")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 (utime) and 15 (stime) of proc(5); `rest` starts at field 3.
+    let tick = |i: usize| -> anyhow::Result<u64> {
+        fields.get(i).context("short /proc/PID/stat")?.parse().context("malformed CPU time")
+    };
+    Ok(tick(11)? + tick(12)?)
 }
 
 /// The process with a listening TCP socket on `port` (any address, IPv4 or IPv6).

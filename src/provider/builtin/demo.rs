@@ -30,6 +30,10 @@ pub(crate) const SLOW_COUNTER_STEPS_MAX: u64 = 1000;
 /// still run for hours; the server's tool run-time limit, not this one, bounds a whole call.
 pub(crate) const SLOW_COUNTER_DELAY_MS_MAX: u64 = 10_000;
 
+/// `stamp` when the call does not say: progress notifications carry no `message`, the tool's
+/// wire output as the conformance and client suites know it.
+pub(crate) const SLOW_COUNTER_STAMP_DEFAULT: bool = false;
+
 /// `steps` when the call does not say (documented in the input schema).
 pub(crate) const SLOW_COUNTER_STEPS_DEFAULT: u64 = 5;
 
@@ -50,15 +54,19 @@ const ECHO: ToolSpec = ToolSpec {
 const SLOW_COUNTER: ToolSpec = ToolSpec {
     name: "slow_counter",
     description: "Increments the server-wide execution counter once, then sends `steps` \
-                  progress notifications, waiting `delay_ms` before each, and returns the \
-                  counter value after its own increment. Not idempotent: every execution counts.",
+                  progress notifications, waiting `delay_ms` before each (with `stamp`, each \
+                  carries its emit time), and returns the counter value after its own \
+                  increment. Not idempotent: every execution counts.",
     input_schema: concat!(
         r#"{"type":"object","properties":{"#,
         r#""steps":{"type":"integer","minimum":0,"maximum":1000,"default":5,"#,
         r#""description":"Progress notifications to send (0 to 1000, default 5)."},"#,
         r#""delay_ms":{"type":"integer","minimum":0,"maximum":10000,"default":0,"#,
         r#""description":"Milliseconds to wait before each notification "#,
-        r#"(0 to 10000, default 0: no wait)."}}}"#
+        r#"(0 to 10000, default 0: no wait)."},"#,
+        r#""stamp":{"type":"boolean","default":false,"#,
+        r#""description":"Put the emit time in each notification's message: microseconds "#,
+        r#"since the Unix epoch, in decimal (a load test's delivery latency)."}}}"#
     ),
     annotations: hints(false, false),
 };
@@ -133,7 +141,8 @@ fn slow_counter(
         SLOW_COUNTER_DELAY_MS_DEFAULT,
         SLOW_COUNTER_DELAY_MS_MAX,
     );
-    count_slowly(counter, steps, delay_ms, cx)
+    let stamp = optional_bool(arguments, "stamp", SLOW_COUNTER_STAMP_DEFAULT);
+    count_slowly(counter, steps, delay_ms, stamp, cx)
 }
 
 /// `slow_counter` once its arguments are read.
@@ -141,9 +150,10 @@ async fn count_slowly(
     counter: &'static AtomicU64,
     steps: ProviderResult<u64>,
     delay_ms: ProviderResult<u64>,
+    stamp: ProviderResult<bool>,
     cx: CallContext,
 ) -> ProviderResult<ToolAnswer<'static>> {
-    let (steps, delay_ms) = (steps?, delay_ms?);
+    let (steps, delay_ms, stamp) = (steps?, delay_ms?, stamp?);
     let executions = counter.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
     // `step` and `steps` are at most SLOW_COUNTER_STEPS_MAX, so the f64 conversions are exact.
     let total = steps as f64;
@@ -151,9 +161,33 @@ async fn count_slowly(
         if delay_ms > 0 {
             monoio::time::sleep(Duration::from_millis(delay_ms)).await;
         }
-        cx.progress(step as f64, Some(total), None);
+        if stamp {
+            // Read as late as possible: the latency a client computes from it is the server's
+            // delivery (ring, writer, socket), not the tool's own sleep.
+            cx.progress(step as f64, Some(total), Some(&unix_micros().to_string()));
+        } else {
+            cx.progress(step as f64, Some(total), None);
+        }
     }
     Ok(ToolAnswer::Count(executions))
+}
+
+/// Microseconds since the Unix epoch on the wall clock (0 if the clock is before it): the one
+/// clock a client on the same machine can compare with.
+fn unix_micros() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    since.map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// Optional boolean argument `name`, `default` when absent; anything but `true`/`false` is
+/// -32602.
+fn optional_bool(arguments: Args<'_>, name: &str, default: bool) -> ProviderResult<bool> {
+    let Some(value) = argument(arguments, name)? else {
+        return Ok(default);
+    };
+    value.as_bool().ok_or_else(|| {
+        ProviderError::InvalidParams(format!("argument `{name}` must be true or false"))
+    })
 }
 
 fn get_counter(
@@ -346,6 +380,45 @@ mod tests {
     }
 
     #[test]
+    fn slow_counter_stamp_puts_the_emit_time_in_each_message() {
+        // Goal: with `stamp: true` each notification's message is the emit time in µs since
+        // the Unix epoch (between the call's start and end); without it there is no message
+        // (the default wire output). Method: a private counter, the wall clock around the call.
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let before = unix_micros();
+        let (result, calls) = call_slow_counter(&COUNTER, json!({ "steps": 3, "stamp": true }));
+        let after = unix_micros();
+        assert!(result.is_ok());
+        assert_eq!(calls.len(), 3);
+        let mut last = before;
+        for (i, call) in calls.iter().enumerate() {
+            let Call::Progress { progress, message: Some(message), .. } = call else {
+                panic!("no message in {call:?}");
+            };
+            assert_eq!(*progress, (i + 1) as f64);
+            let at: u64 = message.parse().expect("decimal µs");
+            assert!(last <= at && at <= after, "{before} ≤ {at} ≤ {after}");
+            last = at;
+        }
+        let (_, calls) = call_slow_counter(&COUNTER, json!({ "steps": 1, "stamp": false }));
+        assert_eq!(calls, vec![Call::Progress { progress: 1.0, total: Some(1.0), message: None }]);
+    }
+
+    #[test]
+    fn slow_counter_rejects_a_stamp_that_is_not_a_boolean_without_counting() {
+        // Goal: `stamp` takes only true/false; anything else is -32602 and no execution.
+        // Method: a table of non-booleans.
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        for value in [json!(1), json!("true"), json!(null), json!([true]), json!({})] {
+            let arguments = json!({ "steps": 1, "stamp": value });
+            let (result, calls) = call_slow_counter(&COUNTER, arguments.clone());
+            assert!(is_invalid_params(&result), "{arguments:?} → {result:?}");
+            assert!(calls.is_empty());
+        }
+        assert_eq!(COUNTER.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
     fn get_counter_reads_without_counting() {
         // Goal: get_counter reports the counter and never changes it. Method: private counter.
         static COUNTER: AtomicU64 = AtomicU64::new(7);
@@ -395,6 +468,7 @@ mod tests {
         let delay = &schema["properties"]["delay_ms"];
         assert_eq!(delay["maximum"].as_u64(), Some(SLOW_COUNTER_DELAY_MS_MAX));
         assert_eq!(delay["default"].as_u64(), Some(SLOW_COUNTER_DELAY_MS_DEFAULT));
+        assert_eq!(schema["properties"]["stamp"]["default"], json!(SLOW_COUNTER_STAMP_DEFAULT));
         assert_eq!(parse(ECHO.input_schema)["required"], json!(["text"]));
         assert!(ECHO.annotations.safe_to_repeat());
         assert!(GET_COUNTER.annotations.safe_to_repeat());

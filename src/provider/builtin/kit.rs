@@ -69,6 +69,13 @@ impl<'a> Args<'a> {
         }
     }
 
+    pub(crate) fn as_bool(self) -> Option<bool> {
+        match self {
+            Args::Wire(v) => v.as_bool(),
+            Args::Public(v) => v.as_bool(),
+        }
+    }
+
     pub(crate) fn as_f64(self) -> Option<f64> {
         match self {
             Args::Wire(v) => v.cast_f64(),
