@@ -48,6 +48,10 @@
 #                receiver on the official opentelemetry-proto bindings (PyPI): attributes,
 #                parentage from the client's traceparent, through a bridged call into an
 #                upstream tidemark; a stalled receiver: spans dropped and counted
+#   streams      scripts/streams.sh --ci: 300 live slow_counter streams × 20 events/s for 3 s
+#                (tidemark-load streams, debug build): every event once and in order, nothing
+#                refused or cut; the 10 000-stream run and the sweep are documented beside it
+#                (docs/performance.md) and too long for this command
 #   kubernetes   scripts/kubernetes.sh: deploy/kubernetes/ checked offline (no cluster): the
 #                manifests are the renderer's output, valid --strict against the Kubernetes
 #                1.28 and 1.37 schemas (kubernetes-validate, PyPI), coherent (the balancer lists
@@ -60,8 +64,8 @@
 #                benches/cost-budgets.txt (fails above budget + 3 %); Debian's valgrind and
 #                binutils (apt-installed); about 1.5 minutes after the release build
 #   --only SUITES  run only these (comma-separated: cargo,clients,browser,bridge,
-#                conformance,fault,fuzz,haproxy,auth,metrics,durable,traces,kubernetes,
-#                cost)
+#                conformance,fault,fuzz,haproxy,auth,metrics,durable,traces,streams,
+#                kubernetes,cost)
 #
 # Needs cargo, python3 (with venv), node/npm (any version npm runs on; Node 22 is installed from
 # npm into .cache/); installs everything else into .cache/ (and Debian's chromium, haproxy,
@@ -70,7 +74,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ALL_SUITES="cargo,clients,browser,bridge,conformance,fault,fuzz,haproxy,auth,metrics,durable,traces,kubernetes,cost"
+ALL_SUITES="cargo,clients,browser,bridge,conformance,fault,fuzz,haproxy,auth,metrics,durable,traces,streams,kubernetes,cost"
 
 only="$ALL_SUITES"
 while [ "$#" -gt 0 ]; do
@@ -119,6 +123,7 @@ for s in "${selected[@]}"; do
         metrics) scripts/metrics.sh || rc=$? ;;
         durable) scripts/durable.sh || rc=$? ;;
         traces) scripts/traces.sh || rc=$? ;;
+        streams) scripts/streams.sh --ci || rc=$? ;;
         kubernetes) scripts/kubernetes.sh || rc=$? ;;
         cost)
             missing=()
