@@ -148,20 +148,29 @@ fn log_decision(
     stream: Option<StreamKey>,
     code: Option<Code>,
 ) {
-    crate::logging::limited!(
-        crate::logging::Kind::Migration,
-        tracing::Level::INFO,
-        session = %session.borrow().id.to_header(),
-        core = session.borrow().id.core,
-        node = session.borrow().id.node,
-        request_id = crate::logging::clip(id.as_str()),
-        stream = stream.map(|k| k.0),
-        code = code.map(Code::value),
-        status = code.map(|_| 409u16),
-        reason,
-        culprit = "peer",
-        "migration decision"
-    );
+    // A 409 is answered at once: its line is written after the answer (issue 40 §5: the
+    // write to stderr was ~30 µs of the round trip's p99). A held request waits anyway.
+    let line = || {
+        crate::logging::limited!(
+            crate::logging::Kind::Migration,
+            tracing::Level::INFO,
+            session = %session.borrow().id.to_header(),
+            core = session.borrow().id.core,
+            node = session.borrow().id.node,
+            request_id = crate::logging::clip(id.as_str()),
+            stream = stream.map(|k| k.0),
+            code = code.map(Code::value),
+            status = code.map(|_| 409u16),
+            reason,
+            culprit = "peer",
+            "migration decision"
+        );
+    };
+    if code.is_some() {
+        crate::logging::deferred(line);
+    } else {
+        line();
+    }
 }
 
 /// One of a session's `--max-held-per-session` places for a POST held at the migration

@@ -91,6 +91,8 @@ pub(crate) async fn serve(
                 hops = 0;
                 answered(&mut conn, consumed, span.as_ref());
                 let written = conn.write().await;
+                // A line the answer did not wait for (a 409's migration decision).
+                crate::logging::write_deferred();
                 settle(&core, &label, started, span);
                 if !written || !keep_alive {
                     break;
