@@ -3,7 +3,8 @@
 //! `RUST_LOG` > `info`) behind a reload handle (SIGHUP: `reload_log_level`), and the per-kind
 //! rate limiter that keeps a flood of one kind of event from filling a disk (`limited!`,
 //! `--log-events-per-kind-per-sec`, "N more suppressed" lines), with the info summary of
-//! refusals (`refused`, `--log-refusal-summary-secs`).
+//! refusals (`refused`, `--log-refusal-summary-secs`), and the lines an answer does not wait
+//! for (`deferred`: kept by the worker thread, written after the answer).
 //!
 //! Owns: the field names every event uses (`field`), the culprits, the kinds and their
 //! windows. Never: logs a body, a token or an `Authorization` value (callers pass ids, sizes
@@ -11,11 +12,13 @@
 //! an event passed the level filter (and, for refusals, one relaxed add per refusal); nothing
 //! here is on the path of a request whose events are filtered out.
 
-use std::io::IsTerminal;
+use std::cell::{Cell, RefCell};
+use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 
+use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{reload, EnvFilter, Registry};
@@ -290,6 +293,94 @@ pub(crate) fn first_report(key: &str) -> bool {
     })
 }
 
+/// Bytes of log lines one thread keeps for later (`deferred`) before it writes them at once.
+/// The lines are rate-limited and written after the answer at hand, so this is rarely more
+/// than one line; it bounds only this memory, nothing a peer sees, so it has no flag.
+pub(crate) const DEFERRED_BYTES_MAX: usize = 16 * 1024;
+
+/// A thread's deferred lines; written when the thread ends, if nothing wrote them before.
+struct Deferred(Vec<u8>);
+
+impl Drop for Deferred {
+    fn drop(&mut self) {
+        if !self.0.is_empty() {
+            let _ = std::io::stderr().write_all(&self.0);
+        }
+    }
+}
+
+thread_local! {
+    /// Whether this thread's lines go to `DEFERRED` now (inside `deferred`).
+    static DEFERRING: Cell<bool> = const { Cell::new(false) };
+    static DEFERRED: RefCell<Deferred> = const { RefCell::new(Deferred(Vec::new())) };
+}
+
+/// Runs `log` with this thread's lines kept in memory (formatted, not written), for
+/// `write_deferred` once the answer at hand is written: a 409 must not wait on a write to
+/// stderr (issue 40 §5: ~30 µs of the migration round trip's p99). Order is kept: a line
+/// written directly on this thread first writes the kept ones, and the reaper tick writes
+/// what no answer did (at most `REAP_INTERVAL` late).
+pub(crate) fn deferred(log: impl FnOnce()) {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            DEFERRING.set(false);
+        }
+    }
+    DEFERRING.set(true);
+    let _reset = Reset;
+    log();
+}
+
+/// Writes this thread's kept lines, if any, with one `write`. Called by a connection once
+/// its answer is written, and by the reaper tick; one thread-local load when there are none.
+pub(crate) fn write_deferred() {
+    DEFERRED.with_borrow_mut(|lines| {
+        if !lines.0.is_empty() {
+            let _ = std::io::stderr().write_all(&lines.0);
+            lines.0.clear();
+        }
+    });
+}
+
+/// Keeps `line` for `write_deferred`; `true` when the kept lines passed
+/// `DEFERRED_BYTES_MAX` (then they are written at once).
+fn keep(line: &[u8]) -> bool {
+    DEFERRED.with_borrow_mut(|lines| {
+        lines.0.extend_from_slice(line);
+        lines.0.len() > DEFERRED_BYTES_MAX
+    })
+}
+
+/// The subscriber's writer: stderr, or this thread's kept lines inside `deferred`.
+#[derive(Clone, Copy)]
+struct LogWriter;
+
+impl<'a> MakeWriter<'a> for LogWriter {
+    type Writer = LogWriter;
+
+    fn make_writer(&'a self) -> LogWriter {
+        LogWriter
+    }
+}
+
+impl Write for LogWriter {
+    fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
+        if DEFERRING.get() {
+            if keep(line) {
+                write_deferred();
+            }
+            return Ok(line.len());
+        }
+        write_deferred();
+        std::io::stderr().write(line)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
 /// A rate-limited event: `limited!(Kind::Migration, tracing::Level::INFO, field = …, "msg")`.
 /// Costs a callsite check when the level filters it out; only an admitted event reaches the
 /// limiter.
@@ -332,12 +423,11 @@ pub fn init_logging(cfg: &Config) -> Result<(), String> {
                 .flatten_event(true)
                 .with_current_span(false)
                 .with_span_list(false)
-                .with_writer(std::io::stderr);
+                .with_writer(LogWriter);
             (None, Some(json))
         }
         _ => {
-            let text =
-                tracing_subscriber::fmt::layer().with_ansi(ansi).with_writer(std::io::stderr);
+            let text = tracing_subscriber::fmt::layer().with_ansi(ansi).with_writer(LogWriter);
             (Some(text), None)
         }
     };
@@ -410,6 +500,30 @@ mod tests {
         assert_eq!(limiter.take_finished(Kind::Loss, 3), 0, "taken once");
         let (fits, reported) = limiter.admit(Kind::Loss, 3);
         assert!(fits && reported == 0, "nothing reported twice");
+    }
+
+    /// Goal: inside `deferred` a line is formatted into this thread's kept lines, not
+    /// written; outside it nothing is kept.
+    #[test]
+    fn a_deferred_line_is_kept_until_written() {
+        let subscriber = tracing_subscriber::fmt().with_writer(LogWriter).with_ansi(false).finish();
+        tracing::subscriber::with_default(subscriber, || {
+            deferred(|| tracing::info!(reason = "retry_of_owed", "migration decision"));
+        });
+        let kept = DEFERRED.with_borrow_mut(|lines| std::mem::take(&mut lines.0));
+        let kept = String::from_utf8(kept).expect("a text line");
+        assert!(kept.contains("migration decision"), "{kept}");
+        assert!(kept.contains("retry_of_owed"), "{kept}");
+        assert!(!DEFERRING.get(), "only inside deferred");
+    }
+
+    /// Goal: at the limit, `DEFERRED_BYTES_MAX` kept bytes stay kept; one byte more and they
+    /// are to be written at once.
+    #[test]
+    fn kept_lines_are_bounded() {
+        assert!(!keep(&vec![b' '; DEFERRED_BYTES_MAX]), "at the limit: kept");
+        assert!(keep(b" "), "past it: written");
+        DEFERRED.with_borrow_mut(|lines| lines.0.clear());
     }
 
     /// Goal: the filter precedence: the flag, else `RUST_LOG`, else info.

@@ -31,7 +31,8 @@ pub struct Facts {
     /// A retained, unsettled stream with the same JSON-RPC id: this POST retries it.
     pub retry_by_id: Option<StreamKey>,
     /// An owed or parked stream with the same method+params: this POST retries it when it
-    /// carries no key and its id names no retained stream (a retry with a new id).
+    /// carries no key and its id names no retained stream (a retry with a new id). `facts`
+    /// looks it up only then (and under the strict policy): elsewhere it is `None`.
     pub retry_by_params: Option<StreamKey>,
     /// A retained, settled stream with the same JSON-RPC id.
     pub reused_id_of: Option<StreamKey>,

@@ -92,6 +92,9 @@ pub(crate) async fn serve(
                 answered(&mut conn, consumed, span.as_ref());
                 let written = conn.write().await;
                 settle(&core, &label, started, span);
+                // A line the answer did not wait for (a 409's migration decision), after the
+                // request's duration is taken: the answer is out, the write is not its cost.
+                crate::logging::write_deferred();
                 if !written || !keep_alive {
                     break;
                 }

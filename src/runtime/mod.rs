@@ -340,5 +340,7 @@ async fn reap(core: Rc<Endpoint>) {
             monoio::time::sleep(REAP_PAUSE).await;
         }
         core.sample();
+        // Deferred log lines whose connection wrote no answer since (`logging::deferred`).
+        crate::logging::write_deferred();
     }
 }
