@@ -168,7 +168,7 @@ pub(crate) fn check_headers(
         return Err(MetaError::mismatch("Mcp-Name header is required for this method"));
     };
     match param_headers::decode(header) {
-        Some(value) if value == body.as_bytes() => Ok(()),
+        Some(value) if *value == *body.as_bytes() => Ok(()),
         Some(value) => Err(MetaError::mismatch(format!(
             "Header mismatch: Mcp-Name header value '{}' does not match body value '{body}'",
             String::from_utf8_lossy(&value)
@@ -207,9 +207,9 @@ pub(crate) fn check_param_headers<'h>(
         // value (a lossy decode would make it equal a body holding U+FFFD).
         let text = std::str::from_utf8(&decoded).ok();
         let equal = if let Some(s) = value.as_str() {
-            s.as_bytes() == decoded.as_slice()
+            s.as_bytes() == &*decoded
         } else if let Some(b) = value.as_bool() {
-            decoded == if b { &b"true"[..] } else { &b"false"[..] }
+            *decoded == *if b { &b"true"[..] } else { &b"false"[..] }
         } else if let Some(n) = value.cast_f64() {
             text.is_some_and(|t| t.trim().parse::<f64>().is_ok_and(|h| h == n))
         } else {
