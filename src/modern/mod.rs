@@ -284,10 +284,12 @@ async fn tools_call<'a>(
     let Some(route) = core.registry.tool(SessionRef::STATELESS, name) else {
         return Err(unknown_tool(core, &id, name, out, keep_alive));
     };
-    let arguments = params.get("arguments").unwrap_or(WireValue::null());
+    let arguments = params.get("arguments");
     if !route.header_params.is_empty() {
         let find = |wanted: &str| crate::http::header_named(req.head_bytes, wanted);
-        if let Err(e) = meta::check_param_headers(&route.header_params, &arguments, find) {
+        let declared = &route.header_params;
+        let given = arguments.unwrap_or(WireValue::null());
+        if let Err(e) = meta::check_param_headers(declared, &given, find) {
             return Err(meta_refusal(out, &id, &e, keep_alive));
         }
     }
@@ -300,7 +302,6 @@ async fn tools_call<'a>(
         Ok(round) => round,
         Err(e) => return Err(meta_refusal(out, &id, &e, keep_alive)),
     };
-    let arguments = params.get("arguments");
     let scoped_key = match req.header(&req.head.idempotency_key) {
         None => None,
         // A key that is not UTF-8 (the edge refuses it already; never decoded lossily).
@@ -617,8 +618,17 @@ fn input_round(
         message: message.to_owned(),
         data: None,
     };
+    // Both members in one pass over the params (of a name given twice, the first, as `get`).
+    let (mut request_state, mut input_responses) = (None, None);
+    for (key, value) in params.as_object().iter().flat_map(|members| members.iter()) {
+        match key {
+            "requestState" => request_state = request_state.or(Some(value)),
+            "inputResponses" => input_responses = input_responses.or(Some(value)),
+            _ => {}
+        }
+    }
     let mut binding = None;
-    let mut answers = match params.get("requestState") {
+    let mut answers = match request_state {
         None => serde_json::Map::new(),
         Some(text) => {
             let Some(text) = text.as_str() else {
@@ -634,7 +644,7 @@ fn input_round(
     };
     // The retry's own answers are laid over the sealed ones: every answer came from the client,
     // so its newest word wins (docs/wire.md, "Decisions where the revision is silent").
-    match params.get("inputResponses") {
+    match input_responses {
         None => {}
         Some(responses) => match dispatch::into_public(responses) {
             // A carried key (a bridge's upstream state) comes only from the sealed state.
