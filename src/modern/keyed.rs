@@ -8,7 +8,7 @@
 //! runs waits for it up to `--owed-wait-ms` (then 409 -31004); the same key with another call
 //! is 422 -31005. Without the header: plain spec behaviour (`call`).
 //!
-//! Keys are scoped by the client's `clientInfo` (name and version, length-prefixed: `scoped`;
+//! Keys are scoped by the client's `clientInfo` (name and version, length-prefixed: `ScopedKey`;
 //! requests without one share one scope; a key that is not UTF-8 is refused) and kept per core
 //! in a bounded table (`--max-idempotency-keys-per-core`), finished ones for
 //! `--stream-retention-secs`. A request carrying a key and no earlier name (a `tasks/*` task,
@@ -16,7 +16,8 @@
 //! key_core`), so
 //! every retry meets its record whichever core accepted it.
 //!
-//! Owns: `KeyTable`, `Record`, the keyed call's detached task. Never: touches a socket.
+//! Owns: `KeyTable`, `Record`, `ScopedKey`, the keyed call's detached task. Never: touches a
+//! socket.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -336,24 +337,64 @@ pub(crate) fn spawn(
 /// Every part is length-prefixed (the name and version as their JSON text, so a non-string
 /// value is not the string it prints as), so no two distinct (name, version, key) triples make
 /// one scoped key, and no subject's scope is a `clientInfo`'s. A request without `clientInfo`
-/// gets the one shared scope `-`, distinct from
-/// every `clientInfo` (even `{}`): such clients' keys meet. `None`: the key is not UTF-8 (the
-/// caller refuses it with `Refusal::BadIdempotencyKey`, never decodes it lossily).
-pub(crate) fn scoped(
-    key: &[u8],
-    subject: Option<&str>,
-    client_info: Option<&crate::provider::Value>,
-) -> Option<Box<str>> {
-    let key = std::str::from_utf8(key).ok()?;
-    // Measured first, so the one allocation is the box itself (no growth, no shrink).
-    let mut len = TextLen(0);
-    write_scoped(&mut len, key, subject, client_info);
-    let mut scoped = String::with_capacity(len.0);
-    write_scoped(&mut scoped, key, subject, client_info);
-    Some(scoped.into_boxed_str())
+/// gets the one shared scope `-`, distinct from every `clientInfo` (even `{}`): such clients'
+/// keys meet. Reads as its text.
+pub(crate) struct ScopedKey(String);
+
+impl ScopedKey {
+    /// `key` scoped (above), written in the core's reused buffer: looking a retry up allocates
+    /// nothing (issue 40 §1); the table takes a copy of its own (`to_boxed`) only when it keeps
+    /// a new key. `None`: the key is not UTF-8 (the caller refuses it with
+    /// `Refusal::BadIdempotencyKey`, never decodes it lossily).
+    pub(crate) fn new(
+        key: &[u8],
+        subject: Option<&str>,
+        client_info: Option<&crate::provider::Value>,
+    ) -> Option<ScopedKey> {
+        let key = std::str::from_utf8(key).ok()?;
+        // Taken, not borrowed: a request holding its key across an await (`durable::recover`)
+        // leaves the next request on this core an empty buffer of its own, never a shared one.
+        let mut text = SCOPED_KEY_SCRATCH.with(|scratch| scratch.take());
+        text.clear();
+        write_scoped(&mut text, key, subject, client_info);
+        Some(ScopedKey(text))
+    }
+
+    /// The key as the table and its records keep it.
+    pub(crate) fn to_boxed(&self) -> Box<str> {
+        self.0.as_str().into()
+    }
 }
 
-/// Writes the scoped key (`scoped`) to `w`.
+impl std::ops::Deref for ScopedKey {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Drop for ScopedKey {
+    fn drop(&mut self) {
+        if self.0.capacity() <= SCOPED_KEY_SCRATCH_KEEP_BYTES {
+            let text = std::mem::take(&mut self.0);
+            // `try_with`: the thread's locals may be gone while it exits.
+            let _ = SCOPED_KEY_SCRATCH.try_with(|scratch| *scratch.borrow_mut() = text);
+        }
+    }
+}
+
+/// Bytes of capacity the core's scoped-key buffer (`ScopedKey`) keeps between requests; the
+/// buffer of a longer key (a long `Idempotency-Key` or `clientInfo`) is let go, so one such key
+/// does not stay resident.
+pub(crate) const SCOPED_KEY_SCRATCH_KEEP_BYTES: usize = 1024;
+
+thread_local! {
+    /// The core's buffer a request's scoped key is written in (`ScopedKey`).
+    static SCOPED_KEY_SCRATCH: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// Writes the scoped key (`ScopedKey`) to `w`.
 fn write_scoped(
     w: &mut impl std::fmt::Write,
     key: &str,
@@ -401,6 +442,34 @@ impl std::fmt::Write for TextLen {
 mod tests {
     use super::*;
     use crate::modern::call::SinkSetup;
+
+    /// A scoped key's text, as the table keeps it.
+    fn scoped(
+        key: &[u8],
+        subject: Option<&str>,
+        client_info: Option<&crate::provider::Value>,
+    ) -> Option<Box<str>> {
+        ScopedKey::new(key, subject, client_info).map(|scoped| scoped.to_boxed())
+    }
+
+    #[test]
+    fn the_scoped_key_buffer_is_kept_up_to_its_limit() {
+        // Goal: `ScopedKey` reuses one buffer per core but keeps at most
+        // `SCOPED_KEY_SCRATCH_KEEP_BYTES`. Method: a buffer at the limit, then a key past it.
+        let capacity = || SCOPED_KEY_SCRATCH.with(|s| s.borrow().capacity());
+        SCOPED_KEY_SCRATCH.with(|s| s.borrow_mut().reserve_exact(SCOPED_KEY_SCRATCH_KEEP_BYTES));
+        assert_eq!(capacity(), SCOPED_KEY_SCRATCH_KEEP_BYTES);
+        let key = ScopedKey::new(b"k", None, None).expect("UTF-8");
+        assert_eq!((&*key, capacity()), ("-1:k", 0), "taken while in use");
+        drop(key);
+        assert_eq!(capacity(), SCOPED_KEY_SCRATCH_KEEP_BYTES, "kept at the limit, reused");
+        let again = ScopedKey::new(b"k2", None, None).expect("UTF-8");
+        assert_eq!(&*again, "-2:k2", "cleared between requests");
+        drop(again);
+        let past = "k".repeat(SCOPED_KEY_SCRATCH_KEEP_BYTES);
+        drop(ScopedKey::new(past.as_bytes(), None, None));
+        assert_eq!(capacity(), 0, "let go past the limit");
+    }
 
     fn metrics() -> Arc<CoreMetrics> {
         Arc::new(CoreMetrics::default())

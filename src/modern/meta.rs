@@ -75,16 +75,15 @@ pub(crate) fn check_meta(
     params: &WireValue<'_>,
     header: Option<&[u8]>,
 ) -> Result<RequestMeta, MetaError> {
-    let Some(meta) = params.get("_meta").filter(|m| m.is_object()) else {
+    let Some(meta) = params.get("_meta").and_then(|m| MetaMembers::of(&m)) else {
         return Err(MetaError::invalid_params("params._meta is required (MCP 2026-07-28)"));
     };
-    let Some(version) = meta.get(META_PROTOCOL_VERSION).and_then(ValueIntoString::into_string)
-    else {
+    let Some(version) = meta.version.and_then(ValueIntoString::into_string) else {
         return Err(MetaError::invalid_params(format!(
             "_meta[\"{META_PROTOCOL_VERSION}\"] is required"
         )));
     };
-    let Some(capabilities) = meta.get(META_CLIENT_CAPABILITIES).filter(|c| c.is_object()) else {
+    let Some(capabilities) = meta.capabilities.filter(|c| c.is_object()) else {
         return Err(MetaError::invalid_params(format!(
             "_meta[\"{META_CLIENT_CAPABILITIES}\"] is required (an object)"
         )));
@@ -102,7 +101,7 @@ pub(crate) fn check_meta(
     if version != MODERN_VERSION {
         return Err(unsupported_version(version));
     }
-    let log_level = match meta.get(META_LOG_LEVEL) {
+    let log_level = match meta.log_level {
         None => None,
         Some(level) => match level.as_str().and_then(LogLevel::parse) {
             Some(level) => Some(level),
@@ -115,10 +114,41 @@ pub(crate) fn check_meta(
     };
     Ok(RequestMeta {
         client_capabilities: crate::dispatch::into_public(capabilities),
-        client_info: meta.get(META_CLIENT_INFO).map(crate::dispatch::into_public),
+        client_info: meta.client_info.map(crate::dispatch::into_public),
         log_level,
-        progress_token: meta.get("progressToken").map(|t| Box::from(t.encode().as_str())),
+        progress_token: meta.progress_token.map(|t| Box::from(t.encode().as_str())),
     })
+}
+
+/// The members of a request's `_meta` its checks read, found in one pass over it rather than a
+/// scan of every member per name (five names, on every request); of a name given twice, the
+/// first, as a lookup by name finds it.
+#[derive(Default)]
+struct MetaMembers<'a> {
+    version: Option<WireValue<'a>>,
+    capabilities: Option<WireValue<'a>>,
+    log_level: Option<WireValue<'a>>,
+    client_info: Option<WireValue<'a>>,
+    progress_token: Option<WireValue<'a>>,
+}
+
+impl<'a> MetaMembers<'a> {
+    /// `None`: `_meta` is not an object.
+    fn of(meta: &WireValue<'a>) -> Option<MetaMembers<'a>> {
+        let mut members = MetaMembers::default();
+        for (key, value) in meta.as_object()?.iter() {
+            let slot = match key {
+                META_PROTOCOL_VERSION => &mut members.version,
+                META_CLIENT_CAPABILITIES => &mut members.capabilities,
+                META_LOG_LEVEL => &mut members.log_level,
+                META_CLIENT_INFO => &mut members.client_info,
+                "progressToken" => &mut members.progress_token,
+                _ => continue,
+            };
+            slot.get_or_insert(value);
+        }
+        Some(members)
+    }
 }
 
 /// -32022 naming what we serve and echoing what was asked for.
@@ -168,7 +198,7 @@ pub(crate) fn check_headers(
         return Err(MetaError::mismatch("Mcp-Name header is required for this method"));
     };
     match param_headers::decode(header) {
-        Some(value) if value == body.as_bytes() => Ok(()),
+        Some(value) if *value == *body.as_bytes() => Ok(()),
         Some(value) => Err(MetaError::mismatch(format!(
             "Header mismatch: Mcp-Name header value '{}' does not match body value '{body}'",
             String::from_utf8_lossy(&value)
@@ -207,9 +237,9 @@ pub(crate) fn check_param_headers<'h>(
         // value (a lossy decode would make it equal a body holding U+FFFD).
         let text = std::str::from_utf8(&decoded).ok();
         let equal = if let Some(s) = value.as_str() {
-            s.as_bytes() == decoded.as_slice()
+            s.as_bytes() == &*decoded
         } else if let Some(b) = value.as_bool() {
-            decoded == if b { &b"true"[..] } else { &b"false"[..] }
+            *decoded == *if b { &b"true"[..] } else { &b"false"[..] }
         } else if let Some(n) = value.cast_f64() {
             text.is_some_and(|t| t.trim().parse::<f64>().is_ok_and(|h| h == n))
         } else {
@@ -280,6 +310,24 @@ mod tests {
         assert_eq!(e.code.value(), -32022);
         assert!(e.data.as_deref().is_some_and(|d| d.contains("\"requested\":\"v999\"")));
         assert!(check_meta(&wire(&meta(MODERN_VERSION)), Some(v)).is_ok());
+    }
+
+    #[test]
+    fn every_meta_member_is_read_and_of_one_given_twice_the_first() {
+        // Goal: the one pass over `_meta` (`MetaMembers`) reads what a lookup by name would.
+        // Method: every member, each given twice, and `_meta` that is no object.
+        let (p, c, l, i) =
+            (META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES, META_LOG_LEVEL, META_CLIENT_INFO);
+        let text = format!(
+            r#"{{"_meta":{{"x":0,"{p}":"{MODERN_VERSION}","{c}":{{"roots":{{}}}},"{l}":"info","{i}":{{"name":"a"}},"progressToken":7,"{p}":"v9","{c}":[],"{l}":"nope","{i}":{{"name":"b"}},"progressToken":8}}}}"#
+        );
+        let m = check_meta(&wire(&text), Some(MODERN_VERSION.as_bytes())).expect("valid");
+        assert_eq!(m.client_capabilities, serde_json::json!({"roots": {}}));
+        assert_eq!(m.client_info, Some(serde_json::json!({"name": "a"})));
+        assert_eq!(m.log_level, LogLevel::parse("info"));
+        assert_eq!(m.progress_token.as_deref(), Some("7"));
+        let refused = check_meta(&wire(r#"{"_meta":[1]}"#), Some(MODERN_VERSION.as_bytes()));
+        assert_eq!(refused.err().map(|e| e.code.value()), Some(-32602));
     }
 
     #[test]

@@ -39,7 +39,7 @@ use crate::core::{refuse, refuse_rate, refuse_scope, reply, Admitted, Request};
 use crate::dispatch::{self, ToolRoute};
 use crate::provider::{CallContext, SessionRef, Value, CARRIED_PREFIX};
 use crate::ratelimit::peer_key;
-use crate::wire::jsonrpc::{self, Body, Message, RawId};
+use crate::wire::jsonrpc::{Body, Message, RawId};
 use crate::wire::result::decorate_result;
 use crate::wire::{Answer, Code, Refusal, Status, WireValue};
 use call::{CallJob, CallStream, ModernSink, SinkSetup};
@@ -281,44 +281,61 @@ async fn tools_call<'a>(
         return Err(crate::core::reply_error(out, &id, Code::InvalidParams, message, keep_alive));
     };
     core.registry.refresh_if_stale(SessionRef::STATELESS).await;
-    let Some(route) = core.registry.tool(SessionRef::STATELESS, &name) else {
-        return Err(unknown_tool(core, &id, &name, out, keep_alive));
+    let Some(route) = core.registry.tool(SessionRef::STATELESS, name) else {
+        return Err(unknown_tool(core, &id, name, out, keep_alive));
     };
-    let arguments = params.get("arguments").unwrap_or(WireValue::null());
+    let arguments = params.get("arguments");
     if !route.header_params.is_empty() {
         let find = |wanted: &str| crate::http::header_named(req.head_bytes, wanted);
-        if let Err(e) = meta::check_param_headers(&route.header_params, &arguments, find) {
+        let declared = &route.header_params;
+        let given = arguments.unwrap_or(WireValue::null());
+        if let Err(e) = meta::check_param_headers(declared, &given, find) {
             return Err(meta_refusal(out, &id, &e, keep_alive));
         }
     }
-    let support = route.provider.task_support(&name);
+    let support = route.provider.task_support(name);
     let may_become_task = match task_call::admission(support, &request_meta.client_capabilities) {
         Ok(may) => may,
         Err(e) => return Err(meta_refusal(out, &id, &e, keep_alive)),
     };
-    let (answers, binding) = match input_round(core, req, "tools/call", &name, &params) {
+    let (answers, mut binding) = match input_round(core, req, "tools/call", name, &params) {
         Ok(round) => round,
         Err(e) => return Err(meta_refusal(out, &id, &e, keep_alive)),
     };
-    let arguments = params.get("arguments");
     let scoped_key = match req.header(&req.head.idempotency_key) {
         None => None,
         // A key that is not UTF-8 (the edge refuses it already; never decoded lossily).
-        Some(k) => match keyed::scoped(k, req.subject(), request_meta.client_info.as_ref()) {
+        Some(k) => match keyed::ScopedKey::new(k, req.subject(), request_meta.client_info.as_ref())
+        {
             Some(scoped) => Some(scoped),
             None => return Err(refuse(out, Refusal::BadIdempotencyKey, Some(&id), keep_alive)),
         },
     };
-    let fingerprint = fingerprint_of(&binding);
-    if let Some(scoped_key) = &scoped_key {
-        let key = (&**scoped_key, fingerprint);
-        let seen = keyed_lookup(core, key, &route, &id, &request_meta, out, keep_alive);
-        if let Some(answered) = seen.await {
-            return Err(answered);
+    let keyed = match scoped_key {
+        None => None,
+        Some(scoped_key) => {
+            let bound = *binding.get_or_insert_with(|| {
+                state::binding("tools/call", name, arguments, req.subject())
+            });
+            let key = (&*scoped_key, fingerprint_of(&bound));
+            let seen = keyed_lookup(core, key, &route, &id, &request_meta, out, keep_alive);
+            if let Some(answered) = seen.await {
+                return Err(answered);
+            }
+            Some((scoped_key.to_boxed(), key.1))
         }
-    }
-    let keyed = scoped_key.map(|key| (key, fingerprint));
-    Ok(ToolCall { id, route, arguments, request_meta, answers, binding, may_become_task, keyed })
+    };
+    Ok(ToolCall {
+        id,
+        route,
+        name,
+        arguments,
+        request_meta,
+        answers,
+        binding,
+        may_become_task,
+        keyed,
+    })
 }
 
 /// A `tools/call` naming no tool listed for stateless requests. A provider that could not open
@@ -392,13 +409,17 @@ async fn keyed_lookup(
 struct ToolCall<'a> {
     id: RawId,
     route: ToolRoute,
+    /// The tool's name as the request gives it (`params.name`).
+    name: &'a str,
     /// The request's `arguments` (`None`: absent), read in place by a built-in tool.
     arguments: Option<WireValue<'a>>,
     request_meta: RequestMeta,
     /// The client's answers so far (`input_round`).
     answers: serde_json::Map<String, Value>,
-    /// The request binding of its next `requestState` (`state::binding`).
-    binding: state::Binding,
+    /// The request binding (`state::binding`) of its next `requestState` and of its key's
+    /// fingerprint. `None`: not computed yet, since a call answered at once (`answer_now`)
+    /// never needs it; it is computed when the request brings a `requestState` or a key.
+    binding: Option<state::Binding>,
     /// True when the client and the tool let it become a task (`task_call::admission`).
     may_become_task: bool,
     /// Its scoped `Idempotency-Key` and fingerprint (`None`: not keyed).
@@ -418,8 +439,19 @@ async fn run_tool(
     if let Some(answered) = answer_now(&call, out, keep_alive) {
         return answered;
     }
-    let ToolCall { id, route, arguments, request_meta, answers, binding, may_become_task, keyed } =
-        call;
+    let ToolCall {
+        id,
+        route,
+        name,
+        arguments,
+        request_meta,
+        answers,
+        binding,
+        may_become_task,
+        keyed,
+    } = call;
+    let binding =
+        binding.unwrap_or_else(|| state::binding("tools/call", name, arguments, req.subject()));
     let progress_token = request_meta.progress_token.clone();
     let record = keyed.as_ref().map(|_| call::RecordLimit {
         max: core.cfg.sessions.replay_bytes_max,
@@ -524,11 +556,15 @@ async fn prompts_get(
         let message = "prompts/get needs a string name";
         return crate::core::reply_error(out, &id, Code::InvalidParams, message, keep_alive);
     };
-    let (answers, binding) = match input_round(core, req, "prompts/get", &name, &params) {
+    let (answers, binding) = match input_round(core, req, "prompts/get", name, &params) {
         Ok(round) => round,
         Err(e) => return meta_refusal(out, &id, &e, keep_alive),
     };
-    let arguments = params.get("arguments").map(dispatch::into_public).unwrap_or(Value::Null);
+    let arguments = params.get("arguments");
+    let binding =
+        binding.unwrap_or_else(|| state::binding("prompts/get", name, arguments, req.subject()));
+    let arguments = arguments.map(dispatch::into_public).unwrap_or(Value::Null);
+    let name = name.to_owned();
     let sink = sink_for(core, request_meta, answers, None);
     let cx = CallContext::new(sink.clone(), SessionRef::STATELESS, meta::MODERN_VERSION)
         .with_caller(req.caller())
@@ -541,9 +577,9 @@ async fn prompts_get(
     start_call(job, out, keep_alive).await
 }
 
-/// `params.name` when it is a string (`tools/call`, `prompts/get`).
-fn string_name(params: &WireValue<'_>) -> Option<String> {
-    params.get("name").and_then(ValueIntoString::into_string).map(str::to_owned)
+/// `params.name` when it is a string (`tools/call`, `prompts/get`), borrowed from the body.
+fn string_name<'a>(params: &WireValue<'a>) -> Option<&'a str> {
+    params.get("name").and_then(ValueIntoString::into_string)
 }
 
 /// The sink of a call that runs with `request_meta`, the client's `answers` so far, and (a
@@ -567,7 +603,8 @@ fn sink_for(
 }
 
 /// The answers a retry brings (`inputResponses`, and earlier rounds' from a verified
-/// `requestState`) and the binding of the next state. Malformed input is the client's error
+/// `requestState`) and, when it brings a state, the request's binding (`state::binding`), which
+/// opened it (`None`: no state, no binding computed yet). Malformed input is the client's error
 /// (-32602, HTTP 400); so is a state that fails verification.
 fn input_round(
     core: &ModernCore,
@@ -575,25 +612,31 @@ fn input_round(
     method: &str,
     name: &str,
     params: &WireValue<'_>,
-) -> Result<(serde_json::Map<String, Value>, state::Binding), MetaError> {
+) -> Result<(serde_json::Map<String, Value>, Option<state::Binding>), MetaError> {
     let invalid = |message: &str| MetaError {
         code: Code::InvalidParams,
         message: message.to_owned(),
         data: None,
     };
-    // One allocation for the usual arguments rather than a string grown piece by piece.
-    let mut canonical = String::with_capacity(128);
-    if let Some(arguments) = params.get("arguments") {
-        jsonrpc::canonical_params(arguments, &mut canonical);
+    // Both members in one pass over the params (of a name given twice, the first, as `get`).
+    let (mut request_state, mut input_responses) = (None, None);
+    for (key, value) in params.as_object().iter().flat_map(|members| members.iter()) {
+        match key {
+            "requestState" => request_state = request_state.or(Some(value)),
+            "inputResponses" => input_responses = input_responses.or(Some(value)),
+            _ => {}
+        }
     }
-    let binding = state::binding(method, name, &canonical, req.subject());
-    let mut answers = match params.get("requestState") {
+    let mut binding = None;
+    let mut answers = match request_state {
         None => serde_json::Map::new(),
         Some(text) => {
             let Some(text) = text.as_str() else {
                 return Err(invalid("requestState must be a string"));
             };
-            state::open(text, &binding).map_err(|e| {
+            let bound = state::binding(method, name, params.get("arguments"), req.subject());
+            binding = Some(bound);
+            state::open(text, &bound).map_err(|e| {
                 core.metrics.request_state_refused_total.inc();
                 invalid(e.message())
             })?
@@ -601,7 +644,7 @@ fn input_round(
     };
     // The retry's own answers are laid over the sealed ones: every answer came from the client,
     // so its newest word wins (docs/wire.md, "Decisions where the revision is silent").
-    match params.get("inputResponses") {
+    match input_responses {
         None => {}
         Some(responses) => match dispatch::into_public(responses) {
             // A carried key (a bridge's upstream state) comes only from the sealed state.

@@ -25,6 +25,8 @@ use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
 use crate::provider::Value;
+use crate::wire::jsonrpc;
+use crate::wire::WireValue;
 
 /// Key length (HMAC-SHA256's block-size-sized keys need no hashing).
 pub(crate) const KEY_BYTES: usize = 32;
@@ -70,19 +72,35 @@ impl StateError {
     }
 }
 
-/// The digest a state is bound to: method, then the name or uri, then the canonical arguments,
-/// then who asked (the authorized subject, `s…`; `-` when authorization is off), so a state
-/// sealed for one subject is "another request's" to every other (CONTRACT §8).
+/// The digest a state is bound to: method, then the name or uri, then the canonical arguments
+/// (`jsonrpc::canonical_params`; none: the empty text), then who asked (the authorized
+/// subject, `s…`; `-` when authorization is off), so a state sealed for one subject is
+/// "another request's" to every other (CONTRACT §8). Each part enters the digest after its
+/// length (8 bytes, little-endian), so ("ab","c") and ("a","bc") differ.
+///
+/// The canonical arguments are streamed into the digest, never held as text: measured in a
+/// first pass (the length goes first), written in a second, so a binding allocates nothing
+/// (issue 40 §1). The digest is the one the text form gives (`a_binding_is_the_digest_it_was`):
+/// a state sealed before this build, or by another node sharing `--request-state-key-file`,
+/// still opens, and keyed calls' fingerprints (`modern::fingerprint_of`) keep their values.
 pub(crate) fn binding(
     method: &str,
     name: &str,
-    canonical_arguments: &str,
+    arguments: Option<WireValue<'_>>,
     subject: Option<&str>,
 ) -> Binding {
     let mut h = Sha256::new();
-    for part in [method, name, canonical_arguments] {
+    for part in [method, name] {
         h.update((part.len() as u64).to_le_bytes());
         h.update(part.as_bytes());
+    }
+    let mut len = ByteCount(0);
+    if let Some(arguments) = arguments {
+        jsonrpc::write_canonical_params(arguments, &mut len);
+    }
+    h.update((len.0 as u64).to_le_bytes());
+    if let Some(arguments) = arguments {
+        jsonrpc::write_canonical_params(arguments, &mut DigestWriter(&mut h));
     }
     // Who asked, as the part `s<subject>` or `-`, without building that string.
     let (mark, subject) = subject.map_or(("-", ""), |s| ("s", s));
@@ -93,6 +111,34 @@ pub(crate) fn binding(
     let written = URL_SAFE_NO_PAD.encode_slice(&h.finalize()[..16], &mut text);
     assert_eq!(written.ok(), Some(BINDING_LEN), "16 bytes are 22 base64 characters");
     Binding(text)
+}
+
+/// An `io::Write` that only counts the bytes written to it.
+struct ByteCount(usize);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 += bytes.len();
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// An `io::Write` that feeds what is written to it to a digest.
+struct DigestWriter<'h>(&'h mut Sha256);
+
+impl std::io::Write for DigestWriter<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.update(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Characters of a binding: 16 digest bytes in URL-safe base64 without padding.
@@ -172,11 +218,15 @@ pub(crate) fn open(
 mod tests {
     use super::*;
 
+    fn wire(text: &str) -> Option<WireValue<'static>> {
+        Some(jsonrpc::leaked_value(text))
+    }
+
     #[test]
     fn a_sealed_state_opens_only_unaltered_for_its_request_and_in_time() {
         // Goal: the MRTR requirements: integrity, binding to the request, expiry. Method:
         // seal one state, then present it altered, for another request, and expired.
-        let b = binding("tools/call", "t", "{}", None);
+        let b = binding("tools/call", "t", wire("{}"), None);
         let mut answers = serde_json::Map::new();
         answers.insert("step1".into(), serde_json::json!({"action":"accept"}));
         let text = seal(&b, &answers, Duration::from_secs(60));
@@ -188,41 +238,66 @@ mod tests {
         let forged = format!("{}.{tag}", URL_SAFE_NO_PAD.encode(forged));
         assert_eq!(open(&forged, &b), Err(StateError::Tampered));
         assert_eq!(open("no-dot", &b), Err(StateError::Tampered));
-        let other = binding("tools/call", "t", "{\"a\":1}", None);
+        let other = binding("tools/call", "t", wire(r#"{"a":1}"#), None);
         assert_eq!(open(&text, &other), Err(StateError::OtherRequest));
         let expired = seal(&b, &answers, Duration::ZERO);
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(open(&expired, &b), Err(StateError::Expired));
     }
 
-    /// Goal: a binding is the digest it always was (a state sealed before this build opens
-    /// after it). Method: the former construction (`who` as a `String`), compared.
+    /// Goal: a binding is the digest it always was (a state sealed before this build, or by
+    /// another node, opens after it; keyed fingerprints keep their values), now that the
+    /// canonical arguments are streamed into it. Method: the former construction (the
+    /// canonical text built as a `String`, `who` as a `String`), compared over arguments with
+    /// unordered and duplicate keys, a top-level `_meta`, escapes, characters cut by the
+    /// encoder's blocks, none at all, and several subjects.
     #[test]
     fn a_binding_is_the_digest_it_was() {
-        let former = |method: &str, name: &str, args: &str, subject: Option<&str>| {
+        let former = |method: &str, name: &str, args: Option<&str>, subject: Option<&str>| {
+            let mut canonical = String::new();
+            if let Some(args) = args {
+                jsonrpc::canonical_params(jsonrpc::leaked_value(args), &mut canonical);
+            }
             let mut h = Sha256::new();
             let who = subject.map_or_else(|| "-".to_owned(), |s| format!("s{s}"));
-            for part in [method, name, args, &who] {
+            for part in [method, name, &canonical, &who] {
                 h.update((part.len() as u64).to_le_bytes());
                 h.update(part.as_bytes());
             }
             URL_SAFE_NO_PAD.encode(&h.finalize()[..16])
         };
+        // A string the encoder writes in blocks, with a multi-byte character and an escape.
+        let long = serde_json::json!(format!("{}\u{2603}\"{}", "0".repeat(47), "1".repeat(40)));
+        let texts = [
+            r#"{"text":"hi"}"#.to_owned(),
+            r#"{"b":[1,2.5,null],"a":{"y":"ü","x":true},"_meta":{"progressToken":1}}"#.to_owned(),
+            r#"{"d":1,"d":2}"#.to_owned(),
+            r#""scalar""#.to_owned(),
+            format!("{{{long}:{long}}}"),
+        ];
         for subject in [None, Some(""), Some("alice"), Some("-")] {
-            let now = binding("tools/call", "echo", r#"{"text":"hi"}"#, subject);
-            assert_eq!(&*now, former("tools/call", "echo", r#"{"text":"hi"}"#, subject));
+            let now = binding("tools/call", "echo", None, subject);
+            assert_eq!(&*now, former("tools/call", "echo", None, subject));
+            for text in &texts {
+                let now = binding("tools/call", "echo", wire(text), subject);
+                assert_eq!(&*now, former("tools/call", "echo", Some(text), subject), "{text}");
+            }
         }
     }
 
     #[test]
     fn bindings_separate_their_parts() {
         // Goal: ("ab","c") and ("a","bc") are different requests. Method: compare digests.
-        assert_ne!(binding("m", "ab", "c", None), binding("m", "a", "bc", None));
-        assert_eq!(binding("m", "a", "b", None), binding("m", "a", "b", None));
+        assert_ne!(binding("ab", "c", None, None), binding("a", "bc", None, None));
+        let b = || wire(r#"{"b":1}"#);
+        assert_eq!(binding("m", "a", b(), None), binding("m", "a", b(), None));
+        assert_ne!(binding("m", "a", b(), None), binding("m", "a", wire(r#"{"b":2}"#), None));
+        // No arguments and `{}` are other requests' (the former text form: "" and "{}").
+        assert_ne!(binding("m", "a", None, None), binding("m", "a", wire("{}"), None));
         // Another subject's state is another request's; none is no subject's.
-        let alice = binding("m", "a", "b", Some("alice"));
-        assert_ne!(alice, binding("m", "a", "b", Some("bob")));
-        assert_ne!(alice, binding("m", "a", "b", None));
-        assert_ne!(binding("m", "a", "b", Some("-")), binding("m", "a", "b", None));
+        let alice = binding("m", "a", b(), Some("alice"));
+        assert_ne!(alice, binding("m", "a", b(), Some("bob")));
+        assert_ne!(alice, binding("m", "a", b(), None));
+        assert_ne!(binding("m", "a", b(), Some("-")), binding("m", "a", b(), None));
     }
 }

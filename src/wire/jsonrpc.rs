@@ -655,6 +655,14 @@ pub(crate) fn hash_canonical_params(params: WireValue<'_>, hasher: &mut impl Has
     hasher.write_u8(0xff);
 }
 
+/// Writes the canonical form of `params` to `out` piece by piece, without a buffer: joined,
+/// the pieces are `canonical_params`'s text byte for byte (a decoded value's strings are UTF-8,
+/// so a character cut between two pieces is whole once they are joined). For a digest over the
+/// canonical form (`modern::state::binding`).
+pub(crate) fn write_canonical_params(params: WireValue<'_>, out: &mut impl io::Write) {
+    canonical(params, out, true);
+}
+
 /// Bytes of canonical text `HashWriter` gathers before it hashes them.
 const HASH_WRITE_BUFFER: usize = 256;
 
@@ -1045,6 +1053,9 @@ mod tests {
             let mut got = String::new();
             canonical_params(view, &mut got);
             assert_eq!(got, want, "{text}");
+            let mut pieces = Vec::new();
+            write_canonical_params(view, &mut pieces);
+            assert_eq!(pieces, want.as_bytes(), "{text}");
             let mut by_text = DefaultHasher::new();
             want.as_str().hash(&mut by_text);
             let mut streamed = DefaultHasher::new();

@@ -15,6 +15,8 @@
 //! Owns: `HeaderParam`, `declared`, `rendered`, `encode`, `decode`. Never: reads or writes a
 //! request.
 
+use std::borrow::Cow;
+
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use serde_json::Value;
@@ -177,13 +179,15 @@ pub(crate) fn encode(value: &str) -> String {
 
 /// A header value as the sender meant it: the `=?base64?…?=` sentinel decoded, anything else
 /// as is. `None`: a sentinel whose payload is not Base64, or a plain value with characters a
-/// header may not carry.
-pub(crate) fn decode(value: &[u8]) -> Option<Vec<u8>> {
+/// header may not carry. A plain value is borrowed: checking the `Mcp-Name` of every
+/// 2026-07-28 request allocates nothing (issue 40 §1); only a sentinel's bytes are decoded into
+/// a buffer of their own.
+pub(crate) fn decode(value: &[u8]) -> Option<Cow<'_, [u8]>> {
     if let Some(inner) = value.strip_prefix(b"=?base64?").and_then(|v| v.strip_suffix(b"?=")) {
-        return STANDARD.decode(inner).ok();
+        return STANDARD.decode(inner).ok().map(Cow::Owned);
     }
     let visible = value.iter().all(|&b| b == b' ' || b == b'\t' || (0x21..0x7f).contains(&b));
-    visible.then(|| value.to_vec())
+    visible.then_some(Cow::Borrowed(value))
 }
 
 #[cfg(test)]
