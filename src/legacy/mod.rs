@@ -644,7 +644,7 @@ fn run_call(
     let cx = call_context(session, key).with_trace(trace);
     let work = dispatch::call_tool(route, arguments, cx);
     let work = Box::pin(async move { work.await.map(crate::provider::builtin::ToolAnswer::Value) });
-    stream::spawn_job(session.clone(), key, work);
+    stream::spawn_job(session.clone(), key, crate::provider::builtin::RunningWork::Boxed(work));
 }
 
 /// The context of a tool call on stream `key`.

@@ -18,8 +18,8 @@ use std::task::{Context, Poll, Wake, Waker};
 
 use crate::legacy::replay::{EventSeq, StreamKey};
 use crate::legacy::session::{ResumeStart, Session};
-use crate::provider::builtin::ToolAnswer;
-use crate::provider::{LocalBoxFuture, ProviderError, ProviderResult};
+use crate::provider::builtin::{RunningWork, ToolAnswer};
+use crate::provider::{ProviderError, ProviderResult};
 use crate::wire::jsonrpc;
 
 /// Where a writer is in its stream.
@@ -253,13 +253,14 @@ pub(crate) fn spawn_job(session: Rc<RefCell<Session>>, key: StreamKey, mut work:
     let waker = Waker::from(forward.clone());
     // A call its first poll finishes completes inside the poll's report, so the mirror joins
     // a quick call's opening with its final event (`Session::open_quick_stream`).
-    let done = polling(&session, || match work.as_mut().poll(&mut Context::from_waker(&waker)) {
-        Poll::Ready(outcome) => {
-            complete(&session, key, outcome);
-            true
-        }
-        Poll::Pending => false,
-    });
+    let done =
+        polling(&session, || match Pin::new(&mut work).poll(&mut Context::from_waker(&waker)) {
+            Poll::Ready(outcome) => {
+                complete(&session, key, outcome);
+                true
+            }
+            Poll::Pending => false,
+        });
     if done {
         drop(waker);
         keep_forward_wake(forward);
@@ -279,8 +280,8 @@ pub(crate) fn spawn_job(session: Rc<RefCell<Session>>, key: StreamKey, mut work:
 }
 
 /// A request's work: a tool's answer to come (a user provider's value, or a built-in tool's
-/// `ToolAnswer`).
-pub(crate) type Work = LocalBoxFuture<'static, ProviderResult<ToolAnswer<'static>>>;
+/// `ToolAnswer`, in a slot the tool reuses).
+pub(crate) type Work = RunningWork;
 
 /// Ends stream `key` with the outcome of a call that answered at its call (a built-in instant
 /// tool: no future, no task), reported as one poll, as `spawn_job`'s first poll would be.
@@ -354,10 +355,10 @@ impl Future for Forwarded {
         let waker = self.waker.clone();
         let this = &mut *self;
         match this.session.upgrade() {
-            Some(session) => {
-                polling(&session, || this.work.as_mut().poll(&mut Context::from_waker(&waker)))
-            }
-            None => this.work.as_mut().poll(&mut Context::from_waker(&waker)),
+            Some(session) => polling(&session, || {
+                Pin::new(&mut this.work).poll(&mut Context::from_waker(&waker))
+            }),
+            None => Pin::new(&mut this.work).poll(&mut Context::from_waker(&waker)),
         }
     }
 }
