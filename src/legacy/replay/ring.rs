@@ -14,17 +14,17 @@ use std::num::NonZeroU64;
 use super::{Event, EventSeq, Evicted, ReplayError, StreamKey};
 
 /// Slots allocated by the first append (fewer when `events_max` is smaller). An idle session
-/// allocates none; a session that has emitted a handful of events holds 16 × 56 bytes; the array
-/// then doubles up to `events_max` as events accumulate, so memory follows the high-water mark of
-/// held events, never the configured capacity (100k idle sessions at `events_max` = 2^20 must not
-/// cost 2^20 slots each).
+/// allocates none; a session that has emitted a handful of events holds 16 × 40 bytes (and its
+/// payload buffer); the array then doubles up to `events_max` as events accumulate, so memory
+/// follows the high-water mark of held events, never the configured capacity (100k idle
+/// sessions at `events_max` = 2^20 must not cost 2^20 slots each).
 pub(super) const SLOTS_INITIAL: usize = 16;
 
 /// Bytes of the payload buffer made by the first append of a non-empty payload (less when
 /// `bytes_max` is smaller; more when the payload is larger). It then doubles, never past
 /// `bytes_max`, as the held bytes grow: like the slot array, it follows the high-water mark of
 /// what the ring holds.
-pub(super) const PAYLOAD_BUFFER_INITIAL_BYTES: usize = 1024;
+pub(super) const PAYLOAD_BUFFER_INITIAL_BYTES: usize = 256;
 
 /// One held event. 40 bytes: where its payload lies in the ring's buffer, two sequence
 /// numbers and the stream key.
