@@ -124,7 +124,7 @@ fn payload_buffer_doubles_to_bytes_max_then_is_reused_in_place() {
     for _ in 0..200 {
         append(&mut ring, A, 100);
         held_max = held_max.max(ring.bytes());
-        let bound = (2 * held_max).max(PAYLOAD_BUFFER_INITIAL_BYTES).min(BYTES_MAX);
+        let bound = (2 * held_max).clamp(PAYLOAD_BUFFER_INITIAL_BYTES, BYTES_MAX);
         assert!(ring.capacity_bytes() <= bound, "{} > {bound}", ring.capacity_bytes());
     }
     assert_eq!(ring.capacity_bytes(), BYTES_MAX, "at the limit");
@@ -132,7 +132,7 @@ fn payload_buffer_doubles_to_bytes_max_then_is_reused_in_place() {
     for _ in 0..2_000 {
         x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
         let len = (x >> 33) as usize % (BYTES_MAX / 4 + 1);
-        let (seq, _) = append(&mut ring, if len % 2 == 0 { A } else { B }, len);
+        let (seq, _) = append(&mut ring, if len.is_multiple_of(2) { A } else { B }, len);
         assert_eq!(ring.capacity_bytes(), BYTES_MAX, "never past the limit, never reallocated");
         let held = ring.get(seq).expect("the newest is held");
         assert_eq!(*held.payload, payload(seq.0, len));

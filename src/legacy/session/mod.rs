@@ -1058,7 +1058,7 @@ impl Session {
             Run::Running => None,
             Run::Dropped => Some(None),
             Run::Finished { final_seq, .. } => {
-                Some(self.ring.get(final_seq).filter(|e| e.stream == key).map(|e| &e.payload[..]))
+                Some(self.ring.get(final_seq).filter(|e| e.stream == key).map(|e| e.payload))
             }
         }
     }
