@@ -17,7 +17,7 @@
 //! capacity; lookup 8.8–9.1 ns up to 65536 events, 29 ns at 2^20; resume 2.7–4 ns per resent
 //! event, its O(1) start included (100 events in 268–400 ns at every capacity from 1024, the
 //! spread is the machine's load, not the capacity; 17–19 ns for a 16-event ring's 7 events).
-//! The 2^20 lookup misses the budget because its slot array (56 bytes a slot, 56 MiB) exceeds the
+//! The 2^20 lookup misses the budget because its slot array (40 bytes a slot, 40 MiB) exceeds the
 //! L3, so a uniformly random seq pays a DRAM access and a TLB miss: the index math is flat, the
 //! memory hierarchy is not. A resume looks up a recent id, which is near the hot tail.
 

@@ -34,8 +34,9 @@ pub(crate) enum SessionChange<'a> {
     /// (`PollEnded`), so a call the poll finishes costs one record (`Record::Event::primed`).
     QuickOpening,
     /// The ring appended event `seq` on `stream`; `first_kept` is the ring's oldest event when
-    /// the append evicted older ones.
-    EventAppended { stream: u32, seq: u64, payload: &'a bytes::Bytes, first_kept: Option<u64> },
+    /// the append evicted older ones. The payload lies in the ring's buffer: a gathered event
+    /// is packed into its run, one queued alone is copied.
+    EventAppended { stream: u32, seq: u64, payload: &'a [u8], first_kept: Option<u64> },
     /// Stream `key` opened, ended its run, or settled: its record as it is now.
     StreamChanged { key: u32, record: StreamRecord },
     /// Stream `key` left the session.
@@ -142,7 +143,8 @@ impl SessionMirror {
                 if self.gathering && !self.hold_event {
                     self.gather_event(stream, seq, payload, first_kept);
                 } else {
-                    self.event(stream, seq, payload.clone(), first_kept);
+                    let data = bytes::Bytes::copy_from_slice(payload);
+                    self.event(stream, seq, data, first_kept);
                 }
             }
             SessionChange::StreamChanged { key, record } => self.stream(key, record),

@@ -14,12 +14,10 @@ use std::cell::RefCell;
 use std::rc::{Rc, Weak};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-
 use crate::legacy::list_changed::{self, Verdict, Windows};
 use crate::legacy::replay::StreamKey;
 use crate::legacy::session::{ClientAnswer, PendingClientRequest, Session};
-use crate::legacy::stream::event_bytes;
+use crate::legacy::stream::encode_event;
 use crate::provider::{
     CallSink, LocalBoxFuture, LogLevel, NotifySink, ProviderError, ProviderResult, Value,
 };
@@ -71,7 +69,7 @@ impl StreamSink {
     /// its tool has been told to stop.
     fn append(&self, payload: Vec<u8>) {
         if let Some(session) = self.session.upgrade() {
-            let _ended = session.borrow_mut().append(self.key, Bytes::from(payload));
+            let _ended = session.borrow_mut().append(self.key, payload);
         }
     }
 }
@@ -79,15 +77,15 @@ impl StreamSink {
 impl CallSink for StreamSink {
     fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
         let Some(session) = self.session.upgrade() else { return };
-        let payload = {
+        let event = {
             // Written while the token is borrowed (no clone of it).
             let s = session.borrow();
-            let Some(token) = s.stream(self.key).and_then(|s| s.progress_token.as_deref()) else {
+            let Some(token) = s.stream(self.key).and_then(|s| s.progress_token.as_ref()) else {
                 return;
             };
-            event_bytes(|out| push_progress(out, token, progress, total, message))
+            encode_event(|out| push_progress(out, token.as_str(), progress, total, message))
         };
-        let _ended = session.borrow_mut().append(self.key, payload);
+        let _ended = session.borrow_mut().append(self.key, &event);
     }
 
     fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
@@ -134,7 +132,7 @@ impl CallSink for StreamSink {
                 params => serde_json::to_vec(&params).unwrap_or_else(|_| b"{}".to_vec()),
             };
             jsonrpc::push_request(&mut payload, id, method, &params);
-            let _ended = s.append(key, Bytes::from(payload));
+            let _ended = s.append(key, payload);
         }
         let weak = Rc::downgrade(&session);
         Box::pin(async move {
@@ -235,7 +233,7 @@ fn notify_session(session: &Weak<RefCell<Session>>, method: &str, params: Value)
         object.insert("params".into(), params);
     }
     let Ok(payload) = serde_json::to_vec(&message) else { return };
-    let _ended = s.append(key, Bytes::from(payload));
+    let _ended = s.append(key, payload);
 }
 
 impl NotifySink for SessionNotifier {

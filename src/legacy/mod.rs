@@ -28,7 +28,6 @@ pub(crate) use writer::SseJob;
 use std::rc::Rc;
 use std::time::Instant;
 
-use bytes::Bytes;
 use simd_json::prelude::*;
 
 use crate::auth::Access;
@@ -241,7 +240,7 @@ fn standalone(session: &SessionRc, out: &mut Vec<u8>, keep_alive: bool) -> Outco
         return refuse(out, Refusal::TooManyStreams, None, keep_alive);
     };
     // Each connection of the standalone stream starts with its own priming event.
-    let priming = s.append(key, Bytes::new()).ok();
+    let priming = s.append(key, []).ok();
     drop(s);
     stream_reply(out, session, key, epoch, Cursor::from(EventSeq(0), priming), None)
 }
@@ -599,7 +598,7 @@ async fn request(
         None => {
             let mut payload = Vec::with_capacity(256);
             answer_inline(core, session, access, &id, method, &params, &mut payload).await;
-            session.borrow_mut().finish(key, Bytes::from(payload));
+            session.borrow_mut().finish(key, &payload);
         }
     }
     if core.cfg.sessions.response_mode == ResponseMode::Json {
@@ -612,10 +611,11 @@ async fn request(
 }
 
 /// `_meta.progressToken` as JSON text, read only once the request is known to open or read a
-/// stream (a refused or conflicting request copies nothing).
-fn progress_token_of(params: &WireValue) -> Option<Box<str>> {
+/// stream (a refused or conflicting request copies nothing). Held inline like an id (MCP: a
+/// string or an integer), so it allocates nothing unless it is long.
+fn progress_token_of(params: &WireValue) -> Option<RawId> {
     let token = params.get("_meta").and_then(|m| m.get("progressToken"))?;
-    Some(Box::from(token.encode().as_str()))
+    Some(RawId::encoded(token))
 }
 
 /// Runs a tool call on stream `key`. A built-in tool is called past the provider API: an
@@ -644,7 +644,7 @@ fn run_call(
     let cx = call_context(session, key).with_trace(trace);
     let work = dispatch::call_tool(route, arguments, cx);
     let work = Box::pin(async move { work.await.map(crate::provider::builtin::ToolAnswer::Value) });
-    stream::spawn_job(session.clone(), key, work);
+    stream::spawn_job(session.clone(), key, crate::provider::builtin::RunningWork::Boxed(work));
 }
 
 /// The context of a tool call on stream `key`.
@@ -794,7 +794,7 @@ async fn json_when_done(
                 // Its wake-ups are made only when the answer is not there yet.
                 None => st.signals(),
                 Some(payload) => {
-                    // Written from the ring in place (a `Bytes` clone would allocate).
+                    // Written from the ring's buffer in place.
                     let answered = match payload {
                         Some(payload) => reply(out, Answer::Json(payload), keep_alive),
                         None => reply(out, Answer::Accepted, keep_alive),
@@ -818,7 +818,7 @@ fn deduplicated(
     session: &SessionRc,
     key: StreamKey,
     id: RawId,
-    progress_token: Option<Box<str>>,
+    progress_token: Option<RawId>,
     out: &mut Vec<u8>,
     keep_alive: bool,
 ) -> Outcome {
@@ -829,7 +829,9 @@ fn deduplicated(
     let first = st.first;
     let same_id = st.request_id.as_ref() == Some(&id);
     let tokens = match (progress_token, st.progress_token.clone()) {
-        (Some(retry), Some(original)) if retry != original => Some((retry, original)),
+        (Some(retry), Some(original)) if retry != original => {
+            Some((Box::from(retry.as_str()), Box::from(original.as_str())))
+        }
         _ => None,
     };
     let rewrite = (!same_id || tokens.is_some())

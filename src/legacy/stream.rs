@@ -16,12 +16,10 @@ use std::rc::{Rc, Weak};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
-use bytes::Bytes;
-
 use crate::legacy::replay::{EventSeq, StreamKey};
 use crate::legacy::session::{ResumeStart, Session};
-use crate::provider::builtin::ToolAnswer;
-use crate::provider::{LocalBoxFuture, ProviderError, ProviderResult};
+use crate::provider::builtin::{RunningWork, ToolAnswer};
+use crate::provider::{ProviderError, ProviderResult};
 use crate::wire::jsonrpc;
 
 /// Where a writer is in its stream.
@@ -255,13 +253,14 @@ pub(crate) fn spawn_job(session: Rc<RefCell<Session>>, key: StreamKey, mut work:
     let waker = Waker::from(forward.clone());
     // A call its first poll finishes completes inside the poll's report, so the mirror joins
     // a quick call's opening with its final event (`Session::open_quick_stream`).
-    let done = polling(&session, || match work.as_mut().poll(&mut Context::from_waker(&waker)) {
-        Poll::Ready(outcome) => {
-            complete(&session, key, outcome);
-            true
-        }
-        Poll::Pending => false,
-    });
+    let done =
+        polling(&session, || match Pin::new(&mut work).poll(&mut Context::from_waker(&waker)) {
+            Poll::Ready(outcome) => {
+                complete(&session, key, outcome);
+                true
+            }
+            Poll::Pending => false,
+        });
     if done {
         drop(waker);
         keep_forward_wake(forward);
@@ -281,8 +280,8 @@ pub(crate) fn spawn_job(session: Rc<RefCell<Session>>, key: StreamKey, mut work:
 }
 
 /// A request's work: a tool's answer to come (a user provider's value, or a built-in tool's
-/// `ToolAnswer`).
-pub(crate) type Work = LocalBoxFuture<'static, ProviderResult<ToolAnswer<'static>>>;
+/// `ToolAnswer`, in a slot the tool reuses).
+pub(crate) type Work = RunningWork;
 
 /// Ends stream `key` with the outcome of a call that answered at its call (a built-in instant
 /// tool: no future, no task), reported as one poll, as `spawn_job`'s first poll would be.
@@ -356,10 +355,10 @@ impl Future for Forwarded {
         let waker = self.waker.clone();
         let this = &mut *self;
         match this.session.upgrade() {
-            Some(session) => {
-                polling(&session, || this.work.as_mut().poll(&mut Context::from_waker(&waker)))
-            }
-            None => this.work.as_mut().poll(&mut Context::from_waker(&waker)),
+            Some(session) => polling(&session, || {
+                Pin::new(&mut this.work).poll(&mut Context::from_waker(&waker))
+            }),
+            None => Pin::new(&mut this.work).poll(&mut Context::from_waker(&waker)),
         }
     }
 }
@@ -401,20 +400,20 @@ fn complete(
     key: StreamKey,
     outcome: ProviderResult<ToolAnswer<'_>>,
 ) {
-    let payload = {
+    let event = {
         let s = session.borrow();
         let Some(request_id) = s.stream(key).and_then(|st| st.request_id.as_ref()) else {
             return;
         };
         match outcome {
-            Ok(answer) => event_bytes(|out| {
+            Ok(answer) => encode_event(|out| {
                 crate::wire::push_result_with(out, request_id, |out| answer.push_json(out))
             }),
             Err(ProviderError::Cancelled) => return,
-            Err(e) => event_bytes(|out| crate::dispatch::push_provider_error(out, request_id, &e)),
+            Err(e) => encode_event(|out| crate::dispatch::push_provider_error(out, request_id, &e)),
         }
     };
-    session.borrow_mut().finish(key, payload);
+    session.borrow_mut().finish(key, &event);
 }
 
 /// Bytes of its capacity the core's event buffer keeps between events; after a larger event
@@ -422,26 +421,46 @@ fn complete(
 pub(crate) const EVENT_SCRATCH_KEEP_BYTES: usize = 64 * 1024;
 
 thread_local! {
-    /// The core's buffer an event is encoded in (`event_bytes`), reused across events.
+    /// The core's buffer an event is encoded in (`encode_event`), reused across events.
     static EVENT_SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// An event encoded by `write` in the core's reused buffer, copied into an exact-sized `Bytes`:
-/// one allocation per event where a `Vec` per event made two (the `Vec`, and `Bytes::from`'s
-/// shared header whenever the `Vec` has spare capacity), and the ring holds no spare bytes.
-pub(crate) fn event_bytes(write: impl FnOnce(&mut Vec<u8>)) -> Bytes {
-    EVENT_SCRATCH.with(|scratch| {
-        // Taken, not borrowed: a `write` that encoded another event would find it empty.
-        let mut buffer = scratch.take();
-        buffer.clear();
-        write(&mut buffer);
-        let event = Bytes::copy_from_slice(&buffer);
+/// An event encoded in the core's reused buffer, to be appended to a ring (which copies it
+/// into its own payload buffer); the buffer goes back to the core when this is dropped. So
+/// encoding and storing an event allocates nothing once both buffers have grown (issue 40 §1).
+pub(crate) struct EncodedEvent(Vec<u8>);
+
+/// The event `write` encodes, in the core's buffer. The buffer is taken, not borrowed: a
+/// `write` that encoded another event meanwhile would find it empty and use its own.
+pub(crate) fn encode_event(write: impl FnOnce(&mut Vec<u8>)) -> EncodedEvent {
+    let mut buffer = EVENT_SCRATCH.with(|scratch| scratch.take());
+    buffer.clear();
+    write(&mut buffer);
+    EncodedEvent(buffer)
+}
+
+impl std::ops::Deref for EncodedEvent {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl AsRef<[u8]> for EncodedEvent {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl Drop for EncodedEvent {
+    fn drop(&mut self) {
+        let buffer = std::mem::take(&mut self.0);
         if buffer.capacity() <= EVENT_SCRATCH_KEEP_BYTES {
-            buffer.clear();
-            *scratch.borrow_mut() = buffer;
+            // `try_with`: a thread's locals may be gone while it exits.
+            let _ = EVENT_SCRATCH.try_with(|scratch| *scratch.borrow_mut() = buffer);
         }
-        event
-    })
+    }
 }
 
 /// Bookkeeping after a writer with `epoch` sent a batch ending at `after`.

@@ -10,6 +10,7 @@ use crate::config::Config;
 use crate::legacy::session::{event_id_into, SessionId, StreamKind, LEGACY_VERSIONS};
 use crate::wire::jsonrpc::RawId;
 use crate::wire::notification::PROGRESS_PREFIX;
+use bytes::Bytes;
 
 const RETRY_MS: u64 = 1000;
 /// `id: ` + `\n` + `data: ` + `\n` + `\n`: the framing of one whole event around its id and
@@ -476,21 +477,25 @@ fn a_line_break_inside_a_window_starts_a_data_line() {
 
 #[test]
 fn the_event_buffer_is_kept_up_to_its_limit_and_events_are_exact() {
-    // Goal: `event_bytes` reuses one buffer per core (no allocation of its own per event) but
+    // Goal: `encode_event` reuses one buffer per core (no allocation of its own per event) but
     // never keeps more than `EVENT_SCRATCH_KEEP_BYTES`; the event holds exactly its bytes.
     // Method: events whose buffer grows to the limit and one past it, on this test's thread.
     let capacity = || EVENT_SCRATCH.with(|s| s.borrow().capacity());
-    let event = event_bytes(|out| {
+    let event = encode_event(|out| {
         out.reserve_exact(EVENT_SCRATCH_KEEP_BYTES);
         out.extend_from_slice(b"{}");
     });
     assert_eq!(&event[..], b"{}");
+    assert_eq!(capacity(), 0, "taken while the event is held");
+    drop(event);
     assert_eq!(capacity(), EVENT_SCRATCH_KEEP_BYTES, "kept at the limit");
-    let event = event_bytes(|out| out.extend_from_slice(b"[1]"));
+    let event = encode_event(|out| out.extend_from_slice(b"[1]"));
     assert_eq!(&event[..], b"[1]");
+    drop(event);
     assert_eq!(capacity(), EVENT_SCRATCH_KEEP_BYTES, "reused, not grown");
-    let big = event_bytes(|out| out.resize(EVENT_SCRATCH_KEEP_BYTES + 1, b'x'));
+    let big = encode_event(|out| out.resize(EVENT_SCRATCH_KEEP_BYTES + 1, b'x'));
     assert_eq!(big.len(), EVENT_SCRATCH_KEEP_BYTES + 1);
+    drop(big);
     assert_eq!(capacity(), 0, "let go past the limit");
 }
 

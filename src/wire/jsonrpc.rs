@@ -57,8 +57,9 @@ impl RawId {
     }
 
     /// The id `value` (a string or an integer) encodes to: written straight into the inline
-    /// bytes when it fits, so decoding a request's id allocates nothing.
-    fn encoded(value: simd_json::tape::Value<'_, '_>) -> RawId {
+    /// bytes when it fits, so decoding a request's id allocates nothing. Also holds a
+    /// `_meta.progressToken` (any JSON value: a long one is shared).
+    pub(crate) fn encoded(value: simd_json::tape::Value<'_, '_>) -> RawId {
         let mut bytes = [0; ID_INLINE_BYTES];
         let mut rest = &mut bytes[..];
         if value.write(&mut rest).is_err() {

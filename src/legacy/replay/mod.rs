@@ -5,7 +5,8 @@
 //!
 //! Owns: session-wide event sequence numbers ([`EventSeq`], strictly increasing from 1; 0 means
 //! "none"), the slot array (slot of an event = `seq & mask`, so a lookup by id is O(1) at any
-//! capacity), FIFO eviction under the `--replay-events` / `--replay-bytes` bounds, and the
+//! capacity), the one buffer the held payloads lie in (appending copies into it, so after it
+//! has grown to what the ring holds an append allocates nothing), FIFO eviction under the `--replay-events` / `--replay-bytes` bounds, and the
 //! per-stream chains (`next_in_stream`) that let a replay visit only its own stream's events:
 //! O(events replayed), never a scan of the ring.
 //!
@@ -25,7 +26,7 @@ mod tests;
 
 pub use ring::Ring;
 #[cfg(test)]
-use ring::{Replay, SLOTS_INITIAL};
+use ring::{Replay, PAYLOAD_BUFFER_INITIAL_BYTES, SLOTS_INITIAL};
 
 /// Names one SSE stream of a session. Assigned by the `stream` module; the ring only compares
 /// keys and never interprets them.
@@ -42,8 +43,9 @@ pub struct EventSeq(pub u64);
 pub struct Event<'a> {
     pub stream: StreamKey,
     pub seq: EventSeq,
-    /// The SSE `data` to re-send; empty for priming events (CONTRACT §3).
-    pub payload: &'a bytes::Bytes,
+    /// The SSE `data` to re-send; empty for priming events (CONTRACT §3). It lies in the
+    /// ring's payload buffer.
+    pub payload: &'a [u8],
     /// The next event of the same stream; `Some` exactly when that event has been appended
     /// (it is then held too, because eviction is oldest-first).
     pub next_in_stream: Option<EventSeq>,

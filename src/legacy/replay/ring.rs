@@ -11,36 +11,72 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::iter::FusedIterator;
 use std::num::NonZeroU64;
 
-use bytes::Bytes;
-
 use super::{Event, EventSeq, Evicted, ReplayError, StreamKey};
 
 /// Slots allocated by the first append (fewer when `events_max` is smaller). An idle session
-/// allocates none; a session that has emitted a handful of events holds 16 × 56 bytes; the array
-/// then doubles up to `events_max` as events accumulate, so memory follows the high-water mark of
-/// held events, never the configured capacity (100k idle sessions at `events_max` = 2^20 must not
-/// cost 2^20 slots each).
+/// allocates none; a session that has emitted a handful of events holds 16 × 40 bytes (and its
+/// payload buffer); the array then doubles up to `events_max` as events accumulate, so memory
+/// follows the high-water mark of held events, never the configured capacity (100k idle
+/// sessions at `events_max` = 2^20 must not cost 2^20 slots each).
 pub(super) const SLOTS_INITIAL: usize = 16;
 
-/// One held event. 56 bytes: the payload handle, two sequence numbers and the stream key.
+/// Bytes of the payload buffer made by the first append of a non-empty payload (less when
+/// `bytes_max` is smaller; more when the payload is larger). It then doubles, never past
+/// `bytes_max`, as the held bytes grow: like the slot array, it follows the high-water mark of
+/// what the ring holds.
+pub(super) const PAYLOAD_BUFFER_INITIAL_BYTES: usize = 256;
+
+/// One held event. 40 bytes: where its payload lies in the ring's buffer, two sequence
+/// numbers and the stream key.
 struct Slot {
     /// This event's sequence number, kept to assert that the slot matches the lookup.
     seq: NonZeroU64,
     stream: StreamKey,
     /// `Some` exactly when the stream's next event has been appended (see [`Event`]).
     next: Option<NonZeroU64>,
-    payload: Bytes,
+    /// The payload is `buffer[at..at + len]` (`at` is 0 for an empty payload).
+    at: usize,
+    len: usize,
 }
 
 // The memory per held event that the docs and the bench quote; `None` uses a niche, no tag.
-const _: () = assert!(std::mem::size_of::<Option<Slot>>() <= 56);
+const _: () = assert!(std::mem::size_of::<Option<Slot>>() <= 40);
 
-/// The replay buffer of one session; see the module doc of `replay`.
-pub struct Ring {
+/// The ring's payload bytes: one buffer the held payloads lie in, oldest to newest, around
+/// the circle, so appending an event copies it in place and allocates nothing once the buffer
+/// has grown to what the ring holds (issue 40 §1). Held bytes are `start..end` when not
+/// wrapped, else `start..wrap_at` then `0..end`; a payload is never split, so one that does
+/// not fit before the buffer's end starts at 0 and the bytes from `wrap_at` on wait unused
+/// until the oldest payloads before them are evicted.
+#[derive(Default)]
+struct PayloadBuffer {
+    /// Its length is the capacity in use: 0 until the first non-empty payload, then at most
+    /// the ring's `bytes_max`.
+    bytes: Vec<u8>,
+    /// Offset of the oldest held payload byte.
+    start: usize,
+    /// Offset the next payload is written at when it fits there.
+    end: usize,
+    /// `Some(offset)` while the held bytes wrap: those before the wrap end at `offset`.
+    wrap_at: Option<usize>,
+}
+
+/// What a ring holds once it has held an event: boxed, so an idle ring is counters and one
+/// null pointer (a session keeps its allocation size class, `session::tests`).
+#[derive(Default)]
+struct Storage {
     /// Length 0 (nothing appended yet) or a power of two ≤ `events_max`. The event `seq` lives in
     /// `slots[seq & (slots.len() - 1)]` exactly when `head <= seq < tail`; every other slot is
     /// `None`.
     slots: Vec<Option<Slot>>,
+    /// Where the held payloads lie.
+    payloads: PayloadBuffer,
+}
+
+/// The replay buffer of one session; see the module doc of `replay`.
+pub struct Ring {
+    /// The slots and the payload buffer; `None` until the first append.
+    storage: Option<Box<Storage>>,
     /// Oldest held sequence number; equals `tail` when the ring is empty. 1 ≤ head ≤ tail.
     head: u64,
     /// Sequence number the next append receives. Starts at 1 and only grows.
@@ -57,6 +93,42 @@ pub struct Ring {
     stream_newest: HashMap<StreamKey, NonZeroU64, BuildHasherDefault<StreamKeyHasher>>,
 }
 
+impl PayloadBuffer {
+    /// Takes `len` (> 0) contiguous free bytes for the newest payload: at `end`, else (not
+    /// wrapped) at 0 before the oldest; `None` when neither has room.
+    fn reserve(&mut self, len: usize) -> Option<usize> {
+        match self.wrap_at {
+            None if self.bytes.len() - self.end >= len => {}
+            None if self.start >= len => {
+                self.wrap_at = Some(self.end);
+                self.end = 0;
+            }
+            Some(_) if self.start - self.end >= len => {}
+            _ => return None,
+        }
+        let at = self.end;
+        self.end += len;
+        Some(at)
+    }
+
+    /// Frees the oldest payload (`len` bytes at `at`); `held` bytes are left after it.
+    fn release(&mut self, at: usize, len: usize, held: usize) {
+        if held == 0 {
+            // Nothing held: the next payload starts at the front.
+            (self.start, self.end, self.wrap_at) = (0, 0, None);
+            return;
+        }
+        if len == 0 {
+            return;
+        }
+        assert!(at == self.start, "invariant: the oldest payload starts the held bytes");
+        self.start = at + len;
+        if self.wrap_at == Some(self.start) {
+            (self.start, self.wrap_at) = (0, None);
+        }
+    }
+}
+
 impl Ring {
     /// An empty ring bounded to `events_max` events and `bytes_max` payload bytes. Allocates
     /// nothing until the first append.
@@ -67,7 +139,7 @@ impl Ring {
         assert!(events_max.is_power_of_two(), "events_max must be a power of two ≥ 1");
         assert!(bytes_max >= 1, "bytes_max must be ≥ 1");
         Ring {
-            slots: Vec::new(),
+            storage: None,
             head: 1,
             tail: 1,
             bytes: 0,
@@ -95,12 +167,14 @@ impl Ring {
     /// until one more event fits within `events_max` and `payload.len()` more bytes fit within
     /// `bytes_max`; then stores the event and links it from the stream's previous held event.
     /// A payload longer than `bytes_max` is refused with the ring unchanged.
+    /// The payload is copied into the ring's buffer.
     pub fn try_append(
         &mut self,
         stream: StreamKey,
-        payload: Bytes,
+        payload: impl AsRef<[u8]>,
         on_evict: impl FnMut(Evicted),
     ) -> Result<EventSeq, ReplayError> {
+        let payload = payload.as_ref();
         if payload.len() > self.bytes_max {
             return Err(ReplayError::PayloadTooLarge {
                 len: payload.len(),
@@ -116,23 +190,25 @@ impl Ring {
     pub fn append_assume_fits(
         &mut self,
         stream: StreamKey,
-        payload: Bytes,
+        payload: impl AsRef<[u8]>,
         mut on_evict: impl FnMut(Evicted),
     ) -> EventSeq {
+        let payload = payload.as_ref();
         assert!(payload.len() <= self.bytes_max, "payload longer than bytes_max");
         // Terminates: an empty ring holds 0 bytes, and both bounds admit one fitting event.
         while self.len() == self.events_max || self.bytes_max - self.bytes < payload.len() {
             on_evict(self.evict_oldest());
         }
-        if self.len() == self.slots.len() {
+        if self.len() == self.slots().len() {
             self.grow();
         }
+        let at = self.place(payload);
         let seq = NonZeroU64::new(self.tail).expect("invariant: tail starts at 1 and only grows");
         self.tail = self.tail.checked_add(1).expect("invariant: 2^64 events are never appended");
         if let Some(prev) = self.stream_newest.insert(stream, seq) {
             let index = self.index(prev.get());
             let prev_slot =
-                self.slots[index].as_mut().expect("invariant: a stream's newest is held");
+                self.storage().slots[index].as_mut().expect("invariant: a stream's newest is held");
             assert!(prev_slot.seq == prev, "invariant: slot holds the stream's newest event");
             assert!(prev_slot.next.is_none(), "invariant: a stream's newest has no successor");
             assert!(prev < seq, "invariant: sequence numbers strictly increase");
@@ -141,11 +217,11 @@ impl Ring {
         self.bytes += payload.len();
         assert!(self.bytes <= self.bytes_max, "invariant: bytes within bytes_max");
         let index = self.index(seq.get());
-        let free = &mut self.slots[index];
+        let free = &mut self.storage().slots[index];
         assert!(free.is_none(), "invariant: the slot of tail is free");
-        *free = Some(Slot { seq, stream, next: None, payload });
+        *free = Some(Slot { seq, stream, next: None, at, len: payload.len() });
         assert!(self.head <= self.tail, "invariant: head ≤ tail");
-        assert!(self.len() <= self.slots.len(), "invariant: held events fit the slots");
+        assert!(self.len() <= self.slots().len(), "invariant: held events fit the slots");
         EventSeq(seq.get())
     }
 
@@ -155,14 +231,16 @@ impl Ring {
         if seq.0 < self.head || seq.0 >= self.tail {
             return None;
         }
-        let slot = self.slots[self.index(seq.0)]
+        let storage =
+            self.storage.as_deref().expect("invariant: a ring that held events has storage");
+        let slot = storage.slots[self.index(seq.0)]
             .as_ref()
             .expect("invariant: every seq in head..tail has a slot");
         assert!(slot.seq.get() == seq.0, "invariant: slot holds the looked-up event");
         Some(Event {
             stream: slot.stream,
             seq,
-            payload: &slot.payload,
+            payload: &storage.payloads.bytes[slot.at..slot.at + slot.len],
             next_in_stream: slot.next.map(|next| EventSeq(next.get())),
         })
     }
@@ -209,10 +287,27 @@ impl Ring {
         self.bytes_max
     }
 
+    /// Bytes of the payload buffer: 0 before the first non-empty payload, then at most
+    /// `bytes_max` (it follows the high-water mark of held bytes, at most doubled). For memory
+    /// tests and the docs.
+    pub fn capacity_bytes(&self) -> usize {
+        self.storage.as_deref().map_or(0, |storage| storage.payloads.bytes.len())
+    }
+
     /// Slots currently allocated: 0 before the first append, then a power of two between
     /// `min(SLOTS_INITIAL, events_max)` and `events_max`. For memory tests.
     pub fn capacity_slots(&self) -> usize {
-        self.slots.len()
+        self.slots().len()
+    }
+
+    /// The slot array; empty before the first append.
+    fn slots(&self) -> &[Option<Slot>] {
+        self.storage.as_deref().map_or(&[], |storage| &storage.slots)
+    }
+
+    /// The storage, made at the first append.
+    fn storage(&mut self) -> &mut Storage {
+        self.storage.get_or_insert_with(Box::default)
     }
 
     /// `stream`'s held events with a sequence number greater than `after`, in order.
@@ -244,14 +339,17 @@ impl Ring {
     /// Removes the oldest event. Caller ensures the ring is not empty.
     fn evict_oldest(&mut self) -> Evicted {
         assert!(self.head < self.tail, "invariant: evict only from a non-empty ring");
-        let index = self.index(self.head);
-        let slot = self.slots[index].take().expect("invariant: every seq in head..tail has a slot");
-        assert!(slot.seq.get() == self.head, "invariant: slot of head holds head");
+        let (index, head) = (self.index(self.head), self.head);
+        let bytes = self.bytes;
+        let storage = self.storage();
+        let slot =
+            storage.slots[index].take().expect("invariant: every seq in head..tail has a slot");
+        assert!(slot.seq.get() == head, "invariant: slot of head holds head");
+        let bytes =
+            bytes.checked_sub(slot.len).expect("invariant: bytes counts every held payload");
+        storage.payloads.release(slot.at, slot.len, bytes);
         self.head += 1;
-        self.bytes = self
-            .bytes
-            .checked_sub(slot.payload.len())
-            .expect("invariant: bytes counts every held payload");
+        self.bytes = bytes;
         if slot.next.is_none() {
             let newest = self.stream_newest.remove(&slot.stream);
             assert!(newest == Some(slot.seq), "invariant: a chain's end is its stream's newest");
@@ -260,71 +358,154 @@ impl Ring {
             stream: slot.stream,
             seq: EventSeq(slot.seq.get()),
             next_in_stream: slot.next.map(|next| EventSeq(next.get())),
-            bytes: slot.payload.len(),
+            bytes: slot.len,
         }
+    }
+
+    /// Copies `payload` into the buffer, where `bytes` held bytes before it leave room within
+    /// `bytes_max` (the caller evicted for it), and returns its offset.
+    fn place(&mut self, payload: &[u8]) -> usize {
+        if payload.is_empty() {
+            return 0;
+        }
+        let at = match self.storage().payloads.reserve(payload.len()) {
+            Some(at) => at,
+            None => {
+                self.relocate(self.bytes + payload.len());
+                let payloads = &mut self.storage().payloads;
+                payloads.reserve(payload.len()).expect("invariant: relocated to fit")
+            }
+        };
+        self.storage().payloads.bytes[at..at + payload.len()].copy_from_slice(payload);
+        at
+    }
+
+    /// Moves the held payloads, oldest first, to the front of a buffer of at least `needed`
+    /// bytes: a larger one (doubled, at most `bytes_max`) while `needed` is more than half the
+    /// buffer, else this one, compacted in place (around the circle the free bytes can lie in
+    /// two pieces, each too short). O(held bytes + held events), and rare: a wrapped buffer
+    /// runs out of contiguous room only after about its free bytes were appended since.
+    fn relocate(&mut self, needed: usize) {
+        let (head, tail, bytes_max) = (self.head, self.tail, self.bytes_max);
+        let Storage { slots, payloads } = self.storage();
+        let capacity = payloads.bytes.len();
+        let start = payloads.start;
+        let old = if capacity < bytes_max && capacity < 2 * needed {
+            let grown = (2 * capacity).max(needed).max(PAYLOAD_BUFFER_INITIAL_BYTES);
+            Some(std::mem::replace(&mut payloads.bytes, vec![0; grown.min(bytes_max)]))
+        } else {
+            // The oldest byte at 0: every held payload then lies after its predecessor, so
+            // packing them moves each towards the front only.
+            payloads.bytes.rotate_left(start);
+            None
+        };
+        let mask = slots.len() as u64 - 1;
+        let mut end = 0;
+        for seq in head..tail {
+            // Lossless: masked below slots.len(), a usize.
+            let slot = slots[(seq & mask) as usize].as_mut().expect("invariant: held");
+            if slot.len == 0 {
+                continue;
+            }
+            match &old {
+                Some(old) => {
+                    let from = &old[slot.at..slot.at + slot.len];
+                    payloads.bytes[end..end + slot.len].copy_from_slice(from);
+                }
+                None => {
+                    let from = (slot.at + capacity - start) % capacity;
+                    payloads.bytes.copy_within(from..from + slot.len, end);
+                }
+            }
+            slot.at = end;
+            end += slot.len;
+        }
+        (payloads.start, payloads.end, payloads.wrap_at) = (0, end, None);
+        assert!(needed <= payloads.bytes.len(), "invariant: the buffer holds what it needs");
     }
 
     /// Doubles the slot array (or makes the first one), re-placing held events by the new mask.
     /// Called only when every slot is in use, so doubling keeps appends amortized O(1).
     fn grow(&mut self) {
-        let slots_len = if self.slots.is_empty() {
-            SLOTS_INITIAL.min(self.events_max)
-        } else {
-            self.slots.len() * 2
-        };
+        let old_len = self.slots().len();
+        let slots_len = if old_len == 0 { SLOTS_INITIAL.min(self.events_max) } else { old_len * 2 };
         assert!(slots_len <= self.events_max, "invariant: grow only below events_max");
         let mut slots = Vec::with_capacity(slots_len);
         slots.resize_with(slots_len, || None);
         let mask = slots_len as u64 - 1;
         for seq in self.head..self.tail {
             let old = self.index(seq);
-            let slot = self.slots[old].take();
+            let slot = self.storage().slots[old].take();
             debug_assert!(slot.as_ref().is_some_and(|s| s.seq.get() == seq));
             // Lossless: masked below slots_len, a usize.
             slots[(seq & mask) as usize] = slot;
         }
-        self.slots = slots;
+        self.storage().slots = slots;
     }
 
     /// Slot index of `seq`. Only called with a non-empty slot array.
     fn index(&self, seq: u64) -> usize {
         // Lossless: masked below slots.len(), a usize.
-        (seq & (self.slots.len() as u64 - 1)) as usize
+        (seq & (self.slots().len() as u64 - 1)) as usize
+    }
+
+    /// Held payloads lie oldest first from `start` around the circle, none overlapping.
+    #[cfg(test)]
+    fn check_payload_order(&self) {
+        let Some(p) = self.storage.as_deref().map(|storage| &storage.payloads) else { return };
+        let mut expect = p.start;
+        for seq in self.head..self.tail {
+            let slot = self.slots()[self.index(seq)].as_ref().expect("held slot");
+            if slot.len == 0 {
+                continue;
+            }
+            if slot.at != expect {
+                assert_eq!(p.wrap_at, Some(expect), "only a wrap skips bytes");
+                assert_eq!(slot.at, 0);
+            }
+            expect = slot.at + slot.len;
+        }
+        if self.bytes > 0 {
+            assert_eq!(expect, p.end);
+        }
     }
 
     /// O(n) check of every invariant; tests call it after each operation.
     #[cfg(test)]
     pub(super) fn check_invariants(&self) {
         assert!(1 <= self.head && self.head <= self.tail);
-        assert!(self.len() <= self.slots.len());
-        assert!(self.slots.len() <= self.events_max);
-        assert!(self.slots.is_empty() || self.slots.len().is_power_of_two());
+        assert!(self.len() <= self.slots().len());
+        assert!(self.slots().len() <= self.events_max);
+        assert!(self.slots().is_empty() || self.slots().len().is_power_of_two());
         assert!(self.bytes <= self.bytes_max);
         let mut bytes = 0;
         let mut newest: HashMap<StreamKey, NonZeroU64> = HashMap::new();
         for seq in self.head..self.tail {
-            let slot = self.slots[self.index(seq)].as_ref().expect("held slot");
+            let slot = self.slots()[self.index(seq)].as_ref().expect("held slot");
             assert_eq!(slot.seq.get(), seq);
-            bytes += slot.payload.len();
+            bytes += slot.len;
+            assert!(slot.at + slot.len <= self.capacity_bytes());
             newest.insert(slot.stream, slot.seq);
             if let Some(next) = slot.next {
                 assert!(next > slot.seq && next.get() < self.tail);
-                let successor = self.slots[self.index(next.get())].as_ref().expect("held");
+                let successor = self.slots()[self.index(next.get())].as_ref().expect("held");
                 assert_eq!(successor.stream, slot.stream);
                 // No event of the same stream between the two.
                 for between in seq + 1..next.get() {
-                    let other = self.slots[self.index(between)].as_ref().expect("held");
+                    let other = self.slots()[self.index(between)].as_ref().expect("held");
                     assert_ne!(other.stream, slot.stream);
                 }
             }
         }
         assert_eq!(bytes, self.bytes);
-        let held = self.slots.iter().filter(|slot| slot.is_some()).count();
+        assert!(self.capacity_bytes() <= self.bytes_max);
+        self.check_payload_order();
+        let held = self.slots().iter().filter(|slot| slot.is_some()).count();
         assert_eq!(held, self.len());
         assert_eq!(newest.len(), self.stream_newest.len());
         for (stream, seq) in &newest {
             assert_eq!(self.stream_newest.get(stream), Some(seq));
-            let slot = self.slots[self.index(seq.get())].as_ref().expect("held");
+            let slot = self.slots()[self.index(seq.get())].as_ref().expect("held");
             assert!(slot.next.is_none());
         }
     }
@@ -337,7 +518,8 @@ impl fmt::Debug for Ring {
             .field("head", &self.head)
             .field("tail", &self.tail)
             .field("bytes", &self.bytes)
-            .field("slots", &self.slots.len())
+            .field("capacity_bytes", &self.capacity_bytes())
+            .field("slots", &self.slots().len())
             .field("streams", &self.stream_newest.len())
             .field("events_max", &self.events_max)
             .field("bytes_max", &self.bytes_max)

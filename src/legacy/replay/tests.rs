@@ -7,7 +7,9 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 use proptest::prelude::*;
 
-use super::{EventSeq, Evicted, ReplayError, Ring, StreamKey, SLOTS_INITIAL};
+use super::{
+    EventSeq, Evicted, ReplayError, Ring, StreamKey, PAYLOAD_BUFFER_INITIAL_BYTES, SLOTS_INITIAL,
+};
 
 const A: StreamKey = StreamKey(1);
 const B: StreamKey = StreamKey(2);
@@ -104,6 +106,43 @@ fn append_assigns_consecutive_seqs_and_get_returns_them() {
     assert!(ring.get(EventSeq(u64::MAX)).is_none());
 }
 
+// Goal: the payload buffer is bounded by `bytes_max` and follows what the ring holds: it starts
+// at `PAYLOAD_BUFFER_INITIAL_BYTES`, doubles only while the held bytes need more than half of
+// it, reaches `bytes_max` exactly (the limit) and is then reused in place, wrapped and
+// compacted, whatever the mix of sizes, every payload read back intact. Method: equal events
+// until the byte budget evicts, then 2 000 of pseudo-random sizes from 0 to a quarter of the
+// budget; `append` checks every invariant (payload order, no overlap) after each.
+#[test]
+fn payload_buffer_doubles_to_bytes_max_then_is_reused_in_place() {
+    const BYTES_MAX: usize = 10_000;
+    let mut ring = Ring::new(1 << 12, BYTES_MAX);
+    append(&mut ring, A, 0);
+    assert_eq!(ring.capacity_bytes(), 0, "an empty payload needs no buffer");
+    append(&mut ring, A, 100);
+    assert_eq!(ring.capacity_bytes(), PAYLOAD_BUFFER_INITIAL_BYTES);
+    let mut held_max = ring.bytes();
+    for _ in 0..200 {
+        append(&mut ring, A, 100);
+        held_max = held_max.max(ring.bytes());
+        let bound = (2 * held_max).clamp(PAYLOAD_BUFFER_INITIAL_BYTES, BYTES_MAX);
+        assert!(ring.capacity_bytes() <= bound, "{} > {bound}", ring.capacity_bytes());
+    }
+    assert_eq!(ring.capacity_bytes(), BYTES_MAX, "at the limit");
+    let mut x = 12_345u64;
+    for _ in 0..2_000 {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        let len = (x >> 33) as usize % (BYTES_MAX / 4 + 1);
+        let (seq, _) = append(&mut ring, if len.is_multiple_of(2) { A } else { B }, len);
+        assert_eq!(ring.capacity_bytes(), BYTES_MAX, "never past the limit, never reallocated");
+        let held = ring.get(seq).expect("the newest is held");
+        assert_eq!(*held.payload, payload(seq.0, len));
+    }
+    for seq in ring.oldest().expect("held").0..ring.next_seq().0 {
+        let event = ring.get(EventSeq(seq)).expect("held");
+        assert!(event.payload.iter().all(|&b| b == seq as u8), "intact after compactions");
+    }
+}
+
 // Goal: events_max at N fits, N+1 evicts exactly the oldest one. Method: for several N, append
 // N events, then one more, and check the eviction report and the held range.
 #[test]
@@ -168,7 +207,7 @@ fn payload_too_large_is_refused_with_ring_unchanged() {
     let snapshot = |ring: &Ring| {
         let held: Vec<(u64, u32, Bytes, Option<EventSeq>)> = (0..8)
             .filter_map(|seq| ring.get(EventSeq(seq)))
-            .map(|e| (e.seq.0, e.stream.0, e.payload.clone(), e.next_in_stream))
+            .map(|e| (e.seq.0, e.stream.0, Bytes::copy_from_slice(e.payload), e.next_in_stream))
             .collect();
         (ring.len(), ring.bytes(), ring.next_seq(), ring.oldest(), ring.capacity_slots(), held)
     };
@@ -571,7 +610,7 @@ fn check_replay_after(
     let replay = ring.replay_after(stream, after);
     let unknown = replay.start_unknown();
     let got: Vec<(StreamKey, EventSeq, Bytes)> =
-        replay.map(|e| (e.stream, e.seq, e.payload.clone())).collect();
+        replay.map(|e| (e.stream, e.seq, Bytes::copy_from_slice(e.payload))).collect();
     match model.get(after) {
         Some((held_stream, _, _)) if *held_stream == stream => {
             prop_assert!(!unknown);

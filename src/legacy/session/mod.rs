@@ -79,8 +79,10 @@ pub struct StreamState {
     /// Hash of method + canonical params (without `_meta`).
     pub fingerprint: u64,
     pub idempotency_key: Option<Box<str>>,
-    /// `_meta.progressToken` as JSON text, when the request had one.
-    pub progress_token: Option<Box<str>>,
+    /// `_meta.progressToken` as JSON text, when the request had one: held inline like the
+    /// request id (a string or an integer, MCP), so opening a stream copies it without
+    /// allocating.
+    pub progress_token: Option<RawId>,
     /// The stream's first event (its priming event).
     pub first: EventSeq,
     /// The stream's wake-ups, made by the first waiter (`signals`): most streams end before
@@ -504,7 +506,7 @@ impl Session {
         request_id: Option<RawId>,
         fingerprint: u64,
         idempotency_key: Option<Box<str>>,
-        progress_token: Option<Box<str>>,
+        progress_token: Option<RawId>,
     ) -> Result<StreamKey, OpenError> {
         let opening = Opening { kind, request_id, fingerprint, idempotency_key, progress_token };
         self.open(opening, false)
@@ -518,7 +520,7 @@ impl Session {
         request_id: RawId,
         fingerprint: u64,
         idempotency_key: Option<Box<str>>,
-        progress_token: Option<Box<str>>,
+        progress_token: Option<RawId>,
     ) -> Result<StreamKey, OpenError> {
         let request_id = Some(request_id);
         let kind = StreamKind::Request;
@@ -545,7 +547,7 @@ impl Session {
             s.progress_token = progress_token;
         }
         // An empty priming event always fits the ring (the byte budget is never zero).
-        let priming = self.append(key, Bytes::new()).unwrap_or(EventSeq(0));
+        let priming = self.append(key, []).unwrap_or(EventSeq(0));
         if let Some(s) = self.streams.get_mut(&key) {
             s.first = priming;
         }
@@ -684,7 +686,13 @@ impl Session {
     /// Appends an event to a running stream; records evictions on the streams they hit. An
     /// event larger than the whole ring ends the request with an error instead
     /// (`AppendError::TooLarge`): never a silent drop, never a stream left waiting.
-    pub fn append(&mut self, key: StreamKey, payload: Bytes) -> Result<EventSeq, AppendError> {
+    /// The payload is copied into the ring.
+    pub fn append(
+        &mut self,
+        key: StreamKey,
+        payload: impl AsRef<[u8]>,
+    ) -> Result<EventSeq, AppendError> {
+        let payload = payload.as_ref();
         if self.streams.get(&key).is_none_or(|s| s.run != Run::Running) {
             return Err(AppendError::Closed);
         }
@@ -707,7 +715,7 @@ impl Session {
     }
 
     /// The ring append itself; `None` when the payload alone exceeds the ring's byte budget.
-    fn append_to_ring(&mut self, key: StreamKey, payload: Bytes) -> Option<EventSeq> {
+    fn append_to_ring(&mut self, key: StreamKey, payload: &[u8]) -> Option<EventSeq> {
         let before = self.ring.bytes();
         let seq = self.append_to_ring_uncounted(key, payload);
         let after = self.ring.bytes();
@@ -715,7 +723,7 @@ impl Session {
         seq
     }
 
-    fn append_to_ring_uncounted(&mut self, key: StreamKey, payload: Bytes) -> Option<EventSeq> {
+    fn append_to_ring_uncounted(&mut self, key: StreamKey, payload: &[u8]) -> Option<EventSeq> {
         let bytes = payload.len();
         let mut evicted_any = false;
         let (streams, attached) = (&mut self.streams, &mut self.attached_unwritten);
@@ -751,8 +759,8 @@ impl Session {
             })
             .ok()?;
         if let Some(mirror) = self.mirror.as_mut() {
-            // The ring's own bytes: a refcount for an event queued alone, copied into its run
-            // for a gathered one.
+            // The ring's own bytes, copied: into its run for a gathered event, into its record
+            // for one queued alone.
             if let Some(event) = self.ring.get(seq) {
                 let first_kept = evicted_any.then(|| self.ring.oldest().map_or(seq.0, |s| s.0));
                 let (stream, payload) = (key.0, event.payload);
@@ -777,8 +785,10 @@ impl Session {
     }
 
     /// Appends the final response and ends the request (`Run::Finished`). Ignored when the
-    /// stream already ended (cancelled, dropped, or failed earlier).
-    pub fn finish(&mut self, key: StreamKey, payload: Bytes) {
+    /// stream already ended (cancelled, dropped, or failed earlier). The payload is copied into
+    /// the ring.
+    pub fn finish(&mut self, key: StreamKey, payload: impl AsRef<[u8]>) {
+        let payload = payload.as_ref();
         if self.streams.get(&key).is_none_or(|s| s.run != Run::Running) {
             return;
         }
@@ -805,7 +815,7 @@ impl Session {
             replay_bytes,
         );
         let before_final = s.produced;
-        match self.append_to_ring(key, Bytes::from(payload)) {
+        match self.append_to_ring(key, &payload) {
             Some(final_seq) => self.end_run(key, Run::Finished { final_seq, before_final }),
             // The error itself does not fit (a ring of a few bytes): end without a result.
             None => self.end_run(key, Run::Dropped),
@@ -1048,7 +1058,7 @@ impl Session {
             Run::Running => None,
             Run::Dropped => Some(None),
             Run::Finished { final_seq, .. } => {
-                Some(self.ring.get(final_seq).filter(|e| e.stream == key).map(|e| &e.payload[..]))
+                Some(self.ring.get(final_seq).filter(|e| e.stream == key).map(|e| e.payload))
             }
         }
     }
@@ -1350,7 +1360,11 @@ impl Session {
             Some(first) => self
                 .ring
                 .iter_from(first)
-                .map(|e| EventImage { seq: e.seq.0, stream: e.stream.0, data: e.payload.clone() })
+                .map(|e| EventImage {
+                    seq: e.seq.0,
+                    stream: e.stream.0,
+                    data: Bytes::copy_from_slice(e.payload),
+                })
                 .collect(),
             None => Vec::new(),
         };
@@ -1390,7 +1404,7 @@ struct Opening {
     request_id: Option<RawId>,
     fingerprint: u64,
     idempotency_key: Option<Box<str>>,
-    progress_token: Option<Box<str>>,
+    progress_token: Option<RawId>,
 }
 
 /// A stream as the durable mirror's records describe it.

@@ -89,7 +89,7 @@ fn replay_events(s: &mut Session, image: &SessionImage) -> Result<(), u64> {
         }
         let key = StreamKey(event.stream);
         let before_final = s.streams.get(&key).map_or(EventSeq(0), |st| st.produced);
-        let _ = s.append_to_ring(key, event.data.clone());
+        let _ = s.append_to_ring(key, &event.data);
         let is_final =
             image.streams.iter().any(|(k, r)| *k == event.stream && r.final_seq == Some(event.seq));
         if is_final {

@@ -3,11 +3,15 @@
 //! one function of its borrowed arguments `Args`, which reads them before its future starts),
 //! `owned_arguments` (for a tool written over a `serde_json` copy), and the small result and
 //! argument helpers every set shares. Used by `demo`, `conformance*` and `BuiltinProvider`
-//! (`builtin/mod.rs`). Never: keeps state.
+//! (`builtin/mod.rs`). Never: keeps state, but for the work slots a tool that runs on reuses
+//! (`WORK_SLOTS_KEPT`, empty between calls).
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::{Context, Poll};
 
 use simd_json::prelude::*;
 
@@ -231,8 +235,76 @@ fn push_text_result(
 pub(crate) enum BuiltinCall<'a> {
     /// An instant tool answered (or refused its arguments) without a future.
     Now(ProviderResult<ToolAnswer<'a>>),
-    /// The call runs on: the future its caller drives (boxed, as a user provider's).
-    Running(LocalBoxFuture<'static, ProviderResult<ToolAnswer<'static>>>),
+    /// The call runs on: the future its caller drives.
+    Running(RunningWork),
+}
+
+/// A call's work its caller drives: a boxed future (a user provider's), or a built-in tool's
+/// future in a slot the tool reuses call after call (`FnTool`), so a steady stream of calls of
+/// a tool that runs on allocates no future (issue 40 §1). Dropping it drops the tool's future,
+/// as dropping a box would (a cancelled call's tool stops).
+pub(crate) enum RunningWork {
+    Boxed(LocalBoxFuture<'static, ProviderResult<ToolAnswer<'static>>>),
+    Kept(Rc<dyn WorkSlot>),
+}
+
+impl Future for RunningWork {
+    type Output = ProviderResult<ToolAnswer<'static>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut *self {
+            RunningWork::Boxed(work) => work.as_mut().poll(cx),
+            RunningWork::Kept(slot) => slot.poll_work(cx),
+        }
+    }
+}
+
+impl Drop for RunningWork {
+    fn drop(&mut self) {
+        if let RunningWork::Kept(slot) = self {
+            slot.clear();
+        }
+    }
+}
+
+/// A reusable slot holding one call's future at a time (`KeptWork`), type-erased.
+pub(crate) trait WorkSlot {
+    /// Polls the future in the slot; emptied once it is ready.
+    fn poll_work(&self, cx: &mut Context<'_>) -> Poll<ProviderResult<ToolAnswer<'static>>>;
+    /// Drops the future in the slot, if any.
+    fn clear(&self);
+}
+
+/// Work slots a tool that runs on keeps for its next calls: as many calls as this run at once
+/// without a future allocated each; one past it gets a slot of its own, let go when it ends.
+/// A kept slot holds one future's bytes (the tool's state machine) while empty.
+pub(crate) const WORK_SLOTS_KEPT: usize = 8;
+
+/// One future of type `Fut` at a time, pinned in its box for the slot's life: a call's
+/// future is set into it in place (`Pin::set`), so reusing it allocates nothing.
+struct KeptWork<Fut> {
+    future: RefCell<Pin<Box<Option<Fut>>>>,
+}
+
+impl<Fut, R> WorkSlot for KeptWork<Fut>
+where
+    Fut: Future<Output = ProviderResult<R>>,
+    R: Into<ToolAnswer<'static>>,
+{
+    fn poll_work(&self, cx: &mut Context<'_>) -> Poll<ProviderResult<ToolAnswer<'static>>> {
+        let mut future = self.future.borrow_mut();
+        // Polled after it finished: cannot happen (its driver stops at Ready); say so safely.
+        let Some(running) = future.as_mut().as_pin_mut() else {
+            return Poll::Ready(Err(ProviderError::Cancelled));
+        };
+        let outcome = std::task::ready!(running.poll(cx));
+        future.set(None);
+        Poll::Ready(outcome.map(Into::into))
+    }
+
+    fn clear(&self) {
+        self.future.borrow_mut().set(None);
+    }
 }
 
 /// A built-in tool's call context: one already made (`Provider::call_tool`), or how to make one,
@@ -287,13 +359,45 @@ pub(crate) trait Catalog {
 }
 
 /// A tool whose behaviour is one async function of its arguments; every built-in tool is one.
-struct FnTool<F> {
+struct FnTool<F, Fut> {
     spec: ToolSpec,
     task_support: TaskSupport,
     run: F,
+    /// Slots for its calls' futures, in use (shared with a `RunningWork`) or free (held only
+    /// here, empty); at most `WORK_SLOTS_KEPT`.
+    kept: RefCell<Vec<Rc<KeptWork<Fut>>>>,
 }
 
-impl<F, Fut, R> BuiltinTool for FnTool<F>
+impl<F, Fut> FnTool<F, Fut> {
+    fn new(spec: ToolSpec, task_support: TaskSupport, run: F) -> FnTool<F, Fut> {
+        FnTool { spec, task_support, run, kept: RefCell::new(Vec::new()) }
+    }
+}
+
+impl<F, Fut, R> FnTool<F, Fut>
+where
+    Fut: Future<Output = ProviderResult<R>> + 'static,
+    R: Into<ToolAnswer<'static>>,
+{
+    /// `future` in a free kept slot, else in a new one (kept while fewer than
+    /// `WORK_SLOTS_KEPT` are).
+    fn kept_work(&self, future: Fut) -> RunningWork {
+        let mut kept = self.kept.borrow_mut();
+        // A free slot is held by nothing but this list (a `RunningWork` empties it on drop).
+        // The slice's `iter`: simd-json's prelude gives `Vec` an `Array::iter` that boxes.
+        if let Some(free) = kept.as_slice().iter().find(|slot| Rc::strong_count(slot) == 1) {
+            free.future.borrow_mut().set(Some(future));
+            return RunningWork::Kept(free.clone());
+        }
+        let slot = Rc::new(KeptWork { future: RefCell::new(Box::pin(Some(future))) });
+        if kept.len() < WORK_SLOTS_KEPT {
+            kept.push(slot.clone());
+        }
+        RunningWork::Kept(slot)
+    }
+}
+
+impl<F, Fut, R> BuiltinTool for FnTool<F, Fut>
 where
     F: Fn(Args<'_>, CallContext) -> Fut,
     Fut: Future<Output = ProviderResult<R>> + 'static,
@@ -309,7 +413,7 @@ where
 
     fn call<'a>(&self, arguments: Args<'a>, cx: ContextSource<'_>) -> BuiltinCall<'a> {
         let work = (self.run)(arguments, cx.into_context());
-        BuiltinCall::Running(Box::pin(async move { work.await.map(Into::into) }))
+        BuiltinCall::Running(self.kept_work(work))
     }
 }
 
@@ -378,7 +482,7 @@ where
     Fut: Future<Output = ProviderResult<R>> + 'static,
     R: Into<ToolAnswer<'static>> + 'static,
 {
-    Rc::new(FnTool { spec, task_support: TaskSupport::Forbidden, run })
+    Rc::new(FnTool::<F, Fut>::new(spec, TaskSupport::Forbidden, run))
 }
 
 /// `fn_tool` for a tool whose calls may become tasks.
@@ -392,7 +496,7 @@ where
     Fut: Future<Output = ProviderResult<R>> + 'static,
     R: Into<ToolAnswer<'static>> + 'static,
 {
-    Rc::new(FnTool { spec, task_support, run })
+    Rc::new(FnTool::<F, Fut>::new(spec, task_support, run))
 }
 
 /// The `elicitation/create` params of a one-field form (`field` of JSON Schema type `kind`,
@@ -478,5 +582,73 @@ mod tests {
         let mut written = Vec::new();
         ToolAnswer::Value(value.clone()).push_json(&mut written).expect("writes");
         assert_eq!(written, serde_json::to_vec(&value).expect("serializes"));
+    }
+
+    /// A future that answers `Pending` until `ready` is set, and counts its drops.
+    struct Gate {
+        ready: Rc<std::cell::Cell<bool>>,
+        dropped: Rc<std::cell::Cell<usize>>,
+    }
+
+    impl Future for Gate {
+        type Output = ProviderResult<Value>;
+        fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<ProviderResult<Value>> {
+            if self.ready.get() {
+                Poll::Ready(Ok(Value::from(7)))
+            } else {
+                Poll::Pending
+            }
+        }
+    }
+
+    impl Drop for Gate {
+        fn drop(&mut self) {
+            self.dropped.set(self.dropped.get() + 1);
+        }
+    }
+
+    const SPEC: ToolSpec = ToolSpec {
+        name: "gate",
+        description: "",
+        input_schema: "{}",
+        annotations: hints(false, false),
+    };
+
+    #[test]
+    fn work_slots_are_reused_up_to_their_limit_and_drop_their_future_with_the_work() {
+        // Goal: a tool that runs on keeps at most `WORK_SLOTS_KEPT` slots, reuses a free one
+        // (no future allocated per call), gives a call past the limit a slot of its own, and
+        // drops a call's future when its work is dropped unfinished (a cancelled call's tool
+        // stops) or once it is ready. Method: `WORK_SLOTS_KEPT + 1` calls at once, then more.
+        let ready = Rc::new(std::cell::Cell::new(false));
+        let dropped = Rc::new(std::cell::Cell::new(0));
+        let (r, d) = (ready.clone(), dropped.clone());
+        let tool: FnTool<_, Gate> =
+            FnTool::new(SPEC, TaskSupport::Forbidden, move |_: Args<'_>, _: CallContext| Gate {
+                ready: r.clone(),
+                dropped: d.clone(),
+            });
+        let gate = || Gate { ready: ready.clone(), dropped: dropped.clone() };
+        let running: Vec<RunningWork> =
+            (0..=WORK_SLOTS_KEPT).map(|_| tool.kept_work(gate())).collect();
+        assert_eq!(tool.kept.borrow().len(), WORK_SLOTS_KEPT, "kept up to the limit");
+        drop(running);
+        assert_eq!(
+            dropped.get(),
+            WORK_SLOTS_KEPT + 1,
+            "unfinished futures dropped with their work"
+        );
+        let first = Rc::as_ptr(&tool.kept.borrow()[0]);
+        let mut work = tool.kept_work(gate());
+        let RunningWork::Kept(slot) = &work else { panic!("a kept slot") };
+        assert!(std::ptr::addr_eq(Rc::as_ptr(slot), first), "a free slot is reused");
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        assert!(Pin::new(&mut work).poll(&mut cx).is_pending());
+        ready.set(true);
+        assert!(matches!(Pin::new(&mut work).poll(&mut cx), Poll::Ready(Ok(ToolAnswer::Value(_)))));
+        assert_eq!(dropped.get(), WORK_SLOTS_KEPT + 2, "a finished future is dropped at once");
+        drop(work);
+        assert_eq!(dropped.get(), WORK_SLOTS_KEPT + 2);
     }
 }
