@@ -26,7 +26,10 @@ mod tests;
 
 pub use ring::Ring;
 #[cfg(test)]
-use ring::{Replay, PAYLOAD_BUFFER_INITIAL_BYTES, SLOTS_INITIAL};
+use ring::{
+    Replay, PAYLOAD_BUFFER_INITIAL_BYTES, PAYLOAD_BUFFER_SHRINK_ABOVE, PAYLOAD_BUFFER_SLACK,
+    SLOTS_INITIAL,
+};
 
 /// Names one SSE stream of a session. Assigned by the `stream` module; the ring only compares
 /// keys and never interprets them.

@@ -26,6 +26,19 @@ pub(super) const SLOTS_INITIAL: usize = 16;
 /// what the ring holds.
 pub(super) const PAYLOAD_BUFFER_INITIAL_BYTES: usize = 256;
 
+/// A payload buffer larger than this is made smaller on an append that finds it more than
+/// `PAYLOAD_BUFFER_SLACK` times what it will hold: `--core-buffer-bytes` counts held payload
+/// bytes, so a ring that once held megabytes and now holds little must not keep the
+/// megabytes (one client could otherwise pin `--replay-bytes` per session outside the core's
+/// budget). With it, a buffer is at most `PAYLOAD_BUFFER_SLACK` × its held bytes, or this.
+/// Steady small streams (echo's 256 bytes) never pass it, so they never reallocate.
+pub(super) const PAYLOAD_BUFFER_SHRINK_ABOVE: usize = 4096;
+
+/// How many times its held bytes a payload buffer above `PAYLOAD_BUFFER_SHRINK_ABOVE` may be
+/// before an append shrinks it (to twice what it then holds: growth and shrinking are four
+/// times apart, so a ring never alternates between them).
+pub(super) const PAYLOAD_BUFFER_SLACK: usize = 8;
+
 /// One held event. 40 bytes: where its payload lies in the ring's buffer, two sequence
 /// numbers and the stream key.
 struct Slot {
@@ -368,6 +381,11 @@ impl Ring {
         if payload.is_empty() {
             return 0;
         }
+        let needed = self.bytes + payload.len();
+        let capacity = self.storage().payloads.bytes.len();
+        if capacity > PAYLOAD_BUFFER_SHRINK_ABOVE && needed * PAYLOAD_BUFFER_SLACK < capacity {
+            self.relocate_to(needed, Some((2 * needed).max(PAYLOAD_BUFFER_INITIAL_BYTES)));
+        }
         let at = match self.storage().payloads.reserve(payload.len()) {
             Some(at) => at,
             None => {
@@ -386,13 +404,20 @@ impl Ring {
     /// two pieces, each too short). O(held bytes + held events), and rare: a wrapped buffer
     /// runs out of contiguous room only after about its free bytes were appended since.
     fn relocate(&mut self, needed: usize) {
-        let (head, tail, bytes_max) = (self.head, self.tail, self.bytes_max);
+        let (capacity, bytes_max) = (self.storage().payloads.bytes.len(), self.bytes_max);
+        let grown = (capacity < bytes_max && capacity < 2 * needed)
+            .then(|| (2 * capacity).max(needed).max(PAYLOAD_BUFFER_INITIAL_BYTES).min(bytes_max));
+        self.relocate_to(needed, grown);
+    }
+
+    /// `relocate` into a new buffer of `new_len` bytes (≥ `needed`), or in place when `None`.
+    fn relocate_to(&mut self, needed: usize, new_len: Option<usize>) {
+        let (head, tail) = (self.head, self.tail);
         let Storage { slots, payloads } = self.storage();
         let capacity = payloads.bytes.len();
         let start = payloads.start;
-        let old = if capacity < bytes_max && capacity < 2 * needed {
-            let grown = (2 * capacity).max(needed).max(PAYLOAD_BUFFER_INITIAL_BYTES);
-            Some(std::mem::replace(&mut payloads.bytes, vec![0; grown.min(bytes_max)]))
+        let old = if let Some(new_len) = new_len {
+            Some(std::mem::replace(&mut payloads.bytes, vec![0; new_len]))
         } else {
             // The oldest byte at 0: every held payload then lies after its predecessor, so
             // packing them moves each towards the front only.

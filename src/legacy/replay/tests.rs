@@ -8,7 +8,8 @@ use bytes::Bytes;
 use proptest::prelude::*;
 
 use super::{
-    EventSeq, Evicted, ReplayError, Ring, StreamKey, PAYLOAD_BUFFER_INITIAL_BYTES, SLOTS_INITIAL,
+    EventSeq, Evicted, ReplayError, Ring, StreamKey, PAYLOAD_BUFFER_INITIAL_BYTES,
+    PAYLOAD_BUFFER_SHRINK_ABOVE, PAYLOAD_BUFFER_SLACK, SLOTS_INITIAL,
 };
 
 const A: StreamKey = StreamKey(1);
@@ -140,6 +141,55 @@ fn payload_buffer_doubles_to_bytes_max_then_is_reused_in_place() {
     for seq in ring.oldest().expect("held").0..ring.next_seq().0 {
         let event = ring.get(EventSeq(seq)).expect("held");
         assert!(event.payload.iter().all(|&b| b == seq as u8), "intact after compactions");
+    }
+}
+
+// Goal: a buffer grown by large events does not stay large once the ring holds little: an
+// append that finds it over `PAYLOAD_BUFFER_SHRINK_ABOVE` and more than `PAYLOAD_BUFFER_SLACK`
+// times what it will hold moves the held payloads into one twice that (the limit: exactly at
+// SLACK times it stays), every payload intact; a small ring never reallocates. Method: fill a
+// 64-event ring with 16 KiB events, then append 8-byte events until the large ones are evicted,
+// checking the bound after every append.
+#[test]
+fn payload_buffer_shrinks_when_the_ring_holds_little() {
+    const BYTES_MAX: usize = 1 << 20;
+    let mut ring = Ring::new(64, BYTES_MAX);
+    for _ in 0..64 {
+        append(&mut ring, A, 16 * 1024);
+    }
+    let grown = ring.capacity_bytes();
+    assert!(grown >= 64 * 16 * 1024, "grew to what it held: {grown}");
+    let mut shrank = false;
+    for _ in 0..64 {
+        let before = ring.capacity_bytes();
+        let (seq, _) = append(&mut ring, B, 8);
+        let (held, capacity) = (ring.bytes(), ring.capacity_bytes());
+        assert!(
+            capacity <= PAYLOAD_BUFFER_SHRINK_ABOVE.max(PAYLOAD_BUFFER_SLACK * held),
+            "{capacity} bytes for {held} held"
+        );
+        shrank |= capacity < before;
+        assert_eq!(*ring.get(seq).expect("held").payload, payload(seq.0, 8));
+    }
+    assert!(shrank, "the buffer shrank");
+    for seq in ring.oldest().expect("held").0..ring.next_seq().0 {
+        let event = ring.get(EventSeq(seq)).expect("held");
+        assert!(event.payload.iter().all(|&b| b == seq as u8), "intact after shrinking");
+    }
+    // At the limit: an append that leaves the buffer exactly SLACK times what it holds keeps
+    // it; one byte less held and it is shrunk.
+    for (last, kept) in
+        [(8 * 1024 / PAYLOAD_BUFFER_SLACK, true), (8 * 1024 / PAYLOAD_BUFFER_SLACK - 1, false)]
+    {
+        let mut ring = Ring::new(64, BYTES_MAX);
+        append(&mut ring, A, 8 * 1024);
+        assert_eq!(ring.capacity_bytes(), 8 * 1024, "one event's buffer");
+        for _ in 0..63 {
+            append(&mut ring, B, 0);
+        }
+        // This append evicts the 8 KiB event: the ring then holds `last` bytes.
+        append(&mut ring, B, last);
+        assert_eq!(ring.capacity_bytes() == 8 * 1024, kept, "holding {last} bytes");
     }
 }
 
