@@ -247,6 +247,16 @@ def sample(url: str, name: str) -> int:
     return 0
 
 
+def durable_lines(url: str) -> list[str]:
+    """The node's tidemark_durable_* samples (the victim's, just before its SIGKILL)."""
+    import urllib.request
+    try:
+        text = urllib.request.urlopen(url, timeout=2).read().decode()
+    except OSError as e:
+        return [f"unreachable: {e}"]
+    return [line for line in text.splitlines() if line.startswith("tidemark_durable_")]
+
+
 def kill_store_primary(pid: int, metrics: list[str]) -> float | None:
     """SIGKILLs the store's primary; seconds until a node counted a failover and a batch written
     after the kill (the first durable write on the promoted primary), None past the deadline."""
@@ -336,6 +346,7 @@ def main() -> int:
         if took is None:
             failover_failed = True
     time.sleep(kill_delay)
+    victim_durable = durable_lines(a.node_metrics.split(",")[0]) if a.node_metrics else []
     in_flight = sum(1 for c in calls if (c.progress or c.seen_ids) and not c.done())
     os.kill(a.victim_pid, signal.SIGKILL)
     kill["at"] = time.monotonic()
@@ -371,6 +382,7 @@ def main() -> int:
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"seed": seed, "summary": summary, "failures": failures,
+                       "victim_durable_metrics_before_kill": victim_durable,
                        "calls": [{"tag": c.tag, "era": c.era, "keyed": c.keyed,
                                   "progress": c.progress, "finals": c.finals,
                                   "problem": c.problem, "recoveries": dict(c.recoveries)}
