@@ -12,7 +12,6 @@
 
 use std::time::Duration;
 
-use super::store::StoreError;
 use crate::config::{DurableUrl, SentinelUrl};
 
 /// How long one sentinel may take to connect and answer before the next is asked: a sentinel
@@ -20,8 +19,9 @@ use crate::config::{DurableUrl, SentinelUrl};
 pub(crate) const SENTINEL_TIMEOUT_MS: u64 = 300;
 
 /// The primary the sentinels of `url` name (the first that names one), with `url`'s database;
-/// an error says what each sentinel answered.
-pub(crate) fn primary(url: &SentinelUrl) -> Result<DurableUrl, StoreError> {
+/// an error says what each sentinel answered (`store`, which calls this file and is not
+/// imported by it, makes it a `StoreError`).
+pub(crate) fn primary(url: &SentinelUrl) -> Result<DurableUrl, String> {
     let timeout = Duration::from_millis(SENTINEL_TIMEOUT_MS);
     let mut answers = Vec::with_capacity(url.sentinels.len());
     for (host, port) in &url.sentinels {
@@ -32,7 +32,7 @@ pub(crate) fn primary(url: &SentinelUrl) -> Result<DurableUrl, StoreError> {
             Err(e) => answers.push(format!("{host}:{port}: {e}")),
         }
     }
-    Err(StoreError(format!("no sentinel named the primary: {}", answers.join("; "))))
+    Err(format!("no sentinel named the primary: {}", answers.join("; ")))
 }
 
 /// One sentinel's answer: the primary's host and port, or `None` when it monitors no such name.
@@ -40,22 +40,23 @@ fn ask(
     sentinel: &DurableUrl,
     master: &str,
     timeout: Duration,
-) -> Result<Option<(String, u16)>, StoreError> {
-    let client = redis::Client::open(sentinel.to_string().as_str())?;
-    let mut connection = client.get_connection_with_timeout(timeout)?;
-    connection.set_read_timeout(Some(timeout))?;
-    connection.set_write_timeout(Some(timeout))?;
-    let named: Option<(String, String)> =
-        redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg(master).query(&mut connection)?;
-    let Some((host, port)) = named else { return Ok(None) };
+) -> Result<Option<(String, u16)>, String> {
+    let asked = || -> redis::RedisResult<Option<(String, String)>> {
+        let client = redis::Client::open(sentinel.to_string().as_str())?;
+        let mut connection = client.get_connection_with_timeout(timeout)?;
+        connection.set_read_timeout(Some(timeout))?;
+        connection.set_write_timeout(Some(timeout))?;
+        redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg(master).query(&mut connection)
+    };
+    let Some((host, port)) = asked().map_err(|e| e.to_string())? else { return Ok(None) };
     let port = port
         .parse::<u16>()
-        .map_err(|_| StoreError(format!("a sentinel named port {port:?} for {master:?}")))?;
+        .map_err(|_| format!("a sentinel named port {port:?} for {master:?}"))?;
     Ok(Some((host, port)))
 }
 
 /// Whether the server on `connection` is a primary (`ROLE`'s first element is `master`).
-pub(crate) fn is_primary(connection: &mut redis::Connection) -> Result<bool, StoreError> {
+pub(crate) fn is_primary(connection: &mut redis::Connection) -> redis::RedisResult<bool> {
     let role: Vec<redis::Value> = redis::cmd("ROLE").query(connection)?;
     Ok(matches!(role.first(), Some(redis::Value::BulkString(kind)) if kind == b"master"))
 }

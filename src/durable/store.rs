@@ -145,7 +145,9 @@ pub(crate) fn connect(
 ) -> Result<(Box<dyn Store>, DurableUrl), StoreError> {
     let (url, sentinel) = match target {
         DurableStore::Redis(url) => (url.clone(), false),
-        DurableStore::Sentinel(sentinels) => (super::sentinel::primary(sentinels)?, true),
+        DurableStore::Sentinel(sentinels) => {
+            (super::sentinel::primary(sentinels).map_err(StoreError)?, true)
+        }
     };
     let mut store = RedisStore::connect(&url, timeout)?;
     store.replication = replication;
