@@ -44,8 +44,8 @@
 #                HAProxy (--backup-peers): SIGKILL of one at a random moment under legacy and
 #                keyed 2026-07-28 load (every call ends with its result or -31006; no event lost
 #                or doubled, no tool run twice), then redis-server killed and restarted mid-run,
-#                then the kill on a Sentinel-managed store (redis-sentinel, apt-installed): its
-#                primary SIGKILLed under load with --durable-replicas 1, then a node
+#                (the kill on a Sentinel-managed store, `scripts/durable.sh --only sentinel`,
+#                is not run here yet)
 #   traces       scripts/traces.sh: OpenTelemetry spans (--otlp-endpoint) received by an OTLP
 #                receiver on the official opentelemetry-proto bindings (PyPI): attributes,
 #                parentage from the client's traceparent, through a bridged call into an
