@@ -22,8 +22,8 @@
 #           --durable redis+sentinel://… --durable-replicas 1. node_death.py SIGKILLs the
 #           primary under load, waits for the first durable write on the promoted replica
 #           (reported), then SIGKILLs node 1: same counts as kill (no lost acknowledged event,
-#           no double execution, every call its result or -31006). Opt-in for now: 1 of its
-#           6 runs since the image fix failed one call, cause not yet read
+#           no double execution, every call its result or -31006). Opt-in for now: 1 of 7
+#           release runs since the image fix failed one call, cause not yet read
 #   --only STAGES  comma-separated, from kill,redis,sentinel (default kill,redis)
 #   --calls N      legacy calls of the kill stage (default 300)
 #   --modern-calls N  keyed 2026-07-28 calls of the kill stage (default 100)
