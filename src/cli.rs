@@ -255,6 +255,31 @@ mod tests {
     }
 
     #[test]
+    fn durable_replicas_default_to_zero_take_their_largest_value_and_refuse_past_it() {
+        // Goal: --durable-replicas is 0 (today: the primary's acknowledgement) unless given,
+        // takes DURABLE_REPLICAS_MAX and is refused past it with the bound named; a malformed
+        // Sentinel value is refused at start-up, saying what is wrong.
+        let with = |extra: &[&str]| {
+            let args = ["tidemark", "--durable", "redis+sentinel://127.0.0.1:26379/tm"];
+            Config::try_from_args(args.iter().chain(extra).copied())
+        };
+        let cfg = with(&[]).expect("defaults parse").durable.expect("durable");
+        assert_eq!(cfg.replicas, 0);
+        assert!(matches!(cfg.url, config::DurableStore::Sentinel(_)));
+        let max = config::DURABLE_REPLICAS_MAX.to_string();
+        let at_max = with(&["--durable-replicas", &max]).expect("the limit");
+        at_max.validate().expect("the limit is valid");
+        assert_eq!(at_max.durable.expect("durable").replicas, config::DURABLE_REPLICAS_MAX);
+        let past = (config::DURABLE_REPLICAS_MAX + 1).to_string();
+        let cfg = with(&["--durable-replicas", &past]).expect("parses");
+        let bad = cfg.validate().expect_err("past the limit");
+        assert!(bad.to_string().contains("--durable-replicas must be at most 16"), "{bad}");
+        let args = ["tidemark", "--durable", "redis+sentinel://127.0.0.1:26379"];
+        let bad = Config::try_from_args(args).expect_err("no master name");
+        assert!(bad.contains("no /MASTER_NAME"), "{bad}");
+    }
+
+    #[test]
     fn node_id_defaults_to_zero_takes_its_largest_value_and_refuses_past_it() {
         // Goal: --node-id is 0..=NODE_ID_MAX (the ids' two-digit prefix); past it is refused at
         // parse time with the range named. Method: parse the default, the limit, one past it.

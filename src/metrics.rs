@@ -609,6 +609,10 @@ pub(crate) struct DurableStats {
     pub(crate) batches_total: Counter,
     pub(crate) records_dropped_total: Counter,
     pub(crate) store_errors_total: Counter,
+    /// Connections that reached another primary than the last (a Sentinel failover followed).
+    pub(crate) failovers_total: Counter,
+    /// Batches the primary took but fewer replicas than `--durable-replicas` acknowledged.
+    pub(crate) batches_unreplicated_total: Counter,
     pub(crate) queue_records: Counter,
     pub(crate) queue_bytes: Counter,
     /// From a ring append to the store's acknowledgement of its event.
@@ -623,6 +627,8 @@ impl Default for DurableStats {
             batches_total: Counter::default(),
             records_dropped_total: Counter::default(),
             store_errors_total: Counter::default(),
+            failovers_total: Counter::default(),
+            batches_unreplicated_total: Counter::default(),
             queue_records: Counter::default(),
             queue_bytes: Counter::default(),
             lag: Histogram::seconds(),
@@ -633,12 +639,14 @@ impl Default for DurableStats {
 impl DurableStats {
     /// Appends the mirror's families in the Prometheus text format.
     pub(crate) fn render(&self, out: &mut String) {
-        let families: [(&str, &str, &str, &Counter); 7] = [
+        let families: [(&str, &str, &str, &Counter); 9] = [
             ("tidemark_durable_up", "gauge", "1 while the durable store (--durable) is connected and its last write succeeded.", &self.up),
             ("tidemark_durable_records_written_total", "counter", "Mirror records the store acknowledged.", &self.records_written_total),
             ("tidemark_durable_batches_total", "counter", "Mirror batches (one pipelined round trip each) the store acknowledged.", &self.batches_total),
             ("tidemark_durable_records_dropped_total", "counter", "Mirror records not written because the store was down or failed (their sessions stop being durable until rewritten).", &self.records_dropped_total),
             ("tidemark_durable_store_errors_total", "counter", "Connections to the durable store that failed or broke.", &self.store_errors_total),
+            ("tidemark_durable_failovers_total", "counter", "Connections to the durable store that reached another primary than the last one (a Sentinel failover followed).", &self.failovers_total),
+            ("tidemark_durable_batches_unreplicated_total", "counter", "Mirror batches the primary took but fewer replicas than --durable-replicas acknowledged within the wait (their sessions stop being durable until rewritten).", &self.batches_unreplicated_total),
             ("tidemark_durable_queue_records", "gauge", "Mirror records queued on every core together.", &self.queue_records),
             ("tidemark_durable_queue_bytes", "gauge", "Charged bytes of the mirror records queued on every core together.", &self.queue_bytes),
         ];

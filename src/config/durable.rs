@@ -1,11 +1,12 @@
 //! The durable section (`--durable*`, CONTRACT §10): the mirror's bounds as limits, its
-//! settings, validation and flags; the store's URL is `durable_url`'s. Owned here, on the
+//! settings, validation and flags; the store's URL (one server or a Sentinel set) is
+//! `durable_url`'s. Owned here, on the
 //! ground floor, so `Config` imports nothing of the crate; `durable` reads them. Never: opens
 //! a connection.
 
 use std::time::Duration;
 
-use super::durable_url::DurableUrl;
+use super::durable_url::DurableStore;
 use super::error::{nonzero, ConfigError};
 
 /// How long a node's liveness lease lives in the store (`--durable-lease-ms`). The mirror
@@ -44,6 +45,15 @@ pub(crate) const DURABLE_LINGER_US_MAX: u64 = 100_000;
 /// record is what stops a peer that adopts the session from running the call again. Past it
 /// the call starts anyway, the session stops being durable, and it is counted.
 pub(crate) const DURABLE_WRITE_AHEAD_MS: u64 = 250;
+/// Replicas that must hold a mirror batch before it counts as written (`--durable-replicas`;
+/// 0: the primary's acknowledgement, as without the flag). Past this a value is refused: no
+/// deployment runs more replicas of one primary.
+pub(crate) const DURABLE_REPLICAS_MAX: u32 = 16;
+/// The longest a batch's `WAIT` for its replicas may take: `--durable-write-ahead-ms` bounds it,
+/// and at most this, so its answer comes inside the store's answer bound
+/// (`durable::mirror::STORE_TIMEOUT_MS`, 1000 ms) and a slow replica reads as not enough
+/// replicas, not as a store that is down.
+pub(crate) const DURABLE_REPLICAS_WAIT_MS_MAX: u64 = 500;
 /// Store lookups (adoptions, keyed records and tasks of other nodes) waiting at once on this
 /// node (`--durable-adoptions-max`); past it a request is answered 503 + `Retry-After`.
 pub(crate) const DURABLE_ADOPTIONS_MAX: usize = 256;
@@ -51,8 +61,10 @@ pub(crate) const DURABLE_ADOPTIONS_MAX: usize = 256;
 /// The durable mirror's settings (`--durable*`); `Config::durable` is `None` when it is off.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DurableConfig {
-    /// The store (`--durable`).
-    pub url: DurableUrl,
+    /// The store (`--durable`): one server, or the primary the sentinels name.
+    pub url: DurableStore,
+    /// Replicas that must acknowledge a batch (`--durable-replicas`; 0: the primary alone).
+    pub replicas: u32,
     /// This node's liveness lease (`--durable-lease-ms`).
     pub lease: Duration,
     /// Records one core may have queued (`--durable-queue-records`).
@@ -74,11 +86,12 @@ pub struct DurableConfig {
 impl DurableConfig {
     /// The section of the parsed flags: `None` without `--durable`.
     pub(crate) fn from_flags(flags: DurableFlags) -> Result<Option<DurableConfig>, ConfigError> {
-        let Some(url) = flags.durable.as_deref().map(DurableUrl::parse).transpose()? else {
+        let Some(url) = flags.durable.as_deref().map(DurableStore::parse).transpose()? else {
             return Ok(None);
         };
         Ok(Some(DurableConfig {
             url,
+            replicas: flags.durable_replicas,
             lease: Duration::from_millis(flags.durable_lease_ms),
             queue_records_max: flags.durable_queue_records,
             queue_bytes_max: flags.durable_queue_bytes,
@@ -100,6 +113,9 @@ impl DurableConfig {
         if linger_us > DURABLE_LINGER_US_MAX {
             return Err(ConfigError::DurableLingerTooLong(linger_us, DURABLE_LINGER_US_MAX));
         }
+        if self.replicas > DURABLE_REPLICAS_MAX {
+            return Err(ConfigError::DurableReplicasTooMany(self.replicas, DURABLE_REPLICAS_MAX));
+        }
         nonzero(&[
             ("durable-queue-records", self.queue_records_max as u128),
             ("durable-queue-bytes", self.queue_bytes_max as u128),
@@ -115,10 +131,17 @@ impl DurableConfig {
 #[derive(clap::Args)]
 pub(crate) struct DurableFlags {
     /// Mirror sessions, streams, events, keyed records and tasks to this Redis 7 / Valkey
-    /// server, redis://HOST:PORT[/DB], so a peer node can adopt them if this one dies
-    /// (docs/reliability.md). Off by default.
+    /// server, redis://HOST:PORT[/DB], or to the primary the sentinels name,
+    /// redis+sentinel://S1:PORT,S2:PORT,.../MASTER_NAME[/DB] (found again after a failover),
+    /// so a peer node can adopt them if this one dies (docs/reliability.md). Off by default.
     #[arg(long, value_name = "URL")]
     pub(crate) durable: Option<String>,
+    /// Replicas that must hold a mirror batch (Redis WAIT, bounded by
+    /// --durable-write-ahead-ms, at most 500 ms) before it counts as written, so a primary's
+    /// death loses nothing counted written; fewer acknowledging: the store counts as down.
+    /// 0: the primary's acknowledgement. At most 16.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) durable_replicas: u32,
     /// Lifetime of this node's liveness lease in the durable store; a peer adopts this
     /// node's sessions only after it has expired.
     #[arg(long, default_value_t = DURABLE_LEASE_MS)]

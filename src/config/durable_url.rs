@@ -1,8 +1,120 @@
-//! The `--durable redis://HOST:PORT[/DB]` flag's value (`DurableUrl`), parsed at start-up.
+//! The `--durable` flag's value, parsed at start-up: one server, `redis://HOST:PORT[/DB]`
+//! (`DurableUrl`), or the primary a set of sentinels names,
+//! `redis+sentinel://S1:PORT,S2:PORT,…/MASTER_NAME[/DB]` (`SentinelUrl`); `DurableStore` is
+//! either.
 //!
-//! Owns: `DurableUrl` and why a value is refused. Never: opens a connection.
+//! Owns: those values and why one is refused. Never: opens a connection.
 
 use std::fmt;
+
+/// Most sentinels one `redis+sentinel://` value may name: a deployment runs three or five, and
+/// each lookup may try every one in turn (each bounded by the store's timeout).
+pub(crate) const SENTINELS_MAX: usize = 16;
+
+/// Where the durable mirror lives (`--durable`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DurableStore {
+    /// One Redis 7 / Valkey server.
+    Redis(DurableUrl),
+    /// The primary the sentinels name, found again after a failover.
+    Sentinel(SentinelUrl),
+}
+
+/// A Sentinel-managed store: `redis+sentinel://S1:PORT,S2:PORT,…/MASTER_NAME[/DB]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SentinelUrl {
+    /// The sentinels, asked in turn: host and port each.
+    pub sentinels: Vec<(String, u16)>,
+    /// The name the sentinels monitor the primary under (`sentinel monitor NAME …`).
+    pub master: String,
+    /// The logical database (`SELECT`) on the primary, 0 unless given.
+    pub db: u32,
+}
+
+/// Why a `redis+sentinel://` value was refused: the value, and what is wrong with it.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("--durable redis+sentinel://S1:PORT,S2:PORT,…/MASTER_NAME[/DB]: {1}, got {0:?}")]
+pub struct SentinelUrlError(pub String, pub String);
+
+impl DurableStore {
+    /// Parses either shape (`redis://` exactly as `DurableUrl::parse` does).
+    pub fn parse(text: &str) -> Result<DurableStore, DurableUrlError> {
+        if text.starts_with(SentinelUrl::SCHEME) {
+            return SentinelUrl::parse(text)
+                .map(DurableStore::Sentinel)
+                .map_err(|e| DurableUrlError(e.to_string()));
+        }
+        DurableUrl::parse(text).map(DurableStore::Redis)
+    }
+}
+
+impl fmt::Display for DurableStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DurableStore::Redis(url) => url.fmt(f),
+            DurableStore::Sentinel(url) => url.fmt(f),
+        }
+    }
+}
+
+/// `HOST:PORT` (a v6 address in brackets) of a URL's authority, or why not.
+fn host_port(authority: &str) -> Option<(String, u16)> {
+    if authority.contains('@') || authority.contains('?') {
+        return None;
+    }
+    let (host, port) = authority.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = port.parse::<u16>().ok()?;
+    (!host.is_empty() && port != 0).then(|| (host.to_owned(), port))
+}
+
+impl SentinelUrl {
+    const SCHEME: &'static str = "redis+sentinel://";
+
+    /// Parses `redis+sentinel://S1:PORT,…/MASTER_NAME[/DB]`; each refusal says what is wrong.
+    pub fn parse(text: &str) -> Result<SentinelUrl, SentinelUrlError> {
+        let bad = |why: &str| SentinelUrlError(text.to_owned(), why.to_owned());
+        let rest = text.strip_prefix(Self::SCHEME).ok_or_else(|| bad("not redis+sentinel://"))?;
+        let (hosts, path) = rest.split_once('/').ok_or_else(|| bad("no /MASTER_NAME"))?;
+        let (master, db) = match path.split_once('/') {
+            None | Some((_, "")) => (path.trim_end_matches('/'), 0),
+            Some((master, db)) => {
+                (master, db.parse::<u32>().map_err(|_| bad("the database is not a number"))?)
+            }
+        };
+        if master.is_empty() {
+            return Err(bad("no MASTER_NAME"));
+        }
+        if !master.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) {
+            return Err(bad("MASTER_NAME may hold letters, digits, '-', '_' and '.' only"));
+        }
+        let mut sentinels = Vec::new();
+        for authority in hosts.split(',') {
+            let sentinel = host_port(authority)
+                .ok_or_else(|| bad(&format!("sentinel {authority:?} is not HOST:PORT")))?;
+            sentinels.push(sentinel);
+        }
+        if sentinels.len() > SENTINELS_MAX {
+            return Err(bad(&format!("more than {SENTINELS_MAX} sentinels")));
+        }
+        Ok(SentinelUrl { sentinels, master: master.to_owned(), db })
+    }
+}
+
+impl fmt::Display for SentinelUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(Self::SCHEME)?;
+        for (i, (host, port)) in self.sentinels.iter().enumerate() {
+            let comma = if i == 0 { "" } else { "," };
+            if host.contains(':') {
+                write!(f, "{comma}[{host}]:{port}")?;
+            } else {
+                write!(f, "{comma}{host}:{port}")?;
+            }
+        }
+        write!(f, "/{}/{}", self.master, self.db)
+    }
+}
 
 /// Where the durable mirror lives: a Redis 7 (or Valkey) server, `redis://HOST:PORT[/DB]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,30 +129,27 @@ pub struct DurableUrl {
 
 /// Why a `--durable` value was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("--durable must be redis://HOST:PORT[/DB], got {0:?}")]
+#[error("{0}")]
 pub struct DurableUrlError(pub String);
 
 impl DurableUrl {
     /// Parses `redis://HOST:PORT[/DB]`; user info, TLS (`rediss://`) and query strings are
     /// refused rather than half-supported.
     pub fn parse(text: &str) -> Result<DurableUrl, DurableUrlError> {
-        let bad = || DurableUrlError(text.to_owned());
+        let bad = || {
+            DurableUrlError(format!(
+                "--durable must be redis://HOST:PORT[/DB] or \
+                 redis+sentinel://S1:PORT,S2:PORT,…/MASTER_NAME[/DB], got {text:?}"
+            ))
+        };
         let rest = text.strip_prefix("redis://").ok_or_else(bad)?;
         let (authority, db) = match rest.split_once('/') {
             Some((authority, "")) => (authority, 0),
             Some((authority, db)) => (authority, db.parse::<u32>().map_err(|_| bad())?),
             None => (rest, 0),
         };
-        if authority.contains('@') || authority.contains('?') {
-            return Err(bad());
-        }
-        let (host, port) = authority.rsplit_once(':').ok_or_else(bad)?;
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let port = port.parse::<u16>().map_err(|_| bad())?;
-        if host.is_empty() || port == 0 {
-            return Err(bad());
-        }
-        Ok(DurableUrl { host: host.to_owned(), port, db })
+        let (host, port) = host_port(authority).ok_or_else(bad)?;
+        Ok(DurableUrl { host, port, db })
     }
 }
 
@@ -81,6 +190,38 @@ mod tests {
             "redis://:6379",
         ] {
             assert!(DurableUrl::parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn sentinel_urls_parse_and_each_refusal_says_why() {
+        // Goal: the Sentinel shape parses (v6 sentinels, a database, a trailing slash); every
+        // malformed value is refused at start-up with what is wrong named; `redis://` values
+        // still parse as one server.
+        let store = DurableStore::parse("redis+sentinel://10.0.0.1:26379,[::1]:26380/mymaster/2");
+        let Ok(DurableStore::Sentinel(url)) = store else { panic!("{store:?}") };
+        assert_eq!(url.sentinels, [("10.0.0.1".to_owned(), 26379), ("::1".to_owned(), 26380)]);
+        assert_eq!((url.master.as_str(), url.db), ("mymaster", 2));
+        assert_eq!(url.to_string(), "redis+sentinel://10.0.0.1:26379,[::1]:26380/mymaster/2");
+        let one = SentinelUrl::parse("redis+sentinel://s1:26379/tm.primary/").expect("parses");
+        assert_eq!((one.sentinels.len(), one.master.as_str(), one.db), (1, "tm.primary", 0));
+        assert!(matches!(DurableStore::parse("redis://h:6379"), Ok(DurableStore::Redis(_))));
+        let too_many = format!("redis+sentinel://{}/m", vec!["s:1"; SENTINELS_MAX + 1].join(","));
+        for (bad, why) in [
+            ("redis+sentinel://s1:26379", "no /MASTER_NAME"),
+            ("redis+sentinel://s1:26379/", "no MASTER_NAME"),
+            ("redis+sentinel:///m", "sentinel \"\" is not HOST:PORT"),
+            ("redis+sentinel://s1:26379,/m", "sentinel \"\" is not HOST:PORT"),
+            ("redis+sentinel://s1/m", "sentinel \"s1\" is not HOST:PORT"),
+            ("redis+sentinel://s1:0/m", "is not HOST:PORT"),
+            ("redis+sentinel://u:p@s1:26379/m", "is not HOST:PORT"),
+            ("redis+sentinel://s1:26379/m/x", "the database is not a number"),
+            ("redis+sentinel://s1:26379/m y", "MASTER_NAME may hold"),
+            (too_many.as_str(), "more than 16 sentinels"),
+        ] {
+            let refused = DurableStore::parse(bad).expect_err(bad).to_string();
+            assert!(refused.contains(why) && refused.contains(bad), "{bad:?}: {refused}");
+            assert!(refused.starts_with("--durable redis+sentinel://"), "{refused}");
         }
     }
 }

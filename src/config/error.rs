@@ -104,7 +104,8 @@ pub enum ConfigError {
     /// A `--rate-limit` value, or the set of them, is unusable.
     #[error(transparent)]
     RateLimit(#[from] RateLimitError),
-    /// A `--durable` value is not `redis://HOST:PORT[/DB]`.
+    /// A `--durable` value is neither `redis://HOST:PORT[/DB]` nor a well-formed
+    /// `redis+sentinel://…` (the message says what is wrong).
     #[error(transparent)]
     DurableUrl(#[from] DurableUrlError),
     /// `--durable-lease-ms` is under `DURABLE_LEASE_MS_MIN`: the value, and the limit.
@@ -113,6 +114,9 @@ pub enum ConfigError {
     /// `--durable-linger-us` is over `DURABLE_LINGER_US_MAX`: the value, and the limit.
     #[error("--durable-linger-us must be at most {1}, got {0}")]
     DurableLingerTooLong(u64, u64),
+    /// `--durable-replicas` is over `DURABLE_REPLICAS_MAX`: the value, and the limit.
+    #[error("--durable-replicas must be at most {1}, got {0}")]
+    DurableReplicasTooMany(u32, u32),
 }
 
 /// The first of `limits` (a flag's name without `--`, its value) that is zero, as the error:

@@ -51,7 +51,7 @@ pub(crate) use sessions::{BufferFlags, ModeFlags, SessionFlags};
 pub(crate) use trace::TraceFlags;
 pub(crate) use upstream::UpstreamFlags;
 // The values the sections hold, and why one is refused.
-pub use durable_url::DurableUrl;
+pub use durable_url::{DurableStore, DurableUrl, SentinelUrl};
 pub use error::ConfigError;
 pub(crate) use filter::{glob_matches, FilterError, UpstreamFilters};
 pub(crate) use jwks::jwks_sources;
@@ -71,8 +71,9 @@ pub(crate) use auth::{AUTH_FILE_BYTES_MAX, AUTH_LEEWAY_SECS, AUTH_TOKEN_BYTES_MA
 pub(crate) use auth::{JWKS_BYTES_MAX, JWKS_FETCH_TIMEOUT_SECS, JWKS_KEYS_MAX};
 #[cfg(test)]
 pub(crate) use auth::{JWKS_MIN_REFETCH_SECS, JWKS_REFRESH_SECS};
+pub(crate) use durable::DURABLE_REPLICAS_WAIT_MS_MAX;
 #[cfg(test)]
-pub(crate) use durable::{DURABLE_LINGER_US, DURABLE_LINGER_US_MAX};
+pub(crate) use durable::{DURABLE_LINGER_US, DURABLE_LINGER_US_MAX, DURABLE_REPLICAS_MAX};
 pub(crate) use filter::RESOURCE_URI_BYTES_MAX;
 #[cfg(test)]
 pub(crate) use http::BODY_BYTES_MAX;

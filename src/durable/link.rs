@@ -136,7 +136,7 @@ impl Link {
     /// Sends `bytes` (`replies` commands) and reads every reply: `send` then `receive`.
     pub(crate) fn round_trip(&mut self, bytes: &[u8], replies: usize) -> Result<(), LinkError> {
         self.send(bytes)?;
-        self.receive(replies)
+        self.receive(replies).map(|_| ())
     }
 
     /// Sends `bytes` without waiting for the replies (`receive` reads them).
@@ -145,13 +145,18 @@ impl Link {
     }
 
     /// Reads `replies` replies (blocking, bounded by the timeout), so the connection stays in
-    /// step even after a refused command; the first refusal is the error.
-    pub(crate) fn receive(&mut self, replies: usize) -> Result<(), LinkError> {
+    /// step even after a refused command; the first refusal is the error. The last reply's
+    /// value when it is an integer (a closing `WAIT`'s count of replicas).
+    pub(crate) fn receive(&mut self, replies: usize) -> Result<Option<i64>, LinkError> {
         let mut refused: Option<String> = None;
+        let mut last = None;
         let mut read = 0;
         while read < replies {
             match read_reply(&self.buf[self.start..self.end], 0)? {
                 Reply::Whole { consumed, error } => {
+                    if read + 1 == replies {
+                        last = integer(&self.buf[self.start..self.start + consumed]);
+                    }
                     if let (None, Some((from, to))) = (&refused, error) {
                         let text = &self.buf[self.start + from..self.start + to];
                         refused = Some(String::from_utf8_lossy(text).into_owned());
@@ -195,9 +200,15 @@ impl Link {
         }
         match refused {
             Some(why) => Err(LinkError(why)),
-            None => Ok(()),
+            None => Ok(last),
         }
     }
+}
+
+/// The value of a whole integer reply (`:N\r\n`), `None` for any other reply.
+fn integer(reply: &[u8]) -> Option<i64> {
+    let digits = reply.strip_prefix(b":")?.strip_suffix(b"\r\n")?;
+    std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
 fn link_error(e: std::io::Error) -> LinkError {
@@ -229,6 +240,8 @@ mod tests {
             whole(b"-WRONGTYPE Operation against a key\r\n"),
             (36, Some(&b"WRONGTYPE Operation against a key"[..]))
         );
+        assert_eq!(integer(b":2\r\n"), Some(2), "a WAIT's count");
+        assert_eq!((integer(b"+OK\r\n"), integer(b"$1\r\n1\r\n")), (None, None));
     }
 
     #[test]

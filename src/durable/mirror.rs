@@ -81,6 +81,7 @@ impl Mirror {
             disowned: FastSet::default(),
             reconnect_at: Instant::now(),
             down_logged: false,
+            primary: None,
             in_flight: None,
             spare: Vec::new(),
         };
@@ -140,6 +141,8 @@ struct Writer {
     reconnect_at: Instant,
     /// The store's failure was logged and its recovery was not (once per outage).
     down_logged: bool,
+    /// The server the last connection reached: with Sentinel, another one is a failover.
+    primary: Option<crate::config::DurableUrl>,
     /// The batch sent and not yet answered (at most one).
     in_flight: Option<InFlight>,
     /// The last batch's emptied list, kept so a batch allocates none.
@@ -237,9 +240,11 @@ impl Writer {
 
     /// Connects and starts a new epoch; false when the store is unreachable.
     fn connect(&mut self) -> bool {
-        match store::connect(&self.cfg.url, Duration::from_millis(STORE_TIMEOUT_MS)) {
-            Ok(store) => {
+        let replication = store::Replication::of(&self.cfg);
+        match store::connect(&self.cfg.url, replication, Duration::from_millis(STORE_TIMEOUT_MS)) {
+            Ok((store, primary)) => {
                 self.store = Some(store);
+                self.followed(primary);
                 // Whatever the store held may be gone (it restarted): every session is written
                 // whole again before anything more of it.
                 self.written_epoch.clear();
@@ -256,6 +261,17 @@ impl Writer {
                 false
             }
         }
+    }
+
+    /// The connection reached `primary`: another server than the last one's is a failover the
+    /// sentinels made (counted and logged; a single server's address never changes).
+    fn followed(&mut self, primary: crate::config::DurableUrl) {
+        if self.primary.as_ref().is_some_and(|was| *was != primary) {
+            self.stats.failovers_total.inc();
+            tracing::warn!(store = %self.cfg.url, primary = %primary,
+                "durable store's primary moved (a failover): sessions are rewritten whole on the new one");
+        }
+        self.primary = Some(primary);
     }
 
     /// The store took a write (the lease) on this connection: up, if it was not. Logged here,
@@ -278,7 +294,7 @@ impl Writer {
         self.stats.store_errors_total.inc();
         if !std::mem::replace(&mut self.down_logged, true) {
             tracing::warn!(store = %self.cfg.url, error = why,
-                "durable store unreachable: this node keeps serving; its sessions are not durable until it is back (logged once)");
+                "durable store down (unreachable, refusing writes, or fewer replicas than --durable-replicas): this node keeps serving; its sessions are not durable until it is back (logged once)");
         }
     }
 
@@ -521,6 +537,9 @@ impl Writer {
                 }
             }
             Err(e) => {
+                if e.unreplicated() {
+                    self.stats.batches_unreplicated_total.inc();
+                }
                 for (core, queued) in &taken {
                     if let Some(sid) = queued.record.session() {
                         self.written_epoch.remove(sid);

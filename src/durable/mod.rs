@@ -34,6 +34,7 @@ pub(crate) mod queue;
 mod reader;
 pub(crate) mod record;
 mod resp;
+mod sentinel;
 mod session;
 pub(crate) mod store;
 

@@ -97,6 +97,7 @@ impl Reader {
             Arc::new(ArrayQueue::new(cfg.adoptions_max.max(1)));
         let stop = Arc::new(AtomicBool::new(false));
         let (queue, flag, url) = (jobs.clone(), stop.clone(), cfg.url.clone());
+        let replication = store::Replication::of(cfg);
         let handle =
             std::thread::Builder::new().name("tidemark-adopt".into()).spawn(move || {
                 let mut store: Option<Box<dyn Store>> = None;
@@ -107,7 +108,8 @@ impl Reader {
                         continue;
                     };
                     if store.is_none() {
-                        store = store::connect(&url, timeout).ok();
+                        // With Sentinel, the primary of now: a failover is followed here.
+                        store = store::connect(&url, replication, timeout).ok().map(|(s, _)| s);
                     }
                     let Some(connected) = store.as_mut() else {
                         pending.set(Answer::Failed("store unreachable".into()));

@@ -18,12 +18,22 @@ use super::keys::{self, SessionKey, StreamRecord};
 use super::link::Link;
 use super::record::{EventImage, Record, SessionImage};
 use super::resp::Pipeline;
-use crate::config::DurableUrl;
+use crate::config::{DurableStore, DurableUrl};
 
 /// The store failed (unreachable, timed out, refused a command); the text says how.
 #[derive(Debug, thiserror::Error)]
 #[error("durable store: {0}")]
 pub(crate) struct StoreError(pub(crate) String);
+
+/// How a `StoreError` for a batch fewer replicas acknowledged than `--durable-replicas` begins.
+const UNREPLICATED: &str = "not replicated: ";
+
+impl StoreError {
+    /// True when the store took the batch but fewer replicas than `--durable-replicas` did.
+    pub(crate) fn unreplicated(&self) -> bool {
+        self.0.starts_with(UNREPLICATED)
+    }
+}
 
 impl From<super::link::LinkError> for StoreError {
     fn from(e: super::link::LinkError) -> StoreError {
@@ -106,10 +116,45 @@ pub(crate) trait Store: Send {
     fn lease_alive(&mut self, node: u8) -> Result<bool, StoreError>;
 }
 
-/// Connects to the store `url` names, bounded by `timeout` (the one place an engine is
-/// chosen: another engine adds its URL scheme here, nothing else changes).
-pub(crate) fn connect(url: &DurableUrl, timeout: Duration) -> Result<Box<dyn Store>, StoreError> {
-    Ok(Box::new(RedisStore::connect(url, timeout)?))
+/// What the store's replicas must acknowledge (`--durable-replicas`): `replicas` of them,
+/// each write's `WAIT` bounded by `wait_ms`. `replicas` 0: the primary's acknowledgement.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Replication {
+    pub(crate) replicas: u32,
+    pub(crate) wait_ms: u64,
+}
+
+impl Replication {
+    /// `--durable-replicas`, its `WAIT` bounded by `--durable-write-ahead-ms` (at least 1 ms:
+    /// `WAIT … 0` never returns; at most `DURABLE_REPLICAS_WAIT_MS_MAX`).
+    pub(crate) fn of(cfg: &crate::config::DurableConfig) -> Replication {
+        let wait_ms = (cfg.write_ahead.as_millis() as u64)
+            .clamp(1, crate::config::DURABLE_REPLICAS_WAIT_MS_MAX);
+        Replication { replicas: cfg.replicas, wait_ms }
+    }
+}
+
+/// Connects to the store `target` names, bounded by `timeout` (the one place an engine is
+/// chosen: another engine adds its URL scheme here, nothing else changes): one server, or the
+/// primary the sentinels name now, refused unless it says it is a primary. Also the server it
+/// connected to (what a failover changes).
+pub(crate) fn connect(
+    target: &DurableStore,
+    replication: Replication,
+    timeout: Duration,
+) -> Result<(Box<dyn Store>, DurableUrl), StoreError> {
+    let (url, sentinel) = match target {
+        DurableStore::Redis(url) => (url.clone(), false),
+        DurableStore::Sentinel(sentinels) => {
+            (super::sentinel::primary(sentinels).map_err(StoreError)?, true)
+        }
+    };
+    let mut store = RedisStore::connect(&url, timeout)?;
+    store.replication = replication;
+    if sentinel && !super::sentinel::is_primary(&mut store.connection)? {
+        return Err(StoreError(format!("{url}, named by the sentinels, is not a primary (yet)")));
+    }
+    Ok((Box::new(store), url))
 }
 
 /// `Store` on one Redis connection.
@@ -131,6 +176,10 @@ pub(crate) struct RedisStore {
     expiry: FastMap<Arc<str>, Expiry>,
     /// The batch being encoded (kept, so its buffer is not allocated per batch).
     pipe: Pipeline,
+    /// The replicas each batch (and adoption) waits for (`--durable-replicas`).
+    replication: Replication,
+    /// The batch in flight ends with `WAIT`: its last reply is how many replicas hold it.
+    waiting: bool,
 }
 
 /// The most sessions a batch's `touched` map is sized for up front (a batch of 2048 records
@@ -328,7 +377,22 @@ impl RedisStore {
             entries: FastMap::default(),
             expiry: FastMap::default(),
             pipe: Pipeline::default(),
+            replication: Replication::default(),
+            waiting: false,
         })
+    }
+
+    /// `Err` (`StoreError::unreplicated`) when `held`, a `WAIT`'s answer, is short of
+    /// `--durable-replicas`.
+    fn replicated(&self, held: i64) -> Result<(), StoreError> {
+        let wanted = self.replication.replicas;
+        if held >= i64::from(wanted) {
+            return Ok(());
+        }
+        Err(StoreError(format!(
+            "{UNREPLICATED}{held} of the {wanted} replicas --durable-replicas asks for acknowledged within {} ms",
+            self.replication.wait_ms
+        )))
     }
 
     /// Sends the encoded batch; its replies are owed until `receive`.
@@ -340,6 +404,15 @@ impl RedisStore {
             Some(link) => link,
             None => self.batches.insert(Link::connect(&self.url, self.timeout)?),
         };
+        self.waiting = self.replication.replicas > 0;
+        if self.waiting {
+            // After everything the batch wrote: how many replicas hold all of it.
+            self.pipe
+                .command(3)
+                .arg(b"WAIT")
+                .arg_u64(u64::from(self.replication.replicas))
+                .arg_u64(self.replication.wait_ms);
+        }
         let sent = link.send(self.pipe.bytes());
         self.owed_replies = self.pipe.commands();
         self.pipe.clear();
@@ -559,10 +632,15 @@ fn push_expiries(
 impl Store for RedisStore {
     fn receive(&mut self) -> Result<(), StoreError> {
         let owed = std::mem::take(&mut self.owed_replies);
-        match &mut self.batches {
-            Some(link) if owed > 0 => Ok(link.receive(owed)?),
-            _ => Ok(()),
+        let waiting = std::mem::take(&mut self.waiting);
+        let last = match &mut self.batches {
+            Some(link) if owed > 0 => link.receive(owed)?,
+            _ => return Ok(()),
+        };
+        if waiting {
+            self.replicated(last.unwrap_or(0))?;
         }
+        Ok(())
     }
 
     fn send(&mut self, records: &[&Record], session_ttl: Duration) -> Result<(), StoreError> {
@@ -702,6 +780,14 @@ impl Store for RedisStore {
             .arg(owner)
             .arg(me)
             .query(&mut self.connection)?;
+        if won == 1 && self.replication.replicas > 0 {
+            // The new owner must survive the primary's death, or two nodes could adopt.
+            let held: i64 = redis::cmd("WAIT")
+                .arg(self.replication.replicas)
+                .arg(self.replication.wait_ms)
+                .query(&mut self.connection)?;
+            self.replicated(held)?;
+        }
         if won != 1 {
             return Ok(if self.lease_alive(owner)? {
                 Claim::OwnerAlive(owner)

@@ -19,8 +19,16 @@ random by GET + Last-Event-ID, by re-POST (409 and its hint, then GET) or, for k
 Idempotency-Key retry; 2026-07-28 keyed calls are re-issued with the same key and a new id.
 Standard library only; the HTTP client is tests/clients/haproxy_checks.py's.
 
+With --store-primary-pid (the sentinel stage, issue 41), the store's primary is SIGKILLed first,
+at --store-kill-after-ms; the run waits for the first durable write on the promoted primary
+(a node's /metrics, --node-metrics: tidemark_durable_failovers_total >= 1 and a batch counted
+after the kill, which with --durable-replicas means a replica holds it too), reports that time,
+and only then, --kill-after-ms later, SIGKILLs the node: its sessions are adopted through the
+new primary, with the same counts.
+
 Usage: node_death.py --via URL --calls-log FILE --victim-pid PID [--calls N] [--modern-calls N]
                      [--workers N] [--seed S] [--kill-after-ms A,B] [--json FILE]
+                     [--store-primary-pid PID --node-metrics URL[,URL] [--store-kill-after-ms A,B]]
 Prints one summary line and `node-death: PASS`/`FAIL ...`; exit 0 only on PASS.
 """
 
@@ -45,6 +53,9 @@ OUTCOME_UNKNOWN = -31006
 CALL_DEADLINE_S = 90.0
 RETRY_PAUSE_S = 0.2
 UNMIRRORED_WINDOW_S = 1.0
+# The sentinels' failover (down-after, election, promotion) and the nodes' reconnection.
+FAILOVER_DEADLINE_S = 30.0
+FAILOVER_POLL_S = 0.02
 STEPS = 8
 DELAY_MS = 60
 
@@ -223,6 +234,44 @@ def verify(call: Call, executions: Counter) -> str | None:
     return None
 
 
+def sample(url: str, name: str) -> int:
+    """One unlabelled sample of a node's /metrics (0 when absent or unreachable)."""
+    import urllib.request
+    try:
+        text = urllib.request.urlopen(url, timeout=2).read().decode()
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return int(float(line.split()[1]))
+    return 0
+
+
+def durable_lines(url: str) -> list[str]:
+    """The node's tidemark_durable_* samples (the victim's, just before its SIGKILL)."""
+    import urllib.request
+    try:
+        text = urllib.request.urlopen(url, timeout=2).read().decode()
+    except OSError as e:
+        return [f"unreachable: {e}"]
+    return [line for line in text.splitlines() if line.startswith("tidemark_durable_")]
+
+
+def kill_store_primary(pid: int, metrics: list[str]) -> float | None:
+    """SIGKILLs the store's primary; seconds until a node counted a failover and a batch written
+    after the kill (the first durable write on the promoted primary), None past the deadline."""
+    before = [sample(u, "tidemark_durable_batches_total") for u in metrics]
+    os.kill(pid, signal.SIGKILL)
+    killed = time.monotonic()
+    while time.monotonic() - killed < FAILOVER_DEADLINE_S:
+        for url, batches in zip(metrics, before):
+            if (sample(url, "tidemark_durable_failovers_total") >= 1
+                    and sample(url, "tidemark_durable_batches_total") > batches):
+                return time.monotonic() - killed
+        time.sleep(FAILOVER_POLL_S)
+    return None
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--via", required=True, help="the balancer's MCP URL")
@@ -234,6 +283,9 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--kill-after-ms", default="1500,4000", help="range of the kill's moment")
     p.add_argument("--json", help="write the per-call report here")
+    p.add_argument("--store-primary-pid", type=int, help="the store's primary to SIGKILL first")
+    p.add_argument("--store-kill-after-ms", default="1000,2000", help="range of its moment")
+    p.add_argument("--node-metrics", default="", help="the nodes' /metrics URLs, comma-separated")
     a = p.parse_args()
     seed = a.seed if a.seed is not None else random.randrange(1 << 30)
     print(f"node-death: seed {seed}", flush=True)
@@ -250,6 +302,7 @@ def main() -> int:
     queue = list(enumerate(calls))
     lock = threading.Lock()
     kill = {"at": 0.0}
+    failover_failed = False
 
     def worker(wid: int) -> None:
         wrng = random.Random(seed * 1000 + wid)
@@ -278,7 +331,22 @@ def main() -> int:
     started = time.monotonic()
     for t in threads:
         t.start()
+    failover = ""
+    if a.store_primary_pid:
+        lo_s, hi_s = (int(x) for x in a.store_kill_after_ms.split(","))
+        time.sleep(rng.uniform(lo_s, hi_s) / 1000)
+        hit = sum(1 for c in calls if (c.progress or c.seen_ids) and not c.done())
+        at = time.monotonic() - started
+        took = kill_store_primary(a.store_primary_pid, a.node_metrics.split(","))
+        failover = (f"store primary SIGKILLed at {at:.2f} s ({hit} calls in flight), first durable "
+                    f"write on the promoted primary after {took:.2f} s" if took is not None else
+                    f"store primary SIGKILLed at {at:.2f} s: no durable write on a new primary "
+                    f"within {FAILOVER_DEADLINE_S:.0f} s")
+        print(f"node-death: {failover}", flush=True)
+        if took is None:
+            failover_failed = True
     time.sleep(kill_delay)
+    victim_durable = durable_lines(a.node_metrics.split(",")[0]) if a.node_metrics else []
     in_flight = sum(1 for c in calls if (c.progress or c.seen_ids) and not c.done())
     os.kill(a.victim_pid, signal.SIGKILL)
     kill["at"] = time.monotonic()
@@ -309,11 +377,12 @@ def main() -> int:
     summary = (f"calls {len(calls)} (legacy {a.calls}, modern {a.modern_calls}), "
                f"{', '.join(f'{k} {v}' for k, v in sorted(stats.items()))}, "
                f"double executions {double}, failures {len(failures)}, hung workers {hung}, "
-               f"{time.monotonic() - started:.1f} s")
+               f"{time.monotonic() - started:.1f} s" + (f"; {failover}" if failover else ""))
     print(f"node-death: {summary}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"seed": seed, "summary": summary, "failures": failures,
+                       "victim_durable_metrics_before_kill": victim_durable,
                        "calls": [{"tag": c.tag, "era": c.era, "keyed": c.keyed,
                                   "progress": c.progress, "finals": c.finals,
                                   "problem": c.problem, "recoveries": dict(c.recoveries)}
@@ -321,6 +390,8 @@ def main() -> int:
     # The kill must have hit calls in flight, or the run showed nothing.
     if in_flight == 0:
         failures.append("no call was in flight at the kill")
+    if failover_failed:
+        failures.append("the nodes did not follow the store's failover")
     if failures or hung or double:
         for line in failures[:20]:
             print(f"  {line}")

@@ -1356,10 +1356,12 @@ impl Session {
         let mut streams: Vec<(u32, StreamRecord)> =
             self.streams.values().map(|s| (s.key.0, stream_record(s))).collect();
         streams.sort_by_key(|(key, _)| *key);
+        // Every event the ring holds, of every stream, in order: `iter_from` replays one
+        // stream only, and an image missing another stream's events left the store with a gap
+        // (a session rewritten after a store outage was then refused by its adopter).
         let events = match self.ring.oldest() {
-            Some(first) => self
-                .ring
-                .iter_from(first)
+            Some(first) => (first.0..self.ring.next_seq().0)
+                .filter_map(|seq| self.ring.get(EventSeq(seq)))
                 .map(|e| EventImage {
                     seq: e.seq.0,
                     stream: e.stream.0,

@@ -328,3 +328,24 @@ fn sessions_whose_keys_collide_are_both_kept_found_and_removed() {
     assert_eq!(table.get(&id(2)).map(|s| s.borrow().id), Some(id(2)), "still found");
     assert_eq!(table.len(), 1);
 }
+
+#[test]
+fn a_whole_image_holds_every_streams_events_in_ring_order() {
+    // Goal: the image a session is rewritten with (after a store outage) holds every event the
+    // ring holds, of every stream, so the store has no gap for an adopter to refuse (the
+    // image once held only the oldest event's stream: a second call's events were missing).
+    // Method: two streams' events interleaved, then the image's sequence numbers and streams.
+    let mut s = session();
+    let (a, b) = (open(&mut s, "1"), open(&mut s, "2"));
+    for (key, text) in [(a, "a1"), (b, "b1"), (a, "a2"), (b, "b2")] {
+        s.append(key, Bytes::from(text)).unwrap();
+    }
+    let sid: std::sync::Arc<str> = std::sync::Arc::from("sid");
+    let image = s.image(&sid, "{}", 1);
+    let first = s.ring.oldest().expect("events held").0;
+    let seqs: Vec<u64> = image.events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (first..s.ring.next_seq().0).collect::<Vec<_>>(), "every held event");
+    let streams: Vec<u32> = image.events.iter().map(|e| e.stream).collect();
+    assert!(streams.contains(&a.0) && streams.contains(&b.0), "both streams: {streams:?}");
+    assert_eq!(image.next_seq, s.ring.next_seq().0);
+}
