@@ -115,7 +115,7 @@ impl CallSink for StreamSink {
         let signal = Rc::new(Signal::default());
         {
             let mut s = session.borrow_mut();
-            if s.pending_client_len() >= s.pending_client_max {
+            if s.pending_client_len() >= s.pending_client_max() {
                 return Box::pin(std::future::ready(
                     Err(ProviderError::too_many_client_requests()),
                 ));
