@@ -205,10 +205,7 @@ async fn claim(
     let version = session.version();
     let caller = session.caller().cloned();
     let session = core.sessions.borrow_mut().insert(session);
-    let notifier = Notifier::new(Rc::new(super::context::SessionNotifier::new(
-        &session,
-        core.cfg.sessions.list_changed_min,
-    )));
+    let notifier = Notifier::new(Rc::new(super::context::SessionNotifier::new(&session)));
     let start = SessionStart {
         session: reference,
         protocol_version: version,
