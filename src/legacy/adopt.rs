@@ -205,7 +205,10 @@ async fn claim(
     let version = session.version();
     let caller = session.caller().cloned();
     let session = core.sessions.borrow_mut().insert(session);
-    let notifier = Notifier::new(Rc::new(super::context::SessionNotifier::new(&session)));
+    let notifier = Notifier::new(Rc::new(super::context::SessionNotifier::new(
+        &session,
+        core.cfg.sessions.list_changed_min,
+    )));
     let start = SessionStart {
         session: reference,
         protocol_version: version,

@@ -12,7 +12,7 @@
 
 use std::cell::RefCell;
 use std::rc::{Rc, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -205,21 +205,22 @@ fn client_error(e: Value) -> ProviderError {
 /// The sink of a session's `Notifier`: session-level messages become events of the session's
 /// standalone GET stream (replayable like any event); without one open they are dropped. Its
 /// list changes are coalesced per kind (`list_changed`, `--list-changed-min-ms`).
-///
-/// Two words (`--list-changed-min-ms` is the session's, `Session::list_changed_min`): with the
-/// `Rc`'s counts a 32-byte block, where a third field made it 48 and mimalloc's aligned path
-/// served it from the 64-byte class (one per idle session, issue 40 §4).
 pub(crate) struct SessionNotifier {
     session: Weak<RefCell<Session>>,
+    /// `--list-changed-min-ms`.
+    list_changed_min: Duration,
     /// Shared with the trailing sends it schedules.
     windows: std::cell::OnceCell<Rc<Windows>>,
 }
 
 impl SessionNotifier {
-    pub(crate) fn new(session: &Rc<RefCell<Session>>) -> SessionNotifier {
+    pub(crate) fn new(
+        session: &Rc<RefCell<Session>>,
+        list_changed_min: Duration,
+    ) -> SessionNotifier {
         // The windows are made by the first list change: most sessions never see one.
         let windows = std::cell::OnceCell::new();
-        SessionNotifier { session: Rc::downgrade(session), windows }
+        SessionNotifier { session: Rc::downgrade(session), list_changed_min, windows }
     }
 }
 
@@ -242,11 +243,8 @@ impl NotifySink for SessionNotifier {
         let Some(kind) = list_changed::kind_of(method) else {
             return notify_session(&self.session, method, params);
         };
-        let Some(min) = self.session.upgrade().map(|s| s.borrow().list_changed_min()) else {
-            return; // the session is gone: no one to tell
-        };
         let windows = self.windows.get_or_init(Rc::default);
-        match windows.offer(kind, Instant::now(), min) {
+        match windows.offer(kind, Instant::now(), self.list_changed_min) {
             Verdict::Send => notify_session(&self.session, method, params),
             Verdict::Trail(at) => {
                 let (session, windows) = (self.session.clone(), windows.clone());

@@ -398,7 +398,10 @@ async fn initialize(
     // In the table while the providers open it (no client knows its id yet), so that a
     // provider's notifier reaches it.
     let session = core.sessions.borrow_mut().insert(session);
-    let notifier = Notifier::new(Rc::new(context::SessionNotifier::new(&session)));
+    let notifier = Notifier::new(Rc::new(context::SessionNotifier::new(
+        &session,
+        core.cfg.sessions.list_changed_min,
+    )));
     let client_params = dispatch::into_public(params);
     let start = SessionStart {
         session: reference,

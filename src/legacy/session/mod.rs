@@ -318,13 +318,7 @@ pub struct Session {
     /// Bounded by the streams a session retains (`streams_max`), so 32 bits.
     owed_count: u32,
     replaying_count: u32,
-    /// The standalone GET stream's key, 0 when none (keys start at 1; `standalone()`): four
-    /// bytes where an `Option` took eight.
-    standalone: u32,
-    /// `--list-changed-min-ms` (saturating), which the session's notifier reads when a list
-    /// changes: here it fills what the session had spare, where in the notifier it took that
-    /// block to the next size class (`legacy::context::SessionNotifier`).
-    list_changed_min_ms: u32,
+    standalone: Option<StreamKey>,
     /// Request streams in the order they settled: eviction for room takes the front, so a full
     /// stream table costs O(1) amortized per new stream, not a scan. May hold keys of streams
     /// already removed (skipped; compacted when it grows past twice the table).
@@ -435,10 +429,7 @@ impl Session {
             by_fingerprint: FastMap::default(),
             owed_count: 0,
             replaying_count: 0,
-            standalone: 0,
-            list_changed_min_ms: saturating_u32(
-                usize::try_from(cfg.sessions.list_changed_min.as_millis()).unwrap_or(usize::MAX),
-            ),
+            standalone: None,
             settled_order: std::collections::VecDeque::new(),
             rare: None,
             closed: false,
@@ -595,7 +586,7 @@ impl Session {
             self.rare_mut().by_idempotency_key.insert(k.clone(), key);
         }
         if kind == StreamKind::Standalone {
-            self.standalone = key.0;
+            self.standalone = Some(key);
         }
         self.streams.insert(
             key,
@@ -635,12 +626,7 @@ impl Session {
 
     /// The standalone GET stream; `Some` exactly while one is retained.
     pub fn standalone(&self) -> Option<StreamKey> {
-        (self.standalone != 0).then_some(StreamKey(self.standalone))
-    }
-
-    /// `--list-changed-min-ms`: the least time between two list changes of one kind sent.
-    pub(crate) fn list_changed_min(&self) -> std::time::Duration {
-        std::time::Duration::from_millis(u64::from(self.list_changed_min_ms))
+        self.standalone
     }
 
     fn evict_one_settled(&mut self) -> bool {
@@ -693,8 +679,8 @@ impl Session {
                 rare.by_idempotency_key.remove(k);
             }
         }
-        if self.standalone == key.0 {
-            self.standalone = 0;
+        if self.standalone == Some(key) {
+            self.standalone = None;
         }
         if let Some(rare) = self.rare.as_deref_mut() {
             rare.pending_client.retain(|_, p| p.stream != key);
