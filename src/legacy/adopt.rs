@@ -202,7 +202,7 @@ async fn claim(
     session.set_opener(subject, req.caller());
     session.count_bytes_in(core.tally.clone());
     let reference = session.reference();
-    let version = session.version;
+    let version = session.version();
     let caller = session.caller().cloned();
     let session = core.sessions.borrow_mut().insert(session);
     let notifier = Notifier::new(Rc::new(super::context::SessionNotifier::new(

@@ -651,7 +651,7 @@ fn run_call(
 fn call_context(session: &SessionRc, key: StreamKey) -> CallContext {
     let (identity, version, caller) = {
         let s = session.borrow();
-        (s.reference(), s.version, s.caller().cloned())
+        (s.reference(), s.version(), s.caller().cloned())
     };
     let sink = context::stream_sink(Rc::downgrade(session), key);
     CallContext::new(sink, identity, version).with_caller(caller)
@@ -701,7 +701,7 @@ async fn batch(
     out: &mut Vec<u8>,
     keep_alive: bool,
 ) -> Outcome {
-    if session.borrow().version != "2025-03-26" {
+    if session.borrow().version() != "2025-03-26" {
         return refuse(out, Refusal::InvalidRequest, None, keep_alive);
     }
     let mut body = Vec::new();

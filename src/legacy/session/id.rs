@@ -6,7 +6,13 @@
 use crate::wire::owned_id;
 
 /// An `Mcp-Session-Id`.
+///
+/// Packed to 8-byte alignment: a `u128` field would align the id, and with it every `Session`
+/// holding one, to 16, which padded the session's allocation by 16 bytes (issue 40 §4). The
+/// fields are read by value (a reference to `random` is refused by the compiler); `C` keeps
+/// them in this order, 24 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(C, packed(8))]
 pub struct SessionId {
     /// The node that owns the session (`--node-id`): the id's first two hex digits.
     pub node: u8,

@@ -304,8 +304,9 @@ pub struct Session {
     pub id: SessionId,
     /// Random tag in every event id, so an id of another session is recognised as foreign.
     pub tag: u32,
-    /// The MCP revision negotiated at `initialize` (`"2025-11-25"`, …).
-    pub version: &'static str,
+    /// The MCP revision negotiated at `initialize`: its index in `LEGACY_VERSIONS` (one byte
+    /// where the `&'static str` took 16; `version()`).
+    version: u8,
     /// Least severe log level sent to the client (`logging/setLevel`; `Info` at start).
     pub log_level: LogLevel,
     /// When a request last named this session; `--session-idle-secs` counts from it.
@@ -316,11 +317,9 @@ pub struct Session {
     next_stream: u32,
     by_request_id: FastMap<RawId, StreamKey>,
     by_fingerprint: FastMap<u64, StreamKey>,
-    owed_count: usize,
-    replaying_count: usize,
-    /// Woken whenever the owed or replaying count changes (held POSTs wait on it); made by
-    /// the first POST held (`owed_signal`), so a session never held holds none.
-    owed_signal: Option<Rc<Signal>>,
+    /// Bounded by the streams a session retains (`streams_max`), so 32 bits.
+    owed_count: u32,
+    replaying_count: u32,
     standalone: Option<StreamKey>,
     /// Request streams in the order they settled: eviction for room takes the front, so a full
     /// stream table costs O(1) amortized per new stream, not a scan. May hold keys of streams
@@ -333,10 +332,11 @@ pub struct Session {
     pub closed: bool,
     /// POSTs held at the migration boundary right now (`--max-held-per-session`).
     pub held_posts: usize,
-    /// Request streams retained at most (`--max-streams-per-session`).
-    pub streams_max: usize,
-    /// `--max-pending-client-requests`: entries `pending_client` may hold.
-    pub pending_client_max: usize,
+    /// Request streams retained at most (`--max-streams-per-session`; a flag past `u32::MAX`
+    /// holds `u32::MAX`, far more than any session can open).
+    streams_max: u32,
+    /// `--max-pending-client-requests`: entries `pending_client` may hold (`pending_client_max`).
+    pending_client_max: u32,
     /// The sum of `unwritten` over the attached streams: eviction is ring-wide, so what must
     /// fit the ring is what every reading client has not got yet, not one stream's part.
     attached_unwritten: Unwritten,
@@ -355,6 +355,9 @@ pub struct Session {
 /// The parts of a session few sessions use, in one box (`Session::rare`).
 #[derive(Default)]
 struct Rare {
+    /// Woken whenever the owed or replaying count changes (held POSTs wait on it); made by
+    /// the first POST held (`owed_signal`), so a session never held holds none.
+    owed_signal: Option<Rc<Signal>>,
     /// The subject whose token opened the session (`None`: authorization is off). A request
     /// naming the session with another subject's token, or none, finds no session (CONTRACT
     /// §8: 404, as for an unknown id); a new token of the same subject continues it.
@@ -418,7 +421,7 @@ impl Session {
         Session {
             id,
             tag,
-            version,
+            version: version_index(version),
             log_level: LogLevel::Info,
             last_active: Instant::now(),
             ring: Ring::new(cfg.sessions.replay_events_max, cfg.sessions.replay_bytes_max),
@@ -428,14 +431,13 @@ impl Session {
             by_fingerprint: FastMap::default(),
             owed_count: 0,
             replaying_count: 0,
-            owed_signal: None,
             standalone: None,
             settled_order: std::collections::VecDeque::new(),
             rare: None,
             closed: false,
             held_posts: 0,
-            streams_max: cfg.sessions.streams_per_session_max,
-            pending_client_max: cfg.modern.client_requests_pending_max,
+            streams_max: saturating_u32(cfg.sessions.streams_per_session_max),
+            pending_client_max: saturating_u32(cfg.modern.client_requests_pending_max),
             attached_unwritten: Unwritten::default(),
             tally: Rc::default(),
             timer_entry: timers::NOT_ARMED,
@@ -454,17 +456,27 @@ impl Session {
     /// This session's part of its core's tally.
     fn part(&self) -> [usize; 3] {
         let live = self.streams.values().filter(|s| s.is_live()).count();
-        [self.ring.bytes(), self.owed_count, live]
+        [self.ring.bytes(), self.owed_count as usize, live]
     }
 
     /// Streams owed to the client (CONTRACT §4: detached, not fully delivered); kept exact.
     pub fn owed_count(&self) -> usize {
-        self.owed_count
+        self.owed_count as usize
     }
 
     /// Streams a resume is replaying right now; kept exact.
     pub fn replaying_count(&self) -> usize {
-        self.replaying_count
+        self.replaying_count as usize
+    }
+
+    /// The MCP revision negotiated at `initialize` (`"2025-11-25"`, …).
+    pub fn version(&self) -> &'static str {
+        LEGACY_VERSIONS[usize::from(self.version)]
+    }
+
+    /// `--max-pending-client-requests`: server→client requests that may await an answer.
+    pub fn pending_client_max(&self) -> usize {
+        self.pending_client_max as usize
     }
 
     /// True when a new request must wait (CONTRACT §4 step 4).
@@ -533,7 +545,7 @@ impl Session {
         // Held from here: the stream evicted for room and the priming event travel with the
         // new stream's record (one mirror record for the three).
         self.observe(SessionChange::TransitionBegan);
-        if self.streams.len() >= self.streams_max && !self.evict_one_settled() {
+        if self.streams.len() >= self.streams_max as usize && !self.evict_one_settled() {
             self.observe(SessionChange::TransitionEnded);
             return Err(OpenError::TooManyStreams);
         }
@@ -865,7 +877,7 @@ impl Session {
                 s.owed_since = None;
             }
             // `notify_owed`, with the stream still borrowed.
-            if let Some(signal) = &self.owed_signal {
+            if let Some(signal) = self.rare.as_deref().and_then(|rare| rare.owed_signal.as_ref()) {
                 signal.notify_all();
             }
         }
@@ -877,7 +889,7 @@ impl Session {
             settled_now = s.kind == StreamKind::Request;
             if s.kind == StreamKind::Request {
                 self.settled_order.push_back(key);
-                if self.settled_order.len() > 2 * self.streams_max {
+                if self.settled_order.len() > 2 * self.streams_max as usize {
                     let streams = &self.streams;
                     self.settled_order.retain(|k| streams.contains_key(k));
                 }
@@ -894,8 +906,8 @@ impl Session {
         if cfg!(debug_assertions) {
             let owed = self.streams.values().filter(|s| s.is_owed()).count();
             let replaying = self.streams.values().filter(|s| s.is_replaying()).count();
-            assert_eq!(owed, self.owed_count, "owed count drifted");
-            assert_eq!(replaying, self.replaying_count, "replaying count drifted");
+            assert_eq!(owed, self.owed_count(), "owed count drifted");
+            assert_eq!(replaying, self.replaying_count(), "replaying count drifted");
             assert!(self.streams.values().all(|s| s.owed_counted == s.is_owed()));
             let mut attached = Unwritten::default();
             self.streams
@@ -1141,12 +1153,12 @@ impl Session {
 
     /// What a held POST waits on: woken whenever the owed or replaying count changes.
     pub fn owed_signal(&mut self) -> Rc<Signal> {
-        self.owed_signal.get_or_insert_with(Rc::default).clone()
+        self.rare_mut().owed_signal.get_or_insert_with(Rc::default).clone()
     }
 
     /// Wakes the held POSTs, if any was ever held.
     fn notify_owed(&self) {
-        if let Some(signal) = &self.owed_signal {
+        if let Some(signal) = self.rare.as_deref().and_then(|rare| rare.owed_signal.as_ref()) {
             signal.notify_all();
         }
     }
@@ -1374,7 +1386,7 @@ impl Session {
             sid: sid.clone(),
             owner,
             tag: self.tag,
-            version: self.version.to_owned(),
+            version: self.version().to_owned(),
             subject: self.subject().map(str::to_owned),
             client: client.to_owned(),
             log: self.log_level.as_str().to_owned(),
@@ -1511,6 +1523,19 @@ pub fn parse_event_id(text: &[u8]) -> Option<(u32, StreamKey, EventSeq)> {
     ))
 }
 
+/// `version`'s index in `LEGACY_VERSIONS` (callers pass one of them; anything else is the
+/// newest's, 0).
+fn version_index(version: &str) -> u8 {
+    let index = LEGACY_VERSIONS.iter().position(|v| *v == version);
+    debug_assert!(index.is_some(), "not a legacy revision: {version}");
+    index.and_then(|i| u8::try_from(i).ok()).unwrap_or(0)
+}
+
+/// A limit from the configuration as a session keeps it: 32 bits, saturating.
+fn saturating_u32(limit: usize) -> u32 {
+    u32::try_from(limit).unwrap_or(u32::MAX)
+}
+
 /// The sessions of one core, and when each must next be looked at (`timers`).
 pub struct SessionTable {
     /// Keyed by the low 64 of the id's 128 random bits: a bucket of 16 bytes, where the whole
@@ -1588,7 +1613,7 @@ impl SessionTable {
         let named = |s: &&SessionRc| s.borrow().id == *id;
         let found = self.sessions.get(&table_key(id)).filter(named);
         if found.is_none() && !self.collided.is_empty() {
-            return self.collided.get(&id.random).filter(named).cloned();
+            return self.collided.get(&{ id.random }).filter(named).cloned();
         }
         found.cloned()
     }
@@ -1598,7 +1623,7 @@ impl SessionTable {
         let key = table_key(id);
         let s = match self.sessions.get(&key) {
             Some(s) if s.borrow().id.random == id.random => self.sessions.remove(&key),
-            _ => self.collided.remove(&id.random),
+            _ => self.collided.remove(&{ id.random }),
         }?;
         let entry = s.borrow().timer_entry;
         self.timers.cancel(id.random, entry);
