@@ -188,6 +188,7 @@ fn resume(
     let Some((tag, key, after)) = session::parse_event_id(text) else {
         return refuse(out, Refusal::BadLastEventId, None, keep_alive);
     };
+    let after = s.cursor_after_cut_off(key, after);
     let Some(start) = s.resume_start(key, after).ok().filter(|_| tag == s.tag) else {
         return refuse(out, Refusal::BadLastEventId, None, keep_alive);
     };

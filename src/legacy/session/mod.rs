@@ -371,6 +371,9 @@ struct Rare {
     pending_client: FastMap<u64, PendingClientRequest>,
     /// The id the next server→client request gets, less one.
     client_requests_sent: u64,
+    /// Streams adoption ended with `-31006`, each with the last of its events the store held
+    /// (`cursor_after_cut_off`).
+    cut_off: Vec<(StreamKey, EventSeq)>,
 }
 
 /// The client's answer to a server→client request: its `result`, or its `error` object.
@@ -692,6 +695,7 @@ impl Session {
         }
         if let Some(rare) = self.rare.as_deref_mut() {
             rare.pending_client.retain(|_, p| p.stream != key);
+            rare.cut_off.retain(|&(k, _)| k != key);
         }
         self.observe(SessionChange::StreamGone { key: key.0 });
         s.notify(|w| &w.events);
@@ -1100,6 +1104,21 @@ impl Session {
         self.cancel_tool(key);
         if self.streams.get(&key).is_some_and(|s| s.run != Run::Dropped) {
             self.end_run(key, Run::Dropped);
+        }
+    }
+
+    /// The cursor a resume of stream `key` from `after` continues from. For a stream adoption
+    /// ended with `-31006`, a cursor past the last event the store held names an event the
+    /// dead node sent but never mirrored: this node never issued that id, and gave its number
+    /// to its own final (sequence numbers continue from the store's), so taken as it is the
+    /// cursor would mark the final delivered unsent, or name another stream's event. The
+    /// client holds everything the store held, so the resume continues from there and sends
+    /// the final (CONTRACT §10: the stream ends with `-31006`). Other cursors are unchanged.
+    pub fn cursor_after_cut_off(&self, key: StreamKey, after: EventSeq) -> EventSeq {
+        let rare = self.rare.as_deref();
+        match rare.and_then(|r| r.cut_off.iter().find(|&&(k, _)| k == key)) {
+            Some(&(_, held)) if after > held => held,
+            _ => after,
         }
     }
 

@@ -121,7 +121,9 @@ fn settle_stream(s: &mut Session, key: StreamKey, record: &StreamRecord, dead: u
         let mut payload = Vec::with_capacity(192);
         let rid = s.streams.get(&key).and_then(|st| st.request_id.clone());
         crate::wire::push_outcome_unknown(&mut payload, rid.as_ref(), dead, last_event);
+        let held = s.streams.get(&key).map_or(EventSeq(0), |st| st.produced);
         s.finish(key, bytes::Bytes::from(payload));
+        s.rare_mut().cut_off.push((key, held));
     } else if record.settled {
         s.mark_all_delivered(key);
     }
