@@ -123,7 +123,9 @@ pub use config::{KeyMaterial, UpstreamConfig};
 pub use config::{ModernConfig, RateConfig, ServerConfig, SessionsConfig, TraceConfig};
 // The types of the sections' fields an embedder sets.
 pub use config::{BuiltinSet, DriverChoice, Isolation, LogFormat, MigrationPolicy, ResponseMode};
-pub use config::{DurableStore, DurableUrl, RateLimit, SentinelUrl, TlsFiles, UpstreamSpec};
+pub use config::{
+    ClusterUrl, DurableStore, DurableUrl, RateLimit, SentinelUrl, TlsFiles, UpstreamSpec,
+};
 pub use logging::{init_logging, reload_log_level};
 pub use provider::{
     Annotations, CallContext, Caller, Changes, LocalBoxFuture, LogLevel, Notifier, Provider,

@@ -26,6 +26,7 @@
 //! `--stream-retention-secs`, renewed on each write), keyed records and tasks their own
 //! retention, so the store's memory is bounded by the node's own limits.
 
+mod cluster;
 pub(crate) mod keys;
 mod link;
 mod mirror;
