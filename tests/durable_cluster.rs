@@ -1,0 +1,253 @@
+//! The durable mirror on a Redis Cluster, black-box against real `redis-server`s
+//! (`--durable redis+cluster://…`, `--durable-replicas 1`, CONTRACT §10, issue 41 item 2):
+//! three primaries with a replica each (`redis-cli --cluster create`), sessions spread over
+//! every shard, a primary SIGKILLed and its replica promoted, the node's mirror writes resumed
+//! on the promoted replica (a failover counted), and the node SIGKILLed and its sessions
+//! adopted by a peer through the cluster: no acknowledged event lost.
+//!
+//! Needs Debian's `redis-server` and `redis-cli` on PATH: skipped loudly without them, unless
+//! `TIDEMARK_REQUIRE_REDIS=1` (the README's test command sets it).
+
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::redis::{free_port, have_redis, scratch_dir, store_key, Redis};
+use support::*;
+
+/// `cluster-node-timeout`: a dead primary is failed over by its replica in about twice this.
+const NODE_TIMEOUT_MS: &str = "1000";
+/// Sessions opened: spread over three shards by their ids, every shard holds some (the
+/// chance that one holds none is 3 × (2/3)^24 ≈ 2e-4, and the test says so if it happens).
+const SESSIONS: usize = 24;
+/// Progress steps of each call.
+const STEPS: u64 = 3;
+
+/// Six cluster-enabled servers made three primaries with a replica each.
+struct Cluster {
+    nodes: Vec<Redis>,
+}
+
+fn cluster_node(index: usize, port: u16) -> Redis {
+    let conf = scratch_dir().join(format!("nodes-{index}.conf"));
+    let conf = conf.to_str().expect("utf-8 path").to_owned();
+    Redis::start_on(
+        port,
+        &[],
+        &[
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            &conf,
+            "--cluster-node-timeout",
+            NODE_TIMEOUT_MS,
+        ],
+    )
+}
+
+impl Cluster {
+    fn create() -> Cluster {
+        for index in 0..6 {
+            let _ = std::fs::remove_file(scratch_dir().join(format!("nodes-{index}.conf")));
+        }
+        let nodes: Vec<Redis> = (0..6).map(|i| cluster_node(i, free_port())).collect();
+        let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
+        args.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)));
+        args.extend(["--cluster-replicas", "1", "--cluster-yes"].map(String::from));
+        let out = Command::new("redis-cli").args(&args).output().expect("redis-cli");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+        let cluster = Cluster { nodes };
+        wait_until(Duration::from_secs(30), "the cluster ok, every replica in sync", || {
+            cluster.nodes.iter().all(|n| {
+                n.command("CLUSTER INFO").is_some_and(|i| i.contains("cluster_state:ok"))
+            }) && cluster.replica_count() == 3
+        });
+        cluster
+    }
+
+    /// `ROLE` of node `i` (`*3|$6|master|…` or `*5|$5|slave|$9|127.0.0.1|:PORT|…`).
+    fn role(&self, i: usize) -> String {
+        self.nodes[i].command("ROLE").unwrap_or_default()
+    }
+
+    fn primaries(&self) -> Vec<usize> {
+        (0..self.nodes.len()).filter(|&i| self.role(i).contains("master")).collect()
+    }
+
+    /// Replicas whose link to their primary is up.
+    fn replica_count(&self) -> usize {
+        (0..self.nodes.len()).filter(|&i| self.role(i).contains("|connected|")).count()
+    }
+
+    /// The replica of primary `p`.
+    fn replica_of(&self, p: usize) -> usize {
+        let port = format!("|:{}|", self.nodes[p].port);
+        (0..self.nodes.len())
+            .find(|&i| self.role(i).contains("slave") && self.role(i).contains(&port))
+            .expect("each primary has a replica")
+    }
+
+    /// The primary holding session `sid`'s record and what `line` (on its key) answers there.
+    fn on_session(&self, sid: &str, line: &str) -> Option<(usize, String)> {
+        let key = store_key("tm:s:", sid);
+        self.primaries().into_iter().find_map(|p| {
+            let answer = self.nodes[p].command(&line.replace("KEY", &key))?;
+            (!answer.starts_with("-MOVED")).then_some((p, answer))
+        })
+    }
+}
+
+fn node(id: &str, url: &str) -> Server {
+    let server = Server::start(&[
+        "--node-id",
+        id,
+        "--threads",
+        "2",
+        "--durable",
+        url,
+        "--durable-replicas",
+        "1",
+        "--durable-lease-ms",
+        "300",
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--tools",
+        "demo",
+    ]);
+    wait_until(Duration::from_secs(15), "the mirror connected to the cluster", || {
+        metric(&scrape(&server.metrics()), "tidemark_durable_up") == 1
+    });
+    server
+}
+
+/// Starts a call of `STEPS` progress steps on `sid` and reads its first progress event: the
+/// client's cursor (the call runs on to its result, which the client never reads).
+fn start_call(server: &Server, sid: &str, id: u64) -> String {
+    let body = call(id, "slow_counter", &format!(r#"{{"steps":{STEPS},"delay_ms":30}}"#), true);
+    let mut stream = call_stream(server, sid, &body, &[]);
+    loop {
+        let event = stream.next_event().expect("a progress event");
+        if progress_of(&event).is_some() {
+            return event.id.expect("an id");
+        }
+    }
+}
+
+fn queues_drained(server: &Server) -> bool {
+    let text = scrape(&server.metrics());
+    metric(&text, "tidemark_durable_queue_records") == 0
+}
+
+/// Events a resume at `cursor` of call `id` lacks: the progress after the cursor's and the
+/// result (0 when the peer replays the call's rest whole, in order, ending with its result).
+fn lost_after(peer: &Server, sid: &str, cursor: &str, id: u64) -> u64 {
+    let mut stream = resume(peer, sid, cursor);
+    if stream.status != 200 {
+        eprintln!("resume of {sid} at {cursor}: {}", stream.status);
+        return STEPS;
+    }
+    let events = stream.rest();
+    let progress: Vec<u64> = events.iter().filter_map(progress_of).collect();
+    let expected: Vec<u64> = (2..=STEPS).collect();
+    let results = events.iter().filter(|e| {
+        let json = e.json();
+        json["id"] == id && json.get("result").is_some()
+    });
+    let missing = expected.iter().filter(|p| !progress.contains(p)).count() as u64;
+    let result_missing = u64::from(results.count() != 1);
+    if missing + result_missing > 0 {
+        eprintln!("{sid} call {id} at {cursor}: progress {progress:?}, {} events", events.len());
+    }
+    missing + result_missing
+}
+
+#[test]
+fn sessions_on_every_shard_survive_a_primarys_death_and_a_nodes_death_with_nothing_acknowledged_lost(
+) {
+    // Goal: issue 41 item 2 against the real thing. Sessions spread over every shard; a
+    // primary SIGKILLed: its replica is promoted, the node finds it (a failover counted) and
+    // writes on; the killed server started again rejoins as the new primary's replica (with
+    // --durable-replicas 1 a shard without a replica takes no batch); then the node is
+    // SIGKILLed and a peer adopts every session through the cluster. Counted: acknowledged
+    // events lost (each call's rest after the client's cursor, replayed by the peer) = 0.
+    if !have_redis() {
+        return;
+    }
+    let began = Instant::now();
+    let mut cluster = Cluster::create();
+    let seeds: Vec<String> =
+        cluster.nodes[..2].iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+    // A dead seed first: the next one is asked for the slot map.
+    let url = format!("redis+cluster://127.0.0.1:{},{}", free_port(), seeds.join(","));
+    let first = node("1", &url);
+    let peer = node("2", &url);
+    let sessions: Vec<String> = (0..SESSIONS).map(|_| open_session(&first)).collect();
+    let mut cursors: Vec<(String, String, u64)> = Vec::new();
+    for sid in &sessions {
+        cursors.push((sid.clone(), start_call(&first, sid, 1), 1));
+    }
+    wait_until(Duration::from_secs(15), "every session durable", || {
+        queues_drained(&first)
+            && sessions.iter().all(|sid| {
+                cluster.on_session(sid, "HGET KEY durable").is_some_and(|(_, d)| d == "$1|1")
+            })
+    });
+    let mut held = vec![0usize; cluster.nodes.len()];
+    for sid in &sessions {
+        held[cluster.on_session(sid, "EXISTS KEY").expect("a shard").0] += 1;
+    }
+    let primaries = cluster.primaries();
+    eprintln!("sessions per primary: {:?}", primaries.iter().map(|&p| held[p]).collect::<Vec<_>>());
+    assert!(primaries.iter().all(|&p| held[p] > 0), "every shard holds sessions: {held:?}");
+
+    let victim = primaries[0];
+    let replica = cluster.replica_of(victim);
+    let victim_port = cluster.nodes[victim].port;
+    cluster.nodes[victim].kill();
+    let killed = Instant::now();
+    eprintln!("primary :{victim_port} SIGKILLed ({} sessions on it)", held[victim]);
+    wait_until(Duration::from_secs(30), "its replica promoted", || {
+        cluster.role(replica).contains("master")
+    });
+    let promoted = killed.elapsed();
+    cluster.nodes[victim] = cluster_node(victim, victim_port);
+    wait_until(Duration::from_secs(30), "the node followed the failover", || {
+        let text = scrape(&first.metrics());
+        metric(&text, "tidemark_durable_failovers_total") >= 1
+            && metric(&text, "tidemark_durable_up") == 1
+            && cluster.replica_count() == 3
+    });
+    let followed = killed.elapsed();
+    for sid in &sessions {
+        cursors.push((sid.clone(), start_call(&first, sid, 2), 2));
+    }
+    // Every call has ended on the node (STEPS × 30 ms) and its records are in the store.
+    std::thread::sleep(Duration::from_millis(300));
+    wait_until(Duration::from_secs(20), "every session durable after the failover", || {
+        queues_drained(&first)
+            && sessions.iter().all(|sid| {
+                cluster.on_session(sid, "HGET KEY durable").is_some_and(|(_, d)| d == "$1|1")
+            })
+    });
+    let durable_again = killed.elapsed();
+    let text = scrape(&first.metrics());
+    let unreplicated = metric(&text, "tidemark_durable_batches_unreplicated_total");
+    let store_errors = metric(&text, "tidemark_durable_store_errors_total");
+    drop(first); // SIGKILL
+    std::thread::sleep(Duration::from_millis(500)); // past the 300 ms lease
+    let lost: u64 = cursors.iter().map(|(sid, cursor, id)| lost_after(&peer, sid, cursor, *id)).sum();
+    let adopted =
+        metric(&scrape(&peer.metrics()), "tidemark_durable_adoptions_total{outcome=\"adopted\"}");
+    eprintln!(
+        "replica promoted {promoted:?} after the kill, node writing on it {followed:?}, every \
+         session durable {durable_again:?}; {unreplicated} unreplicated batches, {store_errors} \
+         store errors meanwhile; node 1 SIGKILLed: {adopted} of {SESSIONS} sessions adopted, \
+         {} calls resumed, {lost} acknowledged events lost; {:?} in all",
+        cursors.len(),
+        began.elapsed()
+    );
+    assert_eq!(adopted, SESSIONS as u64, "every session adopted by the peer");
+    assert_eq!(lost, 0, "no acknowledged event lost");
+    let _ = std::fs::remove_dir_all(scratch_dir());
+}
