@@ -59,9 +59,11 @@ impl Cluster {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
         let cluster = Cluster { nodes };
         wait_until(Duration::from_secs(30), "the cluster ok, every replica in sync", || {
-            cluster.nodes.iter().all(|n| {
-                n.command("CLUSTER INFO").is_some_and(|i| i.contains("cluster_state:ok"))
-            }) && cluster.replica_count() == 3
+            cluster
+                .nodes
+                .iter()
+                .all(|n| n.command("CLUSTER INFO").is_some_and(|i| i.contains("cluster_state:ok")))
+                && cluster.replica_count() == 3
         });
         cluster
     }
@@ -124,7 +126,10 @@ fn node(id: &str, url: &str) -> Server {
 /// Starts a call of `STEPS` progress steps on `sid` and reads its first progress event: the
 /// client's cursor (the call runs on to its result, which the client never reads).
 fn start_call(server: &Server, sid: &str, id: u64) -> String {
-    let body = call(id, "slow_counter", &format!(r#"{{"steps":{STEPS},"delay_ms":30}}"#), true);
+    // Each call its own params: the same params again would be a retry of the first call, owed
+    // to the client (refused 409).
+    let args = format!(r#"{{"steps":{STEPS},"delay_ms":{}}}"#, 20 + id);
+    let body = call(id, "slow_counter", &args, true);
     let mut stream = call_stream(server, sid, &body, &[]);
     loop {
         let event = stream.next_event().expect("a progress event");
@@ -165,9 +170,10 @@ fn lost_after(peer: &Server, sid: &str, cursor: &str, id: u64) -> u64 {
 #[test]
 fn sessions_on_every_shard_survive_a_primarys_death_and_a_nodes_death_with_nothing_acknowledged_lost(
 ) {
-    // Goal: issue 41 item 2 against the real thing. Sessions spread over every shard; a
+    // Goal: issue 41 item 2 against the real thing. Sessions spread over every shard, each a
+    // call started and cut after its first progress event (it runs on to its result); a
     // primary SIGKILLed: its replica is promoted, the node finds it (a failover counted) and
-    // writes on; the killed server started again rejoins as the new primary's replica (with
+    // writes on (as many sessions again, each a call); the killed server started again rejoins as the new primary's replica (with
     // --durable-replicas 1 a shard without a replica takes no batch); then the node is
     // SIGKILLed and a peer adopts every session through the cluster. Counted: acknowledged
     // events lost (each call's rest after the client's cursor, replayed by the peer) = 0.
@@ -219,14 +225,16 @@ fn sessions_on_every_shard_survive_a_primarys_death_and_a_nodes_death_with_nothi
             && cluster.replica_count() == 3
     });
     let followed = killed.elapsed();
-    for sid in &sessions {
+    // Sessions of their own: a session that owes its client a call's result holds a new call.
+    let after: Vec<String> = (0..SESSIONS).map(|_| open_session(&first)).collect();
+    for sid in &after {
         cursors.push((sid.clone(), start_call(&first, sid, 2), 2));
     }
     // Every call has ended on the node (STEPS × 30 ms) and its records are in the store.
     std::thread::sleep(Duration::from_millis(300));
     wait_until(Duration::from_secs(20), "every session durable after the failover", || {
         queues_drained(&first)
-            && sessions.iter().all(|sid| {
+            && sessions.iter().chain(&after).all(|sid| {
                 cluster.on_session(sid, "HGET KEY durable").is_some_and(|(_, d)| d == "$1|1")
             })
     });
@@ -236,18 +244,20 @@ fn sessions_on_every_shard_survive_a_primarys_death_and_a_nodes_death_with_nothi
     let store_errors = metric(&text, "tidemark_durable_store_errors_total");
     drop(first); // SIGKILL
     std::thread::sleep(Duration::from_millis(500)); // past the 300 ms lease
-    let lost: u64 = cursors.iter().map(|(sid, cursor, id)| lost_after(&peer, sid, cursor, *id)).sum();
+    let lost: u64 =
+        cursors.iter().map(|(sid, cursor, id)| lost_after(&peer, sid, cursor, *id)).sum();
     let adopted =
         metric(&scrape(&peer.metrics()), "tidemark_durable_adoptions_total{outcome=\"adopted\"}");
     eprintln!(
         "replica promoted {promoted:?} after the kill, node writing on it {followed:?}, every \
          session durable {durable_again:?}; {unreplicated} unreplicated batches, {store_errors} \
-         store errors meanwhile; node 1 SIGKILLed: {adopted} of {SESSIONS} sessions adopted, \
+         store errors meanwhile; node 1 SIGKILLed: {adopted} of {} sessions adopted, \
          {} calls resumed, {lost} acknowledged events lost; {:?} in all",
+        2 * SESSIONS,
         cursors.len(),
         began.elapsed()
     );
-    assert_eq!(adopted, SESSIONS as u64, "every session adopted by the peer");
+    assert_eq!(adopted, 2 * SESSIONS as u64, "every session adopted by the peer");
     assert_eq!(lost, 0, "no acknowledged event lost");
     let _ = std::fs::remove_dir_all(scratch_dir());
 }

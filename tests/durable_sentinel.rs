@@ -116,7 +116,8 @@ fn a_sentinel_failover_is_followed_without_a_restart_and_sessions_are_durable_on
     let fresh = open_session(&server);
     run_call(&server, &fresh, 3);
     wait_for(Duration::from_secs(10), "a new session durable on the new primary", || {
-        promoted.command(&format!("HGET {} durable", store_key("tm:s:", &fresh))).as_deref() == Some("$1|1")
+        promoted.command(&format!("HGET {} durable", store_key("tm:s:", &fresh))).as_deref()
+            == Some("$1|1")
     });
     eprintln!("primary SIGKILLed → node up on the promoted replica: {followed:?}");
     let _ = std::fs::remove_dir_all(&dir);
@@ -151,7 +152,8 @@ fn with_fewer_replicas_than_asked_nothing_counts_written_and_calls_run_unprotect
     let sid = open_session(&plain);
     run_call(&plain, &sid, 1);
     wait_for(Duration::from_secs(5), "durable with --durable-replicas 0", || {
-        lone.command(&format!("HGET {} durable", store_key("tm:s:", &sid))).as_deref() == Some("$1|1")
+        lone.command(&format!("HGET {} durable", store_key("tm:s:", &sid))).as_deref()
+            == Some("$1|1")
     });
     let text = scrape(&plain.metrics());
     assert_eq!(metric(&text, "tidemark_durable_write_ahead_unprotected_total"), 0, "{text}");

@@ -130,7 +130,9 @@ impl Redis {
 
 impl Drop for Redis {
     fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-CONT", &self.child.id().to_string()]).status();
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = Command::new("kill").args(["-CONT", &self.child.id().to_string()]).status();
+        }
         self.kill();
     }
 }
