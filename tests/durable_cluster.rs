@@ -5,7 +5,7 @@
 //! on the promoted replica (a failover counted), and the node SIGKILLed and its sessions
 //! adopted by a peer through the cluster: no acknowledged event lost.
 //!
-//! Needs Debian's `redis-server` and `redis-cli` on PATH: skipped loudly without them, unless
+//! Needs Debian's `redis-server` (and its `redis-cli`) on PATH: skipped loudly without it, unless
 //! `TIDEMARK_REQUIRE_REDIS=1` (the README's test command sets it).
 
 mod support;

@@ -242,7 +242,11 @@ impl Writer {
     /// Connects and starts a new epoch; false when the store is unreachable.
     fn connect(&mut self) -> bool {
         let replication = store::Replication::of(&self.cfg);
-        match store::connect(&self.cfg.url, replication, Duration::from_millis(STORE_TIMEOUT_MS)) {
+        match super::engine::connect(
+            &self.cfg.url,
+            replication,
+            Duration::from_millis(STORE_TIMEOUT_MS),
+        ) {
             Ok((store, primary)) => {
                 self.store = Some(store);
                 self.followed(primary);

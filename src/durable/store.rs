@@ -18,7 +18,7 @@ use super::keys::{self, SessionKey, StreamRecord};
 use super::link::Link;
 use super::record::{EventImage, Record, SessionImage};
 use super::resp::Pipeline;
-use crate::config::{DurableStore, DurableUrl};
+use crate::config::DurableUrl;
 
 /// The store failed (unreachable, timed out, refused a command); the text says how.
 #[derive(Debug, thiserror::Error)]
@@ -155,35 +155,6 @@ impl Replication {
             .clamp(1, crate::config::DURABLE_REPLICAS_WAIT_MS_MAX);
         Replication { replicas: cfg.replicas, wait_ms }
     }
-}
-
-/// Connects to the store `target` names, bounded by `timeout` (the one place an engine is
-/// chosen: another engine adds its URL scheme here, nothing else changes): one server, the
-/// primary the sentinels name now, refused unless it says it is a primary, or every primary of
-/// a Redis Cluster. Also the primaries it connected to (what a failover changes).
-pub(crate) fn connect(
-    target: &DurableStore,
-    replication: Replication,
-    timeout: Duration,
-) -> Result<(Box<dyn Store>, String), StoreError> {
-    let (url, sentinel) = match target {
-        DurableStore::Redis(url) => (url.clone(), false),
-        DurableStore::Sentinel(sentinels) => {
-            (super::sentinel::primary(sentinels).map_err(StoreError)?, true)
-        }
-        DurableStore::Cluster(cluster) => {
-            let (store, primaries) =
-                super::cluster::ClusterStore::connect(cluster, replication, timeout)?;
-            return Ok((Box::new(store), primaries));
-        }
-    };
-    let mut store = RedisStore::connect(&url, timeout)?;
-    store.replication = replication;
-    if sentinel && !super::sentinel::is_primary(&mut store.connection)? {
-        return Err(StoreError(format!("{url}, named by the sentinels, is not a primary (yet)")));
-    }
-    let primary = url.to_string();
-    Ok((Box::new(store), primary))
 }
 
 /// `Store` on one Redis connection.
