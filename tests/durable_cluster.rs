@@ -27,9 +27,13 @@ const STEPS: u64 = 3;
 /// Six cluster-enabled servers made three primaries with a replica each.
 struct Cluster {
     nodes: Vec<Redis>,
+    /// Each node's cluster bus port.
+    buses: Vec<u16>,
 }
 
-fn cluster_node(index: usize, port: u16) -> Redis {
+/// Cluster node `index` on `port`, its cluster bus on `bus` (given: the default, `port` + 10000,
+/// is past 65535 for an ephemeral port above 55535).
+fn cluster_node(index: usize, port: u16, bus: u16) -> Redis {
     let conf = scratch_dir().join(format!("nodes-{index}.conf"));
     let conf = conf.to_str().expect("utf-8 path").to_owned();
     Redis::start_on(
@@ -40,6 +44,8 @@ fn cluster_node(index: usize, port: u16) -> Redis {
             "yes",
             "--cluster-config-file",
             &conf,
+            "--cluster-port",
+            &bus.to_string(),
             "--cluster-node-timeout",
             NODE_TIMEOUT_MS,
         ],
@@ -51,13 +57,14 @@ impl Cluster {
         for index in 0..6 {
             let _ = std::fs::remove_file(scratch_dir().join(format!("nodes-{index}.conf")));
         }
-        let nodes: Vec<Redis> = (0..6).map(|i| cluster_node(i, free_port())).collect();
+        let buses: Vec<u16> = (0..6).map(|_| free_port()).collect();
+        let nodes: Vec<Redis> = (0..6).map(|i| cluster_node(i, free_port(), buses[i])).collect();
         let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
         args.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)));
         args.extend(["--cluster-replicas", "1", "--cluster-yes"].map(String::from));
         let out = Command::new("redis-cli").args(&args).output().expect("redis-cli");
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
-        let cluster = Cluster { nodes };
+        let cluster = Cluster { nodes, buses };
         wait_until(Duration::from_secs(30), "the cluster ok, every replica in sync", || {
             cluster
                 .nodes
@@ -217,7 +224,7 @@ fn sessions_on_every_shard_survive_a_primarys_death_and_a_nodes_death_with_nothi
         cluster.role(replica).contains("master")
     });
     let promoted = killed.elapsed();
-    cluster.nodes[victim] = cluster_node(victim, victim_port);
+    cluster.nodes[victim] = cluster_node(victim, victim_port, cluster.buses[victim]);
     wait_until(Duration::from_secs(30), "the node followed the failover", || {
         let text = scrape(&first.metrics());
         metric(&text, "tidemark_durable_failovers_total") >= 1
