@@ -6,7 +6,7 @@
 #                test mode), the doc tests, and `cargo doc --no-deps` with warnings as errors;
 #                Debian's redis-server (apt-installed, redis-cli with it) for
 #                tests/durable_adopt.rs, durable_sentinel.rs and durable_cluster.rs (a
-#                three-shard Redis Cluster, a primary killed: about 8 s), required
+#                three-shard Redis Cluster, a primary killed: about 10 s), required
 #   clients      scripts/clients.sh: the official TypeScript and Python SDK clients against the
 #                release binary, including mid-call stream drops (cut proxy) and --threads 2,
 #                the 2026-07-28 era's clients (Python SDK default mode, TypeScript v2

@@ -3,7 +3,8 @@
 //! three primaries with a replica each (`redis-cli --cluster create`), sessions spread over
 //! every shard, a primary SIGKILLed and its replica promoted, the node's mirror writes resumed
 //! on the promoted replica (a failover counted), and the node SIGKILLed and its sessions
-//! adopted by a peer through the cluster: no acknowledged event lost.
+//! adopted by a peer through the cluster: no acknowledged event lost; then a paused owner's
+//! session adopted across shards (the lease's claims), the owner resumed writing nothing more.
 //!
 //! Needs Debian's `redis-server` (and its `redis-cli`) on PATH: skipped loudly without it, unless
 //! `TIDEMARK_REQUIRE_REDIS=1` (the README's test command sets it).
@@ -97,7 +98,8 @@ impl Cluster {
             .expect("each primary has a replica")
     }
 
-    /// The primary holding session `sid`'s record and what `line` (on its key) answers there.
+    /// The primary holding session `sid`'s keys and what `line` answers there (`KEY` in it: the
+    /// session's record).
     fn on_session(&self, sid: &str, line: &str) -> Option<(usize, String)> {
         let key = store_key("tm:s:", sid);
         self.primaries().into_iter().find_map(|p| {
@@ -266,5 +268,47 @@ fn sessions_on_every_shard_survive_a_primarys_death_and_a_nodes_death_with_nothi
     );
     assert_eq!(adopted, 2 * SESSIONS as u64, "every session adopted by the peer");
     assert_eq!(lost, 0, "no acknowledged event lost");
+    a_paused_owner_writes_nothing_into_its_adopted_session(&cluster, &url, &peer);
     let _ = std::fs::remove_dir_all(scratch_dir());
+}
+
+/// The leases across shards (`keys::CLAIM_SCRIPT`, `RENEW_SCRIPT`): node 3 streams a call,
+/// is SIGSTOPped past its lease, `peer` adopts its session through the cluster (the claim noted
+/// on the lease's shard, the compare-and-set on the session's), node 3 is resumed: its next
+/// renewal reads the claim and it writes nothing more into the session (the batch it had sent
+/// as it stopped may land: at most one entry), which stays the adopter's.
+fn a_paused_owner_writes_nothing_into_its_adopted_session(
+    cluster: &Cluster,
+    url: &str,
+    peer: &Server,
+) {
+    let owner = node("3", url);
+    let sid = open_session(&owner);
+    let body = call(7, "slow_counter", r#"{"steps":200,"delay_ms":10}"#, true);
+    let mut stream = call_stream(&owner, &sid, &body, &[]);
+    let mut cursor = String::new();
+    for _ in 0..20 {
+        cursor = stream.next_event().expect("progress before the pause").id.expect("an id");
+    }
+    std::thread::sleep(Duration::from_millis(150));
+    owner.signal("STOP");
+    std::thread::sleep(Duration::from_millis(500)); // past the 300 ms lease
+    let mut adopted = resume(peer, &sid, &cursor);
+    assert_eq!(adopted.status, 200, "the peer adopts the paused owner's session");
+    let last = adopted.rest().last().expect("a final").json();
+    assert_eq!(last["error"]["code"], -31006, "{last}");
+    let entries = || {
+        let line = format!("XLEN {}", store_key("tm:ev:", &sid));
+        let (_, xlen) = cluster.on_session(&sid, &line).expect("its shard");
+        xlen.trim_start_matches(':').parse::<u64>().expect("XLEN")
+    };
+    let before = entries();
+    owner.signal("CONT");
+    std::thread::sleep(Duration::from_millis(1500));
+    let after = entries();
+    let held = cluster.on_session(&sid, "HGET KEY owner").map(|(_, o)| o);
+    eprintln!("paused owner resumed: tm:ev entries {before} -> {after}, owner {held:?}");
+    assert_eq!(held.as_deref(), Some("$1|2"), "the adopter still owns it");
+    assert!(after <= before + 1, "the resumed owner wrote into the adopted session");
+    drop(stream);
 }
