@@ -35,12 +35,16 @@ struct Cluster {
 /// Cluster node `index` on `port`, its cluster bus on `bus` (given: the default, `port` + 10000,
 /// is past 65535 for an ephemeral port above 55535).
 fn cluster_node(index: usize, port: u16, bus: u16) -> Redis {
-    let conf = scratch_dir().join(format!("nodes-{index}.conf"));
+    let dir = scratch_dir();
+    let conf = dir.join(format!("nodes-{index}.conf"));
     let conf = conf.to_str().expect("utf-8 path").to_owned();
     Redis::start_on(
         port,
         &[],
         &[
+            // A replica's RDB file lands here, not in the test's working directory.
+            "--dir",
+            dir.to_str().expect("utf-8 path"),
             "--cluster-enabled",
             "yes",
             "--cluster-config-file",

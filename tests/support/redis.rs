@@ -73,12 +73,9 @@ impl Redis {
             "--appendonly",
             "no",
         ]);
-        let dir = scratch_dir();
-        let dir = dir.to_str().expect("utf-8 path");
         if before.is_empty() {
-            // A replica's first sync at once, not after Redis 7's 5 s wait for more replicas;
-            // the RDB file a replica loads through lands in the scratch directory.
-            args.extend(["--repl-diskless-sync-delay", "0", "--dir", dir]);
+            // A replica's first sync at once, not after Redis 7's 5 s wait for more replicas.
+            args.extend(["--repl-diskless-sync-delay", "0"]);
         }
         args.extend(extra);
         let child = Command::new("redis-server")
@@ -95,8 +92,11 @@ impl Redis {
         redis
     }
 
+    /// A replica of `primary`; the RDB file it loads through lands in `scratch_dir`.
     pub fn replica_of(primary: &Redis) -> Redis {
-        Redis::start(&[], &["--replicaof", "127.0.0.1", &primary.port.to_string()])
+        let dir = scratch_dir();
+        let dir = dir.to_str().expect("utf-8 path");
+        Redis::start(&[], &["--replicaof", "127.0.0.1", &primary.port.to_string(), "--dir", dir])
     }
 
     /// `redis://127.0.0.1:PORT`.
