@@ -24,7 +24,13 @@
 #           (reported), then SIGKILLs node 1: same counts as kill (no lost acknowledged event,
 #           no double execution, every call its result or -31006). Opt-in for now: 1 of 7
 #           release runs since the image fix failed one call, cause not yet read
-#   --only STAGES  comma-separated, from kill,redis,sentinel (default kill,redis)
+#   cluster the kill stage on a Redis Cluster (issue 41 item 2): three primaries with two
+#           replicas each (redis-cli --cluster create, cluster-node-timeout
+#           CLUSTER_NODE_TIMEOUT_MS; two replicas, so the promoted one still has one for
+#           --durable-replicas 1), the nodes on --durable redis+cluster://… --durable-replicas 1.
+#           node_death.py SIGKILLs one primary under load, waits for the first durable write
+#           after the promotion, then SIGKILLs node 1: same counts as kill. Opt-in like sentinel
+#   --only STAGES  comma-separated, from kill,redis,sentinel,cluster (default kill,redis)
 #   --calls N      legacy calls of the kill stage (default 300)
 #   --modern-calls N  keyed 2026-07-28 calls of the kill stage (default 100)
 #   --seed S       the kill stage's random choices (default: new, printed)
@@ -51,6 +57,10 @@ OUTAGE_QUEUE_BYTES=1048576
 SENTINEL_DOWN_AFTER_MS=1000
 SENTINEL_FAILOVER_TIMEOUT_MS=3000
 SENTINEL_MASTER=tidemark
+
+# The cluster stage's failover: a primary unanswered this long is failed, and its best replica
+# is elected about as long again after.
+CLUSTER_NODE_TIMEOUT_MS=1000
 
 stages="kill,redis"
 calls=300
@@ -231,6 +241,49 @@ stage_sentinel() {
         --store-kill-after-ms 1500,2500 --kill-after-ms 1000,2000
 }
 
+# start_cluster: nine cluster-enabled redis-servers made three primaries with two replicas each;
+# sets cluster_seeds (a 127.0.0.1:PORT list) and cluster_victim_pid (one primary's pid).
+start_cluster() {
+    local i port ports=() node_pids=() hosts=()
+    for i in $(seq 9); do
+        port="$(free_port)"
+        # The bus port given: the default, port + 10000, is past 65535 above 55535.
+        start_redis "cluster-node$i" "$port" --cluster-enabled yes \
+            --cluster-config-file "$RESULTS/cluster-nodes-$i.conf" \
+            --cluster-port "$(free_port)" --cluster-node-timeout "$CLUSTER_NODE_TIMEOUT_MS" \
+            --repl-diskless-sync-delay 0 --dir "$RESULTS"
+        ports+=("$port"); node_pids+=("$redis_pid"); hosts+=("127.0.0.1:$port")
+    done
+    redis-cli --cluster create "${hosts[@]}" --cluster-replicas 2 --cluster-yes \
+        >"$RESULTS/cluster-create.log" 2>&1
+    for _ in $(seq 300); do
+        local ok=0 synced=0
+        for port in "${ports[@]}"; do
+            redis-cli -p "$port" cluster info | grep -q 'cluster_state:ok' && ok=$((ok + 1))
+            redis-cli -p "$port" info replication | grep -q 'master_link_status:up' &&
+                synced=$((synced + 1))
+        done
+        [ "$ok" = 9 ] && [ "$synced" = 6 ] && break
+        sleep 0.1
+    done
+    cluster_seeds="127.0.0.1:${ports[0]},127.0.0.1:${ports[1]},127.0.0.1:${ports[2]}"
+    for i in "${!ports[@]}"; do
+        if redis-cli -p "${ports[$i]}" role | head -n 1 | grep -q master; then
+            cluster_victim_pid="${node_pids[$i]}"
+            return 0
+        fi
+    done
+    echo "durable.sh: the cluster has no primary" >&2
+    exit 1
+}
+
+stage_cluster() {
+    start_cluster
+    kill_stage cluster "redis+cluster://$cluster_seeds" \
+        --durable-replicas 1 -- --store-primary-pid "$cluster_victim_pid" \
+        --store-kill-after-ms 1500,2500 --kill-after-ms 1000,2000
+}
+
 stage_redis() {
     local rport p a rc=0
     rport="$(free_port)"; start_redis redis-outage "$rport"
@@ -256,7 +309,8 @@ for s in "${wanted[@]}"; do
         kill) stage_kill ;;
         redis) stage_redis ;;
         sentinel) stage_sentinel ;;
-        *) echo "durable.sh: unknown stage '$s' (known: kill, redis, sentinel)" >&2; exit 2 ;;
+        cluster) stage_cluster ;;
+        *) echo "durable.sh: unknown stage '$s' (known: kill, redis, sentinel, cluster)" >&2; exit 2 ;;
     esac
 done
 echo "durable: $passed passed, $failed failed"

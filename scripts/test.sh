@@ -4,7 +4,9 @@
 # The project's test command. Runs, in order, and keeps going when one fails:
 #   cargo        cargo test --workspace --all-targets (unit, integration, proptest, benches in
 #                test mode), the doc tests, and `cargo doc --no-deps` with warnings as errors;
-#                Debian's redis-server (apt-installed) for tests/durable_adopt.rs, required
+#                Debian's redis-server (apt-installed, redis-cli with it) for
+#                tests/durable_adopt.rs, durable_sentinel.rs and durable_cluster.rs (a
+#                three-shard Redis Cluster, a primary killed: about 10 s), required
 #   clients      scripts/clients.sh: the official TypeScript and Python SDK clients against the
 #                release binary, including mid-call stream drops (cut proxy) and --threads 2,
 #                the 2026-07-28 era's clients (Python SDK default mode, TypeScript v2
@@ -104,8 +106,9 @@ for s in "${selected[@]}"; do
     rc=0
     case "$s" in
         cargo)
-            # tests/durable_adopt.rs talks to a real redis-server; required here, not skipped.
-            if ! command -v redis-server >/dev/null; then
+            # tests/durable_*.rs talk to real redis-servers (the cluster test creates its cluster
+            # with redis-cli, a dependency of Debian's redis-server); required here, not skipped.
+            if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
                 # shellcheck source=scripts/apt-lib.sh
                 . "$ROOT/scripts/apt-lib.sh"
                 apt_install test.sh redis-server || rc=$?

@@ -277,6 +277,9 @@ mod tests {
         let args = ["tidemark", "--durable", "redis+sentinel://127.0.0.1:26379"];
         let bad = Config::try_from_args(args).expect_err("no master name");
         assert!(bad.contains("no /MASTER_NAME"), "{bad}");
+        let args = ["tidemark", "--durable", "redis+cluster://127.0.0.1:7000,127.0.0.1:7001"];
+        let cfg = Config::try_from_args(args).expect("a cluster parses");
+        assert!(matches!(cfg.durable.expect("durable").url, config::DurableStore::Cluster(_)));
     }
 
     #[test]

@@ -71,7 +71,7 @@
 //! | 2 | `logging` | the subscriber (`--log-format`, `--log-level`, colour only on a terminal), its SIGHUP reload, the per-kind rate limiter and its "N more suppressed" lines, the fixed field names and culprits |
 //! | 2 | `tls` | the listeners' rustls `ServerConfig` from the PEM files (`--tls-cert`, `--tls-key`), swapped whole on reload (SIGHUP); no socket |
 //! | 2 | `ratelimit` | one core's token buckets of `--rate-limit` (GCRA: one instant per bucket), the per-core share of each limit, the bounded bucket table that evicts only full buckets |
-//! | 2 | `durable` | the durable mirror (`--durable`, CONTRACT §10): the observer the eras report their changes to (a legacy session's `SessionChange` through `SessionMirror::observe`; a core's keyed calls and tasks, `CoreChange`, through `CoreTap::observe`), the store's key schema, one place for every key name and encoding both the writer (the mirror thread) and the reader (adoption) use; the store one Redis or the primary a set of sentinels names (`redis+sentinel://`, a failover followed at the next connection) |
+//! | 2 | `durable` | the durable mirror (`--durable`, CONTRACT §10): the observer the eras report their changes to (a legacy session's `SessionChange` through `SessionMirror::observe`; a core's keyed calls and tasks, `CoreChange`, through `CoreTap::observe`), the store's key schema, one place for every key name and encoding both the writer (the mirror thread) and the reader (adoption) use; the store one Redis, the primary a set of sentinels names (`redis+sentinel://`, a failover followed at the next connection), or a Redis Cluster (`redis+cluster://`, `cluster`: each session's keys in one slot, batches split per shard) |
 //! | 2 | `trace` | OpenTelemetry traces (`--otlp-endpoint`): W3C `traceparent`, a request's or an upstream call's span, the per-core bounded queues of finished spans and the exporter thread (OTLP/HTTP JSON) |
 //! | 2 | `http` | request head → byte ranges; status line and headers → bytes; knows nothing of MCP |
 //! | 1 | `config` | `Config` as sections (`server`, `http`, `sessions`, `trace`, `upstream`, `auth`, `modern`, `log`, `rate`, `durable`), a file each with its limits as named constants, defaults, validation and flags; `ConfigError`; the values they parse (the `--upstream` spec, filters, rate limits, the durable URL) |
@@ -123,7 +123,9 @@ pub use config::{KeyMaterial, UpstreamConfig};
 pub use config::{ModernConfig, RateConfig, ServerConfig, SessionsConfig, TraceConfig};
 // The types of the sections' fields an embedder sets.
 pub use config::{BuiltinSet, DriverChoice, Isolation, LogFormat, MigrationPolicy, ResponseMode};
-pub use config::{DurableStore, DurableUrl, RateLimit, SentinelUrl, TlsFiles, UpstreamSpec};
+pub use config::{
+    ClusterUrl, DurableStore, DurableUrl, RateLimit, SentinelUrl, TlsFiles, UpstreamSpec,
+};
 pub use logging::{init_logging, reload_log_level};
 pub use provider::{
     Annotations, CallContext, Caller, Changes, LocalBoxFuture, LogLevel, Notifier, Provider,

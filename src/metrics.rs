@@ -645,7 +645,7 @@ impl DurableStats {
             ("tidemark_durable_batches_total", "counter", "Mirror batches (one pipelined round trip each) the store acknowledged.", &self.batches_total),
             ("tidemark_durable_records_dropped_total", "counter", "Mirror records not written because the store was down or failed (their sessions stop being durable until rewritten).", &self.records_dropped_total),
             ("tidemark_durable_store_errors_total", "counter", "Connections to the durable store that failed or broke.", &self.store_errors_total),
-            ("tidemark_durable_failovers_total", "counter", "Connections to the durable store that reached another primary than the last one (a Sentinel failover followed).", &self.failovers_total),
+            ("tidemark_durable_failovers_total", "counter", "Connections to the durable store that reached another primary than the last one (a Sentinel or Cluster failover followed).", &self.failovers_total),
             ("tidemark_durable_batches_unreplicated_total", "counter", "Mirror batches the primary took but fewer replicas than --durable-replicas acknowledged within the wait (their sessions stop being durable until rewritten).", &self.batches_unreplicated_total),
             ("tidemark_durable_queue_records", "gauge", "Mirror records queued on every core together.", &self.queue_records),
             ("tidemark_durable_queue_bytes", "gauge", "Charged bytes of the mirror records queued on every core together.", &self.queue_bytes),

@@ -9,82 +9,10 @@
 
 mod support;
 
-use std::io::Write;
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use support::redis::{store_key, Redis};
 use support::*;
-
-/// A `redis-server` of its own on a free port; killed on drop.
-struct Redis {
-    child: Child,
-    port: u16,
-}
-
-impl Redis {
-    fn start() -> Option<Redis> {
-        let found = Command::new("sh").args(["-c", "command -v redis-server"]).output();
-        if !found.is_ok_and(|o| o.status.success()) {
-            if std::env::var("TIDEMARK_REQUIRE_REDIS").as_deref() == Ok("1") {
-                panic!("redis-server is not installed and TIDEMARK_REQUIRE_REDIS=1");
-            }
-            eprintln!("SKIPPED: redis-server not on PATH (apt-get install redis-server)");
-            return None;
-        }
-        let port =
-            TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("spawn redis-server");
-        let redis = Redis { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while redis.command("PING").as_deref() != Some("+PONG") {
-            assert!(Instant::now() < deadline, "redis-server did not answer PING");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Some(redis)
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    /// One inline command; its reply's lines joined by `|` (`$1|1` for a bulk "1").
-    fn command(&self, line: &str) -> Option<String> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        s.write_all(format!("{line}\r\n").as_bytes()).ok()?;
-        let mut buf = [0u8; 512];
-        let n = read_retrying(&mut s, &mut buf).ok()?;
-        Some(String::from_utf8_lossy(&buf[..n]).lines().collect::<Vec<_>>().join("|"))
-    }
-
-    fn signal(&self, sig: &str) {
-        let status =
-            Command::new("kill").args([&format!("-{sig}"), &self.child.id().to_string()]).status();
-        assert!(status.is_ok_and(|s| s.success()), "kill -{sig} redis-server");
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-CONT", &self.child.id().to_string()]).status();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn node(redis: &Redis, id: &str, extra: &[&str]) -> Server {
     let url = redis.url();
@@ -119,7 +47,7 @@ fn a_dead_nodes_session_is_adopted_by_one_peer_which_replays_it_and_never_reruns
     // Goal: the issue's race ("two nodes racing to adopt one session → one wins") and what the
     // winner serves: the events after the client's cursor, once and in order, then -31006
     // naming the dead node; a re-POST of the call is refused (409), not run again.
-    let Some(redis) = Redis::start() else { return };
+    let Some(redis) = Redis::standalone() else { return };
     let first = node(&redis, "1", &[]);
     let sid = open_session(&first);
     let body = call(7, "slow_counter", r#"{"steps":40,"delay_ms":50}"#, true);
@@ -182,10 +110,10 @@ fn a_dead_nodes_session_is_adopted_by_one_peer_which_replays_it_and_never_reruns
     let text = scrape(&winner.metrics());
     assert_eq!(metric(&text, "tidemark_durable_adoptions_total{outcome=\"adopted\"}"), 1);
     // Every key of the session has a time to live (the store is bounded like the node).
-    for key in ["tm:s:", "tm:st:", "tm:ev:"] {
-        let ttl = redis.command(&format!("PTTL {key}{sid}")).unwrap_or_default();
+    for key in ["tm:s:", "tm:st:", "tm:ev:"].map(|prefix| store_key(prefix, &sid)) {
+        let ttl = redis.command(&format!("PTTL {key}")).unwrap_or_default();
         let ms: i64 = ttl.trim_start_matches(':').parse().unwrap_or(-9);
-        assert!(ms > 0, "{key}{sid} has a TTL: {ttl}");
+        assert!(ms > 0, "{key} has a TTL: {ttl}");
     }
 }
 
@@ -195,7 +123,7 @@ fn at_its_queue_bound_a_stalled_store_makes_the_session_not_durable_until_it_ans
     // events overflow a 4-record queue: the worker never waits (the call ends on time), records
     // are refused and counted, the session is marked not durable; after SIGCONT the reaper
     // rewrites it whole and no session stays not durable.
-    let Some(redis) = Redis::start() else { return };
+    let Some(redis) = Redis::standalone() else { return };
     let server = node(&redis, "1", &["--durable-queue-records", "4"]);
     let sid = open_session(&server);
     redis.signal("STOP");
@@ -242,7 +170,7 @@ fn at_its_queue_bound_a_stalled_store_makes_the_session_not_durable_until_it_ans
         assert!(Instant::now() < deadline, "the session became durable again:\n{text}");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let key = format!("HGET tm:s:{sid} durable");
+    let key = format!("HGET {} durable", store_key("tm:s:", &sid));
     let deadline = Instant::now() + Duration::from_secs(5);
     while redis.command(&key).as_deref() != Some("$1|1") {
         assert!(
@@ -262,7 +190,7 @@ fn a_store_that_connects_but_refuses_writes_is_retried_at_the_reconnect_pause_no
     // busy loop on a worker's vCPU with two log lines per turn); it stays down (durable_up 0,
     // never 1 for a connection whose lease is refused) and the session is durable again once
     // the store takes writes.
-    let Some(redis) = Redis::start() else { return };
+    let Some(redis) = Redis::standalone() else { return };
     let server = node(&redis, "1", &[]);
     let sid = open_session(&server);
     assert_eq!(redis.command("CONFIG SET maxmemory 1").as_deref(), Some("+OK"));
@@ -297,7 +225,7 @@ fn a_store_that_connects_but_refuses_writes_is_retried_at_the_reconnect_pause_no
         }),
         "up again, and the session rewritten whole, once the store takes writes"
     );
-    let key = format!("HGET tm:s:{sid} durable");
+    let key = format!("HGET {} durable", store_key("tm:s:", &sid));
     assert_eq!(redis.command(&key).as_deref(), Some("$1|1"));
 }
 
@@ -307,7 +235,7 @@ fn a_non_idempotent_call_waits_for_its_record_at_most_the_write_ahead_bound() {
     // call starts once its record is written (no unprotected count); with the store stalled
     // it starts after the bound (not before, not much later), unprotected and counted, and its
     // session is no longer durable.
-    let Some(redis) = Redis::start() else { return };
+    let Some(redis) = Redis::standalone() else { return };
     let server = node(&redis, "1", &["--durable-write-ahead-ms", "400"]);
     let sid = open_session(&server);
     let body = |id| call(id, "slow_counter", r#"{"steps":1,"delay_ms":0}"#, true);
@@ -337,7 +265,7 @@ fn a_dead_nodes_tasks_are_answered_by_a_peer_finished_or_failed_with_outcome_unk
     // Goal: `tasks/get` reaching a peer after the task's node died gets the last mirrored
     // state: a finished task its result, a task that was still working a `failed` task whose
     // error is -31006 naming the dead node (never "not found", never left working forever).
-    let Some(redis) = Redis::start() else { return };
+    let Some(redis) = Redis::standalone() else { return };
     let first = Server::start(&[
         "--node-id",
         "1",
@@ -407,7 +335,7 @@ fn queues_drained(server: &Server) -> bool {
 
 /// How many `tm:ev` entries session `sid` has in the store (`XLEN`).
 fn event_entries(redis: &Redis, sid: &str) -> u64 {
-    let answer = redis.command(&format!("XLEN tm:ev:{sid}")).unwrap_or_default();
+    let answer = redis.command(&format!("XLEN {}", store_key("tm:ev:", sid))).unwrap_or_default();
     answer.trim_start_matches(':').parse().unwrap_or(0)
 }
 
@@ -415,7 +343,7 @@ fn event_entries(redis: &Redis, sid: &str) -> u64 {
 /// about 0.4 s (inside its 1 s answer bound, so it never counts as down), then written: the
 /// `tm:ev` entries the session has once they all are.
 fn entries_after_a_stall(extra: &[&str]) -> (u64, u64) {
-    let Some(redis) = Redis::start() else { return (0, 0) };
+    let Some(redis) = Redis::standalone() else { return (0, 0) };
     let server = node(&redis, "1", extra);
     let sid = open_session(&server);
     let body = call(1, "slow_counter", r#"{"steps":10,"delay_ms":30}"#, true);
@@ -464,7 +392,7 @@ fn the_store_trims_events_the_ring_evicted_within_the_trim_slack_and_a_peer_repl
     // 600 events written one per batch (so one entry each): the store never holds more than the
     // ring, the slack and the entry holding the ring's oldest event; then the node dies and a
     // peer resumes from a cursor inside the ring: exactly the events after it, once, in order.
-    let Some(redis) = Redis::start() else { return };
+    let Some(redis) = Redis::standalone() else { return };
     let ring = 16;
     let extra = ["--replay-events", "16", "--durable-batch-bytes", "1"];
     let first = node(&redis, "1", &extra);
@@ -512,7 +440,7 @@ fn a_tools_burst_of_events_is_mirrored_as_a_few_gathered_records_and_a_peer_repl
     // poll); the store's record count for the call stays small; then the node dies and a peer
     // resumes from a cursor in the middle of the burst: every later event, once, in order, then
     // the call's result (it finished before the crash).
-    let Some(redis) = Redis::start() else { return };
+    let Some(redis) = Redis::standalone() else { return };
     let first = node(&redis, "1", &[]);
     let sid = open_session(&first);
     let written = || metric(&scrape(&first.metrics()), "tidemark_durable_records_written_total");
@@ -553,7 +481,7 @@ fn a_stream_evicted_for_room_leaves_the_store_with_the_record_that_replaced_it()
     // (`Record::Event::gone`) and still reaches the store: the store holds exactly the streams
     // the session holds. Method: a 4-stream session, 12 calls one after the other (each settles
     // before the next opens, so each opening evicts the oldest).
-    let Some(redis) = Redis::start() else { return };
+    let Some(redis) = Redis::standalone() else { return };
     let server = node(&redis, "1", &["--max-streams-per-session", "4"]);
     let sid = open_session(&server);
     for id in 1..=12 {
@@ -563,7 +491,7 @@ fn a_stream_evicted_for_room_leaves_the_store_with_the_record_that_replaced_it()
     let drained = queues_drained(&server);
     assert!(drained, "the mirror took every queued record");
     std::thread::sleep(Duration::from_millis(100));
-    let held = redis.command(&format!("HLEN tm:st:{sid}")).unwrap_or_default();
+    let held = redis.command(&format!("HLEN {}", store_key("tm:st:", &sid))).unwrap_or_default();
     assert_eq!(held.trim(), ":4", "the store holds the session's 4 streams, no evicted one");
 }
 
@@ -592,7 +520,7 @@ fn durable_linger_gathers_records_into_fewer_batches_and_a_waiting_call_cuts_it_
     // non-idempotent, so it waits for its record (write-ahead, here at most 50 ms): with a
     // 100 ms linger it would wait out that bound unless the wait cuts the linger short, and
     // every one would be counted unprotected.
-    let Some(redis) = Redis::start() else { return };
+    let Some(redis) = Redis::standalone() else { return };
     let at_once = node(&redis, "1", &["--durable-linger-us", "0"]);
     let unlingered = batches_during(&at_once, 3, 20, 5);
     drop(at_once);
@@ -617,7 +545,7 @@ fn a_forged_id_of_another_node_costs_one_store_lookup_a_second() {
     // answered from the core's negative cache, counted `cached_absent`), both 404; once the
     // second is over, it is asked again. Method: node 2 and an id of node 1 the store never
     // held; the adoption outcomes on /metrics count the store's answers.
-    let Some(redis) = Redis::start() else { return };
+    let Some(redis) = Redis::standalone() else { return };
     let server = node(&redis, "2", &[]);
     let forged = format!("010000{}", "ab".repeat(16));
     let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
@@ -662,7 +590,7 @@ fn a_forged_task_id_costs_one_store_lookup_a_second_per_core() {
     // `tidemark_durable_task_lookups_total` counts the store's answers.
     const REQUESTS: u64 = 6;
     const CORES: u64 = 2;
-    let Some(redis) = Redis::start() else { return };
+    let Some(redis) = Redis::standalone() else { return };
     let server = node(&redis, "2", &[]);
     let forged = serde_json::json!({ "taskId": format!("01{}", "cd".repeat(16)) });
     let outcomes = || {
@@ -839,7 +767,7 @@ fn two_live_peers_race_to_adopt_a_paused_owners_streaming_session_one_adopts_not
     // when it stops; both peers ask for it from the same instant and again every 10 ms while
     // the lease is alive, so they meet the expiry together. Method: `race_after_pause`, whose
     // assertions are the goal's; then the owner is killed.
-    let Some(redis) = Redis::start() else { return };
+    let Some(redis) = Redis::standalone() else { return };
     let race = race_after_pause(&redis);
     race.owner.signal("KILL");
 }
@@ -854,13 +782,13 @@ fn a_paused_owner_that_resumes_after_its_session_was_adopted_writes_nothing_more
     // Method: `race_after_pause`, the entries of `tm:ev:SID` counted, SIGCONT, 1.5 s (elapsed
     // time is what is tested: the old owner's mirror renews and writes within it), counted
     // again, and the adopter's replay from the same cursor compared.
-    let Some(redis) = Redis::start() else { return };
+    let Some(redis) = Redis::standalone() else { return };
     let race = race_after_pause(&redis);
-    let entries = || redis.command(&format!("XLEN tm:ev:{}", race.sid));
+    let entries = || redis.command(&format!("XLEN {}", store_key("tm:ev:", &race.sid)));
     let before = entries();
     race.owner.signal("CONT");
     std::thread::sleep(Duration::from_millis(1500));
-    let owner = redis.command(&format!("HGET tm:s:{} owner", race.sid));
+    let owner = redis.command(&format!("HGET {} owner", store_key("tm:s:", &race.sid)));
     let winner_id = if race.winner == 0 { "2" } else { "3" };
     assert_eq!(owner, Some(format!("$1|{winner_id}")), "the adopter still owns it");
     let count = |reply: Option<String>| {

@@ -10,123 +10,27 @@
 
 mod support;
 
-use std::io::Write;
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use support::redis::{free_port, have_redis, scratch_dir, store_key, Redis};
 use support::*;
 
 /// The name the sentinel monitors the primary under.
 const MASTER: &str = "tm";
 
-/// A `redis-server` (or sentinel) of its own on a free port; killed on drop.
-struct Redis {
-    child: Child,
-    port: u16,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
-}
-
-fn have_redis() -> bool {
-    let found = Command::new("sh").args(["-c", "command -v redis-server"]).output();
-    if found.is_ok_and(|o| o.status.success()) {
-        return true;
-    }
-    if std::env::var("TIDEMARK_REQUIRE_REDIS").as_deref() == Ok("1") {
-        panic!("redis-server is not installed and TIDEMARK_REQUIRE_REDIS=1");
-    }
-    eprintln!("SKIPPED: redis-server not on PATH (apt-get install redis-server)");
-    false
-}
-
-impl Redis {
-    /// A server on a free port with `extra` arguments (a config file first, for a sentinel).
-    fn start(before: &[&str], extra: &[&str]) -> Redis {
-        let port = free_port();
-        let port_text = port.to_string();
-        let mut args: Vec<&str> = before.to_vec();
-        args.extend([
-            "--port",
-            &port_text,
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ]);
-        let dir = scratch_dir();
-        let dir = dir.to_str().expect("utf-8 path");
-        if before.is_empty() {
-            // A replica's first sync at once, not after Redis 7's 5 s wait for more replicas;
-            // the RDB file a replica loads through lands in the scratch directory.
-            args.extend(["--repl-diskless-sync-delay", "0", "--dir", dir]);
-        }
-        args.extend(extra);
-        let child = Command::new("redis-server")
-            .args(&args)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("spawn redis-server");
-        let redis = Redis { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while redis.command("PING").as_deref() != Some("+PONG") {
-            assert!(Instant::now() < deadline, "redis-server on {port} did not answer PING");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        redis
-    }
-
-    fn replica_of(primary: &Redis) -> Redis {
-        Redis::start(&[], &["--replicaof", "127.0.0.1", &primary.port.to_string()])
-    }
-
-    /// A sentinel monitoring `primary` (quorum 1, down after 500 ms: a failover in ~2 s).
-    fn sentinel(primary: &Redis, dir: &std::path::Path) -> Redis {
-        let conf = dir.join(format!("sentinel-{}.conf", primary.port));
-        let text = format!(
-            "sentinel monitor {MASTER} 127.0.0.1 {} 1\n\
-             sentinel down-after-milliseconds {MASTER} 500\n\
-             sentinel failover-timeout {MASTER} 2000\n\
-             sentinel parallel-syncs {MASTER} 2\n",
-            primary.port
-        );
-        std::fs::write(&conf, text).expect("sentinel.conf");
-        let conf = conf.to_str().expect("utf-8 path").to_owned();
-        Redis::start(&[&conf, "--sentinel"], &[])
-    }
-
-    /// One inline command; its reply's lines joined by `|` (`$1|1` for a bulk "1").
-    fn command(&self, line: &str) -> Option<String> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        s.write_all(format!("{line}\r\n").as_bytes()).ok()?;
-        let mut buf = [0u8; 4096];
-        let n = read_retrying(&mut s, &mut buf).ok()?;
-        Some(String::from_utf8_lossy(&buf[..n]).lines().collect::<Vec<_>>().join("|"))
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// A directory of its own for the sentinel's config (Sentinel rewrites it).
-fn scratch_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tidemark-sentinel-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
+/// A sentinel monitoring `primary` (quorum 1, down after 500 ms: a failover in ~2 s).
+fn sentinel(primary: &Redis, dir: &std::path::Path) -> Redis {
+    let conf = dir.join(format!("sentinel-{}.conf", primary.port));
+    let text = format!(
+        "sentinel monitor {MASTER} 127.0.0.1 {} 1\n\
+         sentinel down-after-milliseconds {MASTER} 500\n\
+         sentinel failover-timeout {MASTER} 2000\n\
+         sentinel parallel-syncs {MASTER} 2\n",
+        primary.port
+    );
+    std::fs::write(&conf, text).expect("sentinel.conf");
+    let conf = conf.to_str().expect("utf-8 path").to_owned();
+    Redis::start(&[&conf, "--sentinel"], &[])
 }
 
 fn node(durable: &str, extra: &[&str]) -> Server {
@@ -172,7 +76,7 @@ fn a_sentinel_failover_is_followed_without_a_restart_and_sessions_are_durable_on
             r.command("INFO replication").is_some_and(|i| i.contains("master_link_status:up"))
         })
     });
-    let sentinel = Redis::sentinel(&primary, &dir);
+    let sentinel = sentinel(&primary, &dir);
     wait_for(Duration::from_secs(15), "the sentinel sees both replicas", || {
         let known = sentinel.command(&format!("SENTINEL replicas {MASTER}")).unwrap_or_default();
         replicas.iter().all(|r| known.contains(&r.port.to_string()))
@@ -185,7 +89,7 @@ fn a_sentinel_failover_is_followed_without_a_restart_and_sessions_are_durable_on
     });
     let sid = open_session(&server);
     run_call(&server, &sid, 1);
-    let key = format!("HGET tm:s:{sid} durable");
+    let key = format!("HGET {} durable", store_key("tm:s:", &sid));
     wait_for(Duration::from_secs(5), "the session durable on the primary", || {
         primary.command(&key).as_deref() == Some("$1|1")
     });
@@ -212,7 +116,8 @@ fn a_sentinel_failover_is_followed_without_a_restart_and_sessions_are_durable_on
     let fresh = open_session(&server);
     run_call(&server, &fresh, 3);
     wait_for(Duration::from_secs(10), "a new session durable on the new primary", || {
-        promoted.command(&format!("HGET tm:s:{fresh} durable")).as_deref() == Some("$1|1")
+        promoted.command(&format!("HGET {} durable", store_key("tm:s:", &fresh))).as_deref()
+            == Some("$1|1")
     });
     eprintln!("primary SIGKILLed → node up on the promoted replica: {followed:?}");
     let _ = std::fs::remove_dir_all(&dir);
@@ -247,7 +152,8 @@ fn with_fewer_replicas_than_asked_nothing_counts_written_and_calls_run_unprotect
     let sid = open_session(&plain);
     run_call(&plain, &sid, 1);
     wait_for(Duration::from_secs(5), "durable with --durable-replicas 0", || {
-        lone.command(&format!("HGET tm:s:{sid} durable")).as_deref() == Some("$1|1")
+        lone.command(&format!("HGET {} durable", store_key("tm:s:", &sid))).as_deref()
+            == Some("$1|1")
     });
     let text = scrape(&plain.metrics());
     assert_eq!(metric(&text, "tidemark_durable_write_ahead_unprotected_total"), 0, "{text}");

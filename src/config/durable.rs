@@ -1,5 +1,5 @@
 //! The durable section (`--durable*`, CONTRACT §10): the mirror's bounds as limits, its
-//! settings, validation and flags; the store's URL (one server or a Sentinel set) is
+//! settings, validation and flags; the store's URL (one server, a Sentinel set or a Cluster) is
 //! `durable_url`'s. Owned here, on the
 //! ground floor, so `Config` imports nothing of the crate; `durable` reads them. Never: opens
 //! a connection.
@@ -61,7 +61,7 @@ pub(crate) const DURABLE_ADOPTIONS_MAX: usize = 256;
 /// The durable mirror's settings (`--durable*`); `Config::durable` is `None` when it is off.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DurableConfig {
-    /// The store (`--durable`): one server, or the primary the sentinels name.
+    /// The store (`--durable`): one server, the primary the sentinels name, or a Cluster.
     pub url: DurableStore,
     /// Replicas that must acknowledge a batch (`--durable-replicas`; 0: the primary alone).
     pub replicas: u32,
@@ -133,7 +133,8 @@ pub(crate) struct DurableFlags {
     /// Mirror sessions, streams, events, keyed records and tasks to this Redis 7 / Valkey
     /// server, redis://HOST:PORT[/DB], or to the primary the sentinels name,
     /// redis+sentinel://S1:PORT,S2:PORT,.../MASTER_NAME[/DB] (found again after a failover),
-    /// so a peer node can adopt them if this one dies (docs/reliability.md). Off by default.
+    /// or to a Redis Cluster, redis+cluster://N1:PORT,N2:PORT,... (each session's keys in one
+    /// slot; the slot map asked of the nodes, again after a failover), so a peer node can adopt them if this one dies (docs/reliability.md). Off by default.
     #[arg(long, value_name = "URL")]
     pub(crate) durable: Option<String>,
     /// Replicas that must hold a mirror batch (Redis WAIT, bounded by

@@ -1,7 +1,8 @@
 //! The `--durable` flag's value, parsed at start-up: one server, `redis://HOST:PORT[/DB]`
 //! (`DurableUrl`), or the primary a set of sentinels names,
-//! `redis+sentinel://S1:PORT,S2:PORT,…/MASTER_NAME[/DB]` (`SentinelUrl`); `DurableStore` is
-//! either.
+//! `redis+sentinel://S1:PORT,S2:PORT,…/MASTER_NAME[/DB]` (`SentinelUrl`), or a Redis Cluster
+//! found through any of its nodes, `redis+cluster://N1:PORT,N2:PORT,…` (`ClusterUrl`);
+//! `DurableStore` is one of them.
 //!
 //! Owns: those values and why one is refused. Never: opens a connection.
 
@@ -11,6 +12,10 @@ use std::fmt;
 /// each lookup may try every one in turn (each bounded by the store's timeout).
 pub(crate) const SENTINELS_MAX: usize = 16;
 
+/// Most seed nodes one `redis+cluster://` value may name: the cluster names the rest itself
+/// (`CLUSTER SLOTS`), and each connection may try every seed in turn.
+pub(crate) const CLUSTER_SEEDS_MAX: usize = 16;
+
 /// Where the durable mirror lives (`--durable`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DurableStore {
@@ -18,6 +23,65 @@ pub enum DurableStore {
     Redis(DurableUrl),
     /// The primary the sentinels name, found again after a failover.
     Sentinel(SentinelUrl),
+    /// A Redis Cluster: each slot's primary, from the slot map its nodes publish.
+    Cluster(ClusterUrl),
+}
+
+/// A Redis Cluster: `redis+cluster://N1:PORT,N2:PORT,…`, nodes asked in turn for the slot map
+/// (a cluster has database 0 only).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterUrl {
+    /// The seed nodes: host and port each.
+    pub seeds: Vec<(String, u16)>,
+}
+
+/// Why a `redis+cluster://` value was refused: the value, and what is wrong with it.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("--durable redis+cluster://N1:PORT,N2:PORT,…: {1}, got {0:?}")]
+pub struct ClusterUrlError(pub String, pub String);
+
+impl ClusterUrl {
+    const SCHEME: &'static str = "redis+cluster://";
+
+    /// Parses `redis+cluster://N1:PORT,…` (a trailing `/` allowed); each refusal says why.
+    pub fn parse(text: &str) -> Result<ClusterUrl, ClusterUrlError> {
+        let bad = |why: &str| ClusterUrlError(text.to_owned(), why.to_owned());
+        let rest = text.strip_prefix(Self::SCHEME).ok_or_else(|| bad("not redis+cluster://"))?;
+        let hosts = rest.strip_suffix('/').unwrap_or(rest);
+        if hosts.contains('/') {
+            return Err(bad("a cluster has no database or name to give after /"));
+        }
+        let mut seeds = Vec::new();
+        for authority in hosts.split(',') {
+            let seed = host_port(authority)
+                .ok_or_else(|| bad(&format!("node {authority:?} is not HOST:PORT")))?;
+            seeds.push(seed);
+        }
+        if seeds.len() > CLUSTER_SEEDS_MAX {
+            return Err(bad(&format!("more than {CLUSTER_SEEDS_MAX} nodes")));
+        }
+        Ok(ClusterUrl { seeds })
+    }
+}
+
+impl fmt::Display for ClusterUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(Self::SCHEME)?;
+        write_hosts(f, &self.seeds)
+    }
+}
+
+/// `H1:P1,H2:P2,…`, a v6 host in brackets.
+fn write_hosts(f: &mut fmt::Formatter<'_>, hosts: &[(String, u16)]) -> fmt::Result {
+    for (i, (host, port)) in hosts.iter().enumerate() {
+        let comma = if i == 0 { "" } else { "," };
+        if host.contains(':') {
+            write!(f, "{comma}[{host}]:{port}")?;
+        } else {
+            write!(f, "{comma}{host}:{port}")?;
+        }
+    }
+    Ok(())
 }
 
 /// A Sentinel-managed store: `redis+sentinel://S1:PORT,S2:PORT,…/MASTER_NAME[/DB]`.
@@ -37,8 +101,13 @@ pub struct SentinelUrl {
 pub struct SentinelUrlError(pub String, pub String);
 
 impl DurableStore {
-    /// Parses either shape (`redis://` exactly as `DurableUrl::parse` does).
+    /// Parses any shape (`redis://` exactly as `DurableUrl::parse` does).
     pub fn parse(text: &str) -> Result<DurableStore, DurableUrlError> {
+        if text.starts_with(ClusterUrl::SCHEME) {
+            return ClusterUrl::parse(text)
+                .map(DurableStore::Cluster)
+                .map_err(|e| DurableUrlError(e.to_string()));
+        }
         if text.starts_with(SentinelUrl::SCHEME) {
             return SentinelUrl::parse(text)
                 .map(DurableStore::Sentinel)
@@ -53,6 +122,7 @@ impl fmt::Display for DurableStore {
         match self {
             DurableStore::Redis(url) => url.fmt(f),
             DurableStore::Sentinel(url) => url.fmt(f),
+            DurableStore::Cluster(url) => url.fmt(f),
         }
     }
 }
@@ -104,14 +174,7 @@ impl SentinelUrl {
 impl fmt::Display for SentinelUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(Self::SCHEME)?;
-        for (i, (host, port)) in self.sentinels.iter().enumerate() {
-            let comma = if i == 0 { "" } else { "," };
-            if host.contains(':') {
-                write!(f, "{comma}[{host}]:{port}")?;
-            } else {
-                write!(f, "{comma}{host}:{port}")?;
-            }
-        }
+        write_hosts(f, &self.sentinels)?;
         write!(f, "/{}/{}", self.master, self.db)
     }
 }
@@ -138,8 +201,9 @@ impl DurableUrl {
     pub fn parse(text: &str) -> Result<DurableUrl, DurableUrlError> {
         let bad = || {
             DurableUrlError(format!(
-                "--durable must be redis://HOST:PORT[/DB] or \
-                 redis+sentinel://S1:PORT,S2:PORT,…/MASTER_NAME[/DB], got {text:?}"
+                "--durable must be redis://HOST:PORT[/DB], \
+                 redis+sentinel://S1:PORT,S2:PORT,…/MASTER_NAME[/DB] or \
+                 redis+cluster://N1:PORT,N2:PORT,…, got {text:?}"
             ))
         };
         let rest = text.strip_prefix("redis://").ok_or_else(bad)?;
@@ -222,6 +286,32 @@ mod tests {
             let refused = DurableStore::parse(bad).expect_err(bad).to_string();
             assert!(refused.contains(why) && refused.contains(bad), "{bad:?}: {refused}");
             assert!(refused.starts_with("--durable redis+sentinel://"), "{refused}");
+        }
+    }
+
+    #[test]
+    fn cluster_urls_parse_and_each_refusal_says_why() {
+        // Goal: the Cluster shape parses (v6 nodes, a trailing slash) and prints back; every
+        // malformed value is refused at start-up with what is wrong named.
+        let store = DurableStore::parse("redis+cluster://10.0.0.1:7000,[::1]:7001,n3:7002/");
+        let Ok(DurableStore::Cluster(url)) = store else { panic!("{store:?}") };
+        assert_eq!(url.seeds.len(), 3);
+        assert_eq!(url.seeds[1], ("::1".to_owned(), 7001));
+        assert_eq!(url.to_string(), "redis+cluster://10.0.0.1:7000,[::1]:7001,n3:7002");
+        let most = format!("redis+cluster://{}", vec!["n:1"; CLUSTER_SEEDS_MAX].join(","));
+        assert!(ClusterUrl::parse(&most).is_ok(), "{CLUSTER_SEEDS_MAX} nodes at the limit");
+        let too_many = format!("redis+cluster://{}", vec!["n:1"; CLUSTER_SEEDS_MAX + 1].join(","));
+        for (bad, why) in [
+            ("redis+cluster://", "node \"\" is not HOST:PORT"),
+            ("redis+cluster://n1:7000,", "node \"\" is not HOST:PORT"),
+            ("redis+cluster://n1", "node \"n1\" is not HOST:PORT"),
+            ("redis+cluster://u:p@n1:7000", "is not HOST:PORT"),
+            ("redis+cluster://n1:7000/0", "no database"),
+            (too_many.as_str(), "more than 16 nodes"),
+        ] {
+            let refused = DurableStore::parse(bad).expect_err(bad).to_string();
+            assert!(refused.contains(why) && refused.contains(bad), "{bad:?}: {refused}");
+            assert!(refused.starts_with("--durable redis+cluster://"), "{refused}");
         }
     }
 }

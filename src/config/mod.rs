@@ -51,7 +51,7 @@ pub(crate) use sessions::{BufferFlags, ModeFlags, SessionFlags};
 pub(crate) use trace::TraceFlags;
 pub(crate) use upstream::UpstreamFlags;
 // The values the sections hold, and why one is refused.
-pub use durable_url::{DurableStore, DurableUrl, SentinelUrl};
+pub use durable_url::{ClusterUrl, DurableStore, DurableUrl, SentinelUrl};
 pub use error::ConfigError;
 pub(crate) use filter::{glob_matches, FilterError, UpstreamFilters};
 pub(crate) use jwks::jwks_sources;

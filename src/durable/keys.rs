@@ -7,58 +7,75 @@ use std::fmt::Write as _;
 /// Prefix of every key, so the store can be shared with other programs.
 pub(crate) const PREFIX: &str = "tm:";
 
-/// `tm:lease:NODE`: a node's liveness lease.
+/// `tm:lease:{NODE}`: a node's liveness lease. The node id is the key's hash tag (Redis
+/// Cluster hashes only what is between the first `{` and the next `}`), so the lease and the
+/// claims on it (`claims`) share a slot: one script reads and renews both.
 pub(crate) fn lease(node: u8) -> String {
-    format!("{PREFIX}lease:{node}")
+    format!("{PREFIX}lease:{{{node}}}")
 }
 
-/// A session's three keys, each its prefix then the session id.
+/// `tm:claims:{NODE}`: in a Redis Cluster, the sessions adopters claimed while `NODE`'s lease
+/// was absent (a set, `CLAIM_SCRIPT`); the node reads and empties it as it renews its lease
+/// (`RENEW_SCRIPT`). Same slot as the lease.
+pub(crate) fn claims(node: u8) -> String {
+    format!("{PREFIX}claims:{{{node}}}")
+}
+
+/// What closes a session key's hash tag (`SessionKey::prefix` opens it).
+pub(crate) const TAG_END: &str = "}";
+
+/// A session's three keys, each its prefix then the session id as the key's hash tag (`{SID}`):
+/// in a Redis Cluster every key of a session is in one slot, so a batch's commands for it go
+/// to one shard in order and adoption's compare-and-set is single-slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum SessionKey {
-    /// `tm:s:SID`: the session's record (hash).
+    /// `tm:s:{SID}`: the session's record (hash).
     Record,
-    /// `tm:st:SID`: its request streams (hash: stream key → `StreamRecord` JSON).
+    /// `tm:st:{SID}`: its request streams (hash: stream key → `StreamRecord` JSON).
     Streams,
-    /// `tm:ev:SID`: its events (a Redis stream).
+    /// `tm:ev:{SID}`: its events (a Redis stream).
     Events,
 }
 
 impl SessionKey {
-    /// What the key's name starts with (`PREFIX` first).
+    /// What the key's name starts with (`PREFIX` first, the hash tag's `{` last); the session
+    /// id and `TAG_END` follow.
     pub(crate) const fn prefix(self) -> &'static str {
         match self {
-            SessionKey::Record => "tm:s:",
-            SessionKey::Streams => "tm:st:",
-            SessionKey::Events => "tm:ev:",
+            SessionKey::Record => "tm:s:{",
+            SessionKey::Streams => "tm:st:{",
+            SessionKey::Events => "tm:ev:{",
         }
     }
 
     /// The key's name for session `sid`.
     pub(crate) fn name(self, sid: &str) -> String {
-        let mut name = String::with_capacity(self.prefix().len() + sid.len());
+        let mut name = String::with_capacity(self.prefix().len() + sid.len() + 1);
         name.push_str(self.prefix());
         name.push_str(sid);
+        name.push_str(TAG_END);
         name
     }
 }
 
-/// `tm:s:SID`: a session's record (hash).
+/// `tm:s:{SID}`: a session's record (hash).
 pub(crate) fn session(sid: &str) -> String {
     SessionKey::Record.name(sid)
 }
 
-/// `tm:st:SID`: a session's request streams.
+/// `tm:st:{SID}`: a session's request streams.
 pub(crate) fn streams(sid: &str) -> String {
     SessionKey::Streams.name(sid)
 }
 
-/// `tm:ev:SID`: a session's events.
+/// `tm:ev:{SID}`: a session's events.
 pub(crate) fn events(sid: &str) -> String {
     SessionKey::Events.name(sid)
 }
 
 /// `tm:k:SUBJ:KEY`: a 2026-07-28 `Idempotency-Key` record; the subject in hex (`-` without
-/// one) so a subject's bytes can never forge another subject's key.
+/// one) so a subject's bytes can never forge another subject's key. One key, so always one
+/// slot (a `{…}` in the client's key only chooses which: `slot` follows the same rule).
 pub(crate) fn keyed(subject: Option<&str>, key: &str) -> String {
     let mut name =
         String::with_capacity(PREFIX.len() + 4 + key.len() + 2 * subject.map_or(1, str::len));
@@ -78,7 +95,7 @@ pub(crate) fn keyed(subject: Option<&str>, key: &str) -> String {
 /// What a task's key starts with (then its id).
 pub(crate) const TASK_PREFIX: &str = "tm:t:";
 
-/// `tm:t:TASK`: a task's record (hash).
+/// `tm:t:TASK`: a task's record (hash; one key, so one slot).
 pub(crate) fn task(id: &str) -> String {
     format!("{TASK_PREFIX}{id}")
 }
@@ -220,19 +237,95 @@ mod decimal_string {
 }
 
 /// Adoption's compare-and-set, atomic in the store (a Lua script): `KEYS[1]` the session
-/// (`tm:s:SID`), `KEYS[2]` its owner's lease (`tm:lease:OLD`); `ARGV[1]` the owner the adopter
-/// saw, `ARGV[2]` the adopter. Returns 1 when the adopter owns the session afterwards (it won,
-/// or had already won), 0 when another node owns it, the owner's lease is alive, or the
-/// session's mirror is incomplete (`durable` = `0`).
+/// (`tm:s:{SID}`), `KEYS[2]` its owner's lease (`tm:lease:{OLD}`); `ARGV[1]` the owner the
+/// adopter saw, `ARGV[2]` the adopter. Returns 1 when the adopter owns the session afterwards
+/// (it won, or had already won), 0 when another node owns it, the owner's lease is alive, or
+/// the session's mirror is incomplete (`durable` = `0`). In a Redis Cluster the lease is in
+/// another slot: the script gets the session alone (`KEYS[2]` is then nil and not read) and
+/// `CLAIM_SCRIPT` checks the lease first, on the lease's shard.
 pub(crate) const ADOPT_SCRIPT: &str = r"
 local owner = redis.call('HGET', KEYS[1], 'owner')
 if owner == ARGV[2] then return 1 end
 if owner ~= ARGV[1] then return 0 end
 if redis.call('HGET', KEYS[1], 'durable') == '0' then return 0 end
-if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+if KEYS[2] and redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'owner', ARGV[2])
 return 1
 ";
+
+/// How long a claim stays in `tm:claims:{NODE}` when the node never renews its lease again: far
+/// past any adopter's compare-and-set in flight (each bounded by the store's timeout), so a
+/// node that comes back reads every claim that may still land.
+pub(crate) const CLAIMS_TTL_MS: u64 = 60_000;
+
+/// A Redis Cluster adopter's first step, on the lease's shard: `KEYS[1]` the owner's lease,
+/// `KEYS[2]` its claims (`claims`); `ARGV[1]` the session, `ARGV[2]` `CLAIMS_TTL_MS`. Returns 0
+/// when the lease is alive; else notes the claim and returns 1, and the adopter runs
+/// `ADOPT_SCRIPT` on the session's shard. The owner's renewal (`RENEW_SCRIPT`) is atomic with
+/// these notes on the same shard: a claim is either before it (the renewing node reads it and
+/// never writes that session again, whether or not the compare-and-set lands) or refused.
+pub(crate) const CLAIM_SCRIPT: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return 1
+";
+
+/// A node's lease renewal in a Redis Cluster: `KEYS[1]` its lease, `KEYS[2]` its claims;
+/// `ARGV[1]` its boot id, `ARGV[2]` the lease in ms. Returns the lease's value before (`''`
+/// when absent) and the sessions claimed since the last renewal (emptied).
+pub(crate) const RENEW_SCRIPT: &str = r"
+local held = redis.call('GET', KEYS[1])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local claimed = redis.call('SMEMBERS', KEYS[2])
+redis.call('DEL', KEYS[2])
+return {held or '', claimed}
+";
+
+/// Redis Cluster's slots (`CLUSTER SLOTS` ranges cover 0..SLOTS).
+pub(crate) const SLOTS: usize = 16_384;
+
+/// CRC16/XMODEM (polynomial 0x1021, initial 0), Redis Cluster's key hash, one table lookup per
+/// byte.
+const CRC16_TABLE: [u16; 256] = {
+    let mut table = [0u16; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        let mut crc = (byte as u16) << 8;
+        let mut bit = 0;
+        while bit < 8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+            bit += 1;
+        }
+        table[byte] = crc;
+        byte += 1;
+    }
+    table
+};
+
+/// CRC16/XMODEM of `bytes`.
+pub(crate) fn crc16(bytes: &[u8]) -> u16 {
+    bytes.iter().fold(0u16, |crc, &b| (crc << 8) ^ CRC16_TABLE[usize::from(((crc >> 8) as u8) ^ b)])
+}
+
+/// The Redis Cluster slot of key `key`: the CRC16 of its hash tag (what lies between its first
+/// `{` and the first `}` after it, when that is not empty), else of the whole key.
+pub(crate) fn slot(key: &[u8]) -> u16 {
+    let tag = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let close = key[open + 1..].iter().position(|&b| b == b'}')?;
+            (close > 0).then(|| &key[open + 1..open + 1 + close])
+        })
+        .unwrap_or(key);
+    crc16(tag) % SLOTS as u16
+}
+
+/// The slot of every key of session `sid` (its hash tag is the id).
+pub(crate) fn session_slot(sid: &str) -> u16 {
+    crc16(sid.as_bytes()) % SLOTS as u16
+}
 
 #[cfg(test)]
 mod tests {
@@ -312,10 +405,11 @@ mod tests {
         // Goal: the names are exactly the documented ones (a reader in another process
         // builds them from the same functions), and no subject can forge another's key.
         let sid = "01000a".to_owned() + &"f".repeat(32);
-        assert_eq!(lease(7), "tm:lease:7");
-        assert_eq!(session(&sid), format!("tm:s:{sid}"));
-        assert_eq!(streams(&sid), format!("tm:st:{sid}"));
-        assert_eq!(events(&sid), format!("tm:ev:{sid}"));
+        assert_eq!(lease(7), "tm:lease:{7}");
+        assert_eq!(claims(7), "tm:claims:{7}");
+        assert_eq!(session(&sid), format!("tm:s:{{{sid}}}"));
+        assert_eq!(streams(&sid), format!("tm:st:{{{sid}}}"));
+        assert_eq!(events(&sid), format!("tm:ev:{{{sid}}}"));
         assert_eq!(task("abc"), "tm:t:abc");
         for kind in [SessionKey::Record, SessionKey::Streams, SessionKey::Events] {
             assert!(kind.prefix().starts_with(PREFIX));
@@ -336,5 +430,32 @@ mod tests {
         assert_eq!(unpack_events(&run[..run.len() - 1]), None, "a cut run is malformed");
         assert_eq!(unpack_events(&[1, 0, 0]), None);
         assert_eq!(event_seq("x-1"), None);
+    }
+
+    #[test]
+    fn slots_are_redis_clusters_crc16_of_the_hash_tag() {
+        // Goal: the slot of a key is the one Redis Cluster computes (the CRC16 check value of
+        // "123456789" is 0x31C3, slot 12739; the other figures are `CLUSTER KEYSLOT`'s on
+        // Redis 7.0), the hash tag rules included, so a batch is sent to the shard that owns it.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(slot(b"123456789"), 12739);
+        assert_eq!(slot(b"foo"), 12182);
+        assert_eq!(slot(b"bar"), 5061);
+        assert_eq!(slot(b""), 0);
+        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
+        assert_eq!(slot(b"foo{}{bar}"), 8363, "an empty tag: the whole key is hashed");
+        assert_eq!(slot(b"foo{{bar}}zap"), 4015, "the first {{ to the first }} after it");
+        assert_eq!(slot(b"{bar"), 4015);
+        assert_eq!(slot(b"foo{bar}{zap}"), slot(b"bar"), "only the first tag");
+        assert_eq!(slot(b"foo{bar"), 15278, "no }}: the whole key");
+        // Every key of a session, and a lease with its claims, share a slot.
+        let sid = "01000a".to_owned() + &"f".repeat(32);
+        for key in [session(&sid), streams(&sid), events(&sid)] {
+            assert_eq!(slot(key.as_bytes()), session_slot(&sid), "{key}");
+        }
+        assert_eq!(slot(lease(3).as_bytes()), slot(claims(3).as_bytes()));
+        assert!((0..1000)
+            .map(|n| session_slot(&format!("{n:038x}")))
+            .all(|s| usize::from(s) < SLOTS));
     }
 }

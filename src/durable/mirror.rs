@@ -141,8 +141,9 @@ struct Writer {
     reconnect_at: Instant,
     /// The store's failure was logged and its recovery was not (once per outage).
     down_logged: bool,
-    /// The server the last connection reached: with Sentinel, another one is a failover.
-    primary: Option<crate::config::DurableUrl>,
+    /// The primaries the last connection reached: with Sentinel or a Cluster, others are a
+    /// failover.
+    primary: Option<String>,
     /// The batch sent and not yet answered (at most one).
     in_flight: Option<InFlight>,
     /// The last batch's emptied list, kept so a batch allocates none.
@@ -241,7 +242,11 @@ impl Writer {
     /// Connects and starts a new epoch; false when the store is unreachable.
     fn connect(&mut self) -> bool {
         let replication = store::Replication::of(&self.cfg);
-        match store::connect(&self.cfg.url, replication, Duration::from_millis(STORE_TIMEOUT_MS)) {
+        match super::engine::connect(
+            &self.cfg.url,
+            replication,
+            Duration::from_millis(STORE_TIMEOUT_MS),
+        ) {
             Ok((store, primary)) => {
                 self.store = Some(store);
                 self.followed(primary);
@@ -263,9 +268,10 @@ impl Writer {
         }
     }
 
-    /// The connection reached `primary`: another server than the last one's is a failover the
-    /// sentinels made (counted and logged; a single server's address never changes).
-    fn followed(&mut self, primary: crate::config::DurableUrl) {
+    /// The connection reached `primary`: other servers than the last one's are a failover the
+    /// sentinels or the cluster made (counted and logged; a single server's address never
+    /// changes).
+    fn followed(&mut self, primary: String) {
         if self.primary.as_ref().is_some_and(|was| *was != primary) {
             self.stats.failovers_total.inc();
             tracing::warn!(store = %self.cfg.url, primary = %primary,
@@ -316,13 +322,13 @@ impl Writer {
     /// Renews the lease (true when the store took it); a lease found expired after this boot
     /// held it starts a fenced epoch (`lease_lost`).
     fn renew_lease(&mut self) -> bool {
-        let (lease, mut unbroken) = (self.cfg.lease, false);
+        let (lease, mut renewal) = (self.cfg.lease, store::Renewal::default());
         let renewed = self.with_store(|store, node, boot| {
-            unbroken = store.renew_lease(node, boot, lease)?;
+            renewal = store.renew_lease(node, boot, lease)?;
             Ok(())
         });
-        if renewed && self.lease_held && !unbroken {
-            self.lease_lost();
+        if renewed && self.lease_held && !renewal.unbroken {
+            self.lease_lost(renewal.claimed);
         }
         self.lease_held |= renewed;
         renewed
@@ -333,10 +339,19 @@ impl Writer {
     /// adopted session's store copy). Its lease is its own again, so no adoption can start now:
     /// the sessions it writes are checked once, and for the rest of the epoch each image before
     /// it is written; a session the store names another node's owner of is disowned.
-    fn lease_lost(&mut self) {
+    /// In a Redis Cluster an adopter's compare-and-set runs on another shard than the lease, so
+    /// it may land after this check: the sessions adopters `claimed` while the lease was absent
+    /// (read atomically with the renewal) are disowned whatever the store names their owner now.
+    fn lease_lost(&mut self, claimed: Vec<String>) {
         tracing::warn!(node = self.node, lease_ms = self.cfg.lease.as_millis() as u64,
+            claimed = claimed.len(),
             "durable lease found expired (paused or cut off from the store past --durable-lease-ms): sessions a peer adopted meanwhile are no longer written");
         self.fenced_epoch = Some(self.state.epoch.load(Ordering::Acquire));
+        for sid in claimed {
+            let sid: Arc<str> = Arc::from(sid);
+            self.written_epoch.remove(&sid);
+            self.disowned.insert(sid);
+        }
         let sids: Vec<Arc<str>> = self.written_epoch.keys().cloned().collect();
         // Written before, now without a record: adopted and ended by the adopter.
         self.disown_adopted(sids, false);

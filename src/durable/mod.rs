@@ -5,14 +5,20 @@
 //!
 //! ## The schema (Redis 7 / Valkey)
 //! All keys start with `tm:`. `SID` is a session id as on the wire (38 hex digits), `NODE` a
-//! node id in decimal.
+//! node id in decimal. A name's `{…}` is its Redis Cluster hash tag (only what is inside is
+//! hashed to the slot): every key of a session is in its id's slot, a lease and its claims in
+//! the node's (`keys::slot`). The braces are part of the name on one server too, so every store
+//! kind holds the same keys. (Builds before the Cluster store named the session keys and the
+//! lease without braces: a node of such a build and one of this build do not adopt each other's
+//! sessions; upgrade every node while none dies.)
 //!
 //! | key | type | what |
 //! | --- | --- | --- |
-//! | `tm:lease:NODE` | string | the node's liveness lease: its boot id (16 hex digits), `SET … PX lease`; renewed every third of `--durable-lease-ms` by the mirror thread; absent = the node is dead |
-//! | `tm:s:SID` | hash | the session: `owner` (node id in decimal, changed only by `ADOPT_SCRIPT`), `tag` (the session's event-id tag, decimal u32), `rev` (protocol version), `subject` (absent without authorization), `client` (the client's `initialize` params: capabilities, clientInfo; JSON), `log` (the logging level), `next` (the sequence number the ring's next event takes, for a ring that holds none), `durable` (`1`, or `0` while the mirror of this session is incomplete: never adopted then) |
-//! | `tm:st:SID` | hash | one field per request stream, the stream key in decimal → `StreamRecord` JSON |
-//! | `tm:ev:SID` | stream | the ring's events in runs: one entry per run of consecutive events a batch wrote, id `event_entry_id(first seq)` = `SEQ-1`, one field `r` (`keys::EVENT_RUN_FIELD`): the run packed, per event its stream key and payload length (u32 little-endian each) then the payload exactly as the ring holds it (the n-th is event SEQ+n; entries of older builds have fields `s`, `d` per event instead, still read). A stream's final event is the one its `StreamRecord` names. Trimmed with `XTRIM … MINID` of the entry holding the ring's oldest event, once the entries before it reach `store::TRIM_SLACK_ENTRIES` (32) or `store::TRIM_SLACK_BYTES` (64 KiB): the store holds at most that much past the ring per session |
+//! | `tm:lease:{NODE}` | string | the node's liveness lease: its boot id (16 hex digits), `SET … PX lease`; renewed every third of `--durable-lease-ms` by the mirror thread; absent = the node is dead |
+//! | `tm:claims:{NODE}` | set | Redis Cluster only: the sessions adopters claimed while the node's lease was absent (`keys::CLAIM_SCRIPT`), read and deleted by the node's next renewal (`keys::RENEW_SCRIPT`), expiring after `keys::CLAIMS_TTL_MS` (60 s) |
+//! | `tm:s:{SID}` | hash | the session: `owner` (node id in decimal, changed only by `ADOPT_SCRIPT`), `tag` (the session's event-id tag, decimal u32), `rev` (protocol version), `subject` (absent without authorization), `client` (the client's `initialize` params: capabilities, clientInfo; JSON), `log` (the logging level), `next` (the sequence number the ring's next event takes, for a ring that holds none), `durable` (`1`, or `0` while the mirror of this session is incomplete: never adopted then) |
+//! | `tm:st:{SID}` | hash | one field per request stream, the stream key in decimal → `StreamRecord` JSON |
+//! | `tm:ev:{SID}` | stream | the ring's events in runs: one entry per run of consecutive events a batch wrote, id `event_entry_id(first seq)` = `SEQ-1`, one field `r` (`keys::EVENT_RUN_FIELD`): the run packed, per event its stream key and payload length (u32 little-endian each) then the payload exactly as the ring holds it (the n-th is event SEQ+n; entries of older builds have fields `s`, `d` per event instead, still read). A stream's final event is the one its `StreamRecord` names. Trimmed with `XTRIM … MINID` of the entry holding the ring's oldest event, once the entries before it reach `store::TRIM_SLACK_ENTRIES` (32) or `store::TRIM_SLACK_BYTES` (64 KiB): the store holds at most that much past the ring per session |
 //! | `tm:k:SUBJ:KEY` | hash | a 2026-07-28 `Idempotency-Key` record: `SUBJ` the subject's bytes in hex (`-` without one), `KEY` the header as sent; fields `fp` (the params fingerprint, decimal u64), `state` (`running` or `done`), `node`, `result` (the final JSON-RPC response, when done) |
 //! | `tm:t:TASK` | hash | a task (tasks extension), `TASK` its id as on the wire: `node`, `subject` (absent without authorization), `detailed` (its `DetailedTask` JSON when last mirrored: created, finished), `state` (`running` or `done`) |
 //!
@@ -26,6 +32,8 @@
 //! `--stream-retention-secs`, renewed on each write), keyed records and tasks their own
 //! retention, so the store's memory is bounded by the node's own limits.
 
+mod cluster;
+mod engine;
 pub(crate) mod keys;
 mod link;
 mod mirror;

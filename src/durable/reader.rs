@@ -109,7 +109,8 @@ impl Reader {
                     };
                     if store.is_none() {
                         // With Sentinel, the primary of now: a failover is followed here.
-                        store = store::connect(&url, replication, timeout).ok().map(|(s, _)| s);
+                        store =
+                            super::engine::connect(&url, replication, timeout).ok().map(|(s, _)| s);
                     }
                     let Some(connected) = store.as_mut() else {
                         pending.set(Answer::Failed("store unreachable".into()));

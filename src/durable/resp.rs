@@ -6,7 +6,7 @@
 //! Never: writes a command whose argument count differs from what it announced (checked in debug
 //! builds), or shrinks its buffer below what the last batch needed (no allocation per batch).
 
-use super::keys::SessionKey;
+use super::keys::{self, SessionKey};
 use crate::digits::decimal;
 
 /// Commands for one round trip, encoded as RESP arrays of bulk strings.
@@ -79,7 +79,7 @@ impl Pipeline {
 
     /// A session's key (`keys::SessionKey`) as one argument.
     pub(crate) fn arg_key(&mut self, kind: SessionKey, sid: &str) -> &mut Self {
-        self.arg_parts(&[kind.prefix().as_bytes(), sid.as_bytes()])
+        self.arg_parts(&[kind.prefix().as_bytes(), sid.as_bytes(), keys::TAG_END.as_bytes()])
     }
 
     /// One argument.

@@ -18,7 +18,7 @@ use super::keys::{self, SessionKey, StreamRecord};
 use super::link::Link;
 use super::record::{EventImage, Record, SessionImage};
 use super::resp::Pipeline;
-use crate::config::{DurableStore, DurableUrl};
+use crate::config::DurableUrl;
 
 /// The store failed (unreachable, timed out, refused a command); the text says how.
 #[derive(Debug, thiserror::Error)]
@@ -42,9 +42,30 @@ impl From<super::link::LinkError> for StoreError {
 }
 
 impl From<redis::RedisError> for StoreError {
+    /// A Redis Cluster redirection keeps the server's own words (`MOVED 3999 HOST:PORT`), as
+    /// `link` keeps them, so `cluster::Redirect::parse` reads either.
     fn from(e: redis::RedisError) -> StoreError {
-        StoreError(e.to_string())
+        match (e.code(), e.detail()) {
+            (Some(code @ ("MOVED" | "ASK")), Some(detail)) => {
+                StoreError(format!("{code} {detail}"))
+            }
+            _ => StoreError(e.to_string()),
+        }
     }
+}
+
+/// A session record's fields as `HGETALL` reads them.
+pub(super) type Fields = HashMap<String, Vec<u8>>;
+
+/// A lease renewal's outcome (`Store::renew_lease`).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Renewal {
+    /// The lease it replaced was this boot's (held without a break).
+    pub(crate) unbroken: bool,
+    /// Sessions a Redis Cluster adopter claimed while the lease was absent (`keys::CLAIM_SCRIPT`):
+    /// the node never writes them again. Always empty on one server, where adoption checks
+    /// the lease atomically with the owner.
+    pub(crate) claimed: Vec<String>,
 }
 
 /// One `XRANGE` entry: its id and its field-value pairs.
@@ -100,9 +121,11 @@ pub(crate) trait Store: Send {
         sids: &[Arc<str>],
         session_ttl: Duration,
     ) -> Result<(), StoreError>;
-    /// Sets this node's liveness lease to `boot` for `lease`; true when the lease it replaced
-    /// was this boot's (held without a break), false when it had expired or was another's.
-    fn renew_lease(&mut self, node: u8, boot: &str, lease: Duration) -> Result<bool, StoreError>;
+    /// Sets this node's liveness lease to `boot` for `lease`: whether the lease it replaced was
+    /// this boot's (held without a break, else it had expired or was another's), and what was
+    /// claimed meanwhile.
+    fn renew_lease(&mut self, node: u8, boot: &str, lease: Duration)
+        -> Result<Renewal, StoreError>;
     /// Each session's owner as the store holds it (`None`: no record).
     fn owners(&mut self, sids: &[Arc<str>]) -> Result<Vec<Option<u8>>, StoreError>;
     /// Takes session `sid` for node `me` if its owner's lease has expired (atomically: one
@@ -134,32 +157,11 @@ impl Replication {
     }
 }
 
-/// Connects to the store `target` names, bounded by `timeout` (the one place an engine is
-/// chosen: another engine adds its URL scheme here, nothing else changes): one server, or the
-/// primary the sentinels name now, refused unless it says it is a primary. Also the server it
-/// connected to (what a failover changes).
-pub(crate) fn connect(
-    target: &DurableStore,
-    replication: Replication,
-    timeout: Duration,
-) -> Result<(Box<dyn Store>, DurableUrl), StoreError> {
-    let (url, sentinel) = match target {
-        DurableStore::Redis(url) => (url.clone(), false),
-        DurableStore::Sentinel(sentinels) => {
-            (super::sentinel::primary(sentinels).map_err(StoreError)?, true)
-        }
-    };
-    let mut store = RedisStore::connect(&url, timeout)?;
-    store.replication = replication;
-    if sentinel && !super::sentinel::is_primary(&mut store.connection)? {
-        return Err(StoreError(format!("{url}, named by the sentinels, is not a primary (yet)")));
-    }
-    Ok((Box::new(store), url))
-}
-
 /// `Store` on one Redis connection.
 pub(crate) struct RedisStore {
-    connection: redis::Connection,
+    /// Everything but the batches (the lease, adoption, reads); a Redis Cluster's store runs
+    /// its own scripts on it (`cluster`).
+    pub(super) connection: redis::Connection,
     /// The batches' own connection (`link`), made at the first batch: only the mirror
     /// thread's store writes batches.
     batches: Option<Link>,
@@ -380,6 +382,129 @@ impl RedisStore {
             replication: Replication::default(),
             waiting: false,
         })
+    }
+
+    /// `--durable-replicas` for this store's batches and adoptions.
+    pub(super) fn set_replication(&mut self, replication: Replication) {
+        self.replication = replication;
+    }
+
+    /// Adoption's first read: the session's record and its owner, or the answer already
+    /// (`Absent`, `NotDurable`).
+    pub(super) fn claim_read(
+        &mut self,
+        sid: &str,
+    ) -> Result<Result<(u8, Fields), Claim>, StoreError> {
+        let fields: Fields =
+            redis::cmd("HGETALL").arg(keys::session(sid)).query(&mut self.connection)?;
+        let text = |name: &str| fields.get(name).and_then(|v| std::str::from_utf8(v).ok());
+        let Some(owner) = text("owner").and_then(|o| o.parse::<u8>().ok()) else {
+            return Ok(Err(Claim::Absent));
+        };
+        if text("durable") != Some("1") {
+            return Ok(Err(Claim::NotDurable));
+        }
+        Ok(Ok((owner, fields)))
+    }
+
+    /// Adoption's compare-and-set (`keys::ADOPT_SCRIPT`, the owner's lease checked in it when
+    /// `with_lease`, on one server), replicated as `--durable-replicas` asks, then the session
+    /// read whole; `None` when the adopter lost.
+    pub(super) fn claim_set(
+        &mut self,
+        sid: &str,
+        (owner, fields): (u8, &Fields),
+        me: u8,
+        with_lease: bool,
+    ) -> Result<Option<Box<SessionImage>>, StoreError> {
+        let mut script = redis::cmd("EVAL");
+        script.arg(keys::ADOPT_SCRIPT).arg(if with_lease { 2 } else { 1 }).arg(keys::session(sid));
+        if with_lease {
+            script.arg(keys::lease(owner));
+        }
+        let won: i64 = script.arg(owner).arg(me).query(&mut self.connection)?;
+        if won != 1 {
+            return Ok(None);
+        }
+        if self.replication.replicas > 0 {
+            // The new owner must survive the primary's death, or two nodes could adopt.
+            let held: i64 = redis::cmd("WAIT")
+                .arg(self.replication.replicas)
+                .arg(self.replication.wait_ms)
+                .query(&mut self.connection)?;
+            self.replicated(held)?;
+        }
+        self.read_image(sid, owner, fields).map(|image| Some(Box::new(image)))
+    }
+
+    /// The session adoption won, as the store holds it: `fields` its record (`claim_read`),
+    /// then its streams and events.
+    fn read_image(
+        &mut self,
+        sid: &str,
+        owner: u8,
+        fields: &Fields,
+    ) -> Result<SessionImage, StoreError> {
+        let text = |name: &str| fields.get(name).and_then(|v| std::str::from_utf8(v).ok());
+        let streams: HashMap<String, String> =
+            redis::cmd("HGETALL").arg(keys::streams(sid)).query(&mut self.connection)?;
+        let entries: Vec<StoredEntry> = redis::cmd("XRANGE")
+            .arg(keys::events(sid))
+            .arg("-")
+            .arg("+")
+            .query(&mut self.connection)?;
+        let mut image = SessionImage {
+            sid: Arc::from(sid),
+            // The node it is taken from: an adopter ends that node's running calls in its name.
+            owner,
+            tag: text("tag").and_then(|t| t.parse().ok()).unwrap_or(0),
+            version: text("rev").unwrap_or("").to_owned(),
+            subject: text("subject").map(str::to_owned),
+            client: text("client").unwrap_or("{}").to_owned(),
+            log: text("log").unwrap_or("info").to_owned(),
+            streams: Vec::with_capacity(streams.len()),
+            events: Vec::with_capacity(entries.len()),
+            next_seq: text("next").and_then(|t| t.parse().ok()).unwrap_or(1),
+        };
+        for (key, json) in streams {
+            let (Ok(key), Ok(record)) = (key.parse::<u32>(), serde_json::from_str(&json)) else {
+                return Err(StoreError(format!("session {sid}: stream {key} unreadable")));
+            };
+            image.streams.push((key, record));
+        }
+        image.streams.sort_by_key(|(key, _)| *key);
+        for (id, fields) in entries {
+            let mut seq =
+                keys::event_seq(&id).ok_or_else(|| StoreError(format!("event id {id}")))?;
+            let mut stream = None;
+            for (name, value) in fields {
+                match name.as_str() {
+                    keys::EVENT_RUN_FIELD => {
+                        let run = keys::unpack_events(&value)
+                            .ok_or_else(|| StoreError(format!("entry {id}: a malformed run")))?;
+                        for (stream, data) in run {
+                            let data = Bytes::copy_from_slice(data);
+                            image.events.push(EventImage { seq, stream, data });
+                            seq += 1;
+                        }
+                    }
+                    // Entries written before runs were packed: `s`, `d` per event.
+                    "s" => stream = std::str::from_utf8(&value).ok().and_then(|s| s.parse().ok()),
+                    "d" => {
+                        let stream = stream.take().ok_or_else(|| {
+                            StoreError(format!("entry {id}: data without a stream"))
+                        })?;
+                        image.events.push(EventImage { seq, stream, data: Bytes::from(value) });
+                        seq += 1;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if let Some(last) = image.events.last() {
+            image.next_seq = image.next_seq.max(last.seq + 1);
+        }
+        Ok(image)
     }
 
     /// `Err` (`StoreError::unreplicated`) when `held`, a `WAIT`'s answer, is short of
@@ -737,7 +862,12 @@ impl Store for RedisStore {
         Ok(())
     }
 
-    fn renew_lease(&mut self, node: u8, boot: &str, lease: Duration) -> Result<bool, StoreError> {
+    fn renew_lease(
+        &mut self,
+        node: u8,
+        boot: &str,
+        lease: Duration,
+    ) -> Result<Renewal, StoreError> {
         // GET then SET in one pipeline (not `SET … GET`, which needs Redis 6.2): only this
         // node writes its lease, so nothing comes between the two.
         let (held,): (Option<String>,) = redis::pipe()
@@ -750,7 +880,7 @@ impl Store for RedisStore {
             .arg(lease.as_millis().max(1) as u64)
             .ignore()
             .query(&mut self.connection)?;
-        Ok(held.as_deref() == Some(boot))
+        Ok(Renewal { unbroken: held.as_deref() == Some(boot), claimed: Vec::new() })
     }
 
     fn owners(&mut self, sids: &[Arc<str>]) -> Result<Vec<Option<u8>>, StoreError> {
@@ -763,97 +893,15 @@ impl Store for RedisStore {
     }
 
     fn claim(&mut self, sid: &str, me: u8) -> Result<Claim, StoreError> {
-        let fields: HashMap<String, Vec<u8>> =
-            redis::cmd("HGETALL").arg(keys::session(sid)).query(&mut self.connection)?;
-        let text = |name: &str| fields.get(name).and_then(|v| std::str::from_utf8(v).ok());
-        let Some(owner) = text("owner").and_then(|o| o.parse::<u8>().ok()) else {
-            return Ok(Claim::Absent);
+        let (owner, fields) = match self.claim_read(sid)? {
+            Ok(read) => read,
+            Err(answer) => return Ok(answer),
         };
-        if text("durable") != Some("1") {
-            return Ok(Claim::NotDurable);
-        }
-        let won: i64 = redis::cmd("EVAL")
-            .arg(keys::ADOPT_SCRIPT)
-            .arg(2)
-            .arg(keys::session(sid))
-            .arg(keys::lease(owner))
-            .arg(owner)
-            .arg(me)
-            .query(&mut self.connection)?;
-        if won == 1 && self.replication.replicas > 0 {
-            // The new owner must survive the primary's death, or two nodes could adopt.
-            let held: i64 = redis::cmd("WAIT")
-                .arg(self.replication.replicas)
-                .arg(self.replication.wait_ms)
-                .query(&mut self.connection)?;
-            self.replicated(held)?;
-        }
-        if won != 1 {
-            return Ok(if self.lease_alive(owner)? {
-                Claim::OwnerAlive(owner)
-            } else {
-                Claim::Taken(owner)
-            });
-        }
-        let streams: HashMap<String, String> =
-            redis::cmd("HGETALL").arg(keys::streams(sid)).query(&mut self.connection)?;
-        let entries: Vec<StoredEntry> = redis::cmd("XRANGE")
-            .arg(keys::events(sid))
-            .arg("-")
-            .arg("+")
-            .query(&mut self.connection)?;
-        let mut image = SessionImage {
-            sid: Arc::from(sid),
-            // The node it is taken from: an adopter ends that node's running calls in its name.
-            owner,
-            tag: text("tag").and_then(|t| t.parse().ok()).unwrap_or(0),
-            version: text("rev").unwrap_or("").to_owned(),
-            subject: text("subject").map(str::to_owned),
-            client: text("client").unwrap_or("{}").to_owned(),
-            log: text("log").unwrap_or("info").to_owned(),
-            streams: Vec::with_capacity(streams.len()),
-            events: Vec::with_capacity(entries.len()),
-            next_seq: text("next").and_then(|t| t.parse().ok()).unwrap_or(1),
-        };
-        for (key, json) in streams {
-            let (Ok(key), Ok(record)) = (key.parse::<u32>(), serde_json::from_str(&json)) else {
-                return Err(StoreError(format!("session {sid}: stream {key} unreadable")));
-            };
-            image.streams.push((key, record));
-        }
-        image.streams.sort_by_key(|(key, _)| *key);
-        for (id, fields) in entries {
-            let mut seq =
-                keys::event_seq(&id).ok_or_else(|| StoreError(format!("event id {id}")))?;
-            let mut stream = None;
-            for (name, value) in fields {
-                match name.as_str() {
-                    keys::EVENT_RUN_FIELD => {
-                        let run = keys::unpack_events(&value)
-                            .ok_or_else(|| StoreError(format!("entry {id}: a malformed run")))?;
-                        for (stream, data) in run {
-                            let data = Bytes::copy_from_slice(data);
-                            image.events.push(EventImage { seq, stream, data });
-                            seq += 1;
-                        }
-                    }
-                    // Entries written before runs were packed: `s`, `d` per event.
-                    "s" => stream = std::str::from_utf8(&value).ok().and_then(|s| s.parse().ok()),
-                    "d" => {
-                        let stream = stream.take().ok_or_else(|| {
-                            StoreError(format!("entry {id}: data without a stream"))
-                        })?;
-                        image.events.push(EventImage { seq, stream, data: Bytes::from(value) });
-                        seq += 1;
-                    }
-                    _ => {}
-                }
-            }
-        }
-        if let Some(last) = image.events.last() {
-            image.next_seq = image.next_seq.max(last.seq + 1);
-        }
-        Ok(Claim::Won(Box::new(image)))
+        Ok(match self.claim_set(sid, (owner, &fields), me, true)? {
+            Some(image) => Claim::Won(image),
+            None if self.lease_alive(owner)? => Claim::OwnerAlive(owner),
+            None => Claim::Taken(owner),
+        })
     }
 
     fn keyed(&mut self, name: &str) -> Result<Option<KeyedImage>, StoreError> {

@@ -3,6 +3,8 @@
 //! and wait on observable state (a counter, an answer, a socket) instead of the clock.
 #![allow(dead_code)]
 
+pub mod redis;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, ExitStatus, Stdio};
