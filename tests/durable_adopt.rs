@@ -118,6 +118,45 @@ fn a_dead_nodes_session_is_adopted_by_one_peer_which_replays_it_and_never_reruns
 }
 
 #[test]
+fn a_client_that_read_events_the_store_never_held_still_gets_the_adopters_final() {
+    // Goal: CONTRACT §10 ("a stream whose call was running ends with its mirrored result or
+    // -31006") when the client is ahead of the store: it read events the dead node sent but
+    // had not mirrored yet, so its cursor names an id the adopter never issued (the adopter's
+    // own -31006 takes the next sequence number the store knows). Before the fix the resume
+    // marked that final delivered unsent (200, nothing) and a re-POST was refused 409
+    // id_reused: the client looped GET and re-POST (the durable stages' retry storm).
+    // Method: the mirror lingers 100 ms before each batch while events come 10 ms apart, and
+    // the node dies right after the client read its last event.
+    let Some(redis) = Redis::standalone() else { return };
+    let first = node(&redis, "1", &["--durable-linger-us", "100000"]);
+    let sid = open_session(&first);
+    let body = call(9, "slow_counter", r#"{"steps":60,"delay_ms":10}"#, true);
+    let mut stream = call_stream(&first, &sid, &body, &[]);
+    let mut cursor = String::new();
+    for _ in 0..12 {
+        cursor = stream.next_event().expect("an event").id.expect("an id");
+    }
+    drop(first); // SIGKILL: what the mirror still held back is lost with it
+    drop(stream);
+    let held = event_entries(&redis, &sid);
+    let (_, _, cursor_seq) = split_event_id(&cursor).expect("cursor");
+    assert!(cursor_seq > held, "the client is ahead of the store: {held} held, cursor {cursor}");
+    let peer = node(&redis, "2", &[]);
+    std::thread::sleep(Duration::from_millis(400)); // past the 300 ms lease
+    let mut resumed = resume(&peer, &sid, &cursor);
+    assert_eq!(resumed.status, 200, "the adopter resumes the stream");
+    let events = resumed.rest();
+    let last = events.last().expect("the final reaches the client").json();
+    assert_eq!(last["error"]["code"], -31006, "{last}");
+    assert_eq!(last["id"], 9, "{last}");
+    let progress: Vec<u64> = events.iter().filter_map(progress_of).collect();
+    assert!(progress.is_empty(), "nothing the client already holds comes again: {progress:?}");
+    // The call is answered: a re-POST of it is refused, never run again.
+    let again = post(&peer, &[("Mcp-Session-Id", &sid)], &body);
+    assert_eq!(again.status, 409, "{}", again.text());
+}
+
+#[test]
 fn at_its_queue_bound_a_stalled_store_makes_the_session_not_durable_until_it_answers() {
     // Goal: --durable-queue-records at its limit: with the store stalled (SIGSTOP) a call's
     // events overflow a 4-record queue: the worker never waits (the call ends on time), records
@@ -559,9 +598,15 @@ fn a_forged_id_of_another_node_costs_one_store_lookup_a_second() {
     for attempt in 0..5 {
         let (absent, cached) = outcomes();
         let started = Instant::now();
-        for _ in 0..2 {
+        // The miss is remembered from the store's answer, before the first 404 returns: a
+        // second from here is a second after it (the lookup may take long on a loaded machine).
+        let mut first_answered = started;
+        for i in 0..2 {
             let r = post(&server, &[("Mcp-Session-Id", &forged)], ping);
             assert_eq!(r.status, 404, "{}", r.text());
+            if i == 0 {
+                first_answered = Instant::now();
+            }
         }
         if started.elapsed() >= Duration::from_millis(800) {
             eprintln!("attempt {attempt}: two requests took {:?}; again", started.elapsed());
@@ -570,7 +615,7 @@ fn a_forged_id_of_another_node_costs_one_store_lookup_a_second() {
         }
         assert_eq!(outcomes(), (absent + 1, cached + 1), "one store lookup for two requests");
         // Elapsed time is what is tested here: the miss is forgotten after a second.
-        std::thread::sleep(Duration::from_millis(1100).saturating_sub(started.elapsed()));
+        std::thread::sleep(Duration::from_millis(1100).saturating_sub(first_answered.elapsed()));
         let r = post(&server, &[("Mcp-Session-Id", &forged)], ping);
         assert_eq!(r.status, 404, "{}", r.text());
         assert_eq!(outcomes(), (absent + 2, cached + 1), "asked again after a second");
