@@ -453,6 +453,15 @@ pub(crate) trait Source {
     /// How the keep-alive comment is timed now (asked before each wait).
     fn keep_alive(&self) -> KeepAlive;
 
+    /// How long the first write may wait for more, asked once before the first `fill`: `Some`
+    /// for a new request stream whose call is still running, so that an answer coming within
+    /// it goes out in the same send as the head and priming event (`--sse-first-write-hold-us`).
+    /// Default: none, the first `fill` is written at once.
+    fn first_write_hold(&self, core: &Core) -> Option<std::time::Duration> {
+        let _ = core;
+        None
+    }
+
     /// True when a drain waits for this stream to end; false for one that waits for messages
     /// that may never come (a standalone GET, a listen stream), which the drain counts as
     /// idle and ends at its end with the others.

@@ -325,6 +325,7 @@ fn impossible_limit_flags_stop_the_binary_at_start() {
         (&["--replay-events", "4097"], "--replay-events"),
         (&["--threads", "1025"], "--threads"),
         (&["--max-headers", "129"], "--max-headers"),
+        (&["--sse-first-write-hold-us", "1000001"], "--sse-first-write-hold-us"),
         (&["--owed-wait-ms", "2000", "--owed-timeout-secs", "2"], "--owed-wait-ms"),
         (&["--max-body-bytes=-1"], "--max-body-bytes"),
         (&["--max-body-bytes", "lots"], "--max-body-bytes"),
@@ -352,7 +353,7 @@ fn smallest_legal_limits_start_and_serve() {
         "--threads",
     ];
     let mut args: Vec<&str> = ones.iter().flat_map(|f| [*f, "1"]).collect();
-    args.extend(["--max-headers", "128"]);
+    args.extend(["--max-headers", "128", "--sse-first-write-hold-us", "1000000"]);
     for driver in DRIVERS {
         let server = Server::on(driver, &args);
         // A one-byte body limit still answers (with 413) rather than failing.

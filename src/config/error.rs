@@ -111,6 +111,9 @@ pub enum ConfigError {
     /// `--durable-lease-ms` is under `DURABLE_LEASE_MS_MIN`: the value, and the limit.
     #[error("--durable-lease-ms must be at least {1}, got {0}")]
     DurableLeaseTooShort(u64, u64),
+    /// `--sse-first-write-hold-us` is over `SSE_FIRST_WRITE_HOLD_US_MAX`: the value, and the limit.
+    #[error("--sse-first-write-hold-us must be at most {1}, got {0}")]
+    FirstWriteHoldTooLong(u64, u64),
     /// `--durable-linger-us` is over `DURABLE_LINGER_US_MAX`: the value, and the limit.
     #[error("--durable-linger-us must be at most {1}, got {0}")]
     DurableLingerTooLong(u64, u64),

@@ -33,6 +33,15 @@ pub(crate) const LIST_CHANGED_MIN_MS: u64 = 250;
 pub(crate) const SSE_RETRY_MS: u64 = 1000;
 /// Keep-alive comment interval on an SSE connection; a dead peer shows up as a failed write.
 pub(crate) const SSE_KEEPALIVE_SECS: u64 = 15;
+/// How long the first write of a new request stream whose call is still running waits for
+/// more (`--sse-first-write-hold-us`; 0 writes at once): a call that answers within it (a
+/// bridged echo: tens of µs) goes out as head, priming event and response in one send instead
+/// of two, one loopback TCP send and one client wake-up fewer per call. A longer call's head
+/// is this much later.
+pub(crate) const SSE_FIRST_WRITE_HOLD_US: u64 = 1000;
+/// The largest `--sse-first-write-hold-us` (1 s): past it, a client would wait for the head
+/// of a running call long enough to think it lost.
+pub(crate) const SSE_FIRST_WRITE_HOLD_US_MAX: u64 = 1_000_000;
 /// How long a POST is held while the session owes a stream before 409 -31004.
 pub(crate) const OWED_WAIT_MS: u64 = 2000;
 /// How long an owed stream waits for a resume before it is abandoned (counted).
@@ -123,6 +132,9 @@ pub struct SessionsConfig {
     /// Keep-alive comment interval on an SSE connection (`--sse-keepalive-secs`,
     /// `SSE_KEEPALIVE_SECS`).
     pub sse_keepalive: Duration,
+    /// How long a new request stream's first write waits for its running call
+    /// (`--sse-first-write-hold-us`, `SSE_FIRST_WRITE_HOLD_US`; zero: no wait).
+    pub sse_first_write_hold: Duration,
     /// How long a POST is held while its session owes a stream (`--owed-wait-ms`, `OWED_WAIT_MS`);
     /// then 409 -31004. Shorter than `owed_timeout`.
     pub owed_wait: Duration,
@@ -151,6 +163,7 @@ impl Default for SessionsConfig {
             list_changed_min: Duration::from_millis(LIST_CHANGED_MIN_MS),
             sse_retry_ms: SSE_RETRY_MS,
             sse_keepalive: Duration::from_secs(SSE_KEEPALIVE_SECS),
+            sse_first_write_hold: Duration::from_micros(SSE_FIRST_WRITE_HOLD_US),
             owed_wait: Duration::from_millis(OWED_WAIT_MS),
             owed_timeout: Duration::from_secs(OWED_TIMEOUT_SECS),
             write_buffer_bytes: WRITE_BUFFER_BYTES,
@@ -186,6 +199,7 @@ impl SessionsConfig {
             list_changed_min: Duration::from_millis(sessions.list_changed_min_ms),
             sse_retry_ms: sessions.sse_retry_ms,
             sse_keepalive: Duration::from_secs(sessions.sse_keepalive_secs),
+            sse_first_write_hold: Duration::from_micros(sessions.sse_first_write_hold_us),
             owed_wait: Duration::from_millis(sessions.owed_wait_ms),
             owed_timeout: Duration::from_secs(sessions.owed_timeout_secs),
             write_buffer_bytes: buffers.write_buffer_bytes,
@@ -218,6 +232,10 @@ impl SessionsConfig {
         }
         if self.write_buffer_bytes < WINDOW_BYTES_MIN {
             return Err(ConfigError::WriteBufferTooSmall(WINDOW_BYTES_MIN));
+        }
+        let hold = u64::try_from(self.sse_first_write_hold.as_micros()).unwrap_or(u64::MAX);
+        if hold > SSE_FIRST_WRITE_HOLD_US_MAX {
+            return Err(ConfigError::FirstWriteHoldTooLong(hold, SSE_FIRST_WRITE_HOLD_US_MAX));
         }
         Ok(())
     }
@@ -283,6 +301,10 @@ pub(crate) struct SessionFlags {
     /// Interval of the SSE keep-alive comment on a quiet stream.
     #[arg(long, default_value_t = SSE_KEEPALIVE_SECS)]
     pub(crate) sse_keepalive_secs: u64,
+    /// A new request stream whose call is running waits this many µs for its answer before
+    /// its first write, so a quick answer shares the head's send (0: write at once; max 1 s).
+    #[arg(long, default_value_t = SSE_FIRST_WRITE_HOLD_US)]
+    pub(crate) sse_first_write_hold_us: u64,
     /// How long a POST is held while its session owes a stream's tail; past it: 409 -31004.
     #[arg(long, default_value_t = OWED_WAIT_MS)]
     pub(crate) owed_wait_ms: u64,

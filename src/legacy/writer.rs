@@ -98,6 +98,22 @@ impl Source for SseJob {
         KeepAlive::Idle
     }
 
+    fn first_write_hold(&self, core: &Core) -> Option<std::time::Duration> {
+        let hold = core.cfg.sessions.sse_first_write_hold;
+        if hold.is_zero() || self.rewrite.is_some() {
+            return None;
+        }
+        // A new request stream that holds only its priming event: its call is running (an
+        // instant call's answer is already there). A resume or a stream with events to send
+        // is written at once.
+        let s = self.session.borrow();
+        let st = s.stream(self.key)?;
+        let fresh = st.kind == StreamKind::Request
+            && self.cursor.from == Some(st.first)
+            && st.produced() == st.first;
+        fresh.then_some(hold)
+    }
+
     fn holds_drain(&self) -> bool {
         // A standalone GET stream waits for messages that may never come: a drain does not
         // wait for it (it is ended with the others at the drain's end).

@@ -44,6 +44,15 @@ async fn drive<S: Source>(conn: &mut Conn<'_>, mut source: S, started: Instant) 
     let mut watch_peer = true;
     // Until the stream's first write: then counted once.
     let mut unwritten = Some(started);
+    if let Some(hold) = source.first_write_hold(core) {
+        // A quick answer then shares the head's send: one loopback send and one client
+        // wake-up fewer per call (a bridged echo). Nothing is read or written meanwhile.
+        monoio::select! {
+            _ = source.wake() => {},
+            _ = drain.changed() => {},
+            _ = monoio::time::sleep(hold) => {},
+        }
+    }
     loop {
         conn.frames.clear();
         match source.fill(core, &mut conn.out, &mut conn.frames) {
