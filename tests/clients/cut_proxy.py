@@ -18,7 +18,13 @@ Matches: `progress` = a stream carrying `notifications/progress` (the default, c
 first progress event), `tools-call` = the SSE answer to a POST of `tools/call` and any resume of
 one, `any` = every SSE response (the session's standalone GET stream included).
 
+Random cut points (`tidemark connect`'s test, scripts/connect.sh): with `--cut-after-events-max M`
+each matching stream is cut after a number of messages drawn uniformly from K..M (a stream that
+ends first is not cut), from a generator seeded by `--seed`, so two runs against the same server
+see the same schedule.
+
 Usage: cut_proxy.py --upstream HOST:PORT [--listen 127.0.0.1:0] [--cut-after-events K]
+           [--cut-after-events-max M] [--seed S]
            [--cut-streams N] [--match progress|tools-call|any] [--on-cut close|drain|stall]
            [--log-file PATH]
 The first stdout line is `cut_proxy listening on http://127.0.0.1:PORT/ upstream=HOST:PORT`;
@@ -32,6 +38,7 @@ import argparse
 import asyncio
 import ipaddress
 import json
+import random
 import signal
 import sys
 from dataclasses import dataclass, field
@@ -64,6 +71,14 @@ class Config:
     match: str
     on_cut: str
     log_file: str | None
+    cut_after_events_max: int | None = None
+    rng: random.Random | None = None
+
+    def cut_point(self) -> int:
+        """Where the next matching stream is cut: fixed, or drawn from K..M."""
+        if self.rng is None or self.cut_after_events_max is None:
+            return self.cut_after_events
+        return self.rng.randint(self.cut_after_events, self.cut_after_events_max)
 
 
 @dataclass
@@ -311,6 +326,7 @@ class Connection:
         splitter = SseSplitter()
         counting = False  # this stream has matched and counts toward a cut
         messages = 0
+        cut_at = self.cfg.cut_after_events
 
         async def body_pieces():
             if chunked:
@@ -328,9 +344,10 @@ class Connection:
                 is_message = data is not None and data.strip() != ""
                 if not counting and self.state.cuts_done < self.cfg.cut_streams and self.matches(info, data):
                     counting = True
+                    cut_at = self.cfg.cut_point()
                 if counting and is_message:
                     messages += 1
-                if counting and messages >= self.cfg.cut_after_events:
+                if counting and messages >= cut_at:
                     await self.cw.drain()
                     await self.do_cut(stream_no, messages, info)
                     return
@@ -411,6 +428,8 @@ def main() -> int:
     p.add_argument("--upstream", required=True, type=split_host_port, help="server HOST:PORT (loopback)")
     p.add_argument("--listen", default="127.0.0.1:0", type=split_host_port)
     p.add_argument("--cut-after-events", type=int, default=3)
+    p.add_argument("--cut-after-events-max", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cut-streams", type=int, default=1)
     p.add_argument("--match", choices=["progress", "tools-call", "any"], default="progress")
     p.add_argument("--on-cut", choices=["close", "drain", "stall"], default="close")
@@ -421,7 +440,11 @@ def main() -> int:
         p.error("--upstream and --listen must be loopback addresses")
     if a.cut_after_events < 1 or a.cut_streams < 0:
         p.error("--cut-after-events must be >= 1 and --cut-streams >= 0")
+    if a.cut_after_events_max is not None and a.cut_after_events_max < a.cut_after_events:
+        p.error("--cut-after-events-max must be >= --cut-after-events")
     cfg = Config(uh, up, a.cut_after_events, a.cut_streams, a.match, a.on_cut, a.log_file)
+    if a.cut_after_events_max is not None:
+        cfg.cut_after_events_max, cfg.rng = a.cut_after_events_max, random.Random(a.seed)
     asyncio.run(serve(cfg, lh, lp))
     return 0
 
