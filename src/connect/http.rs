@@ -233,3 +233,80 @@ impl Body {
         Ok(line)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// A one-shot server on a real socket: reads the request head, answers `response`, closes.
+    fn serve_once(response: &'static [u8]) -> Target {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        std::thread::spawn(move || {
+            let (mut socket, _) = listener.accept().expect("accept");
+            let mut head = Vec::new();
+            let mut reader = BufReader::new(socket.try_clone().expect("clone"));
+            while !head.ends_with(b"\r\n\r\n") {
+                if reader.read_until(b'\n', &mut head).expect("read") == 0 {
+                    break;
+                }
+            }
+            let _ = socket.write_all(response);
+        });
+        target(addr)
+    }
+
+    fn target(addr: SocketAddr) -> Target {
+        Target {
+            addr,
+            authority: addr.to_string(),
+            path: "/mcp".into(),
+            read_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+
+    fn get(target: &Target) -> Result<Response, Failure> {
+        exchange(target, &Request { method: "GET", headers: &[], body: b"" })
+    }
+
+    #[test]
+    fn connect_http_reads_chunked_length_and_close_delimited_bodies() {
+        // Goal: every framing yields the body's bytes, and the head's headers are found by
+        // lowercase name. Method: one real socket per framing.
+        let cases: [(&'static [u8], &[u8]); 3] = [
+            (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n", b"abcde"),
+            (b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nX-A: 1\r\n\r\nwxyz", b"wxyz"),
+            (b"HTTP/1.1 200 OK\r\nX-A: 1\r\n\r\nto the close", b"to the close"),
+        ];
+        for (response, body) in cases {
+            let mut answer = get(&serve_once(response)).expect("answer");
+            assert_eq!(answer.status, 200);
+            assert_eq!(answer.header("x-a"), Some("1"));
+            assert_eq!(answer.read_all(1024).expect("body"), body);
+        }
+    }
+
+    #[test]
+    fn connect_http_tells_a_break_from_an_unsent_request() {
+        // Goal: no listener → NotSent (safe to send again); a close mid-chunk → an error while
+        // reading (the stream broke); a close before the head → Sent (the server may have run
+        // it). Method: a closed port, a truncated chunked body, a server that says nothing.
+        let closed = TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr");
+        assert!(matches!(get(&target(closed)), Err(Failure::NotSent(_))));
+        let cut = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab";
+        let mut answer = get(&serve_once(cut)).expect("head");
+        assert!(answer.read_all(1024).is_err());
+        assert!(matches!(get(&serve_once(b"")), Err(Failure::Sent(_))));
+    }
+
+    #[test]
+    fn connect_http_bounds_the_head_and_the_body() {
+        // Goal: a body over the caller's limit is an error, not a growing buffer. Method: a
+        // 4-byte limit against a 5-byte body.
+        let mut answer =
+            get(&serve_once(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n12345")).expect("head");
+        assert!(answer.read_all(4).is_err());
+    }
+}

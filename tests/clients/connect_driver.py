@@ -13,7 +13,8 @@ close stdin. The counter rises once per execution, so executions beyond N are do
 Usage: connect_driver.py --label NAME --calls N [--steps S] [--delay-ms D]
            [--call-timeout-s T] -- BRIDGE-COMMAND...
 Prints one line `connect_driver label=NAME calls=N ok=.. unknown=.. errors=.. lost=..
-dup_answers=.. dup_events=.. lost_events=.. executions=.. double_executions=..`, and exits 0
+dup_answers=.. dup_events=.. lost_events=.. executions=.. double_executions=.. counter_before=..
+counter_after=..` (executions None when a counter read failed), and exits 0
 (the caller judges the counts); 2 when the bridge could not even initialize.
 Standard library only.
 """
@@ -160,7 +161,8 @@ def report(a: argparse.Namespace, tally: Tally, codes: Counter, before, after) -
     print(
         f"connect_driver label={a.label} calls={a.calls} ok={codes['ok']} unknown={codes['unknown']} "
         f"errors={codes['errors']} lost={codes['lost']} dup_answers={dup_answers} dup_events={dup_events} "
-        f"lost_events={lost_events} executions={executions} double_executions={double}",
+        f"lost_events={lost_events} executions={executions} double_executions={double} "
+        f"counter_before={before} counter_after={after}",
         flush=True,
     )
 

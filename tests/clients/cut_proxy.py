@@ -21,10 +21,12 @@ one, `any` = every SSE response (the session's standalone GET stream included).
 Random cut points (`tidemark connect`'s test, scripts/connect.sh): with `--cut-after-events-max M`
 each matching stream is cut after a number of messages drawn uniformly from K..M (a stream that
 ends first is not cut), from a generator seeded by `--seed`, so two runs against the same server
-see the same schedule.
+see the same schedule. With `--cut-heads-every K` every K-th POST of `tools/call` loses its response
+head instead: the server ran the call, the client's connection closes before a byte of the answer
+(the seed's hazard: a client that re-POSTs it runs it twice).
 
 Usage: cut_proxy.py --upstream HOST:PORT [--listen 127.0.0.1:0] [--cut-after-events K]
-           [--cut-after-events-max M] [--seed S]
+           [--cut-after-events-max M] [--seed S] [--cut-heads-every K]
            [--cut-streams N] [--match progress|tools-call|any] [--on-cut close|drain|stall]
            [--log-file PATH]
 The first stdout line is `cut_proxy listening on http://127.0.0.1:PORT/ upstream=HOST:PORT`;
@@ -72,6 +74,7 @@ class Config:
     on_cut: str
     log_file: str | None
     cut_after_events_max: int | None = None
+    cut_heads_every: int = 0
     rng: random.Random | None = None
 
     def cut_point(self) -> int:
@@ -86,6 +89,8 @@ class State:
     """Proxy-wide counters; the event loop is single-threaded, so plain ints suffice."""
 
     cuts_done: int = 0
+    tool_posts: int = 0
+    heads_cut: int = 0
     sse_streams_seen: int = 0
     connections: set[asyncio.Task] = field(default_factory=set)
     log: object = None
@@ -286,6 +291,8 @@ class Connection:
                 status_line, headers = parse_headers(head)
                 status = int(status_line.split(" ")[1])
                 info = self.pending.get_nowait() if not self.pending.empty() else RequestInfo("?", None, None)
+                if self.cut_head(info):
+                    return
                 self.cw.write(head)
                 ctype = headers.get("content-type", "").lower()
                 self.state.note(f"conn={self.conn_no} < {status} {ctype} for {info.method} rpc={info.rpc_method}")
@@ -311,6 +318,21 @@ class Connection:
                 await self.cw.drain()
         except (ProxyError, asyncio.IncompleteReadError, ConnectionError) as e:
             self.state.note(f"conn={self.conn_no} response side ended: {e!r}")
+
+    def cut_head(self, info: RequestInfo) -> bool:
+        """Every --cut-heads-every'th tools/call POST: close the client side before the head."""
+        if self.cfg.cut_heads_every <= 0 or info.method != "POST" or info.rpc_method != "tools/call":
+            return False
+        self.state.tool_posts += 1
+        if self.state.tool_posts % self.cfg.cut_heads_every:
+            return False
+        self.state.heads_cut += 1
+        line = f"cut_proxy cut head of tools/call post={self.state.tool_posts} heads_cut={self.state.heads_cut}"
+        print(line, flush=True)
+        self.state.note(line)
+        self.cw.transport.abort()
+        self.uw.close()
+        return True
 
     def matches(self, info: RequestInfo, event_data: str | None) -> bool:
         if self.cfg.match == "any":
@@ -430,6 +452,7 @@ def main() -> int:
     p.add_argument("--cut-after-events", type=int, default=3)
     p.add_argument("--cut-after-events-max", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cut-heads-every", type=int, default=0)
     p.add_argument("--cut-streams", type=int, default=1)
     p.add_argument("--match", choices=["progress", "tools-call", "any"], default="progress")
     p.add_argument("--on-cut", choices=["close", "drain", "stall"], default="close")
@@ -443,6 +466,7 @@ def main() -> int:
     if a.cut_after_events_max is not None and a.cut_after_events_max < a.cut_after_events:
         p.error("--cut-after-events-max must be >= --cut-after-events")
     cfg = Config(uh, up, a.cut_after_events, a.cut_streams, a.match, a.on_cut, a.log_file)
+    cfg.cut_heads_every = a.cut_heads_every
     if a.cut_after_events_max is not None:
         cfg.cut_after_events_max, cfg.rng = a.cut_after_events_max, random.Random(a.seed)
     asyncio.run(serve(cfg, lh, lp))
