@@ -257,18 +257,18 @@ impl<'a> Call<'a> {
     fn drive(&mut self) -> End {
         let mut attempt = 0;
         loop {
-            let step = self.post();
-            let resend = match step {
+            match self.post() {
                 Step::Answered => return End::Answered,
                 Step::Over(end) => return end,
                 Step::Resume(from) => return self.resume(from),
-                Step::Broken => match self.after_break() {
-                    Some(end) => return end,
-                    None => true,
-                },
-                Step::NotSent | Step::Later => true,
-            };
-            debug_assert!(resend);
+                Step::Broken => {
+                    if let Some(end) = self.after_break() {
+                        return end;
+                    }
+                }
+                // Sent again below, after the backoff.
+                Step::NotSent | Step::Later => {}
+            }
             attempt += 1;
             if attempt > self.link.reconnect_attempts {
                 return if self.maybe_sent {
