@@ -13,10 +13,10 @@
 #   python          tests/bridge/http_counter_server.py (official Python SDK, event store)
 #   python-nostore  the same without an event store: no event ids, so nothing can be resumed
 #   typescript      tests/connect/ts_counter_server.mjs (official TS SDK, InMemoryEventStore)
-# Bridges: `tidemark connect` (must: no call lost, no duplicate, no double execution; and where
-# the server resumes, no event lost and every call answered with its result; where it cannot,
-# every cut call answered -31006), and mcp-remote (npm, pinned by tests/connect/package-lock.json;
-# counted, not judged; --no-compare skips it).
+# Bridges: `tidemark connect` (must, against every server: every call answered (its result or
+# -31006, no other error), nothing duplicated, every call run exactly once; against tidemark also
+# every call answered with its result and no progress event lost), and mcp-remote (npm, pinned by
+# tests/connect/package-lock.json; counted, not judged; --no-compare skips it).
 # Installs, idempotently: Node 22 (scripts/setup-node.sh), tests/connect's npm packages into
 # .cache/connect-npm, the Python venv .cache/venv (as scripts/bridge.sh). Builds the debug binary
 # unless --no-build. CI size: N=8 calls (see the suite's wall time in docs/bridge.md). The longer run of
