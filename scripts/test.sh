@@ -20,6 +20,10 @@
 #                server-everything (npm), mcp-server-time (PyPI), an official-Python-SDK stdio and
 #                HTTP server, and one serving 2026-07-28 (tidemark speaking that revision to it),
 #                with the official clients of both eras, the cut proxy, raw retries and faults
+#   connect      scripts/connect.sh: `tidemark connect` (the client-side bridge) and mcp-remote,
+#                12 non-idempotent calls each through the cut proxy (random cut points) against
+#                tidemark and the official Python (with and without an event store) and TS SDK
+#                servers: nothing lost, doubled or run twice; unknown outcomes reported -31006
 #   conformance  scripts/conformance.sh: the official MCP conformance suite (0.1.16 active,
 #                pending, all; 0.2.0-alpha.12 --requirements 2025-11-25 and 2026-07-28)
 #   fault        scripts/fault.sh: the randomized fault test on each driver (io_uring, epoll):
@@ -67,7 +71,7 @@
 #                the 2026-07-28 echo and a bridged stdio echo, each against its budget in
 #                benches/cost-budgets.txt (fails above budget + 3 %); Debian's valgrind and
 #                binutils (apt-installed); about 1.5 minutes after the release build
-#   --only SUITES  run only these (comma-separated: cargo,clients,browser,bridge,
+#   --only SUITES  run only these (comma-separated: cargo,clients,browser,bridge,connect,
 #                conformance,fault,fuzz,haproxy,auth,metrics,durable,traces,streams,
 #                kubernetes,cost)
 #
@@ -78,7 +82,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ALL_SUITES="cargo,clients,browser,bridge,conformance,fault,fuzz,haproxy,auth,metrics,durable,traces,streams,kubernetes,cost"
+ALL_SUITES="cargo,clients,browser,bridge,connect,conformance,fault,fuzz,haproxy,auth,metrics,durable,traces,streams,kubernetes,cost"
 
 only="$ALL_SUITES"
 while [ "$#" -gt 0 ]; do
@@ -120,6 +124,7 @@ for s in "${selected[@]}"; do
         clients) scripts/clients.sh || rc=$? ;;
         browser) scripts/browser.sh || rc=$? ;;
         bridge) scripts/bridge.sh || rc=$? ;;
+        connect) scripts/connect.sh || rc=$? ;;
         conformance) scripts/conformance.sh || rc=$? ;;
         fault) scripts/fault.sh || rc=$? ;;
         fuzz) scripts/fuzz.sh --seconds 20 || rc=$? ;;

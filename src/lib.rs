@@ -55,6 +55,7 @@
 //! | floor | module | owns |
 //! | --- | --- | --- |
 //! | 12 | `server` | `Server` (the public entry): listeners (one owner per port), one pinned thread + runtime per core, signals and the graceful drain, the banner; `upstreams` (the upstream set, built at start and again on SIGHUP) |
+//! | 12 | `connect` | `tidemark connect URL`, the client-side bridge: stdio (a local client) to Streamable HTTP (any server), resuming a dropped stream with `GET` + `Last-Event-ID`, following a 409's hint, an `Idempotency-Key` on every `tools/call`, bounded backoff, -31006 when the outcome cannot be known (CONTRACT §12); plain threads, one blocking exchange each (`http`), one request's life (`call`) |
 //! | 11 | `admin` | the admin listener: `/metrics`, `/status`, `/healthz`, `/readyz` |
 //! | 11 | `cli` | the binary's flags → `Config` (`Config::from_args`), over the `layers` (env, `--config` file) |
 //! | 10 | `runtime` | one core: driver choice, accept loop, session reaper; `conn` (one socket: buffers, timeouts, read → `endpoint::handle` → write), `stream` (the one stream driver over a `core::Source`), `handoff` (moving a connection to its owner core), `reload` (a new upstream set applied on the core: SIGHUP) |
@@ -91,6 +92,7 @@ mod admin;
 mod auth;
 mod cli;
 mod config;
+mod connect;
 mod core;
 mod digits;
 mod dispatch;
@@ -126,6 +128,7 @@ pub use config::{BuiltinSet, DriverChoice, Isolation, LogFormat, MigrationPolicy
 pub use config::{
     ClusterUrl, DurableStore, DurableUrl, RateLimit, SentinelUrl, TlsFiles, UpstreamSpec,
 };
+pub use connect::connect;
 pub use logging::{init_logging, reload_log_level};
 pub use provider::{
     Annotations, CallContext, Caller, Changes, LocalBoxFuture, LogLevel, Notifier, Provider,

@@ -50,6 +50,9 @@ mod rounds;
 mod settings;
 mod stdio;
 
+/// The pieces of the HTTP client that the client-side bridge (`connect`) shares.
+pub(crate) use http::{parse_url, resolve, SseDecoder};
+
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 

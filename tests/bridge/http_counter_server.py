@@ -9,7 +9,8 @@ Method: `build_server()` from counter_server.py, served by the SDK's own
 `Server.streamable_http_app` (session manager, SSE responses, `Last-Event-ID` replay from the
 event store below) under uvicorn.
 
-Usage: http_counter_server.py PORT [--host 127.0.0.1] [--path /mcp] [--retry-ms N]
+Usage: http_counter_server.py PORT [--host 127.0.0.1] [--path /mcp] [--retry-ms N] [--no-event-store]
+`--no-event-store`: no resumability (events carry no ids), as the SDK runs without one.
 Prints `http_counter_server listening on http://HOST:PORT/PATH` once it accepts connections.
 `GET /debug/sessions` answers {"sessions": N}: the MCP sessions it holds (a test hook).
 COUNTER_FILE as for counter_server.py (one process here, but the same file keeps the tests
@@ -71,6 +72,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--path", default="/mcp")
     p.add_argument("--retry-ms", type=int, default=200)
+    p.add_argument("--no-event-store", action="store_true")
     return p.parse_args()
 
 
@@ -85,7 +87,7 @@ async def main(args: argparse.Namespace) -> None:
 
     app = server.streamable_http_app(
         streamable_http_path=args.path,
-        event_store=InMemoryEventStore(),
+        event_store=None if args.no_event_store else InMemoryEventStore(),
         retry_interval=args.retry_ms,
         host=args.host,
         custom_starlette_routes=[Route("/debug/sessions", sessions, methods=["GET"])],

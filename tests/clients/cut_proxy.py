@@ -18,7 +18,15 @@ Matches: `progress` = a stream carrying `notifications/progress` (the default, c
 first progress event), `tools-call` = the SSE answer to a POST of `tools/call` and any resume of
 one, `any` = every SSE response (the session's standalone GET stream included).
 
+Random cut points (`tidemark connect`'s test, scripts/connect.sh): with `--cut-after-events-max M`
+each matching stream is cut after a number of messages drawn uniformly from K..M (a stream that
+ends first is not cut), from a generator seeded by `--seed`, so two runs against the same server
+see the same schedule. With `--cut-heads-every K` every K-th POST of `tools/call` loses its response
+head instead: the server ran the call, the client's connection closes before a byte of the answer
+(the seed's hazard: a client that re-POSTs it runs it twice).
+
 Usage: cut_proxy.py --upstream HOST:PORT [--listen 127.0.0.1:0] [--cut-after-events K]
+           [--cut-after-events-max M] [--seed S] [--cut-heads-every K]
            [--cut-streams N] [--match progress|tools-call|any] [--on-cut close|drain|stall]
            [--log-file PATH]
 The first stdout line is `cut_proxy listening on http://127.0.0.1:PORT/ upstream=HOST:PORT`;
@@ -32,6 +40,7 @@ import argparse
 import asyncio
 import ipaddress
 import json
+import random
 import signal
 import sys
 from dataclasses import dataclass, field
@@ -64,6 +73,15 @@ class Config:
     match: str
     on_cut: str
     log_file: str | None
+    cut_after_events_max: int | None = None
+    cut_heads_every: int = 0
+    rng: random.Random | None = None
+
+    def cut_point(self) -> int:
+        """Where the next matching stream is cut: fixed, or drawn from K..M."""
+        if self.rng is None or self.cut_after_events_max is None:
+            return self.cut_after_events
+        return self.rng.randint(self.cut_after_events, self.cut_after_events_max)
 
 
 @dataclass
@@ -71,6 +89,8 @@ class State:
     """Proxy-wide counters; the event loop is single-threaded, so plain ints suffice."""
 
     cuts_done: int = 0
+    tool_posts: int = 0
+    heads_cut: int = 0
     sse_streams_seen: int = 0
     connections: set[asyncio.Task] = field(default_factory=set)
     log: object = None
@@ -271,6 +291,8 @@ class Connection:
                 status_line, headers = parse_headers(head)
                 status = int(status_line.split(" ")[1])
                 info = self.pending.get_nowait() if not self.pending.empty() else RequestInfo("?", None, None)
+                if self.cut_head(info):
+                    return
                 self.cw.write(head)
                 ctype = headers.get("content-type", "").lower()
                 self.state.note(f"conn={self.conn_no} < {status} {ctype} for {info.method} rpc={info.rpc_method}")
@@ -297,6 +319,21 @@ class Connection:
         except (ProxyError, asyncio.IncompleteReadError, ConnectionError) as e:
             self.state.note(f"conn={self.conn_no} response side ended: {e!r}")
 
+    def cut_head(self, info: RequestInfo) -> bool:
+        """Every --cut-heads-every'th tools/call POST: close the client side before the head."""
+        if self.cfg.cut_heads_every <= 0 or info.method != "POST" or info.rpc_method != "tools/call":
+            return False
+        self.state.tool_posts += 1
+        if self.state.tool_posts % self.cfg.cut_heads_every:
+            return False
+        self.state.heads_cut += 1
+        line = f"cut_proxy cut head of tools/call post={self.state.tool_posts} heads_cut={self.state.heads_cut}"
+        print(line, flush=True)
+        self.state.note(line)
+        self.cw.transport.abort()
+        self.uw.close()
+        return True
+
     def matches(self, info: RequestInfo, event_data: str | None) -> bool:
         if self.cfg.match == "any":
             return True
@@ -311,6 +348,7 @@ class Connection:
         splitter = SseSplitter()
         counting = False  # this stream has matched and counts toward a cut
         messages = 0
+        cut_at = self.cfg.cut_after_events
 
         async def body_pieces():
             if chunked:
@@ -328,9 +366,10 @@ class Connection:
                 is_message = data is not None and data.strip() != ""
                 if not counting and self.state.cuts_done < self.cfg.cut_streams and self.matches(info, data):
                     counting = True
+                    cut_at = self.cfg.cut_point()
                 if counting and is_message:
                     messages += 1
-                if counting and messages >= self.cfg.cut_after_events:
+                if counting and messages >= cut_at:
                     await self.cw.drain()
                     await self.do_cut(stream_no, messages, info)
                     return
@@ -411,6 +450,9 @@ def main() -> int:
     p.add_argument("--upstream", required=True, type=split_host_port, help="server HOST:PORT (loopback)")
     p.add_argument("--listen", default="127.0.0.1:0", type=split_host_port)
     p.add_argument("--cut-after-events", type=int, default=3)
+    p.add_argument("--cut-after-events-max", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cut-heads-every", type=int, default=0)
     p.add_argument("--cut-streams", type=int, default=1)
     p.add_argument("--match", choices=["progress", "tools-call", "any"], default="progress")
     p.add_argument("--on-cut", choices=["close", "drain", "stall"], default="close")
@@ -421,7 +463,12 @@ def main() -> int:
         p.error("--upstream and --listen must be loopback addresses")
     if a.cut_after_events < 1 or a.cut_streams < 0:
         p.error("--cut-after-events must be >= 1 and --cut-streams >= 0")
+    if a.cut_after_events_max is not None and a.cut_after_events_max < a.cut_after_events:
+        p.error("--cut-after-events-max must be >= --cut-after-events")
     cfg = Config(uh, up, a.cut_after_events, a.cut_streams, a.match, a.on_cut, a.log_file)
+    cfg.cut_heads_every = a.cut_heads_every
+    if a.cut_after_events_max is not None:
+        cfg.cut_after_events_max, cfg.rng = a.cut_after_events_max, random.Random(a.seed)
     asyncio.run(serve(cfg, lh, lp))
     return 0
 

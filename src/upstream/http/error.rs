@@ -9,7 +9,7 @@
 
 /// Why an exchange with the upstream failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub(super) enum HttpError {
+pub(crate) enum HttpError {
     /// The OS or the upstream: connecting, writing or reading failed (refused, reset, …).
     #[error("connection failed: {0}")]
     Io(std::io::ErrorKind),

@@ -62,8 +62,8 @@ use error::HttpError;
 pub(crate) use modern::{offers_legacy, offers_modern, server_info, Stateless, DISCOVER};
 use modern::{Heads, ToolsPage};
 use response::{read_head, read_json, Body, Framing, Head, Kind};
-use sse::SseDecoder;
-use url::{parse_url, resolve, Endpoint};
+pub(crate) use sse::SseDecoder;
+pub(crate) use url::{parse_url, resolve, Endpoint};
 
 /// Messages of one transport POSTed and not yet finished. A tool call holds its slot until its
 /// answer arrived; beyond this `send` fails ("too many requests in flight") and so does the

@@ -5,7 +5,7 @@
 //! hint) and its bounds: an event's data within `--upstream-line-bytes`, a line within that
 //! plus `FIELD_NAME_BYTES_MAX`, an event id within `EVENT_ID_BYTES_MAX`.
 //! Called by: the transport's streams (`Stream` in `mod.rs`), with the de-framed body pieces
-//! read from a response.
+//! read from a response; the client-side bridge (`connect`), the same way.
 //! Never: does I/O, reads an event's data (JSON is the transport's), or panics on what the
 //! upstream sends: every break of a bound is an `HttpError`.
 
@@ -22,7 +22,7 @@ const EVENT_ID_BYTES_MAX: usize = 1024;
 /// bytes in any pieces: lines end in CRLF, LF or CR; `data` lines join with LF; `id` is the
 /// stream's last event id once its event is dispatched; `retry` sets the reconnection time;
 /// comments and other fields (`event`) are skipped.
-pub(super) struct SseDecoder {
+pub(crate) struct SseDecoder {
     /// The current line, not yet ended.
     line: Vec<u8>,
     /// The last byte seen was CR: an LF next belongs to it.
@@ -41,7 +41,7 @@ pub(super) struct SseDecoder {
 }
 
 impl SseDecoder {
-    pub(super) fn new(limit: usize) -> SseDecoder {
+    pub(crate) fn new(limit: usize) -> SseDecoder {
         SseDecoder {
             line: Vec::new(),
             after_cr: false,
@@ -56,7 +56,7 @@ impl SseDecoder {
     }
 
     /// The last event id, to resume after.
-    pub(super) fn last_id(&self) -> Option<&str> {
+    pub(crate) fn last_id(&self) -> Option<&str> {
         self.last_id.as_deref()
     }
 
@@ -71,13 +71,13 @@ impl SseDecoder {
     }
 
     /// The reconnection time the stream asked for.
-    pub(super) fn retry(&self) -> Option<Duration> {
+    pub(crate) fn retry(&self) -> Option<Duration> {
         self.retry
     }
 
     /// A new response of the same stream begins: an event cut off by the old one is dropped,
     /// the last event id and retry time stay.
-    pub(super) fn restart(&mut self) {
+    pub(crate) fn restart(&mut self) {
         self.line.clear();
         self.after_cr = false;
         self.data.clear();
@@ -86,7 +86,7 @@ impl SseDecoder {
     }
 
     /// Decodes `input`, calling `sink` with the data of each dispatched event.
-    pub(super) fn feed(
+    pub(crate) fn feed(
         &mut self,
         mut input: &[u8],
         sink: &mut impl FnMut(&[u8]),

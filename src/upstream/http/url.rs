@@ -4,7 +4,8 @@
 //! the address (`resolve`): an IP literal as is; a host name looked up with the system
 //! resolver once per core, the first time that core connects to it, and remembered for the
 //! life of the thread.
-//! Called by: `HttpTransport::connect` (`mod.rs`), when an upstream session starts.
+//! Called by: `HttpTransport::connect` (`mod.rs`), when an upstream session starts; the
+//! client-side bridge (`connect`), once at its start.
 //! Never: accepts `https://`, user info or a character that could break the request line, or
 //! looks a name up again on a core that resolved it (the lookup blocks the thread).
 
@@ -14,19 +15,19 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 
 /// A parsed `http://HOST[:PORT][/PATH][?QUERY]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Endpoint {
+pub(crate) struct Endpoint {
     /// The host without IPv6 brackets.
     host: String,
     port: u16,
     /// The `Host` header: the authority as written.
-    pub(super) authority: String,
+    pub(crate) authority: String,
     /// The request target: path and query, `/` when none was given.
-    pub(super) target: String,
+    pub(crate) target: String,
 }
 
 /// Why an upstream URL is not usable (the operator's `--upstream` flag is the culprit).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub(super) enum UrlError {
+pub(crate) enum UrlError {
     #[error("only http:// URLs are supported")]
     Scheme,
     #[error("the URL has no host")]
@@ -41,7 +42,7 @@ pub(super) enum UrlError {
     Host,
 }
 
-pub(super) fn parse_url(url: &str) -> Result<Endpoint, UrlError> {
+pub(crate) fn parse_url(url: &str) -> Result<Endpoint, UrlError> {
     let rest = url.strip_prefix("http://").ok_or(UrlError::Scheme)?;
     // RFC 3986 characters only: the target goes into a request line as is.
     if !rest.bytes().all(|b| b.is_ascii_graphic() && b != b'#') {
@@ -89,7 +90,7 @@ pub(super) fn parse_url(url: &str) -> Result<Endpoint, UrlError> {
 
 /// The address of `endpoint`: an IP literal as is, a name looked up once per core (see the
 /// file doc) and remembered for the life of the thread.
-pub(super) fn resolve(endpoint: &Endpoint) -> Result<SocketAddr, String> {
+pub(crate) fn resolve(endpoint: &Endpoint) -> Result<SocketAddr, String> {
     if let Ok(ip) = endpoint.host.parse::<IpAddr>() {
         return Ok(SocketAddr::new(ip, endpoint.port));
     }
