@@ -347,7 +347,7 @@ async function stageExchange() {
   check(error?.code === -32603, `a refused exchange ends bob's call with -32603 (${refused.r.status} ${refused.text})`);
   check(error.message.includes('upstream who') && error.message.includes('unauthorized_client'),
     'the refusal names the upstream and the authorization server\'s error');
-  check(error.data?.error === 'unauthorized_client' && error.data?.upstream === 'who', 'its data too');
+  check(error.data?.oauth_error === 'unauthorized_client' && error.data?.upstream === 'who', 'its data too');
   check(!refused.r.text.includes(users[1].token) && !/eyJ[A-Za-z0-9_-]{8,}\./.test(refused.r.text),
     'the answer holds no token');
 }

@@ -748,8 +748,9 @@ fn fail_request(link: &Link, id: &Value, failure: Failure) {
             };
             (
                 format!("upstream {name}: {e}"),
-                json!({ "upstream": name, "reason": "token exchange", "error": error,
-                        "error_description": description }),
+                // The server's RFC 6749 §5.2 fields, named apart from JSON-RPC's own `error`.
+                json!({ "upstream": name, "reason": "token exchange", "oauth_error": error,
+                        "oauth_error_description": description }),
             )
         }
     };
