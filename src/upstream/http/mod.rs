@@ -1363,4 +1363,48 @@ mod tests {
         let injected = head(Some(&hostile));
         assert!(!injected.contains("X-Admin") && !injected.contains("X-Subject"), "{injected}");
     }
+
+    #[test]
+    fn an_exchanged_token_is_the_one_bearer_and_the_callers_own_never_goes() {
+        // Goal: with `--upstream-auth NAME=exchange` the exchanged token replaces a configured
+        // `Authorization` (one header only), the caller's own token is never sent, and a
+        // request without an exchanged token (one that speaks for no one) keeps the configured
+        // one; without a target an exchanged token is ignored. Method: encode each case.
+        let mut link = test_link("http://127.0.0.1:8000/mcp");
+        let tuning = super::exchange::Tuning {
+            margin: Duration::from_secs(30),
+            cache_entries: 4,
+            timeout: Duration::from_secs(10),
+        };
+        let target = super::exchange::ExchangeTarget::new(
+            "who",
+            "http://127.0.0.1:1/token".into(),
+            "gateway".into(),
+            None,
+            Some("who-api".into()),
+            None,
+            tuning,
+        );
+        link.credentials = Arc::new(Credentials {
+            headers: vec![("Authorization".into(), "Bearer configured".into())],
+            exchange: Some(Arc::new(target)),
+            ..Credentials::default()
+        });
+        let alice = Caller::new(Rc::from("alice"), Rc::from("Bearer tok-alice"));
+        let head = |link: &Link, exchanged: Option<&str>| {
+            let presented = (Some(&alice), exchanged);
+            String::from_utf8(link.encode(Method::Post, None, None, presented, None))
+                .expect("ascii")
+        };
+        let called = head(&link, Some("xchg-alice"));
+        assert!(called.contains("\r\nAuthorization: Bearer xchg-alice\r\n"), "{called}");
+        assert_eq!(called.matches("Authorization").count(), 1, "{called}");
+        assert!(!called.contains("tok-alice") && !called.contains("configured"), "{called}");
+        let own = head(&link, None);
+        assert!(own.contains("\r\nAuthorization: Bearer configured\r\n"), "{own}");
+        assert!(!own.contains("tok-alice"), "{own}");
+        link.credentials = Arc::default();
+        let plain = head(&link, Some("xchg-alice"));
+        assert!(!plain.contains("Authorization"), "{plain}");
+    }
 }
