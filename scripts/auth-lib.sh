@@ -31,7 +31,7 @@ auth_server_install() {
         (cd "$AUTH_SERVER_DIR" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
     fi
     # ESM resolves imports next to the script, so the program runs from the install directory.
-    cp "$src/provider.mjs" "$src/e2e.mjs" "$AUTH_SERVER_DIR/"
+    cp "$src/provider.mjs" "$src/e2e.mjs" "$src/exchange_upstream.mjs" "$AUTH_SERVER_DIR/"
 }
 
 auth_server_start() {
@@ -41,7 +41,8 @@ auth_server_start() {
     # Created here, not by the background job's redirect: the first read below may come first,
     # and a sed of a missing file would end the caller (set -e).
     : >"$log"
-    node "$AUTH_SERVER_DIR/provider.mjs" --resource "$resource" "${other[@]}" >"$log" 2>&1 &
+    node "$AUTH_SERVER_DIR/provider.mjs" --resource "$resource" "${other[@]}" \
+        ${AUTH_EXCHANGE_ARGS:+$AUTH_EXCHANGE_ARGS} >"$log" 2>&1 &
     AUTH_SERVER_PID=$!
     AUTH_ISSUER=""
     for _ in $(seq 1 300); do

@@ -32,6 +32,13 @@
 #            to 2026-07-28
 #   py-legacy, py-modern  the official Python client with a provider token (--bearer-token)
 #   no-token-in-log  tidemark's log (RUST_LOG=trace) contains none of the tokens sent above
+#   exchange another tidemark fronting an HTTP upstream (tests/auth/exchange_upstream.mjs, which
+#            takes only tokens for its own audience) with --upstream-auth who=exchange: the
+#            provider's token-exchange grant (RFC 8693) trades each user's token; two users'
+#            calls each carry that user's exchanged token (the upstream records sub and aud);
+#            the cache holds it for its lifetime (exchanges counted at the provider), then a new
+#            one is exchanged; a refused exchange ends the call with -32603 naming the upstream
+#            and the provider's error; that tidemark's log holds no token
 #   debug-trace-log  the debug build (cargo build unless --no-build) at RUST_LOG=trace, where
 #            tidemark's own debug/trace lines exist: hostile + cross-subject again, then the same
 #            log check
@@ -51,7 +58,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --no-build) build=0; shift ;;
         --only) only="${2:?--only needs a list}"; shift 2 ;;
-        --help) sed -n '2,48s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        --help) sed -n '2,50s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "auth.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -65,11 +72,13 @@ source "$ROOT/scripts/client-lib.sh"
 # shellcheck source=SCRIPTDIR/auth-lib.sh
 source "$ROOT/scripts/auth-lib.sh"
 TIDEMARK_PID=""
+EXCHANGE_PIDS=()
 stop_all() {
-    if [ -n "$TIDEMARK_PID" ]; then
-        kill "$TIDEMARK_PID" 2>/dev/null || true
-        wait "$TIDEMARK_PID" 2>/dev/null || true
-    fi
+    for pid in "$TIDEMARK_PID" "${EXCHANGE_PIDS[@]}"; do
+        [ -n "$pid" ] || continue
+        kill "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
     auth_server_stop
 }
 trap stop_all EXIT
@@ -89,6 +98,12 @@ fi
 # The resource: the URL the tidemark of these tests is reached at (tokens' audience).
 PORT="$(free_port)"
 TIDEMARK_URL="http://127.0.0.1:$PORT/mcp"
+# The token exchange grant's audience and lifetime (stage exchange): short, so that the stage
+# sees a token expire and another exchanged within seconds.
+EXCHANGE_AUDIENCE="urn:tidemark-test:who"
+EXCHANGE_TTL=4
+EXCHANGE_MARGIN=1
+AUTH_EXCHANGE_ARGS="--exchange-audience $EXCHANGE_AUDIENCE --exchange-ttl $EXCHANGE_TTL"
 auth_server_start "$TIDEMARK_URL" "$RESULTS/authorization-server.log" \
     "http://127.0.0.1:$PORT/another-resource"
 echo "auth: authorization server at $AUTH_ISSUER for $AUTH_RESOURCE"
@@ -145,7 +160,9 @@ start_tidemark() {
 start_tidemark "$TIDEMARK_BIN" "127.0.0.1:$PORT" "$RESULTS/tidemark.log"
 e2e() {
     env TIDEMARK_URL="${E2E_URL:-$TIDEMARK_URL}" AUTH_ISSUER="$AUTH_ISSUER" \
-        AUTH_RESOURCE="$AUTH_RESOURCE" AUTH_OTHER_RESOURCE="http://127.0.0.1:$PORT/another-resource" \
+        AUTH_RESOURCE="$AUTH_RESOURCE" UPSTREAM_URL="${UPSTREAM_URL:-}" \
+        EXCHANGE_AUDIENCE="$EXCHANGE_AUDIENCE" EXCHANGE_TTL="$EXCHANGE_TTL" \
+        EXCHANGE_MARGIN="$EXCHANGE_MARGIN" AUTH_OTHER_RESOURCE="http://127.0.0.1:$PORT/another-resource" \
         TEST_KEYS="$TEST_KEYS" MIN_REFETCH_SECS="$MIN_REFETCH_SECS" TOKENS_SEEN="$TOKENS_SEEN" \
         node "$AUTH_SERVER_DIR/e2e.mjs" "$@"
 }
@@ -192,6 +209,54 @@ no_token_in_log() {
     fi
 }
 stage no-token-in-log no_token_in_log "$RESULTS/tidemark.log"
+
+# wait_line LOG PATTERN PID: waits until LOG has a line matching the sed PATTERN (prints its
+# first group).
+wait_line() {
+    local log="$1" pattern="$2" pid="$3" found
+    for _ in $(seq $((START_TIMEOUT_S * 10))); do
+        found="$(sed -n "s/$pattern/\1/p" "$log" | head -n 1)"
+        [ -n "$found" ] && { echo "$found"; return 0; }
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    echo "auth.sh: no line like $pattern in $log:" >&2
+    tail -n 40 "$log" >&2
+    return 1
+}
+exchange_stage() {
+    local upstream_log="$RESULTS/exchange-upstream.log" log="$RESULTS/tidemark-exchange.log"
+    local credentials="$RESULTS/exchange-credentials" port upstream_url
+    : >"$upstream_log"
+    node "$AUTH_SERVER_DIR/exchange_upstream.mjs" --issuer "$AUTH_ISSUER" \
+        --audience "$EXCHANGE_AUDIENCE" >"$upstream_log" 2>&1 &
+    EXCHANGE_PIDS+=($!)
+    # In `stage`'s `if`, set -e is off: each step that can fail returns.
+    upstream_url="$(wait_line "$upstream_log" '^exchange upstream listening on \(.*\)$' $!)" \
+        || return 1
+    # The client secret comes from the environment (never on the command line).
+    {
+        echo "who exchange token-endpoint $AUTH_ISSUER/token"
+        echo "who exchange client-id tidemark-gateway"
+        echo "who exchange client-secret \${GATEWAY_SECRET}"
+        echo "who exchange audience $EXCHANGE_AUDIENCE"
+        echo "who exchange resource $upstream_url"
+    } >"$credentials"
+    chmod 600 "$credentials"
+    port="$(free_port)"
+    : >"$log"
+    GATEWAY_SECRET=tidemark-gateway-secret RUST_LOG=trace "$TIDEMARK_BIN" \
+        --listen "127.0.0.1:$port" --auth-jwks-url "$AUTH_ISSUER/jwks" \
+        --auth-issuer "$AUTH_ISSUER" --auth-resource "$TIDEMARK_URL" \
+        --upstream "who=$upstream_url" --upstream-protocol who=legacy \
+        --upstream-auth who=exchange --upstream-credentials "$credentials" \
+        --upstream-exchange-margin-secs "$EXCHANGE_MARGIN" >"$log" 2>&1 &
+    EXCHANGE_PIDS+=($!)
+    wait_line "$log" '^\(tidemark listening on\) .*$' $! >/dev/null || return 1
+    E2E_URL="http://127.0.0.1:$port/mcp" UPSTREAM_URL="$upstream_url" e2e exchange || return 1
+    no_token_in_log "$log"
+}
+stage exchange exchange_stage
 
 # The release build's tracing stops at info (release_max_level_info): tidemark's own debug and
 # trace lines exist only in a debug build. One more instance, the debug binary at RUST_LOG=trace,

@@ -55,6 +55,7 @@ pub(crate) const RELOADABLE_KEYS: &[&str] = &[
     "upstream-prefix",
     "upstream-policy",
     "upstream-protocol",
+    "upstream-auth",
 ];
 /// Keys whose values may hold secrets: `--print-config` prints how many values they have,
 /// never the values. A unit test makes every flag whose name suggests a secret (token, key,

@@ -67,6 +67,16 @@ pub enum ConfigError {
     /// `--upstream`'s `NAME=`; the value as given.
     #[error("--upstream-protocol {0:?}: expected NAME=auto|legacy|modern (NAME an --upstream's NAME= or '*')")]
     UpstreamProtocol(String),
+    /// An `--upstream-auth` value is not `NAME=static|exchange` with NAME `*` or an
+    /// `--upstream`'s `NAME=`; the value as given.
+    #[error(
+        "--upstream-auth {0:?}: expected NAME=static|exchange (NAME an --upstream's NAME= or '*')"
+    )]
+    UpstreamAuth(String),
+    /// `--upstream-auth NAME=exchange` for an upstream that cannot carry an exchanged token:
+    /// its name, and why.
+    #[error("--upstream-auth {0}=exchange: {1}")]
+    Exchange(String, &'static str),
     /// `--auth-leeway-secs` is over `AUTH_LEEWAY_SECS_MAX`: the value, and the limit.
     #[error("--auth-leeway-secs must be at most {1}, got {0}")]
     LeewayTooLong(u64, u64),

@@ -62,7 +62,7 @@ pub(crate) use rate_limit::RateScope;
 pub use server::{BuiltinSet, DriverChoice, TlsFiles};
 pub use sessions::{MigrationPolicy, ResponseMode};
 pub use upstream_spec::{Isolation, UpstreamSpec};
-pub(crate) use upstream_spec::{PrefixPolicy, UpstreamPolicy, UpstreamProtocol};
+pub(crate) use upstream_spec::{PrefixPolicy, UpstreamAuth, UpstreamPolicy, UpstreamProtocol};
 pub(crate) use upstream_spec::{UpstreamSpecError, UpstreamTarget};
 // The limits other modules read.
 #[cfg(test)]
@@ -95,6 +95,7 @@ pub(crate) use trace::{
     ATTRIBUTE_VALUE_BYTES_MAX, OTLP_EXPORT_INTERVAL_MS, OTLP_EXPORT_TIMEOUT_SECS,
 };
 pub(crate) use upstream::UPSTREAM_CREDENTIALS_BYTES_MAX;
+pub(crate) use upstream::{EXCHANGES_QUEUED_MAX, EXCHANGE_ANSWER_BYTES_MAX};
 pub(crate) use upstream_spec::TOOL_NAME_BYTES_MAX;
 #[cfg(test)]
 pub(crate) use upstream_spec::UPSTREAM_NAME_BYTES_MAX;
@@ -218,6 +219,11 @@ impl Config {
         self.upstream.policies()
     }
 
+    /// Each `--upstream`'s `--upstream-auth`, in order (`UpstreamConfig::auths`).
+    pub(crate) fn upstream_auths(&self) -> Result<Vec<UpstreamAuth>, ConfigError> {
+        self.upstream.auths()
+    }
+
     /// Each `--upstream`'s era, in order (`UpstreamConfig::protocols`).
     pub(crate) fn upstream_protocols(&self) -> Result<Vec<UpstreamProtocol>, ConfigError> {
         self.upstream.protocols()
@@ -231,6 +237,10 @@ impl Config {
         self.trace.validate()?;
         self.upstream.validate()?;
         self.auth.validate()?;
+        // An exchange trades the caller's validated token: without authorization there is none.
+        if self.upstream.auths()?.contains(&UpstreamAuth::Exchange) && !self.auth_enabled() {
+            return Err(ConfigError::AuthFlagWithoutAuth("--upstream-auth NAME=exchange"));
+        }
         self.modern.validate()?;
         self.log.validate()?;
         self.rate.validate()?;
@@ -288,5 +298,38 @@ mod tests {
         assert!(matches!(path, Err(ConfigError::BadPath(_))));
         let owed = with(|c| c.sessions.owed_wait = c.sessions.owed_timeout);
         assert_eq!(owed, Err(ConfigError::OwedWaitTooLong));
+    }
+
+    #[test]
+    fn token_exchange_is_refused_where_no_one_caller_stands_behind_a_link() {
+        // Goal: `--upstream-auth NAME=exchange` starts only for a named HTTP upstream with
+        // per-session links, authorization on, and no forwarding of the client's token; a bad
+        // mode is named. Method: validate a config per case.
+        let with = |spec: &str, change: fn(&mut Config)| {
+            let mut c = Config::default();
+            c.auth.tokens_file = Some("/dev/null".into());
+            c.upstream.specs = vec![UpstreamSpec::parse(spec).expect("spec")];
+            c.upstream.auth = vec!["who=exchange".to_owned()];
+            change(&mut c);
+            c.validate()
+        };
+        let http = "who=http://127.0.0.1:9/mcp";
+        assert_eq!(with(http, |_| {}), Ok(()));
+        let shared = with(http, |c| c.upstream.isolation = Isolation::Shared);
+        assert!(
+            matches!(shared, Err(ConfigError::Exchange(ref n, why)) if n == "who" && why.contains("shared"))
+        );
+        let stdio = with("who=stdio:cat", |_| {});
+        assert!(matches!(stdio, Err(ConfigError::Exchange(_, why)) if why.contains("HTTP")));
+        let both = with(http, |c| c.upstream.forward_authorization = vec!["who".to_owned()]);
+        assert!(matches!(both, Err(ConfigError::Exchange(_, why)) if why.contains("forward")));
+        let open = with(http, |c| c.auth.tokens_file = None);
+        assert_eq!(open, Err(ConfigError::AuthFlagWithoutAuth("--upstream-auth NAME=exchange")));
+        let bad = with(http, |c| c.upstream.auth = vec!["who=forward".to_owned()]);
+        assert_eq!(bad, Err(ConfigError::UpstreamAuth("who=forward".to_owned())));
+        let shown = with(http, |c| c.upstream.isolation = Isolation::Shared).expect_err("shared");
+        assert!(shown
+            .to_string()
+            .starts_with("--upstream-auth who=exchange: a shared upstream link"));
     }
 }

@@ -1,5 +1,6 @@
 //! The upstream section: the MCP servers tidemark fronts (`--upstream`), their per-upstream
-//! `NAME=…` flags (filters, prefix, failure policy, era, forwarded authorization), and the
+//! `NAME=…` flags (filters, prefix, failure policy, era, forwarded authorization, token
+//! exchange), and the
 //! bridge's limits; defaults, validation and flags.
 //!
 //! Owns: `UpstreamConfig`, the bridge's limits, and their flags. Never: starts an upstream
@@ -11,7 +12,8 @@ use std::time::Duration;
 use super::error::{nonzero, ConfigError};
 use super::filter::{self, FilterError, UpstreamFilters};
 use super::filter::{RESOURCE_URI_BYTES_MAX, UPSTREAM_FILTER_GLOBS_MAX};
-use super::upstream_spec::{Isolation, PrefixPolicy, UpstreamPolicy, UpstreamProtocol};
+use super::upstream_spec::UpstreamProtocol;
+use super::upstream_spec::{Isolation, PrefixPolicy, UpstreamAuth, UpstreamPolicy};
 use super::upstream_spec::{UpstreamSpec, UpstreamSpecError, UpstreamTarget};
 
 /// Upstream child processes (`--upstream` over stdio) alive at once, all cores together
@@ -70,6 +72,27 @@ pub(crate) const UPSTREAM_BREAKER_PAUSE_MS: u64 = 5000;
 /// few lines per upstream).
 pub(crate) const UPSTREAM_CREDENTIALS_BYTES_MAX: usize = 64 * 1024;
 
+/// How long before an exchanged token's expiry tidemark stops using it and exchanges anew
+/// (`--upstream-exchange-margin-secs`): a call that takes the cached token just before the margin
+/// still reaches the upstream while it is valid (a request's flight and the clocks' skew). 30 s:
+/// far above a round trip, far below the minutes an access token lives. A token that lives no
+/// longer than the margin is used for its one call and not cached.
+pub(crate) const UPSTREAM_EXCHANGE_MARGIN_SECS: u64 = 30;
+/// Exchanged tokens one core keeps (`--upstream-exchange-cache-entries`), one per (subject,
+/// upstream): beyond it the expired go first, then the one that expires soonest (its subject's
+/// next call exchanges again). An entry holds a token (an access token is some hundred bytes to a
+/// few KiB, at most `EXCHANGE_ANSWER_BYTES_MAX`): 4096 entries stay under a few MiB per core.
+pub(crate) const UPSTREAM_EXCHANGE_CACHE_ENTRIES: usize = 4096;
+/// Longest one exchange at the authorization server may take, connection included
+/// (`--upstream-exchange-timeout-secs`); then the call gets -32603 naming the upstream.
+pub(crate) const UPSTREAM_EXCHANGE_TIMEOUT_SECS: u64 = 10;
+/// Bytes of the authorization server's answer to an exchange that are read; a longer answer
+/// fails the exchange (an RFC 8693 answer is a token and four short fields).
+pub(crate) const EXCHANGE_ANSWER_BYTES_MAX: usize = 64 * 1024;
+/// Exchanges waiting for the exchange thread, all cores together; beyond it a call's exchange
+/// fails at once with -32603 (the authorization server is not keeping up).
+pub(crate) const EXCHANGES_QUEUED_MAX: usize = 1024;
+
 /// The upstream set and the bridge's bounds (`--upstream*`, `--resource-uri-bytes-max`).
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -111,6 +134,15 @@ pub struct UpstreamConfig {
     /// Upstreams (by `NAME=`) that get the client's own `Authorization` header
     /// (`--upstream-forward-authorization`): only for an upstream that is this same resource.
     pub forward_authorization: Vec<String>,
+    /// `--upstream-auth NAME=static|exchange` values (NAME an `--upstream`'s `NAME=` or `*`); an
+    /// upstream none names is `static`.
+    pub auth: Vec<String>,
+    /// `--upstream-exchange-margin-secs` (`UPSTREAM_EXCHANGE_MARGIN_SECS`).
+    pub exchange_margin: Duration,
+    /// `--upstream-exchange-cache-entries` (`UPSTREAM_EXCHANGE_CACHE_ENTRIES`), per core.
+    pub exchange_cache_entries: usize,
+    /// `--upstream-exchange-timeout-secs` (`UPSTREAM_EXCHANGE_TIMEOUT_SECS`).
+    pub exchange_timeout: Duration,
     /// `--upstream-allow-tools NAME=GLOB[,GLOB…]` values (see `NameFilter`).
     pub allow_tools: Vec<String>,
     /// `--upstream-deny-tools NAME=GLOB[,GLOB…]` values; deny wins over allow.
@@ -161,6 +193,10 @@ impl Default for UpstreamConfig {
             kill_grace: Duration::from_millis(UPSTREAM_KILL_GRACE_MS),
             credentials: None,
             forward_authorization: Vec::new(),
+            auth: Vec::new(),
+            exchange_margin: Duration::from_secs(UPSTREAM_EXCHANGE_MARGIN_SECS),
+            exchange_cache_entries: UPSTREAM_EXCHANGE_CACHE_ENTRIES,
+            exchange_timeout: Duration::from_secs(UPSTREAM_EXCHANGE_TIMEOUT_SECS),
             allow_tools: Vec::new(),
             deny_tools: Vec::new(),
             allow_prompts: Vec::new(),
@@ -205,6 +241,10 @@ impl UpstreamConfig {
             kill_grace: Duration::from_millis(flags.upstream_kill_grace_ms),
             credentials: flags.upstream_credentials,
             forward_authorization: flags.upstream_forward_authorization,
+            auth: flags.upstream_auth,
+            exchange_margin: Duration::from_secs(flags.upstream_exchange_margin_secs),
+            exchange_cache_entries: flags.upstream_exchange_cache_entries,
+            exchange_timeout: Duration::from_secs(flags.upstream_exchange_timeout_secs),
             allow_tools: flags.upstream_allow_tools,
             deny_tools: flags.upstream_deny_tools,
             allow_prompts: flags.upstream_allow_prompts,
@@ -237,6 +277,8 @@ impl UpstreamConfig {
             ("upstream-breaker-failures", u128::from(self.breaker_failures)),
             ("upstream-input-rounds-max", self.input_rounds_max as u128),
             ("upstream-breaker-pause-ms", self.breaker_pause.as_millis()),
+            ("upstream-exchange-cache-entries", self.exchange_cache_entries as u128),
+            ("upstream-exchange-timeout-secs", self.exchange_timeout.as_millis()),
         ])?;
         UpstreamSpec::check_names(&self.specs)?;
         self.prefixes()?;
@@ -250,6 +292,37 @@ impl UpstreamConfig {
             });
             if !known {
                 return Err(ConfigError::ForwardToUnknownUpstream(name.clone()));
+            }
+        }
+        self.check_exchanges()
+    }
+
+    /// Each `--upstream-auth NAME=exchange` names an HTTP upstream whose links are per
+    /// session (a shared link speaks for no one caller), and one whose client token is not
+    /// forwarded as well.
+    fn check_exchanges(&self) -> Result<(), ConfigError> {
+        for (spec, auth) in self.specs.iter().zip(self.auths()?) {
+            if auth != UpstreamAuth::Exchange {
+                continue;
+            }
+            let name = spec.name.clone().unwrap_or_else(|| "*".to_owned());
+            let fail = |why| Err(ConfigError::Exchange(name.clone(), why));
+            if !matches!(spec.target, UpstreamTarget::Http(_)) {
+                return fail("only an HTTP upstream takes a bearer token");
+            }
+            if spec.name.is_none() {
+                return fail(
+                    "the upstream needs a NAME= for its exchange lines in --upstream-credentials",
+                );
+            }
+            if self.isolation != Isolation::PerSession {
+                return fail(
+                    "a shared upstream link speaks for no one caller: use \
+                     --upstream-isolation per-session",
+                );
+            }
+            if self.forward_authorization.contains(&name) {
+                return fail("it is also --upstream-forward-authorization: choose one");
             }
         }
         Ok(())
@@ -269,6 +342,7 @@ impl UpstreamConfig {
             prefix: other.prefix.clone(),
             policy: other.policy.clone(),
             protocol: other.protocol.clone(),
+            auth: other.auth.clone(),
             ..self.clone()
         }
     }
@@ -309,6 +383,12 @@ impl UpstreamConfig {
     /// it wins, `*` names every upstream; `required` when none does).
     pub(crate) fn policies(&self) -> Result<Vec<UpstreamPolicy>, ConfigError> {
         self.per_upstream(&self.policy, UpstreamPolicy::parse, ConfigError::UpstreamPolicy)
+    }
+
+    /// Each `--upstream`'s bearer (`--upstream-auth`, as `upstream_policies`; `static` when none
+    /// names it).
+    pub(crate) fn auths(&self) -> Result<Vec<UpstreamAuth>, ConfigError> {
+        self.per_upstream(&self.auth, UpstreamAuth::parse, ConfigError::UpstreamAuth)
     }
 
     /// Each `--upstream`'s era, in order (`--upstream-protocol`, as `upstream_policies`; `auto`
@@ -396,6 +476,23 @@ pub(crate) struct UpstreamFlags {
     /// for an upstream that is this same resource (the token's audience). Off by default.
     #[arg(long, value_name = "NAME")]
     pub(crate) upstream_forward_authorization: Vec<String>,
+    /// What HTTP upstream NAME ('*': every one) gets as its bearer token: static (the default:
+    /// --upstream-credentials' headers) or exchange (the caller's token traded, RFC 8693, for
+    /// one whose audience is the upstream, at the authorization server the credentials file's
+    /// 'NAME exchange …' lines name; per-session isolation only); repeatable.
+    #[arg(long, value_name = "NAME=MODE")]
+    pub(crate) upstream_auth: Vec<String>,
+    /// How long before an exchanged token expires tidemark exchanges anew instead of using it.
+    #[arg(long, default_value_t = UPSTREAM_EXCHANGE_MARGIN_SECS)]
+    pub(crate) upstream_exchange_margin_secs: u64,
+    /// Exchanged tokens one core keeps, one per (subject, upstream); beyond it the expired
+    /// and then the soonest to expire are dropped.
+    #[arg(long, default_value_t = UPSTREAM_EXCHANGE_CACHE_ENTRIES)]
+    pub(crate) upstream_exchange_cache_entries: usize,
+    /// Longest one token exchange at the authorization server may take; then the call gets
+    /// -32603 naming the upstream.
+    #[arg(long, default_value_t = UPSTREAM_EXCHANGE_TIMEOUT_SECS)]
+    pub(crate) upstream_exchange_timeout_secs: u64,
     /// Expose only the tools of upstream NAME ('*': every upstream) whose own names match a
     /// GLOB ('*' any run, '?' one character; case-sensitive); repeatable; 'NAME=GLOB[,GLOB…]'.
     #[arg(long, value_name = "NAME=GLOB")]

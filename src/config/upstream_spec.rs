@@ -297,6 +297,30 @@ impl UpstreamProtocol {
     }
 }
 
+/// `--upstream-auth NAME=…`: what tidemark presents to an HTTP upstream as its bearer token.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub(crate) enum UpstreamAuth {
+    /// What `--upstream-credentials` configures (static headers, the subject header) and, for
+    /// an upstream named by `--upstream-forward-authorization`, the client's own token.
+    #[default]
+    Static,
+    /// The caller's token exchanged (RFC 8693) for one whose audience is the upstream, at the
+    /// authorization server the credentials file's `NAME exchange …` lines name.
+    Exchange,
+}
+
+impl UpstreamAuth {
+    /// `static` or `exchange`.
+    pub(crate) fn parse(text: &str) -> Option<UpstreamAuth> {
+        match text {
+            "static" => Some(UpstreamAuth::Static),
+            "exchange" => Some(UpstreamAuth::Exchange),
+            _ => None,
+        }
+    }
+}
+
 /// `--upstream-policy NAME=…`: what a session does when the upstream cannot be reached as it
 /// starts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

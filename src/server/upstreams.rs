@@ -13,7 +13,7 @@
 use std::rc::Rc;
 use std::sync::Arc;
 
-use crate::config::{BuiltinSet, Config, ConfigError};
+use crate::config::{BuiltinSet, Config, ConfigError, UpstreamAuth};
 use crate::metrics::CoreMetrics;
 use crate::provider::Provider;
 use crate::runtime::reload::{ProviderSlot, ReloadInbox};
@@ -69,12 +69,26 @@ pub(crate) fn build(
 ) -> Result<Vec<Upstream>, SetError> {
     let names: Vec<&str> =
         cfg.upstream.specs.iter().filter_map(|spec| spec.name.as_deref()).collect();
+    let auths = cfg.upstream_auths()?;
+    let exchanging: Vec<&str> = (cfg.upstream.specs.iter().zip(&auths))
+        .filter(|(_, auth)| **auth == UpstreamAuth::Exchange)
+        .filter_map(|(spec, _)| spec.name.as_deref())
+        .collect();
+    let tuning = crate::upstream::ExchangeTuning {
+        margin: cfg.upstream.exchange_margin,
+        cache_entries: cfg.upstream.exchange_cache_entries,
+        timeout: cfg.upstream.exchange_timeout,
+    };
     let credentials = crate::upstream::CredentialTable::load(
         cfg.upstream.credentials.as_deref(),
         &names,
         &cfg.upstream.forward_authorization,
+        (&exchanging, tuning),
     )
     .map_err(|e: crate::upstream::CredentialsError| SetError::Credentials(e.to_string()))?;
+    if !exchanging.is_empty() {
+        crate::upstream::start_exchanges(tuning.timeout).map_err(SetError::Credentials)?;
+    }
     // Checked by `Config::validate`; an error here is a Config built without it.
     let filters: Vec<_> = cfg
         .upstream_filters()
@@ -114,10 +128,11 @@ pub(crate) fn build(
         let slot = metric_names.index_of(&metrics_name);
         // Everything the provider is built from: the same text is the same upstream.
         let fingerprint = format!(
-            "{metrics_name}\u{0}{spec:?}\u{0}{prefixed}\u{0}{:?}\u{0}{:?}\u{0}{:?}\u{0}{slot}",
+            "{metrics_name}\u{0}{spec:?}\u{0}{prefixed}\u{0}{:?}\u{0}{:?}\u{0}{:?}\u{0}{:?}\u{0}{slot}",
             filters.get(index),
             policies.get(index),
             protocols.get(index),
+            auths.get(index),
         );
         let label = match &spec.name {
             Some(name) => format!("upstream:{name}"),

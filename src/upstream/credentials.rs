@@ -10,7 +10,14 @@
 //! NAME header HEADER-NAME VALUE…     an HTTP upstream gets HEADER-NAME: VALUE on every request
 //! NAME env KEY VALUE…                a stdio upstream's child gets KEY=VALUE in its environment
 //! NAME subject-header HEADER-NAME    an HTTP upstream gets the client's subject (not its token)
+//! NAME exchange FIELD VALUE…         the token exchange of `--upstream-auth NAME=exchange`
 //! ```
+//!
+//! An exchange (RFC 8693, `exchange`) takes the FIELDs `token-endpoint` (the authorization
+//! server's URL), `client-id`, `client-secret` (tidemark's client there; the secret best as
+//! `${VAR}`; none: a public client), and `audience` and/or `resource` (the upstream as the
+//! server names it); an upstream with `--upstream-auth NAME=exchange` needs the endpoint, the
+//! client id and one of the last two, and one without it may have no `exchange` line.
 //!
 //! NAME is an `--upstream NAME=…`, or `*` for every upstream (the only way to name a single
 //! unnamed one). VALUE is the rest of the line (spaces kept, trailing blanks dropped); `${VAR}`
@@ -18,7 +25,8 @@
 //! without holding them), `$$` is a `$`. A missing VAR, an unknown NAME, a header tidemark sets
 //! itself, a value with a CR, LF or NUL: start-up fails naming the line, never the value.
 //!
-//! Owns: the file's grammar, `CredentialTable` and `Credentials`. Never: logs, formats or
+//! Owns: the file's grammar, `CredentialTable` and `Credentials` (with each exchange's
+//! `ExchangeTarget`). Never: logs, formats or
 //! returns a value (`Debug` shows header names and variable keys only), or reads the client's
 //! `Authorization` header (the request path hands it over for forwarding upstreams only).
 
@@ -27,6 +35,7 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
+use super::exchange::{ExchangeTarget, Tuning};
 use crate::config::UPSTREAM_CREDENTIALS_BYTES_MAX;
 
 /// Headers the HTTP transport writes itself: a credentials line may not set them.
@@ -58,6 +67,22 @@ pub(crate) struct Credentials {
     /// on where `subject_header` would be, in place of a configured one (which stays for the
     /// link's own requests that no client made: a shared link's `initialize` and listings).
     pub(crate) forward_authorization: bool,
+    /// `--upstream-auth NAME=exchange`: every request that speaks for a caller (a call's, or a
+    /// per-session link's own) carries the caller's token exchanged at this target, in place
+    /// of a configured `Authorization` (which stays for requests that speak for no one).
+    pub(crate) exchange: Option<Arc<ExchangeTarget>>,
+}
+
+/// An upstream's `exchange` lines, as read.
+#[derive(Clone, Default)]
+struct ExchangeLines {
+    token_endpoint: Option<Box<str>>,
+    client_id: Option<Box<str>>,
+    client_secret: Option<Box<str>>,
+    audience: Option<Box<str>>,
+    resource: Option<Box<str>>,
+    /// The first line's number, for the errors.
+    line: usize,
 }
 
 impl fmt::Debug for Credentials {
@@ -70,6 +95,7 @@ impl fmt::Debug for Credentials {
             .field("env", &env)
             .field("subject_header", &self.subject_header)
             .field("forward_authorization", &self.forward_authorization)
+            .field("exchange", &self.exchange)
             .finish()
     }
 }
@@ -79,6 +105,14 @@ impl fmt::Debug for Credentials {
 pub(crate) struct CredentialTable {
     every: Credentials,
     by_name: HashMap<Box<str>, Credentials>,
+    /// Each upstream's `exchange` lines, until `load` made its target.
+    exchanges: HashMap<Box<str>, ExchangeLines>,
+}
+
+impl fmt::Debug for ExchangeLines {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExchangeLines").field("line", &self.line).finish_non_exhaustive()
+    }
 }
 
 /// Why the credentials file cannot be used (each names the file's line, never a value).
@@ -88,15 +122,19 @@ pub(crate) enum CredentialsError {
     File { path: String, error: String },
     #[error("--upstream-credentials line {line}: {why}")]
     Line { line: usize, why: String },
+    #[error("--upstream-auth {name}=exchange: {why}")]
+    Exchange { name: String, why: String },
 }
 
 impl CredentialTable {
     /// Reads `path` (at most `UPSTREAM_CREDENTIALS_BYTES_MAX` bytes), with `${VAR}` taken from
-    /// the process's environment; `forward` are the `--upstream-forward-authorization` names.
+    /// the process's environment; `forward` are the `--upstream-forward-authorization` names,
+    /// `exchange` the `--upstream-auth NAME=exchange` ones (each made a target with `tuning`).
     pub(crate) fn load(
         path: Option<&Path>,
         known: &[&str],
         forward: &[String],
+        exchange: (&[&str], Tuning),
     ) -> Result<CredentialTable, CredentialsError> {
         let text = match path {
             Some(path) => read_bounded(path)?,
@@ -106,7 +144,47 @@ impl CredentialTable {
         for name in forward {
             table.by_name.entry(name.as_str().into()).or_default().forward_authorization = true;
         }
+        table.make_exchanges(exchange.0, exchange.1)?;
         Ok(table)
+    }
+
+    /// Makes the target of each upstream in `exchanging` from its `exchange` lines; an
+    /// upstream not in it may have none.
+    fn make_exchanges(
+        &mut self,
+        exchanging: &[&str],
+        tuning: Tuning,
+    ) -> Result<(), CredentialsError> {
+        for (name, lines) in &self.exchanges {
+            if !exchanging.contains(&&**name) {
+                let why =
+                    format!("{name} has exchange lines but no --upstream-auth {name}=exchange");
+                return Err(CredentialsError::Line { line: lines.line, why });
+            }
+        }
+        for name in exchanging {
+            let missing = |what: &str| CredentialsError::Exchange {
+                name: (*name).to_owned(),
+                why: format!("no '{name} exchange {what} …' line in --upstream-credentials"),
+            };
+            let lines = self.exchanges.get(*name).cloned().unwrap_or_default();
+            let endpoint = lines.token_endpoint.ok_or_else(|| missing("token-endpoint"))?;
+            let client_id = lines.client_id.ok_or_else(|| missing("client-id"))?;
+            if lines.audience.is_none() && lines.resource.is_none() {
+                return Err(missing("audience (or resource)"));
+            }
+            let target = ExchangeTarget::new(
+                name,
+                endpoint,
+                client_id,
+                lines.client_secret,
+                lines.audience,
+                lines.resource,
+                tuning,
+            );
+            self.by_name.entry((*name).into()).or_default().exchange = Some(Arc::new(target));
+        }
+        Ok(())
     }
 
     /// Parses the file's text; `known` are the upstreams' names, `lookup` the environment.
@@ -157,9 +235,17 @@ impl CredentialTable {
                     check_header_name(key).map_err(fail)?;
                     target.subject_header = Some(key.into());
                 }
+                ("exchange", Some(value)) if name != "*" => {
+                    let value = substitute(value, &lookup).map_err(fail)?;
+                    let lines = table.exchanges.entry(name.into()).or_default();
+                    if lines.line == 0 {
+                        lines.line = line;
+                    }
+                    exchange_line(lines, key, value.into()).map_err(fail)?;
+                }
                 _ => {
                     let expected = "expected 'NAME header HEADER VALUE', 'NAME env KEY VALUE' or \
-                                    'NAME subject-header HEADER'";
+                                    'NAME subject-header HEADER' or 'NAME exchange FIELD VALUE'";
                     return Err(fail(expected.to_owned()));
                 }
             }
@@ -178,6 +264,7 @@ impl CredentialTable {
                 credentials.subject_header.clone_from(&own.subject_header);
             }
             credentials.forward_authorization |= own.forward_authorization;
+            credentials.exchange.clone_from(&own.exchange);
         }
         Arc::new(credentials)
     }
@@ -198,6 +285,33 @@ fn read_bounded(path: &Path) -> Result<String, CredentialsError> {
         }
     }
     Ok(text)
+}
+
+/// One `exchange FIELD VALUE` line into `lines`.
+fn exchange_line(lines: &mut ExchangeLines, field: &str, value: Box<str>) -> Result<(), String> {
+    let slot = match field {
+        "token-endpoint" => {
+            if !(value.starts_with("http://") || value.starts_with("https://")) {
+                return Err("the exchange token-endpoint is no http:// or https:// URL".to_owned());
+            }
+            &mut lines.token_endpoint
+        }
+        "client-id" => &mut lines.client_id,
+        "client-secret" => &mut lines.client_secret,
+        "audience" => &mut lines.audience,
+        "resource" => &mut lines.resource,
+        _ => {
+            return Err(format!(
+                "exchange {field:?}: expected token-endpoint, client-id, client-secret, audience \
+                 or resource"
+            ))
+        }
+    };
+    if slot.is_some() {
+        return Err(format!("a second exchange {field}"));
+    }
+    *slot = Some(value);
+    Ok(())
 }
 
 /// A header name (an RFC 9110 token) the transport does not write itself.
@@ -241,6 +355,44 @@ fn substitute(value: &str, lookup: &impl Fn(&str) -> Option<String>) -> Result<S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn tuning() -> Tuning {
+        let timeout = std::time::Duration::from_secs(10);
+        Tuning { margin: std::time::Duration::from_secs(30), cache_entries: 16, timeout }
+    }
+
+    #[test]
+    fn exchange_lines_make_a_target_only_for_an_exchanging_upstream() {
+        // Goal: the `exchange` lines of an `--upstream-auth NAME=exchange` upstream make its
+        // target (the secret from the environment, shown nowhere); a missing field, a stray
+        // line or a bad one fails naming the upstream or the line. Method: parse, then make.
+        let text = "search exchange token-endpoint http://as.example/token\n\
+            search exchange client-id gateway\n\
+            search exchange client-secret ${TOKEN}\n\
+            search exchange audience search-api\n";
+        let mut table = CredentialTable::parse(text, &["search", "files"], lookup).expect("ok");
+        table.make_exchanges(&["search"], tuning()).expect("made");
+        let search = table.for_upstream(Some("search"));
+        let target = search.exchange.as_ref().expect("a target");
+        assert_eq!(target.client_secret.as_deref(), Some("s3cret"));
+        assert_eq!(target.audience.as_deref(), Some("search-api"));
+        assert!(table.for_upstream(Some("files")).exchange.is_none());
+        assert!(!format!("{table:?}").contains("s3cret"));
+        let mut stray = CredentialTable::parse(text, &["search"], lookup).expect("ok");
+        let error = stray.make_exchanges(&[], tuning()).expect_err("stray").to_string();
+        assert!(error.contains("line 1") && error.contains("no --upstream-auth"), "{error}");
+        let mut empty = CredentialTable::parse("", &["search"], lookup).expect("ok");
+        let error = empty.make_exchanges(&["search"], tuning()).expect_err("none").to_string();
+        assert!(error.contains("search=exchange") && error.contains("token-endpoint"), "{error}");
+        for (line, expected) in [
+            ("search exchange token-endpoint ftp://x", "no http://"),
+            ("search exchange scope x", "expected token-endpoint"),
+            ("* exchange client-id x", "expected"),
+        ] {
+            let error = CredentialTable::parse(line, &["search"], lookup).expect_err(line);
+            assert!(error.to_string().contains(expected), "{line}: {error}");
+        }
+    }
 
     fn lookup(var: &str) -> Option<String> {
         match var {
@@ -320,13 +472,19 @@ mod tests {
         let mut text = "self header X-A b\n".to_owned();
         text.push_str(&"#".repeat(UPSTREAM_CREDENTIALS_BYTES_MAX - text.len()));
         std::fs::write(&path, &text).expect("write");
-        let table = CredentialTable::load(Some(&path), &["self", "other"], &["self".to_owned()])
-            .expect("at the limit");
+        let table = CredentialTable::load(
+            Some(&path),
+            &["self", "other"],
+            &["self".to_owned()],
+            (&[], tuning()),
+        )
+        .expect("at the limit");
         assert!(table.for_upstream(Some("self")).forward_authorization);
         assert!(!table.for_upstream(Some("other")).forward_authorization);
         text.push('#');
         std::fs::write(&path, &text).expect("write");
-        let error = CredentialTable::load(Some(&path), &["self"], &[]).expect_err("over");
+        let error =
+            CredentialTable::load(Some(&path), &["self"], &[], (&[], tuning())).expect_err("over");
         assert!(error.to_string().contains("over 65536 bytes"), "{error}");
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -28,7 +28,9 @@
 //! The bridge's rooms: this file holds its state (`Bridge`, `Link`, `Catalog`) and the
 //! handlers of an upstream's notifications; `provider` its `Provider` impl (routing and the
 //! filters); `links` its links and policy (connecting, `--upstream-policy`, the breaker's
-//! verdict); `rounds` a forwarded call's rounds of input; `listing` a link's tools listed into
+//! verdict); `rounds` a forwarded call's rounds of input; `credentials` what an upstream is
+//! presented (the `--upstream-credentials` file) and `exchange` a caller's token traded for the
+//! upstream's (RFC 8693, `--upstream-auth NAME=exchange`, off the worker cores); `listing` a link's tools listed into
 //! the core's store (`catalog`) and the bridge's names both ways (the prefix rules: `names`).
 //!
 //! Called by: `server` (one `Bridge` per upstream per core), `dispatch` (as any provider).
@@ -37,6 +39,7 @@
 mod breaker;
 mod catalog;
 mod credentials;
+mod exchange;
 mod http;
 mod line_head;
 mod links;
@@ -69,6 +72,7 @@ use crate::signal::Signal;
 use breaker::Breaker;
 use credentials::Credentials;
 pub(crate) use credentials::{CredentialTable, CredentialsError};
+pub(crate) use exchange::{start as start_exchanges, Tuning as ExchangeTuning};
 pub(crate) use http::deletes_settled;
 pub(crate) use names::Collision;
 use peer::{upstream_fault, Peer, PeerEvents};

@@ -5,7 +5,8 @@
 //                                            loads it with --auth-jwks-file) and its private half
 //                                            to FILE.private: hostile tokens whose only fault is
 //                                            a claim are signed with it
-//        node e2e.mjs STAGE                  runs STAGE (wire, rotation, hostile, cross-subject)
+//        node e2e.mjs STAGE                  runs STAGE (wire, rotation, hostile, cross-subject,
+//                                            exchange)
 // Environment: TIDEMARK_URL (the endpoint), AUTH_ISSUER, AUTH_RESOURCE, AUTH_OTHER_RESOURCE (a
 // resource the provider also issues for), TEST_KEYS (keygen's FILE), MIN_REFETCH_SECS,
 // TOKENS_SEEN (a file: every token sent is appended, one a line, for the log check).
@@ -286,8 +287,76 @@ async function stageCrossSubject() {
   check(echoed(await legacyCall(alice, session, 'echo', { text: 'still' }), 'still'), "alice's session is untouched (bob's DELETE ended nothing)");
 }
 
+// Token exchange toward an upstream (--upstream-auth who=exchange; scripts/auth.sh starts this
+// tidemark at TIDEMARK_URL with the upstream tests/auth/exchange_upstream.mjs at UPSTREAM_URL,
+// which takes only tokens whose aud is EXCHANGE_AUDIENCE; exchanged tokens live EXCHANGE_TTL s,
+// tidemark's margin is EXCHANGE_MARGIN s). Two users: each upstream request carries that user's
+// exchanged token; within its lifetime the cache is used (counted at the authorization
+// server), after it a new one is exchanged; a refused exchange ends the call with -32603
+// naming the upstream and the server's error, never a token.
+async function stageExchange() {
+  const exchanges = async () => (await (await fetch(`${env.AUTH_ISSUER}/control/exchanges`)).json()).count;
+  const upstream = async () => (await fetch(new URL('/seen', env.UPSTREAM_URL))).json();
+  const seen = async () => (await upstream()).requests;
+  const whoami = async (user, id) => {
+    const r = await legacyCall(user.token, user.session, 'whoami', {}, id);
+    return { r, text: r.json?.result?.content?.[0]?.text ?? JSON.stringify(r.json) };
+  };
+  const audience = env.EXCHANGE_AUDIENCE;
+  const start = await exchanges();
+  const users = [];
+  for (const [name, client] of [['alice', 'tidemark-test'], ['bob', 'tidemark-test-b']]) {
+    const token = await providerToken({ client });
+    const { r, session } = await legacyInitialize(token);
+    check(r.status === 200 && session, `${name} (${client}) opens a session through the exchanging upstream (${r.status})`);
+    users.push({ name, client, token, session });
+  }
+  let id = 10;
+  for (const user of [...users, users[0]]) {
+    const { text } = await whoami(user, id++);
+    check(text === `sub=${user.client} aud=${audience}`, `${user.name}'s call reached the upstream as ${text}`);
+  }
+  check(await exchanges() - start === 2,
+    `one exchange per user for the session's start, listing and calls (${await exchanges() - start})`);
+  const requests = await seen();
+  console.log('what each upstream request carried (method sub aud act jti):');
+  for (const q of requests) console.log(`  ${q.method} sub=${q.sub} aud=${q.aud} act=${q.act} jti=${q.jti}`);
+  const subjects = new Set(users.map((u) => u.client));
+  check(requests.length > 0 && requests.every((q) => subjects.has(q.sub) && q.aud === audience && q.act === 'tidemark-gateway'),
+    'every upstream request carried a user\'s exchanged token (aud the upstream, act the gateway)');
+  const calls = requests.filter((q) => q.method === 'tools/call').map((q) => q.sub);
+  check(JSON.stringify(calls) === JSON.stringify(['tidemark-test', 'tidemark-test-b', 'tidemark-test']),
+    `the upstream saw the calls as alice, bob, alice (${calls.join(', ')})`);
+  const firstJti = requests.filter((q) => q.method === 'tools/call')[0].jti;
+
+  // Elapsed time is what is tested: the cached token is past its freshness (ttl - margin).
+  const fresh = (Number(env.EXCHANGE_TTL) - Number(env.EXCHANGE_MARGIN)) * 1000;
+  await new Promise((resolve) => setTimeout(resolve, fresh + 300));
+  const { text } = await whoami(users[0], id++);
+  check(text === `sub=tidemark-test aud=${audience}`, `after the token's freshness alice's call still reaches the upstream (${text})`);
+  check(await exchanges() - start === 3, `... through a new exchange (${await exchanges() - start} in all)`);
+  const last = (await seen()).filter((q) => q.method === 'tools/call').at(-1);
+  check(last.sub === 'tidemark-test' && last.jti !== firstJti, `... carrying a new token (jti ${last.jti}, was ${firstJti})`);
+
+  check((await upstream()).refused === 0, 'the upstream refused no request (none went without a valid exchanged token)');
+
+  await fetch(`${env.AUTH_ISSUER}/control/exchange/deny`, { method: 'POST' });
+  const refused = await whoami(users[1], id++);
+  const error = refused.r.json?.error;
+  console.log(`refused exchange: ${JSON.stringify(error)}`);
+  check(error?.code === -32603, `a refused exchange ends bob's call with -32603 (${refused.r.status} ${refused.text})`);
+  check(error.message.includes('upstream who') && error.message.includes('unauthorized_client'),
+    'the refusal names the upstream and the authorization server\'s error');
+  check(error.data?.oauth_error === 'unauthorized_client' && error.data?.upstream === 'who', 'its data too');
+  check(!refused.r.text.includes(users[1].token) && !/eyJ[A-Za-z0-9_-]{8,}\./.test(refused.r.text),
+    'the answer holds no token');
+}
+
 const [stage, arg] = process.argv.slice(2);
-const stages = { wire: stageWire, rotation: stageRotation, hostile: stageHostile, 'cross-subject': stageCrossSubject };
+const stages = {
+  wire: stageWire, rotation: stageRotation, hostile: stageHostile, 'cross-subject': stageCrossSubject,
+  exchange: stageExchange,
+};
 if (stage === 'keygen') keygen(arg);
 else if (stages[stage]) await stages[stage]();
 else fail(`unknown stage ${stage}`);

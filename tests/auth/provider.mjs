@@ -14,13 +14,22 @@
 //                              JWKS lists it first, the old keys stay listed (as a real rotation
 //                              does while old tokens live); answers {"kid": "..."}
 //   POST /control/alg/ALG      later tokens are signed with ALG (RS256, ES256 or EdDSA)
+//   POST /control/exchange/deny  later token exchanges by the gateway client are refused
+//                              (unauthorized_client), as when its grant is withdrawn
+//   GET  /control/exchanges    {"count": N, "subjects": [...]}: token exchanges issued so far
+// Token exchange (RFC 8693, for tidemark's --upstream-auth NAME=exchange): the client
+// tidemark-gateway / tidemark-gateway-secret (client_secret_basic) may use the grant
+// urn:ietf:params:oauth:grant-type:token-exchange, registered with provider.registerGrantType.
+// The subject token must be one of this server's access tokens for --resource; the answer is
+// a JWT access token with the subject token's `sub`, `aud` the requested audience (one of
+// --exchange-audience), `act.sub` the gateway, living --exchange-ttl seconds.
 // Keys are generated at start (none are stored). Ends on SIGTERM/SIGINT.
 
 import * as crypto from 'node:crypto';
 import * as http from 'node:http';
 import { parseArgs } from 'node:util';
 
-import Provider from 'oidc-provider';
+import Provider, { errors } from 'oidc-provider';
 
 const { values: args } = parseArgs({
   options: {
@@ -30,6 +39,8 @@ const { values: args } = parseArgs({
     'client-id': { type: 'string', default: 'tidemark-test' },
     'client-secret': { type: 'string', default: 'tidemark-test-secret' },
     scopes: { type: 'string', default: 'tools:read tools:write' },
+    'exchange-audience': { type: 'string', default: '' },
+    'exchange-ttl': { type: 'string', default: '300' },
   },
 });
 if (!args.resource) {
@@ -51,6 +62,11 @@ function signingKey(alg) {
 let keys = [signingKey('RS256'), signingKey('ES256'), signingKey('EdDSA')];
 let tokenAlg = 'RS256';
 let handler = null;
+let exchangeAllowed = true;
+const exchanges = [];
+const TOKEN_EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange';
+const ACCESS_TOKEN_TYPE = 'urn:ietf:params:oauth:token-type:access_token';
+const GATEWAY = 'tidemark-gateway';
 let issuer = null;
 
 function build() {
@@ -66,7 +82,14 @@ function build() {
       response_types: [],
       token_endpoint_auth_method: 'client_secret_post',
       scope: args.scopes,
-    })),
+    })).concat([{
+      client_id: GATEWAY,
+      client_secret: `${GATEWAY}-secret`,
+      grant_types: [TOKEN_EXCHANGE],
+      redirect_uris: [],
+      response_types: [],
+      token_endpoint_auth_method: 'client_secret_basic',
+    }]),
     jwks: { keys },
     scopes: args.scopes.split(' '),
     features: {
@@ -94,8 +117,74 @@ function build() {
       idTokenSigningAlgValues: ['RS256', 'ES256', 'EdDSA'],
     },
   });
+  provider.registerGrantType(TOKEN_EXCHANGE, exchangeToken,
+    ['audience', 'resource', 'scope', 'requested_token_type', 'subject_token', 'subject_token_type'],
+    ['audience', 'resource']);
   provider.on('server_error', (_ctx, err) => console.error('provider server_error:', err));
   handler = provider.callback();
+}
+
+/** The claims of `token` when it is a JWT this server signed (any of its keys), else null. */
+function verifiedClaims(token) {
+  const [head, payload, signature] = String(token).split('.');
+  if (!signature) return null;
+  try {
+    const { kid, alg } = JSON.parse(Buffer.from(head, 'base64url'));
+    const jwk = keys.find((k) => k.kid === kid && k.alg === alg);
+    if (!jwk) return null;
+    const key = crypto.createPublicKey({ key: jwk, format: 'jwk' });
+    const data = Buffer.from(`${head}.${payload}`);
+    const sig = Buffer.from(signature, 'base64url');
+    const ok = alg === 'EdDSA'
+      ? crypto.verify(null, data, key, sig)
+      : crypto.verify('sha256', data, alg === 'ES256' ? { key, dsaEncoding: 'ieee-p1363' } : key, sig);
+    return ok ? JSON.parse(Buffer.from(payload, 'base64url')) : null;
+  } catch {
+    return null;
+  }
+}
+
+/** An RS256 JWT of `claims`, signed with the newest RS256 key (the JWKS lists it). */
+function signed(claims) {
+  const jwk = keys.find((k) => k.alg === 'RS256');
+  const head = Buffer.from(JSON.stringify({ alg: 'RS256', typ: 'at+jwt', kid: jwk.kid })).toString('base64url');
+  const body = Buffer.from(JSON.stringify(claims)).toString('base64url');
+  const key = crypto.createPrivateKey({ key: jwk, format: 'jwk' });
+  const sig = crypto.sign('sha256', Buffer.from(`${head}.${body}`), key).toString('base64url');
+  return `${head}.${body}.${sig}`;
+}
+
+/** The token exchange grant (RFC 8693 §2): client authentication and the grant's allowance
+ * for the client are oidc-provider's; the subject token, audience and resource are checked here. */
+async function exchangeToken(ctx) {
+  const { params, client } = ctx.oidc;
+  if (!exchangeAllowed) {
+    throw new errors.UnauthorizedClient('token exchange is withdrawn for this client');
+  }
+  if (params.subject_token_type !== ACCESS_TOKEN_TYPE) {
+    throw new errors.InvalidRequest('subject_token_type must be an access token');
+  }
+  const subject = verifiedClaims(params.subject_token);
+  const now = Math.floor(Date.now() / 1000);
+  if (!subject || subject.iss !== issuer || subject.exp <= now || subject.aud !== args.resource) {
+    throw new errors.InvalidGrant('the subject token is not a valid access token for the gateway');
+  }
+  const audiences = args['exchange-audience'].split(',').filter(Boolean);
+  const audience = [].concat(params.audience ?? [])[0];
+  if (!audiences.includes(audience)) {
+    throw new errors.InvalidTarget('the audience is not one this server issues for');
+  }
+  const ttl = Number(args['exchange-ttl']);
+  const claims = {
+    iss: issuer, sub: subject.sub, aud: audience, iat: now, exp: now + ttl,
+    jti: crypto.randomBytes(8).toString('hex'), client_id: client.clientId, act: { sub: client.clientId },
+  };
+  if (params.resource) claims.resource = [].concat(params.resource)[0];
+  exchanges.push({ sub: subject.sub, aud: audience, jti: claims.jti });
+  ctx.body = {
+    access_token: signed(claims), issued_token_type: ACCESS_TOKEN_TYPE,
+    token_type: 'Bearer', expires_in: ttl,
+  };
 }
 
 function answer(res, status, body) {
@@ -109,6 +198,13 @@ const server = http.createServer((req, res) => {
     keys = [fresh, ...keys];
     build();
     return answer(res, 200, { kid: fresh.kid });
+  }
+  if (req.method === 'POST' && req.url === '/control/exchange/deny') {
+    exchangeAllowed = false;
+    return answer(res, 200, { exchange: 'denied' });
+  }
+  if (req.method === 'GET' && req.url === '/control/exchanges') {
+    return answer(res, 200, { count: exchanges.length, exchanges });
   }
   const alg = req.method === 'POST' && req.url.match(/^\/control\/alg\/(RS256|ES256|EdDSA)$/);
   if (alg) {

@@ -49,6 +49,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::credentials::Credentials;
+use super::exchange::{self, ExchangeError};
 use super::peer::{Peer, Transport};
 use super::settings::Settings;
 use crate::provider::{Caller, Value};
@@ -221,8 +222,15 @@ impl Transport for HttpTransport {
         let turn = Turn::take(link);
         link.in_flight.set(link.in_flight.get() + 1);
         let caller = caller.cloned();
-        let post =
-            PostBytes { body: message, caller, trace, turn: Some(turn), hold_turn: false, heads };
+        let post = PostBytes {
+            body: message,
+            caller,
+            bearer: None,
+            trace,
+            turn: Some(turn),
+            hold_turn: false,
+            heads,
+        };
         monoio::spawn(post_task(link.clone(), post, expect));
         Ok(())
     }
@@ -404,6 +412,15 @@ impl Link {
         }
     }
 
+    /// The exchanged bearer of a request speaking for `caller` (a call's, else the link's own):
+    /// `None` when the upstream does not exchange, or when no caller stands behind the request
+    /// (the shared link's own listings: they carry the configured headers only).
+    async fn exchanged(&self, caller: Option<&Caller>) -> Result<Option<Rc<str>>, ExchangeError> {
+        let Some(target) = &self.credentials.exchange else { return Ok(None) };
+        let Some(caller) = caller.or(self.caller.as_ref()) else { return Ok(None) };
+        exchange::bearer(target, Some(caller)).await.map(Some)
+    }
+
     /// Keeps `conn` for reuse when its response ended cleanly and it may be kept alive.
     fn recycle(&self, conn: Conn, reusable: bool) {
         if !reusable || !conn.pending().is_empty() || self.stop.is_set() {
@@ -412,15 +429,16 @@ impl Link {
         self.pool.keep(conn);
     }
 
-    /// Encodes a request head (and body) to the endpoint with the session's headers; `caller`
-    /// (a call's) in place of the link's own. With `heads` it is a 2026-07-28 request: no
-    /// session, the revision's version and the routing headers.
+    /// Encodes a request head (and body) to the endpoint with the session's headers; of
+    /// `presented`, the caller (a call's) in place of the link's own, and its exchanged token
+    /// (`--upstream-auth NAME=exchange`), sent as the bearer. With `heads` it is a 2026-07-28
+    /// request: no session, the revision's version and the routing headers.
     fn encode(
         &self,
         method: Method,
         body: Option<&[u8]>,
         last_event_id: Option<&str>,
-        caller: Option<&Caller>,
+        (caller, exchanged): (Option<&Caller>, Option<&str>),
         heads: Option<&Heads>,
     ) -> Vec<u8> {
         let verb = match method {
@@ -471,9 +489,11 @@ impl Link {
         }
         let caller = caller.or(self.caller.as_ref());
         let forwarded = caller.filter(|_| self.credentials.forward_authorization);
+        let exchanged = exchanged.filter(|_| self.credentials.exchange.is_some());
         for (name, value) in &self.credentials.headers {
-            // A forwarded token replaces the configured one: one `Authorization` only.
-            if forwarded.is_none() || !name.eq_ignore_ascii_case("authorization") {
+            // A forwarded or exchanged token replaces the configured one: one `Authorization`.
+            let replaced = forwarded.is_some() || exchanged.is_some();
+            if !replaced || !name.eq_ignore_ascii_case("authorization") {
                 line(name, value);
             }
         }
@@ -485,6 +505,12 @@ impl Link {
             if is_header_value(caller.subject()) {
                 line(name, caller.subject());
             }
+        }
+        if let Some(token) = exchanged {
+            // `exchange::read_answer` let only a token of visible ASCII through.
+            out.extend_from_slice(b"Authorization: Bearer ");
+            out.extend_from_slice(token.as_bytes());
+            out.extend_from_slice(b"\r\n");
         }
         out.extend_from_slice(b"\r\n");
         if let Some(body) = body {
@@ -620,6 +646,8 @@ enum Failure {
     },
     /// The upstream answered 404 while we had a session id.
     SessionExpired,
+    /// No exchanged token for the caller (`--upstream-auth NAME=exchange`): nothing was sent.
+    Exchange(ExchangeError),
     /// The response (or its stream and every resumption) ended without the answer.
     Unanswered,
 }
@@ -631,9 +659,16 @@ impl From<HttpError> for Failure {
 }
 
 /// One message's POST, and the error its call gets when it fails.
-async fn post_task(link: Rc<Link>, post: PostBytes, expect: Expect) {
+async fn post_task(link: Rc<Link>, mut post: PostBytes, expect: Expect) {
     let _slot = Slot(link.clone());
     let until = Until { deadline: Some(Instant::now() + link.timeout), stoppable: true };
+    // One predictable branch when the upstream does not exchange (the default).
+    if link.credentials.exchange.is_some() {
+        match link.exchanged(post.caller.as_ref()).await {
+            Ok(bearer) => post.bearer = bearer,
+            Err(e) => return exchange_failed(&link, &expect, e),
+        }
+    }
     match expect {
         Expect::Answer { id, initialize } => {
             let outcome = match (post.heads.is_some(), id.as_u64()) {
@@ -659,6 +694,17 @@ async fn post_task(link: Rc<Link>, post: PostBytes, expect: Expect) {
                 )
             }
         },
+    }
+}
+
+/// A POST that cannot go out for want of an exchanged token: its request ends with -32603
+/// naming the upstream and the authorization server's reasons; a notification is dropped.
+fn exchange_failed(link: &Link, expect: &Expect, error: ExchangeError) {
+    match expect {
+        Expect::Answer { id, .. } => fail_request(link, id, Failure::Exchange(error)),
+        Expect::Accepted { .. } => {
+            tracing::warn!(upstream = %link.name, %error, "upstream notification not sent")
+        }
     }
 }
 
@@ -692,6 +738,20 @@ fn fail_request(link: &Link, id: &Value, failure: Failure) {
         Failure::SessionExpired => {
             let why = "upstream session expired (404)";
             (format!("upstream {name} failed: {why}"), json!({ "upstream": name, "reason": why }))
+        }
+        Failure::Exchange(e) => {
+            let (error, description) = match e {
+                ExchangeError::Refused { error, description, .. } => {
+                    (Some(error), description.as_ref())
+                }
+                _ => (None, None),
+            };
+            (
+                format!("upstream {name}: {e}"),
+                // The server's RFC 6749 §5.2 fields, named apart from JSON-RPC's own `error`.
+                json!({ "upstream": name, "reason": "token exchange", "oauth_error": error,
+                        "oauth_error_description": description }),
+            )
         }
     };
     tracing::warn!(upstream = name, ?failure, "upstream request failed");
@@ -733,6 +793,7 @@ async fn request(
     until: Until,
 ) -> Result<(), Failure> {
     let caller = post.caller.clone();
+    let bearer = post.bearer.clone();
     let stateless = post.heads.is_some();
     let tools_page = post.heads.as_ref().and_then(|h| h.tools_page);
     let (mut conn, mut head) = round_trip(link, Method::Post, post, until).await?;
@@ -764,7 +825,8 @@ async fn request(
             }
             // 2026-07-28 has no resumption: a broken stateless stream is unanswered.
             if !stream.answered && !stateless {
-                resume(link, &mut stream, caller.as_ref(), until).await?;
+                let presented = (caller.as_ref(), bearer.as_deref());
+                resume(link, &mut stream, presented, until).await?;
             }
         }
         Kind::Other => return Err(HttpError::ContentType.into()),
@@ -781,7 +843,7 @@ async fn request(
 async fn resume(
     link: &Rc<Link>,
     stream: &mut Stream,
-    caller: Option<&Caller>,
+    (caller, bearer): (Option<&Caller>, Option<&str>),
     until: Until,
 ) -> Result<(), Failure> {
     let mut attempts = 0;
@@ -799,7 +861,7 @@ async fn resume(
             return Err(HttpError::Stopped.into());
         }
         let seen = stream.decoder.events();
-        let request = link.encode(Method::Get, None, Some(&last_id), caller, None);
+        let request = link.encode(Method::Get, None, Some(&last_id), (caller, bearer), None);
         let (mut conn, head) = match round_trip(link, Method::Get, GetBytes(request), until).await {
             Ok(response) => response,
             // The upstream may be restarting: another attempt, within the bound.
@@ -847,11 +909,22 @@ async fn listen(link: Rc<Link>, subscription: Option<(Vec<u8>, Heads)>) {
     while !link.stop.is_set() {
         let seen = stream.decoder.events();
         let last_id = stream.decoder.last_id().map(str::to_owned);
+        // The link's own stream speaks for its session's opener (a per-session link's).
+        let bearer = match link.exchanged(None).await {
+            Ok(bearer) => bearer,
+            Err(error) => {
+                tracing::warn!(upstream = %link.name, %error, "upstream standalone stream not opened");
+                return;
+            }
+        };
+        let presented = (None, bearer.as_deref());
         let (method, request) = match &subscription {
             Some((body, heads)) => {
-                (Method::Post, link.encode(Method::Post, Some(body), None, None, Some(heads)))
+                (Method::Post, link.encode(Method::Post, Some(body), None, presented, Some(heads)))
             }
-            None => (Method::Get, link.encode(Method::Get, None, last_id.as_deref(), None, None)),
+            None => {
+                (Method::Get, link.encode(Method::Get, None, last_id.as_deref(), presented, None))
+            }
         };
         let outcome = match round_trip(&link, method, GetBytes(request), until).await {
             Ok((mut conn, head)) => match check_status(&link, &head) {
@@ -893,7 +966,10 @@ async fn listen(link: Rc<Link>, subscription: Option<(Vec<u8>, Heads)>) {
 /// Ends the upstream session (§Session Management), best effort.
 async fn delete(link: Rc<Link>, session: Rc<str>) {
     let until = Until { deadline: Some(Instant::now() + DELETE_TIMEOUT), stoppable: false };
-    let request = link.encode(Method::Delete, None, None, None, None);
+    let Ok(bearer) = link.exchanged(None).await else {
+        return tracing::debug!(upstream = %link.name, "upstream session not deleted: no token");
+    };
+    let request = link.encode(Method::Delete, None, None, (None, bearer.as_deref()), None);
     let status =
         round_trip(&link, Method::Delete, GetBytes(request), until).await.map(|(_, h)| h.status);
     let prefix = &session[..session.len().min(8)];
@@ -982,6 +1058,8 @@ struct PostBytes {
     body: Vec<u8>,
     /// The call's caller, when the message is a call's request.
     caller: Option<Caller>,
+    /// The caller's exchanged token (`--upstream-auth NAME=exchange`), set before the POST.
+    bearer: Option<Rc<str>>,
     /// The call's CLIENT span (tracing on): sent as `traceparent`.
     trace: Option<TraceParent>,
     turn: Option<Turn>,
@@ -1001,8 +1079,8 @@ impl Outgoing for PostBytes {
         }
     }
     fn bytes(&self, link: &Link, method: Method) -> Vec<u8> {
-        let caller = self.caller.as_ref();
-        let mut bytes = link.encode(method, Some(&self.body), None, caller, self.heads.as_ref());
+        let presented = (self.caller.as_ref(), self.bearer.as_deref());
+        let mut bytes = link.encode(method, Some(&self.body), None, presented, self.heads.as_ref());
         if let Some(trace) = &self.trace {
             with_traceparent(&mut bytes, trace);
         }
@@ -1197,7 +1275,7 @@ mod tests {
         // Goal: before initialize only the basics; after it the session id and protocol version
         // on every request, Last-Event-ID on a resumption. Method: encode before and after.
         let link = test_link("http://127.0.0.1:8000/mcp?x=1");
-        let first = link.encode(Method::Post, Some(b"{}"), None, None, None);
+        let first = link.encode(Method::Post, Some(b"{}"), None, (None, None), None);
         let expected = "POST /mcp?x=1 HTTP/1.1\r\nHost: 127.0.0.1:8000\r\n\
             Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n\
             Content-Length: 2\r\n\r\n{}";
@@ -1216,14 +1294,14 @@ mod tests {
             &json!({ "id": 1, "result": { "protocolVersion": "2025-11-25" } }),
         );
         link.note_protocol_version(&json!({ "id": 1, "result": { "protocolVersion": "a\r\nb" } }));
-        let resume = link.encode(Method::Get, None, Some("7"), None, None);
+        let resume = link.encode(Method::Get, None, Some("7"), (None, None), None);
         let expected =
             "GET /mcp?x=1 HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nAccept: text/event-stream\r\n\
             Content-Length: 0\r\nMcp-Session-Id: s-1\r\nMCP-Protocol-Version: 2025-11-25\r\n\
             Last-Event-ID: 7\r\n\r\n";
         assert_eq!(String::from_utf8(resume).expect("ascii"), expected);
-        let delete =
-            String::from_utf8(link.encode(Method::Delete, None, None, None, None)).expect("ascii");
+        let delete = String::from_utf8(link.encode(Method::Delete, None, None, (None, None), None))
+            .expect("ascii");
         assert!(delete.starts_with("DELETE /mcp?x=1 HTTP/1.1\r\n"), "{delete}");
         assert!(
             delete.contains("Connection: close\r\nContent-Length: 0\r\nMcp-Session-Id: s-1\r\n")
@@ -1243,8 +1321,8 @@ mod tests {
             ..Credentials::default()
         });
         for method in [Method::Post, Method::Get, Method::Delete] {
-            let head =
-                String::from_utf8(link.encode(method, None, None, None, None)).expect("ascii");
+            let head = String::from_utf8(link.encode(method, None, None, (None, None), None))
+                .expect("ascii");
             assert!(head.ends_with("\r\nAuthorization: Bearer k\r\nX-T: a b\r\n\r\n"), "{head}");
         }
     }
@@ -1271,7 +1349,8 @@ mod tests {
         });
         let alice = Caller::new(Rc::from("alice"), Rc::from("Bearer tok-alice"));
         let head = |caller: Option<&Caller>| {
-            String::from_utf8(link.encode(Method::Post, None, None, caller, None)).expect("ascii")
+            String::from_utf8(link.encode(Method::Post, None, None, (caller, None), None))
+                .expect("ascii")
         };
         let called = head(Some(&alice));
         assert!(called.contains("\r\nAuthorization: Bearer tok-alice\r\n"), "{called}");
@@ -1283,5 +1362,49 @@ mod tests {
         let hostile = Caller::new(Rc::from("eve\r\nX-Admin: 1"), Rc::from("Bearer tok-eve"));
         let injected = head(Some(&hostile));
         assert!(!injected.contains("X-Admin") && !injected.contains("X-Subject"), "{injected}");
+    }
+
+    #[test]
+    fn an_exchanged_token_is_the_one_bearer_and_the_callers_own_never_goes() {
+        // Goal: with `--upstream-auth NAME=exchange` the exchanged token replaces a configured
+        // `Authorization` (one header only), the caller's own token is never sent, and a
+        // request without an exchanged token (one that speaks for no one) keeps the configured
+        // one; without a target an exchanged token is ignored. Method: encode each case.
+        let mut link = test_link("http://127.0.0.1:8000/mcp");
+        let tuning = super::exchange::Tuning {
+            margin: Duration::from_secs(30),
+            cache_entries: 4,
+            timeout: Duration::from_secs(10),
+        };
+        let target = super::exchange::ExchangeTarget::new(
+            "who",
+            "http://127.0.0.1:1/token".into(),
+            "gateway".into(),
+            None,
+            Some("who-api".into()),
+            None,
+            tuning,
+        );
+        link.credentials = Arc::new(Credentials {
+            headers: vec![("Authorization".into(), "Bearer configured".into())],
+            exchange: Some(Arc::new(target)),
+            ..Credentials::default()
+        });
+        let alice = Caller::new(Rc::from("alice"), Rc::from("Bearer tok-alice"));
+        let head = |link: &Link, exchanged: Option<&str>| {
+            let presented = (Some(&alice), exchanged);
+            String::from_utf8(link.encode(Method::Post, None, None, presented, None))
+                .expect("ascii")
+        };
+        let called = head(&link, Some("xchg-alice"));
+        assert!(called.contains("\r\nAuthorization: Bearer xchg-alice\r\n"), "{called}");
+        assert_eq!(called.matches("Authorization").count(), 1, "{called}");
+        assert!(!called.contains("tok-alice") && !called.contains("configured"), "{called}");
+        let own = head(&link, None);
+        assert!(own.contains("\r\nAuthorization: Bearer configured\r\n"), "{own}");
+        assert!(!own.contains("tok-alice"), "{own}");
+        link.credentials = Arc::default();
+        let plain = head(&link, Some("xchg-alice"));
+        assert!(!plain.contains("Authorization"), "{plain}");
     }
 }
