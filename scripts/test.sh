@@ -60,6 +60,11 @@
 #                (tidemark-load streams, debug build): every event once and in order, nothing
 #                refused or cut; the 10 000-stream run and the sweep are documented beside it
 #                (docs/performance.md) and too long for this command
+#   soak         scripts/soak.sh --ci: 2 minutes of mixed load on the release binary (legacy,
+#                2026-07-28 and bridged calls at half the capacity a 5 s probe measured, 20
+#                live streams, cuts resumed with Last-Event-ID, a SIGHUP reload): no error,
+#                nothing lost or doubled, no RSS or descriptor growth over the second half; the
+#                30-minute run is documented beside it (docs/reliability.md#soak)
 #   kubernetes   scripts/kubernetes.sh: deploy/kubernetes/ checked offline (no cluster): the
 #                manifests are the renderer's output, valid --strict against the Kubernetes
 #                1.28 and 1.37 schemas (kubernetes-validate, PyPI), coherent (the balancer lists
@@ -72,7 +77,7 @@
 #                benches/cost-budgets.txt (fails above budget + 3 %); Debian's valgrind and
 #                binutils (apt-installed); about 1.5 minutes after the release build
 #   --only SUITES  run only these (comma-separated: cargo,clients,browser,bridge,connect,
-#                conformance,fault,fuzz,haproxy,auth,metrics,durable,traces,streams,
+#                conformance,fault,fuzz,haproxy,auth,metrics,durable,traces,streams,soak,
 #                kubernetes,cost)
 #
 # Needs cargo, python3 (with venv), node/npm (any version npm runs on; Node 22 is installed from
@@ -82,7 +87,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ALL_SUITES="cargo,clients,browser,bridge,connect,conformance,fault,fuzz,haproxy,auth,metrics,durable,traces,streams,kubernetes,cost"
+ALL_SUITES="cargo,clients,browser,bridge,connect,conformance,fault,fuzz,haproxy,auth,metrics,durable,traces,streams,soak,kubernetes,cost"
 
 only="$ALL_SUITES"
 while [ "$#" -gt 0 ]; do
@@ -134,6 +139,7 @@ for s in "${selected[@]}"; do
         durable) scripts/durable.sh || rc=$? ;;
         traces) scripts/traces.sh || rc=$? ;;
         streams) scripts/streams.sh --ci || rc=$? ;;
+        soak) scripts/soak.sh --ci || rc=$? ;;
         kubernetes) scripts/kubernetes.sh || rc=$? ;;
         cost)
             missing=()

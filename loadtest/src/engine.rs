@@ -113,6 +113,8 @@ pub struct EngineConfig {
     /// Every operation on a connection of its own (`--new-connection`): a handshake per
     /// request (pipeline 1).
     pub new_connection: bool,
+    /// Fixed rate without the spin (`--coarse-pacing`): sleep in epoll to the due time.
+    pub coarse_pacing: bool,
 }
 
 /// What a thread measured.
@@ -276,8 +278,12 @@ impl<W: Workload> Engine<W> {
                 self.drain_backlog(now);
             }
             self.flush_dirty();
-            // epoll rounds timeouts up to whole milliseconds: spin through the last one.
-            let timeout = if wait < Duration::from_millis(1) {
+            // epoll rounds timeouts up to whole milliseconds: spin through the last one, unless
+            // the run asked for a load thread that sleeps (sends up to ~1 ms late, charged to
+            // their latency, which runs from the due time).
+            let timeout = if self.cfg.coarse_pacing {
+                wait
+            } else if wait < Duration::from_millis(1) {
                 Duration::ZERO
             } else {
                 wait - Duration::from_millis(1)

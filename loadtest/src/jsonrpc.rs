@@ -25,8 +25,14 @@ pub const INITIALIZED_BODY: &str = r#"{"jsonrpc":"2.0","method":"notifications/i
 pub const PING_BODY: &str = r#"{"jsonrpc":"2.0","id":{id},"method":"ping"}"#;
 
 pub fn echo_body(text: &str) -> String {
+    tool_echo_body("echo", text)
+}
+
+/// `tools/call TOOL {text}`: an echo offered under another name (a bridged upstream's, prefixed
+/// `NAME__echo` beside the built-in one: `scripts/soak.sh`).
+pub fn tool_echo_body(tool: &str, text: &str) -> String {
     format!(
-        r#"{{"jsonrpc":"2.0","id":{{id}},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{text}"}}}}}}"#
+        r#"{{"jsonrpc":"2.0","id":{{id}},"method":"tools/call","params":{{"name":"{tool}","arguments":{{"text":"{text}"}}}}}}"#
     )
 }
 
@@ -214,6 +220,7 @@ mod tests {
             initialize_body("2025-11-25"),
             PING_BODY.to_owned(),
             echo_body("xx"),
+            tool_echo_body("up__echo", "xx"),
             modern_echo_body("xx", "2026-07-28"),
             slow_counter_body(3, 1),
             stamped_slow_counter_body(3, 100),

@@ -190,6 +190,11 @@ struct Common {
     /// --pipeline 1): measures connection set-up, a TLS handshake on https://.
     #[arg(long)]
     new_connection: bool,
+    /// With --rate: sleep in epoll until each due time instead of spinning through its last
+    /// millisecond. Sends go out up to ~1 ms late (charged to their latency), and the load
+    /// thread mostly sleeps: for several load processes beside the server (scripts/soak.sh).
+    #[arg(long)]
+    coarse_pacing: bool,
 }
 
 #[derive(Args, Debug)]
@@ -205,6 +210,10 @@ struct EchoArgs {
     /// Length of the echoed text.
     #[arg(long, default_value_t = 16)]
     payload_bytes: usize,
+    /// The tool called with `{text}`: another name for an echo, e.g. a bridged upstream's
+    /// `up__echo` beside the built-in one (scripts/soak.sh).
+    #[arg(long, default_value = "echo")]
+    tool: String,
 }
 
 #[derive(Args, Debug)]
@@ -469,13 +478,13 @@ fn run(command: Command) -> anyhow::Result<bool> {
             calls(&a.common, "ping", jsonrpc::PING_BODY.to_owned(), None, serde_json::json!({}))?
         }
         Command::Echo(a) => {
-            let body = jsonrpc::echo_body(&"x".repeat(a.payload_bytes));
+            let body = jsonrpc::tool_echo_body(&a.tool, &"x".repeat(a.payload_bytes));
             calls(
                 &a.common,
                 "echo",
                 body,
                 None,
-                serde_json::json!({ "payload_bytes": a.payload_bytes }),
+                serde_json::json!({ "payload_bytes": a.payload_bytes, "tool": a.tool }),
             )?
         }
         Command::Modern(a) => modern(&a)?,
@@ -629,6 +638,7 @@ where
             end,
             timeout: common.timeout.0,
             new_connection: common.new_connection,
+            coarse_pacing: common.coarse_pacing,
         };
         let workload = make(t);
         let live = live.clone();
