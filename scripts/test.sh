@@ -50,8 +50,9 @@
 #                HAProxy (--backup-peers): SIGKILL of one at a random moment under legacy and
 #                keyed 2026-07-28 load (every call ends with its result or -31006; no event lost
 #                or doubled, no tool run twice), then redis-server killed and restarted mid-run,
-#                (the kill on a Sentinel-managed store, `scripts/durable.sh --only sentinel`,
-#                is not run here yet)
+#                then the kill on a Sentinel-managed store (primary, two replicas, three
+#                sentinels) and on a three-shard Redis Cluster, each store primary SIGKILLed
+#                under load before node 1 is
 #   traces       scripts/traces.sh: OpenTelemetry spans (--otlp-endpoint) received by an OTLP
 #                receiver on the official opentelemetry-proto bindings (PyPI): attributes,
 #                parentage from the client's traceparent, through a bridged call into an
