@@ -236,7 +236,7 @@ enum Step<'a> {
     /// and the ring's first kept event once it evicted as it appended them.
     Events {
         sid: &'a Arc<str>,
-        pieces: Vec<Piece<'a>>,
+        pieces: Pieces<'a>,
         next: u64,
         first_kept: Option<u64>,
     },
@@ -255,6 +255,36 @@ enum Piece<'a> {
         packed: &'a [u8],
         payload_bytes: usize,
     },
+}
+
+/// A run's pieces in order: the first two inline (a quick call's priming and final event, or one
+/// packed run: what nearly every step of a batch holds), any more on the heap, so a batch of
+/// quick calls allocates no list per session (it was one allocation per echo call on the
+/// mirror thread).
+#[derive(Default)]
+struct Pieces<'a> {
+    inline: [Option<Piece<'a>>; 2],
+    more: Vec<Piece<'a>>,
+}
+
+impl<'a> Pieces<'a> {
+    fn push(&mut self, piece: Piece<'a>) {
+        match self.inline.iter_mut().find(|slot| slot.is_none()) {
+            Some(slot) => *slot = Some(piece),
+            None => self.more.push(piece),
+        }
+    }
+
+    /// Appends a record's piece and its second (a primed event's), when there are.
+    fn extend(&mut self, piece: Option<Piece<'a>>, second: Option<Piece<'a>>) {
+        for piece in piece.into_iter().chain(second) {
+            self.push(piece);
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Piece<'a>> {
+        self.inline.iter().flatten().chain(&self.more)
+    }
 }
 
 impl Piece<'_> {
@@ -329,8 +359,7 @@ fn plan<'a>(records: &[&'a Record]) -> Vec<Step<'a>> {
                 if let Some(&at) = open.get(&same_session(sid)) {
                     if let Step::Events { pieces, next, first_kept: kept, .. } = &mut steps[at] {
                         if *next == first {
-                            pieces.extend(piece.take());
-                            pieces.extend(second.take());
+                            pieces.extend(piece.take(), second.take());
                             *next = after;
                             *kept = (*kept).max(first_kept);
                         }
@@ -338,7 +367,8 @@ fn plan<'a>(records: &[&'a Record]) -> Vec<Step<'a>> {
                 }
                 if let Some(piece) = piece {
                     open.insert(same_session(sid), steps.len());
-                    let pieces = std::iter::once(piece).chain(second).collect();
+                    let mut pieces = Pieces::default();
+                    pieces.extend(Some(piece), second);
                     steps.push(Step::Events { sid, pieces, next: after, first_kept });
                 }
             }
@@ -561,10 +591,10 @@ fn delete_session(pipe: &mut Pipeline, sid: &str) {
 
 /// One `tm:ev` entry for a run of consecutive events: id of the first, the run packed in its
 /// one field (`keys::EVENT_RUN_FIELD`). What it remembers of the entry.
-fn push_run(pipe: &mut Pipeline, sid: &str, pieces: &[Piece<'_>]) -> Option<Entry> {
-    let first = pieces.first()?.first();
+fn push_run(pipe: &mut Pipeline, sid: &str, pieces: &Pieces<'_>) -> Option<Entry> {
+    let first = pieces.iter().next()?.first();
     let (mut packed_bytes, mut bytes) = (0, 0);
-    for piece in pieces {
+    for piece in pieces.iter() {
         match piece {
             Piece::One(event) => {
                 packed_bytes += keys::PACKED_EVENT_HEADER + event.data.len();
@@ -583,7 +613,7 @@ fn push_run(pipe: &mut Pipeline, sid: &str, pieces: &[Piece<'_>]) -> Option<Entr
         .arg_u64_then(first, keys::EVENT_ENTRY_ID_SUFFIX.as_bytes())
         .arg(keys::EVENT_RUN_FIELD.as_bytes())
         .arg_sized(packed_bytes, |out| {
-            for piece in pieces {
+            for piece in pieces.iter() {
                 match piece {
                     Piece::One(event) => keys::pack_event(out, event.stream, &event.data),
                     Piece::Priming { stream, .. } => keys::pack_event(out, *stream, b""),
@@ -639,8 +669,11 @@ fn push_image(pipe: &mut Pipeline, image: &SessionImage, entries: &mut VecDeque<
         push_stream(pipe, sid, *key, record);
     }
     for run in image.events.chunks(IMAGE_RUN_EVENTS) {
-        let run: Vec<Piece<'_>> = run.iter().map(Piece::One).collect();
-        entries.extend(push_run(pipe, sid, &run));
+        let mut pieces = Pieces::default();
+        for event in run {
+            pieces.push(Piece::One(event));
+        }
+        entries.extend(push_run(pipe, sid, &pieces));
     }
     pipe.command(4).arg(b"HSET").arg_key(SessionKey::Record, sid).arg(b"durable").arg(b"1");
 }

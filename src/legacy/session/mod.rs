@@ -1454,7 +1454,7 @@ fn stream_record(s: &StreamState) -> StreamRecord {
             StreamKind::Request => "post",
             StreamKind::Standalone => "standalone",
         }),
-        rid: s.request_id.as_ref().map(|id| id.as_str().to_owned()),
+        rid: s.request_id.as_ref().map(|id| crate::durable::keys::ShortText::copy(id.as_bytes())),
         fp: s.fingerprint,
         key: s.idempotency_key.as_deref().map(str::to_owned),
         first: s.first.0,

@@ -71,7 +71,7 @@ pub(crate) fn restore(
 fn insert_stream(s: &mut Session, key: StreamKey, record: &StreamRecord) {
     let kind =
         if record.kind == "standalone" { StreamKind::Standalone } else { StreamKind::Request };
-    let request_id = record.rid.as_ref().map(|rid| crate::wire::jsonrpc::RawId::new(rid));
+    let request_id = record.rid.as_ref().map(|rid| crate::wire::jsonrpc::RawId::new(rid.as_str()));
     let idempotency_key = record.key.as_deref().map(Box::from);
     s.insert_stream(key, kind, request_id, record.fp, idempotency_key, EventSeq(record.first));
     // Counted at once (a running, detached stream is owed): a later stream's end during the
