@@ -858,5 +858,5 @@ fn deduplicated(
     };
     drop(s);
     let cursor = Cursor::from(first, first_held.then_some(first));
-    stream_reply(out, session, key, epoch, cursor, rewrite).map_job(SseJob::as_retry)
+    stream_reply(out, session, key, epoch, cursor, rewrite).map_job(SseJob::into_retry)
 }

@@ -55,7 +55,7 @@ impl SseJob {
     }
 
     /// The same job, marked as a retry answered from an earlier request's stream.
-    pub(crate) fn as_retry(mut self) -> SseJob {
+    pub(crate) fn into_retry(mut self) -> SseJob {
         self.retry = true;
         self
     }
