@@ -48,7 +48,7 @@ def main() -> int:
             elif outcome == "dedup":
                 pass
             else:
-                other.append(f"line {number}: id {call_id} ended {outcome} {entry.get('code', '')}")
+                other.append(f"line {number}: id {call_id} ended {outcome} {entry.get('error_code', '')}")
     once = sum(1 for i in expected if results[i] == 1)
     missing = sum(1 for i in expected if results[i] == 0)
     doubled = sum(1 for i in expected if results[i] > 1)

@@ -10,8 +10,8 @@
 //! `--audit-log-keep` old files as FILE.1 … FILE.K) and opens the path again on SIGHUP
 //! (`AuditLog::reopen`), so an operator's `mv` + SIGHUP rotates it from outside.
 //!
-//! Owns: the line format, the outcome read off a rendered answer (`ending_of`), the queue, the
-//! writer and its file. Off (no `--audit-log`): nothing here exists, and the request path
+//! Owns: the line format, the queue, the writer and its file (the outcome is read off a
+//! rendered answer by `wire::jsonrpc::answered`). Off (no `--audit-log`): nothing here exists, and the request path
 //! tests one `Option` (`endpoint::post`). Never: blocks a worker, writes an argument's value
 //! (only its SHA-256), or lets a peer's id or name grow a line past `FIELD_BYTES_MAX` each.
 
@@ -109,11 +109,6 @@ impl Drop for Pending {
             self.sink.record(&call, Ending::Cancelled);
         }
     }
-}
-
-/// The ending of a legacy run from its final response (`None`: it ended without one).
-pub(crate) fn ending_of_final(payload: Option<&[u8]>) -> Ending {
-    payload.map_or(Ending::Cancelled, ending_of)
 }
 
 /// The writer thread (`--audit-log`), owned by the running server; dropped last, it writes
@@ -300,57 +295,31 @@ pub(crate) enum Ending {
     /// Answered from what an earlier attempt recorded (an `Idempotency-Key` or the legacy
     /// boundary's record): nothing ran.
     Dedup,
-    /// -31006: the outcome is unknown (a call whose node died mid-run, CONTRACT §10).
+    /// The outcome is unknown (-31006: a call whose node died mid-run, CONTRACT §10).
     Unknown,
     /// The client went away before the end (a 2026-07-28 call is cancelled by that).
     Cancelled,
 }
 
-/// The JSON-RPC code of an unknown outcome (CONTRACT §10).
-const UNKNOWN_OUTCOME: i64 = -31006;
-
-/// The outcome of an answer as rendered: an HTTP response (head and body) or SSE chunks whose
-/// last JSON-RPC message is the final one. The first `"result":` or `"error":` after that
-/// message's `"jsonrpc":"2.0"` is its member (an id is a scalar and strings escape quotes).
-pub(crate) fn ending_of(bytes: &[u8]) -> Ending {
-    use memchr::memmem;
-    let status = bytes
-        .strip_prefix(b"HTTP/1.1 ")
-        .and_then(|rest| std::str::from_utf8(rest.get(..3)?).ok()?.parse::<u16>().ok());
-    if let Some(status @ (401 | 403 | 409 | 413 | 429 | 503)) = status {
-        return Ending::Refused(status);
-    }
-    let Some(start) = memmem::rfind(bytes, b"{\"jsonrpc\":\"2.0\",\"id\":") else {
-        return Ending::Refused(status.unwrap_or(0));
-    };
-    let message = &bytes[start..];
-    let result = memmem::find(message, b"\"result\":");
-    let error = memmem::find(message, b"\"error\":");
-    match (result, error) {
-        (Some(r), e) if e.is_none_or(|e| r < e) => {
-            let tool_error = memmem::find(&message[r..], b"\"isError\":true").is_some();
-            Ending::Result { tool_error }
+impl Ending {
+    /// What an answer says, as read back by `wire::jsonrpc::answered` (its HTTP status, its
+    /// final JSON-RPC result or error code); `unknown` is the code of an unknown outcome
+    /// (`wire::Code::OutcomeUnknown`). A refusal's status wins over its body.
+    pub(crate) fn of_answer(
+        answer: (Option<u16>, Option<Result<bool, i64>>),
+        unknown: i64,
+    ) -> Ending {
+        let (status, message) = answer;
+        if let Some(status @ (401 | 403 | 409 | 413 | 429 | 503)) = status {
+            return Ending::Refused(status);
         }
-        (_, Some(e)) => {
-            let code = memmem::find(&message[e..], b"\"code\":")
-                .and_then(|at| leading_integer(&message[e + at + 7..]))
-                .unwrap_or(0);
-            if code == UNKNOWN_OUTCOME {
-                Ending::Unknown
-            } else {
-                Ending::Error(code)
-            }
+        match message {
+            Some(Ok(tool_error)) => Ending::Result { tool_error },
+            Some(Err(code)) if code == unknown => Ending::Unknown,
+            Some(Err(code)) => Ending::Error(code),
+            None => Ending::Refused(status.unwrap_or(0)),
         }
-        _ => Ending::Refused(status.unwrap_or(0)),
     }
-}
-
-/// The integer at the start of `text` (after spaces), if any.
-fn leading_integer(text: &[u8]) -> Option<i64> {
-    let text = text.trim_ascii_start();
-    let end =
-        text.iter().enumerate().position(|(i, b)| !(b.is_ascii_digit() || (i == 0 && *b == b'-')));
-    std::str::from_utf8(&text[..end.unwrap_or(text.len())]).ok()?.parse().ok()
 }
 
 /// One audited call while it runs: everything its line says but the outcome and the end.
@@ -401,10 +370,10 @@ impl Call {
         let outcome = match ending {
             Ending::Result { tool_error: false } => "\"result\"".to_owned(),
             Ending::Result { tool_error: true } => "\"result\",\"tool_error\":true".to_owned(),
-            Ending::Error(code) => format!("\"error\",\"code\":{code}"),
+            Ending::Error(code) => format!("\"error\",\"error_code\":{code}"),
             Ending::Refused(status) => format!("\"refused\",\"status\":{status}"),
             Ending::Dedup => "\"dedup\"".to_owned(),
-            Ending::Unknown => format!("\"unknown\",\"code\":{UNKNOWN_OUTCOME}"),
+            Ending::Unknown => "\"unknown\"".to_owned(),
             Ending::Cancelled => "\"cancelled\"".to_owned(),
         };
         let micros = self.started.elapsed().as_micros();
@@ -457,28 +426,6 @@ pub(crate) fn sha256(text: &[u8]) -> [u8; 32] {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn outcomes_are_read_off_rendered_answers() {
-        let json = |body: &str| format!("HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n{body}");
-        let ok = json(r#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":false}}"#);
-        assert_eq!(ending_of(ok.as_bytes()), Ending::Result { tool_error: false });
-        let tool = json(r#"{"jsonrpc":"2.0","id":"a","result":{"content":[],"isError":true}}"#);
-        assert_eq!(ending_of(tool.as_bytes()), Ending::Result { tool_error: true });
-        let err =
-            json(r#"{"jsonrpc":"2.0","id":"\"error\":","error":{"code":-32602,"message":"x"}}"#);
-        assert_eq!(ending_of(err.as_bytes()), Ending::Error(-32602));
-        let unknown = r#"data: {"jsonrpc":"2.0","id":2,"error":{"code":-31006,"message":"x"}}"#;
-        assert_eq!(ending_of(unknown.as_bytes()), Ending::Unknown);
-        assert_eq!(ending_of(b"HTTP/1.1 409 Conflict\r\n\r\n{}"), Ending::Refused(409));
-        // A progress notification before the result carries an "error" key in its data.
-        let sse = concat!(
-            r#"data: {"jsonrpc":"2.0","method":"notifications/message","params":{"data":{"error":{"code":1}}}}"#,
-            "\n\n",
-            r#"data: {"jsonrpc":"2.0","id":3,"result":{}}"#
-        );
-        assert_eq!(ending_of(sse.as_bytes()), Ending::Result { tool_error: false });
-    }
 
     #[test]
     fn a_field_is_cut_at_its_limit() {

@@ -127,7 +127,7 @@ fn every_call_of_a_mixed_run_has_one_line_with_its_outcome() {
     );
     let unknown = line_of(&all, &json!(103));
     assert_eq!(
-        (unknown["outcome"].clone(), unknown["code"].clone()),
+        (unknown["outcome"].clone(), unknown["error_code"].clone()),
         (json!("error"), json!(-32602))
     );
     let runs: Vec<&Value> = all.iter().filter(|l| l["id"] == json!(104)).collect();

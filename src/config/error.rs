@@ -23,8 +23,8 @@ pub enum ConfigError {
     #[error("--otlp-sample-ratio must be within 0 and 1")]
     BadSampleRatio,
     /// `--audit-log-keep` above `AUDIT_LOG_KEEP_MAX`.
-    #[error("--audit-log-keep {0} is above {max}", max = super::log::AUDIT_LOG_KEEP_MAX)]
-    AuditKeep(u32),
+    #[error("--audit-log-keep {0} is above its most, {1}")]
+    AuditKeep(u32, u32),
     /// `--audit-log` given an empty path.
     #[error("--audit-log needs a file path or - (stdout)")]
     AuditPath,

@@ -103,7 +103,7 @@ impl LogConfig {
     /// Checks the section's values.
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         if self.audit_log_keep > AUDIT_LOG_KEEP_MAX {
-            return Err(ConfigError::AuditKeep(self.audit_log_keep));
+            return Err(ConfigError::AuditKeep(self.audit_log_keep, AUDIT_LOG_KEEP_MAX));
         }
         if self.audit_log.as_deref() == Some("") {
             return Err(ConfigError::AuditPath);

@@ -6,43 +6,24 @@
 //! A request handed to its owner core is audited there.
 //!
 //! Owns: which requests are audited and what their line says of them. Only reached when the
-//! flag is set (`post` tests `Core::audit` once).
+//! flag is set (`endpoint::post` tests `Core::audit` once; `endpoint::audited` serves the
+//! request and hands its call to what ends it).
 
 use std::future::Future;
 
 use simd_json::prelude::*;
 
-use crate::audit::{self, AuditSink, Call, Ending, Pending};
+use crate::audit::{self, Call, Ending, Pending};
 use crate::core::{Admitted, Core, KeepAlive, Source, Step};
+use crate::legacy::{LegacyCore, SseJob};
 use crate::provider::SessionRef;
 use crate::wire::jsonrpc::{Body, Message};
 use crate::wire::WireValue;
 
 use super::admit::Era;
-use super::{legacy, modern, Endpoint, Outcome, Stream};
-
-/// Serves `admitted` in `era` as `endpoint::post` does, auditing it when its method is one.
-pub(super) async fn post(
-    edge: &Endpoint,
-    sink: &AuditSink,
-    era: Era,
-    admitted: Admitted<'_>,
-    out: &mut Vec<u8>,
-) -> Outcome {
-    let call = begin(edge, era, &admitted);
-    let start = out.len();
-    let outcome: Outcome = match era {
-        Era::Legacy => legacy::post(&edge.legacy, admitted, out).await.into(),
-        Era::Modern => modern::serve(&edge.modern, admitted, out).await.into(),
-    };
-    match call {
-        Some(call) => end(sink, call, outcome, &out[start..]),
-        None => outcome,
-    }
-}
 
 /// The call an admitted request is, when its method is audited.
-fn begin(edge: &Endpoint, era: Era, admitted: &Admitted<'_>) -> Option<Call> {
+pub(super) fn begin(edge: &LegacyCore, era: Era, admitted: &Admitted<'_>) -> Option<Call> {
     let Body::Single(Message::Request { id, method, params }) = &admitted.body else {
         return None;
     };
@@ -56,7 +37,7 @@ fn begin(edge: &Endpoint, era: Era, admitted: &Admitted<'_>) -> Option<Call> {
     let name = params.get(name_field).and_then(ValueIntoString::into_string).unwrap_or("");
     let header = |r| req.header(r).and_then(|v| std::str::from_utf8(v).ok()).map(Box::from);
     let revision = match era {
-        Era::Legacy => match legacy::session_version(&edge.legacy, req) {
+        Era::Legacy => match crate::legacy::session_version(edge, req) {
             Some(version) => version.into(),
             None => header(&req.head.protocol_version).unwrap_or_else(|| "legacy".into()),
         },
@@ -123,39 +104,20 @@ fn trace_id(req: &crate::core::Request<'_>) -> Option<Box<str>> {
     Some(hex.into())
 }
 
-/// Ends `call` now (a whole answer, a dedup hit) or hands it to what ends it later.
-fn end(sink: &AuditSink, call: Call, outcome: Outcome, answer: &[u8]) -> Outcome {
-    let pending = Pending::new(call, sink.clone());
-    match outcome {
-        Outcome::Stream(Stream::Ring(job)) => {
-            if job.is_retry() {
-                pending.end(Ending::Dedup);
-            } else {
-                let (session, key) = job.stream();
-                session.borrow_mut().audit_at_end(key, pending);
-            }
-            Outcome::Stream(Stream::Ring(job))
-        }
-        Outcome::Stream(Stream::Observe(observer)) if observer.is_retry() => {
-            pending.end(Ending::Dedup);
-            Outcome::Stream(Stream::Observe(observer))
-        }
-        Outcome::Stream(Stream::Observe(observer)) => {
-            Outcome::Stream(Stream::AuditedObserve(Box::new(Audited::new(observer, pending))))
-        }
-        Outcome::Stream(Stream::Call(call)) => {
-            Outcome::Stream(Stream::AuditedCall(Box::new(Audited::new(call, pending))))
-        }
-        // The owner core serves it again, and audits it there.
-        Outcome::HandOff(to) => {
-            pending.discard();
-            Outcome::HandOff(to)
-        }
-        other => {
-            pending.end(audit::ending_of(answer));
-            other
-        }
+/// The ending a rendered answer says (a whole response, or a stream's last bytes).
+pub(super) fn ending_of(answer: &[u8]) -> Ending {
+    let unknown = crate::wire::Code::OutcomeUnknown.value();
+    Ending::of_answer(crate::wire::jsonrpc::answered(answer), unknown)
+}
+
+/// A legacy call answered with a stream: a dedup hit ends now, a fresh call when its run does
+/// (`Session::audit_at_end`), whether or not a connection is there to see it.
+pub(super) fn ends_with_run(job: &SseJob, pending: Pending) {
+    if job.is_retry() {
+        return pending.end(Ending::Dedup);
     }
+    let (session, key) = job.stream();
+    session.borrow_mut().audit_at_end(key, pending);
 }
 
 /// A 2026-07-28 response stream whose call is audited: its line is written from the final
@@ -166,7 +128,7 @@ pub(crate) struct Audited<S> {
 }
 
 impl<S> Audited<S> {
-    fn new(inner: S, pending: Pending) -> Audited<S> {
+    pub(super) fn new(inner: S, pending: Pending) -> Audited<S> {
         Audited { inner, pending: Some(pending) }
     }
 
@@ -182,7 +144,7 @@ impl<S: Source> Source for Audited<S> {
         let before = out.len();
         let step = self.inner.fill(core, out, frames);
         if let Step::Ended { .. } = step {
-            self.end(audit::ending_of(&out[before..]));
+            self.end(ending_of(&out[before..]));
         }
         step
     }

@@ -243,12 +243,57 @@ async fn post(edge: &Endpoint, req: &mut Request<'_>, era: Era, out: &mut Vec<u8
                 Era::Legacy => legacy::post(&edge.legacy, admitted, out).await.into(),
                 Era::Modern => modern::serve(&edge.modern, admitted, out).await.into(),
             },
-            Some(sink) => Box::pin(audit::post(edge, sink, era, admitted, out)).await,
+            Some(sink) => Box::pin(audited(edge, sink, era, admitted, out)).await,
         },
         Err(refused) => refused.into_edge(),
     };
     slot.put(tape);
     outcome
+}
+
+/// `post`'s serving of an admitted request with the audit trail on (`--audit-log`): a
+/// `tools/call`, `resources/read` or `prompts/get` gets its line when it ends (`audit`).
+async fn audited(
+    edge: &Endpoint,
+    sink: &crate::audit::AuditSink,
+    era: Era,
+    admitted: crate::core::Admitted<'_>,
+    out: &mut Vec<u8>,
+) -> Outcome {
+    let call = audit::begin(&edge.legacy, era, &admitted);
+    let start = out.len();
+    let outcome: Outcome = match era {
+        Era::Legacy => legacy::post(&edge.legacy, admitted, out).await.into(),
+        Era::Modern => modern::serve(&edge.modern, admitted, out).await.into(),
+    };
+    let Some(call) = call else { return outcome };
+    let pending = crate::audit::Pending::new(call, sink.clone());
+    match outcome {
+        Outcome::Stream(Stream::Ring(job)) => {
+            audit::ends_with_run(&job, pending);
+            Outcome::Stream(Stream::Ring(job))
+        }
+        Outcome::Stream(Stream::Observe(observer)) if observer.is_retry() => {
+            pending.end(crate::audit::Ending::Dedup);
+            Outcome::Stream(Stream::Observe(observer))
+        }
+        Outcome::Stream(Stream::Observe(observer)) => {
+            let audited = audit::Audited::new(observer, pending);
+            Outcome::Stream(Stream::AuditedObserve(Box::new(audited)))
+        }
+        Outcome::Stream(Stream::Call(call)) => {
+            Outcome::Stream(Stream::AuditedCall(Box::new(audit::Audited::new(call, pending))))
+        }
+        // The owner core serves it again, and audits it there.
+        Outcome::HandOff(core) => {
+            pending.discard();
+            Outcome::HandOff(core)
+        }
+        other => {
+            pending.end(audit::ending_of(&out[start..]));
+            other
+        }
+    }
 }
 
 /// A request refused authorization: counted by reason, answered with its challenge.

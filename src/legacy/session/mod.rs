@@ -864,7 +864,7 @@ impl Session {
     /// when it has ended (an instant tool), else at its end (`end_run`).
     pub(crate) fn audit_at_end(&mut self, key: StreamKey, pending: crate::audit::Pending) {
         match self.final_payload(key) {
-            Some(payload) => pending.end(crate::audit::ending_of_final(payload)),
+            Some(payload) => pending.end(audit_ending(payload)),
             None => self.rare_mut().audited.push((key, pending)),
         }
     }
@@ -875,7 +875,7 @@ impl Session {
         let Some(at) = rare.audited.iter().position(|(k, _)| *k == key) else { return };
         let (_, pending) = rare.audited.swap_remove(at);
         let payload = self.final_payload(key).flatten();
-        pending.end(crate::audit::ending_of_final(payload));
+        pending.end(audit_ending(payload));
     }
 
     /// Tells the running tool to stop (its outcome is ignored from now on).
@@ -1695,5 +1695,17 @@ impl SessionTable {
 
 #[cfg(test)]
 mod lifecycle_tests;
+
+/// The audit trail's ending of a run from its final response (`None`: it ended without one).
+fn audit_ending(payload: Option<&[u8]>) -> crate::audit::Ending {
+    let unknown = crate::wire::Code::OutcomeUnknown.value();
+    match payload {
+        Some(payload) => {
+            crate::audit::Ending::of_answer(crate::wire::jsonrpc::answered(payload), unknown)
+        }
+        None => crate::audit::Ending::Cancelled,
+    }
+}
+
 #[cfg(test)]
 mod tests;
