@@ -194,7 +194,7 @@ for d in "${selected[@]}"; do
         stop_server
         audit_check "$d"
     fi
-    if wanted legacy || wanted concurrent || wanted modern; then
+    if { wanted legacy && [ "$audit" = 0 ]; } || wanted concurrent || wanted modern; then
         start_tidemark "$d" "$d" --tools demo
         if wanted legacy && [ "$audit" = 0 ]; then
             fault_run "$d" "$calls" ${metrics_args[@]+"${metrics_args[@]}"}
