@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Usage: scripts/fault.sh [--calls N] [--concurrent-calls N] [--modern-calls N] [--bridge-calls N]
 #                         [--paths legacy,concurrent,modern,bridge-stdio,bridge-http] [--seed S]
-#                         [--drivers uring,epoll] [--timeout SECS]
+#                         [--drivers uring,epoll] [--timeout SECS] [--audit]
 #                         [--no-build] [--help] [-- TIDEMARK-LOAD-FAULT-ARGS...]
 #
 # The randomized fault test (issue 11 §8, issue 17), one run per path and driver.
@@ -37,6 +37,10 @@
 #                  tidemark-load fault --seed S --first-call C --calls 1
 #   --drivers LIST comma-separated, from uring,epoll (default both)
 #   --timeout SECS bound on each run (default 120 + calls/50)
+#   --audit        the legacy run gets a server of its own with --audit-log
+#                  (target/fault/D.audit.jsonl), and scripts/audit-check.py then checks that
+#                  every call id has exactly one line with the result its client got (its
+#                  retries: 409 refusals and dedup hits, nothing else); the run fails if not
 #   --no-build     use the binaries already in target/release
 #   -- ARGS        passed on to tidemark-load fault (e.g. --connections 8 --delay-ms 0,2)
 #
@@ -58,6 +62,7 @@ seed=""
 drivers="uring,epoll"
 run_timeout=""
 build=1
+audit=0
 extra=()
 while [ "$#" -gt 0 ]; do
     case "$1" in
@@ -66,6 +71,7 @@ while [ "$#" -gt 0 ]; do
         --drivers) drivers="${2:?--drivers needs a value}"; shift 2 ;;
         --timeout) run_timeout="${2:?--timeout needs a value}"; shift 2 ;;
         --no-build) build=0; shift ;;
+        --audit) audit=1; shift ;;
         --concurrent-calls) concurrent_calls="${2:?--concurrent-calls needs a value}"; shift 2 ;;
         --modern-calls) modern_calls="${2:?--modern-calls needs a value}"; shift 2 ;;
         --bridge-calls) bridge_calls="${2:?--bridge-calls needs a value}"; shift 2 ;;
@@ -166,10 +172,33 @@ start_tidemark() {
     [ -n "$metrics" ] && metrics_args=(--metrics-url "$metrics")
 }
 echo "fault: paths $paths; per driver: $calls legacy, $concurrent_calls concurrent, $modern_calls modern, $bridge_calls bridged calls per upstream; seed $seed, at most ${run_timeout}s per run"
+# audit_check NAME: the audit trail of run NAME (its server stopped, so the file is whole).
+audit_check() {
+    local line rc=0
+    line="$(python3 "$ROOT/scripts/audit-check.py" --calls "$calls" "$OUT/$1.audit.jsonl" \
+        2>"$OUT/$1.audit.err")" || rc=$?
+    if [ "$rc" = 0 ]; then
+        passed=$((passed + 1))
+        summary+=("PASS $1 audit trail: $line")
+    else
+        failed=$((failed + 1))
+        summary+=("FAIL $1 audit trail: ${line:-no summary} (see $OUT/$1.audit.err)")
+        head -n 10 "$OUT/$1.audit.err" >&2 || true
+    fi
+}
 for d in "${selected[@]}"; do
-    if wanted legacy || wanted concurrent || wanted modern; then
+    if [ "$audit" = 1 ] && wanted legacy; then
+        rm -f "$OUT/$d.audit.jsonl"
+        start_tidemark "$d" "$d" --tools demo --audit-log "$OUT/$d.audit.jsonl"
+        fault_run "$d" "$calls" ${metrics_args[@]+"${metrics_args[@]}"}
+        stop_server
+        audit_check "$d"
+    fi
+    if { wanted legacy && [ "$audit" = 0 ]; } || wanted concurrent || wanted modern; then
         start_tidemark "$d" "$d" --tools demo
-        if wanted legacy; then fault_run "$d" "$calls" ${metrics_args[@]+"${metrics_args[@]}"}; fi
+        if wanted legacy && [ "$audit" = 0 ]; then
+            fault_run "$d" "$calls" ${metrics_args[@]+"${metrics_args[@]}"}
+        fi
         if wanted concurrent; then
             fault_run "$d+concurrent" "$concurrent_calls" --concurrent-callers \
                 ${metrics_args[@]+"${metrics_args[@]}"}

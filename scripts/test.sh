@@ -28,7 +28,9 @@
 #                pending, all; 0.2.0-alpha.12 --requirements 2025-11-25 and 2026-07-28)
 #   fault        scripts/fault.sh: the randomized fault test on each driver (io_uring, epoll):
 #                2 000 legacy and 2 000 modern keyed cut-and-recovered calls, 500 bridged calls
-#                per upstream (stdio, HTTP) with upstream faults
+#                per upstream (stdio, HTTP) with upstream faults; --audit: the legacy runs
+#                with --audit-log, each call id checked to have exactly one line with the
+#                result its client got (scripts/audit-check.py)
 #   fuzz         scripts/fuzz.sh --seconds 20: each coverage-guided fuzz target (libFuzzer via
 #                cargo-fuzz on stable) for 20 s from the committed seed corpora
 #   haproxy      scripts/haproxy.sh: two nodes behind two real HAProxy instances (Debian's
@@ -132,7 +134,7 @@ for s in "${selected[@]}"; do
         bridge) scripts/bridge.sh || rc=$? ;;
         connect) scripts/connect.sh || rc=$? ;;
         conformance) scripts/conformance.sh || rc=$? ;;
-        fault) scripts/fault.sh || rc=$? ;;
+        fault) scripts/fault.sh --audit || rc=$? ;;
         fuzz) scripts/fuzz.sh --seconds 20 || rc=$? ;;
         haproxy) scripts/haproxy.sh || rc=$? ;;
         auth) scripts/auth.sh || rc=$? ;;

@@ -45,6 +45,8 @@ pub(crate) struct Core {
     pub(crate) mirror: Option<Rc<crate::durable::CoreTap>>,
     /// The node's store reader, for adoptions and other nodes' keys and tasks (`--durable`).
     pub(crate) reader: Option<Arc<crate::durable::Reader>>,
+    /// The audit trail (`--audit-log`; `None`: off, and a POST pays this one test).
+    pub(crate) audit: Option<crate::audit::AuditSink>,
 }
 
 /// One core's rate limits and the clock they count on.

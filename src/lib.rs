@@ -73,6 +73,7 @@
 //! | 2 | `tls` | the listeners' rustls `ServerConfig` from the PEM files (`--tls-cert`, `--tls-key`), swapped whole on reload (SIGHUP); no socket |
 //! | 2 | `ratelimit` | one core's token buckets of `--rate-limit` (GCRA: one instant per bucket), the per-core share of each limit, the bounded bucket table that evicts only full buckets |
 //! | 2 | `durable` | the durable mirror (`--durable`, CONTRACT §10): the observer the eras report their changes to (a legacy session's `SessionChange` through `SessionMirror::observe`; a core's keyed calls and tasks, `CoreChange`, through `CoreTap::observe`), the store's key schema, one place for every key name and encoding both the writer (the mirror thread) and the reader (adoption) use; the store one Redis, the primary a set of sentinels names (`redis+sentinel://`, a failover followed at the next connection), or a Redis Cluster (`redis+cluster://`, `cluster`: each session's keys in one slot, batches split per shard) |
+//! | 2 | `audit` | the audit trail (`--audit-log`, docs/audit.md): one JSON line per call when it ends, the outcome read off the rendered answer, the bounded queue every core pushes into (drops counted and reported in the file), the one writer thread with its size rotation and SIGHUP reopen |
 //! | 2 | `trace` | OpenTelemetry traces (`--otlp-endpoint`): W3C `traceparent`, a request's or an upstream call's span, the per-core bounded queues of finished spans and the exporter thread (OTLP/HTTP JSON) |
 //! | 2 | `http` | request head → byte ranges; status line and headers → bytes; knows nothing of MCP |
 //! | 1 | `config` | `Config` as sections (`server`, `http`, `sessions`, `trace`, `upstream`, `auth`, `modern`, `log`, `rate`, `durable`), a file each with its limits as named constants, defaults, validation and flags; `ConfigError`; the values they parse (the `--upstream` spec, filters, rate limits, the durable URL) |
@@ -89,6 +90,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod admin;
+mod audit;
 mod auth;
 mod cli;
 mod config;

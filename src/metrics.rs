@@ -154,6 +154,8 @@ counters! {
     upstream_reloads_unchanged => "tidemark_upstream_reloads_total{outcome=\"unchanged\"}", "SIGHUPs whose --config upstream set (the [[upstream]] tables and their per-upstream keys) was applied, refused whole (a bad value or a name collision: the old set stays) or unchanged; counted on core 0 by the signal thread.";
     list_changed_coalesced => "tidemark_list_changed_coalesced_total", "List-changed notifications (tools, prompts, resources) not sent to a legacy session on their own: inside --list-changed-min-ms of the last one of their kind, they went out as one trailing notification at the window's end.";
     trace_spans_dropped_total => "tidemark_trace_spans_dropped_total", "Finished spans dropped because their core's queue held --otlp-queue-spans (the exporter fell behind or the collector is down).";
+    audit_lines_total => "tidemark_audit_lines_total", "Audit lines queued for --audit-log (one per tools/call, resources/read and prompts/get when it ends).";
+    audit_lines_dropped_total => "tidemark_audit_lines_dropped_total", "Audit lines dropped because the writer's queue held --audit-queue-lines (the disk or the reader of --audit-log fell behind); the file says how many in an audit_dropped line.";
 }
 
 /// The Prometheus type of a counter table family: `_total` counts, anything else is a level.

@@ -22,6 +22,12 @@ pub enum ConfigError {
     /// `--otlp-sample-ratio` is not within 0..=1.
     #[error("--otlp-sample-ratio must be within 0 and 1")]
     BadSampleRatio,
+    /// `--audit-log-keep` above `AUDIT_LOG_KEEP_MAX`.
+    #[error("--audit-log-keep {0} is above its most, {1}")]
+    AuditKeep(u32, u32),
+    /// `--audit-log` given an empty path.
+    #[error("--audit-log needs a file path or - (stdout)")]
+    AuditPath,
     /// `--request-state-key-file` is unreadable, not a regular file, over
     /// `REQUEST_STATE_KEY_FILE_BYTES_MAX` or too short; the path and why.
     #[error("--request-state-key-file {0}")]

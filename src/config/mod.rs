@@ -79,6 +79,7 @@ pub(crate) use filter::RESOURCE_URI_BYTES_MAX;
 pub(crate) use http::BODY_BYTES_MAX;
 pub(crate) use http::HEADERS_CAP;
 pub(crate) use http::{CORS_MAX_AGE_SECS, CORS_PARAM_HEADERS_MAX, JSON_DEPTH_MAX};
+pub(crate) use log::AUDIT_FLUSH_MS;
 pub(crate) use log::{LOG_EVENTS_PER_KIND_PER_SEC, LOG_REFUSAL_SUMMARY_SECS};
 pub(crate) use modern::REQUEST_STATE_KEY_FILE_BYTES_MAX;
 #[cfg(test)]

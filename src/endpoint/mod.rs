@@ -13,6 +13,7 @@
 //! touches a socket, decodes a body outside `admit`, reads a session, or drives a stream.
 
 mod admit;
+mod audit;
 pub(crate) mod cors;
 mod expire;
 mod owner;
@@ -77,6 +78,10 @@ pub(crate) enum Stream {
     Observe(modern::Observer),
     /// A 2026-07-28 `subscriptions/listen` stream.
     Listen(modern::listen::ListenJob),
+    /// A 2026-07-28 call whose line the audit trail writes at its end (`--audit-log`).
+    AuditedCall(Box<audit::Audited<modern::call::CallStream>>),
+    /// A keyed 2026-07-28 call's first request, audited (`--audit-log`).
+    AuditedObserve(Box<audit::Audited<modern::Observer>>),
 }
 
 impl From<crate::core::Outcome<modern::Job>> for Outcome {
@@ -114,6 +119,12 @@ pub(crate) async fn handle(edge: &Endpoint, req: Request<'_>, out: &mut Vec<u8>)
         }
         Outcome::Stream(Stream::Observe(observer)) => {
             observer.shared_with = cors::listed_index(&edge.cfg, head, head_bytes);
+        }
+        Outcome::Stream(Stream::AuditedCall(audited)) => {
+            audited.inner.shared_with = cors::listed_index(&edge.cfg, head, head_bytes);
+        }
+        Outcome::Stream(Stream::AuditedObserve(audited)) => {
+            audited.inner.shared_with = cors::listed_index(&edge.cfg, head, head_bytes);
         }
         _ => {}
     }
@@ -226,12 +237,63 @@ async fn post(edge: &Endpoint, req: &mut Request<'_>, era: Era, out: &mut Vec<u8
     let slot = req.tape;
     let mut tape = slot.take();
     let outcome = match admit::admit(edge, req, era, &mut tape, out) {
-        Ok((Era::Legacy, admitted)) => legacy::post(&edge.legacy, admitted, out).await.into(),
-        Ok((Era::Modern, admitted)) => modern::serve(&edge.modern, admitted, out).await.into(),
+        // The audit trail (`--audit-log`): off, this one test is all a request pays.
+        Ok((era, admitted)) => match &edge.audit {
+            None => match era {
+                Era::Legacy => legacy::post(&edge.legacy, admitted, out).await.into(),
+                Era::Modern => modern::serve(&edge.modern, admitted, out).await.into(),
+            },
+            Some(sink) => Box::pin(audited(edge, sink, era, admitted, out)).await,
+        },
         Err(refused) => refused.into_edge(),
     };
     slot.put(tape);
     outcome
+}
+
+/// `post`'s serving of an admitted request with the audit trail on (`--audit-log`): a
+/// `tools/call`, `resources/read` or `prompts/get` gets its line when it ends (`audit`).
+async fn audited(
+    edge: &Endpoint,
+    sink: &crate::audit::AuditSink,
+    era: Era,
+    admitted: crate::core::Admitted<'_>,
+    out: &mut Vec<u8>,
+) -> Outcome {
+    let call = audit::begin(&edge.legacy, era, &admitted);
+    let start = out.len();
+    let outcome: Outcome = match era {
+        Era::Legacy => legacy::post(&edge.legacy, admitted, out).await.into(),
+        Era::Modern => modern::serve(&edge.modern, admitted, out).await.into(),
+    };
+    let Some(call) = call else { return outcome };
+    let pending = crate::audit::Pending::new(call, sink.clone());
+    match outcome {
+        Outcome::Stream(Stream::Ring(job)) => {
+            audit::ends_with_run(&job, pending);
+            Outcome::Stream(Stream::Ring(job))
+        }
+        Outcome::Stream(Stream::Observe(observer)) if observer.is_retry() => {
+            pending.end(crate::audit::Ending::Dedup);
+            Outcome::Stream(Stream::Observe(observer))
+        }
+        Outcome::Stream(Stream::Observe(observer)) => {
+            let audited = audit::Audited::new(observer, pending);
+            Outcome::Stream(Stream::AuditedObserve(Box::new(audited)))
+        }
+        Outcome::Stream(Stream::Call(call)) => {
+            Outcome::Stream(Stream::AuditedCall(Box::new(audit::Audited::new(call, pending))))
+        }
+        // The owner core serves it again, and audits it there.
+        Outcome::HandOff(core) => {
+            pending.discard();
+            Outcome::HandOff(core)
+        }
+        other => {
+            pending.end(audit::ending_of(&out[start..]));
+            other
+        }
+    }
 }
 
 /// A request refused authorization: counted by reason, answered with its challenge.

@@ -177,6 +177,7 @@ mod tests {
             draining: Cell::new(false),
             mirror: None,
             reader: None,
+            audit: None,
         });
         let legacy = LegacyCore::new(shared);
         for i in 0..sessions {

@@ -118,6 +118,15 @@ fn find_session(
     }
 }
 
+/// The revision the session `req` names negotiated, when it lives on this core (what the
+/// audit trail names as a legacy call's era).
+pub(crate) fn session_version(core: &LegacyCore, req: &Request<'_>) -> Option<&'static str> {
+    let id = SessionId::parse(req.header(&req.head.session_id)?)?;
+    let session = core.sessions.borrow().get(&id)?;
+    let version = session.borrow().version();
+    Some(version)
+}
+
 /// The core of this node a session lives on: its own (a session this node made), or, with
 /// `--durable`, another node's session folded onto our cores (`owned_id::fold_core`); `None`: none.
 fn home_core(core: &LegacyCore, id: &SessionId) -> Option<u16> {
@@ -850,5 +859,5 @@ fn deduplicated(
     };
     drop(s);
     let cursor = Cursor::from(first, first_held.then_some(first));
-    stream_reply(out, session, key, epoch, cursor, rewrite)
+    stream_reply(out, session, key, epoch, cursor, rewrite).map_job(SseJob::into_retry)
 }

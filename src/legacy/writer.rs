@@ -30,6 +30,8 @@ pub(crate) struct SseJob {
     batch: Batch,
     /// True once the drain's end cut the stream: the writer detaches after its last send.
     cut: bool,
+    /// A retry answered from an earlier request's stream (`legacy::deduplicated`).
+    retry: bool,
 }
 
 impl SseJob {
@@ -40,7 +42,32 @@ impl SseJob {
         cursor: Cursor,
         rewrite: Option<Rewrite>,
     ) -> SseJob {
-        SseJob { session, key, epoch, cursor, rewrite, batch: Batch::More, cut: false }
+        SseJob {
+            session,
+            key,
+            epoch,
+            cursor,
+            rewrite,
+            batch: Batch::More,
+            cut: false,
+            retry: false,
+        }
+    }
+
+    /// The same job, marked as a retry answered from an earlier request's stream.
+    pub(crate) fn into_retry(mut self) -> SseJob {
+        self.retry = true;
+        self
+    }
+
+    /// True for a retry answered from an earlier request's stream (a dedup hit).
+    pub(crate) fn is_retry(&self) -> bool {
+        self.retry
+    }
+
+    /// The session and the stream it writes (the audit trail waits for its run's end).
+    pub(crate) fn stream(&self) -> (&SessionRc, StreamKey) {
+        (&self.session, self.key)
     }
 }
 

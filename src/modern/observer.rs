@@ -43,6 +43,12 @@ pub(crate) struct Observer {
 }
 
 impl Observer {
+    /// True for a retry answered from the record of an earlier request with its key (a
+    /// dedup hit); false for the request that took the key and runs the call.
+    pub(crate) fn is_retry(&self) -> bool {
+        self.wait_until.is_some()
+    }
+
     pub(crate) fn new(
         record: Rc<keyed::Record>,
         rewrite: Option<Rewrite>,

@@ -84,6 +84,8 @@ pub(crate) struct WorkerSpec {
     pub spans: Option<Arc<crate::trace::SpanQueue>>,
     /// This core's part of the durable mirror (`None`: `--durable` is off).
     pub durable: Option<crate::durable::CoreDurable>,
+    /// The audit trail's queue (`None`: `--audit-log` is off).
+    pub audit: Option<crate::audit::AuditSink>,
 }
 
 /// Which driver a worker got.
@@ -188,6 +190,7 @@ async fn serve(spec: WorkerSpec) {
         auth,
         spans,
         durable,
+        audit,
     } = spec;
     crate::metrics::enter_core(metrics.clone());
     if let Some(queue) = spans {
@@ -204,6 +207,7 @@ async fn serve(spec: WorkerSpec) {
     let rate = crate::core::Rate::new(&cfg, threads);
     let reader = durable.as_ref().map(|d| d.reader.clone());
     let mirror = durable.map(|d| Rc::new(d.tap(metrics.clone())));
+    let audit = audit.map(|sink| sink.for_core(metrics.clone()));
     let shared = Rc::new(Core {
         registry: Registry::build(providers)
             .await
@@ -217,6 +221,7 @@ async fn serve(spec: WorkerSpec) {
         rate,
         mirror,
         reader,
+        audit,
     });
     let core = Rc::new(Endpoint::new(shared));
     if let Some(tap) = core.mirror.clone() {

@@ -29,6 +29,8 @@ pub(super) async fn drive_stream(conn: &mut Conn<'_>, stream: Stream, started: I
         Stream::Call(call) => drive(conn, call, started).await,
         Stream::Observe(observer) => drive(conn, observer, started).await,
         Stream::Listen(listen) => drive(conn, listen, started).await,
+        Stream::AuditedCall(call) => drive(conn, *call, started).await,
+        Stream::AuditedObserve(observer) => drive(conn, *observer, started).await,
     }
 }
 

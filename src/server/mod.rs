@@ -131,6 +131,9 @@ pub struct Running {
     _exporter: Option<crate::trace::Exporter>,
     /// The durable mirror's threads (`--durable`); dropped after the workers.
     _durable: Option<crate::durable::Durable>,
+    /// The audit trail's writer (`--audit-log`); dropped after the workers, it writes what
+    /// the queue still holds. SIGHUP opens its path again.
+    audit: Option<crate::audit::AuditLog>,
     /// Every core's metrics (the upstream reloads are counted on core 0's).
     core_metrics: Vec<Arc<CoreMetrics>>,
     /// The upstream set's reload, which `handle_signals` takes to its thread (SIGHUP).
@@ -215,6 +218,7 @@ impl Running {
         let life = self.life.clone();
         let tls = self.tls.clone();
         let auth = self.auth.clone();
+        let audit = self.audit.as_ref().map(crate::audit::AuditLog::reopener);
         let drain_secs = life.drain().as_secs();
         // What the file says now: the baseline a SIGHUP's re-read is compared with.
         let mut config_file = self.config_file.clone().map(|origin| {
@@ -244,6 +248,9 @@ impl Running {
                         let _ = crate::logging::reload_log_level(&log_level);
                         reload(auth.as_deref());
                         let _ = reload_tls(tls.as_deref());
+                        if let Some(audit) = &audit {
+                            audit.reopen();
+                        }
                         if let Some(reloader) = &mut reloader {
                             reloader.reload();
                         }
@@ -487,6 +494,7 @@ fn start_workers(
         };
     let mut durable =
         crate::durable::Durable::start(&cfg).map_err(io("spawn the durable mirror threads"))?;
+    let audit = crate::audit::AuditLog::start(&cfg).map_err(io("open --audit-log"))?;
     // After the bind: the default resource URL names the bound port.
     let auth = Authorizer::build(&cfg)?.map(Arc::new);
     let cpus = allowed_cpus();
@@ -506,6 +514,7 @@ fn start_workers(
             auth: auth.clone(),
             spans: span_queues[index].clone(),
             durable: durable.as_mut().map(|d| d.for_core(index)),
+            audit: audit.as_ref().map(|(_, sink)| sink.clone()),
         };
         let ready = ready_tx.clone();
         let finished = WorkerFinished(life.clone(), index);
@@ -544,6 +553,7 @@ fn start_workers(
         log_level,
         _exporter: exporter,
         _durable: durable,
+        audit: audit.map(|(log, _)| log),
         core_metrics: metrics,
         reloader: arc_swap::ArcSwapOption::empty(),
     })

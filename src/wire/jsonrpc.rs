@@ -774,6 +774,68 @@ fn write_json_str<W: io::Write>(text: &str, out: &mut W) {
 
 /// A JSON text decoded onto a tape that lives for the rest of the test process (leaked), for
 /// unit tests that need a `WireValue`.
+/// What a rendered answer says, read back from its bytes (the audit trail's outcome): its HTTP
+/// status when the bytes start with a status line, and its final JSON-RPC response: `Ok` a
+/// result (true when a tool's result has `isError: true`), `Err` an error's code. The final
+/// response is the last `{"jsonrpc":"2.0","id":` in the bytes (SSE events before it are
+/// notifications or requests of their own); its first `"result":` or `"error":` is its member,
+/// since an id is a scalar and a string escapes its quotes.
+pub(crate) fn answered(bytes: &[u8]) -> (Option<u16>, Option<Result<bool, i64>>) {
+    use memchr::memmem;
+    let status = bytes
+        .strip_prefix(b"HTTP/1.1 ")
+        .and_then(|rest| std::str::from_utf8(rest.get(..3)?).ok()?.parse::<u16>().ok());
+    let Some(start) = memmem::rfind(bytes, RESPONSE_PREFIX) else { return (status, None) };
+    let message = &bytes[start..];
+    let result = memmem::find(message, b"\"result\":");
+    let error = memmem::find(message, b"\"error\":");
+    let outcome = match (result, error) {
+        (Some(r), e) if e.is_none_or(|e| r < e) => {
+            Some(Ok(memmem::find(&message[r..], b"\"isError\":true").is_some()))
+        }
+        (_, Some(e)) => {
+            let code = memmem::find(&message[e..], b"\"code\":")
+                .and_then(|at| leading_integer(&message[e + at + 7..]));
+            Some(Err(code.unwrap_or(0)))
+        }
+        _ => None,
+    };
+    (status, outcome)
+}
+
+/// The integer at the start of `text` (after spaces), if any.
+fn leading_integer(text: &[u8]) -> Option<i64> {
+    let text = text.trim_ascii_start();
+    let digits = |(i, b): (usize, &u8)| !(b.is_ascii_digit() || (i == 0 && *b == b'-'));
+    let end = text.iter().enumerate().position(digits).unwrap_or(text.len());
+    std::str::from_utf8(&text[..end]).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod answered_tests {
+    use crate::wire::jsonrpc::answered;
+
+    #[test]
+    fn outcomes_are_read_off_rendered_answers() {
+        let json = |body: &str| format!("HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n{body}");
+        let ok = json(r#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":false}}"#);
+        assert_eq!(answered(ok.as_bytes()), (Some(200), Some(Ok(false))));
+        let tool = json(r#"{"jsonrpc":"2.0","id":"a","result":{"content":[],"isError":true}}"#);
+        assert_eq!(answered(tool.as_bytes()), (Some(200), Some(Ok(true))));
+        let err =
+            json(r#"{"jsonrpc":"2.0","id":"\"error\":","error":{"code":-32602,"message":"x"}}"#);
+        assert_eq!(answered(err.as_bytes()), (Some(200), Some(Err(-32602))));
+        assert_eq!(answered(b"HTTP/1.1 409 Conflict\r\n\r\n{}"), (Some(409), None));
+        // A log notification before the result carries an "error" key in its data.
+        let sse = concat!(
+            r#"data: {"jsonrpc":"2.0","method":"notifications/message","params":{"data":{"error":{"code":1}}}}"#,
+            "\n\n",
+            r#"data: {"jsonrpc":"2.0","id":3,"result":{}}"#
+        );
+        assert_eq!(answered(sse.as_bytes()), (None, Some(Ok(false))));
+    }
+}
+
 #[cfg(test)]
 pub(crate) fn leaked_value(text: &str) -> WireValue<'static> {
     let bytes = Box::leak(text.as_bytes().to_vec().into_boxed_slice());

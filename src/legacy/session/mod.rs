@@ -374,6 +374,9 @@ struct Rare {
     /// Streams adoption ended with `-31006`, each with the last of its events the store held
     /// (`cursor_after_cut_off`).
     cut_off: Vec<(StreamKey, EventSeq)>,
+    /// Audited calls (`--audit-log`) whose run had not ended when their POST was answered:
+    /// each gets its line when its run ends (`end_run`) or its stream goes.
+    audited: Vec<(StreamKey, crate::audit::Pending)>,
 }
 
 /// The client's answer to a server→client request: its `result`, or its `error` object.
@@ -696,6 +699,9 @@ impl Session {
         if let Some(rare) = self.rare.as_deref_mut() {
             rare.pending_client.retain(|_, p| p.stream != key);
             rare.cut_off.retain(|&(k, _)| k != key);
+            if let Some(at) = rare.audited.iter().position(|(k, _)| *k == key) {
+                rare.audited.swap_remove(at).1.end(crate::audit::Ending::Cancelled);
+            }
         }
         self.observe(SessionChange::StreamGone { key: key.0 });
         s.notify(|w| &w.events);
@@ -857,6 +863,29 @@ impl Session {
         if matches!(run, Run::Finished { .. }) {
             self.observe_stream(key);
         }
+        if let Some(rare) = self.rare.as_deref() {
+            if !rare.audited.is_empty() {
+                self.audit_ended(key);
+            }
+        }
+    }
+
+    /// Gives audited call `pending` (`--audit-log`) its line when the run of `key` ends: now
+    /// when it has ended (an instant tool), else at its end (`end_run`).
+    pub(crate) fn audit_at_end(&mut self, key: StreamKey, pending: crate::audit::Pending) {
+        match self.final_payload(key) {
+            Some(payload) => pending.end(audit_ending(payload)),
+            None => self.rare_mut().audited.push((key, pending)),
+        }
+    }
+
+    /// The line of the audited call on `key`, if any, from its final response.
+    fn audit_ended(&mut self, key: StreamKey) {
+        let Some(rare) = self.rare.as_deref_mut() else { return };
+        let Some(at) = rare.audited.iter().position(|(k, _)| *k == key) else { return };
+        let (_, pending) = rare.audited.swap_remove(at);
+        let payload = self.final_payload(key).flatten();
+        pending.end(audit_ending(payload));
     }
 
     /// Tells the running tool to stop (its outcome is ignored from now on).
@@ -1692,5 +1721,17 @@ impl SessionTable {
 
 #[cfg(test)]
 mod lifecycle_tests;
+
+/// The audit trail's ending of a run from its final response (`None`: it ended without one).
+fn audit_ending(payload: Option<&[u8]>) -> crate::audit::Ending {
+    let unknown = crate::wire::Code::OutcomeUnknown.value();
+    match payload {
+        Some(payload) => {
+            crate::audit::Ending::of_answer(crate::wire::jsonrpc::answered(payload), unknown)
+        }
+        None => crate::audit::Ending::Cancelled,
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,177 @@
+//! The audit trail's door (`--audit-log`, docs/audit.md): an admitted POST of `tools/call`,
+//! `resources/read` or `prompts/get` becomes an `audit::Call` before its era serves it, and
+//! gets its line when it ends: at once for a whole answer (its outcome read off the rendered
+//! bytes), at its run's end for a legacy call (`Session::audit_at_end`, whether or not a
+//! connection is there to see it), at its stream's end for a 2026-07-28 call (`Audited`).
+//! A request handed to its owner core is audited there.
+//!
+//! Owns: which requests are audited and what their line says of them. Only reached when the
+//! flag is set (`endpoint::post` tests `Core::audit` once; `endpoint::audited` serves the
+//! request and hands its call to what ends it).
+
+use std::future::Future;
+
+use simd_json::prelude::*;
+
+use crate::audit::{self, Call, Ending, Pending};
+use crate::core::{Admitted, Core, KeepAlive, Source, Step};
+use crate::legacy::{LegacyCore, SseJob};
+use crate::provider::SessionRef;
+use crate::wire::jsonrpc::{Body, Message};
+use crate::wire::WireValue;
+
+use super::admit::Era;
+
+/// The call an admitted request is, when its method is audited.
+pub(super) fn begin(edge: &LegacyCore, era: Era, admitted: &Admitted<'_>) -> Option<Call> {
+    let Body::Single(Message::Request { id, method, params }) = &admitted.body else {
+        return None;
+    };
+    let (method, name_field) = match *method {
+        "tools/call" => ("tools/call", "name"),
+        "prompts/get" => ("prompts/get", "name"),
+        "resources/read" => ("resources/read", "uri"),
+        _ => return None,
+    };
+    let req = admitted.req;
+    let name = params.get(name_field).and_then(ValueIntoString::into_string).unwrap_or("");
+    let header = |r| req.header(r).and_then(|v| std::str::from_utf8(v).ok()).map(Box::from);
+    let revision = match era {
+        Era::Legacy => match crate::legacy::session_version(edge, req) {
+            Some(version) => version.into(),
+            None => header(&req.head.protocol_version).unwrap_or_else(|| "legacy".into()),
+        },
+        Era::Modern => crate::wire::revision::MODERN_VERSION.into(),
+    };
+    Some(Call {
+        started: std::time::Instant::now(),
+        method,
+        id: id.as_str().into(),
+        name: name.into(),
+        arguments_sha256: arguments_sha256(method, params),
+        session: header(&req.head.session_id),
+        subject: req.subject().map(Box::from),
+        client: client_of(params),
+        era: revision,
+        upstream: upstream_of(edge, method, name),
+        idempotency_key: header(&req.head.idempotency_key),
+        trace_id: trace_id(req),
+    })
+}
+
+/// SHA-256 of the canonical text (`wire::jsonrpc::canonical_params`) of a call's `arguments`
+/// (`{}` when absent), or of a read's params (its URI).
+fn arguments_sha256(method: &str, params: &WireValue<'_>) -> [u8; 32] {
+    let mut text = String::with_capacity(64);
+    let hashed = match method {
+        "resources/read" => Some(*params),
+        _ => params.get("arguments"),
+    };
+    match hashed {
+        Some(value) => crate::wire::jsonrpc::canonical_params(value, &mut text),
+        None => text.push_str("{}"),
+    }
+    audit::sha256(text.as_bytes())
+}
+
+/// `name/version` of the request's `_meta` clientInfo (2026-07-28), when given.
+fn client_of(params: &WireValue<'_>) -> Option<Box<str>> {
+    let info = params.get("_meta")?.get(crate::wire::revision::META_CLIENT_INFO)?;
+    let name = info.get("name").and_then(ValueIntoString::into_string).unwrap_or("");
+    let version = info.get("version").and_then(ValueIntoString::into_string).unwrap_or("");
+    Some(format!("{name}/{version}").into())
+}
+
+/// The upstream a bridged tool belongs to (its provider's name; none for a built-in tool).
+fn upstream_of(core: &Core, method: &str, name: &str) -> Option<Box<str>> {
+    if method != "tools/call" {
+        return None;
+    }
+    let route = core.registry.tool(SessionRef::STATELESS, name)?;
+    if crate::provider::builtin::as_builtin(route.provider.as_ref()).is_some() {
+        return None;
+    }
+    Some(route.provider.name().into())
+}
+
+/// The trace id of the request's span (tracing on) or of its `traceparent` header.
+fn trace_id(req: &crate::core::Request<'_>) -> Option<Box<str>> {
+    let parent = req.trace().or_else(|| {
+        let value = crate::http::header_named(req.head_bytes, "traceparent")?;
+        crate::trace::TraceParent::parse(value)
+    })?;
+    let hex: String = parent.trace_id.iter().map(|b| format!("{b:02x}")).collect();
+    Some(hex.into())
+}
+
+/// The ending a rendered answer says (a whole response, or a stream's last bytes).
+pub(super) fn ending_of(answer: &[u8]) -> Ending {
+    let unknown = crate::wire::Code::OutcomeUnknown.value();
+    Ending::of_answer(crate::wire::jsonrpc::answered(answer), unknown)
+}
+
+/// A legacy call answered with a stream: a dedup hit ends now, a fresh call when its run does
+/// (`Session::audit_at_end`), whether or not a connection is there to see it.
+pub(super) fn ends_with_run(job: &SseJob, pending: Pending) {
+    if job.is_retry() {
+        return pending.end(Ending::Dedup);
+    }
+    let (session, key) = job.stream();
+    session.borrow_mut().audit_at_end(key, pending);
+}
+
+/// A 2026-07-28 response stream whose call is audited: its line is written from the final
+/// answer the stream renders, or as cancelled when the client goes or the drain ends it first.
+pub(crate) struct Audited<S> {
+    pub(crate) inner: S,
+    pending: Option<Pending>,
+}
+
+impl<S> Audited<S> {
+    pub(super) fn new(inner: S, pending: Pending) -> Audited<S> {
+        Audited { inner, pending: Some(pending) }
+    }
+
+    fn end(&mut self, ending: Ending) {
+        if let Some(pending) = self.pending.take() {
+            pending.end(ending);
+        }
+    }
+}
+
+impl<S: Source> Source for Audited<S> {
+    fn fill(&mut self, core: &Core, out: &mut Vec<u8>, frames: &mut Vec<u8>) -> Step {
+        let before = out.len();
+        let step = self.inner.fill(core, out, frames);
+        if let Step::Ended { .. } = step {
+            self.end(ending_of(&out[before..]));
+        }
+        step
+    }
+
+    fn wake(&mut self) -> impl Future<Output = ()> + '_ {
+        self.inner.wake()
+    }
+
+    fn keep_alive(&self) -> KeepAlive {
+        self.inner.keep_alive()
+    }
+
+    fn holds_drain(&self) -> bool {
+        self.inner.holds_drain()
+    }
+
+    fn end_for_drain(&mut self, core: &Core, out: &mut Vec<u8>, frames: &mut Vec<u8>) {
+        self.inner.end_for_drain(core, out, frames);
+        self.end(Ending::Cancelled);
+    }
+
+    fn sent(&mut self, core: &Core) {
+        self.inner.sent(core);
+    }
+
+    fn gone(&mut self, core: &Core) {
+        self.inner.gone(core);
+        self.end(Ending::Cancelled);
+    }
+}
