@@ -241,12 +241,13 @@ pub(crate) struct Request<'a> {
 }
 
 impl Request<'_> {
-    /// The connection's peer address (`None` when the OS could not say): who a per-client
-    /// share counts against until authorization names subjects. Asked only by the requests
-    /// that need it (a keyed call), so other connections pay no `getpeername`; the socket
-    /// keeps the answer.
+    /// The connection's peer address (`None` when the OS could not say, or over a Unix
+    /// socket: no address, and no one else's share to count against): who a per-client share
+    /// counts against until authorization names subjects. Asked only by the requests that
+    /// need it (a keyed call, a rate limit), so other connections pay no `getpeername`; the
+    /// connection keeps the answer.
     pub(crate) fn peer(&self) -> Option<std::net::IpAddr> {
-        self.socket.peer_addr().ok().map(|a| a.ip())
+        self.auth_cache.peer(|| peer_ip(self.socket))
     }
 
     /// The subject of the request's token (`None`: authorization is off).
@@ -494,4 +495,12 @@ mod tests {
         with_body(|body| body.resize(BODY_SCRATCH_KEEP_BYTES + 1, b'x'));
         assert_eq!(capacity(), 0, "let go past the limit");
     }
+}
+
+/// The peer's IP address as the OS says it; `None` for a Unix socket's peer. Not monoio's
+/// `TcpStream::peer_addr`: a `--listen unix:PATH` connection travels as a `TcpStream`
+/// (`runtime::accept`), and monoio panics on an address that is not an IP one.
+fn peer_ip(socket: &monoio::net::TcpStream) -> Option<std::net::IpAddr> {
+    let addr = crate::fd::with_borrowed_fd(socket, |fd| rustix::net::getpeername(fd)).ok()??;
+    std::net::SocketAddr::try_from(addr).ok().map(|a| a.ip())
 }

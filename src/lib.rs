@@ -54,7 +54,7 @@
 //!
 //! | floor | module | owns |
 //! | --- | --- | --- |
-//! | 12 | `server` | `Server` (the public entry): listeners (one owner per port), one pinned thread + runtime per core, signals and the graceful drain, the banner; `upstreams` (the upstream set, built at start and again on SIGHUP) |
+//! | 12 | `server` | `Server` (the public entry): listeners (one owner per port), one pinned thread + runtime per core, signals and the graceful drain, the banner; `upstreams` (the upstream set, built at start and again on SIGHUP); `unix` (the `--listen unix:PATH` socket file: one owner per file, its mode, removed after the drain) |
 //! | 11 | `admin` | the admin listener: `/metrics`, `/status`, `/healthz`, `/readyz` |
 //! | 11 | `cli` | the binary's flags → `Config` (`Config::from_args`), over the `layers` (env, `--config` file) |
 //! | 10 | `runtime` | one core: driver choice, accept loop, session reaper; `conn` (one socket: buffers, timeouts, read → `endpoint::handle` → write), `stream` (the one stream driver over a `core::Source`), `handoff` (moving a connection to its owner core), `reload` (a new upstream set applied on the core: SIGHUP) |
@@ -122,8 +122,9 @@ pub use config::{AuthConfig, Config, ConfigError, DurableConfig, HttpConfig, Log
 pub use config::{KeyMaterial, UpstreamConfig};
 pub use config::{ModernConfig, RateConfig, ServerConfig, SessionsConfig, TraceConfig};
 // The types of the sections' fields an embedder sets.
+pub use config::UpstreamSpec;
 pub use config::{BuiltinSet, DriverChoice, Isolation, LogFormat, MigrationPolicy, ResponseMode};
-pub use config::{DurableStore, DurableUrl, RateLimit, SentinelUrl, TlsFiles, UpstreamSpec};
+pub use config::{DurableStore, DurableUrl, FileMode, RateLimit, SentinelUrl, TlsFiles};
 pub use logging::{init_logging, reload_log_level};
 pub use provider::{
     Annotations, CallContext, Caller, Changes, LocalBoxFuture, LogLevel, Notifier, Provider,
