@@ -618,7 +618,8 @@ fn bind(cfg: &Config) -> Result<Bound, ServerError> {
     };
     let (mut unix, mut unix_file) = (Vec::new(), None);
     if let Some(path) = &cfg.server.listen_unix {
-        let (listener, file) = unix::bind(path, cfg.server.listen_mode)?;
+        let (listener, file) = unix::bind(path, cfg.server.listen_mode)
+            .map_err(|e| ServerError::Io { what: e.what, source: e.source })?;
         for _ in 1..cfg.server.threads {
             unix.push(listener.try_clone().map_err(io("dup the unix listener"))?);
         }

@@ -12,8 +12,20 @@
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use super::{io, ServerError};
 use crate::config::{self, FileMode};
+
+/// Why the socket file could not be claimed or bound: what was done, and the OS's error
+/// (`server` reports it as its `ServerError::Io`).
+pub(crate) struct BindError {
+    pub(crate) what: String,
+    pub(crate) source: std::io::Error,
+}
+
+/// `BindError` with `what`, for `map_err`.
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> BindError {
+    let what = what.into();
+    move |source| BindError { what, source }
+}
 
 /// The socket file this process bound; removes it on drop if the path still names it.
 pub(crate) struct SocketFile {
@@ -37,7 +49,7 @@ impl Drop for SocketFile {
 pub(crate) fn bind(
     path: &Path,
     mode: FileMode,
-) -> Result<(std::os::unix::net::UnixListener, SocketFile), ServerError> {
+) -> Result<(std::os::unix::net::UnixListener, SocketFile), BindError> {
     use socket2::{Domain, SockAddr, Socket, Type};
     claim(path)?;
     let shown = path.display();
@@ -56,21 +68,21 @@ pub(crate) fn bind(
 
 /// Makes `path` free to bind: nothing there, or a stale socket file (removed). Refuses a
 /// socket a live process listens on, and anything that is not a socket.
-fn claim(path: &Path) -> Result<(), ServerError> {
+fn claim(path: &Path) -> Result<(), BindError> {
     let shown = path.display();
     let meta = match std::fs::symlink_metadata(path) {
         Ok(meta) => meta,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(ServerError::Io { what: format!("stat unix:{shown}"), source: e }),
+        Err(e) => return Err(BindError { what: format!("stat unix:{shown}"), source: e }),
     };
     if !meta.file_type().is_socket() {
-        return Err(ServerError::Io {
+        return Err(BindError {
             what: format!("unix:{shown} exists and is not a socket (not removed)"),
             source: std::io::ErrorKind::AlreadyExists.into(),
         });
     }
     match std::os::unix::net::UnixStream::connect(path) {
-        Ok(_) => Err(ServerError::Io {
+        Ok(_) => Err(BindError {
             what: format!("bind unix:{shown}: in use by another process"),
             source: std::io::ErrorKind::AddrInUse.into(),
         }),
@@ -80,6 +92,6 @@ fn claim(path: &Path) -> Result<(), ServerError> {
             std::fs::remove_file(path).map_err(io(format!("remove stale unix:{shown}")))
         }
         // EACCES and the like: whether someone listens is unknown, so the file stays.
-        Err(e) => Err(ServerError::Io { what: format!("connect unix:{shown}"), source: e }),
+        Err(e) => Err(BindError { what: format!("connect unix:{shown}"), source: e }),
     }
 }
