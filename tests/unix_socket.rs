@@ -217,8 +217,8 @@ fn result_text(v: &serde_json::Value) -> String {
 /// priming event, a re-POST of the cut call answered 409 (its stream is owed), the resume by
 /// GET + Last-Event-ID delivering every progress event and the result; the default mode 0600.
 /// Method: two cores sharing the socket; the session's requests each on a fresh connection,
-/// so some land on the core that does not own the session and are handed to its owner
-/// (counted: `tidemark_handoffs_total`).
+/// so on io_uring (whose cores take accepts in turn) some land on the core that does not own
+/// the session and are handed to its owner (counted: `tidemark_handoffs_total`).
 #[test]
 fn a_session_calls_and_resumes_over_the_socket() {
     for driver in DRIVERS {
@@ -228,7 +228,8 @@ fn a_session_calls_and_resumes_over_the_socket() {
         let mode = std::fs::metadata(&path).expect("socket file").permissions().mode();
         assert_eq!(mode & 0o777, 0o600, "{driver}: the default --listen-mode");
         let sid = open_session(&server);
-        for id in 1..=8 {
+        // 16 fresh connections, each accepted by one of the two cores.
+        for id in 1..=16 {
             let echo = call(id, "echo", r#"{"text":"over uds"}"#, false);
             let r = post(&server, &[("Mcp-Session-Id", &sid)], &echo);
             assert_eq!(r.status, 200, "{driver}");
@@ -238,7 +239,12 @@ fn a_session_calls_and_resumes_over_the_socket() {
             server.banner.split_whitespace().find_map(|w| w.strip_prefix("metrics=http://"));
         let admin = admin.and_then(|a| a.split('/').next()).expect("admin address").to_owned();
         let handoffs = metric(&scrape(&admin), "tidemark_handoffs_total");
-        assert!(handoffs > 0, "{driver}: no request reached the other core ({handoffs})");
+        // io_uring's pending accepts wait exclusively, in turn, so the cores alternate; epoll
+        // wakes both, and the core awake already (the owner, which just answered) usually
+        // wins: there the hand-off is not forced, only every answer checked.
+        if driver == "uring" {
+            assert!(handoffs > 0, "{driver}: no request reached the other core ({handoffs})");
+        }
         cut_then_resume(&server, &sid, driver);
     }
 }
@@ -274,8 +280,9 @@ fn cut_then_resume(server: &Unix, sid: &str, driver: &str) {
     assert!(result_text(&r.json()).parse::<u64>().is_ok(), "{driver}: the counter's result");
 }
 
-/// Goal: the 2026-07-28 era over the socket: a stateless tools/call answers.
-/// Method: `_meta` and the era's headers, no session.
+/// Goal: the 2026-07-28 era over the socket: a stateless tools/call answers, and a keyed one
+/// (`Idempotency-Key`, whose record names the client by its peer address: none over a socket)
+/// answers twice the same. Method: `_meta` and the era's headers, no session.
 #[test]
 fn the_modern_era_answers_over_the_socket() {
     for driver in DRIVERS {
@@ -298,6 +305,13 @@ fn the_modern_era_answers_over_the_socket() {
         let r = post(&server, &headers, &body);
         assert_eq!(r.status, 200, "{driver}: {}", String::from_utf8_lossy(&r.body));
         assert_eq!(result_text(&r.json()), "modern", "{driver}");
+        let keyed: Vec<(&str, &str)> =
+            headers.iter().copied().chain([("Idempotency-Key", "uds-key")]).collect();
+        for attempt in 0..2 {
+            let r = post(&server, &keyed, &body);
+            assert_eq!(r.status, 200, "{driver} keyed {attempt}");
+            assert_eq!(result_text(&r.json()), "modern", "{driver} keyed {attempt}");
+        }
     }
 }
 
