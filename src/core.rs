@@ -474,6 +474,14 @@ pub(crate) trait Source {
     fn gone(&mut self, core: &Core);
 }
 
+/// The peer's IP address as the OS says it; `None` for a Unix socket's peer. Not monoio's
+/// `TcpStream::peer_addr`: a `--listen unix:PATH` connection travels as a `TcpStream`
+/// (`runtime::accept`), and monoio panics on an address that is not an IP one.
+fn peer_ip(socket: &monoio::net::TcpStream) -> Option<std::net::IpAddr> {
+    let addr = crate::fd::with_borrowed_fd(socket, |fd| rustix::net::getpeername(fd)).ok()??;
+    std::net::SocketAddr::try_from(addr).ok().map(|a| a.ip())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -495,12 +503,4 @@ mod tests {
         with_body(|body| body.resize(BODY_SCRATCH_KEEP_BYTES + 1, b'x'));
         assert_eq!(capacity(), 0, "let go past the limit");
     }
-}
-
-/// The peer's IP address as the OS says it; `None` for a Unix socket's peer. Not monoio's
-/// `TcpStream::peer_addr`: a `--listen unix:PATH` connection travels as a `TcpStream`
-/// (`runtime::accept`), and monoio panics on an address that is not an IP one.
-fn peer_ip(socket: &monoio::net::TcpStream) -> Option<std::net::IpAddr> {
-    let addr = crate::fd::with_borrowed_fd(socket, |fd| rustix::net::getpeername(fd)).ok()??;
-    std::net::SocketAddr::try_from(addr).ok().map(|a| a.ip())
 }
