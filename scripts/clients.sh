@@ -53,13 +53,20 @@
 #            request without a token must get 401 with a WWW-Authenticate challenge; then the
 #            Python client with --bearer-token in both eras (legacy, and the SDK default mode
 #            ending in 2026-07-28), each checking one slow_counter execution
+#   unix     a server on a Unix socket file alone (--listen unix:PATH, no TCP; --threads 2):
+#            curl --unix-socket does initialize, notifications/initialized, tools/list and
+#            tools/call echo on a session; then tests/clients/py_uds_client.py (the Python SDK
+#            through an httpx AsyncHTTPTransport(uds=PATH) given as its http_client) in legacy
+#            mode and in auto mode ending in 2026-07-28: tools/list, echo, slow_counter with its
+#            3 progress notifications (15 s measured on the loaded 2-core machine, most of it the
+#            SDK's import)
 #
 # The servers of the resuming stages run with --sse-retry-ms 200 (the SDK clients wait the SSE
 # `retry:` before resuming, so each resume costs ~0.2 s instead of the default ~1 s); the basic
 # server and one migration run keep the default, so the default value stays covered.
 #
 #   --only STAGES       run only these stages (comma-separated: basic,cut,epoll,threads,
-#                       migration,example,modern,tls,auth)
+#                       migration,example,modern,tls,auth,unix)
 #   --no-build          do not run cargo build (use the existing target/release/tidemark and
 #                       target/release/examples/custom_tool); the modern stage's rmcp client is
 #                       still built when its binary is missing
@@ -85,7 +92,7 @@ VENV="$CACHE/venv"
 TS_MODERN_DIR="$CACHE/ts-modern"
 RMCP_MODERN_TARGET="$CACHE/rmcp-modern-target"
 RMCP_MODERN_BIN="$RMCP_MODERN_TARGET/release/tidemark-rmcp-modern-client"
-ALL_STAGES="basic,cut,epoll,threads,migration,example,modern,tls,auth"
+ALL_STAGES="basic,cut,epoll,threads,migration,example,modern,tls,auth,unix"
 START_TIMEOUT_S=30
 CLIENT_TIMEOUT_S=120
 
@@ -131,6 +138,11 @@ npm_ci_pinned "$CLIENTS" "$TS_DIR" @modelcontextprotocol/sdk
 cp "$CLIENTS/ts_client.mjs" "$TS_DIR/ts_client.mjs"
 pip_install_pinned "$VENV" "$CLIENTS/requirements.txt" tidemark-requirements.txt
 PY="$VENV/bin/python"
+if want_stage unix && ! command -v curl >/dev/null; then
+    # shellcheck source=SCRIPTDIR/apt-lib.sh
+    source "$ROOT/scripts/apt-lib.sh"
+    apt_install clients.sh curl
+fi
 if want_stage modern || want_stage tls; then
     # The TypeScript v2 client: its own package (tests/clients/ts_modern), so the v1 SDK install
     # of the other stages is untouched.
@@ -191,11 +203,57 @@ stop_server() {
     fi
 }
 
+# launch_unix_server PATH FLAGS...: tidemark on the socket file PATH alone; sets server_pid
+# once its banner (`tidemark listening on unix:PATH ...`) is out.
+launch_unix_server() {
+    local path="$1"
+    shift
+    # shellcheck disable=SC2086  # server_cmd is a command line by design
+    $server_cmd --listen "unix:$path" "$@" >"$RESULTS/server-unix.stdout" \
+        2>"$RESULTS/server-unix.stderr" &
+    server_pid=$!
+    pids+=("$server_pid")
+    for _ in $(seq $((START_TIMEOUT_S * 10))); do
+        if grep -q "listening on unix:" "$RESULTS/server-unix.stdout" 2>/dev/null; then
+            echo "clients: server unix: $(head -n 1 "$RESULTS/server-unix.stdout")"
+            return 0
+        fi
+        kill -0 "$server_pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    echo "clients: the unix server did not start" >&2
+    tail -n 20 "$RESULTS/server-unix.stderr" >&2
+    exit 1
+}
+
+# unix_curl_session PATH: curl --unix-socket through a session's initialize,
+# notifications/initialized, tools/list and tools/call echo; 0 when every answer is right.
+unix_curl_session() {
+    local path="$1" head="$RESULTS/unix-curl.head" sid out
+    local curl_args=(-sS --max-time 10 --unix-socket "$path" -H 'Content-Type: application/json'
+        -H 'Accept: application/json, text/event-stream')
+    local init='{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}'
+    out="$(curl "${curl_args[@]}" -D "$head" -d "$init" http://localhost/mcp)" || return 1
+    [[ "$out" == *'"protocolVersion":"2025-11-25"'* ]] || { echo "    initialize: $out"; return 1; }
+    sid="$(grep -i '^mcp-session-id:' "$head" | cut -d' ' -f2 | tr -d '\r')"
+    [ -n "$sid" ] || { echo "    initialize: no Mcp-Session-Id"; return 1; }
+    curl_args+=(-H "Mcp-Session-Id: $sid")
+    out="$(curl "${curl_args[@]}" -o /dev/null -w '%{http_code}' \
+        -d '{"jsonrpc":"2.0","method":"notifications/initialized"}' http://localhost/mcp)" || return 1
+    [ "$out" = 202 ] || { echo "    notifications/initialized: $out"; return 1; }
+    out="$(curl "${curl_args[@]}" -d '{"jsonrpc":"2.0","id":2,"method":"tools/list"}' \
+        http://localhost/mcp)" || return 1
+    [[ "$out" == *'"name":"echo"'* ]] || { echo "    tools/list: $out"; return 1; }
+    out="$(curl "${curl_args[@]}" -d '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"curl over uds"}}}' \
+        http://localhost/mcp)" || return 1
+    [[ "$out" == *'"text":"curl over uds"'* ]] || { echo "    tools/call: $out"; return 1; }
+}
+
 passed=0
 failed=0
 failed_names=()
 
-# run_client NAME KIND URL ARGS...: one client run (KIND ts, py, ts-modern or rmcp-modern) in the
+# run_client NAME KIND URL ARGS...: one client run (KIND ts, py, py-uds, ts-modern or rmcp-modern) in the
 # background; its verdict
 # file is RESULTS/NAME.rc. A cut run is `run_client NAME KIND proxy:K:N:ON_CUT ARGS...`.
 run_client() {
@@ -223,6 +281,7 @@ run_client() {
         case "$kind" in
             ts) cmd=(node "$TS_DIR/ts_client.mjs") ;;
             py) cmd=("$PY" "$CLIENTS/py_client.py") ;;
+            py-uds) cmd=("$PY" "$CLIENTS/py_uds_client.py") ;;
             ts-modern) cmd=(node "$TS_MODERN_DIR/modern_ts_client.mjs") ;;
             rmcp-modern) cmd=("$RMCP_MODERN_BIN") ;;
         esac
@@ -478,6 +537,26 @@ PY
     sequential auth-py-modern py "$server_url" "${AUTH_ARGS[@]}" --mode sdk-default \
         --expect-era modern
     stop_server auth
+fi
+
+if want_stage unix; then
+    # Issue 42 §3. A short path: a socket's path is at most 107 bytes, whatever ROOT is.
+    UDS="${TMPDIR:-/tmp}/tidemark-clients-$$.sock"
+    unix_started=$SECONDS
+    launch_unix_server "$UDS" --tools demo --threads 2
+    if unix_curl_session "$UDS"; then
+        passed=$((passed + 1))
+        echo "clients: PASS unix-curl (initialize, tools/list, tools/call over --unix-socket)"
+    else
+        failed=$((failed + 1))
+        failed_names+=("unix-curl")
+        echo "clients: FAIL unix-curl"
+    fi
+    sequential unix-py-legacy py-uds http://localhost/mcp --socket "$UDS" --mode legacy
+    sequential unix-py-auto py-uds http://localhost/mcp --socket "$UDS" --mode auto \
+        --expect-era modern
+    stop_server unix
+    echo "clients: unix stage took $((SECONDS - unix_started))s"
 fi
 
 if [ "$failed" -gt 0 ]; then

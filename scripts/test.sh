@@ -11,7 +11,9 @@
 #                release binary, including mid-call stream drops (cut proxy) and --threads 2,
 #                the 2026-07-28 era's clients (Python SDK default mode, TypeScript v2
 #                client auto and pinned, rmcp Discover), both SDKs over https:// (--tls-cert),
-#                and the Python client with a bearer token (--auth-tokens) in both eras
+#                the Python client with a bearer token (--auth-tokens) in both eras, and
+#                a Unix socket file (--listen unix:PATH): curl --unix-socket and the Python
+#                SDK over an httpx uds transport in both eras (about 15 s)
 #   browser      scripts/browser.sh: the official TypeScript clients (both eras) in headless
 #                Chromium from a page of a listed --allowed-origin (CORS), pages of
 #                unlisted origins blocked by the browser, and both eras with a bearer token

@@ -431,3 +431,24 @@ fn a_request_state_key_file_at_its_byte_limit_loads_and_one_byte_more_is_refused
         .expect_err("over the limit");
     assert!(error.contains(&format!("over {limit} bytes")), "{error}");
 }
+
+#[test]
+fn listen_in_the_file_is_one_string_or_an_array_of_both_kinds() {
+    // Goal: `listen` (repeatable since `unix:PATH`) still reads as one string, and as an array
+    // of a TCP address and a socket file. Method: two files, their resolved server section.
+    let one = file_with("listen-one", "listen = \"127.0.0.1:9\"\n");
+    let cfg = try_from_layers(["tidemark", "--config", one.to_str().expect("utf-8")], &env(&[]))
+        .expect("one string");
+    assert_eq!(cfg.server.listen, "127.0.0.1:9".parse().expect("address"));
+    assert!(cfg.server.listen_tcp);
+    assert_eq!(cfg.server.listen_unix, None);
+    let both = file_with(
+        "listen-both",
+        "listen = [\"127.0.0.1:9\", \"unix:/tmp/t.sock\"]\nlisten-mode = \"0660\"\n",
+    );
+    let cfg = try_from_layers(["tidemark", "--config", both.to_str().expect("utf-8")], &env(&[]))
+        .expect("an array");
+    assert!(cfg.server.listen_tcp);
+    assert_eq!(cfg.server.listen_unix, Some("/tmp/t.sock".into()));
+    assert_eq!(cfg.server.listen_mode, crate::FileMode(0o660));
+}

@@ -243,12 +243,13 @@ pub(crate) struct Request<'a> {
 }
 
 impl Request<'_> {
-    /// The connection's peer address (`None` when the OS could not say): who a per-client
-    /// share counts against until authorization names subjects. Asked only by the requests
-    /// that need it (a keyed call), so other connections pay no `getpeername`; the socket
-    /// keeps the answer.
+    /// The connection's peer address (`None` when the OS could not say, or over a Unix
+    /// socket: no address, and no one else's share to count against): who a per-client share
+    /// counts against until authorization names subjects. Asked only by the requests that
+    /// need it (a keyed call, a rate limit), so other connections pay no `getpeername`; the
+    /// connection keeps the answer.
     pub(crate) fn peer(&self) -> Option<std::net::IpAddr> {
-        self.socket.peer_addr().ok().map(|a| a.ip())
+        self.auth_cache.peer(|| peer_ip(self.socket))
     }
 
     /// The subject of the request's token (`None`: authorization is off).
@@ -482,6 +483,14 @@ pub(crate) trait Source {
     /// The peer went away (it closed its end, or a write failed): detach, cancel, or nothing,
     /// as the stream's revision says. Nothing more is written.
     fn gone(&mut self, core: &Core);
+}
+
+/// The peer's IP address as the OS says it; `None` for a Unix socket's peer. Not monoio's
+/// `TcpStream::peer_addr`: a `--listen unix:PATH` connection travels as a `TcpStream`
+/// (`runtime::accept`), and monoio panics on an address that is not an IP one.
+fn peer_ip(socket: &monoio::net::TcpStream) -> Option<std::net::IpAddr> {
+    let addr = crate::fd::with_borrowed_fd(socket, |fd| rustix::net::getpeername(fd)).ok()??;
+    std::net::SocketAddr::try_from(addr).ok().map(|a| a.ip())
 }
 
 #[cfg(test)]

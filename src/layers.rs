@@ -216,6 +216,11 @@ pub(crate) fn settable(cmd: &Command) -> impl Iterator<Item = &Arg> {
     })
 }
 
+/// Repeated flags whose file key also takes a single string: they took one value before
+/// they were repeatable (`listen`: a TCP address, now also `unix:PATH` beside it), so a file
+/// written then still reads.
+const ONE_VALUE_LISTS: &[&str] = &["listen"];
+
 /// How a flag's values are written in TOML.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Shape {
@@ -367,6 +372,10 @@ fn toml_values(
         (Shape::Bool, toml::Value::Boolean(b)) => vec![b.to_string()],
         (Shape::List { numeric }, toml::Value::Array(items)) => {
             items.iter().map(|item| scalar(numeric, item)).collect::<Result<_, _>>()?
+        }
+        // A repeated flag that once took one value still takes one (`listen = "…"`).
+        (Shape::List { numeric }, item) if ONE_VALUE_LISTS.contains(&key) && !item.is_table() => {
+            vec![scalar(numeric, item)?]
         }
         (Shape::One { numeric }, item) if !item.is_array() && !item.is_table() => {
             vec![scalar(numeric, item)?]

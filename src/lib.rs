@@ -54,7 +54,7 @@
 //!
 //! | floor | module | owns |
 //! | --- | --- | --- |
-//! | 12 | `server` | `Server` (the public entry): listeners (one owner per port), one pinned thread + runtime per core, signals and the graceful drain, the banner; `upstreams` (the upstream set, built at start and again on SIGHUP) |
+//! | 12 | `server` | `Server` (the public entry): listeners (one owner per port), one pinned thread + runtime per core, signals and the graceful drain, the banner; `upstreams` (the upstream set, built at start and again on SIGHUP); `unix` (the `--listen unix:PATH` socket file: one owner per file, its mode, removed after the drain) |
 //! | 12 | `connect` | `tidemark connect URL`, the client-side bridge: stdio (a local client) to Streamable HTTP (any server), resuming a dropped stream with `GET` + `Last-Event-ID`, following a 409's hint, an `Idempotency-Key` on every `tools/call`, bounded backoff, -31006 when the outcome cannot be known (CONTRACT §12); plain threads, one blocking exchange each (`http`), one request's life (`call`) |
 //! | 11 | `admin` | the admin listener: `/metrics`, `/status`, `/healthz`, `/readyz` |
 //! | 11 | `cli` | the binary's flags → `Config` (`Config::from_args`), over the `layers` (env, `--config` file) |
@@ -126,9 +126,10 @@ pub use config::{AuthConfig, Config, ConfigError, DurableConfig, HttpConfig, Log
 pub use config::{KeyMaterial, UpstreamConfig};
 pub use config::{ModernConfig, RateConfig, ServerConfig, SessionsConfig, TraceConfig};
 // The types of the sections' fields an embedder sets.
+pub use config::UpstreamSpec;
 pub use config::{BuiltinSet, DriverChoice, Isolation, LogFormat, MigrationPolicy, ResponseMode};
 pub use config::{
-    ClusterUrl, DurableStore, DurableUrl, RateLimit, SentinelUrl, TlsFiles, UpstreamSpec,
+    ClusterUrl, DurableStore, DurableUrl, FileMode, RateLimit, SentinelUrl, TlsFiles,
 };
 pub use connect::connect;
 pub use logging::{init_logging, reload_log_level};

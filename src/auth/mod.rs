@@ -60,9 +60,29 @@ pub(crate) enum Denial {
 /// it was verified under (a change of either ends it), when, and what it names. Rebuilt, not
 /// moved, when the connection is handed to another core (`runtime::handoff` moves only the
 /// socket and its bytes): the first request there validates once more.
+///
+/// It also keeps the connection's peer address once asked (`peer`): who a request counts
+/// against when no token names a subject.
 #[derive(Default)]
 pub(crate) struct ConnCache {
     entry: RefCell<Option<Cached>>,
+    /// `Some` once asked: the peer's IP, `None` inside over a Unix socket.
+    peer: std::cell::Cell<Option<Option<std::net::IpAddr>>>,
+}
+
+impl ConnCache {
+    /// The connection's peer IP, from `ask` the first time (a `getpeername`), then kept.
+    pub(crate) fn peer(
+        &self,
+        ask: impl FnOnce() -> Option<std::net::IpAddr>,
+    ) -> Option<std::net::IpAddr> {
+        if let Some(known) = self.peer.get() {
+            return known;
+        }
+        let ip = ask();
+        self.peer.set(Some(ip));
+        ip
+    }
 }
 
 struct Cached {

@@ -98,6 +98,9 @@ pub enum ConfigError {
     /// `--upstream-forward-authorization` names no `--upstream NAME=http://…`.
     #[error("--upstream-forward-authorization {0:?}: no HTTP --upstream has that NAME=")]
     ForwardToUnknownUpstream(String),
+    /// Two TCP addresses or two socket files in `--listen` (the operator's).
+    #[error("--listen takes at most one HOST:PORT and at most one unix:PATH")]
+    ListenTwice,
     /// A non-loopback `--listen` with no authorization and no `--allow-unauthenticated`.
     #[error(
         "refusing to listen on {0} (not a loopback address) without authorization: add \

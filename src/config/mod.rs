@@ -59,7 +59,7 @@ pub use log::LogFormat;
 pub use modern::KeyMaterial;
 pub use rate_limit::RateLimit;
 pub(crate) use rate_limit::RateScope;
-pub use server::{BuiltinSet, DriverChoice, TlsFiles};
+pub use server::{BuiltinSet, DriverChoice, FileMode, TlsFiles};
 pub use sessions::{MigrationPolicy, ResponseMode};
 pub use upstream_spec::{Isolation, UpstreamSpec};
 pub(crate) use upstream_spec::{PrefixPolicy, UpstreamAuth, UpstreamPolicy, UpstreamProtocol};

@@ -1,6 +1,6 @@
-//! The server section: where and how the process serves (`--listen`, `--path`, `--threads`,
-//! `--driver`, `--tools`, TLS, the admin listener, the drain, the node id), its defaults,
-//! validation and flags.
+//! The server section: where and how the process serves (`--listen`: a TCP address and/or a
+//! Unix socket file with `--listen-mode`; `--path`, `--threads`, `--driver`, `--tools`, TLS,
+//! the admin listener, the drain, the node id), its defaults, validation and flags.
 //!
 //! Owns: `ServerConfig` and its flags. Never: opens a socket or reads a file.
 
@@ -12,6 +12,13 @@ use super::error::{nonzero, ConfigError};
 /// Default listen address: loopback, so DNS-rebinding protection is on (MCP 2025-11-25
 /// transports §security: servers SHOULD bind to localhost when local).
 pub(crate) const LISTEN_DEFAULT: &str = "127.0.0.1:8080";
+/// The permissions of a `--listen unix:PATH` socket file when `--listen-mode` is not given:
+/// owner only. With authorization off (the default) the file's permissions are the only
+/// access control over the socket, so the default grants no one but the server's own user;
+/// a sidecar running as another user in a shared group takes `--listen-mode 0660`.
+pub(crate) const LISTEN_MODE_DEFAULT: &str = "0600";
+/// The prefix of a `--listen` value naming a Unix socket file (`unix:/run/tidemark.sock`).
+pub(crate) const LISTEN_UNIX_PREFIX: &str = "unix:";
 /// Default MCP endpoint path.
 pub(crate) const PATH_DEFAULT: &str = "/mcp";
 /// This node's id when `--node-id` is not given: a single node needs no other.
@@ -124,13 +131,59 @@ pub struct TlsFiles {
     pub key: std::path::PathBuf,
 }
 
+/// One `--listen` value: a TCP address or a Unix socket file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ListenAddr {
+    /// `HOST:PORT`.
+    Tcp(SocketAddr),
+    /// `unix:PATH`.
+    Unix(std::path::PathBuf),
+}
+
+/// Parses a `--listen` value: `unix:PATH` (an absolute or relative path, not empty) or a
+/// socket address.
+fn parse_listen(value: &str) -> Result<ListenAddr, String> {
+    if let Some(path) = value.strip_prefix(LISTEN_UNIX_PREFIX) {
+        if path.is_empty() {
+            return Err("unix: needs a path (unix:/run/tidemark.sock)".into());
+        }
+        return Ok(ListenAddr::Unix(path.into()));
+    }
+    value
+        .parse()
+        .map(ListenAddr::Tcp)
+        .map_err(|_| format!("expected HOST:PORT or {LISTEN_UNIX_PREFIX}PATH, got {value:?}"))
+}
+
+/// A Unix socket file's permission bits (`--listen-mode`), written in octal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileMode(pub u32);
+
+/// Parses `--listen-mode`: octal digits (`0600`, `660`), at most `0777` (no setuid, setgid or
+/// sticky bits: they mean nothing on a socket).
+fn parse_mode(value: &str) -> Result<FileMode, String> {
+    match u32::from_str_radix(value, 8) {
+        Ok(mode) if mode <= 0o777 => Ok(FileMode(mode)),
+        _ => Err(format!("expected octal permissions 000..0777 (0600, 0660), got {value:?}")),
+    }
+}
+
 /// Where and how the process serves: its MCP listener, workers, built-in tools, TLS, admin
 /// listener, drain and node id.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct ServerConfig {
-    /// Address the workers listen on (`--listen`, `LISTEN_DEFAULT`: loopback).
+    /// The TCP address the workers listen on (`--listen`, `LISTEN_DEFAULT`: loopback), when
+    /// `listen_tcp`. Without a TCP listener it keeps the loopback default, so the Host/Origin
+    /// rules of a loopback listener are the Unix socket's.
     pub listen: SocketAddr,
+    /// Whether the workers listen on TCP at `listen` (false when every `--listen` names a Unix
+    /// socket file).
+    pub listen_tcp: bool,
+    /// The Unix socket file the workers listen on too (`--listen unix:PATH`), when set.
+    pub listen_unix: Option<std::path::PathBuf>,
+    /// The socket file's permissions (`--listen-mode`, `LISTEN_MODE_DEFAULT`).
+    pub listen_mode: FileMode,
     /// The MCP endpoint path (`--path`, `PATH_DEFAULT`; starts with `/`); other paths get 404.
     pub path: String,
     /// Worker threads, one runtime pinned per core (`--threads`; at most `THREADS_MAX`).
@@ -155,6 +208,9 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             listen: LISTEN_DEFAULT.parse().expect("invariant: constant address parses"),
+            listen_tcp: true,
+            listen_unix: None,
+            listen_mode: parse_mode(LISTEN_MODE_DEFAULT).expect("invariant: constant mode parses"),
             path: PATH_DEFAULT.to_owned(),
             threads: 1,
             driver: DriverChoice::Auto,
@@ -177,8 +233,12 @@ impl ServerConfig {
         let threads = server
             .threads
             .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+        let (listen, listen_unix) = split_listen(server.listen)?;
         Ok(ServerConfig {
-            listen: server.listen,
+            listen: listen.unwrap_or_else(|| ServerConfig::default().listen),
+            listen_tcp: listen.is_some(),
+            listen_unix,
+            listen_mode: server.listen_mode,
             path: server.path,
             threads,
             driver: match server.driver {
@@ -211,6 +271,25 @@ impl ServerConfig {
     }
 }
 
+/// The `--listen` values as at most one TCP address and at most one Unix socket file.
+type Listens = (Option<SocketAddr>, Option<std::path::PathBuf>);
+
+/// Splits the `--listen` values; a second TCP address or a second socket file is refused (one
+/// of each: every core accepts on both).
+fn split_listen(values: Vec<ListenAddr>) -> Result<Listens, ConfigError> {
+    let (mut tcp, mut unix) = (None, None);
+    for value in values {
+        let twice = match value {
+            ListenAddr::Tcp(addr) => tcp.replace(addr).is_some(),
+            ListenAddr::Unix(path) => unix.replace(path).is_some(),
+        };
+        if twice {
+            return Err(ConfigError::ListenTwice);
+        }
+    }
+    Ok((tcp, unix))
+}
+
 /// `--driver`'s values.
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub(crate) enum DriverFlag {
@@ -224,9 +303,15 @@ pub(crate) enum DriverFlag {
 /// in several runs).
 #[derive(clap::Args)]
 pub(crate) struct ServerFlags {
-    /// Address to listen on (loopback by default: DNS-rebinding protection applies).
-    #[arg(long, default_value = LISTEN_DEFAULT)]
-    pub(crate) listen: SocketAddr,
+    /// Address to listen on (loopback by default: DNS-rebinding protection applies), or
+    /// unix:PATH for a Unix socket file; repeat it for both (one of each).
+    #[arg(long, default_value = LISTEN_DEFAULT, value_parser = parse_listen,
+          value_name = "ADDR|unix:PATH")]
+    pub(crate) listen: Vec<ListenAddr>,
+    /// Permissions of the --listen unix:PATH socket file, in octal (0660 lets the file's group
+    /// connect: a sidecar's).
+    #[arg(long, default_value = LISTEN_MODE_DEFAULT, value_parser = parse_mode)]
+    pub(crate) listen_mode: FileMode,
     /// The MCP endpoint path.
     #[arg(long, default_value = PATH_DEFAULT)]
     pub(crate) path: String,
@@ -273,4 +358,42 @@ pub(crate) struct NodeFlags {
     #[arg(long, default_value_t = NODE_ID_DEFAULT,
           value_parser = clap::value_parser!(u8).range(..=i64::from(NODE_ID_MAX)))]
     pub(crate) node_id: u8,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_values_are_an_address_or_a_socket_file_one_of_each() {
+        // Goal: `--listen` parses both forms, refuses an empty path and a second of either
+        // kind. Method: the parsers on a table of values.
+        let tcp = ListenAddr::Tcp("127.0.0.1:9".parse().expect("address"));
+        assert_eq!(parse_listen("127.0.0.1:9"), Ok(tcp.clone()));
+        let unix = ListenAddr::Unix("/run/t.sock".into());
+        assert_eq!(parse_listen("unix:/run/t.sock"), Ok(unix.clone()));
+        assert!(parse_listen("unix:").is_err());
+        assert!(parse_listen("/run/t.sock").is_err());
+        let both = split_listen(vec![tcp.clone(), unix.clone()]).expect("one of each");
+        assert_eq!(
+            both,
+            (Some("127.0.0.1:9".parse().expect("address")), Some("/run/t.sock".into()))
+        );
+        assert_eq!(split_listen(vec![unix.clone()]).expect("unix only").0, None);
+        assert!(matches!(split_listen(vec![tcp.clone(), tcp]), Err(ConfigError::ListenTwice)));
+        assert!(matches!(split_listen(vec![unix.clone(), unix]), Err(ConfigError::ListenTwice)));
+    }
+
+    #[test]
+    fn listen_mode_is_octal_permission_bits() {
+        // Goal: `--listen-mode` takes octal up to 0777 and nothing else. Method: a table.
+        let cases = [("0600", Some(0o600)), ("660", Some(0o660)), ("0777", Some(0o777))];
+        for (text, want) in cases {
+            assert_eq!(parse_mode(text).ok().map(|m| m.0), want, "{text}");
+        }
+        for bad in ["01777", "0800", "rw-", "", "-1"] {
+            assert!(parse_mode(bad).is_err(), "{bad}");
+        }
+        assert_eq!(ServerConfig::default().listen_mode, FileMode(0o600));
+    }
 }

@@ -12,6 +12,16 @@
 //! On a TLS listener an accepted socket starts its TLS session here with the configuration
 //! current on its core at the accept (`tls::CoreCerts`); a connection refused at admission is closed without
 //! an answer there (a 503 would first cost the full handshake the refusal is meant to save).
+//!
+//! A core has a loop per listener (`Listening`): its TCP listener (SO_REUSEPORT, its own) and
+//! its duplicate of the `--listen unix:PATH` socket (one listening socket, every core's accept
+//! pending on it: the kernel hands each connection to one of them). A Unix connection is
+//! served as a `TcpStream` holding the Unix socket's descriptor: every operation the runtime
+//! does on a connection (recv, send, shutdown, poll, the hand-off of the descriptor) is the
+//! same system call on AF_UNIX, so the request path has one socket type and no branch for the
+//! other. What is TCP's alone is not asked of it (`set_nodelay` fails harmlessly; the peer
+//! address is read by `core::Request::peer`, never through monoio's `peer_addr`, which
+//! panics on a non-IP address).
 //! Called by: `runtime` (`serve`), once per core. Never: reads a request (`conn` does), or
 //! leaves a queued connection to the reset a closing listener gives it.
 
@@ -20,7 +30,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use monoio::io::Canceller;
+use monoio::io::{CancelHandle, Canceller};
 use monoio::net::TcpStream;
 
 use crate::config::LISTEN_BACKLOG;
@@ -40,11 +50,83 @@ const EXHAUSTED_BACKOFF: Duration = Duration::from_millis(50);
 /// exhaustion; the counter has every one).
 const EXHAUSTED_LOG_INTERVAL: Duration = Duration::from_secs(1);
 
+/// One listener of a core, with what its accept loop keeps.
+pub(super) struct Listening {
+    listener: Listener,
+    acceptor: Acceptor,
+}
+
+/// A listener in the core's runtime.
+enum Listener {
+    Tcp(monoio::net::TcpListener),
+    Unix(monoio::net::UnixListener),
+}
+
+/// A listener's socket once more, outside the runtime (see `Acceptor::queue`).
+enum Queue {
+    Tcp(std::net::TcpListener),
+    Unix(std::os::unix::net::UnixListener),
+}
+
+impl Listening {
+    /// The core's listeners in its runtime: TCP (with `tls`, when set) and the Unix socket
+    /// (plain: TLS is the TCP listener's; a socket file's protection is its permissions).
+    pub(super) fn join(
+        tcp: Option<std::net::TcpListener>,
+        unix: Option<std::os::unix::net::UnixListener>,
+        tls: Option<Arc<Certs>>,
+        index: usize,
+    ) -> std::io::Result<Vec<Listening>> {
+        let mut all = Vec::new();
+        if let Some(l) = tcp {
+            let acceptor = Acceptor::new(l.try_clone().ok().map(Queue::Tcp), tls, index);
+            let listener = Listener::Tcp(monoio::net::TcpListener::from_std(l)?);
+            all.push(Listening { listener, acceptor });
+        }
+        if let Some(l) = unix {
+            let acceptor = Acceptor::new(l.try_clone().ok().map(Queue::Unix), None, index);
+            let listener = Listener::Unix(monoio::net::UnixListener::from_std(l)?);
+            all.push(Listening { listener, acceptor });
+        }
+        Ok(all)
+    }
+}
+
+impl Listener {
+    /// The next connection, as the runtime's `TcpStream` (see the module's doc).
+    async fn accept(&self, cancel: CancelHandle) -> std::io::Result<TcpStream> {
+        match self {
+            Listener::Tcp(l) => l.cancelable_accept(cancel).await.map(|(socket, _)| socket),
+            Listener::Unix(l) => {
+                let (socket, _) = l.cancelable_accept(cancel).await?;
+                // The same open socket under a second descriptor; the first closes with
+                // `socket`. One `dup` per accepted connection, none per request.
+                let owned = crate::fd::with_borrowed_fd(&socket, |fd| fd.try_clone_to_owned())?;
+                drop(socket);
+                into_runtime(std::net::TcpStream::from(owned))
+                    .ok_or_else(|| std::io::ErrorKind::InvalidInput.into())
+            }
+        }
+    }
+}
+
+impl Queue {
+    /// A connection already queued, without waiting (`WouldBlock` when none is).
+    fn accept(&self) -> std::io::Result<std::net::TcpStream> {
+        match self {
+            Queue::Tcp(q) => q.accept().map(|(socket, _)| socket),
+            Queue::Unix(q) => {
+                q.accept().map(|(socket, _)| std::os::fd::OwnedFd::from(socket).into())
+            }
+        }
+    }
+}
+
 /// What the accept loop of one core keeps besides its listener.
 pub(super) struct Acceptor {
     /// The listener's socket once more (a duplicate descriptor), for accepts that must not
     /// wait: the drain's sweep and the one connection taken with the reserve. Non-blocking.
-    queue: Option<std::net::TcpListener>,
+    queue: Option<Queue>,
     /// `Some` while the reserve descriptor is held; given up to answer one connection when
     /// descriptors run out, taken again once that connection is closed.
     reserve: Rc<RefCell<Option<std::fs::File>>>,
@@ -58,12 +140,11 @@ pub(super) struct Acceptor {
 impl Acceptor {
     /// `queue`: a duplicate of the core's listener (see the field); `tls`: the listener's TLS.
     /// `index`: the core's.
-    pub(super) fn new(
-        queue: Option<std::net::TcpListener>,
-        tls: Option<Arc<Certs>>,
-        index: usize,
-    ) -> Acceptor {
-        let queue = queue.filter(|q| q.set_nonblocking(true).is_ok());
+    fn new(queue: Option<Queue>, tls: Option<Arc<Certs>>, index: usize) -> Acceptor {
+        let queue = queue.filter(|q| match q {
+            Queue::Tcp(q) => q.set_nonblocking(true).is_ok(),
+            Queue::Unix(q) => q.set_nonblocking(true).is_ok(),
+        });
         if queue.is_none() {
             tracing::warn!("accept queue not duplicated: the drain resets queued connections");
         }
@@ -88,14 +169,14 @@ pub(super) async fn accept_until_drain(
     core: &Rc<Endpoint>,
     drain: &Rc<Drain>,
     inboxes: &Inboxes,
-    listener: &monoio::net::TcpListener,
-    acceptor: &Acceptor,
+    listening: &Listening,
     life: &Lifecycle,
 ) {
+    let Listening { listener, acceptor } = listening;
     let index = usize::from(core.index);
     loop {
         let canceller = Canceller::new();
-        let accepting = listener.cancelable_accept(canceller.handle());
+        let accepting = listener.accept(canceller.handle());
         let mut accepting = std::pin::pin!(accepting);
         let (accepted, draining) = monoio::select! {
             r = &mut accepting => (r, false),
@@ -105,7 +186,7 @@ pub(super) async fn accept_until_drain(
             }
         };
         match accepted {
-            Ok((socket, _peer)) => admit(core, drain, inboxes, acceptor, socket),
+            Ok(socket) => admit(core, drain, inboxes, acceptor, socket),
             Err(e) if out_of_descriptors(&e) => exhausted(core, acceptor).await,
             // Cancelled by the drain, interrupted, or aborted by the peer: nothing to answer.
             Err(_) if draining => {}
@@ -141,12 +222,13 @@ pub(super) fn answer_backlog(
     core: &Rc<Endpoint>,
     drain: &Rc<Drain>,
     inboxes: &Inboxes,
-    acceptor: &Acceptor,
+    listening: &Listening,
 ) {
+    let acceptor = &listening.acceptor;
     let Some(queue) = &acceptor.queue else { return };
     for _ in 0..LISTEN_BACKLOG {
         let socket = match queue.accept() {
-            Ok((socket, _)) => socket,
+            Ok(socket) => socket,
             Err(e) if passing(&e) => continue,
             Err(e) if out_of_descriptors(&e) => match accept_with_reserve(core, acceptor) {
                 Some(()) => continue,
@@ -217,7 +299,7 @@ fn accept_with_reserve(core: &Endpoint, acceptor: &Acceptor) -> Option<()> {
     let queue = acceptor.queue.as_ref()?;
     let reserve = acceptor.reserve.borrow_mut().take()?;
     drop(reserve);
-    let accepted = queue.accept().ok().and_then(|(socket, _)| into_runtime(socket));
+    let accepted = queue.accept().ok().and_then(into_runtime);
     let Some(socket) = accepted else {
         *acceptor.reserve.borrow_mut() = open_reserve();
         return None;

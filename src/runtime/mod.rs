@@ -69,7 +69,10 @@ const FLUSH_TICK: Duration = Duration::from_millis(10);
 pub(crate) struct WorkerSpec {
     pub index: u16,
     pub cfg: Arc<Config>,
-    pub listener: std::net::TcpListener,
+    /// This core's SO_REUSEPORT TCP listener (`None`: no TCP `--listen`).
+    pub listener: Option<std::net::TcpListener>,
+    /// This core's duplicate of the Unix socket's listener (`None`: no `--listen unix:PATH`).
+    pub unix: Option<std::os::unix::net::UnixListener>,
     /// The listener's TLS (`--tls-cert`), shared by every core and swapped on reload.
     pub tls: Option<Arc<crate::tls::Certs>>,
     pub inboxes: Inboxes,
@@ -181,6 +184,7 @@ async fn serve(spec: WorkerSpec) {
         index,
         cfg,
         listener,
+        unix,
         tls,
         inboxes,
         metrics,
@@ -228,11 +232,8 @@ async fn serve(spec: WorkerSpec) {
         let legacy = core.legacy.clone();
         monoio::spawn(tap.pump(move |lost| crate::legacy::mirror_lost(&legacy, lost)));
     }
-    // The accept queue once more, read without waiting when descriptors run out and at the
-    // drain (`accept`).
-    let acceptor = accept::Acceptor::new(listener.try_clone().ok(), tls, usize::from(index));
-    let listener = match monoio::net::TcpListener::from_std(listener) {
-        Ok(l) => l,
+    let listeners = match accept::Listening::join(listener, unix, tls, usize::from(index)) {
+        Ok(listeners) => listeners,
         Err(e) => {
             tracing::error!(core = index, error = %e, "listener could not join the runtime");
             // Nothing to wait for here: a drain must not wait for this core until its deadline.
@@ -245,14 +246,28 @@ async fn serve(spec: WorkerSpec) {
     monoio::spawn(drain_inbox(core.clone(), drain.clone(), inboxes.clone()));
     monoio::spawn(reap(core.clone()));
     monoio::spawn(reload::follow(core.clone(), reloads, held));
-    accept::accept_until_drain(&core, &drain, &inboxes, &listener, &acceptor, &life).await;
-    // Closing the listener refuses new connections and resets those still in its queue: the
+    let loops: Vec<_> = (listeners.into_iter())
+        .map(|listening| {
+            let (core, drain, inboxes, life) =
+                (core.clone(), drain.clone(), inboxes.clone(), life.clone());
+            monoio::spawn(async move {
+                accept::accept_until_drain(&core, &drain, &inboxes, &listening, &life).await;
+                listening
+            })
+        })
+        .collect();
+    let mut listeners = Vec::with_capacity(loops.len());
+    for accepting in loops {
+        listeners.push(accepting.await);
+    }
+    // Closing a listener refuses new connections and resets those still in its queue: each
     // queue is emptied first, each connection served as the drain serves any.
     core.draining.set(true);
     drain.set_phase(Phase::Draining);
-    accept::answer_backlog(&core, &drain, &inboxes, &acceptor);
-    drop(listener);
-    drop(acceptor);
+    for listening in &listeners {
+        accept::answer_backlog(&core, &drain, &inboxes, listening);
+    }
+    drop(listeners);
     let drain_began = Instant::now();
     drain_core(&core, &drain, &life).await;
     core.metrics.hist.drain.observe_since(drain_began);

@@ -27,6 +27,7 @@ use crate::runtime::reload::{ProviderSlot, ReloadInbox};
 use crate::runtime::{self, Lifecycle, ProviderFactory, WorkerSpec};
 use crate::tls::Certs as Tls;
 
+mod unix;
 mod upstreams;
 use upstreams::{MetricNames, Reloader, SetError};
 
@@ -107,7 +108,8 @@ pub struct Server {
 /// result), connections close, and the workers return: `join` returns, and `Server::run` with
 /// it. `/readyz` answers 503 from the drain's start.
 pub struct Running {
-    /// The address the endpoint listens on (port 0 resolved).
+    /// The address the endpoint listens on (port 0 resolved); with no TCP listener (every
+    /// `--listen` a `unix:PATH`) the unbound loopback default.
     pub local_addr: SocketAddr,
     /// The admin listener's address (`/metrics`, `/healthz`, `/readyz`), when
     /// `--metrics-listen` was given.
@@ -126,6 +128,9 @@ pub struct Running {
     config_file: Option<config::ConfigFileOrigin>,
     /// `--log-level` as given (empty: `RUST_LOG`, else info): what SIGHUP applies again.
     log_level: String,
+    /// The `--listen unix:PATH` socket file, removed when this is dropped (after `join`: the
+    /// drain ended).
+    _unix_file: Option<unix::SocketFile>,
     /// The OTLP exporter thread (`--otlp-endpoint`); dropped last, it sends what the cores'
     /// queues still hold.
     _exporter: Option<crate::trace::Exporter>,
@@ -434,13 +439,24 @@ impl Server {
         };
         // The first stdout line: scripts read the bound address (port 0) and the driver from it.
         let scheme = if cfg.server.tls.is_some() { "https" } else { "http" };
+        let unix = cfg.server.listen_unix.as_ref().map(|p| p.display().to_string());
+        let unix_note = match &unix {
+            Some(path) if cfg.server.listen_tcp => format!(" unix={path}"),
+            _ => String::new(),
+        };
+        let serves = match &unix {
+            Some(path) if !cfg.server.listen_tcp => format!("unix:{path} path={}", cfg.server.path),
+            _ => format!("{scheme}://{}{}", started.local_addr, cfg.server.path),
+        };
         println!(
-            "tidemark listening on {scheme}://{}{} driver={} threads={} tools={tools_label}{metrics_note}",
-            started.local_addr, cfg.server.path, started.driver, cfg.server.threads
+            "tidemark listening on {serves} driver={} threads={} tools={tools_label}{unix_note}{metrics_note}",
+            started.driver, cfg.server.threads
         );
         let _ = std::io::stdout().flush();
         tracing::info!(
             listen = %started.local_addr,
+            tcp = cfg.server.listen_tcp,
+            unix = ?cfg.server.listen_unix,
             scheme,
             path = %cfg.server.path,
             metrics = ?started.metrics_addr,
@@ -476,7 +492,7 @@ fn start_workers(
     upstream_names: &MetricNames,
     reloads: &[Arc<ReloadInbox>],
 ) -> Result<Running, ServerError> {
-    let (cfg, listeners, tls) = bind(cfg)?;
+    let Bound { cfg, mut listeners, mut unix, unix_file, tls } = bind(cfg)?;
     let bound = cfg.server.listen;
     let inboxes = Arc::new(
         (0..cfg.server.threads).map(|_| Inbox::new(config::HANDOFF_INBOX_MAX)).collect::<Vec<_>>(),
@@ -500,11 +516,12 @@ fn start_workers(
     let cpus = allowed_cpus();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut workers = Vec::new();
-    for (index, listener) in listeners.into_iter().enumerate() {
+    for index in 0..cfg.server.threads {
         let spec = WorkerSpec {
             index: index as u16,
             cfg: cfg.clone(),
-            listener,
+            listener: listeners.pop(),
+            unix: unix.pop(),
             tls: tls.clone(),
             inboxes: inboxes.clone(),
             metrics: metrics[index].clone(),
@@ -556,6 +573,7 @@ fn start_workers(
         audit: audit.map(|(log, _)| log),
         core_metrics: metrics,
         reloader: arc_swap::ArcSwapOption::empty(),
+        _unix_file: unix_file,
     })
 }
 
@@ -587,12 +605,20 @@ fn start_admin(
         .map_err(io(format!("admin listener on {addr}")))
 }
 
-/// What `bind` makes: the workers' config (naming the bound address), one listener per
-/// worker, and the loaded TLS files.
-type Bound = (Arc<Config>, Vec<std::net::TcpListener>, Option<Arc<Tls>>);
+/// What `bind` makes: the workers' config (naming the bound address), one TCP listener per
+/// worker (none without TCP), one duplicate of the Unix listener per worker (none without
+/// `unix:PATH`) and the socket file's guard, and the loaded TLS files.
+struct Bound {
+    cfg: Arc<Config>,
+    listeners: Vec<std::net::TcpListener>,
+    unix: Vec<std::os::unix::net::UnixListener>,
+    unix_file: Option<unix::SocketFile>,
+    tls: Option<Arc<Tls>>,
+}
 
-/// The TLS files loaded and one listener per worker bound (`SO_REUSEPORT`), with the
-/// workers' config naming the bound address.
+/// The TLS files loaded and the listeners bound: TCP (`bind_tcp`) and the Unix socket file.
+/// AF_UNIX has no SO_REUSEPORT, so every core accepts on its own duplicate of one listening
+/// socket: the kernel gives each connection to one of the cores' pending accepts.
 fn bind(cfg: &Config) -> Result<Bound, ServerError> {
     let tls = match &cfg.server.tls {
         Some(files) => {
@@ -600,6 +626,26 @@ fn bind(cfg: &Config) -> Result<Bound, ServerError> {
         }
         None => None,
     };
+    let (mut unix, mut unix_file) = (Vec::new(), None);
+    if let Some(path) = &cfg.server.listen_unix {
+        let (listener, file) = unix::bind(path, cfg.server.listen_mode)
+            .map_err(|e| ServerError::Io { what: e.what, source: e.source })?;
+        for _ in 1..cfg.server.threads {
+            unix.push(listener.try_clone().map_err(io("dup the unix listener"))?);
+        }
+        unix.push(listener);
+        unix_file = Some(file);
+    }
+    let (cfg, listeners) = match cfg.server.listen_tcp {
+        true => bind_tcp(cfg)?,
+        false => (Arc::new(cfg.clone()), Vec::new()),
+    };
+    Ok(Bound { cfg, listeners, unix, unix_file, tls })
+}
+
+/// One TCP listener per worker (`SO_REUSEPORT`), with the workers' config naming the bound
+/// address.
+fn bind_tcp(cfg: &Config) -> Result<(Arc<Config>, Vec<std::net::TcpListener>), ServerError> {
     refuse_shared_port(cfg.server.listen)?;
     let first = reuseport_listener(cfg.server.listen)?;
     let bound = first.local_addr().map_err(io("local address"))?;
@@ -613,7 +659,7 @@ fn bind(cfg: &Config) -> Result<Bound, ServerError> {
     // forwarders.)
     let mut cfg = cfg.clone();
     cfg.server.listen = bound;
-    Ok((Arc::new(cfg), listeners, tls))
+    Ok((Arc::new(cfg), listeners))
 }
 
 /// Waits until each of `threads` workers reports it serves; the name of their io driver.
