@@ -443,14 +443,27 @@ pub(crate) struct UpstreamHealth {
     /// `tidemark_upstream_down_total`: session starts that could not reach it (a required
     /// upstream's refused `initialize`, an optional one's session started without it).
     pub(crate) down: Counter,
+    /// `tidemark_upstream_token_exchanges_total{outcome="exchanged"}`: token exchanges
+    /// (`--upstream-auth NAME=exchange`) that issued a token (a cached token's use is none).
+    pub(crate) exchanged: Counter,
+    /// `…{outcome="refused"}`: exchanges the authorization server refused.
+    pub(crate) exchange_refused: Counter,
+    /// `…{outcome="failed"}`: exchanges with no usable answer (unreachable, unusable, over
+    /// `--upstream-exchange-answer-bytes`, or not queued past `--upstream-exchange-queue-entries`).
+    pub(crate) exchange_failed: Counter,
 }
 
-/// The per-upstream counter families: name, help, and the counter of `UpstreamHealth`.
+/// The per-upstream counter series: family, labels past `upstream`, help, and the counter of
+/// `UpstreamHealth` (a family's series are next to each other).
 type PickHealth = fn(&UpstreamHealth) -> &Counter;
-const HEALTH_FAMILIES: [(&str, &str, PickHealth); 3] = [
-    ("tidemark_upstream_breaker_open_total", "Times an upstream's circuit breaker opened (--upstream-breaker-failures consecutive failed calls, or a failed half-open probe), by upstream.", |h| &h.breaker_opened),
-    ("tidemark_upstream_breaker_rejected_total", "Tool calls failed fast (-32603) by an open circuit breaker without reaching the upstream, by upstream.", |h| &h.breaker_rejected),
-    ("tidemark_upstream_down_total", "Session starts (legacy initialize, or a core's 2026-07-28 link) that could not reach an upstream: refused 503 when it is required, started without it when optional; by upstream.", |h| &h.down),
+const EXCHANGES_HELP: &str = "Token exchanges (RFC 8693, --upstream-auth NAME=exchange) made for an upstream's calls, by upstream and outcome: exchanged, refused (by the authorization server) or failed (unreachable, unusable, over --upstream-exchange-answer-bytes, or past --upstream-exchange-queue-entries); a cached token's use is not counted.";
+const HEALTH_FAMILIES: [(&str, &str, &str, PickHealth); 6] = [
+    ("tidemark_upstream_breaker_open_total", "", "Times an upstream's circuit breaker opened (--upstream-breaker-failures consecutive failed calls, or a failed half-open probe), by upstream.", |h| &h.breaker_opened),
+    ("tidemark_upstream_breaker_rejected_total", "", "Tool calls failed fast (-32603) by an open circuit breaker without reaching the upstream, by upstream.", |h| &h.breaker_rejected),
+    ("tidemark_upstream_down_total", "", "Session starts (legacy initialize, or a core's 2026-07-28 link) that could not reach an upstream: refused 503 when it is required, started without it when optional; by upstream.", |h| &h.down),
+    ("tidemark_upstream_token_exchanges_total", ",outcome=\"exchanged\"", EXCHANGES_HELP, |h| &h.exchanged),
+    ("tidemark_upstream_token_exchanges_total", ",outcome=\"refused\"", EXCHANGES_HELP, |h| &h.exchange_refused),
+    ("tidemark_upstream_token_exchanges_total", ",outcome=\"failed\"", EXCHANGES_HELP, |h| &h.exchange_failed),
 ];
 
 impl Default for Histograms {
@@ -495,15 +508,27 @@ impl Histograms {
         &self.health[index.min(UPSTREAM_LABELS_MAX - 1)]
     }
 
+    /// The failure counters of the upstream named `name` (its `upstream` label); `None` before
+    /// the names are set. For rare events only: it searches the names.
+    pub(crate) fn upstream_health_named(&self, name: &str) -> Option<&UpstreamHealth> {
+        let names = self.names_of_upstreams()?;
+        let index = names.iter().position(|known| known == name)?;
+        Some(self.upstream_health(index))
+    }
+
     /// Appends the per-upstream counter families (every upstream, zeros included, so a
     /// dashboard sees the series before the first failure).
     fn render_health(cores: &[Arc<CoreMetrics>], out: &mut String) {
         let names = cores.first().and_then(|c| c.hist.names_of_upstreams());
         let names = names.as_deref();
         let Some(names) = names else { return };
-        for (family, help, pick) in HEALTH_FAMILIES {
-            let _ = writeln!(out, "# HELP {family} {help}");
-            let _ = writeln!(out, "# TYPE {family} counter");
+        let mut last_family = "";
+        for (family, labels, help, pick) in HEALTH_FAMILIES {
+            if family != last_family {
+                let _ = writeln!(out, "# HELP {family} {help}");
+                let _ = writeln!(out, "# TYPE {family} counter");
+                last_family = family;
+            }
             for (index, name) in names.iter().enumerate().take(UPSTREAM_LABELS_MAX) {
                 let name = if index == UPSTREAM_LABELS_MAX - 1 && names.len() > UPSTREAM_LABELS_MAX
                 {
@@ -512,7 +537,7 @@ impl Histograms {
                     name.as_str()
                 };
                 let total: u64 = cores.iter().map(|c| pick(&c.hist.health[index]).get()).sum();
-                let _ = writeln!(out, "{family}{{upstream=\"{}\"}} {total}", escape(name));
+                let _ = writeln!(out, "{family}{{upstream=\"{}\"{labels}}} {total}", escape(name));
             }
         }
     }
@@ -825,6 +850,26 @@ mod tests {
         assert!(out.contains("\ntidemark_upstream_breaker_open_total{upstream=\"fs\"} 0\n"));
         assert!(out.contains("\ntidemark_upstream_breaker_rejected_total{upstream=\"fs\"} 1\n"));
         assert!(out.contains("\ntidemark_upstream_down_total{upstream=\"web\"} 0\n"), "{out}");
+    }
+
+    #[test]
+    fn token_exchanges_are_counted_by_upstream_name_and_outcome_under_one_header() {
+        // Goal: the exchange counters are found by the upstream's name and rendered as one
+        // family (one HELP/TYPE) with an `outcome` label, zeros included. Method: count, render.
+        let core = Arc::new(CoreMetrics::default());
+        assert!(core.hist.upstream_health_named("web").is_none(), "before the names are set");
+        core.hist.name_upstreams(vec!["fs".to_owned(), "web".to_owned()]);
+        let web = core.hist.upstream_health_named("web").expect("named");
+        web.exchanged.add(2);
+        web.exchange_refused.inc();
+        assert!(core.hist.upstream_health_named("nope").is_none());
+        let mut out = String::new();
+        CoreMetrics::render(&[core], &mut out);
+        let family = "tidemark_upstream_token_exchanges_total";
+        assert_eq!(out.matches(&format!("# TYPE {family} counter\n")).count(), 1, "{out}");
+        assert!(out.contains(&format!("\n{family}{{upstream=\"web\",outcome=\"exchanged\"}} 2\n")));
+        assert!(out.contains(&format!("\n{family}{{upstream=\"web\",outcome=\"refused\"}} 1\n")));
+        assert!(out.contains(&format!("\n{family}{{upstream=\"fs\",outcome=\"failed\"}} 0\n")));
     }
 
     #[test]

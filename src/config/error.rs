@@ -1,5 +1,5 @@
 //! Why a configuration cannot be served (`ConfigError`, the operator's mistake), and the
-//! zero check every section's limits share (`nonzero`).
+//! zero and most checks every section's limits share (`nonzero`, `at_most`).
 //!
 //! Owns: `ConfigError`. Never: names a section's limit itself (a variant that reports one
 //! carries it), so every section may use this file and it uses none of them.
@@ -136,9 +136,21 @@ pub enum ConfigError {
     /// `--durable-linger-us` is over `DURABLE_LINGER_US_MAX`: the value, and the limit.
     #[error("--durable-linger-us must be at most {1}, got {0}")]
     DurableLingerTooLong(u64, u64),
+    /// A limit flag (its name, without `--`) is over its most: the value, and the most.
+    #[error("--{0} must be at most {2}, got {1}")]
+    AboveMost(&'static str, usize, usize),
     /// `--durable-replicas` is over `DURABLE_REPLICAS_MAX`: the value, and the limit.
     #[error("--durable-replicas must be at most {1}, got {0}")]
     DurableReplicasTooMany(u32, u32),
+}
+
+/// The first of `limits` (a flag's name without `--`, its value, its most) over its most, as the
+/// error.
+pub(crate) fn at_most(limits: &[(&'static str, usize, usize)]) -> Result<(), ConfigError> {
+    match limits.iter().find(|(_, value, most)| value > most) {
+        Some((name, value, most)) => Err(ConfigError::AboveMost(name, *value, *most)),
+        None => Ok(()),
+    }
 }
 
 /// The first of `limits` (a flag's name without `--`, its value) that is zero, as the error:

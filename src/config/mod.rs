@@ -96,7 +96,8 @@ pub(crate) use trace::{
     ATTRIBUTE_VALUE_BYTES_MAX, OTLP_EXPORT_INTERVAL_MS, OTLP_EXPORT_TIMEOUT_SECS,
 };
 pub(crate) use upstream::UPSTREAM_CREDENTIALS_BYTES_MAX;
-pub(crate) use upstream::{EXCHANGES_QUEUED_MAX, EXCHANGE_ANSWER_BYTES_MAX};
+#[cfg(test)]
+pub(crate) use upstream::UPSTREAM_EXCHANGE_ANSWER_BYTES;
 pub(crate) use upstream_spec::TOOL_NAME_BYTES_MAX;
 #[cfg(test)]
 pub(crate) use upstream_spec::UPSTREAM_NAME_BYTES_MAX;
@@ -332,5 +333,42 @@ mod tests {
         assert!(shown
             .to_string()
             .starts_with("--upstream-auth who=exchange: a shared upstream link"));
+    }
+
+    #[test]
+    fn the_exchange_limits_take_their_most_and_refuse_one_more() {
+        // Goal: `--upstream-exchange-answer-bytes` and `--upstream-exchange-queue-entries`
+        // take values up to their most and refuse one more or zero, naming the flag. Method:
+        // validate each at the most, one past it, and zero.
+        use super::upstream::{
+            UPSTREAM_EXCHANGE_ANSWER_BYTES_MAX, UPSTREAM_EXCHANGE_QUEUE_ENTRIES_MAX,
+        };
+        let answer = |value| {
+            let mut c = Config::default();
+            c.upstream.exchange_answer_bytes = value;
+            c.validate()
+        };
+        let queue = |value| {
+            let mut c = Config::default();
+            c.upstream.exchange_queue_entries = value;
+            c.validate()
+        };
+        let (answer_max, queue_max) =
+            (UPSTREAM_EXCHANGE_ANSWER_BYTES_MAX, UPSTREAM_EXCHANGE_QUEUE_ENTRIES_MAX);
+        assert_eq!(answer(answer_max), Ok(()));
+        let over = answer(answer_max + 1).expect_err("over");
+        assert_eq!(
+            over.to_string(),
+            format!(
+                "--upstream-exchange-answer-bytes must be at most {answer_max}, got {}",
+                answer_max + 1
+            )
+        );
+        assert_eq!(answer(0), Err(ConfigError::Zero("upstream-exchange-answer-bytes")));
+        assert_eq!(queue(queue_max), Ok(()));
+        let over = queue(queue_max + 1);
+        let name = "upstream-exchange-queue-entries";
+        assert_eq!(over, Err(ConfigError::AboveMost(name, queue_max + 1, queue_max)));
+        assert_eq!(queue(0), Err(ConfigError::Zero(name)));
     }
 }

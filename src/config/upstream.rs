@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::error::{nonzero, ConfigError};
+use super::error::{at_most, nonzero, ConfigError};
 use super::filter::{self, FilterError, UpstreamFilters};
 use super::filter::{RESOURCE_URI_BYTES_MAX, UPSTREAM_FILTER_GLOBS_MAX};
 use super::upstream_spec::UpstreamProtocol;
@@ -81,17 +81,28 @@ pub(crate) const UPSTREAM_EXCHANGE_MARGIN_SECS: u64 = 30;
 /// Exchanged tokens one core keeps (`--upstream-exchange-cache-entries`), one per (subject,
 /// upstream): beyond it the expired go first, then the one that expires soonest (its subject's
 /// next call exchanges again). An entry holds a token (an access token is some hundred bytes to a
-/// few KiB, at most `EXCHANGE_ANSWER_BYTES_MAX`): 4096 entries stay under a few MiB per core.
+/// few KiB, at most `--upstream-exchange-answer-bytes`): 4096 entries stay under a few MiB per core.
 pub(crate) const UPSTREAM_EXCHANGE_CACHE_ENTRIES: usize = 4096;
 /// Longest one exchange at the authorization server may take, connection included
 /// (`--upstream-exchange-timeout-secs`); then the call gets -32603 naming the upstream.
 pub(crate) const UPSTREAM_EXCHANGE_TIMEOUT_SECS: u64 = 10;
-/// Bytes of the authorization server's answer to an exchange that are read; a longer answer
-/// fails the exchange (an RFC 8693 answer is a token and four short fields).
-pub(crate) const EXCHANGE_ANSWER_BYTES_MAX: usize = 64 * 1024;
-/// Exchanges waiting for the exchange thread, all cores together; beyond it a call's exchange
-/// fails at once with -32603 (the authorization server is not keeping up).
-pub(crate) const EXCHANGES_QUEUED_MAX: usize = 1024;
+/// Bytes of the authorization server's answer to an exchange that are read
+/// (`--upstream-exchange-answer-bytes`); a longer answer fails the exchange, the call gets
+/// -32603 naming the flag. 64 KiB: an RFC 8693 answer is a token (some hundred bytes to a few
+/// KiB) and four short fields; this bounds what one exchange makes the thread hold.
+pub(crate) const UPSTREAM_EXCHANGE_ANSWER_BYTES: usize = 64 * 1024;
+/// The most `--upstream-exchange-answer-bytes` takes: 1 MiB, sixteen times the default and
+/// far beyond any token an upstream's `Authorization` header could carry.
+pub(crate) const UPSTREAM_EXCHANGE_ANSWER_BYTES_MAX: usize = 1024 * 1024;
+/// Exchanges waiting for the exchange thread, all cores together
+/// (`--upstream-exchange-queue-entries`); beyond it a call's exchange fails at once with -32603
+/// naming the flag (the authorization server is not keeping up). 1024: an exchange takes a round
+/// trip (milliseconds), so 1024 waiting is seconds of backlog; a waiting job holds the caller's
+/// token and a reply slot (about a KiB). Set when the exchange thread starts (a reload keeps it).
+pub(crate) const UPSTREAM_EXCHANGE_QUEUE_ENTRIES: usize = 1024;
+/// The most `--upstream-exchange-queue-entries` takes: 65536 waiting exchanges are minutes of
+/// backlog at any authorization server's pace and tens of MiB of waiting tokens.
+pub(crate) const UPSTREAM_EXCHANGE_QUEUE_ENTRIES_MAX: usize = 65536;
 
 /// The upstream set and the bridge's bounds (`--upstream*`, `--resource-uri-bytes-max`).
 #[derive(Clone, Debug)]
@@ -143,6 +154,10 @@ pub struct UpstreamConfig {
     pub exchange_cache_entries: usize,
     /// `--upstream-exchange-timeout-secs` (`UPSTREAM_EXCHANGE_TIMEOUT_SECS`).
     pub exchange_timeout: Duration,
+    /// `--upstream-exchange-answer-bytes` (`UPSTREAM_EXCHANGE_ANSWER_BYTES`).
+    pub exchange_answer_bytes: usize,
+    /// `--upstream-exchange-queue-entries` (`UPSTREAM_EXCHANGE_QUEUE_ENTRIES`), all cores.
+    pub exchange_queue_entries: usize,
     /// `--upstream-allow-tools NAME=GLOB[,GLOB…]` values (see `NameFilter`).
     pub allow_tools: Vec<String>,
     /// `--upstream-deny-tools NAME=GLOB[,GLOB…]` values; deny wins over allow.
@@ -197,6 +212,8 @@ impl Default for UpstreamConfig {
             exchange_margin: Duration::from_secs(UPSTREAM_EXCHANGE_MARGIN_SECS),
             exchange_cache_entries: UPSTREAM_EXCHANGE_CACHE_ENTRIES,
             exchange_timeout: Duration::from_secs(UPSTREAM_EXCHANGE_TIMEOUT_SECS),
+            exchange_answer_bytes: UPSTREAM_EXCHANGE_ANSWER_BYTES,
+            exchange_queue_entries: UPSTREAM_EXCHANGE_QUEUE_ENTRIES,
             allow_tools: Vec::new(),
             deny_tools: Vec::new(),
             allow_prompts: Vec::new(),
@@ -245,6 +262,8 @@ impl UpstreamConfig {
             exchange_margin: Duration::from_secs(flags.upstream_exchange_margin_secs),
             exchange_cache_entries: flags.upstream_exchange_cache_entries,
             exchange_timeout: Duration::from_secs(flags.upstream_exchange_timeout_secs),
+            exchange_answer_bytes: flags.upstream_exchange_answer_bytes,
+            exchange_queue_entries: flags.upstream_exchange_queue_entries,
             allow_tools: flags.upstream_allow_tools,
             deny_tools: flags.upstream_deny_tools,
             allow_prompts: flags.upstream_allow_prompts,
@@ -279,6 +298,20 @@ impl UpstreamConfig {
             ("upstream-breaker-pause-ms", self.breaker_pause.as_millis()),
             ("upstream-exchange-cache-entries", self.exchange_cache_entries as u128),
             ("upstream-exchange-timeout-secs", self.exchange_timeout.as_millis()),
+            ("upstream-exchange-answer-bytes", self.exchange_answer_bytes as u128),
+            ("upstream-exchange-queue-entries", self.exchange_queue_entries as u128),
+        ])?;
+        at_most(&[
+            (
+                "upstream-exchange-answer-bytes",
+                self.exchange_answer_bytes,
+                UPSTREAM_EXCHANGE_ANSWER_BYTES_MAX,
+            ),
+            (
+                "upstream-exchange-queue-entries",
+                self.exchange_queue_entries,
+                UPSTREAM_EXCHANGE_QUEUE_ENTRIES_MAX,
+            ),
         ])?;
         UpstreamSpec::check_names(&self.specs)?;
         self.prefixes()?;
@@ -493,6 +526,14 @@ pub(crate) struct UpstreamFlags {
     /// -32603 naming the upstream.
     #[arg(long, default_value_t = UPSTREAM_EXCHANGE_TIMEOUT_SECS)]
     pub(crate) upstream_exchange_timeout_secs: u64,
+    /// Longest answer to a token exchange read from the authorization server (at most
+    /// 1048576); a longer one fails the exchange and its call gets -32603 naming this flag.
+    #[arg(long, default_value_t = UPSTREAM_EXCHANGE_ANSWER_BYTES)]
+    pub(crate) upstream_exchange_answer_bytes: usize,
+    /// Token exchanges waiting for the authorization server, all cores (at most 65536); beyond
+    /// it a call's exchange fails at once with -32603 naming this flag. Read once, at start.
+    #[arg(long, default_value_t = UPSTREAM_EXCHANGE_QUEUE_ENTRIES)]
+    pub(crate) upstream_exchange_queue_entries: usize,
     /// Expose only the tools of upstream NAME ('*': every upstream) whose own names match a
     /// GLOB ('*' any run, '?' one character; case-sensitive); repeatable; 'NAME=GLOB[,GLOB…]'.
     #[arg(long, value_name = "NAME=GLOB")]

@@ -78,6 +78,7 @@ pub(crate) fn build(
         margin: cfg.upstream.exchange_margin,
         cache_entries: cfg.upstream.exchange_cache_entries,
         timeout: cfg.upstream.exchange_timeout,
+        answer_bytes: cfg.upstream.exchange_answer_bytes,
     };
     let credentials = crate::upstream::CredentialTable::load(
         cfg.upstream.credentials.as_deref(),
@@ -87,7 +88,8 @@ pub(crate) fn build(
     )
     .map_err(|e: crate::upstream::CredentialsError| SetError::Credentials(e.to_string()))?;
     if !exchanging.is_empty() {
-        crate::upstream::start_exchanges(tuning.timeout).map_err(SetError::Credentials)?;
+        crate::upstream::start_exchanges(tuning.timeout, cfg.upstream.exchange_queue_entries)
+            .map_err(SetError::Credentials)?;
     }
     // Checked by `Config::validate`; an error here is a Config built without it.
     let filters: Vec<_> = cfg

@@ -358,7 +358,8 @@ mod tests {
 
     fn tuning() -> Tuning {
         let timeout = std::time::Duration::from_secs(10);
-        Tuning { margin: std::time::Duration::from_secs(30), cache_entries: 16, timeout }
+        let (margin, answer_bytes) = (std::time::Duration::from_secs(30), 64 * 1024);
+        Tuning { margin, cache_entries: 16, timeout, answer_bytes }
     }
 
     #[test]

@@ -5,11 +5,14 @@
 //! still learns which user calls.
 //!
 //! The exchange itself runs on one thread of its own (`tidemark-exchange`, ureq, blocking), the
-//! JWK Set fetcher's model: a worker core queues a job (a bounded queue, `EXCHANGES_QUEUED_MAX`)
-//! and awaits its reply, which the thread hands back through a one-slot queue and a waker; no
-//! HTTP client with a runtime of its own comes near the worker cores. What it got is kept per
+//! JWK Set fetcher's model: a worker core queues a job (a bounded queue,
+//! `--upstream-exchange-queue-entries`) and awaits its reply, which the thread hands back through
+//! a one-slot queue and a waker; no HTTP client with a runtime of its own comes near the worker
+//! cores. What it got is kept per
 //! core (`Cache`), per (subject, upstream), until `--upstream-exchange-margin-secs` before its
-//! expiry, within `--upstream-exchange-cache-entries` entries.
+//! expiry, within `--upstream-exchange-cache-entries` entries. An answer is read up to
+//! `--upstream-exchange-answer-bytes`. Each exchange made (not a cached token's use) is counted
+//! in `tidemark_upstream_token_exchanges_total{upstream,outcome}` on the calling core.
 //!
 //! Owns: `ExchangeTarget` (one upstream's exchange: the endpoint, the client, the audience and
 //! resource), the request's encoding, the answer's reading, the per-core cache, the thread.
@@ -23,7 +26,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, OnceLock};
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -32,7 +35,6 @@ use atomic_waker::AtomicWaker;
 use base64::Engine as _;
 use crossbeam_queue::ArrayQueue;
 
-use crate::config::{EXCHANGES_QUEUED_MAX, EXCHANGE_ANSWER_BYTES_MAX};
 use crate::provider::Caller;
 
 /// The grant type of a token exchange (RFC 8693 §2.1).
@@ -66,6 +68,8 @@ pub(crate) struct ExchangeTarget {
     pub(crate) cache_entries: usize,
     /// `--upstream-exchange-timeout-secs`.
     pub(crate) timeout: Duration,
+    /// `--upstream-exchange-answer-bytes`: the longest answer read.
+    pub(crate) answer_bytes: usize,
     /// This target among every one built (a reload builds new ones): the cache's key, so a
     /// token got for an old target is never used for a new one.
     id: u64,
@@ -106,6 +110,7 @@ impl ExchangeTarget {
             margin: tuning.margin,
             cache_entries: tuning.cache_entries,
             timeout: tuning.timeout,
+            answer_bytes: tuning.answer_bytes,
             id: IDS.fetch_add(1, Ordering::Relaxed),
         }
     }
@@ -147,6 +152,7 @@ pub(crate) struct Tuning {
     pub(crate) margin: Duration,
     pub(crate) cache_entries: usize,
     pub(crate) timeout: Duration,
+    pub(crate) answer_bytes: usize,
 }
 
 /// `application/x-www-form-urlencoded` text (WHATWG URL §5.2: unreserved bytes kept, space as
@@ -208,9 +214,14 @@ pub(crate) enum ExchangeError {
     /// The network or the server: no answer (connection, timeout, TLS).
     #[error("the token exchange failed: {0}")]
     Unreachable(String),
-    /// Us: `EXCHANGES_QUEUED_MAX` exchanges are waiting already.
-    #[error("too many token exchanges waiting ({EXCHANGES_QUEUED_MAX})")]
-    Busy,
+    /// The authorization server: its answer is longer than `--upstream-exchange-answer-bytes`.
+    #[error("the authorization server's token exchange answer is over {0} bytes (--upstream-exchange-answer-bytes)")]
+    AnswerTooLong(usize),
+    /// Us: `--upstream-exchange-queue-entries` exchanges are waiting already.
+    #[error(
+        "token exchange queue full: {0} exchanges waiting (--upstream-exchange-queue-entries)"
+    )]
+    Busy(usize),
     /// The peer: the call carries no bearer token to exchange (authorization off).
     #[error("the call carries no access token to exchange")]
     NoSubjectToken,
@@ -317,7 +328,9 @@ pub(crate) async fn bearer(
     }
     let subject_token =
         subject_token(caller.authorization()).ok_or(ExchangeError::NoSubjectToken)?;
-    let issued = exchange_off_core(target, subject_token).await?;
+    let outcome = exchange_off_core(target, subject_token).await;
+    count(&target.upstream, &outcome);
+    let issued = outcome?;
     let token: Rc<str> = issued.access_token.as_str().into();
     tracing::debug!(upstream = %target.upstream, expires_in = ?issued.expires_in, "token exchanged");
     CACHE.with(|c| {
@@ -325,6 +338,18 @@ pub(crate) async fn bearer(
         c.borrow_mut().put(key, &issued, target.margin, target.cache_entries)
     });
     Ok(token)
+}
+
+/// Counts an exchange made for `upstream` on this core: `exchanged`, `refused` (by the
+/// authorization server) or `failed` (anything else: unreachable, unusable, too long, queue full).
+fn count(upstream: &str, outcome: &Result<Issued, ExchangeError>) {
+    let Some(metrics) = crate::metrics::this_core() else { return };
+    let Some(health) = metrics.hist.upstream_health_named(upstream) else { return };
+    match outcome {
+        Ok(_) => health.exchanged.inc(),
+        Err(ExchangeError::Refused { .. }) => health.exchange_refused.inc(),
+        Err(_) => health.exchange_failed.inc(),
+    }
 }
 
 /// The token of an `Authorization: Bearer …` value (the scheme case-insensitive, RFC 6750).
@@ -350,15 +375,41 @@ struct Reply {
     waker: AtomicWaker,
 }
 
-static QUEUE: OnceLock<SyncSender<Job>> = OnceLock::new();
+/// The jobs waiting for the thread, at most `capacity` (`--upstream-exchange-queue-entries`).
+struct JobQueue {
+    sender: SyncSender<Job>,
+    capacity: usize,
+}
+
+impl JobQueue {
+    /// A queue of `capacity` jobs, and the thread's end of it.
+    fn new(capacity: usize) -> (JobQueue, Receiver<Job>) {
+        let (sender, receiver) = sync_channel::<Job>(capacity);
+        (JobQueue { sender, capacity }, receiver)
+    }
+
+    /// Queues `job`, or refuses it at once when `capacity` are waiting (never blocks a core).
+    fn push(&self, job: Job) -> Result<(), ExchangeError> {
+        match self.sender.try_send(job) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) => Err(ExchangeError::Busy(self.capacity)),
+            Err(TrySendError::Disconnected(_)) => {
+                Err(ExchangeError::Unreachable("the exchange thread is gone".into()))
+            }
+        }
+    }
+}
+
+static QUEUE: OnceLock<JobQueue> = OnceLock::new();
 
 /// Starts the exchange thread, once per process (later calls return at once); exchanges time
-/// out after `timeout`. Called when an upstream set with an exchange is built.
-pub(crate) fn start(timeout: Duration) -> Result<(), String> {
+/// out after `timeout`, at most `queue_entries` wait. Called when an upstream set with an
+/// exchange is built.
+pub(crate) fn start(timeout: Duration, queue_entries: usize) -> Result<(), String> {
     if QUEUE.get().is_some() {
         return Ok(());
     }
-    let (sender, receiver) = sync_channel::<Job>(EXCHANGES_QUEUED_MAX);
+    let (queue, receiver) = JobQueue::new(queue_entries);
     std::thread::Builder::new()
         .name("tidemark-exchange".into())
         .spawn(move || {
@@ -370,7 +421,7 @@ pub(crate) fn start(timeout: Duration) -> Result<(), String> {
             }
         })
         .map_err(|e| format!("the token exchange thread: {e}"))?;
-    let _ = QUEUE.set(sender);
+    let _ = QUEUE.set(queue);
     Ok(())
 }
 
@@ -386,13 +437,7 @@ async fn exchange_off_core(
         subject_token: subject_token.to_owned(),
         reply: reply.clone(),
     };
-    match queue.try_send(job) {
-        Ok(()) => {}
-        Err(TrySendError::Full(_)) => return Err(ExchangeError::Busy),
-        Err(TrySendError::Disconnected(_)) => {
-            return Err(ExchangeError::Unreachable("the exchange thread is gone".into()))
-        }
-    }
+    queue.push(job)?;
     let answer = std::future::poll_fn(|cx| {
         if let Some(outcome) = reply.slot.pop() {
             return Poll::Ready(outcome);
@@ -437,12 +482,13 @@ fn exchange(
     let unreachable = |e: ureq::Error| ExchangeError::Unreachable(e.to_string());
     let mut response = request.send(target.form(subject_token)).map_err(unreachable)?;
     let status = response.status().as_u16();
-    let body = response
-        .body_mut()
-        .with_config()
-        .limit(EXCHANGE_ANSWER_BYTES_MAX as u64)
-        .read_to_vec()
-        .map_err(unreachable)?;
+    let body =
+        match response.body_mut().with_config().limit(target.answer_bytes as u64).read_to_vec() {
+            Err(ureq::Error::BodyExceedsLimit(_)) => {
+                return Err(ExchangeError::AnswerTooLong(target.answer_bytes))
+            }
+            read => read.map_err(unreachable)?,
+        };
     read_answer(status, &body, subject_token)
 }
 
@@ -450,11 +496,97 @@ fn exchange(
 mod tests {
     use super::*;
 
+    /// A one-answer token endpoint on a real local socket: reads one request whole, answers
+    /// 200 with `body`, and closes. Its URL.
+    fn token_endpoint(body: Vec<u8>) -> String {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}/token", listener.local_addr().expect("addr"));
+        std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().expect("accept");
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            loop {
+                let n = conn.read(&mut buf).expect("read");
+                request.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&request).to_ascii_lowercase();
+                let Some(end) = text.find("\r\n\r\n") else { continue };
+                let length = text[..end]
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map_or(0, |v| v.trim().parse::<usize>().expect("length"));
+                if n == 0 || request.len() >= end + 4 + length {
+                    break;
+                }
+            }
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+                 Connection: close\r\n\r\n",
+                body.len()
+            );
+            conn.write_all(head.as_bytes()).and_then(|()| conn.write_all(&body)).expect("write");
+        });
+        url
+    }
+
+    /// A token answer padded with JSON whitespace to `bytes` bytes.
+    fn answer_of(bytes: usize) -> Vec<u8> {
+        let mut body =
+            br#"{"access_token":"abc.def","token_type":"Bearer","expires_in":60}"#.to_vec();
+        body.resize(bytes, b' ');
+        body
+    }
+
+    #[test]
+    fn an_answer_of_the_limit_is_read_and_one_byte_more_fails_naming_the_flag() {
+        // Goal: `--upstream-exchange-answer-bytes` bounds the answer read: exactly the limit is
+        // read and used, one byte more fails the exchange with an error naming the limit and
+        // the flag. Method: the real client against a local token endpoint, at the default.
+        let limit = crate::config::UPSTREAM_EXCHANGE_ANSWER_BYTES;
+        let agent = agent(Duration::from_secs(10));
+        let mut at = target(Some("secret"));
+        at.token_endpoint = token_endpoint(answer_of(limit)).into();
+        let issued = exchange(&agent, &at, "subject").expect("exactly the limit is read");
+        assert_eq!(issued.access_token, "abc.def");
+        let mut over = target(Some("secret"));
+        over.token_endpoint = token_endpoint(answer_of(limit + 1)).into();
+        let error = exchange(&agent, &over, "subject").expect_err("one byte over");
+        assert_eq!(error, ExchangeError::AnswerTooLong(limit));
+        let message = error.to_string();
+        assert!(message.contains(&format!("over {limit} bytes")), "{message}");
+        assert!(message.contains("--upstream-exchange-answer-bytes"), "{message}");
+    }
+
+    #[test]
+    fn the_queue_takes_its_capacity_and_refuses_the_next_at_once() {
+        // Goal: `--upstream-exchange-queue-entries` bounds the exchanges waiting: N are queued,
+        // the next is refused at once (never waits) with "token exchange queue full" naming N
+        // and the flag; a call gets it as -32603 (`http::fail_request`). Method: a queue of 3
+        // with no thread taking from it.
+        let (queue, _receiver) = JobQueue::new(3);
+        let target = Arc::new(target(None));
+        let job = || Job {
+            target: target.clone(),
+            subject_token: "t".to_owned(),
+            reply: Arc::new(Reply { slot: ArrayQueue::new(1), waker: AtomicWaker::new() }),
+        };
+        for _ in 0..3 {
+            queue.push(job()).expect("within the capacity");
+        }
+        let error = queue.push(job()).expect_err("past the capacity");
+        assert_eq!(error, ExchangeError::Busy(3));
+        assert_eq!(
+            error.to_string(),
+            "token exchange queue full: 3 exchanges waiting (--upstream-exchange-queue-entries)"
+        );
+    }
+
     fn target(secret: Option<&str>) -> ExchangeTarget {
         let tuning = Tuning {
             margin: Duration::from_secs(30),
             cache_entries: 2,
             timeout: Duration::from_secs(10),
+            answer_bytes: crate::config::UPSTREAM_EXCHANGE_ANSWER_BYTES,
         };
         ExchangeTarget::new(
             "search",

@@ -1375,6 +1375,7 @@ mod tests {
             margin: Duration::from_secs(30),
             cache_entries: 4,
             timeout: Duration::from_secs(10),
+            answer_bytes: 64 * 1024,
         };
         let target = super::exchange::ExchangeTarget::new(
             "who",
