@@ -37,7 +37,8 @@
 #            provider's token-exchange grant (RFC 8693) trades each user's token; two users'
 #            calls each carry that user's exchanged token (the upstream records sub and aud);
 #            the cache holds it for its lifetime (exchanges counted at the provider), then a new
-#            one is exchanged; a refused exchange ends the call with -32603 naming the upstream
+#            one is exchanged; a refused exchange ends the call with -32603 naming the upstream;
+#            tidemark_upstream_token_exchanges_total counts the exchanges made and the refusal
 #            and the provider's error; that tidemark's log holds no token
 #   debug-trace-log  the debug build (cargo build unless --no-build) at RUST_LOG=trace, where
 #            tidemark's own debug/trace lines exist: hostile + cross-subject again, then the same
@@ -160,7 +161,7 @@ start_tidemark() {
 start_tidemark "$TIDEMARK_BIN" "127.0.0.1:$PORT" "$RESULTS/tidemark.log"
 e2e() {
     env TIDEMARK_URL="${E2E_URL:-$TIDEMARK_URL}" AUTH_ISSUER="$AUTH_ISSUER" \
-        AUTH_RESOURCE="$AUTH_RESOURCE" UPSTREAM_URL="${UPSTREAM_URL:-}" \
+        AUTH_RESOURCE="$AUTH_RESOURCE" UPSTREAM_URL="${UPSTREAM_URL:-}" METRICS_URL="${METRICS_URL:-}" \
         EXCHANGE_AUDIENCE="$EXCHANGE_AUDIENCE" EXCHANGE_TTL="$EXCHANGE_TTL" \
         EXCHANGE_MARGIN="$EXCHANGE_MARGIN" AUTH_OTHER_RESOURCE="http://127.0.0.1:$PORT/another-resource" \
         TEST_KEYS="$TEST_KEYS" MIN_REFETCH_SECS="$MIN_REFETCH_SECS" TOKENS_SEEN="$TOKENS_SEEN" \
@@ -226,7 +227,7 @@ wait_line() {
 }
 exchange_stage() {
     local upstream_log="$RESULTS/exchange-upstream.log" log="$RESULTS/tidemark-exchange.log"
-    local credentials="$RESULTS/exchange-credentials" port upstream_url
+    local credentials="$RESULTS/exchange-credentials" port metrics_port upstream_url
     : >"$upstream_log"
     node "$AUTH_SERVER_DIR/exchange_upstream.mjs" --issuer "$AUTH_ISSUER" \
         --audience "$EXCHANGE_AUDIENCE" >"$upstream_log" 2>&1 &
@@ -244,16 +245,19 @@ exchange_stage() {
     } >"$credentials"
     chmod 600 "$credentials"
     port="$(free_port)"
+    metrics_port="$(free_port)"
     : >"$log"
     GATEWAY_SECRET=tidemark-gateway-secret RUST_LOG=trace "$TIDEMARK_BIN" \
         --listen "127.0.0.1:$port" --auth-jwks-url "$AUTH_ISSUER/jwks" \
         --auth-issuer "$AUTH_ISSUER" --auth-resource "$TIDEMARK_URL" \
         --upstream "who=$upstream_url" --upstream-protocol who=legacy \
         --upstream-auth who=exchange --upstream-credentials "$credentials" \
-        --upstream-exchange-margin-secs "$EXCHANGE_MARGIN" >"$log" 2>&1 &
+        --upstream-exchange-margin-secs "$EXCHANGE_MARGIN" \
+        --metrics-listen "127.0.0.1:$metrics_port" >"$log" 2>&1 &
     EXCHANGE_PIDS+=($!)
     wait_line "$log" '^\(tidemark listening on\) .*$' $! >/dev/null || return 1
-    E2E_URL="http://127.0.0.1:$port/mcp" UPSTREAM_URL="$upstream_url" e2e exchange || return 1
+    E2E_URL="http://127.0.0.1:$port/mcp" UPSTREAM_URL="$upstream_url" \
+        METRICS_URL="http://127.0.0.1:$metrics_port/metrics" e2e exchange || return 1
     no_token_in_log "$log"
 }
 stage exchange exchange_stage

@@ -350,6 +350,14 @@ async function stageExchange() {
   check(error.data?.oauth_error === 'unauthorized_client' && error.data?.upstream === 'who', 'its data too');
   check(!refused.r.text.includes(users[1].token) && !/eyJ[A-Za-z0-9_-]{8,}\./.test(refused.r.text),
     'the answer holds no token');
+
+  // The counter: exchanges made (not a cached token's use), by outcome, at tidemark's /metrics.
+  const metrics = await (await fetch(env.METRICS_URL)).text();
+  const counted = (outcome) => Number(metrics.match(new RegExp(
+    `^tidemark_upstream_token_exchanges_total\\{upstream="who",outcome="${outcome}"\\} (\\d+)$`, 'm'))?.[1]);
+  const made = await exchanges() - start;
+  check(counted('exchanged') === made && counted('refused') === 1 && counted('failed') === 0,
+    `tidemark_upstream_token_exchanges_total: exchanged ${counted('exchanged')} (the server issued ${made}), refused ${counted('refused')}, failed ${counted('failed')}`);
 }
 
 const [stage, arg] = process.argv.slice(2);
