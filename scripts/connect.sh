@@ -195,10 +195,12 @@ run_server() {
 # an Idempotency-Key, distinct keys, 409 answers to them.
 posts_seen() {
     local log="$RESULTS/$1.log"
-    posts=$(grep -c '> POST rpc=tools/call' "$log" || true)
-    keyless=$(grep '> POST rpc=tools/call' "$log" | grep -c 'key=None' || true)
-    keys=$(grep '> POST rpc=tools/call' "$log" | grep -o 'key=[^ ]*' | sort -u | wc -l)
-    conflicts=$(grep -c '< 409 .* for POST rpc=tools/call' "$log" || true)
+    touch "$log"
+    read -r posts keyless keys conflicts < <(awk '
+        / > POST rpc=tools\/call / { posts++; for (i = 1; i <= NF; i++) if ($i ~ /^key=/) {
+            if ($i == "key=None") keyless++; else if (!seen[$i]++) keys++ } }
+        / < 409 .* for POST rpc=tools\/call/ { conflicts++ }
+        END { print posts + 0, keyless + 0, keys + 0, conflicts + 0 }' "$log")
     echo "  $1: tools/call posts=$posts keyless=$keyless keys=$keys conflicts_409=$conflicts"
 }
 
