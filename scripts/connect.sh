@@ -13,10 +13,16 @@
 #   python          tests/bridge/http_counter_server.py (official Python SDK, event store)
 #   python-nostore  the same without an event store: no event ids, so nothing can be resumed
 #   typescript      tests/connect/ts_counter_server.mjs (official TS SDK, InMemoryEventStore)
+#   tidemark-modern the same binary with --owed-wait-ms 10, the driver speaking 2026-07-28
+#                   (--modern: no session, no event ids): a cut stream or head is re-sent with
+#                   the same Idempotency-Key, a re-send while the call runs waits 10 ms and is
+#                   refused 409 -31004 (followed: re-sent after the backoff)
 # Bridges: `tidemark connect` (must, against every server: every call answered (its result or
 # -31006, no other error), nothing duplicated, every call run exactly once; against tidemark also
-# every call answered with its result and no progress event lost), and mcp-remote (npm, pinned by
-# tests/connect/package-lock.json; counted, not judged; --no-compare skips it).
+# every call answered with its result and no progress event lost; against tidemark-modern also
+# every tools/call POST carrying a key, one key per call, re-sends and at least one 409 seen by
+# the proxy), and mcp-remote (npm, pinned by tests/connect/package-lock.json; counted, not judged,
+# not against tidemark-modern; --no-compare skips it).
 # Installs, idempotently: Node 22 (scripts/setup-node.sh), tests/connect's npm packages into
 # .cache/connect-npm, the Python venv .cache/venv (as scripts/bridge.sh). Builds the debug binary
 # unless --no-build. CI size: N=8 calls (see the suite's wall time in docs/bridge.md). The longer run of
@@ -38,7 +44,7 @@ START_TIMEOUT_S=30
 CONNECT_CALL_TIMEOUT_S=30
 OTHER_CALL_TIMEOUT_S=3
 
-usage() { sed -n '2,27s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,32s/^# \{0,1\}//p' "$0"; }
 
 calls=8
 steps=6
@@ -131,12 +137,15 @@ recount() {
         echo "  $label recounted: executions=$((after - before)) (server counter $before -> $after)"
     fi
 }
-# drive LABEL TIMEOUT BRIDGE-CMD...: one driver run; its summary line in $line.
+# drive LABEL TIMEOUT BRIDGE-CMD...: one driver run (with the driver's flags in $driver_flags);
+# its summary line in $line.
+driver_flags=()
 drive() {
     local label="$1" timeout_s="$2"
     shift 2
     line="$(python3 "$CLIENTS/connect_driver.py" --label "$label" --calls "$calls" --steps "$steps" \
-        --delay-ms 20 --call-timeout-s "$timeout_s" -- "$@" 2>"$RESULTS/$label.err" || true)"
+        --delay-ms 20 --call-timeout-s "$timeout_s" ${driver_flags[@]+"${driver_flags[@]}"} \
+        -- "$@" 2>"$RESULTS/$label.err" || true)"
     echo "${line:-connect_driver label=$label failed=no-output}"
 }
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$line"; }
@@ -182,9 +191,54 @@ run_server() {
     fi
 }
 
-mkdir -p "$RESULTS/tidemark" "$RESULTS/python" "$RESULTS/python-nostore" "$RESULTS/typescript"
+# posts_seen NAME: what the proxy NAME saw of `tools/call` POSTs (its log): posts, posts without
+# an Idempotency-Key, distinct keys, 409 answers to them.
+posts_seen() {
+    local log="$RESULTS/$1.log"
+    touch "$log"
+    read -r posts keyless keys conflicts < <(awk '
+        / > POST rpc=tools\/call / { posts++; for (i = 1; i <= NF; i++) if ($i ~ /^key=/) {
+            if ($i == "key=None") keyless++; else if (!seen[$i]++) keys++ } }
+        / < 409 .* for POST rpc=tools\/call/ { conflicts++ }
+        END { print posts + 0, keyless + 0, keys + 0, conflicts + 0 }' "$log")
+    echo "  $1: tools/call posts=$posts keyless=$keyless keys=$keys conflicts_409=$conflicts"
+}
+
+# run_modern URL: tidemark connect against a 2026-07-28 tidemark through a fresh proxy. Besides
+# the counts of the legacy run: the proxy must have seen a key on every tools/call POST, one key
+# per call (N slow_counter + 2 get_counter), re-sends (more posts than keys) and a 409 followed.
+# --reconnect-attempts 20, --backoff-max-ms 200: every re-send's stream is cut too, and a
+# re-send replays the call from its first event, so it brings something new only when the cut
+# falls past what was already forwarded; the budget counts re-sends without progress.
+run_modern() {
+    cutter proxy-tidemark-modern-connect "$1"
+    driver_flags=(--modern)
+    drive tidemark-modern/tidemark-connect "$CONNECT_CALL_TIMEOUT_S" "$TIDEMARK" connect \
+        "$cut_url" --backoff-min-ms 50 --backoff-max-ms 200 --read-timeout-secs 5 \
+        --reconnect-attempts 20
+    driver_flags=()
+    posts_seen proxy-tidemark-modern-connect
+    local label=tidemark-modern/tidemark-connect
+    judge "$label" lost=0 errors=0 dup_answers=0 dup_events=0 double_executions=0 lost_events=0 \
+        ok="$calls" executions="$calls"
+    if [ "$keyless" = 0 ] && [ "$keys" = "$((calls + 2))" ] && [ "$posts" -gt "$keys" ] \
+        && [ "$conflicts" -ge 1 ]; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1))
+        echo "FAIL $label: wanted keyless=0 keys=$((calls + 2)) posts>keys conflicts_409>=1" >&2
+    fi
+}
+
+mkdir -p "$RESULTS/tidemark" "$RESULTS/python" "$RESULTS/python-nostore" "$RESULTS/typescript" \
+    "$RESULTS/tidemark-modern"
 start tidemark "$TIDEMARK" --listen 127.0.0.1:0 --tools demo --threads 1
 run_server tidemark "$url" tidemark
+# Legacy era: a re-send carries its key, which tidemark matches first (CONTRACT §4 step 1), and a
+# broken stream is resumed by GET, so no 409 is expected here (counted, not judged).
+posts_seen proxy-tidemark-connect
+start tidemark-modern "$TIDEMARK" --listen 127.0.0.1:0 --tools demo --threads 1 --owed-wait-ms 10
+run_modern "$url"
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 start python env COUNTER_FILE="$RESULTS/python.counter" "$PY" "$ROOT/tests/bridge/http_counter_server.py" "$(free_port)"
 run_server python "$url" other

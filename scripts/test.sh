@@ -24,7 +24,8 @@
 #                with the official clients of both eras, the cut proxy, raw retries and faults
 #   connect      scripts/connect.sh: `tidemark connect` (the client-side bridge) and mcp-remote,
 #                12 non-idempotent calls each through the cut proxy (random cut points) against
-#                tidemark and the official Python (with and without an event store) and TS SDK
+#                tidemark (both eras: 2026-07-28 re-sends with the same Idempotency-Key, 409s
+#                followed) and the official Python (with and without an event store) and TS SDK
 #                servers: nothing lost, doubled or run twice; unknown outcomes reported -31006
 #   conformance  scripts/conformance.sh: the official MCP conformance suite (0.1.16 active,
 #                pending, all; 0.2.0-alpha.12 --requirements 2025-11-25 and 2026-07-28)

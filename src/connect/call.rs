@@ -253,10 +253,13 @@ impl<'a> Call<'a> {
         self.link.emit(&response_object(id, Err(error)));
     }
 
-    /// POSTs until answered, resumed or given up; `attempt` counts reconnections in a row.
+    /// POSTs until answered, resumed or given up; `attempt` counts reconnections in a row
+    /// without progress (a re-send whose stream forwarded something new starts it again, as a
+    /// resume does: a 2026-07-28 call cut on every re-send still gets its answer).
     fn drive(&mut self) -> End {
         let mut attempt = 0;
         loop {
+            let delivered = self.stream.delivered;
             match self.post() {
                 Step::Answered => return End::Answered,
                 Step::Over(end) => return end,
@@ -264,6 +267,9 @@ impl<'a> Call<'a> {
                 Step::Broken => {
                     if let Some(end) = self.after_break() {
                         return end;
+                    }
+                    if self.stream.delivered > delivered {
+                        attempt = 0;
                     }
                 }
                 // Sent again below, after the backoff.
@@ -563,5 +569,100 @@ fn learn_answer(link: &Link, message: &Value) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpListener;
+
+    use super::*;
+    use crate::connect::link::ConnectFlags;
+    use clap::Parser;
+
+    /// A server on a real socket answering the i-th POST with `answers[i]` (then closing: a
+    /// body without its terminating chunk is a cut stream); it returns each POST's
+    /// `Idempotency-Key`.
+    fn scripted(answers: Vec<String>) -> (String, std::thread::JoinHandle<Vec<String>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}/mcp", listener.local_addr().expect("addr"));
+        let server = std::thread::spawn(move || {
+            let mut keys = Vec::new();
+            for answer in answers {
+                let (mut socket, _) = listener.accept().expect("accept");
+                let mut reader = BufReader::new(socket.try_clone().expect("clone"));
+                let (mut line, mut length) = (String::new(), 0);
+                while reader.read_line(&mut line).expect("head") > 2 {
+                    let lower = line.to_ascii_lowercase();
+                    if let Some(v) = lower.strip_prefix("content-length:") {
+                        length = v.trim().parse().expect("length");
+                    }
+                    if let Some(v) = lower.strip_prefix("idempotency-key:") {
+                        keys.push(v.trim().to_owned());
+                    }
+                    line.clear();
+                }
+                reader.take(length).read_to_end(&mut Vec::new()).expect("body");
+                let _ = socket.write_all(answer.as_bytes());
+            }
+            keys
+        });
+        (url, server)
+    }
+
+    /// The head and the first `progress` events of a 2026-07-28 `slow_counter` stream (no event
+    /// ids), and its answer when `answered`; chunked, the terminating chunk only when answered.
+    fn modern_stream(progress: usize, answered: bool) -> String {
+        let mut body = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
+                        Transfer-Encoding: chunked\r\n\r\n"
+            .to_owned();
+        let mut event = |message: Value| {
+            let data = format!("data: {message}\n\n");
+            body.push_str(&format!("{:x}\r\n{data}\r\n", data.len()));
+        };
+        for n in 1..=progress {
+            let params = json!({"progressToken": "t", "progress": n});
+            event(json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params}));
+        }
+        if answered {
+            event(json!({"jsonrpc": "2.0", "id": 1, "result": {"content": []}}));
+            body.push_str("0\r\n\r\n");
+        }
+        body
+    }
+
+    #[test]
+    fn connect_a_modern_resend_that_made_progress_does_not_spend_the_retry_budget() {
+        // Goal: CONTRACT §12's budget is reconnections in a row *without progress*; a 2026-07-28
+        // call whose every re-send (same key) is cut after one new event still gets its answer
+        // with --reconnect-attempts 1, and with the same key on every POST. Method: a scripted
+        // server on a real socket: three cut streams each one event longer, then the answer.
+        let answers = vec![
+            modern_stream(1, false),
+            modern_stream(2, false),
+            modern_stream(3, false),
+            modern_stream(3, true),
+        ];
+        let (url, server) = scripted(answers);
+        let flags = ConnectFlags::try_parse_from([
+            "connect",
+            &url,
+            "--reconnect-attempts",
+            "1",
+            "--backoff-min-ms",
+            "1",
+        ])
+        .expect("flags");
+        let link = Link::new(&flags).expect("link");
+        let meta = json!({META_VERSION: MODERN_VERSION, "progressToken": "t"});
+        let params = json!({"name": "slow_counter", "arguments": {}, "_meta": meta});
+        let message = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
+        let mut call = Call::new(&link, message);
+        assert!(matches!(call.drive(), End::Answered), "answered within the budget");
+        assert_eq!(call.stream.delivered, 3, "each progress event forwarded once");
+        let keys = server.join().expect("server");
+        assert_eq!(keys.len(), 4, "one POST and three re-sends, each with a key");
+        assert!(keys.iter().all(|k| *k == keys[0]), "the same key every time: {keys:?}");
     }
 }

@@ -9,9 +9,12 @@ Method: start the bridge command, `initialize`, read the server's execution coun
 (`get_counter`), then N `tools/call slow_counter {steps, delay_ms}` one after another, each with
 its own progress token, waiting up to --call-timeout-s for its answer; read the counter again;
 close stdin. The counter rises once per execution, so executions beyond N are double runs.
+With --modern the client speaks MCP 2026-07-28 (CONTRACT §5): no `initialize`, a
+`server/discover` first, and every request names the revision, the client's info and
+capabilities in its `_meta`, so the bridge sends it statelessly (no session, no event ids).
 
 Usage: connect_driver.py --label NAME --calls N [--steps S] [--delay-ms D]
-           [--call-timeout-s T] -- BRIDGE-COMMAND...
+           [--call-timeout-s T] [--modern] -- BRIDGE-COMMAND...
 Prints one line `connect_driver label=NAME calls=N ok=.. unknown=.. errors=.. lost=..
 dup_answers=.. dup_events=.. lost_events=.. executions=.. double_executions=.. counter_before=..
 counter_after=..` (executions None when a counter read failed), and exits 0
@@ -32,6 +35,12 @@ from collections import Counter
 
 INIT_TIMEOUT_S = 30
 PROTOCOL_VERSION = "2025-11-25"
+MODERN_VERSION = "2026-07-28"
+MODERN_META = {
+    "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "connect_driver", "version": "1"},
+}
 
 
 class Bridge:
@@ -109,29 +118,44 @@ def counter_value(answer: dict | None) -> int | None:
         return None
 
 
-def call(rid, name: str, arguments: dict, token=None) -> dict:
+def call(rid, name: str, arguments: dict, token=None, modern: bool = False) -> dict:
     params: dict = {"name": name, "arguments": arguments}
+    meta: dict = dict(MODERN_META) if modern else {}
     if token is not None:
-        params["_meta"] = {"progressToken": token}
+        meta["progressToken"] = token
+    if meta:
+        params["_meta"] = meta
     return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}
+
+
+def start(bridge: Bridge, tally: Tally, modern: bool) -> bool:
+    """`initialize` (legacy) or `server/discover` (2026-07-28); False when it got no answer."""
+    if modern:
+        bridge.send({"jsonrpc": "2.0", "id": "init", "method": "server/discover",
+                     "params": {"_meta": dict(MODERN_META)}})
+        return tally.wait(bridge, "init", INIT_TIMEOUT_S) is not None
+    bridge.send({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
+        "protocolVersion": PROTOCOL_VERSION, "capabilities": {},
+        "clientInfo": {"name": "connect_driver", "version": "1"}}})
+    if tally.wait(bridge, "init", INIT_TIMEOUT_S) is None:
+        return False
+    bridge.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    return True
 
 
 def run(a: argparse.Namespace) -> int:
     bridge = Bridge(a.command)
     tally = Tally()
-    bridge.send({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
-        "protocolVersion": PROTOCOL_VERSION, "capabilities": {},
-        "clientInfo": {"name": "connect_driver", "version": "1"}}})
-    if tally.wait(bridge, "init", INIT_TIMEOUT_S) is None:
+    if not start(bridge, tally, a.modern):
         print(f"connect_driver label={a.label} failed=initialize", flush=True)
         bridge.close()
         return 2
-    bridge.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-    bridge.send(call("before", "get_counter", {}))
+    bridge.send(call("before", "get_counter", {}, modern=a.modern))
     before = counter_value(tally.wait(bridge, "before", a.call_timeout_s))
     codes: Counter = Counter()
     for i in range(1, a.calls + 1):
-        bridge.send(call(i, "slow_counter", {"steps": a.steps, "delay_ms": a.delay_ms}, token=f"t{i}"))
+        arguments = {"steps": a.steps, "delay_ms": a.delay_ms}
+        bridge.send(call(i, "slow_counter", arguments, token=f"t{i}", modern=a.modern))
         answer = tally.wait(bridge, i, a.call_timeout_s)
         if answer is None:
             codes["lost"] += 1
@@ -139,7 +163,7 @@ def run(a: argparse.Namespace) -> int:
             codes["unknown" if answer["error"].get("code") == -31006 else "errors"] += 1
         else:
             codes["ok"] += 1
-    bridge.send(call("after", "get_counter", {}))
+    bridge.send(call("after", "get_counter", {}, modern=a.modern))
     after = counter_value(tally.wait(bridge, "after", a.call_timeout_s))
     tally.drain(bridge, 0.5)
     bridge.close()
@@ -174,6 +198,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--delay-ms", type=int, default=20)
     p.add_argument("--call-timeout-s", type=float, default=30)
+    p.add_argument("--modern", action="store_true", help="speak MCP 2026-07-28 (no initialize)")
     p.add_argument("command", nargs=argparse.REMAINDER)
     a = p.parse_args()
     if a.command and a.command[0] == "--":

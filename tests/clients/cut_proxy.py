@@ -30,7 +30,9 @@ Usage: cut_proxy.py --upstream HOST:PORT [--listen 127.0.0.1:0] [--cut-after-eve
            [--cut-streams N] [--match progress|tools-call|any] [--on-cut close|drain|stall]
            [--log-file PATH]
 The first stdout line is `cut_proxy listening on http://127.0.0.1:PORT/ upstream=HOST:PORT`;
-each cut prints `cut_proxy cut stream=<n> after_events=<k> ...` to stdout. Stops on SIGTERM/SIGINT.
+each cut prints `cut_proxy cut stream=<n> after_events=<k> ...` to stdout; the --log-file has a
+line per request (`> METHOD rpc=… last-event-id=… key=<Idempotency-Key>`) and per response head
+(`< STATUS type for METHOD rpc=…`). Stops on SIGTERM/SIGINT.
 Loopback only: it refuses a non-loopback --listen or --upstream. Standard library only.
 """
 
@@ -276,7 +278,10 @@ class Connection:
                     except ValueError:
                         rpc = "(invalid json)"
                 info = RequestInfo(method, rpc, headers.get("last-event-id"))
-                self.state.note(f"conn={self.conn_no} > {method} rpc={rpc} last-event-id={info.last_event_id}")
+                key = headers.get("idempotency-key")
+                self.state.note(
+                    f"conn={self.conn_no} > {method} rpc={rpc} last-event-id={info.last_event_id} key={key}"
+                )
                 await self.pending.put(info)
         except (ProxyError, asyncio.IncompleteReadError, ConnectionError) as e:
             self.state.note(f"conn={self.conn_no} request side ended: {e!r}")
