@@ -106,6 +106,11 @@ impl Pending {
         Some(Pending { call: Some(Box::new(end)), sink: self.sink.clone() })
     }
 
+    /// The token's subject of the call (`None`: authorization off, or the line is written).
+    pub(crate) fn subject(&self) -> Option<&str> {
+        self.call.as_ref()?.subject.as_deref()
+    }
+
     /// Counts the line's `duration_us` from `started` (a task's end line: from its creation).
     pub(crate) fn started_at(&mut self, started: Instant) {
         if let Some(call) = &mut self.call {

@@ -121,9 +121,7 @@ pub(super) fn end(mut pending: Pending, answer: &[u8], tasks: Option<&TaskStore>
     let ending = ending_of(answer);
     if let (Some(tasks), Ending::Result { .. }) = (tasks, ending) {
         if let Some(task) = created_task(answer) {
-            if let Some(task_end) = pending.became_task(task) {
-                tasks.audit_at_end(task, task_end);
-            }
+            tasks.audit_at_end(task, &mut pending);
         }
     }
     pending.end(ending);

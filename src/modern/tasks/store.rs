@@ -184,12 +184,17 @@ impl TaskStore {
         Ok(())
     }
 
-    /// Gives task `task_id` its end line (`--audit-log`): written when the task ends, or now if
-    /// it already did (or is gone: its retention ended, `expired`).
-    pub(crate) fn audit_at_end(&self, task_id: &str, pending: crate::audit::Pending) {
-        match self.find_any(task_id, Instant::now()) {
-            Ok(task) => task.audit_at_end(pending),
-            Err(_) => pending.end(crate::audit::Ending::Expired),
+    /// The call of `pending` was answered with task `task_id` (`--audit-log`): when this core
+    /// holds that task for the call's subject, the call's line names it and the task keeps its
+    /// end line (written when it ends, or now if it already did). Anything else (a tool's
+    /// result that only looks like a `CreateTaskResult`) leaves the call's line as it is.
+    pub(crate) fn audit_at_end(&self, task_id: &str, pending: &mut crate::audit::Pending) {
+        let Ok(task) = self.find_any(task_id, Instant::now()) else { return };
+        if task.owner.as_deref() != pending.subject() {
+            return;
+        }
+        if let Some(task_end) = pending.became_task(task_id) {
+            task.audit_at_end(task_end);
         }
     }
 
