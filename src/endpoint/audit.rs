@@ -209,3 +209,26 @@ impl<S: Source> Source for Audited<S> {
         self.end(Ending::Cancelled);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::created_task;
+
+    #[test]
+    fn a_create_task_result_names_its_task_and_nothing_else_does() {
+        // Goal: only a final response whose result is a `CreateTaskResult` gives a task id.
+        // Method: a JSON answer, an SSE answer, an ordinary result, a task id in a tool's text.
+        let created = r#"{"jsonrpc":"2.0","id":1,"result":{"createdAt":"x","resultType":"task","status":"working","taskId":"0001ab","ttlMs":1}}"#;
+        assert_eq!(
+            created_task(format!("HTTP/1.1 200 OK\r\n\r\n{created}").as_bytes()),
+            Some("0001ab")
+        );
+        let sse = format!(
+            "event: message\ndata: {{\"jsonrpc\":\"2.0\",\"method\":\"x\"}}\n\ndata: {created}\n\n"
+        );
+        assert_eq!(created_task(sse.as_bytes()), Some("0001ab"));
+        let plain = r#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"{\"resultType\":\"task\",\"taskId\":\"0001ab\"}"}]}}"#;
+        assert_eq!(created_task(plain.as_bytes()), None, "escaped in a text: not a task");
+        assert_eq!(created_task(b"HTTP/1.1 503 Service Unavailable\r\n\r\n"), None);
+    }
+}
