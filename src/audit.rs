@@ -1,6 +1,6 @@
 //! The audit trail (`--audit-log FILE|-`, docs/audit.md): one JSON line per `tools/call`,
 //! `resources/read` and `prompts/get`, written when the call ends, with who called what and
-//! how it ended.
+//! how it ended; and one per 2026-07-28 task when the task ends (`Pending::became_task`).
 //!
 //! A worker renders its line (`Call::line`) and pushes the bytes into one bounded lock-free
 //! queue (`--audit-queue-lines`); a full queue drops the line and counts it
@@ -93,6 +93,29 @@ impl Pending {
     /// Forgets the call without a line (its request is served, and audited, elsewhere).
     pub(crate) fn discard(mut self) {
         self.call = None;
+    }
+
+    /// The call became the task `task` (a 2026-07-28 `tools/call` answered with a
+    /// `CreateTaskResult`): its own line names the task (`task_created`), and the returned
+    /// `Pending`, a copy of the call held by the task, writes the task's end line (`task`).
+    pub(crate) fn became_task(&mut self, task: &str) -> Option<Pending> {
+        let call = self.call.as_mut()?;
+        call.task = TaskMark::Created(task.into());
+        let mut end = Call::clone(call);
+        end.task = TaskMark::Ended(task.into());
+        Some(Pending { call: Some(Box::new(end)), sink: self.sink.clone() })
+    }
+
+    /// The token's subject of the call (`None`: authorization off, or the line is written).
+    pub(crate) fn subject(&self) -> Option<&str> {
+        self.call.as_ref()?.subject.as_deref()
+    }
+
+    /// Counts the line's `duration_us` from `started` (a task's end line: from its creation).
+    pub(crate) fn started_at(&mut self, started: Instant) {
+        if let Some(call) = &mut self.call {
+            call.started = started;
+        }
     }
 
     /// Writes the call's line, ended as `ending`.
@@ -297,8 +320,12 @@ pub(crate) enum Ending {
     Dedup,
     /// The outcome is unknown (-31006: a call whose node died mid-run, CONTRACT §10).
     Unknown,
-    /// The client went away before the end (a 2026-07-28 call is cancelled by that).
+    /// The client went away before the end (a 2026-07-28 call is cancelled by that); a task
+    /// cancelled by `tasks/cancel`.
     Cancelled,
+    /// A task still running when its retention (`--task-retention-secs`) ended: deleted, its
+    /// tool dropped.
+    Expired,
 }
 
 impl Ending {
@@ -322,7 +349,20 @@ impl Ending {
     }
 }
 
+/// Whether a line is a task's: its call's creation of the task, or the task's end.
+#[derive(Clone, Debug, Default)]
+pub(crate) enum TaskMark {
+    /// Not a task (every call's line but these two).
+    #[default]
+    None,
+    /// The call was answered with this task (`"task_created":"<id>"`).
+    Created(Box<str>),
+    /// The task ended (`"task":"<id>"`): the line of the task's own outcome.
+    Ended(Box<str>),
+}
+
 /// One audited call while it runs: everything its line says but the outcome and the end.
+#[derive(Clone)]
 pub(crate) struct Call {
     pub(crate) started: Instant,
     /// `tools/call`, `resources/read` or `prompts/get`.
@@ -346,6 +386,8 @@ pub(crate) struct Call {
     pub(crate) idempotency_key: Option<Box<str>>,
     /// The trace id (32 hex digits), when the request carries or starts a trace.
     pub(crate) trace_id: Option<Box<str>>,
+    /// The task the call became, on its line or on the task's end line.
+    pub(crate) task: TaskMark,
 }
 
 impl Call {
@@ -367,6 +409,11 @@ impl Call {
             _ => "prompt",
         };
         push_field(&mut out, kind, Some(&self.name));
+        match &self.task {
+            TaskMark::None => {}
+            TaskMark::Created(task) => push_field(&mut out, "task_created", Some(task)),
+            TaskMark::Ended(task) => push_field(&mut out, "task", Some(task)),
+        }
         let outcome = match ending {
             Ending::Result { tool_error: false } => "\"result\"".to_owned(),
             Ending::Result { tool_error: true } => "\"result\",\"tool_error\":true".to_owned(),
@@ -375,6 +422,7 @@ impl Call {
             Ending::Dedup => "\"dedup\"".to_owned(),
             Ending::Unknown => "\"unknown\"".to_owned(),
             Ending::Cancelled => "\"cancelled\"".to_owned(),
+            Ending::Expired => "\"expired\"".to_owned(),
         };
         let micros = self.started.elapsed().as_micros();
         let _ = write!(out, ",\"outcome\":{outcome},\"duration_us\":{micros}");
@@ -442,6 +490,7 @@ mod tests {
             upstream: None,
             idempotency_key: Some("k".repeat(FIELD_BYTES_MAX + 1).into()),
             trace_id: None,
+            task: TaskMark::None,
         };
         let line = call.line(0, Ending::Dedup, SystemTime::UNIX_EPOCH);
         let value: serde_json::Value = serde_json::from_slice(&line).unwrap();

@@ -171,6 +171,80 @@ fn every_call_of_a_mixed_run_has_one_line_with_its_outcome() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A 2026-07-28 request that declares the tasks extension (`Mcp-Name`: the tool or the task).
+fn task_request(method: &str, params: Value) -> (Vec<(String, String)>, String) {
+    let (mut headers, body) = modern(1, method, params.clone(), None);
+    let mut body: Value = serde_json::from_str(&body).unwrap();
+    let tasks = json!({ "extensions": { "io.modelcontextprotocol/tasks": {} } });
+    body["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] = tasks;
+    if let Some(task) = params.get("taskId").and_then(Value::as_str) {
+        headers.retain(|(name, _)| name != "Mcp-Name");
+        headers.push(("Mcp-Name".to_owned(), task.to_owned()));
+    }
+    (headers, body.to_string())
+}
+
+/// The task id a `tools/call` of `slow_compute` for `seconds` was answered with.
+fn start_task(server: &Server, seconds: f64) -> String {
+    let params = json!({ "name": "slow_compute", "arguments": { "seconds": seconds } });
+    let answer = post_modern(server, &task_request("tools/call", params));
+    let text = answer.text();
+    let message: Value = match text.rfind("data: ") {
+        Some(at) => serde_json::from_str(text[at + 6..].lines().next().unwrap()).unwrap(),
+        None => answer.json(),
+    };
+    assert_eq!(message["result"]["resultType"], "task", "{message}");
+    message["result"]["taskId"].as_str().unwrap().to_owned()
+}
+
+/// Goal: a 2026-07-28 call that becomes a task has its line (naming the task, `task_created`)
+/// and the task exactly one end line (`task`) with the task's outcome: completed (`result`),
+/// cancelled by `tasks/cancel`, and deleted while running at its retention's end (`expired`).
+/// `tasks/get` and `tasks/cancel` have no line.
+/// Method: `slow_compute` tasks over real sockets (`--task-retention-secs 2`), polled and
+/// cancelled, then the file read and matched by task id.
+#[test]
+fn a_task_has_one_end_line_with_its_outcome() {
+    let dir = scratch("tasks");
+    let path = dir.join("audit.log");
+    let log = path.to_str().unwrap();
+    let args = ["--tools", "conformance", "--audit-log", log, "--task-retention-secs", "2"];
+    let server = Server::with_admin("uring", &args);
+    let completed = start_task(&server, 0.2);
+    let cancelled = start_task(&server, 60.0);
+    let expired = start_task(&server, 60.0);
+    let cancel = task_request("tasks/cancel", json!({ "taskId": cancelled }));
+    assert_eq!(post_modern(&server, &cancel).status, 200);
+    let done = poll_until(Duration::from_secs(10), || {
+        let get = task_request("tasks/get", json!({ "taskId": completed }));
+        post_modern(&server, &get).json()["result"]["status"] == "completed"
+    });
+    assert!(done, "task {completed} completes");
+    // Three call lines, three end lines (the expired one after its 2 s retention).
+    let all = lines(&path, 6, Duration::from_secs(15));
+    assert_eq!(all.len(), 6, "nothing else audited: {all:#?}");
+    for (task, outcome) in
+        [(&completed, "result"), (&cancelled, "cancelled"), (&expired, "expired")]
+    {
+        let created: Vec<&Value> = all.iter().filter(|l| l["task_created"] == **task).collect();
+        assert_eq!(created.len(), 1, "the call's line names {task}: {all:#?}");
+        assert_eq!(created[0]["outcome"], "result");
+        let ended: Vec<&Value> = all.iter().filter(|l| l["task"] == **task).collect();
+        assert_eq!(ended.len(), 1, "one end line for {task}: {all:#?}");
+        let end = ended[0];
+        assert_eq!(end["outcome"], outcome, "{end}");
+        assert_eq!((&end["method"], &end["tool"]), (&json!("tools/call"), &json!("slow_compute")));
+        assert_eq!(end["arguments_sha256"], created[0]["arguments_sha256"]);
+        assert_eq!(end["era"], "2026-07-28");
+    }
+    let duration = |task: &str| {
+        all.iter().find(|l| l["task"] == task).unwrap()["duration_us"].as_u64().unwrap()
+    };
+    assert!(duration(&completed) >= 200_000, "counted from the task's creation: {all:#?}");
+    assert!(duration(&expired) >= 2_000_000, "{all:#?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Goal: the file rotates at `--audit-log-max-bytes`: no file is past the limit, at most
 /// `--audit-log-keep` old files are kept, and no line is lost or split.
 /// Method: a limit of 2 000 bytes, keep 2, 30 calls; the files read back.

@@ -3,6 +3,8 @@
 //! gets its line when it ends: at once for a whole answer (its outcome read off the rendered
 //! bytes), at its run's end for a legacy call (`Session::audit_at_end`, whether or not a
 //! connection is there to see it), at its stream's end for a 2026-07-28 call (`Audited`).
+//! A 2026-07-28 call answered with a task names it (`task_created`) and leaves a copy of itself
+//! with the task (`end`), which writes the task's own line when it ends (`"task":"<id>"`).
 //! A request handed to its owner core is audited there.
 //!
 //! Owns: which requests are audited and what their line says of them. Only reached when the
@@ -16,6 +18,7 @@ use simd_json::prelude::*;
 use crate::audit::{self, Call, Ending, Pending};
 use crate::core::{Admitted, Core, KeepAlive, Source, Step};
 use crate::legacy::{LegacyCore, SseJob};
+use crate::modern::tasks::TaskStore;
 use crate::provider::SessionRef;
 use crate::wire::jsonrpc::{Body, Message};
 use crate::wire::WireValue;
@@ -56,6 +59,7 @@ pub(super) fn begin(edge: &LegacyCore, era: Era, admitted: &Admitted<'_>) -> Opt
         upstream: upstream_of(edge, method, name),
         idempotency_key: header(&req.head.idempotency_key),
         trace_id: trace_id(req),
+        task: audit::TaskMark::None,
     })
 }
 
@@ -110,6 +114,32 @@ pub(super) fn ending_of(answer: &[u8]) -> Ending {
     Ending::of_answer(crate::wire::jsonrpc::answered(answer), unknown)
 }
 
+/// Writes a call's line from its answer. A 2026-07-28 `tools/call` answered with a
+/// `CreateTaskResult` (`tasks`: the store of the core that created it) names the task on its
+/// line, and hands a copy of itself to the task, which writes the task's end line when it ends.
+pub(super) fn end(mut pending: Pending, answer: &[u8], tasks: Option<&TaskStore>) {
+    let ending = ending_of(answer);
+    if let (Some(tasks), Ending::Result { .. }) = (tasks, ending) {
+        if let Some(task) = created_task(answer) {
+            tasks.audit_at_end(task, &mut pending);
+        }
+    }
+    pending.end(ending);
+}
+
+/// The `taskId` of a `CreateTaskResult` (`"resultType":"task"`) in a rendered answer's final
+/// response; `None` for any other answer. Task ids are hex (`tasks::TaskId`): no escapes.
+fn created_task(answer: &[u8]) -> Option<&str> {
+    use memchr::memmem;
+    let start = memmem::rfind(answer, crate::wire::jsonrpc::RESPONSE_PREFIX)?;
+    let message = &answer[start..];
+    memmem::find(message, b"\"resultType\":\"task\"")?;
+    const TASK_ID: &[u8] = b"\"taskId\":\"";
+    let id = &message[memmem::find(message, TASK_ID)? + TASK_ID.len()..];
+    let id = &id[..memchr::memchr(b'"', id)?];
+    std::str::from_utf8(id).ok()
+}
+
 /// A legacy call answered with a stream: a dedup hit ends now, a fresh call when its run does
 /// (`Session::audit_at_end`), whether or not a connection is there to see it.
 pub(super) fn ends_with_run(job: &SseJob, pending: Pending) {
@@ -125,11 +155,13 @@ pub(super) fn ends_with_run(job: &SseJob, pending: Pending) {
 pub(crate) struct Audited<S> {
     pub(crate) inner: S,
     pending: Option<Pending>,
+    /// The store of this core's tasks, where a call that became a task leaves its end line.
+    tasks: TaskStore,
 }
 
 impl<S> Audited<S> {
-    pub(super) fn new(inner: S, pending: Pending) -> Audited<S> {
-        Audited { inner, pending: Some(pending) }
+    pub(super) fn new(inner: S, pending: Pending, tasks: TaskStore) -> Audited<S> {
+        Audited { inner, pending: Some(pending), tasks }
     }
 
     fn end(&mut self, ending: Ending) {
@@ -144,7 +176,9 @@ impl<S: Source> Source for Audited<S> {
         let before = out.len();
         let step = self.inner.fill(core, out, frames);
         if let Step::Ended { .. } = step {
-            self.end(ending_of(&out[before..]));
+            if let Some(pending) = self.pending.take() {
+                end(pending, &out[before..], Some(&self.tasks));
+            }
         }
         step
     }
@@ -173,5 +207,28 @@ impl<S: Source> Source for Audited<S> {
     fn gone(&mut self, core: &Core) {
         self.inner.gone(core);
         self.end(Ending::Cancelled);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::created_task;
+
+    #[test]
+    fn a_create_task_result_names_its_task_and_nothing_else_does() {
+        // Goal: only a final response whose result is a `CreateTaskResult` gives a task id.
+        // Method: a JSON answer, an SSE answer, an ordinary result, a task id in a tool's text.
+        let created = r#"{"jsonrpc":"2.0","id":1,"result":{"createdAt":"x","resultType":"task","status":"working","taskId":"0001ab","ttlMs":1}}"#;
+        assert_eq!(
+            created_task(format!("HTTP/1.1 200 OK\r\n\r\n{created}").as_bytes()),
+            Some("0001ab")
+        );
+        let sse = format!(
+            "event: message\ndata: {{\"jsonrpc\":\"2.0\",\"method\":\"x\"}}\n\ndata: {created}\n\n"
+        );
+        assert_eq!(created_task(sse.as_bytes()), Some("0001ab"));
+        let plain = r#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"{\"resultType\":\"task\",\"taskId\":\"0001ab\"}"}]}}"#;
+        assert_eq!(created_task(plain.as_bytes()), None, "escaped in a text: not a task");
+        assert_eq!(created_task(b"HTTP/1.1 503 Service Unavailable\r\n\r\n"), None);
     }
 }

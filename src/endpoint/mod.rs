@@ -278,11 +278,12 @@ async fn audited(
             Outcome::Stream(Stream::Observe(observer))
         }
         Outcome::Stream(Stream::Observe(observer)) => {
-            let audited = audit::Audited::new(observer, pending);
+            let audited = audit::Audited::new(observer, pending, edge.modern.tasks.clone());
             Outcome::Stream(Stream::AuditedObserve(Box::new(audited)))
         }
         Outcome::Stream(Stream::Call(call)) => {
-            Outcome::Stream(Stream::AuditedCall(Box::new(audit::Audited::new(call, pending))))
+            let audited = audit::Audited::new(call, pending, edge.modern.tasks.clone());
+            Outcome::Stream(Stream::AuditedCall(Box::new(audited)))
         }
         // The owner core serves it again, and audits it there.
         Outcome::HandOff(core) => {
@@ -290,7 +291,8 @@ async fn audited(
             Outcome::HandOff(core)
         }
         other => {
-            pending.end(audit::ending_of(&out[start..]));
+            let tasks = (era == Era::Modern).then_some(&edge.modern.tasks);
+            audit::end(pending, &out[start..], tasks);
             other
         }
     }

@@ -151,6 +151,7 @@ impl TaskHandle {
         self.task.inputs.borrow_mut().clear();
         self.task.touch();
         self.mirror();
+        self.task.end_audit();
     }
 
     /// Reports the task's state to the core's observer, the durable mirror (`--durable`;

@@ -2,7 +2,8 @@
 //!
 //! Owns: `TaskStore`, the live tasks by id and in creation order; creation against
 //! `--max-tasks-per-core`, deletion once `--task-retention-secs` passed (cancelling a tool
-//! still running), and the `tasks/get`, `tasks/update` and `tasks/cancel` operations.
+//! still running), the `tasks/get`, `tasks/update` and `tasks/cancel` operations, and the
+//! hand-over of a task's audit end line (`audit_at_end`, `--audit-log`).
 //! Called by: `runtime` (one store per core, built from `TaskLimits`; the reaper's tick, through
 //! `modern::expire`) and `modern::task_call` (create, then the three operations).
 //! Never: evicts a task before its retention ended (SEP-2663: `ttlMs` is a promise; a full
@@ -178,8 +179,23 @@ impl TaskStore {
             *task.status_message.borrow_mut() = Some("cancelled by tasks/cancel".into());
             task.touch();
             task.signal_cancel();
+            task.end_audit();
         }
         Ok(())
+    }
+
+    /// The call of `pending` was answered with task `task_id` (`--audit-log`): when this core
+    /// holds that task for the call's subject, the call's line names it and the task keeps its
+    /// end line (written when it ends, or now if it already did). Anything else (a tool's
+    /// result that only looks like a `CreateTaskResult`) leaves the call's line as it is.
+    pub(crate) fn audit_at_end(&self, task_id: &str, pending: &mut crate::audit::Pending) {
+        let Ok(task) = self.find_any(task_id, Instant::now()) else { return };
+        if task.owner.as_deref() != pending.subject() {
+            return;
+        }
+        if let Some(task_end) = pending.became_task(task_id) {
+            task.audit_at_end(task_end);
+        }
     }
 
     /// Deletes the tasks whose retention ended by `now`; a running one is cancelled (its tool
@@ -205,6 +221,7 @@ impl TaskStore {
         debug_assert!(stored <= held, "invariant: a task's bytes are counted in the store's");
         self.inner.shared.bytes.set(held.saturating_sub(stored));
         task.signal_cancel();
+        task.end_audit();
     }
 
     /// The task `task_id` names when `owner` created it: another subject's task (or one made

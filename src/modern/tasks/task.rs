@@ -3,7 +3,9 @@
 //! Owns: `Task` (status, phase, status message, input slots, cancel signal, byte count),
 //! `Status` and `Phase` (`working` ⇄ `input_required` → `completed` | `failed` |
 //! `cancelled`), the input-request keys, the `Task` fields of `CreateTaskResult` and
-//! `DetailedTask` with their `createdAt`/`lastUpdatedAt` timestamps (RFC 3339, via humantime).
+//! `DetailedTask` with their `createdAt`/`lastUpdatedAt` timestamps (RFC 3339, via humantime),
+//! and the task's audit end line (`--audit-log`: held from its call's line, written once, when
+//! the task ends).
 //! The JSON-RPC error a `failed` task carries is built by `wire::error_object`.
 //! Called by: `store` (creation, lookup, `tasks/update`, `tasks/cancel`, deletion) and
 //! `handle` (the running tool's side).
@@ -13,12 +15,13 @@
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::task::Waker;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value};
 
 use super::id::TaskId;
 use super::limits::TaskLimits;
+use crate::audit::{Ending, Pending};
 
 /// The `status` of a task on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,6 +90,9 @@ pub(super) struct Task {
     pub(super) live: Cell<bool>,
     /// Result or error bytes counted in the store's budget for this task.
     pub(super) stored_bytes: Cell<usize>,
+    /// The task's end line (`--audit-log`; `None`: off, or written): its call, kept from the
+    /// call's line until the task ends (`end_audit`).
+    audit: Cell<Option<Box<Pending>>>,
 }
 
 impl Task {
@@ -105,6 +111,41 @@ impl Task {
             cancel_wakers: RefCell::new(Vec::new()),
             live: Cell::new(true),
             stored_bytes: Cell::new(0),
+            audit: Cell::new(None),
+        }
+    }
+
+    /// Holds the task's end line (`--audit-log`), counted from the task's creation; a task
+    /// that already ended writes it now.
+    pub(super) fn audit_at_end(&self, mut pending: Pending) {
+        let age = self.created_at.elapsed().unwrap_or_default();
+        pending.started_at(Instant::now().checked_sub(age).unwrap_or_else(Instant::now));
+        match self.ending() {
+            Some(ending) => pending.end(ending),
+            None => self.audit.set(Some(Box::new(pending))),
+        }
+    }
+
+    /// Writes the task's end line (`--audit-log`), if it holds one: ended as its phase says,
+    /// or as `expired` (a running task deleted at its retention's end). Off: one `Option` test.
+    pub(super) fn end_audit(&self) {
+        if let Some(pending) = self.audit.take() {
+            pending.end(self.ending().unwrap_or(Ending::Expired));
+        }
+    }
+
+    /// How the task ended, as an audit line says it; `None` while it runs.
+    fn ending(&self) -> Option<Ending> {
+        match &*self.phase.borrow() {
+            Phase::Running => None,
+            Phase::Completed(result) => {
+                let tool_error = result.get("isError").and_then(Value::as_bool) == Some(true);
+                Some(Ending::Result { tool_error })
+            }
+            Phase::Failed(error) => {
+                Some(Ending::Error(error.get("code").and_then(Value::as_i64).unwrap_or_default()))
+            }
+            Phase::Cancelled => Some(Ending::Cancelled),
         }
     }
 
@@ -195,6 +236,16 @@ impl Task {
             Phase::Cancelled => {}
         }
         Value::Object(object)
+    }
+}
+
+impl Drop for Task {
+    /// A task dropped while it still holds its end line (the server stops with it running) writes
+    /// none, as a call still running at exit has none (docs/audit.md).
+    fn drop(&mut self) {
+        if let Some(pending) = self.audit.take() {
+            pending.discard();
+        }
     }
 }
 
