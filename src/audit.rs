@@ -204,17 +204,20 @@ struct Output {
     bytes: u64,
     max_bytes: u64,
     keep: u32,
+    /// The last turn's flush failed (a full disk): logged once when it starts and once when it
+    /// ends, not at every turn.
+    failing: bool,
 }
 
 impl Output {
     fn open(target: String, max_bytes: u64, keep: u32) -> std::io::Result<Output> {
         if target == "-" {
             let file = Box::new(std::io::stdout());
-            return Ok(Output { path: None, file, bytes: 0, max_bytes, keep });
+            return Ok(Output { path: None, file, bytes: 0, max_bytes, keep, failing: false });
         }
         let path = PathBuf::from(target);
         let (file, bytes) = open_append(&path)?;
-        Ok(Output { path: Some(path), file, bytes, max_bytes, keep })
+        Ok(Output { path: Some(path), file, bytes, max_bytes, keep, failing: false })
     }
 
     /// The writer's loop: every `AUDIT_FLUSH_MS` (or when woken) the queue is written out, the
@@ -235,11 +238,27 @@ impl Output {
                 let line = dropped_line(dropped, lines, SystemTime::now());
                 self.write_line(&line);
             }
-            let _ = self.file.flush();
+            self.flush_turn();
             if stopping {
                 return;
             }
             std::thread::park_timeout(Duration::from_millis(AUDIT_FLUSH_MS));
+        }
+    }
+
+    /// Flushes what the turn wrote. A failure (a full disk, a closed `-`) loses those lines:
+    /// said once in the log when it starts, and again when writes succeed again.
+    fn flush_turn(&mut self) {
+        match (self.file.flush(), self.failing) {
+            (Err(error), false) => {
+                self.failing = true;
+                tracing::error!(%error, "audit log: writes fail, lines are lost until they succeed");
+            }
+            (Ok(()), true) => {
+                self.failing = false;
+                tracing::warn!("audit log: writes succeed again");
+            }
+            _ => {}
         }
     }
 

@@ -378,6 +378,37 @@ fn a_stalled_writer_never_slows_a_worker_and_drops_are_reported() {
 
 /// Goal: the audit limits are checked at start: `--audit-log-keep` at its maximum starts, one
 /// past it does not; a zero queue or byte limit does not.
+/// Goal: a full disk never slows a worker (issue 42 item 2): every call completes, the server
+/// keeps answering, and the log says once that audit lines are being lost.
+/// Method: `--audit-log /dev/full` (every write fails with ENOSPC), 200 calls, then a ping.
+#[test]
+fn a_full_disk_loses_audit_lines_never_a_call() {
+    let dir = scratch("full");
+    let log = dir.join("server.log");
+    let args = ["--metrics-listen", "127.0.0.1:0", "--audit-log", "/dev/full"];
+    let server = Server::start_logged(&args, &[], &log);
+    let sid = open_session(&server);
+    let started = std::time::Instant::now();
+    for id in 0..200 {
+        let evs =
+            call_stream(&server, &sid, &call(id, "echo", r#"{"text":"x"}"#, false), &[]).rest();
+        assert!(evs.last().is_some_and(|e| e.json()["result"].is_object()), "call {id} completed");
+    }
+    eprintln!("200 calls with the audit log on a full disk: {:?}", started.elapsed());
+    let ping = r#"{"jsonrpc":"2.0","id":"p","method":"ping"}"#;
+    assert_eq!(post(&server, &[("Mcp-Session-Id", &sid)], ping).status, 200);
+    let metrics = scrape(&server.metrics());
+    assert_eq!(metric(&metrics, "tidemark_audit_lines_total"), 200, "every call's line queued");
+    let text = || std::fs::read_to_string(&log).unwrap_or_default();
+    wait_until(Duration::from_secs(5), "the loss said in the log", || {
+        text().contains("audit log: writes fail")
+    });
+    std::thread::sleep(Duration::from_millis(200)); // a few more of the writer's turns
+    assert_eq!(text().matches("audit log: writes fail").count(), 1, "said once, not every turn");
+    drop(server);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn the_audit_limits_are_checked_at_their_bounds() {
     let dir = scratch("limits");
