@@ -108,17 +108,11 @@ fn trace_id(req: &crate::core::Request<'_>) -> Option<Box<str>> {
     Some(hex.into())
 }
 
-/// The ending a rendered answer says (a whole response, or a stream's last bytes).
-pub(super) fn ending_of(answer: &[u8]) -> Ending {
-    let unknown = crate::wire::Code::OutcomeUnknown.value();
-    Ending::of_answer(crate::wire::jsonrpc::answered(answer), unknown)
-}
-
 /// Writes a call's line from its answer. A 2026-07-28 `tools/call` answered with a
 /// `CreateTaskResult` (`tasks`: the store of the core that created it) names the task on its
 /// line, and hands a copy of itself to the task, which writes the task's end line when it ends.
 pub(super) fn end(mut pending: Pending, answer: &[u8], tasks: Option<&TaskStore>) {
-    let ending = ending_of(answer);
+    let ending = crate::wire::jsonrpc::audit_ending(answer);
     if let (Some(tasks), Ending::Result { .. }) = (tasks, ending) {
         if let Some(task) = created_task(answer) {
             tasks.audit_at_end(task, &mut pending);

@@ -772,8 +772,6 @@ fn write_json_str<W: io::Write>(text: &str, out: &mut W) {
     }
 }
 
-/// A JSON text decoded onto a tape that lives for the rest of the test process (leaked), for
-/// unit tests that need a `WireValue`.
 /// What a rendered answer says, read back from its bytes (the audit trail's outcome): its HTTP
 /// status when the bytes start with a status line, and its final JSON-RPC response: `Ok` a
 /// result (true when a tool's result has `isError: true`), `Err` an error's code. The final
@@ -801,6 +799,12 @@ pub(crate) fn answered(bytes: &[u8]) -> (Option<u16>, Option<Result<bool, i64>>)
         _ => None,
     };
     (status, outcome)
+}
+
+/// The audit trail's ending of a call from its rendered answer (`answered`), `-31006` read as
+/// an unknown outcome. The one reading of an answer both eras' audit hooks use.
+pub(crate) fn audit_ending(bytes: &[u8]) -> crate::audit::Ending {
+    crate::audit::Ending::of_answer(answered(bytes), super::code::Code::OutcomeUnknown.value())
 }
 
 /// The integer at the start of `text` (after spaces), if any.
@@ -836,6 +840,8 @@ mod answered_tests {
     }
 }
 
+/// A JSON text decoded onto a tape that lives for the rest of the test process (leaked), for
+/// unit tests that need a `WireValue`.
 #[cfg(test)]
 pub(crate) fn leaked_value(text: &str) -> WireValue<'static> {
     let bytes = Box::leak(text.as_bytes().to_vec().into_boxed_slice());

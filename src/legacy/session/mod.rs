@@ -1724,13 +1724,7 @@ mod lifecycle_tests;
 
 /// The audit trail's ending of a run from its final response (`None`: it ended without one).
 fn audit_ending(payload: Option<&[u8]>) -> crate::audit::Ending {
-    let unknown = crate::wire::Code::OutcomeUnknown.value();
-    match payload {
-        Some(payload) => {
-            crate::audit::Ending::of_answer(crate::wire::jsonrpc::answered(payload), unknown)
-        }
-        None => crate::audit::Ending::Cancelled,
-    }
+    payload.map_or(crate::audit::Ending::Cancelled, crate::wire::jsonrpc::audit_ending)
 }
 
 #[cfg(test)]
