@@ -86,7 +86,6 @@ done
 source "$ROOT/scripts/apt-lib.sh"
 command -v redis-server >/dev/null || apt_install durable.sh redis-server
 command -v haproxy >/dev/null || apt_install durable.sh haproxy
-command -v redis-sentinel >/dev/null || apt_install durable.sh redis-sentinel
 echo "durable.sh: $(redis-server --version | cut -d' ' -f1-3), $(haproxy -v | head -n 1 | cut -d' ' -f1-3)"
 SCRIPT_NAME=durable.sh
 # shellcheck source=SCRIPTDIR/client-lib.sh
@@ -166,7 +165,9 @@ start_sentinels() {
             "sentinel down-after-milliseconds $SENTINEL_MASTER $SENTINEL_DOWN_AFTER_MS" \
             "sentinel failover-timeout $SENTINEL_MASTER $SENTINEL_FAILOVER_TIMEOUT_MS" \
             "sentinel parallel-syncs $SENTINEL_MASTER 2" >"$conf"
-        redis-sentinel "$conf" >"$RESULTS/sentinel-$i.log" 2>&1 &
+        # redis-server in sentinel mode: the same binary Debian's redis-sentinel package links
+        # to, without that package's service (which would start one more sentinel on 26379).
+        redis-server "$conf" --sentinel >"$RESULTS/sentinel-$i.log" 2>&1 &
         pids+=("$!")
         sentinel_ports="${sentinel_ports:+$sentinel_ports,}127.0.0.1:$port"
     done

@@ -90,6 +90,8 @@
 # npm into .cache/); installs everything else into .cache/ (and Debian's chromium, haproxy,
 # redis-server, valgrind and binutils, with apt; and prometheus).
 # Prints one line per suite and a final `suites: N passed, M failed`; exit 0 only when all passed.
+# Each suite's output is also kept in .cache/test-logs/SUITE.log, and a failing suite's failure
+# lines are printed again just before that last line.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -99,7 +101,7 @@ only="$ALL_SUITES"
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --only) only="${2:?--only needs a value}"; shift 2 ;;
-        --help) sed -n '2,61s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        --help) sed -n '2,/^set -euo/{/^set/d; s/^# \{0,1\}//p}' "$0"; exit 0 ;;
         *) echo "test.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -111,14 +113,9 @@ for s in "${selected[@]}"; do
     esac
 done
 
-passed=0
-failed=0
-summary=()
-cd "$ROOT"
-for s in "${selected[@]}"; do
-    echo "=== $s ==="
-    start=$SECONDS
-    rc=0
+# run_suite SUITE: runs one suite; its exit status is the suite's.
+run_suite() {
+    local s="$1" rc=0 missing
     case "$s" in
         cargo)
             # tests/durable_*.rs talk to real redis-servers (the cluster test creates its cluster
@@ -159,6 +156,28 @@ for s in "${selected[@]}"; do
             [ "$rc" != 0 ] || scripts/cost.sh || rc=$?
             ;;
     esac
+    return "$rc"
+}
+
+# Each suite's whole output is also kept in LOGS/SUITE.log, and the lines of a failing suite that
+# say why are printed again after the summary: a CI log is often read from its end only, and a
+# suite's verdict lines would otherwise sit far above it.
+LOGS="$ROOT/.cache/test-logs"
+# The lines of a failing suite's log printed again at the end, at most.
+FAILURE_LINES_MAX=12
+mkdir -p "$LOGS"
+passed=0
+failed=0
+summary=()
+failures=()
+cd "$ROOT"
+for s in "${selected[@]}"; do
+    echo "=== $s ==="
+    start=$SECONDS
+    set +e
+    run_suite "$s" 2>&1 | tee "$LOGS/$s.log"
+    rc=${PIPESTATUS[0]}
+    set -e
     secs=$((SECONDS - start))
     if [ "$rc" = 0 ]; then
         passed=$((passed + 1))
@@ -166,9 +185,16 @@ for s in "${selected[@]}"; do
     else
         failed=$((failed + 1))
         summary+=("FAIL $s (${secs}s, exit $rc)")
+        failures+=("$s")
     fi
 done
 echo "=== summary ==="
 printf '%s\n' "${summary[@]}"
+for s in "${failures[@]}"; do
+    echo "=== why $s failed (its log's failure lines; whole log: .cache/test-logs/$s.log) ==="
+    grep -E 'FAIL|panicked|failed|Error|error[:\[]|assert|timed out|never' "$LOGS/$s.log" |
+        grep -vE '^(PASS|ok )|, 0 failed|test result: ok' | tail -n "$FAILURE_LINES_MAX" ||
+        tail -n "$FAILURE_LINES_MAX" "$LOGS/$s.log"
+done
 echo "suites: $passed passed, $failed failed"
 [ "$failed" = 0 ]
