@@ -133,8 +133,10 @@ fn a_client_that_read_events_the_store_never_held_still_gets_the_adopters_final(
     let body = call(9, "slow_counter", r#"{"steps":60,"delay_ms":10}"#, true);
     let mut stream = call_stream(&first, &sid, &body, &[]);
     let mut cursor = String::new();
+    let mut read_ids = Vec::new();
     for _ in 0..12 {
         cursor = stream.next_event().expect("an event").id.expect("an id");
+        read_ids.push(cursor.clone());
     }
     drop(first); // SIGKILL: what the mirror still held back is lost with it
     drop(stream);
@@ -151,9 +153,57 @@ fn a_client_that_read_events_the_store_never_held_still_gets_the_adopters_final(
     assert_eq!(last["id"], 9, "{last}");
     let progress: Vec<u64> = events.iter().filter_map(progress_of).collect();
     assert!(progress.is_empty(), "nothing the client already holds comes again: {progress:?}");
+    // An event id names one event in a session (MCP: unique across its streams): the
+    // adopter's final must not reuse an id the dead node gave an event the client read, or a
+    // client that skips ids it holds never sees the final (the cluster stage's GET/re-POST
+    // loop: the final replayed on every GET, skipped every time).
+    let final_id = events.last().and_then(|e| e.id.clone()).expect("the final has an id");
+    assert!(
+        !read_ids.contains(&final_id),
+        "the final's id {final_id} names an event the client already read: {read_ids:?}"
+    );
     // The call is answered: a re-POST of it is refused, never run again.
     let again = post(&peer, &[("Mcp-Session-Id", &sid)], &body);
     assert_eq!(again.status, 409, "{}", again.text());
+}
+
+#[test]
+fn a_session_adopted_twice_serves_every_event_under_the_id_it_was_first_sent_with() {
+    // Goal: an event id names one event for the session's whole life (MCP: unique across its
+    // streams), across adoptions: each adopter's events take a tag of its own
+    // (`Session::retag`) and the tags before it are mirrored with the session, so a second
+    // adopter replays the first node's events and the first adopter's final under the ids the
+    // client was given, and the dead nodes' cursors still resume.
+    let Some(redis) = Redis::standalone() else { return };
+    let first = node(&redis, "1", &[]);
+    let sid = open_session(&first);
+    let body = call(5, "slow_counter", r#"{"steps":40,"delay_ms":20}"#, true);
+    let mut stream = call_stream(&first, &sid, &body, &[]);
+    let opening = stream.next_event().expect("a first event").id.expect("an id");
+    for _ in 0..3 {
+        stream.next_event().expect("an event");
+    }
+    std::thread::sleep(Duration::from_millis(200)); // the mirror catches up
+    drop(stream);
+    drop(first);
+    let second = node(&redis, "2", &[]);
+    std::thread::sleep(Duration::from_millis(400)); // past the 300 ms lease
+    let mut resumed = resume(&second, &sid, &opening);
+    assert_eq!(resumed.status, 200, "the first adopter resumes the stream");
+    let sent: Vec<(Option<String>, String)> =
+        resumed.rest().iter().map(|e| (e.id.clone(), e.data.clone())).collect();
+    let final_id = sent.last().and_then(|(id, _)| id.clone()).expect("a final with an id");
+    let tag = |id: &str| id.split('-').next().unwrap_or_default().to_owned();
+    assert_ne!(tag(&final_id), tag(&opening), "the adopter's final carries a tag of its own");
+    std::thread::sleep(Duration::from_millis(300)); // its image and final reach the store
+    drop(second);
+    let third = node(&redis, "3", &[]);
+    std::thread::sleep(Duration::from_millis(400));
+    let mut again = resume(&third, &sid, &opening);
+    assert_eq!(again.status, 200, "the second adopter resumes from the first node's id");
+    let replayed: Vec<(Option<String>, String)> =
+        again.rest().iter().map(|e| (e.id.clone(), e.data.clone())).collect();
+    assert_eq!(replayed, sent, "the same events under the same ids, the final included");
 }
 
 #[test]

@@ -389,6 +389,26 @@ pub(crate) fn crc16(bytes: &[u8]) -> u16 {
     bytes.iter().fold(0u16, |crc, &b| (crc << 8) ^ CRC16_TABLE[usize::from(((crc >> 8) as u8) ^ b)])
 }
 
+/// The `tags` field of a session's record (`Session::tag_of`): each tag its events had before
+/// an adoption, oldest first, as `UNTIL:TAG` in decimal, comma-separated.
+pub(crate) fn write_earlier_tags(out: &mut Vec<u8>, tags: &[(u64, u32)]) {
+    use std::io::Write as _;
+    for (i, (until, tag)) in tags.iter().enumerate() {
+        let comma = if i == 0 { "" } else { "," };
+        let _ = write!(out, "{comma}{until}:{tag}");
+    }
+}
+
+/// `write_earlier_tags` read back; a malformed entry is skipped (its events' ids then read as
+/// unknown cursors, never as another event's).
+pub(crate) fn parse_earlier_tags(text: &str) -> Vec<(u64, u32)> {
+    let entry = |e: &str| {
+        let (until, tag) = e.split_once(':')?;
+        Some((until.parse().ok()?, tag.parse().ok()?))
+    };
+    text.split(',').filter_map(entry).collect()
+}
+
 /// The Redis Cluster slot of key `key`: the CRC16 of its hash tag (what lies between its first
 /// `{` and the first `}` after it, when that is not empty), else of the whole key.
 pub(crate) fn slot(key: &[u8]) -> u16 {
@@ -554,5 +574,15 @@ mod tests {
         assert!((0..1000)
             .map(|n| session_slot(&format!("{n:038x}")))
             .all(|s| usize::from(s) < SLOTS));
+    }
+
+    #[test]
+    fn earlier_tags_read_back_as_written() {
+        let tags = [(12, 7), (4_000_000_000_000, u32::MAX)];
+        let mut text = Vec::new();
+        write_earlier_tags(&mut text, &tags);
+        assert_eq!(text, b"12:7,4000000000000:4294967295");
+        assert_eq!(parse_earlier_tags(std::str::from_utf8(&text).unwrap()), tags);
+        assert_eq!(parse_earlier_tags("x:1,5:2,6"), [(5, 2)], "malformed entries skipped");
     }
 }

@@ -36,6 +36,9 @@ pub(crate) struct SessionImage {
     pub(crate) owner: u8,
     /// Its event-id tag.
     pub(crate) tag: u32,
+    /// The tags its event ids had before adoptions, oldest first: `(until, tag)`, the events
+    /// below `until` carry `tag` (`Session::tag_of`); empty for a session never adopted.
+    pub(crate) earlier_tags: Vec<(u64, u32)>,
     /// The negotiated protocol version.
     pub(crate) version: String,
     /// The subject whose token opened it (authorization on).

@@ -488,6 +488,7 @@ impl RedisStore {
             // The node it is taken from: an adopter ends that node's running calls in its name.
             owner,
             tag: text("tag").and_then(|t| t.parse().ok()).unwrap_or(0),
+            earlier_tags: text("tags").map(keys::parse_earlier_tags).unwrap_or_default(),
             version: text("rev").unwrap_or("").to_owned(),
             subject: text("subject").map(str::to_owned),
             client: text("client").unwrap_or("{}").to_owned(),
@@ -645,7 +646,9 @@ fn push_stream(pipe: &mut Pipeline, sid: &str, key: u32, record: &StreamRecord) 
 fn push_image(pipe: &mut Pipeline, image: &SessionImage, entries: &mut VecDeque<Entry>) {
     let sid = &*image.sid;
     delete_session(pipe, sid);
-    pipe.command(if image.subject.is_some() { 18 } else { 16 })
+    let optional =
+        2 * (usize::from(image.subject.is_some()) + usize::from(!image.earlier_tags.is_empty()));
+    pipe.command(16 + optional)
         .arg(b"HSET")
         .arg_key(SessionKey::Record, sid)
         .arg(b"owner")
@@ -664,6 +667,9 @@ fn push_image(pipe: &mut Pipeline, image: &SessionImage, entries: &mut VecDeque<
         .arg(b"0");
     if let Some(subject) = &image.subject {
         pipe.arg(b"subject").arg(subject.as_bytes());
+    }
+    if !image.earlier_tags.is_empty() {
+        pipe.arg(b"tags").arg_written(|out| keys::write_earlier_tags(out, &image.earlier_tags));
     }
     for (key, record) in &image.streams {
         push_stream(pipe, sid, *key, record);
@@ -1015,6 +1021,7 @@ mod tests {
             sid: sid.clone(),
             owner: 1,
             tag: 7,
+            earlier_tags: Vec::new(),
             version: "2025-11-25".into(),
             subject: None,
             client: "{}".into(),

@@ -294,10 +294,10 @@ pub(super) fn owed_streams(s: &Session, refused: &Refused, emit: &mut dyn FnMut(
     let mut ids = [[0; EVENT_ID_LEN_MAX]; 3];
     for st in listed(s, refused) {
         let [last, first, written] = &mut ids;
-        let last_len = session::event_id_into(last, s.tag, st.key, st.resume_hint());
-        let first_len = session::event_id_into(first, s.tag, st.key, st.first);
+        let last_len = s.event_id_into(last, st.key, st.resume_hint());
+        let first_len = s.event_id_into(first, st.key, st.first);
         let seq = st.written().max(st.first);
-        let written_len = session::event_id_into(written, s.tag, st.key, seq);
+        let written_len = s.event_id_into(written, st.key, seq);
         emit(OwedStream {
             request_id: st.request_id.as_ref(),
             last_event_id: &last[..last_len],
@@ -320,9 +320,10 @@ pub(super) fn conflict<J>(
 ) -> Outcome<J> {
     let s = session.borrow();
     let mut hint = [0; EVENT_ID_LEN_MAX];
-    let hint_len = listed(&s, refused)
-        .next()
-        .map_or(0, |st| session::event_id_into(&mut hint, s.tag, st.key, st.resume_hint()));
+    let hint_len = listed(&s, refused).next().map_or(0, |st| {
+        let seq = st.resume_hint();
+        session::event_id_into(&mut hint, s.tag_of(seq), st.key, seq)
+    });
     let body_at = out.len();
     let matched_by = refused.matched_by.map(MatchedBy::as_str);
     crate::wire::push_conflict(out, id, refused.code, matched_by, |emit| {

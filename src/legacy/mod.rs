@@ -197,8 +197,10 @@ fn resume(
     let Some((tag, key, after)) = session::parse_event_id(text) else {
         return refuse(out, Refusal::BadLastEventId, None, keep_alive);
     };
-    let after = s.cursor_after_cut_off(key, after);
-    let Some(start) = s.resume_start(key, after).ok().filter(|_| tag == s.tag) else {
+    let Some(after) = s.cursor(tag, key, after) else {
+        return refuse(out, Refusal::BadLastEventId, None, keep_alive);
+    };
+    let Ok(start) = s.resume_start(key, after) else {
         return refuse(out, Refusal::BadLastEventId, None, keep_alive);
     };
     core.metrics.replays_total.inc();

@@ -143,13 +143,12 @@ pub(crate) fn fill_batch(
         }
         ResumeStart::Caught => {}
         ResumeStart::From(first) => {
-            let tag = session.tag;
             for ev in session.ring.iter_from(first) {
                 if ev.stream != key {
                     break;
                 }
                 let mut id = [0u8; crate::legacy::session::EVENT_ID_LEN_MAX];
-                let id_len = crate::legacy::session::event_id_into(&mut id, tag, key, ev.seq);
+                let id_len = session.event_id_into(&mut id, key, ev.seq);
                 let rewritten = rewrite.filter(|_| !ev.payload.is_empty()).map(|rw| {
                     rewrite_event(rw, ev.payload, Some(ev.seq) == final_seq, body_offset)
                 });

@@ -374,6 +374,13 @@ struct Rare {
     /// Streams adoption ended with `-31006`, each with the last of its events the store held
     /// (`cursor_after_cut_off`).
     cut_off: Vec<(StreamKey, EventSeq)>,
+    /// The tags of the session's event ids before each adoption still visible in its ring,
+    /// oldest first: `(until, tag)`, the events below `until` (and at or above the previous
+    /// entry's) carry `tag`; the session's own `tag` is for the rest (`tag_of`). An adopter
+    /// takes a new tag (`retag`) because the dead node may have issued ids past what the store
+    /// held: with the old tag the adopter's events would take those ids again, for other
+    /// events (an event id names one event in a session).
+    earlier_tags: Vec<(EventSeq, u32)>,
     /// Audited calls (`--audit-log`) whose run had not ended when their POST was answered:
     /// each gets its line when its run ends (`end_run`) or its stream goes.
     audited: Vec<(StreamKey, crate::audit::Pending)>,
@@ -1349,7 +1356,76 @@ impl Session {
 
     /// Encodes the wire event id of `seq` on `stream`: `<tag>-<stream>-<seq>` in hex.
     pub fn push_event_id(&self, out: &mut Vec<u8>, stream: StreamKey, seq: EventSeq) {
-        push_event_id(out, self.tag, stream, seq);
+        push_event_id(out, self.tag_of(seq), stream, seq);
+    }
+
+    /// Writes the wire event id of `seq` on `stream` into `out`; its length.
+    #[inline]
+    pub fn event_id_into(
+        &self,
+        out: &mut [u8; EVENT_ID_LEN_MAX],
+        stream: StreamKey,
+        seq: EventSeq,
+    ) -> usize {
+        event_id_into(out, self.tag_of(seq), stream, seq)
+    }
+
+    /// The tag of event `seq`'s id: the session's, or, for an event from before an adoption,
+    /// the tag it had then (`Rare::earlier_tags`).
+    #[inline]
+    pub fn tag_of(&self, seq: EventSeq) -> u32 {
+        match self.rare.as_deref() {
+            Some(rare) if seq < self.retagged_at() => rare
+                .earlier_tags
+                .iter()
+                .find(|&&(until, _)| seq < until)
+                .map_or(self.tag, |&(_, tag)| tag),
+            _ => self.tag,
+        }
+    }
+
+    /// The first sequence number whose id carries the session's own tag: 0 for a session
+    /// never adopted (every id does).
+    #[inline]
+    pub fn retagged_at(&self) -> EventSeq {
+        let last = self.rare.as_deref().and_then(|rare| rare.earlier_tags.last());
+        last.map_or(EventSeq(0), |&(until, _)| until)
+    }
+
+    /// Gives the events from the ring's next one on the id tag `tag` (adoption, `restore`);
+    /// the events before keep theirs. Tags of events the ring no longer holds are forgotten
+    /// (a cursor naming one is then refused as unknown), so the list never outgrows the
+    /// adoptions whose events the ring still holds.
+    pub(crate) fn retag(&mut self, tag: u32) {
+        let (until, oldest, before) = (self.ring.next_seq(), self.ring.oldest(), self.tag);
+        let rare = self.rare_mut();
+        rare.earlier_tags.retain(|&(end, _)| oldest.is_some_and(|o| end > o));
+        rare.earlier_tags.push((until, before));
+        self.tag = tag;
+    }
+
+    /// The tags before adoptions, as the store keeps them (`SessionImage::earlier_tags`).
+    pub(crate) fn set_earlier_tags(&mut self, tags: &[(u64, u32)]) {
+        if !tags.is_empty() {
+            let rare = self.rare_mut();
+            rare.earlier_tags = tags.iter().map(|&(until, tag)| (EventSeq(until), tag)).collect();
+        }
+    }
+
+    /// The cursor a `Last-Event-ID` of stream `key` names (`tag`, `after` parsed from it), in
+    /// this session's numbering; `None` when the session never issued it. An id with the tag
+    /// of the node an adoption took the session from, past what the store held, was issued by
+    /// that node and never mirrored: for a stream adoption ended with `-31006` the resume
+    /// continues from the last event the store held (`cursor_after_cut_off`), so the client
+    /// gets the final, whose id is new to it.
+    pub fn cursor(&self, tag: u32, key: StreamKey, after: EventSeq) -> Option<EventSeq> {
+        if tag == self.tag_of(after) {
+            return Some(self.cursor_after_cut_off(key, after));
+        }
+        let retagged_at = self.retagged_at();
+        let &(_, dead_tag) = self.rare.as_deref()?.earlier_tags.last()?;
+        let held = self.rare.as_deref()?.cut_off.iter().find(|&&(k, _)| k == key);
+        held.filter(|_| tag == dead_tag && after >= retagged_at).map(|&(_, held)| held)
     }
 
     /// Reports `change` to the session's observer, the durable mirror (none without
@@ -1441,6 +1517,9 @@ impl Session {
             sid: sid.clone(),
             owner,
             tag: self.tag,
+            earlier_tags: self.rare.as_deref().map_or_else(Vec::new, |rare| {
+                rare.earlier_tags.iter().map(|&(until, tag)| (until.0, tag)).collect()
+            }),
             version: self.version().to_owned(),
             subject: self.subject().map(str::to_owned),
             client: client.to_owned(),

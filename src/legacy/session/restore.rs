@@ -60,11 +60,37 @@ pub(crate) fn restore(
             st.evicted_through = EventSeq(oldest.0 - 1);
         }
     }
+    // The dead node may have issued ids past what the store held (the mirror is
+    // asynchronous): this node's events take a tag of their own, so none of its ids is one the
+    // dead node gave another event (`Session::retag`), the `-31006` finals below included.
+    s.set_earlier_tags(&image.earlier_tags);
+    s.retag(fresh_tag(image));
     for (key, record) in &image.streams {
         settle_stream(&mut s, StreamKey(*key), record, dead);
     }
     s.mirror = Some(Box::new(mirror));
     Ok(s)
+}
+
+/// A random event-id tag that none of the session's ids had before (its tag, the earlier
+/// ones); without randomness, one derived from them, still distinct.
+fn fresh_tag(image: &SessionImage) -> u32 {
+    let taken = |t: u32| t == image.tag || image.earlier_tags.iter().any(|&(_, e)| e == t);
+    let mut candidate = image.tag.rotate_left(16) ^ 0x5bd1_e995;
+    for _ in 0..8 {
+        let mut b = [0u8; 4];
+        if getrandom::fill(&mut b).is_ok() {
+            candidate = u32::from_le_bytes(b);
+        }
+        if !taken(candidate) {
+            break;
+        }
+        candidate = candidate.wrapping_add(1);
+    }
+    while taken(candidate) {
+        candidate = candidate.wrapping_add(1);
+    }
+    candidate
 }
 
 /// Adds stream `key` as its `record` names it, running and detached.
