@@ -259,6 +259,10 @@ fn failover_loss(extra: &[&str]) -> Loss {
     let alone = holding(alone);
     drop(server); // SIGKILL: it never rewrites its sessions on the promoted replica
     primary.kill();
+    // The dead primary's port held (never answering): a server another test starts at once
+    // could get it, and the resumed replica would sync that empty server's data.
+    let _port_held = std::net::TcpListener::bind(("127.0.0.1", primary.port))
+        .expect("the dead primary's port free to hold");
     replica.signal("CONT");
     let killed = Instant::now();
     wait_for(Duration::from_secs(15), "the replica promoted", || {
