@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Usage: scripts/durable-cost.sh [--runs N] [--duration D] [--warmup D] [--server-cpu N]
-#                                [--load-cpu N] [--out DIR] [--no-build]
+# Usage: scripts/durable-cost.sh [--store single|sentinel|replicas|cluster] [--runs N]
+#                                [--duration D] [--warmup D] [--server-cpu N] [--load-cpu N]
+#                                [--out DIR] [--no-build]
 #
 # What the durable mirror (--durable, issue 20) costs, with a real redis-server (Debian's
 # package, apt-installed when missing): the same release binary started plain and with
@@ -17,11 +18,24 @@
 # also reads each server thread's and redis-server's CPU time (/proc, user + system) and
 # reports it per call or event: where the durable node's time goes (durable-cost-cpu.txt).
 #
+# The store (--store, issue 41 item 5), every redis-server of it on --load-cpu:
+#   single    one redis-server, --durable redis://… (the default)
+#   sentinel  a primary, one replica and three sentinels (redis-server CONF --sentinel),
+#             --durable redis+sentinel://…/tm: the primary's acknowledgement, as single
+#   replicas  the same with --durable-replicas 1: every batch ends with WAIT 1 (bounded by
+#             --durable-write-ahead-ms), so a non-idempotent call's start waits for the replica
+#   cluster   three primaries (redis-cli --cluster create, no replicas),
+#             --durable redis+cluster://…: each batch split per shard
+# Other kinds than single write durable-cost-KIND.md (and -KIND.json, -KIND-runs/); the store
+# figures (tests/durable/cost.py reads one server's memory) run on single, sentinel and replicas
+# (on the primary), not on cluster.
+#
 # Output (default target/bench/): durable-cost.md (medians and durable/plain ratios, the CPU
 # split, then the store figures), durable-cost.json, durable-cost-runs/*.json (and *.cpu0/1,
 # the CPU samples), logs/.
 #
 # Flags:
+#   --store KIND      single, sentinel, replicas or cluster (default single)
 #   --runs N          runs per server and scenario (default 3)
 #   --duration D      measurement window per run (default 5s)
 #   --warmup D        warm-up per run (default 1s)
@@ -39,9 +53,11 @@ SERVER_CPU=0
 LOAD_CPU=1
 OUT="$ROOT/target/bench"
 BUILD=1
+STORE=single
 
 while [ $# -gt 0 ]; do
     case "$1" in
+        --store) STORE="$2"; shift 2 ;;
         --runs) RUNS="$2"; shift 2 ;;
         --duration) DURATION="$2"; shift 2 ;;
         --warmup) WARMUP="$2"; shift 2 ;;
@@ -54,9 +70,15 @@ while [ $# -gt 0 ]; do
     esac
 done
 
+case "$STORE" in
+    single) NAME=durable-cost ;;
+    sentinel|replicas|cluster) NAME="durable-cost-$STORE" ;;
+    *) echo "durable-cost.sh: unknown --store $STORE (single, sentinel, replicas, cluster)" >&2; exit 2 ;;
+esac
+
 TIDEMARK_BIN="$ROOT/target/release/tidemark"
 LOAD_BIN="$ROOT/target/release/tidemark-load"
-RUNS_DIR="$OUT/durable-cost-runs"
+RUNS_DIR="$OUT/$NAME-runs"
 mkdir -p "$RUNS_DIR" "$OUT/logs"
 rm -f "$RUNS_DIR"/*.json
 
@@ -72,19 +94,89 @@ if [ "$BUILD" = 1 ]; then
     (cd "$ROOT" && cargo build --release --quiet -p tidemark -p tidemark-load)
 fi
 
-REDIS_PID=""
+# Every redis-server of the store (sentinels too), for the CPU samples and the clean-up.
+STORE_PIDS=()
+SENTINEL_PIDS=()
 PEER_PIDS=()
+STORE_DIR="$(mktemp -d)"
 cleanup() {
     stop_server
-    for pid in "${PEER_PIDS[@]}" $REDIS_PID; do kill -9 "$pid" 2>/dev/null || true; done
+    for pid in "${PEER_PIDS[@]}" "${STORE_PIDS[@]}" "${SENTINEL_PIDS[@]}"; do
+        kill -9 "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    rm -rf "$STORE_DIR"
 }
 trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# redis_cli PORT COMMAND...: one command to the server on PORT, its reply on stdout.
+redis_cli() { local port="$1"; shift; redis-cli -p "$port" "$@"; }
+# start_redis NAME PORT [ARGS...]: a redis-server on --load-cpu, waited for (PING).
+start_redis() {
+    local name="$1" port="$2"
+    shift 2
+    "${PIN_LOAD[@]}" redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+        --dir "$STORE_DIR" "$@" >"$OUT/logs/$NAME-$name.log" 2>&1 &
+    STORE_PIDS+=($!)
+    for _ in $(seq 1 100); do
+        [ "$(redis_cli "$port" ping 2>/dev/null)" = PONG ] && return 0
+        sleep 0.05
+    done
+    echo "durable-cost.sh: redis-server $name on $port did not answer" >&2
+    exit 1
+}
+# start_sentinel_store: a primary, one replica and three sentinels (quorum 2); sets STORE_URL.
+start_sentinel_store() {
+    local replica i port conf sentinels=""
+    start_redis primary "$REDIS_PORT"
+    replica="$(free_port)"
+    start_redis replica "$replica" --replicaof 127.0.0.1 "$REDIS_PORT" --repl-diskless-sync-delay 0
+    for _ in $(seq 1 100); do
+        redis_cli "$replica" info replication | grep -q master_link_status:up && break
+        sleep 0.1
+    done
+    for i in 1 2 3; do
+        port="$(free_port)"; conf="$STORE_DIR/sentinel-$i.conf"
+        printf '%s\n' "port $port" "bind 127.0.0.1" "sentinel monitor tm 127.0.0.1 $REDIS_PORT 2" \
+            "sentinel down-after-milliseconds tm 1000" >"$conf"
+        "${PIN_LOAD[@]}" redis-server "$conf" --sentinel >"$OUT/logs/$NAME-sentinel-$i.log" 2>&1 &
+        SENTINEL_PIDS+=($!)
+        sentinels="${sentinels:+$sentinels,}127.0.0.1:$port"
+    done
+    for _ in $(seq 1 150); do
+        redis_cli "$port" sentinel master tm 2>/dev/null | tr '\n' ' ' |
+            grep -q 'num-slaves 1 .*num-other-sentinels 2 ' && break
+        sleep 0.1
+    done
+    STORE_URL="redis+sentinel://$sentinels/tm"
+}
+# start_cluster_store: three cluster-enabled servers made three primaries; sets STORE_URL.
+start_cluster_store() {
+    local i port hosts=() seeds=""
+    for i in 1 2 3; do
+        port="$(free_port)"
+        start_redis "cluster-$i" "$port" --cluster-enabled yes \
+            --cluster-config-file "$STORE_DIR/nodes-$i.conf" --cluster-port "$(free_port)"
+        hosts+=("127.0.0.1:$port")
+        seeds="${seeds:+$seeds,}127.0.0.1:$port"
+    done
+    redis-cli --cluster create "${hosts[@]}" --cluster-replicas 0 --cluster-yes \
+        >"$OUT/logs/$NAME-cluster-create.log" 2>&1
+    for _ in $(seq 1 150); do
+        redis_cli "$port" cluster info | grep -q cluster_state:ok && break
+        sleep 0.1
+    done
+    STORE_URL="redis+cluster://$seeds"
+}
 REDIS_PORT="$(free_port)"
-"${PIN_LOAD[@]}" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
-    >"$OUT/logs/durable-cost-redis.log" 2>&1 &
-REDIS_PID=$!
-sleep 0.5
+DURABLE_EXTRA=()
+case "$STORE" in
+    single) start_redis single "$REDIS_PORT"; STORE_URL="redis://127.0.0.1:$REDIS_PORT" ;;
+    sentinel) start_sentinel_store ;;
+    replicas) start_sentinel_store; DURABLE_EXTRA=(--durable-replicas 1) ;;
+    cluster) start_cluster_store; REDIS_PORT="" ;;
+esac
+echo "durable-cost.sh: store $STORE: --durable $STORE_URL ${DURABLE_EXTRA[*]}"
 
 FAILED=0
 # seconds D: a duration as the load generator takes it (5s, 500ms) in seconds, for sleep.
@@ -95,20 +187,26 @@ seconds() {
         *) echo "$1" ;;
     esac
 }
-# cpu_sample PID: one line per thread of PID, then redis-server's: NAME USER+SYSTEM clock ticks.
+# cpu_sample PID: one line per thread of PID, then one per redis-server of the store and per
+# sentinel: NAME USER+SYSTEM clock ticks (the split sums each name's lines).
 cpu_sample() {
     local task
     for task in /proc/"$1"/task/*; do
         echo "$(cat "$task/comm" 2>/dev/null) $(awk '{ print $14 + $15 }' "$task/stat" 2>/dev/null)"
     done
-    echo "redis-server $(awk '{ print $14 + $15 }' /proc/"$REDIS_PID"/stat)"
+    for pid in "${STORE_PIDS[@]}"; do
+        echo "redis-server $(awk '{ print $14 + $15 }' /proc/"$pid"/stat)"
+    done
+    for pid in "${SENTINEL_PIDS[@]}"; do
+        echo "redis-sentinel $(awk '{ print $14 + $15 }' /proc/"$pid"/stat)"
+    done
 }
 # one LABEL SCENARIO RUN LOAD_ARGS...: LABEL plain or durable.
 one() {
     local label="$1" scenario="$2" run="$3"
     shift 3
-    local log="$OUT/logs/durable-cost-$scenario-$label-$run" durable_flags=()
-    [ "$label" = durable ] && durable_flags=(--durable "redis://127.0.0.1:$REDIS_PORT")
+    local log="$OUT/logs/$NAME-$scenario-$label-$run" durable_flags=()
+    [ "$label" = durable ] && durable_flags=(--durable "$STORE_URL" "${DURABLE_EXTRA[@]}")
     start_server "$log.server.log" "${PIN_SERVER[@]}" "$TIDEMARK_BIN" \
         --listen 127.0.0.1:0 --threads 1 --tools demo "${durable_flags[@]}"
     echo "== $scenario $* against $label, run $run/$RUNS"
@@ -135,13 +233,13 @@ for run in $(seq 1 "$RUNS"); do
     for label in "${order[@]}"; do one "$label" stream "$run" --connections 16 --steps 1000; done
 done
 
-"$LOAD_BIN" report --ratio durable/plain --markdown "$OUT/durable-cost.md.tmp" \
-    --json "$OUT/durable-cost.json" --title "tidemark: plain vs --durable (median runs)" \
+"$LOAD_BIN" report --ratio durable/plain --markdown "$OUT/$NAME.md.tmp" \
+    --json "$OUT/$NAME.json" --title "tidemark: plain vs --durable, store $STORE (median runs)" \
     "$RUNS_DIR"/*.json >/dev/null
 
 # The CPU split: per thread, its CPU time in the measured window per call (echo) or per event
 # (stream), median over the runs; the window's count is its throughput times its length.
-python3 - "$RUNS_DIR" "$(seconds "$DURATION")" "$(getconf CLK_TCK)" >"$OUT/durable-cost-cpu.txt" <<'PY'
+python3 - "$RUNS_DIR" "$(seconds "$DURATION")" "$(getconf CLK_TCK)" >"$OUT/$NAME-cpu.txt" <<'PY'
 import glob, json, os, statistics, sys
 runs, window, hz = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 split = {}
@@ -168,17 +266,13 @@ for (scenario, unit, label, name), values in sorted(split.items()):
     print(f"  {scenario:7} {label:8} {name:16} {statistics.median(values):7.2f} µs per {unit}")
 PY
 
-# The store figures: two durable nodes on the same Redis (flushed first).
-python3 - "$REDIS_PORT" <<'PY'
-import socket, sys
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-s.sendall(b"FLUSHALL\r\n"); s.recv(100)
-PY
+# The store figures: two durable nodes on the same store (flushed first; the primary).
 start_peer() {
     local id="$1"
-    local log="$OUT/logs/durable-cost-node$id.log"
+    local log="$OUT/logs/$NAME-node$id.log"
     "$TIDEMARK_BIN" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --node-id "$id" --threads 2 \
-        --tools demo --durable "redis://127.0.0.1:$REDIS_PORT" --durable-lease-ms 1000 >"$log" 2>&1 &
+        --tools demo --durable "$STORE_URL" "${DURABLE_EXTRA[@]}" --durable-lease-ms 1000 \
+        >"$log" 2>&1 &
     PEER_PIDS+=($!)
     for _ in $(seq 1 200); do
         grep -q 'listening on' "$log" && break
@@ -187,32 +281,38 @@ start_peer() {
     PEER_URL="$(grep -o 'http://[^ ]*/mcp' "$log" | head -n 1)"
     PEER_ADMIN="$(grep -o 'metrics=http://[^ ]*' "$log" | head -n 1 | sed 's/^metrics=//; s#/metrics$##')"
 }
-start_peer 1; URL1="$PEER_URL"; ADMIN1="$PEER_ADMIN"; PID1="${PEER_PIDS[0]}"
-start_peer 2; URL2="$PEER_URL"; ADMIN2="$PEER_ADMIN"
-python3 "$ROOT/tests/durable/cost.py" --node1 "$URL1" --admin1 "$ADMIN1" --node2 "$URL2" \
-    --admin2 "$ADMIN2" --node1-pid "$PID1" --redis-port "$REDIS_PORT" --lease-ms 1000 \
-    >"$OUT/durable-cost-store.txt" || FAILED=1
+if [ -n "$REDIS_PORT" ]; then
+    redis_cli "$REDIS_PORT" flushall >/dev/null
+    start_peer 1; URL1="$PEER_URL"; ADMIN1="$PEER_ADMIN"; PID1="${PEER_PIDS[0]}"
+    start_peer 2; URL2="$PEER_URL"; ADMIN2="$PEER_ADMIN"
+    python3 "$ROOT/tests/durable/cost.py" --node1 "$URL1" --admin1 "$ADMIN1" --node2 "$URL2" \
+        --admin2 "$ADMIN2" --node1-pid "$PID1" --redis-port "$REDIS_PORT" --lease-ms 1000 \
+        >"$OUT/$NAME-store.txt" || FAILED=1
+else
+    echo "not run on a cluster (tests/durable/cost.py reads one server's memory)" >"$OUT/$NAME-store.txt"
+fi
 
 {
     echo "Machine: $(nproc --all) vCPU $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'),"
-    echo "$(uname -sr), $(rustc --version), $(redis-server --version | cut -d' ' -f1-3). Server: 1 worker"
-    echo "thread and the mirror thread on CPU $SERVER_CPU; load generator and redis-server on CPU $LOAD_CPU; $RUNS alternating"
+    echo "$(uname -sr), $(rustc --version), $(redis-server --version | cut -d' ' -f1-3). Store: $STORE"
+    echo "(--durable $STORE_URL ${DURABLE_EXTRA[*]}). Server: 1 worker thread and the mirror thread"
+    echo "on CPU $SERVER_CPU; load generator and every redis-server on CPU $LOAD_CPU; $RUNS alternating"
     echo "run(s) of $DURATION after $WARMUP warm-up; medians."
     echo
-    cat "$OUT/durable-cost.md.tmp"
+    cat "$OUT/$NAME.md.tmp"
     echo
     echo '```'
-    cat "$OUT/durable-cost-cpu.txt"
+    cat "$OUT/$NAME-cpu.txt"
     echo '```'
     echo
     echo "Store figures (tests/durable/cost.py, one run):"
     echo
     echo '```'
-    cat "$OUT/durable-cost-store.txt"
+    cat "$OUT/$NAME-store.txt"
     echo '```'
-} >"$OUT/durable-cost.md"
-rm -f "$OUT/durable-cost.md.tmp"
-cat "$OUT/durable-cost.md"
+} >"$OUT/$NAME.md"
+rm -f "$OUT/$NAME.md.tmp"
+cat "$OUT/$NAME.md"
 echo
-echo "durable-cost.sh: wrote $OUT/durable-cost.md, durable-cost.json"
+echo "durable-cost.sh: wrote $OUT/$NAME.md, $NAME.json"
 exit "$FAILED"

@@ -283,6 +283,38 @@ mod tests {
     }
 
     #[test]
+    fn durable_cluster_limits_take_their_bounds_and_refuse_past_them() {
+        // Goal: --durable-cluster-redirects-max is 0..=16 and --durable-claims-ttl-ms
+        // 2000..=3600000, each refused one past a bound at start-up with the bound named.
+        // Method: parse the defaults, each bound and one past it, and validate.
+        let with = |extra: &[&str]| {
+            let args = ["tidemark", "--durable", "redis+cluster://127.0.0.1:7000"];
+            Config::try_from_args(args.iter().chain(extra).copied()).expect("parses")
+        };
+        let cfg = with(&[]).durable.expect("durable");
+        assert_eq!(cfg.cluster_redirects_max, config::DURABLE_CLUSTER_REDIRECTS_MAX);
+        assert_eq!(cfg.claims_ttl, Duration::from_secs(60));
+        let most = config::DURABLE_CLUSTER_REDIRECTS_MOST.to_string();
+        for good in ["0", &most] {
+            let cfg = with(&["--durable-cluster-redirects-max", good]);
+            cfg.validate().expect("inside the bounds");
+        }
+        let past = (config::DURABLE_CLUSTER_REDIRECTS_MOST + 1).to_string();
+        let bad = with(&["--durable-cluster-redirects-max", &past]).validate().expect_err("past");
+        assert!(bad.to_string().contains("--durable-cluster-redirects-max must be at most 16"));
+        let (min, max) = (config::DURABLE_CLAIMS_TTL_MS_MIN, config::DURABLE_CLAIMS_TTL_MS_MAX);
+        for good in [min, max] {
+            let cfg = with(&["--durable-claims-ttl-ms", &good.to_string()]);
+            assert_eq!(cfg.durable.as_ref().expect("durable").claims_ttl.as_millis() as u64, good);
+            cfg.validate().expect("inside the bounds");
+        }
+        for past in [min - 1, max + 1] {
+            let cfg = with(&["--durable-claims-ttl-ms", &past.to_string()]);
+            let bad = cfg.validate().expect_err("outside the bounds").to_string();
+            assert!(bad.contains("--durable-claims-ttl-ms must be 2000 to 3600000"), "{bad}");
+        }
+    }
+    #[test]
     fn node_id_defaults_to_zero_takes_its_largest_value_and_refuses_past_it() {
         // Goal: --node-id is 0..=NODE_ID_MAX (the ids' two-digit prefix); past it is refused at
         // parse time with the range named. Method: parse the default, the limit, one past it.

@@ -25,8 +25,10 @@ const SESSIONS: usize = 24;
 /// Progress steps of each call.
 const STEPS: u64 = 3;
 
-/// Six cluster-enabled servers made three primaries with a replica each.
+/// Six cluster-enabled servers made three primaries with a replica each (or three alone).
 struct Cluster {
+    /// The nodes' `nodes.conf` files and RDB files (one per cluster: the tests run at once).
+    dir: std::path::PathBuf,
     nodes: Vec<Redis>,
     /// Each node's cluster bus port.
     buses: Vec<u16>,
@@ -34,8 +36,7 @@ struct Cluster {
 
 /// Cluster node `index` on `port`, its cluster bus on `bus` (given: the default, `port` + 10000,
 /// is past 65535 for an ephemeral port above 55535).
-fn cluster_node(index: usize, port: u16, bus: u16) -> Redis {
-    let dir = scratch_dir();
+fn cluster_node(dir: &std::path::Path, index: usize, port: u16, bus: u16) -> Redis {
     let conf = dir.join(format!("nodes-{index}.conf"));
     let conf = conf.to_str().expect("utf-8 path").to_owned();
     Redis::start_on(
@@ -58,24 +59,28 @@ fn cluster_node(index: usize, port: u16, bus: u16) -> Redis {
 }
 
 impl Cluster {
-    fn create() -> Cluster {
-        for index in 0..6 {
-            let _ = std::fs::remove_file(scratch_dir().join(format!("nodes-{index}.conf")));
-        }
-        let buses: Vec<u16> = (0..6).map(|_| free_port()).collect();
-        let nodes: Vec<Redis> = (0..6).map(|i| cluster_node(i, free_port(), buses[i])).collect();
+    /// Three primaries with `replicas` (0 or 1) each.
+    fn create(replicas: usize) -> Cluster {
+        let count = 3 * (1 + replicas);
+        let dir = scratch_dir().join(format!("cluster-{}", free_port()));
+        std::fs::create_dir_all(&dir).expect("the cluster's dir");
+        let buses: Vec<u16> = (0..count).map(|_| free_port()).collect();
+        let nodes: Vec<Redis> =
+            (0..count).map(|i| cluster_node(&dir, i, free_port(), buses[i])).collect();
         let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
         args.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)));
-        args.extend(["--cluster-replicas", "1", "--cluster-yes"].map(String::from));
+        args.extend(
+            ["--cluster-replicas", &replicas.to_string(), "--cluster-yes"].map(String::from),
+        );
         let out = Command::new("redis-cli").args(&args).output().expect("redis-cli");
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
-        let cluster = Cluster { nodes, buses };
+        let cluster = Cluster { dir, nodes, buses };
         wait_until(Duration::from_secs(30), "the cluster ok, every replica in sync", || {
             cluster
                 .nodes
                 .iter()
                 .all(|n| n.command("CLUSTER INFO").is_some_and(|i| i.contains("cluster_state:ok")))
-                && cluster.replica_count() == 3
+                && cluster.replica_count() == 3 * replicas
         });
         cluster
     }
@@ -105,24 +110,30 @@ impl Cluster {
     /// The primary holding session `sid`'s keys and what `line` answers there (`KEY` in it: the
     /// session's record).
     fn on_session(&self, sid: &str, line: &str) -> Option<(usize, String)> {
-        let key = store_key("tm:s:", sid);
+        self.on_key(&store_key("tm:s:", sid), line)
+    }
+
+    /// The primary holding `key` and what `line` answers there (`KEY` in it: `key`).
+    fn on_key(&self, key: &str, line: &str) -> Option<(usize, String)> {
         self.primaries().into_iter().find_map(|p| {
-            let answer = self.nodes[p].command(&line.replace("KEY", &key))?;
+            let answer = self.nodes[p].command(&line.replace("KEY", key))?;
             (!answer.starts_with("-MOVED")).then_some((p, answer))
         })
     }
 }
 
+/// `--durable-claims-ttl-ms` of the nodes that wait for a replica: far under the 60 s default,
+/// so a claim's time to live in the store shows the flag reached the script.
+const CLAIMS_TTL_MS: u64 = 20_000;
+
 fn node(id: &str, url: &str) -> Server {
-    let server = Server::start(&[
-        "--node-id",
-        id,
-        "--threads",
-        "2",
-        "--durable",
-        url,
-        "--durable-replicas",
-        "1",
+    let ttl = CLAIMS_TTL_MS.to_string();
+    node_with(id, url, &["--durable-replicas", "1", "--durable-claims-ttl-ms", &ttl])
+}
+
+fn node_with(id: &str, url: &str, extra: &[&str]) -> Server {
+    let mut args = vec!["--node-id", id, "--threads", "2", "--durable", url];
+    args.extend([
         "--durable-lease-ms",
         "300",
         "--metrics-listen",
@@ -130,6 +141,8 @@ fn node(id: &str, url: &str) -> Server {
         "--tools",
         "demo",
     ]);
+    args.extend(extra);
+    let server = Server::start(&args);
     wait_until(Duration::from_secs(15), "the mirror connected to the cluster", || {
         metric(&scrape(&server.metrics()), "tidemark_durable_up") == 1
     });
@@ -194,7 +207,7 @@ fn sessions_on_every_shard_survive_a_primarys_death_and_a_nodes_death_with_nothi
         return;
     }
     let began = Instant::now();
-    let mut cluster = Cluster::create();
+    let mut cluster = Cluster::create(1);
     let seeds: Vec<String> =
         cluster.nodes[..2].iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
     // A dead seed first: the next one is asked for the slot map.
@@ -230,7 +243,7 @@ fn sessions_on_every_shard_survive_a_primarys_death_and_a_nodes_death_with_nothi
         cluster.role(replica).contains("master")
     });
     let promoted = killed.elapsed();
-    cluster.nodes[victim] = cluster_node(victim, victim_port, cluster.buses[victim]);
+    cluster.nodes[victim] = cluster_node(&cluster.dir, victim, victim_port, cluster.buses[victim]);
     wait_until(Duration::from_secs(30), "the node followed the failover", || {
         let text = scrape(&first.metrics());
         metric(&text, "tidemark_durable_failovers_total") >= 1
@@ -273,7 +286,7 @@ fn sessions_on_every_shard_survive_a_primarys_death_and_a_nodes_death_with_nothi
     assert_eq!(adopted, 2 * SESSIONS as u64, "every session adopted by the peer");
     assert_eq!(lost, 0, "no acknowledged event lost");
     a_paused_owner_writes_nothing_into_its_adopted_session(&cluster, &url, &peer);
-    let _ = std::fs::remove_dir_all(scratch_dir());
+    let _ = std::fs::remove_dir_all(&cluster.dir);
 }
 
 /// The leases across shards (`keys::CLAIM_SCRIPT`, `RENEW_SCRIPT`): node 3 streams a call,
@@ -307,6 +320,13 @@ fn a_paused_owner_writes_nothing_into_its_adopted_session(
         xlen.trim_start_matches(':').parse::<u64>().expect("XLEN")
     };
     let before = entries();
+    let claims = cluster.on_key("tm:claims:{3}", "PTTL KEY").map(|(_, t)| t).unwrap_or_default();
+    let claims_ttl: u64 = claims.trim_start_matches(':').parse().unwrap_or(0);
+    eprintln!("the claim on node 3's session lives {claims_ttl} ms more");
+    assert!(
+        (1..=CLAIMS_TTL_MS).contains(&claims_ttl),
+        "the claim noted with --durable-claims-ttl-ms {CLAIMS_TTL_MS}: PTTL {claims}"
+    );
     owner.signal("CONT");
     std::thread::sleep(Duration::from_millis(1500));
     let after = entries();
@@ -315,4 +335,61 @@ fn a_paused_owner_writes_nothing_into_its_adopted_session(
     assert_eq!(held.as_deref(), Some("$1|2"), "the adopter still owns it");
     assert!(after <= before + 1, "the resumed owner wrote into the adopted session");
     drop(stream);
+}
+
+/// Adoption outcomes on `server`'s /metrics: (`absent`, `failed`).
+fn lookups(server: &Server) -> (u64, u64) {
+    let text = scrape(&server.metrics());
+    let count =
+        |o: &str| metric(&text, &format!("tidemark_durable_adoptions_total{{outcome=\"{o}\"}}"));
+    (count("absent"), count("failed"))
+}
+
+#[test]
+fn a_read_follows_moved_up_to_the_redirect_limit_and_past_it_the_lookup_fails_503() {
+    // Goal: --durable-cluster-redirects-max at its limit against a real cluster. Three
+    // primaries; a forged id of node 2 is asked of the store by node 1 (limit 0) and node 3
+    // (limit 1), so each reader holds a slot map; then the slot of a second forged id moves to
+    // another primary (`CLUSTER SETSLOT … NODE`): its old primary answers `MOVED`. Node 3
+    // follows the one redirection (the store answers: absent, 404); node 1 may follow none:
+    // its lookup fails (503, counted `failed`), the next one reads a fresh map and answers.
+    if !have_redis() {
+        return;
+    }
+    let cluster = Cluster::create(0);
+    let url = format!("redis+cluster://127.0.0.1:{}", cluster.nodes[0].port);
+    let strict = node_with("1", &url, &["--durable-cluster-redirects-max", "0"]);
+    let one = node_with("3", &url, &["--durable-cluster-redirects-max", "1"]);
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let forged = |n: u32| format!("020000{n:032x}");
+    for server in [&strict, &one] {
+        let r = post(server, &[("Mcp-Session-Id", &forged(0))], ping);
+        assert_eq!(r.status, 404, "{}", r.text());
+    }
+    let moved = forged(1);
+    let (from, _) = cluster.on_session(&moved, "EXISTS KEY").expect("its primary");
+    let to = cluster.primaries().into_iter().find(|&p| p != from).expect("another primary");
+    let slot = cluster.nodes[from].command(&format!("CLUSTER KEYSLOT {moved}")).expect("slot");
+    let slot = slot.trim_start_matches(':');
+    let id = cluster.nodes[to].command("CLUSTER MYID").expect("an id");
+    let id = id.rsplit('|').next().expect("the id");
+    for p in std::iter::once(to).chain(cluster.primaries().into_iter().filter(|&p| p != to)) {
+        let set = cluster.nodes[p].command(&format!("CLUSTER SETSLOT {slot} NODE {id}"));
+        assert_eq!(set.as_deref(), Some("+OK"), "slot {slot} set on :{}", cluster.nodes[p].port);
+    }
+    let answer = cluster.nodes[from].command(&format!("EXISTS {}", store_key("tm:s:", &moved)));
+    assert!(answer.as_deref().is_some_and(|a| a.starts_with("-MOVED")), "{answer:?}");
+    let (absent, failed) = lookups(&one);
+    let r = post(&one, &[("Mcp-Session-Id", &moved)], ping);
+    assert_eq!(r.status, 404, "limit 1 follows the MOVED: {}", r.text());
+    assert_eq!(lookups(&one), (absent + 1, failed), "the store answered through the redirect");
+    let (absent, failed) = lookups(&strict);
+    let r = post(&strict, &[("Mcp-Session-Id", &moved)], ping);
+    eprintln!("limit 0, a MOVED: {} {}", r.status, r.text());
+    assert_eq!(r.status, 503, "limit 0 follows no redirection: {}", r.text());
+    assert_eq!(lookups(&strict), (absent, failed + 1), "the lookup counted failed");
+    let again = forged(2);
+    let r = post(&strict, &[("Mcp-Session-Id", &again)], ping);
+    assert_eq!(r.status, 404, "a fresh map after the failure: {}", r.text());
+    let _ = std::fs::remove_dir_all(&cluster.dir);
 }

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use super::durable_url::DurableStore;
-use super::error::{nonzero, ConfigError};
+use super::error::{at_most, nonzero, ConfigError};
 
 /// How long a node's liveness lease lives in the store (`--durable-lease-ms`). The mirror
 /// thread renews it every third of this; a peer adopts a node's sessions once it has expired,
@@ -54,6 +54,24 @@ pub(crate) const DURABLE_REPLICAS_MAX: u32 = 16;
 /// (`durable::mirror::STORE_TIMEOUT_MS`, 1000 ms) and a slow replica reads as not enough
 /// replicas, not as a store that is down.
 pub(crate) const DURABLE_REPLICAS_WAIT_MS_MAX: u64 = 500;
+/// Redirections (`MOVED`) one Redis Cluster read follows before the store counts as down
+/// (`--durable-cluster-redirects-max`): a slot moving more than this while one command is
+/// asked is a cluster in a reshard storm; the mirror reconnects (a fresh slot map) instead.
+/// 0: none is followed (every `MOVED` is a store error and a fresh map).
+pub(crate) const DURABLE_CLUSTER_REDIRECTS_MAX: usize = 3;
+/// The most `--durable-cluster-redirects-max` takes: each redirection is a round trip and a
+/// slot map read inside one store answer bound (`durable::mirror::STORE_TIMEOUT_MS`).
+pub(crate) const DURABLE_CLUSTER_REDIRECTS_MOST: usize = 16;
+/// How long an adopter's claim on a Redis Cluster lives in `tm:claims:{NODE}` when that node
+/// never renews its lease again (`--durable-claims-ttl-ms`): far past any adopter's
+/// compare-and-set in flight, so a node that comes back reads every claim that may still land.
+pub(crate) const DURABLE_CLAIMS_TTL_MS: u64 = 60_000;
+/// The shortest claim: under two store answer bounds (`durable::mirror::STORE_TIMEOUT_MS`,
+/// 1000 ms) a claim could expire before the compare-and-set that follows it lands, and a
+/// resumed owner would not read it.
+pub(crate) const DURABLE_CLAIMS_TTL_MS_MIN: u64 = 2_000;
+/// The longest claim: an hour; past it a claim outlives every lease and only fills the store.
+pub(crate) const DURABLE_CLAIMS_TTL_MS_MAX: u64 = 3_600_000;
 /// Store lookups (adoptions, keyed records and tasks of other nodes) waiting at once on this
 /// node (`--durable-adoptions-max`); past it a request is answered 503 + `Retry-After`.
 pub(crate) const DURABLE_ADOPTIONS_MAX: usize = 256;
@@ -81,6 +99,10 @@ pub struct DurableConfig {
     pub write_ahead: Duration,
     /// Store lookups waiting at once (`--durable-adoptions-max`).
     pub adoptions_max: usize,
+    /// `MOVED` redirections one Redis Cluster read follows (`--durable-cluster-redirects-max`).
+    pub cluster_redirects_max: usize,
+    /// How long a Redis Cluster adopter's claim lives (`--durable-claims-ttl-ms`).
+    pub claims_ttl: Duration,
 }
 
 impl DurableConfig {
@@ -100,6 +122,8 @@ impl DurableConfig {
             linger: Duration::from_micros(flags.durable_linger_us),
             write_ahead: Duration::from_millis(flags.durable_write_ahead_ms),
             adoptions_max: flags.durable_adoptions_max,
+            cluster_redirects_max: flags.durable_cluster_redirects_max,
+            claims_ttl: Duration::from_millis(flags.durable_claims_ttl_ms),
         }))
     }
 
@@ -116,6 +140,19 @@ impl DurableConfig {
         if self.replicas > DURABLE_REPLICAS_MAX {
             return Err(ConfigError::DurableReplicasTooMany(self.replicas, DURABLE_REPLICAS_MAX));
         }
+        let claims_ttl_ms = self.claims_ttl.as_millis() as u64;
+        if !(DURABLE_CLAIMS_TTL_MS_MIN..=DURABLE_CLAIMS_TTL_MS_MAX).contains(&claims_ttl_ms) {
+            return Err(ConfigError::DurableClaimsTtlOutOfRange(
+                claims_ttl_ms,
+                DURABLE_CLAIMS_TTL_MS_MIN,
+                DURABLE_CLAIMS_TTL_MS_MAX,
+            ));
+        }
+        at_most(&[(
+            "durable-cluster-redirects-max",
+            self.cluster_redirects_max,
+            DURABLE_CLUSTER_REDIRECTS_MOST,
+        )])?;
         nonzero(&[
             ("durable-queue-records", self.queue_records_max as u128),
             ("durable-queue-bytes", self.queue_bytes_max as u128),
@@ -175,4 +212,14 @@ pub(crate) struct DurableFlags {
     /// waiting at once on this node; past it the request gets 503 + Retry-After.
     #[arg(long, default_value_t = DURABLE_ADOPTIONS_MAX)]
     pub(crate) durable_adoptions_max: usize,
+    /// Redis Cluster only: MOVED redirections one store read follows (the slot map read again
+    /// each time) before the store counts as down and the mirror connects again with a fresh
+    /// map. 0: none. At most 16.
+    #[arg(long, default_value_t = DURABLE_CLUSTER_REDIRECTS_MAX)]
+    pub(crate) durable_cluster_redirects_max: usize,
+    /// Redis Cluster only: how long an adopter's claim on a dead node's session stays in the
+    /// store for that node to read if it comes back (it then writes that session no more).
+    /// 2000 to 3600000.
+    #[arg(long, default_value_t = DURABLE_CLAIMS_TTL_MS)]
+    pub(crate) durable_claims_ttl_ms: u64,
 }

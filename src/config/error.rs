@@ -142,6 +142,10 @@ pub enum ConfigError {
     /// `--durable-replicas` is over `DURABLE_REPLICAS_MAX`: the value, and the limit.
     #[error("--durable-replicas must be at most {1}, got {0}")]
     DurableReplicasTooMany(u32, u32),
+    /// `--durable-claims-ttl-ms` is outside `DURABLE_CLAIMS_TTL_MS_MIN..=_MAX`: the value, and
+    /// the bounds.
+    #[error("--durable-claims-ttl-ms must be {1} to {2}, got {0}")]
+    DurableClaimsTtlOutOfRange(u64, u64, u64),
 }
 
 /// The first of `limits` (a flag's name without `--`, its value, its most) over its most, as the

@@ -73,6 +73,10 @@ pub(crate) use auth::{JWKS_BYTES_MAX, JWKS_FETCH_TIMEOUT_SECS, JWKS_KEYS_MAX};
 pub(crate) use auth::{JWKS_MIN_REFETCH_SECS, JWKS_REFRESH_SECS};
 pub(crate) use durable::DURABLE_REPLICAS_WAIT_MS_MAX;
 #[cfg(test)]
+pub(crate) use durable::{DURABLE_CLAIMS_TTL_MS_MAX, DURABLE_CLAIMS_TTL_MS_MIN};
+#[cfg(test)]
+pub(crate) use durable::{DURABLE_CLUSTER_REDIRECTS_MAX, DURABLE_CLUSTER_REDIRECTS_MOST};
+#[cfg(test)]
 pub(crate) use durable::{DURABLE_LINGER_US, DURABLE_LINGER_US_MAX, DURABLE_REPLICAS_MAX};
 pub(crate) use filter::RESOURCE_URI_BYTES_MAX;
 #[cfg(test)]

@@ -7,7 +7,8 @@
 //! shards' pipelines are all sent before any reply is read.
 //!
 //! Redirections: a read (adoption, a keyed record, a task, the lease) that gets `MOVED` reads
-//! the slot map again and retries on the named primary (at most `REDIRECTS_MAX` times); `ASK`
+//! the slot map again and retries on the named primary (at most `--durable-cluster-redirects-max`
+//! times, `ClusterLimits`); `ASK`
 //! sends `ASKING` and the command once to the named node. A batch that gets either fails whole
 //! like any store error: the mirror drops the store, connects again (a fresh slot map) and
 //! rewrites the batch's sessions whole, so no redirected half of a session's batch is ever
@@ -36,9 +37,24 @@ use super::store::{
 };
 use crate::config::{ClusterUrl, DurableUrl};
 
-/// Redirections one read follows before the store counts as down (a slot moving twice while
-/// one command is asked is a cluster in a reshard storm).
-pub(crate) const REDIRECTS_MAX: usize = 3;
+/// The cluster's own bounds (`--durable-cluster-redirects-max`, `--durable-claims-ttl-ms`):
+/// the `MOVED` redirections one read follows before the store counts as down, and how long an
+/// adopter's claim lives in `tm:claims:{NODE}` (`keys::CLAIM_SCRIPT`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ClusterLimits {
+    pub(crate) redirects_max: usize,
+    pub(crate) claims_ttl_ms: u64,
+}
+
+impl ClusterLimits {
+    /// The section's values.
+    pub(crate) fn of(cfg: &crate::config::DurableConfig) -> ClusterLimits {
+        ClusterLimits {
+            redirects_max: cfg.cluster_redirects_max,
+            claims_ttl_ms: cfg.claims_ttl.as_millis() as u64,
+        }
+    }
+}
 
 /// Where a Redis Cluster node sends a command for a slot it does not serve.
 #[derive(Debug, PartialEq, Eq)]
@@ -123,6 +139,7 @@ pub(crate) struct ClusterStore {
     slots: Vec<u16>,
     shards: Vec<Shard>,
     replication: Replication,
+    limits: ClusterLimits,
     timeout: Duration,
 }
 
@@ -140,6 +157,7 @@ impl ClusterStore {
     pub(crate) fn connect(
         url: &ClusterUrl,
         replication: Replication,
+        limits: ClusterLimits,
         timeout: Duration,
     ) -> Result<(ClusterStore, String), StoreError> {
         let mut store = ClusterStore {
@@ -147,6 +165,7 @@ impl ClusterStore {
             slots: vec![UNMAPPED; keys::SLOTS],
             shards: Vec::new(),
             replication,
+            limits,
             timeout,
         };
         store.map_slots(None)?;
@@ -215,7 +234,8 @@ impl ClusterStore {
         mut op: impl FnMut(&mut RedisStore) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let mut shard = usize::from(self.slots[usize::from(slot)]);
-        for _ in 0..=REDIRECTS_MAX {
+        let redirects_max = self.limits.redirects_max;
+        for _ in 0..=redirects_max {
             let host = self.shards[shard].host.clone();
             let failed = match op(&mut self.shards[shard].store) {
                 Ok(answer) => return Ok(answer),
@@ -238,7 +258,9 @@ impl ClusterStore {
                 None => return Err(failed),
             }
         }
-        Err(StoreError(format!("slot {slot}: more than {REDIRECTS_MAX} redirections")))
+        Err(StoreError(format!(
+            "slot {slot}: more than {redirects_max} redirections (--durable-cluster-redirects-max)"
+        )))
     }
 
     /// The shard each of `slots` maps to.
@@ -351,6 +373,7 @@ impl Store for ClusterStore {
             Ok(read) => read,
             Err(answer) => return Ok(answer),
         };
+        let claims_ttl_ms = self.limits.claims_ttl_ms;
         let noted: i64 = self.on_slot(keys::slot(keys::lease(owner).as_bytes()), |store| {
             Ok(redis::cmd("EVAL")
                 .arg(keys::CLAIM_SCRIPT)
@@ -358,7 +381,7 @@ impl Store for ClusterStore {
                 .arg(keys::lease(owner))
                 .arg(keys::claims(owner))
                 .arg(sid)
-                .arg(keys::CLAIMS_TTL_MS)
+                .arg(claims_ttl_ms)
                 .query(&mut store.connection)?)
         })?;
         if noted != 1 {

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::cluster::ClusterStore;
+use super::cluster::{ClusterLimits, ClusterStore};
 use super::sentinel::{is_primary, primary};
 use super::store::{RedisStore, Replication, Store, StoreError};
 use crate::config::DurableStore;
@@ -14,17 +14,18 @@ use crate::config::DurableStore;
 /// Connects to the store `target` names, bounded by `timeout` (the one place an engine is
 /// chosen: another engine adds its URL scheme here, nothing else changes): one server, the
 /// primary the sentinels name now, refused unless it says it is a primary, or every primary of
-/// a Redis Cluster. Also the primaries it connected to (what a failover changes).
+/// a Redis Cluster (within `limits`). Also the primaries it connected to (what a failover changes).
 pub(crate) fn connect(
     target: &DurableStore,
     replication: Replication,
+    limits: ClusterLimits,
     timeout: Duration,
 ) -> Result<(Box<dyn Store>, String), StoreError> {
     let (url, named) = match target {
         DurableStore::Redis(url) => (url.clone(), false),
         DurableStore::Sentinel(sentinels) => (primary(sentinels).map_err(StoreError)?, true),
         DurableStore::Cluster(seeds) => {
-            let (store, primaries) = ClusterStore::connect(seeds, replication, timeout)?;
+            let (store, primaries) = ClusterStore::connect(seeds, replication, limits, timeout)?;
             return Ok((Box::new(store), primaries));
         }
     };

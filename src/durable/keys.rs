@@ -334,13 +334,8 @@ redis.call('HSET', KEYS[1], 'owner', ARGV[2])
 return 1
 ";
 
-/// How long a claim stays in `tm:claims:{NODE}` when the node never renews its lease again: far
-/// past any adopter's compare-and-set in flight (each bounded by the store's timeout), so a
-/// node that comes back reads every claim that may still land.
-pub(crate) const CLAIMS_TTL_MS: u64 = 60_000;
-
 /// A Redis Cluster adopter's first step, on the lease's shard: `KEYS[1]` the owner's lease,
-/// `KEYS[2]` its claims (`claims`); `ARGV[1]` the session, `ARGV[2]` `CLAIMS_TTL_MS`. Returns 0
+/// `KEYS[2]` its claims (`claims`); `ARGV[1]` the session, `ARGV[2]` `--durable-claims-ttl-ms`. Returns 0
 /// when the lease is alive; else notes the claim and returns 1, and the adopter runs
 /// `ADOPT_SCRIPT` on the session's shard. The owner's renewal (`RENEW_SCRIPT`) is atomic with
 /// these notes on the same shard: a claim is either before it (the renewing node reads it and

@@ -245,6 +245,7 @@ impl Writer {
         match super::engine::connect(
             &self.cfg.url,
             replication,
+            super::cluster::ClusterLimits::of(&self.cfg),
             Duration::from_millis(STORE_TIMEOUT_MS),
         ) {
             Ok((store, primary)) => {

@@ -98,6 +98,7 @@ impl Reader {
         let stop = Arc::new(AtomicBool::new(false));
         let (queue, flag, url) = (jobs.clone(), stop.clone(), cfg.url.clone());
         let replication = store::Replication::of(cfg);
+        let limits = super::cluster::ClusterLimits::of(cfg);
         let handle =
             std::thread::Builder::new().name("tidemark-adopt".into()).spawn(move || {
                 let mut store: Option<Box<dyn Store>> = None;
@@ -109,8 +110,9 @@ impl Reader {
                     };
                     if store.is_none() {
                         // With Sentinel, the primary of now: a failover is followed here.
-                        store =
-                            super::engine::connect(&url, replication, timeout).ok().map(|(s, _)| s);
+                        store = super::engine::connect(&url, replication, limits, timeout)
+                            .ok()
+                            .map(|(s, _)| s);
                     }
                     let Some(connected) = store.as_mut() else {
                         pending.set(Answer::Failed("store unreachable".into()));
