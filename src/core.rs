@@ -458,8 +458,10 @@ pub(crate) trait Source {
 
     /// How long the first write may wait for more, asked once before the first `fill`: `Some`
     /// for a new request stream whose call is still running, so that an answer coming within
-    /// it goes out in the same send as the head and priming event (`--sse-first-write-hold-us`).
-    /// Default: none, the first `fill` is written at once.
+    /// it goes out in the same send as the head and priming event (`--sse-first-write-hold-us`);
+    /// for a 2026-07-28 call that has nothing to write before its answer, so that a quick
+    /// answer is written without the peer-watch poll armed and cancelled before it. Default:
+    /// none, the first `fill` is written at once.
     fn first_write_hold(&self, core: &Core) -> Option<std::time::Duration> {
         let _ = core;
         None

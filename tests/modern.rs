@@ -448,6 +448,46 @@ fn a_closed_stream_cancels_its_call() {
     }
 }
 
+/// Goal: `--sse-first-write-hold-us` on a 2026-07-28 call that does not answer in its first
+/// poll (a bridged call): the answer is the same with the hold off, at its default and at its
+/// largest, it comes when the call ends (not when the hold does), and a client that closes
+/// the stream during the hold still cancels the call. Method: `slow_counter` of 3 steps 5 ms
+/// apart without a progress token (nothing is streamed before the answer) under each hold,
+/// the bodies compared; under the 1 s hold the answer within 800 ms; then a 50-step call cut
+/// right after its request is sent, and `tidemark_modern_cancelled_total` waited for.
+#[test]
+fn the_first_write_hold_leaves_a_running_calls_answer_and_its_cancellation() {
+    let call = Modern::call(1, "slow_counter", json!({ "steps": 3, "delay_ms": 5 }));
+    let mut bodies = Vec::new();
+    for hold in ["0", "1000", "1000000"] {
+        let args = ["--tools", "demo", "--sse-first-write-hold-us", hold];
+        let (server, admin) = server_with_metrics("uring", &args);
+        let ctx = format!("hold {hold} µs");
+        let started = std::time::Instant::now();
+        let r = call.send(&server);
+        let took = started.elapsed();
+        assert_eq!(r.status, 200, "{ctx}: {}", r.text());
+        assert_eq!(r.header("Content-Type"), Some("application/json"), "{ctx}: {:?}", r.headers);
+        assert!(took < Duration::from_millis(800), "{ctx}: the answer waited for the hold");
+        bodies.push(r.json());
+        if hold != "1000000" {
+            continue;
+        }
+        // Cut during the hold: nothing was written yet, and the call is still cancelled.
+        let long = Modern::call(2, "slow_counter", json!({ "steps": 50, "delay_ms": 100 }));
+        let mut s = std::net::TcpStream::connect(server.addr).expect("connect");
+        std::io::Write::write_all(&mut s, &long.raw(&server)).expect("send");
+        std::thread::sleep(Duration::from_millis(50));
+        drop(s);
+        let what = format!("{ctx}: the stream closed during the hold cancelled its call");
+        let sample = "tidemark_modern_cancelled_total";
+        let seen = wait_metric(&admin, sample, Duration::from_secs(15), &what, |n| n > 0);
+        assert_eq!(seen, 1, "{what}");
+    }
+    assert!(bodies.windows(2).all(|w| w[0] == w[1]), "the same answer: {bodies:#?}");
+    assert_eq!(bodies[0]["result"]["resultType"], "complete", "{:?}", bodies[0]);
+}
+
 /// Goal: MRTR with the demo `greet` tool: the first round answers `input_required` with an
 /// elicitation request and a `requestState`; a retry with a new id, the answer and that state
 /// completes it; a state altered by one character, or presented with another tool or other

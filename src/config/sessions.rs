@@ -37,7 +37,9 @@ pub(crate) const SSE_KEEPALIVE_SECS: u64 = 15;
 /// more (`--sse-first-write-hold-us`; 0 writes at once): a call that answers within it (a
 /// bridged echo: tens of µs) goes out as head, priming event and response in one send instead
 /// of two, one loopback TCP send and one client wake-up fewer per call. A longer call's head
-/// is this much later.
+/// is this much later. A 2026-07-28 call sends nothing before its answer anyway; it waits as
+/// well, so a quick answer comes without the stream's peer-watch poll armed and cancelled
+/// first, and a client that closes its stream meanwhile is seen at most this much later.
 pub(crate) const SSE_FIRST_WRITE_HOLD_US: u64 = 1000;
 /// The largest `--sse-first-write-hold-us` (1 s): past it, a client would wait for the head
 /// of a running call long enough to think it lost.

@@ -185,6 +185,10 @@ impl<S: Source> Source for Audited<S> {
         self.inner.keep_alive()
     }
 
+    fn first_write_hold(&self, core: &Core) -> Option<std::time::Duration> {
+        self.inner.first_write_hold(core)
+    }
+
     fn holds_drain(&self) -> bool {
         self.inner.holds_drain()
     }

@@ -643,6 +643,16 @@ impl Source for CallStream {
         KeepAlive::once_streaming(self.streaming)
     }
 
+    fn first_write_hold(&self, core: &Core) -> Option<Duration> {
+        // A call that did not answer in its first poll (a bridged echo) has nothing to write
+        // until it answers: waiting for it here first means a quick answer is written without
+        // the stream's peer-watch poll armed and cancelled before it. A closed stream is then
+        // seen (and the call cancelled) at most the hold later.
+        let hold = core.cfg.sessions.sse_first_write_hold;
+        let idle = !self.streaming && !self.job.is_settled() && !self.job.sink.has_events();
+        (idle && !hold.is_zero()).then_some(hold)
+    }
+
     fn end_for_drain(&mut self, core: &Core, out: &mut Vec<u8>, _frames: &mut Vec<u8>) {
         // The server stops: the call is cancelled (dropped) and its stream ends; a 2026-07-28
         // client re-issues the request elsewhere.

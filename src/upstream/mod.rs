@@ -64,6 +64,7 @@ use std::sync::Arc;
 
 use crate::config::{UpstreamFilters, UpstreamSpec, UpstreamTarget};
 use crate::config::{UpstreamPolicy, UpstreamProtocol};
+use crate::fasthash::FastMap;
 use crate::metrics::CoreMetrics;
 use crate::provider::{
     Caller, Changes, LogLevel, Notifier, ProviderError, SessionInfo, SessionRef, Value,
@@ -220,7 +221,8 @@ pub(crate) struct Bridge {
     /// `--upstream-allow-*` / `--upstream-deny-*` of this upstream: its tools, prompts and
     /// resources that clients may see.
     filters: Arc<UpstreamFilters>,
-    links: RefCell<HashMap<SessionRef, Rc<Link>>>,
+    /// Keyed by the server's own session references (looked up once per call: the fast hash).
+    links: RefCell<FastMap<SessionRef, Rc<Link>>>,
     /// `shared` isolation: the core's one link, made at the first session.
     core_link: RefCell<Option<Rc<Link>>>,
     /// `--upstream-policy` of this upstream: what a session does when it cannot be reached.
@@ -266,7 +268,7 @@ impl Bridge {
                 changes: RefCell::new(None),
                 notifiers: RefCell::new(HashMap::new()),
             }),
-            links: RefCell::new(HashMap::new()),
+            links: RefCell::new(FastMap::default()),
             core_link: RefCell::new(None),
             policy,
             protocol,

@@ -14,7 +14,6 @@
 //! Never: blocks, or waits without a deadline.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -23,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use crate::fasthash::FastMap;
 use crate::provider::{CallContext, Caller, LogLevel, ProviderError, Value};
 use crate::trace::TraceParent;
 use crate::wire::{self, Code};
@@ -131,7 +131,9 @@ struct Pending {
 #[derive(Default)]
 struct State {
     next_id: u64,
-    pending: HashMap<u64, Pending>,
+    /// Keyed by the ids we send (an upstream only looks them up), so the multiply-rotate hash
+    /// is enough: SipHash was a quarter of the map's cost per call.
+    pending: FastMap<u64, Pending>,
     /// Ids of running tool calls, oldest first: a server→client request or log from the
     /// upstream goes to the newest (stdio carries no request relation).
     calls: Vec<u64>,
@@ -218,6 +220,16 @@ impl Peer {
         trace: Option<TraceParent>,
     ) -> Result<(), String> {
         let bytes = serde_json::to_vec(message).map_err(|e| e.to_string())?;
+        self.send_bytes(bytes, caller, trace)
+    }
+
+    /// Sends one message already encoded (a whole JSON object, no newline).
+    fn send_bytes(
+        &self,
+        bytes: Vec<u8>,
+        caller: Option<&Caller>,
+        trace: Option<TraceParent>,
+    ) -> Result<(), String> {
         let transport = self.transport.borrow().clone();
         match transport {
             Some(t) => t.send_as(bytes, caller, trace),
@@ -272,9 +284,12 @@ impl Peer {
                 object.insert("_meta".into(), meta);
             }
         }
-        let message = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+        // Encoded straight from `params`: a message value would be a deep copy of them.
+        let mut message = Vec::with_capacity(REQUEST_BYTES_HINT);
+        wire::jsonrpc::push_upstream_request(&mut message, id, method, &params);
+        drop(params);
         let caller = call.as_ref().and_then(CallContext::caller);
-        if let Err(why) = self.send_as(&message, caller, trace) {
+        if let Err(why) = self.send_bytes(message, caller, trace) {
             let mut guard = guard;
             guard.done = true;
             self.forget(id);
@@ -476,17 +491,35 @@ impl Peer {
         }
     }
 
-    /// One message from the upstream.
+    /// One message from the upstream, as a value (the HTTP transport's, and tests').
     pub(crate) fn receive(self: &Rc<Self>, message: Value) {
-        let Value::Object(mut object) = message else {
+        let incoming = match message {
+            Value::Object(mut object) => Incoming::Message(Members {
+                id: object.remove("id"),
+                method: object.remove("method"),
+                params: object.remove("params"),
+                result: object.remove("result"),
+                error: object.remove("error"),
+            }),
+            _ => Incoming::NotObject,
+        };
+        self.receive_members(incoming);
+    }
+
+    /// One message from the upstream, its members taken (`Incoming`).
+    pub(crate) fn receive_members(self: &Rc<Self>, message: Incoming) {
+        let Incoming::Message(members) = message else {
             tracing::warn!(upstream = %self.name, "upstream sent a JSON value that is not a message");
             return;
         };
-        let method = object.get("method").and_then(Value::as_str).map(str::to_owned);
-        let id = object.remove("id");
-        let params = object.remove("params").unwrap_or(Value::Null);
+        let Members { id, method, params, result, error } = members;
+        let method = match method {
+            Some(Value::String(method)) => Some(method),
+            _ => None,
+        };
+        let params = params.unwrap_or(Value::Null);
         match (method, id) {
-            (None, Some(id)) => self.answer(&id, object),
+            (None, Some(id)) => self.answer(&id, result, error),
             (Some(method), Some(id)) => self.upstream_request(method, id, params),
             (Some(method), None) => self.notification(&method, params),
             (None, None) => {
@@ -495,11 +528,11 @@ impl Peer {
         }
     }
 
-    /// A response to one of our requests.
-    fn answer(&self, id: &Value, mut object: serde_json::Map<String, Value>) {
+    /// A response to one of our requests: its `result` and `error` members.
+    fn answer(&self, id: &Value, result: Option<Value>, error: Option<Value>) {
         let Some(id) = id.as_u64() else { return };
         let Some(pending) = self.state.borrow_mut().pending.remove(&id) else { return };
-        let answer = match (object.remove("result"), object.remove("error")) {
+        let answer = match (result, error) {
             (Some(result), _) => Answer::Result(result),
             (None, Some(error)) => Answer::Error(error),
             (None, None) => Answer::Error(wire::error_object(
@@ -597,6 +630,131 @@ impl Peer {
     }
 }
 
+/// One JSON text from an upstream as the peer reads it: an object's members that a message
+/// has (`Members`), or `NotObject`. Parsed straight from the text (`serde_json::from_slice`):
+/// the object's other members are skipped unbuilt and its own map is never made, where a
+/// `Value` built the map, its key strings and the `"jsonrpc"` string, then took the members out
+/// of it one by one (per bridged call).
+pub(crate) enum Incoming {
+    Message(Members),
+    /// An array, string, number, boolean or null: not a message.
+    NotObject,
+}
+
+/// The members of an upstream's message the peer reads, as a `serde_json` object holds them
+/// (a key given twice: its last value; an escaped key: its unescaped text).
+#[derive(Default)]
+pub(crate) struct Members {
+    id: Option<Value>,
+    method: Option<Value>,
+    params: Option<Value>,
+    result: Option<Value>,
+    error: Option<Value>,
+}
+
+impl<'de> serde::Deserialize<'de> for Incoming {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Incoming, D::Error> {
+        d.deserialize_any(IncomingVisitor)
+    }
+}
+
+/// Reads an `Incoming` from any JSON value.
+struct IncomingVisitor;
+
+impl<'de> serde::de::Visitor<'de> for IncomingVisitor {
+    type Value = Incoming;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Incoming, A::Error> {
+        let mut members = Members::default();
+        while let Some(key) = map.next_key::<MemberKey>()? {
+            let slot = match key {
+                MemberKey::Id => &mut members.id,
+                MemberKey::Method => &mut members.method,
+                MemberKey::Params => &mut members.params,
+                MemberKey::Result => &mut members.result,
+                MemberKey::Error => &mut members.error,
+                MemberKey::Other => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                    continue;
+                }
+            };
+            *slot = Some(map.next_value()?);
+        }
+        Ok(Incoming::Message(members))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Incoming, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(Incoming::NotObject)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Incoming, E> {
+        Ok(Incoming::NotObject)
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Incoming, E> {
+        Ok(Incoming::NotObject)
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Incoming, E> {
+        Ok(Incoming::NotObject)
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Incoming, E> {
+        Ok(Incoming::NotObject)
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Incoming, E> {
+        Ok(Incoming::NotObject)
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Incoming, E> {
+        Ok(Incoming::NotObject)
+    }
+}
+
+/// A member's name in an upstream's message: one the peer reads, or any other.
+enum MemberKey {
+    Id,
+    Method,
+    Params,
+    Result,
+    Error,
+    Other,
+}
+
+impl<'de> serde::Deserialize<'de> for MemberKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<MemberKey, D::Error> {
+        d.deserialize_identifier(MemberKeyVisitor)
+    }
+}
+
+/// Reads a `MemberKey` from an object key, borrowed or unescaped.
+struct MemberKeyVisitor;
+
+impl serde::de::Visitor<'_> for MemberKeyVisitor {
+    type Value = MemberKey;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a member name")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<MemberKey, E> {
+        Ok(match key {
+            "id" => MemberKey::Id,
+            "method" => MemberKey::Method,
+            "params" => MemberKey::Params,
+            "result" => MemberKey::Result,
+            "error" => MemberKey::Error,
+            _ => MemberKey::Other,
+        })
+    }
+}
+
 /// Backpressure (CONTRACT §3): returns once every running call of `peer` — call `only`, when
 /// the stream being read carries only its messages — has room for more, so a transport's reader
 /// awaits it between messages and stops reading the upstream meanwhile (its pipe or TCP window
@@ -642,6 +800,10 @@ impl Drop for Hold<'_> {
 
 /// Why requests fail after tidemark ended the upstream (session end, drain).
 const STOPPED_BY_TIDEMARK: &str = "stopped by tidemark (the session ended)";
+
+/// The capacity a request toward the upstream is encoded into: a tool call with small
+/// arguments fits, so it is one allocation (the transport takes the buffer as it is).
+const REQUEST_BYTES_HINT: usize = 256;
 
 /// Most pages one list method may take (`LIST_PAGES_MAX` × the upstream's page size).
 const LIST_PAGES_MAX: usize = 1000;

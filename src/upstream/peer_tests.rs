@@ -310,3 +310,51 @@ fn refuse_fails_one_call_at_once_and_reset_fails_them_all() {
         assert!(!peer.is_alive());
     });
 }
+
+#[test]
+fn a_message_read_from_its_text_has_the_members_of_its_value() {
+    // Goal: reading an upstream's line straight into its members (`Incoming`) takes what the
+    // `Value` path took: a key given twice keeps its last value, an escaped key is its text,
+    // other members are skipped, `null` members are present, a non-object is not a message,
+    // and what is not JSON fails both. Method: each text both ways.
+    use super::{Incoming, Members};
+    let texts = [
+        r#"{"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"é\n"}]}}"#,
+        r#"{"id":1,"id":2,"result":null,"extra":{"a":[1,{"b":2}]},"error":{"code":1}}"#,
+        r#"{"\u0069d":"s1","m\u0065thod":"sampling/createMessage","params":{"x":1}}"#,
+        r#"{"method":7,"id":null,"params":null}"#,
+        r#"{"method":"notifications/progress","params":{"progressToken":1,"progress":1}}"#,
+        r#"{}"#,
+        r#"[1,{"id":1}]"#,
+        r#""text""#,
+        r#"12.5"#,
+        r#"-3"#,
+        r#"true"#,
+        r#"null"#,
+    ];
+    let of_value = |value: Value| match value {
+        Value::Object(mut o) => Some([
+            o.remove("id"),
+            o.remove("method"),
+            o.remove("params"),
+            o.remove("result"),
+            o.remove("error"),
+        ]),
+        _ => None,
+    };
+    let of_incoming = |incoming: Incoming| match incoming {
+        Incoming::Message(Members { id, method, params, result, error }) => {
+            Some([id, method, params, result, error])
+        }
+        Incoming::NotObject => None,
+    };
+    for text in texts {
+        let value: Value = serde_json::from_str(text).expect("JSON");
+        let incoming: Incoming = serde_json::from_str(text).expect("JSON");
+        assert_eq!(of_incoming(incoming), of_value(value), "{text}");
+    }
+    for bad in [r#"{"id":1"#, r#"{"id":1} x"#, r#"{"id":01}"#, r#"{"a":[}"#] {
+        assert!(serde_json::from_str::<Value>(bad).is_err(), "{bad}");
+        assert!(serde_json::from_str::<Incoming>(bad).is_err(), "{bad}");
+    }
+}

@@ -34,7 +34,7 @@ use monoio::net::UnixStream;
 
 use super::credentials::Credentials;
 use super::line_head;
-use super::peer::{Peer, Transport};
+use super::peer::{Incoming, Peer, Transport};
 use super::process::{self, ExitNote, ProcessCount, Watched, Watcher};
 use super::settings::Settings;
 use crate::signal::Signal;
@@ -394,12 +394,13 @@ fn deliver(peer: &Rc<Peer>, line: &[u8]) {
     // A line that is JSON but not UTF-8 (a byte of the child's locale in a string) still
     // answers its call, with U+FFFD for the bytes: skipped, it would leave the call waiting
     // for `--upstream-timeout-secs`. Only such a line pays for the second parse.
-    let parsed = serde_json::from_slice(line).or_else(|e| match std::str::from_utf8(line) {
-        Ok(_) => Err(e),
-        Err(_) => serde_json::from_str(&String::from_utf8_lossy(line)),
-    });
+    let parsed =
+        serde_json::from_slice::<Incoming>(line).or_else(|e| match std::str::from_utf8(line) {
+            Ok(_) => Err(e),
+            Err(_) => serde_json::from_str(&String::from_utf8_lossy(line)),
+        });
     match parsed {
-        Ok(message) => peer.receive(message),
+        Ok(message) => peer.receive_members(message),
         Err(_) => {
             let shown = String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned();
             tracing::warn!(upstream = %peer.name(), line = %shown, "upstream stdout line is not JSON; skipped");

@@ -530,6 +530,26 @@ pub(crate) fn push_request(out: &mut Vec<u8>, id: u64, method: &str, params_json
     out.push(b'}');
 }
 
+/// Appends a client→server request toward an upstream, `{"id":<id>,"jsonrpc":"2.0","method":
+/// <method>,"params":<params>}`: the bytes `serde_json` writes for that message as a value (its
+/// members in key order, its escaping), without building the value, which cost a deep copy of
+/// `params` and its drop per bridged call.
+pub(crate) fn push_upstream_request(
+    out: &mut Vec<u8>,
+    id: u64,
+    method: &str,
+    params: &serde_json::Value,
+) {
+    out.extend_from_slice(b"{\"id\":");
+    crate::digits::push_decimal(out, id);
+    out.extend_from_slice(b",\"jsonrpc\":\"2.0\",\"method\":");
+    // Writing into a Vec cannot fail, and a `Value` always serializes.
+    let _ = serde_json::to_writer(&mut *out, method);
+    out.extend_from_slice(b",\"params\":");
+    let _ = serde_json::to_writer(&mut *out, params);
+    out.push(b'}');
+}
+
 /// Appends `text` as a JSON string (simd-json's escaping), without a temporary.
 pub(crate) fn push_json_string(out: &mut Vec<u8>, text: &str) {
     // Writing into a Vec cannot fail.
@@ -870,6 +890,34 @@ mod tests {
     /// when it was kept, none when it was let go.
     fn scratch_indexes() -> usize {
         BUFFERS.with_borrow(|buffers| buffers.structural_indexes().len())
+    }
+
+    /// Goal: a request toward an upstream is written byte for byte as `serde_json` wrote the
+    /// same message built as a value (what an upstream saw before). Method: ids at 0, 1 and
+    /// `u64::MAX`, a method that needs escaping, and params with nesting, escapes, non-ASCII
+    /// text and numbers, against `serde_json::to_vec` of the `json!` message.
+    #[test]
+    fn an_upstream_request_has_the_bytes_of_its_serde_json_value() {
+        let params = [
+            serde_json::json!({}),
+            serde_json::json!(null),
+            serde_json::json!({ "name": "echo", "arguments": { "text": "hé \"x\"\n\u{1}</" },
+                "_meta": { "progressToken": 7, "traceparent": "00-ab-cd-01" } }),
+            serde_json::json!({ "n": [1, -2, 2.5, 1e300, true, null], "z": {}, "a": [] }),
+        ];
+        for id in [0, 1, u64::MAX] {
+            for method in ["tools/call", "x\"y\\z\u{7f}é"] {
+                for p in &params {
+                    let mut ours = Vec::new();
+                    push_upstream_request(&mut ours, id, method, p);
+                    let value = serde_json::json!({
+                        "jsonrpc": "2.0", "id": id, "method": method, "params": p
+                    });
+                    let theirs = serde_json::to_vec(&value).expect("serializes");
+                    assert_eq!(String::from_utf8(ours), String::from_utf8(theirs));
+                }
+            }
+        }
     }
 
     /// Goal: `SCRATCH_KEEP_BODY_BYTES` at N and N + 1: the core keeps the parser scratch of a
