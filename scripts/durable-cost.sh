@@ -9,9 +9,11 @@
 #   echo     legacy `tools/call echo` on established sessions (calls/s; echo is idempotent by
 #            its annotations, so no write-ahead wait: the mirror's cost is queueing its records)
 #   stream   slow_counter, 1000 progress events per call, no delay (events/s: one record each)
-# then, on two durable nodes (tests/durable/cost.py): Redis memory per idle session and per
-# event, the mirror lag p50/p99 (its histogram's bucket bounds), and the adoption time p50/p99
-# (a dead node's session's first request on the peer to its whole answer, client-side).
+# then a non-idempotent call's start (slow_counter, one step, one call in flight: the latency
+# its write-ahead adds, the WAIT with --store replicas), then, on two durable nodes
+# (tests/durable/cost.py): Redis memory per idle session and per event, the mirror lag
+# p50/p99 (its histogram's bucket bounds), and the adoption time p50/p99 (a dead node's
+# session's first request on the peer to its whole answer, client-side).
 # The server process runs on --server-cpu (taskset): its one worker thread and, with --durable,
 # the mirror thread beside it, so a durable node gets no CPU a plain one lacks; the load
 # generator and redis-server share --load-cpu. During each run's measured window the script
@@ -233,6 +235,43 @@ for run in $(seq 1 "$RUNS"); do
     for label in "${order[@]}"; do one "$label" stream "$run" --connections 16 --steps 1000; done
 done
 
+# A non-idempotent call's start: slow_counter with one step, one call in flight, closed loop.
+# Durable, its record must be written before the tool runs (with --durable-replicas, WAITed
+# for): the latency the write-ahead adds, p50/p99 per label, medians of the runs. With --store
+# sentinel and --store replicas on the same machine, the difference is what WAIT adds.
+START_DIR="$OUT/$NAME-start"
+rm -rf "$START_DIR"; mkdir -p "$START_DIR"
+start_run() {
+    local label="$1" run="$2" durable_flags=()
+    [ "$label" = durable ] && durable_flags=(--durable "$STORE_URL" "${DURABLE_EXTRA[@]}")
+    start_server "$OUT/logs/$NAME-start-$label-$run.server.log" "${PIN_SERVER[@]}" \
+        "$TIDEMARK_BIN" --listen 127.0.0.1:0 --threads 1 --tools demo "${durable_flags[@]}"
+    "${PIN_LOAD[@]}" "$LOAD_BIN" stream --steps 1 --connections 1 --url "$SERVER_URL" \
+        --label "$label" --duration "$DURATION" --warmup "$WARMUP" --quiet \
+        --json "$START_DIR/$label-$run.json" >"$OUT/logs/$NAME-start-$label-$run.load.log" 2>&1 ||
+        { echo "   start latency run FAILED ($label, run $run)"; FAILED=1; }
+    stop_server
+}
+for run in $(seq 1 "$RUNS"); do
+    if [ $((run % 2)) = 1 ]; then order=(plain durable); else order=(durable plain); fi
+    for label in "${order[@]}"; do start_run "$label" "$run"; done
+done
+python3 - "$START_DIR" >"$OUT/$NAME-start.txt" <<'PY'
+import glob, json, os, statistics, sys
+by = {}
+for path in glob.glob(os.path.join(sys.argv[1], "*.json")):
+    label = os.path.basename(path).rsplit("-", 1)[0]
+    lat = json.load(open(path))["latency"][0]
+    by.setdefault(label, []).append((lat["p50_us"], lat["p99_us"]))
+med = {k: (statistics.median(a for a, _ in v), statistics.median(b for _, b in v)) for k, v in by.items()}
+print("A non-idempotent call's start (slow_counter, 1 step, one call in flight), µs, medians:")
+for label in ("plain", "durable"):
+    if label in med:
+        print(f"  {label:8} p50 {med[label][0]:8.1f}  p99 {med[label][1]:8.1f}")
+if "plain" in med and "durable" in med:
+    print(f"  added    p50 {med['durable'][0] - med['plain'][0]:8.1f}  p99 {med['durable'][1] - med['plain'][1]:8.1f}")
+PY
+
 "$LOAD_BIN" report --ratio durable/plain --markdown "$OUT/$NAME.md.tmp" \
     --json "$OUT/$NAME.json" --title "tidemark: plain vs --durable, store $STORE (median runs)" \
     "$RUNS_DIR"/*.json >/dev/null
@@ -303,6 +342,8 @@ fi
     echo
     echo '```'
     cat "$OUT/$NAME-cpu.txt"
+    echo
+    cat "$OUT/$NAME-start.txt"
     echo '```'
     echo
     echo "Store figures (tests/durable/cost.py, one run):"
