@@ -5,6 +5,8 @@
 //! from the OS CSPRNG that a peer cannot choose, and every per-session map is bounded by
 //! `--max-streams-per-session`, so a peer who crafts colliding request ids or idempotency keys
 //! degrades only its own session's lookups, and only to a scan of at most that many entries.
+//! The built-in tool sets' name tables hold only their own fixed names, so a peer's name is a
+//! lookup, never an insert, and probes no longer than any other miss.
 
 use std::hash::{BuildHasherDefault, Hasher};
 
