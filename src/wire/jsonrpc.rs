@@ -373,30 +373,65 @@ fn message<'t>(v: simd_json::tape::Value<'t, '_>) -> Result<Message<'t>, DecodeE
     let Some(obj) = v.as_object() else {
         return Err(DecodeError::Invalid);
     };
-    if obj.get("jsonrpc").and_then(ValueIntoString::into_string) != Some("2.0") {
+    let m = Members::of(&obj);
+    if m.jsonrpc.and_then(ValueIntoString::into_string) != Some("2.0") {
         return Err(DecodeError::Invalid);
     }
-    let id = match obj.get("id") {
+    let id = match m.id {
         None => None,
         Some(v) => Some(raw_id(v)?),
     };
-    let method = match obj.get("method") {
+    let method = match m.method {
         None => None,
         Some(m) => Some(m.into_string().ok_or(DecodeError::Invalid)?),
     };
-    let params = obj.get("params").unwrap_or_else(|| EMPTY_OBJECT.as_value());
+    let params = m.params.unwrap_or_else(|| EMPTY_OBJECT.as_value());
     if !(params.is_object() || params.is_array()) {
         return Err(DecodeError::Invalid);
     }
     match (id, method) {
         (Some(id), Some(method)) => Ok(Message::Request { id, method, params }),
         (None, Some(method)) => Ok(Message::Notification { method, params }),
-        (Some(id), None) => match (obj.get("result"), obj.get("error")) {
+        (Some(id), None) => match (m.result, m.error) {
             (Some(r), None) => Ok(Message::Response { id, outcome: Ok(r) }),
             (None, Some(e)) => Ok(Message::Response { id, outcome: Err(e) }),
             _ => Err(DecodeError::Invalid),
         },
         (None, None) => Err(DecodeError::Invalid),
+    }
+}
+
+/// The members of a message `message` reads, each the first of its name (as `Object::get`
+/// finds it, so a repeated member means what it meant before), gathered in one pass over the
+/// object: one `get` per name scanned the members up to four times (issue 40 §3).
+#[derive(Default)]
+struct Members<'t, 'i> {
+    jsonrpc: Option<simd_json::tape::Value<'t, 'i>>,
+    id: Option<simd_json::tape::Value<'t, 'i>>,
+    method: Option<simd_json::tape::Value<'t, 'i>>,
+    params: Option<simd_json::tape::Value<'t, 'i>>,
+    result: Option<simd_json::tape::Value<'t, 'i>>,
+    error: Option<simd_json::tape::Value<'t, 'i>>,
+}
+
+impl<'t, 'i> Members<'t, 'i> {
+    fn of(obj: &simd_json::tape::Object<'t, 'i>) -> Members<'t, 'i> {
+        let mut m = Members::default();
+        for (key, value) in obj.iter() {
+            let slot = match key {
+                "jsonrpc" => &mut m.jsonrpc,
+                "id" => &mut m.id,
+                "method" => &mut m.method,
+                "params" => &mut m.params,
+                "result" => &mut m.result,
+                "error" => &mut m.error,
+                _ => continue,
+            };
+            if slot.is_none() {
+                *slot = Some(value);
+            }
+        }
+        m
     }
 }
 
