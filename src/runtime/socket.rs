@@ -26,6 +26,15 @@ use crate::runtime::drain::Drain;
 /// Read buffer growth step.
 const READ_CHUNK: usize = 16 * 1024;
 
+/// A connection's first write buffer (`Conn::out`): an answer's head and a small body, or a
+/// stream's head and its first events. Larger answers grow it (kept up to `BUFFER_KEEP_BYTES`
+/// between requests), once per connection. Not more: a live stream holds it for its whole
+/// life, and 10 000 of them held 4 KiB each (issue 43 §2).
+pub(super) const OUT_INITIAL_BYTES: usize = 1024;
+/// A connection's first buffer of SSE frames (`Conn::frames`): one batch of events before it
+/// becomes a chunk; a progress notification is ~150 B. Grows as `OUT_INITIAL_BYTES` does.
+pub(super) const FRAMES_INITIAL_BYTES: usize = 512;
+
 /// Empty read buffers one core keeps for its connections (`lend_read_buffer`). A stream that
 /// waits for its next event gives its connection's read buffer here, so 10 000 live streams do
 /// not hold 16 KiB each (issue 43 §2); a connection that reads again takes one back before it
