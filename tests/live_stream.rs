@@ -50,7 +50,8 @@ const STREAM_STEPS: u64 = 3;
 /// are in the last slot.
 const BY_SIZE_MAX: usize = 64 * 1024;
 static LIVE: AtomicI64 = AtomicI64::new(0);
-static BY_SIZE: [AtomicI64; BY_SIZE_MAX / 8 + 1] = [const { AtomicI64::new(0) }; BY_SIZE_MAX / 8 + 1];
+static BY_SIZE: [AtomicI64; BY_SIZE_MAX / 8 + 1] =
+    [const { AtomicI64::new(0) }; BY_SIZE_MAX / 8 + 1];
 
 thread_local! {
     /// 0: not classified yet, 1: a worker thread (`tidemark-N`), 2: any other.

@@ -79,7 +79,6 @@ fn room_to_read(buf: &mut Vec<u8>) {
     }
 }
 
-
 /// Plaintext given to rustls per encrypted write: rustls's own default limit of buffered
 /// plaintext, so `writer()` takes all of it, and the ciphertext buffer stays this size (plus
 /// record overhead) however large the answer.
