@@ -20,7 +20,6 @@ mod support;
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
-use std::io::Read;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
