@@ -289,6 +289,28 @@ pub fn open_sessions(
         .collect()
 }
 
+/// Opens `count` sessions round-robin over `connections` keep-alive connections. A server
+/// creates a session on the core that accepted its `initialize`'s connection, and its
+/// SO_REUSEPORT listeners spread connections over the cores: sessions opened over one
+/// connection all live on one core (every later connection's request moved there).
+pub fn open_sessions_spread(
+    target: &Target,
+    count: usize,
+    connections: usize,
+    timeout: Duration,
+) -> anyhow::Result<Vec<Session>> {
+    let mut conns: Vec<Conn> = (0..connections.clamp(1, count.max(1)))
+        .map(|_| Conn::connect(target, timeout))
+        .collect::<Result<_, _>>()?;
+    let spread = conns.len();
+    (0..count)
+        .map(|i| {
+            open_session(&mut conns[i % spread], target, i as u64 + 1)
+                .with_context(|| format!("opening session {i}"))
+        })
+        .collect()
+}
+
 /// How many times `get_counter` waits out an answer that says when to retry (`retryAfterMs`:
 /// tidemark's open upstream circuit breaker, which a bridged fault run may leave open as it
 /// ends) before it gives up.

@@ -1265,6 +1265,12 @@ fn stream_shape(a: &StreamsArgs, span: Duration) -> anyhow::Result<(u64, u64)> {
     Ok((steps, delay_ms))
 }
 
+/// Connections the `streams` sessions are opened over, round-robin: the server's cores each get
+/// a share of the sessions (and so of the streams), as clients that each open their own do. Over
+/// one connection every session lived on one core, which served all the streams while the
+/// other only moved half of the connections to it (issue 43 §2: the hand-off inbox filled).
+const STREAMS_SESSION_CONNECTIONS: usize = 32;
+
 fn streams(a: &StreamsArgs) -> anyhow::Result<RunReport> {
     use scenario::streams::{unix_micros_at, LiveStreams, Tally, Watch};
     let common = &a.common;
@@ -1284,8 +1290,18 @@ fn streams(a: &StreamsArgs) -> anyhow::Result<RunReport> {
         Some(pid) => pid,
         None => procfs::listener_pid(target.addr.port())?,
     };
-    let sessions =
-        open_sessions(&target, common.sessions.unwrap_or(count).max(1), common.timeout.0)?;
+    let session_count = common.sessions.unwrap_or(count).max(1);
+    let started = Instant::now();
+    let sessions = client::open_sessions_spread(
+        &target,
+        session_count,
+        STREAMS_SESSION_CONNECTIONS,
+        common.timeout.0,
+    )?;
+    eprintln!(
+        "# opened {session_count} session(s) over {STREAMS_SESSION_CONNECTIONS} connections in {:.2}s",
+        started.elapsed().as_secs_f64()
+    );
     let body = jsonrpc::stamped_slow_counter_body(steps, delay_ms);
     let templates: Vec<PostTemplate> = sessions
         .iter()

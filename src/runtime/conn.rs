@@ -131,8 +131,8 @@ async fn open<'c>(
         drain,
         socket,
         buf,
-        out: Vec::with_capacity(4096),
-        frames: Vec::with_capacity(4096),
+        out: Vec::with_capacity(socket::OUT_INITIAL_BYTES),
+        frames: Vec::with_capacity(socket::FRAMES_INITIAL_BYTES),
         auth_cache: Default::default(),
     };
     if conn.socket.handshaking() {

@@ -1,6 +1,7 @@
 //! One connection's transport and buffers (`Conn`) and the I/O both the request loop (`conn`)
 //! and the stream driver (`stream`) do on it: a read with a timeout that never loses its
-//! buffer (`read_some`), a whole write (`Conn::write`), and giving back grown buffers.
+//! buffer (`read_some`), a whole write (`Conn::write`), giving back grown buffers, and the
+//! core's spare read buffers (`lend_read_buffer`: a waiting stream holds none).
 //!
 //! The transport (`Transport`) is the socket, plain or TLS: with `--tls-cert` the connection's
 //! `rustls::ServerConnection` is driven here by hand over owned buffers (ciphertext read into
@@ -9,6 +10,7 @@
 //! everything above this file reads and writes plaintext exactly as on a plain socket.
 //! Never: parses a request or knows what it writes.
 
+use std::cell::RefCell;
 use std::future::Future;
 use std::io::{Read as _, Write as _};
 use std::time::{Duration, Instant};
@@ -23,6 +25,59 @@ use crate::runtime::drain::Drain;
 
 /// Read buffer growth step.
 const READ_CHUNK: usize = 16 * 1024;
+
+/// A connection's first write buffer (`Conn::out`): an answer's head and a small body, or a
+/// stream's head and its first events. Larger answers grow it (kept up to `BUFFER_KEEP_BYTES`
+/// between requests), once per connection. Not more: a live stream holds it for its whole
+/// life, and 10 000 of them held 4 KiB each (issue 43 §2).
+pub(super) const OUT_INITIAL_BYTES: usize = 1024;
+/// A connection's first buffer of SSE frames (`Conn::frames`): one batch of events before it
+/// becomes a chunk; a progress notification is ~150 B. Grows as `OUT_INITIAL_BYTES` does.
+pub(super) const FRAMES_INITIAL_BYTES: usize = 512;
+
+/// Empty read buffers one core keeps for its connections (`lend_read_buffer`). A stream that
+/// waits for its next event gives its connection's read buffer here, so 10 000 live streams do
+/// not hold 16 KiB each (issue 43 §2); a connection that reads again takes one back before it
+/// allocates, so one that alternates requests and streams allocates nothing (issue 40 §1).
+/// More than this many are freed: they would only be needed when as many waiting streams end
+/// at once, and then one allocation each is the old cost.
+pub(super) const SPARE_READ_BUFFERS_MAX: usize = 16;
+
+thread_local! {
+    /// This core's spare read buffers, each empty with `READ_CHUNK` or more of capacity.
+    static SPARE_READ_BUFFERS: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Gives `buf` to the core's spares when it is empty (nothing pipelined waits in it), leaving
+/// `buf` without capacity; a full spare list frees it instead.
+pub(super) fn lend_read_buffer(buf: &mut Vec<u8>) {
+    if !buf.is_empty() || buf.capacity() == 0 {
+        return;
+    }
+    let lent = std::mem::take(buf);
+    SPARE_READ_BUFFERS.with_borrow_mut(|spares| {
+        if spares.len() < SPARE_READ_BUFFERS_MAX {
+            spares.push(lent);
+        }
+    });
+}
+
+/// A buffer without capacity takes one of the core's spares, if there is one.
+fn take_spare(buf: &mut Vec<u8>) {
+    if buf.capacity() == 0 {
+        if let Some(spare) = SPARE_READ_BUFFERS.with_borrow_mut(Vec::pop) {
+            *buf = spare;
+        }
+    }
+}
+
+/// Room for a read in `buf` (a spare first when it has none).
+fn room_to_read(buf: &mut Vec<u8>) {
+    take_spare(buf);
+    if buf.capacity() - buf.len() < READ_CHUNK / 2 {
+        buf.reserve(READ_CHUNK);
+    }
+}
 
 /// Plaintext given to rustls per encrypted write: rustls's own default limit of buffered
 /// plaintext, so `writer()` takes all of it, and the ciphertext buffer stays this size (plus
@@ -240,6 +295,7 @@ fn absorb(tls: &mut Tls, plain: &mut Vec<u8>) -> Result<bool, rustls::Error> {
         let state = tls.session.process_new_packets()?;
         let ready = state.plaintext_bytes_to_read();
         if ready > 0 {
+            take_spare(plain);
             let start = plain.len();
             plain.resize(start + ready, 0);
             if tls.session.reader().read_exact(&mut plain[start..]).is_err() {
@@ -275,9 +331,7 @@ async fn read_socket(
     timeout: Duration,
     stop: impl Future<Output = ()>,
 ) -> ReadEnd {
-    if buf.capacity() - buf.len() < READ_CHUNK / 2 {
-        buf.reserve(READ_CHUNK);
-    }
+    room_to_read(buf);
     let owned = std::mem::take(buf);
     let len = owned.len();
     let read = socket.cancelable_read(owned.slice_mut(len..), canceller.handle());
@@ -395,5 +449,31 @@ pub(super) const BUFFER_KEEP_BYTES: usize = 64 * 1024;
 pub(super) fn shrink(buf: &mut Vec<u8>, keep: usize) {
     if buf.capacity() > keep {
         buf.shrink_to(keep.max(buf.len()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_core_keeps_at_most_its_spare_read_buffers_and_hands_them_back() {
+        // Goal: a waiting stream's empty read buffer goes to the core's spares, up to
+        // SPARE_READ_BUFFERS_MAX (more are freed); one holding pipelined bytes is kept; a
+        // connection that reads again takes a spare before it allocates.
+        let spares = || SPARE_READ_BUFFERS.with_borrow(Vec::len);
+        let mut pipelined = b"POST".to_vec();
+        lend_read_buffer(&mut pipelined);
+        assert_eq!((pipelined.len(), spares()), (4, 0));
+        for _ in 0..=SPARE_READ_BUFFERS_MAX {
+            let mut buf = Vec::with_capacity(READ_CHUNK);
+            lend_read_buffer(&mut buf);
+            assert_eq!(buf.capacity(), 0);
+        }
+        assert_eq!(spares(), SPARE_READ_BUFFERS_MAX);
+        let mut buf = Vec::new();
+        room_to_read(&mut buf);
+        assert!(buf.capacity() >= READ_CHUNK);
+        assert_eq!(spares(), SPARE_READ_BUFFERS_MAX - 1);
     }
 }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::core::{Core, KeepAlive, Source, Step};
 use crate::endpoint::Stream;
-use crate::runtime::socket::{read_some, Conn, ReadEnd};
+use crate::runtime::socket::{lend_read_buffer, read_some, Conn, ReadEnd};
 use crate::wire::sse;
 
 /// Drives the stream the endpoint handed over; true when the connection can serve another
@@ -105,6 +105,9 @@ async fn drive<S: Source>(conn: &mut Conn<'_>, mut source: S, started: Instant) 
                 Some((last + interval).saturating_duration_since(Instant::now()))
             }
         };
+        // Nothing is read while the stream waits (the peer's bytes, if any, are read after
+        // readiness into a buffer taken back then): the core keeps the buffer meanwhile.
+        lend_read_buffer(&mut conn.buf);
         let Conn { socket, out, frames, .. } = conn;
         // Only readiness is awaited inside the select: a losing branch is dropped, and a read
         // future dropped there would take the connection buffer (pipelined requests) with it.

@@ -1,0 +1,227 @@
+//! Goal: issue 43 item 2, 10 000 live streams on two cores within 512 MiB: the heap bytes one
+//! live stream holds on its server (its connection, its call, its session's ring) within a
+//! budget (`LIVE_STREAM_HEAP_BYTES_BUDGET`), counted in process, not read from RSS, so the test
+//! is deterministic (RSS per stream is `scripts/streams.sh`'s, docs/performance.md "Live
+//! streams").
+//!
+//! Method: as `tests/idle_session.rs` does, the server runs in this test's process (one worker,
+//! real sockets on 127.0.0.1) under a global allocator that forwards to mimalloc and keeps the
+//! live bytes of every block the worker thread holds, at its mimalloc size (`mi_usable_size`).
+//! `LIVE_STREAMS_MEASURED` sessions are opened first; then each gets its own connection with
+//! one `slow_counter` call whose first event is `STREAM_DELAY_MS` away, and the test reads each
+//! answer's head. Live bytes then minus before, over the count, is one live stream's fixed cost
+//! (the sessions' own cost is before; an event's is its ring's, bounded by `--replay-events`
+//! and `--replay-bytes` and tested with the ring); the blocks by size class say what it is.
+
+// The counters are the test's, shared by the process's threads, not server state.
+#![allow(clippy::disallowed_types)]
+
+mod support;
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::cell::Cell;
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+/// Heap bytes one live stream may hold on the server (its connection, its call and the stream's
+/// record in its session, answer head written, no event yet), at mimalloc's size classes, on the
+/// debug build. Measured 36 763 B at the start (8d1ecff: a 16 KiB read buffer, 2 × 4 KiB write
+/// buffers, the connection's task 6 KiB), 20 625 B with the read buffer lent to the core while
+/// the stream waits, 13 969 B with the write buffers starting at 1 KiB and 512 B (were 4 KiB
+/// each). One more block of 1 KiB a stream fails it; the blocks by size are printed.
+const LIVE_STREAM_HEAP_BYTES_BUDGET: usize = 14_848;
+
+/// Live streams the bytes are counted over: enough that the core's tables' steps average out,
+/// few enough for a debug server to open in a few seconds.
+const LIVE_STREAMS_MEASURED: usize = 1_000;
+
+/// The streams' pause before each event: longer than opening them all takes, so each is
+/// counted with its answer's head written and no event yet (an event's cost is its ring's,
+/// bounded by `--replay-events`/`--replay-bytes` and tested with the ring).
+const STREAM_DELAY_MS: u64 = 10_000;
+/// Events per stream: the streams outlive the reading.
+const STREAM_STEPS: u64 = 3;
+
+/// Live bytes by size class (index: size / 8), blocks up to `BY_SIZE_MAX` bytes; larger ones
+/// are in the last slot.
+const BY_SIZE_MAX: usize = 64 * 1024;
+static LIVE: AtomicI64 = AtomicI64::new(0);
+static BY_SIZE: [AtomicI64; BY_SIZE_MAX / 8 + 1] =
+    [const { AtomicI64::new(0) }; BY_SIZE_MAX / 8 + 1];
+
+thread_local! {
+    /// 0: not classified yet, 1: a worker thread (`tidemark-N`), 2: any other.
+    static ROLE: Cell<u8> = const { Cell::new(0) };
+}
+
+// mimalloc's own size of a block it handed out (its size class).
+#[allow(unsafe_code)]
+extern "C" {
+    fn mi_usable_size(p: *const std::ffi::c_void) -> usize;
+}
+
+struct Counting;
+
+// SAFETY: every method forwards to mimalloc unchanged; the counting reads the block's size
+// from mimalloc and never touches the memory.
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = mimalloc::MiMalloc.alloc(layout);
+        note(p, 1);
+        p
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let p = mimalloc::MiMalloc.alloc_zeroed(layout);
+        note(p, 1);
+        p
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note(ptr, -1);
+        let p = mimalloc::MiMalloc.realloc(ptr, layout, new_size);
+        note(p, 1);
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        note(ptr, -1);
+        mimalloc::MiMalloc.dealloc(ptr, layout)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Adds (`sign` 1) or takes away (-1) block `p`'s size, when a worker thread made or frees it.
+#[allow(unsafe_code)]
+fn note(p: *mut u8, sign: i64) {
+    if p.is_null() || !is_worker() {
+        return;
+    }
+    // SAFETY: `p` is a live block mimalloc handed out (freed only after this call).
+    let size = unsafe { mi_usable_size(p.cast()) };
+    LIVE.fetch_add(sign * size as i64, Relaxed);
+    BY_SIZE[size.min(BY_SIZE_MAX) / 8].fetch_add(sign, Relaxed);
+}
+
+/// A server worker (`tidemark-N`), classified once per thread.
+fn is_worker() -> bool {
+    ROLE.try_with(|role| {
+        if role.get() == 0 {
+            let worker = std::thread::current().name().is_some_and(|name| {
+                name.strip_prefix("tidemark-")
+                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            });
+            role.set(if worker { 1 } else { 2 });
+        }
+        role.get() == 1
+    })
+    .unwrap_or(false)
+}
+
+fn blocks_by_size() -> Vec<i64> {
+    BY_SIZE.iter().map(|n| n.load(Relaxed)).collect()
+}
+
+/// Per size class, the blocks and bytes added per stream (classes under 0.05 blocks left out).
+fn breakdown(before: &[i64], after: &[i64], streams: usize) -> String {
+    let rows: Vec<String> = before
+        .iter()
+        .zip(after)
+        .enumerate()
+        .map(|(class, (b, a))| (class * 8, (a - b) as f64 / streams as f64))
+        .filter(|(_, per)| per.abs() >= 0.05)
+        .map(|(size, per)| format!("{size} B × {per:.2}"))
+        .collect();
+    format!("blocks per live stream by size: {}", rows.join(", "))
+}
+
+/// Opens one session per id over one keep-alive connection.
+fn open_sessions(host: &str, count: usize, wire: &mut Wire) -> Vec<String> {
+    let init = request("POST", "/mcp", host, &POST_HEADERS, Some(INIT));
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    (0..count)
+        .map(|_| {
+            send(&mut wire.stream, &init);
+            let r = wire.response(Duration::from_secs(10), "initialize");
+            assert_eq!(r.status, 200, "initialize: {}", r.text());
+            let sid = r.header("Mcp-Session-Id").expect("session id").to_owned();
+            let mut h: Vec<(&str, &str)> = POST_HEADERS.to_vec();
+            h.push(("Mcp-Session-Id", &sid));
+            send(&mut wire.stream, &request("POST", "/mcp", host, &h, Some(initialized)));
+            let r = wire.response(Duration::from_secs(10), "initialized");
+            assert_eq!(r.status, 202, "notifications/initialized: {}", r.text());
+            sid
+        })
+        .collect()
+}
+
+/// A `slow_counter` call on `session` over a new connection, sent: a live stream of
+/// `STREAM_STEPS` events `STREAM_DELAY_MS` apart.
+fn start_stream(addr: std::net::SocketAddr, host: &str, session: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+    let mut h: Vec<(&str, &str)> = POST_HEADERS.to_vec();
+    h.push(("Mcp-Session-Id", session));
+    let args = format!(r#"{{"steps":{STREAM_STEPS},"delay_ms":{STREAM_DELAY_MS}}}"#);
+    let body = call(1, "slow_counter", &args, true);
+    send(&mut stream, &request("POST", "/mcp", host, &h, Some(&body)));
+    stream
+}
+
+/// Reads the stream's answer head (and whatever came with it): the stream is live.
+fn await_head(stream: &mut TcpStream) {
+    let mut head = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = read_retrying(stream, &mut chunk).expect("read the stream's head");
+        assert!(n > 0, "the server closed the stream");
+        head.extend_from_slice(&chunk[..n]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&head));
+}
+
+/// Heap bytes per live stream on an in-process server, and the breakdown by size class.
+fn live_stream_heap_bytes() -> (usize, String) {
+    let mut cfg = tidemark::Config::default();
+    cfg.server.listen = "127.0.0.1:0".parse().expect("address");
+    cfg.server.threads = 1;
+    cfg.sessions.session_idle = Duration::from_secs(3600);
+    let running = tidemark::Server::new(cfg).start().expect("start the server");
+    let (addr, host) = (running.local_addr, running.local_addr.to_string());
+    let mut wire = Wire::new(TcpStream::connect(addr).expect("connect"));
+    let sessions = open_sessions(&host, LIVE_STREAMS_MEASURED + 1, &mut wire);
+    // One stream first, so the core's per-stream scratch (first use) is not counted.
+    let mut warm = start_stream(addr, &host, &sessions[0]);
+    await_head(&mut warm);
+    std::thread::sleep(Duration::from_millis(100));
+    let before = (LIVE.load(Relaxed), blocks_by_size());
+    let started = Instant::now();
+    let mut streams: Vec<TcpStream> =
+        sessions[1..].iter().map(|s| start_stream(addr, &host, s)).collect();
+    streams.iter_mut().for_each(await_head);
+    let opened = started.elapsed();
+    assert!(opened < Duration::from_millis(STREAM_DELAY_MS), "the first events were sent");
+    std::thread::sleep(Duration::from_millis(100));
+    let after = (LIVE.load(Relaxed), blocks_by_size());
+    drop((warm, streams));
+    running.shutdown();
+    let per = usize::try_from(after.0 - before.0).unwrap_or(0) / LIVE_STREAMS_MEASURED;
+    eprintln!(
+        "live streams: {LIVE_STREAMS_MEASURED} opened in {:.1} s: live heap {per} B per stream (budget {LIVE_STREAM_HEAP_BYTES_BUDGET} B)",
+        opened.as_secs_f64()
+    );
+    (per, breakdown(&before.1, &after.1, LIVE_STREAMS_MEASURED))
+}
+
+#[test]
+fn a_live_stream_stays_within_its_heap_budget() {
+    let (per, blocks) = live_stream_heap_bytes();
+    eprintln!("live streams: {blocks}");
+    assert!(
+        per <= LIVE_STREAM_HEAP_BYTES_BUDGET,
+        "a live stream holds {per} B of heap, over {LIVE_STREAM_HEAP_BYTES_BUDGET} B; {blocks}"
+    );
+}
