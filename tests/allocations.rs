@@ -74,8 +74,6 @@ static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 static SITES: Mutex<Option<HashMap<String, u64>>> = Mutex::new(None);
 
 thread_local! {
-    /// 0: not classified yet, 1: a worker thread, 2: any other.
-    static ROLE: Cell<u8> = const { Cell::new(0) };
     /// Inside the counter's own work (classifying, recording a site): its allocations are not
     /// the server's.
     static BUSY: Cell<bool> = const { Cell::new(false) };
@@ -117,7 +115,7 @@ fn note_allocation() {
         if busy.replace(true) {
             return;
         }
-        if is_worker() {
+        if support::heap::is_worker() {
             ALLOCATIONS.fetch_add(1, Relaxed);
             if RECORD_SITES.load(Relaxed) {
                 record_site();
@@ -125,20 +123,6 @@ fn note_allocation() {
         }
         busy.set(false);
     });
-}
-
-/// A server worker (`tidemark-0`, `tidemark-1`, …), classified once per thread.
-fn is_worker() -> bool {
-    ROLE.with(|role| {
-        if role.get() == 0 {
-            let worker = std::thread::current().name().is_some_and(|name| {
-                name.strip_prefix("tidemark-")
-                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-            });
-            role.set(if worker { 1 } else { 2 });
-        }
-        role.get() == 1
-    })
 }
 
 /// Files of the server whose frames name a site (std, the allocator and this test are left

@@ -18,8 +18,6 @@
 
 mod support;
 
-use std::alloc::{GlobalAlloc, Layout};
-use std::cell::Cell;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
@@ -52,73 +50,17 @@ static LIVE: AtomicI64 = AtomicI64::new(0);
 static BY_SIZE: [AtomicI64; BY_SIZE_MAX / 8 + 1] =
     [const { AtomicI64::new(0) }; BY_SIZE_MAX / 8 + 1];
 
-thread_local! {
-    /// 0: not classified yet, 1: a worker thread (`tidemark-N`), 2: any other.
-    static ROLE: Cell<u8> = const { Cell::new(0) };
-}
-
-// mimalloc's own size of a block it handed out (its size class).
-#[allow(unsafe_code)]
-extern "C" {
-    fn mi_usable_size(p: *const std::ffi::c_void) -> usize;
-}
-
-struct Counting;
-
-// SAFETY: every method forwards to mimalloc unchanged; the counting reads the block's size
-// from mimalloc and never touches the memory.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = mimalloc::MiMalloc.alloc(layout);
-        note(p, 1);
-        p
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let p = mimalloc::MiMalloc.alloc_zeroed(layout);
-        note(p, 1);
-        p
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note(ptr, -1);
-        let p = mimalloc::MiMalloc.realloc(ptr, layout, new_size);
-        note(p, 1);
-        p
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        note(ptr, -1);
-        mimalloc::MiMalloc.dealloc(ptr, layout)
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: support::heap::CountingMimalloc = support::heap::CountingMimalloc(note);
 
 /// Adds (`sign` 1) or takes away (-1) block `p`'s size, when a worker thread made or frees it.
-#[allow(unsafe_code)]
 fn note(p: *mut u8, sign: i64) {
-    if p.is_null() || !is_worker() {
+    if p.is_null() || !support::heap::is_worker() {
         return;
     }
-    // SAFETY: `p` is a live block mimalloc handed out (freed only after this call).
-    let size = unsafe { mi_usable_size(p.cast()) };
+    let size = support::heap::usable_size(p);
     LIVE.fetch_add(sign * size as i64, Relaxed);
     BY_SIZE[size.min(BY_SIZE_MAX) / 8].fetch_add(sign, Relaxed);
-}
-
-/// A server worker (`tidemark-N`), classified once per thread.
-fn is_worker() -> bool {
-    ROLE.try_with(|role| {
-        if role.get() == 0 {
-            let worker = std::thread::current().name().is_some_and(|name| {
-                name.strip_prefix("tidemark-")
-                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-            });
-            role.set(if worker { 1 } else { 2 });
-        }
-        role.get() == 1
-    })
-    .unwrap_or(false)
 }
 
 fn blocks_by_size() -> Vec<i64> {

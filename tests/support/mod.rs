@@ -3,6 +3,7 @@
 //! and wait on observable state (a counter, an answer, a socket) instead of the clock.
 #![allow(dead_code)]
 
+pub mod heap;
 pub mod redis;
 
 use std::io::{BufRead, BufReader, Read, Write};
