@@ -642,9 +642,13 @@ fn push_stream(pipe: &mut Pipeline, sid: &str, key: u32, record: &StreamRecord) 
 /// The session's whole image: its keys deleted, then its record with `durable` `0`, its
 /// streams and its events, and only then `durable` `1`. A node that dies with the image half
 /// sent leaves a session no peer adopts (`ADOPT_SCRIPT` refuses `durable` `0`), never one whose
-/// record or streams are ahead of its events.
+/// record or streams are ahead of its events. All of it in one `MULTI`/`EXEC`: a primary applies
+/// it at once and a replica takes it whole or not at all, so a rewrite of a session a replica
+/// already held that the primary's death cuts short leaves the replica the old session (a
+/// replica that had taken the `DEL` alone lost it: `tests/durable_sentinel.rs`, `failover_loss`).
 fn push_image(pipe: &mut Pipeline, image: &SessionImage, entries: &mut VecDeque<Entry>) {
     let sid = &*image.sid;
+    pipe.command(1).arg(b"MULTI");
     delete_session(pipe, sid);
     let optional =
         2 * (usize::from(image.subject.is_some()) + usize::from(!image.earlier_tags.is_empty()));
@@ -682,6 +686,7 @@ fn push_image(pipe: &mut Pipeline, image: &SessionImage, entries: &mut VecDeque<
         entries.extend(push_run(pipe, sid, &pieces));
     }
     pipe.command(4).arg(b"HSET").arg_key(SessionKey::Record, sid).arg(b"durable").arg(b"1");
+    pipe.command(1).arg(b"EXEC");
 }
 
 /// Events per `tm:ev` entry of a whole image (bounds one entry's packed field).
@@ -1042,7 +1047,10 @@ mod tests {
         let event = at(stream, "XADD");
         let marked = at(event, "$7\r\ndurable\r\n$1\r\n1\r\n");
         assert!(!text[..marked].contains("durable\r\n$1\r\n1"), "{text}");
-        assert!(text[marked..].find("\r\n*").is_none(), "durable 1 is the last command: {text}");
+        assert!(text.starts_with("*1\r\n$5\r\nMULTI\r\n"), "one transaction: {text}");
+        let after = text[marked..].matches("\r\n*").count();
+        assert_eq!(after, 1, "durable 1 is the last command before EXEC: {text}");
+        assert!(text.ends_with("EXEC\r\n"), "{text}");
     }
 
     fn shape(steps: &[Step<'_>]) -> Vec<String> {
