@@ -162,6 +162,11 @@ fn a_client_that_read_events_the_store_never_held_still_gets_the_adopters_final(
         !read_ids.contains(&final_id),
         "the final's id {final_id} names an event the client already read: {read_ids:?}"
     );
+    // A client that got the final and resumes from it gets nothing again (no duplicate).
+    let mut after_final = resume(&peer, &sid, &final_id);
+    assert_eq!(after_final.status, 200, "a resume from the final's id");
+    let again: Vec<String> = after_final.rest().iter().map(|e| e.data.clone()).collect();
+    assert!(again.iter().all(String::is_empty), "nothing after the final: {again:?}");
     // The call is answered: a re-POST of it is refused, never run again.
     let again = post(&peer, &[("Mcp-Session-Id", &sid)], &body);
     assert_eq!(again.status, 409, "{}", again.text());

@@ -639,13 +639,14 @@ fn push_stream(pipe: &mut Pipeline, sid: &str, key: u32, record: &StreamRecord) 
         .arg_written(|out| record.write_json(out));
 }
 
-/// The session's whole image: its keys deleted, then its record with `durable` `0`, its
-/// streams and its events, and only then `durable` `1`. A node that dies with the image half
-/// sent leaves a session no peer adopts (`ADOPT_SCRIPT` refuses `durable` `0`), never one whose
-/// record or streams are ahead of its events. All of it in one `MULTI`/`EXEC`: a primary applies
-/// it at once and a replica takes it whole or not at all, so a rewrite of a session a replica
-/// already held that the primary's death cuts short leaves the replica the old session (a
-/// replica that had taken the `DEL` alone lost it: `tests/durable_sentinel.rs`, `failover_loss`).
+/// The session's whole image, in one `MULTI`/`EXEC`: its keys deleted, then its record with
+/// `durable` `0`, its streams and its events, and only then `durable` `1`. The primary applies
+/// it at once and a replica takes it whole or not at all, so an image cut short (the node or
+/// the primary dying mid-send) leaves the session as it was, never a replica that took the
+/// `DEL` alone. The `durable` markers stay as a second line: were an image ever applied in
+/// part, `ADOPT_SCRIPT` refuses `durable` `0`. (Errors inside the `EXEC` reply are not read:
+/// the link reads a top-level error only, and these commands on the session's own keys fail
+/// only at queue time: out of memory, a read-only replica, a moved slot, all `EXECABORT`.)
 fn push_image(pipe: &mut Pipeline, image: &SessionImage, entries: &mut VecDeque<Entry>) {
     let sid = &*image.sid;
     pipe.command(1).arg(b"MULTI");

@@ -16,7 +16,7 @@ use simd_json::prelude::*;
 use super::core::LegacyCore;
 use super::migration::{self, Decision, Facts, KeyMatch, MatchedBy};
 use super::replay::StreamKey;
-use super::session::{self, Session, SessionRc, StreamState, EVENT_ID_LEN_MAX};
+use super::session::{Session, SessionRc, StreamState, EVENT_ID_LEN_MAX};
 use crate::config::MigrationPolicy;
 use crate::core::{reply, Outcome};
 use crate::dispatch::ToolRoute;
@@ -320,10 +320,9 @@ pub(super) fn conflict<J>(
 ) -> Outcome<J> {
     let s = session.borrow();
     let mut hint = [0; EVENT_ID_LEN_MAX];
-    let hint_len = listed(&s, refused).next().map_or(0, |st| {
-        let seq = st.resume_hint();
-        session::event_id_into(&mut hint, s.tag_of(seq), st.key, seq)
-    });
+    let hint_len = listed(&s, refused)
+        .next()
+        .map_or(0, |st| s.event_id_into(&mut hint, st.key, st.resume_hint()));
     let body_at = out.len();
     let matched_by = refused.matched_by.map(MatchedBy::as_str);
     crate::wire::push_conflict(out, id, refused.code, matched_by, |emit| {

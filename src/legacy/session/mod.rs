@@ -302,7 +302,8 @@ pub enum CursorError {
 pub struct Session {
     /// The `Mcp-Session-Id` the client was given.
     pub id: SessionId,
-    /// Random tag in every event id, so an id of another session is recognised as foreign.
+    /// Random tag in every event id, so an id of another session is recognised as foreign:
+    /// the tag of the events from `retagged_at()` on (an adopter takes a new one, `retag`).
     pub tag: u32,
     /// The MCP revision negotiated at `initialize`: its index in `LEGACY_VERSIONS` (one byte
     /// where the `&'static str` took 16; `version()`).
@@ -372,7 +373,7 @@ struct Rare {
     /// The id the next server→client request gets, less one.
     client_requests_sent: u64,
     /// Streams adoption ended with `-31006`, each with the last of its events the store held
-    /// (`cursor_after_cut_off`).
+    /// (`cursor`).
     cut_off: Vec<(StreamKey, EventSeq)>,
     /// The tags of the session's event ids before each adoption still visible in its ring,
     /// oldest first: `(until, tag)`, the events below `until` (and at or above the previous
@@ -1143,21 +1144,6 @@ impl Session {
         }
     }
 
-    /// The cursor a resume of stream `key` from `after` continues from. For a stream adoption
-    /// ended with `-31006`, a cursor past the last event the store held names an event the
-    /// dead node sent but never mirrored: this node never issued that id, and gave its number
-    /// to its own final (sequence numbers continue from the store's), so taken as it is the
-    /// cursor would mark the final delivered unsent, or name another stream's event. The
-    /// client holds everything the store held, so the resume continues from there and sends
-    /// the final (CONTRACT §10: the stream ends with `-31006`). Other cursors are unchanged.
-    pub fn cursor_after_cut_off(&self, key: StreamKey, after: EventSeq) -> EventSeq {
-        let rare = self.rare.as_deref();
-        match rare.and_then(|r| r.cut_off.iter().find(|&&(k, _)| k == key)) {
-            Some(&(_, held)) if after > held => held,
-            _ => after,
-        }
-    }
-
     /// Where a writer (or a resume) whose client holds everything up to `after` continues.
     pub fn resume_start(
         &self,
@@ -1393,11 +1379,16 @@ impl Session {
     }
 
     /// Gives the events from the ring's next one on the id tag `tag` (adoption, `restore`);
-    /// the events before keep theirs. Tags of events the ring no longer holds are forgotten
-    /// (a cursor naming one is then refused as unknown), so the list never outgrows the
-    /// adoptions whose events the ring still holds.
+    /// the events before keep theirs. A tag older than every retained stream's first event
+    /// and the ring's oldest is forgotten (no client can name one of its events but as a
+    /// cursor the session would refuse anyway), so the list never outgrows the adoptions
+    /// whose streams the session still retains.
     pub(crate) fn retag(&mut self, tag: u32) {
-        let (until, oldest, before) = (self.ring.next_seq(), self.ring.oldest(), self.tag);
+        // The oldest id a client may still name: a retained stream's first event (evicted
+        // events of it are answered with the gap notice, which needs their tag).
+        let first = self.streams.values().map(|st| st.first).min();
+        let oldest = first.into_iter().chain(self.ring.oldest()).min();
+        let (until, before) = (self.ring.next_seq(), self.tag);
         let rare = self.rare_mut();
         rare.earlier_tags.retain(|&(end, _)| oldest.is_some_and(|o| end > o));
         rare.earlier_tags.push((until, before));
@@ -1414,18 +1405,19 @@ impl Session {
 
     /// The cursor a `Last-Event-ID` of stream `key` names (`tag`, `after` parsed from it), in
     /// this session's numbering; `None` when the session never issued it. An id with the tag
-    /// of the node an adoption took the session from, past what the store held, was issued by
-    /// that node and never mirrored: for a stream adoption ended with `-31006` the resume
-    /// continues from the last event the store held (`cursor_after_cut_off`), so the client
-    /// gets the final, whose id is new to it.
+    /// of the node the last adoption took the session from, past what the store held, was
+    /// issued by that node and never mirrored: for a stream adoption ended with `-31006` the
+    /// resume continues from the last event the store held, so the client gets the final,
+    /// whose id (the adopter's tag) is new to it. (Such an id of an earlier adoption is not
+    /// recognised: its stream's cut-off point is not mirrored.)
     pub fn cursor(&self, tag: u32, key: StreamKey, after: EventSeq) -> Option<EventSeq> {
         if tag == self.tag_of(after) {
-            return Some(self.cursor_after_cut_off(key, after));
+            return Some(after);
         }
-        let retagged_at = self.retagged_at();
-        let &(_, dead_tag) = self.rare.as_deref()?.earlier_tags.last()?;
-        let held = self.rare.as_deref()?.cut_off.iter().find(|&&(k, _)| k == key);
-        held.filter(|_| tag == dead_tag && after >= retagged_at).map(|&(_, held)| held)
+        let rare = self.rare.as_deref()?;
+        let &(until, dead_tag) = rare.earlier_tags.last()?;
+        let &(_, held) = rare.cut_off.iter().find(|&&(k, _)| k == key)?;
+        (tag == dead_tag && after >= until).then_some(held)
     }
 
     /// Reports `change` to the session's observer, the durable mirror (none without
