@@ -6,7 +6,9 @@
 //! `--max-streams-per-session`, so a peer who crafts colliding request ids or idempotency keys
 //! degrades only its own session's lookups, and only to a scan of at most that many entries.
 //! The built-in tool sets' name tables hold only their own fixed names, so a peer's name is a
-//! lookup, never an insert, and probes no longer than any other miss.
+//! lookup, never an insert, and probes no longer than any other miss. A table shared by a
+//! core's clients and keyed by what they choose (the 2026-07-28 keyed calls' `by_key`) takes a
+//! randomly keyed SipHash instead: there one client's collisions would slow every other's.
 
 use std::hash::{BuildHasherDefault, Hasher};
 

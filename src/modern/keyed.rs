@@ -20,8 +20,8 @@
 //! socket.
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
-use std::hash::Hash;
+use std::collections::{HashMap, VecDeque};
+use std::hash::{Hash, RandomState};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -144,7 +144,11 @@ pub(crate) struct KeyLimits {
 /// One core's keyed calls, oldest first for eviction, inside a count, a byte budget
 /// (`KeyBytes`, shared with the calls' recordings) and a per-client share of running calls.
 pub(crate) struct KeyTable {
-    by_key: FastMap<Box<str>, Rc<Record>>,
+    /// Keyed by the client's own `Idempotency-Key` (scoped): a per-process random SipHash key,
+    /// not the unkeyed fast hash, so no client can build keys that collide in one bucket and
+    /// make every keyed lookup on the core scan them (one client never takes the table's
+    /// speed from the others).
+    by_key: HashMap<Box<str>, Rc<Record>, RandomState>,
     order: VecDeque<Box<str>>,
     limits: KeyLimits,
     bytes: Rc<KeyBytes>,
@@ -156,7 +160,7 @@ pub(crate) struct KeyTable {
 impl KeyTable {
     pub(crate) fn new(limits: KeyLimits, bytes_max: usize, metrics: Arc<CoreMetrics>) -> KeyTable {
         KeyTable {
-            by_key: FastMap::default(),
+            by_key: HashMap::with_hasher(RandomState::new()),
             order: VecDeque::new(),
             limits,
             bytes: Rc::new(KeyBytes::new(bytes_max, metrics.clone())),
