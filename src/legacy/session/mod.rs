@@ -303,7 +303,7 @@ pub struct Session {
     /// The `Mcp-Session-Id` the client was given.
     pub id: SessionId,
     /// Random tag in every event id, so an id of another session is recognised as foreign:
-    /// the tag of the events from `retagged_at()` on (an adopter takes a new one, `retag`).
+    /// the tag of the events after the last adoption's (an adopter takes a new one, `retag`).
     pub tag: u32,
     /// The MCP revision negotiated at `initialize`: its index in `LEGACY_VERSIONS` (one byte
     /// where the `&'static str` took 16; `version()`).
@@ -1357,25 +1357,11 @@ impl Session {
     }
 
     /// The tag of event `seq`'s id: the session's, or, for an event from before an adoption,
-    /// the tag it had then (`Rare::earlier_tags`).
+    /// the tag it had then (`Rare::earlier_tags`; none for a session never adopted).
     #[inline]
     pub fn tag_of(&self, seq: EventSeq) -> u32 {
-        match self.rare.as_deref() {
-            Some(rare) if seq < self.retagged_at() => rare
-                .earlier_tags
-                .iter()
-                .find(|&&(until, _)| seq < until)
-                .map_or(self.tag, |&(_, tag)| tag),
-            _ => self.tag,
-        }
-    }
-
-    /// The first sequence number whose id carries the session's own tag: 0 for a session
-    /// never adopted (every id does).
-    #[inline]
-    pub fn retagged_at(&self) -> EventSeq {
-        let last = self.rare.as_deref().and_then(|rare| rare.earlier_tags.last());
-        last.map_or(EventSeq(0), |&(until, _)| until)
+        let earlier = self.rare.as_deref().map_or(&[][..], |rare| &rare.earlier_tags[..]);
+        earlier.iter().find(|&&(until, _)| seq < until).map_or(self.tag, |&(_, tag)| tag)
     }
 
     /// Gives the events from the ring's next one on the id tag `tag` (adoption, `restore`);

@@ -76,17 +76,11 @@ pub(crate) fn restore(
 /// ones); without randomness, one derived from them, still distinct.
 fn fresh_tag(image: &SessionImage) -> u32 {
     let taken = |t: u32| t == image.tag || image.earlier_tags.iter().any(|&(_, e)| e == t);
-    let mut candidate = image.tag.rotate_left(16) ^ 0x5bd1_e995;
-    for _ in 0..8 {
-        let mut b = [0u8; 4];
-        if getrandom::fill(&mut b).is_ok() {
-            candidate = u32::from_le_bytes(b);
-        }
-        if !taken(candidate) {
-            break;
-        }
-        candidate = candidate.wrapping_add(1);
-    }
+    let mut b = [0u8; 4];
+    let mut candidate = match getrandom::fill(&mut b) {
+        Ok(()) => u32::from_le_bytes(b),
+        Err(_) => image.tag.rotate_left(16) ^ 0x5bd1_e995,
+    };
     while taken(candidate) {
         candidate = candidate.wrapping_add(1);
     }
