@@ -62,8 +62,7 @@ impl Cluster {
     /// Three primaries with `replicas` (0 or 1) each.
     fn create(replicas: usize) -> Cluster {
         let count = 3 * (1 + replicas);
-        let dir = scratch_dir().join(format!("cluster-{}", free_port()));
-        std::fs::create_dir_all(&dir).expect("the cluster's dir");
+        let dir = scratch_dir();
         let buses: Vec<u16> = (0..count).map(|_| free_port()).collect();
         let nodes: Vec<Redis> =
             (0..count).map(|i| cluster_node(&dir, i, free_port(), buses[i])).collect();

@@ -8,12 +8,15 @@ use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// A `redis-server` (or sentinel) of its own on a free port; killed on drop.
 pub struct Redis {
     pub child: Child,
     pub port: u16,
+    /// A directory of this server's own (a replica's), removed on drop.
+    scratch: Option<PathBuf>,
 }
 
 pub fn free_port() -> u16 {
@@ -33,10 +36,13 @@ pub fn have_redis() -> bool {
     false
 }
 
-/// A directory of this test process's own (a sentinel's config, a cluster node's
-/// `nodes.conf`, a replica's RDB file).
+/// A fresh directory of the caller's own (a sentinel's config, a cluster node's `nodes.conf`, a
+/// replica's RDB file): one per call, so a test removing its directory never takes another's
+/// running in parallel, and a replica never loads another test's `dump.rdb` at its start.
 pub fn scratch_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tidemark-redis-{}", std::process::id()));
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("tidemark-redis-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("scratch dir");
     dir
 }
@@ -83,7 +89,7 @@ impl Redis {
             .stdout(Stdio::null())
             .spawn()
             .expect("spawn redis-server");
-        let redis = Redis { child, port };
+        let redis = Redis { child, port, scratch: None };
         let deadline = Instant::now() + Duration::from_secs(10);
         while redis.command("PING").as_deref() != Some("+PONG") {
             assert!(Instant::now() < deadline, "redis-server on {port} did not answer PING");
@@ -95,8 +101,12 @@ impl Redis {
     /// A replica of `primary`; the RDB file it loads through lands in `scratch_dir`.
     pub fn replica_of(primary: &Redis) -> Redis {
         let dir = scratch_dir();
-        let dir = dir.to_str().expect("utf-8 path");
-        Redis::start(&[], &["--replicaof", "127.0.0.1", &primary.port.to_string(), "--dir", dir])
+        let text = dir.to_str().expect("utf-8 path");
+        let primary_port = primary.port.to_string();
+        let mut replica =
+            Redis::start(&[], &["--replicaof", "127.0.0.1", &primary_port, "--dir", text]);
+        replica.scratch = Some(dir);
+        replica
     }
 
     /// `redis://127.0.0.1:PORT`.
@@ -134,5 +144,8 @@ impl Drop for Redis {
             let _ = Command::new("kill").args(["-CONT", &self.child.id().to_string()]).status();
         }
         self.kill();
+        if let Some(dir) = self.scratch.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
