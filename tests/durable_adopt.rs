@@ -173,6 +173,46 @@ fn a_client_that_read_events_the_store_never_held_still_gets_the_adopters_final(
 }
 
 #[test]
+fn a_cursor_past_the_store_of_the_first_dead_node_still_gets_the_final_after_a_second_adoption() {
+    // Goal: the previous test's client ahead of the store, across two adoptions. It read
+    // events node 1 never mirrored and did not resume on node 2, which adopted the session for
+    // another request and ended the call with its -31006; node 2 dies too. Node 3 holds no
+    // cut-off point for node 1's ids (node 2 knew it in memory only), so the cursor maps to
+    // the stream's last event below node 2's first sequence number: the client gets node 2's
+    // final, never 400 (before: `Last-Event-ID` refused, the call's outcome unreachable).
+    let Some(redis) = Redis::standalone() else { return };
+    let first = node(&redis, "1", &["--durable-linger-us", "100000"]);
+    let sid = open_session(&first);
+    let body = call(9, "slow_counter", r#"{"steps":60,"delay_ms":10}"#, true);
+    let mut stream = call_stream(&first, &sid, &body, &[]);
+    let read_ids: Vec<String> =
+        (0..12).map(|_| stream.next_event().expect("an event").id.expect("an id")).collect();
+    let cursor = read_ids.last().expect("a cursor").clone();
+    drop(first);
+    drop(stream);
+    let second = node(&redis, "2", &[]);
+    std::thread::sleep(Duration::from_millis(400)); // past the 300 ms lease
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let adopted = post(&second, &[("Mcp-Session-Id", &sid)], ping);
+    // Node 2 adopted it: the ping is refused for the stream it now owes (held, then -31004).
+    assert!(adopted.text().contains("owedStreams"), "node 2 adopts: {}", adopted.text());
+    std::thread::sleep(Duration::from_millis(300)); // its image and final reach the store
+    drop(second);
+    let third = node(&redis, "3", &[]);
+    std::thread::sleep(Duration::from_millis(400));
+    let mut resumed = resume(&third, &sid, &cursor);
+    assert_eq!(resumed.status, 200, "node 1's cursor resumes after the second adoption");
+    let events = resumed.rest();
+    let last = events.last().expect("the final reaches the client").json();
+    assert_eq!(last["error"]["code"], -31006, "{last}");
+    assert_eq!(last["id"], 9, "{last}");
+    let progress: Vec<u64> = events.iter().filter_map(progress_of).collect();
+    assert!(progress.is_empty(), "nothing the client already holds comes again: {progress:?}");
+    let final_id = events.last().and_then(|e| e.id.clone()).expect("the final has an id");
+    assert!(!read_ids.contains(&final_id), "the final's id {final_id} is new to the client");
+}
+
+#[test]
 fn a_session_adopted_twice_serves_every_event_under_the_id_it_was_first_sent_with() {
     // Goal: an event id names one event for the session's whole life (MCP: unique across its
     // streams), across adoptions: each adopter's events take a tag of its own

@@ -1391,19 +1391,40 @@ impl Session {
 
     /// The cursor a `Last-Event-ID` of stream `key` names (`tag`, `after` parsed from it), in
     /// this session's numbering; `None` when the session never issued it. An id with the tag
-    /// of the node the last adoption took the session from, past what the store held, was
-    /// issued by that node and never mirrored: for a stream adoption ended with `-31006` the
-    /// resume continues from the last event the store held, so the client gets the final,
-    /// whose id (the adopter's tag) is new to it. (Such an id of an earlier adoption is not
-    /// recognised: its stream's cut-off point is not mirrored.)
+    /// of a node an adoption took the session from, past what the store held then, was issued
+    /// by that node and never mirrored: the client holds every event of the stream the store
+    /// held (a stream's events arrive in order), so the resume continues from the stream's
+    /// last event below that adoption's first sequence number. For a stream the adoption
+    /// ended with `-31006` the client gets that final, whose id (the adopter's tag) is new to
+    /// it, also after later adoptions.
     pub fn cursor(&self, tag: u32, key: StreamKey, after: EventSeq) -> Option<EventSeq> {
         if tag == self.tag_of(after) {
             return Some(after);
         }
         let rare = self.rare.as_deref()?;
-        let &(until, dead_tag) = rare.earlier_tags.last()?;
-        let &(_, held) = rare.cut_off.iter().find(|&&(k, _)| k == key)?;
-        (tag == dead_tag && after >= until).then_some(held)
+        let at = rare.earlier_tags.iter().position(|&(until, t)| t == tag && after >= until)?;
+        if at + 1 == rare.earlier_tags.len() {
+            // This node's own adoption: the cut-off point of each stream it ended is known.
+            let &(_, held) = rare.cut_off.iter().find(|&&(k, _)| k == key)?;
+            return Some(held);
+        }
+        self.stream_last_below(key, rare.earlier_tags[at].0)
+    }
+
+    /// The last event of stream `key` before sequence number `until` (held in the ring, or the
+    /// last one evicted), or `None` when the stream has none there. Walks the stream's held
+    /// events: only for a cursor of an earlier adoption (`cursor`), rare and bounded by the
+    /// ring.
+    fn stream_last_below(&self, key: StreamKey, until: EventSeq) -> Option<EventSeq> {
+        let st = self.streams.get(&key)?;
+        let evicted = st.evicted_through;
+        let mut last = (evicted >= st.first && evicted < until).then_some(evicted);
+        let mut next = st.first_held;
+        while let Some(seq) = next.filter(|&seq| seq < until) {
+            last = Some(seq);
+            next = self.ring.get(seq).and_then(|ev| ev.next_in_stream);
+        }
+        last
     }
 
     /// Reports `change` to the session's observer, the durable mirror (none without
