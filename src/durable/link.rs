@@ -6,6 +6,9 @@
 //! Everything else (the lease, adoption's compare-and-set, reads) stays on the crate's
 //! connection.
 //!
+//! A command that fails inside `EXEC` (its error nested in the `EXEC` reply) is a refusal like a
+//! top-level one.
+//!
 //! Never: reads past a malformed reply (the link is then broken and the store counts as down),
 //! nests deeper than `REPLY_DEPTH_MAX`, or holds more than one read buffer.
 
@@ -78,14 +81,19 @@ fn read_reply(buf: &[u8], depth: usize) -> Result<Reply, LinkError> {
             if depth >= REPLY_DEPTH_MAX {
                 return Err(LinkError("the store sent a reply nested too deep".into()));
             }
-            let mut consumed = after_line;
+            // An error inside an array is a command that failed inside `EXEC` (a session's
+            // image): the first one is the array's error, as if it stood alone.
+            let (mut consumed, mut error) = (after_line, None);
             for _ in 0..count.max(0) {
                 match read_reply(&buf[consumed..], depth + 1)? {
-                    Reply::Whole { consumed: n, .. } => consumed += n,
+                    Reply::Whole { consumed: n, error: inner } => {
+                        error = error.or(inner.map(|(from, to)| (consumed + from, consumed + to)));
+                        consumed += n;
+                    }
                     Reply::Partial => return Ok(Reply::Partial),
                 }
             }
-            Ok(Reply::Whole { consumed, error: None })
+            Ok(Reply::Whole { consumed, error })
         }
         other => {
             Err(LinkError(format!("the store sent a reply of unknown type {:?}", other as char)))
@@ -239,6 +247,12 @@ mod tests {
         assert_eq!(
             whole(b"-WRONGTYPE Operation against a key\r\n"),
             (36, Some(&b"WRONGTYPE Operation against a key"[..]))
+        );
+        let exec = b"*3\r\n:1\r\n-WRONGTYPE Operation against a key\r\n*1\r\n-ERR x\r\n+OK";
+        assert_eq!(
+            whole(exec),
+            (56, Some(&b"WRONGTYPE Operation against a key"[..])),
+            "a command failed inside EXEC is the reply's error (the first one)"
         );
         assert_eq!(integer(b":2\r\n"), Some(2), "a WAIT's count");
         assert_eq!((integer(b"+OK\r\n"), integer(b"$1\r\n1\r\n")), (None, None));

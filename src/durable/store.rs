@@ -644,9 +644,10 @@ fn push_stream(pipe: &mut Pipeline, sid: &str, key: u32, record: &StreamRecord) 
 /// it at once and a replica takes it whole or not at all, so an image cut short (the node or
 /// the primary dying mid-send) leaves the session as it was, never a replica that took the
 /// `DEL` alone. The `durable` markers stay as a second line: were an image ever applied in
-/// part, `ADOPT_SCRIPT` refuses `durable` `0`. (Errors inside the `EXEC` reply are not read:
-/// the link reads a top-level error only, and these commands on the session's own keys fail
-/// only at queue time: out of memory, a read-only replica, a moved slot, all `EXECABORT`.)
+/// part, `ADOPT_SCRIPT` refuses `durable` `0`. A command failing inside the `EXEC` (a key of
+/// the session's name holding another type) is the batch's error like any refusal (`Link`
+/// reads the errors nested in the `EXEC` reply): the store counts as down and the session is
+/// written whole again.
 fn push_image(pipe: &mut Pipeline, image: &SessionImage, entries: &mut VecDeque<Entry>) {
     let sid = &*image.sid;
     pipe.command(1).arg(b"MULTI");
