@@ -306,15 +306,32 @@ stage_redis() {
     verdict redis "$rc" "$(grep -h '^redis-outage: [0-9]' "$RESULTS/redis.log" || tail -n 1 "$RESULTS/redis.log")"
 }
 
+# A stage that ends the script before its verdict (a set-up helper's exit, a stale process
+# holding a port, set -e) prints a FAIL line naming it and the script exits non-zero, never
+# silently: seen once, stale processes from an interrupted run made a stage exit 0 unsaid.
+stage_now=""
+on_exit() {
+    local rc=$?
+    if [ -n "$stage_now" ]; then
+        echo "durable: FAIL $stage_now: the script ended inside the stage (exit $rc; logs: $RESULTS)"
+        rc=1
+    fi
+    cleanup
+    exit "$rc"
+}
+trap on_exit EXIT
+
 IFS=',' read -r -a wanted <<<"$stages"
 for s in "${wanted[@]}"; do
+    stage_now="$s"
     case "$s" in
         kill) stage_kill ;;
         redis) stage_redis ;;
         sentinel) stage_sentinel ;;
         cluster) stage_cluster ;;
-        *) echo "durable.sh: unknown stage '$s' (known: kill, redis, sentinel, cluster)" >&2; exit 2 ;;
+        *) stage_now=""; echo "durable.sh: unknown stage '$s' (known: kill, redis, sentinel, cluster)" >&2; exit 2 ;;
     esac
+    stage_now=""
 done
 echo "durable: $passed passed, $failed failed"
-[ "$failed" = 0 ]
+[ "$failed" = 0 ] && [ "$((passed + failed))" = "${#wanted[@]}" ]
