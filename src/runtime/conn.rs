@@ -21,7 +21,8 @@ use crate::metrics::RequestLabel;
 use crate::runtime::drain::{Admitted, Drain};
 use crate::runtime::handoff::{self, Inboxes, Moved};
 use crate::runtime::socket::BUFFER_KEEP_BYTES;
-use crate::runtime::socket::{self, read_some, read_some_or, shrink, Conn, ReadEnd, Transport};
+use crate::runtime::socket::{self, read_some, read_some_or, read_some_or_close};
+use crate::runtime::socket::{shrink, Conn, ReadEnd, Transport};
 use crate::runtime::stream;
 use crate::trace::Span;
 use crate::wire::{Answer, Refusal};
@@ -345,7 +346,13 @@ async fn next_head(
                 } else {
                     core.cfg.http.idle_timeout
                 };
-                read_some_or(socket, buf, wait, drain.changed()).await
+                if first {
+                    // A drain's phase change reads on (or answers 503): no byte may be lost.
+                    read_some_or(socket, buf, wait, drain.changed()).await
+                } else {
+                    // Idle and kept alive: a timeout or a drain closes it (the arms below).
+                    read_some_or_close(socket, buf, wait, drain.changed()).await
+                }
             }
         };
         match end {
