@@ -8,8 +8,10 @@
 //! queue) is waited for, and answered 503 if the drain ends first.
 //!
 //! Called by `runtime` for each accepted or handed-over socket. Never: interprets MCP or
-//! writes a stream itself; never leaves a read buffer inside a dropped I/O future (timeouts
-//! cancel and take the buffer back).
+//! writes a stream itself; never leaves a read buffer that may hold request bytes inside a
+//! dropped I/O future (timeouts cancel and take the buffer back). The one read dropped instead
+//! is a kept-alive connection's wait for its next request, whose timeout or drain closes the
+//! connection (`socket::read_some_or_close`).
 
 use std::cell::{Cell, RefCell};
 use std::pin::Pin;

@@ -1,7 +1,8 @@
 //! One connection's transport and buffers (`Conn`) and the I/O both the request loop (`conn`)
 //! and the stream driver (`stream`) do on it: a read with a timeout that never loses its
-//! buffer (`read_some`), a whole write (`Conn::write`), giving back grown buffers, and the
-//! core's spare read buffers (`lend_read_buffer`: a waiting stream holds none).
+//! buffer (`read_some`; `read_some_or_close` for the wait that closes when interrupted), a
+//! whole write (`Conn::write`), giving back grown buffers, and the core's spare read buffers
+//! (`lend_read_buffer`: a waiting stream holds none).
 //!
 //! The transport (`Transport`) is the socket, plain or TLS: with `--tls-cert` the connection's
 //! `rustls::ServerConnection` is driven here by hand over owned buffers (ciphertext read into
