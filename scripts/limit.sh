@@ -15,13 +15,19 @@
 # server process (/proc/PID/stat, every thread) over a window as long as the measured one,
 # sampled after the warm-up while the load runs, divided by the calls in that window (calls/s
 # × the sampled interval). It does not depend on whether the load generator is the bottleneck.
-# Reported: per scenario the median calls/s and the median CPU per call, and the ratios of the
-# issue's goals (median CPU per call): echo/ping ≤ 1.18, modern/ping ≤ 1.10, ping/bare ≤ 1.0,
-# each PASS or MISS. Exit status 1 when a load run failed its checks (not when a goal is missed).
+# The same window splits that CPU into user and system µs per call (utime and stime, fields 14
+# and 15 of /proc/PID/stat), and counts TCP segments per call: the host's `Tcp: OutSegs`
+# (/proc/net/snmp) over the window ÷ calls, both ends of the loopback (request and answer: 2.0
+# when each travels in one segment). What separates the scenarios shows there: the kernel's
+# share per call stays flat while the user share follows callgrind's instructions.
+# Reported: per scenario the median calls/s, the median CPU per call and its user and system
+# medians, the median segments per call, and the ratios of the issue's goals (median CPU per
+# call): echo/ping ≤ 1.18, modern/ping ≤ 1.10, ping/bare ≤ 1.0, each PASS or MISS. Exit status
+# 1 when a load run failed its checks (not when a goal is missed).
 #
 # Output (default target/bench/limit/): limit.md (uptime before and after, the table, the ratios,
 # the tree it ran on; ready for docs/performance.md), limit.json, runs/*.json (tidemark-load's
-# reports) and runs/*.cpu (ticks and interval per run), logs/.
+# reports) and runs/*.cpu (user and system ticks, interval, OutSegs per run), logs/.
 #
 # Flags:
 #   --runs N          rounds (default 3)
@@ -90,14 +96,19 @@ seconds() {
         *) echo "$1" ;;
     esac
 }
-# cpu_ticks PID: user + system time of PID (all its threads) so far, in clock ticks.
+# cpu_ticks PID: user and system time of PID (all its threads) so far, in clock ticks.
 cpu_ticks() {
-    awk '{ print $14 + $15 }' "/proc/$1/stat"
+    awk '{ print $14, $15 }' "/proc/$1/stat"
+}
+# out_segs: TCP segments the host sent so far (the `Tcp:` values line of /proc/net/snmp).
+out_segs() {
+    awk '/^Tcp:/ { n++; if (n == 1) for (i = 1; i <= NF; i++) if ($i == "OutSegs") f = i }
+         /^Tcp:/ && n == 2 { print $f }' /proc/net/snmp
 }
 
 FAILED=0
 # one NAME RUN: NAME bare, ping, echo or modern; runs/NAME-RUN.json and runs/NAME-RUN.cpu
-# ("ticks_before ticks_after ns_between").
+# ("user_before sys_before user_after sys_after ns_between segs_before segs_after").
 one() {
     local name="$1" run="$2" scenario bin log="$OUT/logs/limit-$1-$2"
     case "$name" in
@@ -111,15 +122,17 @@ one() {
     "${PIN_LOAD[@]}" "$LOAD_BIN" "$scenario" --url "$SERVER_URL" --label "$name" \
         --connections "$CONNECTIONS" --duration "$DURATION" --warmup "$WARMUP" --quiet \
         --json "$RUNS_DIR/$name-$run.json" >"$log.load.log" 2>&1 &
-    local load_pid=$! before after started ended
+    local load_pid=$! before after started ended segs_before segs_after
     # tidemark-load's window opens 0.1 s after its sessions (a few ms), then the warm-up.
     sleep "$(awk -v w="$(seconds "$WARMUP")" 'BEGIN { print w + 0.15 }')"
     before="$(cpu_ticks "$SERVER_PID")"
+    segs_before="$(out_segs)"
     started="$(date +%s%N)"
     sleep "$(seconds "$DURATION")"
     after="$(cpu_ticks "$SERVER_PID")"
+    segs_after="$(out_segs)"
     ended="$(date +%s%N)"
-    echo "$before $after $((ended - started))" >"$RUNS_DIR/$name-$run.cpu"
+    echo "$before $after $((ended - started)) $segs_before $segs_after" >"$RUNS_DIR/$name-$run.cpu"
     if ! wait "$load_pid"; then
         echo "   FAILED (see $log.load.log)"
         FAILED=1
@@ -147,18 +160,25 @@ rows = {}
 for path in sorted(glob.glob(os.path.join(runs_dir, "*.json"))):
     name, run = os.path.basename(path)[: -len(".json")].rsplit("-", 1)
     calls_per_s = json.load(open(path))["throughput"].get("calls_per_s") or 0
-    before, after, ns = (float(v) for v in open(path[: -len(".json")] + ".cpu").read().split())
-    cpu_s, window_s = (after - before) / hz, ns / 1e9
-    us_per_call = 1e6 * cpu_s / (calls_per_s * window_s) if calls_per_s else None
+    u0, s0, u1, s1, ns, segs0, segs1 = (
+        float(v) for v in open(path[: -len(".json")] + ".cpu").read().split())
+    user_s, sys_s, window_s = (u1 - u0) / hz, (s1 - s0) / hz, ns / 1e9
+    calls = calls_per_s * window_s
+    per_call = (lambda x: x / calls) if calls else (lambda x: None)
+    us = lambda x: None if per_call(x) is None else 1e6 * per_call(x)
     rows.setdefault(name, []).append({"run": int(run), "calls_per_s": calls_per_s,
-        "server_cpu_share": cpu_s / window_s, "server_cpu_us_per_call": us_per_call})
+        "server_cpu_share": (user_s + sys_s) / window_s,
+        "server_cpu_us_per_call": us(user_s + sys_s), "server_user_us_per_call": us(user_s),
+        "server_system_us_per_call": us(sys_s), "tcp_segments_per_call": per_call(segs1 - segs0)})
 titles = {"bare": "bare monoio server (the limit; `ping` load)", "ping": "tidemark `ping`",
           "echo": "tidemark `tools/call echo` (legacy, SSE)", "modern": "tidemark 2026-07-28 echo"}
+def median_of(runs, key):
+    values = [r[key] for r in runs if r[key] is not None]
+    return statistics.median(values) if values else None
 med = {}
 for name, runs in rows.items():
-    cpu = [r["server_cpu_us_per_call"] for r in runs if r["server_cpu_us_per_call"] is not None]
-    med[name] = {"calls_per_s": statistics.median(r["calls_per_s"] for r in runs),
-                 "server_cpu_us_per_call": statistics.median(cpu) if cpu else None}
+    med[name] = {key: median_of(runs, key) for key in ["calls_per_s", "server_cpu_us_per_call",
+        "server_user_us_per_call", "server_system_us_per_call", "tcp_segments_per_call"]}
 goals = [("echo", "ping", 1.18, "echo CPU/call ÷ ping's (echo ≥ 85 % of ping)"),
          ("modern", "ping", 1.10, "2026-07-28 echo CPU/call ÷ ping's"),
          ("ping", "bare", 1.00, "ping CPU/call ÷ the bare server's")]
@@ -178,6 +198,13 @@ for name in ["bare", "ping", "echo", "modern"]:
     per_run = "; ".join(f"{r['calls_per_s']:,.0f} at {r['server_cpu_us_per_call'] or 0:.2f}" for r in runs)
     md.append(f"| {titles[name]} | {m['calls_per_s']:,.0f} | {m['server_cpu_us_per_call'] or 0:.2f} µs "
               f"| {100 * share:.0f} % | {per_run} |")
+md += ["", "| medians | user µs per call | system µs per call | TCP segments per call |",
+       "| --- | ---: | ---: | ---: |"]
+for name in ["bare", "ping", "echo", "modern"]:
+    if name in med:
+        m = med[name]
+        cells = [m["server_user_us_per_call"], m["server_system_us_per_call"], m["tcp_segments_per_call"]]
+        md.append(f"| {titles[name]} | " + " | ".join("-" if c is None else f"{c:.2f}" for c in cells) + " |")
 md += ["", "| goal (server CPU per call, medians) | ratio | goal | |", "| --- | ---: | ---: | --- |"]
 for r in ratios:
     value = "-" if r["value"] is None else f"{r['value']:.3f}"
@@ -189,7 +216,8 @@ PY
     echo "Machine: $(nproc --all) vCPU $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'),"
     echo "$(uname -sr), $(rustc --version). Each server: 1 worker thread on CPU $SERVER_CPU (driver $DRIVER);"
     echo "tidemark-load on CPU $LOAD_CPU, $CONNECTIONS connections; $RUNS alternating round(s) of $DURATION after"
-    echo "$WARMUP warm-up; medians. Server CPU per call: utime + stime from /proc over the window ÷ calls."
+    echo "$WARMUP warm-up; medians. Server CPU per call: utime + stime from /proc over the window ÷ calls;"
+    echo "TCP segments per call: the host's OutSegs (/proc/net/snmp) over the window ÷ calls."
     echo "Tree $TREE. Load average before: ${UPTIME_BEFORE##*load average: }; after: ${UPTIME_AFTER##*load average: }."
     echo
     cat "$OUT/limit.md.tmp"

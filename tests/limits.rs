@@ -198,6 +198,45 @@ fn idle_keep_alive_connections_are_closed() {
 }
 
 #[test]
+fn idle_timeout_counts_from_the_last_request() {
+    // Goal: the idle timeout is the silence since the connection's last request, not since
+    // its first: the connection's one idle timer is pushed later by each request (the server
+    // moves its deadline instead of filing a new timer per wait), and a timer filed for an
+    // earlier deadline must not close a connection that was busy since. Method: three pings
+    // 0.6 s apart on one connection with a 1 s idle timeout (1.8 s in all, past the first
+    // deadline), each answered; then silence closes it. The same after a 1.5 s stream.
+    // Sleeps: elapsed time is what is tested.
+    for driver in DRIVERS {
+        let server = Server::on(driver, &["--threads", "1", "--idle-timeout-secs", "1"]);
+        let sid = open_session(&server);
+        let mut s = server.connect();
+        let mut h = POST_HEADERS.to_vec();
+        h.push(("Mcp-Session-Id", &sid));
+        for id in 1..=4 {
+            send(&mut s, &request("POST", &server.path, &server.host(), &h, Some(&ping(id))));
+            assert_eq!(read_response(&mut s).status, 200, "{driver}: ping {id}");
+            if id < 4 {
+                std::thread::sleep(Duration::from_millis(600));
+            }
+        }
+        let (rest, ending) = read_until_closed(&mut s, Duration::from_secs(5));
+        assert_eq!(ending, Ending::Closed, "{driver}: idle after the last request");
+        assert!(rest.is_empty(), "{driver}: closed silently: {:?}", String::from_utf8_lossy(&rest));
+        // A stream outlasting the timeout (its timer fired meanwhile, with no wait to end),
+        // then the next request on the connection at once: served, the timer filed anew.
+        let slow = call(5, "slow_counter", r#"{"steps":3,"delay_ms":500}"#, true);
+        let mut stream = call_stream(&server, &sid, &slow, &[]);
+        assert_eq!(stream.status, 200, "{driver}: slow stream");
+        assert_eq!(stream.rest().last().expect("result").json()["id"], 5, "{driver}");
+        let mut s = stream.into_stream();
+        send(&mut s, &request("POST", &server.path, &server.host(), &h, Some(&ping(6))));
+        assert_eq!(read_response(&mut s).status, 200, "{driver}: the request after the stream");
+        let (_, ending) = read_until_closed(&mut s, Duration::from_secs(5));
+        assert_eq!(ending, Ending::Closed, "{driver}: idle after the stream's connection");
+    }
+}
+
+#[test]
 fn connections_per_core_at_n_and_n_plus_one() {
     for driver in DRIVERS {
         let (server, metrics) =

@@ -21,6 +21,33 @@ fn parses_post_with_mcp_headers() {
 }
 
 #[test]
+fn kept_names_match_in_any_case_and_nothing_else() {
+    let known: &[&[u8]] = &[
+        b"host",
+        b"accept",
+        b"mcp-name",
+        b"connection",
+        b"content-length",
+        b"mcp-protocol-version",
+        b"transfer-encoding",
+        b"last-event-id",
+    ];
+    for &k in known {
+        assert!(is_named(k, k));
+        assert!(is_named(&k.to_ascii_uppercase(), k));
+        for at in 0..k.len() {
+            let mut other = k.to_vec();
+            // Every token byte but the right one (in either case) at one place: no match.
+            for b in (0u8..=127).filter(|&b| is_token(&[b]) && b.to_ascii_lowercase() != k[at]) {
+                other[at] = b;
+                assert!(!is_named(&other, k), "{:?} as {:?}", String::from_utf8_lossy(&other), k);
+            }
+        }
+        assert!(!is_named(&k[1..], k));
+    }
+}
+
+#[test]
 fn partial_head_needs_more_bytes() {
     assert_eq!(parse("POST /mcp HTTP/1.1\r\nHost: x\r\n"), Ok(None));
 }

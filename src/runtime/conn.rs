@@ -8,12 +8,17 @@
 //! queue) is waited for, and answered 503 if the drain ends first.
 //!
 //! Called by `runtime` for each accepted or handed-over socket. Never: interprets MCP or
-//! writes a stream itself; never leaves a read buffer inside a dropped I/O future (timeouts
-//! cancel and take the buffer back).
+//! writes a stream itself; never leaves a read buffer that may hold request bytes inside a
+//! dropped I/O future (timeouts cancel and take the buffer back). The one read dropped instead
+//! is a kept-alive connection's wait for its next request, whose timeout or drain closes the
+//! connection (`socket::read_some_or_close`).
 
 use std::cell::{Cell, RefCell};
+use std::pin::Pin;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
+
+use monoio::time::Sleep;
 
 use crate::endpoint::{self, Endpoint, Outcome, Request};
 use crate::http::{self, Method};
@@ -21,7 +26,8 @@ use crate::metrics::RequestLabel;
 use crate::runtime::drain::{Admitted, Drain};
 use crate::runtime::handoff::{self, Inboxes, Moved};
 use crate::runtime::socket::BUFFER_KEEP_BYTES;
-use crate::runtime::socket::{self, read_some, read_some_or, shrink, Conn, ReadEnd, Transport};
+use crate::runtime::socket::{self, read_some, read_some_or, read_some_or_close};
+use crate::runtime::socket::{shrink, Conn, ReadEnd, Transport};
 use crate::runtime::stream;
 use crate::trace::Span;
 use crate::wire::{Answer, Refusal};
@@ -51,8 +57,11 @@ pub(crate) async fn serve(
     let mut first = true;
     // The tape each request's body is decoded onto, reused by the next (`wire::jsonrpc`).
     let tape = crate::wire::jsonrpc::TapeSlot::default();
+    // The idle timeout between requests: one timer for the connection's life, pushed later by
+    // each wait (`socket::read_some_or_close`), not one registered and removed per request.
+    let mut idle = std::pin::pin!(monoio::time::sleep(core.cfg.http.idle_timeout));
     loop {
-        let Some(head) = next_request(&mut conn, first).await else { break };
+        let Some(head) = next_request(&mut conn, idle.as_mut(), first).await else { break };
         first = false;
         let started = Instant::now();
         let label = Cell::new(RequestLabel::default());
@@ -242,10 +251,11 @@ struct Whole {
 
 /// Reads the next whole request (head and body). `None`: the connection ends (closed, idle,
 /// timed out, or refused here: the refusal is written and the connection lingers closed).
-async fn next_request(conn: &mut Conn<'_>, first: bool) -> Option<Whole> {
+/// `idle`: the connection's idle timer (`serve`).
+async fn next_request(conn: &mut Conn<'_>, idle: Pin<&mut Sleep>, first: bool) -> Option<Whole> {
     let core = conn.core;
     let mut deadline: Option<Instant> = None;
-    let mut head = match next_head(conn, &mut deadline, first).await {
+    let mut head = match next_head(conn, idle, &mut deadline, first).await {
         Ok(Some(h)) => h,
         Ok(None) => return None,
         Err(refusal) => {
@@ -307,6 +317,7 @@ fn release_request(buf: &mut Vec<u8>, consumed: usize) {
 /// peer dripping one byte at a time cannot hold the connection (slowloris).
 async fn next_head(
     conn: &mut Conn<'_>,
+    mut idle: Pin<&mut Sleep>,
     deadline: &mut Option<Instant>,
     first: bool,
 ) -> Result<Option<http::RequestHead>, Refusal> {
@@ -345,7 +356,13 @@ async fn next_head(
                 } else {
                     core.cfg.http.idle_timeout
                 };
-                read_some_or(socket, buf, wait, drain.changed()).await
+                if first {
+                    // A drain's phase change reads on (or answers 503): no byte may be lost.
+                    read_some_or(socket, buf, wait, drain.changed()).await
+                } else {
+                    // Idle and kept alive: a timeout or a drain closes it (the arms below).
+                    read_some_or_close(socket, buf, idle.as_mut(), wait, drain.changed()).await
+                }
             }
         };
         match end {
