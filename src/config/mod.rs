@@ -95,7 +95,9 @@ pub(crate) use server::{
 };
 #[cfg(test)]
 pub(crate) use server::{DRAIN_SECS, LISTEN_DEFAULT, NODE_ID_DEFAULT, NODE_ID_MAX};
-pub(crate) use sessions::{UNWRITTEN_SHARE_DIVISOR, WINDOW_BYTES_MIN};
+pub(crate) use sessions::{
+    REPLAY_BYTES_MOST, REPLAY_EVENTS_MOST, UNWRITTEN_SHARE_DIVISOR, WINDOW_BYTES_MIN,
+};
 pub(crate) use trace::{
     ATTRIBUTE_VALUE_BYTES_MAX, OTLP_EXPORT_INTERVAL_MS, OTLP_EXPORT_TIMEOUT_SECS,
 };
@@ -289,6 +291,15 @@ mod tests {
             c.validate()
         };
         assert_eq!(with(|c| c.sessions.replay_events_max = 3), Err(ConfigError::NotPowerOfTwo(3)));
+        // The replay ring's 32-bit slot fields, at N and N + 1 (the next power of two for
+        // events: only powers of two are taken).
+        let (events, bytes) = (REPLAY_EVENTS_MOST, REPLAY_BYTES_MOST);
+        assert_eq!(with(|c| c.sessions.replay_events_max = REPLAY_EVENTS_MOST), Ok(()));
+        let over = with(|c| c.sessions.replay_events_max = REPLAY_EVENTS_MOST * 2);
+        assert_eq!(over, Err(ConfigError::AboveMost("replay-events", events * 2, events)));
+        assert_eq!(with(|c| c.sessions.replay_bytes_max = REPLAY_BYTES_MOST), Ok(()));
+        let over = with(|c| c.sessions.replay_bytes_max = REPLAY_BYTES_MOST + 1);
+        assert_eq!(over, Err(ConfigError::AboveMost("replay-bytes", bytes + 1, bytes)));
         let zero_body = with(|c| c.http.body_bytes_max = 0);
         assert_eq!(zero_body, Err(ConfigError::Zero("max-body-bytes")));
         let threads = with(|c| c.server.threads = THREADS_MAX + 1);

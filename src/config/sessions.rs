@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::error::{nonzero, ConfigError};
+use super::error::{at_most, nonzero, ConfigError};
 
 /// The smallest window of a large event one stream batch carries, and so the smallest write
 /// buffer (`--write-buffer-bytes`): a batch always makes this much progress.
@@ -20,6 +20,12 @@ pub(crate) const STREAMS_PER_SESSION_MAX: usize = 256;
 pub(crate) const REPLAY_EVENTS_MAX: usize = 4096;
 /// Payload bytes held per session ring.
 pub(crate) const REPLAY_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// The largest `--replay-events`: a ring's slot keeps the distance to its stream's next event
+/// in 32 bits (24-byte slots, issue 43 §2). Over it: the server does not start.
+pub(crate) const REPLAY_EVENTS_MOST: usize = 1 << 31;
+/// The largest `--replay-bytes` (4 GiB − 1): a ring's slot keeps its payload's offset and
+/// length in 32 bits. Over it: the server does not start.
+pub(crate) const REPLAY_BYTES_MOST: usize = u32::MAX as usize;
 /// How long a completed, delivered request stream stays resumable and deduplicable.
 pub(crate) const STREAM_RETENTION_SECS: u64 = 300;
 /// Idle time after which a session expires (then 404).
@@ -75,6 +81,8 @@ pub(crate) const CORE_BUFFER_BYTES: usize = 1024 * 1024 * 1024;
 pub(crate) const UNWRITTEN_SHARE_DIVISOR: usize = 2;
 
 const _: () = assert!(REPLAY_EVENTS_MAX.is_power_of_two());
+const _: () =
+    assert!(REPLAY_EVENTS_MAX <= REPLAY_EVENTS_MOST && REPLAY_BYTES_MAX <= REPLAY_BYTES_MOST);
 const _: () = assert!(UNWRITTEN_SHARE_DIVISOR >= 2 && REPLAY_EVENTS_MAX >= UNWRITTEN_SHARE_DIVISOR);
 const _: () = assert!(OWED_WAIT_MS < OWED_TIMEOUT_SECS * 1000);
 
@@ -229,6 +237,10 @@ impl SessionsConfig {
         if !self.replay_events_max.is_power_of_two() {
             return Err(ConfigError::NotPowerOfTwo(self.replay_events_max));
         }
+        at_most(&[
+            ("replay-events", self.replay_events_max, REPLAY_EVENTS_MOST),
+            ("replay-bytes", self.replay_bytes_max, REPLAY_BYTES_MOST),
+        ])?;
         if self.owed_wait >= self.owed_timeout {
             return Err(ConfigError::OwedWaitTooLong);
         }

@@ -13,7 +13,12 @@
 //! MCP, or drops a read future holding the connection's buffer (only readiness is awaited in
 //! the wait; the read after it is never cancelled).
 
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::task::Poll;
 use std::time::{Duration, Instant};
+
+use monoio::net::TcpStream;
 
 use crate::core::{Core, KeepAlive, Source, Step};
 use crate::endpoint::Stream;
@@ -34,16 +39,30 @@ pub(super) async fn drive_stream(conn: &mut Conn<'_>, stream: Stream, started: I
     }
 }
 
+/// Waits after which a stream watches its peer through a descriptor of its own
+/// (`kept_watch`): a live stream (issue 43 §2) then arms that poll once and keeps it across its
+/// writes, instead of arming and cancelling one on the connection's descriptor per wait (at
+/// 2 000 streams × 10 events/s the arm and the cancel were 12 % of the server's CPU, and the
+/// cancel's lookup grows with the polls in flight). Not at once: the second descriptor (a
+/// `dup`, closed with the stream) costs a heap block and two system calls, more than a short
+/// stream's few waits (an echo waits at most once, the allocation gate's 10-event
+/// `slow_counter` at most 10 times).
+pub(super) const PEER_WATCH_KEPT_AFTER_WAITS: u32 = 16;
+
 /// Drives `source` to its end; true when the connection can serve another request. The source
 /// is dropped on return (a 2026-07-28 call is cancelled by that when it had not finished).
 async fn drive<S: Source>(conn: &mut Conn<'_>, mut source: S, started: Instant) -> bool {
     let core: &Core = conn.core;
     let drain = conn.drain;
     let _idle = (!source.holds_drain()).then(|| drain.idle());
-    let interval = core.cfg.sessions.sse_keepalive;
     // The last keep-alive of a `KeepAlive::Every` stream (set at its first wait).
-    let mut beat: Option<Instant> = None;
+    let mut beat: Option<Deadline> = None;
     let mut watch_peer = true;
+    let mut waits: u32 = 0;
+    // Kept across waits (see `wait`): the keep-alive timer, re-armed only when it fires
+    // before the deadline of the wait it then ends, and the peer watch of a live stream.
+    let mut timer = pin!(None::<Deadline>.map(monoio::time::sleep_until));
+    let mut kept_watch = pin!(None::<TcpStream>.map(watch_readable));
     // Until the stream's first write: then counted once.
     let mut unwritten = Some(started);
     if let Some(hold) = source.first_write_hold(core) {
@@ -97,40 +116,136 @@ async fn drive<S: Source>(conn: &mut Conn<'_>, mut source: S, started: Instant) 
             source.sent(core);
             continue;
         }
-        let keep_alive = match source.keep_alive() {
-            KeepAlive::Off => None,
-            KeepAlive::Idle => Some(interval),
-            KeepAlive::Every => {
-                let last = *beat.get_or_insert_with(Instant::now);
-                Some((last + interval).saturating_duration_since(Instant::now()))
+        let interval = core.cfg.sessions.sse_keepalive;
+        let deadline = keep_alive_deadline(source.keep_alive(), interval, &mut beat);
+        waits = waits.saturating_add(1);
+        if watch_peer && waits == PEER_WATCH_KEPT_AFTER_WAITS {
+            if let Some(watcher) = duplicate(conn.socket.tcp()) {
+                kept_watch.set(Some(watch_readable(watcher)));
             }
-        };
-        // Nothing is read while the stream waits (the peer's bytes, if any, are read after
-        // readiness into a buffer taken back then): the core keeps the buffer meanwhile.
-        lend_read_buffer(&mut conn.buf);
-        let Conn { socket, out, frames, .. } = conn;
-        // Only readiness is awaited inside the select: a losing branch is dropped, and a read
-        // future dropped there would take the connection buffer (pipelined requests) with it.
-        let readable = monoio::select! {
-            _ = source.wake() => false,
-            _ = drain.changed() => false,
-            _ = monoio::time::sleep(keep_alive.unwrap_or_default()), if keep_alive.is_some() => {
-                frames.clear();
-                sse::push_comment(frames);
-                sse::push_chunk(out, frames);
-                beat = beat.map(|_| Instant::now());
-                false
+        }
+        let waiting = Waiting { deadline, watch_peer };
+        match wait(conn, &mut source, waiting, timer.as_mut(), kept_watch.as_mut()).await {
+            Woke::Source => {}
+            Woke::KeepAlive => {
+                conn.frames.clear();
+                sse::push_comment(&mut conn.frames);
+                sse::push_chunk(&mut conn.out, &conn.frames);
+                beat = beat.map(|_| Deadline::now());
             }
-            _ = socket.tcp().readable(false), if watch_peer => true,
-        };
-        if readable {
-            if peer_closed(conn).await {
-                source.gone(core);
-                return false;
+            Woke::Peer => {
+                kept_watch.set(None);
+                if peer_closed(conn).await {
+                    source.gone(core);
+                    return false;
+                }
+                watch_peer = false;
             }
-            watch_peer = false;
         }
     }
+}
+
+/// The monoio clock the stream's timer runs on.
+type Deadline = monoio::time::Instant;
+
+/// What ended one wait of a stream.
+enum Woke {
+    /// The source has something, or the drain moved on: fill again.
+    Source,
+    /// The keep-alive interval passed with nothing written.
+    KeepAlive,
+    /// The peer's socket turned readable (bytes, or its close).
+    Peer,
+}
+
+/// What one wait watches besides the source and the drain.
+#[derive(Clone, Copy)]
+struct Waiting {
+    /// When the keep-alive comment is due (`None`: no keep-alive now).
+    deadline: Option<Deadline>,
+    /// Whether the peer's socket is watched (until it first turns readable).
+    watch_peer: bool,
+}
+
+/// When this wait's keep-alive is due: `interval` from now when idle counts from each wait's
+/// start, from the last beat for `KeepAlive::Every`.
+fn keep_alive_deadline(
+    kind: KeepAlive,
+    interval: Duration,
+    beat: &mut Option<Deadline>,
+) -> Option<Deadline> {
+    match kind {
+        KeepAlive::Off => None,
+        KeepAlive::Idle => Some(Deadline::now() + interval),
+        KeepAlive::Every => Some(*beat.get_or_insert_with(Deadline::now) + interval),
+    }
+}
+
+/// Waits on the source's wake, the drain's next phase, the keep-alive and the peer. The timer
+/// is kept from wait to wait: it is armed (a timer wheel entry) when there is none, moved
+/// earlier when it would be late, and otherwise left to fire at an older, earlier deadline, when
+/// it is moved to this wait's (so a stream woken every 100 ms touches the wheel once per
+/// keep-alive interval, not twice per event). The peer is watched through `kept` once the
+/// stream has one, else by a poll on the connection's descriptor for this wait alone.
+async fn wait<S: Source, W: Future>(
+    conn: &mut Conn<'_>,
+    source: &mut S,
+    waiting: Waiting,
+    mut timer: Pin<&mut Option<monoio::time::Sleep>>,
+    mut kept: Pin<&mut Option<W>>,
+) -> Woke {
+    match (timer.as_mut().as_pin_mut(), waiting.deadline) {
+        (None, Some(deadline)) => timer.set(Some(monoio::time::sleep_until(deadline))),
+        (Some(sleep), Some(deadline)) if sleep.is_elapsed() || sleep.deadline() > deadline => {
+            sleep.reset(deadline);
+        }
+        _ => {}
+    }
+    // Nothing is read while the stream waits (the peer's bytes, if any, are read after
+    // readiness into a buffer taken back then): the core keeps the buffer meanwhile.
+    lend_read_buffer(&mut conn.buf);
+    let watch_here = waiting.watch_peer && kept.is_none();
+    let (socket, drain) = (&conn.socket, conn.drain);
+    loop {
+        // Only readiness is awaited inside the select: a losing branch is dropped, and a read
+        // future dropped there would take the connection buffer (pipelined requests) with it.
+        let timer_fired = monoio::select! {
+            _ = source.wake() => return Woke::Source,
+            _ = drain.changed() => return Woke::Source,
+            _ = poll_kept(timer.as_mut()) => true,
+            _ = poll_kept(kept.as_mut()) => return Woke::Peer,
+            _ = socket.tcp().readable(false), if watch_here => return Woke::Peer,
+        };
+        debug_assert!(timer_fired);
+        match waiting.deadline {
+            Some(deadline) if Deadline::now() >= deadline => return Woke::KeepAlive,
+            Some(deadline) => {
+                timer.as_mut().as_pin_mut().expect("invariant: it fired").reset(deadline)
+            }
+            None => timer.set(None),
+        }
+    }
+}
+
+/// Polls the kept future in `slot`; pending for ever while there is none.
+fn poll_kept<F: Future>(mut slot: Pin<&mut Option<F>>) -> impl Future<Output = F::Output> + '_ {
+    std::future::poll_fn(move |cx| match slot.as_mut().as_pin_mut() {
+        Some(future) => future.poll(cx),
+        None => Poll::Pending,
+    })
+}
+
+/// A second descriptor of the connection's socket, for `kept_watch` (`None` when the process
+/// is out of descriptors: the stream then keeps polling its own one per wait).
+fn duplicate(tcp: &TcpStream) -> Option<TcpStream> {
+    let owned = crate::fd::with_borrowed_fd(tcp, |fd| fd.try_clone_to_owned()).ok()?;
+    TcpStream::from_std(std::net::TcpStream::from(owned)).ok()
+}
+
+/// Completes when `watcher` turns readable; owns it, so the poll outlives the waits and the
+/// writes of the stream, and the descriptor closes with it.
+async fn watch_readable(watcher: TcpStream) -> std::io::Result<()> {
+    watcher.readable(false).await
 }
 
 /// After the socket turned readable: true if the peer closed, false if it sent bytes (appended

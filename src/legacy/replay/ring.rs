@@ -12,9 +12,10 @@ use std::iter::FusedIterator;
 use std::num::NonZeroU64;
 
 use super::{Event, EventSeq, Evicted, ReplayError, StreamKey};
+use crate::config::{REPLAY_BYTES_MOST, REPLAY_EVENTS_MOST};
 
 /// Slots allocated by the first append (fewer when `events_max` is smaller). An idle session
-/// allocates none; a session that has emitted a handful of events holds 16 × 40 bytes (and its
+/// allocates none; a session that has emitted a handful of events holds 16 × 24 bytes (and its
 /// payload buffer); the array then doubles up to `events_max` as events accumulate, so memory
 /// follows the high-water mark of held events, never the configured capacity (100k idle
 /// sessions at `events_max` = 2^20 must not cost 2^20 slots each).
@@ -39,21 +40,47 @@ pub(super) const PAYLOAD_BUFFER_SHRINK_ABOVE: usize = 4096;
 /// times apart, so a ring never alternates between them).
 pub(super) const PAYLOAD_BUFFER_SLACK: usize = 8;
 
-/// One held event. 40 bytes: where its payload lies in the ring's buffer, two sequence
-/// numbers and the stream key.
+/// One held event. 24 bytes (40 before issue 43 §2: the offset, length and successor were
+/// 64-bit; at 10 events/s a live stream holds 300 after 30 s): where its payload lies in the
+/// ring's buffer, its sequence number, its successor's distance and the stream key.
 struct Slot {
     /// This event's sequence number, kept to assert that the slot matches the lookup.
     seq: NonZeroU64,
     stream: StreamKey,
-    /// `Some` exactly when the stream's next event has been appended (see [`Event`]).
-    next: Option<NonZeroU64>,
-    /// The payload is `buffer[at..at + len]` (`at` is 0 for an empty payload).
-    at: usize,
-    len: usize,
+    /// The stream's next event is `seq + next_after`; 0 until it is appended (see [`Event`]).
+    /// Both are held then, so the distance is below `events_max` (≤ `REPLAY_EVENTS_MOST`).
+    next_after: u32,
+    /// The payload is `buffer[at..at + len]` (`at` is 0 for an empty payload); both fit in
+    /// 32 bits because `bytes_max` does (`REPLAY_BYTES_MOST`).
+    at: u32,
+    len: u32,
 }
 
 // The memory per held event that the docs and the bench quote; `None` uses a niche, no tag.
-const _: () = assert!(std::mem::size_of::<Option<Slot>>() <= 40);
+const _: () = assert!(std::mem::size_of::<Option<Slot>>() <= 24);
+
+impl Slot {
+    /// Offset of the payload in the ring's buffer.
+    fn at(&self) -> usize {
+        self.at as usize
+    }
+
+    /// Length of the payload.
+    fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// The stream's next held event, if appended.
+    fn next(&self) -> Option<NonZeroU64> {
+        NonZeroU64::new(self.next_after.into()).and_then(|after| self.seq.checked_add(after.get()))
+    }
+}
+
+/// A payload offset or length as a slot keeps it; every one is below `bytes_max` ≤
+/// `REPLAY_BYTES_MOST`.
+fn narrow(value: usize) -> u32 {
+    u32::try_from(value).expect("invariant: within bytes_max, at most REPLAY_BYTES_MOST")
+}
 
 /// The ring's payload bytes: one buffer the held payloads lie in, oldest to newest, around
 /// the circle, so appending an event copies it in place and allocates nothing once the buffer
@@ -150,7 +177,9 @@ impl Ring {
     /// flags, so a bad value here is our bug.
     pub fn new(events_max: usize, bytes_max: usize) -> Ring {
         assert!(events_max.is_power_of_two(), "events_max must be a power of two ≥ 1");
+        assert!(events_max <= REPLAY_EVENTS_MOST, "events_max must be ≤ REPLAY_EVENTS_MOST");
         assert!(bytes_max >= 1, "bytes_max must be ≥ 1");
+        assert!(bytes_max <= REPLAY_BYTES_MOST, "bytes_max must be ≤ REPLAY_BYTES_MOST");
         Ring {
             storage: None,
             head: 1,
@@ -223,16 +252,19 @@ impl Ring {
             let prev_slot =
                 self.storage().slots[index].as_mut().expect("invariant: a stream's newest is held");
             assert!(prev_slot.seq == prev, "invariant: slot holds the stream's newest event");
-            assert!(prev_slot.next.is_none(), "invariant: a stream's newest has no successor");
+            assert!(prev_slot.next_after == 0, "invariant: a stream's newest has no successor");
             assert!(prev < seq, "invariant: sequence numbers strictly increase");
-            prev_slot.next = Some(seq);
+            // Both held: the distance is below events_max ≤ REPLAY_EVENTS_MOST.
+            prev_slot.next_after =
+                u32::try_from(seq.get() - prev.get()).expect("invariant: within events_max");
         }
         self.bytes += payload.len();
         assert!(self.bytes <= self.bytes_max, "invariant: bytes within bytes_max");
         let index = self.index(seq.get());
         let free = &mut self.storage().slots[index];
         assert!(free.is_none(), "invariant: the slot of tail is free");
-        *free = Some(Slot { seq, stream, next: None, at, len: payload.len() });
+        *free =
+            Some(Slot { seq, stream, next_after: 0, at: narrow(at), len: narrow(payload.len()) });
         assert!(self.head <= self.tail, "invariant: head ≤ tail");
         assert!(self.len() <= self.slots().len(), "invariant: held events fit the slots");
         EventSeq(seq.get())
@@ -253,8 +285,8 @@ impl Ring {
         Some(Event {
             stream: slot.stream,
             seq,
-            payload: &storage.payloads.bytes[slot.at..slot.at + slot.len],
-            next_in_stream: slot.next.map(|next| EventSeq(next.get())),
+            payload: &storage.payloads.bytes[slot.at()..slot.at() + slot.len()],
+            next_in_stream: slot.next().map(|next| EventSeq(next.get())),
         })
     }
 
@@ -359,19 +391,19 @@ impl Ring {
             storage.slots[index].take().expect("invariant: every seq in head..tail has a slot");
         assert!(slot.seq.get() == head, "invariant: slot of head holds head");
         let bytes =
-            bytes.checked_sub(slot.len).expect("invariant: bytes counts every held payload");
-        storage.payloads.release(slot.at, slot.len, bytes);
+            bytes.checked_sub(slot.len()).expect("invariant: bytes counts every held payload");
+        storage.payloads.release(slot.at(), slot.len(), bytes);
         self.head += 1;
         self.bytes = bytes;
-        if slot.next.is_none() {
+        if slot.next_after == 0 {
             let newest = self.stream_newest.remove(&slot.stream);
             assert!(newest == Some(slot.seq), "invariant: a chain's end is its stream's newest");
         }
         Evicted {
             stream: slot.stream,
             seq: EventSeq(slot.seq.get()),
-            next_in_stream: slot.next.map(|next| EventSeq(next.get())),
-            bytes: slot.len,
+            next_in_stream: slot.next().map(|next| EventSeq(next.get())),
+            bytes: slot.len(),
         }
     }
 
@@ -429,21 +461,19 @@ impl Ring {
         for seq in head..tail {
             // Lossless: masked below slots.len(), a usize.
             let slot = slots[(seq & mask) as usize].as_mut().expect("invariant: held");
-            if slot.len == 0 {
+            let (at, len) = (slot.at(), slot.len());
+            if len == 0 {
                 continue;
             }
             match &old {
-                Some(old) => {
-                    let from = &old[slot.at..slot.at + slot.len];
-                    payloads.bytes[end..end + slot.len].copy_from_slice(from);
-                }
+                Some(old) => payloads.bytes[end..end + len].copy_from_slice(&old[at..at + len]),
                 None => {
-                    let from = (slot.at + capacity - start) % capacity;
-                    payloads.bytes.copy_within(from..from + slot.len, end);
+                    let from = (at + capacity - start) % capacity;
+                    payloads.bytes.copy_within(from..from + len, end);
                 }
             }
-            slot.at = end;
-            end += slot.len;
+            slot.at = narrow(end);
+            end += len;
         }
         (payloads.start, payloads.end, payloads.wrap_at) = (0, end, None);
         assert!(needed <= payloads.bytes.len(), "invariant: the buffer holds what it needs");
@@ -481,14 +511,14 @@ impl Ring {
         let mut expect = p.start;
         for seq in self.head..self.tail {
             let slot = self.slots()[self.index(seq)].as_ref().expect("held slot");
-            if slot.len == 0 {
+            if slot.len() == 0 {
                 continue;
             }
-            if slot.at != expect {
+            if slot.at() != expect {
                 assert_eq!(p.wrap_at, Some(expect), "only a wrap skips bytes");
-                assert_eq!(slot.at, 0);
+                assert_eq!(slot.at(), 0);
             }
-            expect = slot.at + slot.len;
+            expect = slot.at() + slot.len();
         }
         if self.bytes > 0 {
             assert_eq!(expect, p.end);
@@ -508,10 +538,10 @@ impl Ring {
         for seq in self.head..self.tail {
             let slot = self.slots()[self.index(seq)].as_ref().expect("held slot");
             assert_eq!(slot.seq.get(), seq);
-            bytes += slot.len;
-            assert!(slot.at + slot.len <= self.capacity_bytes());
+            bytes += slot.len();
+            assert!(slot.at() + slot.len() <= self.capacity_bytes());
             newest.insert(slot.stream, slot.seq);
-            if let Some(next) = slot.next {
+            if let Some(next) = slot.next() {
                 assert!(next > slot.seq && next.get() < self.tail);
                 let successor = self.slots()[self.index(next.get())].as_ref().expect("held");
                 assert_eq!(successor.stream, slot.stream);
@@ -531,7 +561,7 @@ impl Ring {
         for (stream, seq) in &newest {
             assert_eq!(self.stream_newest.get(stream), Some(seq));
             let slot = self.slots()[self.index(seq.get())].as_ref().expect("held");
-            assert!(slot.next.is_none());
+            assert!(slot.next().is_none());
         }
     }
 }

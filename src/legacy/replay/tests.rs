@@ -7,6 +7,8 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 use proptest::prelude::*;
 
+use crate::config::REPLAY_BYTES_MOST;
+
 use super::{
     EventSeq, Evicted, ReplayError, Ring, StreamKey, PAYLOAD_BUFFER_INITIAL_BYTES,
     PAYLOAD_BUFFER_SHRINK_ABOVE, PAYLOAD_BUFFER_SLACK, SLOTS_INITIAL,
@@ -198,7 +200,7 @@ fn payload_buffer_shrinks_when_the_ring_holds_little() {
 #[test]
 fn events_max_at_n_and_n_plus_one() {
     for n in [1usize, 2, 4, 16, 64] {
-        let mut ring = Ring::new(n, usize::MAX);
+        let mut ring = Ring::new(n, REPLAY_BYTES_MOST);
         for _ in 0..n {
             let (_, evicted) = append(&mut ring, A, 1);
             assert!(evicted.is_empty(), "n = {n}");
@@ -319,7 +321,7 @@ fn empty_payloads_count_as_events_not_bytes() {
 #[test]
 fn growth_keeps_every_lookup_right() {
     let events_max = 256;
-    let mut ring = Ring::new(events_max, usize::MAX);
+    let mut ring = Ring::new(events_max, REPLAY_BYTES_MOST);
     let stream_of = |seq: u64| StreamKey((seq % 3) as u32);
     for seq in 1..=3 * events_max as u64 {
         let (got, _) = append(&mut ring, stream_of(seq), (seq % 7) as usize);

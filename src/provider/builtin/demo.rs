@@ -6,6 +6,7 @@
 //! Called by: `BuiltinProvider::new` (through `tools`). Never: retries, or bumps the counter
 //! for a call whose arguments were rejected.
 
+use std::pin::pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -157,14 +158,23 @@ async fn count_slowly(
     let executions = counter.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
     // `step` and `steps` are at most SLOW_COUNTER_STEPS_MAX, so the f64 conversions are exact.
     let total = steps as f64;
+    let delay = Duration::from_millis(delay_ms);
+    // One timer for the whole call, re-armed per step: a new one per step cost its wheel
+    // entry's set-up and tear-down on every event of a live stream (issue 43 §2).
+    let mut pause = pin!(None::<Duration>.map(monoio::time::sleep));
     for step in 1..=steps {
         if delay_ms > 0 {
-            monoio::time::sleep(Duration::from_millis(delay_ms)).await;
+            match pause.as_mut().as_pin_mut() {
+                Some(sleep) => sleep.reset(monoio::time::Instant::now() + delay),
+                None => pause.set(Some(monoio::time::sleep(delay))),
+            }
+            pause.as_mut().as_pin_mut().expect("invariant: armed just above").await;
         }
         if stamp {
             // Read as late as possible: the latency a client computes from it is the server's
             // delivery (ring, writer, socket), not the tool's own sleep.
-            cx.progress(step as f64, Some(total), Some(&unix_micros().to_string()));
+            let mut digits = [0u8; DECIMAL_U64_MAX_LEN];
+            cx.progress(step as f64, Some(total), Some(decimal(unix_micros(), &mut digits)));
         } else {
             cx.progress(step as f64, Some(total), None);
         }
@@ -177,6 +187,24 @@ async fn count_slowly(
 fn unix_micros() -> u64 {
     let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
     since.map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// Digits of the largest `u64` (`u64::MAX` is 20 digits long).
+const DECIMAL_U64_MAX_LEN: usize = 20;
+
+/// `value` in decimal, written into the end of `digits` (no heap: a stamp per event).
+fn decimal(mut value: u64, digits: &mut [u8; DECIMAL_U64_MAX_LEN]) -> &str {
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        // `value % 10` < 10, so the cast is exact.
+        digits[start] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    std::str::from_utf8(&digits[start..]).expect("invariant: ASCII digits")
 }
 
 /// Optional boolean argument `name`, `default` when absent; anything but `true`/`false` is
@@ -377,6 +405,16 @@ mod tests {
         let (result, calls) = call_slow_counter(&COUNTER, json!({ "steps": 2.0 }));
         assert_eq!(first_text(&result.expect("ok")), "1");
         assert_eq!(calls.len(), 2);
+    }
+
+    #[test]
+    fn decimal_writes_every_width_of_u64() {
+        // Goal: the stamp's digits are what `to_string` wrote before, at 0, each power of ten
+        // and the largest value.
+        let mut digits = [0u8; DECIMAL_U64_MAX_LEN];
+        for value in [0, 1, 9, 10, 99, 100, 1_733_560_000_123_456, u64::MAX] {
+            assert_eq!(decimal(value, &mut digits), value.to_string());
+        }
     }
 
     #[test]
