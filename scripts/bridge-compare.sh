@@ -4,11 +4,14 @@
 #                                  [--load-cpu N] [--only LIST] [--out DIR] [--no-build]
 #                                  [--no-install] [--server-bin PATH]
 #
-# tidemark as a stdio bridge against the two npm bridges, all fronting the same stdio MCP
-# server (target/release/tidemark-stdio-echo, loadtest/src/bin/): builds tidemark, tidemark-load
-# and the echo server in release; installs Node 22 (scripts/setup-node.sh) and mcp-proxy 6.7.19
-# and supergateway 4.0.0 from npm into .cache/bridges (idempotent); then, round by round, runs
-# the same `tidemark-load echo` scenario (--connections over --sessions, closed loop) against:
+# tidemark as a bridge against the bridges and gateways users run, in two parts.
+#
+# stdio (--only stdio): tidemark as a stdio bridge against the two npm bridges, all fronting
+# the same stdio MCP server (target/release/tidemark-stdio-echo, loadtest/src/bin/): builds
+# tidemark, tidemark-load and the echo server in release; installs Node 22
+# (scripts/setup-node.sh) and mcp-proxy 6.7.19 and supergateway 4.0.0 from npm into
+# .cache/bridges (idempotent); then, round by round, runs the same `tidemark-load echo`
+# scenario (--connections over --sessions, closed loop) against:
 #   tidemark-session  tidemark --threads 1 --upstream 'stdio:ECHO' (one child per session)
 #   tidemark-shared   the same with --upstream-isolation shared (one child per core: 1 here)
 #   mcp-proxy         mcp-proxy --host 127.0.0.1 --port P --server stream -- ECHO
@@ -22,20 +25,43 @@
 #                     over its stdin/stdout, one call at a time, no HTTP
 #   c1                `tidemark-load echo --connections 1 --sessions 1` against tidemark in both
 #                     isolation modes: the same calls through tidemark
+#
+# http (--only http): the same echo scenario toward a Streamable HTTP MCP server, the rmcp
+# peer (target/peer-rmcp/release/tidemark-peer-rmcp, loadtest/peer-rmcp: rmcp's own server,
+# one tokio thread; built with CARGO_TARGET_DIR=target/peer-rmcp), a fresh peer per run:
+#   rmcp-direct       tidemark-load calls the peer itself (tool `echo`)
+#   tidemark-http     tidemark --threads 1 --upstream http://127.0.0.1:PEER/mcp (one upstream
+#                     session per client session; tool `echo`, names pass through)
+#   c1-http           both of them (and contextforge, when chosen) at concurrency 1: the latency
+#                     a gateway adds over calling the peer directly
+# and, only when named (it needs Python 3.12 or 3.13 and a ~300 MB pip install; its start takes
+# 10-30 s), IBM's gateway in front of the same peer:
+#   contextforge      mcp-contextforge-gateway 1.1.0 from PyPI in .cache/contextforge-venv
+#                     (python3.12 -m venv; pip install mcp-contextforge-gateway==1.1.0), run as
+#                     `mcpgateway --host 127.0.0.1 --port P` (uvicorn, one process) with SQLite in
+#                     OUT/contextforge, random secrets made here, SSRF_ALLOW_LOCALHOST=true (the
+#                     peer is on loopback), USE_STATEFUL_SESSIONS=true (the load tool needs an
+#                     Mcp-Session-Id), RATE_LIMITING_ENABLED=false (its default 100 MCP
+#                     requests/min, then a 15-minute lockout, would be all it measures),
+#                     CACHE_TYPE=memory (no Redis); the peer is registered with POST /gateways
+#                     as `peer` (tool `peer-echo`) with a JWT made by its create_jwt_token, which
+#                     the load tool sends as its bearer token.
+#
 # The servers are started in a rotated order each round (A B C D, B C D A, ...) so drift on the
-# shared machine hits all alike, a fresh server per run. Each server and its stdio children run
-# on --server-cpu, the load generator on --load-cpu (taskset; for `direct` the echo server is
-# started under taskset on --server-cpu too, so both paths cross CPUs the same way).
+# shared machine hits all alike, a fresh server per run. Each server, its stdio children and the
+# rmcp peer run on --server-cpu, the load generator on --load-cpu (taskset; for `direct` the echo
+# server is started under taskset on --server-cpu too, so both paths cross CPUs the same way).
 #
-# During each echo run the CPU time of the server and all its children is read from /proc over
-# the measurement window: server CPU µs per call and cores used (steadier than calls/s on a
-# shared machine; cores well under 1 mean other work took the server's CPU).
+# During each echo run the CPU time of the server and all its children (plus the rmcp peer's,
+# for the http part) is read from /proc over the measurement window: server CPU µs per call and
+# cores used (steadier than calls/s on a shared machine; cores well under 1 mean other work took
+# the server's CPU).
 #
-# Output (default target/bench/): bridge-compare.md (the table of medians: calls/s, p50, p99,
-# CPU per call, tidemark's ratios to the better bridge; the added latency table; versions and
-# command lines), bridge-compare.json (medians), bridge-compare.svg (every run's latency curve),
-# bridge-compare.full.md (tidemark-load report's tables), bridge-cpu.tsv, bridge-runs/*.json,
-# logs/bridge-*.
+# Output (default target/bench/): bridge-compare.md (the tables of medians: calls/s, p50, p99,
+# CPU per call, tidemark's ratios to the better bridge; the HTTP upstream table; the added
+# latency tables; versions and command lines), bridge-compare.json (medians),
+# bridge-compare.svg (every run's latency curve), bridge-compare.full.md (tidemark-load
+# report's tables), bridge-cpu.tsv, bridge-runs/*.json, logs/bridge-*.
 #
 # Flags:
 #   --rounds N        rounds; every server runs once per round (default 3, the median needs 3)
@@ -48,10 +74,12 @@
 #                     as 0,1 with --load-cpu 0,1 leaves everything unpinned)
 #   --load-cpu N      CPU for the load generator (default 1)
 #   --only LIST       comma-separated subset of: tidemark-session,tidemark-shared,mcp-proxy,
-#                     supergateway,direct,c1 (default: all)
+#                     supergateway,direct,c1 (the group `stdio`), rmcp-direct,tidemark-http,
+#                     c1-http (the group `http`), contextforge; `all` is every one (default:
+#                     stdio,http, about 6 minutes; --only stdio about 4)
 #   --out DIR         output directory (default target/bench)
-#   --no-build        use the binaries already in target/release
-#   --no-install      use the Node and npm packages already in .cache
+#   --no-build        use the binaries already in target/release and target/peer-rmcp
+#   --no-install      use the Node, npm packages and ContextForge venv already in .cache
 #   --server-bin PATH the tidemark binary (default target/release/tidemark)
 set -euo pipefail
 
@@ -64,13 +92,14 @@ SESSIONS=4
 C1_DURATION=5s
 SERVER_CPU=0
 LOAD_CPU=1
-ONLY="tidemark-session,tidemark-shared,mcp-proxy,supergateway,direct,c1"
+ONLY="stdio,http"
 OUT="$ROOT/target/bench"
 BUILD=1
 INSTALL=1
 SERVER_BIN_FLAG=""
 MCP_PROXY_VERSION=6.7.19
 SUPERGATEWAY_VERSION=4.0.0
+CONTEXTFORGE_VERSION=1.1.0
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -92,18 +121,30 @@ while [ $# -gt 0 ]; do
     esac
 done
 
-wanted() { case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+STDIO_NAMES="tidemark-session,tidemark-shared,mcp-proxy,supergateway,direct,c1"
+HTTP_NAMES="rmcp-direct,tidemark-http,c1-http"
+ONLY=",$ONLY,"
+ONLY="${ONLY//,all,/,stdio,http,contextforge,}"
+ONLY="${ONLY//,stdio,/,$STDIO_NAMES,}"
+ONLY="${ONLY//,http,/,$HTTP_NAMES,}"
+wanted() { case "$ONLY" in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 for name in ${ONLY//,/ }; do
     case "$name" in
         tidemark-session|tidemark-shared|mcp-proxy|supergateway|direct|c1) ;;
+        rmcp-direct|tidemark-http|c1-http|contextforge) ;;
         *) echo "bridge-compare.sh: --only: unknown name $name (see --help)" >&2; exit 2 ;;
     esac
 done
+wanted_http() { wanted rmcp-direct || wanted tidemark-http || wanted c1-http || wanted contextforge; }
 
 TIDEMARK_BIN="${SERVER_BIN_FLAG:-$ROOT/target/release/tidemark}"
 LOAD_BIN="$ROOT/target/release/tidemark-load"
 # Relative to the root, as a user would write it in --upstream (the script runs from $ROOT).
 ECHO_BIN="target/release/tidemark-stdio-echo"
+PEER_TARGET="$ROOT/target/peer-rmcp"
+PEER_BIN="$PEER_TARGET/release/tidemark-peer-rmcp"
+CF_VENV="$ROOT/.cache/contextforge-venv"
+CF_DIR="$OUT/contextforge"
 BRIDGES="$ROOT/.cache/bridges"
 RUNS_DIR="$OUT/bridge-runs"
 LOGS="$OUT/logs"
@@ -112,6 +153,7 @@ rm -f "$RUNS_DIR"/*.json
 cd "$ROOT"
 
 TREE="$(git -C "$ROOT" log -1 --format=%h 2>/dev/null || echo '?')"
+LOAD_AT_START="$(cut -d' ' -f1-3 /proc/loadavg)"
 git -C "$ROOT" diff --quiet HEAD -- src 2>/dev/null || TREE="$TREE (src/ with uncommitted changes)"
 
 # shellcheck source=scripts/server-lib.sh
@@ -120,11 +162,18 @@ pin_cpus "$SERVER_CPU" "$LOAD_CPU"
 
 if [ "$BUILD" = 1 ]; then
     cargo build --release --quiet -p tidemark -p tidemark-load
+    if wanted_http; then
+        CARGO_TARGET_DIR="$PEER_TARGET" cargo build --release --quiet \
+            --manifest-path "$ROOT/loadtest/peer-rmcp/Cargo.toml"
+    fi
 fi
-for bin in "$LOAD_BIN" "$ROOT/$ECHO_BIN"; do
+NEEDED=("$LOAD_BIN" "$ROOT/$ECHO_BIN")
+if wanted_http; then NEEDED+=("$PEER_BIN"); fi
+for bin in "${NEEDED[@]}"; do
     [ -x "$bin" ] || { echo "bridge-compare.sh: $bin is missing (build it or drop --no-build)" >&2; exit 2; }
 done
-if wanted tidemark-session || wanted tidemark-shared || wanted c1; then
+if wanted tidemark-session || wanted tidemark-shared || wanted c1 || wanted tidemark-http ||
+    wanted c1-http; then
     if ! "$TIDEMARK_BIN" --help 2>/dev/null | grep -q -- '--upstream'; then
         echo "bridge-compare.sh: $TIDEMARK_BIN has no --upstream flag (use --only to leave" \
             "tidemark out)" >&2
@@ -158,6 +207,72 @@ fi
 MCP_PROXY="$BRIDGES/node_modules/.bin/mcp-proxy"
 SUPERGATEWAY="$BRIDGES/node_modules/.bin/supergateway"
 
+# ContextForge (only when named), pinned, in a venv of its own under .cache.
+cf_installed_version() {
+    "$CF_VENV/bin/python" -c \
+        'import importlib.metadata as m; print(m.version("mcp-contextforge-gateway"))' 2>/dev/null ||
+        true
+}
+# python_3_12: a Python 3.12 or 3.13 (ContextForge 1.1.0 requires >=3.12,<3.14): on PATH, else
+# one of pyenv's (whose shims fail for a version that is not selected).
+python_3_12() {
+    local py
+    for py in python3.13 python3.12 python3 \
+        "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[23]*/bin/python3; do
+        if "$py" -c 'import sys; sys.exit(not (3, 12) <= sys.version_info[:2] < (3, 14))' \
+            2>/dev/null; then
+            echo "$py"
+            return 0
+        fi
+    done
+    return 1
+}
+install_contextforge() {
+    [ "$(cf_installed_version)" != "$CONTEXTFORGE_VERSION" ] || return 0
+    if [ ! -x "$CF_VENV/bin/python" ]; then
+        local py
+        py="$(python_3_12)" ||
+            { echo "bridge-compare.sh: contextforge needs Python 3.12 or 3.13; none found" >&2; exit 2; }
+        "$py" -m venv "$CF_VENV"
+    fi
+    echo "bridge-compare.sh: installing mcp-contextforge-gateway $CONTEXTFORGE_VERSION into $CF_VENV"
+    "$CF_VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "mcp-contextforge-gateway==$CONTEXTFORGE_VERSION"
+}
+# setup_contextforge: a fresh state directory (SQLite, no .env), random secrets (it refuses
+# short or known ones), the environment every ContextForge run gets (CF_ENV), and a JWT for
+# its platform admin (CF_TOKEN), made by its own tool with the same secret.
+setup_contextforge() {
+    rm -rf "$CF_DIR"
+    mkdir -p "$CF_DIR"
+    local secrets
+    mapfile -t secrets < <("$CF_VENV/bin/python" -c \
+        'import secrets; [print(secrets.token_urlsafe(32)) for _ in range(5)]')
+    CF_ENV=("JWT_SECRET_KEY=${secrets[0]}" "AUTH_ENCRYPTION_SECRET=${secrets[1]}"
+        "BASIC_AUTH_PASSWORD=${secrets[2]}" "PLATFORM_ADMIN_PASSWORD=${secrets[3]}"
+        "DEFAULT_USER_PASSWORD=${secrets[4]}" "PLATFORM_ADMIN_EMAIL=admin@example.com"
+        "DATABASE_URL=sqlite:///$CF_DIR/mcp.db" CACHE_TYPE=memory SSRF_ALLOW_LOCALHOST=true
+        USE_STATEFUL_SESSIONS=true RATE_LIMITING_ENABLED=false LOG_LEVEL=ERROR)
+    CF_TOKEN="$(env -C "$CF_DIR" "${CF_ENV[@]}" "$CF_VENV/bin/python" -m \
+        mcpgateway.utils.create_jwt_token --username admin@example.com --exp 600 --admin \
+        2>/dev/null | tail -n 1)"
+    case "$CF_TOKEN" in
+        *.*.*) ;;
+        *) echo "bridge-compare.sh: create_jwt_token made no token" >&2; exit 1 ;;
+    esac
+}
+CF_ENV=()
+CF_TOKEN=""
+if wanted contextforge; then
+    [ "$INSTALL" = 0 ] || install_contextforge
+    [ "$(cf_installed_version)" = "$CONTEXTFORGE_VERSION" ] || {
+        echo "bridge-compare.sh: mcp-contextforge-gateway $CONTEXTFORGE_VERSION is not in" \
+            "$CF_VENV (drop --no-install)" >&2
+        exit 2
+    }
+    setup_contextforge
+fi
+
 # A port free right now, from the kernel (the bridges take no port 0 that they would report
 # back); start() retries with another one should it be taken before the bridge binds it.
 free_port() {
@@ -166,15 +281,17 @@ free_port() {
 }
 
 # start_bridge LOG PORT CMD...: like start_server, for servers that print no URL: waits until
-# PORT accepts connections (mcp-proxy starts its child and initializes it first). Returns 1,
-# with the log on stderr, when the bridge exits or never listens.
+# PORT accepts connections (mcp-proxy starts its child and initializes it first; uvicorn,
+# ContextForge's server, binds after its application's start-up). Returns 1, with the log on
+# stderr, when the bridge exits or does not listen within BRIDGE_START_S seconds.
+BRIDGE_START_S=15
 start_bridge() {
     local log="$1" port="$2"
     shift 2
     "$@" >"$log" 2>&1 &
     SERVER_PID=$!
     SERVER_URL=""
-    for _ in $(seq 1 300); do
+    for _ in $(seq 1 $((BRIDGE_START_S * 20))); do
         if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
             SERVER_URL="http://127.0.0.1:$port/mcp"
             return 0
@@ -194,12 +311,76 @@ CMDLINE[tidemark-session]="tidemark --listen 127.0.0.1:0 --threads 1 --upstream 
 CMDLINE[tidemark-shared]="${CMDLINE[tidemark-session]} --upstream-isolation shared"
 CMDLINE[mcp-proxy]="mcp-proxy --host 127.0.0.1 --port PORT --server stream -- $ECHO_BIN"
 CMDLINE[supergateway]="supergateway --stdio $ECHO_BIN --outputTransport streamableHttp --stateful --port PORT --logLevel none"
+CMDLINE[rmcp-direct]="tidemark-peer-rmcp --listen 127.0.0.1:0 --threads 1 (PEER)"
+CMDLINE[tidemark-http]="tidemark --listen 127.0.0.1:0 --threads 1 --upstream http://127.0.0.1:PEER/mcp"
+CMDLINE[contextforge]="env -C $CF_DIR JWT_SECRET_KEY=… AUTH_ENCRYPTION_SECRET=… BASIC_AUTH_PASSWORD=… PLATFORM_ADMIN_PASSWORD=… DEFAULT_USER_PASSWORD=… PLATFORM_ADMIN_EMAIL=admin@example.com DATABASE_URL=sqlite:///$CF_DIR/mcp.db CACHE_TYPE=memory SSRF_ALLOW_LOCALHOST=true USE_STATEFUL_SESSIONS=true RATE_LIMITING_ENABLED=false LOG_LEVEL=ERROR mcpgateway --host 127.0.0.1 --port PORT"
 declare -A LABEL=(
     [tidemark-session]="tidemark per-session"
     [tidemark-shared]="tidemark shared"
     [mcp-proxy]="mcp-proxy"
     [supergateway]="supergateway"
+    [rmcp-direct]="rmcp direct"
+    [tidemark-http]="tidemark fronting rmcp"
+    [contextforge]="contextforge fronting rmcp"
 )
+
+# The rmcp peer behind tidemark-http and contextforge: a fresh one per run, like the server.
+PEER_PID=""
+PEER_URL=""
+start_peer() { # LOG
+    local server_pid="$SERVER_PID" server_url="$SERVER_URL"
+    start_server "$1" "${PIN_SERVER[@]}" "$PEER_BIN" --listen 127.0.0.1:0 --threads 1
+    PEER_PID="$SERVER_PID"
+    PEER_URL="$SERVER_URL"
+    SERVER_PID="$server_pid"
+    SERVER_URL="$server_url"
+}
+stop_peer() {
+    if [ -n "$PEER_PID" ]; then
+        kill "$PEER_PID" 2>/dev/null || true
+        wait "$PEER_PID" 2>/dev/null || true
+        PEER_PID=""
+    fi
+}
+trap 'stop_server; stop_peer' EXIT
+
+# register_peer BASE: makes PEER_URL ContextForge's only gateway, `peer`, and checks that its
+# echo is listed as `peer-echo` (ContextForge names a tool SLUG-TOOL).
+register_peer() {
+    "$CF_VENV/bin/python" - "$1" "$CF_TOKEN" "$PEER_URL" <<'PY'
+import sys
+import httpx
+base, token, peer = sys.argv[1:4]
+with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=60) as c:
+    for gateway in c.get("/gateways").raise_for_status().json():
+        c.delete(f"/gateways/{gateway['id']}").raise_for_status()
+    c.post("/gateways", json={"name": "peer", "url": peer, "transport": "STREAMABLEHTTP"}).raise_for_status()
+    names = [tool["name"] for tool in c.get("/tools").raise_for_status().json()]
+    if "peer-echo" not in names:
+        sys.exit(f"bridge-compare.sh: ContextForge lists no peer-echo after registering {peer}: {names}")
+PY
+}
+
+start_contextforge() { # LOG
+    local port attempt
+    start_peer "${1%.server.log}.peer.log"
+    for attempt in 1 2 3; do
+        port="$(free_port)"
+        if BRIDGE_START_S=120 start_bridge "$1" "$port" "${PIN_SERVER[@]}" env -C "$CF_DIR" \
+            "${CF_ENV[@]}" "$CF_VENV/bin/mcpgateway" --host 127.0.0.1 --port "$port"; then
+            register_peer "http://127.0.0.1:$port" || exit 1
+            return 0
+        fi
+        echo "bridge-compare.sh: contextforge did not start (attempt $attempt of 3)" >&2
+    done
+    exit 1
+}
+
+# LOAD_EXTRA: what the load tool adds for SERVER (ContextForge's tool name and token).
+load_extra() { # SERVER
+    LOAD_EXTRA=()
+    if [ "$1" = contextforge ]; then LOAD_EXTRA=(--tool peer-echo --bearer-token "$CF_TOKEN"); fi
+}
 
 start() { # SERVER LOG
     local port
@@ -224,6 +405,14 @@ start() { # SERVER LOG
                 echo "bridge-compare.sh: $1 did not start (attempt $attempt of 3)" >&2
             done
             exit 1 ;;
+        rmcp-direct)
+            start_server "$2" "${PIN_SERVER[@]}" "$PEER_BIN" --listen 127.0.0.1:0 --threads 1 ;;
+        tidemark-http)
+            start_peer "${2%.server.log}.peer.log"
+            start_server "$2" "${PIN_SERVER[@]}" "$TIDEMARK_BIN" --listen 127.0.0.1:0 --threads 1 \
+                --upstream "$PEER_URL" ;;
+        contextforge)
+            start_contextforge "$2" ;;
     esac
 }
 
@@ -232,11 +421,12 @@ to_secs() {
     awk -v d="$1" 'BEGIN { n = d + 0; if (d ~ /ms$/) n /= 1000; else if (d ~ /m$/) n *= 60; print n }'
 }
 
-# tree_ticks PID: CPU time (user + system, clock ticks) of PID and every live descendant (the
-# bridge's or tidemark's stdio children), from /proc/*/stat.
+# tree_ticks PID...: CPU time (user + system, clock ticks) of each PID and every live
+# descendant (the bridge's or tidemark's stdio children), from /proc/*/stat.
 tree_ticks() {
-    local root="$1" f line rest pid p q sum=0
-    local -A parent=() ticks=()
+    local f line rest pid p q sum=0
+    local -A parent=() ticks=() root=()
+    for p in "$@"; do root[$p]=1; done
     for f in /proc/[0-9]*/stat; do
         { read -r line <"$f"; } 2>/dev/null || continue
         pid="${line%% *}"
@@ -249,7 +439,7 @@ tree_ticks() {
     for p in "${!parent[@]}"; do
         q="$p"
         while [ -n "$q" ] && [ "$q" != 0 ] && [ "$q" != 1 ]; do
-            if [ "$q" = "$root" ]; then
+            if [ -n "${root[$q]:-}" ]; then
                 sum=$((sum + ticks[$p]))
                 break
             fi
@@ -259,14 +449,17 @@ tree_ticks() {
     echo "$sum"
 }
 
-# cpu_sampler NAME (in the background during an echo run): the server tree's CPU ticks over the
-# measurement window (tidemark-load measures from ~0.1 s after start + the warm-up).
+# cpu_sampler NAME (in the background during an echo run): the CPU ticks of the server's tree
+# and the rmcp peer's (when there is one) over the measurement window (tidemark-load measures
+# from ~0.1 s after start + the warm-up).
 cpu_sampler() {
     local a b
     sleep "$(awk -v w="$(to_secs "$WARMUP")" 'BEGIN { print w + 0.15 }')"
-    a="$(tree_ticks "$SERVER_PID")"
+    # shellcheck disable=SC2086 # PEER_PID is one PID or nothing
+    a="$(tree_ticks "$SERVER_PID" $PEER_PID)"
     sleep "$(to_secs "$DURATION")"
-    b="$(tree_ticks "$SERVER_PID")"
+    # shellcheck disable=SC2086
+    b="$(tree_ticks "$SERVER_PID" $PEER_PID)"
     echo $((b - a)) >"$CPU_DIR/$1.ticks"
 }
 CPU_DIR="$OUT/bridge-cpu"
@@ -298,12 +491,19 @@ load() {
 }
 
 SERVERS=()
-for s in tidemark-session tidemark-shared mcp-proxy supergateway; do
-    wanted "$s" && SERVERS+=("$s")
+for s in tidemark-session tidemark-shared mcp-proxy supergateway rmcp-direct tidemark-http \
+    contextforge; do
+    if wanted "$s"; then SERVERS+=("$s"); fi
 done
 C1_SERVERS=()
 if wanted c1; then
     C1_SERVERS=(tidemark-session tidemark-shared)
+fi
+# The HTTP paths at concurrency 1, rotated per round like the echo runs.
+C1_HTTP=()
+if wanted c1-http; then
+    C1_HTTP=(rmcp-direct tidemark-http)
+    if wanted contextforge; then C1_HTTP+=(contextforge); fi
 fi
 
 for round in $(seq 1 "$ROUNDS"); do
@@ -313,14 +513,16 @@ for round in $(seq 1 "$ROUNDS"); do
         log="$LOGS/bridge-$server-$round"
         start "$server" "$log.server.log"
         echo "== round $round/$ROUNDS: echo against $server ($SERVER_URL)"
+        load_extra "$server"
         cpu_sampler "echo-$server-$round" &
         sampler=$!
         load "echo-$server-$round" "$log.load.log" echo --url "$SERVER_URL" \
             --label "${LABEL[$server]}" --connections "$CONNECTIONS" --sessions "$SESSIONS" \
-            --duration "$DURATION" --warmup "$WARMUP"
+            --duration "$DURATION" --warmup "$WARMUP" "${LOAD_EXTRA[@]}"
         wait "$sampler" || true
         cpu_record "echo-$server-$round" "${LABEL[$server]}"
         stop_server
+        stop_peer
     done
     if wanted direct; then
         echo "== round $round/$ROUNDS: stdio direct (no HTTP), concurrency 1"
@@ -337,6 +539,19 @@ for round in $(seq 1 "$ROUNDS"); do
             --duration "$C1_DURATION" --warmup 1s
         stop_server
     done
+    n=${#C1_HTTP[@]}
+    for i in $(seq 0 $((n - 1))); do
+        server="${C1_HTTP[$(((i + round - 1) % n))]}"
+        log="$LOGS/bridge-c1-$server-$round"
+        start "$server" "$log.server.log"
+        echo "== round $round/$ROUNDS: $server, concurrency 1"
+        load_extra "$server"
+        load "c1-$server-$round" "$log.load.log" echo --url "$SERVER_URL" \
+            --label "${LABEL[$server]} c1" --connections 1 --sessions 1 \
+            --duration "$C1_DURATION" --warmup 1s "${LOAD_EXTRA[@]}"
+        stop_server
+        stop_peer
+    done
 done
 
 shopt -s nullglob
@@ -346,18 +561,23 @@ if [ ${#FILES[@]} = 0 ]; then
     exit 1
 fi
 "$LOAD_BIN" report --json "$OUT/bridge-compare.json" --markdown "$OUT/bridge-compare.full.md" \
-    --title "stdio bridges (median runs)" "${FILES[@]}" >/dev/null
-"$LOAD_BIN" plot --out "$OUT/bridge-compare.svg" --title "echo through stdio bridges, every run" \
+    --title "bridges and gateways (median runs)" "${FILES[@]}" >/dev/null
+"$LOAD_BIN" plot --out "$OUT/bridge-compare.svg" --title "echo through bridges and gateways, every run" \
     "${FILES[@]}"
 
 {
     echo "Machine: $(nproc --all) vCPU $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'),"
     echo "$(uname -sr), $(rustc --version), Node $(node --version 2>/dev/null || echo '?');"
-    echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (a shared machine: other work ran too)."
-    echo "Servers and their stdio children on CPU $SERVER_CPU, tidemark-load on CPU $LOAD_CPU;"
+    echo "load average at the start: $LOAD_AT_START; at the end: $(cut -d' ' -f1-3 /proc/loadavg) (a shared machine: other work ran too)."
+    echo "Servers, their stdio children and the rmcp peer on CPU $SERVER_CPU, tidemark-load on CPU $LOAD_CPU;"
     echo "$ROUNDS round(s), servers rotated per round; echo: $CONNECTIONS connections over $SESSIONS"
     echo "sessions, closed loop, $DURATION after $WARMUP warm-up; concurrency 1: $C1_DURATION after 1s."
     echo "Medians over rounds. mcp-proxy $(installed_version mcp-proxy), supergateway $(installed_version supergateway);"
+    if wanted_http; then
+        echo "rmcp $(grep -m1 -A1 '^name = "rmcp"$' "$ROOT/loadtest/peer-rmcp/Cargo.lock" | tail -n 1 |
+            cut -d'"' -f2) (the peer, one tokio thread)$(wanted contextforge &&
+            echo "; ContextForge (mcp-contextforge-gateway) $(cf_installed_version)");"
+    fi
     echo "tidemark: $TIDEMARK_BIN, built $(date -u -r "$TIDEMARK_BIN" '+%F %T UTC' 2>/dev/null || echo '?'),"
     echo "tree at $TREE when the runs started."
     echo
@@ -388,9 +608,12 @@ const x = (v) => (Number.isFinite(v) ? v.toFixed(2) + "×" : "n/a");
 const rows = ["tidemark per-session", "tidemark shared", "mcp-proxy", "supergateway"];
 const bridges = ["mcp-proxy", "supergateway"].map((l) => [l, fig(find(l))]).filter(([, f]) => f);
 const best = bridges.sort((a, b) => b[1].cps - a[1].cps)[0];
-console.log("| server | calls/s | p50 µs | p99 µs | calls/s vs " + (best ? best[0] : "best bridge") +
-  " | p50 vs it | p99 vs it | server CPU µs/call | vs it | server cores used | runs (calls/s) |");
-console.log("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
+const stdioRun = rows.some((l) => find(l));
+if (stdioRun) {
+  console.log("| server | calls/s | p50 µs | p99 µs | calls/s vs " + (best ? best[0] : "best bridge") +
+    " | p50 vs it | p99 vs it | server CPU µs/call | vs it | server cores used | runs (calls/s) |");
+  console.log("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
+}
 const num = (v, f) => (Number.isFinite(v) ? f(v) : "n/a");
 for (const label of rows) {
   const f = fig(find(label));
@@ -402,29 +625,70 @@ for (const label of rows) {
     `${num(f.cpu.perCall, us)} | ${tm ? x(b.cpu.perCall / f.cpu.perCall) : ""} | ` +
     `${num(f.cpu.cores, (v) => v.toFixed(2))} | ${f.spread} |`);
 }
-console.log("\nRatios: calls/s = tidemark ÷ the better bridge (by calls/s); p50, p99 and CPU µs/call = " +
+if (stdioRun) console.log("\nRatios: calls/s = tidemark ÷ the better bridge (by calls/s); p50, p99 and CPU µs/call = " +
   "the better bridge's ÷ tidemark's (above 1: tidemark is faster or cheaper). Server CPU: user + " +
   "system time of the server and its stdio children over the measurement window (/proc), per " +
   "call and in cores; on a shared machine it is steadier than calls/s, and cores well under 1 " +
   "mean the server's CPU was taken by other work.");
+const goalUs = 20; // issue 43: tidemark adds at most 20 µs at p50 over calling the server directly
 const direct = fig(find("stdio direct c1"));
 const c1 = ["tidemark per-session c1", "tidemark shared c1"].map((l) => [l, fig(find(l))]).filter(([, f]) => f);
 if (direct || c1.length) {
-  console.log("\nAdded latency at concurrency 1 (one call in flight; target: tidemark adds ≤ 50 µs at p50):\n");
+  console.log(`\nAdded latency at concurrency 1 (one call in flight; target: tidemark adds ≤ ${goalUs} µs at p50):\n`);
   console.log("| path | p50 µs | p99 µs | calls/s | added p50 µs | added p99 µs |");
   console.log("| --- | ---: | ---: | ---: | ---: | ---: |");
   if (direct) console.log(`| stdio direct (no HTTP)${direct.ok ? "" : " (FAILED)"} | ${us(direct.p50)} | ${us(direct.p99)} | ${int(direct.cps)} | | |`);
   for (const [label, f] of c1) {
     const added = direct ? [f.p50 - direct.p50, f.p99 - direct.p99] : null;
-    const verdict = added ? (added[0] <= 50 ? " (met)" : " (missed)") : "";
+    const verdict = added ? (added[0] <= goalUs ? " (met)" : " (missed)") : "";
     console.log(`| through ${label.replace(/ c1$/, "")}${f.ok ? "" : " (FAILED)"} | ${us(f.p50)} | ${us(f.p99)} | ` +
       `${int(f.cps)} | ${added ? us(added[0]) + verdict : ""} | ${added ? us(added[1]) : ""} |`);
   }
 }
+const httpRows = [["rmcp direct", "rmcp direct"], ["tidemark fronting rmcp", "tidemark → rmcp"],
+  ["contextforge fronting rmcp", "ContextForge → rmcp"]].map(([l, name]) => [name, fig(find(l))]).filter(([, f]) => f);
+if (httpRows.length) {
+  const p = (httpRows.find(([name]) => name === "rmcp direct") || [])[1];
+  console.log("\nHTTP upstream: the same echo toward the rmcp peer (Streamable HTTP), directly and through a gateway:\n");
+  console.log("| path | calls/s | p50 µs | p99 µs | calls/s vs direct | CPU µs/call, server + peer | server + peer cores used | runs (calls/s) |");
+  console.log("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
+  for (const [name, f] of httpRows) {
+    console.log(`| ${name}${f.ok ? "" : " (FAILED)"} | ${int(f.cps)} | ${us(f.p50)} | ${us(f.p99)} | ` +
+      `${p && f !== p ? x(f.cps / p.cps) : ""} | ${num(f.cpu.perCall, us)} | ` +
+      `${num(f.cpu.cores, (v) => v.toFixed(2))} | ${f.spread} |`);
+  }
+  const tm = httpRows.find(([name]) => name.startsWith("tidemark"));
+  const cf = httpRows.find(([name]) => name.startsWith("ContextForge"));
+  if (tm && cf) {
+    console.log(`\ntidemark against ContextForge in front of the same peer: calls/s ${x(tm[1].cps / cf[1].cps)}, ` +
+      `p50 ${x(cf[1].p50 / tm[1].p50)} lower, CPU per call ${x(cf[1].cpu.perCall / tm[1].cpu.perCall)} less.`);
+  }
+}
+const httpC1 = [["rmcp direct c1", "rmcp direct"], ["tidemark fronting rmcp c1", "through tidemark"],
+  ["contextforge fronting rmcp c1", "through ContextForge"]].map(([l, name]) => [name, fig(find(l))]).filter(([, f]) => f);
+if (httpC1.length) {
+  const d = (httpC1.find(([name]) => name === "rmcp direct") || [])[1];
+  console.log(`\nAdded latency toward the HTTP upstream at concurrency 1 (target for tidemark: ≤ ${goalUs} µs at p50):\n`);
+  console.log("| path | p50 µs | p99 µs | calls/s | added p50 µs | added p99 µs |");
+  console.log("| --- | ---: | ---: | ---: | ---: | ---: |");
+  for (const [name, f] of httpC1) {
+    const added = d && f !== d ? [f.p50 - d.p50, f.p99 - d.p99] : null;
+    const verdict = added && name === "through tidemark" ? (added[0] <= goalUs ? " (met)" : " (missed)") : "";
+    console.log(`| ${name}${f.ok ? "" : " (FAILED)"} | ${us(f.p50)} | ${us(f.p99)} | ${int(f.cps)} | ` +
+      `${added ? us(added[0]) + verdict : ""} | ${added ? us(added[1]) : ""} |`);
+  }
+}
 EOF
     echo
-    echo "Command lines (ECHO = $ECHO_BIN; each under taskset -c $SERVER_CPU):"
+    echo "Command lines (ECHO = $ECHO_BIN; PEER = a fresh target/peer-rmcp/release/tidemark-peer-rmcp"
+    echo "--listen 127.0.0.1:0 --threads 1 per run; each under taskset -c $SERVER_CPU):"
     for s in "${SERVERS[@]}"; do echo "- ${LABEL[$s]}: \`${CMDLINE[$s]}\`"; done
+    if wanted contextforge; then
+        echo "  (the five secrets random, made per script run), then \`POST /gateways {\"name\": \"peer\","
+        echo "  \"url\": \"http://127.0.0.1:PEER/mcp\", \"transport\": \"STREAMABLEHTTP\"}\` with a bearer token of"
+        echo "  \`python -m mcpgateway.utils.create_jwt_token --username admin@example.com --exp 600 --admin\`"
+        echo "  (same environment); the load tool calls \`peer-echo\` with that token (\`--tool peer-echo --bearer-token …\`)"
+    fi
     echo "- load: \`tidemark-load echo --url URL --connections $CONNECTIONS --sessions $SESSIONS --duration $DURATION --warmup $WARMUP\`;"
     echo "  concurrency 1: \`--connections 1 --sessions 1\`; direct: \`tidemark-load stdio-direct --command 'taskset -c $SERVER_CPU $ECHO_BIN'\`"
 } >"$OUT/bridge-compare.md"
