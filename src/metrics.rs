@@ -333,7 +333,14 @@ impl Histogram {
 
     /// Counts the time since `start` (a duration histogram).
     pub(crate) fn observe_since(&self, start: Instant) {
-        self.observe(u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX));
+        self.observe_between(start, Instant::now());
+    }
+
+    /// Counts the time from `start` to `end` (a duration histogram; 0 when `end` is earlier),
+    /// for a caller that read the clock already.
+    pub(crate) fn observe_between(&self, start: Instant, end: Instant) {
+        let took = end.saturating_duration_since(start);
+        self.observe(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX));
     }
 
     fn count(&self) -> u64 {
@@ -486,10 +493,11 @@ impl Default for Histograms {
 }
 
 impl Histograms {
-    /// Counts a request of `label` that took from `start` until now.
-    pub(crate) fn request(&self, label: RequestLabel, start: Instant) {
+    /// Counts a request of `label` that took from `start` until `end` (read by the caller: a
+    /// stream's driver reads the clock once at the stream's end).
+    pub(crate) fn request(&self, label: RequestLabel, start: Instant, end: Instant) {
         let index = label.era as usize * METHOD_LABELS.len() + usize::from(label.method);
-        self.request[index].observe_since(start);
+        self.request[index].observe_between(start, end);
     }
 
     /// Names the upstreams (`upstream` label, by index): at start, and again when a reload
@@ -826,8 +834,12 @@ mod tests {
     fn requests_are_labelled_by_era_and_method_and_unknown_methods_fold_into_other() {
         let core = Arc::new(CoreMetrics::default());
         let start = Instant::now();
-        core.hist.request(RequestLabel::new(EraLabel::Modern, "tools/call"), start);
-        core.hist.request(RequestLabel::new(EraLabel::Legacy, "vendor/anything"), start);
+        core.hist.request(RequestLabel::new(EraLabel::Modern, "tools/call"), start, Instant::now());
+        core.hist.request(
+            RequestLabel::new(EraLabel::Legacy, "vendor/anything"),
+            start,
+            Instant::now(),
+        );
         let mut out = String::new();
         CoreMetrics::render(&[core], &mut out);
         let call =
