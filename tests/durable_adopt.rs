@@ -128,47 +128,18 @@ fn a_client_that_read_events_the_store_never_held_still_gets_the_adopters_final(
     // Method: the mirror lingers 100 ms before each batch while events come 10 ms apart, and
     // the node dies right after the client read its last event.
     let Some(redis) = Redis::standalone() else { return };
-    let first = node(&redis, "1", &["--durable-linger-us", "100000"]);
-    let sid = open_session(&first);
-    let body = call(9, "slow_counter", r#"{"steps":60,"delay_ms":10}"#, true);
-    let mut stream = call_stream(&first, &sid, &body, &[]);
-    let mut cursor = String::new();
-    let mut read_ids = Vec::new();
-    for _ in 0..12 {
-        cursor = stream.next_event().expect("an event").id.expect("an id");
-        read_ids.push(cursor.clone());
-    }
-    drop(first); // SIGKILL: what the mirror still held back is lost with it
-    drop(stream);
-    let held = event_entries(&redis, &sid);
-    let (_, _, cursor_seq) = split_event_id(&cursor).expect("cursor");
-    assert!(cursor_seq > held, "the client is ahead of the store: {held} held, cursor {cursor}");
+    let ahead = client_ahead_of_the_store(&redis);
+    let (sid, body, cursor) = (&ahead.sid, &ahead.body, ahead.cursor());
     let peer = node(&redis, "2", &[]);
     std::thread::sleep(Duration::from_millis(400)); // past the 300 ms lease
-    let mut resumed = resume(&peer, &sid, &cursor);
-    assert_eq!(resumed.status, 200, "the adopter resumes the stream");
-    let events = resumed.rest();
-    let last = events.last().expect("the final reaches the client").json();
-    assert_eq!(last["error"]["code"], -31006, "{last}");
-    assert_eq!(last["id"], 9, "{last}");
-    let progress: Vec<u64> = events.iter().filter_map(progress_of).collect();
-    assert!(progress.is_empty(), "nothing the client already holds comes again: {progress:?}");
-    // An event id names one event in a session (MCP: unique across its streams): the
-    // adopter's final must not reuse an id the dead node gave an event the client read, or a
-    // client that skips ids it holds never sees the final (the cluster stage's GET/re-POST
-    // loop: the final replayed on every GET, skipped every time).
-    let final_id = events.last().and_then(|e| e.id.clone()).expect("the final has an id");
-    assert!(
-        !read_ids.contains(&final_id),
-        "the final's id {final_id} names an event the client already read: {read_ids:?}"
-    );
+    let final_id = only_the_final_and_new(resume(&peer, sid, cursor), &ahead.read_ids);
     // A client that got the final and resumes from it gets nothing again (no duplicate).
-    let mut after_final = resume(&peer, &sid, &final_id);
+    let mut after_final = resume(&peer, sid, &final_id);
     assert_eq!(after_final.status, 200, "a resume from the final's id");
     let again: Vec<String> = after_final.rest().iter().map(|e| e.data.clone()).collect();
     assert!(again.iter().all(String::is_empty), "nothing after the final: {again:?}");
     // The call is answered: a re-POST of it is refused, never run again.
-    let again = post(&peer, &[("Mcp-Session-Id", &sid)], &body);
+    let again = post(&peer, &[("Mcp-Session-Id", sid)], body);
     assert_eq!(again.status, 409, "{}", again.text());
 }
 
@@ -181,27 +152,60 @@ fn a_cursor_past_the_store_of_the_first_dead_node_still_gets_the_final_after_a_s
     // the stream's last event below node 2's first sequence number: the client gets node 2's
     // final, never 400 (before: `Last-Event-ID` refused, the call's outcome unreachable).
     let Some(redis) = Redis::standalone() else { return };
-    let first = node(&redis, "1", &["--durable-linger-us", "100000"]);
-    let sid = open_session(&first);
-    let body = call(9, "slow_counter", r#"{"steps":60,"delay_ms":10}"#, true);
-    let mut stream = call_stream(&first, &sid, &body, &[]);
-    let read_ids: Vec<String> =
-        (0..12).map(|_| stream.next_event().expect("an event").id.expect("an id")).collect();
-    let cursor = read_ids.last().expect("a cursor").clone();
-    drop(first);
-    drop(stream);
+    let ahead = client_ahead_of_the_store(&redis);
+    let sid = &ahead.sid;
     let second = node(&redis, "2", &[]);
     std::thread::sleep(Duration::from_millis(400)); // past the 300 ms lease
     let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
-    let adopted = post(&second, &[("Mcp-Session-Id", &sid)], ping);
+    let adopted = post(&second, &[("Mcp-Session-Id", sid)], ping);
     // Node 2 adopted it: the ping is refused for the stream it now owes (held, then -31004).
     assert!(adopted.text().contains("owedStreams"), "node 2 adopts: {}", adopted.text());
     std::thread::sleep(Duration::from_millis(300)); // its image and final reach the store
     drop(second);
     let third = node(&redis, "3", &[]);
     std::thread::sleep(Duration::from_millis(400));
-    let mut resumed = resume(&third, &sid, &cursor);
-    assert_eq!(resumed.status, 200, "node 1's cursor resumes after the second adoption");
+    only_the_final_and_new(resume(&third, sid, ahead.cursor()), &ahead.read_ids);
+}
+
+/// A client ahead of the store: it read 12 events of a `slow_counter` call (id 9) that node 1,
+/// its mirror lingering 100 ms before each batch while events come 10 ms apart, had not all
+/// mirrored when it was SIGKILLed right after.
+struct Ahead {
+    sid: String,
+    body: String,
+    read_ids: Vec<String>,
+}
+
+impl Ahead {
+    /// The id of the last event the client read: its `Last-Event-ID`.
+    fn cursor(&self) -> &str {
+        self.read_ids.last().expect("a cursor")
+    }
+}
+
+fn client_ahead_of_the_store(redis: &Redis) -> Ahead {
+    let first = node(redis, "1", &["--durable-linger-us", "100000"]);
+    let sid = open_session(&first);
+    let body = call(9, "slow_counter", r#"{"steps":60,"delay_ms":10}"#, true);
+    let mut stream = call_stream(&first, &sid, &body, &[]);
+    let read_ids: Vec<String> =
+        (0..12).map(|_| stream.next_event().expect("an event").id.expect("an id")).collect();
+    drop(first); // SIGKILL: what the mirror still held back is lost with it
+    drop(stream);
+    let ahead = Ahead { sid, body, read_ids };
+    let held = event_entries(redis, &ahead.sid);
+    let (_, _, cursor_seq) = split_event_id(ahead.cursor()).expect("cursor");
+    assert!(cursor_seq > held, "the client is ahead of the store: {held} held, {}", ahead.cursor());
+    ahead
+}
+
+/// A resume that sends the call's `-31006` final and nothing the client already holds, under an
+/// id new to it: an event id names one event in a session (MCP: unique across its streams), so
+/// an adopter's final must not reuse an id the dead node gave an event the client read, or a
+/// client that skips ids it holds never sees the final (the cluster stage's GET/re-POST loop:
+/// the final replayed on every GET, skipped every time). The final's id.
+fn only_the_final_and_new(mut resumed: SseStream, read_ids: &[String]) -> String {
+    assert_eq!(resumed.status, 200, "the adopter resumes the stream");
     let events = resumed.rest();
     let last = events.last().expect("the final reaches the client").json();
     assert_eq!(last["error"]["code"], -31006, "{last}");
@@ -209,7 +213,11 @@ fn a_cursor_past_the_store_of_the_first_dead_node_still_gets_the_final_after_a_s
     let progress: Vec<u64> = events.iter().filter_map(progress_of).collect();
     assert!(progress.is_empty(), "nothing the client already holds comes again: {progress:?}");
     let final_id = events.last().and_then(|e| e.id.clone()).expect("the final has an id");
-    assert!(!read_ids.contains(&final_id), "the final's id {final_id} is new to the client");
+    assert!(
+        !read_ids.contains(&final_id),
+        "the final's id {final_id} names an event the client already read: {read_ids:?}"
+    );
+    final_id
 }
 
 #[test]
