@@ -112,13 +112,17 @@ verdict() { # verdict NAME RC DETAIL
     fi
 }
 
-# start_redis NAME PORT [ARGS...]: a throw-away redis-server (no persistence); sets redis_pid,
-# redis_cmd.
+# start_redis NAME PORT [ARGS...]: a throw-away redis-server (no persistence) in a directory of
+# its own ($RESULTS/redis-NAME); sets redis_pid, redis_cmd. Its own directory: a replica's sync
+# to disk writes dump.rdb there, which a server started later in the same directory loads (a
+# cluster node then holds keys and `redis-cli --cluster create` refuses it: "is not empty", seen
+# after the sentinel stage), and replicas syncing at once in one directory race on that file.
 start_redis() {
-    local name="$1" port="$2"
+    local name="$1" port="$2" dir="$RESULTS/redis-$1"
     shift 2
-    redis_cmd="redis-server --port $port --bind 127.0.0.1 --save '' --appendonly no"
-    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no "$@" \
+    mkdir -p "$dir"
+    redis_cmd="redis-server --port $port --bind 127.0.0.1 --save '' --appendonly no --dir $dir"
+    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" "$@" \
         >"$RESULTS/$name.log" 2>&1 &
     redis_pid=$!
     pids+=("$redis_pid")
@@ -227,7 +231,7 @@ stage_kill() {
 stage_sentinel() {
     local primary_port primary_pid
     primary_port="$(free_port)"
-    local sync=(--repl-diskless-sync-delay 0 --dir "$RESULTS") i
+    local sync=(--repl-diskless-sync-delay 0) i
     start_redis sentinel-primary "$primary_port" "${sync[@]}"
     primary_pid=$redis_pid
     for i in 1 2; do
@@ -254,7 +258,7 @@ start_cluster() {
         start_redis "cluster-node$i" "$port" --cluster-enabled yes \
             --cluster-config-file "$RESULTS/cluster-nodes-$i.conf" \
             --cluster-port "$(free_port)" --cluster-node-timeout "$CLUSTER_NODE_TIMEOUT_MS" \
-            --repl-diskless-sync-delay 0 --dir "$RESULTS"
+            --repl-diskless-sync-delay 0
         ports+=("$port"); node_pids+=("$redis_pid"); hosts+=("127.0.0.1:$port")
     done
     redis-cli --cluster create "${hosts[@]}" --cluster-replicas 2 --cluster-yes \
