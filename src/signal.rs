@@ -49,6 +49,12 @@ impl Signal {
         Notified { signal: self, generation: self.generation.get(), slot: None }
     }
 
+    /// Slots held now (waiters that waited and are not dropped, and free ones between them).
+    #[cfg(test)]
+    pub(crate) fn slots_held(&self) -> usize {
+        self.slots.borrow().len()
+    }
+
     /// A free slot holding `waker` (the first free one, else a new one at the end).
     fn hold(&self, waker: Waker) -> usize {
         let mut slots = self.slots.borrow_mut();

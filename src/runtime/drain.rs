@@ -4,18 +4,18 @@
 //! Used by `runtime` (the worker's drain loop), `conn` and `stream` (a connection's part), and
 //! `server` (starting the drain). Never: touches a socket or a session.
 
-use std::cell::{Cell, RefCell};
-use std::future::{poll_fn, Future};
-use std::pin::Pin;
+use std::cell::Cell;
+use std::future::poll_fn;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
 use std::sync::OnceLock;
-use std::task::{Context, Poll, Waker};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use atomic_waker::AtomicWaker;
 
 use crate::config;
+use crate::signal::{Notified, Signal};
 
 /// Where the server is in its life. Only moves forward.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -205,7 +205,7 @@ pub(crate) struct Drain {
     /// stream. A drain closes or ends them and never waits for them.
     idle: Cell<usize>,
     /// Tasks waiting for the next phase change (idle connections, SSE writers).
-    watch: PhaseWatch,
+    watch: Signal,
 }
 
 impl Drain {
@@ -220,8 +220,8 @@ impl Drain {
     }
 
     /// Completes at this core's next phase change after the call.
-    pub(crate) fn changed(&self) -> Changed<'_> {
-        Changed { watch: &self.watch, generation: self.watch.generation.get(), slot: None }
+    pub(crate) fn changed(&self) -> Notified<'_> {
+        self.watch.notified()
     }
 
     pub(super) fn set_phase(&self, phase: Phase) {
@@ -282,76 +282,11 @@ impl Drop for Counted<'_> {
     }
 }
 
-/// Wakes every task waiting for the core's next phase change. A waiter gives its slot back
-/// when dropped, so the many connections that wait and then go on (or close) leave nothing
-/// behind; slots are reused, their number bounded by the waiters at one time.
-#[derive(Default)]
-struct PhaseWatch {
-    generation: Cell<u64>,
-    /// `Some` exactly while the waiter holding that slot is pending.
-    wakers: RefCell<Vec<Option<Waker>>>,
-    /// Slots no waiter holds.
-    free: RefCell<Vec<usize>>,
-}
-
-impl PhaseWatch {
-    fn notify_all(&self) {
-        self.generation.set(self.generation.get().wrapping_add(1));
-        let woken: Vec<Waker> =
-            self.wakers.borrow_mut().iter_mut().filter_map(Option::take).collect();
-        for waker in woken {
-            waker.wake();
-        }
-    }
-}
-
-/// `Drain::changed`.
-pub(crate) struct Changed<'a> {
-    watch: &'a PhaseWatch,
-    generation: u64,
-    /// The slot this waiter holds, once it waited.
-    slot: Option<usize>,
-}
-
-impl Future for Changed<'_> {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.watch.generation.get() != self.generation {
-            return Poll::Ready(());
-        }
-        let mut wakers = self.watch.wakers.borrow_mut();
-        let slot = match self.slot {
-            Some(slot) => slot,
-            None => match self.watch.free.borrow_mut().pop() {
-                Some(slot) => slot,
-                None => {
-                    wakers.push(None);
-                    wakers.len() - 1
-                }
-            },
-        };
-        wakers[slot] = Some(cx.waker().clone());
-        drop(wakers);
-        self.slot = Some(slot);
-        Poll::Pending
-    }
-}
-
-impl Drop for Changed<'_> {
-    fn drop(&mut self) {
-        if let Some(slot) = self.slot.take() {
-            if let Some(waker) = self.watch.wakers.borrow_mut().get_mut(slot) {
-                *waker = None;
-            }
-            self.watch.free.borrow_mut().push(slot);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::future::Future;
+    use std::task::{Context, Waker};
 
     #[test]
     fn the_lifecycle_only_moves_forward_and_waits_for_every_core() {
@@ -391,7 +326,7 @@ mod tests {
             let mut waiter = std::pin::pin!(drain.changed());
             assert!(waiter.as_mut().poll(&mut cx).is_pending());
         }
-        assert_eq!(drain.watch.wakers.borrow().len(), 1, "one slot, reused");
+        assert!(drain.watch.slots_held() <= 1, "one slot, reused");
         let mut waiter = std::pin::pin!(drain.changed());
         assert!(waiter.as_mut().poll(&mut cx).is_pending());
         assert!(!drain.draining());
