@@ -82,6 +82,12 @@ impl Server {
         assert!(status.success(), "kill -{sig}");
     }
 
+    /// The server's open file descriptors now (`/proc/PID/fd`).
+    pub fn open_fds(&self) -> usize {
+        let dir = format!("/proc/{}/fd", self.pid());
+        std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{dir}: {e}")).count()
+    }
+
     /// The exit status, if the process ends within `bound`.
     pub fn exit_within(&mut self, bound: Duration) -> Option<ExitStatus> {
         exit_within(&mut self.child, bound)
