@@ -669,8 +669,13 @@ fn durable_linger_gathers_records_into_fewer_batches_and_a_waiting_call_cuts_it_
     let lingering =
         node(&redis, "2", &["--durable-linger-us", "100000", "--durable-write-ahead-ms", "50"]);
     let lingered = batches_during(&lingering, 3, 20, 5);
-    assert!(unlingered >= 3 * 15, "{unlingered} batches for 60 events written at once");
+    // At once is "about a batch per event" on a quiet machine; on a loaded one the mirror
+    // falls behind by more than 5 ms and events written at once share batches too (asking 45
+    // for the three calls failed once beside the full suite), so the bound is half a batch
+    // per event and twice the lingering count.
+    assert!(unlingered >= 3 * 10, "{unlingered} batches for 60 events written at once");
     assert!(lingered <= 3 * 5, "{lingered} batches for 60 events with a 100 ms linger");
+    assert!(unlingered >= 2 * lingered, "{unlingered} at once against {lingered} lingering");
     let text = scrape(&lingering.metrics());
     assert_eq!(
         metric(&text, "tidemark_durable_write_ahead_unprotected_total"),
