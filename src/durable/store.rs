@@ -202,6 +202,9 @@ struct BatchScratch {
     touched: Vec<(&'static Arc<str>, bool, bool)>,
     ended: Vec<usize>,
     trims: Vec<(&'static Arc<str>, u64)>,
+    /// `StreamChanges`.
+    changes: Vec<(&'static Arc<str>, usize, u32, Option<&'static StreamRecord>)>,
+    gone: crate::fasthash::FastSet<(usize, u32)>,
 }
 
 /// `list` emptied, as a list of another lifetime's borrows: the same allocation (the standard
@@ -583,6 +586,7 @@ impl RedisStore {
         &mut self,
         step: &Step<'a>,
         touched: &mut Touched<'a, '_>,
+        changes: &mut StreamChanges<'a, '_>,
         ended: &mut Vec<usize>,
         trims: &mut Vec<(&'a Arc<str>, u64)>,
     ) {
@@ -599,17 +603,19 @@ impl RedisStore {
                 return;
             }
             Step::Stream(sid, key, record) => {
-                push_stream(pipe, sid, *key, record);
+                changes.defer(pipe, sid, *key, Some(record));
                 touched.mark(*sid).1 = true;
                 return;
             }
             Step::Gone(sid, key) => {
-                push_gone(pipe, sid, *key);
+                changes.defer(pipe, sid, *key, None);
                 touched.mark(*sid);
                 return;
             }
             Step::Record(record) => *record,
         };
+        // A session's image or end, in its place: after the stream changes before it.
+        changes.flush(pipe);
         match record {
             Record::Session(image) => {
                 let entries = self.entries.entry(image.sid.clone()).or_default();
@@ -714,9 +720,73 @@ fn push_run(pipe: &mut Pipeline, sid: &str, pieces: &Pieces<'_>) -> Option<Entry
     Some(Entry { first, bytes })
 }
 
-/// `HDEL tm:st:SID KEY`: a stream left the session.
-fn push_gone(pipe: &mut Pipeline, sid: &str, key: u32) {
-    pipe.command(3).arg(b"HDEL").arg_key(SessionKey::Streams, sid).arg_u64(u64::from(key));
+/// A batch's changes to its sessions' stream tables (`tm:st`), written per session as one
+/// `HSET` of every stream record and one `HDEL` of every removal (`flush`) instead of a
+/// command each: a quick call both opens a stream and evicts an old one, so at about two calls
+/// per session and batch this halves the store's commands per call and saves their repeated
+/// key names (the mirror's bytes, and the store's CPU, which shares the load's in
+/// `scripts/durable-cost.sh`).
+///
+/// Order: within a session a record is written before the removals (`plan` names each
+/// stream's record once, at its last change; a stream's removal follows its record), and both
+/// only later than the steps they followed, never earlier: a stream's record is never ahead of
+/// its events. A removal then a new record of the same key flushes first, so the two keep
+/// their order. Anything else of the session (its image, its end) flushes first too (`send`).
+struct StreamChanges<'a, 's> {
+    /// Each change: its session, its place in the batch, the stream's key, its new record
+    /// (`None`: removed).
+    list: Vec<(&'a Arc<str>, usize, u32, Option<&'a StreamRecord>)>,
+    /// The removals in `list`, by `same_session` and key.
+    gone: &'s mut crate::fasthash::FastSet<(usize, u32)>,
+}
+
+impl<'a> StreamChanges<'a, '_> {
+    /// Notes `sid`'s stream `key` changed to `record` (or was removed).
+    fn defer(
+        &mut self,
+        pipe: &mut Pipeline,
+        sid: &'a Arc<str>,
+        key: u32,
+        record: Option<&'a StreamRecord>,
+    ) {
+        let at = (same_session(sid), key);
+        match record {
+            Some(_) if self.gone.contains(&at) => self.flush(pipe),
+            Some(_) => {}
+            None => {
+                self.gone.insert(at);
+            }
+        }
+        self.list.push((sid, self.list.len(), key, record));
+    }
+
+    /// Writes what was noted: per session an `HSET` of its records, then an `HDEL` of its
+    /// removals.
+    fn flush(&mut self, pipe: &mut Pipeline) {
+        self.list.sort_unstable_by_key(|&(sid, at, ..)| (same_session(sid), at));
+        for group in self.list.chunk_by(|a, b| Arc::ptr_eq(a.0, b.0)) {
+            let sid = group[0].0;
+            let records = group.iter().filter(|change| change.3.is_some()).count();
+            if records > 0 {
+                pipe.command(2 + 2 * records).arg(b"HSET").arg_key(SessionKey::Streams, sid);
+                for &(_, _, key, record) in group {
+                    if let Some(record) = record {
+                        pipe.arg_u64(u64::from(key)).arg_written(|out| record.write_json(out));
+                    }
+                }
+            }
+            if records < group.len() {
+                pipe.command(2 + group.len() - records)
+                    .arg(b"HDEL")
+                    .arg_key(SessionKey::Streams, sid);
+                for &(_, _, key, _) in group.iter().filter(|change| change.3.is_none()) {
+                    pipe.arg_u64(u64::from(key));
+                }
+            }
+        }
+        self.list.clear();
+        self.gone.clear();
+    }
 }
 
 /// `HSET tm:st:SID KEY JSON`.
@@ -928,16 +998,26 @@ impl Store for RedisStore {
         let mut scratch = std::mem::take(&mut self.scratch);
         let steps = plan(records, &mut scratch);
         let BatchScratch {
-            touched_at, touched: scratch_touched, ended, trims: scratch_trims, ..
+            touched_at,
+            touched: scratch_touched,
+            ended,
+            trims: scratch_trims,
+            changes: scratch_changes,
+            gone,
+            ..
         } = &mut scratch;
         touched_at.clear();
         ended.clear();
+        gone.clear();
         let list = recycle(std::mem::take(scratch_touched));
         let mut touched = Touched { at: touched_at, list };
+        let mut changes = StreamChanges { list: recycle(std::mem::take(scratch_changes)), gone };
         let mut trims: Vec<(&Arc<str>, u64)> = recycle(std::mem::take(scratch_trims));
         for step in &steps {
-            self.push_step(step, &mut touched, ended, &mut trims);
+            self.push_step(step, &mut touched, &mut changes, ended, &mut trims);
         }
+        changes.flush(&mut self.pipe);
+        *scratch_changes = recycle(changes.list);
         for &(sid, first_kept) in &trims {
             if let Some(entries) = self.entries.get_mut(sid) {
                 push_trim(&mut self.pipe, sid, entries, first_kept);
@@ -1079,6 +1159,52 @@ mod tests {
 
     fn stream(sid: &Arc<str>, key: u32, first: u64) -> Record {
         Record::Stream { sid: sid.clone(), key, record: Box::new(open_stream(first)) }
+    }
+
+    #[test]
+    fn a_batchs_stream_changes_are_one_hset_and_one_hdel_per_session_in_order() {
+        // Goal: a session's stream records and removals of a batch cost the store one command
+        // each, records before removals; a removal then a new record of the same key keep
+        // their order (flushed in between), and sessions never mix.
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+        let (one, two) = (open_stream(1), open_stream(2));
+        let mut gone = crate::fasthash::FastSet::default();
+        let mut changes = StreamChanges { list: Vec::new(), gone: &mut gone };
+        let mut pipe = Pipeline::default();
+        changes.defer(&mut pipe, &a, 5, Some(&one));
+        changes.defer(&mut pipe, &b, 3, None);
+        changes.defer(&mut pipe, &a, 1, None);
+        changes.defer(&mut pipe, &a, 6, Some(&two));
+        assert!(pipe.is_empty(), "nothing written before the flush");
+        changes.defer(&mut pipe, &a, 1, Some(&one));
+        changes.flush(&mut pipe);
+        let text = String::from_utf8_lossy(pipe.bytes()).replace("\r\n", " ");
+        let commands: Vec<String> = text
+            .split('*')
+            .filter(|c| !c.is_empty())
+            .map(|c| {
+                let words: Vec<&str> = c.split(' ').filter(|w| !w.starts_with('$')).collect();
+                let key =
+                    |w: &str| if w.starts_with('{') { "REC".to_string() } else { w.to_string() };
+                words[1..]
+                    .iter()
+                    .filter(|w| !w.is_empty())
+                    .map(|w| key(w))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect();
+        let (hset_a, hdel_a, hdel_b) =
+            ("HSET tm:st:{a} 5 REC 6 REC", "HDEL tm:st:{a} 1", "HDEL tm:st:{b} 3");
+        let mut first = vec![hset_a.to_string(), hdel_a.to_string()];
+        let mut other = vec![hdel_b.to_string()];
+        if commands[0] == hdel_b {
+            std::mem::swap(&mut first, &mut other);
+        }
+        let mut expected = [first, other].concat();
+        expected.push("HSET tm:st:{a} 1 REC".into());
+        assert_eq!(commands, expected, "{text}");
+        assert_eq!(pipe.commands(), 4);
     }
 
     #[test]
