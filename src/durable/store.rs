@@ -597,19 +597,19 @@ impl RedisStore {
                     self.entries.entry((*sid).clone()).or_default().push_back(entry);
                 }
                 if let Some(first_kept) = first_kept {
-                    note_trim(trims, *sid, *first_kept);
+                    note_trim(trims, sid, *first_kept);
                 }
-                touched.mark(*sid).2 = true;
+                touched.mark(sid).2 = true;
                 return;
             }
             Step::Stream(sid, key, record) => {
                 changes.defer(pipe, sid, *key, Some(record));
-                touched.mark(*sid).1 = true;
+                touched.mark(sid).1 = true;
                 return;
             }
             Step::Gone(sid, key) => {
                 changes.defer(pipe, sid, *key, None);
-                touched.mark(*sid);
+                touched.mark(sid);
                 return;
             }
             Step::Record(record) => *record,
