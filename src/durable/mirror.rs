@@ -84,6 +84,7 @@ impl Mirror {
             primary: None,
             in_flight: None,
             spare: Vec::new(),
+            spare_writable: Vec::new(),
         };
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
@@ -148,6 +149,8 @@ struct Writer {
     in_flight: Option<InFlight>,
     /// The last batch's emptied list, kept so a batch allocates none.
     spare: Vec<(usize, Queued)>,
+    /// The last batch's emptied list of the records it wrote (`store::recycle`), likewise.
+    spare_writable: Vec<&'static Record>,
 }
 
 /// A batch sent to the store, kept until its answer: the records (their tickets are acked and
@@ -481,7 +484,7 @@ impl Writer {
             self.settle_in_flight(Err(super::store::StoreError("owner check failed".into())));
             return count;
         }
-        let mut writable: Vec<&Record> = Vec::with_capacity(taken.len());
+        let mut writable: Vec<&Record> = store::recycle(std::mem::take(&mut self.spare_writable));
         let mut skipped: FastSet<(usize, Arc<str>)> = FastSet::default();
         for (core, queued) in &taken {
             if self.drops_disowned(&queued.record) {
@@ -509,7 +512,7 @@ impl Writer {
             None => Err(super::store::StoreError("not connected".into())),
         };
         let written = writable.len();
-        drop(writable);
+        self.spare_writable = store::recycle(writable);
         self.in_flight = Some(InFlight { taken, skipped, written });
         if let Err(e) = outcome {
             self.settle_in_flight(Err(e));

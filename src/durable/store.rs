@@ -178,15 +178,42 @@ pub(crate) struct RedisStore {
     expiry: FastMap<Arc<str>, Expiry>,
     /// The batch being encoded (kept, so its buffer is not allocated per batch).
     pipe: Pipeline,
+    /// The batch's working lists and maps (kept, likewise).
+    scratch: BatchScratch,
     /// The replicas each batch (and adoption) waits for (`--durable-replicas`).
     replication: Replication,
     /// The batch in flight ends with `WAIT`: its last reply is how many replicas hold it.
     waiting: bool,
 }
 
-/// The most sessions a batch's `touched` map is sized for up front (a batch of 2048 records
-/// touches far fewer sessions than records; past this it grows as usual).
-const TOUCHED_CAPACITY_MAX: usize = 256;
+/// A batch's working lists and maps, kept across batches: allocated per batch, the plan's
+/// list of steps (tens of KiB) took fresh pages from the allocator about every batch, and
+/// zeroing them (huge pages) was 30 % of the mirror thread's time in a profile (perf, dwarf
+/// call graphs, 2026-12-07: `clear_page_erms` under `RedisStore::send`). The lists hold
+/// borrows of one batch's records: each is emptied and handed to the next batch by `recycle`.
+#[derive(Default)]
+struct BatchScratch {
+    /// `plan`: each stream's last change in the batch.
+    last_change: FastMap<(usize, u32), usize>,
+    /// `plan`: each session's open run of events (its step's index).
+    open: FastMap<usize, usize>,
+    steps: Vec<Step<'static>>,
+    touched_at: FastMap<usize, usize>,
+    touched: Vec<(&'static Arc<str>, bool, bool)>,
+    ended: Vec<usize>,
+    trims: Vec<(&'static Arc<str>, u64)>,
+    /// `StreamChanges`.
+    changes: Vec<(&'static Arc<str>, usize, u32, Option<&'static StreamRecord>)>,
+    gone: crate::fasthash::FastSet<(usize, u32)>,
+}
+
+/// `list` emptied, as a list of another lifetime's borrows: the same allocation (the standard
+/// library collects a `Vec`'s own iterator in place when the two types' layouts match, as a
+/// type's and its other lifetime's always do; `recycled_lists_keep_their_allocation`).
+pub(super) fn recycle<T, U>(mut list: Vec<T>) -> Vec<U> {
+    list.clear();
+    list.into_iter().map(|_| unreachable!("the list was emptied")).collect()
+}
 
 /// Renewing a session's three TTLs on every batch would cost Redis three commands per session
 /// per batch; once a second is plenty against TTLs of minutes.
@@ -338,15 +365,17 @@ fn stream_change(record: &Record) -> Option<(&Arc<str>, u32, &StreamRecord)> {
 /// session's whole image or end, and by a gap in sequence numbers (never written together).
 /// A stream's record appears once, at the place of its last change in the batch (a crash
 /// mid-batch leaves its state from before the batch, never one ahead of its events).
-fn plan<'a>(records: &[&'a Record]) -> Vec<Step<'a>> {
-    let mut last_change: FastMap<(usize, u32), usize> = FastMap::default();
+fn plan<'a>(records: &[&'a Record], scratch: &mut BatchScratch) -> Vec<Step<'a>> {
+    let BatchScratch { last_change, open, steps, .. } = scratch;
+    last_change.clear();
+    open.clear();
     for (index, record) in records.iter().enumerate() {
         if let Some((sid, key, _)) = stream_change(record) {
             last_change.insert((same_session(sid), key), index);
         }
     }
-    let mut steps: Vec<Step<'a>> = Vec::with_capacity(records.len());
-    let mut open: FastMap<usize, usize> = FastMap::default();
+    let mut steps: Vec<Step<'a>> = recycle(std::mem::take(steps));
+    steps.reserve(records.len());
     for (index, record) in records.iter().copied().enumerate() {
         match record {
             Record::Event { sid, .. } | Record::Run { sid, .. } => {
@@ -409,6 +438,7 @@ impl RedisStore {
             entries: FastMap::default(),
             expiry: FastMap::default(),
             pipe: Pipeline::default(),
+            scratch: BatchScratch::default(),
             replication: Replication::default(),
             waiting: false,
         })
@@ -551,6 +581,71 @@ impl RedisStore {
         )))
     }
 
+    /// Encodes one step of a batch (`plan`), noting the sessions it touched, ended and trims.
+    fn push_step<'a>(
+        &mut self,
+        step: &Step<'a>,
+        touched: &mut Touched<'a, '_>,
+        changes: &mut StreamChanges<'a, '_>,
+        ended: &mut Vec<usize>,
+        trims: &mut Vec<(&'a Arc<str>, u64)>,
+    ) {
+        let pipe = &mut self.pipe;
+        let record = match step {
+            Step::Events { sid, pieces, first_kept, .. } => {
+                if let Some(entry) = push_run(pipe, sid, pieces) {
+                    self.entries.entry((*sid).clone()).or_default().push_back(entry);
+                }
+                if let Some(first_kept) = first_kept {
+                    note_trim(trims, sid, *first_kept);
+                }
+                touched.mark(sid).2 = true;
+                return;
+            }
+            Step::Stream(sid, key, record) => {
+                changes.defer(pipe, sid, *key, Some(record));
+                touched.mark(sid).1 = true;
+                return;
+            }
+            Step::Gone(sid, key) => {
+                changes.defer(pipe, sid, *key, None);
+                touched.mark(sid);
+                return;
+            }
+            Step::Record(record) => *record,
+        };
+        // A session's image or end, in its place: after the stream changes before it.
+        changes.flush(pipe);
+        match record {
+            Record::Session(image) => {
+                let entries = self.entries.entry(image.sid.clone()).or_default();
+                entries.clear();
+                push_image(pipe, image, entries);
+            }
+            // Steps of their own (`Step::Stream`, `Step::Gone`, `Step::Events`).
+            Record::Stream { .. }
+            | Record::StreamGone { .. }
+            | Record::Event { .. }
+            | Record::Run { .. } => {}
+            Record::End { sid } => {
+                delete_session(pipe, sid);
+                self.entries.remove(sid);
+                trims.retain(|(s, _)| !Arc::ptr_eq(s, sid));
+                ended.push(same_session(sid));
+            }
+            Record::Task { .. } => push_task(pipe, record),
+            Record::Keyed { .. } => push_keyed(pipe, record),
+        }
+        if let Some(sid) = record.session() {
+            let made = touched.mark(sid);
+            if let Record::Session(image) = record {
+                self.expiry.remove(sid);
+                made.1 |= !image.streams.is_empty();
+                made.2 |= !image.events.is_empty();
+            }
+        }
+    }
+
     /// Sends the encoded batch; its replies are owed until `receive`.
     fn send_pipeline(&mut self) -> Result<(), StoreError> {
         if self.pipe.is_empty() {
@@ -625,9 +720,73 @@ fn push_run(pipe: &mut Pipeline, sid: &str, pieces: &Pieces<'_>) -> Option<Entry
     Some(Entry { first, bytes })
 }
 
-/// `HDEL tm:st:SID KEY`: a stream left the session.
-fn push_gone(pipe: &mut Pipeline, sid: &str, key: u32) {
-    pipe.command(3).arg(b"HDEL").arg_key(SessionKey::Streams, sid).arg_u64(u64::from(key));
+/// A batch's changes to its sessions' stream tables (`tm:st`), written per session as one
+/// `HSET` of every stream record and one `HDEL` of every removal (`flush`) instead of a
+/// command each: a quick call both opens a stream and evicts an old one, so at about two calls
+/// per session and batch this halves the store's commands per call and saves their repeated
+/// key names (the mirror's bytes, and the store's CPU, which shares the load's in
+/// `scripts/durable-cost.sh`).
+///
+/// Order: within a session a record is written before the removals (`plan` names each
+/// stream's record once, at its last change; a stream's removal follows its record), and both
+/// only later than the steps they followed, never earlier: a stream's record is never ahead of
+/// its events. A removal then a new record of the same key flushes first, so the two keep
+/// their order. Anything else of the session (its image, its end) flushes first too (`send`).
+struct StreamChanges<'a, 's> {
+    /// Each change: its session, its place in the batch, the stream's key, its new record
+    /// (`None`: removed).
+    list: Vec<(&'a Arc<str>, usize, u32, Option<&'a StreamRecord>)>,
+    /// The removals in `list`, by `same_session` and key.
+    gone: &'s mut crate::fasthash::FastSet<(usize, u32)>,
+}
+
+impl<'a> StreamChanges<'a, '_> {
+    /// Notes `sid`'s stream `key` changed to `record` (or was removed).
+    fn defer(
+        &mut self,
+        pipe: &mut Pipeline,
+        sid: &'a Arc<str>,
+        key: u32,
+        record: Option<&'a StreamRecord>,
+    ) {
+        let at = (same_session(sid), key);
+        match record {
+            Some(_) if self.gone.contains(&at) => self.flush(pipe),
+            Some(_) => {}
+            None => {
+                self.gone.insert(at);
+            }
+        }
+        self.list.push((sid, self.list.len(), key, record));
+    }
+
+    /// Writes what was noted: per session an `HSET` of its records, then an `HDEL` of its
+    /// removals.
+    fn flush(&mut self, pipe: &mut Pipeline) {
+        self.list.sort_unstable_by_key(|&(sid, at, ..)| (same_session(sid), at));
+        for group in self.list.chunk_by(|a, b| Arc::ptr_eq(a.0, b.0)) {
+            let sid = group[0].0;
+            let records = group.iter().filter(|change| change.3.is_some()).count();
+            if records > 0 {
+                pipe.command(2 + 2 * records).arg(b"HSET").arg_key(SessionKey::Streams, sid);
+                for &(_, _, key, record) in group {
+                    if let Some(record) = record {
+                        pipe.arg_u64(u64::from(key)).arg_written(|out| record.write_json(out));
+                    }
+                }
+            }
+            if records < group.len() {
+                pipe.command(2 + group.len() - records)
+                    .arg(b"HDEL")
+                    .arg_key(SessionKey::Streams, sid);
+                for &(_, _, key, _) in group.iter().filter(|change| change.3.is_none()) {
+                    pipe.arg_u64(u64::from(key));
+                }
+            }
+        }
+        self.list.clear();
+        self.gone.clear();
+    }
 }
 
 /// `HSET tm:st:SID KEY JSON`.
@@ -715,9 +874,25 @@ fn push_trim(pipe: &mut Pipeline, sid: &str, entries: &mut VecDeque<Entry>, firs
     }
 }
 
-/// What a batch learnt of each session it wrote (`RedisStore::send`), keyed by
-/// `same_session`: its name, whether the batch made its streams key, its events key.
-type Touched<'a> = FastMap<usize, (&'a Arc<str>, bool, bool)>;
+/// What a batch learnt of each session it wrote (`RedisStore::send`): its name, whether the
+/// batch made its streams key, its events key; `at` finds a session's entry by `same_session`.
+/// Both kept across batches (`BatchScratch`).
+struct Touched<'a, 's> {
+    at: &'s mut FastMap<usize, usize>,
+    list: Vec<(&'a Arc<str>, bool, bool)>,
+}
+
+impl<'a> Touched<'a, '_> {
+    /// `sid`'s entry, made on its first step of the batch.
+    fn mark(&mut self, sid: &'a Arc<str>) -> &mut (&'a Arc<str>, bool, bool) {
+        let list = &mut self.list;
+        let at = *self.at.entry(same_session(sid)).or_insert_with(|| {
+            list.push((sid, false, false));
+            list.len() - 1
+        });
+        &mut list[at]
+    }
+}
 
 /// Keeps, per session of a batch, the highest first kept event its records name (one trim
 /// per session and batch, `push_trim`).
@@ -772,13 +947,13 @@ fn push_keyed(pipe: &mut Pipeline, record: &Record) {
 fn push_expiries(
     pipe: &mut Pipeline,
     expiry: &mut FastMap<Arc<str>, Expiry>,
-    touched: Touched<'_>,
+    touched: &[(&Arc<str>, bool, bool)],
     ended: &[usize],
     ttl_ms: u64,
 ) {
     let now = std::time::Instant::now();
-    for (at, (sid, streams, events)) in touched {
-        if ended.contains(&at) {
+    for &(sid, streams, events) in touched {
+        if ended.contains(&same_session(sid)) {
             expiry.remove(sid);
             continue;
         }
@@ -819,75 +994,40 @@ impl Store for RedisStore {
             self.receive()?;
         }
         let ttl_ms = session_ttl.as_millis().max(1) as u64;
-        let pipe = &mut self.pipe;
-        pipe.clear();
-        // Each session written in this batch: whether it made its streams or events key.
-        // Sized up front: grown from empty it rehashed several times a batch (callgrind).
-        let mut touched: Touched<'_> = FastMap::with_capacity_and_hasher(
-            records.len().min(TOUCHED_CAPACITY_MAX),
-            Default::default(),
-        );
-        let mut ended: Vec<usize> = Vec::new();
-        let mut trims: Vec<(&Arc<str>, u64)> = Vec::new();
-        for step in plan(records) {
-            let record = match step {
-                Step::Events { sid, pieces, first_kept, .. } => {
-                    if let Some(entry) = push_run(pipe, sid, &pieces) {
-                        self.entries.entry(sid.clone()).or_default().push_back(entry);
-                    }
-                    if let Some(first_kept) = first_kept {
-                        note_trim(&mut trims, sid, first_kept);
-                    }
-                    touched.entry(same_session(sid)).or_insert((sid, false, false)).2 = true;
-                    continue;
-                }
-                Step::Stream(sid, key, record) => {
-                    push_stream(pipe, sid, key, record);
-                    touched.entry(same_session(sid)).or_insert((sid, false, false)).1 = true;
-                    continue;
-                }
-                Step::Gone(sid, key) => {
-                    push_gone(pipe, sid, key);
-                    touched.entry(same_session(sid)).or_insert((sid, false, false));
-                    continue;
-                }
-                Step::Record(record) => record,
-            };
-            match record {
-                Record::Session(image) => {
-                    let entries = self.entries.entry(image.sid.clone()).or_default();
-                    entries.clear();
-                    push_image(pipe, image, entries);
-                }
-                // Steps of their own (`Step::Stream`, `Step::Gone`, `Step::Events`).
-                Record::Stream { .. }
-                | Record::StreamGone { .. }
-                | Record::Event { .. }
-                | Record::Run { .. } => {}
-                Record::End { sid } => {
-                    delete_session(pipe, sid);
-                    self.entries.remove(sid);
-                    trims.retain(|(s, _)| !Arc::ptr_eq(s, sid));
-                    ended.push(same_session(sid));
-                }
-                Record::Task { .. } => push_task(pipe, record),
-                Record::Keyed { .. } => push_keyed(pipe, record),
-            }
-            if let Some(sid) = record.session() {
-                let made = touched.entry(same_session(sid)).or_insert((sid, false, false));
-                if let Record::Session(image) = record {
-                    self.expiry.remove(sid);
-                    made.1 |= !image.streams.is_empty();
-                    made.2 |= !image.events.is_empty();
-                }
-            }
+        self.pipe.clear();
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let steps = plan(records, &mut scratch);
+        let BatchScratch {
+            touched_at,
+            touched: scratch_touched,
+            ended,
+            trims: scratch_trims,
+            changes: scratch_changes,
+            gone,
+            ..
+        } = &mut scratch;
+        touched_at.clear();
+        ended.clear();
+        gone.clear();
+        let list = recycle(std::mem::take(scratch_touched));
+        let mut touched = Touched { at: touched_at, list };
+        let mut changes = StreamChanges { list: recycle(std::mem::take(scratch_changes)), gone };
+        let mut trims: Vec<(&Arc<str>, u64)> = recycle(std::mem::take(scratch_trims));
+        for step in &steps {
+            self.push_step(step, &mut touched, &mut changes, ended, &mut trims);
         }
-        for (sid, first_kept) in trims {
+        changes.flush(&mut self.pipe);
+        *scratch_changes = recycle(changes.list);
+        for &(sid, first_kept) in &trims {
             if let Some(entries) = self.entries.get_mut(sid) {
-                push_trim(pipe, sid, entries, first_kept);
+                push_trim(&mut self.pipe, sid, entries, first_kept);
             }
         }
-        push_expiries(pipe, &mut self.expiry, touched, &ended, ttl_ms);
+        push_expiries(&mut self.pipe, &mut self.expiry, &touched.list, ended, ttl_ms);
+        *scratch_touched = recycle(touched.list);
+        *scratch_trims = recycle(trims);
+        scratch.steps = recycle(steps);
+        self.scratch = scratch;
         self.send_pipeline()
     }
 
@@ -1022,6 +1162,68 @@ mod tests {
     }
 
     #[test]
+    fn a_batchs_stream_changes_are_one_hset_and_one_hdel_per_session_in_order() {
+        // Goal: a session's stream records and removals of a batch cost the store one command
+        // each, records before removals; a removal then a new record of the same key keep
+        // their order (flushed in between), and sessions never mix.
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+        let (one, two) = (open_stream(1), open_stream(2));
+        let mut gone = crate::fasthash::FastSet::default();
+        let mut changes = StreamChanges { list: Vec::new(), gone: &mut gone };
+        let mut pipe = Pipeline::default();
+        changes.defer(&mut pipe, &a, 5, Some(&one));
+        changes.defer(&mut pipe, &b, 3, None);
+        changes.defer(&mut pipe, &a, 1, None);
+        changes.defer(&mut pipe, &a, 6, Some(&two));
+        assert!(pipe.is_empty(), "nothing written before the flush");
+        changes.defer(&mut pipe, &a, 1, Some(&one));
+        changes.flush(&mut pipe);
+        let text = String::from_utf8_lossy(pipe.bytes()).replace("\r\n", " ");
+        let commands: Vec<String> = text
+            .split('*')
+            .filter(|c| !c.is_empty())
+            .map(|c| {
+                let words: Vec<&str> = c.split(' ').filter(|w| !w.starts_with('$')).collect();
+                let key =
+                    |w: &str| if w.starts_with('{') { "REC".to_string() } else { w.to_string() };
+                words[1..]
+                    .iter()
+                    .filter(|w| !w.is_empty())
+                    .map(|w| key(w))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect();
+        let (hset_a, hdel_a, hdel_b) =
+            ("HSET tm:st:{a} 5 REC 6 REC", "HDEL tm:st:{a} 1", "HDEL tm:st:{b} 3");
+        let mut first = vec![hset_a.to_string(), hdel_a.to_string()];
+        let mut other = vec![hdel_b.to_string()];
+        if commands[0] == hdel_b {
+            std::mem::swap(&mut first, &mut other);
+        }
+        let mut expected = [first, other].concat();
+        expected.push("HSET tm:st:{a} 1 REC".into());
+        assert_eq!(commands, expected, "{text}");
+        assert_eq!(pipe.commands(), 4);
+    }
+
+    #[test]
+    fn recycled_lists_keep_their_allocation() {
+        // Goal: a batch's working lists (`BatchScratch`) reuse the last batch's memory, whatever
+        // the lifetime of the borrows they held: no allocation per batch on the mirror thread.
+        let sid: Arc<str> = Arc::from("a");
+        let mut list: Vec<(&Arc<str>, u64)> = Vec::with_capacity(300);
+        list.push((&sid, 1));
+        let at = list.as_ptr() as usize;
+        let kept: Vec<(&'static Arc<str>, u64)> = recycle(list);
+        assert_eq!((kept.as_ptr() as usize, kept.capacity(), kept.len()), (at, 300, 0));
+        let steps: Vec<Step<'static>> = Vec::with_capacity(64);
+        let at = steps.as_ptr() as usize;
+        let again: Vec<Step<'_>> = recycle(steps);
+        assert_eq!((again.as_ptr() as usize, again.capacity()), (at, 64));
+    }
+
+    #[test]
     fn an_image_is_marked_durable_only_after_its_streams_and_events() {
         let sid: Arc<str> = Arc::from("0001-image");
         let image = SessionImage {
@@ -1111,7 +1313,7 @@ mod tests {
         }
         let records = [opened, packed(&a, 2, 3), event(&a, 5), packed(&a, 7, 2), stream(&a, 1, 9)];
         let refs: Vec<&Record> = records.iter().collect();
-        let steps = plan(&refs);
+        let steps = plan(&refs, &mut BatchScratch::default());
         assert_eq!(
             shape(&steps),
             ["a:gone7", "a:1,p2,5", "a:p7", "a:st9"],
@@ -1142,7 +1344,7 @@ mod tests {
         }
         let records = [quick, event(&a, 3)];
         let refs: Vec<&Record> = records.iter().collect();
-        let steps = plan(&refs);
+        let steps = plan(&refs, &mut BatchScratch::default());
         assert_eq!(shape(&steps), ["a:gone7", "a:i1,2,3", "a:st1"]);
         let Step::Events { pieces, .. } = &steps[1] else { panic!("the run after the removal") };
         let mut pipe = Pipeline::default();
@@ -1175,7 +1377,7 @@ mod tests {
         ];
         let refs: Vec<&Record> = records.iter().collect();
         assert_eq!(
-            shape(&plan(&refs)),
+            shape(&plan(&refs, &mut BatchScratch::default())),
             ["a:1,2", "b:7,8", "a:st2", "a:4", "b:end", "b:9"],
             "runs of consecutive events at their first event; stream a/1 once, at its last change"
         );
