@@ -6,7 +6,7 @@
 //! Called by `legacy` for each request of a session, single or batched. Never: runs a tool or
 //! writes a stream; keeps no session borrow across an await.
 
-use std::hash::{Hash, Hasher};
+use std::hash::Hasher;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
@@ -231,12 +231,15 @@ pub(super) async fn classify(
     }
 }
 
-/// Hash of method + canonical params (key order and top-level `_meta` ignored): the hash of
-/// `method` and of the canonical text as two `str`s, the text fed to the hasher as it is made
-/// (no buffer). Stored by the durable mirror, so it must not change for the same params.
+/// Hash of method + canonical params (key order and top-level `_meta` ignored): the stable
+/// hash (`fasthash::StableHasher`) of `method`, 0xff, the canonical text and 0xff (0xff is in
+/// no UTF-8 text, so the two parts cannot run together), the text fed to the hasher as it is
+/// made. Stored by the durable mirror, so it must not change for the same params: a test pins
+/// known answers.
 pub fn fingerprint(method: &str, params: &WireValue<'_>) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    method.hash(&mut h);
+    let mut h = crate::fasthash::StableHasher::default();
+    h.write(method.as_bytes());
+    h.write_u8(0xff);
     jsonrpc::hash_canonical_params(*params, &mut h);
     h.finish()
 }
@@ -330,4 +333,22 @@ pub(super) fn conflict<J>(
     });
     let hint = (hint_len > 0).then_some(&hint[..hint_len]);
     reply(out, Answer::Conflict { body_at, hint }, keep_alive)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: a fingerprint is a fixed number for given params (the durable mirror stores it,
+    /// and a retry answered by another build compares it), whatever the key order and a
+    /// top-level `_meta`. Method: the answer computed by a separate implementation of the
+    /// documented function (`fasthash::StableHasher` over `tools/call`, 0xff, the canonical
+    /// text `{"arguments":{"text":"hi"},"name":"echo"}`, 0xff).
+    #[test]
+    fn a_fingerprint_is_a_known_number() {
+        let mut body =
+            br#"{"name":"echo","_meta":{"progressToken":7},"arguments":{"text":"hi"}}"#.to_vec();
+        let tape = simd_json::to_tape(&mut body).expect("json");
+        assert_eq!(fingerprint("tools/call", &tape.as_value()), 0x1029_caa1_fd64_66dd);
+    }
 }

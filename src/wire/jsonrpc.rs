@@ -700,10 +700,11 @@ impl io::Write for TextWriter<'_> {
     }
 }
 
-/// Feeds the canonical form of `params` (as `canonical_params` writes it) to `hasher`, piece
-/// by piece and without a buffer, then ends it as `str::hash` ends a string (0xff), so the
-/// hash equals hashing the canonical text as a `str`. The fingerprints the durable mirror
-/// stores stay the same numbers.
+/// Feeds the canonical form of `params` (as `canonical_params` writes it) to `hasher`, in
+/// blocks and without a buffer of the whole text, then ends it with 0xff as `str::hash` ends a
+/// string: for a hasher whose output depends only on the bytes, not on how they are split
+/// (std's SipHash, the fingerprint's `fasthash::StableHasher`), the hash equals hashing the
+/// canonical text as a `str`.
 pub(crate) fn hash_canonical_params(params: WireValue<'_>, hasher: &mut impl Hasher) {
     let mut writer = HashWriter { hasher, buf: [0; HASH_WRITE_BUFFER], len: 0 };
     canonical(params, &mut writer, true);
@@ -723,10 +724,10 @@ pub(crate) fn write_canonical_params(params: WireValue<'_>, out: &mut impl io::W
 const HASH_WRITE_BUFFER: usize = 256;
 
 /// An `io::Write` that hashes what is written to it. The encoder writes in small pieces (a
-/// brace, a colon, a string's parts); each piece given to SipHash on its own costs its tail
-/// handling, most of a `tools/call` fingerprint (~1 300 instructions of echo's: callgrind), so
-/// the pieces are gathered in `buf` and hashed in blocks. SipHash streams: the hash of the
-/// pieces is the hash of their concatenation, so the numbers do not change.
+/// brace, a colon, a string's parts); each piece given to the hasher on its own costs its tail
+/// handling (with SipHash most of a `tools/call` fingerprint, ~1 300 instructions of echo's:
+/// callgrind), so the pieces are gathered in `buf` and hashed in blocks. The hashers used
+/// stream: the hash of the pieces is the hash of their concatenation.
 struct HashWriter<'h, H: Hasher> {
     hasher: &'h mut H,
     buf: [u8; HASH_WRITE_BUFFER],
@@ -1250,6 +1251,11 @@ mod tests {
             let mut streamed = DefaultHasher::new();
             hash_canonical_params(view, &mut streamed);
             assert_eq!(streamed.finish(), by_text.finish(), "{text}");
+            let mut stable_by_text = crate::fasthash::StableHasher::default();
+            want.as_str().hash(&mut stable_by_text);
+            let mut stable_streamed = crate::fasthash::StableHasher::default();
+            hash_canonical_params(view, &mut stable_streamed);
+            assert_eq!(stable_streamed.finish(), stable_by_text.finish(), "{text}");
         }
     }
 
