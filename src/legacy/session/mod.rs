@@ -496,11 +496,13 @@ impl Session {
     }
 
     /// True when a new request must wait (CONTRACT §4 step 4).
+    #[inline]
     pub fn owes(&self) -> bool {
         self.owed_count > 0 || self.replaying_count > 0
     }
 
     /// The stream `key` names, if retained.
+    #[inline]
     pub fn stream(&self, key: StreamKey) -> Option<&StreamState> {
         self.streams.get(&key)
     }
@@ -511,11 +513,13 @@ impl Session {
     }
 
     /// The stream a request id names, if retained.
+    #[inline]
     pub fn by_request_id(&self, id: &RawId) -> Option<&StreamState> {
         self.by_request_id.get(id).and_then(|k| self.streams.get(k))
     }
 
     /// The latest request stream whose method and params hash to `fp`, if retained.
+    #[inline]
     pub fn by_fingerprint(&self, fp: u64) -> Option<&StreamState> {
         self.by_fingerprint.get(&fp).and_then(|k| self.streams.get(k))
     }
@@ -1759,6 +1763,7 @@ impl SessionTable {
     }
 
     /// The session `id` names, whole id compared (core and random part).
+    #[inline]
     pub fn get(&self, id: &SessionId) -> Option<SessionRc> {
         let named = |s: &&SessionRc| s.borrow().id == *id;
         let found = self.sessions.get(&table_key(id)).filter(named);
