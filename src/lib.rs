@@ -80,7 +80,7 @@
 //! | 1 | `metrics` | per-core counters, gauges and histograms (one writer each), merged into Prometheus text |
 //! | 1 | `status` | the admin listener's `/status` HTML page, rendered from the parsed `/metrics` exposition (no bookkeeping of its own) |
 //! | 1 | `signal` | a core-local wake-up for many waiters |
-//! | 1 | `fasthash` | the core-local hash map of session and key tables |
+//! | 1 | `fasthash` | the core-local hash maps of session and key tables; the stable hash of the fingerprints the durable mirror stores |
 //! | 1 | `uri` | resource URIs as policies compare them: the canonical form (RFC 3986 §6.2.2, `file:` paths as a file server resolves them) and RFC 6570 template matching |
 //! | 1 | `digits` | unsigned integers as decimal ASCII without allocating, for every writer of numbers into bytes |
 //! | 1 | `fd` | a monoio socket's descriptor borrowed for a closure: the crate's one audited `unsafe` |

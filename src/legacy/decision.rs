@@ -6,7 +6,7 @@
 //! Called by `legacy` for each request of a session, single or batched. Never: runs a tool or
 //! writes a stream; keeps no session borrow across an await.
 
-use std::hash::{Hash, Hasher};
+use std::hash::Hasher;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
@@ -231,13 +231,14 @@ pub(super) async fn classify(
     }
 }
 
-/// Hash of method + canonical params (key order and top-level `_meta` ignored): the hash of
-/// `method` and of the canonical text as two `str`s, the text fed to the hasher as it is made
-/// (no buffer). Stored by the durable mirror, so it must not change for the same params.
+/// Hash of method + canonical params (key order and top-level `_meta` ignored): the stable
+/// hash (`fasthash::StableHasher`) of the fingerprint encoding (`jsonrpc::hash_params`) of
+/// `method` as a string and then of the params, fed to the hasher as it is made. Stored by the
+/// durable mirror, so it must not change for the same params: a test pins a known answer.
 pub fn fingerprint(method: &str, params: &WireValue<'_>) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    method.hash(&mut h);
-    jsonrpc::hash_canonical_params(*params, &mut h);
+    let mut h = crate::fasthash::StableHasher::default();
+    jsonrpc::hash_str(method, &mut h);
+    jsonrpc::hash_params(*params, &mut h);
     h.finish()
 }
 
@@ -330,4 +331,22 @@ pub(super) fn conflict<J>(
     });
     let hint = (hint_len > 0).then_some(&hint[..hint_len]);
     reply(out, Answer::Conflict { body_at, hint }, keep_alive)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: a fingerprint is a fixed number for given params (the durable mirror stores it,
+    /// and a retry answered by another build compares it), whatever the key order and a
+    /// top-level `_meta`. Method: the answer computed by a separate implementation of the
+    /// documented functions (`fasthash::StableHasher` over `jsonrpc::hash_params`' words for
+    /// `tools/call` and `{"arguments":{"text":"hi"},"name":"echo"}`).
+    #[test]
+    fn a_fingerprint_is_a_known_number() {
+        let mut body =
+            br#"{"name":"echo","_meta":{"progressToken":7},"arguments":{"text":"hi"}}"#.to_vec();
+        let tape = simd_json::to_tape(&mut body).expect("json");
+        assert_eq!(fingerprint("tools/call", &tape.as_value()), 0xdca1_8d75_ae8b_ffc0);
+    }
 }

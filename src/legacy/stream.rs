@@ -482,10 +482,7 @@ pub(crate) fn after_send(
     }
     s.wrote(key, epoch, after);
     match batch {
-        Batch::Ended => {
-            s.mark_all_delivered(key);
-            s.detach(key, epoch);
-        }
+        Batch::Ended => s.delivered_and_detach(key, epoch),
         Batch::Dropped | Batch::Gap | Batch::Cut => s.detach(key, epoch),
         Batch::Park => s.park(key, epoch),
         Batch::More | Batch::Superseded => s.caught_up(key, epoch, after),

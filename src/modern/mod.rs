@@ -518,11 +518,9 @@ fn answer_now(call: &ToolCall, out: &mut Vec<u8>, keep_alive: bool) -> Option<Ou
 }
 
 /// A keyed call's fingerprint: its request binding (method, tool name, canonical arguments).
+/// The stable hash (`fasthash::StableHasher`), since the durable mirror stores it (`fp`).
 fn fingerprint_of(binding: &str) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    binding.hash(&mut h);
-    h.finish()
+    crate::fasthash::stable_hash(binding.as_bytes())
 }
 
 /// The job of a connection that reads keyed call `record` for request `id`.

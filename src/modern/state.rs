@@ -82,7 +82,8 @@ impl StateError {
 /// first pass (the length goes first), written in a second, so a binding allocates nothing
 /// (issue 40 §1). The digest is the one the text form gives (`a_binding_is_the_digest_it_was`):
 /// a state sealed before this build, or by another node sharing `--request-state-key-file`,
-/// still opens, and keyed calls' fingerprints (`modern::fingerprint_of`) keep their values.
+/// still opens, and keyed calls' fingerprints (`modern::fingerprint_of`, the stable hash of this
+/// digest) keep their values.
 pub(crate) fn binding(
     method: &str,
     name: &str,

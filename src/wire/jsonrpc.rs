@@ -20,6 +20,8 @@ use std::sync::LazyLock;
 use simd_json::prelude::*;
 use simd_json::{Buffers, Node, Tape};
 
+use crate::fasthash::StableHasher;
+
 /// A decoded JSON value: a borrowed view of the request's tape.
 pub type WireValue<'a> = simd_json::tape::Value<'a, 'a>;
 
@@ -81,6 +83,7 @@ impl RawId {
     }
 
     /// The id's JSON text, as bytes to write.
+    #[inline]
     pub fn as_bytes(&self) -> &[u8] {
         match &self.0 {
             IdText::Inline { len, bytes } => &bytes[..usize::from(*len)],
@@ -114,6 +117,7 @@ impl std::hash::Hash for RawId {
     /// round fewer on the migration decision's id probe and measured slower with the session
     /// maps' hasher: criterion `decide_by_buffered_events` 23.6 ns against 22.8 ns with the
     /// prefix, alternating on a quiet machine (issue 40 §5).
+    #[inline]
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         self.as_bytes().hash(state);
     }
@@ -700,17 +704,6 @@ impl io::Write for TextWriter<'_> {
     }
 }
 
-/// Feeds the canonical form of `params` (as `canonical_params` writes it) to `hasher`, piece
-/// by piece and without a buffer, then ends it as `str::hash` ends a string (0xff), so the
-/// hash equals hashing the canonical text as a `str`. The fingerprints the durable mirror
-/// stores stay the same numbers.
-pub(crate) fn hash_canonical_params(params: WireValue<'_>, hasher: &mut impl Hasher) {
-    let mut writer = HashWriter { hasher, buf: [0; HASH_WRITE_BUFFER], len: 0 };
-    canonical(params, &mut writer, true);
-    writer.pass_on();
-    hasher.write_u8(0xff);
-}
-
 /// Writes the canonical form of `params` to `out` piece by piece, without a buffer: joined,
 /// the pieces are `canonical_params`'s text byte for byte (a decoded value's strings are UTF-8,
 /// so a character cut between two pieces is whole once they are joined). For a digest over the
@@ -719,39 +712,88 @@ pub(crate) fn write_canonical_params(params: WireValue<'_>, out: &mut impl io::W
     canonical(params, out, true);
 }
 
-/// Bytes of canonical text `HashWriter` gathers before it hashes them.
-const HASH_WRITE_BUFFER: usize = 256;
-
-/// An `io::Write` that hashes what is written to it. The encoder writes in small pieces (a
-/// brace, a colon, a string's parts); each piece given to SipHash on its own costs its tail
-/// handling, most of a `tools/call` fingerprint (~1 300 instructions of echo's: callgrind), so
-/// the pieces are gathered in `buf` and hashed in blocks. SipHash streams: the hash of the
-/// pieces is the hash of their concatenation, so the numbers do not change.
-struct HashWriter<'h, H: Hasher> {
-    hasher: &'h mut H,
-    buf: [u8; HASH_WRITE_BUFFER],
-    len: usize,
+/// Word tags of the fingerprint encoding (`hash_params`): the low byte of a value's first word.
+mod tag {
+    pub(super) const NULL: u64 = 1;
+    pub(super) const FALSE: u64 = 2;
+    pub(super) const TRUE: u64 = 3;
+    pub(super) const UINT: u64 = 4;
+    pub(super) const NEGINT: u64 = 5;
+    pub(super) const FLOAT: u64 = 6;
+    pub(super) const STRING: u64 = 7;
+    pub(super) const ARRAY: u64 = 8;
+    pub(super) const OBJECT: u64 = 9;
+    /// A value of a type JSON text does not have (none from the decoder): the stable hash of
+    /// its encoder text follows.
+    pub(super) const OTHER: u64 = 10;
 }
 
-impl<H: Hasher> HashWriter<'_, H> {
-    /// Hashes what `buf` holds.
-    fn pass_on(&mut self) {
-        self.hasher.write(&self.buf[..self.len]);
-        self.len = 0;
+/// Feeds `params`' fingerprint encoding to `h`: the canonical form (`canonical_params`: keys
+/// sorted, a duplicate key's value its first one's, the top-level `_meta` left out) as whole
+/// little-endian words instead of text, so that nothing is escaped, quoted or formatted and
+/// every word is one round of the hash (echo's text form cost ~1 400 instructions, its
+/// strings' quoting and the writes half of it: callgrind). Per value: null, false, true a tag
+/// word; an integer `UINT`/`NEGINT` and its 64 bits (two's complement), a float `FLOAT` and
+/// its bits; a string, array or object its tag with its length (bytes, items, members) from
+/// bit 8, then a string's bytes zero-padded to whole words, the items, the members as key
+/// (a string) and value. Two params have one encoding exactly when they have one canonical
+/// text. Stored by the durable mirror (the fingerprint): a change here changes stored
+/// numbers; `legacy::decision`'s test pins one.
+pub(crate) fn hash_params(params: WireValue<'_>, h: &mut StableHasher) {
+    hash_value(params, h, true);
+}
+
+/// A string's fingerprint encoding (`hash_params`).
+pub(crate) fn hash_str(text: &str, h: &mut StableHasher) {
+    h.write_word(tag::STRING | (text.len() as u64) << 8);
+    h.write_padded(text.as_bytes());
+}
+
+fn hash_value(v: WireValue<'_>, h: &mut StableHasher, top: bool) {
+    match v.value_type() {
+        ValueType::Null => h.write_word(tag::NULL),
+        ValueType::Bool if v.as_bool() == Some(true) => h.write_word(tag::TRUE),
+        ValueType::Bool => h.write_word(tag::FALSE),
+        ValueType::I64 | ValueType::U64 if v.as_u64().is_some() => {
+            h.write_word(tag::UINT);
+            h.write_word(v.as_u64().unwrap_or_default());
+        }
+        ValueType::I64 => {
+            h.write_word(tag::NEGINT);
+            h.write_word(v.as_i64().unwrap_or_default() as u64);
+        }
+        ValueType::F64 => {
+            h.write_word(tag::FLOAT);
+            h.write_word(v.as_f64().unwrap_or_default().to_bits());
+        }
+        ValueType::String => hash_str(v.as_str().unwrap_or_default(), h),
+        ValueType::Array => {
+            let Some(items) = v.as_array() else { return };
+            h.write_word(tag::ARRAY | (items.len() as u64) << 8);
+            items.iter().for_each(|item| hash_value(item, h, false));
+        }
+        ValueType::Object => with_sorted_members(v, top, |members| {
+            h.write_word(tag::OBJECT | (members.len() as u64) << 8);
+            for &(key, _, value) in members {
+                hash_str(key, h);
+                hash_value(value, h, false);
+            }
+        }),
+        _ => {
+            let mut text = StableHasher::default();
+            let _ = v.write(&mut HashWrite(&mut text));
+            h.write_word(tag::OTHER);
+            h.write_word(text.finish());
+        }
     }
 }
 
-impl<H: Hasher> io::Write for HashWriter<'_, H> {
+/// An `io::Write` into a `StableHasher` (a value of a type without a word encoding).
+struct HashWrite<'h>(&'h mut StableHasher);
+
+impl io::Write for HashWrite<'_> {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        if self.len + bytes.len() > self.buf.len() {
-            self.pass_on();
-        }
-        if bytes.len() >= self.buf.len() {
-            self.hasher.write(bytes);
-        } else {
-            self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
-            self.len += bytes.len();
-        }
+        self.0.write(bytes);
         Ok(bytes.len())
     }
 
@@ -760,38 +802,57 @@ impl<H: Hasher> io::Write for HashWriter<'_, H> {
     }
 }
 
-fn canonical<W: io::Write>(v: WireValue<'_>, out: &mut W, top: bool) {
-    // Writing into a Vec or a hasher cannot fail: the results are ignored.
-    if let Some(obj) = v.as_object() {
-        let members = || obj.iter().filter(move |(k, _)| !(top && *k == "_meta"));
-        let len = members().count();
-        let mut inline = [("", 0usize, WireValue::null()); CANONICAL_INLINE_KEYS];
-        let mut heap = Vec::new();
-        let sorted: &mut [(&str, usize, WireValue<'_>)] = if len <= CANONICAL_INLINE_KEYS {
-            &mut inline[..len]
+/// Hands `each` the members of object `v` in canonical order: sorted by key, equal keys in
+/// their order (with their position), each with the value of its key's first occurrence; a
+/// top-level `_meta` left out. Up to `CANONICAL_INLINE_KEYS` members on the stack, more in a `Vec`.
+fn with_sorted_members<'v, R>(
+    v: WireValue<'v>,
+    top: bool,
+    each: impl FnOnce(&[(&'v str, usize, WireValue<'v>)]) -> R,
+) -> R {
+    let obj = v.as_object();
+    let members =
+        || obj.iter().flat_map(|o| o.iter()).filter(move |(k, _)| !(top && *k == "_meta"));
+    let len = members().count();
+    let mut inline = [("", 0usize, WireValue::null()); CANONICAL_INLINE_KEYS];
+    let mut heap = Vec::new();
+    let sorted: &mut [(&str, usize, WireValue<'_>)] = if len <= CANONICAL_INLINE_KEYS {
+        &mut inline[..len]
+    } else {
+        heap.resize(len, ("", 0usize, WireValue::null()));
+        &mut heap
+    };
+    for (slot, (at, (key, value))) in sorted.iter_mut().zip(members().enumerate()) {
+        *slot = (key, at, value);
+    }
+    // Unstable (it never allocates) but total: equal keys stay in their order.
+    sorted.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    let mut first = 0;
+    for i in 1..sorted.len() {
+        if sorted[i].0 == sorted[first].0 {
+            sorted[i].2 = sorted[first].2;
         } else {
-            heap.resize(len, ("", 0usize, WireValue::null()));
-            &mut heap
-        };
-        for (slot, (at, (key, value))) in sorted.iter_mut().zip(members().enumerate()) {
-            *slot = (key, at, value);
+            first = i;
         }
-        // Unstable (it never allocates) but total: equal keys stay in their order.
-        sorted.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
-        let _ = out.write_all(b"{");
-        let mut first_of_key = ("", WireValue::null());
-        for (i, &(key, _, value)) in sorted.iter().enumerate() {
-            if i > 0 {
-                let _ = out.write_all(b",");
+    }
+    each(sorted)
+}
+
+fn canonical<W: io::Write>(v: WireValue<'_>, out: &mut W, top: bool) {
+    // Writing into a Vec cannot fail: the results are ignored.
+    if v.as_object().is_some() {
+        with_sorted_members(v, top, |members| {
+            let _ = out.write_all(b"{");
+            for (i, &(key, _, value)) in members.iter().enumerate() {
+                if i > 0 {
+                    let _ = out.write_all(b",");
+                }
+                write_json_str(key, out);
+                let _ = out.write_all(b":");
+                canonical(value, out, false);
             }
-            if i == 0 || key != first_of_key.0 {
-                first_of_key = (key, value);
-            }
-            write_json_str(key, out);
-            let _ = out.write_all(b":");
-            canonical(first_of_key.1, out, false);
-        }
-        let _ = out.write_all(b"}");
+            let _ = out.write_all(b"}");
+        });
     } else if let Some(items) = v.as_array() {
         let _ = out.write_all(b"[");
         for (i, item) in items.iter().enumerate() {
@@ -1196,7 +1257,6 @@ mod tests {
     /// objects above and at `CANONICAL_INLINE_KEYS`. Method: the old text form as the oracle.
     #[test]
     fn hashed_canonical_form_matches_the_owned_text_form() {
-        use std::hash::{DefaultHasher, Hash};
         let wide = |n: usize| {
             let members: Vec<String> = (0..n).rev().map(|i| format!(r#""k{i:02}":{i}"#)).collect();
             format!("{{{}}}", members.join(","))
@@ -1221,8 +1281,8 @@ mod tests {
                 "v".repeat(129)
             ),
             format!(r#"{{"{0}\"":"{0}\\"}}"#, "q".repeat(127)),
-            // A string longer than `HASH_WRITE_BUFFER`, hashed past the buffer.
-            format!(r#"{{"long":"{}","after":1}}"#, "x".repeat(3 * HASH_WRITE_BUFFER)),
+            // A long string.
+            format!(r#"{{"long":"{}","after":1}}"#, "x".repeat(768)),
         ];
         // The encoder writes long strings in SIMD blocks that may end inside a character (the
         // fuzzer found `0…01\u{616}d` as a key): a two-, three- and four-byte character at
@@ -1245,11 +1305,63 @@ mod tests {
             let mut pieces = Vec::new();
             write_canonical_params(view, &mut pieces);
             assert_eq!(pieces, want.as_bytes(), "{text}");
-            let mut by_text = DefaultHasher::new();
-            want.as_str().hash(&mut by_text);
-            let mut streamed = DefaultHasher::new();
-            hash_canonical_params(view, &mut streamed);
-            assert_eq!(streamed.finish(), by_text.finish(), "{text}");
+        }
+    }
+
+    /// Goal: two params have one fingerprint encoding (`hash_params`) exactly when they have
+    /// one canonical text, so the fingerprint ignores what the canonical form ignores (key
+    /// order, a top-level `_meta`) and nothing else. Method: every pair of a set of params
+    /// with near misses (number kinds, duplicate keys, nesting, strings that run together).
+    #[test]
+    fn the_fingerprint_encoding_matches_the_canonical_text() {
+        let texts = [
+            r#"{"name":"echo","arguments":{"text":"hi"}}"#,
+            r#"{"arguments":{"text":"hi"},"name":"echo","_meta":{"progressToken":1}}"#,
+            r#"{"arguments":{"text":"hi"},"name":"echo","x":{"_meta":1}}"#,
+            r#"{"arguments":{"text":"h"},"name":"echoi"}"#,
+            r#"{"a":1}"#,
+            r#"{"a":1.0}"#,
+            r#"{"a":-1}"#,
+            r#"{"a":"1"}"#,
+            r#"{"a":18446744073709551615}"#,
+            r#"{"a":1e2}"#,
+            r#"{"a":100.0}"#,
+            r#"{"a":true}"#,
+            r#"{"a":false}"#,
+            r#"{"a":null}"#,
+            r#"{"a":[]}"#,
+            r#"{"a":{}}"#,
+            r#"{"a":[1,2]}"#,
+            r#"{"a":[[1],2]}"#,
+            r#"{"a":[1,[2]]}"#,
+            r#"{"d":1,"d":2}"#,
+            r#"{"d":2,"d":1}"#,
+            r#"{"d":1,"d":1}"#,
+            r#"{"d":1}"#,
+            r#"{"ab":"c"}"#,
+            r#"{"a":"bc"}"#,
+            r#"{"a\u0000":""}"#,
+            r#"{"a":""}"#,
+            r#"{"é":"\u00e9"}"#,
+            r#"{"é":"é"}"#,
+            r#"{}"#,
+            r#"[]"#,
+            r#"[null]"#,
+            r#"["x"]"#,
+        ];
+        let of = |text: &str| {
+            let view = leaked_value(text);
+            let mut canonical = String::new();
+            canonical_params(view, &mut canonical);
+            let mut h = StableHasher::default();
+            hash_params(view, &mut h);
+            (canonical, h.finish())
+        };
+        let all: Vec<(String, u64)> = texts.iter().map(|t| of(t)).collect();
+        for (a, (text_a, hash_a)) in all.iter().enumerate() {
+            for (text_b, hash_b) in &all[a + 1..] {
+                assert_eq!(text_a == text_b, hash_a == hash_b, "{text_a} / {text_b}");
+            }
         }
     }
 

@@ -5,14 +5,13 @@
 //! takes `tail`, every eviction removes `head`), and that range is never longer than the slot
 //! array, so `seq & mask` never collides and a lookup is a range check plus one index.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::iter::FusedIterator;
 use std::num::NonZeroU64;
 
 use super::{Event, EventSeq, Evicted, ReplayError, StreamKey};
 use crate::config::{REPLAY_BYTES_MOST, REPLAY_EVENTS_MOST};
+use crate::fasthash::SequenceMap;
 
 /// Slots allocated by the first append (fewer when `events_max` is smaller). An idle session
 /// allocates none; a session that has emitted a handful of events holds 16 × 24 bytes (and its
@@ -130,7 +129,7 @@ pub struct Ring {
     /// Newest held event of each stream that has any held event, so an append links its
     /// predecessor in O(1). Entries leave when a stream's newest event is evicted, so the map
     /// never outgrows the held events.
-    stream_newest: HashMap<StreamKey, NonZeroU64, BuildHasherDefault<StreamKeyHasher>>,
+    stream_newest: SequenceMap<StreamKey, NonZeroU64>,
 }
 
 impl PayloadBuffer {
@@ -187,7 +186,7 @@ impl Ring {
             bytes: 0,
             events_max,
             bytes_max,
-            stream_newest: HashMap::default(),
+            stream_newest: SequenceMap::default(),
         }
     }
 
@@ -534,7 +533,8 @@ impl Ring {
         assert!(self.slots().is_empty() || self.slots().len().is_power_of_two());
         assert!(self.bytes <= self.bytes_max);
         let mut bytes = 0;
-        let mut newest: HashMap<StreamKey, NonZeroU64> = HashMap::new();
+        let mut newest: std::collections::HashMap<StreamKey, NonZeroU64> =
+            std::collections::HashMap::new();
         for seq in self.head..self.tail {
             let slot = self.slots()[self.index(seq)].as_ref().expect("held slot");
             assert_eq!(slot.seq.get(), seq);
@@ -642,26 +642,3 @@ impl<'a> Iterator for Replay<'a> {
 }
 
 impl FusedIterator for Replay<'_> {}
-
-/// Hasher for [`StreamKey`] in `stream_newest`: one multiply (Fibonacci hashing) instead of
-/// SipHash's rounds on every append. Flooding resistance is not needed: stream keys are
-/// assigned by the `stream` module, never chosen by a peer, and the map only ever sees them on
-/// append and eviction.
-#[derive(Default)]
-struct StreamKeyHasher(u64);
-
-impl Hasher for StreamKeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write_u32(&mut self, n: u32) {
-        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            self.write_u32(u32::from(byte));
-        }
-    }
-}

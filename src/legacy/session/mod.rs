@@ -15,7 +15,7 @@ pub(crate) mod timers;
 
 use crate::durable::keys::StreamRecord;
 use crate::durable::{EventImage, SessionChange, SessionImage, SessionMirror};
-use crate::fasthash::{FastMap, RandomKeyMap, RandomWordMap};
+use crate::fasthash::{FastMap, HashedKeyMap, RandomKeyMap, RandomWordMap, SequenceMap};
 use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Instant;
@@ -314,10 +314,12 @@ pub struct Session {
     pub last_active: Instant,
     /// The replay ring all streams of the session share (`--replay-events`, `--replay-bytes`).
     pub ring: Ring,
-    streams: FastMap<StreamKey, StreamState>,
+    /// Keyed by `next_stream`'s numbers: one multiply a probe (`SequenceMap`).
+    streams: SequenceMap<StreamKey, StreamState>,
     next_stream: u32,
     by_request_id: FastMap<RawId, StreamKey>,
-    by_fingerprint: FastMap<u64, StreamKey>,
+    /// The fingerprint is a finished hash: taken as it is (`HashedKeyMap`).
+    by_fingerprint: HashedKeyMap<StreamKey>,
     /// Bounded by the streams a session retains (`streams_max`), so 32 bits.
     owed_count: u32,
     replaying_count: u32,
@@ -439,10 +441,10 @@ impl Session {
             log_level: LogLevel::Info,
             last_active: Instant::now(),
             ring: Ring::new(cfg.sessions.replay_events_max, cfg.sessions.replay_bytes_max),
-            streams: FastMap::default(),
+            streams: SequenceMap::default(),
             next_stream: 1,
             by_request_id: FastMap::default(),
-            by_fingerprint: FastMap::default(),
+            by_fingerprint: HashedKeyMap::default(),
             owed_count: 0,
             replaying_count: 0,
             standalone: None,
@@ -494,11 +496,13 @@ impl Session {
     }
 
     /// True when a new request must wait (CONTRACT §4 step 4).
+    #[inline]
     pub fn owes(&self) -> bool {
         self.owed_count > 0 || self.replaying_count > 0
     }
 
     /// The stream `key` names, if retained.
+    #[inline]
     pub fn stream(&self, key: StreamKey) -> Option<&StreamState> {
         self.streams.get(&key)
     }
@@ -509,11 +513,13 @@ impl Session {
     }
 
     /// The stream a request id names, if retained.
+    #[inline]
     pub fn by_request_id(&self, id: &RawId) -> Option<&StreamState> {
         self.by_request_id.get(id).and_then(|k| self.streams.get(k))
     }
 
     /// The latest request stream whose method and params hash to `fp`, if retained.
+    #[inline]
     pub fn by_fingerprint(&self, fp: u64) -> Option<&StreamState> {
         self.by_fingerprint.get(&fp).and_then(|k| self.streams.get(k))
     }
@@ -1107,6 +1113,21 @@ impl Session {
     pub fn mark_all_delivered(&mut self, key: StreamKey) {
         if let Some(produced) = self.streams.get(&key).map(|s| s.produced) {
             self.mark_delivered(key, produced);
+        }
+    }
+
+    /// The writer with `epoch` sent the stream's end (its final response) and the client holds
+    /// all of it: `mark_all_delivered` then `detach` in one, with one `refresh` where the two
+    /// made two and five stream probes (every instant call ends here). The same end state:
+    /// while a writer is attached the stream is not owed, so the refresh between the two only
+    /// settled it earlier, and nothing reads the writer of a settling stream's record.
+    pub fn delivered_and_detach(&mut self, key: StreamKey, epoch: u64) {
+        let Some(s) = self.streams.get_mut(&key) else { return };
+        s.delivered = s.delivered.max(s.produced);
+        if s.is_attached_by(epoch) {
+            self.set_writer(key, Writer::Detached);
+        } else {
+            self.refresh(key);
         }
     }
 
@@ -1742,6 +1763,7 @@ impl SessionTable {
     }
 
     /// The session `id` names, whole id compared (core and random part).
+    #[inline]
     pub fn get(&self, id: &SessionId) -> Option<SessionRc> {
         let named = |s: &&SessionRc| s.borrow().id == *id;
         let found = self.sessions.get(&table_key(id)).filter(named);
