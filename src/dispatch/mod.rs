@@ -1015,13 +1015,19 @@ pub(crate) fn into_public(value: WireValue<'_>) -> Value {
 }
 
 /// Starts `tools/call` of `route` with the request's `arguments` (`None`: absent): borrowed in
-/// place when the provider reads them so (the built-in sets), else copied into the
-/// `serde_json` value a user provider takes (`into_public`).
+/// place when the provider reads them so (the built-in sets), encoded as text for a bridge
+/// (`call_bridge`), else copied into the `serde_json` value a user provider takes
+/// (`into_public`).
 pub(crate) fn call_tool(
     route: ToolRoute,
     arguments: Option<WireValue<'_>>,
     cx: CallContext,
 ) -> LocalBoxFuture<'static, ProviderResult<Value>> {
+    if is_bridge(&route) {
+        // The arguments as text here too; the result becomes the value this path takes.
+        let work = call_bridge(route, arguments, cx);
+        return Box::pin(async move { work.await.map(ToolAnswer::into_value) });
+    }
     let ToolRoute { name, provider, .. } = route;
     let cx = match crate::provider::builtin::as_builtin(provider.as_ref()) {
         Some(builtin) => match builtin.call_in_place(&name, ToolArguments(arguments), cx) {
@@ -1042,28 +1048,41 @@ pub(crate) fn call_tool_answer(
     arguments: Option<WireValue<'_>>,
     cx: CallContext,
 ) -> LocalBoxFuture<'static, ProviderResult<ToolAnswer<'static>>> {
-    let is_bridge = route.provider.builtin().is_some_and(|p| p.is::<crate::upstream::Bridge>());
-    if !is_bridge {
+    if !is_bridge(&route) {
         let work = call_tool(route, arguments, cx);
         return Box::pin(async move { work.await.map(ToolAnswer::Value) });
     }
+    Box::pin(call_bridge(route, arguments, cx))
+}
+
+/// True when `route`'s provider is a bridge (`upstream::Bridge`), which the request paths
+/// call past the provider API (`call_bridge`).
+fn is_bridge(route: &ToolRoute) -> bool {
+    route.provider.builtin().is_some_and(|p| p.is::<crate::upstream::Bridge>())
+}
+
+/// A bridged call with the client's arguments as JSON text, encoded while the request is
+/// here: no value of them is built for an upstream that takes them as they are.
+fn call_bridge(
+    route: ToolRoute,
+    arguments: Option<WireValue<'_>>,
+    cx: CallContext,
+) -> impl std::future::Future<Output = ProviderResult<ToolAnswer<'static>>> + 'static {
     let ToolRoute { name, provider, .. } = route;
-    // The client's arguments as JSON text, encoded while the request is here: no value of
-    // them is built for an upstream that takes them as they are.
     let arguments = arguments.filter(|a| !a.is_null()).map(|arguments| {
         let mut text = Vec::with_capacity(ARGUMENTS_BYTES_HINT);
         jsonrpc::push_value(&mut text, arguments);
         text
     });
     let arguments = crate::upstream::CallArguments::Text(arguments);
-    Box::pin(async move {
+    async move {
         let bridge = provider.builtin().and_then(|p| p.downcast_ref::<crate::upstream::Bridge>());
         match bridge {
             Some(bridge) => bridge.call_tool_answer(&name, arguments, cx).await,
             // Not reached: `is_bridge` said it is one.
             None => Err(ProviderError::Internal("not a bridge".into())),
         }
-    })
+    }
 }
 
 /// The capacity a bridged call's arguments text starts with: small arguments fit at once.
