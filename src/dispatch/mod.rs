@@ -14,6 +14,7 @@ use simd_json::prelude::*;
 use crate::auth::policy::{Item, Kind};
 use crate::auth::Access;
 use crate::fasthash::FastMap;
+use crate::provider::builtin::ToolAnswer;
 use crate::provider::{
     CallContext, Changes, LocalBoxFuture, Provider, ProviderError, ProviderResult, SessionInfo,
     SessionRef, SessionStart, ToolArguments, ToolInfo, Value,
@@ -1014,13 +1015,19 @@ pub(crate) fn into_public(value: WireValue<'_>) -> Value {
 }
 
 /// Starts `tools/call` of `route` with the request's `arguments` (`None`: absent): borrowed in
-/// place when the provider reads them so (the built-in sets), else copied into the
-/// `serde_json` value a user provider takes (`into_public`).
+/// place when the provider reads them so (the built-in sets), encoded as text for a bridge
+/// (`call_bridge`), else copied into the `serde_json` value a user provider takes
+/// (`into_public`).
 pub(crate) fn call_tool(
     route: ToolRoute,
     arguments: Option<WireValue<'_>>,
     cx: CallContext,
 ) -> LocalBoxFuture<'static, ProviderResult<Value>> {
+    if is_bridge(&route) {
+        // The arguments as text here too; the result becomes the value this path takes.
+        let work = call_bridge(route, arguments, cx);
+        return Box::pin(async move { work.await.map(ToolAnswer::into_value) });
+    }
     let ToolRoute { name, provider, .. } = route;
     let cx = match crate::provider::builtin::as_builtin(provider.as_ref()) {
         Some(builtin) => match builtin.call_in_place(&name, ToolArguments(arguments), cx) {
@@ -1032,6 +1039,55 @@ pub(crate) fn call_tool(
     let arguments = arguments.map(into_public).unwrap_or(Value::Null);
     Box::pin(async move { provider.call_tool(&name, arguments, cx).await })
 }
+
+/// `call_tool` for a request path that writes the answer itself (`ToolAnswer::push_json`): a
+/// bridge's tool result as the JSON text its upstream wrote (`ToolAnswer::Json`), no value
+/// built, parsed, rendered and dropped per call; any other provider's as its value.
+pub(crate) fn call_tool_answer(
+    route: ToolRoute,
+    arguments: Option<WireValue<'_>>,
+    cx: CallContext,
+) -> LocalBoxFuture<'static, ProviderResult<ToolAnswer<'static>>> {
+    if !is_bridge(&route) {
+        let work = call_tool(route, arguments, cx);
+        return Box::pin(async move { work.await.map(ToolAnswer::Value) });
+    }
+    call_bridge(route, arguments, cx)
+}
+
+/// True when `route`'s provider is a bridge (`upstream::Bridge`), which the request paths
+/// call past the provider API (`call_bridge`).
+fn is_bridge(route: &ToolRoute) -> bool {
+    route.provider.builtin().is_some_and(|p| p.is::<crate::upstream::Bridge>())
+}
+
+/// A bridged call with the client's arguments as JSON text, encoded while the request is
+/// here: no value of them is built for an upstream that takes them as they are. Boxed here:
+/// the future is built in its box, not moved into it (~370 instructions of `memcpy` a call).
+fn call_bridge(
+    route: ToolRoute,
+    arguments: Option<WireValue<'_>>,
+    cx: CallContext,
+) -> LocalBoxFuture<'static, ProviderResult<ToolAnswer<'static>>> {
+    let ToolRoute { name, provider, .. } = route;
+    let arguments = arguments.filter(|a| !a.is_null()).map(|arguments| {
+        let mut text = Vec::with_capacity(ARGUMENTS_BYTES_HINT);
+        jsonrpc::push_value(&mut text, arguments);
+        text
+    });
+    let arguments = crate::upstream::CallArguments::Text(arguments);
+    Box::pin(async move {
+        let bridge = provider.builtin().and_then(|p| p.downcast_ref::<crate::upstream::Bridge>());
+        match bridge {
+            Some(bridge) => bridge.call_tool_answer(&name, arguments, cx).await,
+            // Not reached: `is_bridge` said it is one.
+            None => Err(ProviderError::Internal("not a bridge".into())),
+        }
+    })
+}
+
+/// The capacity a bridged call's arguments text starts with: small arguments fit at once.
+const ARGUMENTS_BYTES_HINT: usize = 128;
 
 /// A provider's error as a JSON-RPC error response (MCP: unknown names are invalid params),
 /// encoded by `wire`.

@@ -652,10 +652,10 @@ fn run_call(
             None => {}
         }
     }
-    // A user provider: its arguments copied into the provider API's value (`dispatch`).
+    // A user provider: its arguments copied into the provider API's value; a bridge's result
+    // passed on as its upstream's text (`dispatch`).
     let cx = call_context(session, key).with_trace(trace);
-    let work = dispatch::call_tool(route, arguments, cx);
-    let work = Box::pin(async move { work.await.map(crate::provider::builtin::ToolAnswer::Value) });
+    let work = dispatch::call_tool_answer(route, arguments, cx);
     stream::spawn_job(session.clone(), key, crate::provider::builtin::RunningWork::Boxed(work));
 }
 

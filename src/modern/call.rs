@@ -556,6 +556,7 @@ pub(crate) fn render_answer(
 ) -> Status {
     match outcome {
         Ok(ToolAnswer::Value(value)) => render_outcome(id, Ok(value), body),
+        Ok(json @ ToolAnswer::Json(_)) => render_outcome(id, Ok(json.into_value()), body),
         Ok(answer) => {
             crate::wire::push_result_with(body, id, |out| {
                 answer.push_text_json(out, complete);
@@ -733,6 +734,7 @@ mod tests {
                 ToolAnswer::Text(t) => ToolAnswer::Text(t.clone()).into_value(),
                 ToolAnswer::Count(n) => ToolAnswer::Count(*n).into_value(),
                 ToolAnswer::Value(v) => v.clone(),
+                ToolAnswer::Json(_) => unreachable!("no JSON text among the answers"),
             };
             assert_eq!(render_answer(&id, Ok(answer), COMPLETE, &mut fast), Status::Ok);
             assert_eq!(render_outcome(&id, Ok(value), &mut slow), Status::Ok);

@@ -323,8 +323,9 @@ pub trait Provider {
     ) -> LocalBoxFuture<'a, ProviderResult<Value>>;
 
     /// Not part of the provider API (hidden; a provider never overrides it): tidemark's own
-    /// built-in sets say here that they are one, so the request paths call their tools past
-    /// the owned result this trait returns (issue 40 §1: no allocation per built-in call).
+    /// providers say here which they are (the built-in sets, the bridge), so the request paths
+    /// call their tools past the owned result this trait returns (issue 40 §1: no allocation
+    /// per built-in call; issue 43: a bridged result passed on as its upstream's text).
     #[doc(hidden)]
     fn builtin(&self) -> Option<&dyn std::any::Any> {
         None

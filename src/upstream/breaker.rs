@@ -121,7 +121,7 @@ impl Breaker {
 /// an HTTP error (the bridge's own -32603 faults), or the upstream's own -32603. Not a failure:
 /// a result (even `isError`), the client's doing (cancelled, its error to a server→client
 /// request), or the upstream refusing the call's arguments (-32602 and other codes).
-pub(super) fn is_failure(outcome: &Result<crate::provider::Value, ProviderError>) -> bool {
+pub(super) fn is_failure<T>(outcome: &Result<T, ProviderError>) -> bool {
     match outcome {
         Ok(_) => false,
         Err(ProviderError::Rpc { code, .. }) => *code == Code::InternalError.value(),
@@ -180,13 +180,13 @@ mod tests {
 
     #[test]
     fn failures_are_the_upstreams_not_the_callers() {
-        let rpc = |code: Code| {
+        let rpc = |code: Code| -> Result<(), ProviderError> {
             Err(ProviderError::Rpc { code: code.value(), message: String::new(), data: None })
         };
         assert!(is_failure(&rpc(Code::InternalError)));
         assert!(!is_failure(&rpc(Code::InvalidParams)));
-        assert!(!is_failure(&Err(ProviderError::Cancelled)));
+        assert!(!is_failure::<()>(&Err(ProviderError::Cancelled)));
         assert!(!is_failure(&Ok(serde_json::json!({ "isError": true }))));
-        assert!(is_failure(&Err(ProviderError::Internal("x".into()))));
+        assert!(is_failure::<()>(&Err(ProviderError::Internal("x".into()))));
     }
 }

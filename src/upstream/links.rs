@@ -324,7 +324,7 @@ impl Bridge {
 
     /// Tells the breaker how an admitted call (`probe`: the half-open one) ended; a cancelled
     /// call says nothing of the upstream.
-    pub(super) fn judge(&self, answer: &ProviderResult<Value>, probe: bool) {
+    pub(super) fn judge<T>(&self, answer: &ProviderResult<T>, probe: bool) {
         let now = Instant::now();
         if matches!(answer, Err(ProviderError::Cancelled)) {
             if probe {

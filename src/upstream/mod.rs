@@ -76,6 +76,7 @@ pub(crate) use credentials::{CredentialTable, CredentialsError};
 pub(crate) use exchange::{start as start_exchanges, Tuning as ExchangeTuning};
 pub(crate) use http::deletes_settled;
 pub(crate) use names::Collision;
+pub(crate) use peer::CallArguments;
 use peer::{upstream_fault, Peer, PeerEvents};
 pub(crate) use process::{end_descendants, wait_for_children, ProcessCount};
 pub(crate) use settings::Settings;

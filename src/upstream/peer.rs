@@ -21,6 +21,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use serde_json::value::RawValue;
 
 use crate::fasthash::FastMap;
 use crate::provider::{CallContext, Caller, LogLevel, ProviderError, Value};
@@ -107,7 +108,8 @@ enum Answer {
     /// No answer within its deadline: `Idle` for `--upstream-timeout-secs` (a tool call: since
     /// the upstream last sent anything for it), `Total` past `--upstream-call-max-secs`.
     Late(Late),
-    Result(Value),
+    /// The `result` member's text, as the upstream wrote it.
+    Result(Box<RawValue>),
     Error(Value),
     /// The upstream ended, or this request's answer could not be taken (why).
     Gone(Rc<str>),
@@ -246,18 +248,31 @@ impl Peer {
         let _ = self.send(&message);
     }
 
-    /// Sends request `method` and waits for its answer, at most `timeout`. With `call`, it is
-    /// a tool call: it gets a progress token of its own, the upstream's progress, logs and
-    /// requests while it runs go to that context, and `timeout` is an idle timeout within
-    /// `--upstream-call-max-secs` (module doc). Dropping the future before the answer sends
-    /// `notifications/cancelled` for it.
+    /// `request_text`'s result as a value.
     pub(crate) async fn request(
         &self,
         method: &str,
-        mut params: Value,
+        params: Value,
         call: Option<CallContext>,
         timeout: Duration,
     ) -> Result<Value, ProviderError> {
+        let text = self.request_text(method, Params::Value(params), call, timeout).await?;
+        serde_json::from_str(text.get()).map_err(|_| self.fault(RESULT_TOO_DEEP))
+    }
+
+    /// Sends request `method` and waits for its answer, at most `timeout`: the result's JSON
+    /// text as the upstream wrote it (a tool call's is passed on to the client so, with no
+    /// value built). With `call`, it is a tool call: it gets a progress token of its own, the
+    /// upstream's progress, logs and requests while it runs go to that context, and `timeout`
+    /// is an idle timeout within `--upstream-call-max-secs` (module doc). Dropping the future
+    /// before the answer sends `notifications/cancelled` for it.
+    pub(crate) async fn request_text(
+        &self,
+        method: &str,
+        params: Params<'_>,
+        call: Option<CallContext>,
+        timeout: Duration,
+    ) -> Result<Box<RawValue>, ProviderError> {
         let slot = Rc::new(Slot::new());
         let id = {
             let mut state = self.state.borrow_mut();
@@ -274,20 +289,7 @@ impl Peer {
         };
         let guard = InFlight { peer: self, id, done: false };
         let trace = call.as_ref().and_then(CallContext::trace);
-        if call.is_some() {
-            if let Some(object) = params.as_object_mut() {
-                let mut meta = json!({ "progressToken": id });
-                // The MCP semantic conventions' propagation, for every transport.
-                if let Some(trace) = &trace {
-                    meta["traceparent"] = Value::String(trace.header_value());
-                }
-                object.insert("_meta".into(), meta);
-            }
-        }
-        // Encoded straight from `params`: a message value would be a deep copy of them.
-        let mut message = Vec::with_capacity(REQUEST_BYTES_HINT);
-        wire::jsonrpc::push_upstream_request(&mut message, id, method, &params);
-        drop(params);
+        let message = encode_request(id, method, params, call.is_some(), trace.as_ref());
         let caller = call.as_ref().and_then(CallContext::caller);
         if let Err(why) = self.send_bytes(message, caller, trace) {
             let mut guard = guard;
@@ -498,7 +500,10 @@ impl Peer {
                 id: object.remove("id"),
                 method: object.remove("method"),
                 params: object.remove("params"),
-                result: object.remove("result"),
+                // A value always serializes.
+                result: object
+                    .remove("result")
+                    .and_then(|r| serde_json::value::to_raw_value(&r).ok()),
                 error: object.remove("error"),
             }),
             _ => Incoming::NotObject,
@@ -529,7 +534,7 @@ impl Peer {
     }
 
     /// A response to one of our requests: its `result` and `error` members.
-    fn answer(&self, id: &Value, result: Option<Value>, error: Option<Value>) {
+    fn answer(&self, id: &Value, result: Option<Box<RawValue>>, error: Option<Value>) {
         let Some(id) = id.as_u64() else { return };
         let Some(pending) = self.state.borrow_mut().pending.remove(&id) else { return };
         let answer = match (result, error) {
@@ -648,8 +653,16 @@ pub(crate) struct Members {
     id: Option<Value>,
     method: Option<Value>,
     params: Option<Value>,
-    result: Option<Value>,
+    /// Its text, checked to be one JSON value and not parsed further.
+    result: Option<Box<RawValue>>,
     error: Option<Value>,
+}
+
+impl Members {
+    /// True for a response (no method) to request `id`.
+    pub(crate) fn answers(&self, id: &Value) -> bool {
+        self.method.is_none() && self.id.as_ref() == Some(id)
+    }
 }
 
 impl<'de> serde::Deserialize<'de> for Incoming {
@@ -675,7 +688,10 @@ impl<'de> serde::de::Visitor<'de> for IncomingVisitor {
                 MemberKey::Id => &mut members.id,
                 MemberKey::Method => &mut members.method,
                 MemberKey::Params => &mut members.params,
-                MemberKey::Result => &mut members.result,
+                MemberKey::Result => {
+                    members.result = Some(map.next_value()?);
+                    continue;
+                }
                 MemberKey::Error => &mut members.error,
                 MemberKey::Other => {
                     map.next_value::<serde::de::IgnoredAny>()?;
@@ -800,6 +816,69 @@ impl Drop for Hold<'_> {
 
 /// Why requests fail after tidemark ended the upstream (session end, drain).
 const STOPPED_BY_TIDEMARK: &str = "stopped by tidemark (the session ended)";
+
+/// A bridged call's arguments: the provider API's value, or, from the request paths
+/// (`dispatch::call_tool_answer`), the client's as JSON text (`None`: none sent), sent on with
+/// no value built.
+pub(crate) enum CallArguments {
+    Value(Value),
+    Text(Option<Vec<u8>>),
+}
+
+impl CallArguments {
+    /// The arguments as the provider API's value (`Null`: none).
+    pub(super) fn into_value(self) -> Value {
+        match self {
+            CallArguments::Value(value) => value,
+            // The text was encoded from a decoded value: it parses.
+            CallArguments::Text(text) => {
+                text.and_then(|t| serde_json::from_slice(&t).ok()).unwrap_or_default()
+            }
+        }
+    }
+}
+
+/// What a request carries: its params as a value, or a tool call's (`Call`) as the name and
+/// the arguments' JSON text (the client's, encoded once: `wire::jsonrpc::push_value`).
+pub(crate) enum Params<'a> {
+    Value(Value),
+    Call { tool: &'a str, arguments: Option<&'a [u8]> },
+}
+
+/// Request `id`'s message. A tool call's (`is_call`) params get `_meta`: its progress token
+/// and, traced, its `traceparent` (the MCP semantic conventions' propagation, for every
+/// transport).
+fn encode_request(
+    id: u64,
+    method: &str,
+    params: Params<'_>,
+    is_call: bool,
+    trace: Option<&TraceParent>,
+) -> Vec<u8> {
+    let mut message = Vec::with_capacity(REQUEST_BYTES_HINT);
+    match params {
+        Params::Call { tool, arguments } => {
+            let traceparent = trace.map(TraceParent::header_value);
+            let traceparent = traceparent.as_deref();
+            wire::jsonrpc::push_upstream_call(&mut message, id, tool, arguments, traceparent);
+        }
+        Params::Value(mut params) => {
+            if let Some(object) = params.as_object_mut().filter(|_| is_call) {
+                let mut meta = json!({ "progressToken": id });
+                if let Some(trace) = trace {
+                    meta["traceparent"] = Value::String(trace.header_value());
+                }
+                object.insert("_meta".into(), meta);
+            }
+            // Encoded straight from `params`: a message value would be a deep copy of them.
+            wire::jsonrpc::push_upstream_request(&mut message, id, method, &params);
+        }
+    }
+    message
+}
+
+/// Why a request fails whose result (a JSON text) nests deeper than `serde_json` builds values.
+const RESULT_TOO_DEEP: &str = "its result nests too deep to read";
 
 /// The capacity a request toward the upstream is encoded into: a tool call with small
 /// arguments fits, so it is one allocation (the transport takes the buffer as it is).

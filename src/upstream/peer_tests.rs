@@ -316,7 +316,7 @@ fn a_message_read_from_its_text_has_the_members_of_its_value() {
     // Goal: reading an upstream's line straight into its members (`Incoming`) takes what the
     // `Value` path took: a key given twice keeps its last value, an escaped key is its text,
     // other members are skipped, `null` members are present, a non-object is not a message,
-    // and what is not JSON fails both. Method: each text both ways.
+    // the result's text is its value's, and what is not JSON fails both. Method: each text both ways.
     use super::{Incoming, Members};
     let texts = [
         r#"{"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"é\n"}]}}"#,
@@ -344,6 +344,8 @@ fn a_message_read_from_its_text_has_the_members_of_its_value() {
     };
     let of_incoming = |incoming: Incoming| match incoming {
         Incoming::Message(Members { id, method, params, result, error }) => {
+            // The result is kept as its text: the same value once parsed.
+            let result = result.map(|text| serde_json::from_str(text.get()).expect("JSON"));
             Some([id, method, params, result, error])
         }
         Incoming::NotObject => None,

@@ -16,9 +16,10 @@ use serde_json::json;
 
 use super::breaker::Admission;
 use super::links::{new_link, ProbeGuard};
-use super::peer::Peer;
+use super::peer::{CallArguments, Peer};
 use super::{Bridge, Catalog, SessionEvents};
 use crate::config::Isolation;
+use crate::provider::builtin::ToolAnswer;
 use crate::provider::{
     CallContext, Changes, LocalBoxFuture, Provider, ProviderError, ProviderResult, SessionInfo,
     SessionRef, SessionStart, ToolInfo, Value,
@@ -184,6 +185,43 @@ impl Bridge {
     }
 }
 
+impl Bridge {
+    /// A call of tool `name` (as clients know it) with its answer as the request paths take it:
+    /// a legacy upstream's result as the JSON text it wrote (`rounds::forward`).
+    pub(crate) async fn call_tool_answer(
+        &self,
+        name: &str,
+        arguments: CallArguments,
+        cx: CallContext,
+    ) -> ProviderResult<ToolAnswer<'static>> {
+        let upstream_name = self.inward(name).filter(|n| self.filters.tools.allows(n));
+        let Some(upstream_name) = upstream_name else {
+            return Err(ProviderError::NotFound(format!("unknown tool: {name}")));
+        };
+        let Some(link) = self.link(cx.session()) else {
+            return Err(self.fault("the session has no upstream connection"));
+        };
+        if link.down.get() {
+            return Err(self.fault("down (an optional upstream): its tools return when it answers"));
+        }
+        let probe = match self.breaker.admit(Instant::now()) {
+            Admission::Pass => false,
+            Admission::Probe => true,
+            Admission::Reject { retry_in } => {
+                if let Some((metrics, index)) = &self.calls {
+                    metrics.hist.upstream_health(*index).breaker_rejected.inc();
+                }
+                return Err(self.breaker_open(retry_in));
+            }
+        };
+        let mut guard = ProbeGuard { breaker: &self.breaker, armed: probe };
+        let answer = self.forward(&link, upstream_name, arguments, cx).await;
+        guard.armed = false;
+        self.judge(&answer, probe);
+        answer
+    }
+}
+
 impl Provider for Bridge {
     fn name(&self) -> &str {
         &self.name
@@ -231,34 +269,15 @@ impl Provider for Bridge {
         cx: CallContext,
     ) -> LocalBoxFuture<'a, ProviderResult<Value>> {
         Box::pin(async move {
-            let upstream_name = self.inward(name).filter(|n| self.filters.tools.allows(n));
-            let Some(upstream_name) = upstream_name else {
-                return Err(ProviderError::NotFound(format!("unknown tool: {name}")));
-            };
-            let Some(link) = self.link(cx.session()) else {
-                return Err(self.fault("the session has no upstream connection"));
-            };
-            if link.down.get() {
-                return Err(
-                    self.fault("down (an optional upstream): its tools return when it answers")
-                );
-            }
-            let probe = match self.breaker.admit(Instant::now()) {
-                Admission::Pass => false,
-                Admission::Probe => true,
-                Admission::Reject { retry_in } => {
-                    if let Some((metrics, index)) = &self.calls {
-                        metrics.hist.upstream_health(*index).breaker_rejected.inc();
-                    }
-                    return Err(self.breaker_open(retry_in));
-                }
-            };
-            let mut guard = ProbeGuard { breaker: &self.breaker, armed: probe };
-            let answer = self.forward(&link, upstream_name, arguments, cx).await;
-            guard.armed = false;
-            self.judge(&answer, probe);
-            answer
+            let arguments = CallArguments::Value(arguments);
+            self.call_tool_answer(name, arguments, cx).await.map(ToolAnswer::into_value)
         })
+    }
+
+    /// Says it is the bridge, so the request paths call `call_tool_answer` and pass a tool's
+    /// result on as the upstream's JSON text (`dispatch::call_tool_answer`).
+    fn builtin(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 
     fn list_resources(

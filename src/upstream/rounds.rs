@@ -9,10 +9,20 @@
 
 use serde_json::json;
 
-use super::peer::{self, Peer};
+use super::peer::{self, CallArguments, Params, Peer};
 use super::{Bridge, Link};
 use crate::config::UpstreamTarget;
+use crate::provider::builtin::{JsonText, ToolAnswer};
 use crate::provider::{CallContext, ProviderError, ProviderResult, Value};
+
+/// A `tools/call`'s params: `tool` and, unless `null`, `arguments`.
+fn call_params(tool: &str, arguments: Value) -> Value {
+    let mut params = json!({ "name": tool });
+    if !arguments.is_null() {
+        params["arguments"] = arguments;
+    }
+    params
+}
 
 /// Where a bridged call keeps its upstream's pending round of input between client rounds
 /// (`CallContext::carry`).
@@ -39,19 +49,17 @@ impl Bridge {
     }
 
     /// A `tools/call` of `tool` (its name upstream) on `link`'s upstream, connecting first if
-    /// it has no live connection.
+    /// it has no live connection. A legacy upstream's result is its JSON text (`ToolAnswer::
+    /// Json`: the client gets the bytes the upstream wrote, with no value built, parsed,
+    /// rendered and dropped per call); a 2026-07-28 upstream's is read for its rounds.
     pub(super) async fn forward(
         &self,
         link: &Link,
         tool: &str,
-        arguments: Value,
+        arguments: CallArguments,
         cx: CallContext,
-    ) -> ProviderResult<Value> {
+    ) -> ProviderResult<ToolAnswer<'static>> {
         let peer = self.peer(link).await?;
-        let mut params = json!({ "name": tool });
-        if !arguments.is_null() {
-            params["arguments"] = arguments;
-        }
         // Tracing on: the call's CLIENT span, a child of the request's, whose context the
         // upstream is sent (`traceparent` header, `params._meta.traceparent`).
         let span = cx.trace().map(|parent| self.client_span(&parent, tool));
@@ -63,9 +71,20 @@ impl Bridge {
         // Only a 2026-07-28 upstream answers with rounds of input (a legacy one asks its
         // questions as requests during the call): the others' calls go out once, as they are.
         let answer = if self.speaks_modern() {
-            self.call_rounds(&peer, params, &cx).await
+            let params = call_params(tool, arguments.into_value());
+            self.call_rounds(&peer, params, &cx).await.map(ToolAnswer::Value)
         } else {
-            peer.request("tools/call", params, Some(cx), self.settings.timeout).await
+            let text;
+            let params = match arguments {
+                CallArguments::Text(arguments) => {
+                    text = arguments;
+                    Params::Call { tool, arguments: text.as_deref() }
+                }
+                CallArguments::Value(value) => Params::Value(call_params(tool, value)),
+            };
+            let timeout = self.settings.timeout;
+            let text = peer.request_text("tools/call", params, Some(cx), timeout).await;
+            text.map(|text| ToolAnswer::Json(JsonText(text)))
         };
         if let Some((metrics, index)) = &self.calls {
             metrics.hist.upstream_call(*index, tool, started);

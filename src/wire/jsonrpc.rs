@@ -589,6 +589,44 @@ pub(crate) fn push_upstream_request(
     out.push(b'}');
 }
 
+/// Appends a `tools/call` toward an upstream, `_meta` ours (the progress token `id`, the
+/// call's `traceparent`), `arguments` JSON text already encoded (`push_value`; `None`: none),
+/// the members in the order `push_upstream_request` writes a params value's: the same bytes
+/// for the same arguments text, with no params value built.
+pub(crate) fn push_upstream_call(
+    out: &mut Vec<u8>,
+    id: u64,
+    tool: &str,
+    arguments: Option<&[u8]>,
+    traceparent: Option<&str>,
+) {
+    out.extend_from_slice(b"{\"id\":");
+    crate::digits::push_decimal(out, id);
+    out.extend_from_slice(b",\"jsonrpc\":\"2.0\",\"method\":\"tools/call\",\"params\":");
+    out.extend_from_slice(b"{\"_meta\":{\"progressToken\":");
+    crate::digits::push_decimal(out, id);
+    if let Some(traceparent) = traceparent {
+        out.extend_from_slice(b",\"traceparent\":");
+        push_json_string(out, traceparent);
+    }
+    out.push(b'}');
+    if let Some(arguments) = arguments {
+        out.extend_from_slice(b",\"arguments\":");
+        out.extend_from_slice(arguments);
+    }
+    out.extend_from_slice(b",\"name\":");
+    // Writing into a Vec cannot fail, and a `str` always serializes.
+    let _ = serde_json::to_writer(&mut *out, tool);
+    out.extend_from_slice(b"}}");
+}
+
+/// Appends a decoded value as JSON text, its members in the order they came (a key given
+/// twice: twice), with no value copied out of the request.
+pub(crate) fn push_value(out: &mut Vec<u8>, value: WireValue<'_>) {
+    // Writing into a Vec cannot fail.
+    let _ = value.write(out);
+}
+
 /// Appends `text` as a JSON string (simd-json's escaping), without a temporary.
 pub(crate) fn push_json_string(out: &mut Vec<u8>, text: &str) {
     // Writing into a Vec cannot fail.
@@ -1047,6 +1085,52 @@ mod tests {
                         "jsonrpc": "2.0", "id": id, "method": method, "params": p
                     });
                     let theirs = serde_json::to_vec(&value).expect("serializes");
+                    assert_eq!(String::from_utf8(ours), String::from_utf8(theirs));
+                }
+            }
+        }
+    }
+
+    /// Goal: a tool call toward an upstream written from the client's decoded arguments
+    /// (`push_upstream_call` over `push_value`) has the bytes the params value gave
+    /// (`push_upstream_request`) when the arguments' keys come sorted, as a value sorts them;
+    /// in another order, or with a float's exponent spelt otherwise, the same value once parsed. Method: arguments with escapes, non-ASCII
+    /// text, numbers and nesting, none, with and without a traceparent, both ways.
+    #[test]
+    fn an_upstream_call_from_decoded_arguments_has_the_bytes_of_its_value() {
+        let arguments = [
+            Some(r#"{"text":"hé \"x\"\n\u0001</"}"#),
+            Some(r#"{"a":[],"n":[1,-2,2.5,1e300,true,null],"z":{"k":{}}}"#),
+            Some(r#"{"z":1,"a":2}"#),
+            None,
+        ];
+        for text in arguments {
+            for traceparent in [None, Some("00-ab-cd-01")] {
+                let mut body = text.unwrap_or("null").as_bytes().to_vec();
+                let decoded = simd_json::to_tape(&mut body).expect("JSON");
+                let mut encoded = Vec::new();
+                if text.is_some() {
+                    push_value(&mut encoded, decoded.as_value());
+                }
+                let mut ours = Vec::new();
+                let arguments = text.map(|_| encoded.as_slice());
+                push_upstream_call(&mut ours, 7, "t\"ool", arguments, traceparent);
+                let mut params =
+                    serde_json::json!({ "name": "t\"ool", "_meta": { "progressToken": 7 } });
+                if let Some(text) = text {
+                    params["arguments"] = serde_json::from_str(text).expect("JSON");
+                }
+                if let Some(t) = traceparent {
+                    params["_meta"]["traceparent"] = t.into();
+                }
+                let mut theirs = Vec::new();
+                push_upstream_request(&mut theirs, 7, "tools/call", &params);
+                // Another key order, or a float's exponent (`1e300`, `1e+300`): the same value.
+                if text.is_some_and(|t| t.contains("1e300") || t.starts_with(r#"{"z""#)) {
+                    let ours: serde_json::Value = serde_json::from_slice(&ours).expect("JSON");
+                    let theirs: serde_json::Value = serde_json::from_slice(&theirs).expect("JSON");
+                    assert_eq!(ours, theirs);
+                } else {
                     assert_eq!(String::from_utf8(ours), String::from_utf8(theirs));
                 }
             }

@@ -157,6 +157,9 @@ pub(crate) trait BuiltinTool {
 pub(crate) enum ToolAnswer<'a> {
     /// A result object as the provider API has it.
     Value(Value),
+    /// A result as JSON text another server sent (the bridge's upstream), checked to be one
+    /// JSON value when it was read: passed on as those bytes, no value built.
+    Json(JsonText),
     /// `{"content":[{"type":"text","text":<text>}]}`.
     Text(Cow<'a, str>),
     /// A text item holding a count in decimal (`slow_counter`, `get_counter`).
@@ -170,6 +173,10 @@ impl ToolAnswer<'_> {
     pub(crate) fn push_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
         match self {
             ToolAnswer::Value(value) => serde_json::to_writer(&mut *out, value),
+            ToolAnswer::Json(json) => {
+                out.extend_from_slice(json.0.get().as_bytes());
+                Ok(())
+            }
             text => {
                 text.push_text_json(out, "");
                 Ok(())
@@ -182,7 +189,7 @@ impl ToolAnswer<'_> {
     /// `false` for a `Value`, which the caller writes as a value.
     pub(crate) fn push_text_json(&self, out: &mut Vec<u8>, members: &str) -> bool {
         match self {
-            ToolAnswer::Value(_) => return false,
+            ToolAnswer::Value(_) | ToolAnswer::Json(_) => return false,
             ToolAnswer::Text(text) => {
                 push_text_result(out, |out| serde_json::to_writer(out, text.as_ref()));
             }
@@ -206,9 +213,23 @@ impl ToolAnswer<'_> {
     pub(crate) fn into_value(self) -> Value {
         match self {
             ToolAnswer::Value(value) => value,
+            // Checked JSON when read; a text deeper than `serde_json`'s nesting limit is the
+            // one that could fail here, and then the answer is `null`.
+            ToolAnswer::Json(json) => serde_json::from_str(json.0.get()).unwrap_or_default(),
             ToolAnswer::Text(text) => text_result(text.into_owned()),
             ToolAnswer::Count(n) => text_result(n.to_string()),
         }
+    }
+}
+
+/// One JSON value's text as another server wrote it (`ToolAnswer::Json`); equal when the
+/// texts are.
+#[derive(Debug)]
+pub(crate) struct JsonText(pub(crate) Box<serde_json::value::RawValue>);
+
+impl PartialEq for JsonText {
+    fn eq(&self, other: &JsonText) -> bool {
+        self.0.get() == other.0.get()
     }
 }
 

@@ -21,7 +21,7 @@ use crate::provider::{
     ToolArguments, ToolInfo, Value,
 };
 use kit::{Args, BuiltinTool, Catalog, ToolSpec};
-pub(crate) use kit::{BuiltinCall, ContextSource, RunningWork, ToolAnswer};
+pub(crate) use kit::{BuiltinCall, ContextSource, JsonText, RunningWork, ToolAnswer};
 
 /// One built-in set as a provider.
 pub(crate) struct BuiltinProvider {

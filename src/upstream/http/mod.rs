@@ -50,7 +50,7 @@ use serde_json::json;
 
 use super::credentials::Credentials;
 use super::exchange::{self, ExchangeError};
-use super::peer::{Peer, Transport};
+use super::peer::{Incoming, Peer, Transport};
 use super::settings::Settings;
 use crate::provider::{Caller, Value};
 use crate::signal::Signal;
@@ -1201,6 +1201,9 @@ impl Stream {
         if data.iter().all(u8::is_ascii_whitespace) {
             return;
         }
+        if self.reads_members() && data.trim_ascii_start().starts_with(b"{") {
+            return self.deliver_members(link, data);
+        }
         let value: Value = match serde_json::from_slice(data) {
             Ok(value) => value,
             Err(_) => {
@@ -1214,6 +1217,30 @@ impl Stream {
             Value::Array(batch) => batch.into_iter().for_each(|m| self.hand(link, &peer, m)),
             message => self.hand(link, &peer, message),
         }
+    }
+
+    /// True when a message is only handed on (no listing learned, no protocol version noted,
+    /// no filter): it is then read straight into its members (`deliver_members`).
+    fn reads_members(&self) -> bool {
+        !self.list_changes_only && !self.initialize && self.tools_page.is_none()
+    }
+
+    /// One JSON object to the peer read into its members (`peer::Incoming`): a tool call's
+    /// result stays the upstream's text, passed on to the client as it is.
+    fn deliver_members(&mut self, link: &Link, data: &[u8]) {
+        let incoming: Incoming = match serde_json::from_slice(data) {
+            Ok(incoming) => incoming,
+            Err(_) => {
+                let (upstream, bytes) = (&*link.name, data.len());
+                tracing::warn!(upstream, bytes, "upstream sent a message that is not JSON");
+                return;
+            }
+        };
+        if let (Incoming::Message(members), Some(awaited)) = (&incoming, &self.awaited) {
+            self.answered |= members.answers(awaited);
+        }
+        let Some(peer) = link.peer.upgrade() else { return };
+        peer.receive_members(incoming);
     }
 
     fn hand(&mut self, link: &Link, peer: &Rc<Peer>, mut message: Value) {
