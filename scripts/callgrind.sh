@@ -87,9 +87,9 @@ case "$COUNT" in all|requests) ;; *) echo "callgrind.sh: --count all|requests" >
 # --count requests: collection off (callgrind --toggle-collect) inside the driver's blocking park
 # (epoll_wait and the timer wheel between requests: how often it runs depends on timing) and
 # inside the session reaper (paid per 250 ms of wall time, which valgrind stretches). The
-# reaper is an async fn; when it is inlined into its task's monoio::task::raw::poll, whose
-# demangled name every task shares, it is found by mangled name: the one raw::poll that calls
-# what only the reaper calls (REAPER_CALLS). A toggle nested in another flips collection back
+# reaper is an async fn; when it is inlined into its task's monoio::task::raw::poll (or, as the
+# inliner decides, CoreStage::poll), whose demangled name every task shares, it is found by
+# mangled name: the one task poll that calls what only the reaper calls (REAPER_CALLS). A toggle nested in another flips collection back
 # on, so exactly one reaper function is named.
 REAPER_CALLS='TaskStore6expire|SessionTimers7pop_due|8Endpoint6expire|8Endpoint6sample'
 COLLECT=()
@@ -101,7 +101,7 @@ set_collect() {
         | awk -v calls="$REAPER_CALLS" '
             /^[0-9a-f]+ <.*>:$/ { fn = substr($2, 2, length($2) - 3) }
             $0 ~ "call.*(" calls ")" && fn ~ /^_ZN8tidemark7runtime4reap/ { print fn }
-            $0 ~ "call.*(" calls ")" && fn ~ /^_ZN6monoio4task3raw4poll/ { print fn }' | sort -u)"
+            $0 ~ "call.*(" calls ")" && fn ~ /^_ZN6monoio4task(3raw4poll|4core18CoreStage)/ { print fn }' | sort -u)"
     # A reaper of its own (not inlined) wins over the task poll that calls it.
     if printf '%s\n' "$reaper" | grep -q '^_ZN8tidemark7runtime4reap'; then
         reaper="$(printf '%s\n' "$reaper" | grep '^_ZN8tidemark7runtime4reap')"
