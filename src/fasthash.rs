@@ -173,7 +173,7 @@ impl Hasher for SequenceHasher {
 
     #[inline]
     fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = (self.0 ^ n).wrapping_mul(STABLE_MUL);
     }
 
     #[inline]
@@ -220,6 +220,7 @@ pub(crate) struct StableHasher {
 }
 
 const STABLE_SEED: u64 = 0x243f_6a88_85a3_08d3;
+/// 2^64 divided by the golden ratio, odd: `SequenceHasher`'s multiplier too.
 const STABLE_MUL: u64 = 0x9e37_79b9_7f4a_7c15;
 
 impl Default for StableHasher {
