@@ -265,8 +265,8 @@ impl StableHasher {
     /// of that padded text, in whole words (no byte-by-byte handling but the last word's).
     /// At a word boundary (the fingerprint's encoding always is) one round a word and the
     /// boundary checked once; the last 1 to 7 bytes read with fixed-size loads
-    /// (`padded_tail_word`), not byte by byte (~100 instructions a short string before,
-    /// callgrind, issue 40's sixth step).
+    /// (`padded_tail_word`), not byte by byte: echo's five strings 482 → 389 instructions
+    /// (callgrind, issue 40's sixth step).
     #[inline]
     pub(crate) fn write_padded(&mut self, bytes: &[u8]) {
         if self.pending_len != 0 {
