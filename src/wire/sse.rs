@@ -9,6 +9,20 @@ use crate::http::push_hex;
 /// Appends one event. `data` is split on line breaks into several `data:` lines, so a payload
 /// with newlines can never end the event early or inject a field.
 pub fn push_event(out: &mut Vec<u8>, id: Option<&[u8]>, retry_ms: Option<u64>, data: &[u8]) {
+    push_event_after(out, id, retry_ms, b"", data);
+}
+
+/// [`push_event`] of the data `head` then `data` without joining them (a replay ring keeps a
+/// progress notification's fixed opening apart, issue 43 §2). `head` holds no line break, so
+/// it opens the first `data:` line.
+pub(crate) fn push_event_after(
+    out: &mut Vec<u8>,
+    id: Option<&[u8]>,
+    retry_ms: Option<u64>,
+    head: &[u8],
+    data: &[u8],
+) {
+    debug_assert!(memchr::memchr2(b'\n', b'\r', head).is_none(), "head holds no line break");
     if let Some(id) = id {
         out.extend_from_slice(b"id: ");
         out.extend_from_slice(id);
@@ -19,15 +33,19 @@ pub fn push_event(out: &mut Vec<u8>, id: Option<&[u8]>, retry_ms: Option<u64>, d
         crate::digits::push_decimal(out, ms);
         out.push(b'\n');
     }
-    if data.is_empty() {
+    if head.is_empty() && data.is_empty() {
         out.extend_from_slice(b"data: \n");
     }
+    let mut head = Some(head).filter(|head| !head.is_empty());
     let mut rest = data;
-    while !rest.is_empty() {
+    while !rest.is_empty() || head.is_some() {
         // SIMD: a JSON payload (no raw line break) is one search, not a test per byte (~4
         // instructions a byte, most of an echo event's framing: callgrind).
         let end = memchr::memchr2(b'\n', b'\r', rest).unwrap_or(rest.len());
         out.extend_from_slice(b"data: ");
+        if let Some(head) = head.take() {
+            out.extend_from_slice(head);
+        }
         out.extend_from_slice(&rest[..end]);
         out.push(b'\n');
         let mut skip = end;
@@ -111,6 +129,20 @@ mod tests {
             let want: Vec<&str> = data.split('\n').filter(|l| !l.is_empty()).collect();
             let got: Vec<&str> = events[0].1.split('\n').filter(|l| !l.is_empty()).collect();
             prop_assert_eq!(got, want);
+        }
+
+        // Goal: an event written as a head without line breaks and the rest (a replay ring's
+        // elided prefix) is byte for byte the event of the joined data. Method: both ways, any
+        // data with line breaks (CR, LF, CRLF), empty heads and data included.
+        #[test]
+        fn head_then_data_is_the_joined_event(
+            head in "[ -~]{0,20}", data in "[ -~\r\n]{0,80}", retry in any::<bool>()
+        ) {
+            let retry = retry.then_some(1000);
+            let (mut split, mut joined) = (Vec::new(), Vec::new());
+            push_event_after(&mut split, Some(b"7"), retry, head.as_bytes(), data.as_bytes());
+            push_event(&mut joined, Some(b"7"), retry, format!("{head}{data}").as_bytes());
+            prop_assert_eq!(split, joined);
         }
     }
 }
