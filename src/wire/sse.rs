@@ -9,7 +9,12 @@ use crate::http::push_hex;
 /// Appends one event. `data` is split on line breaks into several `data:` lines, so a payload
 /// with newlines can never end the event early or inject a field.
 pub fn push_event(out: &mut Vec<u8>, id: Option<&[u8]>, retry_ms: Option<u64>, data: &[u8]) {
-    push_event_after(out, id, retry_ms, b"", data);
+    push_fields(out, id, retry_ms);
+    if data.is_empty() {
+        out.extend_from_slice(b"data: \n");
+    }
+    push_data_lines(out, data);
+    out.push(b'\n');
 }
 
 /// [`push_event`] of the data `head` then `data` without joining them (a replay ring keeps a
@@ -22,7 +27,22 @@ pub(crate) fn push_event_after(
     head: &[u8],
     data: &[u8],
 ) {
+    if head.is_empty() {
+        return push_event(out, id, retry_ms, data);
+    }
     debug_assert!(memchr::memchr2(b'\n', b'\r', head).is_none(), "head holds no line break");
+    push_fields(out, id, retry_ms);
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(head);
+    let end = memchr::memchr2(b'\n', b'\r', data).unwrap_or(data.len());
+    out.extend_from_slice(&data[..end]);
+    out.push(b'\n');
+    push_data_lines(out, after_line_break(data, end));
+    out.push(b'\n');
+}
+
+/// The `id:` and `retry:` fields of an event, when given.
+fn push_fields(out: &mut Vec<u8>, id: Option<&[u8]>, retry_ms: Option<u64>) {
     if let Some(id) = id {
         out.extend_from_slice(b"id: ");
         out.extend_from_slice(id);
@@ -33,31 +53,32 @@ pub(crate) fn push_event_after(
         crate::digits::push_decimal(out, ms);
         out.push(b'\n');
     }
-    if head.is_empty() && data.is_empty() {
-        out.extend_from_slice(b"data: \n");
-    }
-    let mut head = Some(head).filter(|head| !head.is_empty());
+}
+
+/// One `data:` line per line of `data` (none when it is empty).
+fn push_data_lines(out: &mut Vec<u8>, data: &[u8]) {
     let mut rest = data;
-    while !rest.is_empty() || head.is_some() {
+    while !rest.is_empty() {
         // SIMD: a JSON payload (no raw line break) is one search, not a test per byte (~4
         // instructions a byte, most of an echo event's framing: callgrind).
         let end = memchr::memchr2(b'\n', b'\r', rest).unwrap_or(rest.len());
         out.extend_from_slice(b"data: ");
-        if let Some(head) = head.take() {
-            out.extend_from_slice(head);
-        }
         out.extend_from_slice(&rest[..end]);
         out.push(b'\n');
-        let mut skip = end;
-        if rest.get(skip) == Some(&b'\r') {
-            skip += 1;
-        }
-        if rest.get(skip) == Some(&b'\n') {
-            skip += 1;
-        }
-        rest = &rest[skip..];
+        rest = after_line_break(rest, end);
     }
-    out.push(b'\n');
+}
+
+/// `data` after the line that ends at `end` and its line break (CR, LF or CRLF).
+fn after_line_break(data: &[u8], end: usize) -> &[u8] {
+    let mut skip = end;
+    if data.get(skip) == Some(&b'\r') {
+        skip += 1;
+    }
+    if data.get(skip) == Some(&b'\n') {
+        skip += 1;
+    }
+    &data[skip..]
 }
 
 /// Appends a keep-alive comment line.

@@ -48,12 +48,12 @@ pub struct EventSeq(pub u64);
 pub struct Event<'a> {
     pub stream: StreamKey,
     pub seq: EventSeq,
-    /// The opening of the SSE `data` that the ring does not store (a progress notification's
-    /// fixed prefix), or empty; the data to re-send is `prefix` then `payload`. It holds no
-    /// line break.
-    pub prefix: &'static [u8],
-    /// The rest of the SSE `data` to re-send; `prefix` and this are both empty for priming
-    /// events (CONTRACT §3). It lies in the ring's payload buffer.
+    /// The SSE `data` began with the opening the ring does not store (a progress
+    /// notification's fixed prefix, [`Event::prefix`]); the data to re-send is `prefix()`
+    /// then `payload`. A flag, not the slice: every lookup returns an `Event` (callgrind, echo).
+    pub elided: bool,
+    /// The rest of the SSE `data` to re-send; both are empty for priming events (CONTRACT §3).
+    /// It lies in the ring's payload buffer.
     pub payload: &'a [u8],
     /// The next event of the same stream; `Some` exactly when that event has been appended
     /// (it is then held too, because eviction is oldest-first).
@@ -61,20 +61,30 @@ pub struct Event<'a> {
 }
 
 impl<'a> Event<'a> {
-    /// Length of the data as appended (`prefix` then `payload`).
+    /// The opening of the data that the ring did not store, or nothing. It holds no line
+    /// break.
+    pub fn prefix(&self) -> &'static [u8] {
+        if self.elided {
+            ring::ELIDED_PREFIX
+        } else {
+            b""
+        }
+    }
+
+    /// Length of the data as appended (`prefix()` then `payload`).
     pub fn len(&self) -> usize {
-        self.prefix.len() + self.payload.len()
+        self.prefix().len() + self.payload.len()
     }
 
     /// A priming event: no data at all.
     pub fn is_empty(&self) -> bool {
-        self.prefix.is_empty() && self.payload.is_empty()
+        !self.elided && self.payload.is_empty()
     }
 
     /// The data as appended, in one slice: `Some` when the ring holds it whole (nothing
     /// elided, as for every final response: those open with `{"jsonrpc":"2.0","id":`).
     pub fn whole(&self) -> Option<&'a [u8]> {
-        self.prefix.is_empty().then_some(self.payload)
+        (!self.elided).then_some(self.payload)
     }
 }
 

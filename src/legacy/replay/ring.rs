@@ -334,7 +334,7 @@ impl Ring {
         Some(Event {
             stream: slot.stream,
             seq,
-            prefix: slot.prefix(),
+            elided: slot.next_after & ELIDED != 0,
             payload: &storage.payloads.bytes[slot.at()..slot.at() + slot.len()],
             next_in_stream: slot.next().map(|next| EventSeq(next.get())),
         })

@@ -35,7 +35,7 @@ fn append(ring: &mut Ring, stream: StreamKey, len: usize) -> (EventSeq, Vec<Evic
 
 /// An event's data as appended: its elided prefix, if any, then its stored bytes.
 fn whole(event: &Event<'_>) -> Bytes {
-    Bytes::from([event.prefix, event.payload].concat())
+    Bytes::from([event.prefix(), event.payload].concat())
 }
 
 fn seqs(replay: super::Replay<'_>) -> Vec<u64> {
@@ -527,14 +527,14 @@ fn progress_opening_is_counted_but_not_stored() {
     assert!(evicted.iter().all(|e| e.bytes == whole_len), "evictions report whole payloads");
     assert!(ring.capacity_bytes() <= 2 * 64 * 53, "only the bytes after the opening are held");
     for event in ring.replay_after(A, EventSeq(40)) {
-        assert_eq!(event.prefix, ELIDED_PREFIX);
+        assert_eq!(event.prefix(), ELIDED_PREFIX);
         assert_eq!(event.payload, &payload(event.seq.0, 53)[..]);
         assert_eq!((event.len(), event.whole()), (whole_len, None));
     }
     let seq = ring.try_append(B, ELIDED_PREFIX, |_| {}).expect("fits");
     ring.check_invariants();
     let event = ring.get(seq).expect("held");
-    assert_eq!((event.prefix, event.payload), (ELIDED_PREFIX, &b""[..]));
+    assert_eq!((event.prefix(), event.payload), (ELIDED_PREFIX, &b""[..]));
     assert!(!event.is_empty(), "the opening alone is data, not a priming event");
     let plain = ring.try_append(B, b"{\"jsonrpc\":\"2.0\",\"id\":1}", |_| {}).expect("fits");
     let event = ring.get(plain).expect("held");

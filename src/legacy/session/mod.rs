@@ -1528,7 +1528,7 @@ impl Session {
                 .map(|e| EventImage {
                     seq: e.seq.0,
                     stream: e.stream.0,
-                    data: [e.prefix, e.payload].concat().into(),
+                    data: [e.prefix(), e.payload].concat().into(),
                 })
                 .collect(),
             None => Vec::new(),
