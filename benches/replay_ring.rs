@@ -83,7 +83,7 @@ fn lookup(c: &mut Criterion) {
                 state ^= state >> 7;
                 state ^= state << 17;
                 let seq = EventSeq(oldest + (state & mask));
-                black_box(ring.get(black_box(seq)).map(|event| event.payload.len()))
+                black_box(ring.get(black_box(seq)).map(|event| event.len()))
             })
         });
     }
@@ -139,7 +139,7 @@ fn resume_100(c: &mut Criterion) {
                     break;
                 }
                 events += 1;
-                bytes += event.payload.len();
+                bytes += event.len();
             }
             (events, bytes)
         };

@@ -16,7 +16,7 @@ use std::rc::{Rc, Weak};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
-use crate::legacy::replay::{EventSeq, StreamKey};
+use crate::legacy::replay::{Event, EventSeq, StreamKey};
 use crate::legacy::session::{ResumeStart, Session};
 use crate::provider::builtin::{RunningWork, ToolAnswer};
 use crate::provider::{ProviderError, ProviderResult};
@@ -49,7 +49,7 @@ impl Cursor {
 
 pub(crate) use crate::config::WINDOW_BYTES_MIN;
 
-pub(crate) use crate::wire::notification::{rewrite_event, Rewrite};
+pub(crate) use crate::wire::notification::{rewrite_event_parts, Rewrite};
 
 /// The epoch of an *observer*: a writer that reads a stream another live connection owns (a
 /// deduplicated retry sent while the original request's stream is still being written, CONTRACT
@@ -107,11 +107,10 @@ pub(crate) fn fill_batch(
         let Some(ev) = session.ring.get(seq).filter(|e| e.stream == key) else {
             return Batch::Cut;
         };
-        let rewritten =
-            rewrite.map(|rw| rewrite_event(rw, ev.payload, Some(seq) == final_seq, body_offset));
-        let payload = rewritten.as_deref().unwrap_or(ev.payload);
+        let rewritten = rewritten(&ev, rewrite, Some(seq) == final_seq, body_offset);
+        let data = rewritten.as_deref().map_or((ev.prefix(), ev.payload), |r| (&[][..], r));
         let room = budget.saturating_sub(out.len()).max(WINDOW_BYTES_MIN);
-        match push_event_window(out, &[], None, payload, sent, room) {
+        match push_event_window(out, &[], None, data, sent, room) {
             Some(sent) => {
                 cursor.partial = Some((seq, sent));
                 return Batch::More;
@@ -149,17 +148,16 @@ pub(crate) fn fill_batch(
                 }
                 let mut id = [0u8; crate::legacy::session::EVENT_ID_LEN_MAX];
                 let id_len = session.event_id_into(&mut id, key, ev.seq);
-                let rewritten = rewrite.filter(|_| !ev.payload.is_empty()).map(|rw| {
-                    rewrite_event(rw, ev.payload, Some(ev.seq) == final_seq, body_offset)
-                });
-                let payload = rewritten.as_deref().unwrap_or(ev.payload);
+                let rewritten = rewritten(&ev, rewrite, Some(ev.seq) == final_seq, body_offset);
+                let data = rewritten.as_deref().map_or((ev.prefix(), ev.payload), |r| (&[][..], r));
+                let len = data.0.len() + data.1.len();
                 let room = budget.saturating_sub(out.len());
-                if payload.len() > room && room < WINDOW_BYTES_MIN && !out.is_empty() {
+                if len > room && room < WINDOW_BYTES_MIN && !out.is_empty() {
                     break; // a large event starts in a batch of its own
                 }
-                let retry = payload.is_empty().then_some(retry_ms);
+                let retry = (len == 0).then_some(retry_ms);
                 let room = room.max(WINDOW_BYTES_MIN);
-                if let Some(sent) = push_event_window(out, &id[..id_len], retry, payload, 0, room) {
+                if let Some(sent) = push_event_window(out, &id[..id_len], retry, data, 0, room) {
                     cursor.partial = Some((ev.seq, sent));
                     break;
                 }
@@ -185,21 +183,37 @@ pub(crate) fn fill_batch(
     Batch::More
 }
 
-/// Writes event `payload` from byte `sent` on, at most `room` payload bytes: the whole event
-/// when it fits and nothing was sent yet, else the next window (the `id:`/`data:` head before
-/// the first, the blank line after the last). `None` once the event is complete, else the new
-/// count of payload bytes sent. Line breaks inside a window start new `data:` lines, as
-/// `sse::push_event` does (our encoders never emit raw line breaks in JSON).
+/// What a deduplicated retry (CONTRACT §4 step 1) is sent for `ev`: its data under the retry's
+/// id and progress token; `None` without a rewrite, or for a priming event (no data). Inlined:
+/// every event of every stream asks, and almost none has a rewrite (callgrind, echo).
+#[inline(always)]
+fn rewritten(
+    ev: &Event<'_>,
+    rewrite: Option<&Rewrite>,
+    is_final: bool,
+    body_offset: usize,
+) -> Option<Vec<u8>> {
+    let rw = rewrite.filter(|_| !ev.is_empty())?;
+    Some(rewrite_event_parts(rw, ev.prefix(), ev.payload, is_final, body_offset))
+}
+
+/// Writes event data `(head, payload)` (a ring's elided prefix, or nothing, then the rest)
+/// from byte `sent` of the two on, at most `room` data bytes: the whole event when it fits and
+/// nothing was sent yet, else the next window (the `id:`/`data:` head before the first, the
+/// blank line after the last). `None` once the event is complete, else the new count of data
+/// bytes sent. Line breaks inside a window start new `data:` lines, as `sse::push_event` does
+/// (our encoders never emit raw line breaks in JSON).
 fn push_event_window(
     out: &mut Vec<u8>,
     id: &[u8],
     retry_ms: Option<u64>,
-    payload: &[u8],
+    (head, payload): (&[u8], &[u8]),
     sent: usize,
     room: usize,
 ) -> Option<usize> {
-    if sent == 0 && payload.len() <= room {
-        crate::wire::sse::push_event(out, Some(id), retry_ms, payload);
+    let len = head.len() + payload.len();
+    if sent == 0 && len <= room {
+        crate::wire::sse::push_event_after(out, Some(id), retry_ms, head, payload);
         return None;
     }
     if sent == 0 {
@@ -207,15 +221,15 @@ fn push_event_window(
         out.extend_from_slice(id);
         out.extend_from_slice(b"\ndata: ");
     }
-    let end = payload.len().min(sent + room);
-    for &b in &payload[sent..end] {
+    let end = len.min(sent + room);
+    for &b in head.iter().chain(payload).take(end).skip(sent) {
         if b == b'\n' || b == b'\r' {
             out.extend_from_slice(b"\ndata: ");
         } else {
             out.push(b);
         }
     }
-    if end == payload.len() {
+    if end == len {
         out.extend_from_slice(b"\n\n");
         return None;
     }

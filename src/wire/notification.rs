@@ -35,6 +35,22 @@ pub(crate) fn rewrite_event(
     out
 }
 
+/// [`rewrite_event`] of the data `head` then `payload`, as a replay ring holds an event whose
+/// fixed opening (`PROGRESS_PREFIX`) it did not store.
+pub(crate) fn rewrite_event_parts(
+    rw: &Rewrite,
+    head: &[u8],
+    payload: &[u8],
+    is_final: bool,
+    body_offset: usize,
+) -> Vec<u8> {
+    if head.is_empty() {
+        return rewrite_event(rw, payload, is_final, body_offset);
+    }
+    let joined = [head, payload].concat();
+    rewrite_event(rw, &joined, is_final, body_offset)
+}
+
 /// `rewrite_event`, appended to `out` (a buffer the caller reuses).
 pub(crate) fn rewrite_event_into(
     out: &mut Vec<u8>,

@@ -9,6 +9,40 @@ use crate::http::push_hex;
 /// Appends one event. `data` is split on line breaks into several `data:` lines, so a payload
 /// with newlines can never end the event early or inject a field.
 pub fn push_event(out: &mut Vec<u8>, id: Option<&[u8]>, retry_ms: Option<u64>, data: &[u8]) {
+    push_fields(out, id, retry_ms);
+    if data.is_empty() {
+        out.extend_from_slice(b"data: \n");
+    }
+    push_data_lines(out, data);
+    out.push(b'\n');
+}
+
+/// [`push_event`] of the data `head` then `data` without joining them (a replay ring keeps a
+/// progress notification's fixed opening apart, issue 43 §2). `head` holds no line break, so
+/// it opens the first `data:` line.
+pub(crate) fn push_event_after(
+    out: &mut Vec<u8>,
+    id: Option<&[u8]>,
+    retry_ms: Option<u64>,
+    head: &[u8],
+    data: &[u8],
+) {
+    if head.is_empty() {
+        return push_event(out, id, retry_ms, data);
+    }
+    debug_assert!(memchr::memchr2(b'\n', b'\r', head).is_none(), "head holds no line break");
+    push_fields(out, id, retry_ms);
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(head);
+    let end = memchr::memchr2(b'\n', b'\r', data).unwrap_or(data.len());
+    out.extend_from_slice(&data[..end]);
+    out.push(b'\n');
+    push_data_lines(out, after_line_break(data, end));
+    out.push(b'\n');
+}
+
+/// The `id:` and `retry:` fields of an event, when given.
+fn push_fields(out: &mut Vec<u8>, id: Option<&[u8]>, retry_ms: Option<u64>) {
     if let Some(id) = id {
         out.extend_from_slice(b"id: ");
         out.extend_from_slice(id);
@@ -19,9 +53,10 @@ pub fn push_event(out: &mut Vec<u8>, id: Option<&[u8]>, retry_ms: Option<u64>, d
         crate::digits::push_decimal(out, ms);
         out.push(b'\n');
     }
-    if data.is_empty() {
-        out.extend_from_slice(b"data: \n");
-    }
+}
+
+/// One `data:` line per line of `data` (none when it is empty).
+fn push_data_lines(out: &mut Vec<u8>, data: &[u8]) {
     let mut rest = data;
     while !rest.is_empty() {
         // SIMD: a JSON payload (no raw line break) is one search, not a test per byte (~4
@@ -30,16 +65,20 @@ pub fn push_event(out: &mut Vec<u8>, id: Option<&[u8]>, retry_ms: Option<u64>, d
         out.extend_from_slice(b"data: ");
         out.extend_from_slice(&rest[..end]);
         out.push(b'\n');
-        let mut skip = end;
-        if rest.get(skip) == Some(&b'\r') {
-            skip += 1;
-        }
-        if rest.get(skip) == Some(&b'\n') {
-            skip += 1;
-        }
-        rest = &rest[skip..];
+        rest = after_line_break(rest, end);
     }
-    out.push(b'\n');
+}
+
+/// `data` after the line that ends at `end` and its line break (CR, LF or CRLF).
+fn after_line_break(data: &[u8], end: usize) -> &[u8] {
+    let mut skip = end;
+    if data.get(skip) == Some(&b'\r') {
+        skip += 1;
+    }
+    if data.get(skip) == Some(&b'\n') {
+        skip += 1;
+    }
+    &data[skip..]
 }
 
 /// Appends a keep-alive comment line.
@@ -111,6 +150,20 @@ mod tests {
             let want: Vec<&str> = data.split('\n').filter(|l| !l.is_empty()).collect();
             let got: Vec<&str> = events[0].1.split('\n').filter(|l| !l.is_empty()).collect();
             prop_assert_eq!(got, want);
+        }
+
+        // Goal: an event written as a head without line breaks and the rest (a replay ring's
+        // elided prefix) is byte for byte the event of the joined data. Method: both ways, any
+        // data with line breaks (CR, LF, CRLF), empty heads and data included.
+        #[test]
+        fn head_then_data_is_the_joined_event(
+            head in "[ -~]{0,20}", data in "[ -~\r\n]{0,80}", retry in any::<bool>()
+        ) {
+            let retry = retry.then_some(1000);
+            let (mut split, mut joined) = (Vec::new(), Vec::new());
+            push_event_after(&mut split, Some(b"7"), retry, head.as_bytes(), data.as_bytes());
+            push_event(&mut joined, Some(b"7"), retry, format!("{head}{data}").as_bytes());
+            prop_assert_eq!(split, joined);
         }
     }
 }

@@ -6,7 +6,9 @@
 //! Owns: session-wide event sequence numbers ([`EventSeq`], strictly increasing from 1; 0 means
 //! "none"), the slot array (slot of an event = `seq & mask`, so a lookup by id is O(1) at any
 //! capacity), the one buffer the held payloads lie in (appending copies into it, so after it
-//! has grown to what the ring holds an append allocates nothing), FIFO eviction under the `--replay-events` / `--replay-bytes` bounds, and the
+//! has grown to what the ring holds an append allocates nothing; a progress notification's
+//! fixed 77-byte opening is not stored but flagged in its slot and given back on reads as
+//! [`Event::prefix`], issue 43 §2), FIFO eviction under the `--replay-events` / `--replay-bytes` bounds, and the
 //! per-stream chains (`next_in_stream`) that let a replay visit only its own stream's events:
 //! O(events replayed), never a scan of the ring.
 //!
@@ -27,8 +29,8 @@ mod tests;
 pub use ring::Ring;
 #[cfg(test)]
 use ring::{
-    Replay, PAYLOAD_BUFFER_INITIAL_BYTES, PAYLOAD_BUFFER_SHRINK_ABOVE, PAYLOAD_BUFFER_SLACK,
-    SLOTS_INITIAL,
+    Replay, ELIDED_PREFIX, PAYLOAD_BUFFER_INITIAL_BYTES, PAYLOAD_BUFFER_SHRINK_ABOVE,
+    PAYLOAD_BUFFER_SLACK, SLOTS_INITIAL,
 };
 
 /// Names one SSE stream of a session. Assigned by the `stream` module; the ring only compares
@@ -46,12 +48,44 @@ pub struct EventSeq(pub u64);
 pub struct Event<'a> {
     pub stream: StreamKey,
     pub seq: EventSeq,
-    /// The SSE `data` to re-send; empty for priming events (CONTRACT §3). It lies in the
-    /// ring's payload buffer.
+    /// The SSE `data` began with the opening the ring does not store (a progress
+    /// notification's fixed prefix, [`Event::prefix`]); the data to re-send is `prefix()`
+    /// then `payload`. A flag, not the slice: every lookup returns an `Event` (callgrind, echo).
+    pub elided: bool,
+    /// The rest of the SSE `data` to re-send; both are empty for priming events (CONTRACT §3).
+    /// It lies in the ring's payload buffer.
     pub payload: &'a [u8],
     /// The next event of the same stream; `Some` exactly when that event has been appended
     /// (it is then held too, because eviction is oldest-first).
     pub next_in_stream: Option<EventSeq>,
+}
+
+impl<'a> Event<'a> {
+    /// The opening of the data that the ring did not store, or nothing. It holds no line
+    /// break.
+    pub fn prefix(&self) -> &'static [u8] {
+        if self.elided {
+            ring::ELIDED_PREFIX
+        } else {
+            b""
+        }
+    }
+
+    /// Length of the data as appended (`prefix()` then `payload`).
+    pub fn len(&self) -> usize {
+        self.prefix().len() + self.payload.len()
+    }
+
+    /// A priming event: no data at all.
+    pub fn is_empty(&self) -> bool {
+        !self.elided && self.payload.is_empty()
+    }
+
+    /// The data as appended, in one slice: `Some` when the ring holds it whole (nothing
+    /// elided, as for every final response: those open with `{"jsonrpc":"2.0","id":`).
+    pub fn whole(&self) -> Option<&'a [u8]> {
+        (!self.elided).then_some(self.payload)
+    }
 }
 
 /// What one eviction removed; the `stream` layer uses it to record gaps and to move its
@@ -64,7 +98,8 @@ pub struct Evicted {
     /// stream's newest, even if the append that caused the eviction belongs to the same stream:
     /// the callback fires before the new event is stored.
     pub next_in_stream: Option<EventSeq>,
-    /// The evicted payload's length (the stream layer keeps per-stream unwritten bytes).
+    /// The evicted payload's length as appended (the stream layer keeps per-stream unwritten
+    /// bytes).
     pub bytes: usize,
 }
 

@@ -12,6 +12,7 @@ use std::num::NonZeroU64;
 use super::{Event, EventSeq, Evicted, ReplayError, StreamKey};
 use crate::config::{REPLAY_BYTES_MOST, REPLAY_EVENTS_MOST};
 use crate::fasthash::SequenceMap;
+use crate::wire::notification::PROGRESS_PREFIX;
 
 /// Slots allocated by the first append (fewer when `events_max` is smaller). An idle session
 /// allocates none; a session that has emitted a handful of events holds 16 × 24 bytes (and its
@@ -39,6 +40,18 @@ pub(super) const PAYLOAD_BUFFER_SHRINK_ABOVE: usize = 4096;
 /// times apart, so a ring never alternates between them).
 pub(super) const PAYLOAD_BUFFER_SLACK: usize = 8;
 
+/// The opening of a payload the ring does not store (issue 43 §2): every
+/// `notifications/progress` starts with these 77 bytes, over half of a stamped `slow_counter`
+/// event (~130 B), and a live call's ring holds hundreds of them (300 after 30 s at 10/s).
+/// An event starting with it keeps only the bytes after it, and a flag in its slot; reads
+/// give it back as [`Event::prefix`].
+pub(super) const ELIDED_PREFIX: &[u8] = PROGRESS_PREFIX;
+
+/// The bit of `Slot::next_after` that says the payload's `ELIDED_PREFIX` was not stored. Free:
+/// a successor's distance is below `events_max` ≤ `REPLAY_EVENTS_MOST` = 2^31.
+const ELIDED: u32 = 1 << 31;
+const _: () = assert!(REPLAY_EVENTS_MOST <= ELIDED as usize);
+
 /// One held event. 24 bytes (40 before issue 43 §2: the offset, length and successor were
 /// 64-bit; at 10 events/s a live stream holds 300 after 30 s): where its payload lies in the
 /// ring's buffer, its sequence number, its successor's distance and the stream key.
@@ -46,10 +59,12 @@ struct Slot {
     /// This event's sequence number, kept to assert that the slot matches the lookup.
     seq: NonZeroU64,
     stream: StreamKey,
-    /// The stream's next event is `seq + next_after`; 0 until it is appended (see [`Event`]).
-    /// Both are held then, so the distance is below `events_max` (≤ `REPLAY_EVENTS_MOST`).
+    /// The stream's next event is `seq + (next_after & !ELIDED)`; 0 until it is appended (see
+    /// [`Event`]). Both are held then, so the distance is below `events_max` (≤
+    /// `REPLAY_EVENTS_MOST`). The `ELIDED` bit is set exactly when the payload began with
+    /// `ELIDED_PREFIX` and only the bytes after it are stored.
     next_after: u32,
-    /// The payload is `buffer[at..at + len]` (`at` is 0 for an empty payload); both fit in
+    /// The stored payload is `buffer[at..at + len]` (`at` is 0 for an empty one); both fit in
     /// 32 bits because `bytes_max` does (`REPLAY_BYTES_MOST`).
     at: u32,
     len: u32,
@@ -64,14 +79,41 @@ impl Slot {
         self.at as usize
     }
 
-    /// Length of the payload.
+    /// Length of the stored payload (without an elided prefix).
     fn len(&self) -> usize {
         self.len as usize
     }
 
+    /// The opening of the payload that is not stored: `ELIDED_PREFIX` or nothing.
+    fn prefix(&self) -> &'static [u8] {
+        if self.next_after & ELIDED == 0 {
+            b""
+        } else {
+            ELIDED_PREFIX
+        }
+    }
+
+    /// Length of the payload as appended: what `bytes` and `bytes_max` count.
+    fn whole_len(&self) -> usize {
+        self.prefix().len() + self.len()
+    }
+
+    /// Distance to the stream's next event; 0 until it is appended.
+    fn distance(&self) -> u32 {
+        self.next_after & !ELIDED
+    }
+
     /// The stream's next held event, if appended.
     fn next(&self) -> Option<NonZeroU64> {
-        NonZeroU64::new(self.next_after.into()).and_then(|after| self.seq.checked_add(after.get()))
+        NonZeroU64::new(self.distance().into()).and_then(|after| self.seq.checked_add(after.get()))
+    }
+}
+
+/// `payload` as the ring stores it: without `ELIDED_PREFIX` when it starts with it.
+fn stored_form(payload: &[u8]) -> (bool, &[u8]) {
+    match payload.strip_prefix(ELIDED_PREFIX) {
+        Some(rest) => (true, rest),
+        None => (false, payload),
     }
 }
 
@@ -96,6 +138,8 @@ struct PayloadBuffer {
     start: usize,
     /// Offset the next payload is written at when it fits there.
     end: usize,
+    /// Stored bytes held (payloads without their elided prefixes): at most the ring's `bytes`.
+    held: usize,
     /// `Some(offset)` while the held bytes wrap: those before the wrap end at `offset`.
     wrap_at: Option<usize>,
 }
@@ -120,7 +164,9 @@ pub struct Ring {
     head: u64,
     /// Sequence number the next append receives. Starts at 1 and only grows.
     tail: u64,
-    /// Sum of held payload lengths; ≤ `bytes_max`.
+    /// Sum of held payload lengths as appended (an elided prefix counts); ≤ `bytes_max`. The
+    /// buffer holds at most this many bytes, so `bytes_max` bounds it (and
+    /// `--core-buffer-bytes`, which sums it, bounds the core's payloads).
     bytes: usize,
     /// Bound on held events (`--replay-events`); a power of two ≥ 1.
     events_max: usize,
@@ -147,12 +193,14 @@ impl PayloadBuffer {
         }
         let at = self.end;
         self.end += len;
+        self.held += len;
         Some(at)
     }
 
-    /// Frees the oldest payload (`len` bytes at `at`); `held` bytes are left after it.
-    fn release(&mut self, at: usize, len: usize, held: usize) {
-        if held == 0 {
+    /// Frees the oldest stored payload (`len` bytes at `at`).
+    fn release(&mut self, at: usize, len: usize) {
+        self.held = self.held.checked_sub(len).expect("invariant: held counts every payload");
+        if self.held == 0 {
             // Nothing held: the next payload starts at the front.
             (self.start, self.end, self.wrap_at) = (0, 0, None);
             return;
@@ -243,7 +291,8 @@ impl Ring {
         if self.len() == self.slots().len() {
             self.grow();
         }
-        let at = self.place(payload);
+        let (elided, stored) = stored_form(payload);
+        let at = self.place(stored);
         let seq = NonZeroU64::new(self.tail).expect("invariant: tail starts at 1 and only grows");
         self.tail = self.tail.checked_add(1).expect("invariant: 2^64 events are never appended");
         if let Some(prev) = self.stream_newest.insert(stream, seq) {
@@ -251,19 +300,20 @@ impl Ring {
             let prev_slot =
                 self.storage().slots[index].as_mut().expect("invariant: a stream's newest is held");
             assert!(prev_slot.seq == prev, "invariant: slot holds the stream's newest event");
-            assert!(prev_slot.next_after == 0, "invariant: a stream's newest has no successor");
+            assert!(prev_slot.distance() == 0, "invariant: a stream's newest has no successor");
             assert!(prev < seq, "invariant: sequence numbers strictly increase");
-            // Both held: the distance is below events_max ≤ REPLAY_EVENTS_MOST.
-            prev_slot.next_after =
+            // Both held: the distance is below events_max ≤ REPLAY_EVENTS_MOST < ELIDED.
+            let distance =
                 u32::try_from(seq.get() - prev.get()).expect("invariant: within events_max");
+            prev_slot.next_after |= distance;
         }
         self.bytes += payload.len();
         assert!(self.bytes <= self.bytes_max, "invariant: bytes within bytes_max");
         let index = self.index(seq.get());
         let free = &mut self.storage().slots[index];
         assert!(free.is_none(), "invariant: the slot of tail is free");
-        *free =
-            Some(Slot { seq, stream, next_after: 0, at: narrow(at), len: narrow(payload.len()) });
+        let next_after = if elided { ELIDED } else { 0 };
+        *free = Some(Slot { seq, stream, next_after, at: narrow(at), len: narrow(stored.len()) });
         assert!(self.head <= self.tail, "invariant: head ≤ tail");
         assert!(self.len() <= self.slots().len(), "invariant: held events fit the slots");
         EventSeq(seq.get())
@@ -284,6 +334,7 @@ impl Ring {
         Some(Event {
             stream: slot.stream,
             seq,
+            elided: slot.next_after & ELIDED != 0,
             payload: &storage.payloads.bytes[slot.at()..slot.at() + slot.len()],
             next_in_stream: slot.next().map(|next| EventSeq(next.get())),
         })
@@ -389,12 +440,13 @@ impl Ring {
         let slot =
             storage.slots[index].take().expect("invariant: every seq in head..tail has a slot");
         assert!(slot.seq.get() == head, "invariant: slot of head holds head");
-        let bytes =
-            bytes.checked_sub(slot.len()).expect("invariant: bytes counts every held payload");
-        storage.payloads.release(slot.at(), slot.len(), bytes);
+        let bytes = bytes
+            .checked_sub(slot.whole_len())
+            .expect("invariant: bytes counts every held payload");
+        storage.payloads.release(slot.at(), slot.len());
         self.head += 1;
         self.bytes = bytes;
-        if slot.next_after == 0 {
+        if slot.distance() == 0 {
             let newest = self.stream_newest.remove(&slot.stream);
             assert!(newest == Some(slot.seq), "invariant: a chain's end is its stream's newest");
         }
@@ -402,17 +454,18 @@ impl Ring {
             stream: slot.stream,
             seq: EventSeq(slot.seq.get()),
             next_in_stream: slot.next().map(|next| EventSeq(next.get())),
-            bytes: slot.len(),
+            bytes: slot.whole_len(),
         }
     }
 
-    /// Copies `payload` into the buffer, where `bytes` held bytes before it leave room within
-    /// `bytes_max` (the caller evicted for it), and returns its offset.
+    /// Copies `payload` (its stored form) into the buffer, where the stored bytes held before
+    /// it leave room within `bytes_max` (the caller evicted for its whole length, which is at
+    /// least this), and returns its offset.
     fn place(&mut self, payload: &[u8]) -> usize {
         if payload.is_empty() {
             return 0;
         }
-        let needed = self.bytes + payload.len();
+        let needed = self.storage().payloads.held + payload.len();
         let capacity = self.storage().payloads.bytes.len();
         if capacity > PAYLOAD_BUFFER_SHRINK_ABOVE && needed * PAYLOAD_BUFFER_SLACK < capacity {
             self.relocate_to(needed, Some((2 * needed).max(PAYLOAD_BUFFER_INITIAL_BYTES)));
@@ -420,7 +473,7 @@ impl Ring {
         let at = match self.storage().payloads.reserve(payload.len()) {
             Some(at) => at,
             None => {
-                self.relocate(self.bytes + payload.len());
+                self.relocate(needed);
                 let payloads = &mut self.storage().payloads;
                 payloads.reserve(payload.len()).expect("invariant: relocated to fit")
             }
@@ -519,7 +572,7 @@ impl Ring {
             }
             expect = slot.at() + slot.len();
         }
-        if self.bytes > 0 {
+        if p.held > 0 {
             assert_eq!(expect, p.end);
         }
     }
@@ -532,13 +585,14 @@ impl Ring {
         assert!(self.slots().len() <= self.events_max);
         assert!(self.slots().is_empty() || self.slots().len().is_power_of_two());
         assert!(self.bytes <= self.bytes_max);
-        let mut bytes = 0;
+        let (mut bytes, mut stored) = (0, 0);
         let mut newest: std::collections::HashMap<StreamKey, NonZeroU64> =
             std::collections::HashMap::new();
         for seq in self.head..self.tail {
             let slot = self.slots()[self.index(seq)].as_ref().expect("held slot");
             assert_eq!(slot.seq.get(), seq);
-            bytes += slot.len();
+            bytes += slot.whole_len();
+            stored += slot.len();
             assert!(slot.at() + slot.len() <= self.capacity_bytes());
             newest.insert(slot.stream, slot.seq);
             if let Some(next) = slot.next() {
@@ -553,6 +607,9 @@ impl Ring {
             }
         }
         assert_eq!(bytes, self.bytes);
+        let held = self.storage.as_deref().map_or(0, |storage| storage.payloads.held);
+        assert_eq!(stored, held);
+        assert!(held <= self.bytes);
         assert!(self.capacity_bytes() <= self.bytes_max);
         self.check_payload_order();
         let held = self.slots().iter().filter(|slot| slot.is_some()).count();

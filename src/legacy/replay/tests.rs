@@ -10,8 +10,8 @@ use proptest::prelude::*;
 use crate::config::REPLAY_BYTES_MOST;
 
 use super::{
-    EventSeq, Evicted, ReplayError, Ring, StreamKey, PAYLOAD_BUFFER_INITIAL_BYTES,
-    PAYLOAD_BUFFER_SHRINK_ABOVE, PAYLOAD_BUFFER_SLACK, SLOTS_INITIAL,
+    Event, EventSeq, Evicted, ReplayError, Ring, StreamKey, ELIDED_PREFIX,
+    PAYLOAD_BUFFER_INITIAL_BYTES, PAYLOAD_BUFFER_SHRINK_ABOVE, PAYLOAD_BUFFER_SLACK, SLOTS_INITIAL,
 };
 
 const A: StreamKey = StreamKey(1);
@@ -31,6 +31,11 @@ fn append(ring: &mut Ring, stream: StreamKey, len: usize) -> (EventSeq, Vec<Evic
         ring.try_append(stream, payload(tag, len), |e| evicted.push(e)).expect("payload fits");
     ring.check_invariants();
     (seq, evicted)
+}
+
+/// An event's data as appended: its elided prefix, if any, then its stored bytes.
+fn whole(event: &Event<'_>) -> Bytes {
+    Bytes::from([event.prefix(), event.payload].concat())
 }
 
 fn seqs(replay: super::Replay<'_>) -> Vec<u64> {
@@ -499,6 +504,43 @@ fn evictions_are_reported_in_seq_order() {
     assert_eq!(ring.newest_in_stream(A), None);
 }
 
+// Goal: issue 43 §2, a progress notification's fixed opening is not stored: the buffer grows
+// by the bytes after it only, while `bytes` and `bytes_max` (and each eviction's report) count
+// the whole payload, so the byte budget stays a bound on what the buffer holds; every read gives
+// the opening back as `prefix`, and a payload that is only the opening is not a priming event.
+// Method: 100 progress-like payloads of 53 bytes after the prefix in a ring bounded by bytes,
+// then one that is exactly the prefix; compare accounting, capacity, reads and evictions.
+#[test]
+fn progress_opening_is_counted_but_not_stored() {
+    let whole_len = ELIDED_PREFIX.len() + 53;
+    let bytes_max = 64 * whole_len;
+    let mut ring = Ring::new(1 << 10, bytes_max);
+    let mut evicted = Vec::new();
+    for tag in 1..=100u64 {
+        let data = [ELIDED_PREFIX, &payload(tag, 53)].concat();
+        ring.try_append(A, &data, |e| evicted.push(e)).expect("fits");
+        ring.check_invariants();
+    }
+    assert_eq!(ring.len(), 64, "the byte budget counts whole payloads");
+    assert_eq!(ring.bytes(), 64 * whole_len);
+    assert_eq!(evicted.len(), 36);
+    assert!(evicted.iter().all(|e| e.bytes == whole_len), "evictions report whole payloads");
+    assert!(ring.capacity_bytes() <= 2 * 64 * 53, "only the bytes after the opening are held");
+    for event in ring.replay_after(A, EventSeq(40)) {
+        assert_eq!(event.prefix(), ELIDED_PREFIX);
+        assert_eq!(event.payload, &payload(event.seq.0, 53)[..]);
+        assert_eq!((event.len(), event.whole()), (whole_len, None));
+    }
+    let seq = ring.try_append(B, ELIDED_PREFIX, |_| {}).expect("fits");
+    ring.check_invariants();
+    let event = ring.get(seq).expect("held");
+    assert_eq!((event.prefix(), event.payload), (ELIDED_PREFIX, &b""[..]));
+    assert!(!event.is_empty(), "the opening alone is data, not a priming event");
+    let plain = ring.try_append(B, b"{\"jsonrpc\":\"2.0\",\"id\":1}", |_| {}).expect("fits");
+    let event = ring.get(plain).expect("held");
+    assert_eq!(event.whole(), Some(&b"{\"jsonrpc\":\"2.0\",\"id\":1}"[..]));
+}
+
 // Goal: Debug output names counters, never payload bytes (STYLE: never log payloads).
 #[test]
 fn debug_omits_payloads() {
@@ -563,15 +605,28 @@ impl Model {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Append { stream: u32, len: usize },
-    Get { pick: u64 },
-    ReplayAfter { stream: u32, pick: u64 },
-    IterFrom { pick: u64 },
+    /// `elided`: the payload opens with `ELIDED_PREFIX` (a progress notification).
+    Append {
+        stream: u32,
+        len: usize,
+        elided: bool,
+    },
+    Get {
+        pick: u64,
+    },
+    ReplayAfter {
+        stream: u32,
+        pick: u64,
+    },
+    IterFrom {
+        pick: u64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (1u32..=5, 0usize..=64).prop_map(|(stream, len)| Op::Append { stream, len }),
+        4 => (1u32..=5, 0usize..=64, any::<bool>())
+            .prop_map(|(stream, len, elided)| Op::Append { stream, len, elided }),
         1 => any::<u64>().prop_map(|pick| Op::Get { pick }),
         2 => (1u32..=5, any::<u64>()).prop_map(|(stream, pick)| Op::ReplayAfter { stream, pick }),
         1 => any::<u64>().prop_map(|pick| Op::IterFrom { pick }),
@@ -592,7 +647,7 @@ proptest! {
     #[test]
     fn ring_matches_model(
         events_max in (0u32..=6).prop_map(|k| 1usize << k),
-        bytes_max in 1usize..=512,
+        bytes_max in 1usize..=1024,
         ops in proptest::collection::vec(op(), 0..300),
     ) {
         let mut ring = Ring::new(events_max, bytes_max);
@@ -600,7 +655,9 @@ proptest! {
         let mut len_max_seen = 0usize;
         for op in ops {
             match op {
-                Op::Append { stream, len } => check_append(&mut ring, &mut model, stream, len)?,
+                Op::Append { stream, len, elided } => {
+                    check_append(&mut ring, &mut model, stream, len, elided)?
+                }
                 Op::Get { pick } => check_get(&ring, &model, pick_seq(&model, pick))?,
                 Op::ReplayAfter { stream, pick } => {
                     check_replay_after(&ring, &model, StreamKey(stream), pick_seq(&model, pick))?
@@ -618,9 +675,11 @@ fn check_append(
     model: &mut Model,
     stream: u32,
     len: usize,
+    elided: bool,
 ) -> Result<(), TestCaseError> {
     let stream = StreamKey(stream);
     let content = payload(model.next_seq, len);
+    let content = if elided { Bytes::from([ELIDED_PREFIX, &content].concat()) } else { content };
     let mut evicted = Vec::new();
     let got = ring.try_append(stream, content.clone(), |e| evicted.push(e));
     let next_before = model.next_seq;
@@ -645,7 +704,8 @@ fn check_get(ring: &Ring, model: &Model, seq: EventSeq) -> Result<(), TestCaseEr
             let got = got.expect("held in model");
             prop_assert_eq!(got.seq, seq);
             prop_assert_eq!(got.stream, *stream);
-            prop_assert_eq!(got.payload, content);
+            prop_assert_eq!(whole(&got), content);
+            prop_assert_eq!(got.len(), content.len());
             let next = model.stream_from(*stream, seq.0 + 1).first().copied();
             prop_assert_eq!(got.next_in_stream, next);
         }
@@ -662,7 +722,7 @@ fn check_replay_after(
     let replay = ring.replay_after(stream, after);
     let unknown = replay.start_unknown();
     let got: Vec<(StreamKey, EventSeq, Bytes)> =
-        replay.map(|e| (e.stream, e.seq, Bytes::copy_from_slice(e.payload))).collect();
+        replay.map(|e| (e.stream, e.seq, whole(&e))).collect();
     match model.get(after) {
         Some((held_stream, _, _)) if *held_stream == stream => {
             prop_assert!(!unknown);

@@ -20,8 +20,6 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Instant;
 
-use bytes::Bytes;
-
 use crate::legacy::replay::{EventSeq, Evicted, Ring, StreamKey};
 use crate::provider::{Caller, LogLevel};
 use crate::signal::Signal;
@@ -801,11 +799,11 @@ impl Session {
             })
             .ok()?;
         if let Some(mirror) = self.mirror.as_mut() {
-            // The ring's own bytes, copied: into its run for a gathered event, into its record
-            // for one queued alone.
-            if let Some(event) = self.ring.get(seq) {
+            // The appended bytes, copied: into its run for a gathered event, into its record
+            // for one queued alone (the ring may hold them without their opening).
+            if self.ring.get(seq).is_some() {
                 let first_kept = evicted_any.then(|| self.ring.oldest().map_or(seq.0, |s| s.0));
-                let (stream, payload) = (key.0, event.payload);
+                let stream = key.0;
                 let appended =
                     SessionChange::EventAppended { stream, seq: seq.0, payload, first_kept };
                 if mirror.observe(appended) {
@@ -1073,7 +1071,7 @@ impl Session {
         let mut sent = Unwritten::default();
         if let Some(first) = first {
             for ev in self.ring.iter_from(first).take_while(|ev| ev.seq <= seq) {
-                sent.add(Unwritten { bytes: ev.payload.len(), events: 1 });
+                sent.add(Unwritten { bytes: ev.len(), events: 1 });
             }
         }
         let Some(s) = self.streams.get_mut(&key) else { return };
@@ -1139,7 +1137,9 @@ impl Session {
             Run::Running => None,
             Run::Dropped => Some(None),
             Run::Finished { final_seq, .. } => {
-                Some(self.ring.get(final_seq).filter(|e| e.stream == key).map(|e| e.payload))
+                // A final response opens with `{"jsonrpc":"2.0","id":`, so the ring holds it
+                // whole (the assertion before `EVENT_ID_LEN_MAX`).
+                Some(self.ring.get(final_seq).filter(|e| e.stream == key).and_then(|e| e.whole()))
             }
         }
     }
@@ -1528,7 +1528,7 @@ impl Session {
                 .map(|e| EventImage {
                     seq: e.seq.0,
                     stream: e.stream.0,
-                    data: Bytes::copy_from_slice(e.payload),
+                    data: [e.prefix(), e.payload].concat().into(),
                 })
                 .collect(),
             None => Vec::new(),
@@ -1624,6 +1624,19 @@ impl CoreTally {
         self.live.set(self.live.get().saturating_sub(live));
     }
 }
+
+// `final_payload` lends a final response from the ring as one slice: a final response opens
+// with `RESPONSE_PREFIX`, which parts from the opening the ring does not store
+// (`PROGRESS_PREFIX`) before either ends, so the ring always holds a final response whole.
+const _: () = {
+    use crate::wire::{jsonrpc::RESPONSE_PREFIX, notification::PROGRESS_PREFIX};
+    let (response, elided) = (RESPONSE_PREFIX, PROGRESS_PREFIX);
+    let mut at = 0;
+    while at < response.len() && at < elided.len() && response[at] == elided[at] {
+        at += 1;
+    }
+    assert!(at < response.len() && at < elided.len(), "a response could open as progress");
+};
 
 /// Longest wire event id: 8 + 1 + 8 + 1 + 16 hex digits and dashes.
 pub(crate) const EVENT_ID_LEN_MAX: usize = 34;

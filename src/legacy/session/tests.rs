@@ -2,6 +2,7 @@
 //! positions are right across evictions. Method: drive `Session` directly, no I/O.
 use super::*;
 use crate::config::Config;
+use bytes::Bytes;
 
 fn session() -> Session {
     let cfg = Config::test_min();
