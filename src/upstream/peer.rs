@@ -533,6 +533,13 @@ impl Peer {
         }
     }
 
+    /// The answer to request `id` with its result's text, read by the stdio reader's scan of
+    /// a plain answer (`line_head::plain_answer`): as `receive_members` takes that message.
+    pub(crate) fn answered(&self, id: u64, result: Box<RawValue>) {
+        let Some(pending) = self.state.borrow_mut().pending.remove(&id) else { return };
+        pending.slot.fill(Answer::Result(result));
+    }
+
     /// A response to one of our requests: its `result` and `error` members.
     fn answer(&self, id: &Value, result: Option<Box<RawValue>>, error: Option<Value>) {
         let Some(id) = id.as_u64() else { return };
