@@ -73,12 +73,9 @@ struct Slot {
 }
 
 impl Slot {
-    fn new() -> Slot {
-        Slot {
-            answer: RefCell::new(None),
-            waker: RefCell::new(None),
-            heard: Cell::new(Instant::now()),
-        }
+    /// A slot for a request sent at `sent`.
+    fn new(sent: Instant) -> Slot {
+        Slot { answer: RefCell::new(None), waker: RefCell::new(None), heard: Cell::new(sent) }
     }
 
     fn fill(&self, answer: Answer) {
@@ -273,7 +270,10 @@ impl Peer {
         call: Option<CallContext>,
         timeout: Duration,
     ) -> Result<Box<RawValue>, ProviderError> {
-        let slot = Rc::new(Slot::new());
+        // One clock read for the slot and the deadlines: the send between them takes no time
+        // that matters to a timeout in seconds (each read is ~60 instructions a call).
+        let sent = Instant::now();
+        let slot = Rc::new(Slot::new(sent));
         let id = {
             let mut state = self.state.borrow_mut();
             if let Some(why) = &state.gone {
@@ -298,7 +298,7 @@ impl Peer {
             return Err(self.fault(&why));
         }
         let is_call = call.is_some();
-        let answer = self.wait(&Filled(slot), is_call, timeout).await;
+        let answer = self.wait(&Filled(slot), is_call, (sent, timeout)).await;
         let mut guard = guard;
         match answer {
             Answer::Result(result) => {
@@ -321,14 +321,18 @@ impl Peer {
         }
     }
 
-    /// Waits for `filled` until its deadline: `timeout` from now, or for a tool call (`is_call`)
-    /// `timeout` since the upstream last sent for it or was last held back, within
-    /// `--upstream-call-max-secs` from now.
-    async fn wait(&self, filled: &Filled, is_call: bool, timeout: Duration) -> Answer {
-        let started = Instant::now();
+    /// Waits for `filled` until its deadline: `timeout` from `started` (its send), or for a tool
+    /// call (`is_call`) `timeout` since the upstream last sent for it or was last held back,
+    /// within `--upstream-call-max-secs` from `started`.
+    async fn wait(
+        &self,
+        filled: &Filled,
+        is_call: bool,
+        (started, timeout): (Instant, Duration),
+    ) -> Answer {
         let total = if is_call { self.call_max } else { timeout };
+        let mut now = started;
         loop {
-            let now = Instant::now();
             let idle_end =
                 if is_call { self.idle_from(&filled.0, now) + timeout } else { started + timeout };
             let end = idle_end.min(started + total);
@@ -337,7 +341,7 @@ impl Peer {
             {
                 return answer;
             }
-            let now = Instant::now();
+            now = Instant::now();
             if now.duration_since(started) >= total {
                 return Answer::Late(if is_call { Late::Total } else { Late::Idle });
             }
