@@ -10,7 +10,8 @@
 //! message's own. Never: allocates, reads past the prefix, or guesses.
 //!
 //! The same reading finds a whole line that is a plain answer (`plain_answer`): the stdio
-//! reader takes such a line without running `serde_json` over the members around its result.
+//! reader, and the HTTP transport for a body or event, take such a message without running
+//! `serde_json` over the members around its result.
 
 use serde_json::value::RawValue;
 

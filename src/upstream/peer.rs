@@ -537,8 +537,8 @@ impl Peer {
         }
     }
 
-    /// The answer to request `id` with its result's text, read by the stdio reader's scan of
-    /// a plain answer (`line_head::plain_answer`): as `receive_members` takes that message.
+    /// The answer to request `id` with its result's text, read by a transport's scan of a
+    /// plain answer (`line_head::plain_answer`): as `receive_members` takes that message.
     pub(crate) fn answered(&self, id: u64, result: Box<RawValue>) {
         let Some(pending) = self.state.borrow_mut().pending.remove(&id) else { return };
         pending.slot.fill(Answer::Result(result));

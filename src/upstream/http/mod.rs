@@ -50,6 +50,7 @@ use serde_json::json;
 
 use super::credentials::Credentials;
 use super::exchange::{self, ExchangeError};
+use super::line_head;
 use super::peer::{Incoming, Peer, Transport};
 use super::settings::Settings;
 use crate::provider::{Caller, Value};
@@ -1274,6 +1275,13 @@ impl Stream {
     /// One JSON object to the peer read into its members (`peer::Incoming`): a tool call's
     /// result stays the upstream's text, passed on to the client as it is.
     fn deliver_members(&mut self, link: &Link, data: &[u8]) {
+        // Most are a call's answer: its members scanned, only the result checked as JSON (as
+        // the stdio reader takes its lines).
+        if let Some((id, result)) = line_head::plain_answer(data) {
+            self.answered |= self.awaited.as_ref().and_then(Value::as_u64) == Some(id);
+            let Some(peer) = link.peer.upgrade() else { return };
+            return peer.answered(id, result.to_owned());
+        }
         let incoming: Incoming = match serde_json::from_slice(data) {
             Ok(incoming) => incoming,
             Err(_) => {
