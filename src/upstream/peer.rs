@@ -47,6 +47,18 @@ pub(crate) trait Transport {
         let _ = (caller, trace);
         self.send(message)
     }
+    /// `send_as` for request `id` of `method` (`request`): a transport that must know them
+    /// (HTTP: what its POST waits for) takes them from here instead of reading the message.
+    fn send_request(
+        &self,
+        message: Vec<u8>,
+        request: (u64, &str),
+        caller: Option<&Caller>,
+        trace: Option<TraceParent>,
+    ) -> Result<(), String> {
+        let _ = request;
+        self.send_as(message, caller, trace)
+    }
     /// Ends the transport (the child is stopped, the HTTP session deleted); `Peer::closed`
     /// follows.
     fn shutdown(&self);
@@ -219,20 +231,23 @@ impl Peer {
         trace: Option<TraceParent>,
     ) -> Result<(), String> {
         let bytes = serde_json::to_vec(message).map_err(|e| e.to_string())?;
-        self.send_bytes(bytes, caller, trace)
+        self.send_bytes(bytes, None, caller, trace)
     }
 
-    /// Sends one message already encoded (a whole JSON object, no newline).
+    /// Sends one message already encoded (a whole JSON object, no newline); `request`: its id
+    /// and method when it is one of our requests (`Transport::send_request`).
     fn send_bytes(
         &self,
         bytes: Vec<u8>,
+        request: Option<(u64, &str)>,
         caller: Option<&Caller>,
         trace: Option<TraceParent>,
     ) -> Result<(), String> {
         let transport = self.transport.borrow().clone();
-        match transport {
-            Some(t) => t.send_as(bytes, caller, trace),
-            None => Err("not connected".to_owned()),
+        match (transport, request) {
+            (Some(t), Some(request)) => t.send_request(bytes, request, caller, trace),
+            (Some(t), None) => t.send_as(bytes, caller, trace),
+            (None, _) => Err("not connected".to_owned()),
         }
     }
 
@@ -291,7 +306,7 @@ impl Peer {
         let trace = call.as_ref().and_then(CallContext::trace);
         let message = encode_request(id, method, params, call.is_some(), trace.as_ref());
         let caller = call.as_ref().and_then(CallContext::caller);
-        if let Err(why) = self.send_bytes(message, caller, trace) {
+        if let Err(why) = self.send_bytes(message, Some((id, method)), caller, trace) {
             let mut guard = guard;
             guard.done = true;
             self.forget(id);
