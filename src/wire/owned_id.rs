@@ -66,6 +66,10 @@ pub(crate) fn parse_hex(text: &[u8]) -> Option<u128> {
     if text.is_empty() || text.len() > 32 {
         return None;
     }
+    if text.len() == 32 {
+        // An owned id's random part, on every request that names a session.
+        return hex_32(text);
+    }
     // Two 64-bit halves: a `u128` shift is three instructions a digit.
     let (high, low) = text.split_at(text.len().saturating_sub(16));
     let mut seen = 0u8;
@@ -100,6 +104,38 @@ fn hex_u64(digits: &[u8], seen: &mut u8) -> u64 {
     })
 }
 
+/// 32 digits' value, eight at a time (`hex_8`): a session id's parse took 283 instructions
+/// with the table, `parse_hex` takes 168 this way (callgrind, issue 40's sixth step).
+fn hex_32(text: &[u8]) -> Option<u128> {
+    let mut value = 0u128;
+    for chunk in text.chunks_exact(8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        value = value << 32 | u128::from(hex_8(u64::from_be_bytes(word))?);
+    }
+    Some(value)
+}
+
+/// Eight lower-case hex digits (the first in the top byte of `word`) as their value, all eight
+/// checked and converted at once (SWAR): a byte below 0x80 plus `0x80 - c` has its top bit set
+/// exactly when it is at least `c`, and no sum carries into the next byte.
+fn hex_8(word: u64) -> Option<u32> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const TOPS: u64 = ONES * 0x80;
+    let at_least = |c: u8| word.wrapping_add(ONES * u64::from(0x80 - c)) & TOPS;
+    let digit = at_least(b'0') & !at_least(b'9' + 1);
+    let letter = at_least(b'a') & !at_least(b'f' + 1);
+    if word & TOPS != 0 || digit | letter != TOPS {
+        return None;
+    }
+    // Each byte's value: its low nibble, plus 9 for a letter ('a' is 0x61).
+    let nibbles = (word & (ONES * 0x0f)) + (letter >> 7) * 9;
+    let pairs = (nibbles | nibbles >> 4) & 0x00ff_00ff_00ff_00ff;
+    let quads = (pairs | pairs >> 8) & 0x0000_ffff_0000_ffff;
+    // Lossless: the eight digits' 32 bits, in the low half.
+    Some((quads | quads >> 16) as u32)
+}
+
 /// `n`'s low hex digits, as many as `out` holds, most significant first.
 fn put_fixed_hex(out: &mut [u8], mut n: u128) {
     for digit in out.iter_mut().rev() {
@@ -125,6 +161,25 @@ mod tests {
         let rest_not_hex = format!("2c0003{}", "g".repeat(32));
         assert_eq!(owner_prefix(rest_not_hex.as_bytes()), Some((0x2c, 3)));
         assert_eq!(parse(rest_not_hex.as_bytes()), None);
+    }
+
+    /// Goal: the eight-at-a-time reading refuses each byte next to the digit ranges at every
+    /// position and reads every digit at every position. Method: one byte of 32 replaced.
+    #[test]
+    fn hex_32_checks_every_byte() {
+        let valid = b"0123456789abcdeffedcba9876543210";
+        for at in 0..32 {
+            for bad in [b'/', b':', b'`', b'g', b'@', b'A', b'F', b' ', 0, 0x7f, 0x80, 0xb0, 0xff] {
+                let mut text = *valid;
+                text[at] = bad;
+                assert_eq!(parse_hex(&text), None, "{bad:#x} at {at}");
+            }
+            for (digit, value) in b"0123456789abcdef".iter().zip(0u128..) {
+                let mut text = [b'0'; 32];
+                text[at] = *digit;
+                assert_eq!(parse_hex(&text), Some(value << (4 * (31 - at))), "{digit} at {at}");
+            }
+        }
     }
 
     proptest! {

@@ -191,7 +191,12 @@ impl ToolAnswer<'_> {
         match self {
             ToolAnswer::Value(_) | ToolAnswer::Json(_) => return false,
             ToolAnswer::Text(text) => {
-                push_text_result(out, |out| serde_json::to_writer(out, text.as_ref()));
+                push_text_result(out, |out| {
+                    if crate::wire::jsonrpc::push_plain_json_str(out, text) {
+                        return Ok(());
+                    }
+                    serde_json::to_writer(out, text.as_ref())
+                });
             }
             ToolAnswer::Count(n) => push_text_result(out, |out| {
                 out.push(b'"');
@@ -589,8 +594,12 @@ mod tests {
         // serializes to, escaping included (issue 40 §1 keeps the answer bytes). Method: texts
         // with quotes, backslashes, control characters and non-ASCII; counts at the edges.
         let texts = ["", "x", "héllo \"x\"", "a\\b\n\t\r\u{1}\u{1f}", "😀 </script>", "\u{2028}"];
+        // Plain texts at and over the length written without the encoder, and 0x7f.
+        let (at, over) = ("p".repeat(128), "q".repeat(129));
+        let plain = ["0123456789abcdef", "\u{7f} ~", at.as_str(), over.as_str()];
         let answers = texts
             .iter()
+            .chain(plain.iter())
             .map(|t| ToolAnswer::Text(Cow::Borrowed(t)))
             .chain([0, 7, u64::MAX].map(ToolAnswer::Count));
         for answer in answers {
