@@ -325,14 +325,13 @@ impl Bridge {
     /// Tells the breaker how an admitted call (`probe`: the half-open one) ended; a cancelled
     /// call says nothing of the upstream.
     pub(super) fn judge<T>(&self, answer: &ProviderResult<T>, probe: bool) {
-        let now = Instant::now();
         if matches!(answer, Err(ProviderError::Cancelled)) {
             if probe {
-                self.breaker.probe_abandoned(now);
+                self.breaker.probe_abandoned(Instant::now());
             }
             return;
         }
-        match self.breaker.record(breaker::is_failure(answer), now) {
+        match self.breaker.record(breaker::is_failure(answer), Instant::now) {
             Transition::Opened => {
                 if let Some((metrics, index)) = &self.calls {
                     metrics.hist.upstream_health(*index).breaker_opened.inc();

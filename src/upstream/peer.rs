@@ -47,6 +47,18 @@ pub(crate) trait Transport {
         let _ = (caller, trace);
         self.send(message)
     }
+    /// `send_as` for request `id` of `method` (`request`): a transport that must know them
+    /// (HTTP: what its POST waits for) takes them from here instead of reading the message.
+    fn send_request(
+        &self,
+        message: Vec<u8>,
+        request: (u64, &str),
+        caller: Option<&Caller>,
+        trace: Option<TraceParent>,
+    ) -> Result<(), String> {
+        let _ = request;
+        self.send_as(message, caller, trace)
+    }
     /// Ends the transport (the child is stopped, the HTTP session deleted); `Peer::closed`
     /// follows.
     fn shutdown(&self);
@@ -73,12 +85,9 @@ struct Slot {
 }
 
 impl Slot {
-    fn new() -> Slot {
-        Slot {
-            answer: RefCell::new(None),
-            waker: RefCell::new(None),
-            heard: Cell::new(Instant::now()),
-        }
+    /// A slot for a request sent at `sent`.
+    fn new(sent: Instant) -> Slot {
+        Slot { answer: RefCell::new(None), waker: RefCell::new(None), heard: Cell::new(sent) }
     }
 
     fn fill(&self, answer: Answer) {
@@ -222,20 +231,23 @@ impl Peer {
         trace: Option<TraceParent>,
     ) -> Result<(), String> {
         let bytes = serde_json::to_vec(message).map_err(|e| e.to_string())?;
-        self.send_bytes(bytes, caller, trace)
+        self.send_bytes(bytes, None, caller, trace)
     }
 
-    /// Sends one message already encoded (a whole JSON object, no newline).
+    /// Sends one message already encoded (a whole JSON object, no newline); `request`: its id
+    /// and method when it is one of our requests (`Transport::send_request`).
     fn send_bytes(
         &self,
         bytes: Vec<u8>,
+        request: Option<(u64, &str)>,
         caller: Option<&Caller>,
         trace: Option<TraceParent>,
     ) -> Result<(), String> {
         let transport = self.transport.borrow().clone();
-        match transport {
-            Some(t) => t.send_as(bytes, caller, trace),
-            None => Err("not connected".to_owned()),
+        match (transport, request) {
+            (Some(t), Some(request)) => t.send_request(bytes, request, caller, trace),
+            (Some(t), None) => t.send_as(bytes, caller, trace),
+            (None, _) => Err("not connected".to_owned()),
         }
     }
 
@@ -273,7 +285,10 @@ impl Peer {
         call: Option<CallContext>,
         timeout: Duration,
     ) -> Result<Box<RawValue>, ProviderError> {
-        let slot = Rc::new(Slot::new());
+        // One clock read for the slot and the deadlines: the send between them takes no time
+        // that matters to a timeout in seconds (each read is ~60 instructions a call).
+        let sent = Instant::now();
+        let slot = Rc::new(Slot::new(sent));
         let id = {
             let mut state = self.state.borrow_mut();
             if let Some(why) = &state.gone {
@@ -291,14 +306,14 @@ impl Peer {
         let trace = call.as_ref().and_then(CallContext::trace);
         let message = encode_request(id, method, params, call.is_some(), trace.as_ref());
         let caller = call.as_ref().and_then(CallContext::caller);
-        if let Err(why) = self.send_bytes(message, caller, trace) {
+        if let Err(why) = self.send_bytes(message, Some((id, method)), caller, trace) {
             let mut guard = guard;
             guard.done = true;
             self.forget(id);
             return Err(self.fault(&why));
         }
         let is_call = call.is_some();
-        let answer = self.wait(&Filled(slot), is_call, timeout).await;
+        let answer = self.wait(&Filled(slot), is_call, (sent, timeout)).await;
         let mut guard = guard;
         match answer {
             Answer::Result(result) => {
@@ -321,14 +336,18 @@ impl Peer {
         }
     }
 
-    /// Waits for `filled` until its deadline: `timeout` from now, or for a tool call (`is_call`)
-    /// `timeout` since the upstream last sent for it or was last held back, within
-    /// `--upstream-call-max-secs` from now.
-    async fn wait(&self, filled: &Filled, is_call: bool, timeout: Duration) -> Answer {
-        let started = Instant::now();
+    /// Waits for `filled` until its deadline: `timeout` from `started` (its send), or for a tool
+    /// call (`is_call`) `timeout` since the upstream last sent for it or was last held back,
+    /// within `--upstream-call-max-secs` from `started`.
+    async fn wait(
+        &self,
+        filled: &Filled,
+        is_call: bool,
+        (started, timeout): (Instant, Duration),
+    ) -> Answer {
         let total = if is_call { self.call_max } else { timeout };
+        let mut now = started;
         loop {
-            let now = Instant::now();
             let idle_end =
                 if is_call { self.idle_from(&filled.0, now) + timeout } else { started + timeout };
             let end = idle_end.min(started + total);
@@ -337,7 +356,7 @@ impl Peer {
             {
                 return answer;
             }
-            let now = Instant::now();
+            now = Instant::now();
             if now.duration_since(started) >= total {
                 return Answer::Late(if is_call { Late::Total } else { Late::Idle });
             }
@@ -531,6 +550,13 @@ impl Peer {
                 tracing::warn!(upstream = %self.name, "upstream sent a message without method or id")
             }
         }
+    }
+
+    /// The answer to request `id` with its result's text, read by a transport's scan of a
+    /// plain answer (`line_head::plain_answer`): as `receive_members` takes that message.
+    pub(crate) fn answered(&self, id: u64, result: Box<RawValue>) {
+        let Some(pending) = self.state.borrow_mut().pending.remove(&id) else { return };
+        pending.slot.fill(Answer::Result(result));
     }
 
     /// A response to one of our requests: its `result` and `error` members.

@@ -204,7 +204,7 @@ impl Bridge {
         if link.down.get() {
             return Err(self.fault("down (an optional upstream): its tools return when it answers"));
         }
-        let probe = match self.breaker.admit(Instant::now()) {
+        let probe = match self.breaker.admit(Instant::now) {
             Admission::Pass => false,
             Admission::Probe => true,
             Admission::Reject { retry_in } => {
