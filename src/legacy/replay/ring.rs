@@ -110,7 +110,16 @@ impl Slot {
 }
 
 /// `payload` as the ring stores it: without `ELIDED_PREFIX` when it starts with it.
+/// Every append asks, so the prefix's last word is compared first (one load and compare): a
+/// final response (`{"jsonrpc":"2.0","id":…`) shares the prefix's first 17 bytes and took the
+/// whole compare's ~45 instructions on each echo (callgrind).
+#[inline]
 fn stored_form(payload: &[u8]) -> (bool, &[u8]) {
+    const LEN: usize = ELIDED_PREFIX.len();
+    let last_word = |bytes: &[u8]| -> Option<[u8; 8]> { bytes.get(LEN - 8..LEN)?.try_into().ok() };
+    if last_word(payload) != last_word(ELIDED_PREFIX) {
+        return (false, payload);
+    }
     match payload.strip_prefix(ELIDED_PREFIX) {
         Some(rest) => (true, rest),
         None => (false, payload),
