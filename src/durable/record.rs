@@ -21,7 +21,7 @@ pub(crate) struct EventImage {
     pub(crate) seq: u64,
     /// The stream it belongs to.
     pub(crate) stream: u32,
-    /// The SSE payload exactly as the ring holds it (empty for a priming event).
+    /// The SSE payload exactly as it was appended to the ring (empty for a priming event).
     pub(crate) data: Bytes,
 }
 
