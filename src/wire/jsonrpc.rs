@@ -916,11 +916,7 @@ const PLAIN_STR_BYTES_MAX: usize = 128;
 /// it is, without the encoder's per-string set-up and its piecewise writes (most of a short
 /// key's cost: callgrind); any other through the encoder.
 fn write_json_str<W: io::Write>(text: &str, out: &mut W) {
-    if text.len() <= PLAIN_STR_BYTES_MAX && !escapes(text.as_bytes()) {
-        let _ = out.write_all(b"\"");
-        let _ = out.write_all(text.as_bytes());
-        let _ = out.write_all(b"\"");
-    } else {
+    if !push_plain_json_str(out, text) {
         let _ = simd_json::BorrowedValue::from(text).write(out);
     }
 }
@@ -930,14 +926,14 @@ fn write_json_str<W: io::Write>(text: &str, out: &mut W) {
 /// `false`, with nothing written, otherwise. A built-in tool's text answer goes out this way
 /// (`ToolAnswer::push_text_json`): `serde_json`'s string writer took 178 instructions for
 /// echo's 16 bytes (callgrind, issue 40's sixth step).
-pub(crate) fn push_plain_json_str(out: &mut Vec<u8>, text: &str) -> bool {
+/// The fast path of `write_json_str` too, so the two encoders' plain strings are one rule.
+pub(crate) fn push_plain_json_str<W: io::Write>(out: &mut W, text: &str) -> bool {
     if text.len() > PLAIN_STR_BYTES_MAX || escapes(text.as_bytes()) {
         return false;
     }
-    out.reserve(text.len() + 2);
-    out.push(b'"');
-    out.extend_from_slice(text.as_bytes());
-    out.push(b'"');
+    let _ = out.write_all(b"\"");
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.write_all(b"\"");
     true
 }
 
