@@ -555,15 +555,19 @@ impl Peer {
     /// The answer to request `id` with its result's text, read by a transport's scan of a
     /// plain answer (`line_head::plain_answer`): as `receive_members` takes that message.
     pub(crate) fn answered(&self, id: u64, result: Box<RawValue>) {
+        self.settle(id, || Answer::Result(result));
+    }
+
+    /// Fills the slot of our request `id`, if still pending, with what `answer` makes.
+    fn settle(&self, id: u64, answer: impl FnOnce() -> Answer) {
         let Some(pending) = self.state.borrow_mut().pending.remove(&id) else { return };
-        pending.slot.fill(Answer::Result(result));
+        pending.slot.fill(answer());
     }
 
     /// A response to one of our requests: its `result` and `error` members.
     fn answer(&self, id: &Value, result: Option<Box<RawValue>>, error: Option<Value>) {
         let Some(id) = id.as_u64() else { return };
-        let Some(pending) = self.state.borrow_mut().pending.remove(&id) else { return };
-        let answer = match (result, error) {
+        self.settle(id, || match (result, error) {
             (Some(result), _) => Answer::Result(result),
             (None, Some(error)) => Answer::Error(error),
             (None, None) => Answer::Error(wire::error_object(
@@ -571,8 +575,7 @@ impl Peer {
                 "upstream response without result or error",
                 None,
             )),
-        };
-        pending.slot.fill(answer);
+        });
     }
 
     /// A running tool call whose client has not been written its share of the call's messages
