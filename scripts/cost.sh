@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Usage: scripts/cost.sh [--runs K] [--scenarios LIST] [--requests N] [--rate R]
-#                        [--budgets FILE] [--out DIR] [--no-build]
+#                        [--budgets FILE] [--out DIR] [--server-bin PATH] [--no-build]
 #
 # The cost gate: callgrind instructions per request of the release server, one scenario at a
 # time, against the budgets committed in benches/cost-budgets.txt. Each measurement is
@@ -29,6 +29,9 @@
 #   --rate R           requests a second (default 200: about 15 s of load per measurement)
 #   --budgets FILE     budgets file (default benches/cost-budgets.txt)
 #   --out DIR          callgrind output (default target/bench/cost)
+#   --server-bin PATH  server binary to measure (default target/release/tidemark), e.g. a
+#                      before-binary copied aside, for a before/after on one machine; the
+#                      stdio child and the load generator stay this tree's release builds
 #   --no-build         use the release binaries already built
 set -euo pipefail
 
@@ -40,6 +43,7 @@ RATE=200
 BUDGETS="$ROOT/benches/cost-budgets.txt"
 OUT="$ROOT/target/bench/cost"
 BUILD=1
+SERVER_BIN="$ROOT/target/release/tidemark"
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -49,6 +53,7 @@ while [ $# -gt 0 ]; do
         --rate) RATE="$2"; shift 2 ;;
         --budgets) BUDGETS="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
+        --server-bin) SERVER_BIN="$2"; shift 2 ;;
         --no-build) BUILD=0; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "cost.sh: unknown flag $1 (see --help)" >&2; exit 2 ;;
@@ -56,6 +61,7 @@ while [ $# -gt 0 ]; do
 done
 [ "$RUNS" -ge 1 ] 2>/dev/null || { echo "cost.sh: --runs K, K >= 1" >&2; exit 2; }
 [ -r "$BUDGETS" ] || { echo "cost.sh: no budgets file $BUDGETS" >&2; exit 2; }
+[ -x "$SERVER_BIN" ] || [ "$BUILD" = 1 ] || { echo "cost.sh: no server binary $SERVER_BIN" >&2; exit 2; }
 
 if [ "$BUILD" = 1 ]; then
     (cd "$ROOT" && cargo build --release --quiet -p tidemark -p tidemark-load)
@@ -71,7 +77,8 @@ budget_of() {
 measure() {
     local out="$OUT/$1-$2" line
     line="$("$ROOT/scripts/callgrind.sh" --no-build --scenario "$1" --connections 1 \
-        --requests "$REQUESTS" --rate "$RATE" --count requests --out "$out" | tail -n 1)"
+        --requests "$REQUESTS" --rate "$RATE" --count requests --server-bin "$SERVER_BIN" \
+        --out "$out" | tail -n 1)"
     case "$line" in
         "callgrind: $1 "*) echo "$line" | awk '{ print $3 }' ;;
         *) echo "cost.sh: callgrind.sh gave no count for $1 (see $out)" >&2; return 1 ;;
