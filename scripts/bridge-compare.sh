@@ -24,7 +24,11 @@
 #   direct            tidemark-load stdio-direct: the load tool spawns ECHO itself and calls it
 #                     over its stdin/stdout, one call at a time, no HTTP
 #   c1                `tidemark-load echo --connections 1 --sessions 1` against tidemark in both
-#                     isolation modes: the same calls through tidemark
+#                     isolation modes: the same calls through tidemark; and against the bare
+#                     relay (`tidemark-bare --relay ECHO`, loadtest/src/bin/tidemark-bare.rs: an
+#                     HTTP POST's body written to one child's stdin, its reply line sent back, the
+#                     pipes used blocking, no MCP): the least a relay through a third process adds
+#                     on this machine, the floor under the added-latency goal
 #
 # http (--only http): the same echo scenario toward a Streamable HTTP MCP server, the rmcp
 # peer (target/peer-rmcp/release/tidemark-peer-rmcp, loadtest/peer-rmcp: rmcp's own server,
@@ -139,6 +143,7 @@ wanted_http() { wanted rmcp-direct || wanted tidemark-http || wanted c1-http || 
 
 TIDEMARK_BIN="${SERVER_BIN_FLAG:-$ROOT/target/release/tidemark}"
 LOAD_BIN="$ROOT/target/release/tidemark-load"
+BARE_BIN="$ROOT/target/release/tidemark-bare"
 # Relative to the root, as a user would write it in --upstream (the script runs from $ROOT).
 ECHO_BIN="target/release/tidemark-stdio-echo"
 PEER_TARGET="$ROOT/target/peer-rmcp"
@@ -168,6 +173,7 @@ if [ "$BUILD" = 1 ]; then
     fi
 fi
 NEEDED=("$LOAD_BIN" "$ROOT/$ECHO_BIN")
+if wanted c1; then NEEDED+=("$BARE_BIN"); fi
 if wanted_http; then NEEDED+=("$PEER_BIN"); fi
 for bin in "${NEEDED[@]}"; do
     [ -x "$bin" ] || { echo "bridge-compare.sh: $bin is missing (build it or drop --no-build)" >&2; exit 2; }
@@ -311,6 +317,7 @@ CMDLINE[tidemark-session]="tidemark --listen 127.0.0.1:0 --threads 1 --upstream 
 CMDLINE[tidemark-shared]="${CMDLINE[tidemark-session]} --upstream-isolation shared"
 CMDLINE[mcp-proxy]="mcp-proxy --host 127.0.0.1 --port PORT --server stream -- $ECHO_BIN"
 CMDLINE[supergateway]="supergateway --stdio $ECHO_BIN --outputTransport streamableHttp --stateful --port PORT --logLevel none"
+CMDLINE[bare-relay]="tidemark-bare --listen 127.0.0.1:0 --relay $ECHO_BIN"
 CMDLINE[rmcp-direct]="tidemark-peer-rmcp --listen 127.0.0.1:0 --threads 1 (PEER)"
 CMDLINE[tidemark-http]="tidemark --listen 127.0.0.1:0 --threads 1 --upstream http://127.0.0.1:PEER/mcp"
 CMDLINE[contextforge]="env -C $CF_DIR JWT_SECRET_KEY=… AUTH_ENCRYPTION_SECRET=… BASIC_AUTH_PASSWORD=… PLATFORM_ADMIN_PASSWORD=… DEFAULT_USER_PASSWORD=… PLATFORM_ADMIN_EMAIL=admin@example.com DATABASE_URL=sqlite:///$CF_DIR/mcp.db CACHE_TYPE=memory SSRF_ALLOW_LOCALHOST=true USE_STATEFUL_SESSIONS=true RATE_LIMITING_ENABLED=false LOG_LEVEL=ERROR mcpgateway --host 127.0.0.1 --port PORT"
@@ -319,6 +326,7 @@ declare -A LABEL=(
     [tidemark-shared]="tidemark shared"
     [mcp-proxy]="mcp-proxy"
     [supergateway]="supergateway"
+    [bare-relay]="bare relay"
     [rmcp-direct]="rmcp direct"
     [tidemark-http]="tidemark fronting rmcp"
     [contextforge]="contextforge fronting rmcp"
@@ -405,6 +413,8 @@ start() { # SERVER LOG
                 echo "bridge-compare.sh: $1 did not start (attempt $attempt of 3)" >&2
             done
             exit 1 ;;
+        bare-relay)
+            start_server "$2" "${PIN_SERVER[@]}" "$BARE_BIN" --listen 127.0.0.1:0 --relay "$ECHO_BIN" ;;
         rmcp-direct)
             start_server "$2" "${PIN_SERVER[@]}" "$PEER_BIN" --listen 127.0.0.1:0 --threads 1 ;;
         tidemark-http)
@@ -497,7 +507,7 @@ for s in tidemark-session tidemark-shared mcp-proxy supergateway rmcp-direct tid
 done
 C1_SERVERS=()
 if wanted c1; then
-    C1_SERVERS=(tidemark-session tidemark-shared)
+    C1_SERVERS=(tidemark-session tidemark-shared bare-relay)
 fi
 # The HTTP paths at concurrency 1, rotated per round like the echo runs.
 C1_HTTP=()
@@ -632,7 +642,7 @@ if (stdioRun) console.log("\nRatios: calls/s = tidemark ÷ the better bridge (by
   "mean the server's CPU was taken by other work.");
 const goalUs = 20; // issue 43: tidemark adds at most 20 µs at p50 over calling the server directly
 const direct = fig(find("stdio direct c1"));
-const c1 = ["tidemark per-session c1", "tidemark shared c1"].map((l) => [l, fig(find(l))]).filter(([, f]) => f);
+const c1 = ["tidemark per-session c1", "tidemark shared c1", "bare relay c1"].map((l) => [l, fig(find(l))]).filter(([, f]) => f);
 if (direct || c1.length) {
   console.log(`\nAdded latency at concurrency 1 (one call in flight; target: tidemark adds ≤ ${goalUs} µs at p50):\n`);
   console.log("| path | p50 µs | p99 µs | calls/s | added p50 µs | added p99 µs |");
@@ -640,7 +650,8 @@ if (direct || c1.length) {
   if (direct) console.log(`| stdio direct (no HTTP)${direct.ok ? "" : " (FAILED)"} | ${us(direct.p50)} | ${us(direct.p99)} | ${int(direct.cps)} | | |`);
   for (const [label, f] of c1) {
     const added = direct ? [f.p50 - direct.p50, f.p99 - direct.p99] : null;
-    const verdict = added ? (added[0] <= goalUs ? " (met)" : " (missed)") : "";
+    const floor = label.startsWith("bare relay");
+    const verdict = !added ? "" : floor ? " (the floor)" : added[0] <= goalUs ? " (met)" : " (missed)";
     console.log(`| through ${label.replace(/ c1$/, "")}${f.ok ? "" : " (FAILED)"} | ${us(f.p50)} | ${us(f.p99)} | ` +
       `${int(f.cps)} | ${added ? us(added[0]) + verdict : ""} | ${added ? us(added[1]) : ""} |`);
   }

@@ -15,10 +15,24 @@
 //! `{"jsonrpc":"2.0","id":ID,"result":{"protocolVersion":"2025-11-25"}}`, ID being the raw bytes
 //! after the body's first `"id":` (no JSON parse; `null` when there is none). The
 //! `protocolVersion` is there for `initialize`; every request gets the same answer.
+//!
+//! With `--relay COMMAND` it is instead the limit of a stdio bridge at one call in flight
+//! (`scripts/bridge-compare.sh`'s `bare-relay`): each worker spawns COMMAND once (split on
+//! whitespace, as tidemark's `stdio:COMMAND ARGS…`), writes every request's body to the child's
+//! stdin as one line, and answers a body with an id by the next line the child writes that
+//! carries an id (`200`, the line as the JSON body), one without an id by `202` and no body.
+//! The child's pipes are used blocking from the worker thread (a blocked read sleeps in the
+//! kernel until the child writes: no poll, no completion queue), which is the cheapest a relay
+//! can be and right only at one call in flight.
 //! Never: parses JSON, reads a chunked body (the connection is closed), or grows its buffers
-//! past `REQUEST_BYTES_MAX` (a larger request closes the connection).
+//! past `REQUEST_BYTES_MAX` (a larger request closes the connection); with `--relay`, serves
+//! two calls at once (a second connection waits behind the call in flight).
 
+use std::cell::RefCell;
+use std::io::{BufRead as _, BufReader, Write as _};
 use std::net::SocketAddr;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::rc::Rc;
 
 use clap::{Parser, ValueEnum};
 use memchr::memmem::Finder;
@@ -43,6 +57,12 @@ const HEAD_BEFORE_LENGTH: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: application
 Mcp-Session-Id: tidemark-bare\r\nContent-Length: ";
 const BODY_BEFORE_ID: &[u8] = br#"{"jsonrpc":"2.0","id":"#;
 const BODY_AFTER_ID: &[u8] = br#","result":{"protocolVersion":"2025-11-25"}}"#;
+/// `--relay`'s answer to a notification (a body without an id): accepted, nothing to say.
+const ACCEPTED: &[u8] = b"HTTP/1.1 202 Accepted\r\nMcp-Session-Id: tidemark-bare\r\n\
+Content-Length: 0\r\n\r\n";
+/// Lines the relay's child may write before the answer to a call (its notifications), past
+/// which the connection is closed rather than read forever.
+const RELAY_LINES_MAX: usize = 1000;
 
 #[derive(Parser, Debug)]
 #[command(version, about = "A bare monoio HTTP/1.1 server: the limit for tidemark's hot path")]
@@ -56,6 +76,10 @@ struct Args {
     /// I/O driver, as tidemark's `--driver`.
     #[arg(long, value_enum, default_value_t = DriverChoice::Auto)]
     driver: DriverChoice,
+    /// Relay every request's body to this stdio command's stdin and answer with its reply
+    /// line (one child per worker): the bare limit of a stdio bridge at one call in flight.
+    #[arg(long, value_name = "COMMAND")]
+    relay: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -88,11 +112,17 @@ fn main() {
         let pin = (threads <= cpus.len()).then(|| cpus[index]);
         let ready = ready_tx.clone();
         let driver = args.driver;
+        let relay = args.relay.clone();
         workers.push(std::thread::spawn(move || {
             if let Some(cpu) = pin {
                 let _ = monoio::utils::bind_to_cpu_set([cpu]);
             }
-            run(driver, listener, ready);
+            let relay = relay.map(|command| {
+                Rc::new(RefCell::new(
+                    Relay::spawn(&command).unwrap_or_else(|e| fail(&format!("--relay: {e}"))),
+                ))
+            });
+            run(driver, listener, relay, ready);
         }));
     }
     let mut got = "";
@@ -177,6 +207,7 @@ fn build_uring() -> Option<(UringRt, &'static str)> {
 fn run(
     choice: DriverChoice,
     listener: std::net::TcpListener,
+    relay: Option<Rc<RefCell<Relay>>>,
     ready: std::sync::mpsc::Sender<Result<&'static str, String>>,
 ) {
     let forced_epoll = std::env::var_os("MONOIO_FORCE_LEGACY_DRIVER").is_some();
@@ -187,7 +218,7 @@ fn run(
     match (uring, choice) {
         (Some((mut rt, name)), _) => {
             let _ = ready.send(Ok(name));
-            rt.block_on(accept_loop(listener));
+            rt.block_on(accept_loop(listener, relay));
         }
         (None, DriverChoice::Uring) => {
             let _ = ready.send(Err("io_uring is not available; use --driver epoll".into()));
@@ -195,7 +226,7 @@ fn run(
         (None, _) => match build_epoll() {
             Ok(mut rt) => {
                 let _ = ready.send(Ok("epoll"));
-                rt.block_on(accept_loop(listener));
+                rt.block_on(accept_loop(listener, relay));
             }
             Err(e) => {
                 let _ = ready.send(Err(format!("epoll runtime failed: {e}")));
@@ -208,14 +239,14 @@ fn build_epoll() -> std::io::Result<EpollRt> {
     monoio::RuntimeBuilder::<monoio::LegacyDriver>::new().enable_timer().build()
 }
 
-async fn accept_loop(listener: std::net::TcpListener) {
+async fn accept_loop(listener: std::net::TcpListener, relay: Option<Rc<RefCell<Relay>>>) {
     let listener = monoio::net::TcpListener::from_std(listener)
         .unwrap_or_else(|e| fail(&format!("listener could not join the runtime: {e}")));
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
                 let _ = stream.set_nodelay(true);
-                monoio::spawn(serve(stream));
+                monoio::spawn(serve(stream, relay.clone()));
             }
             // EMFILE and the like: wait instead of spinning.
             Err(_) => monoio::time::sleep(std::time::Duration::from_millis(10)).await,
@@ -224,7 +255,7 @@ async fn accept_loop(listener: std::net::TcpListener) {
 }
 
 /// One connection until the peer closes it or sends what this server does not take.
-async fn serve(mut stream: TcpStream) {
+async fn serve(mut stream: TcpStream, relay: Option<Rc<RefCell<Relay>>>) {
     let id_marker = Finder::new(b"\"id\":");
     let mut input: Vec<u8> = Vec::with_capacity(REQUEST_BYTES_MAX);
     let mut output: Vec<u8> = Vec::with_capacity(WRITE_BUFFER_BYTES);
@@ -232,9 +263,17 @@ async fn serve(mut stream: TcpStream) {
         let mut taken = 0;
         loop {
             match request(&input[taken..], &id_marker) {
-                Parsed::Complete { len, id } => {
-                    let id = id.map(|(from, to)| &input[taken + from..taken + to]);
-                    answer(&mut output, id.unwrap_or(b"null"));
+                Parsed::Complete { len, body_from, id } => {
+                    let request = &input[taken..taken + len];
+                    let id = id.map(|(from, to)| &request[from..to]);
+                    if let Some(relay) = &relay {
+                        if relay.borrow_mut().call(&request[body_from..], id, &mut output).is_err()
+                        {
+                            return;
+                        }
+                    } else {
+                        answer(&mut output, id.unwrap_or(b"null"));
+                    }
                     taken += len;
                 }
                 Parsed::Partial => break,
@@ -268,8 +307,9 @@ async fn serve(mut stream: TcpStream) {
 /// What the front of a connection's input holds.
 #[derive(Debug, PartialEq, Eq)]
 enum Parsed {
-    /// One whole request of `len` bytes; `id`: where its raw id value lies in it.
-    Complete { len: usize, id: Option<(usize, usize)> },
+    /// One whole request of `len` bytes, its body from `body_from`; `id`: where its raw id
+    /// value lies in it.
+    Complete { len: usize, body_from: usize, id: Option<(usize, usize)> },
     /// Not all of it yet.
     Partial,
     /// Not HTTP/1.1 this server takes (bad head, chunked body, bad or huge `Content-Length`).
@@ -300,7 +340,7 @@ fn request(input: &[u8], id_marker: &Finder<'_>) -> Parsed {
         return Parsed::Partial;
     }
     let id = raw_id(&input[head_len..len], id_marker).map(|(a, b)| (head_len + a, head_len + b));
-    Parsed::Complete { len, id }
+    Parsed::Complete { len, body_from: head_len, id }
 }
 
 fn decimal(text: &[u8]) -> Option<usize> {
@@ -334,9 +374,78 @@ fn raw_id(body: &[u8], id_marker: &Finder<'_>) -> Option<(usize, usize)> {
 fn answer(output: &mut Vec<u8>, id: &[u8]) {
     let body_len = BODY_BEFORE_ID.len() + id.len() + BODY_AFTER_ID.len();
     output.extend_from_slice(HEAD_BEFORE_LENGTH);
+    push_decimal(output, body_len);
+    output.extend_from_slice(b"\r\n\r\n");
+    output.extend_from_slice(BODY_BEFORE_ID);
+    output.extend_from_slice(id);
+    output.extend_from_slice(BODY_AFTER_ID);
+}
+
+/// `--relay`'s child and its pipes, used blocking (see the module doc).
+struct Relay {
+    _child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    /// The reply line read; reused.
+    line: Vec<u8>,
+    /// The request line written (body and newline: one write); reused.
+    request: Vec<u8>,
+}
+
+impl Relay {
+    fn spawn(command: &str) -> std::io::Result<Relay> {
+        let mut words = command.split_whitespace();
+        let program = words.next().ok_or_else(|| std::io::Error::other("an empty command"))?;
+        let mut child = Command::new(program)
+            .args(words)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let stdin = child.stdin.take().ok_or_else(|| std::io::Error::other("no stdin"))?;
+        let stdout = child.stdout.take().ok_or_else(|| std::io::Error::other("no stdout"))?;
+        Ok(Relay {
+            _child: child,
+            stdin,
+            stdout: BufReader::new(stdout),
+            line: Vec::new(),
+            request: Vec::new(),
+        })
+    }
+
+    /// Writes `body` to the child as one line; for a call (`id`), reads the child's reply and
+    /// appends the HTTP answer carrying it, else appends `202`.
+    fn call(
+        &mut self,
+        body: &[u8],
+        id: Option<&[u8]>,
+        output: &mut Vec<u8>,
+    ) -> std::io::Result<()> {
+        self.request.clear();
+        self.request.extend_from_slice(body);
+        self.request.push(b'\n');
+        self.stdin.write_all(&self.request)?;
+        if id.is_none() {
+            output.extend_from_slice(ACCEPTED);
+            return Ok(());
+        }
+        for _ in 0..RELAY_LINES_MAX {
+            self.line.clear();
+            if self.stdout.read_until(b'\n', &mut self.line)? == 0 {
+                return Err(std::io::Error::other("the child closed its stdout"));
+            }
+            let reply = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
+            if memchr::memmem::find(reply, b"\"id\"").is_some() {
+                respond(output, reply);
+                return Ok(());
+            }
+        }
+        Err(std::io::Error::other("no reply within RELAY_LINES_MAX lines"))
+    }
+}
+
+fn push_decimal(output: &mut Vec<u8>, mut n: usize) {
     let mut digits = [0u8; 20];
     let mut at = digits.len();
-    let mut n = body_len;
     loop {
         at -= 1;
         digits[at] = b'0' + (n % 10) as u8;
@@ -346,10 +455,14 @@ fn answer(output: &mut Vec<u8>, id: &[u8]) {
         }
     }
     output.extend_from_slice(&digits[at..]);
+}
+
+/// Appends a `200` carrying `body` as it is.
+fn respond(output: &mut Vec<u8>, body: &[u8]) {
+    output.extend_from_slice(HEAD_BEFORE_LENGTH);
+    push_decimal(output, body.len());
     output.extend_from_slice(b"\r\n\r\n");
-    output.extend_from_slice(BODY_BEFORE_ID);
-    output.extend_from_slice(id);
-    output.extend_from_slice(BODY_AFTER_ID);
+    output.extend_from_slice(body);
 }
 
 #[cfg(test)]
@@ -369,7 +482,7 @@ mod tests {
         input.extend(post(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#));
         let mut ids = Vec::new();
         let mut at = 0;
-        while let Parsed::Complete { len, id } = request(&input[at..], &marker) {
+        while let Parsed::Complete { len, id, .. } = request(&input[at..], &marker) {
             ids.push(id.map(|(a, b)| input[at + a..at + b].to_vec()));
             at += len;
         }
@@ -397,5 +510,24 @@ mod tests {
         assert_eq!(request(chunked, &marker), Parsed::Refused);
         let huge = format!("POST / HTTP/1.1\r\nContent-Length: {}\r\n\r\n", REQUEST_BYTES_MAX + 1);
         assert_eq!(request(huge.as_bytes(), &marker), Parsed::Refused);
+    }
+
+    #[test]
+    fn the_relay_answers_a_call_by_the_childs_line_and_a_notification_by_202() {
+        // `cat` writes back each line it reads: the call's reply is its own request.
+        let mut relay = Relay::spawn("cat").unwrap();
+        let mut out = Vec::new();
+        relay
+            .call(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#, None, &mut out)
+            .unwrap();
+        assert_eq!(out, ACCEPTED);
+        out.clear();
+        let call = br#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#;
+        relay.call(call, Some(b"3"), &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.ends_with(&format!("Content-Length: {}", body.len())));
+        // The notification's line came first and carries no id: it is skipped.
+        assert_eq!(body.as_bytes(), call);
     }
 }
