@@ -62,6 +62,12 @@ pub(crate) trait Transport {
     /// Ends the transport (the child is stopped, the HTTP session deleted); `Peer::closed`
     /// follows.
     fn shutdown(&self);
+    /// An empty buffer for the next message's encoding: one the transport is done with
+    /// (stdio: its stdin queue's emptied buffers), so a steady flow of requests allocates
+    /// none; a new one where it has none to spare.
+    fn lend(&self) -> Vec<u8> {
+        Vec::new()
+    }
 }
 
 /// What the peer tells its owner besides answers.
@@ -304,7 +310,8 @@ impl Peer {
         };
         let guard = InFlight { peer: self, id, done: false };
         let trace = call.as_ref().and_then(CallContext::trace);
-        let message = encode_request(id, method, params, call.is_some(), trace.as_ref());
+        let message = self.transport.borrow().as_ref().map_or_else(Vec::new, |t| t.lend());
+        let message = encode_request(message, id, method, params, call.is_some(), trace.as_ref());
         let caller = call.as_ref().and_then(CallContext::caller);
         if let Err(why) = self.send_bytes(message, Some((id, method)), caller, trace) {
             let mut guard = guard;
@@ -878,13 +885,15 @@ pub(crate) enum Params<'a> {
 /// and, traced, its `traceparent` (the MCP semantic conventions' propagation, for every
 /// transport).
 fn encode_request(
+    mut message: Vec<u8>,
     id: u64,
     method: &str,
     params: Params<'_>,
     is_call: bool,
     trace: Option<&TraceParent>,
 ) -> Vec<u8> {
-    let mut message = Vec::with_capacity(REQUEST_BYTES_HINT);
+    message.clear();
+    message.reserve(REQUEST_BYTES_HINT);
     match params {
         Params::Call { tool, arguments } => {
             let traceparent = trace.map(TraceParent::header_value);

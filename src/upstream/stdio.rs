@@ -51,6 +51,27 @@ pub(crate) enum SpawnError {
 struct WriteQueue {
     bytes: Vec<u8>,
     closed: bool,
+    /// Emptied buffers lent for the next messages' encoding (`Transport::lend`): a message's
+    /// buffer becomes the queue's, the queue's emptied one is kept here, so a steady flow of
+    /// requests allocates none. At most `SPARE_BUFFERS_MAX`, none over `SPARE_BUFFER_BYTES_MAX`.
+    spares: Vec<Vec<u8>>,
+}
+
+/// Emptied stdin buffers a child's queue keeps for lending: the message being encoded, the
+/// one queued, and the one the writer holds are three, so two spares cover the steady state.
+const SPARE_BUFFERS_MAX: usize = 2;
+/// The largest emptied buffer kept for lending (one large request's buffer is freed, not
+/// kept for the child's life).
+const SPARE_BUFFER_BYTES_MAX: usize = 16 * 1024;
+
+impl WriteQueue {
+    fn keep(&mut self, mut emptied: Vec<u8>) {
+        let fits = (1..=SPARE_BUFFER_BYTES_MAX).contains(&emptied.capacity());
+        if fits && self.spares.len() < SPARE_BUFFERS_MAX {
+            emptied.clear();
+            self.spares.push(emptied);
+        }
+    }
 }
 
 /// A running child and the pieces its tasks share.
@@ -213,13 +234,19 @@ impl Transport for StdioTransport {
         }
         message.push(b'\n');
         if queue.bytes.is_empty() {
-            queue.bytes = message;
+            let emptied = std::mem::replace(&mut queue.bytes, message);
+            queue.keep(emptied);
         } else {
             queue.bytes.extend_from_slice(&message);
+            queue.keep(message);
         }
         drop(queue);
         self.queued.notify_all();
         Ok(())
+    }
+
+    fn lend(&self) -> Vec<u8> {
+        self.queue.borrow_mut().spares.pop().unwrap_or_default()
     }
 
     fn shutdown(&self) {
@@ -471,3 +498,25 @@ async fn log_stderr(mut stderr: UnixStream, name: Rc<str>) {
 const STDERR_LINES_PER_SEC: u32 = 50;
 /// Longest stderr line logged (the rest of the line is cut).
 const STDERR_LINE_MAX: usize = 4096;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_queue_keeps_at_most_its_spares_and_none_too_large_or_empty() {
+        let mut queue = WriteQueue::default();
+        queue.keep(Vec::new());
+        queue.keep(Vec::with_capacity(SPARE_BUFFER_BYTES_MAX + 1));
+        assert!(queue.spares.is_empty(), "no capacity, or over the bound: not kept");
+        let mut full = Vec::with_capacity(SPARE_BUFFER_BYTES_MAX);
+        full.extend_from_slice(b"sent");
+        queue.keep(full);
+        for _ in 0..SPARE_BUFFERS_MAX + 2 {
+            queue.keep(Vec::with_capacity(64));
+        }
+        assert_eq!(queue.spares.len(), SPARE_BUFFERS_MAX);
+        assert!(queue.spares.iter().all(Vec::is_empty), "kept emptied");
+        assert_eq!(queue.spares[0].capacity(), SPARE_BUFFER_BYTES_MAX, "the bound itself is kept");
+    }
+}
