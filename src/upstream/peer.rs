@@ -96,6 +96,15 @@ impl Slot {
         Slot { answer: RefCell::new(None), waker: RefCell::new(None), heard: Cell::new(sent) }
     }
 
+    /// The slot emptied for another request (its answer and waker dropped), if nothing else
+    /// holds it.
+    fn emptied(mut slot: Rc<Slot>) -> Option<Rc<Slot>> {
+        let only = Rc::get_mut(&mut slot)?;
+        *only.answer.get_mut() = None;
+        *only.waker.get_mut() = None;
+        Some(slot)
+    }
+
     fn fill(&self, answer: Answer) {
         *self.answer.borrow_mut() = Some(answer);
         if let Some(waker) = self.waker.borrow_mut().take() {
@@ -156,7 +165,14 @@ struct State {
     calls: Vec<u64>,
     /// Why the upstream ended, once it did.
     gone: Option<Rc<str>>,
+    /// Slots of answered requests, emptied, for the next requests (at most `SPARE_SLOTS_MAX`):
+    /// a steady flow of calls allocates none.
+    spare_slots: Vec<Rc<Slot>>,
 }
+
+/// Emptied slots a peer keeps: one per call in flight at a time is reused; more in flight at
+/// once allocate their own, freed when done beyond this many.
+const SPARE_SLOTS_MAX: usize = 4;
 
 /// An MCP client connection to one upstream.
 pub(crate) struct Peer {
@@ -294,19 +310,25 @@ impl Peer {
         // One clock read for the slot and the deadlines: the send between them takes no time
         // that matters to a timeout in seconds (each read is ~60 instructions a call).
         let sent = Instant::now();
-        let slot = Rc::new(Slot::new(sent));
-        let id = {
+        let (slot, id) = {
             let mut state = self.state.borrow_mut();
             if let Some(why) = &state.gone {
                 return Err(self.fault(why));
             }
+            let slot = match state.spare_slots.pop() {
+                Some(spare) => {
+                    spare.heard.set(sent);
+                    spare
+                }
+                None => Rc::new(Slot::new(sent)),
+            };
             let id = state.next_id;
             state.next_id += 1;
             if call.is_some() {
                 state.calls.push(id);
             }
             state.pending.insert(id, Pending { slot: slot.clone(), call: call.clone() });
-            id
+            (slot, id)
         };
         let guard = InFlight { peer: self, id, done: false };
         let trace = call.as_ref().and_then(CallContext::trace);
@@ -320,8 +342,13 @@ impl Peer {
             return Err(self.fault(&why));
         }
         let is_call = call.is_some();
-        let answer = self.wait(&Filled(slot), is_call, (sent, timeout)).await;
+        let filled = Filled(slot);
+        let answer = self.wait(&filled, is_call, (sent, timeout)).await;
         let mut guard = guard;
+        if !matches!(answer, Answer::Late(_)) {
+            // Answered: the pending entry went with the answer, so the slot is ours alone.
+            self.keep_slot(filled.0);
+        }
         match answer {
             Answer::Result(result) => {
                 guard.done = true;
@@ -340,6 +367,14 @@ impl Peer {
             }
             // The guard cancels it upstream.
             Answer::Late(late) => Err(self.late(method, late, timeout)),
+        }
+    }
+
+    /// Keeps an answered request's slot for the next request, within `SPARE_SLOTS_MAX`.
+    fn keep_slot(&self, slot: Rc<Slot>) {
+        let mut state = self.state.borrow_mut();
+        if state.spare_slots.len() < SPARE_SLOTS_MAX {
+            state.spare_slots.extend(Slot::emptied(slot));
         }
     }
 

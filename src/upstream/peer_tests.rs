@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{Peer, PeerEvents, Transport};
+use super::{Peer, PeerEvents, Transport, SPARE_SLOTS_MAX};
 use crate::provider::testing::{run, Call, RecordingSink};
 use crate::provider::{LogLevel, ProviderError, Value};
 
@@ -359,4 +359,37 @@ fn a_message_read_from_its_text_has_the_members_of_its_value() {
         assert!(serde_json::from_str::<Value>(bad).is_err(), "{bad}");
         assert!(serde_json::from_str::<Incoming>(bad).is_err(), "{bad}");
     }
+}
+
+#[test]
+fn an_answered_requests_slot_serves_the_next_and_the_spares_stay_bounded() {
+    run(async {
+        let (peer, wire, _) = peer();
+        // More requests in flight at once than the peer keeps spares for.
+        let calls: Vec<_> = (0..SPARE_SLOTS_MAX + 2)
+            .map(|_| {
+                let p = peer.clone();
+                monoio::spawn(async move { p.request("ping", json!({}), None, LONG).await })
+            })
+            .collect();
+        pause(1).await;
+        assert!(peer.state.borrow().spare_slots.is_empty(), "every slot is in use");
+        for sent in wire.sent.borrow().iter() {
+            peer.receive(json!({ "jsonrpc": "2.0", "id": sent["id"], "result": {} }));
+        }
+        for call in calls {
+            assert_eq!(call.await, Ok(json!({})));
+        }
+        let spares = peer.state.borrow().spare_slots.iter().map(Rc::as_ptr).collect::<Vec<_>>();
+        assert_eq!(spares.len(), SPARE_SLOTS_MAX, "kept up to the bound, the rest freed");
+        // The next request takes a kept slot, emptied: its answer is its own.
+        let p = peer.clone();
+        let next = monoio::spawn(async move { p.request("ping", json!({}), None, LONG).await });
+        pause(1).await;
+        let id = wire.sent.borrow().last().expect("sent")["id"].clone();
+        let in_use = peer.state.borrow().pending.values().next().map(|p| Rc::as_ptr(&p.slot));
+        assert!(in_use.is_some_and(|slot| spares.contains(&slot)), "a kept slot is reused");
+        peer.receive(json!({ "jsonrpc": "2.0", "id": id, "result": { "n": 2 } }));
+        assert_eq!(next.await, Ok(json!({ "n": 2 })));
+    });
 }
