@@ -422,15 +422,15 @@ fn timer_wheel_case(misses: &mut Vec<String>) {
 /// The stdio upstream the bridged case fronts (its allocations are its own process's).
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/stdio_upstream.py");
 
-/// `tools/call echo` through `--upstream stdio:…` (one child per session): the worker's part of
-/// a bridged call, from the client's request to its answer, the child's reply read in between.
-/// Not among issue 40's cases (its goal 0 is for built-in tools); counted since 2026-12-07 at
-/// 11.0–11.5 a call so it cannot grow unseen, 10.0–10.1 since the request is encoded into a
-/// buffer the child's stdin queue lends (`Transport::lend`), 9.1 since an answered request's
-/// slot serves the next (`Peer`'s spare slots). Left: the answer's copy out of the stdout line (`deliver`, and `serde_json`'s nesting stack in
-/// `line_head::plain_answer`), `call_bridge`'s boxed future and
-/// two vectors, the stream's signals and wake forwarding (`StreamState::signals`,
-/// `forward_wake`, `Signal::hold` twice) and the driver's wait (`runtime::stream::wait`).
+/// `tools/call echo` through `--upstream stdio:…` (one child per session): the worker's part of a
+/// bridged call, from the client's request to its answer, the child's reply read in between. Not
+/// among issue 40's cases (its goal 0 is for built-in tools); counted since 2026-12-07 at 11.0–11.5
+/// a call so it cannot grow unseen, 10.0–10.1 since the request is encoded into a buffer the
+/// child's stdin queue lends (`Transport::lend`), 9.1 since an answered request's slot serves the
+/// next (`Peer`'s spare slots). Left: the answer's copy out of the stdout line (`deliver`, and
+/// `serde_json`'s nesting stack in `line_head::plain_answer`), `call_bridge`'s boxed future and two
+/// vectors, the stream's signals and wake forwarding (`StreamState::signals`, `forward_wake`,
+/// `Signal::hold` twice) and the driver's wait (`runtime::stream::wait`).
 fn bridged_case(misses: &mut Vec<String>) {
     let mut bench = Bench::start(|cfg| {
         let spec = format!("stdio:python3 {FIXTURE}");
