@@ -21,15 +21,18 @@ use crate::config::MigrationPolicy;
 use crate::core::{reply, Outcome};
 use crate::dispatch::ToolRoute;
 use crate::metrics::CoreMetrics;
-use crate::wire::jsonrpc::{self, RawId};
+use crate::wire::jsonrpc::{self, ParamsTop, RawId};
 use crate::wire::{Answer, Code, OwedStream, WireValue};
 
 /// What the decision and the answer need to know about a request, computed once.
-pub(super) struct Classified {
+pub(super) struct Classified<'v> {
     /// The tool a `tools/call` names (`None` for other methods).
     pub(super) tool: Option<ToolRoute>,
     pub(super) idempotent: bool,
     pub(super) fingerprint: u64,
+    /// The params' members read after the decision (`arguments`, `_meta`), found by the
+    /// fingerprint's pass.
+    pub(super) top: ParamsTop<'v>,
 }
 
 /// How a request that may not run yet ends (CONTRACT §4 steps 1–4).
@@ -63,7 +66,7 @@ pub(super) async fn decide(
     core: &Rc<LegacyCore>,
     session: &SessionRc,
     id: &RawId,
-    class: &Classified,
+    class: &Classified<'_>,
     idempotency_key: Option<&str>,
 ) -> Verdict {
     let deadline = Instant::now() + core.cfg.sessions.owed_wait;
@@ -207,25 +210,25 @@ impl Drop for HeldSlot {
 
 /// The tool, idempotency and fingerprint of a request; `Err` is the error answer of a
 /// `tools/call` that names no tool we serve (given without a decision: nothing can run).
-pub(super) async fn classify(
+pub(super) async fn classify<'v>(
     core: &Rc<LegacyCore>,
     session: crate::provider::SessionRef,
     method: &str,
-    params: &WireValue<'_>,
-) -> Result<Classified, (Code, String)> {
-    let fingerprint = fingerprint(method, params);
+    params: &WireValue<'v>,
+) -> Result<Classified<'v>, (Code, String)> {
+    let (fingerprint, top) = fingerprint_and_top(method, params);
     if method != "tools/call" {
         let idempotent = migration::method_is_idempotent(method);
-        return Ok(Classified { tool: None, idempotent, fingerprint });
+        return Ok(Classified { tool: None, idempotent, fingerprint, top });
     }
-    let Some(name) = params.get("name").and_then(ValueIntoString::into_string) else {
+    let Some(name) = top.name.and_then(ValueIntoString::into_string) else {
         return Err((Code::InvalidParams, "tools/call needs a string name".to_owned()));
     };
     core.registry.refresh_if_stale(session).await;
     match core.registry.tool(session, name) {
         Some(route) => {
             let idempotent = route.safe_to_repeat;
-            Ok(Classified { tool: Some(route), idempotent, fingerprint })
+            Ok(Classified { tool: Some(route), idempotent, fingerprint, top })
         }
         None => Err((Code::InvalidParams, format!("unknown tool: {name}"))),
     }
@@ -236,10 +239,15 @@ pub(super) async fn classify(
 /// `method` as a string and then of the params, fed to the hasher as it is made. Stored by the
 /// durable mirror, so it must not change for the same params: a test pins a known answer.
 pub fn fingerprint(method: &str, params: &WireValue<'_>) -> u64 {
+    fingerprint_and_top(method, params).0
+}
+
+/// `fingerprint`, with the params' members its pass found (`jsonrpc::ParamsTop`).
+fn fingerprint_and_top<'v>(method: &str, params: &WireValue<'v>) -> (u64, ParamsTop<'v>) {
     let mut h = crate::fasthash::StableHasher::default();
     jsonrpc::hash_str(method, &mut h);
-    jsonrpc::hash_params(*params, &mut h);
-    h.finish()
+    let top = jsonrpc::hash_params(*params, &mut h);
+    (h.finish(), top)
 }
 
 /// Gathers the facts for the decision from the session's maps and counters (all O(1)). A

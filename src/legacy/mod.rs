@@ -556,7 +556,7 @@ async fn request(
         Verdict::Conflict(refused) => return conflict(session, &refused, &id, out, keep_alive),
         Verdict::KeyReused => return reply(out, Answer::KeyReused { id: &id }, keep_alive),
         Verdict::Deduplicated(key) => {
-            let progress_token = progress_token_of(&params);
+            let progress_token = progress_token_of(class.top.meta);
             return deduplicated(session, key, id, progress_token, out, keep_alive);
         }
     }
@@ -577,7 +577,7 @@ async fn request(
         answer_inline(core, session, access, &id, method, &params, out).await;
         return reply(out, Answer::JsonAt { body_at }, keep_alive);
     }
-    let progress_token = progress_token_of(&params);
+    let progress_token = progress_token_of(class.top.meta);
     // A quick call (no write-ahead wait): nothing is awaited from its opening to the end of
     // its first poll (`Session::open_quick_stream`).
     let quick = class.idempotent && class.tool.is_some();
@@ -605,7 +605,7 @@ async fn request(
             if !class.idempotent && core.mirror.is_some() {
                 adopt::write_ahead(core, session).await;
             }
-            run_call(session, key, route, params.get("arguments"), trace);
+            run_call(session, key, route, class.top.arguments, trace);
         }
         None => {
             let mut payload = Vec::with_capacity(256);
@@ -624,9 +624,10 @@ async fn request(
 
 /// `_meta.progressToken` as JSON text, read only once the request is known to open or read a
 /// stream (a refused or conflicting request copies nothing). Held inline like an id (MCP: a
-/// string or an integer), so it allocates nothing unless it is long.
-fn progress_token_of(params: &WireValue) -> Option<RawId> {
-    let token = params.get("_meta").and_then(|m| m.get("progressToken"))?;
+/// string or an integer), so it allocates nothing unless it is long. `meta` is the params'
+/// top-level `_meta` (`Classified::top`).
+fn progress_token_of(meta: Option<WireValue>) -> Option<RawId> {
+    let token = meta?.get("progressToken")?;
     Some(RawId::encoded(token))
 }
 

@@ -777,8 +777,48 @@ mod tag {
 /// (a string) and value. Two params have one encoding exactly when they have one canonical
 /// text. Stored by the durable mirror (the fingerprint): a change here changes stored
 /// numbers; `legacy::decision`'s test pins one.
-pub(crate) fn hash_params(params: WireValue<'_>, h: &mut StableHasher) {
-    hash_value(params, h, true);
+///
+/// Returns the top-level members a request is read by after its fingerprint (`ParamsTop`),
+/// found in the same pass over the members.
+pub(crate) fn hash_params<'v>(params: WireValue<'v>, h: &mut StableHasher) -> ParamsTop<'v> {
+    let mut top = ParamsTop::default();
+    if params.as_object().is_none() {
+        hash_value(params, h, true);
+        return top;
+    }
+    // The members sorted with `_meta` kept, so that its value is found here too; it is left
+    // out of the encoding below as `hash_value`'s top level leaves it out (equal keys are
+    // adjacent once sorted, each with its first occurrence's value).
+    with_sorted_members(params, false, |members| {
+        let meta = members.iter().filter(|&&(key, _, _)| key == "_meta").count();
+        h.write_word(tag::OBJECT | ((members.len() - meta) as u64) << 8);
+        for &(key, _, value) in members {
+            match key {
+                "_meta" => {
+                    top.meta = Some(value);
+                    continue;
+                }
+                "name" => top.name = Some(value),
+                "arguments" => top.arguments = Some(value),
+                _ => {}
+            }
+            hash_str(key, h);
+            hash_value(value, h, false);
+        }
+    });
+    top
+}
+
+/// The params' top-level members the legacy era reads after the fingerprint (a tool call's
+/// `name` and `arguments`, `_meta` for its progress token), each the value of its key's first
+/// occurrence as `Value::get` finds it: taken in the fingerprint's pass over the members
+/// (`hash_params`), where three `get`s walked them again (~100 instructions each on echo).
+/// All `None` when the params are not an object.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct ParamsTop<'v> {
+    pub(crate) name: Option<WireValue<'v>>,
+    pub(crate) arguments: Option<WireValue<'v>>,
+    pub(crate) meta: Option<WireValue<'v>>,
 }
 
 /// A string's fingerprint encoding (`hash_params`).
@@ -1404,6 +1444,34 @@ mod tests {
         }
     }
 
+    /// Goal: the members `hash_params` hands back are what `Value::get` finds (the first
+    /// occurrence of a key, nothing for params that are not an object), so reading them from
+    /// the fingerprint's pass changes no request's reading. Method: duplicate keys, `_meta`
+    /// first, last and twice, near-miss keys, and params of every other kind.
+    #[test]
+    fn the_fingerprint_pass_finds_the_members_get_finds() {
+        let texts = [
+            r#"{"name":"echo","arguments":{"text":"hi"},"_meta":{"progressToken":7}}"#,
+            r#"{"_meta":{"progressToken":"a"},"arguments":[1],"name":"b"}"#,
+            r#"{"name":"a","name":"b","arguments":1,"arguments":2,"_meta":3,"_meta":4}"#,
+            r#"{"_meta":4,"x":1,"_meta":3,"names":"n","argument":1,"Name":2,"_met":5}"#,
+            r#"{"x":{"name":"inner","_meta":1}}"#,
+            r#"{}"#,
+            r#"[{"name":"echo"}]"#,
+            r#""name""#,
+            r#"null"#,
+            r#"7"#,
+        ];
+        let text_of = |v: Option<WireValue<'_>>| v.map(|v| v.encode());
+        for text in texts {
+            let view = leaked_value(text);
+            let top = hash_params(view, &mut StableHasher::default());
+            assert_eq!(text_of(top.name), text_of(view.get("name")), "{text}");
+            assert_eq!(text_of(top.arguments), text_of(view.get("arguments")), "{text}");
+            assert_eq!(text_of(top.meta), text_of(view.get("_meta")), "{text}");
+        }
+    }
+
     /// Goal: two params have one fingerprint encoding (`hash_params`) exactly when they have
     /// one canonical text, so the fingerprint ignores what the canonical form ignores (key
     /// order, a top-level `_meta`) and nothing else. Method: every pair of a set of params
@@ -1414,6 +1482,10 @@ mod tests {
             r#"{"name":"echo","arguments":{"text":"hi"}}"#,
             r#"{"arguments":{"text":"hi"},"name":"echo","_meta":{"progressToken":1}}"#,
             r#"{"arguments":{"text":"hi"},"name":"echo","x":{"_meta":1}}"#,
+            r#"{"_meta":1,"arguments":{"text":"hi"},"_meta":2,"name":"echo"}"#,
+            r#"{"arguments":{"text":"hi"},"name":"echo","_meta_":1}"#,
+            r#"{"_meta":{}}"#,
+            r#"{"_met":{}}"#,
             r#"{"arguments":{"text":"h"},"name":"echoi"}"#,
             r#"{"a":1}"#,
             r#"{"a":1.0}"#,

@@ -93,7 +93,10 @@ fn insert_stream(s: &mut Session, key: StreamKey, record: &StreamRecord) {
         if record.kind == "standalone" { StreamKind::Standalone } else { StreamKind::Request };
     let request_id = record.rid.as_ref().map(|rid| crate::wire::jsonrpc::RawId::new(rid.as_str()));
     let idempotency_key = record.key.as_deref().map(Box::from);
-    s.insert_stream(key, kind, request_id, record.fp, idempotency_key, EventSeq(record.first));
+    let fingerprint = record.fp;
+    let progress_token = None;
+    let opening = super::Opening { kind, request_id, fingerprint, idempotency_key, progress_token };
+    s.insert_stream(key, opening, EventSeq(record.first));
     // Counted at once (a running, detached stream is owed): a later stream's end during the
     // replay below checks the session's counts across every stream.
     s.refresh(key);
