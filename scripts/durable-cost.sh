@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Usage: scripts/durable-cost.sh [--store single|sentinel|replicas|cluster] [--runs N]
 #                                [--duration D] [--warmup D] [--server-cpu N] [--load-cpu N]
-#                                [--out DIR] [--no-build]
+#                                [--writer thread|core] [--bin PATH] [--out DIR] [--no-build]
 #
 # What the durable mirror (--durable, issue 20) costs, with a real redis-server (Debian's
 # package, apt-installed when missing): the same release binary started plain and with
@@ -43,6 +43,10 @@
 #   --warmup D        warm-up per run (default 1s)
 #   --server-cpu N    CPU for the server (default 0)
 #   --load-cpu N      CPU for the load generator and redis-server (default 1)
+#   --writer W        --durable-writer for the durable node: thread (the default) or core (each
+#                     worker writes its own records over io_uring; not with --store cluster)
+#   --bin PATH        the server binary (default target/release/tidemark; another build's copy
+#                     for a before/after comparison)
 #   --out DIR         output directory (default target/bench)
 #   --no-build        use the binaries already built
 set -euo pipefail
@@ -56,6 +60,8 @@ LOAD_CPU=1
 OUT="$ROOT/target/bench"
 BUILD=1
 STORE=single
+WRITER=
+BIN_OVERRIDE=
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -66,6 +72,8 @@ while [ $# -gt 0 ]; do
         --server-cpu) SERVER_CPU="$2"; shift 2 ;;
         --load-cpu) LOAD_CPU="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
+        --writer) WRITER="$2"; shift 2 ;;
+        --bin) BIN_OVERRIDE="$2"; shift 2 ;;
         --no-build) BUILD=0; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "durable-cost.sh: unknown flag $1 (see --help)" >&2; exit 2 ;;
@@ -78,7 +86,7 @@ case "$STORE" in
     *) echo "durable-cost.sh: unknown --store $STORE (single, sentinel, replicas, cluster)" >&2; exit 2 ;;
 esac
 
-TIDEMARK_BIN="$ROOT/target/release/tidemark"
+TIDEMARK_BIN="${BIN_OVERRIDE:-$ROOT/target/release/tidemark}"
 LOAD_BIN="$ROOT/target/release/tidemark-load"
 RUNS_DIR="$OUT/$NAME-runs"
 mkdir -p "$RUNS_DIR" "$OUT/logs"
@@ -178,6 +186,7 @@ case "$STORE" in
     replicas) start_sentinel_store; DURABLE_EXTRA=(--durable-replicas 1) ;;
     cluster) start_cluster_store; REDIS_PORT="" ;;
 esac
+if [ -n "$WRITER" ]; then DURABLE_EXTRA+=(--durable-writer "$WRITER"); fi
 echo "durable-cost.sh: store $STORE: --durable $STORE_URL ${DURABLE_EXTRA[*]}"
 
 FAILED=0

@@ -36,6 +36,8 @@
 #   --calls N      legacy calls of the kill stage (default 300)
 #   --modern-calls N  keyed 2026-07-28 calls of the kill stage (default 100)
 #   --seed S       the kill stage's random choices (default: new, printed)
+#   --writer W     --durable-writer of every node: thread (default) or core (each worker writes
+#                  its own records; the cluster stage keeps the thread's writer either way)
 #   --no-build     use the existing target/release/tidemark
 #
 # Prints one PASS/FAIL line per stage and `durable: N passed, M failed`; logs in
@@ -69,12 +71,14 @@ calls=300
 modern_calls=100
 seed=()
 build=1
+writer=thread
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --only) stages="${2:?--only needs a value}"; shift 2 ;;
         --calls) calls="${2:?}"; shift 2 ;;
         --modern-calls) modern_calls="${2:?}"; shift 2 ;;
         --seed) seed=(--seed "${2:?}"); shift 2 ;;
+        --writer) writer="${2:?--writer needs thread or core}"; shift 2 ;;
         --no-build) build=0; shift ;;
         --help) sed -n '2,35s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "durable.sh: unknown argument: $1" >&2; exit 2 ;;
@@ -150,7 +154,7 @@ start_node() {
         --upstream "stdio:python3 $ROOT/tests/fixtures/stdio_upstream.py" \
         --upstream-isolation shared \
         --request-state-key-file "$RESULTS/request-state.key" \
-        --durable "$store" --durable-lease-ms "$LEASE_MS" "$@" \
+        --durable "$store" --durable-lease-ms "$LEASE_MS" --durable-writer "$writer" "$@" \
         >"$RESULTS/$name.stdout" 2>"$RESULTS/$name.stderr" &
     node_pid=$!
     pids+=("$node_pid")

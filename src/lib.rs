@@ -129,7 +129,7 @@ pub use config::{ModernConfig, RateConfig, ServerConfig, SessionsConfig, TraceCo
 pub use config::UpstreamSpec;
 pub use config::{BuiltinSet, DriverChoice, Isolation, LogFormat, MigrationPolicy, ResponseMode};
 pub use config::{
-    ClusterUrl, DurableStore, DurableUrl, FileMode, RateLimit, SentinelUrl, TlsFiles,
+    ClusterUrl, DurableStore, DurableUrl, DurableWriter, FileMode, RateLimit, SentinelUrl, TlsFiles,
 };
 pub use connect::connect;
 pub use logging::{init_logging, reload_log_level};

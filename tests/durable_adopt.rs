@@ -522,6 +522,24 @@ fn durable_batch_bytes_bounds_a_batch_and_a_full_batch_coalesces_each_sessions_e
     assert_eq!(single, events, "a 1-byte batch bound writes one record per batch");
 }
 
+#[test]
+fn with_each_core_writing_its_own_records_the_batch_bytes_bound_holds_through_a_stall() {
+    // Goal: --durable-writer core (each worker writes its records over its own connection)
+    // keeps --durable-batch-bytes at its limit and the session durable through a store stall
+    // past the lease (the thread renews and checks the lease while the cores' records wait in
+    // their queues). The whole file runs in this mode too with
+    // TIDEMARK_TEST_DURABLE_WRITER=core (scripts/test.sh).
+    let (coalesced, events) = entries_after_a_stall(&["--durable-writer", "core"]);
+    if events == 0 {
+        return; // no redis-server here (Redis::start said why)
+    }
+    assert_eq!(events, 12, "priming, 10 progress, result");
+    assert!(coalesced < events, "one batch coalesces: {coalesced} entries for {events} events");
+    let one_byte = ["--durable-writer", "core", "--durable-batch-bytes", "1"];
+    let (single, events) = entries_after_a_stall(&one_byte);
+    assert_eq!(single, events, "a 1-byte batch bound writes one record per batch");
+}
+
 /// `TRIM_SLACK_ENTRIES` (src/durable/store.rs): `tm:ev` entries the ring no longer needs that a
 /// session may keep in the store before they are trimmed.
 const TRIM_SLACK_ENTRIES: u64 = 32;

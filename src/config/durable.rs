@@ -103,6 +103,21 @@ pub struct DurableConfig {
     pub cluster_redirects_max: usize,
     /// How long a Redis Cluster adopter's claim lives (`--durable-claims-ttl-ms`).
     pub claims_ttl: Duration,
+    /// Who writes the records to the store (`--durable-writer`).
+    pub writer: DurableWriter,
+}
+
+/// Who writes a core's records to the store (`--durable-writer`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum DurableWriter {
+    /// The mirror thread drains every core's queue (the lease, fencing and reads stay on it
+    /// in either mode).
+    #[default]
+    Thread,
+    /// Each worker writes its own core's records over its own io_uring connection, as a task
+    /// of its runtime: no mirror thread wakes per batch. One server and Sentinel; a Redis
+    /// Cluster store keeps the thread.
+    Core,
 }
 
 impl DurableConfig {
@@ -124,6 +139,7 @@ impl DurableConfig {
             adoptions_max: flags.durable_adoptions_max,
             cluster_redirects_max: flags.durable_cluster_redirects_max,
             claims_ttl: Duration::from_millis(flags.durable_claims_ttl_ms),
+            writer: flags.durable_writer,
         }))
     }
 
@@ -191,14 +207,15 @@ pub(crate) struct DurableFlags {
     /// Bytes of mirror records one core may queue for the store.
     #[arg(long, default_value_t = DURABLE_QUEUE_BYTES)]
     pub(crate) durable_queue_bytes: usize,
-    /// Records the mirror thread writes to the store in one pipelined batch.
+    /// Records the mirror's writer (the thread, or each core with --durable-writer core)
+    /// writes to the store in one pipelined batch.
     #[arg(long, default_value_t = DURABLE_BATCH_RECORDS)]
     pub(crate) durable_batch_records: usize,
-    /// Bytes of records the mirror thread writes to the store in one pipelined batch (a batch
-    /// takes at least one record).
+    /// Bytes of records the mirror's writer writes to the store in one pipelined batch (a
+    /// batch takes at least one record).
     #[arg(long, default_value_t = DURABLE_BATCH_BYTES)]
     pub(crate) durable_batch_bytes: usize,
-    /// Microseconds the mirror thread lets records gather after a batch that did not fill
+    /// Microseconds the mirror's writer lets records gather after a batch that did not fill
     /// before it writes the next (0: at once): fewer, fuller batches cost the node less per
     /// record; a record a call waits for cuts it short. At most 100000.
     #[arg(long, default_value_t = DURABLE_LINGER_US)]
@@ -222,4 +239,9 @@ pub(crate) struct DurableFlags {
     /// 2000 to 3600000.
     #[arg(long, default_value_t = DURABLE_CLAIMS_TTL_MS)]
     pub(crate) durable_claims_ttl_ms: u64,
+    /// Who writes each core's mirror records to the store: `thread` (the mirror thread drains
+    /// every core's queue) or `core` (each worker writes its own over io_uring; one server or
+    /// Sentinel only: a Redis Cluster store keeps the thread).
+    #[arg(long, value_enum, default_value_t = DurableWriter::Thread)]
+    pub(crate) durable_writer: DurableWriter,
 }

@@ -30,7 +30,7 @@ mod upstream_spec;
 
 // The sections, each with its limits, defaults, validation and flags.
 pub use auth::AuthConfig;
-pub use durable::DurableConfig;
+pub use durable::{DurableConfig, DurableWriter};
 pub use http::HttpConfig;
 pub use log::LogConfig;
 pub use modern::ModernConfig;

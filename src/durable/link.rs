@@ -22,10 +22,10 @@ use crate::config::DurableUrl;
 /// commands answer with flat replies (an integer, a status, an entry id).
 const REPLY_DEPTH_MAX: usize = 4;
 /// The read buffer's first size; it grows only for a reply that does not fit.
-const READ_CHUNK_BYTES: usize = 16 * 1024;
+pub(super) const READ_CHUNK_BYTES: usize = 16 * 1024;
 /// A bulk reply longer than this is taken for a broken store (the mirror's commands answer
 /// with entry ids and integers): the read buffer never grows past about this.
-const REPLY_BYTES_MAX: usize = 1 << 20;
+pub(super) const REPLY_BYTES_MAX: usize = 1 << 20;
 
 /// The link failed (unreachable, timed out, a malformed reply, or the store refused a command);
 /// the text says how.
@@ -34,7 +34,7 @@ pub(crate) struct LinkError(pub(crate) String);
 
 /// One reply read from the front of a buffer.
 #[derive(Debug, PartialEq, Eq)]
-enum Reply {
+pub(super) enum Reply {
     /// `consumed` bytes make one whole reply; `error` the text of a `-ERR …` reply.
     Whole { consumed: usize, error: Option<(usize, usize)> },
     /// The buffer ends inside the reply.
@@ -43,7 +43,7 @@ enum Reply {
 
 /// Reads one RESP2 reply at the front of `buf` (what a store sends when no `HELLO` asked for
 /// RESP3). `Err` for bytes that are no reply.
-fn read_reply(buf: &[u8], depth: usize) -> Result<Reply, LinkError> {
+pub(super) fn read_reply(buf: &[u8], depth: usize) -> Result<Reply, LinkError> {
     let Some(&kind) = buf.first() else { return Ok(Reply::Partial) };
     let Some(line_end) = buf.windows(2).position(|w| w == b"\r\n") else {
         return Ok(Reply::Partial);
@@ -214,9 +214,17 @@ impl Link {
 }
 
 /// The value of a whole integer reply (`:N\r\n`), `None` for any other reply.
-fn integer(reply: &[u8]) -> Option<i64> {
+pub(super) fn integer(reply: &[u8]) -> Option<i64> {
     let digits = reply.strip_prefix(b":")?.strip_suffix(b"\r\n")?;
     std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+/// The value of a whole bulk reply (`$N\r\n…\r\n`), `None` for a nil or any other reply.
+pub(super) fn bulk(reply: &[u8]) -> Option<&[u8]> {
+    let rest = reply.strip_prefix(b"$")?;
+    let line_end = rest.windows(2).position(|w| w == b"\r\n")?;
+    let len: usize = std::str::from_utf8(&rest[..line_end]).ok()?.parse().ok()?;
+    rest.get(line_end + 2..line_end + 2 + len)
 }
 
 fn link_error(e: std::io::Error) -> LinkError {
@@ -256,6 +264,8 @@ mod tests {
         );
         assert_eq!(integer(b":2\r\n"), Some(2), "a WAIT's count");
         assert_eq!((integer(b"+OK\r\n"), integer(b"$1\r\n1\r\n")), (None, None));
+        assert_eq!(bulk(b"$2\r\n12\r\n"), Some(&b"12"[..]), "an owner read");
+        assert_eq!((bulk(b"$-1\r\n"), bulk(b":1\r\n")), (None, None));
     }
 
     #[test]

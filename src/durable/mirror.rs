@@ -41,10 +41,14 @@ pub(crate) const STORE_TIMEOUT_MS: u64 = 1_000;
 /// plain load, `queue`'s doc). An idle node wakes the thread this often, which costs nothing
 /// measurable.
 pub(crate) const IDLE_RECHECK_MS: u64 = 5;
+/// With `--durable-writer core` the thread has no queue to look at: it sleeps until the lease
+/// is due, a core reports a broken session (which wakes it), or this long (the bound on a wake-up
+/// that raced with its falling asleep).
+const PER_CORE_RECHECK_MS: u64 = 50;
 /// Pause after the store failed (a connection refused, or one that connects but refuses the
 /// writes: Redis at `maxmemory`, or refusing writes after a failed save) before the next
 /// connection: never a loop of connections, each a new epoch and a log line.
-const RECONNECT_PAUSE_MS: u64 = 200;
+pub(crate) const RECONNECT_PAUSE_MS: u64 = 200;
 
 /// The mirror thread; dropping it stops the thread after it wrote what the queues hold.
 pub(crate) struct Mirror {
@@ -60,6 +64,7 @@ impl Mirror {
         node: u8,
         session_ttl: Duration,
         queues: Vec<Drain>,
+        shared: Vec<Arc<super::queue::MirrorQueue>>,
         state: Arc<MirrorState>,
         stats: Arc<DurableStats>,
     ) -> std::io::Result<Mirror> {
@@ -70,6 +75,7 @@ impl Mirror {
             boot: boot_id(),
             session_ttl,
             queues,
+            shared,
             state: state.clone(),
             stats,
             store: None,
@@ -106,6 +112,27 @@ impl Drop for Mirror {
     }
 }
 
+/// A batch of `written` records the store acknowledged at `acked_at`: counted, and the lag of
+/// each event among `records` (what it took) observed. The thread's and each core's writer's.
+pub(super) fn count_written<'a>(
+    stats: &DurableStats,
+    written: usize,
+    records: impl Iterator<Item = &'a Record>,
+    acked_at: Instant,
+) {
+    stats.records_written_total.add(written as u64);
+    stats.batches_total.add(u64::from(written > 0));
+    for record in records {
+        let at = match record {
+            Record::Event { at, .. } => at,
+            Record::Run { run, .. } => &run.at,
+            _ => continue,
+        };
+        let lag = acked_at.duration_since(*at).as_nanos();
+        stats.lag.observe(u64::try_from(lag).unwrap_or(u64::MAX));
+    }
+}
+
 /// 16 hex digits, new at each start: the lease's value, so a restarted node's lease is its own.
 fn boot_id() -> String {
     let mut bytes = [0u8; 8];
@@ -118,8 +145,11 @@ struct Writer {
     node: u8,
     boot: String,
     session_ttl: Duration,
-    /// Each core's ring, in core order.
+    /// Each core's ring, in core order (none with `--durable-writer core`: each core drains
+    /// its own).
     queues: Vec<Drain>,
+    /// Each core's shared queue state (its lists of broken sessions), in core order.
+    shared: Vec<Arc<super::queue::MirrorQueue>>,
     state: Arc<MirrorState>,
     stats: Arc<DurableStats>,
     store: Option<Box<dyn Store>>,
@@ -193,6 +223,9 @@ impl Writer {
                 continue;
             }
             self.collect_broken();
+            if !self.unmarked.is_empty() && !self.unmarked_owned() {
+                continue;
+            }
             let disowned = &self.disowned;
             self.unmarked.retain(|sid| !disowned.contains(sid));
             if !self.unmarked.is_empty() {
@@ -226,7 +259,12 @@ impl Writer {
                 // A push that raced with the flag may not have woken the thread (the worker reads
                 // the flag without a fence: `queue`'s doc): the sleep is bounded.
                 let until_lease = self.lease_due.saturating_duration_since(Instant::now());
-                std::thread::park_timeout(until_lease.min(Duration::from_millis(IDLE_RECHECK_MS)));
+                let recheck = match self.queues.is_empty() {
+                    // Per-core writers: only a broken list (which wakes it) or the lease.
+                    true => PER_CORE_RECHECK_MS,
+                    false => IDLE_RECHECK_MS,
+                };
+                std::thread::park_timeout(until_lease.min(Duration::from_millis(recheck)));
                 self.state.sleeping.store(false, Ordering::Release);
             }
         }
@@ -251,9 +289,11 @@ impl Writer {
             super::cluster::ClusterLimits::of(&self.cfg),
             Duration::from_millis(STORE_TIMEOUT_MS),
         ) {
-            Ok((store, primary)) => {
+            Ok((store, primary, url)) => {
                 self.store = Some(store);
                 self.followed(primary);
+                // Before the new epoch: a core's writer that sees the epoch sees its primary.
+                self.publish_primary(url.as_ref());
                 // Whatever the store held may be gone (it restarted): every session is written
                 // whole again before anything more of it.
                 self.written_epoch.clear();
@@ -270,6 +310,20 @@ impl Writer {
                 false
             }
         }
+    }
+
+    /// Per-core writers: where they connect from now on (resolved here, never on a worker).
+    fn publish_primary(&self, url: Option<&crate::config::DurableUrl>) {
+        if !self.state.per_core.load(Ordering::Relaxed) {
+            return;
+        }
+        use std::net::ToSocketAddrs;
+        let addr = url.and_then(|url| {
+            let mut addrs = (url.host.as_str(), url.port).to_socket_addrs().ok()?;
+            Some((addrs.next()?, url.db))
+        });
+        *self.state.primary.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = addr;
+        self.state.primary_generation.fetch_add(1, Ordering::AcqRel);
     }
 
     /// The connection reached `primary`: other servers than the last one's are a failover the
@@ -327,12 +381,19 @@ impl Writer {
     /// held it starts a fenced epoch (`lease_lost`).
     fn renew_lease(&mut self) -> bool {
         let (lease, mut renewal) = (self.cfg.lease, store::Renewal::default());
+        // Before the renewal is sent: the lease lives at least until this plus its length.
+        let sent_ns = super::queue::monotonic_ns();
         let renewed = self.with_store(|store, node, boot| {
             renewal = store.renew_lease(node, boot, lease)?;
             Ok(())
         });
         if renewed && self.lease_held && !renewal.unbroken {
             self.lease_lost(renewal.claimed);
+        }
+        if renewed {
+            // After `lease_lost`'s new epoch: a core's writer that sees this sees that.
+            let until = sent_ns.saturating_add(lease.as_nanos() as u64);
+            self.state.lease_until_ns.store(until, Ordering::Release);
         }
         self.lease_held |= renewed;
         renewed
@@ -350,6 +411,18 @@ impl Writer {
         tracing::warn!(node = self.node, lease_ms = self.cfg.lease.as_millis() as u64,
             claimed = claimed.len(),
             "durable lease found expired (paused or cut off from the store past --durable-lease-ms): sessions a peer adopted meanwhile are no longer written");
+        if self.state.per_core.load(Ordering::Relaxed) {
+            // The cores know which sessions they wrote, not this thread: each checks the
+            // owners of those before its next batch (`fences` moved) and, for the rest of the
+            // epoch, each image before it writes it (`writer`). One server or Sentinel: no
+            // claims. Published before the renewed lease (`lease_until_ns`), which a core
+            // reads first.
+            let epoch = self.state.epoch.load(Ordering::Acquire);
+            self.fenced_epoch = Some(epoch);
+            self.state.fenced_epoch.store(epoch, Ordering::Release);
+            self.state.fences.fetch_add(1, Ordering::AcqRel);
+            return;
+        }
         self.fenced_epoch = Some(self.state.epoch.load(Ordering::Acquire));
         for sid in claimed {
             let sid: Arc<str> = Arc::from(sid);
@@ -415,9 +488,23 @@ impl Writer {
         true
     }
 
+    /// Per-core writers, in a fenced epoch: the cores reported broken sessions this thread
+    /// never wrote, some of which a peer may have adopted while the lease was lost; each the
+    /// store names another node the owner of is disowned before any is marked not durable (a
+    /// `durable` = `0` would spoil the adopter's copy). False when the store failed.
+    fn unmarked_owned(&mut self) -> bool {
+        let epoch = self.state.epoch.load(Ordering::Acquire);
+        if !self.state.per_core.load(Ordering::Relaxed) || self.fenced_epoch != Some(epoch) {
+            return true;
+        }
+        let sids: Vec<Arc<str>> =
+            self.unmarked.iter().filter(|sid| !self.disowned.contains(*sid)).cloned().collect();
+        self.disown_adopted(sids, false)
+    }
+
     fn collect_broken(&mut self) {
-        for drain in &self.queues {
-            for sid in drain.queue.take_broken() {
+        for queue in &self.shared {
+            for sid in queue.take_broken() {
                 self.written_epoch.remove(&sid);
                 self.unmarked.insert(sid);
             }
@@ -542,18 +629,8 @@ impl Writer {
         let acked_at = Instant::now();
         match outcome {
             Ok(()) => {
-                self.stats.records_written_total.add(written as u64);
-                self.stats.batches_total.add(u64::from(written > 0));
-                for (_, queued) in &taken {
-                    let at = match &queued.record {
-                        Record::Event { at, .. } => at,
-                        Record::Run { run, .. } => &run.at,
-                        _ => continue,
-                    };
-                    self.stats.lag.observe(
-                        u64::try_from(acked_at.duration_since(*at).as_nanos()).unwrap_or(u64::MAX),
-                    );
-                }
+                let records = taken.iter().map(|(_, queued)| &queued.record);
+                count_written(&self.stats, written, records, acked_at);
             }
             Err(e) => {
                 if e.unreplicated() {

@@ -1,7 +1,8 @@
 //! The durable mirror (`--durable redis://…`, CONTRACT §10). This module owns the store's key
 //! schema: every key name, entry id and field encoding is made by a function of `keys`, so the
-//! writer (each core's records, drained by the mirror thread) and the reader (a peer adopting a
-//! dead node's sessions) can never disagree on a byte.
+//! writer (each core's records, drained by the mirror thread, or with `--durable-writer core`
+//! by a task on the core itself: `writer`) and the reader (a peer adopting a dead node's
+//! sessions) can never disagree on a byte.
 //!
 //! ## The schema (Redis 7 / Valkey)
 //! All keys start with `tm:`. `SID` is a session id as on the wire (38 hex digits), `NODE` a
@@ -45,6 +46,7 @@ mod resp;
 mod sentinel;
 mod session;
 pub(crate) mod store;
+mod writer;
 
 use std::sync::Arc;
 
@@ -54,18 +56,25 @@ pub(crate) use reader::{Answer, Query, Reader};
 pub(crate) use record::{EventImage, SessionImage};
 pub(crate) use session::{SessionChange, SessionMirror};
 pub(crate) use store::Claim;
+pub(crate) use writer::CoreWriter;
 
 use crate::config::Config;
 use crate::metrics::DurableStats;
 
+/// A core's shared queue state, its end of the ring, and (`--durable-writer core`) the other.
+type CoreEnds = (Arc<queue::MirrorQueue>, queue::WorkerEnd, Option<queue::Drain>);
+
 /// The node's durable mirror (`--durable`): the mirror thread, the reader thread, and one queue
-/// per core. Dropping it stops both threads (the mirror after writing what is queued).
+/// per core (drained by the thread, or with `--durable-writer core` by the core's own writer). Dropping it stops both threads (the mirror after writing what is queued).
 pub(crate) struct Durable {
     // Dropped first: the mirror's last write before the reader goes.
     _mirror: mirror::Mirror,
     reader: Arc<Reader>,
-    /// Each core's shared queue state and its end of the ring, until `for_core` hands them over.
-    cores: Vec<Option<(Arc<queue::MirrorQueue>, queue::WorkerEnd)>>,
+    /// Each core's shared queue state and its end of the ring (and with `--durable-writer
+    /// core` the ring's other end), until `for_core` hands them over.
+    cores: Vec<Option<CoreEnds>>,
+    /// `--durable-writer core` (not for a Redis Cluster): each core's writer's settings.
+    per_core: Option<writer::WriterLimits>,
     state: Arc<queue::MirrorState>,
     /// The mirror thread's figures, for `/metrics`.
     pub(crate) stats: Arc<DurableStats>,
@@ -77,21 +86,30 @@ impl Durable {
     /// Starts the mirror for `cfg` (`Ok(None)` when `--durable` is off).
     pub(crate) fn start(cfg: &Config) -> std::io::Result<Option<Durable>> {
         let Some(durable) = cfg.durable.clone() else { return Ok(None) };
-        let (mut cores, mut drains) = (Vec::new(), Vec::new());
+        let session_ttl = cfg.sessions.session_idle + cfg.sessions.stream_retention;
+        let per_core = Self::per_core(&durable, cfg.server.node_id, session_ttl);
+        let (mut cores, mut drains, mut shared) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..cfg.server.threads {
             let (queue, producer, drain) =
                 queue::channel(durable.queue_records_max, durable.queue_bytes_max);
-            cores.push(Some((queue, producer)));
-            drains.push(drain);
+            shared.push(queue.clone());
+            match per_core {
+                Some(_) => cores.push(Some((queue, producer, Some(drain)))),
+                None => {
+                    cores.push(Some((queue, producer, None)));
+                    drains.push(drain);
+                }
+            }
         }
         let state = Arc::new(queue::MirrorState::default());
+        state.per_core.store(per_core.is_some(), std::sync::atomic::Ordering::Release);
         let stats = Arc::new(DurableStats::default());
-        let session_ttl = cfg.sessions.session_idle + cfg.sessions.stream_retention;
         let mirror = mirror::Mirror::start(
             &durable,
             cfg.server.node_id,
             session_ttl,
             drains,
+            shared,
             state.clone(),
             stats.clone(),
         )?;
@@ -101,6 +119,7 @@ impl Durable {
             _mirror: mirror,
             reader,
             cores,
+            per_core,
             state,
             stats,
             cfg: durable,
@@ -108,13 +127,40 @@ impl Durable {
         }))
     }
 
+    /// `--durable-writer core`'s settings for each core's writer; `None` for the thread's writer
+    /// (chosen, or a Redis Cluster store: its batches split per shard stay on the thread).
+    fn per_core(
+        cfg: &crate::config::DurableConfig,
+        node: u8,
+        session_ttl: std::time::Duration,
+    ) -> Option<writer::WriterLimits> {
+        if cfg.writer != crate::config::DurableWriter::Core {
+            return None;
+        }
+        if matches!(cfg.url, crate::config::DurableStore::Cluster(_)) {
+            tracing::warn!("--durable-writer core does not cover a Redis Cluster store yet: the mirror thread writes its batches");
+            return None;
+        }
+        Some(writer::WriterLimits {
+            node,
+            session_ttl,
+            batch_records_max: cfg.batch_records_max,
+            batch_bytes_max: cfg.batch_bytes_max,
+            replication: store::Replication::of(cfg),
+            linger: cfg.linger,
+        })
+    }
+
     /// Core `index`'s handles: its queue's tap and the shared reader (once per core).
     pub(crate) fn for_core(&mut self, index: usize) -> CoreDurable {
-        let (queue, producer) =
+        let (queue, producer, drain) =
             self.cores[index].take().expect("each core's ring is handed over once");
+        let writer =
+            drain.zip(self.per_core).map(|(drain, limits)| (drain, limits, self.stats.clone()));
         CoreDurable {
             queue,
             producer,
+            writer,
             state: self.state.clone(),
             reader: self.reader.clone(),
             node: self.node,
@@ -130,10 +176,11 @@ impl Drop for Durable {
 }
 
 /// What a worker thread receives to build its `CoreTap` on (`Send`; the tap itself is not).
-#[derive(Debug)]
 pub(crate) struct CoreDurable {
     queue: Arc<queue::MirrorQueue>,
     producer: queue::WorkerEnd,
+    /// `--durable-writer core`: the ring's other end and what the core's writer needs.
+    writer: Option<(queue::Drain, writer::WriterLimits, Arc<DurableStats>)>,
     state: Arc<queue::MirrorState>,
     /// The node's reader thread.
     pub(crate) reader: Arc<Reader>,
@@ -141,9 +188,29 @@ pub(crate) struct CoreDurable {
     write_ahead: std::time::Duration,
 }
 
+impl std::fmt::Debug for CoreDurable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CoreDurable").field("node", &self.node).finish_non_exhaustive()
+    }
+}
+
 impl CoreDurable {
-    /// The worker's tap on its queue, counting into `metrics`.
+    /// The worker's tap on its queue, counting into `metrics`. With `--durable-writer core` it
+    /// also spawns the core's writer task (`CoreWriter::run`) on the calling runtime.
     pub(crate) fn tap(self, metrics: Arc<crate::metrics::CoreMetrics>) -> CoreTap {
-        CoreTap::new(self.queue, self.producer, self.state, self.node, self.write_ahead, metrics)
+        let mut tap = CoreTap::new(
+            self.queue,
+            self.producer,
+            self.state.clone(),
+            self.node,
+            self.write_ahead,
+            metrics,
+        );
+        if let Some((drain, limits, stats)) = self.writer {
+            let wake = std::rc::Rc::new(queue::WriterWake::default());
+            tap.writer_wake = Some(wake.clone());
+            monoio::spawn(CoreWriter::new(drain, self.state, stats, limits, wake).run());
+        }
+        tap
     }
 }

@@ -58,6 +58,37 @@ pub(crate) struct MirrorState {
     pub(crate) urgent: AtomicBool,
     /// The mirror thread, for `unpark` (set once it runs).
     pub(crate) thread: std::sync::OnceLock<std::thread::Thread>,
+    /// `--durable-writer core`: each core writes its own records (`writer`), the thread only
+    /// renews the lease, fences and marks sessions not durable.
+    pub(crate) per_core: AtomicBool,
+    /// Per-core writers: the store's primary the thread's last connection reached (its address
+    /// and database), published before the epoch it starts; `primary_generation` moves with
+    /// each, so a core's writer connects again after a failover.
+    #[allow(
+        clippy::disallowed_types,
+        reason = "read only when a core's writer (re)connects, never per record"
+    )]
+    pub(crate) primary: Mutex<Option<(std::net::SocketAddr, u32)>>,
+    pub(crate) primary_generation: AtomicU64,
+    /// Per-core writers: until when (`monotonic_ns`) the lease the thread renewed last holds
+    /// for sure. Past it a core writes nothing (the node may have been paused past its lease,
+    /// and peers may have adopted its sessions) until the thread renewed it, found out whether
+    /// it was lost and, if so, began a fenced epoch: the thread did the same by renewing
+    /// before its next batch.
+    pub(crate) lease_until_ns: AtomicU64,
+    /// Per-core writers: the epoch the thread began when it found its lease lost (0: none);
+    /// in it every session's image is written only once the store names no other owner.
+    pub(crate) fenced_epoch: AtomicU64,
+    /// Per-core writers: how many times the thread found the lease lost; a core that has not
+    /// seen the last checks the owners of every session it wrote before it writes more.
+    pub(crate) fences: AtomicU64,
+}
+
+/// Nanoseconds on a monotonic clock since the process's first call (`lease_until_ns`).
+pub(crate) fn monotonic_ns() -> u64 {
+    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    u64::try_from(ORIGIN.get_or_init(std::time::Instant::now).elapsed().as_nanos())
+        .unwrap_or(u64::MAX)
 }
 
 impl MirrorState {
@@ -71,8 +102,12 @@ impl MirrorState {
         }
     }
 
-    /// Wakes the mirror thread whether it sleeps or lingers: a call waits for a record.
+    /// Wakes the mirror thread whether it sleeps or lingers: a call waits for a record (a
+    /// core's own writer never lingers: nothing to hurry).
     pub(crate) fn hurry(&self) {
+        if self.per_core.load(Ordering::Relaxed) {
+            return;
+        }
         self.urgent.store(true, Ordering::Release);
         if let Some(thread) = self.thread.get() {
             thread.unpark();
@@ -208,6 +243,11 @@ impl MirrorQueue {
         self.lost.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(sid);
     }
 
+    /// A core's writer could not write `sids`: the thread marks them not durable in the store.
+    pub(crate) fn broke_all(&self, sids: impl IntoIterator<Item = Arc<str>>) {
+        self.broken.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(sids);
+    }
+
     /// The sessions the core stopped mirroring since the last call (mirror thread).
     pub(crate) fn take_broken(&self) -> Vec<Arc<str>> {
         std::mem::take(&mut *self.broken.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
@@ -236,6 +276,19 @@ pub(crate) struct CoreTap {
     next_ticket: Cell<u64>,
     /// Notified by the core's ack pump whenever the thread acked more.
     acked_signal: Rc<Signal>,
+    /// `--durable-writer core`: the core's writer task waits on it for records.
+    pub(crate) writer_wake: Option<Rc<WriterWake>>,
+}
+
+/// How a core wakes its own writer (`--durable-writer core`, `writer`).
+#[derive(Default)]
+pub(crate) struct WriterWake {
+    /// A record was queued.
+    pub(crate) records: Signal,
+    /// A call waits for a record: the writer stops lingering (`--durable-linger-us`).
+    pub(crate) hurry: Signal,
+    /// Set with `hurry`, taken by the writer: a wait that began before it lingered counts.
+    pub(crate) urgent: Cell<bool>,
 }
 
 /// A change of a core's state outside any legacy session, as the mirror hears it
@@ -291,6 +344,7 @@ impl CoreTap {
             metrics,
             next_ticket: Cell::new(0),
             acked_signal: Rc::default(),
+            writer_wake: None,
         }
     }
 
@@ -326,7 +380,10 @@ impl CoreTap {
             return Err(Refused::Full);
         }
         self.next_ticket.set(ticket);
-        self.state.wake();
+        match &self.writer_wake {
+            Some(writer) => writer.records.notify_all(),
+            None => self.state.wake(),
+        }
         Ok(ticket)
     }
 
@@ -359,7 +416,13 @@ impl CoreTap {
     /// was written: the session is not in `take_lost` (the pump applies that list first).
     pub(crate) async fn written(&self, ticket: u64) {
         if self.queue.acked.load(Ordering::Acquire) < ticket {
-            self.state.hurry();
+            match &self.writer_wake {
+                Some(writer) => {
+                    writer.urgent.set(true);
+                    writer.hurry.notify_all();
+                }
+                None => self.state.hurry(),
+            }
         }
         loop {
             let notified = self.acked_signal.notified();

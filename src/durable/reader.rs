@@ -112,7 +112,7 @@ impl Reader {
                         // With Sentinel, the primary of now: a failover is followed here.
                         store = super::engine::connect(&url, replication, limits, timeout)
                             .ok()
-                            .map(|(s, _)| s);
+                            .map(|(s, _, _)| s);
                     }
                     let Some(connected) = store.as_mut() else {
                         pending.set(Answer::Failed("store unreachable".into()));

@@ -45,6 +45,22 @@ impl Pipeline {
         &self.buf
     }
 
+    /// Its bytes, owned (an io_uring write takes its buffer), leaving it empty: `give_back`
+    /// returns the buffer, so a batch allocates none.
+    pub(crate) fn take_bytes(&mut self) -> Vec<u8> {
+        self.debug_done();
+        self.commands = 0;
+        std::mem::take(&mut self.buf)
+    }
+
+    /// Takes back a buffer `take_bytes` gave (emptied), keeping its capacity.
+    pub(crate) fn give_back(&mut self, mut buf: Vec<u8>) {
+        buf.clear();
+        if buf.capacity() > self.buf.capacity() {
+            self.buf = buf;
+        }
+    }
+
     /// Starts a command of `args` arguments, its name the first.
     pub(crate) fn command(&mut self, args: usize) -> &mut Self {
         self.debug_done();

@@ -26,7 +26,7 @@ use crate::config::DurableUrl;
 pub(crate) struct StoreError(pub(crate) String);
 
 /// How a `StoreError` for a batch fewer replicas acknowledged than `--durable-replicas` begins.
-const UNREPLICATED: &str = "not replicated: ";
+pub(super) const UNREPLICATED: &str = "not replicated: ";
 
 impl StoreError {
     /// True when the store took the batch but fewer replicas than `--durable-replicas` did.
@@ -148,6 +148,19 @@ pub(crate) struct Replication {
 }
 
 impl Replication {
+    /// `Err` (`StoreError::unreplicated`) when `held`, a `WAIT`'s answer, is short of
+    /// `--durable-replicas`.
+    pub(crate) fn held(&self, held: i64) -> Result<(), StoreError> {
+        let wanted = self.replicas;
+        if held >= i64::from(wanted) {
+            return Ok(());
+        }
+        Err(StoreError(format!(
+            "{UNREPLICATED}{held} of the {wanted} replicas --durable-replicas asks for acknowledged within {} ms",
+            self.wait_ms
+        )))
+    }
+
     /// `--durable-replicas`, its `WAIT` bounded by `--durable-write-ahead-ms` (at least 1 ms:
     /// `WAIT … 0` never returns; at most `DURABLE_REPLICAS_WAIT_MS_MAX`).
     pub(crate) fn of(cfg: &crate::config::DurableConfig) -> Replication {
@@ -169,6 +182,20 @@ pub(crate) struct RedisStore {
     owed_replies: usize,
     url: DurableUrl,
     timeout: Duration,
+    /// The batches' encoding (what the store remembers of each session it wrote).
+    encoder: BatchEncoder,
+    /// The replicas each batch (and adoption) waits for (`--durable-replicas`).
+    replication: Replication,
+    /// The batch in flight ends with `WAIT`: its last reply is how many replicas hold it.
+    waiting: bool,
+}
+
+/// A batch's encoding, without I/O: the records of a batch into one `Pipeline` of commands
+/// (`encode`), and what that needs to remember of each session between batches. The mirror
+/// thread's `RedisStore` and each core's writer (`writer`) own one each: a session's records
+/// only ever pass through one of them (its core's, or the thread's).
+#[derive(Default)]
+pub(crate) struct BatchEncoder {
     /// Per session, each `tm:ev` entry written (oldest first): an entry holds a run of events,
     /// so a trim keeps the entry holding the oldest kept event. At most one per event the ring
     /// holds plus the trim's slack; whole images reset it, a session's end drops it.
@@ -180,10 +207,8 @@ pub(crate) struct RedisStore {
     pipe: Pipeline,
     /// The batch's working lists and maps (kept, likewise).
     scratch: BatchScratch,
-    /// The replicas each batch (and adoption) waits for (`--durable-replicas`).
+    /// The replicas each batch waits for (`--durable-replicas`).
     replication: Replication,
-    /// The batch in flight ends with `WAIT`: its last reply is how many replicas hold it.
-    waiting: bool,
 }
 
 /// A batch's working lists and maps, kept across batches: allocated per batch, the plan's
@@ -435,10 +460,7 @@ impl RedisStore {
             owed_replies: 0,
             url: url.clone(),
             timeout,
-            entries: FastMap::default(),
-            expiry: FastMap::default(),
-            pipe: Pipeline::default(),
-            scratch: BatchScratch::default(),
+            encoder: BatchEncoder::default(),
             replication: Replication::default(),
             waiting: false,
         })
@@ -447,6 +469,7 @@ impl RedisStore {
     /// `--durable-replicas` for this store's batches and adoptions.
     pub(super) fn set_replication(&mut self, replication: Replication) {
         self.replication = replication;
+        self.encoder.replication = replication;
     }
 
     /// Adoption's first read: the session's record and its owner, or the answer already
@@ -568,17 +591,41 @@ impl RedisStore {
         Ok(image)
     }
 
-    /// `Err` (`StoreError::unreplicated`) when `held`, a `WAIT`'s answer, is short of
-    /// `--durable-replicas`.
     fn replicated(&self, held: i64) -> Result<(), StoreError> {
-        let wanted = self.replication.replicas;
-        if held >= i64::from(wanted) {
+        self.replication.held(held)
+    }
+
+    /// Sends the encoded batch; its replies are owed until `receive`.
+    fn send_pipeline(&mut self, waiting: bool) -> Result<(), StoreError> {
+        if self.encoder.pipe.is_empty() {
             return Ok(());
         }
-        Err(StoreError(format!(
-            "{UNREPLICATED}{held} of the {wanted} replicas --durable-replicas asks for acknowledged within {} ms",
-            self.replication.wait_ms
-        )))
+        let link = match &mut self.batches {
+            Some(link) => link,
+            None => self.batches.insert(Link::connect(&self.url, self.timeout)?),
+        };
+        self.waiting = waiting;
+        let sent = link.send(self.encoder.pipe.bytes());
+        self.owed_replies = self.encoder.pipe.commands();
+        self.encoder.pipe.clear();
+        Ok(sent?)
+    }
+}
+
+impl BatchEncoder {
+    /// An encoder whose batches wait for `replication`.
+    pub(crate) fn new(replication: Replication) -> BatchEncoder {
+        BatchEncoder { replication, ..BatchEncoder::default() }
+    }
+
+    /// The encoded batch (`encode`).
+    pub(crate) fn pipeline(&mut self) -> &mut Pipeline {
+        &mut self.pipe
+    }
+
+    /// What `--durable-replicas` asks of each batch.
+    pub(crate) fn replication(&self) -> Replication {
+        self.replication
     }
 
     /// Encodes one step of a batch (`plan`), noting the sessions it touched, ended and trims.
@@ -646,28 +693,55 @@ impl RedisStore {
         }
     }
 
-    /// Sends the encoded batch; its replies are owed until `receive`.
-    fn send_pipeline(&mut self) -> Result<(), StoreError> {
-        if self.pipe.is_empty() {
-            return Ok(());
-        }
-        let link = match &mut self.batches {
-            Some(link) => link,
-            None => self.batches.insert(Link::connect(&self.url, self.timeout)?),
-        };
-        self.waiting = self.replication.replicas > 0;
-        if self.waiting {
-            // After everything the batch wrote: how many replicas hold all of it.
-            self.pipe
-                .command(3)
-                .arg(b"WAIT")
-                .arg_u64(u64::from(self.replication.replicas))
-                .arg_u64(self.replication.wait_ms);
-        }
-        let sent = link.send(self.pipe.bytes());
-        self.owed_replies = self.pipe.commands();
+    /// Encodes `records` (in order) as one batch into the pipeline, emptied first; a batch
+    /// that writes anything closes with `WAIT` when `--durable-replicas` asks for replicas.
+    /// Whether it does (its last reply is then the count of replicas holding the batch).
+    pub(crate) fn encode(&mut self, records: &[&Record], session_ttl: Duration) -> bool {
+        let ttl_ms = session_ttl.as_millis().max(1) as u64;
         self.pipe.clear();
-        Ok(sent?)
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let steps = plan(records, &mut scratch);
+        let BatchScratch {
+            touched_at,
+            touched: scratch_touched,
+            ended,
+            trims: scratch_trims,
+            changes: scratch_changes,
+            gone,
+            ..
+        } = &mut scratch;
+        touched_at.clear();
+        ended.clear();
+        gone.clear();
+        let list = recycle(std::mem::take(scratch_touched));
+        let mut touched = Touched { at: touched_at, list };
+        let mut changes = StreamChanges { list: recycle(std::mem::take(scratch_changes)), gone };
+        let mut trims: Vec<(&Arc<str>, u64)> = recycle(std::mem::take(scratch_trims));
+        for step in &steps {
+            self.push_step(step, &mut touched, &mut changes, ended, &mut trims);
+        }
+        changes.flush(&mut self.pipe);
+        *scratch_changes = recycle(changes.list);
+        for &(sid, first_kept) in &trims {
+            if let Some(entries) = self.entries.get_mut(sid) {
+                push_trim(&mut self.pipe, sid, entries, first_kept);
+            }
+        }
+        push_expiries(&mut self.pipe, &mut self.expiry, &touched.list, ended, ttl_ms);
+        *scratch_touched = recycle(touched.list);
+        *scratch_trims = recycle(trims);
+        scratch.steps = recycle(steps);
+        self.scratch = scratch;
+        if self.pipe.is_empty() || self.replication.replicas == 0 {
+            return false;
+        }
+        // After everything the batch wrote: how many replicas hold all of it.
+        self.pipe
+            .command(3)
+            .arg(b"WAIT")
+            .arg_u64(u64::from(self.replication.replicas))
+            .arg_u64(self.replication.wait_ms);
+        true
     }
 }
 
@@ -993,42 +1067,8 @@ impl Store for RedisStore {
         if self.owed_replies > 0 {
             self.receive()?;
         }
-        let ttl_ms = session_ttl.as_millis().max(1) as u64;
-        self.pipe.clear();
-        let mut scratch = std::mem::take(&mut self.scratch);
-        let steps = plan(records, &mut scratch);
-        let BatchScratch {
-            touched_at,
-            touched: scratch_touched,
-            ended,
-            trims: scratch_trims,
-            changes: scratch_changes,
-            gone,
-            ..
-        } = &mut scratch;
-        touched_at.clear();
-        ended.clear();
-        gone.clear();
-        let list = recycle(std::mem::take(scratch_touched));
-        let mut touched = Touched { at: touched_at, list };
-        let mut changes = StreamChanges { list: recycle(std::mem::take(scratch_changes)), gone };
-        let mut trims: Vec<(&Arc<str>, u64)> = recycle(std::mem::take(scratch_trims));
-        for step in &steps {
-            self.push_step(step, &mut touched, &mut changes, ended, &mut trims);
-        }
-        changes.flush(&mut self.pipe);
-        *scratch_changes = recycle(changes.list);
-        for &(sid, first_kept) in &trims {
-            if let Some(entries) = self.entries.get_mut(sid) {
-                push_trim(&mut self.pipe, sid, entries, first_kept);
-            }
-        }
-        push_expiries(&mut self.pipe, &mut self.expiry, &touched.list, ended, ttl_ms);
-        *scratch_touched = recycle(touched.list);
-        *scratch_trims = recycle(trims);
-        scratch.steps = recycle(steps);
-        self.scratch = scratch;
-        self.send_pipeline()
+        let waiting = self.encoder.encode(records, session_ttl);
+        self.send_pipeline(waiting)
     }
 
     fn mark_not_durable(

@@ -54,6 +54,16 @@ impl Server {
     /// Runs `command` (the binary, or a shell that execs it) and reads its banner; its stderr
     /// is inherited unless the command set it (a test that reads the log).
     pub fn spawn(mut command: Command) -> Server {
+        // The durable tests run with either writer: `TIDEMARK_TEST_DURABLE_WRITER=core` (or
+        // `thread`) adds `--durable-writer` to every node started with `--durable` that does
+        // not choose its writer itself.
+        if let Ok(writer) = std::env::var("TIDEMARK_TEST_DURABLE_WRITER") {
+            let args: Vec<_> = command.get_args().collect();
+            if args.contains(&"--durable".as_ref()) && !args.contains(&"--durable-writer".as_ref())
+            {
+                command.args(["--durable-writer", &writer]);
+            }
+        }
         let mut child = command.stdout(Stdio::piped()).spawn().expect("spawn tidemark");
         let stdout = child.stdout.take().expect("stdout");
         let mut line = String::new();
