@@ -106,14 +106,35 @@ fn open_sessions(host: &str, count: usize, wire: &mut Wire) -> Vec<String> {
 /// A `slow_counter` call on `session` over a new connection, sent: a live stream of
 /// `STREAM_STEPS` events `STREAM_DELAY_MS` apart.
 fn start_stream(addr: std::net::SocketAddr, host: &str, session: &str) -> TcpStream {
+    let args = format!(r#"{{"steps":{STREAM_STEPS},"delay_ms":{STREAM_DELAY_MS}}}"#);
+    start_call(addr, host, session, &args)
+}
+
+/// A `slow_counter` call with `args` on `session` over a new connection, sent.
+fn start_call(addr: std::net::SocketAddr, host: &str, session: &str, args: &str) -> TcpStream {
     let mut stream = TcpStream::connect(addr).expect("connect");
     stream.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
     let mut h: Vec<(&str, &str)> = POST_HEADERS.to_vec();
     h.push(("Mcp-Session-Id", session));
-    let args = format!(r#"{{"steps":{STREAM_STEPS},"delay_ms":{STREAM_DELAY_MS}}}"#);
-    let body = call(1, "slow_counter", &args, true);
+    let body = call(1, "slow_counter", args, true);
     send(&mut stream, &request("POST", "/mcp", host, &h, Some(&body)));
     stream
+}
+
+/// An in-process server with one worker, its address and Host, and `count` sessions opened
+/// on it over one keep-alive connection (returned with them).
+fn server_with_sessions(
+    count: usize,
+) -> (tidemark::Running, std::net::SocketAddr, String, Vec<String>) {
+    let mut cfg = tidemark::Config::default();
+    cfg.server.listen = "127.0.0.1:0".parse().expect("address");
+    cfg.server.threads = 1;
+    cfg.sessions.session_idle = Duration::from_secs(3600);
+    let running = tidemark::Server::new(cfg).start().expect("start the server");
+    let (addr, host) = (running.local_addr, running.local_addr.to_string());
+    let mut wire = Wire::new(TcpStream::connect(addr).expect("connect"));
+    let sessions = open_sessions(&host, count, &mut wire);
+    (running, addr, host, sessions)
 }
 
 /// Reads the stream's answer head (and whatever came with it): the stream is live.
@@ -130,14 +151,7 @@ fn await_head(stream: &mut TcpStream) {
 
 /// Heap bytes per live stream on an in-process server, and the breakdown by size class.
 fn live_stream_heap_bytes() -> (usize, String) {
-    let mut cfg = tidemark::Config::default();
-    cfg.server.listen = "127.0.0.1:0".parse().expect("address");
-    cfg.server.threads = 1;
-    cfg.sessions.session_idle = Duration::from_secs(3600);
-    let running = tidemark::Server::new(cfg).start().expect("start the server");
-    let (addr, host) = (running.local_addr, running.local_addr.to_string());
-    let mut wire = Wire::new(TcpStream::connect(addr).expect("connect"));
-    let sessions = open_sessions(&host, LIVE_STREAMS_MEASURED + 1, &mut wire);
+    let (running, addr, host, sessions) = server_with_sessions(LIVE_STREAMS_MEASURED + 1);
     // One stream first, so the core's per-stream scratch (first use) is not counted.
     let mut warm = start_stream(addr, &host, &sessions[0]);
     await_head(&mut warm);
@@ -184,27 +198,14 @@ fn await_end(stream: &mut TcpStream) {
 /// Blocks of 16 KiB or more that the worker holds after `ENDED_STREAMS_MEASURED` short
 /// streams ended on connections that stay open, minus before.
 fn ended_stream_read_buffers() -> i64 {
-    let mut cfg = tidemark::Config::default();
-    cfg.server.listen = "127.0.0.1:0".parse().expect("address");
-    cfg.server.threads = 1;
-    cfg.sessions.session_idle = Duration::from_secs(3600);
-    let running = tidemark::Server::new(cfg).start().expect("start the server");
-    let (addr, host) = (running.local_addr, running.local_addr.to_string());
-    let mut wire = Wire::new(TcpStream::connect(addr).expect("connect"));
-    let sessions = open_sessions(&host, ENDED_STREAMS_MEASURED, &mut wire);
+    let (running, addr, host, sessions) = server_with_sessions(ENDED_STREAMS_MEASURED);
     std::thread::sleep(Duration::from_millis(100));
     let large = || blocks_by_size()[16 * 1024 / 8..].iter().sum::<i64>();
     let before = large();
-    let short = |session: &String| {
-        let mut stream = TcpStream::connect(addr).expect("connect");
-        stream.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
-        let mut h: Vec<(&str, &str)> = POST_HEADERS.to_vec();
-        h.push(("Mcp-Session-Id", session));
-        let body = call(1, "slow_counter", r#"{"steps":2,"delay_ms":200}"#, true);
-        send(&mut stream, &request("POST", "/mcp", &host, &h, Some(&body)));
-        stream
-    };
-    let mut streams: Vec<TcpStream> = sessions.iter().map(short).collect();
+    // Two events 200 ms apart: each stream waits (and lends its read buffer) before it ends.
+    let args = r#"{"steps":2,"delay_ms":200}"#;
+    let mut streams: Vec<TcpStream> =
+        sessions.iter().map(|s| start_call(addr, &host, s, args)).collect();
     streams.iter_mut().for_each(await_end);
     std::thread::sleep(Duration::from_millis(100));
     let after = large();
