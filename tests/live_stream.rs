@@ -12,6 +12,9 @@
 //! answer's head. Live bytes then minus before, over the count, is one live stream's fixed cost
 //! (the sessions' own cost is before; an event's is its ring's, bounded by `--replay-events`
 //! and `--replay-bytes` and tested with the ring); the blocks by size class say what it is.
+//! Then, on a fresh server, `ENDED_STREAMS_MEASURED` streams that waited run to their end on
+//! connections that stay open: together they may hold no more read buffers than the core's
+//! spares (`ENDED_STREAMS_READ_BUFFERS_MAX`).
 
 // The counters are the test's, shared by the process's threads, not server state.
 #![allow(clippy::disallowed_types)]
@@ -103,14 +106,35 @@ fn open_sessions(host: &str, count: usize, wire: &mut Wire) -> Vec<String> {
 /// A `slow_counter` call on `session` over a new connection, sent: a live stream of
 /// `STREAM_STEPS` events `STREAM_DELAY_MS` apart.
 fn start_stream(addr: std::net::SocketAddr, host: &str, session: &str) -> TcpStream {
+    let args = format!(r#"{{"steps":{STREAM_STEPS},"delay_ms":{STREAM_DELAY_MS}}}"#);
+    start_call(addr, host, session, &args)
+}
+
+/// A `slow_counter` call with `args` on `session` over a new connection, sent.
+fn start_call(addr: std::net::SocketAddr, host: &str, session: &str, args: &str) -> TcpStream {
     let mut stream = TcpStream::connect(addr).expect("connect");
     stream.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
     let mut h: Vec<(&str, &str)> = POST_HEADERS.to_vec();
     h.push(("Mcp-Session-Id", session));
-    let args = format!(r#"{{"steps":{STREAM_STEPS},"delay_ms":{STREAM_DELAY_MS}}}"#);
-    let body = call(1, "slow_counter", &args, true);
+    let body = call(1, "slow_counter", args, true);
     send(&mut stream, &request("POST", "/mcp", host, &h, Some(&body)));
     stream
+}
+
+/// An in-process server with one worker, its address and Host, and `count` sessions opened
+/// on it over one keep-alive connection (returned with them).
+fn server_with_sessions(
+    count: usize,
+) -> (tidemark::Running, std::net::SocketAddr, String, Vec<String>) {
+    let mut cfg = tidemark::Config::default();
+    cfg.server.listen = "127.0.0.1:0".parse().expect("address");
+    cfg.server.threads = 1;
+    cfg.sessions.session_idle = Duration::from_secs(3600);
+    let running = tidemark::Server::new(cfg).start().expect("start the server");
+    let (addr, host) = (running.local_addr, running.local_addr.to_string());
+    let mut wire = Wire::new(TcpStream::connect(addr).expect("connect"));
+    let sessions = open_sessions(&host, count, &mut wire);
+    (running, addr, host, sessions)
 }
 
 /// Reads the stream's answer head (and whatever came with it): the stream is live.
@@ -127,14 +151,7 @@ fn await_head(stream: &mut TcpStream) {
 
 /// Heap bytes per live stream on an in-process server, and the breakdown by size class.
 fn live_stream_heap_bytes() -> (usize, String) {
-    let mut cfg = tidemark::Config::default();
-    cfg.server.listen = "127.0.0.1:0".parse().expect("address");
-    cfg.server.threads = 1;
-    cfg.sessions.session_idle = Duration::from_secs(3600);
-    let running = tidemark::Server::new(cfg).start().expect("start the server");
-    let (addr, host) = (running.local_addr, running.local_addr.to_string());
-    let mut wire = Wire::new(TcpStream::connect(addr).expect("connect"));
-    let sessions = open_sessions(&host, LIVE_STREAMS_MEASURED + 1, &mut wire);
+    let (running, addr, host, sessions) = server_with_sessions(LIVE_STREAMS_MEASURED + 1);
     // One stream first, so the core's per-stream scratch (first use) is not counted.
     let mut warm = start_stream(addr, &host, &sessions[0]);
     await_head(&mut warm);
@@ -158,8 +175,56 @@ fn live_stream_heap_bytes() -> (usize, String) {
     (per, breakdown(&before.1, &after.1, LIVE_STREAMS_MEASURED))
 }
 
+/// Connections whose stream ended and that stay open, counted for read buffers.
+const ENDED_STREAMS_MEASURED: usize = 200;
+
+/// Read buffers (blocks of 16 KiB or more) the ended streams' connections may hold together:
+/// the core's spares (`SPARE_READ_BUFFERS_MAX`, 16), none per connection. Before, each such
+/// connection took 16 KiB back at its stream's end to wait for its next request, and
+/// 10 000 of them were the RSS peak of `scripts/streams.sh` (issue 43 §2).
+const ENDED_STREAMS_READ_BUFFERS_MAX: i64 = 16;
+
+/// Reads until the stream's chunked body ends: the call is over, the connection kept alive.
+fn await_end(stream: &mut TcpStream) {
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !got.ends_with(b"0\r\n\r\n") {
+        let n = read_retrying(stream, &mut chunk).expect("read the stream to its end");
+        assert!(n > 0, "the server closed the connection");
+        got.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Blocks of 16 KiB or more that the worker holds after `ENDED_STREAMS_MEASURED` short
+/// streams ended on connections that stay open, minus before.
+fn ended_stream_read_buffers() -> i64 {
+    let (running, addr, host, sessions) = server_with_sessions(ENDED_STREAMS_MEASURED);
+    std::thread::sleep(Duration::from_millis(100));
+    let large = || blocks_by_size()[16 * 1024 / 8..].iter().sum::<i64>();
+    let before = large();
+    // Two events 200 ms apart: each stream waits (and lends its read buffer) before it ends.
+    let args = r#"{"steps":2,"delay_ms":200}"#;
+    let mut streams: Vec<TcpStream> =
+        sessions.iter().map(|s| start_call(addr, &host, s, args)).collect();
+    streams.iter_mut().for_each(await_end);
+    std::thread::sleep(Duration::from_millis(100));
+    let after = large();
+    drop(streams);
+    running.shutdown();
+    after - before
+}
+
 #[test]
 fn a_live_stream_stays_within_its_heap_budget() {
+    // One test, so the two in-process servers never count each other's blocks.
+    let held = ended_stream_read_buffers();
+    eprintln!(
+        "ended streams: {ENDED_STREAMS_MEASURED} kept-alive connections hold {held} read buffers"
+    );
+    assert!(
+        held <= ENDED_STREAMS_READ_BUFFERS_MAX,
+        "{ENDED_STREAMS_MEASURED} connections after their streams hold {held} blocks of 16 KiB or more"
+    );
     let (per, blocks) = live_stream_heap_bytes();
     eprintln!("live streams: {blocks}");
     assert!(

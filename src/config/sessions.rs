@@ -21,7 +21,7 @@ pub(crate) const REPLAY_EVENTS_MAX: usize = 4096;
 /// Payload bytes held per session ring.
 pub(crate) const REPLAY_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// The largest `--replay-events`: a ring's slot keeps the distance to its stream's next event
-/// in 32 bits (24-byte slots, issue 43 §2). Over it: the server does not start.
+/// in 32 bits (16-byte slots, issue 43 §2). Over it: the server does not start.
 pub(crate) const REPLAY_EVENTS_MOST: usize = 1 << 31;
 /// The largest `--replay-bytes` (4 GiB − 1): a ring's slot keeps its payload's offset and
 /// length in 32 bits. Over it: the server does not start.

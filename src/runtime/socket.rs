@@ -44,6 +44,9 @@ pub(super) const FRAMES_INITIAL_BYTES: usize = 512;
 /// waits for its next event gives its connection's read buffer here, so 10 000 live streams do
 /// not hold 16 KiB each (issue 43 §2); a connection that reads again takes one back before it
 /// allocates, so one that alternates requests and streams allocates nothing (issue 40 §1).
+/// Back from its stream, a kept-alive connection takes one only when its next request's
+/// first bytes arrive (`read_some_or_close`), so ended streams whose connections stay open
+/// hold none either.
 /// More than this many are freed: they would only be needed when as many waiting streams end
 /// at once, and then one allocation each is the old cost.
 pub(super) const SPARE_READ_BUFFERS_MAX: usize = 16;
@@ -229,10 +232,23 @@ pub(super) async fn read_some_or_close(
     if socket.tls.is_some() {
         return read_some_or(socket, buf, timeout, stop).await;
     }
+    let mut stop = std::pin::pin!(stop);
+    timer.as_mut().reset(monoio::time::Instant::now() + timeout);
+    if buf.capacity() == 0 {
+        // Back from a stream that lent its read buffer (`lend_read_buffer`): wait for the
+        // next request's first bytes before taking one. A session's streams end while its
+        // connection stays open, and 10 000 connections each holding 16 KiB while they wait
+        // were the RSS peak of `scripts/streams.sh` (issue 43 §2). A connection that never
+        // streamed keeps its buffer and never comes here.
+        monoio::select! {
+            r = socket.tcp.readable(false) => if r.is_err() { return ReadEnd::Closed },
+            _ = timer.as_mut() => return ReadEnd::TimedOut,
+            _ = stop.as_mut() => return ReadEnd::Stopped,
+        }
+    }
     room_to_read(buf);
     let owned = std::mem::take(buf);
     let len = owned.len();
-    timer.as_mut().reset(monoio::time::Instant::now() + timeout);
     let (res, slice) = monoio::select! {
         r = socket.tcp.read(owned.slice_mut(len..)) => r,
         _ = timer => return ReadEnd::TimedOut,

@@ -15,7 +15,7 @@ use crate::fasthash::SequenceMap;
 use crate::wire::notification::PROGRESS_PREFIX;
 
 /// Slots allocated by the first append (fewer when `events_max` is smaller). An idle session
-/// allocates none; a session that has emitted a handful of events holds 16 × 24 bytes (and its
+/// allocates none; a session that has emitted a handful of events holds 16 × 16 bytes (and its
 /// payload buffer); the array then doubles up to `events_max` as events accumulate, so memory
 /// follows the high-water mark of held events, never the configured capacity (100k idle
 /// sessions at `events_max` = 2^20 must not cost 2^20 slots each).
@@ -52,12 +52,14 @@ pub(super) const ELIDED_PREFIX: &[u8] = PROGRESS_PREFIX;
 const ELIDED: u32 = 1 << 31;
 const _: () = assert!(REPLAY_EVENTS_MOST <= ELIDED as usize);
 
-/// One held event. 24 bytes (40 before issue 43 §2: the offset, length and successor were
-/// 64-bit; at 10 events/s a live stream holds 300 after 30 s): where its payload lies in the
-/// ring's buffer, its sequence number, its successor's distance and the stream key.
+/// One held event. 16 bytes (40, then 24 before issue 43 §2: the offset, length and successor
+/// were 64-bit, then the slot kept its own sequence number; at 10 events/s a live stream holds
+/// 300 after 30 s, 512 slots): where its payload lies in the ring's buffer, its successor's
+/// distance and the stream key. Its sequence number is where it lies: the event `seq` is the
+/// slot `seq & mask` exactly when `head <= seq < tail`, so the slot need not say it, and a
+/// slot outside that range is a leftover (`Slot::FREE` or an evicted event's) never read.
+#[derive(Clone, Copy)]
 struct Slot {
-    /// This event's sequence number, kept to assert that the slot matches the lookup.
-    seq: NonZeroU64,
     stream: StreamKey,
     /// The stream's next event is `seq + (next_after & !ELIDED)`; 0 until it is appended (see
     /// [`Event`]). Both are held then, so the distance is below `events_max` (≤
@@ -70,10 +72,13 @@ struct Slot {
     len: u32,
 }
 
-// The memory per held event that the docs and the bench quote; `None` uses a niche, no tag.
-const _: () = assert!(std::mem::size_of::<Option<Slot>>() <= 24);
+// The memory per held event that the docs and the bench quote.
+const _: () = assert!(std::mem::size_of::<Slot>() == 16);
 
 impl Slot {
+    /// What a slot holds before its first event.
+    const FREE: Slot = Slot { stream: StreamKey(0), next_after: 0, at: 0, len: 0 };
+
     /// Offset of the payload in the ring's buffer.
     fn at(&self) -> usize {
         self.at as usize
@@ -103,9 +108,9 @@ impl Slot {
         self.next_after & !ELIDED
     }
 
-    /// The stream's next held event, if appended.
-    fn next(&self) -> Option<NonZeroU64> {
-        NonZeroU64::new(self.distance().into()).and_then(|after| self.seq.checked_add(after.get()))
+    /// The stream's next held event, if appended, for this slot's event `seq`.
+    fn next(&self, seq: NonZeroU64) -> Option<NonZeroU64> {
+        NonZeroU64::new(self.distance().into()).and_then(|after| seq.checked_add(after.get()))
     }
 }
 
@@ -159,8 +164,8 @@ struct PayloadBuffer {
 struct Storage {
     /// Length 0 (nothing appended yet) or a power of two ≤ `events_max`. The event `seq` lives in
     /// `slots[seq & (slots.len() - 1)]` exactly when `head <= seq < tail`; every other slot is
-    /// `None`.
-    slots: Vec<Option<Slot>>,
+    /// a leftover, never read.
+    slots: Vec<Slot>,
     /// Where the held payloads lie.
     payloads: PayloadBuffer,
 }
@@ -305,10 +310,10 @@ impl Ring {
         let seq = NonZeroU64::new(self.tail).expect("invariant: tail starts at 1 and only grows");
         self.tail = self.tail.checked_add(1).expect("invariant: 2^64 events are never appended");
         if let Some(prev) = self.stream_newest.insert(stream, seq) {
+            assert!(prev.get() >= self.head, "invariant: a stream's newest is held");
             let index = self.index(prev.get());
-            let prev_slot =
-                self.storage().slots[index].as_mut().expect("invariant: a stream's newest is held");
-            assert!(prev_slot.seq == prev, "invariant: slot holds the stream's newest event");
+            let prev_slot = &mut self.storage().slots[index];
+            assert!(prev_slot.stream == stream, "invariant: slot holds the stream's newest event");
             assert!(prev_slot.distance() == 0, "invariant: a stream's newest has no successor");
             assert!(prev < seq, "invariant: sequence numbers strictly increase");
             // Both held: the distance is below events_max ≤ REPLAY_EVENTS_MOST < ELIDED.
@@ -319,10 +324,10 @@ impl Ring {
         self.bytes += payload.len();
         assert!(self.bytes <= self.bytes_max, "invariant: bytes within bytes_max");
         let index = self.index(seq.get());
-        let free = &mut self.storage().slots[index];
-        assert!(free.is_none(), "invariant: the slot of tail is free");
         let next_after = if elided { ELIDED } else { 0 };
-        *free = Some(Slot { seq, stream, next_after, at: narrow(at), len: narrow(stored.len()) });
+        // The slot of tail is free: held events are `head..tail`, fewer than the slots.
+        self.storage().slots[index] =
+            Slot { stream, next_after, at: narrow(at), len: narrow(stored.len()) };
         assert!(self.head <= self.tail, "invariant: head ≤ tail");
         assert!(self.len() <= self.slots().len(), "invariant: held events fit the slots");
         EventSeq(seq.get())
@@ -336,16 +341,14 @@ impl Ring {
         }
         let storage =
             self.storage.as_deref().expect("invariant: a ring that held events has storage");
-        let slot = storage.slots[self.index(seq.0)]
-            .as_ref()
-            .expect("invariant: every seq in head..tail has a slot");
-        assert!(slot.seq.get() == seq.0, "invariant: slot holds the looked-up event");
+        let slot = &storage.slots[self.index(seq.0)];
+        let this = NonZeroU64::new(seq.0).expect("invariant: head ≥ 1");
         Some(Event {
             stream: slot.stream,
             seq,
             elided: slot.next_after & ELIDED != 0,
             payload: &storage.payloads.bytes[slot.at()..slot.at() + slot.len()],
-            next_in_stream: slot.next().map(|next| EventSeq(next.get())),
+            next_in_stream: slot.next(this).map(|next| EventSeq(next.get())),
         })
     }
 
@@ -405,7 +408,7 @@ impl Ring {
     }
 
     /// The slot array; empty before the first append.
-    fn slots(&self) -> &[Option<Slot>] {
+    fn slots(&self) -> &[Slot] {
         self.storage.as_deref().map_or(&[], |storage| &storage.slots)
     }
 
@@ -446,9 +449,9 @@ impl Ring {
         let (index, head) = (self.index(self.head), self.head);
         let bytes = self.bytes;
         let storage = self.storage();
-        let slot =
-            storage.slots[index].take().expect("invariant: every seq in head..tail has a slot");
-        assert!(slot.seq.get() == head, "invariant: slot of head holds head");
+        // Left as it is: outside head..tail nothing reads it, the next append overwrites it.
+        let slot = storage.slots[index];
+        let seq = NonZeroU64::new(head).expect("invariant: head ≥ 1");
         let bytes = bytes
             .checked_sub(slot.whole_len())
             .expect("invariant: bytes counts every held payload");
@@ -457,12 +460,12 @@ impl Ring {
         self.bytes = bytes;
         if slot.distance() == 0 {
             let newest = self.stream_newest.remove(&slot.stream);
-            assert!(newest == Some(slot.seq), "invariant: a chain's end is its stream's newest");
+            assert!(newest == Some(seq), "invariant: a chain's end is its stream's newest");
         }
         Evicted {
             stream: slot.stream,
-            seq: EventSeq(slot.seq.get()),
-            next_in_stream: slot.next().map(|next| EventSeq(next.get())),
+            seq: EventSeq(head),
+            next_in_stream: slot.next(seq).map(|next| EventSeq(next.get())),
             bytes: slot.whole_len(),
         }
     }
@@ -521,7 +524,7 @@ impl Ring {
         let mut end = 0;
         for seq in head..tail {
             // Lossless: masked below slots.len(), a usize.
-            let slot = slots[(seq & mask) as usize].as_mut().expect("invariant: held");
+            let slot = &mut slots[(seq & mask) as usize];
             let (at, len) = (slot.at(), slot.len());
             if len == 0 {
                 continue;
@@ -546,15 +549,11 @@ impl Ring {
         let old_len = self.slots().len();
         let slots_len = if old_len == 0 { SLOTS_INITIAL.min(self.events_max) } else { old_len * 2 };
         assert!(slots_len <= self.events_max, "invariant: grow only below events_max");
-        let mut slots = Vec::with_capacity(slots_len);
-        slots.resize_with(slots_len, || None);
+        let mut slots = vec![Slot::FREE; slots_len];
         let mask = slots_len as u64 - 1;
         for seq in self.head..self.tail {
-            let old = self.index(seq);
-            let slot = self.storage().slots[old].take();
-            debug_assert!(slot.as_ref().is_some_and(|s| s.seq.get() == seq));
             // Lossless: masked below slots_len, a usize.
-            slots[(seq & mask) as usize] = slot;
+            slots[(seq & mask) as usize] = self.slots()[self.index(seq)];
         }
         self.storage().slots = slots;
     }
@@ -571,7 +570,7 @@ impl Ring {
         let Some(p) = self.storage.as_deref().map(|storage| &storage.payloads) else { return };
         let mut expect = p.start;
         for seq in self.head..self.tail {
-            let slot = self.slots()[self.index(seq)].as_ref().expect("held slot");
+            let slot = &self.slots()[self.index(seq)];
             if slot.len() == 0 {
                 continue;
             }
@@ -598,19 +597,19 @@ impl Ring {
         let mut newest: std::collections::HashMap<StreamKey, NonZeroU64> =
             std::collections::HashMap::new();
         for seq in self.head..self.tail {
-            let slot = self.slots()[self.index(seq)].as_ref().expect("held slot");
-            assert_eq!(slot.seq.get(), seq);
+            let slot = &self.slots()[self.index(seq)];
+            let this = NonZeroU64::new(seq).expect("head ≥ 1");
             bytes += slot.whole_len();
             stored += slot.len();
             assert!(slot.at() + slot.len() <= self.capacity_bytes());
-            newest.insert(slot.stream, slot.seq);
-            if let Some(next) = slot.next() {
-                assert!(next > slot.seq && next.get() < self.tail);
-                let successor = self.slots()[self.index(next.get())].as_ref().expect("held");
+            newest.insert(slot.stream, this);
+            if let Some(next) = slot.next(this) {
+                assert!(next > this && next.get() < self.tail);
+                let successor = &self.slots()[self.index(next.get())];
                 assert_eq!(successor.stream, slot.stream);
                 // No event of the same stream between the two.
                 for between in seq + 1..next.get() {
-                    let other = self.slots()[self.index(between)].as_ref().expect("held");
+                    let other = &self.slots()[self.index(between)];
                     assert_ne!(other.stream, slot.stream);
                 }
             }
@@ -621,13 +620,11 @@ impl Ring {
         assert!(held <= self.bytes);
         assert!(self.capacity_bytes() <= self.bytes_max);
         self.check_payload_order();
-        let held = self.slots().iter().filter(|slot| slot.is_some()).count();
-        assert_eq!(held, self.len());
         assert_eq!(newest.len(), self.stream_newest.len());
         for (stream, seq) in &newest {
             assert_eq!(self.stream_newest.get(stream), Some(seq));
-            let slot = self.slots()[self.index(seq.get())].as_ref().expect("held");
-            assert!(slot.next().is_none());
+            let slot = &self.slots()[self.index(seq.get())];
+            assert!(slot.next(*seq).is_none());
         }
     }
 }
