@@ -112,6 +112,42 @@ impl Drop for Mirror {
     }
 }
 
+/// The mirror's rule for one queued record in a batch of `epoch`, the thread's and each core's
+/// writer's: `None` when it is written, `Some(sid)` when it is skipped because its session's
+/// whole image was not written in this epoch (the session is then reported lost). An image
+/// marks its session written in `epoch`; an end forgets it.
+pub(super) fn skipped_in_epoch<'r>(
+    written_epoch: &mut FastMap<Arc<str>, u64>,
+    record: &'r Record,
+    epoch: u64,
+) -> Option<&'r Arc<str>> {
+    match record {
+        Record::Session(image) => {
+            written_epoch.insert(image.sid.clone(), epoch);
+            None
+        }
+        Record::End { sid } => {
+            written_epoch.remove(sid);
+            None
+        }
+        _ => record.session().filter(|sid| written_epoch.get(*sid) != Some(&epoch)),
+    }
+}
+
+/// True for a record of a session in `disowned`: the adopter's now, so it is dropped, and not
+/// reported lost (its core would only send its image again). Its end forgets it. The thread's
+/// and each core's writer's.
+pub(super) fn drops_disowned(disowned: &mut FastSet<Arc<str>>, record: &Record) -> bool {
+    let Some(sid) = record.session().filter(|sid| disowned.contains(*sid)) else {
+        return false;
+    };
+    if matches!(record, Record::End { .. }) {
+        let sid = sid.clone();
+        disowned.remove(&sid);
+    }
+    true
+}
+
 /// A batch of `written` records the store acknowledged at `acked_at`: counted, and the lag of
 /// each event among `records` (what it took) observed. The thread's and each core's writer's.
 pub(super) fn count_written<'a>(
@@ -475,19 +511,6 @@ impl Writer {
         true
     }
 
-    /// True for a record of a disowned session: the adopter's now, so it is dropped, and not
-    /// reported lost (its core would only send its image again). Its end forgets it.
-    fn drops_disowned(&mut self, record: &Record) -> bool {
-        let Some(sid) = record.session().filter(|sid| self.disowned.contains(*sid)) else {
-            return false;
-        };
-        if matches!(record, Record::End { .. }) {
-            let sid = sid.clone();
-            self.disowned.remove(&sid);
-        }
-        true
-    }
-
     /// Per-core writers, in a fenced epoch: the cores reported broken sessions this thread
     /// never wrote, some of which a peer may have adopted while the lease was lost; each the
     /// store names another node the owner of is disowned before any is marked not durable (a
@@ -574,24 +597,14 @@ impl Writer {
         let mut writable: Vec<&Record> = store::recycle(std::mem::take(&mut self.spare_writable));
         let mut skipped: FastSet<(usize, Arc<str>)> = FastSet::default();
         for (core, queued) in &taken {
-            if self.drops_disowned(&queued.record) {
+            if drops_disowned(&mut self.disowned, &queued.record) {
                 continue;
             }
-            match &queued.record {
-                Record::Session(image) => {
-                    self.written_epoch.insert(image.sid.clone(), epoch);
-                    writable.push(&queued.record);
+            match skipped_in_epoch(&mut self.written_epoch, &queued.record, epoch) {
+                Some(sid) => {
+                    skipped.insert((*core, sid.clone()));
                 }
-                Record::End { sid } => {
-                    self.written_epoch.remove(sid);
-                    writable.push(&queued.record);
-                }
-                record => match record.session() {
-                    Some(sid) if self.written_epoch.get(sid) != Some(&epoch) => {
-                        skipped.insert((*core, sid.clone()));
-                    }
-                    _ => writable.push(record),
-                },
+                None => writable.push(&queued.record),
             }
         }
         let outcome = match self.store.as_mut() {

@@ -37,7 +37,7 @@ use monoio::net::TcpStream;
 
 use super::keys::SessionKey;
 use super::link::{self, Reply};
-use super::mirror::{RECONNECT_PAUSE_MS, STORE_TIMEOUT_MS};
+use super::mirror::{self, RECONNECT_PAUSE_MS, STORE_TIMEOUT_MS};
 use super::queue::{Drain, MirrorState, Queued, WriterWake};
 use super::record::Record;
 use super::resp::Pipeline;
@@ -202,29 +202,14 @@ impl CoreWriter {
         let mut writable: Vec<&Record> = store::recycle(std::mem::take(&mut self.spare_writable));
         for queued in &self.taken {
             let record = &queued.record;
-            if let Some(sid) = record.session().filter(|sid| self.disowned.contains(*sid)) {
-                // The adopter's now: dropped, not lost (its core would only send it again).
-                if matches!(record, Record::End { .. }) {
-                    let sid = sid.clone();
-                    self.disowned.remove(&sid);
-                }
+            if mirror::drops_disowned(&mut self.disowned, record) {
                 continue;
             }
-            match record {
-                Record::Session(image) => {
-                    self.written_epoch.insert(image.sid.clone(), epoch);
-                    writable.push(record);
+            match mirror::skipped_in_epoch(&mut self.written_epoch, record, epoch) {
+                Some(sid) => {
+                    skipped.insert(sid.clone());
                 }
-                Record::End { sid } => {
-                    self.written_epoch.remove(sid);
-                    writable.push(record);
-                }
-                _ => match record.session() {
-                    Some(sid) if self.written_epoch.get(sid) != Some(&epoch) => {
-                        skipped.insert(sid.clone());
-                    }
-                    _ => writable.push(record),
-                },
+                None => writable.push(record),
             }
         }
         let waiting = self.encoder.encode(&writable, self.session_ttl);
@@ -324,7 +309,7 @@ impl CoreWriter {
         match outcome {
             Ok(()) => {
                 let records = self.taken.iter().map(|queued| &queued.record);
-                super::mirror::count_written(&self.stats, written, records, acked_at);
+                mirror::count_written(&self.stats, written, records, acked_at);
             }
             Err(why) => {
                 if why.starts_with(store::UNREPLICATED) {
