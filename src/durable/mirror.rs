@@ -36,6 +36,8 @@ use crate::metrics::DurableStats;
 /// How long the thread waits for the store to connect or answer one batch; past it the store
 /// counts as down (sessions then stop being durable: never a worker's wait).
 pub(crate) const STORE_TIMEOUT_MS: u64 = 1_000;
+// A graceful stop's wait for a core's writer spans a few of its round trips (`STOP_WRITE_MS`).
+const _: () = assert!(super::queue::STOP_WRITE_MS >= 2 * STORE_TIMEOUT_MS);
 /// The longest the thread sleeps with nothing queued before it looks again: the bound on a
 /// record whose push raced with the thread's falling asleep (the worker's wake-up check is a
 /// plain load, `queue`'s doc). An idle node wakes the thread this often, which costs nothing
@@ -553,7 +555,6 @@ impl Writer {
             }
             drain.queue.ack(last);
         }
-        self.publish_queue_levels();
     }
 
     /// Takes up to a batch from the queues (round robin) and sends it, leaving it in flight
@@ -582,7 +583,6 @@ impl Writer {
                 break;
             }
         }
-        self.publish_queue_levels();
         let count = taken.len();
         if count == 0 {
             self.spare = taken;
@@ -674,10 +674,5 @@ impl Writer {
             self.queues[core].queue.ack(ticket);
         }
         self.spare = taken;
-    }
-
-    fn publish_queue_levels(&self) {
-        self.stats.queue_records.set(self.queues.iter().map(|q| q.len() as u64).sum());
-        self.stats.queue_bytes.set(self.queues.iter().map(|q| q.queue.bytes() as u64).sum());
     }
 }

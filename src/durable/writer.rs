@@ -22,6 +22,10 @@
 //! image is written only after the store named no other owner of its session, and a session
 //! it names another's owner of is disowned: nothing of it is written again.
 //!
+//! At a graceful stop the core, after its drain, waits (at most `queue::STOP_WRITE_MS`) until
+//! this task dealt with every record it queued (`CoreTap::write_queued_at_stop`), as the thread
+//! writes its queues before it stops: the node's lease is renewed until both are done.
+//!
 //! Never: blocks the worker (every wait is an awaited io_uring operation bounded by
 //! `mirror::STORE_TIMEOUT_MS`), resolves a host name, or lingers (records gather while a batch
 //! is in flight: one batch per round trip under load, one record's batch when idle).
