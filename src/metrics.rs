@@ -331,6 +331,13 @@ impl Histogram {
         self.sum.add(raw);
     }
 
+    /// `observe` from one of several writers (`Counter::add_shared`).
+    pub(crate) fn observe_shared(&self, raw: u64) {
+        let bucket = self.bounds.partition_point(|bound| *bound < raw);
+        self.buckets[bucket].add_shared(1);
+        self.sum.add_shared(raw);
+    }
+
     /// Counts the time since `start` (a duration histogram).
     pub(crate) fn observe_since(&self, start: Instant) {
         self.observe_between(start, Instant::now());
@@ -643,8 +650,9 @@ pub(crate) trait QueueLevels: Send + Sync {
     fn levels(&self) -> (u64, u64);
 }
 
-/// The durable mirror's figures (`--durable`), written by the mirror thread (and with
-/// `--durable-writer core` by each core's writer).
+/// The durable mirror's figures (`--durable`), written by the mirror thread and with
+/// `--durable-writer core` by each core's writer too: every count goes through
+/// `Counter::add_shared` (`up` has the thread as its one writer).
 pub(crate) struct DurableStats {
     /// 1 while the store is connected and its last write succeeded.
     pub(crate) up: Counter,
@@ -752,6 +760,13 @@ impl Counter {
     pub(crate) fn add(&self, n: u64) {
         // Single writer: a load and a store, not an atomic read-modify-write.
         self.0.store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    }
+
+    /// Adds from one of several writers (the durable mirror's figures with
+    /// `--durable-writer core`: each core's writer and the mirror thread): an atomic
+    /// read-modify-write, for a counter touched once per batch, never per request.
+    pub(crate) fn add_shared(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
     }
 
     pub(crate) fn sub(&self, n: u64) {

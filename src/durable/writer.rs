@@ -317,7 +317,7 @@ impl CoreWriter {
             }
             Err(why) => {
                 if why.starts_with(store::UNREPLICATED) {
-                    self.stats.batches_unreplicated_total.inc();
+                    self.stats.batches_unreplicated_total.add_shared(1);
                 }
                 let mut broken = Vec::new();
                 for queued in &self.taken {
@@ -332,7 +332,7 @@ impl CoreWriter {
                     }
                     skipped.insert(sid.clone());
                 }
-                self.stats.records_dropped_total.add(self.taken.len() as u64);
+                self.stats.records_dropped_total.add_shared(self.taken.len() as u64);
                 self.went_down(&why);
                 if !broken.is_empty() {
                     self.drain.queue.broke_all(broken);
@@ -364,7 +364,7 @@ impl CoreWriter {
     fn drop_queued(&mut self) {
         let mut lost = FastSet::default();
         while let Some(queued) = self.drain.pop() {
-            self.stats.records_dropped_total.inc();
+            self.stats.records_dropped_total.add_shared(1);
             if let Some(sid) = queued.record.session() {
                 if !self.disowned.contains(sid) {
                     lost.insert(sid.clone());
@@ -384,7 +384,7 @@ impl CoreWriter {
         if self.conn.take().is_some() {
             tracing::warn!(error = why, "a core's durable writer lost the store: its sessions are rewritten whole once it is back");
         }
-        self.stats.store_errors_total.inc();
+        self.stats.store_errors_total.add_shared(1);
         self.reconnect_at = Instant::now() + Duration::from_millis(RECONNECT_PAUSE_MS);
         // Whatever the store held may be gone: every session is written whole again first.
         self.written_epoch.clear();
