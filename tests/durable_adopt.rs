@@ -548,6 +548,21 @@ fn with_each_core_writing_its_own_records_the_batch_bytes_bound_holds_through_a_
     assert_eq!(single, events, "a 1-byte batch bound writes one record per batch");
 }
 
+/// Node 2's adoption of `sid` once node 1's 300 ms lease lapsed, resumed after `cursor`: the
+/// events it replays, checked to start right after the cursor, gap-free and in order.
+fn replay_on_a_peer(redis: &Redis, sid: &str, cursor: &str) -> Vec<Event> {
+    let peer = node(redis, "2", &[]);
+    std::thread::sleep(Duration::from_millis(400)); // past the 300 ms lease
+    let mut resumed = resume(&peer, sid, cursor);
+    assert_eq!(resumed.status, 200, "the peer adopts the session");
+    let replayed = resumed.rest();
+    let (_, _, after) = split_event_id(cursor).expect("cursor");
+    let seqs = sequence_numbers(&replayed);
+    assert_eq!(seqs.first(), Some(&(after + 1)), "the replay starts right after the cursor");
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "gap-free and in order: {seqs:?}");
+    replayed
+}
+
 /// A call's events queued while the store stalls, then a graceful stop (SIGTERM) with the
 /// store answering again, then a peer's adoption: the peer's replay from the call's first
 /// event, each event once and in order, ending with the call's result (not `-31006`).
@@ -569,15 +584,7 @@ fn tail_after_a_graceful_stop(writer: &str) {
     redis.signal("CONT");
     let exit = first.exit_within(Duration::from_secs(10));
     assert!(exit.is_some_and(|status| status.success()), "a graceful stop: {exit:?}");
-    let peer = node(&redis, "2", &[]);
-    std::thread::sleep(Duration::from_millis(400)); // past the 300 ms lease
-    let mut resumed = resume(&peer, &sid, &cursor);
-    assert_eq!(resumed.status, 200, "the peer adopts the session");
-    let replayed = resumed.rest();
-    let (_, _, after) = split_event_id(&cursor).expect("cursor");
-    let seqs = sequence_numbers(&replayed);
-    assert_eq!(seqs.first(), Some(&(after + 1)), "the replay starts right after the cursor");
-    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "gap-free and in order: {seqs:?}");
+    let replayed = replay_on_a_peer(&redis, &sid, &cursor);
     let originals: Vec<String> = events.iter().map(|e| e.data.clone()).collect();
     let replays: Vec<String> = replayed.iter().map(|e| e.data.clone()).collect();
     assert_eq!(replays, originals, "the whole tail, the very bytes the node sent");
@@ -676,15 +683,7 @@ fn a_tools_burst_of_events_is_mirrored_as_a_few_gathered_records_and_a_peer_repl
     assert!(records <= 8, "{records} records for a 600-event burst (runs of 256, not one each)");
     let cursor = events[300].id.clone().expect("an id");
     drop(first);
-    let peer = node(&redis, "2", &[]);
-    std::thread::sleep(Duration::from_millis(400)); // past the 300 ms lease
-    let mut resumed = resume(&peer, &sid, &cursor);
-    assert_eq!(resumed.status, 200, "the peer adopts the session");
-    let replayed = resumed.rest();
-    let (_, _, after) = split_event_id(&cursor).expect("cursor");
-    let seqs = sequence_numbers(&replayed);
-    assert_eq!(seqs.first(), Some(&(after + 1)), "the replay starts right after the cursor");
-    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "gap-free and in order: {seqs:?}");
+    let replayed = replay_on_a_peer(&redis, &sid, &cursor);
     assert_eq!(replayed.len(), 301, "events 301..600 and the result");
     let originals: Vec<String> = events[301..].iter().map(|e| e.data.clone()).collect();
     let replays: Vec<String> = replayed.iter().map(|e| e.data.clone()).collect();
