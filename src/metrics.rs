@@ -331,6 +331,13 @@ impl Histogram {
         self.sum.add(raw);
     }
 
+    /// `observe` from one of several writers (`Counter::add_shared`).
+    pub(crate) fn observe_shared(&self, raw: u64) {
+        let bucket = self.bounds.partition_point(|bound| *bound < raw);
+        self.buckets[bucket].add_shared(1);
+        self.sum.add_shared(raw);
+    }
+
     /// Counts the time since `start` (a duration histogram).
     pub(crate) fn observe_since(&self, start: Instant) {
         self.observe_between(start, Instant::now());
@@ -635,7 +642,17 @@ fn escape(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
-/// The durable mirror thread's figures (`--durable`), written by that thread only.
+/// What the durable mirror's queues hold now, read at each scrape (`durable::queue`): exact
+/// whichever writer drains them (the mirror thread, or each core's own with
+/// `--durable-writer core`), with no writer publishing a snapshot per batch.
+pub(crate) trait QueueLevels: Send + Sync {
+    /// Records and charged bytes queued on every core together.
+    fn levels(&self) -> (u64, u64);
+}
+
+/// The durable mirror's figures (`--durable`), written by the mirror thread and with
+/// `--durable-writer core` by each core's writer too: every count goes through
+/// `Counter::add_shared` (`up` has the thread as its one writer).
 pub(crate) struct DurableStats {
     /// 1 while the store is connected and its last write succeeded.
     pub(crate) up: Counter,
@@ -648,8 +665,8 @@ pub(crate) struct DurableStats {
     pub(crate) failovers_total: Counter,
     /// Batches the primary took but fewer replicas than `--durable-replicas` acknowledged.
     pub(crate) batches_unreplicated_total: Counter,
-    pub(crate) queue_records: Counter,
-    pub(crate) queue_bytes: Counter,
+    /// The cores' queues (`tidemark_durable_queue_records`, `_queue_bytes`), set once at start.
+    pub(crate) queues: OnceLock<Box<dyn QueueLevels>>,
     /// From a ring append to the store's acknowledgement of its event.
     pub(crate) lag: Histogram,
 }
@@ -664,8 +681,7 @@ impl Default for DurableStats {
             store_errors_total: Counter::default(),
             failovers_total: Counter::default(),
             batches_unreplicated_total: Counter::default(),
-            queue_records: Counter::default(),
-            queue_bytes: Counter::default(),
+            queues: OnceLock::new(),
             lag: Histogram::seconds(),
         }
     }
@@ -674,7 +690,7 @@ impl Default for DurableStats {
 impl DurableStats {
     /// Appends the mirror's families in the Prometheus text format.
     pub(crate) fn render(&self, out: &mut String) {
-        let families: [(&str, &str, &str, &Counter); 9] = [
+        let families: [(&str, &str, &str, &Counter); 7] = [
             ("tidemark_durable_up", "gauge", "1 while the durable store (--durable) is connected and its last write succeeded.", &self.up),
             ("tidemark_durable_records_written_total", "counter", "Mirror records the store acknowledged.", &self.records_written_total),
             ("tidemark_durable_batches_total", "counter", "Mirror batches (one pipelined round trip each) the store acknowledged.", &self.batches_total),
@@ -682,13 +698,29 @@ impl DurableStats {
             ("tidemark_durable_store_errors_total", "counter", "Connections to the durable store that failed or broke.", &self.store_errors_total),
             ("tidemark_durable_failovers_total", "counter", "Connections to the durable store that reached another primary than the last one (a Sentinel or Cluster failover followed).", &self.failovers_total),
             ("tidemark_durable_batches_unreplicated_total", "counter", "Mirror batches the primary took but fewer replicas than --durable-replicas acknowledged within the wait (their sessions stop being durable until rewritten).", &self.batches_unreplicated_total),
-            ("tidemark_durable_queue_records", "gauge", "Mirror records queued on every core together.", &self.queue_records),
-            ("tidemark_durable_queue_bytes", "gauge", "Charged bytes of the mirror records queued on every core together.", &self.queue_bytes),
         ];
         for (family, kind, help, counter) in families {
             let _ = writeln!(out, "# HELP {family} {help}");
             let _ = writeln!(out, "# TYPE {family} {kind}");
             let _ = writeln!(out, "{family} {}", counter.get());
+        }
+        let (records, bytes) = self.queues.get().map_or((0, 0), |queues| queues.levels());
+        let levels = [
+            (
+                "tidemark_durable_queue_records",
+                "Mirror records queued on every core together.",
+                records,
+            ),
+            (
+                "tidemark_durable_queue_bytes",
+                "Charged bytes of the mirror records queued on every core together.",
+                bytes,
+            ),
+        ];
+        for (family, help, value) in levels {
+            let _ = writeln!(out, "# HELP {family} {help}");
+            let _ = writeln!(out, "# TYPE {family} gauge");
+            let _ = writeln!(out, "{family} {value}");
         }
         let family = "tidemark_durable_lag_seconds";
         render_header(
@@ -728,6 +760,13 @@ impl Counter {
     pub(crate) fn add(&self, n: u64) {
         // Single writer: a load and a store, not an atomic read-modify-write.
         self.0.store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    }
+
+    /// Adds from one of several writers (the durable mirror's figures with
+    /// `--durable-writer core`: each core's writer and the mirror thread): an atomic
+    /// read-modify-write, for a counter touched once per batch, never per request.
+    pub(crate) fn add_shared(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
     }
 
     pub(crate) fn sub(&self, n: u64) {

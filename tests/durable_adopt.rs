@@ -495,7 +495,15 @@ fn entries_after_a_stall(extra: &[&str]) -> (u64, u64) {
     redis.signal("STOP");
     let rest = stream.rest();
     std::thread::sleep(Duration::from_millis(50));
+    // The records queued behind the stalled batch show in the queue gauges, whichever writer
+    // drains them (read from the queues at the scrape, not published per batch).
+    let text = scrape(&server.metrics());
+    let (queued, bytes) = (
+        metric(&text, "tidemark_durable_queue_records"),
+        metric(&text, "tidemark_durable_queue_bytes"),
+    );
     redis.signal("CONT");
+    assert!(queued > 0 && bytes >= queued, "queued while stalled: {queued} records, {bytes} B");
     let events = 1 + rest.iter().filter(|e| e.id.is_some()).count() as u64;
     // Written once the queues are empty and the batch in flight answered (loopback: ms).
     let drained = queues_drained(&server);
@@ -538,6 +546,64 @@ fn with_each_core_writing_its_own_records_the_batch_bytes_bound_holds_through_a_
     let one_byte = ["--durable-writer", "core", "--durable-batch-bytes", "1"];
     let (single, events) = entries_after_a_stall(&one_byte);
     assert_eq!(single, events, "a 1-byte batch bound writes one record per batch");
+}
+
+/// Node 2's adoption of `sid` once node 1's 300 ms lease lapsed, resumed after `cursor`: the
+/// events it replays, checked to start right after the cursor, gap-free and in order.
+fn replay_on_a_peer(redis: &Redis, sid: &str, cursor: &str) -> Vec<Event> {
+    let peer = node(redis, "2", &[]);
+    std::thread::sleep(Duration::from_millis(400)); // past the 300 ms lease
+    let mut resumed = resume(&peer, sid, cursor);
+    assert_eq!(resumed.status, 200, "the peer adopts the session");
+    let replayed = resumed.rest();
+    let (_, _, after) = split_event_id(cursor).expect("cursor");
+    let seqs = sequence_numbers(&replayed);
+    assert_eq!(seqs.first(), Some(&(after + 1)), "the replay starts right after the cursor");
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "gap-free and in order: {seqs:?}");
+    replayed
+}
+
+/// A call's events queued while the store stalls, then a graceful stop (SIGTERM) with the
+/// store answering again, then a peer's adoption: the peer's replay from the call's first
+/// event, each event once and in order, ending with the call's result (not `-31006`).
+fn tail_after_a_graceful_stop(writer: &str) {
+    let Some(redis) = Redis::standalone() else { return };
+    let mut first = node(&redis, "1", &["--durable-writer", writer]);
+    let sid = open_session(&first);
+    let body = call(3, "slow_counter", r#"{"steps":10,"delay_ms":10}"#, true);
+    let mut stream = call_stream(&first, &sid, &body, &[]);
+    let cursor = stream.next_event().expect("the call's first event").id.expect("an id");
+    redis.signal("STOP");
+    let events = stream.rest();
+    assert_eq!(events.last().expect("final").json()["id"], 3, "the call finished");
+    drop(stream);
+    // Still queued (the store stalls, inside its 1 s answer bound and the 300 ms lease) as
+    // the stop begins, and the drain (no call runs) ends before the store answers again.
+    first.signal("TERM");
+    std::thread::sleep(Duration::from_millis(100));
+    redis.signal("CONT");
+    let exit = first.exit_within(Duration::from_secs(10));
+    assert!(exit.is_some_and(|status| status.success()), "a graceful stop: {exit:?}");
+    let replayed = replay_on_a_peer(&redis, &sid, &cursor);
+    let originals: Vec<String> = events.iter().map(|e| e.data.clone()).collect();
+    let replays: Vec<String> = replayed.iter().map(|e| e.data.clone()).collect();
+    assert_eq!(replays, originals, "the whole tail, the very bytes the node sent");
+    let last = replayed.last().expect("final").json();
+    assert!(last.get("result").is_some(), "the finished call's result, not -31006: {last}");
+}
+
+#[test]
+fn a_graceful_stop_of_the_mirror_thread_writes_the_queued_tail_a_peer_then_replays_whole() {
+    // Goal: with the thread's writer (--durable-writer thread) a graceful stop writes the
+    // records still queued before the lease stops being renewed (`tail_after_a_graceful_stop`).
+    tail_after_a_graceful_stop("thread");
+}
+
+#[test]
+fn a_graceful_stop_with_each_core_writing_writes_the_queued_tail_a_peer_then_replays_whole() {
+    // Goal: the same with --durable-writer core: each core's writer writes its queue after the
+    // drain and before the process ends (`CoreTap::write_queued_at_stop`).
+    tail_after_a_graceful_stop("core");
 }
 
 /// `TRIM_SLACK_ENTRIES` (src/durable/store.rs): `tm:ev` entries the ring no longer needs that a
@@ -617,15 +683,7 @@ fn a_tools_burst_of_events_is_mirrored_as_a_few_gathered_records_and_a_peer_repl
     assert!(records <= 8, "{records} records for a 600-event burst (runs of 256, not one each)");
     let cursor = events[300].id.clone().expect("an id");
     drop(first);
-    let peer = node(&redis, "2", &[]);
-    std::thread::sleep(Duration::from_millis(400)); // past the 300 ms lease
-    let mut resumed = resume(&peer, &sid, &cursor);
-    assert_eq!(resumed.status, 200, "the peer adopts the session");
-    let replayed = resumed.rest();
-    let (_, _, after) = split_event_id(&cursor).expect("cursor");
-    let seqs = sequence_numbers(&replayed);
-    assert_eq!(seqs.first(), Some(&(after + 1)), "the replay starts right after the cursor");
-    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "gap-free and in order: {seqs:?}");
+    let replayed = replay_on_a_peer(&redis, &sid, &cursor);
     assert_eq!(replayed.len(), 301, "events 301..600 and the result");
     let originals: Vec<String> = events[301..].iter().map(|e| e.data.clone()).collect();
     let replays: Vec<String> = replayed.iter().map(|e| e.data.clone()).collect();

@@ -36,6 +36,8 @@ use crate::metrics::DurableStats;
 /// How long the thread waits for the store to connect or answer one batch; past it the store
 /// counts as down (sessions then stop being durable: never a worker's wait).
 pub(crate) const STORE_TIMEOUT_MS: u64 = 1_000;
+// A graceful stop's wait for a core's writer spans a few of its round trips (`STOP_WRITE_MS`).
+const _: () = assert!(super::queue::STOP_WRITE_MS >= 2 * STORE_TIMEOUT_MS);
 /// The longest the thread sleeps with nothing queued before it looks again: the bound on a
 /// record whose push raced with the thread's falling asleep (the worker's wake-up check is a
 /// plain load, `queue`'s doc). An idle node wakes the thread this often, which costs nothing
@@ -156,8 +158,8 @@ pub(super) fn count_written<'a>(
     records: impl Iterator<Item = &'a Record>,
     acked_at: Instant,
 ) {
-    stats.records_written_total.add(written as u64);
-    stats.batches_total.add(u64::from(written > 0));
+    stats.records_written_total.add_shared(written as u64);
+    stats.batches_total.add_shared(u64::from(written > 0));
     for record in records {
         let at = match record {
             Record::Event { at, .. } => at,
@@ -165,7 +167,7 @@ pub(super) fn count_written<'a>(
             _ => continue,
         };
         let lag = acked_at.duration_since(*at).as_nanos();
-        stats.lag.observe(u64::try_from(lag).unwrap_or(u64::MAX));
+        stats.lag.observe_shared(u64::try_from(lag).unwrap_or(u64::MAX));
     }
 }
 
@@ -367,7 +369,7 @@ impl Writer {
     /// changes).
     fn followed(&mut self, primary: String) {
         if self.primary.as_ref().is_some_and(|was| *was != primary) {
-            self.stats.failovers_total.inc();
+            self.stats.failovers_total.add_shared(1);
             tracing::warn!(store = %self.cfg.url, primary = %primary,
                 "durable store's primary moved (a failover): sessions are rewritten whole on the new one");
         }
@@ -391,7 +393,7 @@ impl Writer {
         self.reconnect_at = Instant::now() + Duration::from_millis(RECONNECT_PAUSE_MS);
         self.state.up.store(false, Ordering::Release);
         self.stats.up.set(0);
-        self.stats.store_errors_total.inc();
+        self.stats.store_errors_total.add_shared(1);
         if !std::mem::replace(&mut self.down_logged, true) {
             tracing::warn!(store = %self.cfg.url, error = why,
                 "durable store down (unreachable, refusing writes, or fewer replicas than --durable-replicas): this node keeps serving; its sessions are not durable until it is back (logged once)");
@@ -542,7 +544,7 @@ impl Writer {
             let mut lost: HashSet<Arc<str>> = HashSet::new();
             while let Some(queued) = drain.pop() {
                 last = queued.ticket;
-                self.stats.records_dropped_total.inc();
+                self.stats.records_dropped_total.add_shared(1);
                 if let Some(sid) = queued.record.session() {
                     lost.insert(sid.clone());
                 }
@@ -553,7 +555,6 @@ impl Writer {
             }
             drain.queue.ack(last);
         }
-        self.publish_queue_levels();
     }
 
     /// Takes up to a batch from the queues (round robin) and sends it, leaving it in flight
@@ -582,7 +583,6 @@ impl Writer {
                 break;
             }
         }
-        self.publish_queue_levels();
         let count = taken.len();
         if count == 0 {
             self.spare = taken;
@@ -647,7 +647,7 @@ impl Writer {
             }
             Err(e) => {
                 if e.unreplicated() {
-                    self.stats.batches_unreplicated_total.inc();
+                    self.stats.batches_unreplicated_total.add_shared(1);
                 }
                 for (core, queued) in &taken {
                     if let Some(sid) = queued.record.session() {
@@ -656,7 +656,7 @@ impl Writer {
                         self.unmarked.insert(sid.clone());
                     }
                 }
-                self.stats.records_dropped_total.add(taken.len() as u64);
+                self.stats.records_dropped_total.add_shared(taken.len() as u64);
                 self.went_down(&e.0);
             }
         }
@@ -674,10 +674,5 @@ impl Writer {
             self.queues[core].queue.ack(ticket);
         }
         self.spare = taken;
-    }
-
-    fn publish_queue_levels(&self) {
-        self.stats.queue_records.set(self.queues.iter().map(|q| q.len() as u64).sum());
-        self.stats.queue_bytes.set(self.queues.iter().map(|q| q.queue.bytes() as u64).sum());
     }
 }

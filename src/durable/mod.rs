@@ -104,6 +104,7 @@ impl Durable {
         let state = Arc::new(queue::MirrorState::default());
         state.per_core.store(per_core.is_some(), std::sync::atomic::Ordering::Release);
         let stats = Arc::new(DurableStats::default());
+        let _ = stats.queues.set(Box::new(queue::Levels(shared.clone())));
         let mirror = mirror::Mirror::start(
             &durable,
             cfg.server.node_id,

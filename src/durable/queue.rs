@@ -123,6 +123,11 @@ pub(crate) struct MirrorQueue {
     pushed_bytes: AtomicUsize,
     popped_bytes: AtomicUsize,
     bytes_max: usize,
+    /// The ticket of the last record pushed (the worker's store only: the core's running
+    /// number, so also how many it ever queued) and of the last popped (the drain's only):
+    /// queued = pushed - popped, read at a scrape (`Levels`).
+    pushed_ticket: AtomicU64,
+    popped_ticket: AtomicU64,
     /// The highest ticket the mirror thread has dealt with (written, or given up on: its
     /// session is then in `lost` before this moves past it).
     acked: AtomicU64,
@@ -144,6 +149,14 @@ pub(crate) struct MirrorQueue {
     )]
     broken: Mutex<Vec<Arc<str>>>,
 }
+
+/// How long a graceful stop waits for a core's writer (`--durable-writer core`) to write the
+/// records still queued (`CoreTap::write_queued_at_stop`). Each round trip of the writer is
+/// bounded by `mirror::STORE_TIMEOUT_MS` (1 s) and a failed one drops the rest at once, and a
+/// healthy store takes a full queue in milliseconds: three round trips' bound covers a
+/// connection, a slow batch and the next. Past it the process exits with the rest unwritten
+/// (the store still holds a gap-free prefix: an adopter ends the tail with `-31006`).
+pub(crate) const STOP_WRITE_MS: u64 = 3_000;
 
 /// Emptied run buffers (`Record::Run`) the mirror thread hands back to each core, so a burst of
 /// progress reuses its packing buffers instead of allocating on the worker and freeing on the
@@ -174,6 +187,8 @@ pub(crate) fn channel(
         pushed_bytes: AtomicUsize::new(0),
         popped_bytes: AtomicUsize::new(0),
         bytes_max,
+        pushed_ticket: AtomicU64::new(0),
+        popped_ticket: AtomicU64::new(0),
         acked: AtomicU64::new(0),
         waker: AtomicWaker::new(),
         lost: Mutex::default(),
@@ -201,6 +216,7 @@ impl Drain {
         // This thread is the counter's only writer: a plain store, no locked instruction.
         let popped = self.queue.popped_bytes.load(Ordering::Relaxed);
         self.queue.popped_bytes.store(popped.wrapping_add(queued.bytes), Ordering::Release);
+        self.queue.popped_ticket.store(queued.ticket, Ordering::Release);
         Some(queued)
     }
 
@@ -226,6 +242,13 @@ impl MirrorQueue {
         // popped but never pushed (and wrap).
         let popped = self.popped_bytes.load(Ordering::Acquire);
         self.pushed_bytes.load(Ordering::Acquire).wrapping_sub(popped)
+    }
+
+    /// Records queued now (popped first, as in `bytes`: a push is counted before its record
+    /// is visible, so pushed is never behind popped).
+    pub(crate) fn records(&self) -> usize {
+        let popped = self.popped_ticket.load(Ordering::Acquire);
+        self.pushed_ticket.load(Ordering::Acquire).wrapping_sub(popped) as usize
     }
 
     /// The mirror thread has dealt with every ticket up to `ticket`; wakes the core.
@@ -254,6 +277,16 @@ impl MirrorQueue {
     }
 }
 
+/// Every core's queue, summed at a scrape (`metrics::QueueLevels`).
+pub(crate) struct Levels(pub(crate) Vec<Arc<MirrorQueue>>);
+
+impl crate::metrics::QueueLevels for Levels {
+    fn levels(&self) -> (u64, u64) {
+        let records = self.0.iter().map(|q| q.records() as u64).sum();
+        (records, self.0.iter().map(|q| q.bytes() as u64).sum())
+    }
+}
+
 /// Why a record was not queued.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Refused {
@@ -273,7 +306,6 @@ pub(crate) struct CoreTap {
     pub(crate) write_ahead: Duration,
     /// The core's counters (not durable marks, refused records).
     pub(crate) metrics: Arc<crate::metrics::CoreMetrics>,
-    next_ticket: Cell<u64>,
     /// Notified by the core's ack pump whenever the thread acked more.
     acked_signal: Rc<Signal>,
     /// `--durable-writer core`: the core's writer task waits on it for records.
@@ -342,7 +374,6 @@ impl CoreTap {
             node,
             write_ahead,
             metrics,
-            next_ticket: Cell::new(0),
             acked_signal: Rc::default(),
             writer_wake: None,
         }
@@ -369,17 +400,19 @@ impl CoreTap {
             self.metrics.durable_records_refused_total.inc();
             return Err(Refused::Full);
         }
-        let ticket = self.next_ticket.get() + 1;
-        // Counted before the record is visible, so a pop never takes the count below zero.
+        // The worker is the only writer of `pushed_ticket` too.
+        let ticket = queue.pushed_ticket.load(Ordering::Relaxed) + 1;
+        // Counted before the record is visible, so a pop never takes a count below zero.
         queue.pushed_bytes.store(pushed.wrapping_add(bytes), Ordering::Release);
+        queue.pushed_ticket.store(ticket, Ordering::Release);
         if let Err(rtrb::PushError::Full(_)) =
             self.producer.borrow_mut().records.push(Queued { ticket, bytes, record })
         {
             queue.pushed_bytes.store(pushed, Ordering::Release);
+            queue.pushed_ticket.store(ticket - 1, Ordering::Release);
             self.metrics.durable_records_refused_total.inc();
             return Err(Refused::Full);
         }
-        self.next_ticket.set(ticket);
         match &self.writer_wake {
             Some(writer) => writer.records.notify_all(),
             None => self.state.wake(),
@@ -430,6 +463,26 @@ impl CoreTap {
                 return;
             }
             notified.await;
+        }
+    }
+
+    /// A graceful stop, after the core's drain: with `--durable-writer core` waits until the
+    /// core's writer dealt with every record queued (written, or given up on with the store
+    /// down), at most `STOP_WRITE_MS`, so a peer adopting after a rolling restart replays
+    /// the whole tail; the mirror thread writes what it holds before the node's lease stops
+    /// being renewed (`Server`'s workers end before the mirror). With the thread's writer
+    /// nothing to do here: the thread writes what is queued as it stops.
+    pub(crate) async fn write_queued_at_stop(&self) {
+        if self.writer_wake.is_none() {
+            return;
+        }
+        let last = self.queue.pushed_ticket.load(Ordering::Relaxed);
+        let bound = Duration::from_millis(STOP_WRITE_MS);
+        if monoio::time::timeout(bound, self.written(last)).await.is_err() {
+            tracing::warn!(
+                records = self.queue.records(),
+                "graceful stop: the durable store did not take this core's queued records within {STOP_WRITE_MS} ms; a peer adopting their sessions replays them up to what the store holds"
+            );
         }
     }
 

@@ -22,6 +22,10 @@
 //! image is written only after the store named no other owner of its session, and a session
 //! it names another's owner of is disowned: nothing of it is written again.
 //!
+//! At a graceful stop the core, after its drain, waits (at most `queue::STOP_WRITE_MS`) until
+//! this task dealt with every record it queued (`CoreTap::write_queued_at_stop`), as the thread
+//! writes its queues before it stops: the node's lease is renewed until both are done.
+//!
 //! Never: blocks the worker (every wait is an awaited io_uring operation bounded by
 //! `mirror::STORE_TIMEOUT_MS`), resolves a host name, or lingers (records gather while a batch
 //! is in flight: one batch per round trip under load, one record's batch when idle).
@@ -313,7 +317,7 @@ impl CoreWriter {
             }
             Err(why) => {
                 if why.starts_with(store::UNREPLICATED) {
-                    self.stats.batches_unreplicated_total.inc();
+                    self.stats.batches_unreplicated_total.add_shared(1);
                 }
                 let mut broken = Vec::new();
                 for queued in &self.taken {
@@ -328,7 +332,7 @@ impl CoreWriter {
                     }
                     skipped.insert(sid.clone());
                 }
-                self.stats.records_dropped_total.add(self.taken.len() as u64);
+                self.stats.records_dropped_total.add_shared(self.taken.len() as u64);
                 self.went_down(&why);
                 if !broken.is_empty() {
                     self.drain.queue.broke_all(broken);
@@ -360,7 +364,7 @@ impl CoreWriter {
     fn drop_queued(&mut self) {
         let mut lost = FastSet::default();
         while let Some(queued) = self.drain.pop() {
-            self.stats.records_dropped_total.inc();
+            self.stats.records_dropped_total.add_shared(1);
             if let Some(sid) = queued.record.session() {
                 if !self.disowned.contains(sid) {
                     lost.insert(sid.clone());
@@ -380,7 +384,7 @@ impl CoreWriter {
         if self.conn.take().is_some() {
             tracing::warn!(error = why, "a core's durable writer lost the store: its sessions are rewritten whole once it is back");
         }
-        self.stats.store_errors_total.inc();
+        self.stats.store_errors_total.add_shared(1);
         self.reconnect_at = Instant::now() + Duration::from_millis(RECONNECT_PAUSE_MS);
         // Whatever the store held may be gone: every session is written whole again first.
         self.written_epoch.clear();

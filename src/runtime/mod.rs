@@ -271,11 +271,20 @@ async fn serve(spec: WorkerSpec) {
     let drain_began = Instant::now();
     drain_core(&core, &drain, &life).await;
     core.metrics.hist.drain.observe_since(drain_began);
+    write_mirror_at_stop(&core).await;
     // The core's tasks (and with them `core`) are not dropped when its runtime ends: what
     // providers hold outside the process (upstream children and sessions) is released here,
     // and the upstream sessions' DELETEs go out before the runtime ends.
     core.registry.stop();
     crate::upstream::deletes_settled().await;
+}
+
+/// After the drain: the records this core's last calls queued reach the store before the
+/// node's lease is no longer renewed (`--durable-writer core`: this core writes them; bounded).
+async fn write_mirror_at_stop(core: &Endpoint) {
+    if let Some(tap) = &core.mirror {
+        tap.write_queued_at_stop().await;
+    }
 }
 
 /// The drain on this core: report busy or quiet until every core is quiet or the deadline
