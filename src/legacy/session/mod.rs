@@ -400,6 +400,10 @@ pub struct PendingClientRequest {
     pub signal: Rc<Signal>,
 }
 
+/// The epoch of a stream's first writer (`Session::attach`); `stream::OBSERVER_EPOCH` (0) is
+/// below every owner's.
+pub(crate) const FIRST_EPOCH: u64 = 1;
+
 /// Why a stream could not be opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OpenError {
@@ -539,7 +543,7 @@ impl Session {
         progress_token: Option<RawId>,
     ) -> Result<StreamKey, OpenError> {
         let opening = Opening { kind, request_id, fingerprint, idempotency_key, progress_token };
-        self.open(opening, false)
+        self.open(opening, false, Writer::Detached).map(|(key, _)| key)
     }
 
     /// As `open_stream`, for a request's tool call whose first poll follows at once, nothing
@@ -555,10 +559,37 @@ impl Session {
         let request_id = Some(request_id);
         let kind = StreamKind::Request;
         let opening = Opening { kind, request_id, fingerprint, idempotency_key, progress_token };
-        self.open(opening, true)
+        self.open(opening, true, Writer::Detached).map(|(key, _)| key)
     }
 
-    fn open(&mut self, opening: Opening, quick: bool) -> Result<StreamKey, OpenError> {
+    /// As `open_quick_stream`, for a quick call answered on SSE: the stream opens attached to
+    /// the request's own writer, as `attach_fresh` right after the first poll would leave it
+    /// (epoch `FIRST_EPOCH`, written from the priming event, returned with the key). Nothing
+    /// is awaited between the opening and the writer taking the stream, so no one sees the
+    /// difference but the counts: the stream is never owed (no owed count, clock read or
+    /// owed signal up and down again, no second transition; callgrind, echo) and a tool that
+    /// emits in its first poll is paced by the stream's room as in its later polls.
+    pub(crate) fn open_quick_attached(
+        &mut self,
+        request_id: RawId,
+        fingerprint: u64,
+        idempotency_key: Option<Box<str>>,
+        progress_token: Option<RawId>,
+    ) -> Result<(StreamKey, u64, EventSeq), OpenError> {
+        let request_id = Some(request_id);
+        let kind = StreamKind::Request;
+        let opening = Opening { kind, request_id, fingerprint, idempotency_key, progress_token };
+        let writer = Writer::Attached { epoch: FIRST_EPOCH, replaying: false };
+        let (key, first) = self.open(opening, true, writer)?;
+        Ok((key, FIRST_EPOCH, first))
+    }
+
+    fn open(
+        &mut self,
+        opening: Opening,
+        quick: bool,
+        writer: Writer,
+    ) -> Result<(StreamKey, EventSeq), OpenError> {
         // Held from here: the stream evicted for room and the priming event travel with the
         // new stream's record (one mirror record for the three).
         self.observe(SessionChange::TransitionBegan);
@@ -574,7 +605,7 @@ impl Session {
         // The stream goes in whole, its priming event's number known before the append (the
         // ring numbers in sequence), so no field is set by a lookup after the insert.
         let first = self.ring.next_seq();
-        self.insert_stream(key, opening, first);
+        self.insert_stream(key, opening, first, writer);
         // An empty priming event always fits the ring (the byte budget is never zero). What
         // `append` adds around the ring append is skipped: the run check (the stream was just
         // inserted running) and the wake-up (no one has waited on it yet).
@@ -583,11 +614,16 @@ impl Session {
         self.refresh(key);
         self.observe_stream(key);
         self.observe(SessionChange::TransitionEnded);
-        Ok(key)
+        Ok((key, first))
     }
 
-    /// Adds stream `key` (running, detached, nothing appended) and its map entries.
-    fn insert_stream(&mut self, key: StreamKey, opening: Opening, first: EventSeq) {
+    /// Adds stream `key` (running, nothing appended, written by `writer`: detached, or its
+    /// first writer `FIRST_EPOCH`) and its map entries.
+    fn insert_stream(&mut self, key: StreamKey, opening: Opening, first: EventSeq, writer: Writer) {
+        debug_assert!(matches!(
+            writer,
+            Writer::Detached | Writer::Attached { epoch: FIRST_EPOCH, replaying: false }
+        ));
         let Opening { kind, request_id, fingerprint, idempotency_key, progress_token } = opening;
         if let Some(id) = &request_id {
             self.by_request_id.insert(id.clone(), key);
@@ -601,6 +637,11 @@ impl Session {
         if kind == StreamKind::Standalone {
             self.standalone = Some(key);
         }
+        let attached = writer != Writer::Detached;
+        if attached && kind == StreamKind::Request {
+            // `set_writer`'s count of live streams (nothing appended: no unwritten to add).
+            self.tally.live.set(self.tally.live.get() + 1);
+        }
         self.streams.insert(
             key,
             StreamState {
@@ -613,8 +654,8 @@ impl Session {
                 first,
                 signals: std::cell::OnceCell::new(),
                 run: Run::Running,
-                writer: Writer::Detached,
-                next_epoch: 1,
+                writer,
+                next_epoch: if attached { FIRST_EPOCH + 1 } else { FIRST_EPOCH },
                 produced: EventSeq(0),
                 delivered: EventSeq(0),
                 acknowledged: EventSeq(0),

@@ -34,6 +34,35 @@ fn detached_in_flight_stream_is_owed_until_resumed_and_delivered() {
 }
 
 #[test]
+fn a_quick_call_opened_attached_ends_as_one_attached_after_its_first_poll() {
+    // Goal: `open_quick_attached` leaves the stream and the counts as `open_quick_stream` then
+    // `attach_fresh` do (the answer path of a quick SSE call), never owed between. Method: both
+    // ways on two sessions, compared after the open, the answer, the send and a later attach.
+    let (mut a, mut b) = (session(), session());
+    let (ka, epoch_a, first_a) = a.open_quick_attached(RawId::new("1"), 1, None, None).unwrap();
+    assert_eq!(a.owed_count(), 0, "attached from its opening: never owed");
+    let kb = b.open_quick_stream(RawId::new("1"), 1, None, None).unwrap();
+    assert_eq!(b.owed_count(), 1, "detached until its writer takes it");
+    let (epoch_b, first_b) = b.attach_fresh(kb).unwrap();
+    assert_eq!((ka, epoch_a, first_a), (kb, epoch_b, first_b));
+    assert_eq!(epoch_a, FIRST_EPOCH);
+    let final_event = Bytes::from_static(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}");
+    for (s, k) in [(&mut a, ka), (&mut b, kb)] {
+        assert_eq!(s.tally.live.get(), 1);
+        assert_eq!(s.attached_unwritten, Unwritten { bytes: 0, events: 1 });
+        s.finish(k, final_event.clone());
+        assert_eq!(s.owed_count(), 0);
+        let produced = s.stream(k).unwrap().produced();
+        s.wrote(k, FIRST_EPOCH, produced);
+        s.delivered_and_detach(k, FIRST_EPOCH);
+        assert_eq!(s.tally.live.get(), 0);
+        assert_eq!(s.attached_unwritten, Unwritten::default());
+        assert!(s.stream(k).unwrap().is_settled());
+        assert_eq!(s.attach(k), Some(FIRST_EPOCH + 1), "the next writer's epoch");
+    }
+}
+
+#[test]
 fn parked_dropped_and_standalone_streams_never_owe() {
     let mut s = session();
     let k = open(&mut s, "1");
@@ -272,6 +301,13 @@ fn the_mirror_hears_a_quick_call_as_one_record_and_a_slow_one_as_its_opening_run
     assert!(queued(&mut drain).is_empty(), "a quick call's opening waits for its first poll");
     s.poll_began();
     s.finish(quick, Bytes::from_static(b"{\"result\":{}}"));
+    s.poll_ended();
+    assert_eq!(queued(&mut drain), ["primed"]);
+    // Opened attached to its writer (a quick call on SSE): the same one record.
+    let (attached, _, _) = s.open_quick_attached(RawId::new("4"), 4, None, None).unwrap();
+    assert!(queued(&mut drain).is_empty(), "a quick call's opening waits for its first poll");
+    s.poll_began();
+    s.finish(attached, Bytes::from_static(b"{\"result\":{}}"));
     s.poll_ended();
     assert_eq!(queued(&mut drain), ["primed"]);
 
