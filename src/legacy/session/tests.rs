@@ -392,3 +392,17 @@ fn a_whole_image_holds_every_streams_events_in_ring_order() {
     assert!(streams.contains(&a.0) && streams.contains(&b.0), "both streams: {streams:?}");
     assert_eq!(image.next_seq, s.ring.next_seq().0);
 }
+
+#[test]
+fn an_event_ids_tag_is_its_eight_hex_digits_at_every_nibble_value() {
+    // Goal: `hex8` (the tag's digits in one word) writes what the digit loop wrote. Method:
+    // every nibble value at every position, the ends, and a spread of tags, against `format!`.
+    let mut tags = vec![0, 1, 9, 10, 15, 16, u32::MAX, 0x8000_0000, 0x0abc_def9, 0x1234_5678];
+    for shift in (0..32).step_by(4) {
+        tags.extend((0..16u32).map(|nibble| nibble << shift));
+    }
+    tags.extend((0..1000u32).map(|i| i.wrapping_mul(0x9e37_79b9)));
+    for tag in tags {
+        assert_eq!(hex8(tag), *format!("{tag:08x}").as_bytes(), "tag {tag:#x}");
+    }
+}
