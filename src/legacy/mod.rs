@@ -42,7 +42,7 @@ use crate::provider::{
 use crate::wire::jsonrpc::{self, Body, Message, RawId};
 use crate::wire::{owned_id, Answer, Code, Refusal, WireValue};
 use replay::{EventSeq, StreamKey};
-use session::{Session, SessionId, StreamKind, LEGACY_VERSIONS};
+use session::{OpenError, Session, SessionId, StreamKind, LEGACY_VERSIONS};
 use stream::Cursor;
 
 pub(crate) use self::core::{end_session, LegacyCore, SessionEnd};
@@ -581,20 +581,10 @@ async fn request(
     // A quick call (no write-ahead wait): nothing is awaited from its opening to the end of
     // its first poll (`Session::open_quick_stream`).
     let quick = class.idempotent && class.tool.is_some();
-    let opened = if quick {
-        let fingerprint = class.fingerprint;
-        let mut s = session.borrow_mut();
-        s.open_quick_stream(id.clone(), fingerprint, idempotency_key, progress_token)
-    } else {
-        session.borrow_mut().open_stream(
-            StreamKind::Request,
-            Some(id.clone()),
-            class.fingerprint,
-            idempotency_key,
-            progress_token,
-        )
-    };
-    let Ok(key) = opened else {
+    let sse = core.cfg.sessions.response_mode != ResponseMode::Json;
+    let opening = (id.clone(), class.fingerprint, idempotency_key, progress_token);
+    let opened = open_request_stream(session, opening, quick, sse);
+    let Ok((key, attached)) = opened else {
         core.metrics.limit_streams.inc();
         return refuse(out, Refusal::TooManyStreams, Some(&id), keep_alive);
     };
@@ -616,10 +606,43 @@ async fn request(
     if core.cfg.sessions.response_mode == ResponseMode::Json {
         return json_when_done(session, key, out, keep_alive).await;
     }
-    let Some((epoch, first)) = session.borrow_mut().attach_fresh(key) else {
+    let attached = attached.or_else(|| session.borrow_mut().attach_fresh(key));
+    let Some((epoch, first)) = attached else {
         return refuse(out, Refusal::TooManyStreams, Some(&id), keep_alive);
     };
     stream_reply(out, session, key, epoch, Cursor::from(EventSeq(0), Some(first)), None)
+}
+
+/// Opens the answer stream of a request that runs, `(id, fingerprint, idempotency key,
+/// progress token)`. A quick call (nothing awaited from its opening to the end of its first
+/// poll, `Session::open_quick_stream`) answered on SSE opens attached to this request's
+/// writer (`Session::open_quick_attached`: nothing is awaited until the writer takes it, so
+/// it need not be owed meanwhile), returned with the key; any other stream is attached after
+/// its call starts.
+fn open_request_stream(
+    session: &SessionRc,
+    (id, fingerprint, idempotency_key, progress_token): (
+        RawId,
+        u64,
+        Option<Box<str>>,
+        Option<RawId>,
+    ),
+    quick: bool,
+    sse: bool,
+) -> Result<(StreamKey, Option<(u64, EventSeq)>), OpenError> {
+    let mut s = session.borrow_mut();
+    if quick && sse {
+        let (key, epoch, first) =
+            s.open_quick_attached(id, fingerprint, idempotency_key, progress_token)?;
+        return Ok((key, Some((epoch, first))));
+    }
+    let opened = if quick {
+        s.open_quick_stream(id, fingerprint, idempotency_key, progress_token)
+    } else {
+        let kind = StreamKind::Request;
+        s.open_stream(kind, Some(id), fingerprint, idempotency_key, progress_token)
+    };
+    opened.map(|key| (key, None))
 }
 
 /// `_meta.progressToken` as JSON text, read only once the request is known to open or read a

@@ -121,52 +121,55 @@ pub(crate) fn fill_batch(
             }
         }
     }
+    // The first event to write, read once (the walk goes on by each event's successor).
+    let held = |seq: EventSeq| session.ring.get(seq).filter(|e| e.stream == key);
     let start = match cursor.from.take() {
-        Some(seq) if session.ring.get(seq).is_some_and(|e| e.stream == key) => {
-            ResumeStart::From(seq)
-        }
-        // The stream's start was evicted before this writer sent anything (a tool emitted more
-        // than the ring holds in one burst): report the gap rather than wait for nothing.
-        Some(seq) => ResumeStart::Gap { lost_to: evicted_through.max(seq) },
+        Some(seq) => match held(seq) {
+            Some(ev) => Ok(Some(ev)),
+            // The stream's start was evicted before this writer sent anything (a tool emitted
+            // more than the ring holds in one burst): report the gap rather than wait for
+            // nothing.
+            None => Err(evicted_through.max(seq)),
+        },
         None => match session.resume_start(key, cursor.after) {
-            Ok(start) => start,
+            Ok(ResumeStart::From(first)) => Ok(held(first)),
+            Ok(ResumeStart::Caught) => Ok(None),
+            Ok(ResumeStart::Gap { lost_to }) => Err(lost_to),
             // Cannot happen for a cursor this writer advanced itself; end the stream loudly
             // instead of waiting on events it could never find.
-            Err(_) => ResumeStart::Gap { lost_to: produced },
+            Err(_) => Err(produced),
         },
     };
-    match start {
-        ResumeStart::Gap { lost_to } => {
+    let mut next = match start {
+        Ok(first) => first,
+        Err(lost_to) => {
             push_gap(session, out, key, cursor.after, lost_to);
             return Batch::Gap;
         }
-        ResumeStart::Caught => {}
-        ResumeStart::From(first) => {
-            for ev in session.ring.iter_from(first) {
-                if ev.stream != key {
-                    break;
-                }
-                let mut id = [0u8; crate::legacy::session::EVENT_ID_LEN_MAX];
-                let id_len = session.event_id_into(&mut id, key, ev.seq);
-                let rewritten = rewritten(&ev, rewrite, Some(ev.seq) == final_seq, body_offset);
-                let data = rewritten.as_deref().map_or((ev.prefix(), ev.payload), |r| (&[][..], r));
-                let len = data.0.len() + data.1.len();
-                let room = budget.saturating_sub(out.len());
-                if len > room && room < WINDOW_BYTES_MIN && !out.is_empty() {
-                    break; // a large event starts in a batch of its own
-                }
-                let retry = (len == 0).then_some(retry_ms);
-                let room = room.max(WINDOW_BYTES_MIN);
-                if let Some(sent) = push_event_window(out, &id[..id_len], retry, data, 0, room) {
-                    cursor.partial = Some((ev.seq, sent));
-                    break;
-                }
-                cursor.after = ev.seq;
-                if out.len() >= budget {
-                    break;
-                }
-            }
+    };
+    while let Some(ev) = next.take() {
+        let mut id = [0u8; crate::legacy::session::EVENT_ID_LEN_MAX];
+        let id_len = session.event_id_into(&mut id, key, ev.seq);
+        let rewritten = rewritten(&ev, rewrite, Some(ev.seq) == final_seq, body_offset);
+        let data = rewritten.as_deref().map_or((ev.prefix(), ev.payload), |r| (&[][..], r));
+        let len = data.0.len() + data.1.len();
+        let room = budget.saturating_sub(out.len());
+        if len > room && room < WINDOW_BYTES_MIN && !out.is_empty() {
+            break; // a large event starts in a batch of its own
         }
+        let retry = (len == 0).then_some(retry_ms);
+        let room = room.max(WINDOW_BYTES_MIN);
+        if let Some(sent) = push_event_window(out, &id[..id_len], retry, data, 0, room) {
+            cursor.partial = Some((ev.seq, sent));
+            break;
+        }
+        cursor.after = ev.seq;
+        if out.len() >= budget {
+            break;
+        }
+        // Eviction is oldest-first, so a held event's successor is held.
+        next = ev.next_in_stream.and_then(held);
+        debug_assert!(ev.next_in_stream.is_none() || next.is_some(), "a successor is held");
     }
     if cursor.partial.is_some() {
         return Batch::More; // an event is half written: nothing may end the response now

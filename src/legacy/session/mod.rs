@@ -400,6 +400,10 @@ pub struct PendingClientRequest {
     pub signal: Rc<Signal>,
 }
 
+/// The epoch of a stream's first writer (`Session::attach`); `stream::OBSERVER_EPOCH` (0) is
+/// below every owner's.
+pub(crate) const FIRST_EPOCH: u64 = 1;
+
 /// Why a stream could not be opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OpenError {
@@ -539,7 +543,7 @@ impl Session {
         progress_token: Option<RawId>,
     ) -> Result<StreamKey, OpenError> {
         let opening = Opening { kind, request_id, fingerprint, idempotency_key, progress_token };
-        self.open(opening, false)
+        self.open(opening, false, Writer::Detached).map(|(key, _)| key)
     }
 
     /// As `open_stream`, for a request's tool call whose first poll follows at once, nothing
@@ -555,10 +559,37 @@ impl Session {
         let request_id = Some(request_id);
         let kind = StreamKind::Request;
         let opening = Opening { kind, request_id, fingerprint, idempotency_key, progress_token };
-        self.open(opening, true)
+        self.open(opening, true, Writer::Detached).map(|(key, _)| key)
     }
 
-    fn open(&mut self, opening: Opening, quick: bool) -> Result<StreamKey, OpenError> {
+    /// As `open_quick_stream`, for a quick call answered on SSE: the stream opens attached to
+    /// the request's own writer, as `attach_fresh` right after the first poll would leave it
+    /// (epoch `FIRST_EPOCH`, written from the priming event, returned with the key). Nothing
+    /// is awaited between the opening and the writer taking the stream, so no one sees the
+    /// difference but the counts: the stream is never owed (no owed count, clock read or
+    /// owed signal up and down again, no second transition; callgrind, echo) and a tool that
+    /// emits in its first poll is paced by the stream's room as in its later polls.
+    pub(crate) fn open_quick_attached(
+        &mut self,
+        request_id: RawId,
+        fingerprint: u64,
+        idempotency_key: Option<Box<str>>,
+        progress_token: Option<RawId>,
+    ) -> Result<(StreamKey, u64, EventSeq), OpenError> {
+        let request_id = Some(request_id);
+        let kind = StreamKind::Request;
+        let opening = Opening { kind, request_id, fingerprint, idempotency_key, progress_token };
+        let writer = Writer::Attached { epoch: FIRST_EPOCH, replaying: false };
+        let (key, first) = self.open(opening, true, writer)?;
+        Ok((key, FIRST_EPOCH, first))
+    }
+
+    fn open(
+        &mut self,
+        opening: Opening,
+        quick: bool,
+        writer: Writer,
+    ) -> Result<(StreamKey, EventSeq), OpenError> {
         // Held from here: the stream evicted for room and the priming event travel with the
         // new stream's record (one mirror record for the three).
         self.observe(SessionChange::TransitionBegan);
@@ -574,7 +605,7 @@ impl Session {
         // The stream goes in whole, its priming event's number known before the append (the
         // ring numbers in sequence), so no field is set by a lookup after the insert.
         let first = self.ring.next_seq();
-        self.insert_stream(key, opening, first);
+        self.insert_stream(key, opening, first, writer);
         // An empty priming event always fits the ring (the byte budget is never zero). What
         // `append` adds around the ring append is skipped: the run check (the stream was just
         // inserted running) and the wake-up (no one has waited on it yet).
@@ -583,11 +614,16 @@ impl Session {
         self.refresh(key);
         self.observe_stream(key);
         self.observe(SessionChange::TransitionEnded);
-        Ok(key)
+        Ok((key, first))
     }
 
-    /// Adds stream `key` (running, detached, nothing appended) and its map entries.
-    fn insert_stream(&mut self, key: StreamKey, opening: Opening, first: EventSeq) {
+    /// Adds stream `key` (running, nothing appended, written by `writer`: detached, or its
+    /// first writer `FIRST_EPOCH`) and its map entries.
+    fn insert_stream(&mut self, key: StreamKey, opening: Opening, first: EventSeq, writer: Writer) {
+        debug_assert!(matches!(
+            writer,
+            Writer::Detached | Writer::Attached { epoch: FIRST_EPOCH, replaying: false }
+        ));
         let Opening { kind, request_id, fingerprint, idempotency_key, progress_token } = opening;
         if let Some(id) = &request_id {
             self.by_request_id.insert(id.clone(), key);
@@ -601,6 +637,11 @@ impl Session {
         if kind == StreamKind::Standalone {
             self.standalone = Some(key);
         }
+        let attached = writer != Writer::Detached;
+        if attached && kind == StreamKind::Request {
+            // `set_writer`'s count of live streams (nothing appended: no unwritten to add).
+            self.tally.live.set(self.tally.live.get() + 1);
+        }
         self.streams.insert(
             key,
             StreamState {
@@ -613,8 +654,8 @@ impl Session {
                 first,
                 signals: std::cell::OnceCell::new(),
                 run: Run::Running,
-                writer: Writer::Detached,
-                next_epoch: 1,
+                writer,
+                next_epoch: if attached { FIRST_EPOCH + 1 } else { FIRST_EPOCH },
                 produced: EventSeq(0),
                 delivered: EventSeq(0),
                 acknowledged: EventSeq(0),
@@ -1052,18 +1093,44 @@ impl Session {
     }
 
     /// The writer with `epoch` finished sending everything up to `seq`: the events it sent
-    /// for the first time leave the stream's unwritten count (O(events sent)), and a producer
-    /// paused on the stream's room is woken.
+    /// for the first time leave the stream's unwritten count (O(events sent), O(1) when it
+    /// sent all the stream produced), and a producer paused on the stream's room is woken.
     pub fn wrote(&mut self, key: StreamKey, epoch: u64, seq: EventSeq) {
         let Some(s) = self.streams.get(&key) else { return };
         if !s.is_attached_by(epoch) || seq <= s.written {
             return;
         }
-        // The first event after `written`: its successor when held, else the stream's oldest
-        // held event (eviction is oldest-first, so everything held is after an evicted one).
-        let first = match self.ring.get(s.written) {
+        let sent = if seq >= s.produced {
+            // Everything the stream holds after `written` is sent: that is its unwritten count
+            // (evictions take theirs out as they happen), so no walk of the ring (every
+            // stream's last send, an instant call's only one: four ring reads, callgrind).
+            debug_assert_eq!(s.unwritten, self.sent_between(key, s.written, s.first_held, seq));
+            s.unwritten
+        } else {
+            self.sent_between(key, s.written, s.first_held, seq)
+        };
+        let Some(s) = self.streams.get_mut(&key) else { return };
+        s.written = seq;
+        s.unwritten.sub(sent);
+        self.attached_unwritten.sub(sent);
+        s.notify(|w| &w.room);
+        self.debug_check_counts();
+    }
+
+    /// What stream `key` holds after `written` up to `seq`: the events a writer sent for the
+    /// first time. The first event after `written` is its successor when held, else the
+    /// stream's oldest held event `first_held` (eviction is oldest-first, so everything held
+    /// is after an evicted one).
+    fn sent_between(
+        &self,
+        key: StreamKey,
+        written: EventSeq,
+        first_held: Option<EventSeq>,
+        seq: EventSeq,
+    ) -> Unwritten {
+        let first = match self.ring.get(written) {
             Some(ev) if ev.stream == key => ev.next_in_stream,
-            _ => s.first_held,
+            _ => first_held,
         };
         let mut sent = Unwritten::default();
         if let Some(first) = first {
@@ -1071,12 +1138,7 @@ impl Session {
                 sent.add(Unwritten { bytes: ev.len(), events: 1 });
             }
         }
-        let Some(s) = self.streams.get_mut(&key) else { return };
-        s.written = seq;
-        s.unwritten.sub(sent);
-        self.attached_unwritten.sub(sent);
-        s.notify(|w| &w.room);
-        self.debug_check_counts();
+        sent
     }
 
     /// False while stream `key` is attached and still running, and the attached streams of the
@@ -1656,11 +1718,8 @@ pub(crate) fn event_id_into(
     seq: EventSeq,
 ) -> usize {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut n = 0;
-    for i in (0..8).rev() {
-        out[n] = HEX[((tag >> (i * 4)) & 15) as usize];
-        n += 1;
-    }
+    out[..8].copy_from_slice(&hex8(tag));
+    let mut n = 8;
     for value in [u64::from(stream.0), seq.0] {
         out[n] = b'-';
         n += 1;
@@ -1671,6 +1730,21 @@ pub(crate) fn event_id_into(
         }
     }
     n
+}
+
+/// `tag`'s eight lower-case hex digits, most significant first, computed in one word (an
+/// event id's tag always has eight; the digit loop cost ~40 instructions an id, two ids an
+/// echo: callgrind): each nibble spread to a byte of its own, then made a digit, `a`–`f`
+/// where it is 10 or more.
+#[inline]
+fn hex8(tag: u32) -> [u8; 8] {
+    let mut v = u64::from(tag);
+    v = (v | v << 16) & 0x0000_ffff_0000_ffff;
+    v = (v | v << 8) & 0x00ff_00ff_00ff_00ff;
+    v = (v | v << 4) & 0x0f0f_0f0f_0f0f_0f0f;
+    // 1 in each byte whose nibble is 10 or more (adding 6 carries it into bit 4).
+    let letters = ((v + 0x0606_0606_0606_0606) >> 4) & 0x0101_0101_0101_0101;
+    (v + 0x3030_3030_3030_3030 + letters * u64::from(b'a' - b'0' - 10)).to_be_bytes()
 }
 
 /// Parses a wire event id into (tag, stream, seq); `None` when malformed.

@@ -96,7 +96,7 @@ fn insert_stream(s: &mut Session, key: StreamKey, record: &StreamRecord) {
     let fingerprint = record.fp;
     let progress_token = None;
     let opening = super::Opening { kind, request_id, fingerprint, idempotency_key, progress_token };
-    s.insert_stream(key, opening, EventSeq(record.first));
+    s.insert_stream(key, opening, EventSeq(record.first), super::Writer::Detached);
     // Counted at once (a running, detached stream is owed): a later stream's end during the
     // replay below checks the session's counts across every stream.
     s.refresh(key);

@@ -34,6 +34,35 @@ fn detached_in_flight_stream_is_owed_until_resumed_and_delivered() {
 }
 
 #[test]
+fn a_quick_call_opened_attached_ends_as_one_attached_after_its_first_poll() {
+    // Goal: `open_quick_attached` leaves the stream and the counts as `open_quick_stream` then
+    // `attach_fresh` do (the answer path of a quick SSE call), never owed between. Method: both
+    // ways on two sessions, compared after the open, the answer, the send and a later attach.
+    let (mut a, mut b) = (session(), session());
+    let (ka, epoch_a, first_a) = a.open_quick_attached(RawId::new("1"), 1, None, None).unwrap();
+    assert_eq!(a.owed_count(), 0, "attached from its opening: never owed");
+    let kb = b.open_quick_stream(RawId::new("1"), 1, None, None).unwrap();
+    assert_eq!(b.owed_count(), 1, "detached until its writer takes it");
+    let (epoch_b, first_b) = b.attach_fresh(kb).unwrap();
+    assert_eq!((ka, epoch_a, first_a), (kb, epoch_b, first_b));
+    assert_eq!(epoch_a, FIRST_EPOCH);
+    let final_event = Bytes::from_static(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}");
+    for (s, k) in [(&mut a, ka), (&mut b, kb)] {
+        assert_eq!(s.tally.live.get(), 1);
+        assert_eq!(s.attached_unwritten, Unwritten { bytes: 0, events: 1 });
+        s.finish(k, final_event.clone());
+        assert_eq!(s.owed_count(), 0);
+        let produced = s.stream(k).unwrap().produced();
+        s.wrote(k, FIRST_EPOCH, produced);
+        s.delivered_and_detach(k, FIRST_EPOCH);
+        assert_eq!(s.tally.live.get(), 0);
+        assert_eq!(s.attached_unwritten, Unwritten::default());
+        assert!(s.stream(k).unwrap().is_settled());
+        assert_eq!(s.attach(k), Some(FIRST_EPOCH + 1), "the next writer's epoch");
+    }
+}
+
+#[test]
 fn parked_dropped_and_standalone_streams_never_owe() {
     let mut s = session();
     let k = open(&mut s, "1");
@@ -274,6 +303,13 @@ fn the_mirror_hears_a_quick_call_as_one_record_and_a_slow_one_as_its_opening_run
     s.finish(quick, Bytes::from_static(b"{\"result\":{}}"));
     s.poll_ended();
     assert_eq!(queued(&mut drain), ["primed"]);
+    // Opened attached to its writer (a quick call on SSE): the same one record.
+    let (attached, _, _) = s.open_quick_attached(RawId::new("4"), 4, None, None).unwrap();
+    assert!(queued(&mut drain).is_empty(), "a quick call's opening waits for its first poll");
+    s.poll_began();
+    s.finish(attached, Bytes::from_static(b"{\"result\":{}}"));
+    s.poll_ended();
+    assert_eq!(queued(&mut drain), ["primed"]);
 
     let slow = s.open_quick_stream(RawId::new("2"), 2, None, None).unwrap();
     s.poll_began();
@@ -355,4 +391,18 @@ fn a_whole_image_holds_every_streams_events_in_ring_order() {
     let streams: Vec<u32> = image.events.iter().map(|e| e.stream).collect();
     assert!(streams.contains(&a.0) && streams.contains(&b.0), "both streams: {streams:?}");
     assert_eq!(image.next_seq, s.ring.next_seq().0);
+}
+
+#[test]
+fn an_event_ids_tag_is_its_eight_hex_digits_at_every_nibble_value() {
+    // Goal: `hex8` (the tag's digits in one word) writes what the digit loop wrote. Method:
+    // every nibble value at every position, the ends, and a spread of tags, against `format!`.
+    let mut tags = vec![0, 1, 9, 10, 15, 16, u32::MAX, 0x8000_0000, 0x0abc_def9, 0x1234_5678];
+    for shift in (0..32).step_by(4) {
+        tags.extend((0..16u32).map(|nibble| nibble << shift));
+    }
+    tags.extend((0..1000u32).map(|i| i.wrapping_mul(0x9e37_79b9)));
+    for tag in tags {
+        assert_eq!(hex8(tag), *format!("{tag:08x}").as_bytes(), "tag {tag:#x}");
+    }
 }
