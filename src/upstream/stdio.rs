@@ -86,6 +86,15 @@ impl WriteQueue {
 /// A running child and the pieces its tasks share.
 pub(crate) struct StdioTransport {
     name: Rc<str>,
+    stdin: ChildStdin,
+    /// The child's pid, `Some` until the transport stops it.
+    pid: Cell<Option<u32>>,
+    watcher: &'static Watcher,
+}
+
+/// The sending side of a child's stdin: its queue, the writer task's wake-up, and the write
+/// made at once.
+struct ChildStdin {
     queue: Rc<RefCell<WriteQueue>>,
     queued: Rc<Signal>,
     queue_max: usize,
@@ -95,9 +104,74 @@ pub(crate) struct StdioTransport {
     /// hop through the writer task. `None` once the transport stopped, so the child's stdin
     /// reads its end when the writer task's descriptor closes too.
     direct: RefCell<Option<StdUnixStream>>,
-    /// The child's pid, `Some` until the transport stops it.
-    pid: Cell<Option<u32>>,
-    watcher: &'static Watcher,
+}
+
+impl ChildStdin {
+    fn new(direct: StdUnixStream, queue_max: usize) -> ChildStdin {
+        ChildStdin {
+            queue: Rc::new(RefCell::new(WriteQueue::default())),
+            queued: Rc::new(Signal::default()),
+            queue_max,
+            direct: RefCell::new(Some(direct)),
+        }
+    }
+
+    /// Queues `message` (a JSON object, no newline), or writes it at once when nothing is
+    /// queued or in flight (module doc); `Err` when the stdin is closed or its queue full.
+    fn send(&self, mut message: Vec<u8>) -> Result<(), String> {
+        let mut queue = self.queue.borrow_mut();
+        if queue.closed {
+            return Err("its stdin is closed".to_owned());
+        }
+        if queue.bytes.len() + message.len() + 1 > self.queue_max {
+            return Err(format!(
+                "its stdin queue is full ({} bytes, --upstream-queue-bytes)",
+                self.queue_max
+            ));
+        }
+        message.push(b'\n');
+        if queue.bytes.is_empty() && !queue.writing {
+            let written = match &*self.direct.borrow() {
+                Some(direct) => write_now(direct, &message),
+                None => Written::Part(0),
+            };
+            match written {
+                Written::All => {
+                    queue.keep(message);
+                    return Ok(());
+                }
+                Written::Part(n) => {
+                    message.drain(..n);
+                }
+                // As when the writer task's write fails: the queue closes, the message is
+                // lost with the child's stdin, and the call learns the child's end.
+                Written::Failed => {
+                    queue.closed = true;
+                    drop(queue);
+                    self.queued.notify_all();
+                    return Ok(());
+                }
+            }
+        }
+        if queue.bytes.is_empty() {
+            let emptied = std::mem::replace(&mut queue.bytes, message);
+            queue.keep(emptied);
+        } else {
+            queue.bytes.extend_from_slice(&message);
+            queue.keep(message);
+        }
+        drop(queue);
+        self.queued.notify_all();
+        Ok(())
+    }
+
+    /// No more messages: the writer task ends, and the second descriptor is closed so the
+    /// child's stdin reads its end once the writer's closes too.
+    fn close(&self) {
+        self.queue.borrow_mut().closed = true;
+        self.direct.borrow_mut().take();
+        self.queued.notify_all();
+    }
 }
 
 /// How the child ended, as its core learns it: set once, by `watch_exit`.
@@ -149,10 +223,7 @@ impl StdioTransport {
         tracing::info!(upstream = %name, pid, command = %argv.join(" "), "upstream started");
         let transport = Rc::new(StdioTransport {
             name: name.clone(),
-            queue: Rc::new(RefCell::new(WriteQueue::default())),
-            queued: Rc::new(Signal::default()),
-            queue_max: settings.queue_bytes,
-            direct: RefCell::new(Some(direct)),
+            stdin: ChildStdin::new(direct, settings.queue_bytes),
             pid: Cell::new(Some(pid)),
             watcher,
         });
@@ -168,7 +239,8 @@ impl StdioTransport {
         let (exited, note) =
             watched.map_err(|e| SpawnError::Failed(format!("cannot watch its process: {e}")))?;
         let end = Rc::new(ChildEnd::default());
-        monoio::spawn(write_stdin(stdin, transport.queue.clone(), transport.queued.clone()));
+        let (queue, queued) = (transport.stdin.queue.clone(), transport.stdin.queued.clone());
+        monoio::spawn(write_stdin(stdin, queue, queued));
         monoio::spawn(read_stdout(stdout, settings.line_bytes, end.clone(), peer.clone()));
         monoio::spawn(watch_exit(exited, note, end, peer));
         monoio::spawn(log_stderr(stderr, name));
@@ -241,61 +313,16 @@ fn unpin(pid: u32) {
 }
 
 impl Transport for StdioTransport {
-    fn send(&self, mut message: Vec<u8>) -> Result<(), String> {
-        let mut queue = self.queue.borrow_mut();
-        if queue.closed {
-            return Err("its stdin is closed".to_owned());
-        }
-        if queue.bytes.len() + message.len() + 1 > self.queue_max {
-            return Err(format!(
-                "its stdin queue is full ({} bytes, --upstream-queue-bytes)",
-                self.queue_max
-            ));
-        }
-        message.push(b'\n');
-        if queue.bytes.is_empty() && !queue.writing {
-            let written = match &*self.direct.borrow() {
-                Some(direct) => write_now(direct, &message),
-                None => Written::Part(0),
-            };
-            match written {
-                Written::All => {
-                    queue.keep(message);
-                    return Ok(());
-                }
-                Written::Part(n) => {
-                    message.drain(..n);
-                }
-                // As when the writer task's write fails: the queue closes, the message is
-                // lost with the child's stdin, and the call learns the child's end.
-                Written::Failed => {
-                    queue.closed = true;
-                    drop(queue);
-                    self.queued.notify_all();
-                    return Ok(());
-                }
-            }
-        }
-        if queue.bytes.is_empty() {
-            let emptied = std::mem::replace(&mut queue.bytes, message);
-            queue.keep(emptied);
-        } else {
-            queue.bytes.extend_from_slice(&message);
-            queue.keep(message);
-        }
-        drop(queue);
-        self.queued.notify_all();
-        Ok(())
+    fn send(&self, message: Vec<u8>) -> Result<(), String> {
+        self.stdin.send(message)
     }
 
     fn lend(&self) -> Vec<u8> {
-        self.queue.borrow_mut().spares.pop().unwrap_or_default()
+        self.stdin.queue.borrow_mut().spares.pop().unwrap_or_default()
     }
 
     fn shutdown(&self) {
-        self.queue.borrow_mut().closed = true;
-        self.direct.borrow_mut().take();
-        self.queued.notify_all();
+        self.stdin.close();
         if let Some(pid) = self.pid.take() {
             self.watcher.stop(pid);
             tracing::info!(upstream = %self.name, pid, culprit = "us", "upstream stopped");
@@ -595,6 +622,51 @@ mod tests {
         assert!(matches!(write_now(&ours, &big), Written::Part(0)), "full: nothing, no wait");
         drop(theirs);
         assert!(matches!(write_now(&ours, b"{}\n"), Written::Failed), "the peer gone: an error");
+    }
+
+    #[test]
+    fn a_message_sent_while_the_writer_writes_queues_behind_it() {
+        // Goal: the write at once never overtakes bytes the writer task holds, even when the
+        // socket has room again while the writer waits (a message written then would land in
+        // the middle of the earlier one). Method: a socket pair as the child's stdin; a 1 MiB
+        // message (a part written at once, the rest taken by the writer, which waits on the
+        // full socket); 64 KiB read off the far end; a second message sent before the writer
+        // runs again; then everything read: the first message whole, then the second.
+        use std::io::Read;
+        let (ours, mut theirs) = StdUnixStream::pair().expect("a socket pair");
+        ours.set_nonblocking(true).expect("non-blocking");
+        let direct = ours.try_clone().expect("a second descriptor");
+        let first = vec![b'a'; 1 << 20];
+        let want = [&first[..], b"\n{}\n"].concat();
+        let mut rt = monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+            .enable_timer()
+            .build()
+            .expect("a runtime");
+        let got = rt.block_on(async move {
+            let stdin = ChildStdin::new(direct, usize::MAX);
+            let writer = UnixStream::from_std(ours).expect("adopted");
+            monoio::spawn(write_stdin(writer, stdin.queue.clone(), stdin.queued.clone()));
+            stdin.send(first).expect("sent");
+            assert!(!stdin.queue.borrow().bytes.is_empty(), "the socket took only a part");
+            while !stdin.queue.borrow().writing {
+                monoio::time::sleep(Duration::from_millis(1)).await;
+            }
+            let mut got = vec![0; 64 * 1024];
+            theirs.read_exact(&mut got).expect("room made");
+            stdin.send(b"{}".to_vec()).expect("sent");
+            let total = want.len();
+            let reader = std::thread::spawn(move || {
+                let mut rest = vec![0; total - got.len()];
+                theirs.read_exact(&mut rest).expect("the rest");
+                got.extend_from_slice(&rest);
+                got
+            });
+            while !reader.is_finished() {
+                monoio::time::sleep(Duration::from_millis(1)).await;
+            }
+            reader.join().expect("the reader")
+        });
+        assert!(got == [&vec![b'a'; 1 << 20][..], b"\n{}\n"].concat(), "in order, whole");
     }
 
     #[test]
