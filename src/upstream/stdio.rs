@@ -525,7 +525,7 @@ fn deliver(peer: &Rc<Peer>, line: &[u8]) {
     }
     // Most lines answer a call: their members are scanned, only the result is checked as JSON.
     if let Some((id, result)) = line_head::plain_answer(line) {
-        return peer.answered(id, result.to_owned());
+        return peer.answered(id, result.into());
     }
     // A line that is JSON but not UTF-8 (a byte of the child's locale in a string) still
     // answers its call, with U+FFFD for the bytes: skipped, it would leave the call waiting
