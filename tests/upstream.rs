@@ -383,6 +383,30 @@ fn shared_isolation_serves_every_session_from_one_child() {
 }
 
 #[test]
+fn requests_larger_than_the_childs_stdin_buffer_reach_it_whole_and_in_order() {
+    // Goal: a request the child's stdin socket cannot take at once (written in part right
+    // away, the rest by the writer task) and one sent while that rest is being written reach
+    // the child whole and one after the other, never interleaved. Method: one child for two
+    // sessions (`shared`), two echo calls of 1.5 MB each (the socket's buffer is ~200 KiB)
+    // posted back to back before either answer is read; each answer is its own text.
+    for driver in DRIVERS {
+        let counter = Counter::new(&format!("large-{driver}"));
+        let server = bridge(driver, &counter, &["--upstream-isolation", "shared"]);
+        let (a, b) = (open_session(&server), open_session(&server));
+        let text = |c: char| format!("{c}{}{c}", "x".repeat(1_500_000));
+        let (ta, tb) = (text('a'), text('b'));
+        let args = |t: &str| format!(r#"{{"text":"{t}"}}"#);
+        let mut sa = call_stream(&server, &a, &call(2, "echo", &args(&ta), false), &[]);
+        let mut sb = call_stream(&server, &b, &call(3, "echo", &args(&tb), false), &[]);
+        let (ea, eb) = (support::messages(&sa.rest()), support::messages(&sb.rest()));
+        assert_eq!(ea.len(), 1, "{driver}");
+        assert_eq!(eb.len(), 1, "{driver}");
+        assert!(result_text(&ea[0]) == ta, "{driver}: the first answer is its own text, whole");
+        assert!(result_text(&eb[0]) == tb, "{driver}: the second answer is its own text, whole");
+    }
+}
+
+#[test]
 fn initialize_beyond_the_process_cap_gets_503() {
     let counter = Counter::new("cap");
     let server = bridge("uring", &counter, &["--upstream-max-processes", "1"]);

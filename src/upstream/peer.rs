@@ -132,8 +132,8 @@ enum Answer {
     /// No answer within its deadline: `Idle` for `--upstream-timeout-secs` (a tool call: since
     /// the upstream last sent anything for it), `Total` past `--upstream-call-max-secs`.
     Late(Late),
-    /// The `result` member's text, as the upstream wrote it.
-    Result(Box<RawValue>),
+    /// The `result` member's text, as the upstream wrote it (one JSON value, checked).
+    Result(Box<str>),
     Error(Value),
     /// The upstream ended, or this request's answer could not be taken (why).
     Gone(Rc<str>),
@@ -291,7 +291,7 @@ impl Peer {
         timeout: Duration,
     ) -> Result<Value, ProviderError> {
         let text = self.request_text(method, Params::Value(params), call, timeout).await?;
-        serde_json::from_str(text.get()).map_err(|_| self.fault(RESULT_TOO_DEEP))
+        serde_json::from_str(&text).map_err(|_| self.fault(RESULT_TOO_DEEP))
     }
 
     /// Sends request `method` and waits for its answer, at most `timeout`: the result's JSON
@@ -306,7 +306,7 @@ impl Peer {
         params: Params<'_>,
         call: Option<CallContext>,
         timeout: Duration,
-    ) -> Result<Box<RawValue>, ProviderError> {
+    ) -> Result<Box<str>, ProviderError> {
         // One clock read for the slot and the deadlines: the send between them takes no time
         // that matters to a timeout in seconds (each read is ~60 instructions a call).
         let sent = Instant::now();
@@ -596,7 +596,7 @@ impl Peer {
 
     /// The answer to request `id` with its result's text, read by a transport's scan of a
     /// plain answer (`line_head::plain_answer`): as `receive_members` takes that message.
-    pub(crate) fn answered(&self, id: u64, result: Box<RawValue>) {
+    pub(crate) fn answered(&self, id: u64, result: Box<str>) {
         self.settle(id, || Answer::Result(result));
     }
 
@@ -610,7 +610,7 @@ impl Peer {
     fn answer(&self, id: &Value, result: Option<Box<RawValue>>, error: Option<Value>) {
         let Some(id) = id.as_u64() else { return };
         self.settle(id, || match (result, error) {
-            (Some(result), _) => Answer::Result(result),
+            (Some(result), _) => Answer::Result(result.into()),
             (None, Some(error)) => Answer::Error(error),
             (None, None) => Answer::Error(wire::error_object(
                 Code::InternalError.value(),

@@ -174,7 +174,7 @@ impl ToolAnswer<'_> {
         match self {
             ToolAnswer::Value(value) => serde_json::to_writer(&mut *out, value),
             ToolAnswer::Json(json) => {
-                out.extend_from_slice(json.0.get().as_bytes());
+                out.extend_from_slice(json.0.as_bytes());
                 Ok(())
             }
             text => {
@@ -220,7 +220,7 @@ impl ToolAnswer<'_> {
             ToolAnswer::Value(value) => value,
             // Checked JSON when read; a text deeper than `serde_json`'s nesting limit is the
             // one that could fail here, and then the answer is `null`.
-            ToolAnswer::Json(json) => serde_json::from_str(json.0.get()).unwrap_or_default(),
+            ToolAnswer::Json(json) => serde_json::from_str(&json.0).unwrap_or_default(),
             ToolAnswer::Text(text) => text_result(text.into_owned()),
             ToolAnswer::Count(n) => text_result(n.to_string()),
         }
@@ -230,11 +230,11 @@ impl ToolAnswer<'_> {
 /// One JSON value's text as another server wrote it (`ToolAnswer::Json`); equal when the
 /// texts are.
 #[derive(Debug)]
-pub(crate) struct JsonText(pub(crate) Box<serde_json::value::RawValue>);
+pub(crate) struct JsonText(pub(crate) Box<str>);
 
 impl PartialEq for JsonText {
     fn eq(&self, other: &JsonText) -> bool {
-        self.0.get() == other.0.get()
+        self.0 == other.0
     }
 }
 

@@ -1267,7 +1267,7 @@ impl Stream {
         if let Some((id, result)) = line_head::plain_answer(data) {
             self.answered |= self.awaited.as_ref().and_then(Value::as_u64) == Some(id);
             let Some(peer) = link.peer.upgrade() else { return };
-            return peer.answered(id, result.to_owned());
+            return peer.answered(id, result.into());
         }
         let incoming: Incoming = match serde_json::from_slice(data) {
             Ok(incoming) => incoming,
