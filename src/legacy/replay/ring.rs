@@ -354,12 +354,7 @@ impl Ring {
     /// The held event `seq`, in O(1) at any capacity; `None` if it was never appended (including
     /// `EventSeq(0)`) or has been evicted.
     pub fn get(&self, seq: EventSeq) -> Option<Event<'_>> {
-        if seq.0 < self.head || seq.0 >= self.tail {
-            return None;
-        }
-        let storage =
-            self.storage.as_deref().expect("invariant: a ring that held events has storage");
-        let slot = &storage.slots[self.index(seq.0)];
+        let (storage, slot) = self.held(seq)?;
         let this = NonZeroU64::new(seq.0).expect("invariant: head ≥ 1");
         Some(Event {
             stream: slot.stream,
@@ -368,6 +363,20 @@ impl Ring {
             payload: storage.payloads.read(slot.page, slot.span),
             next_in_stream: slot.next(this).map(|next| EventSeq(next.get())),
         })
+    }
+
+    /// The storage and slot of the held event `seq`, without reading its payload (a replay's
+    /// start asks only its stream and successor); `None` when it is not held.
+    #[inline]
+    fn held(&self, seq: EventSeq) -> Option<(&Storage, &Slot)> {
+        if seq.0 < self.head || seq.0 >= self.tail {
+            return None;
+        }
+        let storage =
+            self.storage.as_deref().expect("invariant: a ring that held events has storage");
+        // Lossless: masked below slots.len(), a usize.
+        let index = (seq.0 & (storage.slots.len() as u64 - 1)) as usize;
+        Some((storage, &storage.slots[index]))
     }
 
     /// The sequence number the next append receives.
@@ -442,9 +451,11 @@ impl Ring {
     /// nothing and reports [`Replay::start_unknown`]: the `stream` layer then decides between its
     /// own first-held pointer and a gap report.
     pub fn replay_after(&self, stream: StreamKey, after: EventSeq) -> Replay<'_> {
-        match self.get(after) {
-            Some(event) if event.stream == stream => {
-                Replay { ring: self, stream, next: event.next_in_stream, start_unknown: false }
+        match self.held(after) {
+            Some((_, slot)) if slot.stream == stream => {
+                let this = NonZeroU64::new(after.0).expect("invariant: head ≥ 1");
+                let next = slot.next(this).map(|next| EventSeq(next.get()));
+                Replay { ring: self, stream, next, start_unknown: false }
             }
             _ => Replay::unknown(self, stream),
         }
@@ -453,9 +464,9 @@ impl Ring {
     /// The chain of `first`'s stream starting at `first` (inclusive). When `first` is not held the
     /// iterator yields nothing and reports [`Replay::start_unknown`].
     pub fn iter_from(&self, first: EventSeq) -> Replay<'_> {
-        match self.get(first) {
-            Some(event) => {
-                Replay { ring: self, stream: event.stream, next: Some(first), start_unknown: false }
+        match self.held(first) {
+            Some((_, slot)) => {
+                Replay { ring: self, stream: slot.stream, next: Some(first), start_unknown: false }
             }
             None => Replay::unknown(self, StreamKey(0)),
         }
