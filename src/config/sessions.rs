@@ -23,9 +23,16 @@ pub(crate) const REPLAY_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// The largest `--replay-events`: a ring's slot keeps the distance to its stream's next event
 /// in 32 bits (16-byte slots, issue 43 §2). Over it: the server does not start.
 pub(crate) const REPLAY_EVENTS_MOST: usize = 1 << 31;
-/// The largest `--replay-bytes` (4 GiB − 1): a ring's slot keeps its payload's offset and
-/// length in 32 bits. Over it: the server does not start.
+/// The largest `--replay-bytes` (4 GiB − 1): a ring's held bytes, and a payload's length, fit
+/// 32 bits (a slot once kept its payload's offset in them). Over it: the server does not start.
 pub(crate) const REPLAY_BYTES_MOST: usize = u32::MAX as usize;
+/// Empty replay pages (4 KiB each, `replay::page`) one core keeps for its rings' next
+/// payloads (`--replay-spare-pages`), made at the core's start: a page freed by one session's
+/// eviction or end is the next page of another without the allocator. More are freed. A cache,
+/// never a budget: a ring that finds none allocates one, so no session can starve the others
+/// (each ring is bounded by `--replay-bytes`, all of a core's by `--core-buffer-bytes`). 64:
+/// 256 KiB a core, the growth of a hundred echo sessions' rings by two pages each.
+pub(crate) const REPLAY_SPARE_PAGES_MAX: usize = 64;
 /// How long a completed, delivered request stream stays resumable and deduplicable.
 pub(crate) const STREAM_RETENTION_SECS: u64 = 300;
 /// Idle time after which a session expires (then 404).
@@ -128,6 +135,9 @@ pub struct SessionsConfig {
     pub replay_events_max: usize,
     /// Payload bytes held per session replay ring (`--replay-bytes`, `REPLAY_BYTES_MAX`).
     pub replay_bytes_max: usize,
+    /// Empty replay pages one core keeps for the next payloads (`--replay-spare-pages`,
+    /// `REPLAY_SPARE_PAGES_MAX`); more are freed.
+    pub replay_spare_pages_max: usize,
     /// How long a completed, delivered request stream stays resumable and deduplicable
     /// (`--stream-retention-secs`, `STREAM_RETENTION_SECS`).
     pub stream_retention: Duration,
@@ -168,6 +178,7 @@ impl Default for SessionsConfig {
             streams_per_session_max: STREAMS_PER_SESSION_MAX,
             replay_events_max: REPLAY_EVENTS_MAX,
             replay_bytes_max: REPLAY_BYTES_MAX,
+            replay_spare_pages_max: REPLAY_SPARE_PAGES_MAX,
             stream_retention: Duration::from_secs(STREAM_RETENTION_SECS),
             session_idle: Duration::from_secs(SESSION_IDLE_SECS),
             list_changed_min: Duration::from_millis(LIST_CHANGED_MIN_MS),
@@ -204,6 +215,7 @@ impl SessionsConfig {
             streams_per_session_max: sessions.max_streams_per_session,
             replay_events_max: sessions.replay_events,
             replay_bytes_max: sessions.replay_bytes,
+            replay_spare_pages_max: sessions.replay_spare_pages,
             stream_retention: Duration::from_secs(sessions.stream_retention_secs),
             session_idle: Duration::from_secs(sessions.session_idle_secs),
             list_changed_min: Duration::from_millis(sessions.list_changed_min_ms),
@@ -224,6 +236,7 @@ impl SessionsConfig {
             ("max-sessions-per-core", self.sessions_per_core_max as u128),
             ("max-streams-per-session", self.streams_per_session_max as u128),
             ("replay-bytes", self.replay_bytes_max as u128),
+            ("replay-spare-pages", self.replay_spare_pages_max as u128),
             ("session-idle-secs", self.session_idle.as_millis()),
             ("list-changed-min-ms", self.list_changed_min.as_millis()),
             ("sse-keepalive-secs", self.sse_keepalive.as_millis()),
@@ -298,6 +311,10 @@ pub(crate) struct SessionFlags {
     /// Payload bytes held per session replay ring.
     #[arg(long, default_value_t = REPLAY_BYTES_MAX)]
     pub(crate) replay_bytes: usize,
+    /// Empty 4 KiB replay pages one core makes at its start and keeps for the next events; more
+    /// are freed.
+    #[arg(long, default_value_t = REPLAY_SPARE_PAGES_MAX)]
+    pub(crate) replay_spare_pages: usize,
     /// How long a settled stream stays resumable and deduplicable; a resume after it: 400.
     #[arg(long, default_value_t = STREAM_RETENTION_SECS)]
     pub(crate) stream_retention_secs: u64,

@@ -30,6 +30,7 @@ pub(crate) struct LegacyCore {
 impl LegacyCore {
     /// The legacy state of core `shared`, with no session yet.
     pub(crate) fn new(shared: Rc<Core>) -> LegacyCore {
+        super::replay::set_spare_pages_max(shared.cfg.sessions.replay_spare_pages_max, true);
         let sessions = RefCell::new(session::SessionTable::with_timeouts(
             shared.cfg.sessions.sessions_per_core_max,
             &shared.cfg.sessions,

@@ -442,7 +442,7 @@ thread_local! {
 }
 
 /// An event encoded in the core's reused buffer, to be appended to a ring (which copies it
-/// into its own payload buffer); the buffer goes back to the core when this is dropped. So
+/// into its own payload pages); the buffer goes back to the core when this is dropped. So
 /// encoding and storing an event allocates nothing once both buffers have grown (issue 40 §1).
 pub(crate) struct EncodedEvent(Vec<u8>);
 

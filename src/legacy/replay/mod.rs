@@ -5,10 +5,11 @@
 //!
 //! Owns: session-wide event sequence numbers ([`EventSeq`], strictly increasing from 1; 0 means
 //! "none"), the slot array (slot of an event = `seq & mask`, so a lookup by id is O(1) at any
-//! capacity), the one buffer the held payloads lie in (appending copies into it, so after it
-//! has grown to what the ring holds an append allocates nothing; a progress notification's
-//! fixed 77-byte opening is not stored but flagged in its slot and given back on reads as
-//! [`Event::prefix`], issue 43 §2), FIFO eviction under the `--replay-events` / `--replay-bytes` bounds, and the
+//! capacity), the pages the held payloads lie in (`page`: fixed pages from the core's spares,
+//! each payload whole in one, appended by one copy and never moved, a page given back when
+//! its last payload is evicted; issue 43 §2; a progress notification's fixed 77-byte opening
+//! is not stored but flagged in its slot and given back on reads as [`Event::prefix`]), FIFO
+//! eviction under the `--replay-events` / `--replay-bytes` bounds, and the
 //! per-stream chains (`next_in_stream`) that let a replay visit only its own stream's events:
 //! O(events replayed), never a scan of the ring.
 //!
@@ -22,16 +23,17 @@
 //! into `None`. The `assert!`s guard our own invariants (head ≤ tail, sequence numbers strictly
 //! increasing, byte accounting never underflowing).
 
+mod page;
 mod ring;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use page::set_spare_pages_max;
+#[cfg(test)]
+use page::{spare_pages, PAGE_BYTES};
 pub use ring::Ring;
 #[cfg(test)]
-use ring::{
-    Replay, ELIDED_PREFIX, PAYLOAD_BUFFER_INITIAL_BYTES, PAYLOAD_BUFFER_SHRINK_ABOVE,
-    PAYLOAD_BUFFER_SLACK, SLOTS_INITIAL,
-};
+use ring::{Replay, ELIDED_PREFIX, SLOTS_INITIAL};
 
 /// Names one SSE stream of a session. Assigned by the `stream` module; the ring only compares
 /// keys and never interprets them.
@@ -53,7 +55,7 @@ pub struct Event<'a> {
     /// then `payload`. A flag, not the slice: every lookup returns an `Event` (callgrind, echo).
     pub elided: bool,
     /// The rest of the SSE `data` to re-send; both are empty for priming events (CONTRACT §3).
-    /// It lies in the ring's payload buffer.
+    /// It lies whole in one of the ring's payload pages (or a block of its own).
     pub payload: &'a [u8],
     /// The next event of the same stream; `Some` exactly when that event has been appended
     /// (it is then held too, because eviction is oldest-first).

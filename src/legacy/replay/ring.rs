@@ -5,10 +5,12 @@
 //! takes `tail`, every eviction removes `head`), and that range is never longer than the slot
 //! array, so `seq & mask` never collides and a lookup is a range check plus one index.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::iter::FusedIterator;
 use std::num::NonZeroU64;
 
+use super::page::{self, PAGE_BYTES};
 use super::{Event, EventSeq, Evicted, ReplayError, StreamKey};
 use crate::config::{REPLAY_BYTES_MOST, REPLAY_EVENTS_MOST};
 use crate::fasthash::SequenceMap;
@@ -16,29 +18,14 @@ use crate::wire::notification::PROGRESS_PREFIX;
 
 /// Slots allocated by the first append (fewer when `events_max` is smaller). An idle session
 /// allocates none; a session that has emitted a handful of events holds 16 × 16 bytes (and its
-/// payload buffer); the array then doubles up to `events_max` as events accumulate, so memory
+/// first payload page); the array then doubles up to `events_max` as events accumulate, so memory
 /// follows the high-water mark of held events, never the configured capacity (100k idle
 /// sessions at `events_max` = 2^20 must not cost 2^20 slots each).
 pub(super) const SLOTS_INITIAL: usize = 16;
 
-/// Bytes of the payload buffer made by the first append of a non-empty payload (less when
-/// `bytes_max` is smaller; more when the payload is larger). It then doubles, never past
-/// `bytes_max`, as the held bytes grow: like the slot array, it follows the high-water mark of
-/// what the ring holds.
-pub(super) const PAYLOAD_BUFFER_INITIAL_BYTES: usize = 256;
-
-/// A payload buffer larger than this is made smaller on an append that finds it more than
-/// `PAYLOAD_BUFFER_SLACK` times what it will hold: `--core-buffer-bytes` counts held payload
-/// bytes, so a ring that once held megabytes and now holds little must not keep the
-/// megabytes (one client could otherwise pin `--replay-bytes` per session outside the core's
-/// budget). With it, a buffer is at most `PAYLOAD_BUFFER_SLACK` × its held bytes, or this.
-/// Steady small streams (echo's 256 bytes) never pass it, so they never reallocate.
-pub(super) const PAYLOAD_BUFFER_SHRINK_ABOVE: usize = 4096;
-
-/// How many times its held bytes a payload buffer above `PAYLOAD_BUFFER_SHRINK_ABOVE` may be
-/// before an append shrinks it (to twice what it then holds: growth and shrinking are four
-/// times apart, so a ring never alternates between them).
-pub(super) const PAYLOAD_BUFFER_SLACK: usize = 8;
+/// `Slot::span` of a payload longer than `PAGE_BYTES`: it fills a block of its own, whose
+/// length is the payload's. Never a small payload's span: its offset is below `PAGE_BYTES`.
+const LARGE: u32 = u32::MAX;
 
 /// The opening of a payload the ring does not store (issue 43 §2): every
 /// `notifications/progress` starts with these 77 bytes, over half of a stamped `slow_counter`
@@ -54,10 +41,11 @@ const _: () = assert!(REPLAY_EVENTS_MOST <= ELIDED as usize);
 
 /// One held event. 16 bytes (40, then 24 before issue 43 §2: the offset, length and successor
 /// were 64-bit, then the slot kept its own sequence number; at 10 events/s a live stream holds
-/// 300 after 30 s, 512 slots): where its payload lies in the ring's buffer, its successor's
-/// distance and the stream key. Its sequence number is where it lies: the event `seq` is the
-/// slot `seq & mask` exactly when `head <= seq < tail`, so the slot need not say it, and a
-/// slot outside that range is a leftover (`Slot::FREE` or an evicted event's) never read.
+/// 300 after 30 s, 512 slots): where its payload lies (a page and a span in it), its
+/// successor's distance and the stream key. Its sequence number is where it lies: the event
+/// `seq` is the slot `seq & mask` exactly when `head <= seq < tail`, so the slot need not say
+/// it, and a slot outside that range is a leftover (`Slot::FREE` or an evicted event's) never
+/// read.
 #[derive(Clone, Copy)]
 struct Slot {
     stream: StreamKey,
@@ -66,10 +54,12 @@ struct Slot {
     /// `REPLAY_EVENTS_MOST`). The `ELIDED` bit is set exactly when the payload began with
     /// `ELIDED_PREFIX` and only the bytes after it are stored.
     next_after: u32,
-    /// The stored payload is `buffer[at..at + len]` (`at` is 0 for an empty one); both fit in
-    /// 32 bits because `bytes_max` does (`REPLAY_BYTES_MOST`).
-    at: u32,
-    len: u32,
+    /// The number of the page the stored payload lies in (`Pages::first` numbers the oldest;
+    /// numbers wrap, and only differences are read); 0 for an empty payload.
+    page: u32,
+    /// Where in that page: offset × 2^16 + length (both below `PAGE_BYTES` < 2^16, and 0 for an
+    /// empty payload), or `LARGE` for a payload that fills a block of its own.
+    span: u32,
 }
 
 // The memory per held event that the docs and the bench quote.
@@ -77,17 +67,7 @@ const _: () = assert!(std::mem::size_of::<Slot>() == 16);
 
 impl Slot {
     /// What a slot holds before its first event.
-    const FREE: Slot = Slot { stream: StreamKey(0), next_after: 0, at: 0, len: 0 };
-
-    /// Offset of the payload in the ring's buffer.
-    fn at(&self) -> usize {
-        self.at as usize
-    }
-
-    /// Length of the stored payload (without an elided prefix).
-    fn len(&self) -> usize {
-        self.len as usize
-    }
+    const FREE: Slot = Slot { stream: StreamKey(0), next_after: 0, page: 0, span: 0 };
 
     /// The opening of the payload that is not stored: `ELIDED_PREFIX` or nothing.
     fn prefix(&self) -> &'static [u8] {
@@ -96,11 +76,6 @@ impl Slot {
         } else {
             ELIDED_PREFIX
         }
-    }
-
-    /// Length of the payload as appended: what `bytes` and `bytes_max` count.
-    fn whole_len(&self) -> usize {
-        self.prefix().len() + self.len()
     }
 
     /// Distance to the stream's next event; 0 until it is appended.
@@ -131,31 +106,113 @@ fn stored_form(payload: &[u8]) -> (bool, &[u8]) {
     }
 }
 
-/// A payload offset or length as a slot keeps it; every one is below `bytes_max` ≤
-/// `REPLAY_BYTES_MOST`.
+/// A page number, span part or page count as a slot keeps it: spans are below 2^32 by
+/// construction, and a ring holds far fewer than 2^32 pages.
 fn narrow(value: usize) -> u32 {
-    u32::try_from(value).expect("invariant: within bytes_max, at most REPLAY_BYTES_MOST")
+    u32::try_from(value).expect("invariant: a span or page number fits 32 bits")
 }
 
-/// The ring's payload bytes: one buffer the held payloads lie in, oldest to newest, around
-/// the circle, so appending an event copies it in place and allocates nothing once the buffer
-/// has grown to what the ring holds (issue 40 §1). Held bytes are `start..end` when not
-/// wrapped, else `start..wrap_at` then `0..end`; a payload is never split, so one that does
-/// not fit before the buffer's end starts at 0 and the bytes from `wrap_at` on wait unused
-/// until the oldest payloads before them are evicted.
+/// One page (`PAGE_BYTES` of capacity, its length what has been written: the rest is room for
+/// the next payloads while it is the newest), or one large payload's block (exactly its bytes).
+type Page = Vec<u8>;
+
+/// The ring's payload bytes (issue 43 §2): the pages the held payloads lie in, oldest first.
+/// Each payload of at most `PAGE_BYTES` lies whole in one page, right after its predecessor in
+/// the same page or at the start of a new one; a longer payload fills a block of its own. A
+/// page goes back to the core's spares (`page::give`) when its last payload is evicted, so the
+/// pages follow what the ring holds: appending copies the payload once, into place, and never
+/// moves the others. Every page holds at least one held payload, except a ring's only page
+/// once it holds none (kept for the next payload, written from its start).
 #[derive(Default)]
-struct PayloadBuffer {
-    /// Its length is the capacity in use: 0 until the first non-empty payload, then at most
-    /// the ring's `bytes_max`.
-    bytes: Vec<u8>,
-    /// Offset of the oldest held payload byte.
-    start: usize,
-    /// Offset the next payload is written at when it fits there.
-    end: usize,
+struct Pages {
+    /// Oldest first: `pages[i]` is page number `first + i` (wrapping).
+    pages: VecDeque<Page>,
+    /// The number of `pages[0]`.
+    first: u32,
     /// Stored bytes held (payloads without their elided prefixes): at most the ring's `bytes`.
     held: usize,
-    /// `Some(offset)` while the held bytes wrap: those before the wrap end at `offset`.
-    wrap_at: Option<usize>,
+}
+
+impl Pages {
+    /// Copies `payload` into place after the newest payload and returns its `(page, span)`.
+    fn place(&mut self, payload: &[u8]) -> (u32, u32) {
+        let len = payload.len();
+        if len == 0 {
+            return (0, 0);
+        }
+        self.held += len;
+        if len > PAGE_BYTES {
+            // An allocation of the payload's size, as each growth of the one buffer was; a
+            // final response this long costs its copy many times over anyway.
+            self.pages.push_back(payload.to_vec());
+            return (self.newest_number(), LARGE);
+        }
+        let room = |page: &Page| page.capacity() == PAGE_BYTES && PAGE_BYTES - page.len() >= len;
+        if !self.pages.back().is_some_and(room) {
+            self.pages.push_back(page::take());
+        }
+        let newest = self.pages.back_mut().expect("invariant: a page was just made if needed");
+        let at = newest.len();
+        // Within the page's capacity (`room`): no reallocation.
+        newest.extend_from_slice(payload);
+        (self.newest_number(), narrow(at << 16 | len))
+    }
+
+    /// The number of the newest page; only called with a page.
+    fn newest_number(&self) -> u32 {
+        self.first.wrapping_add(narrow(self.pages.len() - 1))
+    }
+
+    /// The stored payload at `(page, span)`, which the ring holds.
+    #[inline]
+    fn read(&self, page: u32, span: u32) -> &[u8] {
+        if span == 0 {
+            return b"";
+        }
+        let page = &self.pages[page.wrapping_sub(self.first) as usize];
+        if span == LARGE {
+            return page;
+        }
+        let (at, len) = ((span >> 16) as usize, (span & 0xFFFF) as usize);
+        &page[at..at + len]
+    }
+
+    /// Forgets the oldest stored payload, `len` bytes at `(page, span)`: the page goes back
+    /// once that was its last (the only page stays, written again from its start).
+    fn release(&mut self, page: u32, span: u32, len: usize) {
+        self.held = self.held.checked_sub(len).expect("invariant: held counts every payload");
+        if span == 0 {
+            return;
+        }
+        assert!(page == self.first, "invariant: the oldest payload lies in the oldest page");
+        let only = self.pages.len() == 1;
+        let oldest = self.pages.front_mut().expect("invariant: a held payload has its page");
+        let last = span == LARGE || (span >> 16) as usize + len == oldest.len();
+        if !last {
+            return;
+        }
+        if only && span != LARGE {
+            oldest.clear();
+            return;
+        }
+        let oldest = self.pages.pop_front().expect("invariant: checked above");
+        self.first = self.first.wrapping_add(1);
+        page::give(oldest);
+    }
+
+    /// Bytes of the pages and blocks held.
+    fn capacity(&self) -> usize {
+        self.pages.iter().map(Vec::capacity).sum()
+    }
+}
+
+impl Drop for Pages {
+    /// The pages go back to the core's spares.
+    fn drop(&mut self) {
+        for page in self.pages.drain(..) {
+            page::give(page);
+        }
+    }
 }
 
 /// What a ring holds once it has held an event: boxed, so an idle ring is counters and one
@@ -167,12 +224,12 @@ struct Storage {
     /// a leftover, never read.
     slots: Vec<Slot>,
     /// Where the held payloads lie.
-    payloads: PayloadBuffer,
+    payloads: Pages,
 }
 
 /// The replay buffer of one session; see the module doc of `replay`.
 pub struct Ring {
-    /// The slots and the payload buffer; `None` until the first append.
+    /// The slots and the payload pages; `None` until the first append.
     storage: Option<Box<Storage>>,
     /// Oldest held sequence number; equals `tail` when the ring is empty. 1 ≤ head ≤ tail.
     head: u64,
@@ -190,44 +247,6 @@ pub struct Ring {
     /// predecessor in O(1). Entries leave when a stream's newest event is evicted, so the map
     /// never outgrows the held events.
     stream_newest: SequenceMap<StreamKey, NonZeroU64>,
-}
-
-impl PayloadBuffer {
-    /// Takes `len` (> 0) contiguous free bytes for the newest payload: at `end`, else (not
-    /// wrapped) at 0 before the oldest; `None` when neither has room.
-    fn reserve(&mut self, len: usize) -> Option<usize> {
-        match self.wrap_at {
-            None if self.bytes.len() - self.end >= len => {}
-            None if self.start >= len => {
-                self.wrap_at = Some(self.end);
-                self.end = 0;
-            }
-            Some(_) if self.start - self.end >= len => {}
-            _ => return None,
-        }
-        let at = self.end;
-        self.end += len;
-        self.held += len;
-        Some(at)
-    }
-
-    /// Frees the oldest stored payload (`len` bytes at `at`).
-    fn release(&mut self, at: usize, len: usize) {
-        self.held = self.held.checked_sub(len).expect("invariant: held counts every payload");
-        if self.held == 0 {
-            // Nothing held: the next payload starts at the front.
-            (self.start, self.end, self.wrap_at) = (0, 0, None);
-            return;
-        }
-        if len == 0 {
-            return;
-        }
-        assert!(at == self.start, "invariant: the oldest payload starts the held bytes");
-        self.start = at + len;
-        if self.wrap_at == Some(self.start) {
-            (self.start, self.wrap_at) = (0, None);
-        }
-    }
 }
 
 impl Ring {
@@ -306,7 +325,7 @@ impl Ring {
             self.grow();
         }
         let (elided, stored) = stored_form(payload);
-        let at = self.place(stored);
+        let (page, span) = self.storage().payloads.place(stored);
         let seq = NonZeroU64::new(self.tail).expect("invariant: tail starts at 1 and only grows");
         self.tail = self.tail.checked_add(1).expect("invariant: 2^64 events are never appended");
         if let Some(prev) = self.stream_newest.insert(stream, seq) {
@@ -326,8 +345,7 @@ impl Ring {
         let index = self.index(seq.get());
         let next_after = if elided { ELIDED } else { 0 };
         // The slot of tail is free: held events are `head..tail`, fewer than the slots.
-        self.storage().slots[index] =
-            Slot { stream, next_after, at: narrow(at), len: narrow(stored.len()) };
+        self.storage().slots[index] = Slot { stream, next_after, page, span };
         assert!(self.head <= self.tail, "invariant: head ≤ tail");
         assert!(self.len() <= self.slots().len(), "invariant: held events fit the slots");
         EventSeq(seq.get())
@@ -336,20 +354,29 @@ impl Ring {
     /// The held event `seq`, in O(1) at any capacity; `None` if it was never appended (including
     /// `EventSeq(0)`) or has been evicted.
     pub fn get(&self, seq: EventSeq) -> Option<Event<'_>> {
-        if seq.0 < self.head || seq.0 >= self.tail {
-            return None;
-        }
-        let storage =
-            self.storage.as_deref().expect("invariant: a ring that held events has storage");
-        let slot = &storage.slots[self.index(seq.0)];
+        let (storage, slot) = self.held(seq)?;
         let this = NonZeroU64::new(seq.0).expect("invariant: head ≥ 1");
         Some(Event {
             stream: slot.stream,
             seq,
             elided: slot.next_after & ELIDED != 0,
-            payload: &storage.payloads.bytes[slot.at()..slot.at() + slot.len()],
+            payload: storage.payloads.read(slot.page, slot.span),
             next_in_stream: slot.next(this).map(|next| EventSeq(next.get())),
         })
+    }
+
+    /// The storage and slot of the held event `seq`, without reading its payload (a replay's
+    /// start asks only its stream and successor); `None` when it is not held.
+    #[inline]
+    fn held(&self, seq: EventSeq) -> Option<(&Storage, &Slot)> {
+        if seq.0 < self.head || seq.0 >= self.tail {
+            return None;
+        }
+        let storage =
+            self.storage.as_deref().expect("invariant: a ring that held events has storage");
+        // Lossless: masked below slots.len(), a usize.
+        let index = (seq.0 & (storage.slots.len() as u64 - 1)) as usize;
+        Some((storage, &storage.slots[index]))
     }
 
     /// The sequence number the next append receives.
@@ -394,11 +421,11 @@ impl Ring {
         self.bytes_max
     }
 
-    /// Bytes of the payload buffer: 0 before the first non-empty payload, then at most
-    /// `bytes_max` (it follows the high-water mark of held bytes, at most doubled). For memory
+    /// Bytes of the payload pages and blocks: 0 before the first non-empty payload, then what
+    /// the held payloads lie in (at most twice their stored bytes and two pages). For memory
     /// tests and the docs.
     pub fn capacity_bytes(&self) -> usize {
-        self.storage.as_deref().map_or(0, |storage| storage.payloads.bytes.len())
+        self.storage.as_deref().map_or(0, |storage| storage.payloads.capacity())
     }
 
     /// Slots currently allocated: 0 before the first append, then a power of two between
@@ -424,9 +451,11 @@ impl Ring {
     /// nothing and reports [`Replay::start_unknown`]: the `stream` layer then decides between its
     /// own first-held pointer and a gap report.
     pub fn replay_after(&self, stream: StreamKey, after: EventSeq) -> Replay<'_> {
-        match self.get(after) {
-            Some(event) if event.stream == stream => {
-                Replay { ring: self, stream, next: event.next_in_stream, start_unknown: false }
+        match self.held(after) {
+            Some((_, slot)) if slot.stream == stream => {
+                let this = NonZeroU64::new(after.0).expect("invariant: head ≥ 1");
+                let next = slot.next(this).map(|next| EventSeq(next.get()));
+                Replay { ring: self, stream, next, start_unknown: false }
             }
             _ => Replay::unknown(self, stream),
         }
@@ -435,9 +464,9 @@ impl Ring {
     /// The chain of `first`'s stream starting at `first` (inclusive). When `first` is not held the
     /// iterator yields nothing and reports [`Replay::start_unknown`].
     pub fn iter_from(&self, first: EventSeq) -> Replay<'_> {
-        match self.get(first) {
-            Some(event) => {
-                Replay { ring: self, stream: event.stream, next: Some(first), start_unknown: false }
+        match self.held(first) {
+            Some((_, slot)) => {
+                Replay { ring: self, stream: slot.stream, next: Some(first), start_unknown: false }
             }
             None => Replay::unknown(self, StreamKey(0)),
         }
@@ -452,10 +481,11 @@ impl Ring {
         // Left as it is: outside head..tail nothing reads it, the next append overwrites it.
         let slot = storage.slots[index];
         let seq = NonZeroU64::new(head).expect("invariant: head ≥ 1");
-        let bytes = bytes
-            .checked_sub(slot.whole_len())
-            .expect("invariant: bytes counts every held payload");
-        storage.payloads.release(slot.at(), slot.len());
+        let stored = storage.payloads.read(slot.page, slot.span).len();
+        let whole_len = slot.prefix().len() + stored;
+        let bytes =
+            bytes.checked_sub(whole_len).expect("invariant: bytes counts every held payload");
+        storage.payloads.release(slot.page, slot.span, stored);
         self.head += 1;
         self.bytes = bytes;
         if slot.distance() == 0 {
@@ -466,81 +496,8 @@ impl Ring {
             stream: slot.stream,
             seq: EventSeq(head),
             next_in_stream: slot.next(seq).map(|next| EventSeq(next.get())),
-            bytes: slot.whole_len(),
+            bytes: whole_len,
         }
-    }
-
-    /// Copies `payload` (its stored form) into the buffer, where the stored bytes held before
-    /// it leave room within `bytes_max` (the caller evicted for its whole length, which is at
-    /// least this), and returns its offset.
-    fn place(&mut self, payload: &[u8]) -> usize {
-        if payload.is_empty() {
-            return 0;
-        }
-        let needed = self.storage().payloads.held + payload.len();
-        let capacity = self.storage().payloads.bytes.len();
-        if capacity > PAYLOAD_BUFFER_SHRINK_ABOVE && needed * PAYLOAD_BUFFER_SLACK < capacity {
-            self.relocate_to(needed, Some((2 * needed).max(PAYLOAD_BUFFER_INITIAL_BYTES)));
-        }
-        let at = match self.storage().payloads.reserve(payload.len()) {
-            Some(at) => at,
-            None => {
-                self.relocate(needed);
-                let payloads = &mut self.storage().payloads;
-                payloads.reserve(payload.len()).expect("invariant: relocated to fit")
-            }
-        };
-        self.storage().payloads.bytes[at..at + payload.len()].copy_from_slice(payload);
-        at
-    }
-
-    /// Moves the held payloads, oldest first, to the front of a buffer of at least `needed`
-    /// bytes: a larger one (doubled, at most `bytes_max`) while `needed` is more than half the
-    /// buffer, else this one, compacted in place (around the circle the free bytes can lie in
-    /// two pieces, each too short). O(held bytes + held events), and rare: a wrapped buffer
-    /// runs out of contiguous room only after about its free bytes were appended since.
-    fn relocate(&mut self, needed: usize) {
-        let (capacity, bytes_max) = (self.storage().payloads.bytes.len(), self.bytes_max);
-        let grown = (capacity < bytes_max && capacity < 2 * needed)
-            .then(|| (2 * capacity).max(needed).max(PAYLOAD_BUFFER_INITIAL_BYTES).min(bytes_max));
-        self.relocate_to(needed, grown);
-    }
-
-    /// `relocate` into a new buffer of `new_len` bytes (≥ `needed`), or in place when `None`.
-    fn relocate_to(&mut self, needed: usize, new_len: Option<usize>) {
-        let (head, tail) = (self.head, self.tail);
-        let Storage { slots, payloads } = self.storage();
-        let capacity = payloads.bytes.len();
-        let start = payloads.start;
-        let old = if let Some(new_len) = new_len {
-            Some(std::mem::replace(&mut payloads.bytes, vec![0; new_len]))
-        } else {
-            // The oldest byte at 0: every held payload then lies after its predecessor, so
-            // packing them moves each towards the front only.
-            payloads.bytes.rotate_left(start);
-            None
-        };
-        let mask = slots.len() as u64 - 1;
-        let mut end = 0;
-        for seq in head..tail {
-            // Lossless: masked below slots.len(), a usize.
-            let slot = &mut slots[(seq & mask) as usize];
-            let (at, len) = (slot.at(), slot.len());
-            if len == 0 {
-                continue;
-            }
-            match &old {
-                Some(old) => payloads.bytes[end..end + len].copy_from_slice(&old[at..at + len]),
-                None => {
-                    let from = (at + capacity - start) % capacity;
-                    payloads.bytes.copy_within(from..from + len, end);
-                }
-            }
-            slot.at = narrow(end);
-            end += len;
-        }
-        (payloads.start, payloads.end, payloads.wrap_at) = (0, end, None);
-        assert!(needed <= payloads.bytes.len(), "invariant: the buffer holds what it needs");
     }
 
     /// Doubles the slot array (or makes the first one), re-placing held events by the new mask.
@@ -564,25 +521,41 @@ impl Ring {
         (seq & (self.slots().len() as u64 - 1)) as usize
     }
 
-    /// Held payloads lie oldest first from `start` around the circle, none overlapping.
+    /// Held payloads lie oldest first, each right after its predecessor or at the start of a
+    /// later page, none overlapping; every page holds one (but a ring's only page may hold
+    /// none); the pages are at most twice the stored bytes and two pages (a page is left for
+    /// the next only when the payload after it does not fit in it).
     #[cfg(test)]
     fn check_payload_order(&self) {
         let Some(p) = self.storage.as_deref().map(|storage| &storage.payloads) else { return };
-        let mut expect = p.start;
+        let (mut page_index, mut expect, mut pages_used) = (None::<usize>, 0, 0);
         for seq in self.head..self.tail {
             let slot = &self.slots()[self.index(seq)];
-            if slot.len() == 0 {
+            if slot.span == 0 {
                 continue;
             }
-            if slot.at() != expect {
-                assert_eq!(p.wrap_at, Some(expect), "only a wrap skips bytes");
-                assert_eq!(slot.at(), 0);
+            let index = slot.page.wrapping_sub(p.first) as usize;
+            assert!(index < p.pages.len(), "a held payload's page is held");
+            let (at, len) = if slot.span == LARGE {
+                (0, p.pages[index].len())
+            } else {
+                ((slot.span >> 16) as usize, (slot.span & 0xFFFF) as usize)
+            };
+            if page_index == Some(index) {
+                assert_eq!(at, expect, "right after its predecessor");
+            } else {
+                assert_eq!(index, page_index.map_or(0, |i| i + 1), "no page without a payload");
+                pages_used += 1;
+                page_index = Some(index);
             }
-            expect = slot.at() + slot.len();
+            expect = at + len;
+            assert!(expect <= p.pages[index].len());
         }
-        if p.held > 0 {
-            assert_eq!(expect, p.end);
+        if let Some(index) = page_index {
+            assert_eq!(p.pages[index].len(), expect, "the newest payload ends its page's bytes");
         }
+        assert!(pages_used == p.pages.len() || (p.held == 0 && p.pages.len() <= 1));
+        assert!(p.capacity() <= 2 * p.held + 2 * PAGE_BYTES, "{} for {}", p.capacity(), p.held);
     }
 
     /// O(n) check of every invariant; tests call it after each operation.
@@ -599,9 +572,9 @@ impl Ring {
         for seq in self.head..self.tail {
             let slot = &self.slots()[self.index(seq)];
             let this = NonZeroU64::new(seq).expect("head ≥ 1");
-            bytes += slot.whole_len();
-            stored += slot.len();
-            assert!(slot.at() + slot.len() <= self.capacity_bytes());
+            let len = self.get(EventSeq(seq)).expect("held").payload.len();
+            bytes += slot.prefix().len() + len;
+            stored += len;
             newest.insert(slot.stream, this);
             if let Some(next) = slot.next(this) {
                 assert!(next > this && next.get() < self.tail);
@@ -618,7 +591,6 @@ impl Ring {
         let held = self.storage.as_deref().map_or(0, |storage| storage.payloads.held);
         assert_eq!(stored, held);
         assert!(held <= self.bytes);
-        assert!(self.capacity_bytes() <= self.bytes_max);
         self.check_payload_order();
         assert_eq!(newest.len(), self.stream_newest.len());
         for (stream, seq) in &newest {

@@ -10,8 +10,8 @@ use proptest::prelude::*;
 use crate::config::REPLAY_BYTES_MOST;
 
 use super::{
-    Event, EventSeq, Evicted, ReplayError, Ring, StreamKey, ELIDED_PREFIX,
-    PAYLOAD_BUFFER_INITIAL_BYTES, PAYLOAD_BUFFER_SHRINK_ABOVE, PAYLOAD_BUFFER_SLACK, SLOTS_INITIAL,
+    set_spare_pages_max, spare_pages, Event, EventSeq, Evicted, ReplayError, Ring, StreamKey,
+    ELIDED_PREFIX, PAGE_BYTES, SLOTS_INITIAL,
 };
 
 const A: StreamKey = StreamKey(1);
@@ -114,90 +114,109 @@ fn append_assigns_consecutive_seqs_and_get_returns_them() {
     assert!(ring.get(EventSeq(u64::MAX)).is_none());
 }
 
-// Goal: the payload buffer is bounded by `bytes_max` and follows what the ring holds: it starts
-// at `PAYLOAD_BUFFER_INITIAL_BYTES`, doubles only while the held bytes need more than half of
-// it, reaches `bytes_max` exactly (the limit) and is then reused in place, wrapped and
-// compacted, whatever the mix of sizes, every payload read back intact. Method: equal events
-// until the byte budget evicts, then 2 000 of pseudo-random sizes from 0 to a quarter of the
-// budget; `append` checks every invariant (payload order, no overlap) after each.
+// Goal: the pages follow what the ring holds (issue 43 §2): none for empty payloads, one
+// page for the first bytes, a new page only when the next payload does not fit in the newest,
+// a page given back when its last payload is evicted, so at most twice the stored bytes and
+// two pages whatever the mix of sizes (`check_invariants`), every payload read back intact.
+// Method: equal 100-byte events until the byte budget evicts (40 a page), then 2 000 of
+// pseudo-random sizes from 0 to twice a page (the longer ones in blocks of their own).
 #[test]
-fn payload_buffer_doubles_to_bytes_max_then_is_reused_in_place() {
-    const BYTES_MAX: usize = 10_000;
+fn pages_follow_what_the_ring_holds() {
+    const BYTES_MAX: usize = 40_000;
     let mut ring = Ring::new(1 << 12, BYTES_MAX);
     append(&mut ring, A, 0);
-    assert_eq!(ring.capacity_bytes(), 0, "an empty payload needs no buffer");
+    assert_eq!(ring.capacity_bytes(), 0, "an empty payload needs no page");
     append(&mut ring, A, 100);
-    assert_eq!(ring.capacity_bytes(), PAYLOAD_BUFFER_INITIAL_BYTES);
-    let mut held_max = ring.bytes();
-    for _ in 0..200 {
+    assert_eq!(ring.capacity_bytes(), PAGE_BYTES);
+    for n in 2..=40 {
         append(&mut ring, A, 100);
-        held_max = held_max.max(ring.bytes());
-        let bound = (2 * held_max).clamp(PAYLOAD_BUFFER_INITIAL_BYTES, BYTES_MAX);
-        assert!(ring.capacity_bytes() <= bound, "{} > {bound}", ring.capacity_bytes());
+        assert_eq!(ring.capacity_bytes(), PAGE_BYTES, "{n} payloads of 100 bytes in one page");
     }
-    assert_eq!(ring.capacity_bytes(), BYTES_MAX, "at the limit");
+    append(&mut ring, A, 100);
+    assert_eq!(ring.capacity_bytes(), 2 * PAGE_BYTES, "the 41st starts a page");
+    for _ in 0..1_000 {
+        append(&mut ring, A, 100);
+    }
+    assert_eq!(ring.bytes(), BYTES_MAX, "at the byte budget");
+    // 400 payloads: ten full pages, or eleven while the oldest is partly evicted.
+    assert!(ring.capacity_bytes() <= 11 * PAGE_BYTES, "{}", ring.capacity_bytes());
     let mut x = 12_345u64;
     for _ in 0..2_000 {
         x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-        let len = (x >> 33) as usize % (BYTES_MAX / 4 + 1);
+        let len = (x >> 33) as usize % (2 * PAGE_BYTES + 1);
         let (seq, _) = append(&mut ring, if len.is_multiple_of(2) { A } else { B }, len);
-        assert_eq!(ring.capacity_bytes(), BYTES_MAX, "never past the limit, never reallocated");
         let held = ring.get(seq).expect("the newest is held");
         assert_eq!(*held.payload, payload(seq.0, len));
     }
     for seq in ring.oldest().expect("held").0..ring.next_seq().0 {
         let event = ring.get(EventSeq(seq)).expect("held");
-        assert!(event.payload.iter().all(|&b| b == seq as u8), "intact after compactions");
+        assert!(event.payload.iter().all(|&b| b == seq as u8), "intact");
     }
+    // Small events evict the large ones: the blocks and pages go with them.
+    for _ in 0..400 {
+        append(&mut ring, A, 100);
+    }
+    assert!(ring.capacity_bytes() <= 11 * PAGE_BYTES, "{}", ring.capacity_bytes());
 }
 
-// Goal: a buffer grown by large events does not stay large once the ring holds little: an
-// append that finds it over `PAYLOAD_BUFFER_SHRINK_ABOVE` and more than `PAYLOAD_BUFFER_SLACK`
-// times what it will hold moves the held payloads into one twice that (the limit: exactly at
-// SLACK times it stays), every payload intact; a small ring never reallocates. Method: fill a
-// 64-event ring with 16 KiB events, then append 8-byte events until the large ones are evicted,
-// checking the bound after every append.
+// Goal: a payload of exactly `PAGE_BYTES` lies in a page, one byte longer in a block of its
+// own (the limit), and the page after a block is a new one; a ring whose only page empties
+// writes it again from its start. Method: append at both sizes and read back.
 #[test]
-fn payload_buffer_shrinks_when_the_ring_holds_little() {
-    const BYTES_MAX: usize = 1 << 20;
-    let mut ring = Ring::new(64, BYTES_MAX);
-    for _ in 0..64 {
-        append(&mut ring, A, 16 * 1024);
+fn a_payload_longer_than_a_page_gets_a_block_of_its_own() {
+    let mut ring = Ring::new(4, 1 << 20);
+    append(&mut ring, A, PAGE_BYTES);
+    assert_eq!(ring.capacity_bytes(), PAGE_BYTES, "a page's worth fits a page");
+    append(&mut ring, A, PAGE_BYTES + 1);
+    assert_eq!(ring.capacity_bytes(), 2 * PAGE_BYTES + 1, "one byte more: a block");
+    let (seq, _) = append(&mut ring, B, 10);
+    assert_eq!(ring.capacity_bytes(), 3 * PAGE_BYTES + 1, "after a block, a page");
+    assert_eq!(*ring.get(seq).expect("held").payload, payload(seq.0, 10));
+    for _ in 0..4 {
+        append(&mut ring, B, 0);
     }
-    let grown = ring.capacity_bytes();
-    assert!(grown >= 64 * 16 * 1024, "grew to what it held: {grown}");
-    let mut shrank = false;
-    for _ in 0..64 {
-        let before = ring.capacity_bytes();
-        let (seq, _) = append(&mut ring, B, 8);
-        let (held, capacity) = (ring.bytes(), ring.capacity_bytes());
-        assert!(
-            capacity <= PAYLOAD_BUFFER_SHRINK_ABOVE.max(PAYLOAD_BUFFER_SLACK * held),
-            "{capacity} bytes for {held} held"
-        );
-        shrank |= capacity < before;
-        assert_eq!(*ring.get(seq).expect("held").payload, payload(seq.0, 8));
-    }
-    assert!(shrank, "the buffer shrank");
-    for seq in ring.oldest().expect("held").0..ring.next_seq().0 {
-        let event = ring.get(EventSeq(seq)).expect("held");
-        assert!(event.payload.iter().all(|&b| b == seq as u8), "intact after shrinking");
-    }
-    // At the limit: an append that leaves the buffer exactly SLACK times what it holds keeps
-    // it; one byte less held and it is shrunk.
-    for (last, kept) in
-        [(8 * 1024 / PAYLOAD_BUFFER_SLACK, true), (8 * 1024 / PAYLOAD_BUFFER_SLACK - 1, false)]
-    {
-        let mut ring = Ring::new(64, BYTES_MAX);
-        append(&mut ring, A, 8 * 1024);
-        assert_eq!(ring.capacity_bytes(), 8 * 1024, "one event's buffer");
-        for _ in 0..63 {
-            append(&mut ring, B, 0);
+    assert_eq!(ring.bytes(), 0, "every payload evicted");
+    assert_eq!(ring.capacity_bytes(), PAGE_BYTES, "the newest page is kept");
+    let (seq, _) = append(&mut ring, B, 20);
+    assert_eq!(ring.capacity_bytes(), PAGE_BYTES, "and written again");
+    assert_eq!(*ring.get(seq).expect("held").payload, payload(seq.0, 20));
+}
+
+// Goal: the core's spare pages are bounded by `--replay-spare-pages` (at N every page given
+// back is kept, at N+1 the one over is freed), a ring takes spares before it allocates, and a
+// dropped ring gives its pages back. Method: on this test's thread (the list is per thread,
+// as per core), rings of full pages dropped and made again, counting the spares.
+#[test]
+fn spare_pages_are_kept_up_to_their_bound() {
+    const SPARES_MAX: usize = 4;
+    set_spare_pages_max(SPARES_MAX, false);
+    let ring_of = |pages: usize| {
+        let mut ring = Ring::new(1 << 10, 1 << 20);
+        for _ in 0..pages {
+            append(&mut ring, A, PAGE_BYTES);
         }
-        // This append evicts the 8 KiB event: the ring then holds `last` bytes.
-        append(&mut ring, B, last);
-        assert_eq!(ring.capacity_bytes() == 8 * 1024, kept, "holding {last} bytes");
+        assert_eq!(ring.capacity_bytes(), pages * PAGE_BYTES);
+        ring
+    };
+    assert_eq!(spare_pages(), 0);
+    drop(ring_of(SPARES_MAX));
+    assert_eq!(spare_pages(), SPARES_MAX, "at the bound every page is kept");
+    let ring = ring_of(SPARES_MAX + 1);
+    assert_eq!(spare_pages(), 0, "the ring took the spares first");
+    drop(ring);
+    assert_eq!(spare_pages(), SPARES_MAX, "one over the bound is freed");
+    // Evicted pages go back too.
+    let mut ring = ring_of(2);
+    assert_eq!(spare_pages(), SPARES_MAX - 2);
+    for _ in 0..(1 << 10) {
+        append(&mut ring, B, 0);
     }
+    assert_eq!(ring.capacity_bytes(), PAGE_BYTES, "its newest page kept, emptied");
+    assert_eq!(spare_pages(), SPARES_MAX - 1, "the oldest given back");
+    set_spare_pages_max(1, false);
+    assert_eq!(spare_pages(), 1, "a lower bound frees the spares over it");
+    set_spare_pages_max(SPARES_MAX, true);
+    assert_eq!(spare_pages(), SPARES_MAX, "filled at a core's start");
 }
 
 // Goal: events_max at N fits, N+1 evicts exactly the oldest one. Method: for several N, append
@@ -525,7 +544,7 @@ fn progress_opening_is_counted_but_not_stored() {
     assert_eq!(ring.bytes(), 64 * whole_len);
     assert_eq!(evicted.len(), 36);
     assert!(evicted.iter().all(|e| e.bytes == whole_len), "evictions report whole payloads");
-    assert!(ring.capacity_bytes() <= 2 * 64 * 53, "only the bytes after the opening are held");
+    assert!(ring.capacity_bytes() <= 2 * PAGE_BYTES, "only the bytes after the opening are held");
     for event in ring.replay_after(A, EventSeq(40)) {
         assert_eq!(event.prefix(), ELIDED_PREFIX);
         assert_eq!(event.payload, &payload(event.seq.0, 53)[..]);

@@ -1231,7 +1231,9 @@ impl Session {
         after: EventSeq,
     ) -> Result<ResumeStart, CursorError> {
         let s = self.streams.get(&key).ok_or(CursorError::Foreign)?;
-        if after < s.first || self.ring.get(after).is_some_and(|ev| ev.stream != key) {
+        // Looked up once: every writer's batch asks (callgrind, a live stream's event).
+        let held = self.ring.get(after);
+        if after < s.first || held.is_some_and(|ev| ev.stream != key) {
             return Err(CursorError::Foreign);
         }
         if after > s.produced {
@@ -1240,7 +1242,7 @@ impl Session {
         if after < s.evicted_through {
             return Ok(ResumeStart::Gap { lost_to: s.evicted_through });
         }
-        let next = match self.ring.get(after) {
+        let next = match held {
             Some(ev) if ev.stream == key => ev.next_in_stream,
             Some(_) => return Err(CursorError::Foreign),
             // Evicted (after == evicted_through): everything later of this stream is held.
