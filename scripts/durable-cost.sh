@@ -43,8 +43,9 @@
 #   --warmup D        warm-up per run (default 1s)
 #   --server-cpu N    CPU for the server (default 0)
 #   --load-cpu N      CPU for the load generator and redis-server (default 1)
-#   --writer W        --durable-writer for the durable node: thread (the default) or core (each
-#                     worker writes its own records over io_uring; not with --store cluster)
+#   --writer W        --durable-writer for the durable node: core (the binary's default: each
+#                     worker writes its own records over io_uring; a Redis Cluster store keeps
+#                     the thread) or thread (the mirror thread drains every core's queue)
 #   --bin PATH        the server binary (default target/release/tidemark; another build's copy
 #                     for a before/after comparison)
 #   --out DIR         output directory (default target/bench)

@@ -36,8 +36,9 @@
 #   --calls N      legacy calls of the kill stage (default 300)
 #   --modern-calls N  keyed 2026-07-28 calls of the kill stage (default 100)
 #   --seed S       the kill stage's random choices (default: new, printed)
-#   --writer W     --durable-writer of every node: thread (default) or core (each worker writes
-#                  its own records; the cluster stage keeps the thread's writer either way)
+#   --writer W     --durable-writer of every node: core (default: each worker writes its own
+#                  records) or thread (the mirror thread writes them; the cluster stage uses the
+#                  thread's writer either way)
 #   --no-build     use the existing target/release/tidemark
 #
 # Prints one PASS/FAIL line per stage and `durable: N passed, M failed`; logs in
@@ -71,7 +72,7 @@ calls=300
 modern_calls=100
 seed=()
 build=1
-writer=thread
+writer=core
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --only) stages="${2:?--only needs a value}"; shift 2 ;;

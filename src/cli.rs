@@ -234,17 +234,17 @@ mod tests {
     }
 
     #[test]
-    fn durable_writer_is_the_thread_unless_core_is_asked_and_refuses_other_values() {
-        // Goal: --durable-writer defaults to the mirror thread, takes `core`, and refuses
-        // anything else naming the two values.
+    fn durable_writer_is_each_core_unless_the_thread_is_asked_and_refuses_other_values() {
+        // Goal: --durable-writer defaults to each core's own writer, takes `thread`, and
+        // refuses anything else naming the two values.
         let writer = |extra: &[&str]| {
             let args = ["tidemark", "--durable", "redis://127.0.0.1:6379"];
             Config::try_from_args(args.iter().chain(extra).copied())
                 .map(|cfg| cfg.durable.expect("durable").writer)
         };
-        assert_eq!(writer(&[]).expect("default"), config::DurableWriter::Thread);
-        let core = writer(&["--durable-writer", "core"]).expect("core");
-        assert_eq!(core, config::DurableWriter::Core);
+        assert_eq!(writer(&[]).expect("default"), config::DurableWriter::Core);
+        let thread = writer(&["--durable-writer", "thread"]).expect("thread");
+        assert_eq!(thread, config::DurableWriter::Thread);
         let bad = writer(&["--durable-writer", "both"]).expect_err("not a writer");
         assert!(bad.contains("thread") && bad.contains("core"), "{bad}");
     }

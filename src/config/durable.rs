@@ -112,11 +112,11 @@ pub struct DurableConfig {
 pub enum DurableWriter {
     /// The mirror thread drains every core's queue (the lease, fencing and reads stay on it
     /// in either mode).
-    #[default]
     Thread,
     /// Each worker writes its own core's records over its own io_uring connection, as a task
-    /// of its runtime: no mirror thread wakes per batch. One server and Sentinel; a Redis
-    /// Cluster store keeps the thread.
+    /// of its runtime: no mirror thread wakes per batch (the default: the cheaper node,
+    /// docs/reliability.md). One server and Sentinel; a Redis Cluster store keeps the thread.
+    #[default]
     Core,
 }
 
@@ -239,9 +239,10 @@ pub(crate) struct DurableFlags {
     /// 2000 to 3600000.
     #[arg(long, default_value_t = DURABLE_CLAIMS_TTL_MS)]
     pub(crate) durable_claims_ttl_ms: u64,
-    /// Who writes each core's mirror records to the store: `thread` (the mirror thread drains
-    /// every core's queue) or `core` (each worker writes its own over io_uring; one server or
-    /// Sentinel only: a Redis Cluster store keeps the thread).
-    #[arg(long, value_enum, default_value_t = DurableWriter::Thread)]
+    /// Who writes each core's mirror records to the store: `core` (each worker writes its own
+    /// over io_uring, and a graceful stop writes what is queued; one server or Sentinel: a
+    /// Redis Cluster store keeps the thread) or `thread` (the mirror thread drains every
+    /// core's queue).
+    #[arg(long, value_enum, default_value_t = DurableWriter::Core)]
     pub(crate) durable_writer: DurableWriter,
 }
