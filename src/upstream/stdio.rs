@@ -14,11 +14,6 @@
 //! its stdout open, and the stop (the watcher's SIGTERM to the group, SIGKILL after
 //! `--upstream-kill-grace-ms`).
 //!
-//! A message is written to the child's stdin at once, in the call that sends it, when nothing
-//! is queued or being written (one non-blocking `send(2)`: the child is woken before the worker
-//! goes on, and no task hop or ring submission comes between); what the socket does not take
-//! at once, and whatever is sent while the writer task writes, goes through the queue in order.
-//!
 //! Backpressure: while a running call's client is attached and has not been written its share
 //! of the ring (`config::UNWRITTEN_SHARE_DIVISOR`), the stdout reader takes no further line; the
 //! socket's buffer fills and the child blocks in its write, which is how a flood of
@@ -56,10 +51,6 @@ pub(crate) enum SpawnError {
 struct WriteQueue {
     bytes: Vec<u8>,
     closed: bool,
-    /// `true` while the writer task has bytes of its own in flight: a message sent then queues
-    /// behind them (a child reads its messages in the order they were sent), never written at
-    /// once (`StdioTransport::send`).
-    writing: bool,
     /// Emptied buffers lent for the next messages' encoding (`Transport::lend`): a message's
     /// buffer becomes the queue's, the queue's emptied one is kept here, so a steady flow of
     /// requests allocates none. At most `SPARE_BUFFERS_MAX`, none over `SPARE_BUFFER_BYTES_MAX`.
@@ -86,92 +77,12 @@ impl WriteQueue {
 /// A running child and the pieces its tasks share.
 pub(crate) struct StdioTransport {
     name: Rc<str>,
-    stdin: ChildStdin,
-    /// The child's pid, `Some` until the transport stops it.
-    pid: Cell<Option<u32>>,
-    watcher: &'static Watcher,
-}
-
-/// The sending side of a child's stdin: its queue, the writer task's wake-up, and the write
-/// made at once.
-struct ChildStdin {
     queue: Rc<RefCell<WriteQueue>>,
     queued: Rc<Signal>,
     queue_max: usize,
-    /// A second descriptor of the child's stdin socket, for the write `send` makes at once
-    /// when nothing is queued: the child is woken before the worker goes on with the rest of
-    /// the call (the stream, the SSE head), not at the worker's next ring submission after a
-    /// hop through the writer task. `None` once the transport stopped, so the child's stdin
-    /// reads its end when the writer task's descriptor closes too.
-    direct: RefCell<Option<StdUnixStream>>,
-}
-
-impl ChildStdin {
-    fn new(direct: StdUnixStream, queue_max: usize) -> ChildStdin {
-        ChildStdin {
-            queue: Rc::new(RefCell::new(WriteQueue::default())),
-            queued: Rc::new(Signal::default()),
-            queue_max,
-            direct: RefCell::new(Some(direct)),
-        }
-    }
-
-    /// Queues `message` (a JSON object, no newline), or writes it at once when nothing is
-    /// queued or in flight (module doc); `Err` when the stdin is closed or its queue full.
-    fn send(&self, mut message: Vec<u8>) -> Result<(), String> {
-        let mut queue = self.queue.borrow_mut();
-        if queue.closed {
-            return Err("its stdin is closed".to_owned());
-        }
-        if queue.bytes.len() + message.len() + 1 > self.queue_max {
-            return Err(format!(
-                "its stdin queue is full ({} bytes, --upstream-queue-bytes)",
-                self.queue_max
-            ));
-        }
-        message.push(b'\n');
-        if queue.bytes.is_empty() && !queue.writing {
-            let written = match &*self.direct.borrow() {
-                Some(direct) => write_now(direct, &message),
-                None => Written::Part(0),
-            };
-            match written {
-                Written::All => {
-                    queue.keep(message);
-                    return Ok(());
-                }
-                Written::Part(n) => {
-                    message.drain(..n);
-                }
-                // As when the writer task's write fails: the queue closes, the message is
-                // lost with the child's stdin, and the call learns the child's end.
-                Written::Failed => {
-                    queue.closed = true;
-                    drop(queue);
-                    self.queued.notify_all();
-                    return Ok(());
-                }
-            }
-        }
-        if queue.bytes.is_empty() {
-            let emptied = std::mem::replace(&mut queue.bytes, message);
-            queue.keep(emptied);
-        } else {
-            queue.bytes.extend_from_slice(&message);
-            queue.keep(message);
-        }
-        drop(queue);
-        self.queued.notify_all();
-        Ok(())
-    }
-
-    /// No more messages: the writer task ends, and the second descriptor is closed so the
-    /// child's stdin reads its end once the writer's closes too.
-    fn close(&self) {
-        self.queue.borrow_mut().closed = true;
-        self.direct.borrow_mut().take();
-        self.queued.notify_all();
-    }
+    /// The child's pid, `Some` until the transport stops it.
+    pid: Cell<Option<u32>>,
+    watcher: &'static Watcher,
 }
 
 /// How the child ended, as its core learns it: set once, by `watch_exit`.
@@ -207,7 +118,7 @@ impl StdioTransport {
             return Err(SpawnError::AtCapacity);
         }
         let started = start_child(program, args, settings, credentials);
-        let (child, (stdin, direct), stdout, stderr) = match started {
+        let (child, stdin, stdout, stderr) = match started {
             Ok(parts) => parts,
             Err(e) => {
                 count.give_back();
@@ -223,7 +134,9 @@ impl StdioTransport {
         tracing::info!(upstream = %name, pid, command = %argv.join(" "), "upstream started");
         let transport = Rc::new(StdioTransport {
             name: name.clone(),
-            stdin: ChildStdin::new(direct, settings.queue_bytes),
+            queue: Rc::new(RefCell::new(WriteQueue::default())),
+            queued: Rc::new(Signal::default()),
+            queue_max: settings.queue_bytes,
             pid: Cell::new(Some(pid)),
             watcher,
         });
@@ -239,8 +152,7 @@ impl StdioTransport {
         let (exited, note) =
             watched.map_err(|e| SpawnError::Failed(format!("cannot watch its process: {e}")))?;
         let end = Rc::new(ChildEnd::default());
-        let (queue, queued) = (transport.stdin.queue.clone(), transport.stdin.queued.clone());
-        monoio::spawn(write_stdin(stdin, queue, queued));
+        monoio::spawn(write_stdin(stdin, transport.queue.clone(), transport.queued.clone()));
         monoio::spawn(read_stdout(stdout, settings.line_bytes, end.clone(), peer.clone()));
         monoio::spawn(watch_exit(exited, note, end, peer));
         monoio::spawn(log_stderr(stderr, name));
@@ -254,9 +166,7 @@ fn adopt_exit(watched: Watched) -> std::io::Result<(UnixStream, Arc<ExitNote>)> 
     Ok((UnixStream::from_std(watched.exited)?, watched.note))
 }
 
-/// The child, its stdin (as this core's socket, and the same socket's second descriptor for
-/// `send`'s write at once), its stdout and its stderr.
-type ChildStreams = (Child, (UnixStream, StdUnixStream), UnixStream, UnixStream);
+type ChildStreams = (Child, UnixStream, UnixStream, UnixStream);
 
 /// Forks and execs the child on three socket pairs, in a process group of its own (so its end
 /// reaches any process it started, e.g. `npx` → `node`).
@@ -288,9 +198,7 @@ fn start_child(
         s.set_nonblocking(true)?;
         UnixStream::from_std(s)
     };
-    let direct = stdin_ours.try_clone()?;
-    let stdin = (adopt(stdin_ours)?, direct);
-    Ok((child, stdin, adopt(stdout_ours)?, adopt(stderr_ours)?))
+    Ok((child, adopt(stdin_ours)?, adopt(stdout_ours)?, adopt(stderr_ours)?))
 }
 
 /// Gives a child the process's CPUs back. It was forked by a worker thread pinned to one CPU
@@ -313,16 +221,37 @@ fn unpin(pid: u32) {
 }
 
 impl Transport for StdioTransport {
-    fn send(&self, message: Vec<u8>) -> Result<(), String> {
-        self.stdin.send(message)
+    fn send(&self, mut message: Vec<u8>) -> Result<(), String> {
+        let mut queue = self.queue.borrow_mut();
+        if queue.closed {
+            return Err("its stdin is closed".to_owned());
+        }
+        if queue.bytes.len() + message.len() + 1 > self.queue_max {
+            return Err(format!(
+                "its stdin queue is full ({} bytes, --upstream-queue-bytes)",
+                self.queue_max
+            ));
+        }
+        message.push(b'\n');
+        if queue.bytes.is_empty() {
+            let emptied = std::mem::replace(&mut queue.bytes, message);
+            queue.keep(emptied);
+        } else {
+            queue.bytes.extend_from_slice(&message);
+            queue.keep(message);
+        }
+        drop(queue);
+        self.queued.notify_all();
+        Ok(())
     }
 
     fn lend(&self) -> Vec<u8> {
-        self.stdin.queue.borrow_mut().spares.pop().unwrap_or_default()
+        self.queue.borrow_mut().spares.pop().unwrap_or_default()
     }
 
     fn shutdown(&self) {
-        self.stdin.close();
+        self.queue.borrow_mut().closed = true;
+        self.queued.notify_all();
         if let Some(pid) = self.pid.take() {
             self.watcher.stop(pid);
             tracing::info!(upstream = %self.name, pid, culprit = "us", "upstream stopped");
@@ -336,46 +265,14 @@ impl Drop for StdioTransport {
     }
 }
 
-/// What `write_now` wrote of a message.
-enum Written {
-    All,
-    /// The socket took this many bytes (0: it was full); the rest goes to the writer task.
-    Part(usize),
-    /// The child's stdin is gone (or failed).
-    Failed,
-}
-
-/// Writes `message` to the child's stdin socket at once, as much as it takes without waiting
-/// (the socket is non-blocking). `MSG_NOSIGNAL`: a child that closed its stdin is an error
-/// here, never a SIGPIPE to tidemark.
-fn write_now(direct: &StdUnixStream, message: &[u8]) -> Written {
-    use rustix::io::Errno;
-    use rustix::net::SendFlags;
-    let flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;
-    loop {
-        match rustix::net::send(direct, message, flags) {
-            Ok(n) if n == message.len() => return Written::All,
-            Ok(n) => return Written::Part(n),
-            Err(Errno::INTR) => {}
-            Err(Errno::AGAIN) => return Written::Part(0),
-            Err(_) => return Written::Failed,
-        }
-    }
-}
-
-/// Writes queued messages to the child's stdin, all that is queued in one write: what
-/// `StdioTransport::send` could not write at once, and what was sent while this task wrote.
+/// Writes queued messages to the child's stdin, all that is queued in one write.
 async fn write_stdin(mut stdin: UnixStream, queue: Rc<RefCell<WriteQueue>>, queued: Rc<Signal>) {
     let mut spare = Vec::new();
     loop {
         let notified = queued.notified();
         let (bytes, closed) = {
             let mut q = queue.borrow_mut();
-            let bytes = std::mem::replace(&mut q.bytes, std::mem::take(&mut spare));
-            // Set and cleared under the same borrow that takes the bytes: `send` writes at
-            // once only when nothing is queued or in flight.
-            q.writing = !bytes.is_empty() && !q.closed;
-            (bytes, q.closed)
+            (std::mem::replace(&mut q.bytes, std::mem::take(&mut spare)), q.closed)
         };
         if closed {
             return;
@@ -387,9 +284,7 @@ async fn write_stdin(mut stdin: UnixStream, queue: Rc<RefCell<WriteQueue>>, queu
         }
         let (result, mut written) = stdin.write_all(bytes).await;
         if result.is_err() {
-            let mut q = queue.borrow_mut();
-            q.closed = true;
-            q.writing = false;
+            queue.borrow_mut().closed = true;
             return;
         }
         written.clear();
@@ -607,67 +502,6 @@ const STDERR_LINE_MAX: usize = 4096;
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_write_at_once_takes_what_the_socket_takes_and_never_waits() {
-        // Goal: `send`'s write at once reports all, a part (the rest queues behind it, in
-        // order) or the end, and never blocks or raises SIGPIPE. Method: a socket pair, one end
-        // non-blocking as the child's stdin is; its buffer filled; the other end closed.
-        let (ours, theirs) = StdUnixStream::pair().expect("a socket pair");
-        ours.set_nonblocking(true).expect("non-blocking");
-        assert!(matches!(write_now(&ours, b"{}\n"), Written::All));
-        let big = vec![b'x'; 1 << 20];
-        let Written::Part(n) = write_now(&ours, &big) else { panic!("a full socket takes a part") };
-        assert!(n < big.len());
-        assert!(matches!(write_now(&ours, &big), Written::Part(0)), "full: nothing, no wait");
-        drop(theirs);
-        assert!(matches!(write_now(&ours, b"{}\n"), Written::Failed), "the peer gone: an error");
-    }
-
-    #[test]
-    fn a_message_sent_while_the_writer_writes_queues_behind_it() {
-        // Goal: the write at once never overtakes bytes the writer task holds, even when the
-        // socket has room again while the writer waits (a message written then would land in
-        // the middle of the earlier one). Method: a socket pair as the child's stdin; a 1 MiB
-        // message (a part written at once, the rest taken by the writer, which waits on the
-        // full socket); 64 KiB read off the far end; a second message sent before the writer
-        // runs again; then everything read: the first message whole, then the second.
-        use std::io::Read;
-        let (ours, mut theirs) = StdUnixStream::pair().expect("a socket pair");
-        ours.set_nonblocking(true).expect("non-blocking");
-        let direct = ours.try_clone().expect("a second descriptor");
-        let first = vec![b'a'; 1 << 20];
-        let want = [&first[..], b"\n{}\n"].concat();
-        let mut rt = monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
-            .enable_timer()
-            .build()
-            .expect("a runtime");
-        let got = rt.block_on(async move {
-            let stdin = ChildStdin::new(direct, usize::MAX);
-            let writer = UnixStream::from_std(ours).expect("adopted");
-            monoio::spawn(write_stdin(writer, stdin.queue.clone(), stdin.queued.clone()));
-            stdin.send(first).expect("sent");
-            assert!(!stdin.queue.borrow().bytes.is_empty(), "the socket took only a part");
-            while !stdin.queue.borrow().writing {
-                monoio::time::sleep(Duration::from_millis(1)).await;
-            }
-            let mut got = vec![0; 64 * 1024];
-            theirs.read_exact(&mut got).expect("room made");
-            stdin.send(b"{}".to_vec()).expect("sent");
-            let total = want.len();
-            let reader = std::thread::spawn(move || {
-                let mut rest = vec![0; total - got.len()];
-                theirs.read_exact(&mut rest).expect("the rest");
-                got.extend_from_slice(&rest);
-                got
-            });
-            while !reader.is_finished() {
-                monoio::time::sleep(Duration::from_millis(1)).await;
-            }
-            reader.join().expect("the reader")
-        });
-        assert!(got == [&vec![b'a'; 1 << 20][..], b"\n{}\n"].concat(), "in order, whole");
-    }
 
     #[test]
     fn the_queue_keeps_at_most_its_spares_and_none_too_large_or_empty() {
