@@ -318,6 +318,15 @@ mod tests {
         let past = (config::DURABLE_CLUSTER_REDIRECTS_MOST + 1).to_string();
         let bad = with(&["--durable-cluster-redirects-max", &past]).validate().expect_err("past");
         assert!(bad.to_string().contains("--durable-cluster-redirects-max must be at most 16"));
+        let stop_write = with(&[]).durable.expect("durable").stop_write;
+        assert_eq!(stop_write.as_millis() as u64, config::DURABLE_STOP_WRITE_MS);
+        for good in [0, config::DURABLE_STOP_WRITE_MS_MAX] {
+            let cfg = with(&["--durable-stop-write-ms", &good.to_string()]);
+            cfg.validate().expect("inside the bounds");
+        }
+        let past = (config::DURABLE_STOP_WRITE_MS_MAX + 1).to_string();
+        let bad = with(&["--durable-stop-write-ms", &past]).validate().expect_err("past");
+        assert!(bad.to_string().contains("--durable-stop-write-ms must be at most 30000"), "{bad}");
         let (min, max) = (config::DURABLE_CLAIMS_TTL_MS_MIN, config::DURABLE_CLAIMS_TTL_MS_MAX);
         for good in [min, max] {
             let cfg = with(&["--durable-claims-ttl-ms", &good.to_string()]);

@@ -38,6 +38,17 @@ pub(crate) const DURABLE_BATCH_BYTES: usize = 4 << 20;
 /// a call waits for (write-ahead) cuts the linger short: only the mirror lag grows, by at most
 /// this.
 pub(crate) const DURABLE_LINGER_US: u64 = 1_000;
+/// How long a graceful stop waits for each core's writer (`--durable-writer core`) to write
+/// the records it still has queued (`--durable-stop-write-ms`; 0: not at all). Each of the
+/// writer's round trips is bounded by the store's 1 s answer bound and a failed one drops the
+/// rest at once, and a healthy store takes a full queue in milliseconds: three round trips'
+/// bound covers a connection, a slow batch and the next. Past it the process exits with the
+/// rest unwritten (the store still holds a gap-free prefix: an adopter ends the tail with
+/// `-31006`).
+pub(crate) const DURABLE_STOP_WRITE_MS: u64 = 3_000;
+/// The longest `--durable-stop-write-ms`: a stop that waits longer outlives what an
+/// orchestrator grants a stopping process (Kubernetes' default grace is 30 s).
+pub(crate) const DURABLE_STOP_WRITE_MS_MAX: u64 = 30_000;
 /// The longest linger: past it the lag would outgrow what a crash may lose comfortably.
 pub(crate) const DURABLE_LINGER_US_MAX: u64 = 100_000;
 /// How long a non-idempotent `tools/call` of a durable session waits for the store to
@@ -97,6 +108,8 @@ pub struct DurableConfig {
     pub linger: Duration,
     /// A non-idempotent call's wait for its record (`--durable-write-ahead-ms`).
     pub write_ahead: Duration,
+    /// A graceful stop's wait for each core's writer (`--durable-stop-write-ms`).
+    pub stop_write: Duration,
     /// Store lookups waiting at once (`--durable-adoptions-max`).
     pub adoptions_max: usize,
     /// `MOVED` redirections one Redis Cluster read follows (`--durable-cluster-redirects-max`).
@@ -136,6 +149,7 @@ impl DurableConfig {
             batch_bytes_max: flags.durable_batch_bytes,
             linger: Duration::from_micros(flags.durable_linger_us),
             write_ahead: Duration::from_millis(flags.durable_write_ahead_ms),
+            stop_write: Duration::from_millis(flags.durable_stop_write_ms),
             adoptions_max: flags.durable_adoptions_max,
             cluster_redirects_max: flags.durable_cluster_redirects_max,
             claims_ttl: Duration::from_millis(flags.durable_claims_ttl_ms),
@@ -152,6 +166,14 @@ impl DurableConfig {
         let linger_us = self.linger.as_micros() as u64;
         if linger_us > DURABLE_LINGER_US_MAX {
             return Err(ConfigError::DurableLingerTooLong(linger_us, DURABLE_LINGER_US_MAX));
+        }
+        let stop_write_ms = self.stop_write.as_millis() as u64;
+        if stop_write_ms > DURABLE_STOP_WRITE_MS_MAX {
+            return Err(ConfigError::AboveMost(
+                "durable-stop-write-ms",
+                stop_write_ms as usize,
+                DURABLE_STOP_WRITE_MS_MAX as usize,
+            ));
         }
         if self.replicas > DURABLE_REPLICAS_MAX {
             return Err(ConfigError::DurableReplicasTooMany(self.replicas, DURABLE_REPLICAS_MAX));
@@ -225,6 +247,11 @@ pub(crate) struct DurableFlags {
     /// again); past it the call starts, the session stops being durable, and it is counted.
     #[arg(long, default_value_t = DURABLE_WRITE_AHEAD_MS)]
     pub(crate) durable_write_ahead_ms: u64,
+    /// How long a graceful stop waits for each core's writer (--durable-writer core) to write
+    /// the records it still has queued, so a peer adopting after a rolling restart replays the
+    /// whole tail (0: no wait). At most 30000.
+    #[arg(long, default_value_t = DURABLE_STOP_WRITE_MS)]
+    pub(crate) durable_stop_write_ms: u64,
     /// Store lookups (adoptions of a dead node's sessions, its keyed records and tasks)
     /// waiting at once on this node; past it the request gets 503 + Retry-After.
     #[arg(long, default_value_t = DURABLE_ADOPTIONS_MAX)]

@@ -78,6 +78,8 @@ pub(crate) use durable::{DURABLE_CLAIMS_TTL_MS_MAX, DURABLE_CLAIMS_TTL_MS_MIN};
 pub(crate) use durable::{DURABLE_CLUSTER_REDIRECTS_MAX, DURABLE_CLUSTER_REDIRECTS_MOST};
 #[cfg(test)]
 pub(crate) use durable::{DURABLE_LINGER_US, DURABLE_LINGER_US_MAX, DURABLE_REPLICAS_MAX};
+#[cfg(test)]
+pub(crate) use durable::{DURABLE_STOP_WRITE_MS, DURABLE_STOP_WRITE_MS_MAX};
 pub(crate) use filter::RESOURCE_URI_BYTES_MAX;
 #[cfg(test)]
 pub(crate) use http::BODY_BYTES_MAX;

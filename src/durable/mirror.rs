@@ -36,8 +36,6 @@ use crate::metrics::DurableStats;
 /// How long the thread waits for the store to connect or answer one batch; past it the store
 /// counts as down (sessions then stop being durable: never a worker's wait).
 pub(crate) const STORE_TIMEOUT_MS: u64 = 1_000;
-// A graceful stop's wait for a core's writer spans a few of its round trips (`STOP_WRITE_MS`).
-const _: () = assert!(super::queue::STOP_WRITE_MS >= 2 * STORE_TIMEOUT_MS);
 /// The longest the thread sleeps with nothing queued before it looks again: the bound on a
 /// record whose push raced with the thread's falling asleep (the worker's wake-up check is a
 /// plain load, `queue`'s doc). An idle node wakes the thread this often, which costs nothing

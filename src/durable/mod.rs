@@ -166,6 +166,7 @@ impl Durable {
             reader: self.reader.clone(),
             node: self.node,
             write_ahead: self.cfg.write_ahead,
+            stop_write: self.cfg.stop_write,
         }
     }
 }
@@ -187,6 +188,7 @@ pub(crate) struct CoreDurable {
     pub(crate) reader: Arc<Reader>,
     node: u8,
     write_ahead: std::time::Duration,
+    stop_write: std::time::Duration,
 }
 
 impl std::fmt::Debug for CoreDurable {
@@ -205,6 +207,7 @@ impl CoreDurable {
             self.state.clone(),
             self.node,
             self.write_ahead,
+            self.stop_write,
             metrics,
         );
         if let Some((drain, limits, stats)) = self.writer {

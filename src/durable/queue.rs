@@ -150,14 +150,6 @@ pub(crate) struct MirrorQueue {
     broken: Mutex<Vec<Arc<str>>>,
 }
 
-/// How long a graceful stop waits for a core's writer (`--durable-writer core`) to write the
-/// records still queued (`CoreTap::write_queued_at_stop`). Each round trip of the writer is
-/// bounded by `mirror::STORE_TIMEOUT_MS` (1 s) and a failed one drops the rest at once, and a
-/// healthy store takes a full queue in milliseconds: three round trips' bound covers a
-/// connection, a slow batch and the next. Past it the process exits with the rest unwritten
-/// (the store still holds a gap-free prefix: an adopter ends the tail with `-31006`).
-pub(crate) const STOP_WRITE_MS: u64 = 3_000;
-
 /// Emptied run buffers (`Record::Run`) the mirror thread hands back to each core, so a burst of
 /// progress reuses its packing buffers instead of allocating on the worker and freeing on the
 /// mirror thread (a cross-thread free of a large block made the worker's allocator take fresh,
@@ -304,6 +296,8 @@ pub(crate) struct CoreTap {
     pub(crate) node: u8,
     /// How long a non-idempotent call waits for its stream record (`--durable-write-ahead-ms`).
     pub(crate) write_ahead: Duration,
+    /// A graceful stop's wait for the core's writer (`--durable-stop-write-ms`).
+    stop_write: Duration,
     /// The core's counters (not durable marks, refused records).
     pub(crate) metrics: Arc<crate::metrics::CoreMetrics>,
     /// Notified by the core's ack pump whenever the thread acked more.
@@ -365,6 +359,7 @@ impl CoreTap {
         state: Arc<MirrorState>,
         node: u8,
         write_ahead: Duration,
+        stop_write: Duration,
         metrics: Arc<crate::metrics::CoreMetrics>,
     ) -> CoreTap {
         CoreTap {
@@ -373,6 +368,7 @@ impl CoreTap {
             state,
             node,
             write_ahead,
+            stop_write,
             metrics,
             acked_signal: Rc::default(),
             writer_wake: None,
@@ -468,7 +464,7 @@ impl CoreTap {
 
     /// A graceful stop, after the core's drain: with `--durable-writer core` waits until the
     /// core's writer dealt with every record queued (written, or given up on with the store
-    /// down), at most `STOP_WRITE_MS`, so a peer adopting after a rolling restart replays
+    /// down), at most `--durable-stop-write-ms`, so a peer adopting after a rolling restart replays
     /// the whole tail; the mirror thread writes what it holds before the node's lease stops
     /// being renewed (`Server`'s workers end before the mirror). With the thread's writer
     /// nothing to do here: the thread writes what is queued as it stops.
@@ -477,11 +473,11 @@ impl CoreTap {
             return;
         }
         let last = self.queue.pushed_ticket.load(Ordering::Relaxed);
-        let bound = Duration::from_millis(STOP_WRITE_MS);
-        if monoio::time::timeout(bound, self.written(last)).await.is_err() {
+        if monoio::time::timeout(self.stop_write, self.written(last)).await.is_err() {
             tracing::warn!(
                 records = self.queue.records(),
-                "graceful stop: the durable store did not take this core's queued records within {STOP_WRITE_MS} ms; a peer adopting their sessions replays them up to what the store holds"
+                "graceful stop: the durable store did not take this core's queued records within {} ms (--durable-stop-write-ms); a peer adopting their sessions replays them up to what the store holds",
+                self.stop_write.as_millis()
             );
         }
     }

@@ -22,7 +22,7 @@
 //! image is written only after the store named no other owner of its session, and a session
 //! it names another's owner of is disowned: nothing of it is written again.
 //!
-//! At a graceful stop the core, after its drain, waits (at most `queue::STOP_WRITE_MS`) until
+//! At a graceful stop the core, after its drain, waits (at most `--durable-stop-write-ms`) until
 //! this task dealt with every record it queued (`CoreTap::write_queued_at_stop`), as the thread
 //! writes its queues before it stops: the node's lease is renewed until both are done.
 //!

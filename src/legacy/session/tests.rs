@@ -260,7 +260,7 @@ fn mirrored() -> (Session, crate::durable::queue::Drain) {
     state.up.store(true, Ordering::Release);
     let metrics = std::sync::Arc::new(crate::metrics::CoreMetrics::default());
     let wait = std::time::Duration::from_millis(10);
-    let tap = crate::durable::CoreTap::new(queue, producer, state, 1, wait, metrics);
+    let tap = crate::durable::CoreTap::new(queue, producer, state, 1, wait, wait, metrics);
     let mut s = session();
     let (name, client) = (std::sync::Arc::from(s.id.to_header()), std::sync::Arc::from("{}"));
     s.mirror = Some(Box::new(SessionMirror::new(Rc::new(tap), name, client)));
